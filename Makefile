@@ -1,0 +1,256 @@
+# SPDX-License-Identifier: Apache-2.0
+# sysom: the one Makefile. Everything builds under $(BUILD); `V=1` shows commands.
+#
+#   make            release build of BPF objects, skeletons, daemons, CLI, tests, fixtures
+#   make test       install missing packages, ASan/UBSan build in build/san, run every test
+#   make demo       install missing packages, build, run the end-to-end demo
+#   make fuzz       run every fuzz target for FUZZ_SECONDS (default 300) each
+#   make bench      run the benchmarks in bench/ (release build)
+#   make deps       install the Debian packages the project needs (apt-get)
+
+.DELETE_ON_ERROR:
+.SUFFIXES:
+SHELL := /bin/bash
+
+BUILD ?= build
+SAN ?= 0
+V ?= 0
+ifeq ($(V),1)
+Q :=
+msg = @true
+else
+Q := @
+msg = @printf '  %-7s %s\n' $(1) $(2)
+endif
+
+CC := gcc
+CLANG ?= clang
+BPFTOOL ?= bpftool
+LLVM_STRIP ?= llvm-strip
+ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
+VERSION := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+
+WARNINGS := -Wall -Wextra -Werror -Wformat=2 -Wshadow -Wstrict-prototypes \
+            -Wmissing-prototypes -Wvla -Wpointer-arith -Wundef
+CPPFLAGS := -D_GNU_SOURCE -DSYSOM_VERSION='"$(VERSION)"' -I. -I$(BUILD)/bpf
+CFLAGS := -std=gnu11 -g -fno-omit-frame-pointer -pthread $(WARNINGS)
+ifeq ($(SAN),1)
+CFLAGS += -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=address,undefined
+else
+CFLAGS += -O2
+endif
+LDFLAGS += -pthread
+
+# Libraries, one variable per dependency so each binary links only what it uses.
+LIB_BPF := -lbpf -lelf -lz
+LIB_ELF := -lelf -ldw
+LIB_CURL := -lcurl
+LIB_JSON := -ljansson
+LIB_UV := -luv
+LIB_ZSTD := -lzstd
+LIB_SQLITE := -lsqlite3
+LIB_HTTP := -lhttp_parser
+LIB_XXHASH := -lxxhash
+LIB_SYSTEMD := -lsystemd
+LIB_CMOCKA := -lcmocka
+
+# Debian packages needed to build, test and demo (installed by `make deps`).
+DEB_PACKAGES := make gcc clang llvm bpftool libbpf-dev libelf-dev libdw-dev zlib1g-dev \
+  libcurl4-openssl-dev libjansson-dev libuv1-dev libzstd-dev libsqlite3-dev \
+  libhttp-parser-dev libcmocka-dev libxxhash-dev libsystemd-dev pkg-config \
+  libclang-rt-14-dev curl binutils procps util-linux zstd python3 elfutils linux-perf
+
+# ---------------------------------------------------------------------------------------------
+# Sources, discovered per directory: a module is a directory, its main.c the executable.
+
+COMMON_SRCS := $(wildcard common/*.c)
+AGENT_SRCS := $(filter-out agent/main.c,$(wildcard agent/*.c))
+SERVER_SRCS := $(filter-out server/main.c,$(wildcard server/*.c server/*/*.c))
+CTL_SRCS := $(filter-out ctl/main.c,$(wildcard ctl/*.c))
+BPF_SRCS := $(wildcard bpf/*.bpf.c)
+
+OBJ := $(BUILD)/obj
+obj_of = $(patsubst %.c,$(OBJ)/%.o,$(1))
+
+COMMON_LIB := $(BUILD)/lib/libsysom-common.a
+AGENT_LIB := $(BUILD)/lib/libsysom-agent.a
+SERVER_LIB := $(BUILD)/lib/libsysom-server.a
+CTL_LIB := $(BUILD)/lib/libsysom-ctl.a
+
+BPF_OBJS := $(patsubst bpf/%.bpf.c,$(BUILD)/bpf/%.bpf.o,$(BPF_SRCS))
+BPF_SKELS := $(patsubst bpf/%.bpf.c,$(BUILD)/bpf/%.skel.h,$(BPF_SRCS))
+VMLINUX_H := $(BUILD)/bpf/vmlinux.h
+
+AGENT_BIN := $(BUILD)/sysom-agent
+SERVER_BIN := $(BUILD)/sysom-server
+CTL_BIN := $(BUILD)/sysomctl
+
+COMMON_LDLIBS := $(LIB_XXHASH) $(LIB_ZSTD) $(LIB_ELF) -lm
+AGENT_LDLIBS := $(AGENT_LIB) $(COMMON_LIB) $(LIB_BPF) $(LIB_CURL) $(LIB_UV) $(LIB_SYSTEMD) $(COMMON_LDLIBS)
+SERVER_LDLIBS := $(SERVER_LIB) $(COMMON_LIB) $(LIB_UV) $(LIB_HTTP) $(LIB_SQLITE) $(LIB_JSON) $(LIB_SYSTEMD) $(COMMON_LDLIBS)
+CTL_LDLIBS := $(CTL_LIB) $(COMMON_LIB) $(LIB_CURL) $(LIB_JSON) $(COMMON_LDLIBS)
+
+# Unit tests: tests/unit/<module>/test_<name>.c, linked against that module's library.
+UNIT_TEST_SRCS := $(wildcard tests/unit/*/test_*.c)
+UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_TEST_SRCS))
+BPF_TEST_SRCS := $(wildcard tests/bpf/test_*.c)
+BPF_TESTS := $(patsubst tests/bpf/%.c,$(BUILD)/tests/bpf/%,$(BPF_TEST_SRCS))
+TEST_SUPPORT_SRCS := $(wildcard tests/support/*.c)
+TEST_SUPPORT_OBJS := $(call obj_of,$(TEST_SUPPORT_SRCS))
+
+# Fixtures: small programs the tests and benchmarks run (workloads with known call chains).
+# They are built with their own flags (frame pointers, no inlining) so their stacks are known.
+FIXTURE_SRCS := $(wildcard tests/fixtures/*.c)
+FIXTURES := $(patsubst tests/fixtures/%.c,$(BUILD)/tests/fixtures/%,$(FIXTURE_SRCS))
+FIXTURE_CFLAGS := -std=gnu11 -g -O1 -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer \
+                  -fno-inline -fno-optimize-sibling-calls -Wall -Wextra -Werror -pthread
+
+BENCH_SRCS := $(wildcard bench/*.c)
+BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
+
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZERS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
+FUZZ_SECONDS ?= 300
+FUZZ_CFLAGS := -std=gnu11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined \
+               -fno-sanitize-recover=undefined -Wall -Wextra -Werror
+
+.PHONY: all daemons tests fuzzers test demo fuzz bench deps clean check-root
+all: daemons tests $(FIXTURES) $(BENCHES)
+daemons: $(AGENT_BIN) $(SERVER_BIN) $(CTL_BIN)
+tests: $(UNIT_TESTS) $(BPF_TESTS) $(FIXTURES)
+
+# ---------------------------------------------------------------------------------------------
+# BPF: vmlinux.h from the running kernel's BTF → %.bpf.o (CO-RE) → %.skel.h
+
+$(VMLINUX_H):
+	$(call msg,BTF,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)test -r /sys/kernel/btf/vmlinux || { echo "error: /sys/kernel/btf/vmlinux missing: the kernel needs CONFIG_DEBUG_INFO_BTF=y" >&2; exit 1; }
+	$(Q)$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@
+
+$(BUILD)/bpf/%.bpf.o: bpf/%.bpf.c $(wildcard bpf/*.h) $(VMLINUX_H)
+	$(call msg,BPF,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CLANG) -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD)/bpf -I. \
+	    -Wall -Werror -Wno-unused-function -c $< -o $@
+	$(Q)$(LLVM_STRIP) -g $@
+
+$(BUILD)/bpf/%.skel.h: $(BUILD)/bpf/%.bpf.o
+	$(call msg,SKEL,$@)
+	$(Q)$(BPFTOOL) gen skeleton $< name $(subst -,_,$*)_bpf > $@
+
+# ---------------------------------------------------------------------------------------------
+# C objects and libraries
+
+$(OBJ)/%.o: %.c | $(BPF_SKELS)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(COMMON_LIB): $(call obj_of,$(COMMON_SRCS))
+$(AGENT_LIB): $(call obj_of,$(AGENT_SRCS))
+$(SERVER_LIB): $(call obj_of,$(SERVER_SRCS))
+$(CTL_LIB): $(call obj_of,$(CTL_SRCS))
+$(BUILD)/lib/%.a:
+	$(call msg,AR,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(AGENT_BIN): $(OBJ)/agent/main.o $(AGENT_LIB) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(AGENT_LDLIBS)
+
+$(SERVER_BIN): $(OBJ)/server/main.o $(SERVER_LIB) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(SERVER_LDLIBS)
+
+$(CTL_BIN): $(OBJ)/ctl/main.o $(CTL_LIB) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(CTL_LDLIBS)
+
+# ---------------------------------------------------------------------------------------------
+# Tests
+
+$(BUILD)/tests/unit/common/%: $(OBJ)/tests/unit/common/%.o $(TEST_SUPPORT_OBJS) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJS) $(COMMON_LIB) $(LIB_CMOCKA) $(COMMON_LDLIBS)
+
+$(BUILD)/tests/unit/agent/%: $(OBJ)/tests/unit/agent/%.o $(TEST_SUPPORT_OBJS) $(AGENT_LIB) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJS) $(AGENT_LDLIBS) $(LIB_CMOCKA)
+
+$(BUILD)/tests/unit/server/%: $(OBJ)/tests/unit/server/%.o $(TEST_SUPPORT_OBJS) $(SERVER_LIB) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJS) $(SERVER_LDLIBS) $(LIB_CMOCKA)
+
+$(BUILD)/tests/unit/ctl/%: $(OBJ)/tests/unit/ctl/%.o $(TEST_SUPPORT_OBJS) $(CTL_LIB) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJS) $(CTL_LDLIBS) $(LIB_CMOCKA)
+
+$(BUILD)/tests/bpf/%: $(OBJ)/tests/bpf/%.o $(TEST_SUPPORT_OBJS) $(AGENT_LIB) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJS) $(AGENT_LDLIBS) $(LIB_CMOCKA)
+
+$(BUILD)/tests/fixtures/%: tests/fixtures/%.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(FIXTURE_CFLAGS) -o $@ $< -lm
+
+$(BUILD)/bench/%: $(OBJ)/bench/%.o $(AGENT_LIB) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(AGENT_LDLIBS)
+
+# Fuzz targets: clang + libFuzzer; each links the common sources plus what it names in
+# a `// fuzz-sources: a.c b.c` line of its own.
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(COMMON_SRCS) $(wildcard common/*.h) | $(BPF_SKELS)
+	$(call msg,FUZZ,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CLANG) $(FUZZ_CFLAGS) -I$(BUILD)/bpf -o $@ $< $(COMMON_SRCS) \
+	    $$(sed -n 's|^// fuzz-sources: ||p' $<) $(COMMON_LDLIBS) $(LIB_JSON)
+
+fuzzers: $(FUZZERS)
+
+# ---------------------------------------------------------------------------------------------
+# Entry points of the README
+
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed$$' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  $(SUDO) apt-get update -q && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+test: deps
+	$(Q)$(MAKE) --no-print-directory BUILD=build/san SAN=1 all fuzzers
+	$(Q)tests/run-all.sh build/san
+
+demo: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)scripts/demo.sh $(BUILD)
+
+fuzz: deps
+	$(Q)$(MAKE) --no-print-directory BUILD=build/san fuzzers
+	$(Q)tests/fuzz/run.sh build/san $(FUZZ_SECONDS)
+
+bench: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)bench/run.sh $(BUILD)
+
+clean:
+	rm -rf build
+
+-include $(shell find $(OBJ) -name '*.d' 2>/dev/null)

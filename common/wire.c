@@ -1,0 +1,622 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Batch builder (de-duplicating) and encoder for wire format version 1. */
+#include "common/wire.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/wire_internal.h"
+
+const struct sysom_wire_limits sysom_wire_default_limits = {
+	.max_strings = 1u << 20,
+	.max_string_len = 4096,
+	.max_objects = 1u << 16,
+	.max_processes = 1u << 16,
+	.max_mappings = 1u << 20,
+	.max_stacks = 1u << 20,
+	.max_frames_per_stack = 512,
+	.max_frames = 1u << 24,
+	.max_samples = 1u << 22,
+	.max_counters = SYSOM_COUNTER_MAX,
+};
+
+static const char *const counter_names[SYSOM_COUNTER_MAX] = {
+	[SYSOM_COUNTER_TICKS] = "ticks",
+	[SYSOM_COUNTER_GATED_OUT] = "gated_out",
+	[SYSOM_COUNTER_IDLE_SKIPPED] = "idle_skipped",
+	[SYSOM_COUNTER_SAMPLES] = "samples",
+	[SYSOM_COUNTER_KSTACK_ERRORS] = "kernel_stack_errors",
+	[SYSOM_COUNTER_USTACK_ERRORS] = "user_stack_errors",
+	[SYSOM_COUNTER_COUNT_MAP_FULL] = "count_map_full",
+	[SYSOM_COUNTER_STACK_MAP_FULL] = "stack_map_full",
+	[SYSOM_COUNTER_EVENTS_LOST] = "events_lost",
+	[SYSOM_COUNTER_FRAMES_UNMAPPED] = "frames_unmapped",
+	[SYSOM_COUNTER_PROCESSES_VANISHED] = "processes_vanished",
+	[SYSOM_COUNTER_SPOOL_DROPPED] = "spool_dropped",
+	[SYSOM_COUNTER_UPLOAD_RETRIES] = "upload_retries",
+	[SYSOM_COUNTER_DRAINS] = "drains",
+	[SYSOM_COUNTER_DISTINCT_KEYS] = "distinct_keys",
+	[SYSOM_COUNTER_BATCH_LIMIT_DROPS] = "batch_limit_drops",
+};
+
+const char *sysom_counter_name(uint16_t id)
+{
+	return id < SYSOM_COUNTER_MAX ? counter_names[id] : NULL;
+}
+
+struct batch_dedup {
+	struct hash_index strings;
+	struct hash_index objects;
+	struct hash_index processes;
+	struct hash_index stacks;
+	struct hash_index samples;
+};
+
+/* Grows an array to hold at least `need` elements (doubling). */
+static int grow(void **array, uint32_t *cap, uint32_t need, size_t elem_size)
+{
+	if (need <= *cap)
+		return 0;
+	uint64_t new_cap = *cap ? *cap : 16;
+	while (new_cap < need)
+		new_cap *= 2;
+	if (new_cap > UINT32_MAX || new_cap * elem_size > SIZE_MAX / 2)
+		return -E2BIG;
+	void *grown = realloc(*array, (size_t)new_cap * elem_size);
+	if (!grown)
+		return -ENOMEM;
+	*array = grown;
+	*cap = (uint32_t)new_cap;
+	return 0;
+}
+
+#define GROW(arr, cap, need) grow((void **)&(arr), &(cap), (need), sizeof(*(arr)))
+
+int sysom_batch_init(struct sysom_batch *b)
+{
+	uint32_t empty;
+
+	memset(b, 0, sizeof(*b));
+	b->major = SYSOM_WIRE_MAJOR;
+	b->minor = SYSOM_WIRE_MINOR;
+	b->node.kernel_object = SYSOM_WIRE_NONE;
+	b->dedup = calloc(1, sizeof(*b->dedup));
+	if (!b->dedup)
+		return -ENOMEM;
+	return sysom_batch_intern_string(b, "", 0, &empty);
+}
+
+void sysom_batch_free(struct sysom_batch *b)
+{
+	if (!b)
+		return;
+	if (b->dedup) {
+		hash_index_free(&b->dedup->strings);
+		hash_index_free(&b->dedup->objects);
+		hash_index_free(&b->dedup->processes);
+		hash_index_free(&b->dedup->stacks);
+		hash_index_free(&b->dedup->samples);
+		free(b->dedup);
+	}
+	free(b->string_data);
+	free(b->strings);
+	free(b->objects);
+	free(b->processes);
+	free(b->mappings);
+	free(b->stacks);
+	free(b->frames);
+	free(b->samples);
+	free(b->counters);
+	memset(b, 0, sizeof(*b));
+}
+
+const char *sysom_batch_string(const struct sysom_batch *b, uint32_t idx)
+{
+	if (idx >= b->string_count)
+		return "";
+	return b->string_data + b->strings[idx].offset;
+}
+
+int wire__append_string(struct sysom_batch *b, const char *s, size_t len, uint32_t *idx)
+{
+	int err;
+
+	if (len > UINT32_MAX - 1 || b->string_data_len + len + 1 > UINT32_MAX)
+		return -E2BIG;
+	if ((err = GROW(b->strings, b->string_cap, b->string_count + 1)))
+		return err;
+	if (b->string_data_len + len + 1 > b->string_data_cap) {
+		size_t cap = b->string_data_cap ? b->string_data_cap : 1024;
+		while (cap < b->string_data_len + len + 1)
+			cap *= 2;
+		char *data = realloc(b->string_data, cap);
+		if (!data)
+			return -ENOMEM;
+		b->string_data = data;
+		b->string_data_cap = cap;
+	}
+	b->strings[b->string_count].offset = (uint32_t)b->string_data_len;
+	b->strings[b->string_count].length = (uint32_t)len;
+	if (len)
+		memcpy(b->string_data + b->string_data_len, s, len);
+	b->string_data[b->string_data_len + len] = '\0';
+	b->string_data_len += len + 1;
+	*idx = b->string_count++;
+	return 0;
+}
+
+struct string_key {
+	const struct sysom_batch *b;
+	const char *s;
+	size_t len;
+};
+
+static bool string_eq(const void *ctx, uint32_t idx)
+{
+	const struct string_key *k = ctx;
+
+	return k->b->strings[idx].length == k->len &&
+	       memcmp(k->b->string_data + k->b->strings[idx].offset, k->s, k->len) == 0;
+}
+
+int sysom_batch_intern_string(struct sysom_batch *b, const char *s, size_t len, uint32_t *idx)
+{
+	struct string_key key = { b, s, len };
+	uint64_t h = sysom_hash64(s, len, 0);
+	uint32_t found;
+	int err;
+
+	if (!b->dedup)
+		return -EINVAL;
+	found = hash_index_find(&b->dedup->strings, h, string_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		*idx = found;
+		return 0;
+	}
+	if ((err = wire__append_string(b, s, len, &found)))
+		return err;
+	if ((err = hash_index_insert(&b->dedup->strings, h, found)))
+		return err;
+	*idx = found;
+	return 0;
+}
+
+int sysom_batch_intern_cstring(struct sysom_batch *b, const char *s, uint32_t *idx)
+{
+	return sysom_batch_intern_string(b, s ? s : "", s ? strlen(s) : 0, idx);
+}
+
+static bool kind_has_build_id(uint8_t kind)
+{
+	return kind == SYSOM_OBJECT_ELF || kind == SYSOM_OBJECT_FILE_HASH ||
+	       kind == SYSOM_OBJECT_KERNEL || kind == SYSOM_OBJECT_KMODULE;
+}
+
+struct object_key {
+	const struct sysom_batch *b;
+	uint8_t kind;
+	const uint8_t *build_id;
+	uint8_t build_id_len;
+	uint32_t name;
+};
+
+static bool object_eq(const void *ctx, uint32_t idx)
+{
+	const struct object_key *k = ctx;
+	const struct sysom_object *o = &k->b->objects[idx];
+
+	if (o->kind != k->kind)
+		return false;
+	if (kind_has_build_id(k->kind))
+		return o->build_id_len == k->build_id_len &&
+		       memcmp(o->build_id, k->build_id, k->build_id_len) == 0;
+	return o->name == k->name;
+}
+
+int sysom_batch_add_object(struct sysom_batch *b, uint8_t kind, const uint8_t *build_id,
+			   uint8_t build_id_len, const char *name, uint32_t *idx)
+{
+	struct object_key key = { b, kind, build_id, build_id_len, 0 };
+	uint64_t h;
+	uint32_t found;
+	int err;
+
+	if (!b->dedup || kind < SYSOM_OBJECT_ELF || kind > SYSOM_OBJECT_KIND_MAX ||
+	    build_id_len > SYSOM_BUILD_ID_MAX || (build_id_len && !build_id))
+		return -EINVAL;
+	if ((err = sysom_batch_intern_cstring(b, name, &key.name)))
+		return err;
+	h = sysom_hash_mix(kind, kind_has_build_id(kind) ? sysom_hash64(build_id, build_id_len, 1)
+							  : key.name);
+	found = hash_index_find(&b->dedup->objects, h, object_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		*idx = found;
+		return 0;
+	}
+	if ((err = GROW(b->objects, b->object_cap, b->object_count + 1)))
+		return err;
+	struct sysom_object *o = &b->objects[b->object_count];
+	memset(o, 0, sizeof(*o));
+	o->kind = kind;
+	o->build_id_len = build_id_len;
+	if (build_id_len)
+		memcpy(o->build_id, build_id, build_id_len);
+	o->name = key.name;
+	if ((err = hash_index_insert(&b->dedup->objects, h, b->object_count)))
+		return err;
+	*idx = b->object_count++;
+	return 0;
+}
+
+struct process_key {
+	const struct sysom_batch *b;
+	const struct sysom_process *p;
+};
+
+static bool process_eq(const void *ctx, uint32_t idx)
+{
+	const struct process_key *k = ctx;
+	const struct sysom_process *o = &k->b->processes[idx];
+
+	return o->tgid == k->p->tgid && o->start_time_ns == k->p->start_time_ns &&
+	       o->generation == k->p->generation;
+}
+
+int sysom_batch_add_process(struct sysom_batch *b, const struct sysom_process *p, uint32_t *idx)
+{
+	struct process_key key = { b, p };
+	uint64_t h = sysom_hash_mix(sysom_hash_mix(p->tgid, p->start_time_ns), p->generation);
+	uint32_t found;
+	int err;
+
+	if (!b->dedup)
+		return -EINVAL;
+	found = hash_index_find(&b->dedup->processes, h, process_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		*idx = found;
+		return 0;
+	}
+	if ((err = GROW(b->processes, b->process_cap, b->process_count + 1)))
+		return err;
+	b->processes[b->process_count] = *p;
+	if ((err = hash_index_insert(&b->dedup->processes, h, b->process_count)))
+		return err;
+	*idx = b->process_count++;
+	return 0;
+}
+
+int sysom_batch_add_mapping(struct sysom_batch *b, const struct sysom_mapping *m)
+{
+	int err;
+
+	if (m->process >= b->process_count || m->object >= b->object_count || m->end <= m->start)
+		return -EINVAL;
+	if ((err = GROW(b->mappings, b->mapping_cap, b->mapping_count + 1)))
+		return err;
+	b->mappings[b->mapping_count++] = *m;
+	return 0;
+}
+
+struct stack_key {
+	const struct sysom_batch *b;
+	uint8_t kind, stop_reason;
+	const struct sysom_frame *frames;
+	uint16_t nframes;
+};
+
+static bool stack_eq(const void *ctx, uint32_t idx)
+{
+	const struct stack_key *k = ctx;
+	const struct sysom_stack *s = &k->b->stacks[idx];
+	const struct sysom_frame *f = k->b->frames + s->first_frame;
+
+	if (s->kind != k->kind || s->stop_reason != k->stop_reason || s->nframes != k->nframes)
+		return false;
+	for (uint16_t i = 0; i < k->nframes; i++)
+		if (f[i].object != k->frames[i].object || f[i].offset != k->frames[i].offset)
+			return false;
+	return true;
+}
+
+int sysom_batch_add_stack(struct sysom_batch *b, uint8_t kind, uint8_t stop_reason,
+			  const struct sysom_frame *frames, uint16_t nframes, uint32_t *idx)
+{
+	struct stack_key key = { b, kind, stop_reason, frames, nframes };
+	uint64_t h = sysom_hash_mix(kind, (uint64_t)stop_reason << 16 | nframes);
+	uint32_t found;
+	int err;
+
+	if (!b->dedup || nframes == 0 || (kind != SYSOM_STACK_KERNEL && kind != SYSOM_STACK_USER) ||
+	    stop_reason > SYSOM_STOP_REASON_MAX)
+		return -EINVAL;
+	for (uint16_t i = 0; i < nframes; i++) {
+		if (frames[i].object >= b->object_count)
+			return -EINVAL;
+		h = sysom_hash_mix(sysom_hash_mix(h, frames[i].object), frames[i].offset);
+	}
+	found = hash_index_find(&b->dedup->stacks, h, stack_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		*idx = found;
+		return 0;
+	}
+	if ((err = GROW(b->frames, b->frame_cap, b->frame_count + nframes)) ||
+	    (err = GROW(b->stacks, b->stack_cap, b->stack_count + 1)))
+		return err;
+	memcpy(b->frames + b->frame_count, frames, nframes * sizeof(*frames));
+	b->stacks[b->stack_count] = (struct sysom_stack){
+		.nframes = nframes,
+		.kind = kind,
+		.stop_reason = stop_reason,
+		.first_frame = b->frame_count,
+	};
+	if ((err = hash_index_insert(&b->dedup->stacks, h, b->stack_count)))
+		return err;
+	b->frame_count += nframes;
+	*idx = b->stack_count++;
+	return 0;
+}
+
+struct sample_key {
+	const struct sysom_batch *b;
+	const struct sysom_sample *s;
+};
+
+static bool sample_eq(const void *ctx, uint32_t idx)
+{
+	const struct sample_key *k = ctx;
+	const struct sysom_sample *o = &k->b->samples[idx];
+
+	return o->process == k->s->process && o->tid == k->s->tid && o->cpu == k->s->cpu &&
+	       o->time_offset_ms == k->s->time_offset_ms &&
+	       o->kernel_stack == k->s->kernel_stack && o->user_stack == k->s->user_stack &&
+	       o->thread_comm == k->s->thread_comm;
+}
+
+int sysom_batch_add_sample(struct sysom_batch *b, const struct sysom_sample *s)
+{
+	struct sample_key key = { b, s };
+	uint64_t h;
+	uint32_t found;
+	int err;
+
+	if (!b->dedup || s->count == 0 || s->process >= b->process_count ||
+	    (s->kernel_stack != SYSOM_WIRE_NONE && s->kernel_stack >= b->stack_count) ||
+	    (s->user_stack != SYSOM_WIRE_NONE && s->user_stack >= b->stack_count) ||
+	    s->thread_comm >= b->string_count)
+		return -EINVAL;
+	h = sysom_hash_mix(sysom_hash_mix(s->process, (uint64_t)s->tid << 32 | s->cpu),
+			   sysom_hash_mix((uint64_t)s->kernel_stack << 32 | s->user_stack,
+					  (uint64_t)s->time_offset_ms << 32 | s->thread_comm));
+	found = hash_index_find(&b->dedup->samples, h, sample_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		uint64_t *count = &b->samples[found].count;
+		*count = *count > UINT64_MAX - s->count ? UINT64_MAX : *count + s->count;
+		return 0;
+	}
+	if ((err = GROW(b->samples, b->sample_cap, b->sample_count + 1)))
+		return err;
+	b->samples[b->sample_count] = *s;
+	if ((err = hash_index_insert(&b->dedup->samples, h, b->sample_count)))
+		return err;
+	b->sample_count++;
+	return 0;
+}
+
+int sysom_batch_add_counter(struct sysom_batch *b, uint16_t id, uint64_t delta)
+{
+	int err;
+
+	if (id == 0 || id >= SYSOM_COUNTER_MAX)
+		return -EINVAL;
+	for (uint32_t i = 0; i < b->counter_count; i++) {
+		if (b->counters[i].id == id) {
+			b->counters[i].value += delta;
+			return 0;
+		}
+	}
+	if ((err = GROW(b->counters, b->counter_cap, b->counter_count + 1)))
+		return err;
+	b->counters[b->counter_count++] = (struct sysom_counter){ .id = id, .value = delta };
+	return 0;
+}
+
+uint64_t sysom_batch_counter(const struct sysom_batch *b, uint16_t id)
+{
+	for (uint32_t i = 0; i < b->counter_count; i++)
+		if (b->counters[i].id == id)
+			return b->counters[i].value;
+	return 0;
+}
+
+/* ---- encoder ------------------------------------------------------------------------------ */
+
+struct section_entry {
+	uint16_t type;
+	uint32_t count;
+	size_t offset;
+	size_t size;
+};
+
+static void encode_strings(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->string_count; i++) {
+		byte_buf_put_u32(out, b->strings[i].length);
+		byte_buf_append(out, b->string_data + b->strings[i].offset, b->strings[i].length);
+	}
+}
+
+static void encode_node(const struct sysom_batch *b, struct byte_buf *out)
+{
+	const struct sysom_node_info *n = &b->node;
+
+	byte_buf_put_u32(out, n->hostname);
+	byte_buf_put_u32(out, n->kernel_release);
+	byte_buf_put_u32(out, n->machine);
+	byte_buf_put_u32(out, n->agent_version);
+	byte_buf_put_u32(out, n->kernel_object);
+	byte_buf_put_u32(out, n->sample_hz);
+	byte_buf_put_u32(out, n->sample_rate_ppm);
+	byte_buf_put_u32(out, n->drain_interval_ms);
+	byte_buf_put_u32(out, n->batch_interval_ms);
+	byte_buf_put_u32(out, n->online_cpus);
+	byte_buf_append(out, n->boot_id, sizeof(n->boot_id));
+	byte_buf_put_u64(out, 0); /* reserved */
+}
+
+static void encode_objects(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->object_count; i++) {
+		const struct sysom_object *o = &b->objects[i];
+		uint8_t id[SYSOM_BUILD_ID_MAX] = { 0 };
+
+		memcpy(id, o->build_id, o->build_id_len);
+		byte_buf_put_u8(out, o->kind);
+		byte_buf_put_u8(out, o->build_id_len);
+		byte_buf_put_u16(out, 0);
+		byte_buf_put_u32(out, o->name);
+		byte_buf_append(out, id, sizeof(id));
+	}
+}
+
+static void encode_processes(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->process_count; i++) {
+		const struct sysom_process *p = &b->processes[i];
+
+		byte_buf_put_u32(out, p->tgid);
+		byte_buf_put_u32(out, p->generation);
+		byte_buf_put_u64(out, p->start_time_ns);
+		byte_buf_put_u32(out, p->comm);
+		byte_buf_put_u32(out, p->exe);
+		byte_buf_put_u32(out, p->cmdline);
+		byte_buf_put_u32(out, p->ppid);
+	}
+}
+
+static void encode_mappings(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->mapping_count; i++) {
+		const struct sysom_mapping *m = &b->mappings[i];
+
+		byte_buf_put_u32(out, m->process);
+		byte_buf_put_u32(out, m->object);
+		byte_buf_put_u64(out, m->start);
+		byte_buf_put_u64(out, m->end);
+		byte_buf_put_u64(out, m->file_offset);
+	}
+}
+
+static void encode_stacks(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->stack_count; i++) {
+		const struct sysom_stack *s = &b->stacks[i];
+		const struct sysom_frame *f = b->frames + s->first_frame;
+
+		byte_buf_put_u16(out, s->nframes);
+		byte_buf_put_u8(out, s->kind);
+		byte_buf_put_u8(out, s->stop_reason);
+		byte_buf_put_u32(out, 0);
+		for (uint16_t j = 0; j < s->nframes; j++) {
+			byte_buf_put_u32(out, f[j].object);
+			byte_buf_put_u64(out, f[j].offset);
+		}
+	}
+}
+
+static void encode_samples(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->sample_count; i++) {
+		const struct sysom_sample *s = &b->samples[i];
+
+		byte_buf_put_u32(out, s->process);
+		byte_buf_put_u32(out, s->tid);
+		byte_buf_put_u32(out, s->cpu);
+		byte_buf_put_u32(out, s->time_offset_ms);
+		byte_buf_put_u32(out, s->kernel_stack);
+		byte_buf_put_u32(out, s->user_stack);
+		byte_buf_put_u32(out, s->thread_comm);
+		byte_buf_put_u32(out, 0);
+		byte_buf_put_u64(out, s->count);
+	}
+}
+
+static void encode_counters(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->counter_count; i++) {
+		byte_buf_put_u16(out, b->counters[i].id);
+		byte_buf_put_u16(out, 0);
+		byte_buf_put_u32(out, 0);
+		byte_buf_put_u64(out, b->counters[i].value);
+	}
+}
+
+int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
+{
+	static const struct {
+		uint16_t type;
+		void (*encode)(const struct sysom_batch *, struct byte_buf *);
+	} order[] = {
+		{ SYSOM_SECTION_STRINGS, encode_strings },
+		{ SYSOM_SECTION_NODE, encode_node },
+		{ SYSOM_SECTION_OBJECTS, encode_objects },
+		{ SYSOM_SECTION_PROCESSES, encode_processes },
+		{ SYSOM_SECTION_MAPPINGS, encode_mappings },
+		{ SYSOM_SECTION_STACKS, encode_stacks },
+		{ SYSOM_SECTION_SAMPLES, encode_samples },
+		{ SYSOM_SECTION_COUNTERS, encode_counters },
+	};
+	const size_t nsections = sizeof(order) / sizeof(order[0]);
+	struct section_entry entries[sizeof(order) / sizeof(order[0])];
+	size_t base = out->len;
+	uint8_t *header;
+
+	if (b->string_count == 0 || b->window_end_ns < b->window_start_ns)
+		return -EINVAL;
+	header = byte_buf_reserve(out, SYSOM_WIRE_HEADER_SIZE + nsections * SYSOM_WIRE_SECTION_ENTRY_SIZE);
+	if (!header)
+		return byte_buf_error(out);
+	out->len += SYSOM_WIRE_HEADER_SIZE + nsections * SYSOM_WIRE_SECTION_ENTRY_SIZE;
+
+	for (size_t i = 0; i < nsections; i++) {
+		entries[i].type = order[i].type;
+		entries[i].offset = out->len - base;
+		order[i].encode(b, out);
+		entries[i].size = out->len - base - entries[i].offset;
+	}
+	if (byte_buf_error(out))
+		return byte_buf_error(out);
+	if (out->len - base > UINT32_MAX)
+		return -E2BIG;
+	entries[0].count = b->string_count;
+	entries[1].count = 1;
+	entries[2].count = b->object_count;
+	entries[3].count = b->process_count;
+	entries[4].count = b->mapping_count;
+	entries[5].count = b->stack_count;
+	entries[6].count = b->sample_count;
+	entries[7].count = b->counter_count;
+
+	header = out->data + base; /* the buffer may have moved */
+	memcpy(header, SYSOM_WIRE_MAGIC, 4);
+	store_le16(header + 4, SYSOM_WIRE_MAJOR);
+	store_le16(header + 6, SYSOM_WIRE_MINOR);
+	store_le16(header + 8, SYSOM_WIRE_HEADER_SIZE);
+	store_le16(header + 10, (uint16_t)nsections);
+	store_le32(header + 12, 0);
+	memcpy(header + 16, b->node_id, SYSOM_NODE_ID_SIZE);
+	store_le64(header + 32, b->agent_epoch);
+	store_le64(header + 40, b->sequence);
+	store_le64(header + 48, b->window_start_ns);
+	store_le64(header + 56, b->window_end_ns);
+	for (size_t i = 0; i < nsections; i++) {
+		uint8_t *e = header + SYSOM_WIRE_HEADER_SIZE + i * SYSOM_WIRE_SECTION_ENTRY_SIZE;
+		store_le16(e, entries[i].type);
+		store_le16(e + 2, 0);
+		store_le32(e + 4, entries[i].count);
+		store_le32(e + 8, (uint32_t)entries[i].offset);
+		store_le32(e + 12, (uint32_t)entries[i].size);
+	}
+	return 0;
+}

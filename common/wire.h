@@ -1,0 +1,301 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The agent → server batch: in-memory model, builder, encoder and bounded decoder. */
+#ifndef SYSOM_COMMON_WIRE_H
+#define SYSOM_COMMON_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/bytes.h"
+#include "common/hash.h"
+
+/*
+ * Wire format version 1 (docs/wire-format.md has the same tables). All integers little-endian.
+ *
+ * Header, 64 bytes:
+ *   OFFSET SIZE FIELD
+ *   0      4    magic "SYSB"
+ *   4      2    major version (1): a reader rejects any other major
+ *   6      2    minor version (0): minors only add section types; readers skip unknown types
+ *   8      2    header size in bytes (>= 64; a reader skips bytes it does not know)
+ *   10     2    section count (<= 64)
+ *   12     4    flags (0; a reader rejects unknown flags)
+ *   16     16   node id (machine id of the node)
+ *   32     8    agent epoch (random, fixed for the life of the agent's spool state)
+ *   40     8    batch sequence number (per epoch, strictly increasing)
+ *   48     8    window start, ns since the Unix epoch (CLOCK_REALTIME)
+ *   56     8    window end, ns since the Unix epoch (>= start)
+ *
+ * Section table at `header size`, `section count` entries of 16 bytes:
+ *   0      2    section type (enum sysom_section_type)
+ *   2      2    flags (0)
+ *   4      4    record count
+ *   8      4    offset of the section from the start of the batch
+ *   12     4    size of the section in bytes
+ * Sections lie after the table, in increasing offset order, without overlap; each known type
+ * appears at most once; STRINGS and NODE are required.
+ */
+#define SYSOM_WIRE_MAGIC "SYSB"
+#define SYSOM_WIRE_MAJOR 1
+#define SYSOM_WIRE_MINOR 0
+#define SYSOM_WIRE_HEADER_SIZE 64
+#define SYSOM_WIRE_SECTION_ENTRY_SIZE 16
+#define SYSOM_WIRE_MAX_SECTIONS 64
+#define SYSOM_WIRE_NONE UINT32_MAX /* "no such entry" for optional indexes */
+#define SYSOM_BUILD_ID_MAX 64
+#define SYSOM_NODE_ID_SIZE 16
+
+enum sysom_section_type {
+	SYSOM_SECTION_STRINGS = 1,   /* u32 length + bytes, per string; string 0 is "" */
+	SYSOM_SECTION_NODE = 2,      /* one 64-byte record */
+	SYSOM_SECTION_OBJECTS = 3,   /* 72-byte records: executable files, kernel, anon regions */
+	SYSOM_SECTION_PROCESSES = 4, /* 32-byte records */
+	SYSOM_SECTION_MAPPINGS = 5,  /* 32-byte records */
+	SYSOM_SECTION_STACKS = 6,    /* 8-byte header + 12 bytes per frame */
+	SYSOM_SECTION_SAMPLES = 7,   /* 40-byte records */
+	SYSOM_SECTION_COUNTERS = 8,  /* 16-byte records */
+};
+
+#define SYSOM_NODE_RECORD_SIZE 64
+#define SYSOM_OBJECT_RECORD_SIZE 72
+#define SYSOM_PROCESS_RECORD_SIZE 32
+#define SYSOM_MAPPING_RECORD_SIZE 32
+#define SYSOM_STACK_HEADER_SIZE 8
+#define SYSOM_FRAME_RECORD_SIZE 12
+#define SYSOM_SAMPLE_RECORD_SIZE 40
+#define SYSOM_COUNTER_RECORD_SIZE 16
+
+/* What an object (the thing a frame's offset is relative to) is. */
+enum sysom_object_kind {
+	SYSOM_OBJECT_ELF = 1,       /* ELF file identified by its GNU build ID note */
+	SYSOM_OBJECT_FILE_HASH = 2, /* file without a build ID: 16-byte XXH3-128 of its content */
+	SYSOM_OBJECT_KERNEL = 3,    /* running kernel image; offsets are relative to _text */
+	SYSOM_OBJECT_KMODULE = 4,   /* kernel module; offsets relative to its core base */
+	SYSOM_OBJECT_ANON = 5,      /* anonymous executable memory (JIT); offset = address */
+	SYSOM_OBJECT_UNKNOWN = 6,   /* address in no known mapping; offset = address */
+	SYSOM_OBJECT_KIND_MAX = SYSOM_OBJECT_UNKNOWN,
+};
+
+enum sysom_stack_kind {
+	SYSOM_STACK_KERNEL = 1,
+	SYSOM_STACK_USER = 2,
+};
+
+/* Why an unwind ended; 0 means it reached the outermost frame (or the kernel said so). */
+enum sysom_stack_stop {
+	SYSOM_STOP_COMPLETE = 0,
+	SYSOM_STOP_DEPTH_LIMIT = 1,  /* the depth limit was reached */
+	SYSOM_STOP_READ_FAULT = 2,   /* the stack could not be read */
+	SYSOM_STOP_STACK_LOST = 3,   /* the agent lost the stack (BPF stack store full) */
+	SYSOM_STOP_REASON_MAX = 31,  /* later unwinders add reasons below this */
+};
+
+/* Counters carried with each batch (agent health, drops). Ids are stable on the wire. */
+enum sysom_counter_id {
+	SYSOM_COUNTER_TICKS = 1,             /* timer ticks seen by the sampler */
+	SYSOM_COUNTER_GATED_OUT = 2,         /* ticks skipped by the sampling-rate gate */
+	SYSOM_COUNTER_IDLE_SKIPPED = 3,      /* ticks that hit the idle task */
+	SYSOM_COUNTER_SAMPLES = 4,           /* samples recorded */
+	SYSOM_COUNTER_KSTACK_ERRORS = 5,     /* kernel stack could not be collected */
+	SYSOM_COUNTER_USTACK_ERRORS = 6,     /* user stack could not be collected */
+	SYSOM_COUNTER_COUNT_MAP_FULL = 7,    /* samples lost: BPF count map full */
+	SYSOM_COUNTER_STACK_MAP_FULL = 8,    /* stacks lost: BPF stack store full */
+	SYSOM_COUNTER_EVENTS_LOST = 9,       /* process events lost: ring buffer full */
+	SYSOM_COUNTER_FRAMES_UNMAPPED = 10,  /* user frames in no known mapping */
+	SYSOM_COUNTER_PROCESSES_VANISHED = 11, /* sampled processes gone before their maps were read */
+	SYSOM_COUNTER_SPOOL_DROPPED = 12,    /* batches dropped by the spool's full policy */
+	SYSOM_COUNTER_UPLOAD_RETRIES = 13,   /* failed upload attempts (retried) */
+	SYSOM_COUNTER_DRAINS = 14,           /* drains of the BPF maps in this window */
+	SYSOM_COUNTER_DISTINCT_KEYS = 15,    /* distinct (process, thread, cpu, stacks) keys drained */
+	SYSOM_COUNTER_BATCH_LIMIT_DROPS = 16, /* samples dropped: batch reached a size limit */
+	SYSOM_COUNTER_MAX = 64,
+};
+
+/* Name of a counter id for logs and metrics ("ticks", ...); NULL when unknown. */
+const char *sysom_counter_name(uint16_t id);
+
+/* NODE record (64 bytes; offsets in docs/wire-format.md). */
+struct sysom_node_info {
+	uint32_t hostname;       /* string */
+	uint32_t kernel_release; /* string, uname -r */
+	uint32_t machine;        /* string, uname -m */
+	uint32_t agent_version;  /* string */
+	uint32_t kernel_object;  /* object index of the running kernel, or SYSOM_WIRE_NONE */
+	uint32_t sample_hz;      /* timer frequency per CPU */
+	uint32_t sample_rate_ppm; /* fraction of ticks that collect a stack, parts per million */
+	uint32_t drain_interval_ms;
+	uint32_t batch_interval_ms;
+	uint32_t online_cpus;
+	uint8_t boot_id[16];     /* /proc/sys/kernel/random/boot_id */
+};
+
+/* OBJECTS record (72 bytes). */
+struct sysom_object {
+	uint8_t kind;                          /* enum sysom_object_kind */
+	uint8_t build_id_len;                  /* 0..64 */
+	uint8_t build_id[SYSOM_BUILD_ID_MAX];  /* zero beyond build_id_len */
+	uint32_t name;                         /* string: path, "[kernel.kallsyms]", "[vdso]" */
+};
+
+/* PROCESSES record (32 bytes). */
+struct sysom_process {
+	uint32_t tgid;
+	uint32_t generation;    /* execs the agent has seen for this tgid (identity across exec) */
+	uint64_t start_time_ns; /* since boot, from /proc/<pid>/stat (identity across pid reuse) */
+	uint32_t comm;          /* string */
+	uint32_t exe;           /* string: /proc/<pid>/exe target */
+	uint32_t cmdline;       /* string: arguments joined by spaces, truncated to 1 KiB */
+	uint32_t ppid;
+};
+
+/* MAPPINGS record (32 bytes): an executable mapping of a process. */
+struct sysom_mapping {
+	uint32_t process;
+	uint32_t object;
+	uint64_t start;
+	uint64_t end;
+	uint64_t file_offset;
+};
+
+/* One frame: an offset inside an object (file offset for ELF files, see the kind). */
+struct sysom_frame {
+	uint32_t object;
+	uint64_t offset;
+};
+
+/* STACKS record: 8-byte header then `nframes` 12-byte frames, leaf first. */
+struct sysom_stack {
+	uint16_t nframes;     /* 1..limit */
+	uint8_t kind;         /* enum sysom_stack_kind */
+	uint8_t stop_reason;  /* enum sysom_stack_stop */
+	uint32_t first_frame; /* in memory only: index into the batch's frame array */
+};
+
+/* SAMPLES record (40 bytes). Rows are unique per (process..user_stack). */
+struct sysom_sample {
+	uint32_t process;
+	uint32_t tid;
+	uint32_t cpu;
+	uint32_t time_offset_ms; /* end of the drain interval, relative to the window start */
+	uint32_t kernel_stack;   /* stack index or SYSOM_WIRE_NONE */
+	uint32_t user_stack;     /* stack index or SYSOM_WIRE_NONE */
+	uint32_t thread_comm;    /* string */
+	uint64_t count;          /* >= 1 */
+};
+
+/* COUNTERS record (16 bytes). */
+struct sysom_counter {
+	uint16_t id;
+	uint64_t value;
+};
+
+/* Decoder limits: everything a peer controls is bounded. */
+struct sysom_wire_limits {
+	uint32_t max_strings;
+	uint32_t max_string_len;
+	uint32_t max_objects;
+	uint32_t max_processes;
+	uint32_t max_mappings;
+	uint32_t max_stacks;
+	uint32_t max_frames_per_stack;
+	uint32_t max_frames;
+	uint32_t max_samples;
+	uint32_t max_counters;
+};
+
+/* The defaults: generous for one node's 30 s window, small enough to bound server memory. */
+extern const struct sysom_wire_limits sysom_wire_default_limits;
+
+/* Where and why decoding failed. */
+struct sysom_wire_error {
+	size_t offset;     /* byte offset in the batch where the problem was found */
+	char message[160]; /* e.g. "STACKS record 12: frame 3 object 99 out of range (72 objects)" */
+};
+
+/*
+ * A batch in memory: what the agent builds and the server decodes. Arrays are owned by the
+ * batch. Builder calls de-duplicate strings, objects, processes, stacks and sample rows.
+ */
+struct sysom_batch {
+	uint16_t major;
+	uint16_t minor;
+	uint8_t node_id[SYSOM_NODE_ID_SIZE];
+	uint64_t agent_epoch;
+	uint64_t sequence;
+	uint64_t window_start_ns;
+	uint64_t window_end_ns;
+	struct sysom_node_info node;
+
+	char *string_data; /* NUL-terminated strings back to back */
+	struct sysom_string_ref {
+		uint32_t offset; /* string i starts at string_data + strings[i].offset */
+		uint32_t length; /* bytes, without the NUL */
+	} *strings;
+	uint32_t string_count, string_cap;
+	size_t string_data_len, string_data_cap;
+
+	struct sysom_object *objects;
+	uint32_t object_count, object_cap;
+	struct sysom_process *processes;
+	uint32_t process_count, process_cap;
+	struct sysom_mapping *mappings;
+	uint32_t mapping_count, mapping_cap;
+	struct sysom_stack *stacks;
+	uint32_t stack_count, stack_cap;
+	struct sysom_frame *frames;
+	uint32_t frame_count, frame_cap;
+	struct sysom_sample *samples;
+	uint32_t sample_count, sample_cap;
+	struct sysom_counter *counters;
+	uint32_t counter_count, counter_cap;
+
+	struct batch_dedup *dedup; /* builder indexes; NULL in decoded batches */
+};
+
+/* Starts an empty batch for building (string 0 = ""); returns 0 or -ENOMEM. */
+int sysom_batch_init(struct sysom_batch *b);
+/* Frees everything the batch owns; accepts NULL; the struct may be re-initialised. */
+void sysom_batch_free(struct sysom_batch *b);
+
+/* String `idx` (NUL-terminated, borrowed from the batch); "" when out of range. */
+const char *sysom_batch_string(const struct sysom_batch *b, uint32_t idx);
+
+/* Builder: each returns 0 and writes the entry's index to *idx, or a negative errno. */
+int sysom_batch_intern_string(struct sysom_batch *b, const char *s, size_t len, uint32_t *idx);
+int sysom_batch_intern_cstring(struct sysom_batch *b, const char *s, uint32_t *idx);
+/* Objects are unique by (kind, build ID) — and by name for kinds without a build ID. */
+int sysom_batch_add_object(struct sysom_batch *b, uint8_t kind, const uint8_t *build_id,
+			   uint8_t build_id_len, const char *name, uint32_t *idx);
+/* Processes are unique by (tgid, start time, generation). String fields are indexes. */
+int sysom_batch_add_process(struct sysom_batch *b, const struct sysom_process *p, uint32_t *idx);
+int sysom_batch_add_mapping(struct sysom_batch *b, const struct sysom_mapping *m);
+/* Stacks are unique by (kind, stop reason, frames); `frames` is leaf first. */
+int sysom_batch_add_stack(struct sysom_batch *b, uint8_t kind, uint8_t stop_reason,
+			  const struct sysom_frame *frames, uint16_t nframes, uint32_t *idx);
+/* Adds s->count to the row with the same key, creating it if needed. */
+int sysom_batch_add_sample(struct sysom_batch *b, const struct sysom_sample *s);
+/* Adds `delta` to counter `id` (creating it). */
+int sysom_batch_add_counter(struct sysom_batch *b, uint16_t id, uint64_t delta);
+/* Value of counter `id`, 0 when absent. */
+uint64_t sysom_batch_counter(const struct sysom_batch *b, uint16_t id);
+
+/* Frames of stack `idx` (borrowed). */
+static inline const struct sysom_frame *sysom_batch_stack_frames(const struct sysom_batch *b,
+								 uint32_t idx)
+{
+	return b->frames + b->stacks[idx].first_frame;
+}
+
+/* Encodes the batch; appends to `out` (check byte_buf_error). Returns 0 or negative errno. */
+int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out);
+
+/*
+ * Decodes and fully validates `len` bytes into `out` (which the caller frees with
+ * sysom_batch_free, also on failure). Returns 0, -SYSOM_ECORRUPT, -SYSOM_EVERSION,
+ * -SYSOM_ELIMIT or -ENOMEM; on failure `err` (optional) says where and why.
+ */
+int sysom_batch_decode(const void *data, size_t len, const struct sysom_wire_limits *limits,
+		       struct sysom_batch *out, struct sysom_wire_error *err);
+
+#endif

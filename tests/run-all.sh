@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Runs every test of a build: cmocka units, real-kernel BPF tests, end-to-end scripts and a
+# short run of each fuzz target. Each test case reports as a TAP line; the run ends with
+# "N passed, N failed, N skipped". Usage: tests/run-all.sh BUILD_DIR [FILTER]
+set -u
+build=${1:?usage: tests/run-all.sh BUILD_DIR [FILTER]}
+filter=${2:-}
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+build=$(cd "$build" && pwd)
+logdir="$build/test-logs"
+mkdir -p "$logdir"
+rm -f "$logdir"/*.log
+
+passed=0 failed=0 skipped=0
+failures=()
+
+export SYSOM_BUILD="$build" SYSOM_ROOT="$root"
+export CMOCKA_MESSAGE_OUTPUT=TAP
+# Sanitizers: abort on the first report so a test cannot pass with a hidden error.
+export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:strict_string_checks=1:${ASAN_OPTIONS:-}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
+export LSAN_OPTIONS="suppressions=$here/lsan.supp:print_suppressions=0:${LSAN_OPTIONS:-}"
+
+# Runs one test program; counts its TAP lines. A program that exits non-zero without a
+# failing TAP line (a crash, a sanitizer report) counts as one failure.
+run_tap() {
+	local name=$1 timeout_s=$2
+	shift 2
+	local log="$logdir/${name//\//_}.log"
+	local start=$SECONDS rc
+	timeout --kill-after=10 "$timeout_s" "$@" >"$log" 2>&1
+	rc=$?
+	local p f s
+	p=$(grep -cE '^ok [0-9]+' "$log" | tr -d ' ')
+	s=$(grep -cE '^ok [0-9]+.*# (SKIP|skip)' "$log" | tr -d ' ')
+	f=$(grep -cE '^not ok [0-9]+' "$log" | tr -d ' ')
+	p=$((p - s))
+	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+		f=1
+		if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+			echo "not ok - $name: timed out after ${timeout_s}s" >>"$log"
+		else
+			echo "not ok - $name: exited with status $rc" >>"$log"
+		fi
+	fi
+	passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+	local verdict=PASS
+	[ "$f" -gt 0 ] && verdict=FAIL && failures+=("$name (log: $log)")
+	printf '%-4s %-48s %3d passed %3d failed %3d skipped  %3ds\n' "$verdict" "$name" "$p" "$f" "$s" $((SECONDS - start))
+	if [ "$f" -gt 0 ]; then
+		grep -E '^not ok|ERROR|error:|Sanitizer|runtime error' "$log" | head -20 | sed 's/^/     | /'
+	fi
+}
+
+selected() {
+	[ -z "$filter" ] || [[ $1 == *"$filter"* ]]
+}
+
+cd "$root" || exit 2
+
+echo "== unit tests (cmocka, $build)"
+for t in "$build"/tests/unit/*/test_*; do
+	[ -x "$t" ] && [ -f "$t" ] || continue
+	name=unit/$(basename "$(dirname "$t")")/$(basename "$t")
+	selected "$name" && run_tap "$name" 300 "$t"
+done
+
+echo "== real-kernel BPF tests"
+for t in "$build"/tests/bpf/test_*; do
+	[ -x "$t" ] && [ -f "$t" ] || continue
+	name=bpf/$(basename "$t")
+	selected "$name" && run_tap "$name" 600 "$t"
+done
+
+echo "== end-to-end tests"
+for t in "$here"/e2e/test_*.sh; do
+	[ -f "$t" ] || continue
+	name=e2e/$(basename "$t" .sh)
+	selected "$name" && run_tap "$name" 900 bash "$t"
+done
+
+echo "== fuzz smoke runs (${SYSOM_FUZZ_SMOKE_SECONDS:-20}s each)"
+for t in "$build"/fuzz/fuzz_*; do
+	[ -x "$t" ] && [ -f "$t" ] || continue
+	name=fuzz/$(basename "$t")
+	selected "$name" && run_tap "$name" 300 "$here/fuzz/run.sh" --tap "$build" "${SYSOM_FUZZ_SMOKE_SECONDS:-20}" "$(basename "$t")"
+done
+
+if [ ${#failures[@]} -gt 0 ]; then
+	echo
+	echo "Failed:"
+	printf '  %s\n' "${failures[@]}"
+fi
+echo
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
