@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Identity of executable files: GNU build ID notes (libelf), else a content hash. */
+#ifndef SYSOM_COMMON_ELF_BUILDID_H
+#define SYSOM_COMMON_ELF_BUILDID_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/wire.h"
+
+/* An object identity: kind SYSOM_OBJECT_ELF (GNU build ID, 3..64 bytes) or
+ * SYSOM_OBJECT_FILE_HASH (16-byte XXH3-128 of the file's content). */
+struct sysom_build_id {
+	uint8_t kind;
+	uint8_t len;
+	uint8_t bytes[SYSOM_BUILD_ID_MAX];
+};
+
+/* Largest file the content-hash fallback reads (bigger files get -SYSOM_ELIMIT). */
+#define SYSOM_CONTENT_HASH_MAX_BYTES (4ULL << 30)
+
+/*
+ * Reads the GNU build ID note (NT_GNU_BUILD_ID, owner "GNU") of the ELF file open on `fd`,
+ * looking in PT_NOTE segments and SHT_NOTE sections; the fd's offset is not used or moved.
+ * Returns 0, -SYSOM_ENOTELF (not ELF), -SYSOM_ENOBUILDID (ELF without a valid note: length
+ * outside 3..64), -SYSOM_ECORRUPT (malformed headers/notes) or -errno. Never reads outside
+ * the file, whatever its headers claim.
+ */
+int sysom_elf_build_id(int fd, struct sysom_build_id *out);
+
+/* XXH3-128 of the whole file on `fd` (streamed with pread, bounded memory). */
+int sysom_file_content_hash(int fd, struct sysom_build_id *out);
+
+/* The build ID when the file has one, else its content hash. Same errors as above. */
+int sysom_object_identity(int fd, struct sysom_build_id *out);
+
+/*
+ * Parses raw ELF notes (as in /sys/kernel/notes or /sys/module/NAME/notes/.note.gnu.build-id)
+ * and returns the GNU build ID. Returns 0, -SYSOM_ENOBUILDID or -SYSOM_ECORRUPT.
+ */
+int sysom_build_id_from_notes(const void *notes, size_t len, struct sysom_build_id *out);
+
+/* Reads the build ID of an ELF image in memory (e.g. the vDSO). Same errors as above. */
+int sysom_elf_build_id_memory(const void *image, size_t len, struct sysom_build_id *out);
+
+/* Lower-case hex of the identity's bytes into `out` (needs 2 * len + 1 bytes). */
+void sysom_build_id_hex(const struct sysom_build_id *id, char *out, size_t outlen);
+
+/* Parses 6..128 hex digits (even count) into an identity of `kind`; 0 or -EINVAL. */
+int sysom_build_id_parse_hex(const char *hex, uint8_t kind, struct sysom_build_id *out);
+
+#endif

@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Request accessors and response builders shared by the transport and the handlers. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "server/http.h"
+
+const char *http_request_header(const struct http_request *req, const char *lower_name)
+{
+	for (size_t i = 0; i < req->header_count; i++)
+		if (strcmp(req->headers[i].name, lower_name) == 0)
+			return req->headers[i].value;
+	return NULL;
+}
+
+static int hex_value(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	c = (char)tolower((unsigned char)c);
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+/* Percent-decodes [s, s+len) into out ('+' is a space in queries). */
+static int percent_decode(const char *s, size_t len, char *out, size_t outlen)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		char c = s[i];
+		if (c == '%') {
+			if (i + 2 >= len)
+				return -EINVAL;
+			int hi = hex_value(s[i + 1]), lo = hex_value(s[i + 2]);
+			if (hi < 0 || lo < 0)
+				return -EINVAL;
+			c = (char)(hi << 4 | lo);
+			if (c == '\0')
+				return -EINVAL;
+			i += 2;
+		} else if (c == '+') {
+			c = ' ';
+		}
+		if (o + 1 >= outlen)
+			return -E2BIG;
+		out[o++] = c;
+	}
+	if (outlen == 0)
+		return -E2BIG;
+	out[o] = '\0';
+	return (int)o;
+}
+
+int http_query_param(const struct http_request *req, const char *name, char *out, size_t outlen)
+{
+	const char *q = req->query ? req->query : "";
+	size_t nlen = strlen(name);
+
+	while (*q) {
+		const char *amp = strchr(q, '&');
+		size_t plen = amp ? (size_t)(amp - q) : strlen(q);
+		const char *eq = memchr(q, '=', plen);
+		size_t klen = eq ? (size_t)(eq - q) : plen;
+
+		if (klen == nlen && memcmp(q, name, nlen) == 0) {
+			if (!eq)
+				return percent_decode("", 0, out, outlen);
+			return percent_decode(eq + 1, plen - klen - 1, out, outlen);
+		}
+		q += plen;
+		if (*q == '&')
+			q++;
+	}
+	return -ENOENT;
+}
+
+void http_response_header(struct http_response *resp, const char *name, const char *value)
+{
+	if (resp->extra_header_count >= HTTP_MAX_EXTRA_HEADERS)
+		return;
+	size_t i = resp->extra_header_count++;
+	snprintf(resp->extra_headers[i].name, sizeof(resp->extra_headers[i].name), "%s", name);
+	snprintf(resp->extra_headers[i].value, sizeof(resp->extra_headers[i].value), "%s", value);
+}
+
+void http_response_text(struct http_response *resp, int status, const char *content_type,
+			const char *text, size_t len)
+{
+	resp->status = status;
+	snprintf(resp->content_type, sizeof(resp->content_type), "%s", content_type);
+	resp->body.len = 0;
+	byte_buf_append(&resp->body, text, len);
+}
+
+void http_response_error(struct http_response *resp, int status, const char *fmt, ...)
+{
+	char message[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(message, sizeof(message), fmt, ap);
+	va_end(ap);
+	/* jansson escapes the message; invalid UTF-8 (from a peer's bytes) is replaced. */
+	json_t *obj = json_object();
+	json_t *str = json_string(message);
+	if (!str)
+		str = json_string("invalid request (message not valid UTF-8)");
+	json_object_set_new(obj, "error", str);
+	char *dump = json_dumps(obj, JSON_COMPACT);
+	json_decref(obj);
+	resp->status = status;
+	snprintf(resp->content_type, sizeof(resp->content_type), "application/json");
+	resp->body.len = 0;
+	if (dump) {
+		byte_buf_append(&resp->body, dump, strlen(dump));
+		byte_buf_append(&resp->body, "\n", 1);
+		free(dump);
+	}
+}
