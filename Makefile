@@ -100,7 +100,9 @@ TEST_SUPPORT_SRCS := $(wildcard tests/support/*.c)
 TEST_SUPPORT_OBJS := $(call obj_of,$(TEST_SUPPORT_SRCS))
 
 # Fixtures: small programs the tests and benchmarks run (workloads with known call chains).
-# They are built with their own flags (frame pointers, no inlining) so their stacks are known.
+# They are built with their own flags (frame pointers, no inlining) so their stacks are known;
+# with clang, because GCC 12 drops the frame of leaf functions despite
+# -mno-omit-leaf-frame-pointer.
 FIXTURE_SRCS := $(wildcard tests/fixtures/*.c)
 FIXTURES := $(patsubst tests/fixtures/%.c,$(BUILD)/tests/fixtures/%,$(FIXTURE_SRCS))
 FIXTURE_CFLAGS := -std=gnu11 -g -O1 -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer \
@@ -115,7 +117,8 @@ FUZZ_SECONDS ?= 300
 FUZZ_CFLAGS := -std=gnu11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined \
                -fno-sanitize-recover=undefined -Wall -Wextra -Werror
 
-.PHONY: all daemons tests fuzzers test demo fuzz bench deps clean check-root
+.PHONY: all daemons tests fuzzers test demo fuzz bench deps clean
+.SECONDARY: $(BPF_OBJS)
 all: daemons tests $(FIXTURES) $(BENCHES)
 daemons: $(AGENT_BIN) $(SERVER_BIN) $(CTL_BIN)
 tests: $(UNIT_TESTS) $(BPF_TESTS) $(FIXTURES)
@@ -203,7 +206,7 @@ $(BUILD)/tests/bpf/%: $(OBJ)/tests/bpf/%.o $(TEST_SUPPORT_OBJS) $(AGENT_LIB) $(C
 $(BUILD)/tests/fixtures/%: tests/fixtures/%.c
 	$(call msg,CC,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(FIXTURE_CFLAGS) -o $@ $< -lm
+	$(Q)$(CLANG) $(FIXTURE_CFLAGS) -o $@ $< -lm
 
 $(BUILD)/bench/%: $(OBJ)/bench/%.o $(AGENT_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)

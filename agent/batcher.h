@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The open window: drained samples with resolved frames, sealed into compressed batches. */
+#ifndef SYSOM_AGENT_BATCHER_H
+#define SYSOM_AGENT_BATCHER_H
+
+#include <stdint.h>
+
+#include "agent/host.h"
+#include "agent/kernel.h"
+#include "agent/proctrack.h"
+#include "agent/sampler.h"
+#include "common/bytes.h"
+
+struct batcher_options {
+	const struct host_identity *host;  /* borrowed; outlives the batcher */
+	const struct kernel_info *kernel;  /* borrowed */
+	const char *agent_version;
+	uint32_t hz;
+	double sample_rate;
+	double drain_interval_s;
+	double batch_interval_s;
+	uint32_t max_sample_rows; /* rows per batch; further samples are dropped and counted */
+	int zstd_level;
+};
+
+/* What a sealed batch holds. */
+struct batcher_seal_info {
+	uint64_t sequence;
+	uint64_t window_start_ns, window_end_ns;
+	uint64_t samples;        /* sum of counts */
+	uint32_t sample_rows, stacks, processes, objects;
+	size_t encoded_bytes, compressed_bytes;
+};
+
+struct batcher;
+
+int batcher_new(const struct batcher_options *opts, struct proctrack *pt, struct batcher **out);
+void batcher_free(struct batcher *b);
+
+/* Starts folding one drain's entries; `drain_realtime_ns` stamps their time offset. */
+void batcher_begin_drain(struct batcher *b, uint64_t drain_realtime_ns);
+
+/* A sampler_drain callback: resolves the entry's frames and adds it. 0 or -errno. */
+int batcher_add_entry(void *batcher, const struct sampler_entry *entry);
+
+/* Adds `delta` to a batch counter (enum sysom_counter_id). */
+void batcher_add_counter(struct batcher *b, uint16_t id, uint64_t delta);
+
+/* Changes the sampling settings recorded from the next batch on (SIGHUP). */
+void batcher_set_sampling(struct batcher *b, uint32_t hz, double sample_rate,
+			  double drain_interval_s, double batch_interval_s);
+
+/*
+ * Seals the window [window start, now): encodes it with the given identity, compresses it
+ * into `out` (appended) and opens the next window. Returns 0 or -errno (the window's data
+ * is then kept and sealed with the next call).
+ */
+int batcher_seal(struct batcher *b, const uint8_t node_id[16], uint64_t epoch, uint64_t sequence,
+		 uint64_t now_realtime_ns, struct byte_buf *out, struct batcher_seal_info *info);
+
+#endif

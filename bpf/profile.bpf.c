@@ -1,0 +1,298 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/* CPU stack sampler: perf_event (cpu-clock) ticks → gated stack capture → in-kernel counts. */
+#include "vmlinux.h"
+
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "bpf/profile.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define PF_KTHREAD 0x00200000
+#define STOP_COMPLETE 0
+#define STOP_DEPTH_LIMIT 1
+#define STOP_READ_FAULT 2
+
+/* Settings fixed at load time (set between __open() and __load()). */
+const volatile bool include_idle = false;   /* record ticks that hit the idle task */
+const volatile bool collect_user = true;    /* collect user stacks */
+
+/*
+ * Settings the agent may change at run time (in .bss/.data, mmapped by the skeleton).
+ * sample_threshold: a tick collects a stack when bpf_get_prandom_u32() < threshold;
+ * 0xffffffff with `sample_all` means every tick.
+ */
+__u32 sample_threshold = 0x1999999a; /* 10% */
+bool sample_all = false;
+/* Which aggregation buffer (0 or 1) samples go to; flipped by the agent to drain. */
+__u32 active_buffer = 0;
+
+/* Aggregation buffers, double-buffered through ARRAY_OF_MAPS; sizes set at open. */
+struct counts_map {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct sysom_sample_key);
+	__type(value, struct sysom_sample_value);
+} counts_0 SEC(".maps"), counts_1 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, SYSOM_PROFILE_BUFFERS);
+	__type(key, __u32);
+	__array(values, struct counts_map);
+} counts SEC(".maps") = {
+	.values = { &counts_0, &counts_1 },
+};
+
+struct stacks_map {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64);
+	__type(value, struct sysom_stack_trace);
+} stacks_0 SEC(".maps"), stacks_1 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, SYSOM_PROFILE_BUFFERS);
+	__type(key, __u32);
+	__array(values, struct stacks_map);
+} stacks SEC(".maps") = {
+	.values = { &stacks_0, &stacks_1 },
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sysom_cpu_state);
+} cpu_state SEC(".maps");
+
+/* Per-CPU scratch for the two stacks of the sample being built (too big for the BPF stack). */
+struct sample_scratch {
+	struct sysom_stack_trace kernel;
+	struct sysom_stack_trace user;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sample_scratch);
+} scratch SEC(".maps");
+
+/* tgid → generation: bumped by every exec and by the exit of the process (absent = 0). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u32);
+} exec_generation SEC(".maps");
+
+/* tgid → generation the agent was told about (NEW events are sent once per generation). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u32);
+} announced SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} proc_events SEC(".maps");
+
+static __always_inline void emit_proc_event(struct sysom_cpu_state *cs, __u32 type, __u32 tgid,
+					    __u32 generation)
+{
+	struct sysom_proc_event *e = bpf_ringbuf_reserve(&proc_events, sizeof(*e), 0);
+
+	if (!e) {
+		if (cs)
+			__sync_fetch_and_add(&cs->events_lost, 1);
+		return;
+	}
+	e->type = type;
+	e->tgid = tgid;
+	e->generation = generation;
+	e->pad = 0;
+	e->ktime_ns = bpf_ktime_get_ns();
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	bpf_ringbuf_submit(e, 0);
+}
+
+static __always_inline __u64 stack_hash(const struct sysom_stack_trace *st)
+{
+	__u64 h = 0xcbf29ce484222325ULL ^ ((__u64)st->side << 40) ^ ((__u64)st->stop_reason << 48) ^
+		  st->nframes;
+
+	for (int i = 0; i < SYSOM_PROFILE_MAX_DEPTH; i++) {
+		if (i >= st->nframes)
+			break;
+		h ^= st->ips[i];
+		h *= 0x9e3779b97f4a7c15ULL;
+		h ^= h >> 29;
+	}
+	return h ? h : 1;
+}
+
+/* Fills `st` from bpf_get_stack; returns the number of frames (0 on failure or none). */
+static __always_inline int capture_stack(struct bpf_perf_event_data *ctx,
+					 struct sysom_stack_trace *st, __u8 side, __u64 flags,
+					 __u64 *error_counter)
+{
+	long bytes = bpf_get_stack(ctx, st->ips, sizeof(st->ips), flags);
+
+	st->side = side;
+	st->pad = 0;
+	if (bytes < 0) {
+		__sync_fetch_and_add(error_counter, 1);
+		st->nframes = 0;
+		return 0;
+	}
+	st->nframes = (__u16)(bytes / sizeof(__u64));
+	st->stop_reason = st->nframes >= SYSOM_PROFILE_MAX_DEPTH ? STOP_DEPTH_LIMIT : STOP_COMPLETE;
+	return st->nframes;
+}
+
+/* Stores a stack in the active buffer's stack store; returns its hash (0 for none). */
+static __always_inline __u64 store_stack(void *store, struct sysom_stack_trace *st,
+					 struct sysom_cpu_state *cs)
+{
+	__u64 h;
+
+	if (!st->nframes)
+		return 0;
+	h = stack_hash(st);
+	if (!bpf_map_lookup_elem(store, &h)) {
+		long err = bpf_map_update_elem(store, &h, st, BPF_NOEXIST);
+		/* -EEXIST: another CPU stored the same stack first. The sample keeps the hash
+		 * when the store is full; the agent then marks the stack as lost. */
+		if (err && err != -17 /* EEXIST */)
+			__sync_fetch_and_add(&cs->stack_map_full, 1);
+	}
+	return h;
+}
+
+SEC("perf_event")
+int sysom_profile_tick(struct bpf_perf_event_data *ctx)
+{
+	struct sysom_sample_key key = {};
+	struct sysom_sample_value *val;
+	struct sample_scratch *sc;
+	struct sysom_cpu_state *cs;
+	struct task_struct *task;
+	void *count_map, *stack_map;
+	__u32 zero = 0, buf, *gen, *seen;
+	__u64 id;
+
+	cs = bpf_map_lookup_elem(&cpu_state, &zero);
+	if (!cs)
+		return 0;
+	cs->ticks++;
+	if (!sample_all && bpf_get_prandom_u32() >= sample_threshold) {
+		cs->gated_out++;
+		return 0;
+	}
+	id = bpf_get_current_pid_tgid();
+	key.tgid = id >> 32;
+	key.tid = (__u32)id;
+	if (key.tid == 0 && !include_idle) {
+		cs->idle_skipped++;
+		return 0;
+	}
+	sc = bpf_map_lookup_elem(&scratch, &zero);
+	if (!sc)
+		return 0;
+
+	/* Odd from here until the end: a full barrier (locked add) orders it before reading
+	 * active_buffer, pairing with the agent's store of active_buffer then read of this. */
+	__sync_fetch_and_add(&cs->inflight, 1);
+	buf = *(volatile __u32 *)&active_buffer & 1;
+	count_map = bpf_map_lookup_elem(&counts, &buf);
+	stack_map = bpf_map_lookup_elem(&stacks, &buf);
+	if (!count_map || !stack_map)
+		goto out;
+
+	key.cpu = bpf_get_smp_processor_id();
+	gen = bpf_map_lookup_elem(&exec_generation, &key.tgid);
+	key.generation = gen ? *gen : 0;
+
+	capture_stack(ctx, &sc->kernel, SYSOM_SIDE_KERNEL, 0, &cs->kstack_errors);
+	sc->user.nframes = 0;
+	task = bpf_get_current_task_btf();
+	if (collect_user && !(BPF_CORE_READ(task, flags) & PF_KTHREAD))
+		capture_stack(ctx, &sc->user, SYSOM_SIDE_USER, BPF_F_USER_STACK, &cs->ustack_errors);
+	if (!sc->kernel.nframes && !sc->user.nframes) {
+		/* Neither side could be read: keep the sample, attributed to a fault marker. */
+		sc->user.nframes = 1;
+		sc->user.side = SYSOM_SIDE_USER;
+		sc->user.stop_reason = STOP_READ_FAULT;
+		sc->user.ips[0] = 0;
+	}
+	key.kernel_stack = store_stack(stack_map, &sc->kernel, cs);
+	key.user_stack = store_stack(stack_map, &sc->user, cs);
+
+	val = bpf_map_lookup_elem(count_map, &key);
+	if (val) {
+		/* The key includes the CPU, so only this CPU ever updates this entry. */
+		val->count++;
+	} else {
+		struct sysom_sample_value init = { .count = 1 };
+
+		bpf_get_current_comm(init.comm, sizeof(init.comm));
+		if (bpf_map_update_elem(count_map, &key, &init, BPF_NOEXIST)) {
+			cs->count_map_full++;
+			goto out;
+		}
+	}
+	cs->samples++;
+
+	/* Tell the agent about a process (generation) it has not been told about, so it reads
+	 * the process's mappings while the process is still alive. */
+	seen = bpf_map_lookup_elem(&announced, &key.tgid);
+	if (!seen || *seen != key.generation) {
+		bpf_map_update_elem(&announced, &key.tgid, &key.generation, BPF_ANY);
+		emit_proc_event(cs, SYSOM_PROC_EVENT_NEW, key.tgid, key.generation);
+	}
+out:
+	__sync_fetch_and_add(&cs->inflight, 1);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(sysom_process_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	__u32 tgid = BPF_CORE_READ(p, tgid);
+	__u32 zero = 0, next = 1, *gen;
+
+	gen = bpf_map_lookup_elem(&exec_generation, &tgid);
+	if (gen)
+		next = *gen + 1;
+	bpf_map_update_elem(&exec_generation, &tgid, &next, BPF_ANY);
+	emit_proc_event(bpf_map_lookup_elem(&cpu_state, &zero), SYSOM_PROC_EVENT_EXEC, tgid, next);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(sysom_process_exit, struct task_struct *p)
+{
+	__u32 tgid = BPF_CORE_READ(p, tgid);
+	__u32 zero = 0, generation = 0, next, *gen;
+
+	/* Only the last thread of the group: signal->live has dropped to zero by now. */
+	if (BPF_CORE_READ(p, signal, live.counter) != 0)
+		return 0;
+	gen = bpf_map_lookup_elem(&exec_generation, &tgid);
+	if (gen)
+		generation = *gen;
+	/* The next process to reuse this pid gets a new generation, so its samples are never
+	 * confused with this one's while both may sit in the same aggregation buffer. */
+	next = generation + 1;
+	bpf_map_update_elem(&exec_generation, &tgid, &next, BPF_ANY);
+	bpf_map_delete_elem(&announced, &tgid);
+	emit_proc_event(bpf_map_lookup_elem(&cpu_state, &zero), SYSOM_PROC_EVENT_EXIT, tgid,
+			generation);
+	return 0;
+}

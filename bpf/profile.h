@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/* Plain structs and constants shared by profile.bpf.c and the agent (no pointers). */
+#ifndef SYSOM_BPF_PROFILE_H
+#define SYSOM_BPF_PROFILE_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h> /* user space; BPF code gets the types from vmlinux.h */
+#endif
+
+/* Deepest stack collected per side (the kernel's perf_event_max_stack default). */
+#define SYSOM_PROFILE_MAX_DEPTH 127
+#define SYSOM_COMM_LEN 16
+/* Number of aggregation buffers: BPF writes one while the agent drains the other. */
+#define SYSOM_PROFILE_BUFFERS 2
+
+/* Aggregation key: one count per (process, thread, CPU, exec generation, stacks). */
+struct sysom_sample_key {
+	__u32 tgid;
+	__u32 tid;
+	__u32 cpu;
+	__u32 generation;   /* incarnation of `tgid`: bumped by each exec and exit (0 at first) */
+	__u64 kernel_stack; /* hash of the kernel stack in the stack store, 0 = none */
+	__u64 user_stack;   /* hash of the user stack in the stack store, 0 = none */
+};
+
+struct sysom_sample_value {
+	__u64 count;
+	char comm[SYSOM_COMM_LEN]; /* thread name at the first sample */
+};
+
+enum sysom_stack_side {
+	SYSOM_SIDE_KERNEL = 1,
+	SYSOM_SIDE_USER = 2,
+};
+
+/*
+ * A stack in the stack store, keyed by its hash. `ips` are raw instruction pointers,
+ * leaf first; the agent turns user ones into (build ID, file offset) and kernel ones into
+ * offsets from _text. Later unwinders fill the same struct, so the store does not change.
+ */
+struct sysom_stack_trace {
+	__u16 nframes;
+	__u8 side;        /* enum sysom_stack_side */
+	__u8 stop_reason; /* enum sysom_stack_stop in common/wire.h */
+	__u32 pad;
+	__u64 ips[SYSOM_PROFILE_MAX_DEPTH];
+};
+
+/*
+ * Per-CPU state (a per-CPU array of one element). `inflight` is odd while a sample program
+ * that may write an aggregation buffer runs on that CPU: after switching buffers the agent
+ * waits until every CPU's value is even or has moved on, so no sample is written into a buffer
+ * being drained. The other fields are monotonic counters.
+ */
+struct sysom_cpu_state {
+	__u64 inflight;
+	__u64 ticks;          /* timer ticks seen */
+	__u64 gated_out;      /* skipped by the sampling-rate gate */
+	__u64 idle_skipped;   /* hit the idle task (not recorded unless include_idle) */
+	__u64 samples;        /* recorded (counted in an aggregation buffer) */
+	__u64 kstack_errors;  /* bpf_get_stack failed for the kernel stack */
+	__u64 ustack_errors;  /* bpf_get_stack failed for the user stack */
+	__u64 count_map_full; /* sample lost: aggregation map full */
+	__u64 stack_map_full; /* stack not stored: stack store full (sample kept) */
+	__u64 events_lost;    /* process events lost: ring buffer full */
+};
+
+enum sysom_proc_event_type {
+	SYSOM_PROC_EVENT_NEW = 1,  /* first sample of (tgid, generation) since the agent knew it */
+	SYSOM_PROC_EVENT_EXEC = 2, /* the process exec'd: generation incremented */
+	SYSOM_PROC_EVENT_EXIT = 3, /* the last thread of the process exited */
+};
+
+/* Ring buffer record telling the agent to read or drop a process's mappings. */
+struct sysom_proc_event {
+	__u32 type; /* enum sysom_proc_event_type */
+	__u32 tgid;
+	__u32 generation;
+	__u32 pad;
+	__u64 ktime_ns; /* bpf_ktime_get_ns() */
+	char comm[SYSOM_COMM_LEN];
+};
+
+#endif
