@@ -358,7 +358,8 @@ static int scan_mappings(struct proctrack *pt, struct pt_process *proc)
 		free(sc.maps);
 		return rc;
 	}
-	qsort(sc.maps, sc.count, sizeof(*sc.maps), compare_mappings);
+	if (sc.count)
+		qsort(sc.maps, sc.count, sizeof(*sc.maps), compare_mappings);
 	free(proc->mappings);
 	proc->mappings = sc.maps;
 	proc->mapping_count = sc.count;

@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* sysom-agent option table. */
+#include "agent/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent/host.h"
+#include "common/error.h"
+#include "common/options.h"
+
+#define TOKEN_MAX 4096
+
+#define OPTIONS(c)                                                                                  \
+	{                                                                                           \
+		{ "server", SYSOM_OPT_STRING, &(c)->server, 0, 0, "server base URL (http://HOST:PORT)", false }, \
+		{ "token-file", SYSOM_OPT_STRING, &(c)->token_file, 0, 0, "file holding the bearer token", false }, \
+		{ "ca-file", SYSOM_OPT_STRING, &(c)->ca_file, 0, 0, "PEM bundle to verify an https server", false }, \
+		{ "hz", SYSOM_OPT_UINT, &(c)->hz, 10, 999, "timer frequency per CPU (default 99)", false }, \
+		{ "sample-rate", SYSOM_OPT_DOUBLE, &(c)->sample_rate, 0.0001, 1, "fraction of ticks that collect a stack (default 0.10)", false }, \
+		{ "drain-interval", SYSOM_OPT_DURATION, &(c)->drain_interval_s, 0.1, 300, "drain the BPF maps this often (default 5s)", false }, \
+		{ "batch-interval", SYSOM_OPT_DURATION, &(c)->batch_interval_s, 1, 3600, "seal and ship a batch this often (default 30s)", false }, \
+		{ "spool-dir", SYSOM_OPT_STRING, &(c)->spool_dir, 0, 0, "spool directory (default /var/lib/sysom/spool)", false }, \
+		{ "spool-max-size", SYSOM_OPT_SIZE, &(c)->spool_max_bytes, 1 << 20, 1e13, "spool size bound (default 512M)", false }, \
+		{ "spool-max-age", SYSOM_OPT_DURATION, &(c)->spool_max_age_s, 60, 30 * 86400, "drop spooled batches older than this (default 24h)", false }, \
+		{ "memory-queue", SYSOM_OPT_SIZE, &(c)->memory_queue_bytes, 1 << 20, 1 << 30, "batches held in memory when the spool fails (default 64M)", false }, \
+		{ "backoff-max", SYSOM_OPT_DURATION, &(c)->backoff_max_s, 1, 3600, "longest wait between upload retries (default 60s)", false }, \
+		{ "shutdown-timeout", SYSOM_OPT_DURATION, &(c)->shutdown_timeout_s, 0, 600, "time to flush uploads at shutdown (default 10s)", false }, \
+		{ "include-idle", SYSOM_OPT_BOOL, &(c)->include_idle, 0, 0, "also record ticks that hit the idle task", false }, \
+		{ "max-stacks", SYSOM_OPT_UINT, &(c)->max_stacks, 64, 1 << 22, "BPF stack store entries per buffer (default 8192)", false }, \
+		{ "max-sample-keys", SYSOM_OPT_UINT, &(c)->max_sample_keys, 64, 1 << 22, "BPF count map entries per buffer (default 16384)", false }, \
+		{ "max-sample-rows", SYSOM_OPT_UINT, &(c)->max_sample_rows, 1024, 1 << 22, "sample rows per batch (default 1048576)", false }, \
+		{ "log-level", SYSOM_OPT_STRING, &(c)->log_level, 0, 0, "error, warn, info or debug (default info)", false }, \
+		{ "machine-id-file", SYSOM_OPT_STRING, &(c)->machine_id_file, 0, 0, "node identity source (default /etc/machine-id)", false }, \
+		{ "config", SYSOM_OPT_STRING, &(c)->config, 0, 0, "config file (default " AGENT_DEFAULT_CONFIG " if present)", true }, \
+		{ "check", SYSOM_OPT_BOOL, &(c)->check, 0, 0, "check the node and the server, print verdicts, exit", true }, \
+		{ "duration", SYSOM_OPT_DURATION, &(c)->duration_s, 0, 1e9, "exit cleanly after this long (default: run until signalled)", true }, \
+		{ "version", SYSOM_OPT_BOOL, &(c)->version, 0, 0, "print the version and exit", true }, \
+		{ "help", SYSOM_OPT_BOOL, &(c)->help, 0, 0, "show this help", true },                   \
+	}
+
+int agent_config_defaults(struct agent_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->server = strdup("http://127.0.0.1:8080");
+	c->spool_dir = strdup("/var/lib/sysom/spool");
+	c->log_level = strdup("info");
+	if (!c->server || !c->spool_dir || !c->log_level)
+		return -ENOMEM;
+	c->hz = 99;
+	c->sample_rate = 0.10;
+	c->drain_interval_s = 5;
+	c->batch_interval_s = 30;
+	c->spool_max_bytes = 512ULL << 20;
+	c->spool_max_age_s = 24 * 3600;
+	c->memory_queue_bytes = 64ULL << 20;
+	c->backoff_max_s = 60;
+	c->shutdown_timeout_s = 10;
+	c->max_stacks = 8192;
+	c->max_sample_keys = 16384;
+	c->max_sample_rows = 1u << 20;
+	return 0;
+}
+
+int agent_config_load(struct agent_config *c, int argc, char *const argv[], char *err,
+		      size_t errlen)
+{
+	struct sysom_option table[] = OPTIONS(c);
+	size_t n = sizeof(table) / sizeof(table[0]);
+	const char *explicit_config = sysom_options_peek_argv(argc, argv, "config");
+	int rc;
+
+	if (explicit_config) {
+		rc = sysom_options_load_file(table, n, explicit_config, err, errlen);
+		if (rc)
+			return rc < 0 && rc != -SYSOM_ECONFIG ? -SYSOM_ECONFIG : rc;
+	} else if (access(AGENT_DEFAULT_CONFIG, F_OK) == 0) {
+		rc = sysom_options_load_file(table, n, AGENT_DEFAULT_CONFIG, err, errlen);
+		if (rc)
+			return -SYSOM_ECONFIG;
+	}
+	rc = sysom_options_parse_argv(table, n, argc, argv, err, errlen);
+	if (rc < 0)
+		return rc;
+	if (rc < argc) {
+		snprintf(err, errlen, "unexpected argument '%s' (see --help)", argv[rc]);
+		return -SYSOM_ECONFIG;
+	}
+	return 0;
+}
+
+int agent_config_validate(const struct agent_config *c, char *err, size_t errlen)
+{
+	if (c->drain_interval_s > c->batch_interval_s) {
+		snprintf(err, errlen, "drain-interval (%gs) must not exceed batch-interval (%gs)",
+			 c->drain_interval_s, c->batch_interval_s);
+		return -SYSOM_ECONFIG;
+	}
+	if (!c->server || (strncmp(c->server, "http://", 7) && strncmp(c->server, "https://", 8))) {
+		snprintf(err, errlen, "server must be an http:// or https:// URL");
+		return -SYSOM_ECONFIG;
+	}
+	if (!c->spool_dir || c->spool_dir[0] != '/') {
+		snprintf(err, errlen, "spool-dir must be an absolute path");
+		return -SYSOM_ECONFIG;
+	}
+	return 0;
+}
+
+int agent_config_read_token(const char *path, char **out, char *err, size_t errlen)
+{
+	char text[TOKEN_MAX + 2];
+	struct stat st;
+	int rc;
+
+	*out = NULL;
+	if (!path)
+		return 0;
+	rc = host_read_text(path, text, sizeof(text));
+	if (rc < 0) {
+		snprintf(err, errlen, "token file %s: %s", path, sysom_strerror(rc));
+		return rc;
+	}
+	if (stat(path, &st) == 0 && (st.st_mode & 0004)) {
+		/* Not fatal, but say it: anyone on the node can read it. */
+		snprintf(err, errlen, "token file %s is world-readable", path);
+	}
+	char *start = text;
+	while (isspace((unsigned char)*start))
+		start++;
+	size_t len = strcspn(start, "\r\n");
+	while (len && isspace((unsigned char)start[len - 1]))
+		len--;
+	if (len == 0 || len > TOKEN_MAX) {
+		snprintf(err, errlen, "token file %s: empty or longer than %d bytes", path, TOKEN_MAX);
+		return -SYSOM_ECONFIG;
+	}
+	for (size_t i = 0; i < len; i++) {
+		if (!isgraph((unsigned char)start[i])) {
+			snprintf(err, errlen, "token file %s: token has non-printable characters", path);
+			return -SYSOM_ECONFIG;
+		}
+	}
+	*out = strndup(start, len);
+	return *out ? 0 : -ENOMEM;
+}
+
+void agent_config_print_help(void *out)
+{
+	struct agent_config c;
+	struct sysom_option table[] = OPTIONS(&c);
+
+	fprintf(out, "usage: sysom-agent [--server URL] [--token-file F] [--hz N] [--sample-rate F]\n"
+		     "                   [--drain-interval SEC] [--batch-interval SEC] [--spool-dir DIR]\n"
+		     "                   [--config F] [--check] [options]\n\n"
+		     "Samples CPU stacks on every CPU with eBPF and ships them to sysom-server.\n\n");
+	sysom_options_print_help(table, sizeof(table) / sizeof(table[0]), out);
+	fprintf(out, "\nFlags override the config file (key = value lines, same names). SIGHUP reloads\n"
+		     "the config file (sampling, intervals, log level, token); SIGTERM flushes and exits.\n");
+}
+
+void agent_config_free(struct agent_config *c)
+{
+	struct sysom_option table[] = OPTIONS(c);
+
+	sysom_options_free(table, sizeof(table) / sizeof(table[0]));
+}

@@ -1,0 +1,626 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* sysom-agent event loop: timers drive drains and batches; signals stop and reload. */
+#include "agent/daemon.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <systemd/sd-daemon.h>
+#include <uv.h>
+
+#include "agent/batcher.h"
+#include "agent/host.h"
+#include "agent/kernel.h"
+#include "agent/ksyms_upload.h"
+#include "agent/proctrack.h"
+#include "agent/sampler.h"
+#include "agent/spool.h"
+#include "agent/uploader.h"
+#include "common/error.h"
+#include "common/log.h"
+
+struct agent {
+	struct agent_config *cfg;
+	int argc;
+	char *const *argv;
+	uv_loop_t loop;
+	uv_timer_t drain_timer, batch_timer, duration_timer;
+	uv_signal_t sig_term, sig_int, sig_hup;
+	uv_poll_t events_poll;
+	bool events_poll_started;
+	struct host_identity host;
+	struct kernel_info kernel;
+	struct sampler *sampler;
+	struct proctrack *pt;
+	struct batcher *batcher;
+	struct spool *spool;
+	struct uploader *uploader;
+	struct ksyms_upload *ksyms;
+	char *token;
+	char node_hex[2 * SYSOM_NODE_ID_SIZE + 1];
+	struct sampler_counters last_counters;
+	uint64_t last_vanished, last_retries, last_spool_dropped;
+	bool stopping;
+	int exit_code;
+};
+
+static void hex_encode(const uint8_t *bytes, size_t n, char *out)
+{
+	static const char digits[] = "0123456789abcdef";
+
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = digits[bytes[i] >> 4];
+		out[2 * i + 1] = digits[bytes[i] & 15];
+	}
+	out[2 * n] = '\0';
+}
+
+/* ---- events from the library modules (they do not log; the daemon does) ------------------- */
+
+static void on_proc_event(void *ctx, const struct sysom_proc_event *ev)
+{
+	struct agent *a = ctx;
+
+	switch (ev->type) {
+	case SYSOM_PROC_EVENT_NEW:
+		proctrack_on_new(a->pt, ev->tgid, ev->generation);
+		break;
+	case SYSOM_PROC_EVENT_EXEC:
+		proctrack_on_exec(a->pt, ev->tgid, ev->generation);
+		break;
+	case SYSOM_PROC_EVENT_EXIT:
+		proctrack_on_exit(a->pt, ev->tgid, ev->generation);
+		break;
+	}
+}
+
+static void on_spool_event(void *ctx, const struct spool_event *ev)
+{
+	(void)ctx;
+	switch (ev->kind) {
+	case SPOOL_EVENT_STATE_CREATED:
+		log_info("spool: new agent epoch %016llx", (unsigned long long)ev->epoch);
+		break;
+	case SPOOL_EVENT_STALE_TMP:
+		log_info("spool: removed %s left by an interrupted write", ev->name ? ev->name : "?");
+		break;
+	case SPOOL_EVENT_DROPPED_FULL:
+	case SPOOL_EVENT_DROPPED_AGE:
+		log_warn("spool: dropped batch %llu (%s)", (unsigned long long)ev->sequence, ev->detail);
+		break;
+	default:
+		log_error("spool: %s%s%s", ev->detail, ev->name ? ": " : "", ev->name ? ev->name : "");
+		break;
+	}
+}
+
+static void on_upload_event(void *ctx, const struct uploader_event *ev)
+{
+	(void)ctx;
+	switch (ev->kind) {
+	case UPLOADER_EVENT_DELIVERED:
+		log_debug("batch %llu delivered", (unsigned long long)ev->sequence);
+		break;
+	case UPLOADER_EVENT_RETRY: {
+		/* During a long outage, log attempts 1, 2, 4, 8, ... at warn level only. */
+		bool loud = (ev->attempt & (ev->attempt - 1)) == 0;
+		char status[32] = "";
+		if (ev->http_status)
+			snprintf(status, sizeof(status), " (HTTP %d)", ev->http_status);
+		sysom_log(loud ? SYSOM_LOG_WARN : SYSOM_LOG_DEBUG,
+			  "batch %llu not delivered, attempt %u: %s%s; retrying in %.1fs",
+			  (unsigned long long)ev->sequence, ev->attempt, ev->message, status,
+			  (double)ev->delay_ms / 1000.0);
+		break;
+	}
+	case UPLOADER_EVENT_REJECTED:
+		log_error("batch %llu rejected by the server (HTTP %d): %s; kept in the spool's "
+			  "rejected/ directory", (unsigned long long)ev->sequence, ev->http_status,
+			  ev->message);
+		break;
+	case UPLOADER_EVENT_MEMORY_QUEUED:
+		log_warn("batch %llu held in memory: the spool cannot store it (%s)",
+			 (unsigned long long)ev->sequence, sysom_strerror(ev->error));
+		break;
+	case UPLOADER_EVENT_LOST:
+		log_error("batch %llu lost: %s", (unsigned long long)ev->sequence, ev->message);
+		break;
+	case UPLOADER_EVENT_SPOOL_ERROR:
+		log_error("spool read failed: %s", ev->message);
+		break;
+	}
+}
+
+static void on_ksyms_event(void *ctx, const struct ksyms_upload_event *ev)
+{
+	(void)ctx;
+	switch (ev->kind) {
+	case KSYMS_UPLOAD_PRESENT:
+		log_debug("kernel symbols of %s (%s) already on the server", ev->object, ev->build_id);
+		break;
+	case KSYMS_UPLOAD_DONE:
+		log_info("uploaded %ld kernel symbols of %s (build ID %s)", ev->count, ev->object,
+			 ev->build_id);
+		break;
+	case KSYMS_UPLOAD_RETRY:
+		log_warn("kernel symbol upload of %s failed (%s); retrying in %.0fs", ev->object,
+			 ev->message, (double)ev->delay_ms / 1000.0);
+		break;
+	case KSYMS_UPLOAD_GIVEN_UP:
+		log_error("kernel symbols of %s not uploaded: %s (kernel frames will show as "
+			  "offsets)", ev->object, ev->message);
+		break;
+	}
+}
+
+/* ---- drain and seal ------------------------------------------------------------------------ */
+
+static void fold_counters(struct agent *a)
+{
+	struct sampler_counters now;
+	struct proctrack_stats ps;
+
+	if (sampler_counters_read(a->sampler, &now) == 0) {
+		const struct sampler_counters *o = &a->last_counters;
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_TICKS, now.ticks - o->ticks);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_GATED_OUT, now.gated_out - o->gated_out);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_IDLE_SKIPPED,
+				    now.idle_skipped - o->idle_skipped);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_SAMPLES, now.samples - o->samples);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_KSTACK_ERRORS,
+				    now.kstack_errors - o->kstack_errors);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_USTACK_ERRORS,
+				    now.ustack_errors - o->ustack_errors);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_COUNT_MAP_FULL,
+				    now.count_map_full - o->count_map_full);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_STACK_MAP_FULL,
+				    now.stack_map_full - o->stack_map_full);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_EVENTS_LOST,
+				    now.events_lost - o->events_lost);
+		if (now.count_map_full > o->count_map_full || now.stack_map_full > o->stack_map_full)
+			log_warn("BPF maps full: %llu samples and %llu stacks lost since the last drain "
+				 "(raise --max-sample-keys / --max-stacks or shorten --drain-interval)",
+				 (unsigned long long)(now.count_map_full - o->count_map_full),
+				 (unsigned long long)(now.stack_map_full - o->stack_map_full));
+		a->last_counters = now;
+	}
+	proctrack_stats_read(a->pt, &ps);
+	batcher_add_counter(a->batcher, SYSOM_COUNTER_PROCESSES_VANISHED, ps.vanished - a->last_vanished);
+	a->last_vanished = ps.vanished;
+}
+
+static void agent_drain(struct agent *a)
+{
+	struct sampler_drain_stats st;
+	int rc;
+
+	/* Process events first, so incarnations seen since the last drain are known. */
+	sampler_poll_events(a->sampler);
+	batcher_begin_drain(a->batcher, host_realtime_ns());
+	rc = sampler_drain(a->sampler, batcher_add_entry, a->batcher, &st);
+	if (rc < 0)
+		log_warn("drain incomplete: %s (undrained samples stay for the next drain)",
+			 sysom_strerror(rc));
+	batcher_add_counter(a->batcher, SYSOM_COUNTER_DRAINS, 1);
+	batcher_add_counter(a->batcher, SYSOM_COUNTER_DISTINCT_KEYS, st.entries);
+	fold_counters(a);
+	proctrack_after_drain(a->pt);
+	rc = sampler_sync_cpus(a->sampler);
+	if (rc > 0)
+		log_info("CPU hotplug: now sampling %u CPUs", sampler_attached_cpus(a->sampler));
+	else if (rc < 0)
+		log_warn("CPU hotplug check failed: %s", sysom_strerror(rc));
+	log_debug("drain: %u keys, %llu samples, %u stacks (%u missing), waited %llu us",
+		  st.entries, (unsigned long long)st.samples, st.stacks, st.stacks_missing,
+		  (unsigned long long)(st.quiesce_wait_ns / 1000));
+}
+
+static void agent_seal(struct agent *a)
+{
+	struct batcher_seal_info info;
+	struct byte_buf out = { 0 };
+	struct uploader_stats us;
+	struct spool_stats ss;
+	uint64_t seq;
+	int rc;
+
+	agent_drain(a);
+	uploader_stats(a->uploader, &us);
+	spool_stats(a->spool, &ss);
+	batcher_add_counter(a->batcher, SYSOM_COUNTER_UPLOAD_RETRIES, us.retries - a->last_retries);
+	batcher_add_counter(a->batcher, SYSOM_COUNTER_SPOOL_DROPPED,
+			    ss.dropped_full + ss.dropped_age - a->last_spool_dropped);
+	a->last_retries = us.retries;
+	a->last_spool_dropped = ss.dropped_full + ss.dropped_age;
+
+	rc = spool_sequence_next(a->spool, &seq);
+	if (rc) {
+		log_error("cannot reserve a batch sequence (%s): the window stays open",
+			  sysom_strerror(rc));
+		return;
+	}
+	rc = batcher_seal(a->batcher, a->host.node_id, spool_epoch(a->spool), seq, host_realtime_ns(),
+			  &out, &info);
+	if (rc) {
+		log_error("cannot seal batch %llu: %s (the window stays open)",
+			  (unsigned long long)seq, sysom_strerror(rc));
+		goto cleanup;
+	}
+	rc = uploader_submit(a->uploader, seq, info.window_end_ns, out.data, out.len);
+	if (rc < 0)
+		log_error("batch %llu lost: %s", (unsigned long long)seq, sysom_strerror(rc));
+	log_info("batch %llu: %llu samples, %u stacks, %u processes, %zu bytes (%zu raw)%s",
+		 (unsigned long long)seq, (unsigned long long)info.samples, info.stacks,
+		 info.processes, info.compressed_bytes, info.encoded_bytes,
+		 rc == 1 ? ", held in memory" : "");
+cleanup:
+	byte_buf_free(&out);
+}
+
+/* ---- loop callbacks --------------------------------------------------------------------------- */
+
+static void on_close_noop(uv_handle_t *h)
+{
+	(void)h;
+}
+
+static void agent_shutdown(struct agent *a, const char *why)
+{
+	if (a->stopping)
+		return;
+	a->stopping = true;
+	log_info("%s: final drain and flush (up to %gs)", why, a->cfg->shutdown_timeout_s);
+	sd_notify(0, "STOPPING=1");
+	uv_timer_stop(&a->drain_timer);
+	uv_timer_stop(&a->batch_timer);
+	uv_timer_stop(&a->duration_timer);
+	if (a->events_poll_started)
+		uv_poll_stop(&a->events_poll);
+	agent_seal(a);
+	int lost = uploader_stop(a->uploader, a->cfg->shutdown_timeout_s);
+	struct uploader_stats us;
+	uploader_stats(a->uploader, &us);
+	if (lost > 0)
+		log_error("%d batches could not be kept at shutdown", lost);
+	if (us.pending)
+		log_info("%llu batches remain in the spool for the next start",
+			 (unsigned long long)us.pending);
+	uv_close((uv_handle_t *)&a->drain_timer, on_close_noop);
+	uv_close((uv_handle_t *)&a->batch_timer, on_close_noop);
+	uv_close((uv_handle_t *)&a->duration_timer, on_close_noop);
+	uv_close((uv_handle_t *)&a->sig_term, on_close_noop);
+	uv_close((uv_handle_t *)&a->sig_int, on_close_noop);
+	uv_close((uv_handle_t *)&a->sig_hup, on_close_noop);
+	if (a->events_poll_started)
+		uv_close((uv_handle_t *)&a->events_poll, on_close_noop);
+}
+
+static void on_drain_timer(uv_timer_t *t)
+{
+	agent_drain(t->data);
+}
+
+static void on_batch_timer(uv_timer_t *t)
+{
+	agent_seal(t->data);
+}
+
+static void on_duration_timer(uv_timer_t *t)
+{
+	agent_shutdown(t->data, "duration reached");
+}
+
+static void on_events(uv_poll_t *p, int status, int events)
+{
+	struct agent *a = p->data;
+
+	(void)events;
+	if (status < 0) {
+		log_warn("process event poll failed: %s", uv_strerror(status));
+		return;
+	}
+	int rc = sampler_poll_events(a->sampler);
+	if (rc < 0)
+		log_warn("reading process events failed: %s", sysom_strerror(rc));
+}
+
+static void on_stop_signal(uv_signal_t *s, int signum)
+{
+	agent_shutdown(s->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+static uint64_t ms(double seconds)
+{
+	return (uint64_t)(seconds * 1000.0 + 0.5);
+}
+
+static int start_uploader(struct agent *a)
+{
+	struct uploader_options uo = {
+		.server_url = a->cfg->server,
+		.token = a->token,
+		.ca_file = a->cfg->ca_file,
+		.backoff_max_s = a->cfg->backoff_max_s,
+		.memory_queue_max_bytes = a->cfg->memory_queue_bytes,
+		.on_event = on_upload_event,
+		.event_ctx = a,
+	};
+
+	memcpy(uo.node_id, a->host.node_id, sizeof(uo.node_id));
+	return uploader_start(&uo, a->spool, &a->uploader);
+}
+
+static bool string_changed(const char *x, const char *y)
+{
+	return (x == NULL) != (y == NULL) || (x && strcmp(x, y) != 0);
+}
+
+static void agent_reload(struct agent *a)
+{
+	struct agent_config fresh;
+	enum sysom_log_level level;
+	char err[512] = "";
+	char *token = NULL;
+	int rc;
+
+	if ((rc = agent_config_defaults(&fresh)) ||
+	    (rc = agent_config_load(&fresh, a->argc, a->argv, err, sizeof(err))) ||
+	    (rc = agent_config_validate(&fresh, err, sizeof(err))) ||
+	    (rc = sysom_log_level_parse(fresh.log_level, &level) ? -SYSOM_ECONFIG : 0)) {
+		log_error("SIGHUP: configuration not reloaded: %s", err[0] ? err : "invalid log level");
+		agent_config_free(&fresh);
+		return;
+	}
+	err[0] = '\0';
+	if ((rc = agent_config_read_token(fresh.token_file, &token, err, sizeof(err)))) {
+		log_error("SIGHUP: configuration not reloaded: %s", err);
+		agent_config_free(&fresh);
+		return;
+	}
+	sysom_log_setup("sysom-agent", level);
+	if (fresh.sample_rate != a->cfg->sample_rate)
+		sampler_set_rate(a->sampler, fresh.sample_rate);
+	if (fresh.hz != a->cfg->hz && (rc = sampler_set_hz(a->sampler, fresh.hz)))
+		log_error("SIGHUP: cannot change the frequency to %u Hz: %s", fresh.hz,
+			  sysom_strerror(rc));
+	uv_timer_set_repeat(&a->drain_timer, ms(fresh.drain_interval_s));
+	uv_timer_set_repeat(&a->batch_timer, ms(fresh.batch_interval_s));
+	batcher_set_sampling(a->batcher, fresh.hz, fresh.sample_rate, fresh.drain_interval_s,
+			     fresh.batch_interval_s);
+	if (string_changed(fresh.server, a->cfg->server) || string_changed(token, a->token) ||
+	    string_changed(fresh.ca_file, a->cfg->ca_file)) {
+		uploader_stop(a->uploader, 0);
+		uploader_free(a->uploader);
+		a->uploader = NULL;
+		free(a->token);
+		a->token = token;
+		token = NULL;
+		free(a->cfg->server);
+		a->cfg->server = strdup(fresh.server);
+		free(a->cfg->ca_file);
+		a->cfg->ca_file = fresh.ca_file ? strdup(fresh.ca_file) : NULL;
+		if ((rc = start_uploader(a))) {
+			log_error("SIGHUP: cannot restart the uploader: %s; shutting down",
+				  sysom_strerror(rc));
+			free(token);
+			agent_config_free(&fresh);
+			a->exit_code = 1;
+			agent_shutdown(a, "reload failure");
+			return;
+		}
+	}
+	if (string_changed(fresh.spool_dir, a->cfg->spool_dir) || fresh.max_stacks != a->cfg->max_stacks ||
+	    fresh.max_sample_keys != a->cfg->max_sample_keys || fresh.include_idle != a->cfg->include_idle)
+		log_warn("SIGHUP: spool-dir, map sizes and include-idle take effect after a restart");
+	a->cfg->hz = fresh.hz;
+	a->cfg->sample_rate = fresh.sample_rate;
+	a->cfg->drain_interval_s = fresh.drain_interval_s;
+	a->cfg->batch_interval_s = fresh.batch_interval_s;
+	free(token);
+	agent_config_free(&fresh);
+	log_info("SIGHUP: configuration reloaded (%u Hz, %.0f%% of ticks, drain %gs, batch %gs)",
+		 a->cfg->hz, a->cfg->sample_rate * 100, a->cfg->drain_interval_s,
+		 a->cfg->batch_interval_s);
+}
+
+static void on_hup(uv_signal_t *s, int signum)
+{
+	(void)signum;
+	agent_reload(s->data);
+}
+
+/* ---- start and stop ------------------------------------------------------------------------- */
+
+static int make_parent_dirs(const char *dir)
+{
+	char path[PATH_MAX];
+
+	if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	for (char *p = path + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(path, 0755) && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	return 0;
+}
+
+static int agent_start(struct agent *a)
+{
+	struct sampler_options so;
+	struct proctrack_options po;
+	char err[512] = "";
+	int rc;
+
+	if ((rc = agent_config_read_token(a->cfg->token_file, &a->token, err, sizeof(err)))) {
+		log_error("%s", err);
+		return rc;
+	}
+	if (err[0])
+		log_warn("%s", err);
+	if ((rc = host_identity_read(a->cfg->machine_id_file, &a->host))) {
+		log_error("cannot read the node identity: %s", sysom_strerror(rc));
+		return rc;
+	}
+	hex_encode(a->host.node_id, sizeof(a->host.node_id), a->node_hex);
+	if ((rc = kernel_info_read(NULL, &a->kernel))) {
+		log_error("cannot read the kernel's identity (/sys/kernel/notes, /proc/kallsyms): %s",
+			  sysom_strerror(rc));
+		return rc;
+	}
+	if (!a->kernel.addresses_visible)
+		log_warn("/proc/kallsyms hides addresses (kernel.kptr_restrict): kernel frames will "
+			 "not be symbolized");
+
+	struct spool_options spo = {
+		.dir = a->cfg->spool_dir,
+		.max_bytes = a->cfg->spool_max_bytes,
+		.max_age_s = (uint64_t)a->cfg->spool_max_age_s,
+		.on_event = on_spool_event,
+		.event_ctx = a,
+	};
+	if ((rc = make_parent_dirs(a->cfg->spool_dir)) || (rc = spool_open(&spo, &a->spool))) {
+		log_error("cannot open the spool %s: %s", a->cfg->spool_dir, sysom_strerror(rc));
+		return rc;
+	}
+	if ((rc = start_uploader(a))) {
+		log_error("cannot start the uploader for %s: %s", a->cfg->server, sysom_strerror(rc));
+		return rc;
+	}
+
+	proctrack_options_default(&po);
+	if ((rc = proctrack_new(&po, &a->pt))) {
+		log_error("cannot create the process tracker: %s", sysom_strerror(rc));
+		return rc;
+	}
+	sampler_options_default(&so);
+	so.hz = a->cfg->hz;
+	so.sample_rate = a->cfg->sample_rate;
+	so.include_idle = a->cfg->include_idle;
+	so.max_stacks = a->cfg->max_stacks;
+	so.max_sample_keys = a->cfg->max_sample_keys;
+	if ((rc = sampler_open(&so, on_proc_event, a, &a->sampler, err, sizeof(err)))) {
+		log_error("%s", err);
+		return rc;
+	}
+	struct batcher_options bo = {
+		.host = &a->host,
+		.kernel = &a->kernel,
+		.agent_version = SYSOM_VERSION,
+		.hz = a->cfg->hz,
+		.sample_rate = a->cfg->sample_rate,
+		.drain_interval_s = a->cfg->drain_interval_s,
+		.batch_interval_s = a->cfg->batch_interval_s,
+		.max_sample_rows = a->cfg->max_sample_rows,
+		.zstd_level = 3,
+	};
+	if ((rc = batcher_new(&bo, a->pt, &a->batcher))) {
+		log_error("cannot create the batcher: %s", sysom_strerror(rc));
+		return rc;
+	}
+	sampler_counters_read(a->sampler, &a->last_counters);
+
+	struct ksyms_upload_options ko = {
+		.server_url = a->cfg->server,
+		.token = a->token,
+		.ca_file = a->cfg->ca_file,
+		.kernel = &a->kernel,
+		.on_event = on_ksyms_event,
+		.event_ctx = a,
+	};
+	if (a->kernel.addresses_visible && (rc = ksyms_upload_start(&ko, &a->ksyms)))
+		log_warn("cannot start the kernel symbol upload: %s", sysom_strerror(rc));
+	return 0;
+}
+
+static int agent_loop_setup(struct agent *a)
+{
+	int rc;
+
+	if ((rc = uv_loop_init(&a->loop)))
+		return rc;
+	uv_timer_init(&a->loop, &a->drain_timer);
+	uv_timer_init(&a->loop, &a->batch_timer);
+	uv_timer_init(&a->loop, &a->duration_timer);
+	a->drain_timer.data = a->batch_timer.data = a->duration_timer.data = a;
+	uv_signal_init(&a->loop, &a->sig_term);
+	uv_signal_init(&a->loop, &a->sig_int);
+	uv_signal_init(&a->loop, &a->sig_hup);
+	a->sig_term.data = a->sig_int.data = a->sig_hup.data = a;
+	uv_signal_start(&a->sig_term, on_stop_signal, SIGTERM);
+	uv_signal_start(&a->sig_int, on_stop_signal, SIGINT);
+	uv_signal_start(&a->sig_hup, on_hup, SIGHUP);
+	return 0;
+}
+
+static void agent_teardown(struct agent *a)
+{
+	ksyms_upload_stop(a->ksyms);
+	uploader_free(a->uploader);
+	batcher_free(a->batcher);
+	sampler_close(a->sampler);
+	proctrack_free(a->pt);
+	spool_close(a->spool);
+	kernel_info_free(&a->kernel);
+	free(a->token);
+}
+
+int agent_daemon_run(struct agent_config *config, int argc, char *const argv[])
+{
+	struct agent a = { .cfg = config, .argc = argc, .argv = argv };
+	int rc;
+
+	if ((rc = agent_loop_setup(&a))) {
+		log_error("cannot set up the event loop: %s", uv_strerror(rc));
+		return 1;
+	}
+	if (agent_start(&a)) {
+		a.stopping = true;
+		uv_close((uv_handle_t *)&a.drain_timer, on_close_noop);
+		uv_close((uv_handle_t *)&a.batch_timer, on_close_noop);
+		uv_close((uv_handle_t *)&a.duration_timer, on_close_noop);
+		uv_close((uv_handle_t *)&a.sig_term, on_close_noop);
+		uv_close((uv_handle_t *)&a.sig_int, on_close_noop);
+		uv_close((uv_handle_t *)&a.sig_hup, on_close_noop);
+		uv_run(&a.loop, UV_RUN_DEFAULT);
+		uv_loop_close(&a.loop);
+		if (a.uploader)
+			uploader_stop(a.uploader, 0);
+		agent_teardown(&a);
+		return 1;
+	}
+	uv_timer_start(&a.drain_timer, on_drain_timer, ms(config->drain_interval_s),
+		       ms(config->drain_interval_s));
+	uv_timer_start(&a.batch_timer, on_batch_timer, ms(config->batch_interval_s),
+		       ms(config->batch_interval_s));
+	if (config->duration_s > 0)
+		uv_timer_start(&a.duration_timer, on_duration_timer, ms(config->duration_s), 0);
+	if (uv_poll_init(&a.loop, &a.events_poll, sampler_event_fd(a.sampler)) == 0) {
+		a.events_poll.data = &a;
+		uv_poll_start(&a.events_poll, UV_READABLE, on_events);
+		a.events_poll_started = true;
+	} else {
+		log_warn("cannot poll process events; relying on drains");
+	}
+
+	log_info("attached to %u CPUs at %u Hz, sampling %.0f%% of ticks; shipping to %s every %gs "
+		 "(drain every %gs, spool %s, node %s, kernel %s)",
+		 sampler_attached_cpus(a.sampler), config->hz, config->sample_rate * 100,
+		 config->server, config->batch_interval_s, config->drain_interval_s,
+		 config->spool_dir, a.node_hex, a.host.kernel_release);
+	sd_notifyf(0, "READY=1\nSTATUS=sampling %u CPUs at %u Hz", sampler_attached_cpus(a.sampler),
+		   config->hz);
+
+	uv_run(&a.loop, UV_RUN_DEFAULT);
+	uv_loop_close(&a.loop);
+	agent_teardown(&a);
+	log_info("stopped");
+	return a.exit_code;
+}

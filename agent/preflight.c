@@ -1,0 +1,247 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Preflight checks: kernel, BTF, privileges, perf events, BPF load, kallsyms, spool, server. */
+#include "agent/preflight.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/capability.h>
+#include <linux/perf_event.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "agent/host.h"
+#include "agent/http_client.h"
+#include "agent/kernel.h"
+#include "agent/sampler.h"
+#include "common/error.h"
+
+#ifndef CAP_PERFMON
+#define CAP_PERFMON 38
+#endif
+#ifndef CAP_BPF
+#define CAP_BPF 39
+#endif
+
+enum verdict { OK, WARN, FAIL };
+
+__attribute__((format(printf, 5, 6))) static void report(FILE *out, int *failed, enum verdict v,
+							 const char *what, const char *fmt, ...)
+{
+	static const char *const names[] = { "ok", "warn", "FAIL" };
+	char detail[768];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	va_end(ap);
+	fprintf(out, "%-5s %-14s %s\n", names[v], what, detail);
+	if (v == FAIL)
+		(*failed)++;
+}
+
+static void check_kernel(FILE *out, int *failed)
+{
+	struct utsname u;
+	int major = 0, minor = 0;
+
+	uname(&u);
+	sscanf(u.release, "%d.%d", &major, &minor);
+	bool ok = major > 5 || (major == 5 && minor >= 8);
+	report(out, failed, ok ? OK : FAIL, "kernel", "%s", ok ? u.release : "");
+	if (!ok)
+		fprintf(out, "      %-14s %s is older than 5.8 (ring buffers, BTF raw tracepoints and "
+			"batched map operations are needed)\n", "", u.release);
+}
+
+static void check_btf(FILE *out, int *failed)
+{
+	bool ok = access("/sys/kernel/btf/vmlinux", R_OK) == 0;
+
+	report(out, failed, ok ? OK : FAIL, "btf", "%s",
+	       ok ? "/sys/kernel/btf/vmlinux present (CO-RE relocations possible)"
+		  : "/sys/kernel/btf/vmlinux missing: the kernel needs CONFIG_DEBUG_INFO_BTF=y");
+}
+
+static bool has_cap(const struct __user_cap_data_struct data[2], int cap)
+{
+	return data[cap / 32].effective & (1u << (cap % 32));
+}
+
+static void check_privileges(FILE *out, int *failed)
+{
+	struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct data[2] = { 0 };
+
+	if (syscall(SYS_capget, &hdr, data)) {
+		report(out, failed, FAIL, "privileges", "capget failed: %s", strerror(errno));
+		return;
+	}
+	bool admin = has_cap(data, CAP_SYS_ADMIN);
+	bool bpf = admin || (has_cap(data, CAP_BPF) && has_cap(data, CAP_PERFMON));
+	bool ptrace = has_cap(data, CAP_SYS_PTRACE);
+	if (!bpf) {
+		report(out, failed, FAIL, "privileges",
+		       "need CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) to load and attach BPF programs");
+		return;
+	}
+	report(out, failed, ptrace ? OK : WARN, "privileges", "%s%s",
+	       admin ? "CAP_SYS_ADMIN" : "CAP_BPF, CAP_PERFMON",
+	       ptrace ? ", CAP_SYS_PTRACE" : "; without CAP_SYS_PTRACE other users' processes' "
+					      "mappings cannot be read (their frames stay unresolved)");
+}
+
+static void check_perf_event(FILE *out, int *failed)
+{
+	struct perf_event_attr attr = {
+		.type = PERF_TYPE_SOFTWARE,
+		.config = PERF_COUNT_SW_CPU_CLOCK,
+		.size = sizeof(attr),
+		.freq = 1,
+		.sample_freq = 99,
+		.disabled = 1,
+	};
+	char paranoid[16] = "?";
+	host_read_text("/proc/sys/kernel/perf_event_paranoid", paranoid, sizeof(paranoid));
+	paranoid[strcspn(paranoid, "\n")] = '\0';
+	int fd = (int)syscall(__NR_perf_event_open, &attr, -1, 0, -1, PERF_FLAG_FD_CLOEXEC);
+	if (fd < 0) {
+		report(out, failed, FAIL, "perf_event",
+		       "cannot open a cpu-clock event on CPU 0: %s (perf_event_paranoid=%s; needs "
+		       "CAP_PERFMON)", strerror(errno), paranoid);
+		return;
+	}
+	close(fd);
+	report(out, failed, OK, "perf_event", "cpu-clock events open on every CPU "
+	       "(perf_event_paranoid=%s)", paranoid);
+}
+
+static void check_bpf(FILE *out, int *failed, const struct agent_config *cfg)
+{
+	struct sampler_options so;
+	struct sampler *s = NULL;
+	char err[512];
+
+	sampler_options_default(&so);
+	so.hz = cfg->hz;
+	so.sample_rate = cfg->sample_rate;
+	so.max_stacks = 64;
+	so.max_sample_keys = 64;
+	int rc = sampler_open(&so, NULL, NULL, &s, err, sizeof(err));
+	if (rc) {
+		report(out, failed, FAIL, "bpf", "%s", err);
+		return;
+	}
+	report(out, failed, OK, "bpf", "sampler loaded and attached to %u CPUs",
+	       sampler_attached_cpus(s));
+	sampler_close(s);
+}
+
+static void check_kallsyms(FILE *out, int *failed)
+{
+	struct kernel_info ki;
+	char hex[2 * SYSOM_BUILD_ID_MAX + 1];
+	int rc = kernel_info_read(NULL, &ki);
+
+	if (rc) {
+		report(out, failed, FAIL, "kernel-symbols", "cannot read the kernel identity: %s",
+		       sysom_strerror(rc));
+		return;
+	}
+	sysom_build_id_hex(&ki.id, hex, sizeof(hex));
+	if (!ki.addresses_visible)
+		report(out, failed, WARN, "kernel-symbols",
+		       "/proc/kallsyms hides addresses (kptr_restrict): kernel frames will not be "
+		       "symbolized; build ID %s", hex);
+	else
+		report(out, failed, OK, "kernel-symbols", "build ID %s%s, %u modules", hex,
+		       ki.id_derived ? " (derived: no build ID note)" : "", ki.module_count);
+	kernel_info_free(&ki);
+}
+
+static void check_spool(FILE *out, int *failed, const struct agent_config *cfg)
+{
+	char probe[PATH_MAX];
+	struct stat st;
+
+	if (stat(cfg->spool_dir, &st) != 0) {
+		/* It is created at start; its parent must be writable then. */
+		char parent[PATH_MAX];
+		snprintf(parent, sizeof(parent), "%s", cfg->spool_dir);
+		char *slash = strrchr(parent, '/');
+		if (slash && slash != parent)
+			*slash = '\0';
+		bool ok = access(parent, W_OK) == 0 || errno == ENOENT;
+		report(out, failed, ok ? OK : FAIL, "spool", "%s does not exist yet; %s",
+		       cfg->spool_dir, ok ? "it will be created at start" : "its parent is not writable");
+		return;
+	}
+	snprintf(probe, sizeof(probe), "%s/.sysom-check.%d", cfg->spool_dir, (int)getpid());
+	int fd = open(probe, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		report(out, failed, FAIL, "spool", "%s is not writable: %s", cfg->spool_dir,
+		       strerror(errno));
+		return;
+	}
+	close(fd);
+	unlink(probe);
+	report(out, failed, OK, "spool", "%s writable", cfg->spool_dir);
+}
+
+static void check_server(FILE *out, int *failed, const struct agent_config *cfg)
+{
+	struct http_client *client = NULL;
+	struct http_client_response resp = { 0 };
+	char err[512] = "";
+	char *token = NULL;
+	int rc = agent_config_read_token(cfg->token_file, &token, err, sizeof(err));
+
+	if (rc) {
+		report(out, failed, FAIL, "token", "%s", err);
+		return;
+	}
+	if (cfg->token_file)
+		report(out, failed, err[0] ? WARN : OK, "token", "%s", err[0] ? err : cfg->token_file);
+	struct http_client_options o = { .base_url = cfg->server, .token = token,
+					 .ca_file = cfg->ca_file, .timeout_ms = 5000,
+					 .connect_timeout_ms = 3000 };
+	struct http_client_request req = { .method = "GET", .path = "/healthz" };
+	if ((rc = http_client_new(&o, &client))) {
+		report(out, failed, FAIL, "server", "%s: %s", cfg->server, sysom_strerror(rc));
+		goto cleanup;
+	}
+	rc = http_client_request(client, &req, &resp);
+	if (resp.status == 200)
+		report(out, failed, OK, "server", "%s answers /healthz", cfg->server);
+	else if (resp.status)
+		report(out, failed, FAIL, "server", "%s answered HTTP %d to /healthz", cfg->server,
+		       resp.status);
+	else
+		report(out, failed, FAIL, "server", "%s unreachable: %s (batches will be spooled "
+		       "until it is)", cfg->server, resp.error[0] ? resp.error : sysom_strerror(rc));
+cleanup:
+	http_client_response_free(&resp);
+	http_client_free(client);
+	free(token);
+}
+
+int agent_preflight_run(const struct agent_config *cfg, FILE *out)
+{
+	int failed = 0;
+
+	check_kernel(out, &failed);
+	check_btf(out, &failed);
+	check_privileges(out, &failed);
+	check_perf_event(out, &failed);
+	check_bpf(out, &failed, cfg);
+	check_kallsyms(out, &failed);
+	check_spool(out, &failed, cfg);
+	check_server(out, &failed, cfg);
+	fprintf(out, "%s\n", failed ? "some checks failed" : "all checks passed");
+	return failed;
+}
