@@ -38,6 +38,11 @@ typedef int (*procmaps_visit_fn)(void *ctx, const struct procmaps_entry *entry);
  * visited (-SYSOM_ELIMIT beyond, after visiting them). Returns the number visited, -ESRCH
  * when the process is gone, or another negative errno. Malformed lines are skipped and
  * counted in *malformed (optional).
+ * The file is streamed with O(1) memory: lines longer than 4 * PROCMAPS_PATH_MAX + 256 bytes
+ * count as malformed, and more than 1 GiB read gives -SYSOM_ELIMIT. `pid` must be > 0 when
+ * `path` is NULL and `visit` must be set (else -EINVAL). *malformed is written whenever the
+ * file was opened, also when the walk ends early (limit, visitor, read error). `entry` is
+ * only valid during the call to `visit`.
  */
 int procmaps_read(int pid, const char *path, bool executable_only, uint32_t max_entries,
 		  procmaps_visit_fn visit, void *ctx, uint32_t *malformed);
