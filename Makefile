@@ -118,7 +118,7 @@ FUZZ_CFLAGS := -std=gnu11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,und
                -fno-sanitize-recover=undefined -Wall -Wextra -Werror
 
 .PHONY: all daemons tests fuzzers test demo fuzz bench deps clean
-.SECONDARY: $(BPF_OBJS)
+.SECONDARY: $(BPF_OBJS) $(BPF_SKELS) $(VMLINUX_H)
 all: daemons tests $(FIXTURES) $(BENCHES)
 daemons: $(AGENT_BIN) $(SERVER_BIN) $(CTL_BIN)
 tests: $(UNIT_TESTS) $(BPF_TESTS) $(FIXTURES)
