@@ -254,11 +254,13 @@ int sampler_open(const struct sampler_options *opts, sampler_event_fn on_event, 
 			 strerror(-rc));
 		goto cleanup;
 	}
+	s->skel->links.sysom_process_fork = bpf_program__attach(s->skel->progs.sysom_process_fork);
 	s->skel->links.sysom_process_exec = bpf_program__attach(s->skel->progs.sysom_process_exec);
 	s->skel->links.sysom_process_exit = bpf_program__attach(s->skel->progs.sysom_process_exit);
-	if (!s->skel->links.sysom_process_exec || !s->skel->links.sysom_process_exit) {
+	if (!s->skel->links.sysom_process_fork || !s->skel->links.sysom_process_exec ||
+	    !s->skel->links.sysom_process_exit) {
 		rc = -errno;
-		snprintf(err, errlen, "cannot attach the exec/exit tracepoints: %s", strerror(-rc));
+		snprintf(err, errlen, "cannot attach the fork/exec/exit tracepoints: %s", strerror(-rc));
 		goto cleanup;
 	}
 	s->events = ring_buffer__new(bpf_map__fd(s->skel->maps.proc_events), handle_ring_event, s,

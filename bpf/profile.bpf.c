@@ -82,7 +82,8 @@ struct {
 	__type(value, struct sample_scratch);
 } scratch SEC(".maps");
 
-/* tgid → generation: bumped by every exec and by the exit of the process (absent = 0). */
+/* tgid → generation: bumped when a process is forked under this pid and at every exec
+ * (absent = 0: a process older than the agent that never exec'd since). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
@@ -275,23 +276,37 @@ int BPF_PROG(sysom_process_exec, struct task_struct *p, pid_t old_pid, struct li
 	return 0;
 }
 
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(sysom_process_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 tgid = BPF_CORE_READ(child, tgid);
+	__u32 next = 1, *gen;
+
+	/* A new process (not a thread) may reuse the pid of one whose samples still sit in a
+	 * buffer: give it the next generation so the two never share a key. */
+	if (BPF_CORE_READ(child, pid) != tgid)
+		return 0;
+	gen = bpf_map_lookup_elem(&exec_generation, &tgid);
+	if (gen)
+		next = *gen + 1;
+	bpf_map_update_elem(&exec_generation, &tgid, &next, BPF_ANY);
+	return 0;
+}
+
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(sysom_process_exit, struct task_struct *p)
 {
 	__u32 tgid = BPF_CORE_READ(p, tgid);
-	__u32 zero = 0, generation = 0, next, *gen;
+	__u32 zero = 0, generation = 0, *gen;
 
-	/* Only the last thread of the group: signal->live has dropped to zero by now. */
+	/* Only the last thread of the group: signal->live has dropped to zero by now. The
+	 * generation stays: the dying task may still be sampled after this point, and those
+	 * samples belong to this incarnation. */
 	if (BPF_CORE_READ(p, signal, live.counter) != 0)
 		return 0;
 	gen = bpf_map_lookup_elem(&exec_generation, &tgid);
 	if (gen)
 		generation = *gen;
-	/* The next process to reuse this pid gets a new generation, so its samples are never
-	 * confused with this one's while both may sit in the same aggregation buffer. */
-	next = generation + 1;
-	bpf_map_update_elem(&exec_generation, &tgid, &next, BPF_ANY);
-	bpf_map_delete_elem(&announced, &tgid);
 	emit_proc_event(bpf_map_lookup_elem(&cpu_state, &zero), SYSOM_PROC_EVENT_EXIT, tgid,
 			generation);
 	return 0;

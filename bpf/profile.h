@@ -18,7 +18,7 @@ struct sysom_sample_key {
 	__u32 tgid;
 	__u32 tid;
 	__u32 cpu;
-	__u32 generation;   /* incarnation of `tgid`: bumped by each exec and exit (0 at first) */
+	__u32 generation;   /* incarnation of `tgid`: bumped at fork of a new process and at exec */
 	__u64 kernel_stack; /* hash of the kernel stack in the stack store, 0 = none */
 	__u64 user_stack;   /* hash of the user stack in the stack store, 0 = none */
 };

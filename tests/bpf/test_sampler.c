@@ -266,7 +266,7 @@ static void test_drain_exactly_once(void **state)
 struct event_log {
 	uint32_t tgid;
 	int news, execs, exits;
-	uint32_t exec_generation, exit_generation, last_new_generation;
+	uint32_t first_exec_generation, exec_generation, exit_generation, last_new_generation;
 };
 
 static void on_event(void *ctx, const struct sysom_proc_event *ev)
@@ -281,7 +281,8 @@ static void on_event(void *ctx, const struct sysom_proc_event *ev)
 		log->last_new_generation = ev->generation;
 		break;
 	case SYSOM_PROC_EVENT_EXEC:
-		log->execs++;
+		if (log->execs++ == 0)
+			log->first_exec_generation = ev->generation;
 		log->exec_generation = ev->generation;
 		break;
 	case SYSOM_PROC_EVENT_EXIT:
@@ -331,13 +332,118 @@ static void test_exec_and_exit_events(void **state)
 	}
 	print_message("# events: %d new, %d exec (generation %u), %d exit (generation %u)\n",
 		      log.news, log.execs, log.exec_generation, log.exits, log.exit_generation);
-	/* Two execs: the forked child becoming sh, then sh becoming the workload. */
+	/* Two execs: the forked child becoming sh, then sh becoming the workload; each one
+	 * is a new generation. */
 	assert_int_equal(log.execs, 2);
-	assert_int_equal(log.exec_generation, 2);
+	assert_int_equal(log.exec_generation, log.first_exec_generation + 1);
 	assert_int_equal(log.exits, 1);
 	assert_true(log.news >= 2); /* the shell, then the workload image */
 	assert_int_equal(log.exit_generation, log.exec_generation);
 	assert_int_equal(log.last_new_generation, log.exec_generation);
+	sampler_close(s);
+}
+
+/* Busy child for the pid-reuse test: burns CPU for `ms` milliseconds, then exits. */
+static pid_t spawn_busy_child(int ms)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		uint64_t end = host_monotonic_ns() + (uint64_t)ms * 1000000ULL;
+		volatile uint64_t x = 0;
+		while (host_monotonic_ns() < end)
+			x++;
+		_exit(0);
+	}
+	return pid;
+}
+
+struct reuse_log {
+	uint32_t tgid;
+	uint32_t generations[8];
+	int count;
+};
+
+static void on_reuse_event(void *ctx, const struct sysom_proc_event *ev)
+{
+	struct reuse_log *log = ctx;
+
+	if (ev->tgid == log->tgid && ev->type == SYSOM_PROC_EVENT_NEW && log->count < 8)
+		log->generations[log->count++] = ev->generation;
+}
+
+struct generation_tally {
+	uint32_t tgid;
+	uint64_t per_generation[2];
+	uint32_t generations[2];
+	int distinct;
+};
+
+static int tally_generations(void *ctx, const struct sampler_entry *e)
+{
+	struct generation_tally *t = ctx;
+
+	if (e->key->tgid != t->tgid)
+		return 0;
+	for (int i = 0; i < t->distinct; i++) {
+		if (t->generations[i] == e->key->generation) {
+			t->per_generation[i] += e->count;
+			return 0;
+		}
+	}
+	if (t->distinct < 2) {
+		t->generations[t->distinct] = e->key->generation;
+		t->per_generation[t->distinct++] = e->count;
+	}
+	return 0;
+}
+
+static int write_text(const char *path, const char *text);
+
+/* Two processes with the same pid inside one drain interval: their samples carry different
+ * generations, so neither is resolved against the other's mappings. */
+static void test_pid_reuse(void **state)
+{
+	struct sampler_options opts;
+	struct sampler *s = NULL;
+	struct reuse_log log = { 0 };
+	char err[256], last[32];
+
+	(void)state;
+	sampler_options_default(&opts);
+	opts.sample_rate = 1.0;
+	opts.hz = 999;
+	assert_int_equal(sampler_open(&opts, on_reuse_event, &log, &s, err, sizeof(err)), 0);
+	pid_t first = spawn_busy_child(300);
+	assert_true(first > 0);
+	log.tgid = (uint32_t)first;
+	assert_int_equal(waitpid(first, NULL, 0), first);
+	/* Ask the kernel to hand out the same pid next. */
+	snprintf(last, sizeof(last), "%d", (int)first - 1);
+	if (write_text("/proc/sys/kernel/ns_last_pid", last) != 0) {
+		sampler_close(s);
+		print_message("# cannot write ns_last_pid here; skipping\n");
+		skip();
+	}
+	pid_t second = spawn_busy_child(300);
+	assert_true(second > 0);
+	assert_int_equal(waitpid(second, NULL, 0), second);
+	if (second != first) {
+		sampler_close(s);
+		print_message("# another process took pid %d first; skipping\n", (int)first);
+		skip();
+	}
+	sampler_poll_events(s);
+	struct generation_tally t = { .tgid = (uint32_t)first };
+	assert_int_equal(sampler_drain(s, tally_generations, &t, NULL), 0);
+	print_message("# pid %d reused: NEW events with generations %u, %u; samples %llu (gen %u) + "
+		      "%llu (gen %u)\n", (int)first, log.generations[0], log.generations[1],
+		      (unsigned long long)t.per_generation[0], t.generations[0],
+		      (unsigned long long)t.per_generation[1], t.generations[1]);
+	assert_int_equal(log.count, 2);
+	assert_int_equal(log.generations[1], log.generations[0] + 1);
+	assert_int_equal(t.distinct, 2);
+	assert_true(t.per_generation[0] > 100 && t.per_generation[1] > 100);
 	sampler_close(s);
 }
 
@@ -392,6 +498,7 @@ int main(void)
 		cmocka_unit_test(test_kernel_stacks),
 		cmocka_unit_test(test_drain_exactly_once),
 		cmocka_unit_test(test_exec_and_exit_events),
+		cmocka_unit_test(test_pid_reuse),
 		cmocka_unit_test(test_cpu_hotplug),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
