@@ -20,6 +20,9 @@ uint8_t *byte_buf_reserve(struct byte_buf *b, size_t extra)
 		size_t cap = b->cap ? b->cap : 256;
 		while (cap < need)
 			cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+		/* Never reserve past the limit: a bounded buffer's memory stays bounded too. */
+		if (b->limit && cap > b->limit)
+			cap = b->limit;
 		uint8_t *grown = realloc(b->data, cap);
 		if (!grown) {
 			b->error = -ENOMEM;

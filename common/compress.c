@@ -47,6 +47,12 @@ int sysom_zstd_decompress(const void *data, size_t len, size_t max_output, struc
 
 	if (!dctx)
 		return -ENOMEM;
+	/* Bound the buffer itself (not only what is decoded) to the limit plus the one byte
+	 * that proves an excess; restored before returning. */
+	size_t saved_limit = out->limit;
+	if (max_output < SIZE_MAX - out->len - 1 &&
+	    (!out->limit || out->limit > out->len + max_output + 1))
+		out->limit = out->len + max_output + 1;
 	ZSTD_DCtx_setParameter(dctx, ZSTD_d_windowLogMax, SYSOM_ZSTD_WINDOW_LOG_MAX);
 	if (len == 0) {
 		rc = -SYSOM_ECORRUPT;
@@ -59,7 +65,7 @@ int sysom_zstd_decompress(const void *data, size_t len, size_t max_output, struc
 			room = ZSTD_DStreamOutSize();
 		uint8_t *dst = byte_buf_reserve(out, room);
 		if (!dst) {
-			rc = byte_buf_error(out);
+			rc = byte_buf_error(out) == -E2BIG ? -SYSOM_ELIMIT : byte_buf_error(out);
 			goto cleanup;
 		}
 		ZSTD_outBuffer ob = { dst, room, 0 };
@@ -84,6 +90,7 @@ int sysom_zstd_decompress(const void *data, size_t len, size_t max_output, struc
 		}
 	}
 cleanup:
+	out->limit = saved_limit;
 	ZSTD_freeDCtx(dctx);
 	return rc;
 }

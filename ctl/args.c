@@ -1,0 +1,258 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* sysomctl command line: global flags, one option table per command, request URLs. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/options.h"
+#include "ctl/ctl.h"
+
+static const struct {
+	const char *name;
+	enum ctl_command command;
+	const char *path;
+} commands[] = {
+	{ "nodes", CTL_NODES, "/api/v1/nodes" },
+	{ "processes", CTL_PROCESSES, "/api/v1/processes" },
+	{ "flamegraph", CTL_FLAMEGRAPH, "/api/v1/flamegraph" },
+};
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+void ctl_usage(FILE *out)
+{
+	fputs("usage: sysomctl [--server URL] [--token-file F] COMMAND [options]\n"
+	      "\n"
+	      "  --server URL        sysom-server to ask (default $SYSOM_SERVER, else " CTL_DEFAULT_SERVER ")\n"
+	      "  --token-file F      file whose first line is the API's bearer token\n"
+	      "\n"
+	      "commands:\n"
+	      "  nodes [--format table|json]\n"
+	      "      nodes that sent data: hostname, kernel, agent, batches, last seen\n"
+	      "  processes [--node N] [--pid P] [--comm C] [--from T] [--to T] [--limit N]\n"
+	      "            [--format table|json]\n"
+	      "      processes with their sample counts in the time range\n"
+	      "  flamegraph [--node N] [--pid P] [--comm C] [--from T] [--to T]\n"
+	      "             [--format top|folded|json] [--limit N] [--top N]\n"
+	      "      CPU stacks over the range: a terminal summary (top, the default), folded\n"
+	      "      stacks for flamegraph.pl/speedscope, or the server's JSON\n"
+	      "\n"
+	      "  N: node id (32 hex digits) or hostname. T: Unix seconds, RFC 3339\n"
+	      "  (2026-11-22T10:00:00Z), now, or relative (-30s, -5m, -1h); default the last hour.\n"
+	      "  --limit caps the stacks or processes the server returns; --top the rows shown.\n",
+	      out);
+}
+
+void ctl_args_free(struct ctl_args *a)
+{
+	if (!a)
+		return;
+	free(a->server);
+	free(a->token_file);
+	free(a->node);
+	free(a->pid);
+	free(a->comm);
+	free(a->from);
+	free(a->to);
+	free(a->format_text);
+	memset(a, 0, sizeof(*a));
+}
+
+static int parse_format(struct ctl_args *a, char *err, size_t errlen)
+{
+	static const struct {
+		const char *name;
+		enum ctl_format format;
+		bool for_flamegraph;
+	} formats[] = {
+		{ "table", CTL_FORMAT_TABLE, false },
+		{ "json", CTL_FORMAT_JSON, true },
+		{ "top", CTL_FORMAT_TOP, true },
+		{ "folded", CTL_FORMAT_FOLDED, true },
+	};
+	bool flame = a->command == CTL_FLAMEGRAPH;
+
+	a->format = flame ? CTL_FORMAT_TOP : CTL_FORMAT_TABLE;
+	if (!a->format_text)
+		return 0;
+	for (size_t i = 0; i < sizeof(formats) / sizeof(formats[0]); i++) {
+		if (strcmp(a->format_text, formats[i].name) != 0)
+			continue;
+		if (formats[i].format == CTL_FORMAT_JSON || formats[i].for_flamegraph == flame) {
+			a->format = formats[i].format;
+			return 0;
+		}
+	}
+	snprintf(err, errlen, "--format: '%s' is not one of %s", a->format_text,
+		 flame ? "top, folded, json" : "table, json");
+	return -SYSOM_ECONFIG;
+}
+
+static int check_pid(const char *pid, char *err, size_t errlen)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(pid, &end, 10);
+	if (!isdigit((unsigned char)pid[0]) || *end || errno || v > UINT32_MAX) {
+		snprintf(err, errlen, "--pid: '%s' is not a process id", pid);
+		return -SYSOM_ECONFIG;
+	}
+	return 0;
+}
+
+static int check_server(struct ctl_args *a, char *err, size_t errlen)
+{
+	size_t len = strlen(a->server);
+
+	if (strncmp(a->server, "http://", 7) != 0 && strncmp(a->server, "https://", 8) != 0) {
+		snprintf(err, errlen, "--server: '%s' is not an http:// or https:// URL", a->server);
+		return -SYSOM_ECONFIG;
+	}
+	while (len > 8 && a->server[len - 1] == '/')
+		a->server[--len] = '\0';
+	return 0;
+}
+
+/* Parses the command's own flags from argv[0] (the command name) on. */
+static int parse_command(struct ctl_args *a, int argc, char *const argv[], char *err, size_t errlen)
+{
+#define OPT_STR(name, field) { name, SYSOM_OPT_STRING, &a->field, 0, 0, "", true }
+#define OPT_FORMAT OPT_STR("format", format_text)
+#define OPT_HELP { "help", SYSOM_OPT_BOOL, &a->help, 0, 0, "", true }
+#define OPT_FILTERS OPT_STR("node", node), OPT_STR("pid", pid), OPT_STR("comm", comm), \
+		    OPT_STR("from", from), OPT_STR("to", to),                        \
+		    { "limit", SYSOM_OPT_UINT, &a->limit, 1, 100000, "", true }
+	const struct sysom_option nodes[] = { OPT_FORMAT, OPT_HELP };
+	const struct sysom_option processes[] = { OPT_FORMAT, OPT_HELP, OPT_FILTERS };
+	const struct sysom_option flamegraph[] = { OPT_FORMAT, OPT_HELP, OPT_FILTERS,
+						   { "top", SYSOM_OPT_UINT, &a->top, 1, 1000, "", true } };
+#undef OPT_STR
+#undef OPT_FORMAT
+#undef OPT_HELP
+#undef OPT_FILTERS
+	const struct sysom_option *table = a->command == CTL_NODES       ? nodes
+					   : a->command == CTL_PROCESSES ? processes
+									 : flamegraph;
+	size_t n = a->command == CTL_NODES       ? sizeof(nodes) / sizeof(nodes[0])
+		   : a->command == CTL_PROCESSES ? sizeof(processes) / sizeof(processes[0])
+						 : sizeof(flamegraph) / sizeof(flamegraph[0]);
+	int rc = sysom_options_parse_argv(table, n, argc, argv, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	if (rc < argc) {
+		snprintf(err, errlen, "%s: unexpected argument '%s'", argv[0], argv[rc]);
+		return -SYSOM_ECONFIG;
+	}
+	if (a->pid && (rc = check_pid(a->pid, err, errlen)))
+		return rc;
+	return parse_format(a, err, errlen);
+}
+
+int ctl_args_parse(int argc, char *const argv[], const char *env_server, struct ctl_args *out,
+		   char *err, size_t errlen)
+{
+	struct ctl_args a = { .top = CTL_DEFAULT_TOP };
+	const struct sysom_option global[] = {
+		{ "server", SYSOM_OPT_STRING, &a.server, 0, 0, "", true },
+		{ "token-file", SYSOM_OPT_STRING, &a.token_file, 0, 0, "", true },
+		{ "help", SYSOM_OPT_BOOL, &a.help, 0, 0, "", true },
+	};
+	size_t i;
+	int rc, at;
+
+	at = sysom_options_parse_argv(global, 3, argc, argv, err, errlen);
+	if (at < 0) {
+		rc = at;
+		goto cleanup;
+	}
+	if (a.help || (at < argc && strcmp(argv[at], "help") == 0)) {
+		a.help = true;
+		rc = 1;
+		goto cleanup;
+	}
+	if (at >= argc) {
+		snprintf(err, errlen, "missing command (nodes, processes or flamegraph; see --help)");
+		rc = -SYSOM_ECONFIG;
+		goto cleanup;
+	}
+	for (i = 0; i < NCOMMANDS && strcmp(argv[at], commands[i].name) != 0; i++)
+		;
+	if (i == NCOMMANDS) {
+		snprintf(err, errlen, "unknown command '%s' (nodes, processes or flamegraph)", argv[at]);
+		rc = -SYSOM_ECONFIG;
+		goto cleanup;
+	}
+	a.command = commands[i].command;
+	if ((rc = parse_command(&a, argc - at, argv + at, err, errlen)))
+		goto cleanup;
+	if (a.help) {
+		rc = 1;
+		goto cleanup;
+	}
+	if (!a.server) {
+		a.server = strdup(env_server && *env_server ? env_server : CTL_DEFAULT_SERVER);
+		if (!a.server) {
+			rc = -ENOMEM;
+			goto cleanup;
+		}
+	}
+	rc = check_server(&a, err, errlen);
+cleanup:
+	if (rc < 0) {
+		ctl_args_free(&a);
+		return rc;
+	}
+	*out = a;
+	return rc;
+}
+
+/* Appends "&name=value" (or "?name=value" first) with the value percent-encoded. */
+static void query_add(struct byte_buf *url, bool *first, const char *name, const char *value)
+{
+	if (!value)
+		return;
+	byte_buf_printf(url, "%c%s=", *first ? '?' : '&', name);
+	*first = false;
+	for (const unsigned char *p = (const unsigned char *)value; *p; p++) {
+		if (isalnum(*p) || *p == '-' || *p == '.' || *p == '_' || *p == '~')
+			byte_buf_append(url, p, 1);
+		else
+			byte_buf_printf(url, "%%%02X", *p);
+	}
+}
+
+int ctl_url_build(const struct ctl_args *a, struct byte_buf *url)
+{
+	const char *path = "";
+	char limit[16];
+	bool first = true;
+
+	memset(url, 0, sizeof(*url));
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (commands[i].command == a->command)
+			path = commands[i].path;
+	byte_buf_printf(url, "%s%s", a->server, path);
+	if (a->command == CTL_FLAMEGRAPH)
+		query_add(url, &first, "format", a->format == CTL_FORMAT_FOLDED ? "folded" : "json");
+	if (a->command != CTL_NODES) {
+		query_add(url, &first, "node", a->node);
+		query_add(url, &first, "pid", a->pid);
+		query_add(url, &first, "comm", a->comm);
+		query_add(url, &first, "from", a->from);
+		query_add(url, &first, "to", a->to);
+		if (a->limit) {
+			snprintf(limit, sizeof(limit), "%u", a->limit);
+			query_add(url, &first, "limit", limit);
+		}
+	}
+	byte_buf_append(url, "", 1);
+	if (byte_buf_error(url)) {
+		byte_buf_free(url);
+		return -ENOMEM;
+	}
+	return 0;
+}

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* sysomctl: argument parsing, request URLs, terminal renderers and the HTTP client. */
+#ifndef SYSOM_CTL_CTL_H
+#define SYSOM_CTL_CTL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "common/bytes.h"
+
+#define CTL_DEFAULT_SERVER "http://127.0.0.1:8080"
+#define CTL_DEFAULT_TOP 10
+#define CTL_MAX_RESPONSE (1024u << 20) /* largest response body accepted */
+
+enum ctl_command { CTL_NODES, CTL_PROCESSES, CTL_FLAMEGRAPH };
+enum ctl_format { CTL_FORMAT_TABLE, CTL_FORMAT_TOP, CTL_FORMAT_FOLDED, CTL_FORMAT_JSON };
+
+/* A parsed command line. Strings are heap copies (ctl_args_free); NULL when not given. */
+struct ctl_args {
+	char *server;      /* base URL without a trailing '/' */
+	char *token_file;
+	enum ctl_command command;
+	char *node, *pid, *comm, *from, *to;
+	char *format_text;
+	enum ctl_format format;
+	uint32_t limit;    /* 0: the server's default */
+	uint32_t top;      /* rows of the top renderer */
+	bool help;
+};
+
+/*
+ * Parses `sysomctl [--server URL] [--token-file F] COMMAND [options]`. The server defaults to
+ * `env_server` (the SYSOM_SERVER variable; NULL or "" for none), else CTL_DEFAULT_SERVER.
+ * Returns 0, 1 when help was asked for (out->help), or -SYSOM_ECONFIG with `err` saying why.
+ * On failure nothing is left allocated in *out.
+ */
+int ctl_args_parse(int argc, char *const argv[], const char *env_server, struct ctl_args *out,
+		   char *err, size_t errlen);
+
+/* Frees the strings of parsed arguments; accepts NULL. */
+void ctl_args_free(struct ctl_args *a);
+
+/* Prints the usage text to `out`. */
+void ctl_usage(FILE *out);
+
+/*
+ * Builds the request URL for the command into `url` (zeroed first; NUL-terminated): the
+ * server's path with the options as percent-encoded query parameters. The top format asks for
+ * JSON. Returns 0 or -ENOMEM.
+ */
+int ctl_url_build(const struct ctl_args *a, struct byte_buf *url);
+
+/*
+ * Renders a flame graph JSON document (GET /api/v1/flamegraph?format=json) for a terminal:
+ * the total, the `top` largest stacks with count, percentage and frames leaf to root (kernel
+ * frames marked [k]), then the functions with the most self (leaf) and total (inclusive)
+ * samples. Returns 0 or -EINVAL when the document does not have that shape.
+ */
+int ctl_top_render(const json_t *doc, uint32_t top, FILE *out);
+
+/* Renders GET /api/v1/nodes as a table. Returns 0 or -EINVAL for another shape. */
+int ctl_nodes_render(const json_t *doc, FILE *out);
+
+/* Renders GET /api/v1/processes as a table. Returns 0 or -EINVAL for another shape. */
+int ctl_processes_render(const json_t *doc, FILE *out);
+
+/*
+ * The message of an error response: the "error" member of a JSON body, else the body's first
+ * line (at most 200 bytes), else "(empty response)". Written to `out`.
+ */
+void ctl_error_text(const uint8_t *body, size_t len, char *out, size_t outlen);
+
+/*
+ * Reads a token file: its first line without surrounding whitespace (printable, no spaces),
+ * into *token (caller frees). Returns 0, -errno, or -SYSOM_ECONFIG for an empty, unprintable or
+ * oversized first line, with a sentence in `err`.
+ */
+int ctl_token_read(const char *path, char **token, char *err, size_t errlen);
+
+/*
+ * GETs `url` (with "Authorization: Bearer TOKEN" when `token` is not NULL), storing the body
+ * (at most CTL_MAX_RESPONSE bytes) in `body` and the status in *status. Returns 0 when an HTTP
+ * response arrived, whatever its status, or -EIO with `err` saying why none did.
+ */
+int ctl_http_get(const char *url, const char *token, struct byte_buf *body, long *status,
+		 char *err, size_t errlen);
+
+#endif

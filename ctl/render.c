@@ -1,0 +1,259 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* sysomctl terminal output: the flame graph summary ("top"), node and process tables. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/hash.h"
+#include "ctl/ctl.h"
+
+/* A function's samples: self (leaf) and total (inclusive, once per stack). */
+struct func {
+	const char *name; /* borrowed from the document */
+	bool kernel;
+	uint64_t self, total;
+	size_t last_stack; /* stack index + 1 that last added to `total` */
+};
+
+struct funcs {
+	struct func *items;
+	size_t count, cap;
+	struct hash_index index;
+};
+
+struct func_key {
+	const struct funcs *fs;
+	const char *name;
+	bool kernel;
+};
+
+static bool func_eq(const void *ctx, uint32_t idx)
+{
+	const struct func_key *k = ctx;
+	const struct func *f = &k->fs->items[idx];
+
+	return f->kernel == k->kernel && strcmp(f->name, k->name) == 0;
+}
+
+static struct func *func_get(struct funcs *fs, const char *name, bool kernel)
+{
+	struct func_key key = { fs, name, kernel };
+	uint64_t h = sysom_hash64(name, strlen(name), kernel);
+	uint32_t idx = hash_index_find(&fs->index, h, func_eq, &key);
+
+	if (idx != HASH_INDEX_NONE)
+		return &fs->items[idx];
+	if (fs->count == fs->cap) {
+		size_t cap = fs->cap ? fs->cap * 2 : 256;
+		struct func *grown = realloc(fs->items, cap * sizeof(*grown));
+		if (!grown)
+			return NULL;
+		fs->items = grown;
+		fs->cap = cap;
+	}
+	if (hash_index_insert(&fs->index, h, (uint32_t)fs->count))
+		return NULL;
+	fs->items[fs->count] = (struct func){ .name = name, .kernel = kernel };
+	return &fs->items[fs->count++];
+}
+
+static const char *frame_name(const json_t *frame, bool *kernel, bool *error)
+{
+	const char *name = json_string_value(json_object_get(frame, "name"));
+	const char *kind = json_string_value(json_object_get(frame, "kind"));
+
+	*kernel = kind && strcmp(kind, "kernel") == 0;
+	*error = kind && strcmp(kind, "error") == 0;
+	return name;
+}
+
+static double percent(uint64_t part, uint64_t total)
+{
+	return total ? 100.0 * (double)part / (double)total : 0.0;
+}
+
+static int by_self(const void *a, const void *b)
+{
+	const struct func *x = a, *y = b;
+
+	if (x->self != y->self)
+		return x->self > y->self ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+static int by_total(const void *a, const void *b)
+{
+	const struct func *x = a, *y = b;
+
+	if (x->total != y->total)
+		return x->total > y->total ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+static void print_funcs(struct funcs *fs, bool self, uint32_t top, uint64_t total, FILE *out)
+{
+	size_t shown = 0;
+
+	qsort(fs->items, fs->count, sizeof(*fs->items), self ? by_self : by_total);
+	fprintf(out, "\nTop functions by %s samples:\n  %10s  %7s  %s\n",
+		self ? "self" : "total (inclusive)", self ? "SELF" : "TOTAL", "%", "FUNCTION");
+	for (size_t i = 0; i < fs->count && shown < top; i++) {
+		uint64_t v = self ? fs->items[i].self : fs->items[i].total;
+		if (v == 0)
+			break;
+		fprintf(out, "  %10" PRIu64 "  %6.2f%%  %s%s\n", v, percent(v, total), fs->items[i].name,
+			fs->items[i].kernel ? " [k]" : "");
+		shown++;
+	}
+}
+
+/* Prints one stack (frames leaf to root) and adds its frames to the function tallies. */
+static int stack_render(const json_t *stack, size_t index, uint32_t top, uint64_t total,
+			struct funcs *fs, FILE *out)
+{
+	const json_t *frames = json_object_get(stack, "frames");
+	const json_t *process = json_object_get(stack, "process");
+	const json_t *pid = json_object_get(process, "pid");
+	const char *comm = json_string_value(json_object_get(process, "comm"));
+	uint64_t count = (uint64_t)json_integer_value(json_object_get(stack, "count"));
+	size_t n = json_array_size(frames);
+
+	if (!json_is_array(frames) || !json_is_integer(json_object_get(stack, "count")))
+		return -EINVAL;
+	if (index < top) {
+		fprintf(out, "\n  #%zu  %" PRIu64 " samples (%.2f%%)  %s", index + 1, count,
+			percent(count, total), comm ? comm : "?");
+		if (json_is_integer(pid))
+			fprintf(out, " [pid %" JSON_INTEGER_FORMAT "]\n", json_integer_value(pid));
+		else
+			fprintf(out, " [%" JSON_INTEGER_FORMAT " processes]\n",
+				json_integer_value(json_object_get(process, "processes")));
+	}
+	for (size_t j = n; j-- > 0;) {
+		bool kernel, error;
+		const char *name = frame_name(json_array_get(frames, j), &kernel, &error);
+		if (!name)
+			return -EINVAL;
+		if (index < top)
+			fprintf(out, "        %s%s\n", name, kernel ? " [k]" : "");
+		if (error)
+			continue; /* "[truncated: ...]" says how the unwind ended: not a function */
+		struct func *f = func_get(fs, name, kernel);
+		if (!f)
+			return -ENOMEM;
+		if (j == n - 1)
+			f->self += count;
+		/* Recursion repeats a function in one stack: count the stack once. */
+		if (f->last_stack != index + 1) {
+			f->total += count;
+			f->last_stack = index + 1;
+		}
+	}
+	return 0;
+}
+
+int ctl_top_render(const json_t *doc, uint32_t top, FILE *out)
+{
+	const json_t *stacks = json_object_get(doc, "stacks");
+	const json_t *total_j = json_object_get(doc, "total");
+	struct funcs fs = { 0 };
+	uint64_t total;
+	size_t n;
+	int rc = 0;
+
+	if (!json_is_array(stacks) || !json_is_integer(total_j))
+		return -EINVAL;
+	total = (uint64_t)json_integer_value(total_j);
+	n = json_array_size(stacks);
+	fprintf(out, "Total: %" PRIu64 " samples", total);
+	if (json_is_string(json_object_get(doc, "from")) && json_is_string(json_object_get(doc, "to")))
+		fprintf(out, " from %s to %s", json_string_value(json_object_get(doc, "from")),
+			json_string_value(json_object_get(doc, "to")));
+	fprintf(out, "\n");
+	if (total == 0 || n == 0) {
+		fprintf(out, "No samples match.\n");
+		return 0;
+	}
+	if (json_is_true(json_object_get(doc, "truncated")))
+		fprintf(out, "(the server returned the %zu largest stacks; percentages are of the total)\n",
+			n);
+	if ((rc = hash_index_init(&fs.index, 256)))
+		return rc;
+	fprintf(out, "\nTop %zu stacks (leaf first):\n", n < top ? n : (size_t)top);
+	for (size_t i = 0; i < n; i++)
+		if ((rc = stack_render(json_array_get(stacks, i), i, top, total, &fs, out)))
+			goto cleanup;
+	print_funcs(&fs, true, top, total, out);
+	print_funcs(&fs, false, top, total, out);
+cleanup:
+	free(fs.items);
+	hash_index_free(&fs.index);
+	return rc;
+}
+
+static const char *str(const json_t *obj, const char *key)
+{
+	const char *s = json_string_value(json_object_get(obj, key));
+
+	return s ? s : "-";
+}
+
+int ctl_nodes_render(const json_t *doc, FILE *out)
+{
+	const json_t *nodes = json_object_get(doc, "nodes");
+	size_t i;
+	json_t *n;
+
+	if (!json_is_array(nodes))
+		return -EINVAL;
+	fprintf(out, "%-32s  %-20s  %-20s  %-16s  %8s  %s\n", "NODE ID", "HOSTNAME", "KERNEL",
+		"AGENT", "BATCHES", "LAST SEEN");
+	json_array_foreach(nodes, i, n) {
+		fprintf(out, "%-32s  %-20s  %-20s  %-16s  %8" JSON_INTEGER_FORMAT "  %s\n",
+			str(n, "node_id"), str(n, "hostname"), str(n, "kernel_release"),
+			str(n, "agent_version"), json_integer_value(json_object_get(n, "batches")),
+			str(n, "last_seen"));
+	}
+	if (json_array_size(nodes) == 0)
+		fprintf(out, "(no nodes have sent data)\n");
+	return 0;
+}
+
+int ctl_processes_render(const json_t *doc, FILE *out)
+{
+	const json_t *list = json_object_get(doc, "processes");
+	size_t i;
+	json_t *p;
+
+	if (!json_is_array(list))
+		return -EINVAL;
+	fprintf(out, "%10s  %8s  %-16s  %-20s  %s\n", "SAMPLES", "PID", "COMM", "NODE", "COMMAND");
+	json_array_foreach(list, i, p) {
+		fprintf(out, "%10" JSON_INTEGER_FORMAT "  %8" JSON_INTEGER_FORMAT "  %-16s  %-20s  %s\n",
+			json_integer_value(json_object_get(p, "samples")),
+			json_integer_value(json_object_get(p, "pid")), str(p, "comm"),
+			str(p, "hostname"), str(p, "cmdline"));
+	}
+	if (json_array_size(list) == 0)
+		fprintf(out, "(no samples in the range)\n");
+	return 0;
+}
+
+void ctl_error_text(const uint8_t *body, size_t len, char *out, size_t outlen)
+{
+	json_t *doc = len ? json_loadb((const char *)body, len, 0, NULL) : NULL;
+	const char *msg = json_string_value(json_object_get(doc, "error"));
+
+	if (msg) {
+		snprintf(out, outlen, "%s", msg);
+	} else if (len) {
+		size_t n = 0;
+		while (n < len && n < 200 && body[n] != '\n' && body[n] != '\r')
+			n++;
+		snprintf(out, outlen, "%.*s", (int)n, (const char *)body);
+	} else {
+		snprintf(out, outlen, "(empty response)");
+	}
+	json_decref(doc);
+}

@@ -1,0 +1,969 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Query API: time ranges, filters, flame graph aggregation and rendering, health, metrics. */
+#include "server/api.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/error.h"
+#include "common/hash.h"
+#include "common/options.h"
+#include "server/render.h"
+
+#define PARAM_MAX 256
+
+struct api {
+	struct store *store;
+	struct symbolizer *sym;
+	struct auth *auth;
+	struct server_metrics *metrics;
+	int64_t (*now_ms)(void);
+	_Atomic(struct http_server *) http;
+};
+
+static int64_t real_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+struct api *api_new(struct store *store, struct symbolizer *sym, struct auth *auth,
+		    struct server_metrics *metrics, const struct api_options *opts)
+{
+	struct api *api = calloc(1, sizeof(*api));
+
+	if (!api)
+		return NULL;
+	api->store = store;
+	api->sym = sym;
+	api->auth = auth;
+	api->metrics = metrics;
+	api->now_ms = opts && opts->now_ms ? opts->now_ms : real_now_ms;
+	atomic_init(&api->http, NULL);
+	return api;
+}
+
+void api_free(struct api *api)
+{
+	free(api);
+}
+
+void api_http_server_set(struct api *api, struct http_server *srv)
+{
+	atomic_store(&api->http, srv);
+}
+
+/* ---- time parsing ------------------------------------------------------------------------- */
+
+/* Reads exactly `n` digits. */
+static bool digits(const char **p, int n, int *out)
+{
+	int v = 0;
+
+	for (int i = 0; i < n; i++) {
+		if (!isdigit((unsigned char)(*p)[i]))
+			return false;
+		v = v * 10 + ((*p)[i] - '0');
+	}
+	*p += n;
+	*out = v;
+	return true;
+}
+
+/* Reads a fraction ".ddd" (any number of digits) as milliseconds, truncating. */
+static bool fraction_ms(const char **p, int64_t *ms)
+{
+	int64_t v = 0;
+	int n = 0;
+
+	*ms = 0;
+	if (**p != '.')
+		return true;
+	(*p)++;
+	while (isdigit((unsigned char)**p)) {
+		if (n < 3)
+			v = v * 10 + (**p - '0');
+		n++;
+		(*p)++;
+	}
+	if (n == 0)
+		return false;
+	for (int i = n; i < 3; i++)
+		v *= 10;
+	*ms = v;
+	return true;
+}
+
+static int days_in_month(int year, int month)
+{
+	static const int days[] = { 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+	bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+
+	return month == 2 && leap ? 29 : days[month - 1];
+}
+
+static int parse_rfc3339(const char *p, int64_t *out_ms)
+{
+	struct tm tm = { 0 };
+	int year, mon, day, hour, min, sec, oh = 0, om = 0, sign = 0;
+	int64_t ms;
+
+	if (!digits(&p, 4, &year) || *p++ != '-' || !digits(&p, 2, &mon) || *p++ != '-' ||
+	    !digits(&p, 2, &day) || (*p != 'T' && *p != 't' && *p != ' '))
+		return -EINVAL;
+	p++;
+	if (!digits(&p, 2, &hour) || *p++ != ':' || !digits(&p, 2, &min) || *p++ != ':' ||
+	    !digits(&p, 2, &sec) || !fraction_ms(&p, &ms))
+		return -EINVAL;
+	if (*p == 'Z' || *p == 'z') {
+		p++;
+	} else if (*p == '+' || *p == '-') {
+		sign = *p++ == '+' ? 1 : -1;
+		if (!digits(&p, 2, &oh) || *p++ != ':' || !digits(&p, 2, &om) || oh > 23 || om > 59)
+			return -EINVAL;
+	} else {
+		return -EINVAL;
+	}
+	if (*p || year < 1970 || mon < 1 || mon > 12 || day < 1 || day > days_in_month(year, mon) ||
+	    hour > 23 || min > 59 || sec > 60)
+		return -EINVAL;
+	tm.tm_year = year - 1900;
+	tm.tm_mon = mon - 1;
+	tm.tm_mday = day;
+	tm.tm_hour = hour;
+	tm.tm_min = min;
+	tm.tm_sec = sec;
+	int64_t t = (int64_t)timegm(&tm) - (int64_t)sign * (oh * 3600 + om * 60);
+	*out_ms = t * 1000 + ms;
+	return 0;
+}
+
+int api_time_parse(const char *text, int64_t now_ms, int64_t *out_ms)
+{
+	const char *p = text;
+
+	if (!text || !*text)
+		return -EINVAL;
+	if (strcmp(text, "now") == 0) {
+		*out_ms = now_ms;
+		return 0;
+	}
+	if (text[0] == '-') {
+		double seconds;
+		/* Relative to now; a bare number counts seconds like the other durations. */
+		if (!isdigit((unsigned char)text[1]) || sysom_parse_duration(text + 1, &seconds) ||
+		    seconds > 100.0 * 365 * 86400)
+			return -EINVAL;
+		*out_ms = now_ms - (int64_t)(seconds * 1000);
+		return 0;
+	}
+	if (strlen(text) >= 10 && text[4] == '-')
+		return parse_rfc3339(text, out_ms);
+	/* Unix seconds, optionally fractional. */
+	int64_t sec = 0, ms;
+	int n = 0;
+	while (isdigit((unsigned char)*p)) {
+		if (++n > 12)
+			return -EINVAL;
+		sec = sec * 10 + (*p++ - '0');
+	}
+	if (n == 0 || !fraction_ms(&p, &ms) || *p)
+		return -EINVAL;
+	*out_ms = sec * 1000 + ms;
+	return 0;
+}
+
+/* ---- request parameters ------------------------------------------------------------------- */
+
+/* Reads an optional parameter into `out`; false (and a 400 answered) when malformed. */
+static bool param(const struct http_request *req, const char *name, char *out, size_t outlen,
+		  bool *present, struct http_response *resp)
+{
+	int rc = http_query_param(req, name, out, outlen);
+
+	*present = rc >= 0;
+	if (rc >= 0 || rc == -ENOENT)
+		return true;
+	http_response_error(resp, 400, "parameter '%s' is %s", name,
+			    rc == -E2BIG ? "too long" : "not correctly percent-encoded");
+	return false;
+}
+
+static bool param_uint(const struct http_request *req, const char *name, uint32_t min,
+		       uint32_t max, uint32_t *out, bool *present, struct http_response *resp)
+{
+	char text[PARAM_MAX];
+	char *end;
+
+	if (!param(req, name, text, sizeof(text), present, resp))
+		return false;
+	if (!*present)
+		return true;
+	errno = 0;
+	unsigned long long v = strtoull(text, &end, 10);
+	if (!isdigit((unsigned char)text[0]) || *end || errno || v < min || v > max) {
+		http_response_error(resp, 400, "parameter '%s' must be an integer in [%u, %u]", name,
+				    min, max);
+		return false;
+	}
+	*out = (uint32_t)v;
+	return true;
+}
+
+/* A sample filter with its strings' storage. */
+struct query {
+	struct store_sample_filter f;
+	char node[PARAM_MAX];
+	char comm[PARAM_MAX];
+};
+
+/* Parses node, pid, comm, from and to; answers 400 and returns false when malformed. */
+static bool query_parse(struct api *api, const struct http_request *req, struct query *q,
+			struct http_response *resp)
+{
+	char from[PARAM_MAX], to[PARAM_MAX];
+	bool has_node, has_comm, has_from, has_to;
+	int64_t now = api->now_ms();
+
+	memset(q, 0, sizeof(*q));
+	if (!param(req, "node", q->node, sizeof(q->node), &has_node, resp) ||
+	    !param(req, "comm", q->comm, sizeof(q->comm), &has_comm, resp) ||
+	    !param(req, "from", from, sizeof(from), &has_from, resp) ||
+	    !param(req, "to", to, sizeof(to), &has_to, resp) ||
+	    !param_uint(req, "pid", 0, UINT32_MAX, &q->f.pid, &q->f.has_pid, resp))
+		return false;
+	q->f.node = has_node && *q->node ? q->node : NULL;
+	q->f.comm = has_comm && *q->comm ? q->comm : NULL;
+	q->f.to_ms = now;
+	if (has_to && api_time_parse(to, now, &q->f.to_ms)) {
+		http_response_error(resp, 400,
+				    "invalid time '%s' for 'to' (use Unix seconds, RFC 3339, now,"
+				    " or -30s/-5m/-1h)", to);
+		return false;
+	}
+	q->f.from_ms = q->f.to_ms - API_DEFAULT_RANGE_MS;
+	if (has_from && api_time_parse(from, now, &q->f.from_ms)) {
+		http_response_error(resp, 400,
+				    "invalid time '%s' for 'from' (use Unix seconds, RFC 3339, now,"
+				    " or -30s/-5m/-1h)", from);
+		return false;
+	}
+	if (q->f.from_ms > q->f.to_ms) {
+		http_response_error(resp, 400, "'from' is after 'to'");
+		return false;
+	}
+	return true;
+}
+
+static bool authorized(struct api *api, const struct http_request *req, struct http_response *resp)
+{
+	if (auth_request_check(api->auth, req))
+		return true;
+	auth_respond_unauthorized(resp);
+	return false;
+}
+
+static void respond_store_error(struct http_response *resp, int rc)
+{
+	int status = rc == -EBUSY || rc == -ENOMEM ? 503 : 500;
+
+	http_response_error(resp, status, "storage error: %s", sysom_strerror(rc));
+}
+
+static json_t *json_hex_u64(uint64_t v)
+{
+	char text[24];
+
+	snprintf(text, sizeof(text), "0x%" PRIx64, v);
+	return json_string(text);
+}
+
+/* ---- nodes and processes ------------------------------------------------------------------ */
+
+static int node_to_json(void *arg, const struct store_node *n)
+{
+	char epoch[17];
+	json_t *obj;
+
+	snprintf(epoch, sizeof(epoch), "%016" PRIx64, n->last_epoch);
+	obj = json_pack("{s:s,s:o,s:o,s:o,s:o,s:s,s:I,s:I,s:I,s:o,s:o,s:I,s:s,s:I}", "node_id",
+			n->node_id, "hostname", render_json_string(n->hostname), "kernel_release",
+			render_json_string(n->kernel_release), "machine",
+			render_json_string(n->machine), "agent_version",
+			render_json_string(n->agent_version), "boot_id", n->boot_id, "sample_hz",
+			(json_int_t)n->sample_hz, "sample_rate_ppm", (json_int_t)n->sample_rate_ppm,
+			"online_cpus", (json_int_t)n->online_cpus, "first_seen",
+			render_json_time(n->first_seen_ns), "last_seen",
+			render_json_time(n->last_seen_ns), "batches", (json_int_t)n->batches,
+			"last_epoch", epoch, "last_sequence",
+			(json_int_t)(n->last_sequence > INT64_MAX ? INT64_MAX : n->last_sequence));
+	return obj && !json_array_append_new(arg, obj) ? 0 : -ENOMEM;
+}
+
+void api_nodes_get(void *ctx, const struct http_request *req, struct http_response *resp)
+{
+	struct api *api = ctx;
+	json_t *nodes;
+	int rc;
+
+	if (!authorized(api, req, resp))
+		return;
+	nodes = json_array();
+	if (!nodes) {
+		respond_store_error(resp, -ENOMEM);
+		return;
+	}
+	if ((rc = store_nodes_list(api->store, node_to_json, nodes))) {
+		json_decref(nodes);
+		respond_store_error(resp, rc);
+		return;
+	}
+	render_json_respond(resp, 200, json_pack("{s:o}", "nodes", nodes));
+}
+
+static int process_to_json(void *arg, const struct store_process *p)
+{
+	json_t *obj = json_pack(
+		"{s:s,s:o,s:I,s:I,s:o,s:o,s:o,s:I,s:f,s:o,s:o,s:I}", "node_id", p->node_id, "hostname",
+		render_json_string(p->hostname), "pid", (json_int_t)p->pid, "ppid", (json_int_t)p->ppid,
+		"comm", render_json_string(p->comm), "exe", render_json_string(p->exe), "cmdline",
+		render_json_string(p->cmdline), "generation", (json_int_t)p->generation,
+		"start_time_since_boot", (double)(p->start_time_ns / 1000000) / 1000.0, "first_seen",
+		render_json_time(p->first_seen_ns), "last_seen", render_json_time(p->last_seen_ns),
+		"samples", (json_int_t)(p->samples > INT64_MAX ? INT64_MAX : p->samples));
+
+	return obj && !json_array_append_new(arg, obj) ? 0 : -ENOMEM;
+}
+
+void api_processes_get(void *ctx, const struct http_request *req, struct http_response *resp)
+{
+	struct api *api = ctx;
+	struct query q;
+	uint32_t limit = API_DEFAULT_PROCESS_LIMIT;
+	bool has_limit;
+	json_t *list;
+	int rc;
+
+	if (!authorized(api, req, resp) || !query_parse(api, req, &q, resp) ||
+	    !param_uint(req, "limit", 1, API_MAX_PROCESS_LIMIT, &limit, &has_limit, resp))
+		return;
+	list = json_array();
+	if (!list) {
+		respond_store_error(resp, -ENOMEM);
+		return;
+	}
+	if ((rc = store_processes_list(api->store, &q.f, limit, process_to_json, list))) {
+		json_decref(list);
+		respond_store_error(resp, rc);
+		return;
+	}
+	render_json_respond(resp, 200,
+			    json_pack("{s:o,s:o,s:o}", "from", render_json_time(q.f.from_ms * 1000000),
+				      "to", render_json_time(q.f.to_ms * 1000000), "processes", list));
+}
+
+/* ---- flame graphs -------------------------------------------------------------------------- */
+
+/* One aggregated row of the store, kept for rendering. */
+struct group {
+	char *comm;
+	int64_t pid;
+	uint64_t processes;
+	int64_t stack[2]; /* [0] user, [1] kernel: store ids or STORE_STACK_NONE */
+	uint64_t count;
+};
+
+/* A frame to resolve: which object and offset, in which kind of stack. */
+struct frame_key {
+	int64_t object;
+	uint64_t offset;
+	uint8_t stack_kind;
+};
+
+/* Everything one flame graph request collects; freed by flame_free. */
+struct flame {
+	struct group *groups;
+	size_t ngroups, groups_cap;
+	struct store_stack **stacks; /* distinct stacks of all groups */
+	size_t nstacks;
+	struct hash_index stack_index; /* stack id → index in stacks */
+	struct frame_key *keys;        /* distinct frames */
+	struct symbolized_frame *frames; /* resolved, parallel to keys */
+	size_t nframes, frames_cap;
+	struct hash_index frame_index; /* frame key → index */
+	uint64_t total;
+};
+
+static void flame_free(struct flame *fl)
+{
+	for (size_t i = 0; i < fl->ngroups; i++)
+		free(fl->groups[i].comm);
+	free(fl->groups);
+	for (size_t i = 0; i < fl->nstacks; i++)
+		free(fl->stacks[i]);
+	free(fl->stacks);
+	for (size_t i = 0; i < fl->nframes; i++)
+		symbolized_frame_release(&fl->frames[i]);
+	free(fl->frames);
+	free(fl->keys);
+	hash_index_free(&fl->stack_index);
+	hash_index_free(&fl->frame_index);
+}
+
+static int group_collect(void *arg, const struct store_stack_count *row)
+{
+	struct flame *fl = arg;
+
+	if (fl->ngroups == fl->groups_cap) {
+		size_t cap = fl->groups_cap ? fl->groups_cap * 2 : 256;
+		struct group *grown = realloc(fl->groups, cap * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		fl->groups = grown;
+		fl->groups_cap = cap;
+	}
+	struct group *g = &fl->groups[fl->ngroups];
+	g->comm = strdup(row->comm);
+	if (!g->comm)
+		return -ENOMEM;
+	g->pid = row->pid;
+	g->processes = row->processes;
+	g->stack[0] = row->user_stack;
+	g->stack[1] = row->kernel_stack;
+	g->count = row->count;
+	fl->ngroups++;
+	return 0;
+}
+
+struct stack_match {
+	const struct flame *fl;
+	int64_t id;
+};
+
+static bool stack_eq(const void *ctx, uint32_t idx)
+{
+	const struct stack_match *m = ctx;
+
+	return m->fl->stacks[idx]->id == m->id;
+}
+
+/* The loaded stack with this id (loading it once), or NULL with *rc set. */
+static const struct store_stack *flame_stack(struct api *api, struct flame *fl, int64_t id, int *rc)
+{
+	struct stack_match m = { fl, id };
+	uint64_t h = sysom_hash_mix((uint64_t)id, 0);
+	uint32_t idx = hash_index_find(&fl->stack_index, h, stack_eq, &m);
+	struct store_stack *stk;
+
+	if (idx != HASH_INDEX_NONE)
+		return fl->stacks[idx];
+	if ((*rc = store_stack_get(api->store, id, &stk)))
+		return NULL;
+	/* Every group has at most two stacks: ngroups * 2 bounds the array. */
+	fl->stacks[fl->nstacks++] = stk;
+	if ((*rc = hash_index_insert(&fl->stack_index, h, (uint32_t)(fl->nstacks - 1))))
+		return NULL;
+	return stk;
+}
+
+struct frame_match {
+	const struct flame *fl;
+	const struct frame_key *key;
+};
+
+static uint64_t frame_hash(const struct frame_key *key)
+{
+	return sysom_hash_mix(sysom_hash_mix((uint64_t)key->object, key->offset), key->stack_kind);
+}
+
+static bool frame_eq(const void *ctx, uint32_t idx)
+{
+	const struct frame_match *m = ctx;
+	const struct frame_key *k = &m->fl->keys[idx];
+
+	return k->object == m->key->object && k->offset == m->key->offset &&
+	       k->stack_kind == m->key->stack_kind;
+}
+
+/* Resolves a frame once per request (the symbolizer caches across requests). */
+static int flame_frame(struct api *api, struct flame *fl, const struct frame_key *key)
+{
+	struct frame_match m = { fl, key };
+	uint64_t h = frame_hash(key);
+	int rc;
+
+	if (hash_index_find(&fl->frame_index, h, frame_eq, &m) != HASH_INDEX_NONE)
+		return 0;
+	if (fl->nframes == fl->frames_cap) {
+		size_t cap = fl->frames_cap ? fl->frames_cap * 2 : 1024;
+		struct frame_key *keys = realloc(fl->keys, cap * sizeof(*keys));
+		if (!keys)
+			return -ENOMEM;
+		fl->keys = keys;
+		struct symbolized_frame *frames = realloc(fl->frames, cap * sizeof(*frames));
+		if (!frames)
+			return -ENOMEM;
+		fl->frames = frames;
+		fl->frames_cap = cap;
+	}
+	rc = symbolizer_frame_resolve(api->sym, key->stack_kind, key->object, key->offset,
+				      &fl->frames[fl->nframes]);
+	if (rc)
+		return rc;
+	fl->keys[fl->nframes] = *key;
+	if ((rc = hash_index_insert(&fl->frame_index, h, (uint32_t)fl->nframes))) {
+		symbolized_frame_release(&fl->frames[fl->nframes]);
+		return rc;
+	}
+	fl->nframes++;
+	return 0;
+}
+
+static const struct symbolized_frame *flame_frame_get(const struct flame *fl,
+						      const struct frame_key *key)
+{
+	struct frame_match m = { fl, key };
+
+	return &fl->frames[hash_index_find(&fl->frame_index, frame_hash(key), frame_eq, &m)];
+}
+
+/* Aggregates, loads the stacks and resolves every distinct frame. */
+static int flame_build(struct api *api, const struct store_sample_filter *f, uint32_t limit,
+		       struct flame *fl)
+{
+	int rc;
+
+	if ((rc = store_stacks_aggregate(api->store, f, limit, group_collect, fl, &fl->total)))
+		return rc;
+	if ((rc = hash_index_init(&fl->stack_index, (uint32_t)(fl->ngroups * 2))) ||
+	    (rc = hash_index_init(&fl->frame_index, 1024)))
+		return rc;
+	fl->stacks = calloc(fl->ngroups * 2 + 1, sizeof(*fl->stacks));
+	if (!fl->stacks)
+		return -ENOMEM;
+	for (size_t i = 0; i < fl->ngroups; i++) {
+		for (int part = 0; part < 2; part++) {
+			const struct store_stack *stk;
+
+			if (fl->groups[i].stack[part] == STORE_STACK_NONE)
+				continue;
+			if (!(stk = flame_stack(api, fl, fl->groups[i].stack[part], &rc)))
+				return rc;
+			for (uint16_t j = 0; j < stk->nframes; j++) {
+				struct frame_key key = { stk->frames[j].object, stk->frames[j].offset,
+							 stk->kind };
+				if ((rc = flame_frame(api, fl, &key)))
+					return rc;
+			}
+		}
+	}
+	return 0;
+}
+
+/* Calls `emit` for each frame of a group, root first: user part, then kernel part. */
+typedef int (*frame_emit_fn)(void *arg, const struct symbolized_frame *f, bool kernel_part);
+
+static int group_frames(const struct flame *fl, const struct group *g, frame_emit_fn emit,
+			void *arg)
+{
+	for (int part = 0; part < 2; part++) {
+		struct stack_match m = { fl, g->stack[part] };
+		const struct store_stack *stk;
+		int rc;
+
+		if (g->stack[part] == STORE_STACK_NONE)
+			continue;
+		stk = fl->stacks[hash_index_find(&fl->stack_index, sysom_hash_mix((uint64_t)m.id, 0),
+						 stack_eq, &m)];
+		if (stk->stop_reason != SYSOM_STOP_COMPLETE) {
+			struct symbolized_frame err;
+			if ((rc = symbolizer_stop_frame(stk->stop_reason, &err)))
+				return rc;
+			rc = emit(arg, &err, part == 1);
+			symbolized_frame_release(&err);
+			if (rc)
+				return rc;
+		}
+		for (int j = stk->nframes - 1; j >= 0; j--) {
+			struct frame_key key = { stk->frames[j].object, stk->frames[j].offset,
+						 stk->kind };
+			if ((rc = emit(arg, flame_frame_get(fl, &key), part == 1)))
+				return rc;
+		}
+	}
+	return 0;
+}
+
+/* Appends a frame name for folded output: valid UTF-8, no ';' or line breaks. */
+static void folded_name(struct byte_buf *out, const char *name)
+{
+	struct byte_buf clean = { 0 };
+
+	render_utf8_append(&clean, name, strlen(name));
+	for (size_t i = 0; i < clean.len; i++) {
+		char c = (char)clean.data[i];
+		byte_buf_append(out, c == ';' ? ":" : c == '\n' || c == '\r' ? " " : &c, 1);
+	}
+	if (byte_buf_error(&clean) && !out->error)
+		out->error = byte_buf_error(&clean);
+	byte_buf_free(&clean);
+}
+
+static int folded_emit(void *arg, const struct symbolized_frame *f, bool kernel_part)
+{
+	struct byte_buf *line = arg;
+
+	byte_buf_append(line, ";", 1);
+	folded_name(line, f->name);
+	if (kernel_part)
+		byte_buf_append(line, "_[k]", 4);
+	return byte_buf_error(line);
+}
+
+/* A folded line and its count; identical lines (same names, other offsets) are merged. */
+struct folded_line {
+	char *text;
+	size_t len;
+	uint64_t count;
+};
+
+struct line_match {
+	const struct folded_line *lines;
+	const char *text;
+	size_t len;
+};
+
+static bool line_eq(const void *ctx, uint32_t idx)
+{
+	const struct line_match *m = ctx;
+
+	return m->lines[idx].len == m->len && memcmp(m->lines[idx].text, m->text, m->len) == 0;
+}
+
+static int line_compare(const void *a, const void *b)
+{
+	const struct folded_line *x = a, *y = b;
+
+	if (x->count != y->count)
+		return x->count > y->count ? -1 : 1;
+	return strcmp(x->text, y->text);
+}
+
+static int folded_render(const struct flame *fl, struct byte_buf *out)
+{
+	struct folded_line *lines = calloc(fl->ngroups + 1, sizeof(*lines));
+	struct hash_index index = { 0 };
+	struct byte_buf line = { 0 };
+	size_t nlines = 0;
+	int rc;
+
+	if (!lines)
+		return -ENOMEM;
+	if ((rc = hash_index_init(&index, (uint32_t)fl->ngroups)))
+		goto cleanup;
+	for (size_t i = 0; i < fl->ngroups; i++) {
+		const struct group *g = &fl->groups[i];
+
+		line.len = 0;
+		folded_name(&line, *g->comm ? g->comm : "[unknown]");
+		if ((rc = group_frames(fl, g, folded_emit, &line)))
+			goto cleanup;
+		struct line_match m = { lines, (const char *)line.data, line.len };
+		uint64_t h = sysom_hash64(line.data, line.len, 0);
+		uint32_t found = hash_index_find(&index, h, line_eq, &m);
+		if (found != HASH_INDEX_NONE) {
+			lines[found].count += g->count;
+			continue;
+		}
+		lines[nlines].text = malloc(line.len + 1);
+		if (!lines[nlines].text) {
+			rc = -ENOMEM;
+			goto cleanup;
+		}
+		memcpy(lines[nlines].text, line.data, line.len);
+		lines[nlines].text[line.len] = '\0';
+		lines[nlines].len = line.len;
+		lines[nlines].count = g->count;
+		if ((rc = hash_index_insert(&index, h, (uint32_t)nlines)))
+			goto cleanup;
+		nlines++;
+	}
+	qsort(lines, nlines, sizeof(*lines), line_compare);
+	for (size_t i = 0; i < nlines; i++)
+		byte_buf_printf(out, "%s %" PRIu64 "\n", lines[i].text, lines[i].count);
+	rc = byte_buf_error(out);
+cleanup:
+	for (size_t i = 0; i < nlines; i++)
+		free(lines[i].text);
+	free(lines);
+	hash_index_free(&index);
+	byte_buf_free(&line);
+	return rc;
+}
+
+static int json_emit(void *arg, const struct symbolized_frame *f, bool kernel_part)
+{
+	static const char *const kinds[] = { [SYMBOLIZED_USER] = "user",
+					     [SYMBOLIZED_KERNEL] = "kernel",
+					     [SYMBOLIZED_ERROR] = "error" };
+	json_t *frames = arg;
+	json_t *obj;
+
+	(void)kernel_part;
+	obj = json_pack("{s:o,s:s}", "name", render_json_string(f->name), "kind", kinds[f->kind]);
+	if (obj && f->kind != SYMBOLIZED_ERROR) {
+		json_object_set_new(obj, "object", render_json_string(f->object));
+		json_object_set_new(obj, "build_id", json_string(f->build_id));
+		json_object_set_new(obj, "offset", json_hex_u64(f->offset));
+		if (f->has_symbol_offset)
+			json_object_set_new(obj, "symbol_offset", json_hex_u64(f->symbol_offset));
+	}
+	return obj && !json_array_append_new(frames, obj) ? 0 : -ENOMEM;
+}
+
+static int json_render(const struct flame *fl, const struct query *q, json_t **out)
+{
+	json_t *stacks = json_array();
+	uint64_t shown = 0;
+	int rc = 0;
+
+	if (!stacks)
+		return -ENOMEM;
+	for (size_t i = 0; i < fl->ngroups; i++) {
+		const struct group *g = &fl->groups[i];
+		json_t *frames = json_array();
+		json_t *process = json_pack("{s:o,s:o,s:I}", "comm", render_json_string(g->comm), "pid",
+					    g->pid >= 0 ? json_integer(g->pid) : json_null(),
+					    "processes", (json_int_t)g->processes);
+		json_t *stack = json_pack("{s:I,s:o,s:o}", "count", (json_int_t)g->count, "process",
+					  process, "frames", frames);
+
+		if (!stack || json_array_append_new(stacks, stack)) {
+			rc = -ENOMEM;
+			goto cleanup;
+		}
+		if ((rc = group_frames(fl, g, json_emit, frames)))
+			goto cleanup;
+		shown += g->count;
+	}
+	*out = json_pack("{s:I,s:o,s:o,s:b,s:O}", "total",
+			 (json_int_t)(fl->total > INT64_MAX ? INT64_MAX : fl->total), "from",
+			 render_json_time(q->f.from_ms * 1000000), "to",
+			 render_json_time(q->f.to_ms * 1000000), "truncated", shown < fl->total,
+			 "stacks", stacks);
+	if (!*out)
+		rc = -ENOMEM;
+cleanup:
+	json_decref(stacks);
+	return rc;
+}
+
+void api_flamegraph_get(void *ctx, const struct http_request *req, struct http_response *resp)
+{
+	struct api *api = ctx;
+	struct flame fl = { 0 };
+	struct query q;
+	char format[16] = "folded";
+	uint32_t limit = API_DEFAULT_STACK_LIMIT;
+	bool has_limit, has_format, json;
+	json_t *doc = NULL;
+	int rc;
+
+	if (!authorized(api, req, resp) || !query_parse(api, req, &q, resp) ||
+	    !param_uint(req, "limit", 1, API_MAX_STACK_LIMIT, &limit, &has_limit, resp) ||
+	    !param(req, "format", format, sizeof(format), &has_format, resp))
+		return;
+	json = strcmp(format, "json") == 0;
+	if (!json && strcmp(format, "folded") != 0) {
+		http_response_error(resp, 400, "parameter 'format' must be folded or json");
+		return;
+	}
+	if ((rc = flame_build(api, &q.f, limit, &fl)))
+		goto cleanup;
+	if (json) {
+		if ((rc = json_render(&fl, &q, &doc)))
+			goto cleanup;
+		render_json_respond(resp, 200, doc);
+	} else {
+		resp->status = 200;
+		snprintf(resp->content_type, sizeof(resp->content_type), "text/plain; charset=utf-8");
+		resp->body.len = 0;
+		rc = folded_render(&fl, &resp->body);
+	}
+cleanup:
+	if (rc)
+		respond_store_error(resp, rc);
+	flame_free(&fl);
+}
+
+/* ---- health and metrics -------------------------------------------------------------------- */
+
+void api_healthz_get(void *ctx, const struct http_request *req, struct http_response *resp)
+{
+	struct api *api = ctx;
+	int rc = store_ping(api->store);
+
+	(void)req;
+	if (rc)
+		render_json_respond(resp, 503,
+				    json_pack("{s:s,s:s}", "status", "unavailable", "error",
+					      sysom_strerror(rc)));
+	else
+		render_json_respond(resp, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+/* Renders the agents' counters: one family per counter id, one sample per node. */
+struct counter_render {
+	struct byte_buf *out;
+	int last_counter;
+	char family[96];
+};
+
+static int counter_write(void *arg, const struct store_counter_total *c)
+{
+	struct counter_render *r = arg;
+	const char *labels[] = { "node", c->hostname, "node_id", c->node_id, NULL };
+
+	if (c->counter != r->last_counter) {
+		const char *name = sysom_counter_name(c->counter);
+		char help[160];
+
+		if (name)
+			snprintf(r->family, sizeof(r->family), "sysom_agent_%s_total", name);
+		else
+			snprintf(r->family, sizeof(r->family), "sysom_agent_counter_%u_total",
+				 c->counter);
+		snprintf(help, sizeof(help), "Agent counter %s (id %u) summed over stored batches.",
+			 name ? name : "without a name", c->counter);
+		metrics_family_write(r->out, r->family, "counter", help);
+		r->last_counter = c->counter;
+	}
+	metrics_sample_write(r->out, r->family, labels, (double)c->total);
+	return byte_buf_error(r->out);
+}
+
+static void http_stats_write(struct byte_buf *out, const struct http_server_stats *st)
+{
+	static const struct {
+		const char *name, *type, *help;
+		size_t offset;
+	} simple[] = {
+		{ "sysom_http_connections_accepted_total", "counter", "Connections accepted.",
+		  offsetof(struct http_server_stats, connections_accepted) },
+		{ "sysom_http_connections_rejected_total", "counter",
+		  "Connections refused over the connection limit.",
+		  offsetof(struct http_server_stats, connections_rejected) },
+		{ "sysom_http_connections_open", "gauge", "Connections open now.",
+		  offsetof(struct http_server_stats, connections_open) },
+		{ "sysom_http_requests_total", "counter", "Requests received.",
+		  offsetof(struct http_server_stats, requests) },
+		{ "sysom_http_received_bytes_total", "counter", "Bytes received.",
+		  offsetof(struct http_server_stats, bytes_received) },
+		{ "sysom_http_sent_bytes_total", "counter", "Bytes sent.",
+		  offsetof(struct http_server_stats, bytes_sent) },
+		{ "sysom_http_parse_errors_total", "counter", "Malformed requests.",
+		  offsetof(struct http_server_stats, parse_errors) },
+		{ "sysom_http_limit_rejections_total", "counter",
+		  "Requests refused by the transport's limits (408, 413, 431, 503).",
+		  offsetof(struct http_server_stats, limit_rejections) },
+	};
+	const uint64_t classes[] = { st->responses_2xx, st->responses_3xx, st->responses_4xx,
+				     st->responses_5xx };
+	static const char *const class_names[] = { "2xx", "3xx", "4xx", "5xx" };
+
+	for (size_t i = 0; i < sizeof(simple) / sizeof(simple[0]); i++) {
+		uint64_t v;
+
+		memcpy(&v, (const char *)st + simple[i].offset, sizeof(v));
+		metrics_family_write(out, simple[i].name, simple[i].type, simple[i].help);
+		metrics_sample_write(out, simple[i].name, NULL, (double)v);
+	}
+	metrics_family_write(out, "sysom_http_responses_total", "counter",
+			     "Responses sent, by status class.");
+	for (size_t i = 0; i < 4; i++) {
+		const char *labels[] = { "class", class_names[i], NULL };
+		metrics_sample_write(out, "sysom_http_responses_total", labels, (double)classes[i]);
+	}
+}
+
+void api_metrics_get(void *ctx, const struct http_request *req, struct http_response *resp)
+{
+	struct api *api = ctx;
+	struct http_server *srv = atomic_load(&api->http);
+	struct byte_buf out = { 0 };
+	struct counter_render cr = { .out = &out, .last_counter = -1 };
+	struct symbolizer_stats ss;
+	uint64_t size;
+	int rc;
+
+	(void)req;
+	{
+		const char *labels[] = { "version", SYSOM_VERSION, NULL };
+		metrics_family_write(&out, "sysom_build_info", "gauge", "Build of this sysom-server.");
+		metrics_sample_write(&out, "sysom_build_info", labels, 1);
+	}
+	server_metrics_write(api->metrics, &out);
+	if ((rc = store_size_get(api->store, &size)) == 0) {
+		metrics_family_write(&out, "sysom_store_size_bytes", "gauge",
+				     "Bytes the store occupies on disk.");
+		metrics_sample_write(&out, "sysom_store_size_bytes", NULL, (double)size);
+	}
+	symbolizer_stats_get(api->sym, &ss);
+	metrics_family_write(&out, "sysom_symbol_cache_lookups_total", "counter",
+			     "Symbolizer cache lookups, by result.");
+	{
+		const char *hit[] = { "result", "hit", NULL }, *miss[] = { "result", "miss", NULL };
+		metrics_sample_write(&out, "sysom_symbol_cache_lookups_total", hit, (double)ss.hits);
+		metrics_sample_write(&out, "sysom_symbol_cache_lookups_total", miss, (double)ss.misses);
+	}
+	metrics_family_write(&out, "sysom_symbol_cache_entries", "gauge", "Frames cached.");
+	metrics_sample_write(&out, "sysom_symbol_cache_entries", NULL, (double)ss.entries);
+	if (srv) {
+		struct http_server_stats st;
+		http_server_stats(srv, &st);
+		http_stats_write(&out, &st);
+	}
+	rc = store_counters_list(api->store, counter_write, &cr);
+	if (!rc)
+		rc = byte_buf_error(&out);
+	if (rc) {
+		byte_buf_free(&out);
+		respond_store_error(resp, rc);
+		return;
+	}
+	http_response_text(resp, 200, "text/plain; version=0.0.4; charset=utf-8",
+			   out.len ? (const char *)out.data : "", out.len);
+	byte_buf_free(&out);
+}
+
+/* ---- routes -------------------------------------------------------------------------------- */
+
+size_t api_routes_build(struct api *api, struct ingest *in, const struct api_route_limits *limits,
+			struct http_route out[API_ROUTE_COUNT])
+{
+	size_t ingest_max = limits && limits->ingest_max_body ? limits->ingest_max_body
+							      : INGEST_DEFAULT_MAX_BODY;
+	size_t ksyms_max = limits && limits->ksyms_max_body ? limits->ksyms_max_body
+							    : INGEST_DEFAULT_MAX_KSYMS_BODY;
+	const struct http_route routes[API_ROUTE_COUNT] = {
+		{ "POST", INGEST_PATH, false, ingest_batch_post, in, ingest_max },
+		{ "PUT", INGEST_KSYMS_PREFIX, true, ingest_ksyms_put, in, ksyms_max },
+		{ "GET", INGEST_KSYMS_PREFIX, true, ingest_ksyms_get, in, 0 },
+		{ "GET", "/api/v1/nodes", false, api_nodes_get, api, 0 },
+		{ "GET", "/api/v1/processes", false, api_processes_get, api, 0 },
+		{ "GET", "/api/v1/flamegraph", false, api_flamegraph_get, api, 0 },
+		{ "GET", "/healthz", false, api_healthz_get, api, 0 },
+		{ "GET", "/metrics", false, api_metrics_get, api, 0 },
+	};
+
+	memcpy(out, routes, sizeof(routes));
+	return API_ROUTE_COUNT;
+}

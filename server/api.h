@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Query API handlers (nodes, processes, flame graphs, health, metrics) and the route table. */
+#ifndef SYSOM_SERVER_API_H
+#define SYSOM_SERVER_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/auth.h"
+#include "server/http.h"
+#include "server/ingest.h"
+#include "server/metrics.h"
+#include "server/store/store.h"
+#include "server/symbolize.h"
+
+#define API_DEFAULT_RANGE_MS (3600 * 1000)  /* from/to default: the last hour */
+#define API_DEFAULT_STACK_LIMIT 10000
+#define API_MAX_STACK_LIMIT 100000
+#define API_DEFAULT_PROCESS_LIMIT 10000
+#define API_MAX_PROCESS_LIMIT 100000
+
+struct api_options {
+	/* Current time in ms since the Unix epoch (NULL: the real clock); tests pin it. */
+	int64_t (*now_ms)(void);
+};
+
+struct api;
+
+/*
+ * Creates the query handlers' context over borrowed objects that must outlive it; `opts` may
+ * be NULL. Returns NULL when out of memory.
+ */
+struct api *api_new(struct store *store, struct symbolizer *sym, struct auth *auth,
+		    struct server_metrics *metrics, const struct api_options *opts);
+
+/* Frees it; accepts NULL. */
+void api_free(struct api *api);
+
+/*
+ * Lets /metrics include the transport's counters (NULL: none). Call after http_server_start
+ * and with NULL before the server is freed. Thread-safe.
+ */
+void api_http_server_set(struct api *api, struct http_server *srv);
+
+/*
+ * Parses a time parameter: Unix seconds ("1700000000", "1700000000.25"), RFC 3339
+ * ("2026-11-22T10:00:00Z", "2026-11-22T12:00:00.5+02:00"), "now", or a time relative to now
+ * ("-30s", "-5m", "-1h", "-2d", "-500ms"). Writes ms since the Unix epoch to *out_ms.
+ * Returns 0 or -EINVAL.
+ */
+int api_time_parse(const char *text, int64_t now_ms, int64_t *out_ms);
+
+/* GET /api/v1/nodes (ctx: struct api). */
+void api_nodes_get(void *ctx, const struct http_request *req, struct http_response *resp);
+/* GET /api/v1/processes?node=&pid=&comm=&from=&to=&limit= */
+void api_processes_get(void *ctx, const struct http_request *req, struct http_response *resp);
+/* GET /api/v1/flamegraph?node=&pid=&comm=&from=&to=&format=folded|json&limit= */
+void api_flamegraph_get(void *ctx, const struct http_request *req, struct http_response *resp);
+/* GET /healthz: 200 when the store answers, else 503. No authentication. */
+void api_healthz_get(void *ctx, const struct http_request *req, struct http_response *resp);
+/* GET /metrics: Prometheus text format 0.0.4. No authentication. */
+void api_metrics_get(void *ctx, const struct http_request *req, struct http_response *resp);
+
+/* Body limits of the routes that take a body (0: the defaults in ingest.h). */
+struct api_route_limits {
+	size_t ingest_max_body; /* compressed batch */
+	size_t ksyms_max_body;  /* compressed symbol table */
+};
+
+#define API_ROUTE_COUNT 8
+
+/*
+ * Fills `out` with the server's routes (ingest, kernel symbols, queries, health, metrics) and
+ * returns how many (API_ROUTE_COUNT). The routes borrow `api` and `in`.
+ */
+size_t api_routes_build(struct api *api, struct ingest *in, const struct api_route_limits *limits,
+			struct http_route out[API_ROUTE_COUNT]);
+
+#endif

@@ -1,0 +1,410 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* sysom-server: options, store, HTTP transport, signals (TERM/INT stop, HUP reloads the token). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <systemd/sd-daemon.h>
+#include <uv.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/options.h"
+#include "server/api.h"
+#include "server/auth.h"
+#include "server/http.h"
+#include "server/ingest.h"
+#include "server/metrics.h"
+#include "server/store/store.h"
+#include "server/symbolize.h"
+
+#define EXIT_USAGE 2
+
+struct config {
+	char *listen;
+	char *data_dir;
+	char *token_file;
+	char *config_file;
+	char *log_level;
+	char *port_file;
+	uint64_t max_ingest_body;
+	uint64_t max_ingest_decompressed;
+	uint64_t max_symbols_body;
+	uint64_t max_symbols_decompressed;
+	uint32_t max_symbol_lines;
+	uint64_t max_db_size;
+	uint32_t read_connections;
+	uint32_t symbol_cache_entries;
+	uint32_t max_connections;
+	uint32_t max_inflight;
+	double request_timeout;
+	double idle_timeout;
+	bool help;
+	bool version;
+};
+
+static struct config cfg = {
+	.max_ingest_body = INGEST_DEFAULT_MAX_BODY,
+	.max_ingest_decompressed = INGEST_DEFAULT_MAX_DECOMPRESSED,
+	.max_symbols_body = INGEST_DEFAULT_MAX_KSYMS_BODY,
+	.max_symbols_decompressed = INGEST_DEFAULT_MAX_KSYMS_DECOMPRESSED,
+	.max_symbol_lines = 4000000,
+	.read_connections = 4,
+	.symbol_cache_entries = SYMBOLIZER_DEFAULT_ENTRIES,
+	.max_connections = 1024,
+	.max_inflight = 64,
+	.request_timeout = 30,
+	.idle_timeout = 60,
+};
+
+#define MIB (1024.0 * 1024)
+static const struct sysom_option options[] = {
+	{ "listen", SYSOM_OPT_STRING, &cfg.listen, 0, 0, "HOST:PORT to serve on (default 127.0.0.1:8080)", false },
+	{ "data-dir", SYSOM_OPT_STRING, &cfg.data_dir, 0, 0, "directory of the database (required)", false },
+	{ "token-file", SYSOM_OPT_STRING, &cfg.token_file, 0, 0, "file whose first line is the bearer token the API requires", false },
+	{ "config", SYSOM_OPT_STRING, &cfg.config_file, 0, 0, "config file of 'key = value' lines (flags override it)", true },
+	{ "log-level", SYSOM_OPT_STRING, &cfg.log_level, 0, 0, "error, warn, info or debug (default info)", false },
+	{ "port-file", SYSOM_OPT_STRING, &cfg.port_file, 0, 0, "write the bound port here once listening", false },
+	{ "max-ingest-body", SYSOM_OPT_SIZE, &cfg.max_ingest_body, 1024, 1024 * MIB, "largest compressed batch (default 16M)", false },
+	{ "max-ingest-decompressed", SYSOM_OPT_SIZE, &cfg.max_ingest_decompressed, 1024, 4096 * MIB, "largest decompressed batch (default 128M)", false },
+	{ "max-symbols-body", SYSOM_OPT_SIZE, &cfg.max_symbols_body, 1024, 1024 * MIB, "largest compressed kernel symbol upload (default 64M)", false },
+	{ "max-symbols-decompressed", SYSOM_OPT_SIZE, &cfg.max_symbols_decompressed, 1024, 1024 * MIB, "largest decompressed kernel symbol upload (default 64M)", false },
+	{ "max-symbol-lines", SYSOM_OPT_UINT, &cfg.max_symbol_lines, 1, 100000000, "most lines in a kernel symbol upload (default 4000000)", false },
+	{ "max-db-size", SYSOM_OPT_SIZE, &cfg.max_db_size, 0, 1e15, "cap of the database size; ingest answers 507 beyond (default 0: none)", false },
+	{ "read-connections", SYSOM_OPT_UINT, &cfg.read_connections, 1, 64, "database connections for queries (default 4)", false },
+	{ "symbol-cache-entries", SYSOM_OPT_UINT, &cfg.symbol_cache_entries, 16, 1 << 24, "frames the symbolizer caches (default 65536)", false },
+	{ "max-connections", SYSOM_OPT_UINT, &cfg.max_connections, 1, 1000000, "open connections (default 1024)", false },
+	{ "max-inflight", SYSOM_OPT_UINT, &cfg.max_inflight, 1, 100000, "requests handled at once; 503 beyond (default 64)", false },
+	{ "request-timeout", SYSOM_OPT_DURATION, &cfg.request_timeout, 1, 3600, "time to receive a whole request (default 30s)", false },
+	{ "idle-timeout", SYSOM_OPT_DURATION, &cfg.idle_timeout, 1, 86400, "keep-alive idle time (default 60s)", false },
+	{ "help", SYSOM_OPT_BOOL, &cfg.help, 0, 0, "print this help", true },
+	{ "version", SYSOM_OPT_BOOL, &cfg.version, 0, 0, "print the version", true },
+};
+#define NOPTIONS (sizeof(options) / sizeof(options[0]))
+
+/* Everything the running server owns. */
+struct server {
+	uv_loop_t loop;
+	uv_signal_t sig_term, sig_int, sig_hup;
+	struct store *store;
+	struct auth *auth;
+	struct symbolizer *sym;
+	struct server_metrics metrics;
+	struct ingest *ingest;
+	struct api *api;
+	struct http_route routes[API_ROUTE_COUNT];
+	struct http_server *http;
+	bool stopping;
+};
+
+/* Splits "HOST:PORT" or "[V6]:PORT"; 0 or -EINVAL. */
+static int listen_parse(const char *text, char *host, size_t hostlen, uint16_t *port)
+{
+	const char *colon = strrchr(text, ':');
+	char *end;
+	unsigned long p;
+
+	if (!colon || colon == text || !colon[1])
+		return -EINVAL;
+	errno = 0;
+	p = strtoul(colon + 1, &end, 10);
+	if (*end || errno || p > 65535 || colon[1] == '-' || colon[1] == '+')
+		return -EINVAL;
+	if ((size_t)(colon - text) >= hostlen)
+		return -EINVAL;
+	/* A bare IPv6 address needs brackets: "::1:8080" is ambiguous. */
+	if (memchr(text, ':', (size_t)(colon - text)) && text[0] != '[')
+		return -EINVAL;
+	snprintf(host, hostlen, "%.*s", (int)(colon - text), text);
+	*port = (uint16_t)p;
+	return 0;
+}
+
+/* Loads the token file into the authenticator; logs what happened. 0 or a negative error. */
+static int token_load(struct auth *auth, const char *path)
+{
+	char err[512];
+	char *token = NULL;
+	bool world_readable = false;
+	int rc = auth_token_file_read(path, &token, &world_readable, err, sizeof(err));
+
+	if (rc) {
+		log_error("%s", err);
+		return rc;
+	}
+	/*
+	 * A token others can read is a leaked token, but refusing it would leave the API without
+	 * authentication or the server down: use it and say so loudly.
+	 */
+	if (world_readable)
+		log_warn("token file %s is readable by every user; restrict it (chmod 600)", path);
+	rc = auth_token_set(auth, token);
+	explicit_bzero(token, strlen(token));
+	free(token);
+	if (rc)
+		log_error("cannot set the token: %s", sysom_strerror(rc));
+	return rc;
+}
+
+/* Writes the port to `path` atomically (temporary file + rename). */
+static int port_file_write(const char *path, uint16_t port)
+{
+	char tmp[PATH_MAX];
+	FILE *f;
+
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	f = fopen(tmp, "w");
+	if (!f)
+		return -errno;
+	fprintf(f, "%u\n", port);
+	if (fclose(f) != 0) {
+		int rc = -errno;
+		unlink(tmp);
+		return rc;
+	}
+	return rename(tmp, path) ? -errno : 0;
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+	(void)h;
+}
+
+/* The transport is gone: close the signal handles so the loop ends. */
+static void on_http_stopped(void *arg)
+{
+	struct server *s = arg;
+
+	uv_close((uv_handle_t *)&s->sig_term, on_handle_closed);
+	uv_close((uv_handle_t *)&s->sig_int, on_handle_closed);
+	uv_close((uv_handle_t *)&s->sig_hup, on_handle_closed);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+	struct server *s = h->data;
+
+	if (signum == SIGHUP) {
+		if (!cfg.token_file) {
+			log_info("SIGHUP: no --token-file to reload");
+		} else if (token_load(s->auth, cfg.token_file) == 0) {
+			log_info("SIGHUP: reloaded the token from %s", cfg.token_file);
+		} else {
+			log_warn("SIGHUP: keeping the previous token");
+		}
+		return;
+	}
+	if (s->stopping)
+		return;
+	s->stopping = true;
+	log_info("%s: stopping", strsignal(signum));
+	sd_notify(0, "STOPPING=1");
+	/* /metrics must not read the transport's counters once it is being freed. */
+	api_http_server_set(s->api, NULL);
+	http_server_stop(s->http, on_http_stopped, s);
+}
+
+static int signals_start(struct server *s)
+{
+	uv_signal_t *handles[] = { &s->sig_term, &s->sig_int, &s->sig_hup };
+	const int signums[] = { SIGTERM, SIGINT, SIGHUP };
+	int rc;
+
+	for (int i = 0; i < 3; i++) {
+		if ((rc = uv_signal_init(&s->loop, handles[i])))
+			return rc;
+		handles[i]->data = s;
+		if ((rc = uv_signal_start(handles[i], on_signal, signums[i])))
+			return rc;
+	}
+	return 0;
+}
+
+/* The reason part of a transport error ("http: cannot listen on H port P: REASON"). */
+static const char *error_reason(const char *err)
+{
+	const char *sep = strstr(err, ": ");
+	const char *last = NULL;
+
+	while (sep) {
+		last = sep;
+		sep = strstr(sep + 2, ": ");
+	}
+	return last ? last + 2 : err;
+}
+
+static int components_create(struct server *s)
+{
+	struct ingest_options io = {
+		.max_decompressed = cfg.max_ingest_decompressed,
+		.max_ksyms_decompressed = cfg.max_symbols_decompressed,
+		.max_ksym_lines = cfg.max_symbol_lines,
+	};
+	struct api_route_limits limits = {
+		.ingest_max_body = cfg.max_ingest_body,
+		.ksyms_max_body = cfg.max_symbols_body,
+	};
+
+	server_metrics_init(&s->metrics);
+	s->auth = auth_new();
+	s->sym = symbolizer_new(s->store, cfg.symbol_cache_entries, 0);
+	if (!s->auth || !s->sym)
+		return -ENOMEM;
+	if (cfg.token_file && token_load(s->auth, cfg.token_file))
+		return -SYSOM_ECONFIG;
+	s->ingest = ingest_new(s->store, s->auth, s->sym, &s->metrics, &io);
+	s->api = api_new(s->store, s->sym, s->auth, &s->metrics, NULL);
+	if (!s->ingest || !s->api)
+		return -ENOMEM;
+	api_routes_build(s->api, s->ingest, &limits, s->routes);
+	return 0;
+}
+
+static int run(const char *host, uint16_t port)
+{
+	static struct server s;
+	struct store_sqlite_options so = { .read_connections = cfg.read_connections,
+					   .max_size = cfg.max_db_size };
+	struct http_server_options ho = {
+		.host = host,
+		.port = port,
+		.max_connections = cfg.max_connections,
+		.max_inflight = cfg.max_inflight,
+		.request_timeout_ms = (uint32_t)(cfg.request_timeout * 1000),
+		.idle_timeout_ms = (uint32_t)(cfg.idle_timeout * 1000),
+	};
+	char err[512];
+	bool loop_open = false;
+	int rc, status = EXIT_FAILURE;
+
+	if ((rc = store_sqlite_open(cfg.data_dir, &so, &s.store, err, sizeof(err)))) {
+		log_error("%s", err);
+		goto cleanup;
+	}
+	if ((rc = components_create(&s))) {
+		if (rc != -SYSOM_ECONFIG)
+			log_error("cannot start: %s", sysom_strerror(rc));
+		goto cleanup;
+	}
+	if ((rc = uv_loop_init(&s.loop))) {
+		log_error("cannot create the event loop: %s", uv_strerror(rc));
+		goto cleanup;
+	}
+	loop_open = true;
+	if ((rc = signals_start(&s))) {
+		log_error("cannot handle signals: %s", uv_strerror(rc));
+		goto cleanup;
+	}
+	s.http = http_server_start(&s.loop, &ho, s.routes, API_ROUTE_COUNT, err, sizeof(err));
+	if (!s.http) {
+		log_error("cannot listen on %s: %s", cfg.listen, error_reason(err));
+		goto cleanup;
+	}
+	api_http_server_set(s.api, s.http);
+	if (cfg.port_file && (rc = port_file_write(cfg.port_file, http_server_port(s.http)))) {
+		log_error("cannot write the port file %s: %s", cfg.port_file, sysom_strerror(rc));
+		s.stopping = true;
+		api_http_server_set(s.api, NULL);
+		http_server_stop(s.http, on_http_stopped, &s);
+		uv_run(&s.loop, UV_RUN_DEFAULT);
+		goto cleanup;
+	}
+	log_info("listening on http://%s:%u (data dir %s)", host, http_server_port(s.http),
+		 cfg.data_dir);
+	sd_notify(0, "READY=1");
+	uv_run(&s.loop, UV_RUN_DEFAULT);
+	log_info("stopped");
+	status = EXIT_SUCCESS;
+cleanup:
+	if (loop_open) {
+		/* Let every handle close (signals, a failed listener) before closing the loop. */
+		if (!s.stopping) {
+			uv_handle_t *handles[] = { (uv_handle_t *)&s.sig_term, (uv_handle_t *)&s.sig_int,
+						   (uv_handle_t *)&s.sig_hup };
+			for (int i = 0; i < 3; i++)
+				if (handles[i]->loop && !uv_is_closing(handles[i]))
+					uv_close(handles[i], on_handle_closed);
+		}
+		uv_run(&s.loop, UV_RUN_DEFAULT);
+		if (uv_loop_close(&s.loop))
+			log_warn("event loop closed with handles still open");
+	}
+	api_free(s.api);
+	ingest_free(s.ingest);
+	symbolizer_free(s.sym);
+	auth_free(s.auth);
+	store_close(s.store);
+	return status;
+}
+
+static void usage(FILE *out)
+{
+	fprintf(out, "usage: sysom-server --data-dir DIR [--listen HOST:PORT] [--token-file F]"
+		     " [--config F] [options]\n\noptions:\n");
+	sysom_options_print_help(options, NOPTIONS, out);
+}
+
+int main(int argc, char **argv)
+{
+	enum sysom_log_level level = SYSOM_LOG_INFO;
+	const char *config = sysom_options_peek_argv(argc, argv, "config");
+	char err[512], host[256];
+	uint16_t port;
+	int rc, status = EXIT_USAGE;
+
+	sysom_log_setup("sysom-server", level);
+	if (config && sysom_options_load_file(options, NOPTIONS, config, err, sizeof(err))) {
+		fprintf(stderr, "sysom-server: %s\n", err);
+		goto cleanup;
+	}
+	rc = sysom_options_parse_argv(options, NOPTIONS, argc, argv, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "sysom-server: %s\n", err);
+		goto cleanup;
+	}
+	if (rc < argc) {
+		fprintf(stderr, "sysom-server: unexpected argument '%s' (see --help)\n", argv[rc]);
+		goto cleanup;
+	}
+	if (cfg.help) {
+		usage(stdout);
+		status = EXIT_SUCCESS;
+		goto cleanup;
+	}
+	if (cfg.version) {
+		printf("sysom-server %s\n", SYSOM_VERSION);
+		status = EXIT_SUCCESS;
+		goto cleanup;
+	}
+	if (cfg.log_level && sysom_log_level_parse(cfg.log_level, &level)) {
+		fprintf(stderr, "sysom-server: --log-level: '%s' is not error, warn, info or debug\n",
+			cfg.log_level);
+		goto cleanup;
+	}
+	if (!cfg.data_dir || !*cfg.data_dir) {
+		fprintf(stderr, "sysom-server: --data-dir is required (see --help)\n");
+		goto cleanup;
+	}
+	if (!cfg.listen && !(cfg.listen = strdup("127.0.0.1:8080"))) {
+		fprintf(stderr, "sysom-server: out of memory\n");
+		status = EXIT_FAILURE;
+		goto cleanup;
+	}
+	if (listen_parse(cfg.listen, host, sizeof(host), &port)) {
+		fprintf(stderr, "sysom-server: --listen: '%s' is not HOST:PORT (e.g. 127.0.0.1:8080,"
+				" [::1]:8080)\n", cfg.listen);
+		goto cleanup;
+	}
+	sysom_log_setup("sysom-server", level);
+	status = run(host, port);
+cleanup:
+	sysom_options_free(options, NOPTIONS);
+	return status;
+}

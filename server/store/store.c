@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Dispatch of the public store calls to the backend's vtable. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "server/store/store_impl.h"
+
+void store_close(struct store *s)
+{
+	if (s)
+		s->ops->close(s);
+}
+
+int store_schema_version(struct store *s)
+{
+	return s->ops->schema_version(s);
+}
+
+int store_batch_put(struct store *s, const struct sysom_batch *b, int64_t received_ns,
+		    struct store_put_result *res)
+{
+	return s->ops->batch_put(s, b, received_ns, res);
+}
+
+int store_batch_exists(struct store *s, const uint8_t node_id[SYSOM_NODE_ID_SIZE], uint64_t epoch,
+		       uint64_t sequence, bool *exists)
+{
+	return s->ops->batch_exists(s, node_id, epoch, sequence, exists);
+}
+
+int store_ksyms_put(struct store *s, const uint8_t *build_id, size_t build_id_len,
+		    const struct store_ksym *syms, size_t count, int64_t uploaded_ns, bool *created)
+{
+	return s->ops->ksyms_put(s, build_id, build_id_len, syms, count, uploaded_ns, created);
+}
+
+int store_ksyms_count(struct store *s, const uint8_t *build_id, size_t build_id_len,
+		      uint64_t *count)
+{
+	return s->ops->ksyms_count(s, build_id, build_id_len, count);
+}
+
+int store_ksym_range_get(struct store *s, const uint8_t *build_id, size_t build_id_len,
+			 uint64_t offset, struct store_ksym_range *out)
+{
+	return s->ops->ksym_range_get(s, build_id, build_id_len, offset, out);
+}
+
+void store_ksym_range_release(struct store_ksym_range *r)
+{
+	if (!r)
+		return;
+	free(r->floor_name);
+	r->floor_name = NULL;
+}
+
+int store_object_get(struct store *s, int64_t id, struct store_object *out)
+{
+	return s->ops->object_get(s, id, out);
+}
+
+void store_object_release(struct store_object *o)
+{
+	if (!o)
+		return;
+	free(o->name);
+	o->name = NULL;
+}
+
+int store_stack_get(struct store *s, int64_t id, struct store_stack **out)
+{
+	return s->ops->stack_get(s, id, out);
+}
+
+int store_nodes_list(struct store *s, store_node_fn fn, void *arg)
+{
+	return s->ops->nodes_list(s, fn, arg);
+}
+
+int store_processes_list(struct store *s, const struct store_sample_filter *f, uint32_t limit,
+			 store_process_fn fn, void *arg)
+{
+	return s->ops->processes_list(s, f, limit, fn, arg);
+}
+
+int store_stacks_aggregate(struct store *s, const struct store_sample_filter *f, uint32_t limit,
+			   store_stack_count_fn fn, void *arg, uint64_t *total)
+{
+	return s->ops->stacks_aggregate(s, f, limit, fn, arg, total);
+}
+
+int store_counters_list(struct store *s, store_counter_fn fn, void *arg)
+{
+	return s->ops->counters_list(s, fn, arg);
+}
+
+int store_ping(struct store *s)
+{
+	return s->ops->ping(s);
+}
+
+int store_size_get(struct store *s, uint64_t *bytes)
+{
+	return s->ops->size_get(s, bytes);
+}
+
+int store_size_limit_set(struct store *s, uint64_t max_bytes)
+{
+	if (!s->ops->size_limit_set)
+		return -ENOTSUP;
+	return s->ops->size_limit_set(s, max_bytes);
+}

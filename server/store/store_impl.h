@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The store vtable: what a storage backend implements (included by backends only). */
+#ifndef SYSOM_SERVER_STORE_STORE_IMPL_H
+#define SYSOM_SERVER_STORE_STORE_IMPL_H
+
+#include "server/store/store.h"
+
+/* One entry per public store_* call; semantics as documented in store.h. */
+struct store_ops {
+	void (*close)(struct store *s);
+	int (*schema_version)(struct store *s);
+	int (*batch_put)(struct store *s, const struct sysom_batch *b, int64_t received_ns,
+			 struct store_put_result *res);
+	int (*batch_exists)(struct store *s, const uint8_t node_id[SYSOM_NODE_ID_SIZE],
+			    uint64_t epoch, uint64_t sequence, bool *exists);
+	int (*ksyms_put)(struct store *s, const uint8_t *build_id, size_t build_id_len,
+			 const struct store_ksym *syms, size_t count, int64_t uploaded_ns,
+			 bool *created);
+	int (*ksyms_count)(struct store *s, const uint8_t *build_id, size_t build_id_len,
+			   uint64_t *count);
+	int (*ksym_range_get)(struct store *s, const uint8_t *build_id, size_t build_id_len,
+			      uint64_t offset, struct store_ksym_range *out);
+	int (*object_get)(struct store *s, int64_t id, struct store_object *out);
+	int (*stack_get)(struct store *s, int64_t id, struct store_stack **out);
+	int (*nodes_list)(struct store *s, store_node_fn fn, void *arg);
+	int (*processes_list)(struct store *s, const struct store_sample_filter *f, uint32_t limit,
+			      store_process_fn fn, void *arg);
+	int (*stacks_aggregate)(struct store *s, const struct store_sample_filter *f,
+				uint32_t limit, store_stack_count_fn fn, void *arg, uint64_t *total);
+	int (*counters_list)(struct store *s, store_counter_fn fn, void *arg);
+	int (*ping)(struct store *s);
+	int (*size_get)(struct store *s, uint64_t *bytes);
+	int (*size_limit_set)(struct store *s, uint64_t max_bytes); /* NULL: -ENOTSUP */
+};
+
+/* Every backend's state starts with this. */
+struct store {
+	const struct store_ops *ops;
+};
+
+#endif

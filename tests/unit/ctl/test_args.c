@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* sysomctl command lines: commands, options, validation, defaults and the request URLs. */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/error.h"
+#include "ctl/ctl.h"
+
+#define MAXARGS 24
+
+/* Parses a space-separated command line (no quoting; "_" in a token becomes a space). */
+static int parse(const char *line, const char *env, struct ctl_args *out, char *err, size_t errlen)
+{
+	char *copy = strdup(line), *save = NULL;
+	char *argv[MAXARGS] = { "sysomctl" };
+	int argc = 1, rc;
+
+	assert_non_null(copy);
+	for (char *tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+		for (char *p = tok; *p; p++)
+			if (*p == '_')
+				*p = ' ';
+		assert_true(argc < MAXARGS);
+		argv[argc++] = tok;
+	}
+	rc = ctl_args_parse(argc, argv, env, out, err, errlen);
+	free(copy);
+	return rc;
+}
+
+static void expect_url(const char *line, const char *env, const char *want)
+{
+	struct ctl_args a;
+	struct byte_buf url;
+	char err[256] = "";
+	int rc = parse(line, env, &a, err, sizeof(err));
+
+	if (rc != 0)
+		fail_msg("'%s': rc %d: %s", line, rc, err);
+	assert_int_equal(ctl_url_build(&a, &url), 0);
+	if (strcmp((const char *)url.data, want) != 0)
+		fail_msg("'%s': URL %s, want %s", line, (const char *)url.data, want);
+	byte_buf_free(&url);
+	ctl_args_free(&a);
+}
+
+static void test_urls(void **state)
+{
+	(void)state;
+	expect_url("nodes", NULL, "http://127.0.0.1:8080/api/v1/nodes");
+	expect_url("nodes", "", "http://127.0.0.1:8080/api/v1/nodes");
+	expect_url("nodes", "http://env:9/", "http://env:9/api/v1/nodes");
+	expect_url("--server http://srv:1234// nodes", "http://env:9", "http://srv:1234/api/v1/nodes");
+	expect_url("--server=https://srv nodes --format json", NULL, "https://srv/api/v1/nodes");
+	expect_url("processes --node gpu-1 --from -5m --to now --limit 50", NULL,
+		   "http://127.0.0.1:8080/api/v1/processes?node=gpu-1&from=-5m&to=now&limit=50");
+	/* The top summary is rendered from JSON. */
+	expect_url("flamegraph", NULL, "http://127.0.0.1:8080/api/v1/flamegraph?format=json");
+	expect_url("flamegraph --format folded --pid 42 --comm a_b;c --top 3", NULL,
+		   "http://127.0.0.1:8080/api/v1/flamegraph?format=folded&pid=42&comm=a%20b%3Bc");
+	expect_url("flamegraph --from 2026-11-22T10:00:00+02:00 --to=1700000000.5 --format json", NULL,
+		   "http://127.0.0.1:8080/api/v1/flamegraph?format=json&from=2026-11-22T10%3A00%3A00%2B02%3A00"
+		   "&to=1700000000.5");
+}
+
+static void test_fields(void **state)
+{
+	struct ctl_args a;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(parse("--token-file /t flamegraph --node n1 --pid 7 --limit 9 --top 4", NULL,
+			       &a, err, sizeof(err)), 0);
+	assert_int_equal(a.command, CTL_FLAMEGRAPH);
+	assert_int_equal(a.format, CTL_FORMAT_TOP);
+	assert_string_equal(a.token_file, "/t");
+	assert_string_equal(a.node, "n1");
+	assert_string_equal(a.pid, "7");
+	assert_null(a.comm);
+	assert_int_equal(a.limit, 9);
+	assert_int_equal(a.top, 4);
+	ctl_args_free(&a);
+	assert_int_equal(parse("processes", NULL, &a, err, sizeof(err)), 0);
+	assert_int_equal(a.format, CTL_FORMAT_TABLE);
+	assert_int_equal(a.top, CTL_DEFAULT_TOP);
+	assert_int_equal(a.limit, 0);
+	ctl_args_free(&a);
+}
+
+static void expect_error(const char *line, const char *fragment)
+{
+	struct ctl_args a = { .limit = 77 };
+	char err[256] = "";
+	int rc = parse(line, NULL, &a, err, sizeof(err));
+
+	if (rc != -SYSOM_ECONFIG)
+		fail_msg("'%s': rc %d, want -SYSOM_ECONFIG", line, rc);
+	if (!strstr(err, fragment))
+		fail_msg("'%s': '%s' lacks '%s'", line, err, fragment);
+	assert_int_equal(a.limit, 77); /* untouched */
+}
+
+static void test_errors(void **state)
+{
+	(void)state;
+	expect_error("", "missing command");
+	expect_error("--server http://x", "missing command");
+	expect_error("status", "unknown command 'status'");
+	expect_error("--bogus nodes", "unknown flag '--bogus'");
+	expect_error("nodes --pid 1", "unknown flag '--pid'");
+	expect_error("processes --top 3", "unknown flag '--top'");
+	expect_error("nodes extra", "unexpected argument 'extra'");
+	expect_error("flamegraph --pid abc", "--pid: 'abc'");
+	expect_error("flamegraph --pid -1", "--pid");
+	expect_error("flamegraph --pid 4294967296", "--pid");
+	expect_error("flamegraph --format svg", "top, folded, json");
+	expect_error("processes --format top", "table, json");
+	expect_error("nodes --format folded", "table, json");
+	expect_error("flamegraph --limit 0", "limit");
+	expect_error("flamegraph --limit 100001", "limit");
+	expect_error("flamegraph --top 0", "top");
+	expect_error("flamegraph --node", "needs a value");
+	expect_error("--server ftp://x nodes", "not an http");
+	expect_error("--server localhost:8080 nodes", "not an http");
+}
+
+static void test_help(void **state)
+{
+	struct ctl_args a;
+	char err[256];
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	(void)state;
+	assert_int_equal(parse("--help", NULL, &a, err, sizeof(err)), 1);
+	assert_true(a.help);
+	ctl_args_free(&a);
+	assert_int_equal(parse("help", NULL, &a, err, sizeof(err)), 1);
+	ctl_args_free(&a);
+	assert_int_equal(parse("flamegraph --help", NULL, &a, err, sizeof(err)), 1);
+	ctl_args_free(&a);
+	f = open_memstream(&text, &len);
+	ctl_usage(f);
+	fclose(f);
+	assert_non_null(strstr(text, "flamegraph"));
+	assert_non_null(strstr(text, "SYSOM_SERVER"));
+	free(text);
+}
+
+static void test_token_file(void **state)
+{
+	char path[] = "/tmp/sysomctl-token-XXXXXX";
+	char err[256], *token = NULL;
+	int fd = mkstemp(path);
+
+	(void)state;
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "  s3cret \nsecond line\n", 22), 22);
+	close(fd);
+	assert_int_equal(ctl_token_read(path, &token, err, sizeof(err)), 0);
+	assert_string_equal(token, "s3cret");
+	free(token);
+	token = NULL;
+	fd = open(path, O_WRONLY | O_TRUNC);
+	assert_int_equal(write(fd, "   \n", 4), 4);
+	close(fd);
+	assert_int_equal(ctl_token_read(path, &token, err, sizeof(err)), -SYSOM_ECONFIG);
+	assert_null(token);
+	unlink(path);
+	assert_int_equal(ctl_token_read(path, &token, err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, path));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_urls),
+		cmocka_unit_test(test_fields),
+		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_help),
+		cmocka_unit_test(test_token_file),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

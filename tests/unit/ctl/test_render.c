@@ -1,0 +1,195 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* sysomctl renderers fed with server documents: the top summary, tables, error messages. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ctl/ctl.h"
+
+#define F(name, kind) "{\"name\":\"" name "\",\"kind\":\"" kind "\"}"
+
+/* What GET /api/v1/flamegraph?format=json answers for the server tests' fixture, plus a
+ * recursive stack from two processes. */
+static const char flame_doc[] =
+	"{\"total\":26,\"from\":\"2023-11-14T22:13:20.000Z\",\"to\":\"2023-11-14T23:13:20.000Z\","
+	"\"truncated\":false,\"stacks\":["
+	"{\"count\":10,\"process\":{\"comm\":\"python3\",\"pid\":4242,\"processes\":1},\"frames\":["
+	F("python3.11+0x1000", "user") "," F("libc.so.6+0x29d90", "user") ","
+	F("do_syscall_64", "kernel") "," F("do_one", "kernel") "]},"
+	"{\"count\":5,\"process\":{\"comm\":\"nccl-proxy\",\"pid\":777,\"processes\":1},\"frames\":["
+	F("do_syscall_64", "kernel") "," F("do_one", "kernel") "]},"
+	"{\"count\":4,\"process\":{\"comm\":\"nccl-proxy\",\"pid\":777,\"processes\":1},\"frames\":["
+	F("[truncated: depth limit]", "error") "," F("libc.so.6+0x1000", "user") ","
+	F("[anon]+0x7f0000001000", "user") "]},"
+	"{\"count\":4,\"process\":{\"comm\":\"worker\",\"pid\":null,\"processes\":2},\"frames\":["
+	F("main", "user") "," F("recurse", "user") "," F("recurse", "user") "," F("recurse", "user") "]},"
+	"{\"count\":3,\"process\":{\"comm\":\"python3\",\"pid\":4242,\"processes\":1},\"frames\":["
+	F("python3.11+0x1000", "user") "," F("libc.so.6+0x29d90", "user") "]}]}";
+
+static char *render_top(const char *text, uint32_t top, int want_rc)
+{
+	json_t *doc = json_loads(text, 0, NULL);
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+
+	assert_non_null(doc);
+	assert_non_null(f);
+	assert_int_equal(ctl_top_render(doc, top, f), want_rc);
+	fclose(f);
+	json_decref(doc);
+	return out;
+}
+
+/* Asserts the fragments appear in this order. */
+static void expect_in_order(const char *text, const char *const *fragments, size_t n)
+{
+	const char *at = text;
+
+	for (size_t i = 0; i < n; i++) {
+		const char *hit = strstr(at, fragments[i]);
+		if (!hit)
+			fail_msg("'%s' missing (in order) from:\n%s", fragments[i], text);
+		at = hit + strlen(fragments[i]);
+	}
+}
+
+static void test_top(void **state)
+{
+	char *out = render_top(flame_doc, 10, 0);
+	static const char *const order[] = {
+		"Total: 26 samples from 2023-11-14T22:13:20.000Z to 2023-11-14T23:13:20.000Z\n",
+		"Top 5 stacks (leaf first):\n",
+		"  #1  10 samples (38.46%)  python3 [pid 4242]\n"
+		"        do_one [k]\n"
+		"        do_syscall_64 [k]\n"
+		"        libc.so.6+0x29d90\n"
+		"        python3.11+0x1000\n",
+		"  #2  5 samples (19.23%)  nccl-proxy [pid 777]\n",
+		"  #3  4 samples (15.38%)  nccl-proxy [pid 777]\n"
+		"        [anon]+0x7f0000001000\n"
+		"        libc.so.6+0x1000\n"
+		"        [truncated: depth limit]\n",
+		"  #4  4 samples (15.38%)  worker [2 processes]\n",
+		"  #5  3 samples (11.54%)  python3 [pid 4242]\n",
+		"Top functions by self samples:\n",
+		"          15   57.69%  do_one [k]\n",
+		"           4   15.38%  [anon]+0x7f0000001000\n",
+		"           4   15.38%  recurse\n",
+		"           3   11.54%  libc.so.6+0x29d90\n",
+		"Top functions by total (inclusive) samples:\n",
+		"          15   57.69%  do_one [k]\n",
+		"          15   57.69%  do_syscall_64 [k]\n",
+		"          13   50.00%  libc.so.6+0x29d90\n",
+		"          13   50.00%  python3.11+0x1000\n",
+	};
+
+	(void)state;
+	expect_in_order(out, order, sizeof(order) / sizeof(order[0]));
+	/* Recursion counts a stack once in the inclusive total. */
+	assert_non_null(strstr(strstr(out, "by total"), "           4   15.38%  recurse\n"));
+	assert_null(strstr(out, "percentages are of the total"));
+	/* Truncation markers are not functions. */
+	assert_null(strstr(strstr(out, "Top functions"), "[truncated"));
+	free(out);
+}
+
+static void test_top_limits(void **state)
+{
+	char *out;
+	char *doc = strdup(flame_doc);
+
+	(void)state;
+	/* --top 1: one stack shown, but the functions still use every stack. */
+	out = render_top(flame_doc, 1, 0);
+	assert_non_null(strstr(out, "Top 1 stacks"));
+	assert_null(strstr(out, "#2 "));
+	assert_non_null(strstr(out, "          15   57.69%  do_one [k]\n"));
+	assert_null(strstr(out, "[anon]+0x7f0000001000\n           "));
+	free(out);
+	/* A truncated answer says so. */
+	memcpy(strstr(doc, "false"), "true ", 5);
+	out = render_top(doc, 10, 0);
+	assert_non_null(strstr(out, "largest stacks; percentages are of the total"));
+	free(out);
+	free(doc);
+	/* Nothing in the range. */
+	out = render_top("{\"total\":0,\"stacks\":[]}", 10, 0);
+	assert_string_equal(out, "Total: 0 samples\nNo samples match.\n");
+	free(out);
+	/* Not a flame graph. */
+	free(render_top("{\"nodes\":[]}", 10, -EINVAL));
+	free(render_top("{\"total\":1,\"stacks\":[{\"count\":1}]}", 10, -EINVAL));
+}
+
+static char *render(int (*fn)(const json_t *, FILE *), const char *text, int want_rc)
+{
+	json_t *doc = json_loads(text, 0, NULL);
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+
+	assert_non_null(doc);
+	assert_int_equal(fn(doc, f), want_rc);
+	fclose(f);
+	json_decref(doc);
+	return out;
+}
+
+static void test_tables(void **state)
+{
+	char *out;
+
+	(void)state;
+	out = render(ctl_nodes_render,
+		     "{\"nodes\":[{\"node_id\":\"01010101010101010101010101010101\",\"hostname\":\"gpu-1\","
+		     "\"kernel_release\":\"6.1.0\",\"agent_version\":\"0.1\",\"batches\":12,"
+		     "\"last_seen\":\"2026-11-22T10:00:00.000Z\"}]}", 0);
+	assert_non_null(strstr(out, "NODE ID"));
+	assert_non_null(strstr(out, "01010101010101010101010101010101  gpu-1"));
+	assert_non_null(strstr(out, "      12  2026-11-22T10:00:00.000Z\n"));
+	free(out);
+	out = render(ctl_nodes_render, "{\"nodes\":[]}", 0);
+	assert_non_null(strstr(out, "no nodes"));
+	free(out);
+	free(render(ctl_nodes_render, "{\"processes\":[]}", -EINVAL));
+	out = render(ctl_processes_render,
+		     "{\"processes\":[{\"pid\":4242,\"comm\":\"python3\",\"hostname\":\"gpu-1\","
+		     "\"cmdline\":\"python3 train.py\",\"samples\":13}]}", 0);
+	assert_non_null(strstr(out, "SAMPLES"));
+	assert_non_null(strstr(out, "        13      4242  python3           gpu-1                 python3 train.py\n"));
+	free(out);
+	free(render(ctl_processes_render, "[]", -EINVAL));
+}
+
+static void test_error_text(void **state)
+{
+	char msg[64];
+
+	(void)state;
+	ctl_error_text((const uint8_t *)"{\"error\":\"'from' is after 'to'\"}\n", 33, msg, sizeof(msg));
+	assert_string_equal(msg, "'from' is after 'to'");
+	ctl_error_text((const uint8_t *)"Bad Gateway\r\nmore", 17, msg, sizeof(msg));
+	assert_string_equal(msg, "Bad Gateway");
+	ctl_error_text(NULL, 0, msg, sizeof(msg));
+	assert_string_equal(msg, "(empty response)");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_top),
+		cmocka_unit_test(test_top_limits),
+		cmocka_unit_test(test_tables),
+		cmocka_unit_test(test_error_text),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

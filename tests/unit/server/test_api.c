@@ -1,0 +1,492 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Query API: flame graphs (folded and JSON, filters, limits), time parsing, nodes, processes,
+ * health, metrics, routes, UTF-8 sanitising. Handlers are called directly. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "server/render.h"
+#include "harness.h"
+
+#define KERNEL_HEX "abf9ec0ec5946600c90641cf5db998472fac410b"
+#define T0_S 1700000000LL /* = 2023-11-14T22:13:20Z, the fixture window start */
+
+#define LINE_PY_K "python3;python3.11+0x1000;libc.so.6+0x29d90;do_syscall_64_[k];do_one_[k]"
+#define LINE_NCCL_K "nccl-proxy;do_syscall_64_[k];do_one_[k]"
+#define LINE_NCCL_T "nccl-proxy;[truncated: depth limit];libc.so.6+0x1000;[anon]+0x7f0000001000"
+#define LINE_PY "python3;python3.11+0x1000;libc.so.6+0x29d90"
+
+static int setup(void **state)
+{
+	struct harness *h = harness_new(HARNESS_TOKEN, NULL);
+	const char text[] = "1000 T _stext\n1100 t do_one\n2200 T do_syscall_64\n3000 T _etext\n";
+	struct test_request t;
+	struct http_response resp;
+	char *body;
+
+	assert_non_null(h);
+	assert_int_equal(harness_post_fixture(h, &(struct fixture_spec){ .node = 1, .epoch = 1,
+									  .sequence = 1,
+									  .window_start_ns = HARNESS_T0 }),
+			 200);
+	request_init(&t, "PUT", INGEST_KSYMS_PREFIX KERNEL_HEX, NULL);
+	request_token(&t, HARNESS_TOKEN);
+	request_body(&t, text, strlen(text));
+	assert_int_equal(call(ingest_ksyms_put, h->ingest, &t, &resp, &body), 200);
+	free(body);
+	*state = h;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	harness_free(*state);
+	return 0;
+}
+
+static int get(struct harness *h, http_handler_fn fn, const char *query, struct http_response *resp,
+	       char **body)
+{
+	struct test_request t;
+
+	request_init(&t, "GET", "/api/v1/x", query);
+	request_token(&t, HARNESS_TOKEN);
+	return call(fn, h->api, &t, resp, body);
+}
+
+static void expect_folded(struct harness *h, const char *query, const char *want)
+{
+	struct http_response resp;
+	char *body;
+	int status = get(h, api_flamegraph_get, query, &resp, &body);
+
+	if (status != 200)
+		fail_msg("%s: status %d: %s", query, status, body);
+	assert_string_equal(resp.content_type, "text/plain; charset=utf-8");
+	if (strcmp(body, want) != 0)
+		fail_msg("query '%s'\n got:\n%s\nwant:\n%s", query, body, want);
+	free(body);
+}
+
+static void test_folded(void **state)
+{
+	struct harness *h = *state;
+	const char *all = LINE_PY_K " 10\n" LINE_NCCL_K " 5\n" LINE_NCCL_T " 4\n" LINE_PY " 3\n";
+
+	/* Default: folded, the last hour. Root first, comm as root, kernel frames _[k], by count. */
+	expect_folded(h, "", all);
+	expect_folded(h, "format=folded", all);
+	/* Filters: pid, comm (process comm or thread comm), node (hostname or id), time. */
+	expect_folded(h, "pid=777", LINE_NCCL_K " 5\n" LINE_NCCL_T " 4\n");
+	expect_folded(h, "comm=nccl-net", LINE_NCCL_K " 5\n" LINE_NCCL_T " 4\n");
+	expect_folded(h, "comm=python3", LINE_PY_K " 10\n" LINE_PY " 3\n");
+	expect_folded(h, "comm=pt_main_thread&pid=777", "");
+	expect_folded(h, "node=node-1", all);
+	expect_folded(h, "node=01010101010101010101010101010101", all);
+	expect_folded(h, "node=0101010101010101010101010101010A", "");
+	expect_folded(h, "node=other", "");
+	expect_folded(h, "from=1700000007&to=1700000030", LINE_NCCL_K " 5\n" LINE_NCCL_T " 4\n");
+	expect_folded(h, "from=2023-11-14T22:13:27Z&to=2023-11-14T23:13:50%2B01:00",
+		      LINE_NCCL_K " 5\n" LINE_NCCL_T " 4\n");
+	expect_folded(h, "to=1700000005", LINE_PY_K " 10\n" LINE_PY " 3\n");
+	expect_folded(h, "from=-30m", "");
+	expect_folded(h, "from=1700000000.001&to=1700000005.000", LINE_PY_K " 10\n" LINE_PY " 3\n");
+	/* Limit keeps the largest stacks. */
+	expect_folded(h, "limit=2", LINE_PY_K " 10\n" LINE_NCCL_K " 5\n");
+
+	/* A second node with the same stacks: lines merge, counts add, stacks stored once. */
+	assert_int_equal(harness_post_fixture(h, &(struct fixture_spec){ .node = 2, .epoch = 1,
+									  .sequence = 1, .hostname = "gpu-b",
+									  .window_start_ns = HARNESS_T0 + 60000000000ULL }),
+			 200);
+	expect_folded(h, "", LINE_PY_K " 20\n" LINE_NCCL_K " 10\n" LINE_NCCL_T " 8\n" LINE_PY " 6\n");
+	expect_folded(h, "node=gpu-b&pid=4242", LINE_PY_K " 10\n" LINE_PY " 3\n");
+	assert_int_equal(harness_rows(h, "stacks"), 3);
+}
+
+static void test_json(void **state)
+{
+	struct harness *h = *state;
+	struct http_response resp;
+	json_error_t jerr;
+	char *body;
+
+	assert_int_equal(get(h, api_flamegraph_get, "format=json", &resp, &body), 200);
+	assert_string_equal(resp.content_type, "application/json");
+	json_t *doc = json_loads(body, 0, &jerr);
+	if (!doc)
+		fail_msg("invalid JSON: %s: %s", jerr.text, body);
+	free(body);
+	assert_int_equal(json_integer_value(json_object_get(doc, "total")), FIXTURE_SAMPLES);
+	assert_string_equal(json_string_value(json_object_get(doc, "from")), "2023-11-14T22:13:20.000Z");
+	assert_string_equal(json_string_value(json_object_get(doc, "to")), "2023-11-14T23:13:20.000Z");
+	assert_true(json_is_false(json_object_get(doc, "truncated")));
+	json_t *stacks = json_object_get(doc, "stacks");
+	assert_int_equal(json_array_size(stacks), 4);
+
+	json_t *first = json_array_get(stacks, 0);
+	assert_int_equal(json_integer_value(json_object_get(first, "count")), 10);
+	json_t *proc = json_object_get(first, "process");
+	assert_string_equal(json_string_value(json_object_get(proc, "comm")), "python3");
+	assert_int_equal(json_integer_value(json_object_get(proc, "pid")), FIXTURE_PID_PYTHON);
+	assert_int_equal(json_integer_value(json_object_get(proc, "processes")), 1);
+	json_t *frames = json_object_get(first, "frames");
+	assert_int_equal(json_array_size(frames), 4);
+	static const char *const names[] = { "python3.11+0x1000", "libc.so.6+0x29d90", "do_syscall_64",
+					     "do_one" };
+	static const char *const kinds[] = { "user", "user", "kernel", "kernel" };
+	for (size_t i = 0; i < 4; i++) {
+		json_t *f = json_array_get(frames, i);
+		assert_string_equal(json_string_value(json_object_get(f, "name")), names[i]);
+		assert_string_equal(json_string_value(json_object_get(f, "kind")), kinds[i]);
+	}
+	json_t *k = json_array_get(frames, 2);
+	assert_string_equal(json_string_value(json_object_get(k, "object")), "[kernel.kallsyms]");
+	assert_string_equal(json_string_value(json_object_get(k, "build_id")), KERNEL_HEX);
+	assert_string_equal(json_string_value(json_object_get(k, "offset")), "0x2234");
+	assert_string_equal(json_string_value(json_object_get(k, "symbol_offset")), "0x34");
+	json_t *u = json_array_get(frames, 1);
+	assert_string_equal(json_string_value(json_object_get(u, "object")),
+			    "/usr/lib/x86_64-linux-gnu/libc.so.6");
+	assert_string_equal(json_string_value(json_object_get(u, "offset")), "0x29d90");
+	assert_null(json_object_get(u, "symbol_offset"));
+
+	/* The truncated stack starts with an error frame. */
+	json_t *third = json_array_get(stacks, 2);
+	json_t *err = json_array_get(json_object_get(third, "frames"), 0);
+	assert_string_equal(json_string_value(json_object_get(err, "kind")), "error");
+	assert_string_equal(json_string_value(json_object_get(err, "name")), "[truncated: depth limit]");
+	assert_null(json_object_get(err, "offset"));
+	json_decref(doc);
+
+	/* limit: fewer stacks, the total still counts everything, truncated says so. */
+	assert_int_equal(get(h, api_flamegraph_get, "format=json&limit=1", &resp, &body), 200);
+	doc = json_loads(body, 0, NULL);
+	free(body);
+	assert_non_null(doc);
+	assert_int_equal(json_array_size(json_object_get(doc, "stacks")), 1);
+	assert_int_equal(json_integer_value(json_object_get(doc, "total")), FIXTURE_SAMPLES);
+	assert_true(json_is_true(json_object_get(doc, "truncated")));
+	json_decref(doc);
+}
+
+static void expect_status(struct harness *h, http_handler_fn fn, const char *query, int status,
+			  const char *fragment)
+{
+	struct http_response resp;
+	char *body;
+	int got = get(h, fn, query, &resp, &body);
+
+	if (got != status || (fragment && !strstr(body, fragment)))
+		fail_msg("'%s': %d %s (want %d, '%s')", query, got, body, status, fragment);
+	free(body);
+}
+
+static void test_bad_parameters(void **state)
+{
+	struct harness *h = *state;
+
+	expect_status(h, api_flamegraph_get, "from=1700000010&to=1700000000", 400, "after");
+	expect_status(h, api_flamegraph_get, "from=yesterday", 400, "invalid time 'yesterday'");
+	expect_status(h, api_flamegraph_get, "to=2023-13-01T00:00:00Z", 400, "'to'");
+	expect_status(h, api_flamegraph_get, "limit=0", 400, "limit");
+	expect_status(h, api_flamegraph_get, "limit=100001", 400, "limit");
+	expect_status(h, api_flamegraph_get, "limit=ten", 400, "limit");
+	expect_status(h, api_flamegraph_get, "format=svg", 400, "format");
+	expect_status(h, api_flamegraph_get, "pid=-1", 400, "pid");
+	expect_status(h, api_flamegraph_get, "pid=4294967296", 400, "pid");
+	expect_status(h, api_flamegraph_get, "comm=%zz", 400, "percent-encoded");
+	expect_status(h, api_processes_get, "from=now&to=-1h", 400, "after");
+	expect_status(h, api_processes_get, "limit=0", 400, "limit");
+	/* Every query needs the token when one is configured; health and metrics do not. */
+	struct test_request t;
+	struct http_response resp;
+	char *body;
+	http_handler_fn guarded[] = { api_nodes_get, api_processes_get, api_flamegraph_get };
+	for (size_t i = 0; i < 3; i++) {
+		request_init(&t, "GET", "/api/v1/x", "");
+		assert_int_equal(call(guarded[i], h->api, &t, &resp, &body), 401);
+		assert_non_null(response_header(&resp, "WWW-Authenticate"));
+		free(body);
+	}
+	request_init(&t, "GET", "/healthz", "");
+	assert_int_equal(call(api_healthz_get, h->api, &t, &resp, &body), 200);
+	assert_string_equal(body, "{\"status\":\"ok\"}\n");
+	free(body);
+}
+
+static void test_time_parse(void **state)
+{
+	const int64_t now = 1800000000123LL;
+	static const struct {
+		const char *text;
+		int64_t ms;
+	} ok[] = {
+		{ "now", now },
+		{ "1700000000", 1700000000000LL },
+		{ "1700000000.5", 1700000000500LL },
+		{ "1700000000.123456", 1700000000123LL },
+		{ "0", 0 },
+		{ "2026-11-22T10:00:00Z", 1795341600000LL },
+		{ "2026-11-22t10:00:00z", 1795341600000LL },
+		{ "2026-11-22 10:00:00Z", 1795341600000LL },
+		{ "2026-11-22T10:00:00.25Z", 1795341600250LL },
+		{ "2026-11-22T12:00:00+02:00", 1795341600000LL },
+		{ "2026-11-22T04:30:00-05:30", 1795341600000LL },
+		{ "2024-02-29T00:00:00Z", 1709164800000LL },
+		{ "-30s", now - 30000 },
+		{ "-5m", now - 300000 },
+		{ "-1h", now - 3600000 },
+		{ "-2d", now - 2 * 86400000LL },
+		{ "-500ms", now - 500 },
+		{ "-90", now - 90000 },
+	};
+	static const char *const bad[] = {
+		"", "yesterday", "-", "-x", "--5m", "-5y", "+5m", "1.", ".5", "1700000000x",
+		"1234567890123", "2026-11-22", "2026-11-22T10:00:00", "2026-11-22T10:00Z",
+		"2026-13-01T00:00:00Z", "2025-02-29T00:00:00Z", "2026-11-22T24:00:00Z",
+		"2026-11-22T10:00:00+2:00", "1969-12-31T23:59:59Z", "2026-11-22T10:00:00.Z",
+	};
+	int64_t v;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		v = -1;
+		if (api_time_parse(ok[i].text, now, &v) || v != ok[i].ms)
+			fail_msg("'%s': %lld, want %lld", ok[i].text, (long long)v, (long long)ok[i].ms);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		if (api_time_parse(bad[i], now, &v) != -EINVAL)
+			fail_msg("'%s' accepted", bad[i]);
+}
+
+static void test_nodes(void **state)
+{
+	struct harness *h = *state;
+	struct http_response resp;
+	char *body;
+
+	assert_int_equal(harness_post_fixture(h, &(struct fixture_spec){ .node = 1, .epoch = 1,
+									  .sequence = 2,
+									  .window_start_ns = HARNESS_T0 + 30000000000ULL }),
+			 200);
+	assert_int_equal(harness_post_fixture(h, &(struct fixture_spec){ .node = 2, .epoch = 5,
+									  .sequence = 9, .hostname = "a-first",
+									  .window_start_ns = HARNESS_T0 }),
+			 200);
+	assert_int_equal(get(h, api_nodes_get, "", &resp, &body), 200);
+	json_t *doc = json_loads(body, 0, NULL);
+	free(body);
+	assert_non_null(doc);
+	json_t *nodes = json_object_get(doc, "nodes");
+	assert_int_equal(json_array_size(nodes), 2);
+	json_t *a = json_array_get(nodes, 0), *b = json_array_get(nodes, 1); /* by hostname */
+	assert_string_equal(json_string_value(json_object_get(a, "hostname")), "a-first");
+	assert_string_equal(json_string_value(json_object_get(a, "node_id")),
+			    "02020202020202020202020202020202");
+	assert_int_equal(json_integer_value(json_object_get(a, "batches")), 1);
+	assert_int_equal(json_integer_value(json_object_get(a, "last_sequence")), 9);
+	assert_string_equal(json_string_value(json_object_get(a, "last_epoch")), "0000000000000005");
+	assert_string_equal(json_string_value(json_object_get(b, "hostname")), "node-1");
+	assert_int_equal(json_integer_value(json_object_get(b, "batches")), 2);
+	assert_int_equal(json_integer_value(json_object_get(b, "last_sequence")), 2);
+	assert_string_equal(json_string_value(json_object_get(b, "kernel_release")), "6.1.0-18-amd64");
+	assert_string_equal(json_string_value(json_object_get(b, "agent_version")), "sysom-agent test");
+	assert_int_equal(json_integer_value(json_object_get(b, "sample_hz")), 99);
+	assert_non_null(strstr(json_string_value(json_object_get(b, "last_seen")), "Z"));
+	assert_non_null(json_string_value(json_object_get(b, "first_seen")));
+	json_decref(doc);
+}
+
+static void test_processes(void **state)
+{
+	struct harness *h = *state;
+	struct http_response resp;
+	char *body;
+
+	assert_int_equal(harness_post_fixture(h, &(struct fixture_spec){ .node = 2, .epoch = 1,
+									  .sequence = 1, .hostname = "gpu-b",
+									  .window_start_ns = HARNESS_T0 }),
+			 200);
+	assert_int_equal(get(h, api_processes_get, "node=node-1", &resp, &body), 200);
+	json_t *doc = json_loads(body, 0, NULL);
+	free(body);
+	assert_non_null(doc);
+	json_t *list = json_object_get(doc, "processes");
+	assert_int_equal(json_array_size(list), 2);
+	json_t *p = json_array_get(list, 0);
+	assert_int_equal(json_integer_value(json_object_get(p, "pid")), FIXTURE_PID_PYTHON);
+	assert_int_equal(json_integer_value(json_object_get(p, "samples")), 13);
+	assert_string_equal(json_string_value(json_object_get(p, "comm")), "python3");
+	assert_string_equal(json_string_value(json_object_get(p, "cmdline")), "python3 train.py");
+	assert_string_equal(json_string_value(json_object_get(p, "hostname")), "node-1");
+	assert_int_equal(json_integer_value(json_object_get(json_array_get(list, 1), "samples")), 9);
+	json_decref(doc);
+	/* Both nodes, one page of one, and a range with nothing. */
+	assert_int_equal(get(h, api_processes_get, "limit=1", &resp, &body), 200);
+	doc = json_loads(body, 0, NULL);
+	free(body);
+	assert_int_equal(json_array_size(json_object_get(doc, "processes")), 1);
+	json_decref(doc);
+	assert_int_equal(get(h, api_processes_get, "", &resp, &body), 200);
+	doc = json_loads(body, 0, NULL);
+	free(body);
+	assert_int_equal(json_array_size(json_object_get(doc, "processes")), 4);
+	json_decref(doc);
+	assert_int_equal(get(h, api_processes_get, "from=-10m", &resp, &body), 200);
+	assert_non_null(strstr(body, "\"processes\":[]"));
+	free(body);
+}
+
+static void test_metrics(void **state)
+{
+	struct harness *h = *state;
+	struct http_response resp;
+	char *body;
+
+	assert_int_equal(harness_post_fixture(h, &(struct fixture_spec){ .node = 1, .epoch = 1,
+									  .sequence = 1,
+									  .window_start_ns = HARNESS_T0 }),
+			 200); /* a duplicate */
+	assert_int_equal(get(h, api_metrics_get, "", &resp, &body), 200);
+	assert_string_equal(resp.content_type, "text/plain; version=0.0.4; charset=utf-8");
+	static const char *const want[] = {
+		"# TYPE sysom_ingest_batches_total counter\n",
+		"sysom_ingest_batches_total{result=\"stored\"} 1\n",
+		"sysom_ingest_batches_total{result=\"duplicate\"} 1\n",
+		"sysom_ingest_batches_total{result=\"rejected\"} 0\n",
+		"sysom_ingest_samples_total 22\n",
+		"sysom_ingest_bytes_total{stage=\"compressed\"} ",
+		"sysom_ingest_errors_total{reason=\"storage_full\"} 0\n",
+		"# TYPE sysom_ingest_duration_seconds histogram\n",
+		"sysom_ingest_duration_seconds_bucket{le=\"0.001\"} ",
+		"sysom_ingest_duration_seconds_bucket{le=\"+Inf\"} 2\n",
+		"sysom_ingest_duration_seconds_count 2\n",
+		"sysom_kernel_symbol_uploads_total{result=\"stored\"} 1\n",
+		"# TYPE sysom_store_size_bytes gauge\n",
+		"# TYPE sysom_agent_ticks_total counter\n",
+		"sysom_agent_ticks_total{node=\"node-1\",node_id=\"01010101010101010101010101010101\"} 990\n",
+		"sysom_agent_samples_total{node=\"node-1\",node_id=\"01010101010101010101010101010101\"} 22\n",
+		"sysom_build_info{version=",
+	};
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		if (!strstr(body, want[i]))
+			fail_msg("metrics lack '%s':\n%s", want[i], body);
+	/* Each family is declared once (its samples are contiguous). */
+	static const char *const families[] = { "# TYPE sysom_agent_ticks_total ",
+						"# TYPE sysom_ingest_errors_total ",
+						"# TYPE sysom_http_requests_total " };
+	for (size_t i = 0; i < 2; i++) {
+		const char *first = strstr(body, families[i]);
+		assert_non_null(first);
+		assert_null(strstr(first + 1, families[i]));
+	}
+	/* Without a transport (not started here) there are no sysom_http_* families. */
+	assert_null(strstr(body, families[2]));
+	free(body);
+}
+
+static void test_routes(void **state)
+{
+	struct harness *h = *state;
+	struct http_route routes[API_ROUTE_COUNT];
+	size_t n = api_routes_build(h->api, h->ingest, NULL, routes);
+	int seen = 0;
+
+	assert_int_equal(n, API_ROUTE_COUNT);
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(routes[i].path, "/api/v1/ingest") == 0) {
+			assert_string_equal(routes[i].method, "POST");
+			assert_int_equal(routes[i].max_body, 16u << 20);
+			seen |= 1;
+		} else if (strcmp(routes[i].path, "/api/v1/kernel-symbols/") == 0) {
+			assert_true(routes[i].prefix);
+			assert_int_equal(routes[i].max_body,
+					 strcmp(routes[i].method, "PUT") == 0 ? 64u << 20 : 0);
+			seen |= strcmp(routes[i].method, "PUT") == 0 ? 2 : 4;
+		} else {
+			assert_string_equal(routes[i].method, "GET");
+			assert_int_equal(routes[i].max_body, 0);
+			seen |= 8;
+		}
+	}
+	assert_int_equal(seen, 15);
+	struct api_route_limits lim = { .ingest_max_body = 1000, .ksyms_max_body = 2000 };
+	api_routes_build(h->api, h->ingest, &lim, routes);
+	assert_int_equal(routes[0].max_body, 1000);
+	assert_int_equal(routes[1].max_body, 2000);
+}
+
+static void test_utf8(void **state)
+{
+	struct harness *h = *state;
+	static const struct {
+		const char *in, *out;
+	} cases[] = {
+		{ "plain", "plain" },
+		{ "caf\xc3\xa9", "caf\xc3\xa9" },
+		{ "\xf0\x9f\x98\x80!", "\xf0\x9f\x98\x80!" },
+		{ "a\xffz", "a\xef\xbf\xbdz" },
+		{ "\xc0\x80", "\xef\xbf\xbd\xef\xbf\xbd" },                 /* overlong NUL */
+		{ "\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" }, /* surrogate */
+		{ "\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" },
+		{ "end\xe2\x82", "end\xef\xbf\xbd\xef\xbf\xbd" },            /* truncated */
+	};
+	struct http_response resp;
+	char *body;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct byte_buf b = { 0 };
+		render_utf8_append(&b, cases[i].in, strlen(cases[i].in));
+		byte_buf_append(&b, "", 1);
+		assert_string_equal((const char *)b.data, cases[i].out);
+		byte_buf_free(&b);
+	}
+	/* Agent strings with bad bytes come out as valid JSON and folded text. */
+	assert_int_equal(harness_post_fixture(h, &(struct fixture_spec){ .node = 5, .epoch = 1,
+									  .sequence = 1, .hostname = "bad\xfehost",
+									  .python_comm = "py;th\xff",
+									  .window_start_ns = HARNESS_T0 }),
+			 200);
+	assert_int_equal(get(h, api_nodes_get, "", &resp, &body), 200);
+	json_t *doc = json_loads(body, 0, NULL);
+	assert_non_null(doc);
+	json_decref(doc);
+	assert_non_null(strstr(body, "bad\xef\xbf\xbdhost"));
+	free(body);
+	assert_int_equal(get(h, api_flamegraph_get, "node=05050505050505050505050505050505&pid=4242",
+			     &resp, &body), 200);
+	static const char want[] = "py:th\xef\xbf\xbd;python3.11+0x1000";
+	assert_memory_equal(body, want, sizeof(want) - 1);
+	free(body);
+	assert_int_equal(get(h, api_flamegraph_get, "format=json&comm=py%3Bth%FF", &resp, &body), 200);
+	doc = json_loads(body, 0, NULL);
+	assert_non_null(doc);
+	assert_int_equal(json_integer_value(json_object_get(doc, "total")), 13);
+	json_decref(doc);
+	free(body);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_folded, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_json, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_parameters, setup, teardown),
+		cmocka_unit_test(test_time_parse),
+		cmocka_unit_test_setup_teardown(test_nodes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_processes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_metrics, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_routes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_utf8, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
