@@ -214,12 +214,15 @@ $(BUILD)/bench/%: $(OBJ)/bench/%.o $(AGENT_LIB) $(COMMON_LIB)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(AGENT_LDLIBS)
 
 # Fuzz targets: clang + libFuzzer; each links the common sources plus what it names in
-# a `// fuzz-sources: a.c b.c` line of its own.
-$(BUILD)/fuzz/%: tests/fuzz/%.c $(COMMON_SRCS) $(wildcard common/*.h) | $(BPF_SKELS)
+# a `// fuzz-sources: a.c b.c` line of its own (those are prerequisites too).
+fuzz_sources = $(shell sed -n 's|^// fuzz-sources: ||p' $(1))
+.SECONDEXPANSION:
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(COMMON_SRCS) $(wildcard common/*.h) \
+		$$(call fuzz_sources,tests/fuzz/$$*.c) | $(BPF_SKELS)
 	$(call msg,FUZZ,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CLANG) $(FUZZ_CFLAGS) -I$(BUILD)/bpf -o $@ $< $(COMMON_SRCS) \
-	    $$(sed -n 's|^// fuzz-sources: ||p' $<) $(COMMON_LDLIBS) $(LIB_JSON)
+	    $(call fuzz_sources,$<) $(COMMON_LDLIBS) $(LIB_JSON) $(LIB_UV) $(LIB_HTTP)
 
 fuzzers: $(FUZZERS)
 

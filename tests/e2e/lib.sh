@@ -1,0 +1,160 @@
+# SPDX-License-Identifier: Apache-2.0
+# Shared helpers of the end-to-end tests: real sysom-server and sysom-agent on loopback, the
+# chain_workload fixture as the "training job", TAP output (one line per check).
+# Source it; it expects SYSOM_BUILD (a build dir) and SYSOM_ROOT (the repository).
+set -u
+BUILD=${SYSOM_BUILD:?SYSOM_BUILD must name a build directory}
+ROOT=${SYSOM_ROOT:?SYSOM_ROOT must name the repository}
+SERVER_BIN=$BUILD/sysom-server
+AGENT_BIN=$BUILD/sysom-agent
+CTL_BIN=$BUILD/sysomctl
+WORKLOAD_BIN=$BUILD/tests/fixtures/chain_workload
+E2E_TMP=$(mktemp -d /tmp/sysom-e2e.XXXXXX)
+TAP_N=0
+TAP_FAILED=0
+declare -a E2E_PIDS=()
+# Sanitizer builds: leaks of the daemons are reported at exit and fail their exit status.
+export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:${ASAN_OPTIONS:-}"
+
+ok() {
+	TAP_N=$((TAP_N + 1))
+	echo "ok $TAP_N - $*"
+}
+
+not_ok() {
+	TAP_N=$((TAP_N + 1))
+	TAP_FAILED=$((TAP_FAILED + 1))
+	echo "not ok $TAP_N - $*"
+}
+
+# check DESCRIPTION COMMAND...: one TAP line from the command's status.
+check() {
+	local desc=$1
+	shift
+	if "$@"; then ok "$desc"; else not_ok "$desc"; fi
+}
+
+# diag TEXT...: a TAP comment.
+diag() {
+	echo "# $*"
+}
+
+skip_all() {
+	echo "1..0 # SKIP $*"
+	exit 0
+}
+
+e2e_cleanup() {
+	local pid
+	for pid in "${E2E_PIDS[@]}"; do
+		kill -KILL "$pid" 2>/dev/null
+	done
+	wait 2>/dev/null
+	if [ "$TAP_FAILED" -gt 0 ]; then
+		diag "logs kept in $E2E_TMP"
+		for f in "$E2E_TMP"/*.log; do
+			[ -f "$f" ] || continue
+			diag "---- $(basename "$f") (last 15 lines)"
+			tail -15 "$f" | sed 's/^/#   /'
+		done
+	else
+		rm -rf "$E2E_TMP"
+	fi
+}
+trap e2e_cleanup EXIT
+
+finish() {
+	echo "1..$TAP_N"
+	[ "$TAP_FAILED" -eq 0 ]
+}
+
+require_root() {
+	[ "$(id -u)" = 0 ] || skip_all "the agent loads BPF programs: run as root"
+	for b in "$SERVER_BIN" "$AGENT_BIN" "$CTL_BIN" "$WORKLOAD_BIN"; do
+		[ -x "$b" ] || { echo "missing $b: build first" >&2; exit 1; }
+	done
+}
+
+# wait_until SECONDS COMMAND...: polls (every 0.1 s) until the command succeeds.
+wait_until() {
+	local deadline=$((SECONDS + $1))
+	shift
+	until "$@"; do
+		[ $SECONDS -ge $deadline ] && return 1
+		sleep 0.1
+	done
+}
+
+# start_server NAME [ARGS...]: starts a server on 127.0.0.1 (an ephemeral port unless ARGS
+# give --listen) with data dir $E2E_TMP/NAME.data; sets SERVER_PID, SERVER_PORT, SERVER_URL.
+start_server() {
+	local name=$1
+	shift
+	local listen=127.0.0.1:0
+	local a
+	for a in "$@"; do [[ $a == --listen* ]] && listen=""; done
+	rm -f "$E2E_TMP/$name.port"
+	mkdir -p "$E2E_TMP/$name.data"
+	"$SERVER_BIN" ${listen:+--listen "$listen"} --data-dir "$E2E_TMP/$name.data" \
+		--port-file "$E2E_TMP/$name.port" "$@" >>"$E2E_TMP/$name.log" 2>&1 &
+	SERVER_PID=$!
+	E2E_PIDS+=("$SERVER_PID")
+	if ! wait_until 30 test -s "$E2E_TMP/$name.port"; then
+		echo "server $name did not start; log:" >&2
+		cat "$E2E_TMP/$name.log" >&2
+		return 1
+	fi
+	SERVER_PORT=$(cat "$E2E_TMP/$name.port")
+	SERVER_URL=http://127.0.0.1:$SERVER_PORT
+}
+
+# start_agent NAME SERVER_URL [ARGS...]: starts an agent with fast intervals and a spool in
+# $E2E_TMP/NAME.spool; waits for its "attached" line; sets AGENT_PID.
+start_agent() {
+	local name=$1 url=$2
+	shift 2
+	"$AGENT_BIN" --server "$url" --spool-dir "$E2E_TMP/$name.spool" \
+		--drain-interval 0.5s --batch-interval 2s --backoff-max 1s --shutdown-timeout 15s \
+		"$@" >>"$E2E_TMP/$name.log" 2>&1 &
+	AGENT_PID=$!
+	E2E_PIDS+=("$AGENT_PID")
+	if ! wait_until 30 grep -q "attached to" "$E2E_TMP/$name.log"; then
+		echo "agent $name did not attach; log:" >&2
+		cat "$E2E_TMP/$name.log" >&2
+		return 1
+	fi
+}
+
+# stop_pid PID: SIGTERM and wait; returns the exit status.
+stop_pid() {
+	kill -TERM "$1" 2>/dev/null
+	wait "$1"
+}
+
+# agent_logged_samples LOG: total of "batch N: X samples" lines.
+agent_logged_samples() {
+	sed -n 's/.* batch [0-9]*: \([0-9]*\) samples.*/\1/p' "$1" | awk '{s += $1} END {print s + 0}'
+}
+
+# run_workload SECONDS ARGS...: runs the fixture, prints "PID CPU_SECONDS" when it ends.
+run_workload() {
+	python3 - "$WORKLOAD_BIN" "$@" <<'EOF'
+import os, subprocess, sys
+p = subprocess.Popen(sys.argv[1:] + ["--quiet"])
+_, status, usage = os.wait4(p.pid, 0)
+print(p.pid, usage.ru_utime + usage.ru_stime)
+EOF
+}
+
+# Options placed before sysomctl's command (e.g. --token-file F).
+CTL_OPTS=()
+ctl() {
+	"$CTL_BIN" --server "$SERVER_URL" "${CTL_OPTS[@]}" "$@"
+}
+
+# stored_total [FILTER ARGS...]: the server's sample total over the last day (JSON "total",
+# which counts every sample even when the stack list is capped).
+stored_total() {
+	ctl flamegraph --from -1d --to now --format json "$@" |
+		python3 -c "import json,sys; print(json.load(sys.stdin)['total'])"
+}
