@@ -393,6 +393,7 @@ int batcher_seal(struct batcher *b, const uint8_t node_id[16], uint64_t epoch, u
 			.window_start_ns = bt->window_start_ns,
 			.window_end_ns = bt->window_end_ns,
 			.samples = samples,
+			.drained_keys = sysom_batch_counter(bt, SYSOM_COUNTER_DISTINCT_KEYS),
 			.sample_rows = bt->sample_count,
 			.stacks = bt->stack_count,
 			.processes = bt->process_count,

@@ -28,6 +28,7 @@ struct batcher_seal_info {
 	uint64_t sequence;
 	uint64_t window_start_ns, window_end_ns;
 	uint64_t samples;        /* sum of counts */
+	uint64_t drained_keys;   /* distinct BPF aggregation keys drained in the window */
 	uint32_t sample_rows, stacks, processes, objects;
 	size_t encoded_bytes, compressed_bytes;
 };

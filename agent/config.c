@@ -13,8 +13,7 @@
 #include "agent/host.h"
 #include "common/error.h"
 #include "common/options.h"
-
-#define TOKEN_MAX 4096
+#include "common/token.h"
 
 #define OPTIONS(c)                                                                                  \
 	{                                                                                           \
@@ -114,40 +113,16 @@ int agent_config_validate(const struct agent_config *c, char *err, size_t errlen
 
 int agent_config_read_token(const char *path, char **out, char *err, size_t errlen)
 {
-	char text[TOKEN_MAX + 2];
-	struct stat st;
+	bool world_readable = false;
 	int rc;
 
 	*out = NULL;
 	if (!path)
 		return 0;
-	rc = host_read_text(path, text, sizeof(text));
-	if (rc < 0) {
-		snprintf(err, errlen, "token file %s: %s", path, sysom_strerror(rc));
-		return rc;
-	}
-	if (stat(path, &st) == 0 && (st.st_mode & 0004)) {
-		/* Not fatal, but say it: anyone on the node can read it. */
+	rc = sysom_token_file_read(path, out, &world_readable, err, errlen);
+	if (rc == 0 && world_readable)
 		snprintf(err, errlen, "token file %s is world-readable", path);
-	}
-	char *start = text;
-	while (isspace((unsigned char)*start))
-		start++;
-	size_t len = strcspn(start, "\r\n");
-	while (len && isspace((unsigned char)start[len - 1]))
-		len--;
-	if (len == 0 || len > TOKEN_MAX) {
-		snprintf(err, errlen, "token file %s: empty or longer than %d bytes", path, TOKEN_MAX);
-		return -SYSOM_ECONFIG;
-	}
-	for (size_t i = 0; i < len; i++) {
-		if (!isgraph((unsigned char)start[i])) {
-			snprintf(err, errlen, "token file %s: token has non-printable characters", path);
-			return -SYSOM_ECONFIG;
-		}
-	}
-	*out = strndup(start, len);
-	return *out ? 0 : -ENOMEM;
+	return rc;
 }
 
 void agent_config_print_help(void *out)

@@ -50,7 +50,8 @@ int agent_config_load(struct agent_config *c, int argc, char *const argv[], char
 /* Cross-field checks (e.g. drain interval <= batch interval). 0 or -SYSOM_ECONFIG. */
 int agent_config_validate(const struct agent_config *c, char *err, size_t errlen);
 
-/* Reads the token file's first line (trimmed) into a new string; NULL file → *out NULL. */
+/* Reads the token file (sysom_token_file_read) into a new string; NULL path → *out NULL.
+ * Returns 0 or -errno; on success `err` holds a warning when the file is world-readable. */
 int agent_config_read_token(const char *path, char **out, char *err, size_t errlen);
 
 void agent_config_print_help(void *out);

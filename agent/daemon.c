@@ -253,9 +253,10 @@ static void agent_seal(struct agent *a)
 	rc = uploader_submit(a->uploader, seq, info.window_end_ns, out.data, out.len);
 	if (rc < 0)
 		log_error("batch %llu lost: %s", (unsigned long long)seq, sysom_strerror(rc));
-	log_info("batch %llu: %llu samples, %u stacks, %u processes, %zu bytes (%zu raw)%s",
-		 (unsigned long long)seq, (unsigned long long)info.samples, info.stacks,
-		 info.processes, info.compressed_bytes, info.encoded_bytes,
+	log_info("batch %llu: %llu samples from %llu keys, %u stacks, %u processes, %zu bytes (%zu raw)%s",
+		 (unsigned long long)seq, (unsigned long long)info.samples,
+		 (unsigned long long)info.drained_keys, info.stacks, info.processes,
+		 info.compressed_bytes, info.encoded_bytes,
 		 rc == 1 ? ", held in memory" : "");
 cleanup:
 	byte_buf_free(&out);

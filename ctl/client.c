@@ -14,61 +14,6 @@
 #include "common/error.h"
 #include "ctl/ctl.h"
 
-#define TOKEN_MAX 4096
-
-int ctl_token_read(const char *path, char **token, char *err, size_t errlen)
-{
-	char buf[TOKEN_MAX + 2];
-	char *start = buf, *end;
-	size_t len = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	int rc = 0;
-
-	if (fd < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "cannot open token file %s: %s", path, sysom_strerror(rc));
-		return rc;
-	}
-	while (len < sizeof(buf) - 1) {
-		ssize_t n = read(fd, buf + len, sizeof(buf) - 1 - len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = -errno;
-			snprintf(err, errlen, "cannot read token file %s: %s", path, sysom_strerror(rc));
-			goto cleanup;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	buf[len] = '\0';
-	end = memchr(buf, '\n', len);
-	if (!end)
-		end = buf + len;
-	while (start < end && isspace((unsigned char)*start))
-		start++;
-	while (end > start && isspace((unsigned char)end[-1]))
-		end--;
-	bool printable = end > start && (size_t)(end - start) <= TOKEN_MAX;
-	for (const char *p = start; printable && p < end; p++)
-		printable = isgraph((unsigned char)*p);
-	if (!printable) {
-		snprintf(err, errlen,
-			 "token file %s: the first line must hold the token (1..%d printable bytes)",
-			 path, TOKEN_MAX);
-		rc = -SYSOM_ECONFIG;
-		goto cleanup;
-	}
-	*token = strndup(start, (size_t)(end - start));
-	if (!*token)
-		rc = -ENOMEM;
-cleanup:
-	explicit_bzero(buf, sizeof(buf));
-	close(fd);
-	return rc;
-}
-
 static size_t on_data(char *data, size_t size, size_t n, void *arg)
 {
 	struct byte_buf *body = arg;

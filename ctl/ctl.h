@@ -74,12 +74,6 @@ int ctl_processes_render(const json_t *doc, FILE *out);
  */
 void ctl_error_text(const uint8_t *body, size_t len, char *out, size_t outlen);
 
-/*
- * Reads a token file: its first line without surrounding whitespace (printable, no spaces),
- * into *token (caller frees). Returns 0, -errno, or -SYSOM_ECONFIG for an empty, unprintable or
- * oversized first line, with a sentence in `err`.
- */
-int ctl_token_read(const char *path, char **token, char *err, size_t errlen);
 
 /*
  * GETs `url` (with "Authorization: Bearer TOKEN" when `token` is not NULL), storing the body

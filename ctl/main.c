@@ -7,6 +7,7 @@
 #include <curl/curl.h>
 
 #include "common/error.h"
+#include "common/token.h"
 #include "ctl/ctl.h"
 
 /* Prints the response as the command's format asks; returns the exit status. */
@@ -67,7 +68,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "sysomctl: cannot initialise libcurl\n");
 		goto cleanup;
 	}
-	if (a.token_file && ctl_token_read(a.token_file, &token, err, sizeof(err))) {
+	if (a.token_file && sysom_token_file_read(a.token_file, &token, NULL, err, sizeof(err))) {
 		fprintf(stderr, "sysomctl: %s\n", err);
 		goto cleanup;
 	}

@@ -8,7 +8,6 @@
 
 #include "server/http.h"
 
-#define AUTH_TOKEN_MAX 4096
 
 struct auth;
 
@@ -36,14 +35,5 @@ bool auth_request_check(struct auth *a, const struct http_request *req);
 /* Answers 401 with "WWW-Authenticate: Bearer realm=\"sysom\"" and a JSON error. */
 void auth_respond_unauthorized(struct http_response *resp);
 
-/*
- * Reads a token file: the first line with surrounding whitespace removed, which must be
- * printable ASCII without spaces (as the agent requires). Writes a heap copy to *token (caller
- * frees) and whether the file is readable by every user to *world_readable. Returns 0, -errno,
- * or -SYSOM_ECONFIG (empty, unprintable, not a regular file, longer than AUTH_TOKEN_MAX), with
- * a sentence in `err`.
- */
-int auth_token_file_read(const char *path, char **token, bool *world_readable, char *err,
-			 size_t errlen);
 
 #endif

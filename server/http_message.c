@@ -97,6 +97,7 @@ void http_response_text(struct http_response *resp, int status, const char *cont
 	resp->status = status;
 	snprintf(resp->content_type, sizeof(resp->content_type), "%s", content_type);
 	resp->body.len = 0;
+	resp->body.error = 0; /* a fresh body: an earlier failed append no longer matters */
 	byte_buf_append(&resp->body, text, len);
 }
 
@@ -119,6 +120,7 @@ void http_response_error(struct http_response *resp, int status, const char *fmt
 	resp->status = status;
 	snprintf(resp->content_type, sizeof(resp->content_type), "application/json");
 	resp->body.len = 0;
+	resp->body.error = 0;
 	if (dump) {
 		byte_buf_append(&resp->body, dump, strlen(dump));
 		byte_buf_append(&resp->body, "\n", 1);

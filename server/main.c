@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/token.h"
 #include "common/options.h"
 #include "server/api.h"
 #include "server/auth.h"
@@ -132,7 +133,7 @@ static int token_load(struct auth *auth, const char *path)
 	char err[512];
 	char *token = NULL;
 	bool world_readable = false;
-	int rc = auth_token_file_read(path, &token, &world_readable, err, sizeof(err));
+	int rc = sysom_token_file_read(path, &token, &world_readable, err, sizeof(err));
 
 	if (rc) {
 		log_error("%s", err);

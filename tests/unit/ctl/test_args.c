@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "common/error.h"
+#include "common/token.h"
 #include "ctl/ctl.h"
 
 #define MAXARGS 24
@@ -168,17 +169,17 @@ static void test_token_file(void **state)
 	assert_true(fd >= 0);
 	assert_int_equal(write(fd, "  s3cret \nsecond line\n", 22), 22);
 	close(fd);
-	assert_int_equal(ctl_token_read(path, &token, err, sizeof(err)), 0);
+	assert_int_equal(sysom_token_file_read(path, &token, NULL, err, sizeof(err)), 0);
 	assert_string_equal(token, "s3cret");
 	free(token);
 	token = NULL;
 	fd = open(path, O_WRONLY | O_TRUNC);
 	assert_int_equal(write(fd, "   \n", 4), 4);
 	close(fd);
-	assert_int_equal(ctl_token_read(path, &token, err, sizeof(err)), -SYSOM_ECONFIG);
+	assert_int_equal(sysom_token_file_read(path, &token, NULL, err, sizeof(err)), -SYSOM_ECONFIG);
 	assert_null(token);
 	unlink(path);
-	assert_int_equal(ctl_token_read(path, &token, err, sizeof(err)), -ENOENT);
+	assert_int_equal(sysom_token_file_read(path, &token, NULL, err, sizeof(err)), -ENOENT);
 	assert_non_null(strstr(err, path));
 }
 

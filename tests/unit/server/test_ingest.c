@@ -19,6 +19,7 @@
 
 #include "common/bytes.h"
 #include "common/error.h"
+#include "common/token.h"
 #include "common/compress.h"
 #include "common/wire.h"
 #include "harness.h"
@@ -449,12 +450,12 @@ static void test_token_file(void **state)
 
 	snprintf(path, sizeof(path), "%s/token", s->h->dir);
 	write_file(path, "  s3cret-token \nsecond line\n", 0600);
-	assert_int_equal(auth_token_file_read(path, &token, &world, err, sizeof(err)), 0);
+	assert_int_equal(sysom_token_file_read(path, &token, &world, err, sizeof(err)), 0);
 	assert_string_equal(token, "s3cret-token");
 	assert_false(world);
 	free(token);
 	write_file(path, "tok", 0644);
-	assert_int_equal(auth_token_file_read(path, &token, &world, err, sizeof(err)), 0);
+	assert_int_equal(sysom_token_file_read(path, &token, &world, err, sizeof(err)), 0);
 	assert_string_equal(token, "tok");
 	assert_true(world);
 	free(token);
@@ -462,15 +463,15 @@ static void test_token_file(void **state)
 	const char *bad[] = { "", "  \n", "two words\n", "tab\there\n" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		write_file(path, bad[i], 0600);
-		assert_int_equal(auth_token_file_read(path, &token, &world, err, sizeof(err)),
+		assert_int_equal(sysom_token_file_read(path, &token, &world, err, sizeof(err)),
 				 -SYSOM_ECONFIG);
 		assert_null(token);
 		assert_non_null(strstr(err, path));
 	}
-	assert_int_equal(auth_token_file_read(s->h->dir, &token, &world, err, sizeof(err)),
+	assert_int_equal(sysom_token_file_read(s->h->dir, &token, &world, err, sizeof(err)),
 			 -SYSOM_ECONFIG);
 	unlink(path);
-	assert_int_equal(auth_token_file_read(path, &token, &world, err, sizeof(err)), -ENOENT);
+	assert_int_equal(sysom_token_file_read(path, &token, &world, err, sizeof(err)), -ENOENT);
 	assert_null(token);
 }
 

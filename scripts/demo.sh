@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The end-to-end demo behind `make demo`: a server on 127.0.0.1 with its embedded store in a
+# temporary directory, the agent (as root) shipping to it, a CPU-bound workload, then the
+# flame graph summary. Finishes on its own and cleans up. Usage: scripts/demo.sh BUILD_DIR
+set -euo pipefail
+build=$(cd "${1:-build}" && pwd)
+root=$(cd "$(dirname "$0")/.." && pwd)
+seconds=${SYSOM_DEMO_SECONDS:-15}
+
+if [ "$(id -u)" != 0 ]; then
+	echo "The agent loads eBPF programs, which needs root: re-running with sudo."
+	exec sudo --preserve-env=SYSOM_DEMO_SECONDS "$0" "$@"
+fi
+
+work=$(mktemp -d /tmp/sysom-demo.XXXXXX)
+pids=()
+cleanup() {
+	for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "Starting sysom-server on 127.0.0.1 (embedded SQLite store in $work/data)"
+"$build/sysom-server" --listen 127.0.0.1:0 --data-dir "$work/data" --port-file "$work/port" \
+	>"$work/server.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+[ -s "$work/port" ] || { cat "$work/server.log"; echo "server did not start"; exit 1; }
+url=http://127.0.0.1:$(cat "$work/port")
+sed 's/^/   /' "$work/server.log"
+
+step "Checking this node (sysom-agent --check)"
+"$build/sysom-agent" --check --server "$url" --spool-dir "$work/spool" | sed 's/^/   /'
+
+step "Starting sysom-agent: 99 Hz on every CPU, 50% of ticks, batches every 5 s"
+# The production defaults are 10% of ticks and 30 s batches; the demo is short, so it
+# samples more and ships more often to have a fuller picture in ${seconds} s.
+"$build/sysom-agent" --server "$url" --spool-dir "$work/spool" --sample-rate 0.5 \
+	--batch-interval 5s --drain-interval 1s >"$work/agent.log" 2>&1 &
+agent=$!
+pids+=($agent)
+for _ in $(seq 100); do grep -q "attached to" "$work/agent.log" && break; sleep 0.1; done
+grep -q "attached to" "$work/agent.log" || { cat "$work/agent.log"; exit 1; }
+sed 's/^/   /' "$work/agent.log"
+
+step "Running a CPU-bound workload for ${seconds} s (2 threads: compute + read() system calls)"
+"$build/tests/fixtures/chain_workload" "$seconds" --mode mixed --threads 2 --quiet &
+workload=$!
+wait "$workload"
+echo "   workload pid $workload finished"
+
+step "Stopping the agent (SIGTERM: final drain, last batch flushed)"
+kill -TERM "$agent"
+wait "$agent" || true
+grep -E "batch [0-9]+:|kernel symbols|stopped" "$work/agent.log" | sed 's/^/   /'
+
+step "Flame graph of the workload: sysomctl flamegraph --pid $workload --format top"
+"$build/sysomctl" --server "$url" flamegraph --pid "$workload" --from -10m --to now \
+	--format top --top 5 | sed 's/^/   /'
+
+step "Whole node, folded (first lines): sysomctl flamegraph --format folded"
+"$build/sysomctl" --server "$url" flamegraph --from -10m --to now --format folded |
+	head -5 | cut -c1-220 | sed 's/^/   /'
+
+step "Where to look next"
+cat <<EOF
+   sysomctl --server URL nodes                          nodes and their agents
+   sysomctl --server URL processes --from -1h           what ran, with sample counts
+   sysomctl --server URL flamegraph --comm NAME         one program's stacks (top summary)
+   sysomctl ... flamegraph --format folded | flamegraph.pl > cpu.svg   an SVG flame graph
+   curl URL/api/v1/flamegraph?format=json&pid=N        the same as JSON (docs/http-api.md)
+   curl URL/metrics                                     Prometheus metrics of the server
+   sysom-agent --check                                  is this node ready to profile?
+   deploy/                                              systemd units and config examples
+   Kernel frames end in _[k]; user frames show as file+offset until the Build-ID symbol
+   repository resolves them centrally (docs/architecture.md).
+EOF
