@@ -48,15 +48,18 @@ def proc_status(pid, key):
 
 
 def bpf_run_time_ns():
-    """Sum of run_time_ns over the agent's BPF programs (names start with sysom_)."""
+    """(all sysom_* programs' run_time_ns, the tick program's run_time_ns, its run count)."""
     out = subprocess.run(["bpftool", "prog", "show", "--json"], capture_output=True, text=True,
                          check=True).stdout
-    total = count = 0
+    total = tick = ticks = 0
     for prog in json.loads(out):
-        if prog.get("name", "").startswith("sysom_"):
+        name = prog.get("name", "")
+        if name.startswith("sysom_"):
             total += prog.get("run_time_ns", 0)
-            count += prog.get("run_cnt", 0)
-    return total, count
+            if name.startswith("sysom_profile"):
+                tick += prog.get("run_time_ns", 0)
+                ticks += prog.get("run_cnt", 0)
+    return total, tick, ticks
 
 
 def run_workload(build, seconds):
@@ -88,12 +91,12 @@ def agent_round(build, server_url, work, rate, seconds):
             raise RuntimeError("agent did not attach:\n" + open(log_path).read())
         time.sleep(1)  # let start-up work (kernel symbol upload) finish outside the window
         cpu0 = proc_cpu_seconds(agent.pid)
-        bpf0, runs0 = bpf_run_time_ns()
+        bpf0, tick0, ticks0 = bpf_run_time_ns()
         t0 = time.monotonic()
         throughput = run_workload(build, seconds)
         wall = time.monotonic() - t0
         cpu1 = proc_cpu_seconds(agent.pid)
-        bpf1, runs1 = bpf_run_time_ns()
+        bpf1, tick1, ticks1 = bpf_run_time_ns()
         rss_peak = proc_status(agent.pid, "VmHWM")
         rss_now = proc_status(agent.pid, "VmRSS")
     finally:
@@ -108,7 +111,8 @@ def agent_round(build, server_url, work, rate, seconds):
         "throughput": throughput,
         "agent_cpu_s": cpu1 - cpu0,
         "bpf_s": (bpf1 - bpf0) / 1e9,
-        "bpf_runs": runs1 - runs0,
+        "tick_s": (tick1 - tick0) / 1e9,
+        "ticks": ticks1 - ticks0,
         "wall_s": wall,
         "rss_peak": rss_peak,
         "rss_now": rss_now,
@@ -165,15 +169,16 @@ def main():
 
     lines = [f"Machine: {NCPU} CPUs, kernel {os.uname().release}; {args.rounds} alternating "
              f"rounds of {args.seconds:g} s per setting; workload: chain_workload on every CPU.", "",
-             "| setting | agent CPU / profiled CPU-s | of which BPF | BPF ns / run | throughput "
-             "ratio (agent/baseline) | baseline spread | agent RSS peak | batch bytes / min | "
-             "aggregation (samples/keys) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| setting | agent CPU / profiled CPU-s | of which BPF | BPF per tick | BPF per "
+             "sample | throughput ratio (agent/baseline) | baseline spread | agent RSS peak | "
+             "batch bytes / min | aggregation (samples/keys) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, (base, runs) in results.items():
         profiled = sum(NCPU * r["wall_s"] for r in runs)
         agent_cpu = sum(r["agent_cpu_s"] for r in runs)
         bpf = sum(r["bpf_s"] for r in runs)
-        bpf_runs = sum(r["bpf_runs"] for r in runs)
+        tick_s = sum(r["tick_s"] for r in runs)
+        ticks = sum(r["ticks"] for r in runs)
         ratio = statistics.mean(r["throughput"] for r in runs) / statistics.mean(base)
         spread = (max(base) - min(base)) / statistics.mean(base)
         rss = max(r["rss_peak"] for r in runs)
@@ -181,8 +186,10 @@ def main():
         samples = sum(r["samples"] for r in runs)
         keys = sum(r["keys"] for r in runs)
         agg = f"{samples / keys:.1f}" if keys else "n/a"
+        per_tick = f"{tick_s * 1e9 / ticks:.0f} ns" if ticks else "n/a"
+        per_sample = f"{tick_s * 1e6 / samples:.1f} µs" if samples else "n/a"
         lines.append(f"| {name} | {pct((agent_cpu + bpf) / profiled)} | {pct(bpf / profiled)} | "
-                     f"{bpf * 1e9 / bpf_runs if bpf_runs else 0:.0f} | {ratio:.4f} | "
+                     f"{per_tick} | {per_sample} | {ratio:.4f} | "
                      f"±{pct(spread / 2)} | {rss / 2**20:.1f} MiB | {per_min / 1024:.1f} KiB | {agg} |")
     table = "\n".join(lines)
     print()
