@@ -480,22 +480,6 @@ static int agent_start(struct agent *a)
 		log_warn("/proc/kallsyms hides addresses (kernel.kptr_restrict): kernel frames will "
 			 "not be symbolized");
 
-	struct spool_options spo = {
-		.dir = a->cfg->spool_dir,
-		.max_bytes = a->cfg->spool_max_bytes,
-		.max_age_s = (uint64_t)a->cfg->spool_max_age_s,
-		.on_event = on_spool_event,
-		.event_ctx = a,
-	};
-	if ((rc = make_parent_dirs(a->cfg->spool_dir)) || (rc = spool_open(&spo, &a->spool))) {
-		log_error("cannot open the spool %s: %s", a->cfg->spool_dir, sysom_strerror(rc));
-		return rc;
-	}
-	if ((rc = start_uploader(a))) {
-		log_error("cannot start the uploader for %s: %s", a->cfg->server, sysom_strerror(rc));
-		return rc;
-	}
-
 	proctrack_options_default(&po);
 	if ((rc = proctrack_new(&po, &a->pt))) {
 		log_error("cannot create the process tracker: %s", sysom_strerror(rc));
@@ -527,6 +511,25 @@ static int agent_start(struct agent *a)
 		return rc;
 	}
 	sampler_counters_read(a->sampler, &a->last_counters);
+
+	/* The spool and uploader come after the sampler: a node that cannot profile should say
+	 * so (privileges, BTF) before anything else. */
+	struct spool_options spo = {
+		.dir = a->cfg->spool_dir,
+		.max_bytes = a->cfg->spool_max_bytes,
+		.max_age_s = (uint64_t)a->cfg->spool_max_age_s,
+		.on_event = on_spool_event,
+		.event_ctx = a,
+	};
+	if ((rc = make_parent_dirs(a->cfg->spool_dir)) || (rc = spool_open(&spo, &a->spool))) {
+		log_error("cannot open the spool %s: %s", a->cfg->spool_dir, sysom_strerror(rc));
+		return rc;
+	}
+	if ((rc = start_uploader(a))) {
+		log_error("cannot start the uploader for %s: %s", a->cfg->server, sysom_strerror(rc));
+		return rc;
+	}
+
 
 	struct ksyms_upload_options ko = {
 		.server_url = a->cfg->server,

@@ -52,6 +52,18 @@ static inline bool byte_reader_skip(struct byte_reader *r, size_t len)
 	return true;
 }
 
+/* Value of a hex digit (either case), or -1. */
+static inline int sysom_hex_digit(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
 static inline uint16_t load_le16(const uint8_t *p)
 {
 	return (uint16_t)(p[0] | (uint16_t)p[1] << 8);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Object identity: GNU build ID from ELF notes (libelf, hostile-input safe) or XXH3-128 of content. */
+#include "common/bytes.h"
 #include "common/elf_buildid.h"
 
 #include <elf.h>
@@ -534,17 +535,6 @@ void sysom_build_id_hex(const struct sysom_build_id *id, char *out, size_t outle
 	out[2 * i] = '\0';
 }
 
-static int hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 int sysom_build_id_parse_hex(const char *hex, uint8_t kind, struct sysom_build_id *out)
 {
 	struct sysom_build_id id = { .kind = kind };
@@ -556,7 +546,7 @@ int sysom_build_id_parse_hex(const char *hex, uint8_t kind, struct sysom_build_i
 	if (n < 6 || n > 2 * SYSOM_BUILD_ID_MAX || n % 2)
 		return -EINVAL;
 	for (size_t i = 0; i < n; i += 2) {
-		int hi = hex_value(hex[i]), lo = hex_value(hex[i + 1]);
+		int hi = sysom_hex_digit(hex[i]), lo = sysom_hex_digit(hex[i + 1]);
 		if (hi < 0 || lo < 0)
 			return -EINVAL;
 		id.bytes[i / 2] = (uint8_t)(hi << 4 | lo);

@@ -244,10 +244,16 @@ int sysom_options_load_text(const struct sysom_option *table, size_t n, const ch
 		if (next)
 			*next++ = '\0';
 		lineno++;
-		char *hash = strchr(line, '#');
-		char *quote = strchr(line, '"');
-		if (hash && (!quote || hash < quote))
-			*hash = '\0';
+		/* A comment starts at the first '#' outside double quotes. */
+		bool quoted = false;
+		for (char *p = line; *p; p++) {
+			if (*p == '"')
+				quoted = !quoted;
+			else if (*p == '#' && !quoted) {
+				*p = '\0';
+				break;
+			}
+		}
 		char *s = trim(line);
 		if (!*s)
 			continue;
@@ -376,11 +382,13 @@ const char *sysom_options_peek_argv(int argc, char *const argv[], const char *na
 {
 	size_t nlen = strlen(name);
 
+	/* Without the table we cannot tell flag values from flags, so look at every argument
+	 * up to "--"; a value that happens to read "--NAME" is not a supported spelling. */
 	for (int i = 1; i < argc; i++) {
 		const char *arg = argv[i];
-		if (strcmp(arg, "--") == 0 || strncmp(arg, "--", 2) != 0)
+		if (strcmp(arg, "--") == 0)
 			return NULL;
-		if (strncmp(arg + 2, name, nlen) != 0)
+		if (strncmp(arg, "--", 2) != 0 || strncmp(arg + 2, name, nlen) != 0)
 			continue;
 		if (arg[2 + nlen] == '=')
 			return arg + 3 + nlen;

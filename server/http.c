@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* HTTP/1.1 transport: libuv listener, per-connection http-parser state machine, threadpool handlers. */
+#include "common/bytes.h"
 #include "server/http.h"
 
 #include <arpa/inet.h>
@@ -303,17 +304,6 @@ static bool is_transport_header(const char *name)
 	return false;
 }
 
-static int hex_digit(char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	if (ch >= 'A' && ch <= 'F')
-		return ch - 'A' + 10;
-	return -1;
-}
-
 /* True when a '/'-separated segment of [path, path+len) is "..". */
 static bool has_dotdot_segment(const char *path, size_t len)
 {
@@ -365,21 +355,16 @@ static int target_parse(struct http_conn *c)
 	}
 
 	c->target.len = 0;
-	if (path_len == 0)
+	if (path_len == 0) {
 		byte_buf_append(&c->target, "/", 1);
-	for (size_t i = 0; i < path_len; i++) {
-		char ch = path[i];
-		if (ch == '%') {
-			int hi = i + 2 < path_len ? hex_digit(path[i + 1]) : -1;
-			int lo = i + 2 < path_len ? hex_digit(path[i + 2]) : -1;
-			if (hi < 0 || lo < 0)
-				return -EINVAL;
-			ch = (char)(hi << 4 | lo);
-			i += 2;
-		}
-		if (ch == '\0')
+	} else {
+		char *dst = (char *)byte_buf_reserve(&c->target, path_len + 1);
+		if (!dst)
+			return byte_buf_error(&c->target);
+		int n = http_percent_decode(path, path_len, false, dst, path_len + 1);
+		if (n < 0)
 			return -EINVAL;
-		byte_buf_append(&c->target, &ch, 1);
+		c->target.len += (size_t)n;
 	}
 	if (byte_buf_error(&c->target))
 		return byte_buf_error(&c->target);

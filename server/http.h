@@ -31,6 +31,13 @@ struct http_request {
 const char *http_request_header(const struct http_request *req, const char *lower_name);
 
 /*
+ * Percent-decodes `len` bytes of `s` into `out` (NUL-terminated); '+' becomes a space when
+ * `plus_is_space` (query strings). Returns the decoded length, -EINVAL for a malformed escape
+ * or an encoded NUL, -E2BIG when `out` (outlen bytes) is too small.
+ */
+int http_percent_decode(const char *s, size_t len, bool plus_is_space, char *out, size_t outlen);
+
+/*
  * Copies the percent-decoded value of query parameter `name` into `out`.
  * Returns its length, -ENOENT when absent, -E2BIG when longer than outlen - 1,
  * -EINVAL when the encoding is malformed.

@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 
+#include "common/bytes.h"
 #include "server/http.h"
 
 const char *http_request_header(const struct http_request *req, const char *lower_name)
@@ -19,18 +20,7 @@ const char *http_request_header(const struct http_request *req, const char *lowe
 	return NULL;
 }
 
-static int hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	c = (char)tolower((unsigned char)c);
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return -1;
-}
-
-/* Percent-decodes [s, s+len) into out ('+' is a space in queries). */
-static int percent_decode(const char *s, size_t len, char *out, size_t outlen)
+int http_percent_decode(const char *s, size_t len, bool plus_is_space, char *out, size_t outlen)
 {
 	size_t o = 0;
 
@@ -39,16 +29,16 @@ static int percent_decode(const char *s, size_t len, char *out, size_t outlen)
 		if (c == '%') {
 			if (i + 2 >= len)
 				return -EINVAL;
-			int hi = hex_value(s[i + 1]), lo = hex_value(s[i + 2]);
+			int hi = sysom_hex_digit(s[i + 1]), lo = sysom_hex_digit(s[i + 2]);
 			if (hi < 0 || lo < 0)
 				return -EINVAL;
 			c = (char)(hi << 4 | lo);
-			if (c == '\0')
-				return -EINVAL;
 			i += 2;
-		} else if (c == '+') {
+		} else if (c == '+' && plus_is_space) {
 			c = ' ';
 		}
+		if (c == '\0')
+			return -EINVAL;
 		if (o + 1 >= outlen)
 			return -E2BIG;
 		out[o++] = c;
@@ -72,8 +62,8 @@ int http_query_param(const struct http_request *req, const char *name, char *out
 
 		if (klen == nlen && memcmp(q, name, nlen) == 0) {
 			if (!eq)
-				return percent_decode("", 0, out, outlen);
-			return percent_decode(eq + 1, plen - klen - 1, out, outlen);
+				return http_percent_decode("", 0, true, out, outlen);
+			return http_percent_decode(eq + 1, plen - klen - 1, true, out, outlen);
 		}
 		q += plen;
 		if (*q == '&')

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Strict, bounded parser for kernel symbol uploads. */
+#include "common/bytes.h"
 #include "server/ksyms.h"
 
 #include <errno.h>
@@ -26,17 +27,6 @@ __attribute__((format(printf, 4, 5))) static int fail(struct ksyms_error *err, s
 		va_end(ap);
 	}
 	return code;
-}
-
-static int hex_digit(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
 }
 
 static bool is_blank(char c)
@@ -87,7 +77,7 @@ static int parse_line(char *p, char *end, size_t lineno, struct store_ksym *sym,
 	size_t digits = 0;
 
 	while (p < end && !is_blank(*p)) {
-		int d = hex_digit(*p);
+		int d = sysom_hex_digit(*p);
 		if (d < 0)
 			return fail(err, lineno, -SYSOM_ECORRUPT,
 				    "offset is not hexadecimal (expected OFFSET_HEX TYPE NAME)");
