@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/bytes.h"
 #include "common/error.h"
 
 /* Longest line kept: a PATH_MAX path with every byte escaped ("\012") plus the fields. */
@@ -25,17 +26,6 @@ struct cursor {
 	const char *end;
 };
 
-static int hex_digit(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* 1..max_digits hex digits; fails on none, too many, or a non-digit where one is due. */
 static bool parse_hex(struct cursor *c, unsigned max_digits, uint64_t *out)
 {
@@ -43,7 +33,7 @@ static bool parse_hex(struct cursor *c, unsigned max_digits, uint64_t *out)
 	unsigned n = 0;
 	int d;
 
-	while (c->pos < c->end && (d = hex_digit(*c->pos)) >= 0) {
+	while (c->pos < c->end && (d = sysom_hex_digit(*c->pos)) >= 0) {
 		if (++n > max_digits)
 			return false;
 		v = v << 4 | (uint64_t)d;
