@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Object identity: GNU build ID from ELF notes (libelf, hostile-input safe) or XXH3-128 of content. */
-#include "common/bytes.h"
 #include "common/elf_buildid.h"
 
 #include <elf.h>
@@ -15,6 +14,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "common/bytes.h"
 #include "common/error.h"
 
 /* Limits on what a file's headers may ask of us (libelf allocates per header). */

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* HTTP/1.1 transport: libuv listener, per-connection http-parser state machine, threadpool handlers. */
-#include "common/bytes.h"
 #include "server/http.h"
 
 #include <arpa/inet.h>
@@ -18,6 +17,7 @@
 
 #include <http_parser.h>
 
+#include "common/bytes.h"
 #include "server/http_internal.h"
 
 /*

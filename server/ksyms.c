@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Strict, bounded parser for kernel symbol uploads. */
-#include "common/bytes.h"
 #include "server/ksyms.h"
 
 #include <errno.h>
@@ -10,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bytes.h"
 #include "common/error.h"
 
 __attribute__((format(printf, 4, 5))) static int fail(struct ksyms_error *err, size_t line,
