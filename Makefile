@@ -54,12 +54,15 @@ LIB_HTTP := -lhttp_parser
 LIB_XXHASH := -lxxhash
 LIB_SYSTEMD := -lsystemd
 LIB_CMOCKA := -lcmocka
+LIB_CXXABI := -lstdc++ # __cxa_demangle for C++ symbol names
+LIB_DEBUGINFOD := -ldebuginfod
 
 # Debian packages needed to build, test and demo (installed by `make deps`).
 DEB_PACKAGES := make gcc clang llvm bpftool libbpf-dev libelf-dev libdw-dev zlib1g-dev \
   libcurl4-openssl-dev libjansson-dev libuv1-dev libzstd-dev libsqlite3-dev \
   libhttp-parser-dev libcmocka-dev libxxhash-dev libsystemd-dev pkg-config \
-  libclang-rt-14-dev curl binutils procps util-linux zstd python3 elfutils linux-perf
+  libclang-rt-14-dev curl binutils procps util-linux zstd python3 elfutils linux-perf \
+  libstdc++-12-dev libdebuginfod-dev debuginfod
 
 # ---------------------------------------------------------------------------------------------
 # Sources, discovered per directory: a module is a directory, its main.c the executable.
@@ -68,6 +71,7 @@ COMMON_SRCS := $(wildcard common/*.c)
 AGENT_SRCS := $(filter-out agent/main.c,$(wildcard agent/*.c))
 SERVER_SRCS := $(filter-out server/main.c,$(wildcard server/*.c server/*/*.c))
 CTL_SRCS := $(filter-out ctl/main.c,$(wildcard ctl/*.c))
+SYMREPO_SRCS := $(filter-out symrepo/main.c,$(wildcard symrepo/*.c))
 BPF_SRCS := $(wildcard bpf/*.bpf.c)
 
 OBJ := $(BUILD)/obj
@@ -77,6 +81,7 @@ COMMON_LIB := $(BUILD)/lib/libsysom-common.a
 AGENT_LIB := $(BUILD)/lib/libsysom-agent.a
 SERVER_LIB := $(BUILD)/lib/libsysom-server.a
 CTL_LIB := $(BUILD)/lib/libsysom-ctl.a
+SYMREPO_LIB := $(BUILD)/lib/libsysom-symrepo.a
 
 BPF_OBJS := $(patsubst bpf/%.bpf.c,$(BUILD)/bpf/%.bpf.o,$(BPF_SRCS))
 BPF_SKELS := $(patsubst bpf/%.bpf.c,$(BUILD)/bpf/%.skel.h,$(BPF_SRCS))
@@ -85,10 +90,13 @@ VMLINUX_H := $(BUILD)/bpf/vmlinux.h
 AGENT_BIN := $(BUILD)/sysom-agent
 SERVER_BIN := $(BUILD)/sysom-server
 CTL_BIN := $(BUILD)/sysomctl
+SYMREPO_BIN := $(BUILD)/sysom-symrepo
 
 COMMON_LDLIBS := $(LIB_XXHASH) $(LIB_ZSTD) $(LIB_ELF) -lm
 AGENT_LDLIBS := $(AGENT_LIB) $(COMMON_LIB) $(LIB_BPF) $(LIB_CURL) $(LIB_UV) $(LIB_SYSTEMD) $(COMMON_LDLIBS)
-SERVER_LDLIBS := $(SERVER_LIB) $(COMMON_LIB) $(LIB_UV) $(LIB_HTTP) $(LIB_SQLITE) $(LIB_JSON) $(LIB_SYSTEMD) $(COMMON_LDLIBS)
+SYMREPO_LDLIBS := $(SYMREPO_LIB) $(COMMON_LIB) $(LIB_CXXABI) $(COMMON_LDLIBS)
+SERVER_LDLIBS := $(SERVER_LIB) $(SYMREPO_LIB) $(COMMON_LIB) $(LIB_UV) $(LIB_HTTP) $(LIB_SQLITE) \
+  $(LIB_JSON) $(LIB_SYSTEMD) $(LIB_CURL) $(LIB_DEBUGINFOD) $(LIB_CXXABI) $(COMMON_LDLIBS)
 CTL_LDLIBS := $(CTL_LIB) $(COMMON_LIB) $(LIB_CURL) $(LIB_JSON) $(COMMON_LDLIBS)
 
 # Unit tests: tests/unit/<module>/test_<name>.c, linked against that module's library.
@@ -120,7 +128,7 @@ FUZZ_CFLAGS := -std=gnu11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,und
 .PHONY: all daemons tests fuzzers test demo fuzz bench deps clean
 .SECONDARY: $(BPF_OBJS) $(BPF_SKELS) $(VMLINUX_H)
 all: daemons tests $(FIXTURES) $(BENCHES)
-daemons: $(AGENT_BIN) $(SERVER_BIN) $(CTL_BIN)
+daemons: $(AGENT_BIN) $(SERVER_BIN) $(CTL_BIN) $(SYMREPO_BIN)
 tests: $(UNIT_TESTS) $(BPF_TESTS) $(FIXTURES)
 
 # ---------------------------------------------------------------------------------------------
@@ -155,6 +163,7 @@ $(COMMON_LIB): $(call obj_of,$(COMMON_SRCS))
 $(AGENT_LIB): $(call obj_of,$(AGENT_SRCS))
 $(SERVER_LIB): $(call obj_of,$(SERVER_SRCS))
 $(CTL_LIB): $(call obj_of,$(CTL_SRCS))
+$(SYMREPO_LIB): $(call obj_of,$(SYMREPO_SRCS))
 $(BUILD)/lib/%.a:
 	$(call msg,AR,$@)
 	$(Q)mkdir -p $(@D)
@@ -165,7 +174,7 @@ $(AGENT_BIN): $(OBJ)/agent/main.o $(AGENT_LIB) $(COMMON_LIB)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(AGENT_LDLIBS)
 
-$(SERVER_BIN): $(OBJ)/server/main.o $(SERVER_LIB) $(COMMON_LIB)
+$(SERVER_BIN): $(OBJ)/server/main.o $(SERVER_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(SERVER_LDLIBS)
@@ -174,6 +183,11 @@ $(CTL_BIN): $(OBJ)/ctl/main.o $(CTL_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(CTL_LDLIBS)
+
+$(SYMREPO_BIN): $(OBJ)/symrepo/main.o $(SYMREPO_LIB) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(SYMREPO_LDLIBS)
 
 # ---------------------------------------------------------------------------------------------
 # Tests
@@ -188,10 +202,15 @@ $(BUILD)/tests/unit/agent/%: $(OBJ)/tests/unit/agent/%.o $(TEST_SUPPORT_OBJS) $(
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJS) $(AGENT_LDLIBS) $(LIB_CMOCKA)
 
-$(BUILD)/tests/unit/server/%: $(OBJ)/tests/unit/server/%.o $(TEST_SUPPORT_OBJS) $(SERVER_LIB) $(COMMON_LIB)
+$(BUILD)/tests/unit/server/%: $(OBJ)/tests/unit/server/%.o $(TEST_SUPPORT_OBJS) $(SERVER_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJS) $(SERVER_LDLIBS) $(LIB_CMOCKA)
+
+$(BUILD)/tests/unit/symrepo/%: $(OBJ)/tests/unit/symrepo/%.o $(TEST_SUPPORT_OBJS) $(SYMREPO_LIB) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJS) $(SYMREPO_LDLIBS) $(LIB_CMOCKA)
 
 $(BUILD)/tests/unit/ctl/%: $(OBJ)/tests/unit/ctl/%.o $(TEST_SUPPORT_OBJS) $(CTL_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
@@ -208,10 +227,12 @@ $(BUILD)/tests/fixtures/%: tests/fixtures/%.c
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CLANG) $(FIXTURE_CFLAGS) -o $@ $< -lm
 
-$(BUILD)/bench/%: $(OBJ)/bench/%.o $(AGENT_LIB) $(COMMON_LIB)
+# Benchmark programs link every library (each uses what it needs).
+$(BUILD)/bench/%: $(OBJ)/bench/%.o $(AGENT_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(AGENT_LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(AGENT_LIB) $(SYMREPO_LIB) $(COMMON_LIB) $(LIB_BPF) $(LIB_CURL) \
+	    $(LIB_UV) $(LIB_SYSTEMD) $(LIB_CXXABI) $(COMMON_LDLIBS)
 
 # Fuzz targets: clang + libFuzzer; each links the common sources plus what it names in
 # a `// fuzz-sources: a.c b.c` line of its own (those are prerequisites too).
@@ -222,7 +243,7 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(COMMON_SRCS) $(wildcard common/*.h) \
 	$(call msg,FUZZ,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CLANG) $(FUZZ_CFLAGS) -I$(BUILD)/bpf -o $@ $< $(COMMON_SRCS) \
-	    $(call fuzz_sources,$<) $(COMMON_LDLIBS) $(LIB_JSON) $(LIB_UV) $(LIB_HTTP)
+	    $(call fuzz_sources,$<) $(COMMON_LDLIBS) $(LIB_JSON) $(LIB_UV) $(LIB_HTTP) $(LIB_CXXABI)
 
 fuzzers: $(FUZZERS)
 
