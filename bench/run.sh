@@ -11,3 +11,4 @@ fi
 python3 "$here/overhead.py" "$build" --rounds "${BENCH_ROUNDS:-3}" --seconds "${BENCH_SECONDS:-30}" \
 	--markdown "$build/bench-overhead.md"
 echo "table written to $build/bench-overhead.md"
+"$here/symrepo.sh" "$build"
