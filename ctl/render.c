@@ -132,11 +132,15 @@ static int stack_render(const json_t *stack, size_t index, uint32_t top, uint64_
 	}
 	for (size_t j = n; j-- > 0;) {
 		bool kernel, error;
-		const char *name = frame_name(json_array_get(frames, j), &kernel, &error);
+		const json_t *frame = json_array_get(frames, j);
+		const char *name = frame_name(frame, &kernel, &error);
 		if (!name)
 			return -EINVAL;
+		/* An inlined call is a frame of its own (innermost last) but the same function
+		 * as its out-of-line copies: it is marked here and tallied under its name. */
 		if (index < top)
-			fprintf(out, "        %s%s\n", name, kernel ? " [k]" : "");
+			fprintf(out, "        %s%s%s\n", name, kernel ? " [k]" : "",
+				json_is_true(json_object_get(frame, "inlined")) ? " [inlined]" : "");
 		if (error)
 			continue; /* "[truncated: ...]" says how the unwind ended: not a function */
 		struct func *f = func_get(fs, name, kernel);

@@ -23,6 +23,8 @@ struct api {
 	struct symbolizer *sym;
 	struct auth *auth;
 	struct server_metrics *metrics;
+	struct symbols *symbols;
+	struct upstream *upstream;
 	int64_t (*now_ms)(void);
 	_Atomic(struct http_server *) http;
 };
@@ -47,6 +49,8 @@ struct api *api_new(struct store *store, struct symbolizer *sym, struct auth *au
 	api->auth = auth;
 	api->metrics = metrics;
 	api->now_ms = opts && opts->now_ms ? opts->now_ms : real_now_ms;
+	api->symbols = opts ? opts->symbols : NULL;
+	api->upstream = opts ? opts->upstream : NULL;
 	atomic_init(&api->http, NULL);
 	return api;
 }
@@ -381,11 +385,12 @@ struct group {
 	uint64_t count;
 };
 
-/* A frame to resolve: which object and offset, in which kind of stack. */
+/* A frame to resolve: which object and offset, in which kind of stack, leaf or not. */
 struct frame_key {
 	int64_t object;
 	uint64_t offset;
 	uint8_t stack_kind;
+	bool leaf; /* frame 0 of its stack (others are return addresses) */
 };
 
 /* Everything one flame graph request collects; freed by flame_free. */
@@ -396,7 +401,7 @@ struct flame {
 	size_t nstacks;
 	struct hash_index stack_index; /* stack id → index in stacks */
 	struct frame_key *keys;        /* distinct frames */
-	struct symbolized_frame *frames; /* resolved, parallel to keys */
+	struct symbolized_location *frames; /* resolved, parallel to keys */
 	size_t nframes, frames_cap;
 	struct hash_index frame_index; /* frame key → index */
 	uint64_t total;
@@ -411,7 +416,7 @@ static void flame_free(struct flame *fl)
 		free(fl->stacks[i]);
 	free(fl->stacks);
 	for (size_t i = 0; i < fl->nframes; i++)
-		symbolized_frame_release(&fl->frames[i]);
+		symbolized_location_release(&fl->frames[i]);
 	free(fl->frames);
 	free(fl->keys);
 	hash_index_free(&fl->stack_index);
@@ -481,7 +486,8 @@ struct frame_match {
 
 static uint64_t frame_hash(const struct frame_key *key)
 {
-	return sysom_hash_mix(sysom_hash_mix((uint64_t)key->object, key->offset), key->stack_kind);
+	return sysom_hash_mix(sysom_hash_mix((uint64_t)key->object, key->offset),
+			      (uint64_t)key->stack_kind << 1 | key->leaf);
 }
 
 static bool frame_eq(const void *ctx, uint32_t idx)
@@ -490,7 +496,7 @@ static bool frame_eq(const void *ctx, uint32_t idx)
 	const struct frame_key *k = &m->fl->keys[idx];
 
 	return k->object == m->key->object && k->offset == m->key->offset &&
-	       k->stack_kind == m->key->stack_kind;
+	       k->stack_kind == m->key->stack_kind && k->leaf == m->key->leaf;
 }
 
 /* Resolves a frame once per request (the symbolizer caches across requests). */
@@ -508,27 +514,27 @@ static int flame_frame(struct api *api, struct flame *fl, const struct frame_key
 		if (!keys)
 			return -ENOMEM;
 		fl->keys = keys;
-		struct symbolized_frame *frames = realloc(fl->frames, cap * sizeof(*frames));
+		struct symbolized_location *frames = realloc(fl->frames, cap * sizeof(*frames));
 		if (!frames)
 			return -ENOMEM;
 		fl->frames = frames;
 		fl->frames_cap = cap;
 	}
-	rc = symbolizer_frame_resolve(api->sym, key->stack_kind, key->object, key->offset,
-				      &fl->frames[fl->nframes]);
+	rc = symbolizer_location_resolve(api->sym, key->stack_kind, key->object, key->offset,
+					 key->leaf, &fl->frames[fl->nframes]);
 	if (rc)
 		return rc;
 	fl->keys[fl->nframes] = *key;
 	if ((rc = hash_index_insert(&fl->frame_index, h, (uint32_t)fl->nframes))) {
-		symbolized_frame_release(&fl->frames[fl->nframes]);
+		symbolized_location_release(&fl->frames[fl->nframes]);
 		return rc;
 	}
 	fl->nframes++;
 	return 0;
 }
 
-static const struct symbolized_frame *flame_frame_get(const struct flame *fl,
-						      const struct frame_key *key)
+static const struct symbolized_location *flame_frame_get(const struct flame *fl,
+							 const struct frame_key *key)
 {
 	struct frame_match m = { fl, key };
 
@@ -559,7 +565,7 @@ static int flame_build(struct api *api, const struct store_sample_filter *f, uin
 				return rc;
 			for (uint16_t j = 0; j < stk->nframes; j++) {
 				struct frame_key key = { stk->frames[j].object, stk->frames[j].offset,
-							 stk->kind };
+							 stk->kind, j == 0 };
 				if ((rc = flame_frame(api, fl, &key)))
 					return rc;
 			}
@@ -594,9 +600,12 @@ static int group_frames(const struct flame *fl, const struct group *g, frame_emi
 		}
 		for (int j = stk->nframes - 1; j >= 0; j--) {
 			struct frame_key key = { stk->frames[j].object, stk->frames[j].offset,
-						 stk->kind };
-			if ((rc = emit(arg, flame_frame_get(fl, &key), part == 1)))
-				return rc;
+						 stk->kind, j == 0 };
+			const struct symbolized_location *loc = flame_frame_get(fl, &key);
+			/* A frame with inlined calls: the function, then the calls, root first. */
+			for (uint32_t k = 0; k < loc->count; k++)
+				if ((rc = emit(arg, &loc->frames[k], part == 1)))
+					return rc;
 		}
 	}
 	return 0;
@@ -625,6 +634,8 @@ static int folded_emit(void *arg, const struct symbolized_frame *f, bool kernel_
 	folded_name(line, f->name);
 	if (kernel_part)
 		byte_buf_append(line, "_[k]", 4);
+	else if (f->inlined)
+		byte_buf_append(line, "_[i]", 4); /* flamegraph.pl's mark of inlined frames */
 	return byte_buf_error(line);
 }
 
@@ -725,6 +736,12 @@ static int json_emit(void *arg, const struct symbolized_frame *f, bool kernel_pa
 		json_object_set_new(obj, "offset", json_hex_u64(f->offset));
 		if (f->has_symbol_offset)
 			json_object_set_new(obj, "symbol_offset", json_hex_u64(f->symbol_offset));
+		if (f->inlined)
+			json_object_set_new(obj, "inlined", json_true());
+		if (f->file)
+			json_object_set_new(obj, "file", render_json_string(f->file));
+		if (f->file && f->line)
+			json_object_set_new(obj, "line", json_integer((json_int_t)f->line));
 	}
 	return obj && !json_array_append_new(frames, obj) ? 0 : -ENOMEM;
 }
@@ -894,6 +911,59 @@ static void http_stats_write(struct byte_buf *out, const struct http_server_stat
 	}
 }
 
+/* The symbol repository's families: symbolization results, repository and upload gauges,
+ * upstream fetches. */
+static void symbols_metrics_write(struct api *api, const struct symbolizer_stats *ss,
+				  struct byte_buf *out)
+{
+	static const char *const results[] = { "named", "no_symbols", "gap" };
+	const uint64_t counts[] = { ss->repo_named, ss->repo_missing, ss->repo_gaps };
+	uint64_t n;
+
+	metrics_family_write(out, "sysom_symbolization_user_frames_total", "counter",
+			     "User frames resolved through the symbol repository (cache misses), by"
+			     " result: named, no_symbols (no symbol file: file+offset), gap (no"
+			     " function covers the address: file+offset).");
+	for (size_t i = 0; i < 3; i++) {
+		const char *labels[] = { "result", results[i], NULL };
+		metrics_sample_write(out, "sysom_symbolization_user_frames_total", labels,
+				     (double)counts[i]);
+	}
+	metrics_family_write(out, "sysom_symbol_cache_invalidations_total", "counter",
+			     "Build IDs whose cached frames were dropped because a file arrived.");
+	metrics_sample_write(out, "sysom_symbol_cache_invalidations_total", NULL,
+			     (double)ss->invalidations);
+	if (api->symbols) {
+		if (symbols_build_ids_count(api->symbols, &n) == 0) {
+			metrics_family_write(out, "sysom_symbol_repository_build_ids", "gauge",
+					     "Build IDs the symbol repository holds files of.");
+			metrics_sample_write(out, "sysom_symbol_repository_build_ids", NULL, (double)n);
+		}
+		metrics_family_write(out, "sysom_symbol_upload_sessions", "gauge",
+				     "Partial symbol file uploads in progress.");
+		metrics_sample_write(out, "sysom_symbol_upload_sessions", NULL,
+				     (double)symbols_sessions_count(api->symbols));
+	}
+	if (api->upstream) {
+		struct upstream_stats us;
+		upstream_stats_get(api->upstream, &us);
+		static const char *const fetch_results[] = { "installed", "not_found", "failed",
+							     "dropped" };
+		const uint64_t fetch_counts[] = { us.fetched, us.not_found, us.failed, us.dropped };
+		metrics_family_write(out, "sysom_debuginfod_upstream_total", "counter",
+				     "Upstream debuginfod work: files installed, Build IDs upstream"
+				     " lacked, failed fetches, requests dropped (queue full).");
+		for (size_t i = 0; i < 4; i++) {
+			const char *labels[] = { "result", fetch_results[i], NULL };
+			metrics_sample_write(out, "sysom_debuginfod_upstream_total", labels,
+					     (double)fetch_counts[i]);
+		}
+		metrics_family_write(out, "sysom_debuginfod_upstream_queued", "gauge",
+				     "Build IDs waiting for an upstream fetch.");
+		metrics_sample_write(out, "sysom_debuginfod_upstream_queued", NULL, (double)us.queued);
+	}
+}
+
 void api_metrics_get(void *ctx, const struct http_request *req, struct http_response *resp)
 {
 	struct api *api = ctx;
@@ -926,6 +996,7 @@ void api_metrics_get(void *ctx, const struct http_request *req, struct http_resp
 	}
 	metrics_family_write(&out, "sysom_symbol_cache_entries", "gauge", "Frames cached.");
 	metrics_sample_write(&out, "sysom_symbol_cache_entries", NULL, (double)ss.entries);
+	symbols_metrics_write(api, &ss, &out);
 	if (srv) {
 		struct http_server_stats st;
 		http_server_stats(srv, &st);
@@ -946,13 +1017,15 @@ void api_metrics_get(void *ctx, const struct http_request *req, struct http_resp
 
 /* ---- routes -------------------------------------------------------------------------------- */
 
-size_t api_routes_build(struct api *api, struct ingest *in, const struct api_route_limits *limits,
-			struct http_route out[API_ROUTE_COUNT])
+size_t api_routes_build(struct api *api, struct ingest *in, struct symbols *symbols,
+			const struct api_route_limits *limits, struct http_route out[API_ROUTE_COUNT])
 {
 	size_t ingest_max = limits && limits->ingest_max_body ? limits->ingest_max_body
 							      : INGEST_DEFAULT_MAX_BODY;
 	size_t ksyms_max = limits && limits->ksyms_max_body ? limits->ksyms_max_body
 							    : INGEST_DEFAULT_MAX_KSYMS_BODY;
+	size_t chunk_max = limits && limits->symbols_max_chunk ? limits->symbols_max_chunk
+							       : SYMBOLS_DEFAULT_MAX_CHUNK;
 	const struct http_route routes[API_ROUTE_COUNT] = {
 		{ "POST", INGEST_PATH, false, ingest_batch_post, in, ingest_max },
 		{ "PUT", INGEST_KSYMS_PREFIX, true, ingest_ksyms_put, in, ksyms_max },
@@ -962,8 +1035,14 @@ size_t api_routes_build(struct api *api, struct ingest *in, const struct api_rou
 		{ "GET", "/api/v1/flamegraph", false, api_flamegraph_get, api, 0 },
 		{ "GET", "/healthz", false, api_healthz_get, api, 0 },
 		{ "GET", "/metrics", false, api_metrics_get, api, 0 },
+		/* The symbol repository (the last routes: left out without `symbols`). */
+		{ "POST", SYMBOLS_MISSING_PATH, false, symbols_missing_post, symbols,
+		  SYMBOLS_MISSING_MAX_BODY },
+		{ "PUT", SYMBOLS_PREFIX, true, symbols_put, symbols, chunk_max },
+		{ "GET", SYMBOLS_PREFIX, true, symbols_get, symbols, 0 },
+		{ "GET", DEBUGINFOD_PREFIX, true, symbols_debuginfod_get, symbols, 0 },
 	};
 
 	memcpy(out, routes, sizeof(routes));
-	return API_ROUTE_COUNT;
+	return symbols ? API_ROUTE_COUNT : API_ROUTE_COUNT - 4;
 }

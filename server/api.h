@@ -12,6 +12,8 @@
 #include "server/metrics.h"
 #include "server/store/store.h"
 #include "server/symbolize.h"
+#include "server/symbols.h"
+#include "server/upstream.h"
 
 #define API_DEFAULT_RANGE_MS (3600 * 1000)  /* from/to default: the last hour */
 #define API_DEFAULT_STACK_LIMIT 10000
@@ -22,6 +24,8 @@
 struct api_options {
 	/* Current time in ms since the Unix epoch (NULL: the real clock); tests pin it. */
 	int64_t (*now_ms)(void);
+	struct symbols *symbols;   /* optional (borrowed): repository gauges in /metrics */
+	struct upstream *upstream; /* optional (borrowed): upstream fetch counters in /metrics */
 };
 
 struct api;
@@ -61,19 +65,21 @@ void api_healthz_get(void *ctx, const struct http_request *req, struct http_resp
 /* GET /metrics: Prometheus text format 0.0.4. No authentication. */
 void api_metrics_get(void *ctx, const struct http_request *req, struct http_response *resp);
 
-/* Body limits of the routes that take a body (0: the defaults in ingest.h). */
+/* Body limits of the routes that take a body (0: the defaults in ingest.h and symbols.h). */
 struct api_route_limits {
-	size_t ingest_max_body; /* compressed batch */
-	size_t ksyms_max_body;  /* compressed symbol table */
+	size_t ingest_max_body;   /* compressed batch */
+	size_t ksyms_max_body;    /* compressed symbol table */
+	size_t symbols_max_chunk; /* one chunk of a symbol file upload */
 };
 
-#define API_ROUTE_COUNT 8
+#define API_ROUTE_COUNT 12
 
 /*
- * Fills `out` with the server's routes (ingest, kernel symbols, queries, health, metrics) and
- * returns how many (API_ROUTE_COUNT). The routes borrow `api` and `in`.
+ * Fills `out` with the server's routes (ingest, kernel symbols, queries, health, metrics and,
+ * with `symbols`, the symbol repository's upload API and debuginfod read side) and returns
+ * how many (at most API_ROUTE_COUNT). The routes borrow `api`, `in` and `symbols`.
  */
-size_t api_routes_build(struct api *api, struct ingest *in, const struct api_route_limits *limits,
-			struct http_route out[API_ROUTE_COUNT]);
+size_t api_routes_build(struct api *api, struct ingest *in, struct symbols *symbols,
+			const struct api_route_limits *limits, struct http_route out[API_ROUTE_COUNT]);
 
 #endif

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <http_parser.h>
 
@@ -50,7 +52,8 @@
  *   responses_Nxx     every final response, including 503s to rejected connections
  *   parse_errors      400 answers (malformed requests and invalid paths)
  *   limit_rejections  408, 413, 431 and 503 answered by the transport
- *   bytes_sent        counted when a write completes (100 Continue included)
+ *   bytes_sent        counted when a write completes (100 Continue and every piece of a
+ *                     file body included)
  */
 
 struct http_config {
@@ -94,6 +97,20 @@ enum step {
 struct header_span {
 	size_t name;
 	size_t value;
+};
+
+/*
+ * A file body on its way out: read a piece (threadpool, uv_fs_read), write it, read the next
+ * once the write completed — one piece in memory, and the peer's pace sets the reading pace.
+ */
+struct file_stream {
+	bool active;                   /* fd is open and owned here */
+	bool read_pending;             /* uv_fs_read issued, its callback not run yet */
+	int fd;
+	uint64_t offset;               /* next byte to read */
+	uint64_t remaining;            /* bytes still to send */
+	uint8_t *buf;                  /* HTTP_FILE_CHUNK bytes while active */
+	uv_fs_t req;
 };
 
 struct http_conn {
@@ -148,6 +165,7 @@ struct http_conn {
 	size_t write_len;
 	bool write_interim;            /* the write in progress is a 100 Continue */
 	bool close_after_write;
+	struct file_stream stream;     /* the file body being sent after the head */
 	struct byte_buf *sink;         /* detached: where output goes */
 	struct http_config detached_cfg;
 };
@@ -172,6 +190,7 @@ struct http_server {
 
 static void conn_drive(struct http_conn *c);
 static void conn_close(struct http_conn *c);
+static void stream_end(struct http_conn *c);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Configuration and counters */
@@ -235,20 +254,7 @@ static void count_response(struct http_conn *c, int status)
 
 static void format_date(char *out, size_t outlen)
 {
-	static const char days[7][4] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" };
-	static const char months[12][4] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
-					    "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
-	time_t now = time(NULL);
-	struct tm tm;
-
-	/* Formatted by hand: strftime's %a and %b follow the locale, HTTP dates do not. */
-	if (!gmtime_r(&now, &tm) || tm.tm_wday < 0 || tm.tm_wday > 6 || tm.tm_mon < 0 ||
-	    tm.tm_mon > 11) {
-		snprintf(out, outlen, "Thu, 01 Jan 1970 00:00:00 GMT");
-		return;
-	}
-	snprintf(out, outlen, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[tm.tm_wday], tm.tm_mday,
-		 months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+	http_date_format((int64_t)time(NULL), out, outlen);
 }
 
 static const char *status_reason(int status)
@@ -598,7 +604,7 @@ __attribute__((format(printf, 4, 5))) static enum step answer(struct http_conn *
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	byte_buf_free(&c->resp.body);
+	http_response_release(&c->resp);
 	memset(&c->resp, 0, sizeof(c->resp));
 	http_response_error(&c->resp, status, "%s", msg);
 	if (closing)
@@ -781,7 +787,7 @@ static void request_reset(struct http_conn *c)
 	free(c->headers);
 	c->headers = NULL;
 	memset(&c->request, 0, sizeof(c->request));
-	byte_buf_free(&c->resp.body);
+	http_response_release(&c->resp);
 	memset(&c->resp, 0, sizeof(c->resp));
 	if (c->head.cap > KEEP_BUFFER_BYTES)
 		byte_buf_free(&c->head);
@@ -882,7 +888,8 @@ static void conn_free(struct http_conn *c)
 	byte_buf_free(&c->head);
 	byte_buf_free(&c->target);
 	byte_buf_free(&c->body);
-	byte_buf_free(&c->resp.body);
+	http_response_release(&c->resp);
+	stream_end(c);
 	byte_buf_free(&c->out);
 	free(c);
 }
@@ -905,7 +912,7 @@ static void conn_maybe_free(struct http_conn *c)
 {
 	struct http_server *srv = c->srv;
 
-	if (c->open_handles > 0 || c->work_pending)
+	if (c->open_handles > 0 || c->work_pending || c->stream.read_pending)
 		return;
 	if (c->prev)
 		c->prev->next = c->next;
@@ -972,6 +979,59 @@ static void conn_linger(struct http_conn *c)
 	read_start(c);
 }
 
+/* Closes the file of a finished or abandoned file body; no read may be in flight. */
+static void stream_end(struct http_conn *c)
+{
+	struct file_stream *st = &c->stream;
+
+	if (!st->active || st->read_pending)
+		return;
+	close(st->fd);
+	free(st->buf);
+	st->active = false;
+	st->fd = -1;
+	st->buf = NULL;
+	st->remaining = 0;
+}
+
+/* Takes the response's file body over for sending; 0 or -ENOMEM (the response keeps it). */
+static int stream_begin(struct http_conn *c)
+{
+	struct http_response *r = &c->resp;
+	struct file_stream *st = &c->stream;
+	uint8_t *buf = malloc(HTTP_FILE_CHUNK);
+
+	if (!buf)
+		return -ENOMEM;
+	st->active = true;
+	st->read_pending = false;
+	st->fd = r->body_fd;
+	st->offset = r->body_fd_offset;
+	st->remaining = r->body_fd_length;
+	st->buf = buf;
+	r->has_body_fd = false;
+	r->body_fd = -1;
+	return 0;
+}
+
+/* The whole response has left: on to the next request, or close. */
+static void response_complete(struct http_conn *c)
+{
+	stream_end(c);
+	if (c->srv && c->srv->stopping) {
+		conn_close(c);
+		return;
+	}
+	if (c->close_after_write) {
+		conn_linger(c);
+		return;
+	}
+	request_reset(c);
+	c->state = CONN_READING;
+}
+
+static void stream_read(struct http_conn *c);
+
 /* A write finished (or failed): decide what the connection does next. */
 static void write_done(struct http_conn *c, int status)
 {
@@ -981,23 +1041,27 @@ static void write_done(struct http_conn *c, int status)
 		STAT_ADD(c, bytes_sent, c->write_len);
 	c->write_interim = false;
 	if (!interim)
-		byte_buf_free(&c->resp.body);
+		http_response_release(&c->resp);
 	if (c->state == CONN_CLOSED)
 		return;
-	if (status < 0 || (c->srv && c->srv->stopping)) {
+	if (status < 0) {
 		conn_close(c);
 		return;
 	}
 	if (interim) {
-		c->state = CONN_READING;
+		if (c->srv && c->srv->stopping)
+			conn_close(c);
+		else
+			c->state = CONN_READING;
 		return;
 	}
-	if (c->close_after_write) {
-		conn_linger(c);
+	/* A file body continues while the server stops: the write timer (LINGER_MS from the
+	 * stop, see conn_write) bounds it. */
+	if (c->stream.active && c->stream.remaining > 0) {
+		stream_read(c);
 		return;
 	}
-	request_reset(c);
-	c->state = CONN_READING;
+	response_complete(c);
 }
 
 static void on_write(uv_write_t *req, int status)
@@ -1025,11 +1089,74 @@ static void conn_write(struct http_conn *c, const uv_buf_t *bufs, unsigned n, bo
 		return;
 	}
 	read_stop(c);
-	timer_arm(c, TIMER_WRITE, c->srv->stopping ? LINGER_MS : c->cfg->idle_timeout_ms);
+	/* Once stopping, the grace armed at the stop (or by the first write since) is not
+	 * extended by each piece of a file body. */
+	if (!c->srv->stopping || c->timer_mode != TIMER_WRITE)
+		timer_arm(c, TIMER_WRITE, c->srv->stopping ? LINGER_MS : c->cfg->idle_timeout_ms);
 	c->write_req.data = c;
 	int rc = uv_write(&c->write_req, (uv_stream_t *)&c->tcp, bufs, n, on_write);
 	if (rc < 0)
 		write_done(c, rc);
+}
+
+static void on_stream_read(uv_fs_t *req)
+{
+	struct http_conn *c = req->data;
+	struct file_stream *st = &c->stream;
+	ssize_t n = req->result;
+
+	uv_fs_req_cleanup(req);
+	st->read_pending = false;
+	if (c->state == CONN_CLOSED) {
+		conn_maybe_free(c);
+		return;
+	}
+	/* An error, or a file shorter than announced: the body cannot be completed, and the
+	 * Content-Length already sent forbids anything but ending the connection. */
+	if (n <= 0) {
+		conn_close(c);
+		return;
+	}
+	if ((uint64_t)n > st->remaining)
+		n = (ssize_t)st->remaining;
+	st->offset += (uint64_t)n;
+	st->remaining -= (uint64_t)n;
+	uv_buf_t buf = uv_buf_init((char *)st->buf, (unsigned)n);
+	conn_write(c, &buf, 1, false);
+}
+
+/* Reads the next piece of the file body (then on_stream_read writes it). */
+static void stream_read(struct http_conn *c)
+{
+	struct file_stream *st = &c->stream;
+
+	if (!c->srv) {
+		/* Detached (fuzzing): synchronous reads straight into the sink. */
+		while (st->remaining > 0) {
+			size_t want = st->remaining < HTTP_FILE_CHUNK ? (size_t)st->remaining
+								      : HTTP_FILE_CHUNK;
+			ssize_t n = pread(st->fd, st->buf, want, (off_t)st->offset);
+			if (n <= 0) {
+				conn_close(c);
+				stream_end(c);
+				return;
+			}
+			byte_buf_append(c->sink, st->buf, (size_t)n);
+			st->offset += (uint64_t)n;
+			st->remaining -= (uint64_t)n;
+		}
+		response_complete(c);
+		return;
+	}
+	size_t want = st->remaining < HTTP_FILE_CHUNK ? (size_t)st->remaining : HTTP_FILE_CHUNK;
+	uv_buf_t buf = uv_buf_init((char *)st->buf, (unsigned)want);
+	st->req.data = c;
+	if (uv_fs_read(c->srv->loop, &st->req, st->fd, &buf, 1, (int64_t)st->offset,
+		       on_stream_read) < 0) {
+		conn_close(c);
+		return;
+	}
+	st->read_pending = true;
 }
 
 static void send_continue(struct http_conn *c)
@@ -1040,7 +1167,7 @@ static void send_continue(struct http_conn *c)
 	conn_write(c, &buf, 1, true);
 }
 
-/* Writes c->resp with the transport's headers. */
+/* Writes c->resp with the transport's headers (then the file body, piece by piece). */
 static void response_send(struct http_conn *c)
 {
 	struct http_response *r = &c->resp;
@@ -1052,7 +1179,7 @@ static void response_send(struct http_conn *c)
 
 	if (byte_buf_error(&r->body) || status < 200 || status > 599) {
 		bool bad_status = !byte_buf_error(&r->body);
-		byte_buf_free(&r->body);
+		http_response_release(r);
 		memset(r, 0, sizeof(*r));
 		if (bad_status)
 			http_response_error(r, 500, "handler returned an invalid status %d", status);
@@ -1062,7 +1189,19 @@ static void response_send(struct http_conn *c)
 	}
 	bool closing = c->must_close || !c->keep_alive || (c->srv && c->srv->stopping);
 	bool bodiless_status = status == 204 || status == 304;
-	bool send_body = !c->head_request && !bodiless_status && r->body.len > 0;
+	if (r->has_body_fd && !c->head_request && !bodiless_status && r->body_fd_length > 0 &&
+	    stream_begin(c) < 0) {
+		http_response_release(r);
+		memset(r, 0, sizeof(*r));
+		http_response_error(r, 500, "out of memory");
+		status = 500;
+	}
+	/* A file body that is not sent (HEAD, 204/304, empty) still gives its length. */
+	uint64_t body_len = c->stream.active ? c->stream.remaining
+			    : r->has_body_fd ? r->body_fd_length
+					     : r->body.len;
+	bool send_body = !c->stream.active && !r->has_body_fd && !c->head_request &&
+			 !bodiless_status && r->body.len > 0;
 	const char *ctype = r->content_type[0] ? r->content_type : "application/json";
 	if (!memchr(r->content_type, 0, sizeof(r->content_type)) || !is_field_value(ctype))
 		ctype = "application/octet-stream";
@@ -1072,8 +1211,8 @@ static void response_send(struct http_conn *c)
 	out->error = 0;
 	byte_buf_printf(out, "HTTP/1.1 %d %s\r\nDate: %s\r\n", status, status_reason(status), date);
 	if (!bodiless_status)
-		byte_buf_printf(out, "Content-Type: %s\r\nContent-Length: %zu\r\n", ctype,
-				r->body.len);
+		byte_buf_printf(out, "Content-Type: %s\r\nContent-Length: %" PRIu64 "\r\n", ctype,
+				body_len);
 	for (size_t i = 0; i < r->extra_header_count && i < HTTP_MAX_EXTRA_HEADERS; i++) {
 		const char *name = r->extra_headers[i].name, *value = r->extra_headers[i].value;
 		/* Names and values were truncated to fit by http_response_header. */
@@ -1089,8 +1228,15 @@ static void response_send(struct http_conn *c)
 	else if (c->parser.http_major == 1 && c->parser.http_minor == 0)
 		byte_buf_printf(out, "Connection: keep-alive\r\n");
 	byte_buf_append(out, "\r\n", 2);
+	if (r->has_body_fd) {
+		/* Not sent: close the file now. */
+		close(r->body_fd);
+		r->has_body_fd = false;
+		r->body_fd = -1;
+	}
 	if (byte_buf_error(out)) {
 		conn_close(c);
+		stream_end(c);
 		return;
 	}
 	count_response(c, status);
@@ -1146,7 +1292,7 @@ static int request_build(struct http_conn *c)
 		.body_len = c->body.len,
 		.peer = c->peer,
 	};
-	byte_buf_free(&c->resp.body);
+	http_response_release(&c->resp);
 	memset(&c->resp, 0, sizeof(c->resp));
 	return 0;
 }

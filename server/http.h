@@ -56,7 +56,20 @@ struct http_response {
 		char value[256];
 	} extra_headers[HTTP_MAX_EXTRA_HEADERS];
 	size_t extra_header_count;
+	/*
+	 * A file body instead of `body` (set with http_response_file; a zeroed response has
+	 * none): the transport sends [body_fd_offset, body_fd_offset + body_fd_length) of
+	 * body_fd, reading it in HTTP_FILE_CHUNK pieces off the loop thread, one piece in flight
+	 * (memory per connection stays bounded whatever the size), and closes body_fd when the
+	 * response is done, abandoned or not sent at all (HEAD, errors). Owned by the response.
+	 */
+	bool has_body_fd;
+	int body_fd;
+	uint64_t body_fd_offset, body_fd_length;
 };
+
+/* Bytes read from a file body per step (and the most a streaming connection buffers). */
+#define HTTP_FILE_CHUNK (256u * 1024u)
 
 /* Adds a response header (ignored beyond HTTP_MAX_EXTRA_HEADERS; values truncated to fit). */
 void http_response_header(struct http_response *resp, const char *name, const char *value);
@@ -66,6 +79,23 @@ void http_response_error(struct http_response *resp, int status, const char *fmt
 /* Sets status, content type and a body copied from `text`. */
 void http_response_text(struct http_response *resp, int status, const char *content_type,
 			const char *text, size_t len);
+
+/*
+ * Sets status, content type and a file body: `length` bytes of `fd` from `offset` (the
+ * response takes ownership of `fd`, also when it replaces an earlier file body, which it
+ * closes). Content-Length is `length`; a HEAD request gets the headers only. The file must
+ * not shrink while it is sent: a short read ends the connection (the peer sees a body
+ * shorter than its Content-Length, never other bytes).
+ */
+void http_response_file(struct http_response *resp, int status, const char *content_type, int fd,
+			uint64_t offset, uint64_t length);
+
+/* Frees the body buffer and closes a file body; the response can be reused. Accepts NULL. */
+void http_response_release(struct http_response *resp);
+
+/* An HTTP date ("Sun, 06 Nov 1994 08:49:37 GMT", RFC 9110 IMF-fixdate) of Unix seconds;
+ * `out` needs 30 bytes. Locale-independent. */
+void http_date_format(int64_t unix_seconds, char *out, size_t outlen);
 
 /* Called on a worker thread (never the loop thread); may block (storage, decoding). */
 typedef void (*http_handler_fn)(void *ctx, const struct http_request *req,

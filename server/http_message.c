@@ -6,11 +6,31 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
 #include "common/bytes.h"
 #include "server/http.h"
+
+void http_date_format(int64_t unix_seconds, char *out, size_t outlen)
+{
+	static const char days[7][4] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" };
+	static const char months[12][4] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+					    "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
+	time_t t = (time_t)unix_seconds;
+	struct tm tm;
+
+	/* Formatted by hand: strftime's %a and %b follow the locale, HTTP dates do not. */
+	if (!gmtime_r(&t, &tm) || tm.tm_wday < 0 || tm.tm_wday > 6 || tm.tm_mon < 0 ||
+	    tm.tm_mon > 11 || tm.tm_year + 1900 > 9999 || tm.tm_year + 1900 < 0) {
+		snprintf(out, outlen, "Thu, 01 Jan 1970 00:00:00 GMT");
+		return;
+	}
+	snprintf(out, outlen, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[tm.tm_wday], tm.tm_mday,
+		 months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+}
 
 const char *http_request_header(const struct http_request *req, const char *lower_name)
 {
@@ -81,14 +101,48 @@ void http_response_header(struct http_response *resp, const char *name, const ch
 	snprintf(resp->extra_headers[i].value, sizeof(resp->extra_headers[i].value), "%s", value);
 }
 
+/* A buffer body replaces a file body: close the file. */
+static void file_body_drop(struct http_response *resp)
+{
+	if (!resp->has_body_fd)
+		return;
+	close(resp->body_fd);
+	resp->has_body_fd = false;
+	resp->body_fd = -1;
+	resp->body_fd_offset = resp->body_fd_length = 0;
+}
+
 void http_response_text(struct http_response *resp, int status, const char *content_type,
 			const char *text, size_t len)
 {
 	resp->status = status;
 	snprintf(resp->content_type, sizeof(resp->content_type), "%s", content_type);
+	file_body_drop(resp);
 	resp->body.len = 0;
 	resp->body.error = 0; /* a fresh body: an earlier failed append no longer matters */
 	byte_buf_append(&resp->body, text, len);
+}
+
+void http_response_file(struct http_response *resp, int status, const char *content_type, int fd,
+			uint64_t offset, uint64_t length)
+{
+	if (resp->has_body_fd && resp->body_fd != fd)
+		close(resp->body_fd);
+	byte_buf_free(&resp->body);
+	resp->status = status;
+	snprintf(resp->content_type, sizeof(resp->content_type), "%s", content_type);
+	resp->has_body_fd = true;
+	resp->body_fd = fd;
+	resp->body_fd_offset = offset;
+	resp->body_fd_length = length;
+}
+
+void http_response_release(struct http_response *resp)
+{
+	if (!resp)
+		return;
+	byte_buf_free(&resp->body);
+	file_body_drop(resp);
 }
 
 void http_response_error(struct http_response *resp, int status, const char *fmt, ...)
@@ -109,6 +163,7 @@ void http_response_error(struct http_response *resp, int status, const char *fmt
 	json_decref(obj);
 	resp->status = status;
 	snprintf(resp->content_type, sizeof(resp->content_type), "application/json");
+	file_body_drop(resp);
 	resp->body.len = 0;
 	resp->body.error = 0;
 	if (dump) {

@@ -24,8 +24,14 @@
 #include "server/metrics.h"
 #include "server/store/store.h"
 #include "server/symbolize.h"
+#include "server/symbols.h"
+#include "server/upstream.h"
+#include "symrepo/repo.h"
 
 #define EXIT_USAGE 2
+/* Handlers may build symbol files for minutes; file bodies are read on the same pool. */
+#define DEFAULT_THREADPOOL_SIZE "16"
+#define SWEEP_INTERVAL_MAX_S 3600.0
 
 struct config {
 	char *listen;
@@ -46,6 +52,13 @@ struct config {
 	uint32_t max_inflight;
 	double request_timeout;
 	double idle_timeout;
+	char *symbols_dir;
+	uint64_t max_symbol_file_size;
+	uint64_t max_symbol_chunk;
+	uint32_t max_upload_sessions;
+	double upload_expiry;
+	char *debuginfod_urls;
+	bool debuginfod_auth;
 	bool help;
 	bool version;
 };
@@ -62,6 +75,10 @@ static struct config cfg = {
 	.max_inflight = 64,
 	.request_timeout = 30,
 	.idle_timeout = 60,
+	.max_symbol_file_size = SYMBOLS_DEFAULT_MAX_FILE,
+	.max_symbol_chunk = SYMBOLS_DEFAULT_MAX_CHUNK,
+	.max_upload_sessions = SYMBOLS_DEFAULT_MAX_SESSIONS,
+	.upload_expiry = SYMBOLS_DEFAULT_UPLOAD_EXPIRY_S,
 };
 
 #define MIB (1024.0 * 1024)
@@ -84,6 +101,13 @@ static const struct sysom_option options[] = {
 	{ "max-inflight", SYSOM_OPT_UINT, &cfg.max_inflight, 1, 100000, "requests handled at once; 503 beyond (default 64)", false },
 	{ "request-timeout", SYSOM_OPT_DURATION, &cfg.request_timeout, 1, 3600, "time to receive a whole request (default 30s)", false },
 	{ "idle-timeout", SYSOM_OPT_DURATION, &cfg.idle_timeout, 1, 86400, "keep-alive idle time (default 60s)", false },
+	{ "symbols-dir", SYSOM_OPT_STRING, &cfg.symbols_dir, 0, 0, "the Build-ID symbol repository (default DATA-DIR/symbols)", false },
+	{ "max-symbol-file-size", SYSOM_OPT_SIZE, &cfg.max_symbol_file_size, 1024, 64 * 1024 * MIB, "largest uploaded executable or debug file (default 4G)", false },
+	{ "max-symbol-chunk", SYSOM_OPT_SIZE, &cfg.max_symbol_chunk, 4096, 1024 * MIB, "largest chunk of a symbol file upload (default 64M)", false },
+	{ "max-upload-sessions", SYSOM_OPT_UINT, &cfg.max_upload_sessions, 1, 100000, "partial symbol uploads at once; 503 beyond (default 64)", false },
+	{ "upload-expiry", SYSOM_OPT_DURATION, &cfg.upload_expiry, 1, 365 * 86400.0, "partial uploads idle this long are deleted (default 24h)", false },
+	{ "debuginfod-urls", SYSOM_OPT_STRING, &cfg.debuginfod_urls, 0, 0, "\"URL URL\": upstream debuginfod servers asked for Build IDs nobody uploaded", false },
+	{ "debuginfod-auth", SYSOM_OPT_BOOL, &cfg.debuginfod_auth, 0, 0, "require the bearer token on /buildid/... too (default: open, like /healthz)", false },
 	{ "help", SYSOM_OPT_BOOL, &cfg.help, 0, 0, "print this help", true },
 	{ "version", SYSOM_OPT_BOOL, &cfg.version, 0, 0, "print the version", true },
 };
@@ -93,13 +117,20 @@ static const struct sysom_option options[] = {
 struct server {
 	uv_loop_t loop;
 	uv_signal_t sig_term, sig_int, sig_hup;
+	uv_timer_t sweep_timer;
+	uv_work_t sweep_work;
+	bool sweep_running;
 	struct store *store;
 	struct auth *auth;
 	struct symbolizer *sym;
+	struct symrepo *repo;
+	struct symbols *symbols;
+	struct upstream *upstream;
 	struct server_metrics metrics;
 	struct ingest *ingest;
 	struct api *api;
 	struct http_route routes[API_ROUTE_COUNT];
+	size_t nroutes;
 	struct http_server *http;
 	bool stopping;
 };
@@ -178,7 +209,7 @@ static void on_handle_closed(uv_handle_t *h)
 	(void)h;
 }
 
-/* The transport is gone: close the signal handles so the loop ends. */
+/* The transport is gone: close the signal and timer handles so the loop ends. */
 static void on_http_stopped(void *arg)
 {
 	struct server *s = arg;
@@ -186,6 +217,139 @@ static void on_http_stopped(void *arg)
 	uv_close((uv_handle_t *)&s->sig_term, on_handle_closed);
 	uv_close((uv_handle_t *)&s->sig_int, on_handle_closed);
 	uv_close((uv_handle_t *)&s->sig_hup, on_handle_closed);
+	if (s->sweep_timer.loop && !uv_is_closing((uv_handle_t *)&s->sweep_timer))
+		uv_close((uv_handle_t *)&s->sweep_timer, on_handle_closed);
+}
+
+/* ---- symbol repository: sweeping partial uploads, upstream debuginfod ------------------------ */
+
+static void sweep_run(uv_work_t *w)
+{
+	struct server *s = w->data;
+	struct symbols_sweep_stats st;
+
+	if (symbols_sweep(s->symbols, &st) == 0 && st.removed)
+		log_info("deleted %u partial symbol upload(s) idle for more than %.0fs (%u kept)",
+			 st.removed, cfg.upload_expiry, st.kept);
+}
+
+static void sweep_done(uv_work_t *w, int status)
+{
+	struct server *s = w->data;
+
+	(void)status;
+	s->sweep_running = false;
+}
+
+/* Sweeps on the threadpool (it touches the disk), one sweep at a time. */
+static void on_sweep_timer(uv_timer_t *t)
+{
+	struct server *s = t->data;
+
+	if (s->sweep_running || s->stopping)
+		return;
+	s->sweep_work.data = s;
+	if (uv_queue_work(&s->loop, &s->sweep_work, sweep_run, sweep_done) == 0)
+		s->sweep_running = true;
+}
+
+static int sweep_start(struct server *s)
+{
+	double interval = cfg.upload_expiry / 4;
+	int rc;
+
+	if (interval > SWEEP_INTERVAL_MAX_S)
+		interval = SWEEP_INTERVAL_MAX_S;
+	if (interval < 1)
+		interval = 1;
+	if ((rc = uv_timer_init(&s->loop, &s->sweep_timer)))
+		return rc;
+	s->sweep_timer.data = s;
+	return uv_timer_start(&s->sweep_timer, on_sweep_timer, 0, (uint64_t)(interval * 1000));
+}
+
+/* A frame met a Build ID the repository lacks: ask upstream (never blocks). */
+static void on_symbols_missing(void *ctx, const struct sysom_build_id *id)
+{
+	upstream_request(ctx, id);
+}
+
+/* A file fetched from upstream was installed (on a fetch thread). */
+static void on_upstream_installed(void *ctx, const struct sysom_build_id *id)
+{
+	struct server *s = ctx;
+
+	symbolizer_build_id_invalidate(s->sym, id);
+}
+
+/* An upstream fetch ended (on a fetch thread). */
+static void on_upstream_done(void *ctx, const struct sysom_build_id *id,
+			     const struct upstream_result *r)
+{
+	char hex[2 * SYSOM_BUILD_ID_MAX + 1];
+
+	(void)ctx;
+	sysom_build_id_hex(id, hex, sizeof(hex));
+	if (r->executable || r->debuginfo) {
+		log_info("upstream debuginfod: %s: %s%s%s", hex, r->executable ? "executable" : "",
+			 r->executable && r->debuginfo ? " and " : "",
+			 r->debuginfo ? "debug file" : "");
+	}
+	if (r->error == -ENOENT)
+		log_debug("upstream debuginfod: %s: %s", hex, r->message);
+	else if (r->error)
+		log_warn("upstream debuginfod: %s: %s", hex, r->message);
+}
+
+/* Opens the repository, the upload API and (with --debuginfod-urls) the upstream fetcher. */
+static int symbols_create(struct server *s)
+{
+	struct symrepo_options ro;
+	struct symbols_options so = {
+		.max_file_size = cfg.max_symbol_file_size,
+		.max_sessions = cfg.max_upload_sessions,
+		.upload_expiry_s = cfg.upload_expiry,
+		.debuginfod_auth = cfg.debuginfod_auth,
+	};
+	char dir[PATH_MAX], cache[PATH_MAX], err[512];
+	int rc;
+
+	if ((size_t)snprintf(dir, sizeof(dir), "%s/symbols", cfg.data_dir) >= sizeof(dir) ||
+	    (size_t)snprintf(cache, sizeof(cache), "%s/debuginfod-cache", cfg.data_dir) >=
+		    sizeof(cache)) {
+		log_error("--data-dir is too long");
+		return -ENAMETOOLONG;
+	}
+	symrepo_options_default(&ro, cfg.symbols_dir ? cfg.symbols_dir : dir);
+	if ((rc = symrepo_open(&ro, &s->repo))) {
+		log_error("cannot open the symbol repository %s: %s", ro.root, sysom_strerror(rc));
+		return rc;
+	}
+	so.dir = ro.root;
+	if ((rc = symbols_new(s->repo, s->auth, s->sym, &s->metrics, &so, &s->symbols, err,
+			      sizeof(err)))) {
+		log_error("symbol uploads: %s", err);
+		return rc;
+	}
+	if (!cfg.debuginfod_urls || !*cfg.debuginfod_urls) {
+		/* Only what --debuginfod-urls names is asked: not what a login profile exported. */
+		unsetenv("DEBUGINFOD_URLS");
+		symbolizer_repository_set(s->sym, s->repo, NULL, NULL);
+		return 0;
+	}
+	struct upstream_options uo = { .urls = cfg.debuginfod_urls, .cache_dir = cache,
+				       .max_file_size = cfg.max_symbol_file_size };
+	struct upstream_hooks hooks = { .installed = on_upstream_installed,
+					.done = on_upstream_done, .ctx = s };
+	if ((rc = upstream_new(s->repo, &uo, &hooks, &s->upstream, err, sizeof(err)))) {
+		log_error("upstream debuginfod: %s", err);
+		return rc;
+	}
+	symbolizer_repository_set(s->sym, s->repo, on_symbols_missing, s->upstream);
+	symbols_want_debuginfo_set(s->symbols, on_symbols_missing, s->upstream);
+	log_info("asking upstream debuginfod servers for Build IDs nobody uploaded: %s",
+		 cfg.debuginfod_urls);
+	return 0;
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -251,7 +415,10 @@ static int components_create(struct server *s)
 	struct api_route_limits limits = {
 		.ingest_max_body = cfg.max_ingest_body,
 		.ksyms_max_body = cfg.max_symbols_body,
+		.symbols_max_chunk = cfg.max_symbol_chunk,
 	};
+	struct api_options ao = { 0 };
+	int rc;
 
 	server_metrics_init(&s->metrics);
 	s->auth = auth_new();
@@ -260,11 +427,15 @@ static int components_create(struct server *s)
 		return -ENOMEM;
 	if (cfg.token_file && token_load(s->auth, cfg.token_file))
 		return -SYSOM_ECONFIG;
+	if ((rc = symbols_create(s)))
+		return -SYSOM_ECONFIG; /* logged */
+	ao.symbols = s->symbols;
+	ao.upstream = s->upstream;
 	s->ingest = ingest_new(s->store, s->auth, s->sym, &s->metrics, &io);
-	s->api = api_new(s->store, s->sym, s->auth, &s->metrics, NULL);
+	s->api = api_new(s->store, s->sym, s->auth, &s->metrics, &ao);
 	if (!s->ingest || !s->api)
 		return -ENOMEM;
-	api_routes_build(s->api, s->ingest, &limits, s->routes);
+	s->nroutes = api_routes_build(s->api, s->ingest, s->symbols, &limits, s->routes);
 	return 0;
 }
 
@@ -285,6 +456,8 @@ static int run(const char *host, uint16_t port)
 	bool loop_open = false;
 	int rc, status = EXIT_FAILURE;
 
+	/* libuv sizes its threadpool at first use; an operator's UV_THREADPOOL_SIZE wins. */
+	setenv("UV_THREADPOOL_SIZE", DEFAULT_THREADPOOL_SIZE, 0);
 	if ((rc = store_sqlite_open(cfg.data_dir, &so, &s.store, err, sizeof(err)))) {
 		log_error("%s", err);
 		goto cleanup;
@@ -303,7 +476,11 @@ static int run(const char *host, uint16_t port)
 		log_error("cannot handle signals: %s", uv_strerror(rc));
 		goto cleanup;
 	}
-	s.http = http_server_start(&s.loop, &ho, s.routes, API_ROUTE_COUNT, err, sizeof(err));
+	if ((rc = sweep_start(&s))) {
+		log_error("cannot start the upload sweep timer: %s", uv_strerror(rc));
+		goto cleanup;
+	}
+	s.http = http_server_start(&s.loop, &ho, s.routes, s.nroutes, err, sizeof(err));
 	if (!s.http) {
 		log_error("cannot listen on %s: %s", cfg.listen, error_reason(err));
 		goto cleanup;
@@ -328,8 +505,9 @@ cleanup:
 		/* Let every handle close (signals, a failed listener) before closing the loop. */
 		if (!s.stopping) {
 			uv_handle_t *handles[] = { (uv_handle_t *)&s.sig_term, (uv_handle_t *)&s.sig_int,
-						   (uv_handle_t *)&s.sig_hup };
-			for (int i = 0; i < 3; i++)
+						   (uv_handle_t *)&s.sig_hup,
+						   (uv_handle_t *)&s.sweep_timer };
+			for (int i = 0; i < 4; i++)
 				if (handles[i]->loop && !uv_is_closing(handles[i]))
 					uv_close(handles[i], on_handle_closed);
 		}
@@ -339,7 +517,10 @@ cleanup:
 	}
 	api_free(s.api);
 	ingest_free(s.ingest);
+	upstream_free(s.upstream); /* before the symbolizer: its events invalidate frames */
+	symbols_free(s.symbols);
 	symbolizer_free(s.sym);
+	symrepo_close(s.repo);
 	auth_free(s.auth);
 	store_close(s.store);
 	return status;

@@ -25,6 +25,25 @@ static const char *const reason_names[INGEST_ERR_COUNT] = {
 	[INGEST_ERR_INTERNAL] = "internal",
 };
 
+static const char *const symbol_upload_names[SYMBOL_UPLOAD_RESULT_COUNT] = {
+	[SYMBOL_UPLOAD_STORED] = "stored",     [SYMBOL_UPLOAD_PRESENT] = "present",
+	[SYMBOL_UPLOAD_PARTIAL] = "partial",   [SYMBOL_UPLOAD_CONFLICT] = "conflict",
+	[SYMBOL_UPLOAD_INVALID] = "rejected",  [SYMBOL_UPLOAD_BUSY] = "busy",
+	[SYMBOL_UPLOAD_FAILED] = "failed",
+};
+
+static const char *const debuginfod_type_names[DEBUGINFOD_TYPE_COUNT] = {
+	[DEBUGINFOD_EXECUTABLE] = "executable",
+	[DEBUGINFOD_DEBUGINFO] = "debuginfo",
+	[DEBUGINFOD_OTHER] = "other",
+};
+
+static const char *const debuginfod_result_names[DEBUGINFOD_RESULT_COUNT] = {
+	[DEBUGINFOD_FOUND] = "found",
+	[DEBUGINFOD_NOT_FOUND] = "not_found",
+	[DEBUGINFOD_ERROR] = "error",
+};
+
 void metrics_histogram_init(struct metrics_histogram *h, const double *bounds, size_t nbounds)
 {
 	h->bounds = bounds;
@@ -186,4 +205,30 @@ void server_metrics_write(const struct server_metrics *m, struct byte_buf *out)
 				"Time to handle an ingest request.", &m->ingest_seconds);
 	write_results(out, "sysom_kernel_symbol_uploads_total",
 		      "Kernel symbol table uploads, by result.", m->ksym_uploads, upload_results);
+	metrics_family_write(out, "sysom_symbol_uploads_total", "counter",
+			     "Symbol file upload requests (one per chunk), by result.");
+	for (int i = 0; i < SYMBOL_UPLOAD_RESULT_COUNT; i++) {
+		const char *labels[] = { "result", symbol_upload_names[i], NULL };
+		metrics_sample_write(out, "sysom_symbol_uploads_total", labels,
+				     (double)metrics_counter_get(&m->symbol_uploads[i]));
+	}
+	write_counter(out, "sysom_symbol_upload_bytes_total",
+		      "Symbol file bytes received in upload chunks.", &m->symbol_upload_bytes);
+	write_counter(out, "sysom_symbol_missing_queries_total",
+		      "Answered queries for the Build IDs the server lacks.",
+		      &m->symbol_missing_queries);
+	metrics_family_write(out, "sysom_debuginfod_requests_total", "counter",
+			     "debuginfod requests (/buildid/...), by file type and result.");
+	for (int t = 0; t < DEBUGINFOD_TYPE_COUNT; t++) {
+		for (int r = 0; r < DEBUGINFOD_RESULT_COUNT; r++) {
+			const char *labels[] = { "type", debuginfod_type_names[t], "result",
+						 debuginfod_result_names[r], NULL };
+			metrics_sample_write(out, "sysom_debuginfod_requests_total", labels,
+					     (double)metrics_counter_get(
+						     &m->debuginfod_requests[t][r]));
+		}
+	}
+	write_counter(out, "sysom_debuginfod_sent_bytes_total",
+		      "File bytes offered by debuginfod answers (their Content-Length).",
+		      &m->debuginfod_bytes);
 }

@@ -81,6 +81,24 @@ enum ingest_result {
 	INGEST_RESULT_COUNT
 };
 
+/* Outcome of one symbol file chunk upload (PUT /api/v1/symbols/...; label "result"). */
+enum symbol_upload_result {
+	SYMBOL_UPLOAD_STORED,   /* last chunk: verified and installed (201) */
+	SYMBOL_UPLOAD_PRESENT,  /* the repository has the file already (200) */
+	SYMBOL_UPLOAD_PARTIAL,  /* chunk appended, file incomplete (202) */
+	SYMBOL_UPLOAD_CONFLICT, /* chunk does not start where the server is (409) */
+	SYMBOL_UPLOAD_INVALID,  /* malformed request, too large, hash or identity mismatch (4xx) */
+	SYMBOL_UPLOAD_BUSY,     /* too many upload sessions (503) */
+	SYMBOL_UPLOAD_FAILED,   /* server-side failure: disk full, I/O, install error (5xx) */
+	SYMBOL_UPLOAD_RESULT_COUNT
+};
+
+/* Files asked for on the debuginfod read side (labels "type" and "result"). */
+enum debuginfod_type { DEBUGINFOD_EXECUTABLE, DEBUGINFOD_DEBUGINFO, DEBUGINFOD_OTHER,
+		       DEBUGINFOD_TYPE_COUNT };
+enum debuginfod_result { DEBUGINFOD_FOUND, DEBUGINFOD_NOT_FOUND, DEBUGINFOD_ERROR,
+			 DEBUGINFOD_RESULT_COUNT };
+
 /* What the server counts; zero-initialise, then server_metrics_init. */
 struct server_metrics {
 	struct metrics_counter batches[INGEST_RESULT_COUNT];
@@ -92,6 +110,11 @@ struct server_metrics {
 	struct metrics_counter stacks_created;     /* stacks new to the store */
 	struct metrics_counter ksym_uploads[INGEST_RESULT_COUNT]; /* stored, unchanged, rejected */
 	struct metrics_histogram ingest_seconds;   /* whole ingest handler */
+	struct metrics_counter symbol_uploads[SYMBOL_UPLOAD_RESULT_COUNT]; /* chunks by result */
+	struct metrics_counter symbol_upload_bytes;  /* chunk bytes written to partial files */
+	struct metrics_counter symbol_missing_queries; /* POST /api/v1/symbols/missing answered */
+	struct metrics_counter debuginfod_requests[DEBUGINFOD_TYPE_COUNT][DEBUGINFOD_RESULT_COUNT];
+	struct metrics_counter debuginfod_bytes;     /* file bytes offered (Content-Length) */
 };
 
 /* Prepares the histograms (counters start at zero). */
@@ -101,7 +124,8 @@ void server_metrics_init(struct server_metrics *m);
 void server_metrics_reject(struct server_metrics *m, enum ingest_error_reason reason,
 			   struct metrics_counter *result_counter);
 
-/* Appends the server's own families (sysom_ingest_*, sysom_kernel_symbol_uploads_total). */
+/* Appends the server's own families (sysom_ingest_*, sysom_kernel_symbol_uploads_total,
+ * sysom_symbol_uploads_total, sysom_symbol_upload_bytes_total, sysom_debuginfod_*). */
 void server_metrics_write(const struct server_metrics *m, struct byte_buf *out);
 
 #endif

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Central symbolization with an LRU cache keyed by (store object id, offset). */
+/* Central symbolization through the store (kernel) and the symbol repository (user frames),
+ * with an LRU cache keyed by (store object id, offset, leaf) and invalidation per Build ID. */
 #include "server/symbolize.h"
 
 #include <errno.h>
@@ -11,11 +12,14 @@
 
 #include "common/elf_buildid.h"
 #include "common/hash.h"
+#include "symrepo/repo.h"
+#include "symrepo/symfile.h"
 
 struct entry {
 	int64_t object;
 	uint64_t offset;
-	struct symbolized_frame frame;
+	bool leaf;
+	struct symbolized_location loc;
 	size_t bytes;
 	struct entry *chain;            /* next in the hash bucket */
 	struct entry *newer, *older;    /* LRU list */
@@ -23,11 +27,19 @@ struct entry {
 
 struct symbolizer {
 	struct store *store;
+	struct symrepo *repo;           /* NULL: user frames stay file+offset */
+	symbolizer_missing_fn missing;
+	void *missing_ctx;
 	size_t max_entries, max_bytes;
 	pthread_mutex_t lock;
 	struct entry **buckets;
 	size_t nbuckets; /* power of two */
 	struct entry *newest, *oldest;
+	/*
+	 * Bumped by every invalidation: a result computed while one happened may predate the
+	 * new symbols, so it is returned but not cached.
+	 */
+	uint64_t generation;
 	struct symbolizer_stats stats;
 };
 
@@ -52,18 +64,38 @@ struct symbolizer *symbolizer_new(struct store *store, size_t max_entries, size_
 	return sym;
 }
 
+void symbolizer_repository_set(struct symbolizer *sym, struct symrepo *repo,
+			       symbolizer_missing_fn missing, void *missing_ctx)
+{
+	sym->repo = repo;
+	sym->missing = missing;
+	sym->missing_ctx = missing_ctx;
+}
+
 void symbolized_frame_release(struct symbolized_frame *f)
 {
 	if (!f)
 		return;
 	free(f->name);
 	free(f->object);
-	f->name = f->object = NULL;
+	free(f->file);
+	f->name = f->object = f->file = NULL;
+}
+
+void symbolized_location_release(struct symbolized_location *loc)
+{
+	if (!loc)
+		return;
+	for (uint32_t i = 0; i < loc->count && loc->frames; i++)
+		symbolized_frame_release(&loc->frames[i]);
+	free(loc->frames);
+	loc->frames = NULL;
+	loc->count = 0;
 }
 
 static void entry_free(struct entry *e)
 {
-	symbolized_frame_release(&e->frame);
+	symbolized_location_release(&e->loc);
 	free(e);
 }
 
@@ -79,6 +111,7 @@ static void clear_locked(struct symbolizer *sym)
 	memset(sym->buckets, 0, sym->nbuckets * sizeof(*sym->buckets));
 	sym->newest = sym->oldest = NULL;
 	sym->stats.entries = sym->stats.bytes = 0;
+	sym->generation++;
 }
 
 void symbolizer_free(struct symbolizer *sym)
@@ -105,9 +138,10 @@ void symbolizer_stats_get(struct symbolizer *sym, struct symbolizer_stats *out)
 	pthread_mutex_unlock(&sym->lock);
 }
 
-static size_t bucket_of(const struct symbolizer *sym, int64_t object, uint64_t offset)
+static size_t bucket_of(const struct symbolizer *sym, int64_t object, uint64_t offset, bool leaf)
 {
-	return (size_t)(sysom_hash_mix((uint64_t)object, offset) & (sym->nbuckets - 1));
+	return (size_t)(sysom_hash_mix(sysom_hash_mix((uint64_t)object, offset), leaf) &
+			(sym->nbuckets - 1));
 }
 
 static void lru_unlink(struct symbolizer *sym, struct entry *e)
@@ -134,10 +168,10 @@ static void lru_push(struct symbolizer *sym, struct entry *e)
 		sym->oldest = e;
 }
 
-static void evict_oldest(struct symbolizer *sym)
+/* Removes an entry from its bucket and the LRU list and frees it. */
+static void entry_remove(struct symbolizer *sym, struct entry *e)
 {
-	struct entry *e = sym->oldest;
-	struct entry **link = &sym->buckets[bucket_of(sym, e->object, e->offset)];
+	struct entry **link = &sym->buckets[bucket_of(sym, e->object, e->offset, e->leaf)];
 
 	while (*link != e)
 		link = &(*link)->chain;
@@ -148,32 +182,85 @@ static void evict_oldest(struct symbolizer *sym)
 	entry_free(e);
 }
 
-static int frame_copy(const struct symbolized_frame *from, struct symbolized_frame *to)
+void symbolizer_build_id_invalidate(struct symbolizer *sym, const struct sysom_build_id *id)
 {
-	struct symbolized_frame f = *from;
+	char hex[2 * SYSOM_BUILD_ID_MAX + 1];
 
-	f.name = strdup(from->name);
-	f.object = strdup(from->object);
-	if (!f.name || !f.object) {
-		symbolized_frame_release(&f);
+	sysom_build_id_hex(id, hex, sizeof(hex));
+	pthread_mutex_lock(&sym->lock);
+	for (struct entry *e = sym->newest; e;) {
+		struct entry *next = e->older;
+		if (strcmp(e->loc.frames[0].build_id, hex) == 0)
+			entry_remove(sym, e);
+		e = next;
+	}
+	sym->generation++;
+	sym->stats.invalidations++;
+	pthread_mutex_unlock(&sym->lock);
+}
+
+static char *strdup_or_null(const char *s, bool *failed)
+{
+	char *copy;
+
+	if (!s)
+		return NULL;
+	copy = strdup(s);
+	if (!copy)
+		*failed = true;
+	return copy;
+}
+
+static int location_copy(const struct symbolized_location *from, struct symbolized_location *to)
+{
+	struct symbolized_location loc = { .count = from->count };
+	bool failed = false;
+
+	loc.frames = calloc(from->count, sizeof(*loc.frames));
+	if (!loc.frames)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < from->count; i++) {
+		struct symbolized_frame *f = &loc.frames[i];
+		*f = from->frames[i];
+		f->name = strdup_or_null(from->frames[i].name, &failed);
+		f->object = strdup_or_null(from->frames[i].object, &failed);
+		f->file = strdup_or_null(from->frames[i].file, &failed);
+	}
+	if (failed) {
+		symbolized_location_release(&loc);
 		return -ENOMEM;
 	}
-	*to = f;
+	*to = loc;
 	return 0;
 }
 
-/* Copies the cached frame out; 0, -ENOENT (not cached) or -ENOMEM. */
-static int cache_lookup(struct symbolizer *sym, int64_t object, uint64_t offset,
-			struct symbolized_frame *out)
+static size_t location_bytes(const struct symbolized_location *loc)
+{
+	size_t n = loc->count * sizeof(*loc->frames);
+
+	for (uint32_t i = 0; i < loc->count; i++) {
+		const struct symbolized_frame *f = &loc->frames[i];
+		n += strlen(f->name) + 1 + strlen(f->object) + 1 + (f->file ? strlen(f->file) + 1 : 0);
+	}
+	return n;
+}
+
+/*
+ * Copies the cached location out; 0, -ENOENT (not cached: *generation says which cache
+ * generation a result computed now belongs to) or -ENOMEM.
+ */
+static int cache_lookup(struct symbolizer *sym, int64_t object, uint64_t offset, bool leaf,
+			struct symbolized_location *out, uint64_t *generation)
 {
 	int rc = -ENOENT;
 
 	pthread_mutex_lock(&sym->lock);
-	for (struct entry *e = sym->buckets[bucket_of(sym, object, offset)]; e; e = e->chain) {
-		if (e->object == object && e->offset == offset) {
+	for (struct entry *e = sym->buckets[bucket_of(sym, object, offset, leaf)]; e;
+	     e = e->chain) {
+		if (e->object == object && e->offset == offset && e->leaf == leaf) {
 			lru_unlink(sym, e);
 			lru_push(sym, e);
-			rc = frame_copy(&e->frame, out);
+			rc = location_copy(&e->loc, out);
 			break;
 		}
 	}
@@ -181,28 +268,38 @@ static int cache_lookup(struct symbolizer *sym, int64_t object, uint64_t offset,
 		sym->stats.misses++;
 	else if (rc == 0)
 		sym->stats.hits++;
+	*generation = sym->generation;
 	pthread_mutex_unlock(&sym->lock);
 	return rc;
 }
 
-/* Adds a copy of a freshly resolved frame (a concurrent resolver may have added it first). */
-static void cache_insert(struct symbolizer *sym, int64_t object, uint64_t offset,
-			 const struct symbolized_frame *f)
+/*
+ * Adds a copy of a freshly resolved location unless an invalidation happened since it was
+ * computed (a concurrent resolver may also have added it first).
+ */
+static void cache_insert(struct symbolizer *sym, int64_t object, uint64_t offset, bool leaf,
+			 const struct symbolized_location *loc, uint64_t generation)
 {
 	struct entry *e = calloc(1, sizeof(*e));
 	size_t b;
 
-	if (!e || frame_copy(f, &e->frame)) {
+	if (!e || location_copy(loc, &e->loc)) {
 		free(e);
 		return; /* the cache is an optimisation: out of memory just skips it */
 	}
 	e->object = object;
 	e->offset = offset;
-	e->bytes = sizeof(*e) + strlen(f->name) + strlen(f->object) + 2;
+	e->leaf = leaf;
+	e->bytes = sizeof(*e) + location_bytes(loc);
 	pthread_mutex_lock(&sym->lock);
-	b = bucket_of(sym, object, offset);
+	if (sym->generation != generation) {
+		pthread_mutex_unlock(&sym->lock);
+		entry_free(e);
+		return;
+	}
+	b = bucket_of(sym, object, offset, leaf);
 	for (struct entry *o = sym->buckets[b]; o; o = o->chain) {
-		if (o->object == object && o->offset == offset) {
+		if (o->object == object && o->offset == offset && o->leaf == leaf) {
 			pthread_mutex_unlock(&sym->lock);
 			entry_free(e);
 			return;
@@ -214,7 +311,14 @@ static void cache_insert(struct symbolizer *sym, int64_t object, uint64_t offset
 	sym->stats.entries++;
 	sym->stats.bytes += e->bytes;
 	while (sym->stats.entries > sym->max_entries || sym->stats.bytes > sym->max_bytes)
-		evict_oldest(sym);
+		entry_remove(sym, sym->oldest);
+	pthread_mutex_unlock(&sym->lock);
+}
+
+static void stat_count(struct symbolizer *sym, uint64_t *counter)
+{
+	pthread_mutex_lock(&sym->lock);
+	(*counter)++;
 	pthread_mutex_unlock(&sym->lock);
 }
 
@@ -223,6 +327,33 @@ static const char *basename_of(const char *path)
 	const char *slash = strrchr(path, '/');
 
 	return slash ? slash + 1 : path;
+}
+
+/* "basename+0xOFF" (the first 16 hex digits of the Build ID when the name is empty). */
+static int name_file_offset(struct symbolized_frame *f, const char *object_name)
+{
+	char shortid[17];
+	const char *base = basename_of(object_name);
+
+	if (!*base) {
+		snprintf(shortid, sizeof(shortid), "%.16s", f->build_id);
+		base = shortid;
+	}
+	if (asprintf(&f->name, "%s+0x%" PRIx64, base, f->offset) < 0) {
+		f->name = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* "[anon]+0xADDR", "[unknown]+0xADDR". */
+static int name_address(struct symbolized_frame *f, const char *what)
+{
+	if (asprintf(&f->name, "%s+0x%" PRIx64, what, f->offset) < 0) {
+		f->name = NULL;
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 /* Resolves a kernel or module frame against the symbol table of the object's build ID. */
@@ -247,80 +378,173 @@ static int resolve_kernel(struct symbolizer *sym, const struct store_object *o, 
 	return f->name ? 0 : -ENOMEM;
 }
 
-/* Resolves a frame from the store (cache miss). */
-static int resolve(struct symbolizer *sym, int64_t object, uint64_t offset,
-		   struct symbolized_frame *out)
+/*
+ * Names a user frame from the repository's symbol file into `loc` (whose frames[0] is the
+ * template: kind, object, build ID, offset). Returns 0 with loc->count set, 1 when the frame
+ * stays "basename+0xOFF" (no symbol file, no segment, a gap), or -ENOMEM.
+ */
+static int resolve_repo(struct symbolizer *sym, const struct store_object *o, uint64_t offset,
+			bool leaf, struct symbolized_location *loc)
 {
-	struct symbolized_frame f = { .offset = offset };
+	struct symfile_frame found[SYMBOLIZER_MAX_INLINE_DEPTH];
+	struct symbolized_frame *frames = NULL;
+	struct symfile *sf;
+	uint64_t vaddr = 0;
+	bool failed = false;
+	int err = 0, n, rc = 1;
+
+	sf = symrepo_symbols_acquire(sym->repo, &o->id, &err);
+	if (!sf) {
+		stat_count(sym, &sym->stats.repo_missing);
+		if (err == -ENOENT && sym->missing && o->id.kind == SYSOM_OBJECT_ELF)
+			sym->missing(sym->missing_ctx, &o->id);
+		return 1;
+	}
+	/* A return address is the instruction after the call: look up the call itself. */
+	if (symfile_offset_to_vaddr(sf, offset, &vaddr) || (!leaf && vaddr == 0) ||
+	    (n = symfile_lookup(sf, leaf ? vaddr : vaddr - 1, found, SYMBOLIZER_MAX_INLINE_DEPTH)) <= 0) {
+		stat_count(sym, &sym->stats.repo_gaps);
+		goto cleanup;
+	}
+	/* The function itself must be named; an inlined call whose DWARF names no callee ("??")
+	 * is left out rather than shown under a made-up name. */
+	int kept = 0;
+	for (int i = 0; i < n; i++) {
+		const char *name = found[i].name;
+		bool unnamed = !name || !*name || strcmp(name, "??") == 0;
+		if (unnamed && found[i].inlined)
+			continue;
+		if (unnamed) {
+			stat_count(sym, &sym->stats.repo_gaps);
+			goto cleanup;
+		}
+		found[kept++] = found[i];
+	}
+	if ((n = kept) == 0) {
+		stat_count(sym, &sym->stats.repo_gaps);
+		goto cleanup;
+	}
+	frames = calloc((size_t)n, sizeof(*frames));
+	if (!frames) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	/* symfile_lookup answers innermost first; a location is root first. */
+	for (int i = 0; i < n; i++) {
+		const struct symfile_frame *s = &found[n - 1 - i];
+		struct symbolized_frame *f = &frames[i];
+
+		*f = loc->frames[0];
+		f->object = f->name = f->file = NULL;
+		f->object = strdup_or_null(loc->frames[0].object, &failed);
+		f->name = strdup_or_null(s->demangled && *s->demangled ? s->demangled : s->name,
+					 &failed);
+		f->file = strdup_or_null(s->file && *s->file ? s->file : NULL, &failed);
+		f->line = s->file && *s->file ? s->line : 0;
+		f->inlined = s->inlined;
+		f->has_symbol_offset = !s->inlined && vaddr >= s->function_start;
+		f->symbol_offset = f->has_symbol_offset ? vaddr - s->function_start : 0;
+	}
+	if (failed) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	stat_count(sym, &sym->stats.repo_named);
+	symbolized_location_release(loc);
+	loc->frames = frames;
+	loc->count = (uint32_t)n;
+	frames = NULL;
+	rc = 0;
+cleanup:
+	if (frames) {
+		struct symbolized_location partial = { frames, (uint32_t)n };
+		symbolized_location_release(&partial);
+	}
+	symrepo_symbols_release(sym->repo, sf);
+	return rc;
+}
+
+/* Resolves a stored frame (cache miss). */
+static int resolve(struct symbolizer *sym, int64_t object, uint64_t offset, bool leaf,
+		   struct symbolized_location *out)
+{
+	struct symbolized_location loc = { 0 };
+	struct symbolized_frame *f;
 	struct store_object o = { 0 };
 	int rc = store_object_get(sym->store, object, &o);
 
 	if (rc)
 		return rc;
+	loc.frames = calloc(1, sizeof(*loc.frames));
+	if (!loc.frames) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	loc.count = 1;
+	f = &loc.frames[0];
+	f->offset = offset;
 	if (o.id.len)
-		sysom_build_id_hex(&o.id, f.build_id, sizeof(f.build_id));
-	f.object = strdup(o.name);
-	if (!f.object) {
+		sysom_build_id_hex(&o.id, f->build_id, sizeof(f->build_id));
+	f->object = strdup(o.name);
+	if (!f->object) {
 		rc = -ENOMEM;
 		goto cleanup;
 	}
 	switch (o.id.kind) {
 	case SYSOM_OBJECT_KERNEL:
 	case SYSOM_OBJECT_KMODULE:
-		f.kind = SYMBOLIZED_KERNEL;
-		rc = resolve_kernel(sym, &o, offset, &f);
-		goto cleanup;
+		f->kind = SYMBOLIZED_KERNEL;
+		rc = resolve_kernel(sym, &o, offset, f);
+		break;
 	case SYSOM_OBJECT_ANON:
-		rc = asprintf(&f.name, "[anon]+0x%" PRIx64, offset);
+		rc = name_address(f, "[anon]");
 		break;
 	case SYSOM_OBJECT_UNKNOWN:
-		rc = asprintf(&f.name, "[unknown]+0x%" PRIx64, offset);
+		rc = name_address(f, "[unknown]");
 		break;
-	default: {
-		/* ELF or content-hashed file: the symbol repository will name these. */
-		char shortid[17];
-		const char *base = basename_of(o.name);
-		if (!*base) {
-			snprintf(shortid, sizeof(shortid), "%.16s", f.build_id);
-			base = shortid;
-		}
-		rc = asprintf(&f.name, "%s+0x%" PRIx64, base, offset);
+	case SYSOM_OBJECT_ELF:
+	case SYSOM_OBJECT_FILE_HASH:
+		rc = sym->repo && o.id.len ? resolve_repo(sym, &o, offset, leaf, &loc) : 1;
+		if (rc == 1)
+			rc = name_file_offset(&loc.frames[0], o.name);
 		break;
-	}
-	}
-	if (rc < 0) {
-		f.name = NULL;
-		rc = -ENOMEM;
-	} else {
-		rc = 0;
+	default:
+		rc = name_file_offset(f, o.name);
+		break;
 	}
 cleanup:
 	store_object_release(&o);
-	if (rc) {
-		symbolized_frame_release(&f);
+	if (rc < 0) {
+		symbolized_location_release(&loc);
 		return rc;
 	}
-	*out = f;
+	*out = loc;
 	return 0;
 }
 
-int symbolizer_frame_resolve(struct symbolizer *sym, uint8_t stack_kind, int64_t object,
-			     uint64_t offset, struct symbolized_frame *out)
+int symbolizer_location_resolve(struct symbolizer *sym, uint8_t stack_kind, int64_t object,
+				uint64_t offset, bool leaf, struct symbolized_location *out)
 {
-	struct symbolized_frame f;
-	int rc = cache_lookup(sym, object, offset, &f);
+	struct symbolized_location loc;
+	uint64_t generation;
+	int rc;
 
+	/* Kernel frames are named alike as leaf or return address: one cache entry. */
+	if (stack_kind == SYSOM_STACK_KERNEL)
+		leaf = false;
+	rc = cache_lookup(sym, object, offset, leaf, &loc, &generation);
 	if (rc == -ENOENT) {
-		rc = resolve(sym, object, offset, &f);
+		rc = resolve(sym, object, offset, leaf, &loc);
 		if (!rc)
-			cache_insert(sym, object, offset, &f);
+			cache_insert(sym, object, offset, leaf, &loc, generation);
 	}
 	if (rc)
 		return rc;
 	/* Unknown addresses in a kernel stack are kernel frames too. */
 	if (stack_kind == SYSOM_STACK_KERNEL)
-		f.kind = SYMBOLIZED_KERNEL;
-	*out = f;
+		for (uint32_t i = 0; i < loc.count; i++)
+			loc.frames[i].kind = SYMBOLIZED_KERNEL;
+	*out = loc;
 	return 0;
 }
 

@@ -129,6 +129,31 @@ static void test_top_limits(void **state)
 	free(render_top("{\"total\":1,\"stacks\":[{\"count\":1}]}", 10, -EINVAL));
 }
 
+/* Symbolized user frames: demangled names with spaces and parentheses, an inlined call as a
+ * frame of its own, and the same function out of line in another stack. */
+static void test_top_symbolized(void **state)
+{
+	static const char doc[] =
+		"{\"total\":10,\"truncated\":false,\"stacks\":["
+		"{\"count\":6,\"process\":{\"comm\":\"app\",\"pid\":1,\"processes\":1},\"frames\":["
+		"{\"name\":\"main\",\"kind\":\"user\"},"
+		"{\"name\":\"ns::Foo::run(std::vector<int, std::allocator<int> > const&)\",\"kind\":\"user\"},"
+		"{\"name\":\"add_one\",\"kind\":\"user\",\"inlined\":true,\"file\":\"a.c\",\"line\":3}]},"
+		"{\"count\":4,\"process\":{\"comm\":\"app\",\"pid\":1,\"processes\":1},\"frames\":["
+		"{\"name\":\"main\",\"kind\":\"user\"},{\"name\":\"add_one\",\"kind\":\"user\"}]}]}";
+	char *out;
+
+	(void)state;
+	out = render_top(doc, 10, 0);
+	assert_non_null(strstr(out, "        add_one [inlined]\n"));
+	assert_non_null(strstr(out, "        ns::Foo::run(std::vector<int, std::allocator<int> > const&)\n"));
+	/* Inlined and out-of-line samples of one function add up under its name. */
+	assert_non_null(strstr(strstr(out, "by self"), "          10  100.00%  add_one\n"));
+	assert_non_null(strstr(strstr(out, "by total"), "           6   60.00%  ns::Foo::run("));
+	assert_null(strstr(strstr(out, "Top functions"), "[inlined]"));
+	free(out);
+}
+
 static char *render(int (*fn)(const json_t *, FILE *), const char *text, int want_rc)
 {
 	json_t *doc = json_loads(text, 0, NULL);
@@ -187,6 +212,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_top),
 		cmocka_unit_test(test_top_limits),
+		cmocka_unit_test(test_top_symbolized),
 		cmocka_unit_test(test_tables),
 		cmocka_unit_test(test_error_text),
 	};

@@ -13,7 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -58,8 +61,9 @@ struct fixture {
 	struct http_server *srv;
 	uint16_t port;
 	struct http_server_options opts;
-	struct http_route routes[8];
+	struct http_route routes[12];
 	size_t nroutes;
+	char file_path[256];    /* what /file serves ("" until a test sets it) */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	bool started, stop_seen, done_called;
@@ -121,6 +125,38 @@ static void nocontent_handler(void *ctx, const struct http_request *req,
 	(void)ctx;
 	(void)req;
 	resp->status = 204;
+}
+
+/*
+ * Serves f->file_path as a file body: ?len=N announces N bytes (default: the file's size),
+ * ?off=N starts there, ?fail=1 sets the file body and then answers an error instead (the
+ * file must still be closed).
+ */
+static void file_handler(void *ctx, const struct http_request *req, struct http_response *resp)
+{
+	struct fixture *f = ctx;
+	char value[32];
+	struct stat st;
+	uint64_t off = 0, len;
+	int fd = open(f->file_path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0 || fstat(fd, &st) != 0) {
+		http_response_error(resp, 404, "no file");
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	len = (uint64_t)st.st_size;
+	if (http_query_param(req, "off", value, sizeof(value)) > 0) {
+		off = strtoull(value, NULL, 10);
+		len -= off;
+	}
+	if (http_query_param(req, "len", value, sizeof(value)) > 0)
+		len = strtoull(value, NULL, 10);
+	http_response_file(resp, 200, "application/octet-stream", fd, off, len);
+	http_response_header(resp, "X-File", "yes");
+	if (http_query_param(req, "fail", value, sizeof(value)) > 0)
+		http_response_error(resp, 500, "changed my mind");
 }
 
 static void block_handler(void *ctx, const struct http_request *req, struct http_response *resp)
@@ -228,6 +264,7 @@ static struct fixture *server_start(const struct http_server_options *opts)
 		{ "GET", "/block", false, block_handler, f, 0 },
 		{ "GET", "/created", false, created_handler, f, 0 },
 		{ "GET", "/nocontent", false, nocontent_handler, f, 0 },
+		{ "GET", "/file", false, file_handler, f, 0 },
 	};
 	memcpy(f->routes, routes, sizeof(routes));
 	f->nroutes = sizeof(routes) / sizeof(routes[0]);
@@ -1303,6 +1340,279 @@ static void test_ipv6(void **state)
 	server_stop(f);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* File bodies */
+
+/* Open file descriptors of this process. */
+static int fd_count(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n - 1; /* the directory's own descriptor */
+}
+
+/* Waits (re-checking after every loop iteration) until this process has `want` fds. */
+static void wait_fd_count(struct fixture *f, int want)
+{
+	struct timespec deadline;
+	int n;
+
+	deadline_in(&deadline, WAIT_SECONDS);
+	pthread_mutex_lock(&f->mu);
+	while ((n = fd_count()) != want &&
+	       pthread_cond_timedwait(&f->cv, &f->mu, &deadline) == 0)
+		;
+	pthread_mutex_unlock(&f->mu);
+	assert_int_equal(fd_count(), want);
+}
+
+/* Resident memory of this process in KiB. */
+static long rss_kib(void)
+{
+	FILE *fp = fopen("/proc/self/status", "r");
+	char line[256];
+	long kib = -1;
+
+	assert_non_null(fp);
+	while (fgets(line, sizeof(line), fp))
+		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+			break;
+	fclose(fp);
+	return kib;
+}
+
+/* Writes `size` bytes of a known pattern into a fresh temporary file; its path into `path`. */
+static void pattern_file(char *path, size_t pathlen, uint64_t size)
+{
+	uint8_t *buf = malloc(1 << 20);
+	int fd;
+	const char *tmp = getenv("TMPDIR");
+
+	snprintf(path, pathlen, "%s/sysom-http-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	assert_non_null(buf);
+	for (uint64_t at = 0; at < size;) {
+		size_t n = size - at < (1 << 20) ? (size_t)(size - at) : (1 << 20);
+		for (size_t i = 0; i < n; i++)
+			buf[i] = (uint8_t)((at + i) * 131 + ((at + i) >> 16));
+		assert_int_equal(write(fd, buf, n), (ssize_t)n);
+		at += n;
+	}
+	close(fd);
+	free(buf);
+}
+
+static uint8_t pattern_byte(uint64_t at)
+{
+	return (uint8_t)(at * 131 + (at >> 16));
+}
+
+/* Reads a response head; returns its Content-Length (the body starts in c->buf). */
+static long read_head(struct client *c, struct reply *r)
+{
+	char *end;
+	char value[64];
+
+	memset(r, 0, sizeof(*r));
+	while (!(end = memmem(c->buf, c->len, "\r\n\r\n", 4)))
+		assert_true(client_fill(c));
+	size_t hlen = (size_t)(end - c->buf) + 4;
+	memcpy(r->head, c->buf, hlen);
+	r->head[hlen] = '\0';
+	assert_int_equal(sscanf(r->head, "HTTP/1.1 %d ", &r->status), 1);
+	memmove(c->buf, c->buf + hlen, c->len - hlen);
+	c->len -= hlen;
+	assert_true(reply_header(r, "Content-Length", value, sizeof(value)));
+	return atol(value);
+}
+
+/* Reads `len` body bytes, checking them against the pattern from `from`; returns how many
+ * arrived before the connection ended. */
+static uint64_t read_pattern_body(struct client *c, uint64_t from, uint64_t len)
+{
+	uint64_t got = 0;
+
+	while (got < len) {
+		if (c->len == 0) {
+			if (!client_fill(c))
+				break;
+			continue;
+		}
+		size_t n = c->len < len - got ? c->len : (size_t)(len - got);
+		for (size_t i = 0; i < n; i++)
+			if ((uint8_t)c->buf[i] != pattern_byte(from + got + i))
+				fail_msg("body byte %llu differs", (unsigned long long)(got + i));
+		memmove(c->buf, c->buf + n, c->len - n);
+		c->len -= n;
+		got += n;
+	}
+	return got;
+}
+
+static void test_file_body(void **state)
+{
+	(void)state;
+	struct fixture *f = server_start(NULL);
+	struct reply *r = reply_new();
+	int fds = fd_count();
+	struct client *c = client_open(f);
+
+	pattern_file(f->file_path, sizeof(f->file_path), 1000);
+	/* GET: the whole file, then the connection carries on. */
+	client_sendf(c, "GET /file HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 200);
+	expect_framing(r, false);
+	assert_int_equal(r->content_length, 1000);
+	expect_header(r, "Content-Type", "application/octet-stream");
+	expect_header(r, "X-File", "yes");
+	for (int i = 0; i < 1000; i++)
+		assert_int_equal((uint8_t)r->body[i], pattern_byte((uint64_t)i));
+	/* A range of it. */
+	client_sendf(c, "GET /file?off=100&len=50 HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->content_length, 50);
+	for (int i = 0; i < 50; i++)
+		assert_int_equal((uint8_t)r->body[i], pattern_byte(100 + (uint64_t)i));
+	/* HEAD: the length, no body (the next response follows at once), the file closed. */
+	client_sendf(c, "HEAD /file HTTP/1.1\r\n\r\nGET /echo?a=after HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(c, r, true));
+	assert_int_equal(r->status, 200);
+	assert_int_equal(r->content_length, 1000);
+	assert_true(client_read_reply(c, r, false));
+	assert_string_equal(r->body, "GET /echo after");
+	/* A file body replaced by an error: the error is sent, the file closed. */
+	client_sendf(c, "GET /file?fail=1 HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 500);
+	assert_non_null(strstr(r->body, "changed my mind"));
+	/* An empty file body. */
+	client_sendf(c, "GET /file?len=0 HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 200);
+	assert_int_equal(r->content_length, 0);
+	client_close(c);
+	wait_open_connections(f, 0);
+	wait_fd_count(f, fds);
+	struct http_server_stats st = stats_of(f);
+	assert_int_equal(st.responses_2xx, 5);
+	unlink(f->file_path);
+	free(r);
+	server_stop(f);
+}
+
+/* 96 MiB through one connection: correct bytes, and the server never holds the file. */
+static void test_file_body_large(void **state)
+{
+	(void)state;
+	const uint64_t size = 96ull << 20;
+	struct fixture *f = server_start(NULL);
+	struct reply *r = reply_new();
+	int fds = fd_count();
+	struct client *c = client_open(f);
+
+	pattern_file(f->file_path, sizeof(f->file_path), size);
+	long before = rss_kib();
+	client_sendf(c, "GET /file HTTP/1.1\r\n\r\n");
+	assert_int_equal(read_head(c, r), (long)size);
+	assert_int_equal(r->status, 200);
+	assert_int_equal(read_pattern_body(c, 0, size), size);
+	long grown = rss_kib() - before;
+	/* Bounded: pieces of HTTP_FILE_CHUNK, never the file (allocator slack allowed). */
+	if (grown > 24 * 1024)
+		fail_msg("resident memory grew by %ld KiB while sending a %llu MiB file", grown,
+			 (unsigned long long)(size >> 20));
+	/* The connection is still usable. */
+	client_sendf(c, "GET /echo?a=still HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(c, r, false));
+	assert_string_equal(r->body, "GET /echo still");
+	client_close(c);
+	wait_open_connections(f, 0);
+	wait_fd_count(f, fds);
+	assert_true(stats_of(f).bytes_sent > size);
+	unlink(f->file_path);
+	free(r);
+	server_stop(f);
+}
+
+/* The peer resets the connection mid-body, or the file is shorter than announced: the
+ * connection ends, the file is closed, the server is fine. */
+static void test_file_body_aborted(void **state)
+{
+	(void)state;
+	struct fixture *f = server_start(NULL);
+	struct reply *r = reply_new();
+	int fds = fd_count();
+	struct client *c;
+
+	pattern_file(f->file_path, sizeof(f->file_path), 32u << 20);
+	for (int round = 0; round < 3; round++) {
+		c = client_open(f);
+		client_sendf(c, "GET /file HTTP/1.1\r\n\r\n");
+		assert_int_equal(read_head(c, r), 32l << 20);
+		assert_int_equal(read_pattern_body(c, 0, 300000 * (uint64_t)(round + 1)),
+				 300000 * (uint64_t)(round + 1));
+		client_abort(c);
+		wait_open_connections(f, 0);
+		wait_fd_count(f, fds);
+	}
+	/* Announced 40 MiB, the file has 32: the body stops short and the connection closes. */
+	c = client_open(f);
+	client_sendf(c, "GET /file?len=41943040 HTTP/1.1\r\n\r\n");
+	assert_int_equal(read_head(c, r), 41943040);
+	assert_int_equal(read_pattern_body(c, 0, 41943040), 32u << 20);
+	assert_true(client_sees_close(c));
+	client_close(c);
+	wait_open_connections(f, 0);
+	wait_fd_count(f, fds);
+	/* Unharmed. */
+	c = client_open(f);
+	client_sendf(c, "GET /file?off=5&len=5 HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->body_len, 5);
+	assert_int_equal((uint8_t)r->body[0], pattern_byte(5));
+	client_close(c);
+	wait_open_connections(f, 0);
+	wait_fd_count(f, fds);
+	unlink(f->file_path);
+	free(r);
+	server_stop(f);
+}
+
+/* Stopping while a file body is being sent: the stop completes within the grace. */
+static void test_file_body_stop(void **state)
+{
+	(void)state;
+	struct fixture *f = server_start(NULL);
+	struct reply *r = reply_new();
+	struct client *c = client_open(f);
+	char path[256];
+	int fds;
+
+	pattern_file(f->file_path, sizeof(f->file_path), 64u << 20);
+	snprintf(path, sizeof(path), "%s", f->file_path);
+	fds = fd_count();
+	client_sendf(c, "GET /file HTTP/1.1\r\n\r\n");
+	assert_int_equal(read_head(c, r), 64l << 20);
+	/* The client stops reading; the server is told to stop. */
+	server_request_stop(f);
+	server_join(f);
+	/* The response was cut short: less than the file arrived before the close. */
+	assert_true(read_pattern_body(c, 0, 64u << 20) < (64u << 20));
+	client_close(c);
+	assert_true(fd_count() <= fds);
+	unlink(path);
+	free(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1327,6 +1637,10 @@ int main(void)
 		cmocka_unit_test(test_client_gone_mid_handler),
 		cmocka_unit_test(test_listen_errors),
 		cmocka_unit_test(test_ipv6),
+		cmocka_unit_test(test_file_body),
+		cmocka_unit_test(test_file_body_large),
+		cmocka_unit_test(test_file_body_aborted),
+		cmocka_unit_test(test_file_body_stop),
 	};
 
 	return cmocka_run_group_tests_name("http", tests, NULL, NULL);
