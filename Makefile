@@ -62,7 +62,7 @@ DEB_PACKAGES := make gcc clang llvm bpftool libbpf-dev libelf-dev libdw-dev zlib
   libcurl4-openssl-dev libjansson-dev libuv1-dev libzstd-dev libsqlite3-dev \
   libhttp-parser-dev libcmocka-dev libxxhash-dev libsystemd-dev pkg-config \
   libclang-rt-14-dev curl binutils procps util-linux zstd python3 elfutils linux-perf \
-  libstdc++-12-dev libdebuginfod-dev debuginfod
+  libstdc++-12-dev libdebuginfod-dev debuginfod libc6-dbg gcc
 
 # ---------------------------------------------------------------------------------------------
 # Sources, discovered per directory: a module is a directory, its main.c the executable.
@@ -93,7 +93,7 @@ CTL_BIN := $(BUILD)/sysomctl
 SYMREPO_BIN := $(BUILD)/sysom-symrepo
 
 COMMON_LDLIBS := $(LIB_XXHASH) $(LIB_ZSTD) $(LIB_ELF) -lm
-AGENT_LDLIBS := $(AGENT_LIB) $(COMMON_LIB) $(LIB_BPF) $(LIB_CURL) $(LIB_UV) $(LIB_SYSTEMD) $(COMMON_LDLIBS)
+AGENT_LDLIBS := $(AGENT_LIB) $(COMMON_LIB) $(LIB_BPF) $(LIB_CURL) $(LIB_UV) $(LIB_SYSTEMD) $(LIB_JSON) $(COMMON_LDLIBS)
 SYMREPO_LDLIBS := $(SYMREPO_LIB) $(COMMON_LIB) $(LIB_CXXABI) $(COMMON_LDLIBS)
 SERVER_LDLIBS := $(SERVER_LIB) $(SYMREPO_LIB) $(COMMON_LIB) $(LIB_UV) $(LIB_HTTP) $(LIB_SQLITE) \
   $(LIB_JSON) $(LIB_SYSTEMD) $(LIB_CURL) $(LIB_DEBUGINFOD) $(LIB_CXXABI) $(COMMON_LDLIBS)
@@ -116,6 +116,10 @@ FIXTURES := $(patsubst tests/fixtures/%.c,$(BUILD)/tests/fixtures/%,$(FIXTURE_SR
 FIXTURE_CFLAGS := -std=gnu11 -g -O1 -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer \
                   -fno-inline -fno-optimize-sibling-calls -Wall -Wextra -Werror -pthread
 
+# Tools the end-to-end tests run (linked against the common library).
+TEST_TOOL_SRCS := $(wildcard tests/tools/*.c)
+TEST_TOOLS := $(patsubst tests/tools/%.c,$(BUILD)/tests/tools/%,$(TEST_TOOL_SRCS))
+
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
 
@@ -129,7 +133,7 @@ FUZZ_CFLAGS := -std=gnu11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,und
 .SECONDARY: $(BPF_OBJS) $(BPF_SKELS) $(VMLINUX_H)
 all: daemons tests $(FIXTURES) $(BENCHES)
 daemons: $(AGENT_BIN) $(SERVER_BIN) $(CTL_BIN) $(SYMREPO_BIN)
-tests: $(UNIT_TESTS) $(BPF_TESTS) $(FIXTURES)
+tests: $(UNIT_TESTS) $(BPF_TESTS) $(FIXTURES) $(TEST_TOOLS)
 
 # ---------------------------------------------------------------------------------------------
 # BPF: vmlinux.h from the running kernel's BTF → %.bpf.o (CO-RE) → %.skel.h
@@ -222,6 +226,11 @@ $(BUILD)/tests/bpf/%: $(OBJ)/tests/bpf/%.o $(TEST_SUPPORT_OBJS) $(AGENT_LIB) $(C
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJS) $(AGENT_LDLIBS) $(LIB_CMOCKA)
 
+$(BUILD)/tests/tools/%: $(OBJ)/tests/tools/%.o $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(COMMON_LIB) $(COMMON_LDLIBS)
+
 $(BUILD)/tests/fixtures/%: tests/fixtures/%.c
 	$(call msg,CC,$@)
 	$(Q)mkdir -p $(@D)
@@ -232,7 +241,7 @@ $(BUILD)/bench/%: $(OBJ)/bench/%.o $(AGENT_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(AGENT_LIB) $(SYMREPO_LIB) $(COMMON_LIB) $(LIB_BPF) $(LIB_CURL) \
-	    $(LIB_UV) $(LIB_SYSTEMD) $(LIB_CXXABI) $(COMMON_LDLIBS)
+	    $(LIB_UV) $(LIB_SYSTEMD) $(LIB_JSON) $(LIB_CXXABI) $(COMMON_LDLIBS)
 
 # Fuzz targets: clang + libFuzzer; each links the common sources plus what it names in
 # a `// fuzz-sources: a.c b.c` line of its own (those are prerequisites too).

@@ -36,6 +36,10 @@
 		{ "max-sample-rows", SYSOM_OPT_UINT, &(c)->max_sample_rows, 1024, 1 << 22, "sample rows per batch (default 1048576)", false }, \
 		{ "log-level", SYSOM_OPT_STRING, &(c)->log_level, 0, 0, "error, warn, info or debug (default info)", false }, \
 		{ "machine-id-file", SYSOM_OPT_STRING, &(c)->machine_id_file, 0, 0, "node identity source (default /etc/machine-id)", false }, \
+		{ "symbol-upload", SYSOM_OPT_BOOL, &(c)->symbol_upload, 0, 0, "upload executables and debug files the server lacks (default true)", false }, \
+		{ "symbol-upload-rate", SYSOM_OPT_SIZE, &(c)->symbol_upload_rate, 0, 1e12, "symbol upload bandwidth per second, 0: unlimited (default 4M)", false }, \
+		{ "symbol-chunk-size", SYSOM_OPT_SIZE, &(c)->symbol_chunk_bytes, 1 << 20, 64 << 20, "bytes per symbol upload request (default 8M)", false }, \
+		{ "symbol-max-file-size", SYSOM_OPT_SIZE, &(c)->symbol_max_file_bytes, 1 << 20, 1e12, "files larger than this are not uploaded (default 2G)", false }, \
 		{ "config", SYSOM_OPT_STRING, &(c)->config, 0, 0, "config file (default " AGENT_DEFAULT_CONFIG " if present)", true }, \
 		{ "check", SYSOM_OPT_BOOL, &(c)->check, 0, 0, "check the node and the server, print verdicts, exit", true }, \
 		{ "duration", SYSOM_OPT_DURATION, &(c)->duration_s, 0, 1e9, "exit cleanly after this long (default: run until signalled)", true }, \
@@ -63,6 +67,10 @@ int agent_config_defaults(struct agent_config *c)
 	c->max_stacks = 8192;
 	c->max_sample_keys = 16384;
 	c->max_sample_rows = 1u << 20;
+	c->symbol_upload = true;
+	c->symbol_upload_rate = 4ull << 20;
+	c->symbol_chunk_bytes = 8ull << 20;
+	c->symbol_max_file_bytes = 2ull << 30;
 	return 0;
 }
 

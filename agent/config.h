@@ -29,6 +29,10 @@ struct agent_config {
 	uint32_t max_sample_rows;  /* rows per batch */
 	char *log_level;
 	char *machine_id_file;     /* node identity source (tests run several "nodes") */
+	bool symbol_upload;        /* upload executables and debug files the server lacks */
+	uint64_t symbol_upload_rate; /* bytes per second, 0: unlimited */
+	uint64_t symbol_chunk_bytes; /* bytes per upload request, 1 MiB..64 MiB */
+	uint64_t symbol_max_file_bytes; /* larger files are not uploaded */
 	/* command line only */
 	char *config;
 	bool check;

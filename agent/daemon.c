@@ -19,6 +19,7 @@
 #include "agent/proctrack.h"
 #include "agent/sampler.h"
 #include "agent/spool.h"
+#include "agent/symupload.h"
 #include "agent/uploader.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -40,6 +41,7 @@ struct agent {
 	struct spool *spool;
 	struct uploader *uploader;
 	struct ksyms_upload *ksyms;
+	struct symupload *symup; /* NULL when disabled or not startable */
 	char *token;
 	char node_hex[2 * SYSOM_NODE_ID_SIZE + 1];
 	struct sampler_counters last_counters;
@@ -154,6 +156,97 @@ static void on_ksyms_event(void *ctx, const struct ksyms_upload_event *ev)
 		log_error("kernel symbols of %s not uploaded: %s (kernel frames will show as "
 			  "offsets)", ev->object, ev->message);
 		break;
+	}
+}
+
+/* "2.1 MiB" */
+static void format_size(uint64_t bytes, char *out, size_t len)
+{
+	if (bytes >= (1ull << 30))
+		snprintf(out, len, "%.1f GiB", (double)bytes / (double)(1ull << 30));
+	else if (bytes >= (1ull << 20))
+		snprintf(out, len, "%.1f MiB", (double)bytes / (double)(1ull << 20));
+	else if (bytes >= (1ull << 10))
+		snprintf(out, len, "%.1f KiB", (double)bytes / (double)(1ull << 10));
+	else
+		snprintf(out, len, "%llu B", (unsigned long long)bytes);
+}
+
+static void on_symupload_event(void *ctx, const struct symupload_event *ev)
+{
+	const char *what = strcmp(ev->identity, "file-hash") == 0 ? "content hash" : "build ID";
+
+	(void)ctx;
+	switch (ev->kind) {
+	case SYMUPLOAD_EVENT_UPLOADED: {
+		char exe[32], dbg[32];
+		format_size(ev->executable_bytes, exe, sizeof(exe));
+		format_size(ev->debuginfo_bytes, dbg, sizeof(dbg));
+		if (ev->executable_bytes && ev->debuginfo_bytes)
+			log_info("uploaded symbols of %s (%s %s): executable %s + debuginfo %s",
+				 ev->path, what, ev->build_id, exe, dbg);
+		else if (ev->executable_bytes)
+			log_info("uploaded symbols of %s (%s %s): executable %s", ev->path, what,
+				 ev->build_id, exe);
+		else
+			log_info("uploaded symbols of %s (%s %s): debuginfo %s (%s)", ev->path,
+				 what, ev->build_id, dbg, ev->debug_path ? ev->debug_path : "");
+		break;
+	}
+	case SYMUPLOAD_EVENT_PRESENT:
+		log_debug("symbols of %s (%s %s) already on the server", ev->path, what,
+			  ev->build_id);
+		break;
+	case SYMUPLOAD_EVENT_RETRY: {
+		/* During a long outage, log attempts 1, 2, 4, 8, ... at warn level only. */
+		bool loud = (ev->attempt & (ev->attempt - 1)) == 0;
+		char status[32] = "";
+		if (ev->http_status)
+			snprintf(status, sizeof(status), " (HTTP %d)", ev->http_status);
+		sysom_log(loud ? SYSOM_LOG_WARN : SYSOM_LOG_DEBUG,
+			  "symbol upload%s%s failed, attempt %u: %s%s; retrying in %.1fs",
+			  ev->path[0] ? " of " : "", ev->path, ev->attempt, ev->message, status,
+			  (double)ev->delay_ms / 1000.0);
+		break;
+	}
+	case SYMUPLOAD_EVENT_FAILED: {
+		char status[32] = "";
+		if (ev->http_status)
+			snprintf(status, sizeof(status), " (HTTP %d)", ev->http_status);
+		log_warn("symbols of %s (%s %s) not uploaded%s: %s (not retried until restart)",
+			 ev->path, what, ev->build_id, status, ev->message);
+		break;
+	}
+	case SYMUPLOAD_EVENT_SKIPPED:
+		log_info("symbols of %s (%s %s) not uploaded: %s", ev->path, what, ev->build_id,
+			 ev->message);
+		break;
+	case SYMUPLOAD_EVENT_STATE_ERROR:
+		log_warn("symbol upload state: %s", ev->message);
+		break;
+	}
+}
+
+/* proctrack saw a new object: hand it to the symbol upload (non-blocking). */
+static void on_new_object(void *ctx, const struct pt_object *obj, uint32_t tgid, uint64_t start,
+			  uint64_t end)
+{
+	struct agent *a = ctx;
+
+	if (a->symup)
+		symupload_offer(a->symup, &obj->id, obj->path, tgid, start, end);
+}
+
+/* Offers the objects of a tracked process (after the symbol upload (re)started). */
+static void offer_process_objects(void *ctx, const struct pt_process *proc)
+{
+	struct agent *a = ctx;
+
+	for (uint32_t i = 0; i < proc->mapping_count; i++) {
+		const struct pt_mapping *m = &proc->mappings[i];
+		const struct pt_object *o = m->object;
+		if (o->id.kind == SYSOM_OBJECT_ELF || o->id.kind == SYSOM_OBJECT_FILE_HASH)
+			symupload_offer(a->symup, &o->id, o->path, proc->tgid, m->start, m->end);
 	}
 }
 
@@ -281,6 +374,8 @@ static void agent_shutdown(struct agent *a, const char *why)
 	uv_timer_stop(&a->duration_timer);
 	if (a->events_poll_started)
 		uv_poll_stop(&a->events_poll);
+	/* Symbols first: they can wait for the next start (resumable), batches should not. */
+	symupload_stop(a->symup);
 	agent_seal(a);
 	int lost = uploader_stop(a->uploader, a->cfg->shutdown_timeout_s);
 	struct uploader_stats us;
@@ -355,6 +450,75 @@ static int start_uploader(struct agent *a)
 	return uploader_start(&uo, a->spool, &a->uploader);
 }
 
+/* The state directory holds the spool: the symbol upload state lives next to it. */
+static int state_dir_of(const char *spool_dir, char *out, size_t len)
+{
+	if ((size_t)snprintf(out, len, "%s", spool_dir) >= len)
+		return -ENAMETOOLONG;
+	char *slash = strrchr(out, '/');
+	while (slash && slash > out && slash[1] == '\0') { /* "/a/spool/" */
+		*slash = '\0';
+		slash = strrchr(out, '/');
+	}
+	if (!slash)
+		return -EINVAL;
+	slash[slash == out ? 1 : 0] = '\0';
+	return 0;
+}
+
+/* Starts the symbol upload when enabled; a failure is logged and sampling goes on without it. */
+static void start_symupload(struct agent *a)
+{
+	char state_dir[PATH_MAX];
+	struct symupload_stats st;
+	char rate[32];
+	int rc;
+
+	if (!a->cfg->symbol_upload)
+		return;
+	if ((rc = state_dir_of(a->cfg->spool_dir, state_dir, sizeof(state_dir)))) {
+		log_warn("symbol upload off: no state directory for %s: %s", a->cfg->spool_dir,
+			 sysom_strerror(rc));
+		return;
+	}
+	struct symupload_options so = {
+		.server_url = a->cfg->server,
+		.token = a->token,
+		.ca_file = a->cfg->ca_file,
+		.state_dir = state_dir,
+		.rate_bytes_per_s = a->cfg->symbol_upload_rate,
+		.chunk_bytes = (uint32_t)a->cfg->symbol_chunk_bytes,
+		.max_file_bytes = a->cfg->symbol_max_file_bytes,
+		.backoff_max_s = a->cfg->backoff_max_s,
+		.on_event = on_symupload_event,
+		.event_ctx = a,
+	};
+	if ((rc = symupload_new(&so, &a->symup)) || (rc = symupload_start(a->symup))) {
+		log_warn("symbol upload off: cannot start it: %s", sysom_strerror(rc));
+		symupload_free(a->symup);
+		a->symup = NULL;
+		return;
+	}
+	/* Objects the tracker identified before (or while the upload was restarting). */
+	proctrack_for_each(a->pt, offer_process_objects, a);
+	symupload_stats(a->symup, &st);
+	if (a->cfg->symbol_upload_rate) {
+		format_size(a->cfg->symbol_upload_rate, rate, sizeof(rate));
+		strncat(rate, "/s", sizeof(rate) - strlen(rate) - 1);
+	} else {
+		snprintf(rate, sizeof(rate), "no rate limit");
+	}
+	log_info("symbol upload on (%s, state in %s, %u build IDs uploaded before)", rate,
+		 state_dir, st.known_uploaded);
+}
+
+static void stop_symupload(struct agent *a)
+{
+	symupload_stop(a->symup);
+	symupload_free(a->symup);
+	a->symup = NULL;
+}
+
 static bool string_changed(const char *x, const char *y)
 {
 	return (x == NULL) != (y == NULL) || (x && strcmp(x, y) != 0);
@@ -392,8 +556,16 @@ static void agent_reload(struct agent *a)
 	uv_timer_set_repeat(&a->batch_timer, ms(fresh.batch_interval_s));
 	batcher_set_sampling(a->batcher, fresh.hz, fresh.sample_rate, fresh.drain_interval_s,
 			     fresh.batch_interval_s);
-	if (string_changed(fresh.server, a->cfg->server) || string_changed(token, a->token) ||
-	    string_changed(fresh.ca_file, a->cfg->ca_file)) {
+	bool connection_changed = string_changed(fresh.server, a->cfg->server) ||
+				  string_changed(token, a->token) ||
+				  string_changed(fresh.ca_file, a->cfg->ca_file);
+	bool symbols_changed = fresh.symbol_upload != a->cfg->symbol_upload ||
+			       fresh.symbol_upload_rate != a->cfg->symbol_upload_rate ||
+			       fresh.symbol_chunk_bytes != a->cfg->symbol_chunk_bytes ||
+			       fresh.symbol_max_file_bytes != a->cfg->symbol_max_file_bytes;
+	if (connection_changed || symbols_changed)
+		stop_symupload(a); /* prompt: an upload in flight resumes in the new one */
+	if (connection_changed) {
 		uploader_stop(a->uploader, 0);
 		uploader_free(a->uploader);
 		a->uploader = NULL;
@@ -413,6 +585,13 @@ static void agent_reload(struct agent *a)
 			agent_shutdown(a, "reload failure");
 			return;
 		}
+	}
+	if (connection_changed || symbols_changed) {
+		a->cfg->symbol_upload = fresh.symbol_upload;
+		a->cfg->symbol_upload_rate = fresh.symbol_upload_rate;
+		a->cfg->symbol_chunk_bytes = fresh.symbol_chunk_bytes;
+		a->cfg->symbol_max_file_bytes = fresh.symbol_max_file_bytes;
+		start_symupload(a);
 	}
 	if (string_changed(fresh.spool_dir, a->cfg->spool_dir) || fresh.max_stacks != a->cfg->max_stacks ||
 	    fresh.max_sample_keys != a->cfg->max_sample_keys || fresh.include_idle != a->cfg->include_idle)
@@ -481,6 +660,8 @@ static int agent_start(struct agent *a)
 			 "not be symbolized");
 
 	proctrack_options_default(&po);
+	po.on_new_object = on_new_object;
+	po.object_ctx = a;
 	if ((rc = proctrack_new(&po, &a->pt))) {
 		log_error("cannot create the process tracker: %s", sysom_strerror(rc));
 		return rc;
@@ -541,6 +722,7 @@ static int agent_start(struct agent *a)
 	};
 	if (a->kernel.addresses_visible && (rc = ksyms_upload_start(&ko, &a->ksyms)))
 		log_warn("cannot start the kernel symbol upload: %s", sysom_strerror(rc));
+	start_symupload(a);
 	return 0;
 }
 
@@ -566,6 +748,7 @@ static int agent_loop_setup(struct agent *a)
 
 static void agent_teardown(struct agent *a)
 {
+	stop_symupload(a);
 	ksyms_upload_stop(a->ksyms);
 	uploader_free(a->uploader);
 	batcher_free(a->batcher);

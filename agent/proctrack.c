@@ -231,6 +231,8 @@ static const struct pt_object *file_object(struct proctrack *pt, uint32_t tgid,
 		goto cleanup;
 	}
 	result = &added->object;
+	if (pt->opts.on_new_object)
+		pt->opts.on_new_object(pt->opts.object_ctx, result, tgid, m->start, m->end);
 cleanup:
 	if (fd >= 0)
 		close(fd);
@@ -249,7 +251,8 @@ static int vdso_visit(void *ctx, const struct procmaps_entry *m)
 	return 0;
 }
 
-static const struct pt_object *vdso_object(struct proctrack *pt)
+static const struct pt_object *vdso_object(struct proctrack *pt, uint32_t tgid,
+					   const struct procmaps_entry *m)
 {
 	if (pt->vdso)
 		return &pt->vdso->object;
@@ -269,6 +272,8 @@ static const struct pt_object *vdso_object(struct proctrack *pt)
 		free(e.object.path);
 		return NULL;
 	}
+	if (pt->opts.on_new_object)
+		pt->opts.on_new_object(pt->opts.object_ctx, &pt->vdso->object, tgid, m->start, m->end);
 	return &pt->vdso->object;
 }
 
@@ -291,7 +296,7 @@ static int scan_visit(void *ctx, const struct procmaps_entry *m)
 	if (m->path[0] == '\0') {
 		obj = pseudo_object(sc->pt, SYSOM_OBJECT_ANON, "[anon]");
 	} else if (strcmp(m->path, "[vdso]") == 0) {
-		obj = vdso_object(sc->pt);
+		obj = vdso_object(sc->pt, sc->proc->tgid, m);
 		offset_base = 0; /* the vDSO image is mapped from its start */
 	} else if (m->path[0] == '[') {
 		/* [anon:name], [vsyscall], [stack] with exec... */

@@ -10,6 +10,8 @@
 
 #include "common/elf_buildid.h"
 
+struct pt_object;
+
 struct proctrack_options {
 	const char *proc_root;            /* "/proc" (tests may point elsewhere) */
 	uint32_t max_processes;           /* tracked incarnations (default 16384) */
@@ -17,6 +19,13 @@ struct proctrack_options {
 	uint32_t max_objects;             /* cached file identities (default 65536) */
 	uint64_t rescan_interval_ns;      /* min time between rescans of one process (1 s) */
 	uint64_t periodic_rescan_ns;      /* rescan live processes this often (default 5 s) */
+	/* Optional: called when a new file (ELF or content-hashed) or vDSO object identity is
+	 * created, with the process and mapping [start, end) it was first seen in. It runs on
+	 * the caller's thread inside the scan: it must be cheap, must not block and must not
+	 * call back into the tracker. `obj` is owned by the tracker. */
+	void (*on_new_object)(void *ctx, const struct pt_object *obj, uint32_t tgid,
+			      uint64_t start, uint64_t end);
+	void *object_ctx;
 };
 
 void proctrack_options_default(struct proctrack_options *opts);

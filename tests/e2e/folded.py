@@ -7,8 +7,9 @@
   folded.py kernel FOLDED             fraction of samples with kernel frames, and the names
   folded.py total FOLDED              total samples
 
-User frames appear as "<file basename>+0x<file offset>" until symbols are resolved centrally;
-this maps file offsets back to functions with `nm -S` and the ELF program headers.
+User frames appear as "<file basename>+0x<file offset>" when the server has no symbols for the
+file (this maps file offsets back to functions with `nm -S` and the ELF program headers), or as
+function names once the agent has uploaded the file (taken as they are).
 """
 import re
 import subprocess
@@ -72,6 +73,9 @@ def chain(binary, folded):
         names = []
         user = [f for f in frames if not f.endswith("_[k]")]
         for i, f in enumerate(user):
+            if f in funcs:
+                names.append(f)  # symbolized by the server
+                continue
             m = pattern.match(f)
             if not m:
                 continue

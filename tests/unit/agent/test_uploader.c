@@ -1,13 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Uploader and HTTP client against a scripted HTTP/1.1 server on 127.0.0.1 in a thread. */
-#include <arpa/inet.h>
+/* Uploader and HTTP client against a scripted HTTP/1.1 server on 127.0.0.1 (tests/support). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,7 +15,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/mount.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,295 +26,11 @@
 #include "agent/spool.h"
 #include "agent/uploader.h"
 #include "common/error.h"
+#include "tests/support/stub_http.h"
 
 #define NS 1000000000ull
 #define WAIT_S 20 /* generous bound on waiting for the thread: exceeding it fails the test */
 #define TOKEN "s3cr3t-token"
-
-/* ---------------------------------------------------------------------------------------- */
-/* A scripted single-threaded HTTP/1.1 server */
-
-struct step {
-	int status;          /* 0: close the connection without answering */
-	const char *headers; /* extra header lines, each ending in "\r\n", or NULL */
-	const char *body;    /* or NULL */
-	bool stall;          /* read the request, then wait for the client to go away */
-};
-
-struct recorded {
-	char method[16];
-	char path[256];
-	char *headers;   /* raw header block */
-	uint8_t *body;
-	size_t body_len;
-	int status;      /* what was answered, 0 for none */
-	unsigned conn;   /* connection number, from 1 */
-};
-
-#define MAX_STEPS 32
-#define MAX_RECORDED 128
-#define MAX_REQUEST (8u << 20)
-
-struct server {
-	int listen_fd;
-	int wake[2];
-	uint16_t port;
-	pthread_t thread;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	struct step script[MAX_STEPS];
-	size_t nscript, next_step;
-	struct step dflt;
-	struct recorded reqs[MAX_RECORDED];
-	size_t nreqs;    /* requests seen (the first MAX_RECORDED are recorded) */
-	unsigned connections;
-};
-
-static struct step next_step(struct server *s)
-{
-	struct step st;
-
-	pthread_mutex_lock(&s->lock);
-	st = s->next_step < s->nscript ? s->script[s->next_step++] : s->dflt;
-	pthread_mutex_unlock(&s->lock);
-	return st;
-}
-
-/* Waits until fd is readable; false when the server is being stopped. */
-static bool wait_readable(struct server *s, int fd)
-{
-	struct pollfd p[2] = { { fd, POLLIN, 0 }, { s->wake[0], POLLIN, 0 } };
-
-	for (;;) {
-		int n = poll(p, 2, -1);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 || (p[1].revents & POLLIN))
-			return false;
-		if (p[0].revents)
-			return true;
-	}
-}
-
-static size_t content_length(const char *headers)
-{
-	const char *p = headers;
-
-	while ((p = strstr(p, "\r\n")) != NULL) {
-		p += 2;
-		if (strncasecmp(p, "Content-Length:", 15) == 0)
-			return (size_t)strtoull(p + 15, NULL, 10);
-	}
-	return 0;
-}
-
-static void write_all(int fd, const char *buf, size_t len)
-{
-	while (len) {
-		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
-		if (n <= 0)
-			return;
-		buf += n;
-		len -= (size_t)n;
-	}
-}
-
-static void serve_connection(struct server *s, int fd, unsigned conn)
-{
-	char *buf = malloc(MAX_REQUEST);
-	size_t have = 0;
-
-	if (!buf)
-		return;
-	for (;;) {
-		char *end;
-		/* Header block. */
-		while (!(end = memmem(buf, have, "\r\n\r\n", 4))) {
-			if (have == MAX_REQUEST || !wait_readable(s, fd))
-				goto done;
-			ssize_t n = recv(fd, buf + have, MAX_REQUEST - have, 0);
-			if (n <= 0)
-				goto done;
-			have += (size_t)n;
-		}
-		size_t hlen = (size_t)(end - buf) + 4;
-		char *hdr = strndup(buf, hlen);
-		size_t blen = content_length(hdr);
-		if (!hdr || blen > MAX_REQUEST - hlen) {
-			free(hdr);
-			goto done;
-		}
-		while (have < hlen + blen) {
-			if (!wait_readable(s, fd)) {
-				free(hdr);
-				goto done;
-			}
-			ssize_t n = recv(fd, buf + have, MAX_REQUEST - have, 0);
-			if (n <= 0) {
-				free(hdr);
-				goto done;
-			}
-			have += (size_t)n;
-		}
-		struct step st = next_step(s);
-
-		pthread_mutex_lock(&s->lock);
-		if (s->nreqs < MAX_RECORDED) {
-			struct recorded *r = &s->reqs[s->nreqs];
-			sscanf(hdr, "%15s %255s", r->method, r->path);
-			r->headers = hdr;
-			hdr = NULL;
-			r->body = malloc(blen ? blen : 1);
-			memcpy(r->body, buf + hlen, blen);
-			r->body_len = blen;
-			r->status = st.stall ? 0 : st.status;
-			r->conn = conn;
-		}
-		s->nreqs++;
-		pthread_cond_broadcast(&s->cond);
-		pthread_mutex_unlock(&s->lock);
-		free(hdr);
-
-		memmove(buf, buf + hlen + blen, have - hlen - blen);
-		have -= hlen + blen;
-		if (st.stall) {
-			/* Until the client aborts (EOF) or the server stops. */
-			while (wait_readable(s, fd) && recv(fd, buf, MAX_REQUEST, 0) > 0)
-				;
-			goto done;
-		}
-		if (st.status == 0)
-			goto done; /* hang up without a word */
-		const char *body = st.body ? st.body : "";
-		char head[1024];
-		int n = snprintf(head, sizeof(head),
-				 "HTTP/1.1 %d Scripted\r\nContent-Length: %zu\r\n%s\r\n", st.status,
-				 strlen(body), st.headers ? st.headers : "");
-		write_all(fd, head, (size_t)n);
-		write_all(fd, body, strlen(body));
-	}
-done:
-	free(buf);
-	close(fd);
-}
-
-static void *server_main(void *arg)
-{
-	struct server *s = arg;
-
-	while (wait_readable(s, s->listen_fd)) {
-		int fd = accept(s->listen_fd, NULL, NULL);
-		if (fd < 0)
-			continue;
-		pthread_mutex_lock(&s->lock);
-		unsigned conn = ++s->connections;
-		pthread_mutex_unlock(&s->lock);
-		serve_connection(s, fd, conn);
-	}
-	return NULL;
-}
-
-static struct server *server_start(const struct step *script, size_t n, struct step dflt)
-{
-	struct server *s = calloc(1, sizeof(*s));
-	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t alen = sizeof(addr);
-
-	assert_non_null(s);
-	assert_true(n <= MAX_STEPS);
-	if (n)
-		memcpy(s->script, script, n * sizeof(*script));
-	s->nscript = n;
-	s->dflt = dflt;
-	pthread_mutex_init(&s->lock, NULL);
-	pthread_cond_init(&s->cond, NULL);
-	assert_int_equal(pipe(s->wake), 0);
-	s->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(s->listen_fd >= 0);
-	assert_int_equal(bind(s->listen_fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
-	assert_int_equal(listen(s->listen_fd, 16), 0);
-	assert_int_equal(getsockname(s->listen_fd, (struct sockaddr *)&addr, &alen), 0);
-	s->port = ntohs(addr.sin_port);
-	assert_int_equal(pthread_create(&s->thread, NULL, server_main, s), 0);
-	return s;
-}
-
-static void server_stop(struct server *s)
-{
-	if (!s)
-		return;
-	assert_int_equal(write(s->wake[1], "x", 1), 1);
-	pthread_join(s->thread, NULL);
-	close(s->listen_fd);
-	close(s->wake[0]);
-	close(s->wake[1]);
-	for (size_t i = 0; i < s->nreqs && i < MAX_RECORDED; i++) {
-		free(s->reqs[i].headers);
-		free(s->reqs[i].body);
-	}
-	pthread_cond_destroy(&s->cond);
-	pthread_mutex_destroy(&s->lock);
-	free(s);
-}
-
-static void server_set_default(struct server *s, struct step dflt)
-{
-	pthread_mutex_lock(&s->lock);
-	s->dflt = dflt;
-	pthread_mutex_unlock(&s->lock);
-}
-
-static size_t server_count(struct server *s)
-{
-	pthread_mutex_lock(&s->lock);
-	size_t n = s->nreqs;
-	pthread_mutex_unlock(&s->lock);
-	return n;
-}
-
-static void deadline_after(struct timespec *ts, double seconds)
-{
-	clock_gettime(CLOCK_REALTIME, ts);
-	ts->tv_sec += (time_t)seconds;
-	ts->tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
-	if (ts->tv_nsec >= 1000000000L) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000L;
-	}
-}
-
-/* Waits for at least n requests; false after WAIT_S seconds. */
-static bool server_wait(struct server *s, size_t n)
-{
-	struct timespec ts;
-	bool ok = true;
-
-	deadline_after(&ts, WAIT_S);
-	pthread_mutex_lock(&s->lock);
-	while (s->nreqs < n && ok)
-		ok = pthread_cond_timedwait(&s->cond, &s->lock, &ts) == 0 || s->nreqs >= n;
-	pthread_mutex_unlock(&s->lock);
-	return ok;
-}
-
-/* Copies header `name`'s value of recorded request i into out; false when absent. */
-static bool req_header(struct server *s, size_t i, const char *name, char *out, size_t outlen)
-{
-	const char *p = s->reqs[i].headers;
-	size_t k = strlen(name);
-
-	while ((p = strstr(p, "\r\n")) != NULL) {
-		p += 2;
-		if (strncasecmp(p, name, k) == 0 && p[k] == ':') {
-			const char *v = p + k + 1, *e = strstr(v, "\r\n");
-			while (*v == ' ')
-				v++;
-			snprintf(out, outlen, "%.*s", (int)(e - v), v);
-			return true;
-		}
-	}
-	return false;
-}
 
 /* ---------------------------------------------------------------------------------------- */
 /* Injected time and events */
@@ -408,7 +120,7 @@ static bool events_wait(struct events *e, enum uploader_event_kind kind, size_t 
 	struct timespec ts;
 	bool ok = true;
 
-	deadline_after(&ts, WAIT_S);
+	stub_http_deadline(&ts, WAIT_S);
 	pthread_mutex_lock(&e->lock);
 	while (e->count[kind] < n && ok)
 		ok = pthread_cond_timedwait(&e->cond, &e->lock, &ts) == 0 || e->count[kind] >= n;
@@ -437,7 +149,7 @@ struct fixture {
 	char mnt[128];
 	struct spool *spool;
 	struct uploader *uploader; /* the running one, stopped by teardown if a test fails */
-	struct server *server;
+	struct stub_http *server;
 	struct hooks hooks;
 	struct events events;
 	char url[64];
@@ -477,7 +189,7 @@ static int teardown(void **state)
 
 	uploader_free(f->uploader); /* before the spool it uses */
 	spool_close(f->spool);
-	server_stop(f->server);
+	stub_http_stop(f->server);
 	umount2(f->mnt, MNT_DETACH);
 	nftw(f->base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 	pthread_mutex_destroy(&f->hooks.lock);
@@ -494,9 +206,10 @@ static void open_spool(struct fixture *f, uint64_t max_bytes)
 	assert_int_equal(spool_open(&o, &f->spool), 0);
 }
 
-static void start_server(struct fixture *f, const struct step *script, size_t n, struct step dflt)
+static void start_server(struct fixture *f, const struct stub_step *script, size_t n,
+			 struct stub_step dflt)
 {
-	f->server = server_start(script, n, dflt);
+	f->server = stub_http_start(script, n, dflt);
 	snprintf(f->url, sizeof(f->url), "http://127.0.0.1:%u", f->server->port);
 }
 
@@ -553,7 +266,7 @@ static uint64_t submit(struct fixture *f, struct uploader *u, size_t len, int ex
 	return seq;
 }
 
-static void expect_body(struct server *s, size_t i, uint64_t seq, size_t len)
+static void expect_body(struct stub_http *s, size_t i, uint64_t seq, size_t len)
 {
 	assert_int_equal(s->reqs[i].body_len, len);
 	for (size_t k = 0; k < len; k++)
@@ -566,7 +279,7 @@ static void expect_key(struct fixture *f, size_t i, uint64_t seq)
 
 	snprintf(want, sizeof(want), NODE_HEX ":%016" PRIx64 ":%" PRIu64, spool_epoch(f->spool),
 		 seq);
-	assert_true(req_header(f->server, i, "Idempotency-Key", got, sizeof(got)));
+	assert_true(stub_http_header(f->server, i, "Idempotency-Key", got, sizeof(got)));
 	assert_string_equal(got, want);
 }
 
@@ -587,8 +300,8 @@ static size_t count_files(const char *dir, const char *suffix)
 	return n;
 }
 
-static const struct step OK = { 200, NULL, "{}", false };
-static const struct step UNAVAILABLE = { 503, NULL, "{\"error\":\"overloaded\"}", false };
+static const struct stub_step OK = { 200, NULL, "{}", false };
+static const struct stub_step UNAVAILABLE = { 503, NULL, "{\"error\":\"overloaded\"}", false };
 
 /* ---------------------------------------------------------------------------------------- */
 /* Tests */
@@ -596,7 +309,7 @@ static const struct step UNAVAILABLE = { 503, NULL, "{\"error\":\"overloaded\"}"
 static void test_retries_then_delivers_once(void **state)
 {
 	struct fixture *f = *state;
-	struct step script[] = { UNAVAILABLE, UNAVAILABLE, OK };
+	struct stub_step script[] = { UNAVAILABLE, UNAVAILABLE, OK };
 	struct uploader_stats st;
 	char v[256];
 
@@ -609,19 +322,19 @@ static void test_retries_then_delivers_once(void **state)
 	assert_true(events_wait(&f->events, UPLOADER_EVENT_DELIVERED, 1));
 	assert_int_equal(uploader_stop(u, 5), 0);
 	/* Exactly three attempts, the last acknowledged, and nothing after it. */
-	assert_int_equal(server_count(f->server), 3);
+	assert_int_equal(stub_http_count(f->server), 3);
 	for (size_t i = 0; i < 3; i++) {
 		assert_string_equal(f->server->reqs[i].method, "POST");
 		assert_string_equal(f->server->reqs[i].path, "/api/v1/ingest");
 		expect_key(f, i, seq);
 		expect_body(f->server, i, seq, 5000);
-		assert_true(req_header(f->server, i, "Content-Type", v, sizeof(v)));
+		assert_true(stub_http_header(f->server, i, "Content-Type", v, sizeof(v)));
 		assert_string_equal(v, "application/vnd.sysom.batch");
-		assert_true(req_header(f->server, i, "Content-Encoding", v, sizeof(v)));
+		assert_true(stub_http_header(f->server, i, "Content-Encoding", v, sizeof(v)));
 		assert_string_equal(v, "zstd");
-		assert_true(req_header(f->server, i, "Authorization", v, sizeof(v)));
+		assert_true(stub_http_header(f->server, i, "Authorization", v, sizeof(v)));
 		assert_string_equal(v, "Bearer " TOKEN);
-		assert_false(req_header(f->server, i, "Expect", v, sizeof(v)));
+		assert_false(stub_http_header(f->server, i, "Expect", v, sizeof(v)));
 	}
 	/* One kept-alive connection for all of them. */
 	assert_int_equal(f->server->reqs[2].conn, f->server->reqs[0].conn);
@@ -685,17 +398,17 @@ static void test_replay_oldest_first(void **state)
 	struct uploader *u = start_uploader(f, &o);
 	assert_true(events_wait(&f->events, UPLOADER_EVENT_DELIVERED, 5));
 	free_uploader(f, u);
-	assert_int_equal(server_count(f->server), 5);
+	assert_int_equal(stub_http_count(f->server), 5);
 	char v[128];
-	assert_true(req_header(f->server, 0, "Idempotency-Key", v, sizeof(v)));
+	assert_true(stub_http_header(f->server, 0, "Idempotency-Key", v, sizeof(v)));
 	assert_string_equal(v, NODE_HEX ":0000000000000042:7");
 	assert_int_equal(f->server->reqs[0].body_len, 7);
 	assert_memory_equal(f->server->reqs[0].body, "foreign", 7);
 	for (size_t i = 0; i < 4; i++) {
 		expect_key(f, i + 1, seq[i]);
 		expect_body(f->server, i + 1, seq[i], len[i]);
-		assert_false(req_header(f->server, i + 1, "Authorization", v, sizeof(v)));
-		assert_false(req_header(f->server, i + 1, "Expect", v, sizeof(v)));
+		assert_false(stub_http_header(f->server, i + 1, "Authorization", v, sizeof(v)));
+		assert_false(stub_http_header(f->server, i + 1, "Expect", v, sizeof(v)));
 	}
 	assert_int_equal(count_files(f->dir, ".batch"), 0);
 }
@@ -709,7 +422,7 @@ static void test_retry_after_honoured(void **state)
 
 	gmtime_r(&when, &tm);
 	strftime(date_header, sizeof(date_header), "Retry-After: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
-	struct step script[] = {
+	struct stub_step script[] = {
 		{ 429, "Retry-After: 7\r\n", "{\"error\":\"slow down\"}", false },
 		{ 503, "Retry-After: 3600\r\n", NULL, false }, /* capped at backoff_max_s */
 		{ 503, date_header, NULL, false },              /* HTTP-date form */
@@ -726,7 +439,7 @@ static void test_retry_after_honoured(void **state)
 	assert_true(events_wait(&f->events, UPLOADER_EVENT_DELIVERED, 1));
 	free_uploader(f, u);
 
-	assert_int_equal(server_count(f->server), 5);
+	assert_int_equal(stub_http_count(f->server), 5);
 	for (size_t i = 0; i < 5; i++)
 		expect_key(f, i, seq);
 	assert_int_equal(f->hooks.nsleeps, 4);
@@ -743,7 +456,7 @@ static void test_retry_after_honoured(void **state)
 static void test_backoff_grows_with_full_jitter(void **state)
 {
 	struct fixture *f = *state;
-	struct step script[MAX_STEPS];
+	struct stub_step script[STUB_HTTP_MAX_STEPS];
 	uint64_t cap = NS;
 	bool below_cap = false, varied = false;
 
@@ -763,7 +476,7 @@ static void test_backoff_grows_with_full_jitter(void **state)
 	submit(f, u, 10, 0);
 	assert_true(events_wait(&f->events, UPLOADER_EVENT_DELIVERED, 1));
 	free_uploader(f, u);
-	assert_int_equal(server_count(f->server), 7);
+	assert_int_equal(stub_http_count(f->server), 7);
 	assert_int_equal(f->hooks.nsleeps, 6);
 	const uint64_t want[] = { 1, 2, 4, 8, 8, 8 };
 	for (size_t i = 0; i < 6; i++)
@@ -816,7 +529,7 @@ static void test_backoff_grows_with_full_jitter(void **state)
 static void test_client_error_rejected_not_retried(void **state)
 {
 	struct fixture *f = *state;
-	struct step script[] = {
+	struct stub_step script[] = {
 		{ 400, "Content-Type: application/json\r\n",
 		  "{\"error\":\"bad batch: unknown section\"}", false },
 		OK,
@@ -833,7 +546,7 @@ static void test_client_error_rejected_not_retried(void **state)
 	assert_true(events_wait(&f->events, UPLOADER_EVENT_DELIVERED, 1));
 	assert_int_equal(uploader_stop(u, 1), 0);
 
-	assert_int_equal(server_count(f->server), 2);
+	assert_int_equal(stub_http_count(f->server), 2);
 	expect_key(f, 0, bad);
 	expect_key(f, 1, good);
 	const struct recorded_event *ev = find_event(&f->events, UPLOADER_EVENT_REJECTED);
@@ -859,7 +572,7 @@ static void test_client_error_rejected_not_retried(void **state)
 static void test_connection_closed_without_answer(void **state)
 {
 	struct fixture *f = *state;
-	struct step script[] = { { 0, NULL, NULL, false }, OK };
+	struct stub_step script[] = { { 0, NULL, NULL, false }, OK };
 	struct uploader_stats st;
 
 	open_spool(f, 0);
@@ -875,7 +588,7 @@ static void test_connection_closed_without_answer(void **state)
 	assert_int_equal(st.last_status, 200);
 	free_uploader(f, u);
 
-	assert_int_equal(server_count(f->server), 2);
+	assert_int_equal(stub_http_count(f->server), 2);
 	expect_key(f, 0, seq);
 	expect_key(f, 1, seq);
 	assert_int_equal(f->server->reqs[0].status, 0);
@@ -907,7 +620,7 @@ static void test_stop_keeps_pending_for_next_start(void **state)
 	struct uploader *u = start_uploader(f, &o);
 	seq[0] = submit(f, u, 100, 0);
 	seq[1] = submit(f, u, 200, 0);
-	assert_true(server_wait(f->server, 1));
+	assert_true(stub_http_wait(f->server, 1));
 	assert_true(events_wait(&f->events, UPLOADER_EVENT_RETRY, 1));
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	assert_int_equal(uploader_stop(u, 0.2), 0);
@@ -920,17 +633,17 @@ static void test_stop_keeps_pending_for_next_start(void **state)
 	free_uploader(f, u);
 	assert_int_equal(count_files(f->dir, ".batch"), 2);
 	/* Every attempt was for the oldest batch. */
-	size_t n = server_count(f->server);
-	for (size_t i = 0; i < n && i < MAX_RECORDED; i++)
+	size_t n = stub_http_count(f->server);
+	for (size_t i = 0; i < n && i < STUB_HTTP_MAX_RECORDED; i++)
 		expect_key(f, i, seq[0]);
 
 	/* The server is back; a new uploader on the same spool delivers both, in order. */
-	server_set_default(f->server, OK);
+	stub_http_set_default(f->server, OK);
 	o = fake_options(f);
 	u = start_uploader(f, &o);
 	assert_true(events_wait(&f->events, UPLOADER_EVENT_DELIVERED, 2));
 	free_uploader(f, u);
-	assert_int_equal(server_count(f->server), n + 2);
+	assert_int_equal(stub_http_count(f->server), n + 2);
 	expect_key(f, n, seq[0]);
 	expect_body(f->server, n, seq[0], 100);
 	expect_key(f, n + 1, seq[1]);
@@ -941,7 +654,7 @@ static void test_stop_keeps_pending_for_next_start(void **state)
 static void test_stop_aborts_request_in_flight(void **state)
 {
 	struct fixture *f = *state;
-	struct step script[] = { { 200, NULL, NULL, true } };
+	struct stub_step script[] = { { 200, NULL, NULL, true } };
 	struct timespec t0, t1;
 
 	open_spool(f, 0);
@@ -952,7 +665,7 @@ static void test_stop_aborts_request_in_flight(void **state)
 	o.request_timeout_s = 600;
 	struct uploader *u = start_uploader(f, &o);
 	uint64_t seq = submit(f, u, 10, 0);
-	assert_true(server_wait(f->server, 1));
+	assert_true(stub_http_wait(f->server, 1));
 	/* The server holds the request; submitting more does not wait for it. */
 	submit(f, u, 10, 0);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -1039,7 +752,7 @@ static void test_full_disk_memory_queue_delivers(void **state)
 	/* Accepted although the disk is full, and delivered from memory. */
 	uint64_t seq = submit(f, u, 20000, 1);
 	assert_true(events_wait(&f->events, UPLOADER_EVENT_DELIVERED, 1));
-	assert_int_equal(server_count(f->server), 1);
+	assert_int_equal(stub_http_count(f->server), 1);
 	expect_key(f, 0, seq);
 	expect_body(f->server, 0, seq, 20000);
 	assert_int_equal(find_event(&f->events, UPLOADER_EVENT_MEMORY_QUEUED)->error, -ENOSPC);
@@ -1054,14 +767,14 @@ static void test_full_disk_memory_queue_delivers(void **state)
 
 	/* Server down and disk full at stop: the held batch is reported lost. The real clock and
 	 * a long backoff keep the attempts few. */
-	server_set_default(f->server, UNAVAILABLE);
+	stub_http_set_default(f->server, UNAVAILABLE);
 	o.now_ns = NULL;
 	o.sleep_ns = NULL;
 	o.backoff_initial_s = 30;
 	o.backoff_max_s = 30;
 	u = start_uploader(f, &o);
 	seq = submit(f, u, 20000, 1);
-	assert_true(server_wait(f->server, 2));
+	assert_true(stub_http_wait(f->server, 2));
 	assert_int_equal(uploader_stop(u, 0), 1);
 	assert_int_equal(f->events.count[UPLOADER_EVENT_LOST], 1);
 	assert_int_equal(find_event(&f->events, UPLOADER_EVENT_LOST)->sequence, seq);
@@ -1070,14 +783,14 @@ static void test_full_disk_memory_queue_delivers(void **state)
 	/* Server down, disk freed before stop: the held batch goes to the spool... */
 	u = start_uploader(f, &o);
 	seq = submit(f, u, 20000, 1);
-	assert_true(server_wait(f->server, 3));
+	assert_true(stub_http_wait(f->server, 3));
 	assert_int_equal(unlink(filler), 0);
 	assert_int_equal(uploader_stop(u, 0), 0);
 	free_uploader(f, u);
 	assert_int_equal(count_files(f->dir, ".batch"), 1);
 	/* ...and the next start delivers it. */
-	server_set_default(f->server, OK);
-	size_t before = server_count(f->server);
+	stub_http_set_default(f->server, OK);
+	size_t before = stub_http_count(f->server);
 	o = fake_options(f);
 	u = start_uploader(f, &o);
 	assert_true(events_wait(&f->events, UPLOADER_EVENT_DELIVERED, 2));
@@ -1147,7 +860,7 @@ static void test_http_client_bounds_response(void **state)
 	const char *extra[] = { "X-Test: yes" };
 
 	memset(big, 'z', sizeof(big) - 1);
-	struct step script[] = { { 200, NULL, big, false }, { 404, NULL, "nope", false } };
+	struct stub_step script[] = { { 200, NULL, big, false }, { 404, NULL, "nope", false } };
 	start_server(f, script, 2, OK);
 	struct http_client_options o = { .base_url = f->url, .max_response_bytes = 1000 };
 	assert_int_equal(http_client_new(&o, &c), 0);
@@ -1179,22 +892,22 @@ static void test_http_client_bounds_response(void **state)
 	http_client_response_free(&resp);
 	http_client_free(c);
 
-	assert_int_equal(server_count(f->server), 2);
+	assert_int_equal(stub_http_count(f->server), 2);
 	char v[64];
 	assert_string_equal(f->server->reqs[0].method, "GET");
-	assert_true(req_header(f->server, 0, "X-Test", v, sizeof(v)));
+	assert_true(stub_http_header(f->server, 0, "X-Test", v, sizeof(v)));
 	assert_string_equal(v, "yes");
 	assert_string_equal(f->server->reqs[1].method, "PUT");
 	assert_int_equal(f->server->reqs[1].body_len, 3);
-	assert_true(req_header(f->server, 1, "Content-Type", v, sizeof(v)));
+	assert_true(stub_http_header(f->server, 1, "Content-Type", v, sizeof(v)));
 	assert_string_equal(v, "text/plain");
 	assert_int_equal(f->server->reqs[1].conn, f->server->reqs[0].conn);
 
 	/* Nobody listening: a transport error with curl's text. */
-	struct server *dead = server_start(NULL, 0, OK);
+	struct stub_http *dead = stub_http_start(NULL, 0, OK);
 	char url[64];
 	snprintf(url, sizeof(url), "http://127.0.0.1:%u", dead->port);
-	server_stop(dead); /* the port is closed now */
+	stub_http_stop(dead); /* the port is closed now */
 	o.base_url = url;
 	assert_int_equal(http_client_new(&o, &c), 0);
 	req = (struct http_client_request){ .method = "GET", .path = "/" };
