@@ -237,7 +237,7 @@ static void on_new_object(void *ctx, const struct pt_object *obj, uint32_t tgid,
 		symupload_offer(a->symup, &obj->id, obj->path, tgid, start, end);
 }
 
-/* Offers the objects of a tracked process (after the symbol upload (re)started). */
+/* Offers the sampled objects of a tracked process (after the symbol upload (re)started). */
 static void offer_process_objects(void *ctx, const struct pt_process *proc)
 {
 	struct agent *a = ctx;
@@ -245,7 +245,8 @@ static void offer_process_objects(void *ctx, const struct pt_process *proc)
 	for (uint32_t i = 0; i < proc->mapping_count; i++) {
 		const struct pt_mapping *m = &proc->mappings[i];
 		const struct pt_object *o = m->object;
-		if (o->id.kind == SYSOM_OBJECT_ELF || o->id.kind == SYSOM_OBJECT_FILE_HASH)
+		if (o->sampled &&
+		    (o->id.kind == SYSOM_OBJECT_ELF || o->id.kind == SYSOM_OBJECT_FILE_HASH))
 			symupload_offer(a->symup, &o->id, o->path, proc->tgid, m->start, m->end);
 	}
 }

@@ -231,8 +231,6 @@ static const struct pt_object *file_object(struct proctrack *pt, uint32_t tgid,
 		goto cleanup;
 	}
 	result = &added->object;
-	if (pt->opts.on_new_object)
-		pt->opts.on_new_object(pt->opts.object_ctx, result, tgid, m->start, m->end);
 cleanup:
 	if (fd >= 0)
 		close(fd);
@@ -251,8 +249,7 @@ static int vdso_visit(void *ctx, const struct procmaps_entry *m)
 	return 0;
 }
 
-static const struct pt_object *vdso_object(struct proctrack *pt, uint32_t tgid,
-					   const struct procmaps_entry *m)
+static const struct pt_object *vdso_object(struct proctrack *pt)
 {
 	if (pt->vdso)
 		return &pt->vdso->object;
@@ -272,8 +269,6 @@ static const struct pt_object *vdso_object(struct proctrack *pt, uint32_t tgid,
 		free(e.object.path);
 		return NULL;
 	}
-	if (pt->opts.on_new_object)
-		pt->opts.on_new_object(pt->opts.object_ctx, &pt->vdso->object, tgid, m->start, m->end);
 	return &pt->vdso->object;
 }
 
@@ -296,7 +291,7 @@ static int scan_visit(void *ctx, const struct procmaps_entry *m)
 	if (m->path[0] == '\0') {
 		obj = pseudo_object(sc->pt, SYSOM_OBJECT_ANON, "[anon]");
 	} else if (strcmp(m->path, "[vdso]") == 0) {
-		obj = vdso_object(sc->pt, sc->proc->tgid, m);
+		obj = vdso_object(sc->pt);
 		offset_base = 0; /* the vDSO image is mapped from its start */
 	} else if (m->path[0] == '[') {
 		/* [anon:name], [vsyscall], [stack] with exec... */
@@ -568,11 +563,16 @@ void proctrack_resolve(struct proctrack *pt, struct pt_process *proc, uint64_t a
 				lo = mid + 1;
 			} else {
 				out->object = m->object;
-				if (m->object->id.kind == SYSOM_OBJECT_ELF ||
-				    m->object->id.kind == SYSOM_OBJECT_FILE_HASH)
-					out->offset = addr - m->start + m->file_offset;
-				else
-					out->offset = addr;
+				bool file = m->object->id.kind == SYSOM_OBJECT_ELF ||
+					    m->object->id.kind == SYSOM_OBJECT_FILE_HASH;
+				out->offset = file ? addr - m->start + m->file_offset : addr;
+				if (file && !m->object->sampled) {
+					/* Objects are owned by the tracker; the const is for callers. */
+					((struct pt_object *)m->object)->sampled = true;
+					if (pt->opts.on_new_object)
+						pt->opts.on_new_object(pt->opts.object_ctx, m->object,
+								       proc->tgid, m->start, m->end);
+				}
 				return;
 			}
 		}

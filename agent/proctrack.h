@@ -19,10 +19,12 @@ struct proctrack_options {
 	uint32_t max_objects;             /* cached file identities (default 65536) */
 	uint64_t rescan_interval_ns;      /* min time between rescans of one process (1 s) */
 	uint64_t periodic_rescan_ns;      /* rescan live processes this often (default 5 s) */
-	/* Optional: called when a new file (ELF or content-hashed) or vDSO object identity is
-	 * created, with the process and mapping [start, end) it was first seen in. It runs on
-	 * the caller's thread inside the scan: it must be cheap, must not block and must not
-	 * call back into the tracker. `obj` is owned by the tracker. */
+	/* Optional: called once per file (ELF or content-hashed) or vDSO object, the first time
+	 * a sampled address resolves into it, with the process and mapping [start, end) of that
+	 * address. Objects that are mapped but never appear in a stack are never announced, so
+	 * symbol uploads go to the code that runs. It runs on the caller's thread inside
+	 * proctrack_resolve: it must be cheap, must not block and must not call back into the
+	 * tracker. `obj` is owned by the tracker. */
 	void (*on_new_object)(void *ctx, const struct pt_object *obj, uint32_t tgid,
 			      uint64_t start, uint64_t end);
 	void *object_ctx;
@@ -34,6 +36,7 @@ void proctrack_options_default(struct proctrack_options *opts);
 struct pt_object {
 	struct sysom_build_id id; /* kind: SYSOM_OBJECT_ELF, _FILE_HASH, _ANON or _UNKNOWN */
 	char *path;               /* path as first seen ("[vdso]", "[anon:jit]", ...) */
+	bool sampled;             /* an address has resolved into it (it was announced) */
 };
 
 /* An executable mapping of a process. */

@@ -108,18 +108,119 @@ static void print_funcs(struct funcs *fs, bool self, uint32_t top, uint64_t tota
 	}
 }
 
+/*
+ * Stacks that differ only in instruction offsets (a loop's leaf at several addresses) render
+ * identically once symbolized: they are shown as one, with their counts summed.
+ */
+struct stack_group {
+	const json_t *first; /* a representative stack (borrowed) */
+	uint64_t count;
+};
+
+struct stack_groups {
+	struct stack_group *items;
+	size_t count;
+	struct hash_index index;
+};
+
+static bool frame_same(const json_t *a, const json_t *b)
+{
+	const char *na = json_string_value(json_object_get(a, "name"));
+	const char *nb = json_string_value(json_object_get(b, "name"));
+	const char *ka = json_string_value(json_object_get(a, "kind"));
+	const char *kb = json_string_value(json_object_get(b, "kind"));
+
+	return na && nb && strcmp(na, nb) == 0 && (ka == kb || (ka && kb && strcmp(ka, kb) == 0)) &&
+	       json_is_true(json_object_get(a, "inlined")) == json_is_true(json_object_get(b, "inlined"));
+}
+
+struct group_key {
+	const struct stack_groups *gs;
+	const json_t *stack;
+};
+
+static bool stack_same(const void *ctx, uint32_t idx)
+{
+	const struct group_key *k = ctx;
+	const json_t *a = k->gs->items[idx].first, *b = k->stack;
+	const json_t *pa = json_object_get(a, "process"), *pb = json_object_get(b, "process");
+	const json_t *fa = json_object_get(a, "frames"), *fb = json_object_get(b, "frames");
+
+	if (!json_equal(json_object_get(pa, "pid"), json_object_get(pb, "pid")) ||
+	    !json_equal(json_object_get(pa, "comm"), json_object_get(pb, "comm")) ||
+	    json_array_size(fa) != json_array_size(fb))
+		return false;
+	for (size_t i = 0; i < json_array_size(fa); i++)
+		if (!frame_same(json_array_get(fa, i), json_array_get(fb, i)))
+			return false;
+	return true;
+}
+
+static uint64_t stack_hash(const json_t *stack)
+{
+	const json_t *process = json_object_get(stack, "process");
+	const json_t *frames = json_object_get(stack, "frames");
+	const char *comm = json_string_value(json_object_get(process, "comm"));
+	uint64_t h = sysom_hash_mix((uint64_t)json_integer_value(json_object_get(process, "pid")),
+				    comm ? sysom_hash64(comm, strlen(comm), 0) : 0);
+
+	for (size_t i = 0; i < json_array_size(frames); i++) {
+		const char *name = json_string_value(json_object_get(json_array_get(frames, i), "name"));
+		h = sysom_hash_mix(h, name ? sysom_hash64(name, strlen(name), i) : i);
+	}
+	return h;
+}
+
+static int by_group_count(const void *a, const void *b)
+{
+	const struct stack_group *x = a, *y = b;
+
+	return x->count != y->count ? (x->count > y->count ? -1 : 1) : 0;
+}
+
+/* Groups the document's stacks by how they render; sorted by count, largest first. */
+static int group_stacks(const json_t *stacks, struct stack_groups *gs)
+{
+	size_t n = json_array_size(stacks);
+	int rc;
+
+	gs->items = calloc(n ? n : 1, sizeof(*gs->items));
+	if (!gs->items)
+		return -ENOMEM;
+	if ((rc = hash_index_init(&gs->index, (uint32_t)n)))
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		const json_t *stack = json_array_get(stacks, i);
+		const json_t *count = json_object_get(stack, "count");
+		struct group_key key = { gs, stack };
+		if (!json_is_array(json_object_get(stack, "frames")) || !json_is_integer(count))
+			return -EINVAL;
+		uint64_t h = stack_hash(stack);
+		uint32_t idx = hash_index_find(&gs->index, h, stack_same, &key);
+		if (idx == HASH_INDEX_NONE) {
+			idx = (uint32_t)gs->count++;
+			gs->items[idx].first = stack;
+			if ((rc = hash_index_insert(&gs->index, h, idx)))
+				return rc;
+		}
+		gs->items[idx].count += (uint64_t)json_integer_value(count);
+	}
+	/* The index is not used after sorting. */
+	qsort(gs->items, gs->count, sizeof(*gs->items), by_group_count);
+	return 0;
+}
+
 /* Prints one stack (frames leaf to root) and adds its frames to the function tallies. */
-static int stack_render(const json_t *stack, size_t index, uint32_t top, uint64_t total,
-			struct funcs *fs, FILE *out)
+static int stack_render(const json_t *stack, uint64_t count, size_t index, uint32_t top,
+			uint64_t total, struct funcs *fs, FILE *out)
 {
 	const json_t *frames = json_object_get(stack, "frames");
 	const json_t *process = json_object_get(stack, "process");
 	const json_t *pid = json_object_get(process, "pid");
 	const char *comm = json_string_value(json_object_get(process, "comm"));
-	uint64_t count = (uint64_t)json_integer_value(json_object_get(stack, "count"));
 	size_t n = json_array_size(frames);
 
-	if (!json_is_array(frames) || !json_is_integer(json_object_get(stack, "count")))
+	if (!json_is_array(frames))
 		return -EINVAL;
 	if (index < top) {
 		fprintf(out, "\n  #%zu  %" PRIu64 " samples (%.2f%%)  %s", index + 1, count,
@@ -162,6 +263,7 @@ int ctl_top_render(const json_t *doc, uint32_t top, FILE *out)
 	const json_t *stacks = json_object_get(doc, "stacks");
 	const json_t *total_j = json_object_get(doc, "total");
 	struct funcs fs = { 0 };
+	struct stack_groups gs = { 0 };
 	uint64_t total;
 	size_t n;
 	int rc = 0;
@@ -182,17 +284,19 @@ int ctl_top_render(const json_t *doc, uint32_t top, FILE *out)
 	if (json_is_true(json_object_get(doc, "truncated")))
 		fprintf(out, "(the server returned the %zu largest stacks; percentages are of the total)\n",
 			n);
-	if ((rc = hash_index_init(&fs.index, 256)))
-		return rc;
-	fprintf(out, "\nTop %zu stacks (leaf first):\n", n < top ? n : (size_t)top);
-	for (size_t i = 0; i < n; i++)
-		if ((rc = stack_render(json_array_get(stacks, i), i, top, total, &fs, out)))
+	if ((rc = hash_index_init(&fs.index, 256)) || (rc = group_stacks(stacks, &gs)))
+		goto cleanup;
+	fprintf(out, "\nTop %zu stacks (leaf first):\n", gs.count < top ? gs.count : (size_t)top);
+	for (size_t i = 0; i < gs.count; i++)
+		if ((rc = stack_render(gs.items[i].first, gs.items[i].count, i, top, total, &fs, out)))
 			goto cleanup;
 	print_funcs(&fs, true, top, total, out);
 	print_funcs(&fs, false, top, total, out);
 cleanup:
 	free(fs.items);
 	hash_index_free(&fs.index);
+	free(gs.items);
+	hash_index_free(&gs.index);
 	return rc;
 }
 

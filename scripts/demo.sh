@@ -53,10 +53,19 @@ workload=$!
 wait "$workload"
 echo "   workload pid $workload finished"
 
+step "Waiting for the agent to upload the workload's symbols (Build ID keyed, once per node)"
+build_id=$(readelf -n "$build/tests/fixtures/chain_workload" | awk '/Build ID/ {print $3}')
+for _ in $(seq 300); do
+	curl -sf "$url/api/v1/symbols/$build_id" | grep -q '"executable":{' && break
+	sleep 0.1
+done
+grep "uploaded symbols of" "$work/agent.log" | sed -e 's/^.*info: /   /' | head -8
+echo "   ($(grep -c "uploaded symbols of" "$work/agent.log") objects uploaded: the libraries that appeared in stacks)"
+
 step "Stopping the agent (SIGTERM: final drain, last batch flushed)"
 kill -TERM "$agent"
 wait "$agent" || true
-grep -E "batch [0-9]+:|kernel symbols|stopped" "$work/agent.log" | sed 's/^/   /'
+grep -E "batch [0-9]+:|kernel symbols|stopped" "$work/agent.log" | sed -e 's/^.*sysom-agent //' -e 's/^/   /'
 
 step "Flame graph of the workload: sysomctl flamegraph --pid $workload --format top"
 "$build/sysomctl" --server "$url" flamegraph --pid "$workload" --from -10m --to now \
@@ -76,6 +85,8 @@ cat <<EOF
    curl URL/metrics                                     Prometheus metrics of the server
    sysom-agent --check                                  is this node ready to profile?
    deploy/                                              systemd units and config examples
-   Kernel frames end in _[k]; user frames show as file+offset until the Build-ID symbol
-   repository resolves them centrally (docs/architecture.md).
+   sysom-symrepo --repo DATA/symbols info BUILDID       what the symbol repository holds
+   DEBUGINFOD_URLS=URL debuginfod-find debuginfo ID     the server is a debuginfod server too
+   Kernel frames end in _[k], inlined ones in _[i]; code with no symbols at all shows as
+   file+0xoffset, never as a neighbouring function's name (docs/architecture.md).
 EOF

@@ -168,6 +168,31 @@ static char *render(int (*fn)(const json_t *, FILE *), const char *text, int wan
 	return out;
 }
 
+/* Stacks that differ only in offsets render the same once symbolized: one entry, counts
+ * summed, ranked by the sum; a different pid or comm stays apart. */
+static void test_top_merges_identical_stacks(void **state)
+{
+	static const char doc[] =
+		"{\"total\":20,\"stacks\":["
+		"{\"count\":6,\"process\":{\"comm\":\"w\",\"pid\":1},\"frames\":[" F("main", "user") "," F("hot", "user") "]},"
+		"{\"count\":5,\"process\":{\"comm\":\"w\",\"pid\":1},\"frames\":[" F("main", "user") "," F("cold", "user") "]},"
+		"{\"count\":4,\"process\":{\"comm\":\"w\",\"pid\":1},\"frames\":[" F("main", "user") "," F("hot", "user") "]},"
+		"{\"count\":3,\"process\":{\"comm\":\"w\",\"pid\":2},\"frames\":[" F("main", "user") "," F("hot", "user") "]},"
+		"{\"count\":2,\"process\":{\"comm\":\"w\",\"pid\":1},\"frames\":[" F("main", "user") "," F("hot", "kernel") "]}]}";
+	char *out = render_top(doc, 10, 0);
+	const char *order[] = { "Top 4 stacks", "#1  10 samples (50.00%)  w [pid 1]", "hot", "main",
+				"#2  5 samples", "cold", "#3  3 samples", "[pid 2]", "#4  2 samples",
+				"hot [k]" };
+
+	(void)state;
+	expect_in_order(out, order, sizeof(order) / sizeof(order[0]));
+	assert_null(strstr(out, "#5"));
+	/* Function tallies are unchanged by the merge: hot is the leaf of 6+4+3 samples. */
+	assert_non_null(strstr(out, "13   65.00%  hot\n"));
+	free(out);
+	(void)state;
+}
+
 static void test_tables(void **state)
 {
 	char *out;
@@ -213,6 +238,7 @@ int main(void)
 		cmocka_unit_test(test_top),
 		cmocka_unit_test(test_top_limits),
 		cmocka_unit_test(test_top_symbolized),
+		cmocka_unit_test(test_top_merges_identical_stacks),
 		cmocka_unit_test(test_tables),
 		cmocka_unit_test(test_error_text),
 	};

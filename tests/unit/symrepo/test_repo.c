@@ -180,7 +180,8 @@ static unsigned count_in(const char *root, const char *sub)
 {
 	char path[PATH_LEN];
 
-	snprintf(path, sizeof(path), "%s/%s", root, sub);
+	if (snprintf(path, sizeof(path), "%s/%s", root, sub) >= (int)sizeof(path))
+		return 0;
 	return count_files(path);
 }
 
