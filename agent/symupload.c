@@ -25,6 +25,8 @@
 
 #include "agent/http_client.h"
 #include "agent/procmaps.h"
+#include "agent/retry.h"
+#include "common/bytes.h"
 #include "common/error.h"
 #include "common/hash.h"
 
@@ -216,10 +218,6 @@ struct symupload {
 	uint64_t request_timeout_ns;
 	symupload_event_fn on_event;
 	void *event_ctx;
-	uint64_t (*now_ns)(void *ctx);
-	void (*sleep_ns)(void *ctx, uint64_t ns);
-	uint64_t (*random_u64)(void *ctx);
-	void *hook_ctx;
 
 	/* Shared with symupload_offer, under `lock` (held only for O(1) steps or copies). */
 	pthread_mutex_t lock;
@@ -236,7 +234,7 @@ struct symupload {
 
 	/* Upload thread only (and new/free before/after it). */
 	struct http_client *http;
-	uint64_t rng;
+	struct retry_clock clock;  /* its jitter source */
 	struct waiting *pending;   /* SYMUPLOAD_QUERY_MAX, oldest first */
 	uint32_t pending_count;
 	struct item **work;        /* ring of SYMUPLOAD_WORK_MAX */
@@ -262,36 +260,9 @@ struct symupload {
 /* ---------------------------------------------------------------------------------------- */
 /* Time, randomness, events */
 
-static uint64_t mono_ns(void *ctx)
-{
-	struct timespec ts;
-
-	(void)ctx;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t now(struct symupload *u)
 {
-	return u->now_ns(u->hook_ctx);
-}
-
-/* xorshift64*: for jitter only. */
-static uint64_t random_u64(struct symupload *u)
-{
-	if (u->random_u64)
-		return u->random_u64(u->hook_ctx);
-	uint64_t x = u->rng;
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	u->rng = x;
-	return x * 0x2545f4914f6cdd1dull;
-}
-
-static uint64_t sat_add(uint64_t a, uint64_t b)
-{
-	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+	return retry_clock_now(&u->clock);
 }
 
 static const char *identity_name(const struct sysom_build_id *id)
@@ -313,17 +284,6 @@ static void bytes_hex(const uint8_t *b, size_t n, char *out)
 		out[2 * i + 1] = digits[b[i] & 15];
 	}
 	out[2 * n] = '\0';
-}
-
-/* Copies `len` bytes as text: control characters become spaces, truncated. */
-static void sanitize(char *dst, size_t dstlen, const void *src, size_t len)
-{
-	const unsigned char *s = src;
-	size_t n = len < dstlen - 1 ? len : dstlen - 1;
-
-	for (size_t i = 0; i < n; i++)
-		dst[i] = (s[i] < 0x20 || s[i] == 0x7f) ? ' ' : (char)s[i];
-	dst[n] = '\0';
 }
 
 static void emit(struct symupload *u, const struct symupload_event *ev)
@@ -368,28 +328,6 @@ static void state_error(struct symupload *u, int error, const char *what)
 	emit_simple(u, SYMUPLOAD_EVENT_STATE_ERROR, NULL, 0, error, msg);
 }
 
-/* Waits (lock held on entry and exit) until `until` on our clock, a wakeup, or stop. */
-static void wait_until(struct symupload *u, uint64_t until, uint64_t t)
-{
-	uint64_t delta = until > t ? until - t : 0;
-
-	if (u->sleep_ns) {
-		pthread_mutex_unlock(&u->lock);
-		u->sleep_ns(u->hook_ctx, delta);
-		pthread_mutex_lock(&u->lock);
-		return;
-	}
-	struct timespec abs;
-	clock_gettime(CLOCK_MONOTONIC, &abs);
-	uint64_t ns = sat_add((uint64_t)abs.tv_nsec, delta);
-	uint64_t secs = ns / NS_PER_S;
-	if (secs > (uint64_t)INT32_MAX)
-		secs = INT32_MAX;
-	abs.tv_sec += (time_t)secs;
-	abs.tv_nsec = (long)(ns % NS_PER_S);
-	pthread_cond_timedwait(&u->cond, &u->lock, &abs);
-}
-
 static bool stopping(struct symupload *u)
 {
 	return atomic_load(&u->stopping);
@@ -406,23 +344,10 @@ static bool should_abort(void *ctx)
  */
 static uint64_t schedule_retry(struct symupload *u, int64_t retry_after_s, uint32_t *attempt)
 {
-	uint64_t cap = u->backoff_initial_ns, delay;
-
 	*attempt = ++u->failures;
-	if (retry_after_s >= 0) {
-		uint64_t ra = (uint64_t)retry_after_s > UINT64_MAX / NS_PER_S ?
-				      UINT64_MAX : (uint64_t)retry_after_s * NS_PER_S;
-		delay = ra < u->backoff_max_ns ? ra : u->backoff_max_ns;
-	} else {
-		for (uint32_t i = 1; i < u->failures && cap < u->backoff_max_ns; i++)
-			cap = cap > UINT64_MAX / 2 ? UINT64_MAX : cap * 2;
-		if (cap > u->backoff_max_ns)
-			cap = u->backoff_max_ns;
-		/* Multiply-shift: uniform in [0, cap] without modulo bias. */
-		unsigned __int128 r = random_u64(u) * (cap + (unsigned __int128)1);
-		delay = (uint64_t)(r >> 64);
-	}
-	u->next_attempt_ns = sat_add(now(u), delay);
+	uint64_t delay = retry_backoff_ns(&u->clock, u->backoff_initial_ns, u->backoff_max_ns,
+					  u->failures, retry_after_s);
+	u->next_attempt_ns = retry_sat_add(now(u), delay);
 	STAT_ADD(u, retries, 1);
 	return delay;
 }
@@ -1092,7 +1017,7 @@ static void new_upload_id(struct symupload *u, char out[UPLOAD_ID_HEX + 1])
 
 	if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
 		for (size_t i = 0; i < sizeof(b); i += 8) {
-			uint64_t r = random_u64(u) ^ mono_ns(NULL);
+			uint64_t r = retry_clock_random(&u->clock) ^ now(u);
 			memcpy(b + i, &r, sizeof(b) - i < 8 ? sizeof(b) - i : 8);
 		}
 	}
@@ -1449,7 +1374,7 @@ static int rate_take(struct symupload *u, uint64_t n)
 			pthread_mutex_unlock(&u->lock);
 			return -ECANCELED;
 		}
-		wait_until(u, sat_add(t, wait), t);
+		retry_clock_wait_until(&u->clock, &u->lock, &u->cond, retry_sat_add(t, wait));
 		pthread_mutex_unlock(&u->lock);
 		if (stopping(u))
 			return -ECANCELED;
@@ -1591,7 +1516,7 @@ static enum outcome upload_part(struct symupload *u, struct item *it, int part, 
 			snprintf(message, sizeof(message), "PUT %s: %s", part_names[part],
 				 resp.error);
 		else
-			sanitize(message, sizeof(message), resp.body ? (const char *)resp.body : "",
+			sysom_text_sanitize(message, sizeof(message), resp.body ? (const char *)resp.body : "",
 				 resp.body_len);
 		int64_t retry_after = resp.retry_after_s;
 		bool got_received = r == 202 && parse_uint_member(resp.body, resp.body_len,
@@ -1963,7 +1888,7 @@ static void run_query(struct symupload *u, uint32_t n)
 		goto cleanup;
 	if (r != 200) {
 		char text[320];
-		sanitize(text, sizeof(text), resp.body ? (const char *)resp.body : "",
+		sysom_text_sanitize(text, sizeof(text), resp.body ? (const char *)resp.body : "",
 			 resp.body_len);
 		if (r < 0)
 			snprintf(message, sizeof(message), "missing query: %s", resp.error);
@@ -2039,7 +1964,7 @@ static void *symupload_thread(void *arg)
 		}
 		uint64_t t = now(u);
 		if (t < u->next_attempt_ns) {
-			wait_until(u, u->next_attempt_ns, t);
+			retry_clock_wait_until(&u->clock, &u->lock, &u->cond, u->next_attempt_ns);
 			pthread_mutex_unlock(&u->lock);
 			continue;
 		}
@@ -2060,7 +1985,8 @@ static void *symupload_thread(void *arg)
 		pthread_mutex_lock(&u->lock);
 		if (!stopping(u) && u->queue_count == 0) {
 			if (u->pending_count)
-				wait_until(u, u->pending[0].since_ns + u->query_interval_ns, t);
+				retry_clock_wait_until(&u->clock, &u->lock, &u->cond,
+						       u->pending[0].since_ns + u->query_interval_ns);
 			else
 				pthread_cond_wait(&u->cond, &u->lock);
 		}
@@ -2090,7 +2016,6 @@ static char *copy_or(const char *s, const char *dflt)
 int symupload_new(const struct symupload_options *opts, struct symupload **out)
 {
 	struct symupload *u = NULL;
-	pthread_condattr_t cattr;
 	bool have_mutex = false, have_cond = false;
 	uint64_t connect_ns = 0;
 	struct stat st;
@@ -2152,25 +2077,14 @@ int symupload_new(const struct symupload_options *opts, struct symupload **out)
 		goto cleanup;
 	u->on_event = opts->on_event;
 	u->event_ctx = opts->event_ctx;
-	u->now_ns = opts->now_ns ? opts->now_ns : mono_ns;
-	u->sleep_ns = opts->sleep_ns;
-	u->random_u64 = opts->random_u64;
-	u->hook_ctx = opts->hook_ctx;
-	if (getrandom(&u->rng, sizeof(u->rng), GRND_NONBLOCK) != (ssize_t)sizeof(u->rng))
-		u->rng = mono_ns(NULL) ^ (uint64_t)(uintptr_t)u;
-	u->rng |= 1;
+	retry_clock_init(&u->clock, opts->now_ns, opts->sleep_ns, opts->random_u64, opts->hook_ctx);
 	atomic_init(&u->stopping, false);
 
 	err = -pthread_mutex_init(&u->lock, NULL);
 	if (err)
 		goto cleanup;
 	have_mutex = true;
-	err = -pthread_condattr_init(&cattr);
-	if (err)
-		goto cleanup;
-	pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
-	err = -pthread_cond_init(&u->cond, &cattr);
-	pthread_condattr_destroy(&cattr);
+	err = retry_cond_init(&u->cond);
 	if (err)
 		goto cleanup;
 	have_cond = true;

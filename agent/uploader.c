@@ -9,10 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 
 #include "agent/http_client.h"
+#include "agent/retry.h"
+#include "common/bytes.h"
 #include "common/error.h"
 
 #define NS_PER_S 1000000000ull
@@ -49,11 +50,7 @@ struct uploader {
 	uint64_t memq_max;
 	uploader_event_fn on_event;
 	void *event_ctx;
-	uint64_t (*now_ns)(void *ctx);
-	void (*sleep_ns)(void *ctx, uint64_t ns);
-	uint64_t (*random_u64)(void *ctx);
-	void *hook_ctx;
-	uint64_t rng;           /* default jitter source state (thread only) */
+	struct retry_clock clock; /* jitter source used by the thread only */
 
 	/* Under `lock`: */
 	struct mem_batch *mq_head, *mq_tail;
@@ -70,15 +67,6 @@ struct uploader {
 /* ---------------------------------------------------------------------------------------- */
 /* Time, randomness, events */
 
-static uint64_t mono_ns(void *ctx)
-{
-	struct timespec ts;
-
-	(void)ctx;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t realtime_ns(void)
 {
 	struct timespec ts;
@@ -87,38 +75,9 @@ static uint64_t realtime_ns(void)
 	return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
 }
 
-/* xorshift64*: only for jitter, seeded from getrandom. */
-static uint64_t xorshift_u64(void *ctx)
-{
-	struct uploader *u = ctx;
-	uint64_t x = u->rng;
-
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	u->rng = x;
-	return x * 0x2545f4914f6cdd1dull;
-}
-
 static uint64_t now(struct uploader *u)
 {
-	return u->now_ns(u->hook_ctx);
-}
-
-static uint64_t random_u64(struct uploader *u)
-{
-	return u->random_u64 ? u->random_u64(u->hook_ctx) : xorshift_u64(u);
-}
-
-/* Copies `len` bytes of `src` as text: control characters become spaces, truncated. */
-static void sanitize(char *dst, size_t dstlen, const void *src, size_t len)
-{
-	const unsigned char *s = src;
-	size_t n = len < dstlen - 1 ? len : dstlen - 1;
-
-	for (size_t i = 0; i < n; i++)
-		dst[i] = (s[i] < 0x20 || s[i] == 0x7f) ? ' ' : (char)s[i];
-	dst[n] = '\0';
+	return retry_clock_now(&u->clock);
 }
 
 static void emit(struct uploader *u, enum uploader_event_kind kind, uint64_t epoch,
@@ -130,33 +89,6 @@ static void emit(struct uploader *u, enum uploader_event_kind kind, uint64_t epo
 
 	if (u->on_event)
 		u->on_event(u->event_ctx, &ev);
-}
-
-static uint64_t sat_add(uint64_t a, uint64_t b)
-{
-	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
-}
-
-/*
- * Delay before the next attempt after `failures` consecutive failures: the server's
- * Retry-After when it sent one (capped at the maximum), else full jitter: uniform in
- * [0, min(max, initial * 2^(failures - 1))].
- */
-static uint64_t backoff_delay(struct uploader *u, uint32_t failures, int64_t retry_after_s)
-{
-	uint64_t cap = u->backoff_initial_ns;
-
-	if (retry_after_s >= 0) {
-		uint64_t ra = (uint64_t)retry_after_s > UINT64_MAX / NS_PER_S ?
-				      UINT64_MAX : (uint64_t)retry_after_s * NS_PER_S;
-		return ra < u->backoff_max_ns ? ra : u->backoff_max_ns;
-	}
-	for (uint32_t i = 1; i < failures && cap < u->backoff_max_ns; i++)
-		cap = cap > UINT64_MAX / 2 ? UINT64_MAX : cap * 2;
-	if (cap > u->backoff_max_ns)
-		cap = u->backoff_max_ns;
-	/* Multiply-shift maps the 64-bit value onto [0, cap] without modulo bias. */
-	return (uint64_t)(((unsigned __int128)random_u64(u) * ((unsigned __int128)cap + 1)) >> 64);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -249,7 +181,7 @@ static void deliver(struct uploader *u, struct current *cur)
 	if (r < 0)
 		snprintf(message, sizeof(message), "%s", resp.error);
 	else
-		sanitize(message, sizeof(message), resp.body ? (const char *)resp.body : "",
+		sysom_text_sanitize(message, sizeof(message), resp.body ? (const char *)resp.body : "",
 			 resp.body_len);
 
 	pthread_mutex_lock(&u->lock);
@@ -271,8 +203,9 @@ static void deliver(struct uploader *u, struct current *cur)
 		pthread_mutex_unlock(&u->lock);
 	} else if (is_retryable(r)) {
 		attempt = ++u->failures;
-		uint64_t delay = backoff_delay(u, attempt, r > 0 ? resp.retry_after_s : -1);
-		u->next_attempt_ns = sat_add(t, delay);
+		uint64_t delay = retry_backoff_ns(&u->clock, u->backoff_initial_ns, u->backoff_max_ns,
+						  attempt, r > 0 ? resp.retry_after_s : -1);
+		u->next_attempt_ns = retry_sat_add(t, delay);
 		u->stats.retries++;
 		set_last_error(u, r, message);
 		pthread_mutex_unlock(&u->lock);
@@ -292,28 +225,6 @@ static void deliver(struct uploader *u, struct current *cur)
 	http_client_response_free(&resp);
 }
 
-/* Waits (lock held on entry and exit) until `until` on the uploader's clock, or a wakeup. */
-static void wait_until(struct uploader *u, uint64_t until, uint64_t t)
-{
-	uint64_t delta = until > t ? until - t : 0;
-
-	if (u->sleep_ns) {
-		pthread_mutex_unlock(&u->lock);
-		u->sleep_ns(u->hook_ctx, delta);
-		pthread_mutex_lock(&u->lock);
-		return;
-	}
-	struct timespec abs;
-	clock_gettime(CLOCK_MONOTONIC, &abs);
-	uint64_t ns = sat_add((uint64_t)abs.tv_nsec, delta);
-	uint64_t secs = ns / NS_PER_S;
-	if (secs > (uint64_t)INT32_MAX)
-		secs = INT32_MAX;
-	abs.tv_sec += (time_t)secs;
-	abs.tv_nsec = (long)(ns % NS_PER_S);
-	pthread_cond_timedwait(&u->cond, &u->lock, &abs);
-}
-
 static void *upload_thread(void *arg)
 {
 	struct uploader *u = arg;
@@ -326,8 +237,9 @@ static void *upload_thread(void *arg)
 			break;
 		if (t < u->next_attempt_ns) {
 			/* Backing off (after a failed attempt or spool read); stop cuts it short. */
-			wait_until(u, u->stopping && u->stop_deadline_ns < u->next_attempt_ns ?
-					      u->stop_deadline_ns : u->next_attempt_ns, t);
+			retry_clock_wait_until(&u->clock, &u->lock, &u->cond,
+					       u->stopping && u->stop_deadline_ns < u->next_attempt_ns ?
+						       u->stop_deadline_ns : u->next_attempt_ns);
 			continue;
 		}
 		if (!cur.have && u->mq_head) {
@@ -355,8 +267,9 @@ static void *upload_thread(void *arg)
 				continue;
 			} else {
 				uint32_t attempt = ++u->failures;
-				uint64_t delay = backoff_delay(u, attempt, -1);
-				u->next_attempt_ns = sat_add(t, delay);
+				uint64_t delay = retry_backoff_ns(&u->clock, u->backoff_initial_ns,
+							  u->backoff_max_ns, attempt, -1);
+				u->next_attempt_ns = retry_sat_add(t, delay);
 				snprintf(u->stats.last_error, sizeof(u->stats.last_error),
 					 "reading the spool: %s", sysom_strerror(r));
 				pthread_mutex_unlock(&u->lock);
@@ -403,7 +316,6 @@ int uploader_start(const struct uploader_options *opts, struct spool *spool,
 		   struct uploader **out)
 {
 	struct uploader *u = NULL;
-	pthread_condattr_t cattr;
 	bool have_mutex = false, have_cond = false;
 	uint64_t connect_ns = 0;
 	int err = -SYSOM_ECONFIG;
@@ -443,25 +355,13 @@ int uploader_start(const struct uploader_options *opts, struct spool *spool,
 						     UPLOADER_DEFAULT_MEMORY_QUEUE;
 	u->on_event = opts->on_event;
 	u->event_ctx = opts->event_ctx;
-	u->now_ns = opts->now_ns ? opts->now_ns : mono_ns;
-	u->sleep_ns = opts->sleep_ns;
-	u->random_u64 = opts->random_u64;
-	u->hook_ctx = opts->hook_ctx;
-	if (getrandom(&u->rng, sizeof(u->rng), GRND_NONBLOCK) != (ssize_t)sizeof(u->rng))
-		u->rng = realtime_ns() ^ (uint64_t)(uintptr_t)u;
-	u->rng |= 1; /* xorshift state must be nonzero */
+	retry_clock_init(&u->clock, opts->now_ns, opts->sleep_ns, opts->random_u64, opts->hook_ctx);
 
 	err = -pthread_mutex_init(&u->lock, NULL);
 	if (err)
 		goto cleanup;
 	have_mutex = true;
-	err = -pthread_condattr_init(&cattr);
-	if (err)
-		goto cleanup;
-	/* Real backoff waits must not stretch or shrink when the wall clock is stepped. */
-	pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
-	err = -pthread_cond_init(&u->cond, &cattr);
-	pthread_condattr_destroy(&cattr);
+	err = retry_cond_init(&u->cond);
 	if (err)
 		goto cleanup;
 	have_cond = true;
@@ -592,7 +492,7 @@ int uploader_stop(struct uploader *u, double flush_timeout_s)
 				    0;
 	u->closed = true;
 	u->stopping = true;
-	u->stop_deadline_ns = sat_add(t, flush_ns);
+	u->stop_deadline_ns = retry_sat_add(t, flush_ns);
 	pthread_cond_broadcast(&u->cond);
 	pthread_mutex_unlock(&u->lock);
 	pthread_join(u->thread, NULL);

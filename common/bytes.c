@@ -122,3 +122,13 @@ void byte_buf_free(struct byte_buf *b)
 	b->cap = 0;
 	b->error = 0;
 }
+
+void sysom_text_sanitize(char *dst, size_t dstlen, const void *src, size_t len)
+{
+	const unsigned char *s = src;
+	size_t n = len < dstlen - 1 ? len : dstlen - 1;
+
+	for (size_t i = 0; i < n; i++)
+		dst[i] = (s[i] < 0x20 || s[i] == 0x7f) ? ' ' : (char)s[i];
+	dst[n] = '\0';
+}

@@ -52,6 +52,12 @@ static inline bool byte_reader_skip(struct byte_reader *r, size_t len)
 	return true;
 }
 
+/*
+ * Copies `len` bytes of untrusted `src` as one line of printable text into `dst` (`dstlen` >= 1):
+ * control characters become spaces, the copy is truncated to fit and NUL-terminated.
+ */
+void sysom_text_sanitize(char *dst, size_t dstlen, const void *src, size_t len);
+
 /* Value of a hex digit (either case), or -1. */
 static inline int sysom_hex_digit(char c)
 {
