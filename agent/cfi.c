@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <gelf.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,20 +34,6 @@
 #define PE_DATAREL 0x30
 #define PE_INDIRECT 0x80
 #define PE_OMIT 0xff
-
-static void set_error(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void set_error(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 /* ---------------------------------------------------------------------------------------- */
 /* Bounded reads */
@@ -361,6 +346,26 @@ static struct unwind_row pack(const struct frame_state *s, bool signal)
 	return r;
 }
 
+/* Makes room for `extra` more rows (growing at least geometrically). */
+static int reserve_rows(struct builder *b, size_t extra)
+{
+	struct row_vec *v = &b->rows;
+
+	if (extra > CFI_MAX_ROWS)
+		extra = CFI_MAX_ROWS;
+	if (v->cap - v->n >= extra)
+		return 0;
+	size_t cap = v->n + extra;
+	if (cap < v->cap * 2)
+		cap = v->cap * 2;
+	struct raw_row *nv = realloc(v->v, cap * sizeof(*nv));
+	if (!nv)
+		return -ENOMEM;
+	v->v = nv;
+	v->cap = cap;
+	return 0;
+}
+
 static int push_row(struct builder *b, uint32_t first, uint64_t pc, struct unwind_row row)
 {
 	struct row_vec *v = &b->rows;
@@ -371,16 +376,13 @@ static int push_row(struct builder *b, uint32_t first, uint64_t pc, struct unwin
 		return 0;
 	}
 	if (v->n >= CFI_MAX_ROWS) {
-		set_error(b->err, b->errlen, "more than %u unwind rows", CFI_MAX_ROWS);
+		sysom_errorf(b->err, b->errlen, "more than %u unwind rows", CFI_MAX_ROWS);
 		return -SYSOM_ELIMIT;
 	}
 	if (v->n == v->cap) {
-		size_t cap = v->cap ? v->cap * 2 : 4096;
-		struct raw_row *nv = realloc(v->v, cap * sizeof(*nv));
-		if (!nv)
-			return -ENOMEM;
-		v->v = nv;
-		v->cap = cap;
+		int err = reserve_rows(b, v->cap ? v->cap : 4096);
+		if (err)
+			return err;
 	}
 	v->v[v->n].pc = pc;
 	v->v[v->n].row = row;
@@ -670,7 +672,7 @@ static int add_cie(struct builder *b, struct section *sec, const Dwarf_CIE *e, u
 static int add_span(struct builder *b, const struct fde_span *span)
 {
 	if (b->nfdes >= CFI_MAX_FDES) {
-		set_error(b->err, b->errlen, "more than %u FDEs", CFI_MAX_FDES);
+		sysom_errorf(b->err, b->errlen, "more than %u FDEs", CFI_MAX_FDES);
 		return -SYSOM_ELIMIT;
 	}
 	if (b->nfdes == b->fdes_cap) {
@@ -766,6 +768,11 @@ static int add_section(struct builder *b, Elf *elf, Elf_Scn *scn, bool eh_frame,
 		return 0;
 	sec.bytes = sec.data->d_buf;
 	sec.vaddr = shdr.sh_addr;
+	/* Compilers emit a row per 7-8 bytes of CFI: reserve once instead of growing (growing
+	 * a large block costs a copy and fresh page faults). */
+	err = reserve_rows(b, sec.data->d_size / 6 + 16);
+	if (err)
+		return err;
 	sec.e_ident = (const unsigned char *)elf_getident(elf, NULL);
 
 	for (;;) {
@@ -774,7 +781,7 @@ static int add_section(struct builder *b, Elf *elf, Elf_Scn *scn, bool eh_frame,
 		if (rc != 0)
 			break; /* 1: the end; -1: malformed from here on, keep what came before */
 		if (++entries > 2ull * CFI_MAX_FDES) {
-			set_error(b->err, b->errlen, "more than %u CFI entries", 2 * CFI_MAX_FDES);
+			sysom_errorf(b->err, b->errlen, "more than %u CFI entries", 2 * CFI_MAX_FDES);
 			err = -SYSOM_ELIMIT;
 			goto cleanup;
 		}
@@ -856,34 +863,25 @@ static int assemble(struct builder *b, struct cfi_table *t)
 	if (!any)
 		goto done;
 	if (end - base > CFI_MAX_SPAN) {
-		set_error(b->err, b->errlen, "CFI covers %#llx bytes, more than 4 GiB",
+		sysom_errorf(b->err, b->errlen, "CFI covers %#llx bytes, more than 4 GiB",
 			  (unsigned long long)(end - base));
 		return -SYSOM_ELIMIT;
 	}
 
+	/* At most: every FDE's rows, a gap row after each FDE. */
+	cap = b->rows.n + b->nfdes + 1;
+	rows = malloc(cap * sizeof(*rows));
+	if (!rows)
+		return -ENOMEM;
 	uint64_t prev_end = base;
 	for (size_t i = 0; i < b->nfdes + 1; i++) {
 		const struct fde_span *f = i < b->nfdes ? &b->fdes[i] : NULL;
 		if (f && f->end == 0)
 			continue;
-		/* Room for this FDE's rows plus a gap row. */
-		size_t need = n + (f ? f->count : 0) + 1;
-		if (need > CFI_MAX_ROWS) {
-			set_error(b->err, b->errlen, "more than %u unwind rows", CFI_MAX_ROWS);
+		/* Room for this FDE's rows plus a gap row (reserved above). */
+		if (n + (f ? f->count : 0) + 1 > cap) {
 			free(rows);
-			return -SYSOM_ELIMIT;
-		}
-		if (need > cap) {
-			size_t ncap = cap ? cap : 1024;
-			while (ncap < need)
-				ncap *= 2;
-			struct unwind_row *nr = realloc(rows, ncap * sizeof(*nr));
-			if (!nr) {
-				free(rows);
-				return -ENOMEM;
-			}
-			rows = nr;
-			cap = ncap;
+			return -EOVERFLOW; /* cannot happen: cap counts every row and gap */
 		}
 		/* A gap before this FDE (or the end of the last one): NONE. */
 		if (n > 0 && (!f || f->start > prev_end)) {
@@ -918,6 +916,11 @@ static int assemble(struct builder *b, struct cfi_table *t)
 		b->stats.plt_fdes += plt;
 		b->stats.signal_fdes += signal;
 		prev_end = f->end;
+	}
+	if (n > CFI_MAX_ROWS) {
+		sysom_errorf(b->err, b->errlen, "more than %u unwind rows", CFI_MAX_ROWS);
+		free(rows);
+		return -SYSOM_ELIMIT;
 	}
 	for (size_t i = 0; i < n; i++)
 		count_row(&b->stats, &rows[i]);
@@ -982,13 +985,13 @@ int cfi_table_build(Elf *elf, Elf *debug_elf, struct cfi_table *out, char *err, 
 	int rc;
 
 	if (!is_x86_64(elf, true)) {
-		set_error(err, errlen, "not an x86-64 ELF executable or shared object");
+		sysom_errorf(err, errlen, "not an x86-64 ELF executable or shared object");
 		return -SYSOM_ENOTELF;
 	}
 	rc = add_file(&b, elf, true);
 	if (!rc && debug_elf) {
 		if (!is_x86_64(debug_elf, false)) {
-			set_error(err, errlen, "debug file is not x86-64 ELF");
+			sysom_errorf(err, errlen, "debug file is not x86-64 ELF");
 			rc = -SYSOM_ENOTELF;
 			goto cleanup;
 		}
@@ -1002,7 +1005,7 @@ int cfi_table_build(Elf *elf, Elf *debug_elf, struct cfi_table *out, char *err, 
 	*out = t;
 cleanup:
 	if (rc == -ENOMEM)
-		set_error(err, errlen, "out of memory");
+		sysom_errorf(err, errlen, "out of memory");
 	free(b.rows.v);
 	free(b.fdes);
 	return rc;
@@ -1017,12 +1020,12 @@ int cfi_table_build_path(const char *path, struct cfi_table *out, char *err, siz
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		rc = -errno;
-		set_error(err, errlen, "%s: %s", path, strerror(-rc));
+		sysom_errorf(err, errlen, "%s: %s", path, strerror(-rc));
 		return rc;
 	}
 	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
 	if (!elf) {
-		set_error(err, errlen, "%s: %s", path, elf_errmsg(-1));
+		sysom_errorf(err, errlen, "%s: %s", path, elf_errmsg(-1));
 		rc = -SYSOM_ENOTELF;
 		goto cleanup;
 	}

@@ -12,3 +12,10 @@ python3 "$here/overhead.py" "$build" --rounds "${BENCH_ROUNDS:-3}" --seconds "${
 	--markdown "$build/bench-overhead.md"
 echo "table written to $build/bench-overhead.md"
 "$here/symrepo.sh" "$build"
+libs=()
+for f in /lib/x86_64-linux-gnu/libc.so.6 /usr/lib/x86_64-linux-gnu/libstdc++.so.6 \
+	/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0 /usr/local/cuda/lib/libnccl.so.2 \
+	/usr/local/cuda/lib/libcublasLt.so.13; do
+	[ -f "$f" ] && libs+=("$f")
+done
+"$build/bench/cfi_bench" --rounds 9 "${libs[@]}"

@@ -2,6 +2,8 @@
 /* Messages for the project's error codes; errno values fall through to strerror. */
 #include "common/error.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,4 +29,15 @@ const char *sysom_strerror(int err)
 	/* strerrordesc_np is thread-safe, unlike strerror for unknown codes. */
 	const char *desc = strerrordesc_np(code);
 	return desc ? desc : "unknown error";
+}
+
+void sysom_errorf(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
 }

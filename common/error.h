@@ -3,6 +3,8 @@
 #ifndef SYSOM_COMMON_ERROR_H
 #define SYSOM_COMMON_ERROR_H
 
+#include <stddef.h>
+
 /*
  * Functions return 0 (or a count) on success and a negative value on failure: either -errno
  * or -SYSOM_E*. The project codes start above any errno value.
@@ -22,5 +24,10 @@ enum sysom_error_code {
 
 /* Message for a negative (or positive) error code; never NULL; static storage. */
 const char *sysom_strerror(int err);
+
+/* Formats a message into `err` (`errlen` bytes); does nothing when `err` is NULL or
+ * `errlen` is 0, so callers may pass an optional error buffer straight through. */
+void sysom_errorf(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 #endif

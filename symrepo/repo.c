@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,20 +73,6 @@ struct symrepo {
 	uint32_t ncached, ndetached, nacquired;
 	uint64_t hits, misses, evictions;
 };
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Identities and paths */
@@ -453,10 +438,10 @@ static int symbols_open(const char *path, const struct sysom_build_id *id, struc
 		rc = symfile_open(path, &f, &serr);
 		if (rc) {
 			if (rc == -SYSOM_ECORRUPT || rc == -SYSOM_EVERSION)
-				seterr(err, errlen, "%s: offset %llu: %s", path,
+				sysom_errorf(err, errlen, "%s: offset %llu: %s", path,
 				       (unsigned long long)serr.offset, serr.message);
 			else
-				seterr(err, errlen, "%s: %s", path, sysom_strerror(rc));
+				sysom_errorf(err, errlen, "%s: %s", path, sysom_strerror(rc));
 			return rc;
 		}
 		if (stat(path, &after) < 0 || after.st_ino != before.st_ino ||
@@ -474,7 +459,7 @@ static int symbols_open(const char *path, const struct sysom_build_id *id, struc
 
 		sysom_build_id_hex(id, want, sizeof(want));
 		sysom_build_id_hex(&info.build_id, got, sizeof(got));
-		seterr(err, errlen, "%s describes %s (kind %u), not %s (kind %u)", path, got,
+		sysom_errorf(err, errlen, "%s describes %s (kind %u), not %s (kind %u)", path, got,
 		       info.build_id.kind, want, id->kind);
 		symfile_close(f);
 		return -SYSOM_ECORRUPT;
@@ -498,7 +483,7 @@ static int symbols_check(const char *path, const struct sysom_build_id *id, char
 		return rc;
 	rc = symfile_verify(f, &serr);
 	if (rc)
-		seterr(err, errlen, "%s: offset %llu: %s", path, (unsigned long long)serr.offset,
+		sysom_errorf(err, errlen, "%s: offset %llu: %s", path, (unsigned long long)serr.offset,
 		       serr.message);
 	symfile_close(f);
 	return rc;
@@ -520,7 +505,7 @@ static int identity_check(const struct sysom_build_id *id, enum symrepo_kind kin
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0) {
 		rc = -errno;
-		seterr(err, errlen, "%s: %s", path, strerror(-rc));
+		sysom_errorf(err, errlen, "%s: %s", path, strerror(-rc));
 		return rc;
 	}
 	if (id->kind == SYSOM_OBJECT_FILE_HASH)
@@ -530,17 +515,17 @@ static int identity_check(const struct sysom_build_id *id, enum symrepo_kind kin
 	close(fd);
 	if (rc == -SYSOM_ENOTELF || rc == -SYSOM_ENOBUILDID || rc == -SYSOM_ECORRUPT ||
 	    rc == -SYSOM_ELIMIT || rc == -EISDIR || rc == -EINVAL) {
-		seterr(err, errlen, "%s: %s", path, sysom_strerror(rc));
+		sysom_errorf(err, errlen, "%s: %s", path, sysom_strerror(rc));
 		return -SYSOM_ECORRUPT;
 	}
 	if (rc) {
-		seterr(err, errlen, "%s: %s", path, sysom_strerror(rc));
+		sysom_errorf(err, errlen, "%s: %s", path, sysom_strerror(rc));
 		return rc;
 	}
 	if (!id_equal(&got, id)) {
 		sysom_build_id_hex(id, want_hex, sizeof(want_hex));
 		sysom_build_id_hex(&got, got_hex, sizeof(got_hex));
-		seterr(err, errlen, "%s has %s %s, not %s", path,
+		sysom_errorf(err, errlen, "%s has %s %s, not %s", path,
 		       id->kind == SYSOM_OBJECT_FILE_HASH ? "content hash" : "build ID", got_hex,
 		       want_hex);
 		return -SYSOM_ECORRUPT;
@@ -859,7 +844,7 @@ static int prepare_tmp(const struct sysom_build_id *id, enum symrepo_kind kind, 
 	fd = open(tmp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0 || fsync(fd) < 0) {
 		rc = -errno;
-		seterr(err, errlen, "%s: %s", tmp, strerror(errno));
+		sysom_errorf(err, errlen, "%s: %s", tmp, strerror(errno));
 	}
 	if (fd >= 0)
 		close(fd);
@@ -889,7 +874,7 @@ static int place_locked(struct symrepo *r, const struct sysom_build_id *id,
 	if (!rc)
 		rc = id_dir_ensure(r, id);
 	if (rc) {
-		seterr(err, errlen, "%s: %s", dir, sysom_strerror(rc));
+		sysom_errorf(err, errlen, "%s: %s", dir, sysom_strerror(rc));
 		goto cleanup;
 	}
 	if (file_exists(final)) {
@@ -901,25 +886,25 @@ static int place_locked(struct symrepo *r, const struct sysom_build_id *id,
 		fd = open(marker, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0640);
 		if (fd < 0) {
 			rc = -errno;
-			seterr(err, errlen, "%s: %s", marker, strerror(-rc));
+			sysom_errorf(err, errlen, "%s: %s", marker, strerror(-rc));
 			goto cleanup;
 		}
 		close(fd);
 		rc = fsync_dir(dir);
 		if (rc) {
-			seterr(err, errlen, "fsync %s: %s", dir, strerror(-rc));
+			sysom_errorf(err, errlen, "fsync %s: %s", dir, strerror(-rc));
 			goto cleanup;
 		}
 	}
 	rc = rename_noreplace(tmp, final);
 	if (rc) {
 		if (rc != -EEXIST)
-			seterr(err, errlen, "rename %s to %s: %s", tmp, final, strerror(-rc));
+			sysom_errorf(err, errlen, "rename %s to %s: %s", tmp, final, strerror(-rc));
 		goto cleanup;
 	}
 	rc = fsync_dir(dir);
 	if (rc)
-		seterr(err, errlen, "fsync %s: %s", dir, strerror(-rc));
+		sysom_errorf(err, errlen, "fsync %s: %s", dir, strerror(-rc));
 cleanup:
 	if (rc)
 		unlink(tmp);
@@ -954,7 +939,7 @@ static int rebuild_locked(struct symrepo *r, const struct sysom_build_id *id,
 	if (!rc)
 		rc = symrepo_tmp_path(r, out, sizeof(out) - 4);
 	if (rc) {
-		seterr(err, errlen, "%s", sysom_strerror(rc));
+		sysom_errorf(err, errlen, "%s", sysom_strerror(rc));
 		goto cleanup;
 	}
 	strcat(out, ".sym");
@@ -973,24 +958,24 @@ static int rebuild_locked(struct symrepo *r, const struct sysom_build_id *id,
 		goto cleanup;
 	}
 	if (rc) {
-		seterr(err, errlen, "building %s: %s", sym, werr[0] ? werr : sysom_strerror(rc));
+		sysom_errorf(err, errlen, "building %s: %s", sym, werr[0] ? werr : sysom_strerror(rc));
 		goto cleanup;
 	}
 	rc = symbols_check(out, id, werr, sizeof(werr));
 	if (rc) {
-		seterr(err, errlen, "the writer's output is invalid: %s", werr);
+		sysom_errorf(err, errlen, "the writer's output is invalid: %s", werr);
 		rc = -SYSOM_ECORRUPT;
 		goto cleanup;
 	}
 	if (rename(out, sym) < 0) {
 		rc = -errno;
-		seterr(err, errlen, "rename %s to %s: %s", out, sym, strerror(-rc));
+		sysom_errorf(err, errlen, "rename %s to %s: %s", out, sym, strerror(-rc));
 		goto cleanup;
 	}
 	made = false;
 	rc = fsync_dir(dir);
 	if (rc) {
-		seterr(err, errlen, "fsync %s: %s", dir, strerror(-rc));
+		sysom_errorf(err, errlen, "fsync %s: %s", dir, strerror(-rc));
 		goto cleanup;
 	}
 	cache_forget(r, id);
@@ -1014,18 +999,18 @@ int symrepo_install(struct symrepo *r, const struct sysom_build_id *id, enum sym
 	if (err && errlen)
 		err[0] = '\0';
 	if (!r || !tmp_path || !in_tmp(r, tmp_path)) {
-		seterr(err, errlen, "%s is not a temporary file of the repository",
+		sysom_errorf(err, errlen, "%s is not a temporary file of the repository",
 		       tmp_path ? tmp_path : "(null)");
 		return -EINVAL;
 	}
 	if (!id_valid(id) || (unsigned)kind > SYMREPO_SYMBOLS) {
 		rc = -EINVAL;
-		seterr(err, errlen, "invalid identity or kind");
+		sysom_errorf(err, errlen, "invalid identity or kind");
 		goto cleanup;
 	}
 	if (kind == SYMREPO_DEBUGINFO && id->kind != SYSOM_OBJECT_ELF) {
 		rc = -EINVAL;
-		seterr(err, errlen, "debug files are matched by GNU build ID, not by content hash");
+		sysom_errorf(err, errlen, "debug files are matched by GNU build ID, not by content hash");
 		goto cleanup;
 	}
 	rc = id_file_path(r, id, kind_suffix[kind], final, sizeof(final));
@@ -1036,7 +1021,7 @@ int symrepo_install(struct symrepo *r, const struct sysom_build_id *id, enum sym
 	if (!rc)
 		rc = id_file_path(r, id, MARKER_SUFFIX, marker, sizeof(marker));
 	if (rc) {
-		seterr(err, errlen, "%s", sysom_strerror(rc));
+		sysom_errorf(err, errlen, "%s", sysom_strerror(rc));
 		goto cleanup;
 	}
 	rc = prepare_tmp(id, kind, tmp_path, err, errlen);
@@ -1050,7 +1035,7 @@ int symrepo_install(struct symrepo *r, const struct sysom_build_id *id, enum sym
 	}
 	rc = id_lock_take(r, id, &lock);
 	if (rc) {
-		seterr(err, errlen, "%s: %s", lock.path, sysom_strerror(rc));
+		sysom_errorf(err, errlen, "%s: %s", lock.path, sysom_strerror(rc));
 		goto cleanup;
 	}
 	rc = place_locked(r, id, kind, tmp_path, err, errlen);
@@ -1059,7 +1044,7 @@ int symrepo_install(struct symrepo *r, const struct sysom_build_id *id, enum sym
 		/* Also when it existed: a crash may have left its symbol file unbuilt. */
 		brc = rebuild_locked(r, id, NULL, berr, sizeof(berr));
 		if (brc < 0 && rc == 0)
-			seterr(err, errlen, "installed, but the symbol file was not built: %s", berr);
+			sysom_errorf(err, errlen, "installed, but the symbol file was not built: %s", berr);
 	}
 cleanup:
 	if (lock.fd >= 0)
@@ -1146,20 +1131,20 @@ int symrepo_add_files_ex(struct symrepo *r, const char *executable, const char *
 		err[0] = '\0';
 	if (!r || !executable || !out) {
 		rc = -EINVAL;
-		seterr(err, errlen, "no executable given");
+		sysom_errorf(err, errlen, "no executable given");
 		goto cleanup;
 	}
 	fd = open(executable, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		rc = -errno;
-		seterr(err, errlen, "%s: %s", executable, strerror(-rc));
+		sysom_errorf(err, errlen, "%s: %s", executable, strerror(-rc));
 		goto cleanup;
 	}
 	rc = sysom_object_identity(fd, &res.id);
 	close(fd);
 	fd = -1;
 	if (rc) {
-		seterr(err, errlen, "%s: %s", executable, sysom_strerror(rc));
+		sysom_errorf(err, errlen, "%s: %s", executable, sysom_strerror(rc));
 		goto cleanup;
 	}
 	sysom_build_id_hex(&res.id, hex, sizeof(hex));
@@ -1167,20 +1152,20 @@ int symrepo_add_files_ex(struct symrepo *r, const char *executable, const char *
 		fd = open(debug_file, O_RDONLY | O_CLOEXEC);
 		if (fd < 0) {
 			rc = -errno;
-			seterr(err, errlen, "%s: %s", debug_file, strerror(-rc));
+			sysom_errorf(err, errlen, "%s: %s", debug_file, strerror(-rc));
 			goto cleanup;
 		}
 		rc = sysom_elf_build_id(fd, &did);
 		close(fd);
 		fd = -1;
 		if (rc) {
-			seterr(err, errlen, "%s: %s", debug_file, sysom_strerror(rc));
+			sysom_errorf(err, errlen, "%s: %s", debug_file, sysom_strerror(rc));
 			rc = rc == -SYSOM_ENOTELF || rc == -SYSOM_ENOBUILDID ? -SYSOM_ECORRUPT : rc;
 			goto cleanup;
 		}
 		if (!id_equal(&did, &res.id)) {
 			sysom_build_id_hex(&did, dhex, sizeof(dhex));
-			seterr(err, errlen, "%s has build ID %s, but %s has %s %s", debug_file, dhex,
+			sysom_errorf(err, errlen, "%s has build ID %s, but %s has %s %s", debug_file, dhex,
 			       executable,
 			       res.id.kind == SYSOM_OBJECT_ELF ? "build ID"
 							       : "no build ID; content hash",
@@ -1200,7 +1185,7 @@ int symrepo_add_files_ex(struct symrepo *r, const char *executable, const char *
 		if (!rc)
 			rc = copy_file(executable, tmp_exe);
 		if (rc) {
-			seterr(err, errlen, "copying %s: %s", executable, sysom_strerror(rc));
+			sysom_errorf(err, errlen, "copying %s: %s", executable, sysom_strerror(rc));
 			goto cleanup;
 		}
 		rc = prepare_tmp(&res.id, SYMREPO_EXECUTABLE, tmp_exe, err, errlen);
@@ -1212,7 +1197,7 @@ int symrepo_add_files_ex(struct symrepo *r, const char *executable, const char *
 		if (!rc)
 			rc = copy_file(debug_file, tmp_dbg);
 		if (rc) {
-			seterr(err, errlen, "copying %s: %s", debug_file, sysom_strerror(rc));
+			sysom_errorf(err, errlen, "copying %s: %s", debug_file, sysom_strerror(rc));
 			goto cleanup;
 		}
 		rc = prepare_tmp(&res.id, SYMREPO_DEBUGINFO, tmp_dbg, err, errlen);
@@ -1221,7 +1206,7 @@ int symrepo_add_files_ex(struct symrepo *r, const char *executable, const char *
 	}
 	rc = id_lock_take(r, &res.id, &lock);
 	if (rc) {
-		seterr(err, errlen, "%s: %s", lock.path, sysom_strerror(rc));
+		sysom_errorf(err, errlen, "%s: %s", lock.path, sysom_strerror(rc));
 		goto cleanup;
 	}
 	if (tmp_exe[0]) {
@@ -1284,7 +1269,7 @@ int symrepo_check(struct symrepo *r, const struct sysom_build_id *id, enum symre
 	if (!file_exists(path))
 		return -ENOENT;
 	if (kind == SYMREPO_DEBUGINFO && id->kind != SYSOM_OBJECT_ELF) {
-		seterr(err, errlen, "%s: a debug file under a content-hash identity", path);
+		sysom_errorf(err, errlen, "%s: a debug file under a content-hash identity", path);
 		return -SYSOM_ECORRUPT;
 	}
 	rc = identity_check(id, kind, path, err, errlen);
@@ -1294,7 +1279,7 @@ int symrepo_check(struct symrepo *r, const struct sysom_build_id *id, enum symre
 	if (rc)
 		return rc;
 	if (file_exists(marker) && symrepo_has(r, id, SYMREPO_EXECUTABLE)) {
-		seterr(err, errlen, "%s predates an installed file (rebuild pending: run gc)", path);
+		sysom_errorf(err, errlen, "%s predates an installed file (rebuild pending: run gc)", path);
 		return -ESTALE;
 	}
 	return 0;
@@ -1475,7 +1460,7 @@ struct gc_ctx {
 static void gc_note(struct gc_ctx *g, const char *msg)
 {
 	if (!g->noted && msg[0]) {
-		seterr(g->err, g->errlen, "%s", msg);
+		sysom_errorf(g->err, g->errlen, "%s", msg);
 		g->noted = true;
 	}
 }
@@ -1587,13 +1572,13 @@ int symrepo_gc(struct symrepo *r, struct symrepo_gc_stats *stats, char *err, siz
 		return -EINVAL;
 	rc = tmp_clean(r, &g.stats.tmp_removed);
 	if (rc) {
-		seterr(err, errlen, "cleaning %s/tmp: %s", r->root, sysom_strerror(rc));
+		sysom_errorf(err, errlen, "cleaning %s/tmp: %s", r->root, sysom_strerror(rc));
 		return rc;
 	}
 	locks_clean(r);
 	rc = walk(r, gc_one, &g);
 	if (rc) {
-		seterr(err, errlen, "walking %s: %s", r->root, sysom_strerror(rc));
+		sysom_errorf(err, errlen, "walking %s: %s", r->root, sysom_strerror(rc));
 		return rc;
 	}
 	if (stats)
