@@ -1117,6 +1117,24 @@ cleanup:
 	return rc;
 }
 
+/*
+ * Copies `src` to a new temporary file of the repository (its path left in `tmp`, which the
+ * caller removes if it is not installed) and checks it is the `kind` file of `id`.
+ */
+static int stage_copy(struct symrepo *r, const struct sysom_build_id *id, enum symrepo_kind kind,
+		      const char *src, char *tmp, size_t tmplen, char *err, size_t errlen)
+{
+	int rc = symrepo_tmp_path(r, tmp, tmplen);
+
+	if (!rc)
+		rc = copy_file(src, tmp);
+	if (rc) {
+		sysom_errorf(err, errlen, "copying %s: %s", src, sysom_strerror(rc));
+		return rc;
+	}
+	return prepare_tmp(id, kind, tmp, err, errlen);
+}
+
 int symrepo_add_files_ex(struct symrepo *r, const char *executable, const char *debug_file,
 			 struct symrepo_add_result *out, char *err, size_t errlen)
 {
@@ -1181,26 +1199,14 @@ int symrepo_add_files_ex(struct symrepo *r, const char *executable, const char *
 		goto cleanup;
 	/* Copies made (and checked) before the lock is taken. */
 	if (!symrepo_has(r, &res.id, SYMREPO_EXECUTABLE)) {
-		rc = symrepo_tmp_path(r, tmp_exe, sizeof(tmp_exe));
-		if (!rc)
-			rc = copy_file(executable, tmp_exe);
-		if (rc) {
-			sysom_errorf(err, errlen, "copying %s: %s", executable, sysom_strerror(rc));
-			goto cleanup;
-		}
-		rc = prepare_tmp(&res.id, SYMREPO_EXECUTABLE, tmp_exe, err, errlen);
+		rc = stage_copy(r, &res.id, SYMREPO_EXECUTABLE, executable, tmp_exe,
+				sizeof(tmp_exe), err, errlen);
 		if (rc)
 			goto cleanup;
 	}
 	if (debug_file && !symrepo_has(r, &res.id, SYMREPO_DEBUGINFO)) {
-		rc = symrepo_tmp_path(r, tmp_dbg, sizeof(tmp_dbg));
-		if (!rc)
-			rc = copy_file(debug_file, tmp_dbg);
-		if (rc) {
-			sysom_errorf(err, errlen, "copying %s: %s", debug_file, sysom_strerror(rc));
-			goto cleanup;
-		}
-		rc = prepare_tmp(&res.id, SYMREPO_DEBUGINFO, tmp_dbg, err, errlen);
+		rc = stage_copy(r, &res.id, SYMREPO_DEBUGINFO, debug_file, tmp_dbg,
+				sizeof(tmp_dbg), err, errlen);
 		if (rc)
 			goto cleanup;
 	}

@@ -23,6 +23,7 @@
 #include "agent/spool.h"
 #include "common/bytes.h"
 #include "common/error.h"
+#include "tests/support/batch_fixture.h"
 
 #define NS 1000000000ull
 #define T0 (1700000000ull * NS)
@@ -145,14 +146,6 @@ static void write_file(const char *path, const void *data, size_t len)
 	close(fd);
 }
 
-static int rm_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-	(void)st;
-	(void)type;
-	(void)ftw;
-	return remove(path);
-}
-
 static int setup(void **state)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
@@ -176,7 +169,7 @@ static int teardown(void **state)
 	/* A failed full-disk test may have left its tmpfs mounted. */
 	snprintf(mnt, sizeof(mnt), "%s/tmpfs", f->base);
 	umount2(mnt, MNT_DETACH);
-	nftw(f->base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	fixture_tmpdir_remove(f->base);
 	free(f);
 	return 0;
 }

@@ -28,6 +28,7 @@
 #include "common/elf_buildid.h"
 #include "common/error.h"
 #include "tests/support/stub_http.h"
+#include "tests/support/batch_fixture.h"
 
 #define NS 1000000000ull
 #define WAIT_S 30 /* bound on waiting for the thread: exceeding it fails the test */
@@ -448,14 +449,6 @@ struct fixture {
 	char url[64];
 };
 
-static int rm_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-	(void)st;
-	(void)type;
-	(void)ftw;
-	return remove(path);
-}
-
 static int setup(void **state)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
@@ -492,7 +485,7 @@ static int teardown(void **state)
 	symupload_free(f->u);
 	stub_http_stop(f->http);
 	srv_free(&f->srv);
-	nftw(f->base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	fixture_tmpdir_remove(f->base);
 	pthread_mutex_destroy(&f->hooks.lock);
 	pthread_cond_destroy(&f->events.cond);
 	pthread_mutex_destroy(&f->events.lock);

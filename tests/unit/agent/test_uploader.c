@@ -27,6 +27,7 @@
 #include "agent/uploader.h"
 #include "common/error.h"
 #include "tests/support/stub_http.h"
+#include "tests/support/batch_fixture.h"
 
 #define NS 1000000000ull
 #define WAIT_S 20 /* generous bound on waiting for the thread: exceeding it fails the test */
@@ -155,14 +156,6 @@ struct fixture {
 	char url[64];
 };
 
-static int rm_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-	(void)st;
-	(void)type;
-	(void)ftw;
-	return remove(path);
-}
-
 static int setup(void **state)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
@@ -191,7 +184,7 @@ static int teardown(void **state)
 	spool_close(f->spool);
 	stub_http_stop(f->server);
 	umount2(f->mnt, MNT_DETACH);
-	nftw(f->base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	fixture_tmpdir_remove(f->base);
 	pthread_mutex_destroy(&f->hooks.lock);
 	pthread_cond_destroy(&f->events.cond);
 	pthread_mutex_destroy(&f->events.lock);
