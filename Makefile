@@ -106,6 +106,8 @@ BPF_TEST_SRCS := $(wildcard tests/bpf/test_*.c)
 BPF_TESTS := $(patsubst tests/bpf/%.c,$(BUILD)/tests/bpf/%,$(BPF_TEST_SRCS))
 TEST_SUPPORT_SRCS := $(wildcard tests/support/*.c)
 TEST_SUPPORT_OBJS := $(call obj_of,$(TEST_SUPPORT_SRCS))
+# An archive, so each test pulls only the helpers it uses (and only their libraries).
+TEST_SUPPORT_LIB := $(BUILD)/lib/libsysom-testsupport.a
 
 # Fixtures: small programs the tests and benchmarks run (workloads with known call chains).
 # They are built with their own flags (frame pointers, no inlining) so their stacks are known;
@@ -115,6 +117,16 @@ FIXTURE_SRCS := $(wildcard tests/fixtures/*.c)
 FIXTURES := $(patsubst tests/fixtures/%.c,$(BUILD)/tests/fixtures/%,$(FIXTURE_SRCS))
 FIXTURE_CFLAGS := -std=gnu11 -g -O1 -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer \
                   -fno-inline -fno-optimize-sibling-calls -Wall -Wextra -Werror -pthread
+
+# Fixtures without frame pointers, for the DWARF/frame-pointer hybrid unwinder: gcc -O2 with
+# .eh_frame only (no -g), symbol tables kept. A workload, the library it links, and the same
+# library with late_ names that the workload dlopen()s (tests/fixtures/nofp/nofp_workload.c).
+NOFP_FIXTURE_DIR := $(BUILD)/tests/fixtures
+NOFP_FIXTURES := $(NOFP_FIXTURE_DIR)/libsysom_nofp.so $(NOFP_FIXTURE_DIR)/libsysom_nofp_late.so \
+                 $(NOFP_FIXTURE_DIR)/nofp_workload
+NOFP_FIXTURE_CFLAGS := -std=gnu11 -O2 -fomit-frame-pointer -fasynchronous-unwind-tables -g0 \
+                       -fno-optimize-sibling-calls -Wall -Wextra -Werror -pthread
+FIXTURES += $(NOFP_FIXTURES)
 
 # Tools the end-to-end tests run (linked against the common library).
 TEST_TOOL_SRCS := $(wildcard tests/tools/*.c)
@@ -168,6 +180,7 @@ $(AGENT_LIB): $(call obj_of,$(AGENT_SRCS))
 $(SERVER_LIB): $(call obj_of,$(SERVER_SRCS))
 $(CTL_LIB): $(call obj_of,$(CTL_SRCS))
 $(SYMREPO_LIB): $(call obj_of,$(SYMREPO_SRCS))
+$(TEST_SUPPORT_LIB): $(TEST_SUPPORT_OBJS)
 $(BUILD)/lib/%.a:
 	$(call msg,AR,$@)
 	$(Q)mkdir -p $(@D)
@@ -196,35 +209,35 @@ $(SYMREPO_BIN): $(OBJ)/symrepo/main.o $(SYMREPO_LIB) $(COMMON_LIB)
 # ---------------------------------------------------------------------------------------------
 # Tests
 
-$(BUILD)/tests/unit/common/%: $(OBJ)/tests/unit/common/%.o $(TEST_SUPPORT_OBJS) $(COMMON_LIB)
+$(BUILD)/tests/unit/common/%: $(OBJ)/tests/unit/common/%.o $(TEST_SUPPORT_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJS) $(COMMON_LIB) $(LIB_CMOCKA) $(COMMON_LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_LIB) $(COMMON_LIB) $(LIB_CMOCKA) $(COMMON_LDLIBS)
 
-$(BUILD)/tests/unit/agent/%: $(OBJ)/tests/unit/agent/%.o $(TEST_SUPPORT_OBJS) $(AGENT_LIB) $(COMMON_LIB)
+$(BUILD)/tests/unit/agent/%: $(OBJ)/tests/unit/agent/%.o $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJS) $(AGENT_LDLIBS) $(LIB_CMOCKA)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_LIB) $(AGENT_LDLIBS) $(LIB_CMOCKA)
 
-$(BUILD)/tests/unit/server/%: $(OBJ)/tests/unit/server/%.o $(TEST_SUPPORT_OBJS) $(SERVER_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
+$(BUILD)/tests/unit/server/%: $(OBJ)/tests/unit/server/%.o $(TEST_SUPPORT_LIB) $(SERVER_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJS) $(SERVER_LDLIBS) $(LIB_CMOCKA)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_LIB) $(SERVER_LDLIBS) $(LIB_CMOCKA)
 
-$(BUILD)/tests/unit/symrepo/%: $(OBJ)/tests/unit/symrepo/%.o $(TEST_SUPPORT_OBJS) $(SYMREPO_LIB) $(COMMON_LIB)
+$(BUILD)/tests/unit/symrepo/%: $(OBJ)/tests/unit/symrepo/%.o $(TEST_SUPPORT_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJS) $(SYMREPO_LDLIBS) $(LIB_CMOCKA)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_LIB) $(SYMREPO_LDLIBS) $(LIB_CMOCKA)
 
-$(BUILD)/tests/unit/ctl/%: $(OBJ)/tests/unit/ctl/%.o $(TEST_SUPPORT_OBJS) $(CTL_LIB) $(COMMON_LIB)
+$(BUILD)/tests/unit/ctl/%: $(OBJ)/tests/unit/ctl/%.o $(TEST_SUPPORT_LIB) $(CTL_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJS) $(CTL_LDLIBS) $(LIB_CMOCKA)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_LIB) $(CTL_LDLIBS) $(LIB_CMOCKA)
 
-$(BUILD)/tests/bpf/%: $(OBJ)/tests/bpf/%.o $(TEST_SUPPORT_OBJS) $(AGENT_LIB) $(COMMON_LIB)
+$(BUILD)/tests/bpf/%: $(OBJ)/tests/bpf/%.o $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJS) $(AGENT_LDLIBS) $(LIB_CMOCKA)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_LIB) $(AGENT_LDLIBS) $(LIB_CMOCKA)
 
 $(BUILD)/tests/tools/%: $(OBJ)/tests/tools/%.o $(COMMON_LIB)
 	$(call msg,LINK,$@)
@@ -236,11 +249,28 @@ $(BUILD)/tests/fixtures/%: tests/fixtures/%.c
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CLANG) $(FIXTURE_CFLAGS) -o $@ $< -lm
 
+$(NOFP_FIXTURE_DIR)/libsysom_nofp.so: tests/fixtures/nofp/nofp_lib.c tests/fixtures/nofp/nofp.h
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(NOFP_FIXTURE_CFLAGS) -fPIC -shared -Wl,-soname,libsysom_nofp.so -o $@ $<
+
+$(NOFP_FIXTURE_DIR)/libsysom_nofp_late.so: tests/fixtures/nofp/nofp_lib.c tests/fixtures/nofp/nofp.h
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(NOFP_FIXTURE_CFLAGS) -DNOFP_LATE -fPIC -shared -Wl,-soname,libsysom_nofp_late.so \
+	    -o $@ $<
+
+$(NOFP_FIXTURE_DIR)/nofp_workload: tests/fixtures/nofp/nofp_workload.c tests/fixtures/nofp/nofp.h \
+		$(NOFP_FIXTURE_DIR)/libsysom_nofp.so | $(NOFP_FIXTURE_DIR)/libsysom_nofp_late.so
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(NOFP_FIXTURE_CFLAGS) -o $@ $< -L$(@D) -lsysom_nofp -Wl,-rpath,'$$ORIGIN' -ldl
+
 # Benchmark programs link every library (each uses what it needs).
-$(BUILD)/bench/%: $(OBJ)/bench/%.o $(AGENT_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
+$(BUILD)/bench/%: $(OBJ)/bench/%.o $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(AGENT_LIB) $(SYMREPO_LIB) $(COMMON_LIB) $(LIB_BPF) $(LIB_CURL) \
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(SYMREPO_LIB) $(COMMON_LIB) $(LIB_BPF) $(LIB_CURL) \
 	    $(LIB_UV) $(LIB_SYSTEMD) $(LIB_JSON) $(LIB_CXXABI) $(COMMON_LDLIBS)
 
 # Fuzz targets: clang + libFuzzer; each links the common sources plus what it names in

@@ -33,6 +33,8 @@
 		{ "include-idle", SYSOM_OPT_BOOL, &(c)->include_idle, 0, 0, "also record ticks that hit the idle task", false }, \
 		{ "max-stacks", SYSOM_OPT_UINT, &(c)->max_stacks, 64, 1 << 22, "BPF stack store entries per buffer (default 8192)", false }, \
 		{ "max-sample-keys", SYSOM_OPT_UINT, &(c)->max_sample_keys, 64, 1 << 22, "BPF count map entries per buffer (default 16384)", false }, \
+		{ "unwinder", SYSOM_OPT_STRING, &(c)->unwinder, 0, 0, "user stacks: hybrid (CFI tables + validated frame pointers) or fp (default hybrid)", false }, \
+		{ "unwind-table-memory", SYSOM_OPT_SIZE, &(c)->unwind_table_bytes, 1 << 20, 1ull << 34, "kernel memory for unwind tables (default 64M)", false }, \
 		{ "max-sample-rows", SYSOM_OPT_UINT, &(c)->max_sample_rows, 1024, 1 << 22, "sample rows per batch (default 1048576)", false }, \
 		{ "log-level", SYSOM_OPT_STRING, &(c)->log_level, 0, 0, "error, warn, info or debug (default info)", false }, \
 		{ "machine-id-file", SYSOM_OPT_STRING, &(c)->machine_id_file, 0, 0, "node identity source (default /etc/machine-id)", false }, \
@@ -53,8 +55,10 @@ int agent_config_defaults(struct agent_config *c)
 	c->server = strdup("http://127.0.0.1:8080");
 	c->spool_dir = strdup("/var/lib/sysom/spool");
 	c->log_level = strdup("info");
-	if (!c->server || !c->spool_dir || !c->log_level)
+	c->unwinder = strdup("hybrid");
+	if (!c->server || !c->spool_dir || !c->log_level || !c->unwinder)
 		return -ENOMEM;
+	c->unwind_table_bytes = 64ull << 20;
 	c->hz = 99;
 	c->sample_rate = 0.10;
 	c->drain_interval_s = 5;
@@ -110,6 +114,10 @@ int agent_config_validate(const struct agent_config *c, char *err, size_t errlen
 	}
 	if (!c->server || (strncmp(c->server, "http://", 7) && strncmp(c->server, "https://", 8))) {
 		snprintf(err, errlen, "server must be an http:// or https:// URL");
+		return -SYSOM_ECONFIG;
+	}
+	if (!c->unwinder || (strcmp(c->unwinder, "hybrid") && strcmp(c->unwinder, "fp"))) {
+		snprintf(err, errlen, "unwinder must be 'hybrid' or 'fp'");
 		return -SYSOM_ECONFIG;
 	}
 	if (!c->spool_dir || c->spool_dir[0] != '/') {

@@ -27,6 +27,8 @@ struct agent_config {
 	uint32_t max_stacks;       /* BPF stack store entries per buffer */
 	uint32_t max_sample_keys;  /* BPF count map entries per buffer */
 	uint32_t max_sample_rows;  /* rows per batch */
+	char *unwinder;            /* "hybrid" or "fp" */
+	uint64_t unwind_table_bytes; /* BPF memory for unwind tables (8 bytes a row) */
 	char *log_level;
 	char *machine_id_file;     /* node identity source (tests run several "nodes") */
 	bool symbol_upload;        /* upload executables and debug files the server lacks */

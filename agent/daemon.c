@@ -20,6 +20,7 @@
 #include "agent/sampler.h"
 #include "agent/spool.h"
 #include "agent/symupload.h"
+#include "agent/unwinder.h"
 #include "agent/uploader.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -42,6 +43,7 @@ struct agent {
 	struct uploader *uploader;
 	struct ksyms_upload *ksyms;
 	struct symupload *symup; /* NULL when disabled or not startable */
+	struct unwinder *unwinder; /* NULL with --unwinder fp */
 	char *token;
 	char node_hex[2 * SYSOM_NODE_ID_SIZE + 1];
 	struct sampler_counters last_counters;
@@ -77,7 +79,32 @@ static void on_proc_event(void *ctx, const struct sysom_proc_event *ev)
 	case SYSOM_PROC_EVENT_EXIT:
 		proctrack_on_exit(a->pt, ev->tgid, ev->generation);
 		break;
+	case SYSOM_PROC_EVENT_UNMAPPED:
+		/* A library loaded since the last scan (dlopen) or new JIT code. */
+		if (proctrack_rescan(a->pt, ev->tgid, ev->generation))
+			log_debug("rescanned pid %u: unwinder met 0x%llx outside its mappings",
+				  ev->tgid, (unsigned long long)ev->addr);
+		break;
 	}
+}
+
+/* proctrack read a process's mappings: publish them (and build tables) for the unwinder. */
+static void on_mappings(void *ctx, const struct pt_process *proc)
+{
+	struct agent *a = ctx;
+	int rc;
+
+	if (a->unwinder && (rc = unwinder_publish(a->unwinder, proc)))
+		log_debug("unwinder: cannot publish pid %u: %s (frame-pointer stacks until its next "
+			  "scan)", proc->tgid, sysom_strerror(rc));
+}
+
+static void on_forget(void *ctx, const struct pt_process *proc)
+{
+	struct agent *a = ctx;
+
+	if (a->unwinder)
+		unwinder_forget(a->unwinder, proc);
 }
 
 static void on_spool_event(void *ctx, const struct spool_event *ev)
@@ -275,6 +302,19 @@ static void fold_counters(struct agent *a)
 				    now.stack_map_full - o->stack_map_full);
 		batcher_add_counter(a->batcher, SYSOM_COUNTER_EVENTS_LOST,
 				    now.events_lost - o->events_lost);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_UNWIND_FRAMES,
+				    now.unwind.frames - o->unwind.frames);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_UNWIND_FRAMES_DWARF,
+				    now.unwind.frames_dwarf - o->unwind.frames_dwarf);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_UNWIND_FRAMES_FP,
+				    now.unwind.frames_fp - o->unwind.frames_fp);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_UNWIND_FRAMES_CACHED,
+				    now.unwind.frames_cached - o->unwind.frames_cached);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_UNWIND_FALLBACK,
+				    now.unwind.fallback_no_proc - o->unwind.fallback_no_proc);
+		for (int r = UNWIND_STOP_DEPTH; r < UNWIND_STOP_REASONS; r++)
+			batcher_add_counter(a->batcher, (uint16_t)(SYSOM_COUNTER_UNWIND_STOP_FIRST - 1 + r),
+					    now.unwind.stops[r] - o->unwind.stops[r]);
 		if (now.count_map_full > o->count_map_full || now.stack_map_full > o->stack_map_full)
 			log_warn("BPF maps full: %llu samples and %llu stacks lost since the last drain "
 				 "(raise --max-sample-keys / --max-stacks or shorten --drain-interval)",
@@ -303,6 +343,8 @@ static void agent_drain(struct agent *a)
 	batcher_add_counter(a->batcher, SYSOM_COUNTER_DISTINCT_KEYS, st.entries);
 	fold_counters(a);
 	proctrack_after_drain(a->pt);
+	if (a->unwinder)
+		unwinder_sweep(a->unwinder, host_monotonic_ns());
 	rc = sampler_sync_cpus(a->sampler);
 	if (rc > 0)
 		log_info("CPU hotplug: now sampling %u CPUs", sampler_attached_cpus(a->sampler));
@@ -663,6 +705,9 @@ static int agent_start(struct agent *a)
 	proctrack_options_default(&po);
 	po.on_new_object = on_new_object;
 	po.object_ctx = a;
+	po.on_mappings = on_mappings;
+	po.on_forget = on_forget;
+	po.mappings_ctx = a;
 	if ((rc = proctrack_new(&po, &a->pt))) {
 		log_error("cannot create the process tracker: %s", sysom_strerror(rc));
 		return rc;
@@ -673,9 +718,21 @@ static int agent_start(struct agent *a)
 	so.include_idle = a->cfg->include_idle;
 	so.max_stacks = a->cfg->max_stacks;
 	so.max_sample_keys = a->cfg->max_sample_keys;
+	so.unwinder = strcmp(a->cfg->unwinder, "fp") == 0 ? SYSOM_UNWINDER_FP : SYSOM_UNWINDER_HYBRID;
 	if ((rc = sampler_open(&so, on_proc_event, a, &a->sampler, err, sizeof(err)))) {
 		log_error("%s", err);
 		return rc;
+	}
+	if (so.unwinder == SYSOM_UNWINDER_HYBRID) {
+		struct unwinder_options uo;
+		struct sampler_unwind_maps maps;
+		unwinder_options_default(&uo);
+		uo.max_rows = a->cfg->unwind_table_bytes / sizeof(struct unwind_row);
+		sampler_unwind_maps(a->sampler, &maps);
+		if ((rc = unwinder_new(&uo, &maps, &a->unwinder))) {
+			log_error("cannot create the unwinder: %s", sysom_strerror(rc));
+			return rc;
+		}
 	}
 	struct batcher_options bo = {
 		.host = &a->host,
@@ -753,6 +810,8 @@ static void agent_teardown(struct agent *a)
 	ksyms_upload_stop(a->ksyms);
 	uploader_free(a->uploader);
 	batcher_free(a->batcher);
+	unwinder_free(a->unwinder);
+	a->unwinder = NULL; /* proctrack_free below calls on_forget */
 	sampler_close(a->sampler);
 	proctrack_free(a->pt);
 	spool_close(a->spool);

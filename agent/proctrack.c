@@ -40,6 +40,9 @@ struct proctrack {
 	struct proctrack_stats stats;
 };
 
+/* Live processes rescanned per drain at most (see proctrack_after_drain). */
+#define PERIODIC_RESCANS_PER_DRAIN 64
+
 void proctrack_options_default(struct proctrack_options *opts)
 {
 	*opts = (struct proctrack_options){
@@ -363,6 +366,9 @@ static int scan_mappings(struct proctrack *pt, struct pt_process *proc)
 	free(proc->mappings);
 	proc->mappings = sc.maps;
 	proc->mapping_count = sc.count;
+	proc->scanned = true;
+	if (pt->opts.on_mappings)
+		pt->opts.on_mappings(pt->opts.mappings_ctx, proc);
 	return 0;
 }
 
@@ -437,10 +443,12 @@ static void read_identity(struct proctrack *pt, struct pt_process *proc)
 	}
 }
 
-static void process_free(struct pt_process *proc)
+static void process_free(struct proctrack *pt, struct pt_process *proc)
 {
 	if (!proc)
 		return;
+	if (proc->scanned && pt->opts.on_forget)
+		pt->opts.on_forget(pt->opts.mappings_ctx, proc);
 	free(proc->exe);
 	free(proc->cmdline);
 	free(proc->mappings);
@@ -475,7 +483,7 @@ static struct pt_process *process_create(struct proctrack *pt, uint32_t tgid, ui
 		scan_mappings(pt, proc);
 	}
 	if (hash_index_insert(&pt->proc_index, proc_hash(tgid, generation), pt->proc_count)) {
-		process_free(proc);
+		process_free(pt, proc);
 		return NULL;
 	}
 	pt->procs[pt->proc_count++] = proc;
@@ -506,7 +514,7 @@ void proctrack_free(struct proctrack *pt)
 	if (!pt)
 		return;
 	for (uint32_t i = 0; i < pt->proc_count; i++)
-		process_free(pt->procs[i]);
+		process_free(pt, pt->procs[i]);
 	for (uint32_t i = 0; i < pt->object_count; i++) {
 		free(pt->objects[i]->object.path);
 		free(pt->objects[i]);
@@ -590,6 +598,16 @@ void proctrack_resolve(struct proctrack *pt, struct pt_process *proc, uint64_t a
 	out->offset = addr;
 }
 
+bool proctrack_rescan(struct proctrack *pt, uint32_t tgid, uint32_t generation)
+{
+	struct pt_process *proc = find_process(pt, tgid, generation);
+
+	if (!proc || proc->vanished || proc->exited ||
+	    host_monotonic_ns() - proc->last_scan_ns < pt->opts.rescan_interval_ns)
+		return false;
+	return scan_mappings(pt, proc) == 0;
+}
+
 /* Frees objects no process maps any more, once the cache is over its bound. */
 static void collect_objects(struct proctrack *pt)
 {
@@ -629,13 +647,24 @@ void proctrack_after_drain(struct proctrack *pt)
 		bool gone = (proc->exited && proc->exit_drain < pt->drains) ||
 			    (proc->vanished && now - proc->last_scan_ns > pt->opts.periodic_rescan_ns);
 		if (gone) {
-			process_free(proc);
+			process_free(pt, proc);
 			removed = true;
 			continue;
 		}
 		pt->procs[kept++] = proc;
 	}
 	pt->proc_count = kept;
+	/* Periodic rescans find libraries loaded since (the unwinder's reports find most of them
+	 * sooner); bounded per drain so thousands of processes cost a steady trickle. */
+	uint32_t rescans = 0;
+	for (uint32_t i = 0; i < pt->proc_count && rescans < PERIODIC_RESCANS_PER_DRAIN; i++) {
+		struct pt_process *proc = pt->procs[i];
+		if (!proc->exited && !proc->vanished &&
+		    now - proc->last_scan_ns >= pt->opts.periodic_rescan_ns) {
+			scan_mappings(pt, proc);
+			rescans++;
+		}
+	}
 	if (removed) {
 		hash_index_clear(&pt->proc_index);
 		for (uint32_t i = 0; i < pt->proc_count; i++)

@@ -11,6 +11,7 @@
 #include "common/elf_buildid.h"
 
 struct pt_object;
+struct pt_process;
 
 struct proctrack_options {
 	const char *proc_root;            /* "/proc" (tests may point elsewhere) */
@@ -28,6 +29,12 @@ struct proctrack_options {
 	void (*on_new_object)(void *ctx, const struct pt_object *obj, uint32_t tgid,
 			      uint64_t start, uint64_t end);
 	void *object_ctx;
+	/* Optional: called after every successful read of a process's mappings (first read and
+	 * rescans), and once when the tracker forgets an incarnation it had read. Same rules as
+	 * on_new_object; `proc` is owned by the tracker. */
+	void (*on_mappings)(void *ctx, const struct pt_process *proc);
+	void (*on_forget)(void *ctx, const struct pt_process *proc);
+	void *mappings_ctx;
 };
 
 void proctrack_options_default(struct proctrack_options *opts);
@@ -59,6 +66,7 @@ struct pt_process {
 	uint32_t mapping_count;
 	bool vanished;           /* /proc/<tgid> was gone when we needed it */
 	bool exited;             /* exit event seen */
+	bool scanned;            /* its mappings were read at least once */
 	uint64_t exit_drain;     /* drain count when the exit was seen */
 	uint64_t last_scan_ns;
 };
@@ -103,6 +111,12 @@ struct pt_process *proctrack_get(struct proctrack *pt, uint32_t tgid, uint32_t g
  */
 void proctrack_resolve(struct proctrack *pt, struct pt_process *proc, uint64_t addr,
 		       struct pt_resolved *out);
+
+/*
+ * The unwinder met an address of (tgid, generation) in no mapping it knew: rescan that live
+ * incarnation (at most once per rescan interval). Returns true when it rescanned.
+ */
+bool proctrack_rescan(struct proctrack *pt, uint32_t tgid, uint32_t generation);
 
 /* Called after each drain: forgets incarnations that exited before that drain started, and
  * rescans live ones periodically. */

@@ -53,6 +53,7 @@ void sampler_options_default(struct sampler_options *opts)
 		.collect_user = true,
 		.max_sample_keys = 16384,
 		.max_stacks = 8192,
+		.unwinder = SYSOM_UNWINDER_HYBRID,
 	};
 }
 
@@ -233,6 +234,7 @@ int sampler_open(const struct sampler_options *opts, sampler_event_fn on_event, 
 	}
 	s->skel->rodata->include_idle = opts->include_idle;
 	s->skel->rodata->collect_user = opts->collect_user;
+	s->skel->rodata->unwinder = opts->unwinder;
 	s->skel->data->sample_threshold = rate_threshold(opts->sample_rate);
 	s->skel->bss->sample_all = opts->sample_rate >= 1.0;
 	s->skel->bss->active_buffer = 0;
@@ -349,6 +351,10 @@ int sampler_counters_read(struct sampler *s, struct sampler_counters *out)
 		c.count_map_full += v->count_map_full;
 		c.stack_map_full += v->stack_map_full;
 		c.events_lost += v->events_lost;
+		const uint64_t *from = (const uint64_t *)&v->unwind;
+		uint64_t *to = (uint64_t *)&c.unwind;
+		for (size_t i = 0; i < sizeof(c.unwind) / sizeof(uint64_t); i++)
+			to[i] += from[i];
 	}
 	*out = c;
 	return 0;
@@ -535,6 +541,14 @@ int sampler_set_hz(struct sampler *s, uint32_t hz)
 		detach_cpu(s, cpu);
 	int rc = sampler_sync_cpus(s);
 	return rc < 0 ? rc : 0;
+}
+
+void sampler_unwind_maps(const struct sampler *s, struct sampler_unwind_maps *out)
+{
+	out->tables = bpf_map__fd(s->skel->maps.unwind_tables);
+	out->procs = bpf_map__fd(s->skel->maps.unwind_procs);
+	out->markers = bpf_map__fd(s->skel->maps.unwind_markers);
+	out->table_template_flags = BPF_F_INNER_MAP | BPF_F_MMAPABLE;
 }
 
 int sampler_prog_stats(const struct sampler *s, uint64_t *run_time_ns, uint64_t *run_count)

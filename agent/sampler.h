@@ -16,15 +16,25 @@ struct sampler_options {
 	bool collect_user;         /* collect user stacks (else kernel only) */
 	uint32_t max_sample_keys;  /* entries per aggregation buffer (count map) */
 	uint32_t max_stacks;       /* entries per stack store */
+	enum sysom_unwinder unwinder; /* user stacks: kernel frame pointers or hybrid (CFI) */
 };
 
-/* Defaults: 99 Hz, 10%, no idle, user stacks, 16384 keys, 8192 stacks. */
+/* Defaults: 99 Hz, 10%, no idle, user stacks, 16384 keys, 8192 stacks, hybrid unwinder. */
 void sampler_options_default(struct sampler_options *opts);
 
 /* Cumulative counters summed over CPUs (see struct sysom_cpu_state). */
 struct sampler_counters {
 	uint64_t ticks, gated_out, idle_skipped, samples, kstack_errors, ustack_errors;
 	uint64_t count_map_full, stack_map_full, events_lost;
+	struct unwind_stats unwind;
+};
+
+/* File descriptors of the hybrid unwinder's maps (owned by the sampler). */
+struct sampler_unwind_maps {
+	int tables;  /* HASH_OF_MAPS file id → rows */
+	int procs;   /* tgid → struct unwind_proc */
+	int markers; /* (file id, pc) → struct unwind_marker */
+	int table_template_flags; /* map_flags every rows array must be created with */
 };
 
 /* One drained aggregation entry; pointers are valid only during the callback. */
@@ -104,8 +114,12 @@ int sampler_set_hz(struct sampler *s, uint32_t hz);
 /* Cumulative counters. 0 or -errno. */
 int sampler_counters_read(struct sampler *s, struct sampler_counters *out);
 
+/* The unwinder's maps, for agent/unwinder.c. */
+void sampler_unwind_maps(const struct sampler *s, struct sampler_unwind_maps *out);
+
 /*
- * Run time and run count of the tick program from the kernel's BPF statistics (zero unless
+ * Run time and run count of the tick program from the kernel's BPF statistics (the run time
+ * includes the unwind programs it tail-calls; zero unless
  * kernel.bpf_stats_enabled=1 or stats were enabled with BPF_ENABLE_STATS). 0 or -errno.
  */
 int sampler_prog_stats(const struct sampler *s, uint64_t *run_time_ns, uint64_t *run_count);

@@ -7,6 +7,8 @@
 #include <linux/types.h> /* user space; BPF code gets the types from vmlinux.h */
 #endif
 
+#include "bpf/unwind.h"
+
 /* Deepest stack collected per side (the kernel's perf_event_max_stack default). */
 #define SYSOM_PROFILE_MAX_DEPTH 127
 #define SYSOM_COMM_LEN 16
@@ -63,12 +65,20 @@ struct sysom_cpu_state {
 	__u64 count_map_full; /* sample lost: aggregation map full */
 	__u64 stack_map_full; /* stack not stored: stack store full (sample kept) */
 	__u64 events_lost;    /* process events lost: ring buffer full */
+	struct unwind_stats unwind; /* hybrid unwinder (zero in frame-pointer mode) */
+};
+
+/* How user stacks are unwound (fixed at load time). */
+enum sysom_unwinder {
+	SYSOM_UNWINDER_FP = 0,     /* the kernel's frame-pointer walk (bpf_get_stack) */
+	SYSOM_UNWINDER_HYBRID = 1, /* CFI tables + validated frame pointers with markers */
 };
 
 enum sysom_proc_event_type {
 	SYSOM_PROC_EVENT_NEW = 1,  /* first sample of (tgid, generation) since the agent knew it */
 	SYSOM_PROC_EVENT_EXEC = 2, /* the process exec'd: generation incremented */
 	SYSOM_PROC_EVENT_EXIT = 3, /* the last thread of the process exited */
+	SYSOM_PROC_EVENT_UNMAPPED = 4, /* unwinder met `addr` in no published mapping: rescan */
 };
 
 /* Ring buffer record telling the agent to read or drop a process's mappings. */
@@ -79,6 +89,7 @@ struct sysom_proc_event {
 	__u32 pad;
 	__u64 ktime_ns; /* bpf_ktime_get_ns() */
 	char comm[SYSOM_COMM_LEN];
+	__u64 addr;     /* UNMAPPED: the user address */
 };
 
 #endif

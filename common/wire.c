@@ -39,7 +39,41 @@ static const char *const counter_names[SYSOM_COUNTER_MAX] = {
 	[SYSOM_COUNTER_DRAINS] = "drains",
 	[SYSOM_COUNTER_DISTINCT_KEYS] = "distinct_keys",
 	[SYSOM_COUNTER_BATCH_LIMIT_DROPS] = "batch_limit_drops",
+	[SYSOM_COUNTER_UNWIND_FRAMES] = "unwind_frames",
+	[SYSOM_COUNTER_UNWIND_FRAMES_DWARF] = "unwind_frames_dwarf",
+	[SYSOM_COUNTER_UNWIND_FRAMES_FP] = "unwind_frames_fp",
+	[SYSOM_COUNTER_UNWIND_FRAMES_CACHED] = "unwind_frames_cached",
+	[SYSOM_COUNTER_UNWIND_FALLBACK] = "unwind_fallback_fp",
+	[22] = "unwind_stop_depth",
+	[23] = "unwind_stop_read_fault",
+	[24] = "unwind_stop_no_mapping",
+	[25] = "unwind_stop_fp_invalid",
+	[26] = "unwind_stop_jit",
+	[27] = "unwind_stop_sp_order",
+	[28] = "unwind_stop_rbp_unknown",
+	[29] = "unwind_stop_tail_calls",
+	[30] = "unwind_stop_table",
 };
+
+static const char *const stop_reason_names[] = {
+	[SYSOM_STOP_DEPTH_LIMIT] = "depth limit",
+	[SYSOM_STOP_READ_FAULT] = "read fault",
+	[SYSOM_STOP_STACK_LOST] = "stack lost",
+	[SYSOM_STOP_NO_MAPPING] = "no mapping",
+	[SYSOM_STOP_FP_INVALID] = "invalid frame pointer",
+	[SYSOM_STOP_JIT] = "JIT code",
+	[SYSOM_STOP_CFA_ORDER] = "stack pointer did not increase",
+	[SYSOM_STOP_RBP_UNKNOWN] = "RBP unknown",
+	[SYSOM_STOP_TAIL_CALLS] = "tail-call budget",
+	[SYSOM_STOP_TABLE] = "unwind table unreadable",
+};
+
+const char *sysom_stop_reason_name(uint8_t stop_reason)
+{
+	if (stop_reason >= sizeof(stop_reason_names) / sizeof(stop_reason_names[0]))
+		return NULL;
+	return stop_reason_names[stop_reason];
+}
 
 const char *sysom_counter_name(uint16_t id)
 {

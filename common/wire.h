@@ -88,6 +88,14 @@ enum sysom_stack_stop {
 	SYSOM_STOP_DEPTH_LIMIT = 1,  /* the depth limit was reached */
 	SYSOM_STOP_READ_FAULT = 2,   /* the stack could not be read */
 	SYSOM_STOP_STACK_LOST = 3,   /* the agent lost the stack (BPF stack store full) */
+	/* Hybrid unwinder (enum unwind_stop in bpf/unwind.h, shifted by one past STACK_LOST). */
+	SYSOM_STOP_NO_MAPPING = 4,   /* a pc in no executable mapping known to the unwinder */
+	SYSOM_STOP_FP_INVALID = 5,   /* no usable CFI and the frame pointer failed validation */
+	SYSOM_STOP_JIT = 6,          /* anonymous (JIT) code without a valid frame pointer */
+	SYSOM_STOP_CFA_ORDER = 7,    /* the caller's stack pointer did not increase */
+	SYSOM_STOP_RBP_UNKNOWN = 8,  /* a rule needed RBP, lost in a callee */
+	SYSOM_STOP_TAIL_CALLS = 9,   /* the BPF tail-call budget ran out */
+	SYSOM_STOP_TABLE = 10,       /* the unwind table was unreadable */
 	SYSOM_STOP_REASON_MAX = 31,  /* later unwinders add reasons below this */
 };
 
@@ -109,8 +117,22 @@ enum sysom_counter_id {
 	SYSOM_COUNTER_DRAINS = 14,           /* drains of the BPF maps in this window */
 	SYSOM_COUNTER_DISTINCT_KEYS = 15,    /* distinct (process, thread, cpu, stacks) keys drained */
 	SYSOM_COUNTER_BATCH_LIMIT_DROPS = 16, /* samples dropped: batch reached a size limit */
+	/* Hybrid unwinder (struct unwind_stats in bpf/unwind.h). */
+	SYSOM_COUNTER_UNWIND_FRAMES = 17,      /* user frames it produced */
+	SYSOM_COUNTER_UNWIND_FRAMES_DWARF = 18, /* ... stepped by a CFI row */
+	SYSOM_COUNTER_UNWIND_FRAMES_FP = 19,   /* ... stepped by frame pointer */
+	SYSOM_COUNTER_UNWIND_FRAMES_CACHED = 20, /* ... whose rule came from a cached marker */
+	SYSOM_COUNTER_UNWIND_FALLBACK = 21,    /* stacks by kernel frame pointers: process unpublished */
+	SYSOM_COUNTER_UNWIND_STOP_FIRST = 22,  /* 22..30: stacks stopped early, per reason: */
+	/* depth, read fault, no mapping, invalid FP, JIT, SP order, RBP unknown, tail calls, table
+	 * (enum unwind_stop 1..9, counter = 21 + reason) */
+	SYSOM_COUNTER_UNWIND_STOP_LAST = 30,
 	SYSOM_COUNTER_MAX = 64,
 };
+
+/* Why a stack stopped, in words ("depth limit", "no mapping", ...); NULL for COMPLETE or an
+ * unknown reason. */
+const char *sysom_stop_reason_name(uint8_t stop_reason);
 
 /* Name of a counter id for logs and metrics ("ticks", ...); NULL when unknown. */
 const char *sysom_counter_name(uint16_t id);

@@ -553,22 +553,14 @@ int symbolizer_stop_frame(uint8_t stop_reason, struct symbolized_frame *out)
 	struct symbolized_frame f = { .kind = SYMBOLIZED_ERROR };
 	int n;
 
-	switch (stop_reason) {
-	case SYSOM_STOP_COMPLETE:
+	const char *why = sysom_stop_reason_name(stop_reason);
+
+	if (stop_reason == SYSOM_STOP_COMPLETE)
 		return -EINVAL;
-	case SYSOM_STOP_DEPTH_LIMIT:
-		n = asprintf(&f.name, "[truncated: depth limit]");
-		break;
-	case SYSOM_STOP_READ_FAULT:
-		n = asprintf(&f.name, "[truncated: read fault]");
-		break;
-	case SYSOM_STOP_STACK_LOST:
-		n = asprintf(&f.name, "[truncated: stack lost]");
-		break;
-	default:
+	if (why)
+		n = asprintf(&f.name, "[truncated: %s]", why);
+	else
 		n = asprintf(&f.name, "[truncated: reason %u]", stop_reason);
-		break;
-	}
 	if (n < 0)
 		return -ENOMEM;
 	f.object = strdup("");

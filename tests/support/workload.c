@@ -22,8 +22,7 @@ const char *fixture_path(const char *name)
 	return path;
 }
 
-/* Reads one line from fd with a timeout; returns its length or -errno. */
-static int read_line(int fd, char *buf, size_t size, int timeout_ms)
+int workload_read_line(int fd, char *buf, size_t size, int timeout_ms)
 {
 	size_t len = 0;
 
@@ -102,7 +101,7 @@ int workload_start(struct workload *w, double seconds, const char *const *args)
 	w->pid = pid;
 	w->stdout_fd = pipefd[0];
 	for (;;) {
-		rc = read_line(w->stdout_fd, line, sizeof(line), 10000);
+		rc = workload_read_line(w->stdout_fd, line, sizeof(line), 10000);
 		if (rc < 0)
 			goto fail;
 		if (strcmp(line, "end") == 0)

@@ -43,6 +43,9 @@ int workload_function_index(const struct workload *w, const char *name);
 /* CPU time (user + system) consumed so far by the workload, in seconds; < 0 on error. */
 double workload_cpu_seconds(const struct workload *w);
 
+/* Reads one line (without its newline) from fd with a timeout; its length or -errno. */
+int workload_read_line(int fd, char *buf, size_t size, int timeout_ms);
+
 /* Path of a fixture binary under $SYSOM_BUILD (static storage). */
 const char *fixture_path(const char *name);
 

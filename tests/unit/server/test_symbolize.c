@@ -207,6 +207,8 @@ static void test_truncation_frames(void **state)
 		{ SYSOM_STOP_DEPTH_LIMIT, "[truncated: depth limit]" },
 		{ SYSOM_STOP_READ_FAULT, "[truncated: read fault]" },
 		{ SYSOM_STOP_STACK_LOST, "[truncated: stack lost]" },
+		{ SYSOM_STOP_NO_MAPPING, "[truncated: no mapping]" },
+		{ SYSOM_STOP_JIT, "[truncated: JIT code]" },
 		{ 17, "[truncated: reason 17]" },
 	};
 	struct symbolized_frame f;

@@ -1,0 +1,345 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Real-kernel tests of the hybrid unwinder on code without frame pointers: full chains through
+ * libc, a library dlopen'ed after sampling started, JIT-like anonymous code, deleted files,
+ * tables shared between processes and dropped after them, stop reasons counted.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "agent/host.h"
+#include "tests/support/batch_fixture.h"
+#include "tests/support/unwind_session.h"
+
+#define DRAIN_PERIOD_US 250000
+
+/* What one session saw of one workload. */
+struct observed {
+	const struct nofp_workload *n;
+	const struct symtab *t;
+	struct chain_accuracy acc;
+	uint64_t first_full_ns; /* monotonic time of the first drain with a full chain, 0: none */
+	uint64_t drain_ns;      /* time of the drain in progress */
+};
+
+static int collect(void *ctx, const struct sampler_entry *e)
+{
+	struct observed *o = ctx;
+	uint64_t before = o->acc.full_chain;
+
+	if (e->key->tgid != (uint32_t)o->n->w.pid || !e->user)
+		return 0;
+	chain_accuracy_add(&o->acc, o->n, o->t, e->user, e->count);
+	if (o->acc.full_chain > before && !o->first_full_ns)
+		o->first_full_ns = o->drain_ns;
+	return 0;
+}
+
+/*
+ * Samples for `seconds` with each session, handling process events every 10 ms (the agent
+ * does as soon as they arrive) and draining every DRAIN_PERIOD_US.
+ */
+static void run_sessions(struct unwind_session *const *sessions, struct observed *const *obs,
+			 int count, double seconds)
+{
+	uint64_t end = host_monotonic_ns() + (uint64_t)(seconds * 1e9);
+
+	while (host_monotonic_ns() < end) {
+		for (int slice = 0; slice < DRAIN_PERIOD_US / 10000; slice++) {
+			usleep(10000);
+			for (int i = 0; i < count; i++)
+				unwind_session_poll(sessions[i]);
+		}
+		for (int i = 0; i < count; i++) {
+			obs[i]->drain_ns = host_monotonic_ns();
+			assert_int_equal(unwind_session_drain(sessions[i], collect, obs[i]), 0);
+		}
+	}
+}
+
+static int ignore_entry(void *ctx, const struct sampler_entry *e)
+{
+	(void)ctx;
+	(void)e;
+	return 0;
+}
+
+static void open_session(struct unwind_session *s, enum sysom_unwinder mode)
+{
+	char err[256] = "";
+	int rc = unwind_session_open(s, mode, 99, 1.0, err, sizeof(err));
+
+	if (rc)
+		print_error("unwind_session_open: %s\n", err);
+	assert_int_equal(rc, 0);
+}
+
+static double ratio(uint64_t a, uint64_t b)
+{
+	return b ? (double)a / (double)b : 0;
+}
+
+static void print_accuracy(const char *what, const struct chain_accuracy *a)
+{
+	print_message("# %s: %llu leaf samples, stack accuracy %.1f%%, frame accuracy %.1f%%; "
+		      "stops:", what, (unsigned long long)a->samples,
+		      100 * ratio(a->full_chain, a->samples),
+		      100 * ratio(a->frames_found, a->frames_expected));
+	for (int i = 0; i < 32; i++)
+		if (a->stop[i])
+			print_message(" %s %llu", i ? sysom_stop_reason_name((uint8_t)i) : "complete",
+				      (unsigned long long)a->stop[i]);
+	print_message("\n");
+}
+
+/* The linked workload, sampled by a frame-pointer session and a hybrid one at once. */
+static void test_nofp_chain_hybrid_vs_fp(void **state)
+{
+	struct unwind_session fp, hybrid;
+	struct nofp_workload n;
+	struct symtab t = { 0 };
+	struct sampler_counters c;
+	struct unwinder_stats us;
+	(void)state;
+
+	open_session(&fp, SYSOM_UNWINDER_FP);
+	open_session(&hybrid, SYSOM_UNWINDER_HYBRID);
+	assert_int_equal(nofp_workload_start(&n, 4.0, NULL), 0);
+	assert_string_equal(n.chain[0], "nofp_leaf_spin");
+	assert_string_equal(n.chain[n.chain_len - 1], "main");
+	assert_true(n.chain_len >= 10);
+	assert_int_equal(symtab_load_process(&t, n.w.pid), 0);
+
+	struct observed ofp = { .n = &n, .t = &t }, ohy = { .n = &n, .t = &t };
+	struct unwind_session *ss[] = { &fp, &hybrid };
+	struct observed *os[] = { &ofp, &ohy };
+	run_sessions(ss, os, 2, 3.5);
+	workload_wait(&n.w);
+	for (int i = 0; i < 2; i++)
+		unwind_session_drain(ss[i], collect, os[i]);
+
+	print_accuracy("frame pointers", &ofp.acc);
+	print_accuracy("hybrid", &ohy.acc);
+	assert_int_equal(sampler_counters_read(hybrid.sampler, &c), 0);
+	unwinder_stats_read(hybrid.unwinder, &us);
+	print_message("# hybrid: %llu frames (%llu CFI, %llu FP, %llu from cached markers), "
+		      "%llu markers set; %u tables, %llu rows, built in %.1f ms\n",
+		      (unsigned long long)c.unwind.frames, (unsigned long long)c.unwind.frames_dwarf,
+		      (unsigned long long)c.unwind.frames_fp,
+		      (unsigned long long)c.unwind.frames_cached,
+		      (unsigned long long)c.unwind.markers_set, us.tables,
+		      (unsigned long long)us.rows, us.build_ns / 1e6);
+
+	/* ~99 Hz over ~3.5 s of one busy thread, nearly all of it in the leaf. */
+	assert_true(ohy.acc.samples >= 200);
+	assert_true(ratio(ohy.acc.full_chain, ohy.acc.samples) >= 0.97);
+	assert_true(ratio(ohy.acc.frames_found, ohy.acc.frames_expected) >= 0.99);
+	/* Frame pointers cannot unwind this code: the comparison is the point of the test. */
+	assert_true(ratio(ofp.acc.full_chain, ofp.acc.samples) < 0.5);
+	/* Markers converge: after the first few samples nearly every frame is a cache hit. */
+	assert_true(c.unwind.frames > 0);
+	assert_true(ratio(c.unwind.frames_cached, c.unwind.frames) >= 0.9);
+	assert_true(c.unwind.markers_set > 0);
+	/* Full chains end at the outermost frame (_start's undefined return address). */
+	assert_true(ratio(ohy.acc.stop[SYSOM_STOP_COMPLETE], ohy.acc.samples) >= 0.97);
+
+	symtab_free(&t);
+	unwind_session_close(&hybrid);
+	unwind_session_close(&fp);
+}
+
+/* A library dlopen'ed after the sampler started gets full stacks within 5 s. */
+static void test_dlopen_found(void **state)
+{
+	static const char *const args[] = { "--mode", "dlopen", "--dlopen-delay", "1.5", NULL };
+	struct unwind_session s;
+	struct nofp_workload n;
+	struct symtab t = { 0 };
+	char line[PATH_MAX + 16];
+	(void)state;
+
+	open_session(&s, SYSOM_UNWINDER_HYBRID);
+	assert_int_equal(nofp_workload_start(&n, 6.0, args), 0);
+	assert_string_equal(n.chain[0], "late_nofp_leaf_spin");
+	struct observed o = { .n = &n, .t = &t };
+	struct unwind_session *ss[] = { &s };
+	struct observed *os[] = { &o };
+	/* Sample the executable-only phase, so the process is published before the dlopen. */
+	run_sessions(ss, os, 1, 1.0);
+	assert_int_equal(nofp_workload_expect(&n, "loaded ", line, sizeof(line), 5000), 0);
+	uint64_t loaded_ns = host_monotonic_ns();
+	assert_int_equal(symtab_load_process(&t, n.w.pid), 0);
+	run_sessions(ss, os, 1, 4.0);
+	workload_wait(&n.w);
+	unwind_session_drain(&s, collect, &o);
+
+	print_accuracy("dlopen (from load)", &o.acc);
+	print_message("# first full chain %.2f s after the dlopen; %llu unmapped reports\n",
+		      o.first_full_ns ? (o.first_full_ns - loaded_ns) / 1e9 : -1.0,
+		      (unsigned long long)s.unmapped_events);
+	assert_true(s.unmapped_events >= 1); /* BPF reported the unknown code */
+	assert_true(o.first_full_ns != 0);
+	assert_true(o.first_full_ns - loaded_ns < 5000000000ULL);
+	assert_true(o.acc.samples >= 150);
+	assert_true(ratio(o.acc.full_chain, o.acc.samples) >= 0.9);
+
+	struct sampler_counters c;
+	assert_int_equal(sampler_counters_read(s.sampler, &c), 0);
+	print_message("# stops: no mapping %llu, fp invalid %llu, depth %llu\n",
+		      (unsigned long long)c.unwind.stops[UNWIND_STOP_NO_MAPPING],
+		      (unsigned long long)c.unwind.stops[UNWIND_STOP_FP_INVALID],
+		      (unsigned long long)c.unwind.stops[UNWIND_STOP_DEPTH]);
+	symtab_free(&t);
+	unwind_session_close(&s);
+}
+
+/* Anonymous executable code (a JIT trampoline keeping a standard frame) is stepped through
+ * by validated frame pointers: the chain continues below it, no garbage frames. */
+static void test_jit_region(void **state)
+{
+	static const char *const args[] = { "--mode", "jit", NULL };
+	struct unwind_session s;
+	struct nofp_workload n;
+	struct symtab t = { 0 };
+	char line[256];
+	(void)state;
+
+	open_session(&s, SYSOM_UNWINDER_HYBRID);
+	assert_int_equal(nofp_workload_start(&n, 4.0, args), 0);
+	assert_int_equal(nofp_workload_expect(&n, "jit ", line, sizeof(line), 5000), 0);
+	bool has_jit = false;
+	for (int i = 0; i < n.chain_len; i++)
+		has_jit |= strcmp(n.chain[i], "[jit]") == 0;
+	assert_true(has_jit);
+	assert_int_equal(symtab_load_process(&t, n.w.pid), 0);
+	struct observed o = { .n = &n, .t = &t };
+	struct unwind_session *ss[] = { &s };
+	struct observed *os[] = { &o };
+	run_sessions(ss, os, 1, 3.5);
+	workload_wait(&n.w);
+	unwind_session_drain(&s, collect, &o);
+
+	print_accuracy("jit", &o.acc);
+	assert_true(o.acc.samples >= 200);
+	assert_true(ratio(o.acc.full_chain, o.acc.samples) >= 0.97);
+	assert_true(ratio(o.acc.stop[SYSOM_STOP_COMPLETE], o.acc.samples) >= 0.97);
+	symtab_free(&t);
+	unwind_session_close(&s);
+}
+
+static void copy_file(const char *from, const char *to)
+{
+	char cmd[2 * PATH_MAX + 32];
+
+	snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", from, to);
+	assert_int_equal(system(cmd), 0);
+}
+
+/* The executable and library are deleted while running: tables come from the mapped files. */
+static void test_deleted_files(void **state)
+{
+	char dir[] = "/tmp/sysom-unwind-XXXXXX", fixtures[256], path[PATH_MAX];
+	const char *old_build = getenv("SYSOM_BUILD");
+	char saved_build[PATH_MAX];
+	struct unwind_session s;
+	struct nofp_workload n;
+	struct symtab t = { 0 };
+	(void)state;
+
+	snprintf(saved_build, sizeof(saved_build), "%s", old_build ? old_build : "build");
+	assert_non_null(mkdtemp(dir));
+	snprintf(fixtures, sizeof(fixtures), "%s/tests/fixtures", dir);
+	snprintf(path, sizeof(path), "mkdir -p '%s'", fixtures);
+	assert_int_equal(system(path), 0);
+	const char *const files[] = { "nofp_workload", "libsysom_nofp.so" };
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "%s/%s", fixtures, files[i]);
+		copy_file(fixture_path(files[i]), path);
+	}
+	setenv("SYSOM_BUILD", dir, 1);
+	int rc = nofp_workload_start(&n, 4.0, NULL);
+	setenv("SYSOM_BUILD", saved_build, 1);
+	assert_int_equal(rc, 0);
+	assert_int_equal(symtab_load_process(&t, n.w.pid), 0);
+	fixture_tmpdir_remove(dir); /* the running process keeps the deleted inodes mapped */
+
+	open_session(&s, SYSOM_UNWINDER_HYBRID);
+	struct observed o = { .n = &n, .t = &t };
+	struct unwind_session *ss[] = { &s };
+	struct observed *os[] = { &o };
+	run_sessions(ss, os, 1, 3.0);
+	workload_wait(&n.w);
+	unwind_session_drain(&s, collect, &o);
+
+	print_accuracy("deleted files", &o.acc);
+	assert_true(o.acc.samples >= 150);
+	assert_true(ratio(o.acc.full_chain, o.acc.samples) >= 0.97);
+	symtab_free(&t);
+	unwind_session_close(&s);
+}
+
+/* Two processes share one table per file; tables outlive their last user by the grace
+ * period, then are dropped. */
+static void test_tables_shared_and_dropped(void **state)
+{
+	struct unwind_session s;
+	struct nofp_workload a, b;
+	struct unwinder_stats one, two, after;
+	(void)state;
+
+	open_session(&s, SYSOM_UNWINDER_HYBRID);
+	assert_int_equal(nofp_workload_start(&a, 2.0, NULL), 0);
+	usleep(500000);
+	unwind_session_drain(&s, ignore_entry, NULL);
+	unwinder_stats_read(s.unwinder, &one);
+	assert_int_equal(nofp_workload_start(&b, 1.5, NULL), 0);
+	usleep(500000);
+	unwind_session_drain(&s, ignore_entry, NULL);
+	unwinder_stats_read(s.unwinder, &two);
+	/* The second process maps the same files: nothing new was compiled for it. */
+	print_message("# builds: %llu after the first process, %llu after the second\n",
+		      (unsigned long long)one.builds, (unsigned long long)two.builds);
+	assert_true(one.builds >= 3); /* executable, libsysom_nofp.so, libc (at least) */
+	assert_true(two.processes >= 2);
+	assert_int_equal(two.builds, one.builds);
+
+	workload_wait(&a.w);
+	workload_wait(&b.w);
+	/* Exit events, then the drain after the one that saw them forgets the processes. */
+	for (int i = 0; i < 3; i++)
+		unwind_session_drain(&s, ignore_entry, NULL);
+	unwinder_sweep(s.unwinder, host_monotonic_ns() + 61ULL * 1000000000ULL);
+	unwinder_stats_read(s.unwinder, &after);
+	print_message("# tables %u → %u after both exited (%llu dropped)\n", two.tables,
+		      after.tables, (unsigned long long)after.tables_dropped);
+	/* Their executable and library are mapped by nobody else any more. */
+	assert_true(after.tables_dropped >= 2);
+	assert_true(after.tables <= two.tables - 2);
+	unwind_session_close(&s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_nofp_chain_hybrid_vs_fp),
+		cmocka_unit_test(test_dlopen_found),
+		cmocka_unit_test(test_jit_region),
+		cmocka_unit_test(test_deleted_files),
+		cmocka_unit_test(test_tables_shared_and_dropped),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
