@@ -18,7 +18,9 @@
 #include "agent/host.h"
 #include "agent/http_client.h"
 #include "agent/kernel.h"
+#include "agent/proctrack.h"
 #include "agent/sampler.h"
+#include "agent/unwinder.h"
 #include "common/error.h"
 
 #ifndef CAP_PERFMON
@@ -121,6 +123,57 @@ static void check_perf_event(FILE *out, int *failed)
 	       "(perf_event_paranoid=%s)", paranoid);
 }
 
+/* Publishes this very process to the hybrid unwinder: its tables compile and load for real. */
+struct own_publish {
+	struct unwinder *u;
+	int rc;
+};
+
+static void on_own_mappings(void *ctx, const struct pt_process *proc)
+{
+	struct own_publish *p = ctx;
+
+	p->rc = unwinder_publish(p->u, proc);
+}
+
+static void check_unwinder(FILE *out, int *failed, struct sampler *s,
+			   const struct agent_config *cfg)
+{
+	struct own_publish state = { .rc = -ENOENT };
+	struct unwinder_options uo;
+	struct sampler_unwind_maps maps;
+	struct proctrack_options po;
+	struct proctrack *pt = NULL;
+	struct unwinder_stats st;
+	int rc;
+
+	unwinder_options_default(&uo);
+	uo.max_rows = cfg->unwind_table_bytes / sizeof(struct unwind_row);
+	sampler_unwind_maps(s, &maps);
+	if ((rc = unwinder_new(&uo, &maps, &state.u))) {
+		report(out, failed, FAIL, "unwinder", "cannot create: %s", sysom_strerror(rc));
+		return;
+	}
+	proctrack_options_default(&po);
+	po.on_mappings = on_own_mappings;
+	po.mappings_ctx = &state;
+	if ((rc = proctrack_new(&po, &pt)) == 0)
+		proctrack_get(pt, (uint32_t)getpid(), 0);
+	unwinder_stats_read(state.u, &st);
+	if (rc || state.rc)
+		report(out, failed, FAIL, "unwinder", "cannot publish this process: %s",
+		       sysom_strerror(rc ? rc : state.rc));
+	else if (st.tables == 0)
+		report(out, failed, WARN, "unwinder", "no unwind table could be built for this "
+		       "process (%llu failures): frame pointers only", (unsigned long long)st.build_failures);
+	else
+		report(out, failed, OK, "unwinder", "hybrid: %u tables, %llu rows for this process "
+		       "compiled and loaded in %.1f ms", st.tables, (unsigned long long)st.rows,
+		       st.build_ns / 1e6);
+	proctrack_free(pt);
+	unwinder_free(state.u);
+}
+
 static void check_bpf(FILE *out, int *failed, const struct agent_config *cfg)
 {
 	struct sampler_options so;
@@ -132,6 +185,7 @@ static void check_bpf(FILE *out, int *failed, const struct agent_config *cfg)
 	so.sample_rate = cfg->sample_rate;
 	so.max_stacks = 64;
 	so.max_sample_keys = 64;
+	so.unwinder = strcmp(cfg->unwinder, "fp") == 0 ? SYSOM_UNWINDER_FP : SYSOM_UNWINDER_HYBRID;
 	int rc = sampler_open(&so, NULL, NULL, &s, err, sizeof(err));
 	if (rc) {
 		report(out, failed, FAIL, "bpf", "%s", err);
@@ -139,6 +193,11 @@ static void check_bpf(FILE *out, int *failed, const struct agent_config *cfg)
 	}
 	report(out, failed, OK, "bpf", "sampler loaded and attached to %u CPUs",
 	       sampler_attached_cpus(s));
+	if (so.unwinder == SYSOM_UNWINDER_HYBRID)
+		check_unwinder(out, failed, s, cfg);
+	else
+		report(out, failed, WARN, "unwinder", "frame pointers only (--unwinder fp): code "
+		       "built without them gets one- or two-frame user stacks");
 	sampler_close(s);
 }
 

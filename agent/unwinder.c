@@ -94,7 +94,7 @@ static bool file_eq(const void *ctx, uint32_t idx)
 	return same_id(&l->u->files[idx]->id, l->id);
 }
 
-static struct unwind_file *find_file(struct unwinder *u, const struct sysom_build_id *id)
+static struct unwind_file *find_file(const struct unwinder *u, const struct sysom_build_id *id)
 {
 	struct file_lookup l = { .u = u, .id = id };
 	uint32_t idx = hash_index_find(&u->file_index, id_hash(id), file_eq, &l);
@@ -427,6 +427,17 @@ void unwinder_stats_read(const struct unwinder *u, struct unwinder_stats *out)
 	*out = u->stats;
 	out->files = u->nfiles;
 	out->processes = u->nprocs;
+}
+
+int unwinder_file_info(const struct unwinder *u, const struct sysom_build_id *id,
+		       struct unwinder_file_info *out)
+{
+	const struct unwind_file *f = find_file(u, id);
+
+	if (!f)
+		return -ENOENT;
+	*out = (struct unwinder_file_info){ .file_id = f->file_id, .nrows = f->nrows, .refs = f->refs };
+	return 0;
 }
 
 int unwinder_new(const struct unwinder_options *opts, const struct sampler_unwind_maps *maps,

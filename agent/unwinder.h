@@ -65,4 +65,15 @@ void unwinder_sweep(struct unwinder *u, uint64_t now_ns);
 
 void unwinder_stats_read(const struct unwinder *u, struct unwinder_stats *out);
 
+/* What the unwinder holds for one file. */
+struct unwinder_file_info {
+	uint32_t file_id; /* 0: no table (no CFI, unreadable, over budget) */
+	uint32_t nrows;
+	uint32_t refs;    /* published processes mapping it */
+};
+
+/* 0 and *out for a known file, -ENOENT otherwise (never seen, or dropped). */
+int unwinder_file_info(const struct unwinder *u, const struct sysom_build_id *id,
+		       struct unwinder_file_info *out);
+
 #endif

@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "agent/host.h"
+#include "common/elf_buildid.h"
 #include "tests/support/batch_fixture.h"
 #include "tests/support/unwind_session.h"
 
@@ -86,6 +87,16 @@ static void open_session(struct unwind_session *s, enum sysom_unwinder mode)
 	if (rc)
 		print_error("unwind_session_open: %s\n", err);
 	assert_int_equal(rc, 0);
+	/* Publish what already runs (this test process, the rest of the machine) now: the
+	 * agent compiles tables on its loop, so a big process first sampled at the same time as
+	 * the workload would delay the workload's publication (its samples then take frame
+	 * pointers). The test process predates the sampler: generation 0. */
+	proctrack_on_new(s->pt, (uint32_t)getpid(), 0);
+	uint64_t end = host_monotonic_ns() + 500000000ULL;
+	while (host_monotonic_ns() < end) {
+		usleep(10000);
+		unwind_session_poll(s);
+	}
 }
 
 static double ratio(uint64_t a, uint64_t b)
@@ -124,7 +135,7 @@ static void test_nofp_chain_hybrid_vs_fp(void **state)
 	assert_true(n.chain_len >= 10);
 	assert_int_equal(symtab_load_process(&t, n.w.pid), 0);
 
-	struct observed ofp = { .n = &n, .t = &t }, ohy = { .n = &n, .t = &t };
+	struct observed ofp = { .n = &n, .t = &t }, ohy = { .n = &n, .t = &t, .acc.label = "hybrid" };
 	struct unwind_session *ss[] = { &fp, &hybrid };
 	struct observed *os[] = { &ofp, &ohy };
 	run_sessions(ss, os, 2, 3.5);
@@ -137,15 +148,19 @@ static void test_nofp_chain_hybrid_vs_fp(void **state)
 	assert_int_equal(sampler_counters_read(hybrid.sampler, &c), 0);
 	unwinder_stats_read(hybrid.unwinder, &us);
 	print_message("# hybrid: %llu frames (%llu CFI, %llu FP, %llu from cached markers), "
-		      "%llu markers set; %u tables, %llu rows, built in %.1f ms\n",
+		      "%llu markers set; %u tables, %llu rows, built in %.1f ms; %llu unwinds, "
+		      "%llu by frame pointers before publication, %llu tail-call failures\n",
 		      (unsigned long long)c.unwind.frames, (unsigned long long)c.unwind.frames_dwarf,
 		      (unsigned long long)c.unwind.frames_fp,
 		      (unsigned long long)c.unwind.frames_cached,
 		      (unsigned long long)c.unwind.markers_set, us.tables,
-		      (unsigned long long)us.rows, us.build_ns / 1e6);
+		      (unsigned long long)us.rows, us.build_ns / 1e6,
+		      (unsigned long long)c.unwind.unwinds,
+		      (unsigned long long)c.unwind.fallback_no_proc,
+		      (unsigned long long)c.unwind.stops[UNWIND_STOP_TAIL_CALLS]);
 
 	/* ~99 Hz over ~3.5 s of one busy thread, nearly all of it in the leaf. */
-	assert_true(ohy.acc.samples >= 200);
+	assert_true(ohy.acc.samples >= 100);
 	assert_true(ratio(ohy.acc.full_chain, ohy.acc.samples) >= 0.97);
 	assert_true(ratio(ohy.acc.frames_found, ohy.acc.frames_expected) >= 0.99);
 	/* Frame pointers cannot unwind this code: the comparison is the point of the test. */
@@ -175,7 +190,7 @@ static void test_dlopen_found(void **state)
 	open_session(&s, SYSOM_UNWINDER_HYBRID);
 	assert_int_equal(nofp_workload_start(&n, 6.0, args), 0);
 	assert_string_equal(n.chain[0], "late_nofp_leaf_spin");
-	struct observed o = { .n = &n, .t = &t };
+	struct observed o = { .n = &n, .t = &t, .acc.label = "hybrid" };
 	struct unwind_session *ss[] = { &s };
 	struct observed *os[] = { &o };
 	/* Sample the executable-only phase, so the process is published before the dlopen. */
@@ -194,7 +209,7 @@ static void test_dlopen_found(void **state)
 	assert_true(s.unmapped_events >= 1); /* BPF reported the unknown code */
 	assert_true(o.first_full_ns != 0);
 	assert_true(o.first_full_ns - loaded_ns < 5000000000ULL);
-	assert_true(o.acc.samples >= 150);
+	assert_true(o.acc.samples >= 100);
 	assert_true(ratio(o.acc.full_chain, o.acc.samples) >= 0.9);
 
 	struct sampler_counters c;
@@ -226,7 +241,7 @@ static void test_jit_region(void **state)
 		has_jit |= strcmp(n.chain[i], "[jit]") == 0;
 	assert_true(has_jit);
 	assert_int_equal(symtab_load_process(&t, n.w.pid), 0);
-	struct observed o = { .n = &n, .t = &t };
+	struct observed o = { .n = &n, .t = &t, .acc.label = "hybrid" };
 	struct unwind_session *ss[] = { &s };
 	struct observed *os[] = { &o };
 	run_sessions(ss, os, 1, 3.5);
@@ -234,7 +249,7 @@ static void test_jit_region(void **state)
 	unwind_session_drain(&s, collect, &o);
 
 	print_accuracy("jit", &o.acc);
-	assert_true(o.acc.samples >= 200);
+	assert_true(o.acc.samples >= 100);
 	assert_true(ratio(o.acc.full_chain, o.acc.samples) >= 0.97);
 	assert_true(ratio(o.acc.stop[SYSOM_STOP_COMPLETE], o.acc.samples) >= 0.97);
 	symtab_free(&t);
@@ -270,6 +285,7 @@ static void test_deleted_files(void **state)
 		snprintf(path, sizeof(path), "%s/%s", fixtures, files[i]);
 		copy_file(fixture_path(files[i]), path);
 	}
+	open_session(&s, SYSOM_UNWINDER_HYBRID);
 	setenv("SYSOM_BUILD", dir, 1);
 	int rc = nofp_workload_start(&n, 4.0, NULL);
 	setenv("SYSOM_BUILD", saved_build, 1);
@@ -277,8 +293,9 @@ static void test_deleted_files(void **state)
 	assert_int_equal(symtab_load_process(&t, n.w.pid), 0);
 	fixture_tmpdir_remove(dir); /* the running process keeps the deleted inodes mapped */
 
-	open_session(&s, SYSOM_UNWINDER_HYBRID);
-	struct observed o = { .n = &n, .t = &t };
+	/* Events queued since the start are handled only now: the workload's mappings are read
+	 * and its tables compiled after its files were deleted. */
+	struct observed o = { .n = &n, .t = &t, .acc.label = "hybrid" };
 	struct unwind_session *ss[] = { &s };
 	struct observed *os[] = { &o };
 	run_sessions(ss, os, 1, 3.0);
@@ -286,10 +303,19 @@ static void test_deleted_files(void **state)
 	unwind_session_drain(&s, collect, &o);
 
 	print_accuracy("deleted files", &o.acc);
-	assert_true(o.acc.samples >= 150);
+	assert_true(o.acc.samples >= 100);
 	assert_true(ratio(o.acc.full_chain, o.acc.samples) >= 0.97);
 	symtab_free(&t);
 	unwind_session_close(&s);
+}
+
+static void library_build_id(struct sysom_build_id *id)
+{
+	int fd = open(fixture_path("libsysom_nofp.so"), O_RDONLY | O_CLOEXEC);
+
+	assert_true(fd >= 0);
+	assert_int_equal(sysom_elf_build_id(fd, id), 0);
+	close(fd);
 }
 
 /* Two processes share one table per file; tables outlive their last user by the grace
@@ -298,37 +324,48 @@ static void test_tables_shared_and_dropped(void **state)
 {
 	struct unwind_session s;
 	struct nofp_workload a, b;
-	struct unwinder_stats one, two, after;
+	struct sysom_build_id lib;
+	struct unwinder_file_info one, two, gone;
+	struct unwinder_stats before, after;
 	(void)state;
 
+	library_build_id(&lib);
 	open_session(&s, SYSOM_UNWINDER_HYBRID);
-	assert_int_equal(nofp_workload_start(&a, 2.0, NULL), 0);
+	assert_int_equal(nofp_workload_start(&a, 2.5, NULL), 0);
 	usleep(500000);
 	unwind_session_drain(&s, ignore_entry, NULL);
-	unwinder_stats_read(s.unwinder, &one);
+	assert_int_equal(unwinder_file_info(s.unwinder, &lib, &one), 0);
 	assert_int_equal(nofp_workload_start(&b, 1.5, NULL), 0);
 	usleep(500000);
 	unwind_session_drain(&s, ignore_entry, NULL);
-	unwinder_stats_read(s.unwinder, &two);
-	/* The second process maps the same files: nothing new was compiled for it. */
-	print_message("# builds: %llu after the first process, %llu after the second\n",
-		      (unsigned long long)one.builds, (unsigned long long)two.builds);
-	assert_true(one.builds >= 3); /* executable, libsysom_nofp.so, libc (at least) */
-	assert_true(two.processes >= 2);
-	assert_int_equal(two.builds, one.builds);
+	assert_int_equal(unwinder_file_info(s.unwinder, &lib, &two), 0);
+	print_message("# libsysom_nofp.so: table %u (%u rows), mapped by %u then %u processes\n",
+		      one.file_id, one.nrows, one.refs, two.refs);
+	assert_true(one.file_id != 0 && one.nrows > 0);
+	assert_int_equal(one.refs, 1);
+	/* The second process reuses the table compiled for the first. */
+	assert_int_equal(two.file_id, one.file_id);
+	assert_int_equal(two.refs, 2);
 
 	workload_wait(&a.w);
 	workload_wait(&b.w);
 	/* Exit events, then the drain after the one that saw them forgets the processes. */
 	for (int i = 0; i < 3; i++)
 		unwind_session_drain(&s, ignore_entry, NULL);
+	assert_int_equal(unwinder_file_info(s.unwinder, &lib, &gone), 0);
+	assert_int_equal(gone.refs, 0);
+	/* Within the grace period the table stays (a restarting process finds it)... */
+	unwinder_stats_read(s.unwinder, &before);
+	unwinder_sweep(s.unwinder, host_monotonic_ns());
+	assert_int_equal(unwinder_file_info(s.unwinder, &lib, &gone), 0);
+	/* ... after it, it is dropped from BPF. */
 	unwinder_sweep(s.unwinder, host_monotonic_ns() + 61ULL * 1000000000ULL);
 	unwinder_stats_read(s.unwinder, &after);
-	print_message("# tables %u → %u after both exited (%llu dropped)\n", two.tables,
+	print_message("# tables %u → %u after the grace period (%llu dropped)\n", before.tables,
 		      after.tables, (unsigned long long)after.tables_dropped);
-	/* Their executable and library are mapped by nobody else any more. */
-	assert_true(after.tables_dropped >= 2);
-	assert_true(after.tables <= two.tables - 2);
+	assert_int_equal(unwinder_file_info(s.unwinder, &lib, &gone), -ENOENT);
+	assert_true(after.tables_dropped >= 2); /* the executable and the library */
+	assert_true(after.tables < before.tables);
 	unwind_session_close(&s);
 }
 

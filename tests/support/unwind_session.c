@@ -179,29 +179,42 @@ fail:
 	return rc;
 }
 
-void chain_accuracy_add(struct chain_accuracy *a, const struct nofp_workload *n,
-			const struct symtab *t, const struct sysom_stack_trace *user, uint64_t count)
+void chain_accuracy_add_names(struct chain_accuracy *a, const struct nofp_workload *n,
+			      const char *const *names, int nframes, uint8_t stop_reason,
+			      uint64_t count)
 {
-	const char *leaf;
 	int found = 0;
 
-	if (!user || user->nframes == 0)
-		return;
-	leaf = symtab_name_at(t, user->ips[0]);
-	if (!leaf || strcmp(leaf, n->chain[0]) != 0)
+	if (nframes <= 0 || !names[0] || strcmp(names[0], n->chain[0]) != 0)
 		return;
 	/* The expected chain must appear in caller order; other frames (qsort's internals) may
 	 * sit between its functions. */
-	for (int i = 0; i < user->nframes && found < n->chain_len; i++) {
-		uint64_t pc = i == 0 ? user->ips[i] : user->ips[i] - 1;
-		const char *name = symtab_name_at(t, pc);
-		if (name && strcmp(name, n->chain[found]) == 0)
+	for (int i = 0; i < nframes && found < n->chain_len; i++)
+		if (names[i] && strcmp(names[i], n->chain[found]) == 0)
 			found++;
-	}
 	a->samples += count;
 	a->frames_expected += count * (uint64_t)n->chain_len;
 	a->frames_found += count * (uint64_t)found;
 	if (found == n->chain_len)
 		a->full_chain += count;
-	a->stop[user->stop_reason & 31] += count;
+	else if (a->label && getenv("SYSOM_DEBUG_CHAIN")) {
+		fprintf(stderr, "%s: partial (%llu, stop %u) at %.3f:", a->label,
+			(unsigned long long)count, stop_reason, host_monotonic_ns() / 1e9);
+		for (int i = 0; i < nframes; i++)
+			fprintf(stderr, " %s", names[i] ? names[i] : "?");
+		fprintf(stderr, "\n");
+	}
+	a->stop[stop_reason & 31] += count;
+}
+
+void chain_accuracy_add(struct chain_accuracy *a, const struct nofp_workload *n,
+			const struct symtab *t, const struct sysom_stack_trace *user, uint64_t count)
+{
+	const char *names[SYSOM_PROFILE_MAX_DEPTH];
+
+	if (!user)
+		return;
+	for (int i = 0; i < user->nframes && i < SYSOM_PROFILE_MAX_DEPTH; i++)
+		names[i] = symtab_name_at(t, i == 0 ? user->ips[i] : user->ips[i] - 1);
+	chain_accuracy_add_names(a, n, names, user->nframes, user->stop_reason, count);
 }

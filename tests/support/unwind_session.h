@@ -59,6 +59,7 @@ struct chain_accuracy {
 	uint64_t frames_expected; /* chain length x samples */
 	uint64_t frames_found;    /* expected frames recovered in order */
 	uint64_t stop[32];        /* leaf samples per stop reason */
+	const char *label;        /* set: SYSOM_DEBUG_CHAIN=1 prints partial stacks under it */
 };
 
 /*
@@ -67,5 +68,10 @@ struct chain_accuracy {
  */
 void chain_accuracy_add(struct chain_accuracy *a, const struct nofp_workload *n,
 			const struct symtab *t, const struct sysom_stack_trace *user, uint64_t count);
+
+/* The same for a stack already symbolized (names[i] NULL when unknown), e.g. by perf. */
+void chain_accuracy_add_names(struct chain_accuracy *a, const struct nofp_workload *n,
+			      const char *const *names, int nframes, uint8_t stop_reason,
+			      uint64_t count);
 
 #endif
