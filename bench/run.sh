@@ -19,3 +19,4 @@ for f in /lib/x86_64-linux-gnu/libc.so.6 /usr/lib/x86_64-linux-gnu/libstdc++.so.
 	[ -f "$f" ] && libs+=("$f")
 done
 "$build/bench/cfi_bench" --rounds 9 "${libs[@]}"
+SYSOM_BUILD="$build" "$build/bench/unwind_bench" --seconds 10 --rounds 7

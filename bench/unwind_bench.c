@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 
 #include "agent/host.h"
 #include "common/wire.h"
@@ -181,8 +182,9 @@ static double throughput(int mode, double seconds)
 	}
 	if (nofp_workload_start(&n, seconds, args) == 0) {
 		uint64_t end = host_monotonic_ns() + (uint64_t)((seconds + 10) * 1e9);
+		/* Events every 100 ms: enough to publish the workload, little CPU of our own. */
 		while (mode >= 0 && waitpid(n.w.pid, NULL, WNOHANG) == 0 && host_monotonic_ns() < end) {
-			usleep(10000);
+			usleep(100000);
 			unwind_session_poll(&s);
 		}
 		unsigned long long iters;
@@ -205,48 +207,41 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-int main(int argc, char **argv)
+struct accuracy_run {
+	struct chain_accuracy fp, hybrid, perf;
+	bool perf_ok;
+	int chain_len;
+	struct run_times rt_fp, rt_hy;
+	struct sampler_counters counters;
+	struct unwinder_stats unwinder;
+	double cached_frac[WINDOWS];
+	int windows;
+	double seconds;
+};
+
+/* One run of the workload sampled by FP, hybrid and perf at once. 0 or -1. */
+static int accuracy_run(double seconds, int stack_kb, bool use_perf, struct accuracy_run *out)
 {
-	double seconds = 10;
-	int rounds = 5;
-	bool use_perf = true;
 	struct unwind_session fp, hybrid;
 	struct nofp_workload n;
 	struct symtab t = { 0 };
-	struct run_times rt_fp = { 0 }, rt_hy = { 0 };
-	char err[256], perf_data[] = "/tmp/sysom-unwind-perf-XXXXXX";
-	double cached_frac[WINDOWS];
-	int windows = 0, rc = 1;
+	char err[256], stack_arg[16], perf_data[] = "/tmp/sysom-unwind-perf-XXXXXX";
 
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
-			seconds = atof(argv[++i]);
-		else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
-			rounds = atoi(argv[++i]);
-		else if (strcmp(argv[i], "--no-perf") == 0)
-			use_perf = false;
-		else {
-			fprintf(stderr, "usage: unwind_bench [--seconds S] [--rounds N] [--no-perf]\n");
-			return 2;
-		}
-	}
-	rt_fp.ns = calloc(MAX_RUNS, sizeof(uint64_t));
-	rt_hy.ns = calloc(MAX_RUNS, sizeof(uint64_t));
-	int stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
-	if (!rt_fp.ns || !rt_hy.ns || stats_fd < 0) {
-		fprintf(stderr, "cannot enable BPF run-time statistics (root needed)\n");
-		return 1;
-	}
+	snprintf(stack_arg, sizeof(stack_arg), "%d", stack_kb);
+	const char *const args[] = { "--threads", "2", "--stack-kb", stack_arg, NULL };
 	if (unwind_session_open(&fp, SYSOM_UNWINDER_FP, 99, 1.0, err, sizeof(err)) ||
 	    unwind_session_open(&hybrid, SYSOM_UNWINDER_HYBRID, 99, 1.0, err, sizeof(err))) {
 		fprintf(stderr, "session: %s\n", err);
-		return 1;
+		return -1;
 	}
-	static const char *const args[] = { "--threads", "2", NULL };
+	/* Publish this process before the workload starts (see tests/bpf/test_unwinder.c). */
+	proctrack_on_new(hybrid.pt, (uint32_t)getpid(), 0);
 	if (nofp_workload_start(&n, seconds + 3, args) || symtab_load_process(&t, n.w.pid)) {
 		fprintf(stderr, "cannot start the nofp workload (build it: make)\n");
-		return 1;
+		return -1;
 	}
+	out->chain_len = n.chain_len;
+	out->seconds = seconds;
 	int perf_fd = mkstemp(perf_data);
 	if (perf_fd >= 0)
 		close(perf_fd);
@@ -259,8 +254,8 @@ int main(int argc, char **argv)
 	uint64_t end = start + (uint64_t)(seconds * 1e9), ticks = 0;
 	while (host_monotonic_ns() < end) {
 		usleep(1000);
-		poll_run_times(&fp, &rt_fp);
-		poll_run_times(&hybrid, &rt_hy);
+		poll_run_times(&fp, &out->rt_fp);
+		poll_run_times(&hybrid, &out->rt_hy);
 		if (++ticks % 10 == 0) {
 			unwind_session_poll(&fp);
 			unwind_session_poll(&hybrid);
@@ -269,70 +264,123 @@ int main(int argc, char **argv)
 			next_drain += DRAIN_PERIOD_NS;
 			unwind_session_drain(&fp, collect, &cfp);
 			unwind_session_drain(&hybrid, collect, &chy);
-			if (sampler_counters_read(hybrid.sampler, &now) == 0 && windows < WINDOWS) {
+			if (sampler_counters_read(hybrid.sampler, &now) == 0 && out->windows < WINDOWS) {
 				uint64_t fr = now.unwind.frames - before.unwind.frames;
 				uint64_t ca = now.unwind.frames_cached - before.unwind.frames_cached;
-				cached_frac[windows++] = ratio(ca, fr);
+				out->cached_frac[out->windows++] = ratio(ca, fr);
 				before = now;
 			}
 		}
 	}
 	unwind_session_drain(&fp, collect, &cfp);
 	unwind_session_drain(&hybrid, collect, &chy);
-	sampler_counters_read(hybrid.sampler, &now);
-	struct unwinder_stats us;
-	unwinder_stats_read(hybrid.unwinder, &us);
-
-	struct chain_accuracy perf_acc = { 0 };
+	sampler_counters_read(hybrid.sampler, &out->counters);
+	unwinder_stats_read(hybrid.unwinder, &out->unwinder);
+	out->fp = cfp.acc;
+	out->hybrid = chy.acc;
 	if (perf > 0) {
 		int status;
 		waitpid(perf, &status, 0);
-		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
-		    score_perf(perf_data, &n, &perf_acc))
+		out->perf_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+			       score_perf(perf_data, &n, &out->perf) == 0;
+		if (!out->perf_ok)
 			fprintf(stderr, "perf record/script failed (is linux-perf installed?)\n");
 	}
 	unlink(perf_data);
 	workload_stop(&n.w);
-
-	printf("unwind_bench: nofp_workload (chain of %d functions, -O2 -fomit-frame-pointer, "
-	       "through qsort), 2 threads, %.0f s at 99 Hz, 100%% sampling; main thread scored\n",
-	       n.chain_len, seconds);
-	printf("\naccuracy (samples in the leaf)   samples stack accuracy frame accuracy\n");
-	print_accuracy("frame pointers (kernel)", &cfp.acc);
-	print_accuracy("sysom hybrid", &chy.acc);
-	if (perf > 0)
-		print_accuracy("perf --call-graph dwarf", &perf_acc);
-
-	uint64_t fp_med = percentile(rt_fp.ns, rt_fp.count, 0.5);
-	uint64_t fp_p99 = percentile(rt_fp.ns, rt_fp.count, 0.99);
-	uint64_t hy_med = percentile(rt_hy.ns, rt_hy.count, 0.5);
-	uint64_t hy_p99 = percentile(rt_hy.ns, rt_hy.count, 0.99);
-	printf("\nper-sample BPF run time (kernel BPF stats)  runs  median     p99    mean\n");
-	printf("  frame pointers                        %7u %6llu ns %6llu ns %6.0f ns\n", rt_fp.count,
-	       (unsigned long long)fp_med, (unsigned long long)fp_p99,
-	       ratio(rt_fp.total_time, rt_fp.total_count));
-	printf("  hybrid                                %7u %6llu ns %6llu ns %6.0f ns\n", rt_hy.count,
-	       (unsigned long long)hy_med, (unsigned long long)hy_p99,
-	       ratio(rt_hy.total_time, rt_hy.total_count));
-	printf("  hybrid / frame pointers: median %.2fx, p99 %.2fx\n", ratio(hy_med, fp_med),
-	       ratio(hy_p99, fp_p99));
-
-	printf("\nhybrid unwinder: %llu frames, %.1f%% from cached markers, %.1f%% CFI, %.1f%% FP; "
-	       "%u tables, %llu rows (%.1f KiB), built in %.1f ms\n",
-	       (unsigned long long)now.unwind.frames,
-	       100 * ratio(now.unwind.frames_cached, now.unwind.frames),
-	       100 * ratio(now.unwind.frames_dwarf, now.unwind.frames),
-	       100 * ratio(now.unwind.frames_fp, now.unwind.frames), us.tables,
-	       (unsigned long long)us.rows, us.rows * 8 / 1024.0, us.build_ns / 1e6);
-	printf("marker convergence (frames served by cached markers per 0.25 s window):");
-	for (int i = 0; i < windows; i++)
-		if (i < 6 || i == windows - 1)
-			printf(" %s%.1f%%", i == windows - 1 && windows > 7 ? "... " : "",
-			       100 * cached_frac[i]);
-	printf("\n");
 	symtab_free(&t);
 	unwind_session_close(&hybrid);
 	unwind_session_close(&fp);
+	return 0;
+}
+
+static void print_run(const char *title, const struct accuracy_run *r)
+{
+	printf("\n%s\naccuracy (samples in the leaf)   samples stack accuracy frame accuracy\n", title);
+	print_accuracy("frame pointers (kernel)", &r->fp);
+	print_accuracy("sysom hybrid", &r->hybrid);
+	if (r->perf_ok)
+		print_accuracy("perf --call-graph dwarf", &r->perf);
+}
+
+int main(int argc, char **argv)
+{
+	double seconds = 10;
+	int rounds = 5, deep_kb = 32;
+	bool use_perf = true;
+	static struct accuracy_run shallow, deep;
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
+			seconds = atof(argv[++i]);
+		else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
+			rounds = atoi(argv[++i]);
+		else if (strcmp(argv[i], "--deep-stack-kb") == 0 && i + 1 < argc)
+			deep_kb = atoi(argv[++i]);
+		else if (strcmp(argv[i], "--no-perf") == 0)
+			use_perf = false;
+		else {
+			fprintf(stderr, "usage: unwind_bench [--seconds S] [--rounds N] "
+				"[--deep-stack-kb K] [--no-perf]\n");
+			return 2;
+		}
+	}
+	shallow.rt_fp.ns = calloc(MAX_RUNS, sizeof(uint64_t));
+	shallow.rt_hy.ns = calloc(MAX_RUNS, sizeof(uint64_t));
+	deep.rt_fp.ns = calloc(MAX_RUNS, sizeof(uint64_t));
+	deep.rt_hy.ns = calloc(MAX_RUNS, sizeof(uint64_t));
+	int stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+	if (!shallow.rt_fp.ns || !shallow.rt_hy.ns || !deep.rt_fp.ns || !deep.rt_hy.ns ||
+	    stats_fd < 0) {
+		fprintf(stderr, "cannot enable BPF run-time statistics (root needed)\n");
+		return 1;
+	}
+	if (accuracy_run(seconds, 0, use_perf, &shallow) ||
+	    accuracy_run(seconds, deep_kb, use_perf, &deep))
+		return 1;
+
+	printf("unwind_bench: nofp_workload (chain of %d functions, -O2 -fomit-frame-pointer, "
+	       "through qsort), 2 threads, %.0f s per run at 99 Hz, 100%% sampling, main thread "
+	       "scored; frame pointers, hybrid and perf sample the same run\n",
+	       shallow.chain_len, seconds);
+	print_run("run 1: shallow stack (main is ~1 KiB below the leaf)", &shallow);
+	char title[128];
+	snprintf(title, sizeof(title), "run 2: deep stack (main is %d KiB below the leaf, as under "
+		 "an interpreter)", deep_kb);
+	print_run(title, &deep);
+
+	struct run_times *fp = &shallow.rt_fp, *hy = &shallow.rt_hy;
+	uint64_t fp_med = percentile(fp->ns, fp->count, 0.5), fp_p99 = percentile(fp->ns, fp->count, 0.99);
+	uint64_t hy_med = percentile(hy->ns, hy->count, 0.5), hy_p99 = percentile(hy->ns, hy->count, 0.99);
+	printf("\nper-sample BPF run time, run 1 (kernel BPF stats)  runs  median      p99     mean\n");
+	printf("  frame pointers                               %7u %6llu ns %6llu ns %6.0f ns\n",
+	       fp->count, (unsigned long long)fp_med, (unsigned long long)fp_p99,
+	       ratio(fp->total_time, fp->total_count));
+	printf("  hybrid                                       %7u %6llu ns %6llu ns %6.0f ns\n",
+	       hy->count, (unsigned long long)hy_med, (unsigned long long)hy_p99,
+	       ratio(hy->total_time, hy->total_count));
+	printf("  hybrid / frame pointers: median %.2fx, p99 %.2fx, mean %.2fx\n",
+	       ratio(hy_med, fp_med), ratio(hy_p99, fp_p99),
+	       ratio(hy->total_time, hy->total_count) / ratio(fp->total_time, fp->total_count));
+	printf("  BPF time as a share of the CPUs' time: frame pointers %.4f%%, hybrid %.4f%%\n",
+	       100 * fp->total_time / (seconds * 1e9 * (double)libbpf_num_possible_cpus()),
+	       100 * hy->total_time / (seconds * 1e9 * (double)libbpf_num_possible_cpus()));
+
+	const struct sampler_counters *c = &shallow.counters;
+	printf("\nhybrid unwinder, run 1: %llu frames, %.1f%% from cached markers, %.1f%% CFI, %.1f%% FP; "
+	       "%u tables, %llu rows (%.1f KiB) for every process sampled, built in %.1f ms\n",
+	       (unsigned long long)c->unwind.frames,
+	       100 * ratio(c->unwind.frames_cached, c->unwind.frames),
+	       100 * ratio(c->unwind.frames_dwarf, c->unwind.frames),
+	       100 * ratio(c->unwind.frames_fp, c->unwind.frames), shallow.unwinder.tables,
+	       (unsigned long long)shallow.unwinder.rows, shallow.unwinder.rows * 8 / 1024.0,
+	       shallow.unwinder.build_ns / 1e6);
+	printf("marker convergence (frames served by cached markers per 0.25 s window):");
+	for (int i = 0; i < shallow.windows; i++)
+		if (i < 6 || i == shallow.windows - 1)
+			printf(" %s%.1f%%", i == shallow.windows - 1 && shallow.windows > 7 ? "... " : "",
+			       100 * shallow.cached_frac[i]);
+	printf("\n");
 
 	double ratios_fp[64], ratios_hy[64];
 	int nr = rounds < 64 ? rounds : 64;
@@ -359,9 +407,6 @@ int main(int argc, char **argv)
 	printf("\nthroughput at 99 Hz, 100%% sampling (%d rounds of %.1f s, median ratio to no "
 	       "sampler): frame pointers %.4f, hybrid %.4f\n", nr, seconds / 2,
 	       nr ? ratios_fp[nr / 2] : 0, nr ? ratios_hy[nr / 2] : 0);
-	rc = 0;
 	close(stats_fd);
-	free(rt_fp.ns);
-	free(rt_hy.ns);
-	return rc;
+	return 0;
 }

@@ -369,9 +369,22 @@ static void test_tables_shared_and_dropped(void **state)
 	unwind_session_close(&s);
 }
 
+/* The fixture is what the tests claim: chain functions use RBP as a general register. */
+static void test_fixture_uses_rbp_as_register(void **state)
+{
+	char cmd[PATH_MAX + 64];
+	const char *build = getenv("SYSOM_BUILD");
+	(void)state;
+
+	snprintf(cmd, sizeof(cmd), "tests/fixtures/nofp/check_rbp.sh '%s' >/dev/null",
+		 build ? build : "build");
+	assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_fixture_uses_rbp_as_register),
 		cmocka_unit_test(test_nofp_chain_hybrid_vs_fp),
 		cmocka_unit_test(test_dlopen_found),
 		cmocka_unit_test(test_jit_region),
