@@ -369,6 +369,86 @@ static void test_tables_shared_and_dropped(void **state)
 	unwind_session_close(&s);
 }
 
+/* Samples of the frame-pointer chain_workload whose user stack holds its whole chain. */
+struct fp_chain_tally {
+	pid_t pid;
+	const struct symtab *t;
+	uint64_t samples, with_chain, fallback_stacks;
+};
+
+static int tally_fp_chain(void *ctx, const struct sampler_entry *e)
+{
+	static const char *const chain[] = { "chain_level_6", "chain_level_5", "chain_level_4",
+					     "chain_level_3", "chain_level_2", "chain_level_1",
+					     "run_worker" };
+	struct fp_chain_tally *c = ctx;
+	size_t next = 0;
+
+	if (e->key->tgid != (uint32_t)c->pid || !e->user || !e->user->nframes)
+		return 0;
+	c->samples += e->count;
+	for (uint16_t i = 0; i < e->user->nframes && next < 7; i++) {
+		const char *name = symtab_name_at(c->t, i ? e->user->ips[i] - 1 : e->user->ips[i]);
+		if (name && strcmp(name, chain[next]) == 0)
+			next++;
+	}
+	if (next == 7)
+		c->with_chain += e->count;
+	return 0;
+}
+
+/* A binary with frame pointers but no .eh_frame at all still unwinds (validated frame
+ * pointers, no table). */
+static void test_frame_pointers_without_eh_frame(void **state)
+{
+	char dir[] = "/tmp/sysom-noeh-XXXXXX", fixtures[256], cmd[2 * PATH_MAX + 128];
+	const char *old_build = getenv("SYSOM_BUILD");
+	char saved_build[PATH_MAX];
+	struct unwind_session s;
+	struct workload w;
+	struct symtab t = { 0 };
+	struct sampler_counters c;
+	(void)state;
+
+	snprintf(saved_build, sizeof(saved_build), "%s", old_build ? old_build : "build");
+	assert_non_null(mkdtemp(dir));
+	snprintf(fixtures, sizeof(fixtures), "%s/tests/fixtures", dir);
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s' && objcopy --remove-section .eh_frame "
+		 "--remove-section .eh_frame_hdr '%s' '%s/chain_workload'", fixtures,
+		 fixture_path("chain_workload"), fixtures);
+	assert_int_equal(system(cmd), 0);
+	snprintf(cmd, sizeof(cmd), "readelf -S '%s/chain_workload' | grep -q eh_frame", fixtures);
+	assert_int_not_equal(system(cmd), 0); /* really gone */
+
+	open_session(&s, SYSOM_UNWINDER_HYBRID);
+	setenv("SYSOM_BUILD", dir, 1);
+	int rc = workload_start(&w, 3.0, NULL);
+	setenv("SYSOM_BUILD", saved_build, 1);
+	assert_int_equal(rc, 0);
+	assert_int_equal(symtab_load_process(&t, w.pid), 0);
+	struct fp_chain_tally tally = { .pid = w.pid, .t = &t };
+	uint64_t end = host_monotonic_ns() + 2500000000ULL;
+	while (host_monotonic_ns() < end) {
+		for (int i = 0; i < 25; i++) {
+			usleep(10000);
+			unwind_session_poll(&s);
+		}
+		unwind_session_drain(&s, tally_fp_chain, &tally);
+	}
+	workload_wait(&w);
+	unwind_session_drain(&s, tally_fp_chain, &tally);
+	assert_int_equal(sampler_counters_read(s.sampler, &c), 0);
+	print_message("# no .eh_frame: %llu samples, %llu with the whole chain; %llu frames by "
+		      "frame pointer\n", (unsigned long long)tally.samples,
+		      (unsigned long long)tally.with_chain, (unsigned long long)c.unwind.frames_fp);
+	assert_true(tally.samples >= 100);
+	assert_true(ratio(tally.with_chain, tally.samples) >= 0.97);
+	assert_true(c.unwind.frames_fp > 0);
+	symtab_free(&t);
+	fixture_tmpdir_remove(dir);
+	unwind_session_close(&s);
+}
+
 /* The fixture is what the tests claim: chain functions use RBP as a general register. */
 static void test_fixture_uses_rbp_as_register(void **state)
 {
@@ -390,6 +470,7 @@ int main(void)
 		cmocka_unit_test(test_jit_region),
 		cmocka_unit_test(test_deleted_files),
 		cmocka_unit_test(test_tables_shared_and_dropped),
+		cmocka_unit_test(test_frame_pointers_without_eh_frame),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
