@@ -72,6 +72,18 @@ static void run_sessions(struct unwind_session *const *sessions, struct observed
 	}
 }
 
+/* Samples workload `n` alone for `seconds` with `s`, until it exits, scored into `o`. */
+static void sample_workload(struct unwind_session *s, struct nofp_workload *n,
+			    struct observed *o, double seconds)
+{
+	struct unwind_session *ss[] = { s };
+	struct observed *os[] = { o };
+
+	run_sessions(ss, os, 1, seconds);
+	workload_wait(&n->w);
+	unwind_session_drain(s, collect, o);
+}
+
 static int ignore_entry(void *ctx, const struct sampler_entry *e)
 {
 	(void)ctx;
@@ -242,11 +254,7 @@ static void test_jit_region(void **state)
 	assert_true(has_jit);
 	assert_int_equal(symtab_load_process(&t, n.w.pid), 0);
 	struct observed o = { .n = &n, .t = &t, .acc.label = "hybrid" };
-	struct unwind_session *ss[] = { &s };
-	struct observed *os[] = { &o };
-	run_sessions(ss, os, 1, 3.5);
-	workload_wait(&n.w);
-	unwind_session_drain(&s, collect, &o);
+	sample_workload(&s, &n, &o, 3.5);
 
 	print_accuracy("jit", &o.acc);
 	assert_true(o.acc.samples >= 100);
@@ -296,11 +304,7 @@ static void test_deleted_files(void **state)
 	/* Events queued since the start are handled only now: the workload's mappings are read
 	 * and its tables compiled after its files were deleted. */
 	struct observed o = { .n = &n, .t = &t, .acc.label = "hybrid" };
-	struct unwind_session *ss[] = { &s };
-	struct observed *os[] = { &o };
-	run_sessions(ss, os, 1, 3.0);
-	workload_wait(&n.w);
-	unwind_session_drain(&s, collect, &o);
+	sample_workload(&s, &n, &o, 3.0);
 
 	print_accuracy("deleted files", &o.acc);
 	assert_true(o.acc.samples >= 100);

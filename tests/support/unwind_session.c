@@ -131,37 +131,12 @@ int nofp_workload_expect(struct nofp_workload *n, const char *prefix, char *line
 
 int nofp_workload_start(struct nofp_workload *n, double seconds, const char *const *args)
 {
-	const char *binary = fixture_path("nofp_workload");
-	const char *argv[32];
-	char secs[32], line[1024];
-	int pipefd[2], argc = 0, rc;
+	char line[1024];
+	int rc;
 
 	memset(n, 0, sizeof(*n));
-	n->w.pid = -1;
-	n->w.stdout_fd = -1;
-	snprintf(secs, sizeof(secs), "%.3f", seconds);
-	argv[argc++] = binary;
-	argv[argc++] = secs;
-	for (int i = 0; args && args[i] && argc < 30; i++)
-		argv[argc++] = args[i];
-	argv[argc] = NULL;
-	if (pipe2(pipefd, O_CLOEXEC))
-		return -errno;
-	pid_t pid = fork();
-	if (pid < 0) {
-		rc = -errno;
-		close(pipefd[0]);
-		close(pipefd[1]);
+	if ((rc = workload_spawn(&n->w, fixture_path("nofp_workload"), seconds, args)))
 		return rc;
-	}
-	if (pid == 0) {
-		dup2(pipefd[1], STDOUT_FILENO);
-		execv(binary, (char *const *)argv);
-		_exit(127);
-	}
-	close(pipefd[1]);
-	n->w.pid = pid;
-	n->w.stdout_fd = pipefd[0];
 	if ((rc = nofp_workload_expect(n, "ready ", line, sizeof(line), 10000)) ||
 	    (rc = nofp_workload_expect(n, "chain ", line, sizeof(line), 10000)))
 		goto fail;

@@ -67,16 +67,16 @@ static void fill_sizes(struct workload *w, const char *binary, uint64_t *link_ad
 	pclose(nm);
 }
 
-int workload_start(struct workload *w, double seconds, const char *const *args)
+int workload_spawn(struct workload *w, const char *binary, double seconds,
+		   const char *const *args)
 {
-	const char *binary = fixture_path("chain_workload");
-	char secs[32], line[256];
+	char secs[32];
 	const char *argv[32];
 	int pipefd[2], argc = 0, rc;
-	uint64_t link_addr[WORKLOAD_MAX_FUNCTIONS] = { 0 };
 
 	memset(w, 0, sizeof(*w));
 	w->pid = -1;
+	w->stdout_fd = -1;
 	snprintf(secs, sizeof(secs), "%.3f", seconds);
 	argv[argc++] = binary;
 	argv[argc++] = secs;
@@ -100,6 +100,18 @@ int workload_start(struct workload *w, double seconds, const char *const *args)
 	close(pipefd[1]);
 	w->pid = pid;
 	w->stdout_fd = pipefd[0];
+	return 0;
+}
+
+int workload_start(struct workload *w, double seconds, const char *const *args)
+{
+	const char *binary = fixture_path("chain_workload");
+	char line[256];
+	int rc;
+	uint64_t link_addr[WORKLOAD_MAX_FUNCTIONS] = { 0 };
+
+	if ((rc = workload_spawn(w, binary, seconds, args)))
+		return rc;
 	for (;;) {
 		rc = workload_read_line(w->stdout_fd, line, sizeof(line), 10000);
 		if (rc < 0)

@@ -28,6 +28,13 @@ struct workload {
  */
 int workload_start(struct workload *w, double seconds, const char *const *args);
 
+/*
+ * Starts `BINARY SECONDS ARGS...` (ARGS NULL-terminated) with its stdout on w->stdout_fd,
+ * without reading anything. 0 or -errno.
+ */
+int workload_spawn(struct workload *w, const char *binary, double seconds,
+		   const char *const *args);
+
 /* Waits for the workload to exit; returns its exit status or -errno. */
 int workload_wait(struct workload *w);
 
