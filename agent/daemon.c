@@ -31,6 +31,7 @@ struct agent {
 	char *const *argv;
 	uv_loop_t loop;
 	uv_timer_t drain_timer, batch_timer, duration_timer;
+	uv_timer_t unwind_timer; /* continues compiling queued unwind tables */
 	uv_signal_t sig_term, sig_int, sig_hup;
 	uv_poll_t events_poll;
 	bool events_poll_started;
@@ -87,6 +88,8 @@ static void on_proc_event(void *ctx, const struct sysom_proc_event *ev)
 		break;
 	}
 }
+
+static void unwinder_step(struct agent *a);
 
 /* proctrack read a process's mappings: publish them (and build tables) for the unwinder. */
 static void on_mappings(void *ctx, const struct pt_process *proc)
@@ -343,8 +346,10 @@ static void agent_drain(struct agent *a)
 	batcher_add_counter(a->batcher, SYSOM_COUNTER_DISTINCT_KEYS, st.entries);
 	fold_counters(a);
 	proctrack_after_drain(a->pt);
-	if (a->unwinder)
+	if (a->unwinder) {
 		unwinder_sweep(a->unwinder, host_monotonic_ns());
+		unwinder_step(a);
+	}
 	rc = sampler_sync_cpus(a->sampler);
 	if (rc > 0)
 		log_info("CPU hotplug: now sampling %u CPUs", sampler_attached_cpus(a->sampler));
@@ -415,6 +420,7 @@ static void agent_shutdown(struct agent *a, const char *why)
 	uv_timer_stop(&a->drain_timer);
 	uv_timer_stop(&a->batch_timer);
 	uv_timer_stop(&a->duration_timer);
+	uv_timer_stop(&a->unwind_timer);
 	if (a->events_poll_started)
 		uv_poll_stop(&a->events_poll);
 	/* Symbols first: they can wait for the next start (resumable), batches should not. */
@@ -431,6 +437,7 @@ static void agent_shutdown(struct agent *a, const char *why)
 	uv_close((uv_handle_t *)&a->drain_timer, on_close_noop);
 	uv_close((uv_handle_t *)&a->batch_timer, on_close_noop);
 	uv_close((uv_handle_t *)&a->duration_timer, on_close_noop);
+	uv_close((uv_handle_t *)&a->unwind_timer, on_close_noop);
 	uv_close((uv_handle_t *)&a->sig_term, on_close_noop);
 	uv_close((uv_handle_t *)&a->sig_int, on_close_noop);
 	uv_close((uv_handle_t *)&a->sig_hup, on_close_noop);
@@ -453,6 +460,24 @@ static void on_duration_timer(uv_timer_t *t)
 	agent_shutdown(t->data, "duration reached");
 }
 
+/* Time the loop spends compiling unwind tables per turn (then it yields for a millisecond). */
+#define UNWIND_WORK_BUDGET_NS (20ULL * 1000000ULL)
+
+static void on_unwind_timer(uv_timer_t *t);
+
+/* Compiles queued unwind tables for a bounded time; schedules itself while some remain. */
+static void unwinder_step(struct agent *a)
+{
+	if (a->unwinder && !a->stopping && unwinder_work(a->unwinder, UNWIND_WORK_BUDGET_NS) > 0 &&
+	    !uv_is_active((uv_handle_t *)&a->unwind_timer))
+		uv_timer_start(&a->unwind_timer, on_unwind_timer, 1, 0);
+}
+
+static void on_unwind_timer(uv_timer_t *t)
+{
+	unwinder_step(t->data);
+}
+
 static void on_events(uv_poll_t *p, int status, int events)
 {
 	struct agent *a = p->data;
@@ -465,6 +490,7 @@ static void on_events(uv_poll_t *p, int status, int events)
 	int rc = sampler_poll_events(a->sampler);
 	if (rc < 0)
 		log_warn("reading process events failed: %s", sysom_strerror(rc));
+	unwinder_step(a);
 }
 
 static void on_stop_signal(uv_signal_t *s, int signum)
@@ -793,7 +819,9 @@ static int agent_loop_setup(struct agent *a)
 	uv_timer_init(&a->loop, &a->drain_timer);
 	uv_timer_init(&a->loop, &a->batch_timer);
 	uv_timer_init(&a->loop, &a->duration_timer);
+	uv_timer_init(&a->loop, &a->unwind_timer);
 	a->drain_timer.data = a->batch_timer.data = a->duration_timer.data = a;
+	a->unwind_timer.data = a;
 	uv_signal_init(&a->loop, &a->sig_term);
 	uv_signal_init(&a->loop, &a->sig_int);
 	uv_signal_init(&a->loop, &a->sig_hup);
@@ -833,6 +861,7 @@ int agent_daemon_run(struct agent_config *config, int argc, char *const argv[])
 		uv_close((uv_handle_t *)&a.drain_timer, on_close_noop);
 		uv_close((uv_handle_t *)&a.batch_timer, on_close_noop);
 		uv_close((uv_handle_t *)&a.duration_timer, on_close_noop);
+		uv_close((uv_handle_t *)&a.unwind_timer, on_close_noop);
 		uv_close((uv_handle_t *)&a.sig_term, on_close_noop);
 		uv_close((uv_handle_t *)&a.sig_int, on_close_noop);
 		uv_close((uv_handle_t *)&a.sig_hup, on_close_noop);

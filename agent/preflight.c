@@ -157,8 +157,10 @@ static void check_unwinder(FILE *out, int *failed, struct sampler *s,
 	proctrack_options_default(&po);
 	po.on_mappings = on_own_mappings;
 	po.mappings_ctx = &state;
-	if ((rc = proctrack_new(&po, &pt)) == 0)
+	if ((rc = proctrack_new(&po, &pt)) == 0) {
 		proctrack_get(pt, (uint32_t)getpid(), 0);
+		unwinder_work(state.u, UINT64_MAX);
+	}
 	unwinder_stats_read(state.u, &st);
 	if (rc || state.rc)
 		report(out, failed, FAIL, "unwinder", "cannot publish this process: %s",

@@ -29,9 +29,19 @@ struct load_segment {
 	uint64_t offset, vaddr, filesz;
 };
 
+enum file_state {
+	FILE_PENDING, /* table not compiled yet (unwinder_work does it) */
+	FILE_READY,   /* compiled: file_id != 0 has a table, 0 means none possible */
+};
+
 /* One file (by Build ID or content hash), with or without a loaded table. */
 struct unwind_file {
 	struct sysom_build_id id;
+	enum file_state state;
+	bool vdso;
+	char *path;             /* for logs */
+	uint32_t src_tgid;      /* a process mapping it at [src_start, src_end), to open it by */
+	uint64_t src_start, src_end;
 	uint32_t file_id;   /* key in the BPF tables map; 0 = no table */
 	uint32_t nrows;
 	uint64_t fdes;
@@ -42,11 +52,21 @@ struct unwind_file {
 	uint64_t unused_since;
 };
 
-/* A published process: the files its BPF entry refers to. */
+/* A mapping as published: enough to publish it again once its file's table is ready. */
+struct published_mapping {
+	uint64_t start, end, file_offset;
+	struct unwind_file *file; /* NULL: no file (anonymous, unknown) */
+	uint32_t flags;
+};
+
+/* A published process: the files its BPF entry refers to, and its mappings. */
 struct unwind_process {
 	uint32_t tgid, generation;
 	struct unwind_file **files;
 	uint32_t nfiles;
+	struct published_mapping *mappings;
+	uint32_t nmappings;
+	bool stale; /* a file it maps got its table since it was last written to BPF */
 };
 
 struct unwinder {
@@ -58,6 +78,7 @@ struct unwinder {
 	struct unwind_process *procs;
 	uint32_t nprocs, procs_cap;
 	uint32_t next_file_id;
+	uint32_t pending;            /* files in FILE_PENDING */
 	struct unwind_proc *scratch; /* the BPF value being assembled (20 KiB) */
 	struct unwinder_stats stats;
 };
@@ -172,10 +193,13 @@ static Elf *open_vdso(void)
 	return elf_memory((char *)image, size);
 }
 
-/* Compiles and loads the table of `f`, opened through the mapping [start, end) of `tgid`
- * (so a deleted or replaced file is read as mapped). Failures leave f->file_id 0. */
-static void build_file(struct unwinder *u, struct unwind_file *f, const struct pt_object *obj,
-		       uint32_t tgid, const struct pt_mapping *m)
+/*
+ * Compiles and loads the table of `f`, opened through the mapping of its source process (so a
+ * deleted or replaced file is read as mapped). Returns 0 when done (failures leave file_id 0),
+ * -ESRCH when the source process is gone (the file stays pending until another process that
+ * maps it is published).
+ */
+static int build_file(struct unwinder *u, struct unwind_file *f)
 {
 	char path[PATH_MAX], err[256] = "";
 	struct cfi_table t = { 0 };
@@ -183,12 +207,16 @@ static void build_file(struct unwinder *u, struct unwind_file *f, const struct p
 	Elf *elf = NULL;
 	int fd = -1, rc;
 
-	if (strcmp(obj->path, "[vdso]") == 0) {
+	if (f->vdso) {
 		elf = open_vdso();
 	} else {
-		snprintf(path, sizeof(path), "%s/%u/map_files/%lx-%lx", u->opts.proc_root, tgid,
-			 (unsigned long)m->start, (unsigned long)m->end);
+		snprintf(path, sizeof(path), "%s/%u/map_files/%lx-%lx", u->opts.proc_root,
+			 f->src_tgid, (unsigned long)f->src_start, (unsigned long)f->src_end);
 		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0 && (errno == ENOENT || errno == ESRCH)) {
+			f->src_tgid = 0;
+			return -ESRCH;
+		}
 		if (fd >= 0)
 			elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
 	}
@@ -211,7 +239,7 @@ static void build_file(struct unwinder *u, struct unwind_file *f, const struct p
 	if (u->stats.rows + t.nrows > u->opts.max_rows || u->stats.tables >= u->opts.max_tables) {
 		u->stats.over_budget++;
 		log_warn("unwinder: no room for the %u-row table of %s (%llu rows loaded, limit "
-			 "%llu): frame pointers only there", t.nrows, obj->path,
+			 "%llu): frame pointers only there", t.nrows, f->path,
 			 (unsigned long long)u->stats.rows, (unsigned long long)u->opts.max_rows);
 		goto cleanup;
 	}
@@ -224,27 +252,39 @@ static void build_file(struct unwinder *u, struct unwind_file *f, const struct p
 	u->stats.fdes += f->fdes;
 	u->stats.builds++;
 	u->stats.build_ns += host_monotonic_ns() - started;
-	log_debug("unwinder: %s: %u rows from %llu FDEs in %.1f ms", obj->path, t.nrows,
+	log_debug("unwinder: %s: %u rows from %llu FDEs in %.1f ms", f->path, t.nrows,
 		  (unsigned long long)t.stats.fdes, (host_monotonic_ns() - started) / 1e6);
 	goto cleanup;
 failed:
 	u->stats.build_failures++;
-	log_debug("unwinder: %s: %s (frame pointers only)", obj->path, err);
+	log_debug("unwinder: %s: %s (frame pointers only)", f->path, err);
 cleanup:
 	cfi_table_free(&t);
 	if (elf)
 		elf_end(elf);
 	if (fd >= 0)
 		close(fd);
+	return 0;
 }
 
+static void set_source(struct unwind_file *f, uint32_t tgid, const struct pt_mapping *m)
+{
+	f->src_tgid = tgid;
+	f->src_start = m->start;
+	f->src_end = m->end;
+}
+
+/* The file of `obj`, created pending (its table is compiled later by unwinder_work). */
 static struct unwind_file *get_file(struct unwinder *u, const struct pt_object *obj,
 				    uint32_t tgid, const struct pt_mapping *m)
 {
 	struct unwind_file *f = find_file(u, &obj->id);
 
-	if (f)
+	if (f) {
+		if (f->state == FILE_PENDING && !f->src_tgid)
+			set_source(f, tgid, m);
 		return f;
+	}
 	if (u->nfiles == u->files_cap) {
 		uint32_t cap = u->files_cap ? u->files_cap * 2 : 64;
 		struct unwind_file **grown = realloc(u->files, cap * sizeof(*grown));
@@ -257,12 +297,17 @@ static struct unwind_file *get_file(struct unwinder *u, const struct pt_object *
 	if (!f)
 		return NULL;
 	f->id = obj->id;
-	if (hash_index_insert(&u->file_index, id_hash(&f->id), u->nfiles)) {
+	f->state = FILE_PENDING;
+	f->vdso = strcmp(obj->path, "[vdso]") == 0;
+	f->path = strdup(obj->path);
+	if (!f->path || hash_index_insert(&u->file_index, id_hash(&f->id), u->nfiles)) {
+		free(f->path);
 		free(f);
 		return NULL;
 	}
 	u->files[u->nfiles++] = f;
-	build_file(u, f, obj, tgid, m);
+	u->pending++;
+	set_source(f, tgid, m);
 	return f;
 }
 
@@ -288,11 +333,12 @@ static void release_files(struct unwind_process *p)
 	p->nfiles = 0;
 }
 
-/* The BPF view of mapping `m` backed by `f` (0 file id when there is no usable table). */
-static void describe_mapping(const struct pt_mapping *m, const struct unwind_file *f,
-			     struct unwind_mapping *out)
+/* The BPF view of mapping `m` (0 file id while its file has no usable table). */
+static void describe_mapping(const struct published_mapping *m, struct unwind_mapping *out)
 {
-	*out = (struct unwind_mapping){ .start = m->start, .end = m->end };
+	const struct unwind_file *f = m->file;
+
+	*out = (struct unwind_mapping){ .start = m->start, .end = m->end, .flags = m->flags };
 	if (!f || !f->file_id)
 		return;
 	for (uint32_t i = 0; i < f->nloads; i++) {
@@ -309,76 +355,115 @@ static void describe_mapping(const struct pt_mapping *m, const struct unwind_fil
 	}
 }
 
+/* Writes the process's BPF entry from its stored mappings. 0 or -errno (counted). */
+static int write_process(struct unwinder *u, struct unwind_process *p)
+{
+	memset(u->scratch, 0, sizeof(*u->scratch));
+	u->scratch->generation = p->generation;
+	u->scratch->count = p->nmappings;
+	for (uint32_t i = 0; i < p->nmappings; i++)
+		describe_mapping(&p->mappings[i], &u->scratch->mappings[i]);
+	p->stale = false;
+	if (bpf_map_update_elem(u->maps.procs, &p->tgid, u->scratch, BPF_ANY)) {
+		u->stats.publish_failures++;
+		return -errno;
+	}
+	u->stats.publishes++;
+	return 0;
+}
+
+static struct unwind_process *add_process(struct unwinder *u, uint32_t tgid)
+{
+	if (u->nprocs == u->procs_cap) {
+		uint32_t cap = u->procs_cap ? u->procs_cap * 2 : 64;
+		struct unwind_process *grown = realloc(u->procs, cap * sizeof(*grown));
+		if (!grown)
+			return NULL;
+		u->procs = grown;
+		u->procs_cap = cap;
+	}
+	struct unwind_process *p = &u->procs[u->nprocs++];
+	*p = (struct unwind_process){ .tgid = tgid };
+	return p;
+}
+
 int unwinder_publish(struct unwinder *u, const struct pt_process *proc)
 {
 	struct unwind_process *p = find_process(u, proc->tgid);
-	struct unwind_file **files = NULL;
-	uint32_t nfiles = 0, n = 0;
-	int rc = 0;
+	uint32_t n = proc->mapping_count < UNWIND_MAX_MAPPINGS ? proc->mapping_count
+							       : UNWIND_MAX_MAPPINGS;
+	struct unwind_file **files = calloc(n ? n : 1, sizeof(*files));
+	struct published_mapping *maps = calloc(n ? n : 1, sizeof(*maps));
+	uint32_t nfiles = 0;
 
-	files = calloc(proc->mapping_count ? proc->mapping_count : 1, sizeof(*files));
-	if (!files)
+	if (!files || !maps || (!p && !(p = add_process(u, proc->tgid)))) {
+		free(files);
+		free(maps);
 		return -ENOMEM;
-	memset(u->scratch, 0, sizeof(*u->scratch));
-	u->scratch->generation = proc->generation;
-	for (uint32_t i = 0; i < proc->mapping_count; i++) {
+	}
+	u->stats.mappings_dropped += proc->mapping_count - n;
+	for (uint32_t i = 0; i < n; i++) {
 		const struct pt_mapping *m = &proc->mappings[i];
 		const struct pt_object *obj = m->object;
 		struct unwind_file *f = NULL;
 
-		if (n == UNWIND_MAX_MAPPINGS) {
-			u->stats.mappings_dropped += proc->mapping_count - i;
-			break;
-		}
 		if (obj->id.kind == SYSOM_OBJECT_ELF || obj->id.kind == SYSOM_OBJECT_FILE_HASH) {
 			f = get_file(u, obj, proc->tgid, m);
-			if (f) {
-				bool seen = false;
-				for (uint32_t j = 0; j < nfiles && !seen; j++)
-					seen = files[j] == f;
-				if (!seen)
-					files[nfiles++] = f;
-			}
+			bool seen = false;
+			for (uint32_t j = 0; f && j < nfiles && !seen; j++)
+				seen = files[j] == f;
+			if (f && !seen)
+				files[nfiles++] = f;
 		}
-		describe_mapping(m, f, &u->scratch->mappings[n]);
-		if (obj->id.kind == SYSOM_OBJECT_ANON)
-			u->scratch->mappings[n].flags = UNWIND_MAPPING_ANON;
-		n++;
+		maps[i] = (struct published_mapping){
+			.start = m->start,
+			.end = m->end,
+			.file_offset = m->file_offset,
+			.file = f,
+			.flags = obj->id.kind == SYSOM_OBJECT_ANON ? UNWIND_MAPPING_ANON : 0,
+		};
 	}
-	u->scratch->count = n;
-	if (bpf_map_update_elem(u->maps.procs, &proc->tgid, u->scratch, BPF_ANY)) {
-		rc = -errno;
-		u->stats.publish_failures++;
-		free(files);
-		return rc;
-	}
-	u->stats.publishes++;
+	/* Take the new references before dropping the old ones: a file both lists share must
+	 * not look unused in between. */
 	for (uint32_t i = 0; i < nfiles; i++)
 		files[i]->refs++;
-	if (!p) {
-		if (u->nprocs == u->procs_cap) {
-			uint32_t cap = u->procs_cap ? u->procs_cap * 2 : 64;
-			struct unwind_process *grown = realloc(u->procs, cap * sizeof(*grown));
-			if (!grown) {
-				/* Published but untracked: withdraw it rather than leak refs. */
-				for (uint32_t i = 0; i < nfiles; i++)
-					files[i]->refs--;
-				bpf_map_delete_elem(u->maps.procs, &proc->tgid);
-				free(files);
-				return -ENOMEM;
-			}
-			u->procs = grown;
-			u->procs_cap = cap;
-		}
-		p = &u->procs[u->nprocs++];
-		*p = (struct unwind_process){ .tgid = proc->tgid };
-	} else {
-		release_files(p);
-	}
+	release_files(p);
+	free(p->mappings);
 	p->generation = proc->generation;
 	p->files = files;
 	p->nfiles = nfiles;
-	return 0;
+	p->mappings = maps;
+	p->nmappings = n;
+	return write_process(u, p);
+}
+
+uint32_t unwinder_work(struct unwinder *u, uint64_t budget_ns)
+{
+	uint64_t started = host_monotonic_ns();
+	bool built = false;
+
+	for (uint32_t i = 0; i < u->nfiles && u->pending; i++) {
+		struct unwind_file *f = u->files[i];
+		if (f->state != FILE_PENDING || (!f->vdso && !f->src_tgid))
+			continue;
+		if (built && host_monotonic_ns() - started >= budget_ns)
+			break;
+		if (build_file(u, f) == -ESRCH)
+			continue; /* its source process is gone: wait for another */
+		f->state = FILE_READY;
+		u->pending--;
+		built = true;
+		if (!f->file_id)
+			continue;
+		for (uint32_t j = 0; j < u->nprocs; j++)
+			for (uint32_t k = 0; k < u->procs[j].nfiles && !u->procs[j].stale; k++)
+				u->procs[j].stale = u->procs[j].files[k] == f;
+	}
+	if (built)
+		for (uint32_t j = 0; j < u->nprocs; j++)
+			if (u->procs[j].stale)
+				write_process(u, &u->procs[j]);
+	return u->pending;
 }
 
 void unwinder_forget(struct unwinder *u, const struct pt_process *proc)
@@ -390,6 +475,7 @@ void unwinder_forget(struct unwinder *u, const struct pt_process *proc)
 		return;
 	bpf_map_delete_elem(u->maps.procs, &proc->tgid);
 	release_files(p);
+	free(p->mappings);
 	*p = u->procs[--u->nprocs];
 }
 
@@ -411,6 +497,9 @@ void unwinder_sweep(struct unwinder *u, uint64_t now_ns)
 			u->stats.fdes -= f->fdes;
 			u->stats.tables_dropped++;
 		}
+		if (f->state == FILE_PENDING)
+			u->pending--;
+		free(f->path);
 		free(f);
 		removed = true;
 	}
@@ -427,6 +516,7 @@ void unwinder_stats_read(const struct unwinder *u, struct unwinder_stats *out)
 	*out = u->stats;
 	out->files = u->nfiles;
 	out->processes = u->nprocs;
+	out->pending = u->pending;
 }
 
 int unwinder_file_info(const struct unwinder *u, const struct sysom_build_id *id,
@@ -436,7 +526,10 @@ int unwinder_file_info(const struct unwinder *u, const struct sysom_build_id *id
 
 	if (!f)
 		return -ENOENT;
-	*out = (struct unwinder_file_info){ .file_id = f->file_id, .nrows = f->nrows, .refs = f->refs };
+	*out = (struct unwinder_file_info){
+		.file_id = f->file_id, .nrows = f->nrows, .refs = f->refs,
+		.pending = f->state == FILE_PENDING,
+	};
 	return 0;
 }
 
@@ -473,10 +566,12 @@ void unwinder_free(struct unwinder *u)
 	for (uint32_t i = 0; i < u->nprocs; i++) {
 		bpf_map_delete_elem(u->maps.procs, &u->procs[i].tgid);
 		free(u->procs[i].files);
+		free(u->procs[i].mappings);
 	}
 	for (uint32_t i = 0; i < u->nfiles; i++) {
 		if (u->files[i]->file_id)
 			bpf_map_delete_elem(u->maps.tables, &u->files[i]->file_id);
+		free(u->files[i]->path);
 		free(u->files[i]);
 	}
 	free(u->procs);

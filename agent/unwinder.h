@@ -26,6 +26,7 @@ struct unwinder_stats {
 	uint32_t tables;            /* tables loaded in BPF */
 	uint32_t files;             /* files known (with or without a table) */
 	uint32_t processes;         /* processes published */
+	uint32_t pending;           /* files whose table is still to be compiled */
 	uint64_t rows;              /* rows loaded */
 	uint64_t fdes;              /* FDEs behind the loaded rows */
 	uint64_t builds;            /* tables compiled */
@@ -49,12 +50,20 @@ int unwinder_new(const struct unwinder_options *opts, const struct sampler_unwin
 void unwinder_free(struct unwinder *u);
 
 /*
- * Publishes the current executable mappings of `proc` (after a /proc/<pid>/maps scan),
- * compiling the tables of files not seen before. A file whose table cannot be built is
- * published without one (validated frame pointers) and counted. Returns 0 or -errno when
- * the kernel refused the process entry (counted; frame-pointer stacks until the next scan).
+ * Publishes the current executable mappings of `proc` (after a /proc/<pid>/maps scan) at
+ * once; files not seen before are queued for unwinder_work, and until their tables load
+ * their frames are stepped by validated frame pointers. Returns 0 or -errno when the kernel
+ * refused the process entry (counted; kernel frame-pointer stacks until the next scan).
  */
 int unwinder_publish(struct unwinder *u, const struct pt_process *proc);
+
+/*
+ * Compiles and loads queued tables, oldest first, until `budget_ns` has passed (at least one
+ * file per call), then rewrites the BPF entries of the processes that map them. Keeps the
+ * agent's loop responsive when a process with hundreds of new libraries appears. Returns
+ * the number of files still queued (call again soon when non-zero).
+ */
+uint32_t unwinder_work(struct unwinder *u, uint64_t budget_ns);
 
 /* The process is gone: withdraws its mappings (if still this generation's) and releases its
  * tables. */
@@ -70,6 +79,7 @@ struct unwinder_file_info {
 	uint32_t file_id; /* 0: no table (no CFI, unreadable, over budget) */
 	uint32_t nrows;
 	uint32_t refs;    /* published processes mapping it */
+	bool pending;     /* its table is still to be compiled (unwinder_work) */
 };
 
 /* 0 and *out for a known file, -ENOENT otherwise (never seen, or dropped). */

@@ -401,6 +401,47 @@ static int tally_fp_chain(void *ctx, const struct sampler_entry *e)
 	return 0;
 }
 
+/* Publishing never waits for table builds: a new process is published at once with its new
+ * files queued, and unwinder_work compiles them a slice at a time (at least one per call). */
+static void test_table_builds_deferred(void **state)
+{
+	struct unwind_session s;
+	struct nofp_workload n;
+	struct sysom_build_id lib;
+	struct unwinder_file_info info;
+	struct unwinder_stats st;
+	(void)state;
+
+	library_build_id(&lib);
+	open_session(&s, SYSOM_UNWINDER_HYBRID);
+	/* Each test opens its own session: nothing of the workload is known to it yet. */
+	assert_int_equal(nofp_workload_start(&n, 2.0, NULL), 0);
+	uint64_t end = host_monotonic_ns() + 300000000ULL;
+	while (host_monotonic_ns() < end && unwinder_file_info(s.unwinder, &lib, &info) != 0) {
+		usleep(10000);
+		sampler_poll_events(s.sampler); /* events only: no build slice */
+	}
+	assert_int_equal(unwinder_file_info(s.unwinder, &lib, &info), 0);
+	assert_true(info.pending);
+	assert_int_equal(info.file_id, 0);
+	unwinder_stats_read(s.unwinder, &st);
+	uint32_t pending = st.pending, calls = 0;
+	assert_true(pending >= 2); /* the executable and the library at least */
+	while (pending) {
+		uint32_t left = unwinder_work(s.unwinder, 0);
+		assert_true(left < pending); /* one file per call with no budget */
+		pending = left;
+		calls++;
+	}
+	assert_int_equal(unwinder_file_info(s.unwinder, &lib, &info), 0);
+	print_message("# %u files compiled by %u zero-budget calls; the library's table: %u rows\n",
+		      calls, calls, info.nrows);
+	assert_false(info.pending);
+	assert_true(info.file_id != 0);
+	workload_wait(&n.w);
+	unwind_session_close(&s);
+}
+
 /* A binary with frame pointers but no .eh_frame at all still unwinds (validated frame
  * pointers, no table). */
 static void test_frame_pointers_without_eh_frame(void **state)
@@ -475,6 +516,7 @@ int main(void)
 		cmocka_unit_test(test_deleted_files),
 		cmocka_unit_test(test_tables_shared_and_dropped),
 		cmocka_unit_test(test_frame_pointers_without_eh_frame),
+		cmocka_unit_test(test_table_builds_deferred),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -84,9 +84,14 @@ fail:
 	return rc;
 }
 
+/* As the agent: table compilation gets a bounded slice after each batch of events. */
+#define WORK_BUDGET_NS (20ULL * 1000000ULL)
+
 void unwind_session_poll(struct unwind_session *s)
 {
 	sampler_poll_events(s->sampler);
+	if (s->unwinder)
+		unwinder_work(s->unwinder, WORK_BUDGET_NS);
 }
 
 int unwind_session_drain(struct unwind_session *s, sampler_drain_fn fn, void *ctx)
@@ -96,8 +101,10 @@ int unwind_session_drain(struct unwind_session *s, sampler_drain_fn fn, void *ct
 	sampler_poll_events(s->sampler);
 	rc = sampler_drain(s->sampler, fn, ctx, NULL);
 	proctrack_after_drain(s->pt);
-	if (s->unwinder)
+	if (s->unwinder) {
 		unwinder_sweep(s->unwinder, host_monotonic_ns());
+		unwinder_work(s->unwinder, WORK_BUDGET_NS);
+	}
 	return rc;
 }
 
