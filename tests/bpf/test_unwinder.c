@@ -264,6 +264,30 @@ static void test_jit_region(void **state)
 	unwind_session_close(&s);
 }
 
+/* A signal handler's stack continues through the kernel's signal frame into the interrupted
+ * code (the rt_sigframe at __restore_rt's stack pointer holds its registers). */
+static void test_signal_frame(void **state)
+{
+	static const char *const args[] = { "--mode", "signal", NULL };
+	struct unwind_session s;
+	struct nofp_workload n;
+	struct symtab t = { 0 };
+	(void)state;
+
+	open_session(&s, SYSOM_UNWINDER_HYBRID);
+	assert_int_equal(nofp_workload_start(&n, 4.0, args), 0);
+	assert_string_equal(n.chain[4], "nofp_signal_handler");
+	assert_int_equal(symtab_load_process(&t, n.w.pid), 0);
+	struct observed o = { .n = &n, .t = &t, .acc.label = "hybrid" };
+	sample_workload(&s, &n, &o, 3.5);
+
+	print_accuracy("signal", &o.acc);
+	assert_true(o.acc.samples >= 100);
+	assert_true(ratio(o.acc.full_chain, o.acc.samples) >= 0.97);
+	symtab_free(&t);
+	unwind_session_close(&s);
+}
+
 static void copy_file(const char *from, const char *to)
 {
 	char cmd[2 * PATH_MAX + 32];
@@ -513,6 +537,7 @@ int main(void)
 		cmocka_unit_test(test_nofp_chain_hybrid_vs_fp),
 		cmocka_unit_test(test_dlopen_found),
 		cmocka_unit_test(test_jit_region),
+		cmocka_unit_test(test_signal_frame),
 		cmocka_unit_test(test_deleted_files),
 		cmocka_unit_test(test_tables_shared_and_dropped),
 		cmocka_unit_test(test_frame_pointers_without_eh_frame),
