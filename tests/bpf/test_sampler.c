@@ -179,12 +179,13 @@ static void test_default_rate_gate(void **state)
 	double cpu;
 
 	(void)state;
-	run_and_tally(0.10, "cpu", 4.0, &t, &cpu, &d);
+	/* 8 s: ~800 ticks, so ±50% is ~4.5σ of the binomial (4 s failed once in ~1000 runs). */
+	run_and_tally(0.10, "cpu", 8.0, &t, &cpu, &d);
 	double expected = 99.0 * 0.10 * cpu;
 	print_message("# rate 0.1: %llu samples for %.2f CPU s (expected %.1f); ticks %llu, gated out %llu\n",
 		      (unsigned long long)t.samples, cpu, expected, (unsigned long long)d.ticks,
 		      (unsigned long long)d.gated_out);
-	/* Binomial: n ≈ 400 ticks, p = 0.1 → σ ≈ 6; accept ±50% of ~40. */
+	/* Binomial: n ≈ 800 ticks, p = 0.1 → σ ≈ 8.5; accept ±50% of ~80. */
 	assert_true(t.samples >= 0.5 * expected && t.samples <= 1.5 * expected);
 	double gated_fraction = (double)d.gated_out / (double)d.ticks;
 	assert_true(gated_fraction > 0.85 && gated_fraction < 0.95);
