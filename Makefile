@@ -128,6 +128,23 @@ NOFP_FIXTURE_CFLAGS := -std=gnu11 -O2 -fomit-frame-pointer -fasynchronous-unwind
                        -fno-optimize-sibling-calls -Wall -Wextra -Werror -pthread
 FIXTURES += $(NOFP_FIXTURES)
 
+# Simulated multi-rank training job (tests/fixtures/simjob): fake libnccl.so.2 / libcuda.so.1
+# with the real names and signatures (compiled against the real nccl.h / cuda.h, so built only
+# where those headers exist) and the simjob launcher/rank program linked to them ($ORIGIN).
+SIMJOB_CUDA_INCLUDE ?= /usr/local/cuda/include
+SIMJOB_DIR := $(BUILD)/tests/fixtures/simjob
+SIMJOB_LIB_CFLAGS := -std=gnu11 -D_GNU_SOURCE -O2 -g -fPIC -shared -Wall -Wextra -Werror -pthread \
+                     -isystem $(SIMJOB_CUDA_INCLUDE)
+SIMJOB_CFLAGS := -std=gnu11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer \
+                 -fno-inline -fno-optimize-sibling-calls -Wall -Wextra -Werror -pthread \
+                 -isystem $(SIMJOB_CUDA_INCLUDE)
+ifneq ($(wildcard $(SIMJOB_CUDA_INCLUDE)/nccl.h),)
+ifneq ($(wildcard $(SIMJOB_CUDA_INCLUDE)/cuda.h),)
+SIMJOB_FIXTURES := $(SIMJOB_DIR)/libnccl.so.2 $(SIMJOB_DIR)/libcuda.so.1 $(SIMJOB_DIR)/simjob
+FIXTURES += $(SIMJOB_FIXTURES)
+endif
+endif
+
 # Tools the end-to-end tests run (linked against the common library).
 TEST_TOOL_SRCS := $(wildcard tests/tools/*.c)
 TEST_TOOLS := $(patsubst tests/tools/%.c,$(BUILD)/tests/tools/%,$(TEST_TOOL_SRCS))
@@ -265,6 +282,22 @@ $(NOFP_FIXTURE_DIR)/nofp_workload: tests/fixtures/nofp/nofp_workload.c tests/fix
 	$(call msg,CC,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(NOFP_FIXTURE_CFLAGS) -o $@ $< -L$(@D) -lsysom_nofp -Wl,-rpath,'$$ORIGIN' -ldl
+
+# Simulated training job (see SIMJOB_FIXTURES above); never sanitized.
+$(SIMJOB_DIR)/libnccl.so.2: tests/fixtures/simjob/fake_nccl.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(SIMJOB_LIB_CFLAGS) -Wl,-soname,libnccl.so.2 -o $@ $<
+
+$(SIMJOB_DIR)/libcuda.so.1: tests/fixtures/simjob/fake_cuda.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(SIMJOB_LIB_CFLAGS) -Wl,-soname,libcuda.so.1 -o $@ $<
+
+$(SIMJOB_DIR)/simjob: tests/fixtures/simjob/simjob.c $(SIMJOB_DIR)/libnccl.so.2 $(SIMJOB_DIR)/libcuda.so.1
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(SIMJOB_CFLAGS) -o $@ $< -L$(@D) -l:libnccl.so.2 -l:libcuda.so.1 -Wl,-rpath,'$$ORIGIN'
 
 # Benchmark programs link every library (each uses what it needs).
 $(BUILD)/bench/%: $(OBJ)/bench/%.o $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
