@@ -49,6 +49,7 @@ struct unwind_file {
 	struct load_segment loads[MAX_LOADS];
 	uint32_t nloads;
 	uint32_t refs;      /* published processes mapping it */
+	uint64_t loaded_in; /* the unwinder_work call that loaded its table (0: none) */
 	uint64_t unused_since;
 };
 
@@ -66,7 +67,6 @@ struct unwind_process {
 	uint32_t nfiles;
 	struct published_mapping *mappings;
 	uint32_t nmappings;
-	bool stale; /* a file it maps got its table since it was last written to BPF */
 };
 
 struct unwinder {
@@ -79,6 +79,7 @@ struct unwinder {
 	uint32_t nprocs, procs_cap;
 	uint32_t next_file_id;
 	uint32_t pending;            /* files in FILE_PENDING */
+	uint64_t work_calls;         /* unwinder_work calls so far */
 	struct unwind_proc *scratch; /* the BPF value being assembled (20 KiB) */
 	struct unwinder_stats stats;
 };
@@ -363,7 +364,6 @@ static int write_process(struct unwinder *u, struct unwind_process *p)
 	u->scratch->count = p->nmappings;
 	for (uint32_t i = 0; i < p->nmappings; i++)
 		describe_mapping(&p->mappings[i], &u->scratch->mappings[i]);
-	p->stale = false;
 	if (bpf_map_update_elem(u->maps.procs, &p->tgid, u->scratch, BPF_ANY)) {
 		u->stats.publish_failures++;
 		return -errno;
@@ -439,8 +439,8 @@ int unwinder_publish(struct unwinder *u, const struct pt_process *proc)
 
 uint32_t unwinder_work(struct unwinder *u, uint64_t budget_ns)
 {
-	uint64_t started = host_monotonic_ns();
-	bool built = false;
+	uint64_t started = host_monotonic_ns(), call = ++u->work_calls;
+	bool built = false, loaded = false;
 
 	for (uint32_t i = 0; i < u->nfiles && u->pending; i++) {
 		struct unwind_file *f = u->files[i];
@@ -453,16 +453,21 @@ uint32_t unwinder_work(struct unwinder *u, uint64_t budget_ns)
 		f->state = FILE_READY;
 		u->pending--;
 		built = true;
-		if (!f->file_id)
-			continue;
-		for (uint32_t j = 0; j < u->nprocs; j++)
-			for (uint32_t k = 0; k < u->procs[j].nfiles && !u->procs[j].stale; k++)
-				u->procs[j].stale = u->procs[j].files[k] == f;
+		if (f->file_id) {
+			f->loaded_in = call;
+			loaded = true;
+		}
 	}
-	if (built)
-		for (uint32_t j = 0; j < u->nprocs; j++)
-			if (u->procs[j].stale)
-				write_process(u, &u->procs[j]);
+	/* One pass: every process mapping a file loaded by this call gets its entry rewritten. */
+	for (uint32_t j = 0; loaded && j < u->nprocs; j++) {
+		struct unwind_process *p = &u->procs[j];
+		for (uint32_t k = 0; k < p->nfiles; k++) {
+			if (p->files[k]->loaded_in == call) {
+				write_process(u, p);
+				break;
+			}
+		}
+	}
 	return u->pending;
 }
 

@@ -655,8 +655,19 @@ int sysom_unwind_user(struct bpf_perf_event_data *ctx)
 		return 0; /* cannot happen: per-CPU arrays of one element */
 	tgid = c.sc->key.tgid;
 	c.proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
-	if (!c.proc) {
-		/* Unpublished between the tick and now (process forgotten): keep what we have. */
+	if (c.sc->tail_calls == 0) {
+		/* First run for this sample: the process must be published for this exec
+		 * generation, else the kernel's frame-pointer walk takes the stack. */
+		if (!c.proc || c.proc->generation != c.sc->key.generation) {
+			c.cs->unwind.fallback_no_proc++;
+			capture_stack(ctx, &c.sc->user, SYSOM_SIDE_USER, BPF_F_USER_STACK,
+				      &c.cs->ustack_errors);
+			finish_sample(c.sc, c.cs);
+			return 0;
+		}
+		c.cs->unwind.unwinds++;
+	} else if (!c.proc) {
+		/* Forgotten between two runs: keep what we have. */
 		unwind_finish(c.sc, c.cs, UNWIND_STOP_NO_MAPPING);
 		return 0;
 	}
@@ -677,20 +688,16 @@ int sysom_unwind_user(struct bpf_perf_event_data *ctx)
 /*
  * Starts the hybrid unwind of the current task's user stack: its user registers come from
  * the sample when it interrupted user mode, else from the task's saved user context. The
- * unwind program then finishes the sample; this returns only when it could not start (the
- * process is not published yet, or the tail call failed): the caller uses frame pointers.
+ * unwind program then finishes the sample (with the kernel's frame-pointer walk when the
+ * process is not published yet); this returns only when the tail call failed: the caller
+ * uses frame pointers.
  */
 static __always_inline void start_hybrid_unwind(struct bpf_perf_event_data *ctx,
 						struct sample_scratch *sc,
 						struct sysom_cpu_state *cs, struct task_struct *task)
 {
-	const struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &sc->key.tgid);
 	struct pt_regs *regs;
 
-	if (!proc || proc->generation != sc->key.generation) {
-		cs->unwind.fallback_no_proc++;
-		return;
-	}
 	/* The context allows only whole 8-byte loads of the registers; cs is in the low bits. */
 	if (*(volatile __u64 *)((void *)&ctx->regs + offsetof(struct pt_regs, cs)) & 3) {
 		sc->regs.ip = ctx->regs.ip;
@@ -711,7 +718,6 @@ static __always_inline void start_hybrid_unwind(struct bpf_perf_event_data *ctx,
 	sc->user.side = SYSOM_SIDE_USER;
 	sc->user.pad = 0;
 	sc->user.stop_reason = 0;
-	cs->unwind.unwinds++;
 	bpf_tail_call(ctx, &unwind_progs, 0);
 	/* The tail call failed: nothing was unwound yet, let the caller use frame pointers. */
 	cs->unwind.stops[UNWIND_STOP_TAIL_CALLS]++;
