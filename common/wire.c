@@ -20,6 +20,10 @@ const struct sysom_wire_limits sysom_wire_default_limits = {
 	.max_frames = 1u << 24,
 	.max_samples = 1u << 22,
 	.max_counters = SYSOM_COUNTER_MAX,
+	.max_job_ranks = 1u << 16,
+	.max_communicators = 1u << 18,
+	.max_nccl_calls = 1u << 22,
+	.max_launches = 1u << 20,
 };
 
 static const char *const counter_names[SYSOM_COUNTER_MAX] = {
@@ -53,7 +57,45 @@ static const char *const counter_names[SYSOM_COUNTER_MAX] = {
 	[28] = "unwind_stop_rbp_unknown",
 	[29] = "unwind_stop_tail_calls",
 	[30] = "unwind_stop_table",
+	[SYSOM_COUNTER_NCCL_CALLS] = "nccl_calls",
+	[SYSOM_COUNTER_NCCL_EVENTS_LOST] = "nccl_events_lost",
+	[SYSOM_COUNTER_NCCL_CALLS_DROPPED] = "nccl_calls_dropped",
+	[SYSOM_COUNTER_NCCL_UNMATCHED] = "nccl_unmatched_returns",
+	[SYSOM_COUNTER_LAUNCHES] = "gpu_launches",
+	[SYSOM_COUNTER_LAUNCH_MAP_FULL] = "gpu_launch_map_full",
+	[SYSOM_COUNTER_GPU_LIBRARIES] = "gpu_libraries_attached",
+	[SYSOM_COUNTER_GPU_ATTACH_ERRORS] = "gpu_attach_errors",
+	[SYSOM_COUNTER_KERNEL_NAMES] = "gpu_kernel_names",
+	[SYSOM_COUNTER_LAUNCH_TRACED_MS] = "gpu_launch_traced_ms",
 };
+
+static const char *const nccl_op_names[SYSOM_NCCL_OP_MAX + 1] = {
+	[SYSOM_NCCL_ALL_REDUCE] = "AllReduce",
+	[SYSOM_NCCL_REDUCE_SCATTER] = "ReduceScatter",
+	[SYSOM_NCCL_ALL_GATHER] = "AllGather",
+	[SYSOM_NCCL_BROADCAST] = "Broadcast",
+	[SYSOM_NCCL_REDUCE] = "Reduce",
+	[SYSOM_NCCL_ALL_TO_ALL] = "AlltoAll",
+	[SYSOM_NCCL_GATHER] = "Gather",
+	[SYSOM_NCCL_SCATTER] = "Scatter",
+	[SYSOM_NCCL_SEND] = "Send",
+	[SYSOM_NCCL_RECV] = "Recv",
+	[SYSOM_NCCL_GROUP_START] = "GroupStart",
+	[SYSOM_NCCL_GROUP_END] = "GroupEnd",
+	[SYSOM_NCCL_COMM_INIT_RANK] = "CommInitRank",
+	[SYSOM_NCCL_COMM_INIT_RANK_CONFIG] = "CommInitRankConfig",
+	[SYSOM_NCCL_COMM_INIT_ALL] = "CommInitAll",
+	[SYSOM_NCCL_COMM_INIT_RANK_SCALABLE] = "CommInitRankScalable",
+	[SYSOM_NCCL_COMM_SPLIT] = "CommSplit",
+	[SYSOM_NCCL_COMM_DESTROY] = "CommDestroy",
+	[SYSOM_NCCL_COMM_ABORT] = "CommAbort",
+	[SYSOM_NCCL_COMM_FINALIZE] = "CommFinalize",
+};
+
+const char *sysom_nccl_op_name(uint8_t op)
+{
+	return op <= SYSOM_NCCL_OP_MAX ? nccl_op_names[op] : NULL;
+}
 
 static const char *const stop_reason_names[] = {
 	[SYSOM_STOP_DEPTH_LIMIT] = "depth limit",
@@ -86,6 +128,7 @@ struct batch_dedup {
 	struct hash_index processes;
 	struct hash_index stacks;
 	struct hash_index samples;
+	struct hash_index launches;
 };
 
 /* Grows an array to hold at least `need` elements (doubling). */
@@ -132,6 +175,7 @@ void sysom_batch_free(struct sysom_batch *b)
 		hash_index_free(&b->dedup->processes);
 		hash_index_free(&b->dedup->stacks);
 		hash_index_free(&b->dedup->samples);
+		hash_index_free(&b->dedup->launches);
 		free(b->dedup);
 	}
 	free(b->string_data);
@@ -143,6 +187,10 @@ void sysom_batch_free(struct sysom_batch *b)
 	free(b->frames);
 	free(b->samples);
 	free(b->counters);
+	free(b->job_ranks);
+	free(b->communicators);
+	free(b->nccl_calls);
+	free(b->launches);
 	memset(b, 0, sizeof(*b));
 }
 
@@ -464,6 +512,133 @@ uint64_t sysom_batch_counter(const struct sysom_batch *b, uint16_t id)
 	return 0;
 }
 
+/* Same rule as the decoder: -1 each when unknown, else 0 <= rank < size. */
+static bool rank_ok(int32_t rank, int32_t size)
+{
+	return rank >= -1 && size >= -1 && size != 0 && !(rank >= 0 && size > 0 && rank >= size);
+}
+
+/* A stack reference of the wanted kind, or none. */
+static bool stack_ref_ok(const struct sysom_batch *b, uint32_t stack, uint8_t kind)
+{
+	return stack == SYSOM_WIRE_NONE || (stack < b->stack_count && b->stacks[stack].kind == kind);
+}
+
+static bool strings_ok(const struct sysom_batch *b, const uint32_t *idx, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (idx[i] >= b->string_count)
+			return false;
+	return true;
+}
+
+int sysom_batch_set_job_rank(struct sysom_batch *b, const struct sysom_job_rank *j)
+{
+	const uint32_t strings[] = { j->job, j->job_id_source, j->master, j->groups };
+	int err;
+
+	if (j->process >= b->process_count || !strings_ok(b, strings, 4) ||
+	    (j->source != SYSOM_JOB_FROM_ENVIRONMENT && j->source != SYSOM_JOB_FROM_REGISTRATION) ||
+	    !rank_ok(j->rank, j->world_size) || !rank_ok(j->local_rank, j->local_world_size) ||
+	    j->group_rank < -1)
+		return -EINVAL;
+	for (uint32_t i = 0; i < b->job_rank_count; i++) {
+		if (b->job_ranks[i].process == j->process) {
+			b->job_ranks[i] = *j;
+			return 0;
+		}
+	}
+	if ((err = GROW(b->job_ranks, b->job_rank_cap, b->job_rank_count + 1)))
+		return err;
+	b->job_ranks[b->job_rank_count++] = *j;
+	return 0;
+}
+
+int sysom_batch_set_communicator(struct sysom_batch *b, const struct sysom_communicator *c)
+{
+	int err;
+
+	if (c->process >= b->process_count || c->key == 0 || c->key_source == 0 ||
+	    c->key_source > SYSOM_COMM_KEY_SOURCE_MAX || !rank_ok(c->rank, c->nranks) ||
+	    (c->flags & ~SYSOM_COMM_DESTROYED))
+		return -EINVAL;
+	for (uint32_t i = 0; i < b->communicator_count; i++) {
+		if (b->communicators[i].process == c->process && b->communicators[i].key == c->key) {
+			b->communicators[i] = *c;
+			return 0;
+		}
+	}
+	if ((err = GROW(b->communicators, b->communicator_cap, b->communicator_count + 1)))
+		return err;
+	b->communicators[b->communicator_count++] = *c;
+	return 0;
+}
+
+int sysom_batch_add_nccl_call(struct sysom_batch *b, const struct sysom_nccl_call *c)
+{
+	int err;
+
+	if (c->process >= b->process_count || c->op == 0 || c->op > SYSOM_NCCL_OP_MAX ||
+	    c->exit_ns < c->entry_ns || (c->flags & ~SYSOM_NCCL_IN_GROUP) || c->peer < -1 ||
+	    c->rank < -1)
+		return -EINVAL;
+	if ((err = GROW(b->nccl_calls, b->nccl_call_cap, b->nccl_call_count + 1)))
+		return err;
+	b->nccl_calls[b->nccl_call_count++] = *c;
+	return 0;
+}
+
+struct launch_key {
+	const struct sysom_batch *b;
+	const struct sysom_launch *l;
+};
+
+static bool launch_eq(const void *ctx, uint32_t idx)
+{
+	const struct launch_key *k = ctx;
+	const struct sysom_launch *o = &k->b->launches[idx];
+
+	return o->process == k->l->process && o->function == k->l->function &&
+	       o->user_stack == k->l->user_stack && o->kernel_stack == k->l->kernel_stack;
+}
+
+int sysom_batch_add_launch(struct sysom_batch *b, const struct sysom_launch *l)
+{
+	struct launch_key key = { b, l };
+	uint64_t h;
+	uint32_t found;
+	int err;
+
+	if (!b->dedup || l->count == 0 || l->process >= b->process_count ||
+	    l->kernel_name >= b->string_count ||
+	    !stack_ref_ok(b, l->user_stack, SYSOM_STACK_USER) ||
+	    !stack_ref_ok(b, l->kernel_stack, SYSOM_STACK_KERNEL) ||
+	    (l->flags & ~(SYSOM_LAUNCH_EX | SYSOM_LAUNCH_PTSZ)))
+		return -EINVAL;
+	h = sysom_hash_mix(sysom_hash_mix(l->process, l->function),
+			   (uint64_t)l->user_stack << 32 | l->kernel_stack);
+	found = hash_index_find(&b->dedup->launches, h, launch_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		struct sysom_launch *o = &b->launches[found];
+		uint32_t name = o->kernel_name ? o->kernel_name : l->kernel_name;
+
+		o->count = o->count > UINT64_MAX - l->count ? UINT64_MAX : o->count + l->count;
+		memcpy(o->grid, l->grid, sizeof(o->grid));
+		memcpy(o->block, l->block, sizeof(o->block));
+		o->shared_mem = l->shared_mem;
+		o->flags |= l->flags;
+		o->kernel_name = name;
+		return 0;
+	}
+	if ((err = GROW(b->launches, b->launch_cap, b->launch_count + 1)))
+		return err;
+	b->launches[b->launch_count] = *l;
+	if ((err = hash_index_insert(&b->dedup->launches, h, b->launch_count)))
+		return err;
+	b->launch_count++;
+	return 0;
+}
+
 /* ---- encoder ------------------------------------------------------------------------------ */
 
 struct section_entry {
@@ -586,6 +761,96 @@ static void encode_counters(const struct sysom_batch *b, struct byte_buf *out)
 	}
 }
 
+static void encode_job_ranks(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->job_rank_count; i++) {
+		const struct sysom_job_rank *j = &b->job_ranks[i];
+
+		byte_buf_put_u32(out, j->process);
+		byte_buf_put_u32(out, j->job);
+		byte_buf_put_u32(out, (uint32_t)j->rank);
+		byte_buf_put_u32(out, (uint32_t)j->world_size);
+		byte_buf_put_u32(out, (uint32_t)j->local_rank);
+		byte_buf_put_u32(out, (uint32_t)j->local_world_size);
+		byte_buf_put_u32(out, (uint32_t)j->group_rank);
+		byte_buf_put_u8(out, j->source);
+		byte_buf_put_u8(out, 0);
+		byte_buf_put_u16(out, 0);
+		byte_buf_put_u32(out, j->job_id_source);
+		byte_buf_put_u32(out, j->master);
+		byte_buf_put_u32(out, j->groups);
+		byte_buf_put_u32(out, 0);
+	}
+}
+
+static void encode_communicators(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->communicator_count; i++) {
+		const struct sysom_communicator *c = &b->communicators[i];
+
+		byte_buf_put_u32(out, c->process);
+		byte_buf_put_u32(out, (uint32_t)c->rank);
+		byte_buf_put_u64(out, c->key);
+		byte_buf_put_u64(out, c->parent_key);
+		byte_buf_put_u64(out, c->nccl_comm_hash);
+		byte_buf_put_u32(out, (uint32_t)c->nranks);
+		byte_buf_put_u32(out, (uint32_t)c->split_color);
+		byte_buf_put_u32(out, c->split_ordinal);
+		byte_buf_put_u32(out, (uint32_t)c->split_key);
+		byte_buf_put_u32(out, 0);
+		byte_buf_put_u8(out, c->key_source);
+		byte_buf_put_u8(out, c->flags);
+		byte_buf_put_u16(out, 0);
+		byte_buf_put_u64(out, c->created_ns);
+		byte_buf_put_u64(out, c->handle);
+	}
+}
+
+static void encode_nccl_calls(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->nccl_call_count; i++) {
+		const struct sysom_nccl_call *c = &b->nccl_calls[i];
+
+		byte_buf_put_u32(out, c->process);
+		byte_buf_put_u32(out, c->tid);
+		byte_buf_put_u64(out, c->comm_key);
+		byte_buf_put_u64(out, c->seq);
+		byte_buf_put_u64(out, c->entry_ns);
+		byte_buf_put_u64(out, c->exit_ns);
+		byte_buf_put_u64(out, c->count);
+		byte_buf_put_u64(out, c->bytes);
+		byte_buf_put_u64(out, c->stream);
+		byte_buf_put_u8(out, c->op);
+		byte_buf_put_u8(out, c->datatype);
+		byte_buf_put_u8(out, c->redop);
+		byte_buf_put_u8(out, c->flags);
+		byte_buf_put_u32(out, (uint32_t)c->peer);
+		byte_buf_put_u32(out, (uint32_t)c->result);
+		byte_buf_put_u32(out, (uint32_t)c->rank);
+	}
+}
+
+static void encode_launches(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->launch_count; i++) {
+		const struct sysom_launch *l = &b->launches[i];
+
+		byte_buf_put_u32(out, l->process);
+		byte_buf_put_u32(out, l->kernel_name);
+		byte_buf_put_u64(out, l->function);
+		byte_buf_put_u32(out, l->user_stack);
+		byte_buf_put_u32(out, l->kernel_stack);
+		byte_buf_put_u64(out, l->count);
+		for (int k = 0; k < 3; k++)
+			byte_buf_put_u32(out, l->grid[k]);
+		for (int k = 0; k < 3; k++)
+			byte_buf_put_u32(out, l->block[k]);
+		byte_buf_put_u32(out, l->shared_mem);
+		byte_buf_put_u16(out, l->flags);
+		byte_buf_put_u16(out, 0);
+	}
+}
+
 int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 {
 	static const struct {
@@ -600,6 +865,10 @@ int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 		{ SYSOM_SECTION_STACKS, encode_stacks },
 		{ SYSOM_SECTION_SAMPLES, encode_samples },
 		{ SYSOM_SECTION_COUNTERS, encode_counters },
+		{ SYSOM_SECTION_JOB_RANKS, encode_job_ranks },
+		{ SYSOM_SECTION_COMMUNICATORS, encode_communicators },
+		{ SYSOM_SECTION_NCCL_CALLS, encode_nccl_calls },
+		{ SYSOM_SECTION_LAUNCHES, encode_launches },
 	};
 	const size_t nsections = sizeof(order) / sizeof(order[0]);
 	struct section_entry entries[sizeof(order) / sizeof(order[0])];
@@ -631,6 +900,10 @@ int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 	entries[5].count = b->stack_count;
 	entries[6].count = b->sample_count;
 	entries[7].count = b->counter_count;
+	entries[8].count = b->job_rank_count;
+	entries[9].count = b->communicator_count;
+	entries[10].count = b->nccl_call_count;
+	entries[11].count = b->launch_count;
 
 	header = out->data + base; /* the buffer may have moved */
 	memcpy(header, SYSOM_WIRE_MAGIC, 4);

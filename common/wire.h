@@ -11,13 +11,14 @@
 #include "common/hash.h"
 
 /*
- * Wire format version 1 (docs/wire-format.md has the same tables). All integers little-endian.
+ * Wire format version 1.1 (docs/wire-format.md has the same tables, including the record
+ * layouts of the sections below). All integers little-endian.
  *
  * Header, 64 bytes:
  *   OFFSET SIZE FIELD
  *   0      4    magic "SYSB"
  *   4      2    major version (1): a reader rejects any other major
- *   6      2    minor version (0): minors only add section types; readers skip unknown types
+ *   6      2    minor version (1): minors only add section types; readers skip unknown types
  *   8      2    header size in bytes (>= 64; a reader skips bytes it does not know)
  *   10     2    section count (<= 64)
  *   12     4    flags (0; a reader rejects unknown flags)
@@ -38,7 +39,7 @@
  */
 #define SYSOM_WIRE_MAGIC "SYSB"
 #define SYSOM_WIRE_MAJOR 1
-#define SYSOM_WIRE_MINOR 0
+#define SYSOM_WIRE_MINOR 1 /* 1.1 added JOB_RANKS, COMMUNICATORS, NCCL_CALLS, LAUNCHES */
 #define SYSOM_WIRE_HEADER_SIZE 64
 #define SYSOM_WIRE_SECTION_ENTRY_SIZE 16
 #define SYSOM_WIRE_MAX_SECTIONS 64
@@ -55,6 +56,12 @@ enum sysom_section_type {
 	SYSOM_SECTION_STACKS = 6,    /* 8-byte header + 12 bytes per frame */
 	SYSOM_SECTION_SAMPLES = 7,   /* 40-byte records */
 	SYSOM_SECTION_COUNTERS = 8,  /* 16-byte records */
+	/* Minor 1: training jobs, NCCL and CUDA (older readers skip these). */
+	SYSOM_SECTION_JOB_RANKS = 9,     /* 48-byte records: a process's place in a training job */
+	SYSOM_SECTION_COMMUNICATORS = 10, /* 72-byte records: NCCL communicators per process */
+	SYSOM_SECTION_NCCL_CALLS = 11,   /* 80-byte records: one per traced NCCL API call */
+	SYSOM_SECTION_LAUNCHES = 12,     /* 64-byte records: kernel launches per (kernel, stack) */
+	SYSOM_SECTION_TYPE_MAX = SYSOM_SECTION_LAUNCHES,
 };
 
 #define SYSOM_NODE_RECORD_SIZE 64
@@ -65,6 +72,10 @@ enum sysom_section_type {
 #define SYSOM_FRAME_RECORD_SIZE 12
 #define SYSOM_SAMPLE_RECORD_SIZE 40
 #define SYSOM_COUNTER_RECORD_SIZE 16
+#define SYSOM_JOB_RANK_RECORD_SIZE 48
+#define SYSOM_COMMUNICATOR_RECORD_SIZE 72
+#define SYSOM_NCCL_CALL_RECORD_SIZE 80
+#define SYSOM_LAUNCH_RECORD_SIZE 64
 
 /* What an object (the thing a frame's offset is relative to) is. */
 enum sysom_object_kind {
@@ -127,8 +138,55 @@ enum sysom_counter_id {
 	/* depth, read fault, no mapping, invalid FP, JIT, SP order, RBP unknown, tail calls, table
 	 * (enum unwind_stop 1..9, counter = 21 + reason) */
 	SYSOM_COUNTER_UNWIND_STOP_LAST = 30,
+	/* NCCL and CUDA tracing (minor 1). */
+	SYSOM_COUNTER_NCCL_CALLS = 31,         /* NCCL API calls traced (entry and return seen) */
+	SYSOM_COUNTER_NCCL_EVENTS_LOST = 32,   /* NCCL calls lost: ring buffer full */
+	SYSOM_COUNTER_NCCL_CALLS_DROPPED = 33, /* NCCL calls dropped: batch reached its limit */
+	SYSOM_COUNTER_NCCL_UNMATCHED = 34,     /* returns without an entry (attached mid-call) */
+	SYSOM_COUNTER_LAUNCHES = 35,           /* GPU kernel launches counted */
+	SYSOM_COUNTER_LAUNCH_MAP_FULL = 36,    /* launches lost: BPF aggregation map full */
+	SYSOM_COUNTER_GPU_LIBRARIES = 37,      /* NCCL/CUDA library files with probes attached */
+	SYSOM_COUNTER_GPU_ATTACH_ERRORS = 38,  /* probe attachments that failed */
+	SYSOM_COUNTER_KERNEL_NAMES = 39,       /* kernel names learnt (function handle → name) */
+	SYSOM_COUNTER_LAUNCH_TRACED_MS = 40,   /* ms the launch probes were attached (duty cycle):
+						* LAUNCHES counts cover this much of the window */
 	SYSOM_COUNTER_MAX = 64,
 };
+
+/* NCCL API calls (NCCL_CALLS records); values are stable on the wire. */
+enum sysom_nccl_op {
+	SYSOM_NCCL_ALL_REDUCE = 1,
+	SYSOM_NCCL_REDUCE_SCATTER = 2,
+	SYSOM_NCCL_ALL_GATHER = 3,
+	SYSOM_NCCL_BROADCAST = 4,
+	SYSOM_NCCL_REDUCE = 5,
+	SYSOM_NCCL_ALL_TO_ALL = 6,
+	SYSOM_NCCL_GATHER = 7,
+	SYSOM_NCCL_SCATTER = 8,
+	SYSOM_NCCL_SEND = 9,
+	SYSOM_NCCL_RECV = 10,
+	SYSOM_NCCL_GROUP_START = 11,
+	SYSOM_NCCL_GROUP_END = 12,
+	SYSOM_NCCL_COMM_INIT_RANK = 13,
+	SYSOM_NCCL_COMM_INIT_RANK_CONFIG = 14,
+	SYSOM_NCCL_COMM_INIT_ALL = 15,
+	SYSOM_NCCL_COMM_INIT_RANK_SCALABLE = 16,
+	SYSOM_NCCL_COMM_SPLIT = 17,
+	SYSOM_NCCL_COMM_DESTROY = 18,
+	SYSOM_NCCL_COMM_ABORT = 19,
+	SYSOM_NCCL_COMM_FINALIZE = 20,
+	SYSOM_NCCL_OP_MAX = SYSOM_NCCL_COMM_FINALIZE,
+};
+
+/* Collectives and point-to-point operations carry a communicator and a sequence number. */
+static inline bool sysom_nccl_op_is_collective(uint8_t op)
+{
+	return op >= SYSOM_NCCL_ALL_REDUCE && op <= SYSOM_NCCL_RECV;
+}
+
+/* NCCL function name without the "nccl" prefix ("AllReduce", "CommInitRank"); NULL when
+ * unknown. */
+const char *sysom_nccl_op_name(uint8_t op);
 
 /* Why a stack stopped, in words ("depth limit", "no mapping", ...); NULL for COMPLETE or an
  * unknown reason. */
@@ -212,6 +270,96 @@ struct sysom_counter {
 	uint64_t value;
 };
 
+/* How a process's job identity was learnt. */
+enum sysom_job_source {
+	SYSOM_JOB_FROM_ENVIRONMENT = 1, /* launcher variables in /proc/<pid>/environ */
+	SYSOM_JOB_FROM_REGISTRATION = 2, /* the process registered over the agent's socket */
+};
+
+/* JOB_RANKS record (48 bytes): at most one per process. Unknown numbers are -1. */
+struct sysom_job_rank {
+	uint32_t process;
+	uint32_t job;               /* string: job id ("" unknown) */
+	int32_t rank, world_size;
+	int32_t local_rank, local_world_size;
+	int32_t group_rank;         /* node rank within the job */
+	uint8_t source;             /* enum sysom_job_source */
+	uint32_t job_id_source;     /* string: the variable the job id came from */
+	uint32_t master;            /* string: "addr:port" of the rendezvous, or "" */
+	uint32_t groups;            /* string: registered group names ("tp=0,dp=3"), or "" */
+};
+
+/* How a communicator key was derived (identical on every rank of the communicator). */
+enum sysom_comm_key_source {
+	SYSOM_COMM_KEY_UNIQUE_ID = 1, /* hash of the 128-byte ncclUniqueId passed to init */
+	SYSOM_COMM_KEY_SPLIT = 2,     /* hash of (parent key, split ordinal, color) */
+	SYSOM_COMM_KEY_COMM_HASH = 3, /* NCCL's own commHash read from the communicator */
+	SYSOM_COMM_KEY_LOCAL = 4,     /* only the process-local handle: not matched across ranks */
+	SYSOM_COMM_KEY_SOURCE_MAX = SYSOM_COMM_KEY_LOCAL,
+};
+
+#define SYSOM_COMM_DESTROYED 0x1 /* communicator flags: destroyed or aborted in the window */
+
+/* COMMUNICATORS record (72 bytes): a communicator as one process sees it. A CommSplit child's
+ * rank, when the library could not tell, follows from NCCL's rule: ranks of one color are
+ * ordered by (split key, rank in the parent). */
+struct sysom_communicator {
+	uint32_t process;
+	int32_t rank;          /* rank in the communicator, -1 unknown */
+	uint64_t key;          /* != 0 */
+	uint64_t parent_key;   /* CommSplit parent, 0 none */
+	uint64_t nccl_comm_hash; /* commHash read from the library, 0 unknown */
+	int32_t nranks;        /* -1 unknown, else >= 1 */
+	int32_t split_color;   /* CommSplit color, -1 none */
+	int32_t split_key;     /* CommSplit key argument, -1 none */
+	uint32_t split_ordinal; /* n-th split of the parent in this process (from 1), 0 none */
+	uint8_t key_source;    /* enum sysom_comm_key_source */
+	uint8_t flags;         /* SYSOM_COMM_* */
+	uint64_t created_ns;   /* init return, ns since the Unix epoch; 0 unknown */
+	uint64_t handle;       /* ncclComm_t in the process */
+};
+
+#define SYSOM_NCCL_IN_GROUP 0x1 /* NCCL_CALLS flags: called between GroupStart and GroupEnd */
+#define SYSOM_NCCL_NO_DATATYPE 0xff
+#define SYSOM_NCCL_NO_REDOP 0xff
+
+/* NCCL_CALLS record (80 bytes): one traced NCCL API call. */
+struct sysom_nccl_call {
+	uint32_t process;
+	uint32_t tid;
+	uint64_t comm_key;     /* 0 when the call has no communicator or it is unknown */
+	uint64_t seq;          /* per (process, communicator, op), from 0, as NCCL's seqNumber */
+	uint64_t entry_ns;     /* ns since the Unix epoch */
+	uint64_t exit_ns;      /* >= entry_ns */
+	uint64_t count;        /* element count argument */
+	uint64_t bytes;        /* count x datatype size */
+	uint64_t stream;       /* cudaStream_t */
+	uint8_t op;            /* enum sysom_nccl_op */
+	uint8_t datatype;      /* ncclDataType_t, SYSOM_NCCL_NO_DATATYPE when none */
+	uint8_t redop;         /* ncclRedOp_t, SYSOM_NCCL_NO_REDOP when none */
+	uint8_t flags;         /* SYSOM_NCCL_* */
+	int32_t peer;          /* root or peer rank, -1 none */
+	int32_t result;        /* ncclResult_t returned */
+	int32_t rank;          /* caller's rank in the communicator, -1 unknown */
+};
+
+#define SYSOM_LAUNCH_EX 0x1   /* LAUNCHES flags: cuLaunchKernelEx */
+#define SYSOM_LAUNCH_PTSZ 0x2 /* per-thread default stream variant */
+
+/* LAUNCHES record (64 bytes): GPU kernel launches aggregated per (process, kernel, stacks). */
+struct sysom_launch {
+	uint32_t process;
+	uint32_t kernel_name;  /* string, "" when unknown */
+	uint64_t function;     /* CUfunction handle */
+	uint32_t user_stack;   /* stack index or SYSOM_WIRE_NONE */
+	uint32_t kernel_stack; /* stack index or SYSOM_WIRE_NONE */
+	uint64_t count;        /* >= 1 */
+	uint32_t grid[3];      /* of the last launch counted */
+	uint32_t block[3];
+	uint32_t shared_mem;
+	uint16_t flags;        /* SYSOM_LAUNCH_* */
+};
+
 /* Decoder limits: everything a peer controls is bounded. */
 struct sysom_wire_limits {
 	uint32_t max_strings;
@@ -224,6 +372,10 @@ struct sysom_wire_limits {
 	uint32_t max_frames;
 	uint32_t max_samples;
 	uint32_t max_counters;
+	uint32_t max_job_ranks;
+	uint32_t max_communicators;
+	uint32_t max_nccl_calls;
+	uint32_t max_launches;
 };
 
 /* The defaults: generous for one node's 30 s window, small enough to bound server memory. */
@@ -271,6 +423,14 @@ struct sysom_batch {
 	uint32_t sample_count, sample_cap;
 	struct sysom_counter *counters;
 	uint32_t counter_count, counter_cap;
+	struct sysom_job_rank *job_ranks;
+	uint32_t job_rank_count, job_rank_cap;
+	struct sysom_communicator *communicators;
+	uint32_t communicator_count, communicator_cap;
+	struct sysom_nccl_call *nccl_calls;
+	uint32_t nccl_call_count, nccl_call_cap;
+	struct sysom_launch *launches;
+	uint32_t launch_count, launch_cap;
 
 	struct batch_dedup *dedup; /* builder indexes; NULL in decoded batches */
 };
@@ -301,6 +461,16 @@ int sysom_batch_add_sample(struct sysom_batch *b, const struct sysom_sample *s);
 int sysom_batch_add_counter(struct sysom_batch *b, uint16_t id, uint64_t delta);
 /* Value of counter `id`, 0 when absent. */
 uint64_t sysom_batch_counter(const struct sysom_batch *b, uint16_t id);
+
+/* One identity per process: a second call for the same process replaces the first. */
+int sysom_batch_set_job_rank(struct sysom_batch *b, const struct sysom_job_rank *j);
+/* One record per (process, key): a second call replaces the first. */
+int sysom_batch_set_communicator(struct sysom_batch *b, const struct sysom_communicator *c);
+/* Appends a call (no de-duplication). */
+int sysom_batch_add_nccl_call(struct sysom_batch *b, const struct sysom_nccl_call *c);
+/* Adds l->count to the row with the same (process, function, stacks), taking the name when
+ * the row has none and the last launch's dimensions. */
+int sysom_batch_add_launch(struct sysom_batch *b, const struct sysom_launch *l);
 
 /* Frames of stack `idx` (borrowed). */
 static inline const struct sysom_frame *sysom_batch_stack_frames(const struct sysom_batch *b,

@@ -61,6 +61,14 @@ static const char *section_name(uint16_t type)
 		return "SAMPLES";
 	case SYSOM_SECTION_COUNTERS:
 		return "COUNTERS";
+	case SYSOM_SECTION_JOB_RANKS:
+		return "JOB_RANKS";
+	case SYSOM_SECTION_COMMUNICATORS:
+		return "COMMUNICATORS";
+	case SYSOM_SECTION_NCCL_CALLS:
+		return "NCCL_CALLS";
+	case SYSOM_SECTION_LAUNCHES:
+		return "LAUNCHES";
 	}
 	return "unknown";
 }
@@ -380,16 +388,16 @@ static int decode_stacks(struct decoder *d, const struct section *s)
 	return 0;
 }
 
-static int check_stack_ref(struct decoder *d, size_t at, uint32_t i, uint32_t stack,
+static int check_stack_ref(struct decoder *d, size_t at, const char *what, uint32_t stack,
 			   uint8_t want_kind)
 {
 	if (stack == SYSOM_WIRE_NONE)
 		return 0;
 	if (stack >= d->batch->stack_count)
-		return CORRUPT(d, at, "SAMPLES record %u: stack %u out of range (%u stacks)", i,
+		return CORRUPT(d, at, "%s: stack %u out of range (%u stacks)", what,
 			       stack, d->batch->stack_count);
 	if (d->batch->stacks[stack].kind != want_kind)
-		return CORRUPT(d, at, "SAMPLES record %u: stack %u is not a %s stack", i, stack,
+		return CORRUPT(d, at, "%s: stack %u is not a %s stack", what, stack,
 			       want_kind == SYSOM_STACK_KERNEL ? "kernel" : "user");
 	return 0;
 }
@@ -426,8 +434,8 @@ static int decode_samples(struct decoder *d, const struct section *s)
 				       what, o->time_offset_ms, (unsigned long long)window_ms);
 		if (o->kernel_stack == SYSOM_WIRE_NONE && o->user_stack == SYSOM_WIRE_NONE)
 			return CORRUPT(d, at + 16, "%s: neither a kernel nor a user stack", what);
-		if ((err = check_stack_ref(d, at + 16, i, o->kernel_stack, SYSOM_STACK_KERNEL)) ||
-		    (err = check_stack_ref(d, at + 20, i, o->user_stack, SYSOM_STACK_USER)) ||
+		if ((err = check_stack_ref(d, at + 16, what, o->kernel_stack, SYSOM_STACK_KERNEL)) ||
+		    (err = check_stack_ref(d, at + 20, what, o->user_stack, SYSOM_STACK_USER)) ||
 		    (err = check_string(d, at + 24, what, o->thread_comm)))
 			return err;
 		if (load_le32(p + 28) != 0)
@@ -464,6 +472,220 @@ static int decode_counters(struct decoder *d, const struct section *s)
 			return CORRUPT(d, at, "COUNTERS record %u: id %u repeated", i, c->id);
 		seen |= 1ULL << c->id;
 		b->counter_count++;
+	}
+	return 0;
+}
+
+static int check_process(struct decoder *d, size_t at, const char *what, uint32_t process)
+{
+	if (process >= d->batch->process_count)
+		return CORRUPT(d, at, "%s: process %u out of range (%u processes)", what, process,
+			       d->batch->process_count);
+	return 0;
+}
+
+/* A rank and its size: -1 each when unknown, else 0 <= rank < size. */
+static int check_rank(struct decoder *d, size_t at, const char *what, int32_t rank, int32_t size)
+{
+	if (rank < -1 || size < -1 || size == 0 || (rank >= 0 && size > 0 && rank >= size))
+		return CORRUPT(d, at, "%s: rank %d of %d is inconsistent", what, rank, size);
+	return 0;
+}
+
+static int decode_job_ranks(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	uint8_t *seen = NULL;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_job_ranks, SYSOM_JOB_RANK_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->job_ranks, &b->job_rank_cap, s->count,
+			       sizeof(*b->job_ranks))))
+		return err;
+	if (s->count && !(seen = calloc(b->process_count ? b->process_count : 1, 1)))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_JOB_RANK_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_job_rank *o = &b->job_ranks[i];
+		char what[40];
+
+		snprintf(what, sizeof(what), "JOB_RANKS record %u", i);
+		o->process = load_le32(p);
+		o->job = load_le32(p + 4);
+		o->rank = (int32_t)load_le32(p + 8);
+		o->world_size = (int32_t)load_le32(p + 12);
+		o->local_rank = (int32_t)load_le32(p + 16);
+		o->local_world_size = (int32_t)load_le32(p + 20);
+		o->group_rank = (int32_t)load_le32(p + 24);
+		o->source = p[28];
+		o->job_id_source = load_le32(p + 32);
+		o->master = load_le32(p + 36);
+		o->groups = load_le32(p + 40);
+		if ((err = check_process(d, at, what, o->process)) ||
+		    (err = check_string(d, at + 4, what, o->job)) ||
+		    (err = check_string(d, at + 32, what, o->job_id_source)) ||
+		    (err = check_string(d, at + 36, what, o->master)) ||
+		    (err = check_string(d, at + 40, what, o->groups)) ||
+		    (err = check_rank(d, at + 8, what, o->rank, o->world_size)) ||
+		    (err = check_rank(d, at + 16, what, o->local_rank, o->local_world_size)))
+			goto cleanup;
+		if (o->group_rank < -1) {
+			err = CORRUPT(d, at + 24, "%s: group rank %d", what, o->group_rank);
+			goto cleanup;
+		}
+		if (o->source != SYSOM_JOB_FROM_ENVIRONMENT && o->source != SYSOM_JOB_FROM_REGISTRATION) {
+			err = CORRUPT(d, at + 28, "%s: unknown source %u", what, o->source);
+			goto cleanup;
+		}
+		if (p[29] || load_le16(p + 30) || load_le32(p + 44)) {
+			err = CORRUPT(d, at + 29, "%s: reserved field is not zero", what);
+			goto cleanup;
+		}
+		if (seen[o->process]) {
+			err = CORRUPT(d, at, "%s: process %u repeated", what, o->process);
+			goto cleanup;
+		}
+		seen[o->process] = 1;
+		b->job_rank_count++;
+	}
+cleanup:
+	free(seen);
+	return err;
+}
+
+static int decode_communicators(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_communicators, SYSOM_COMMUNICATOR_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->communicators, &b->communicator_cap, s->count,
+			       sizeof(*b->communicators))))
+		return err;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_COMMUNICATOR_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_communicator *o = &b->communicators[i];
+		char what[40];
+
+		snprintf(what, sizeof(what), "COMMUNICATORS record %u", i);
+		o->process = load_le32(p);
+		o->rank = (int32_t)load_le32(p + 4);
+		o->key = load_le64(p + 8);
+		o->parent_key = load_le64(p + 16);
+		o->nccl_comm_hash = load_le64(p + 24);
+		o->nranks = (int32_t)load_le32(p + 32);
+		o->split_color = (int32_t)load_le32(p + 36);
+		o->split_ordinal = load_le32(p + 40);
+		o->split_key = (int32_t)load_le32(p + 44);
+		o->key_source = p[52];
+		o->flags = p[53];
+		o->created_ns = load_le64(p + 56);
+		o->handle = load_le64(p + 64);
+		if ((err = check_process(d, at, what, o->process)) ||
+		    (err = check_rank(d, at + 4, what, o->rank, o->nranks)))
+			return err;
+		if (o->key == 0)
+			return CORRUPT(d, at + 8, "%s: key 0", what);
+		if (o->key_source == 0 || o->key_source > SYSOM_COMM_KEY_SOURCE_MAX)
+			return CORRUPT(d, at + 52, "%s: unknown key source %u", what, o->key_source);
+		if (o->flags & ~SYSOM_COMM_DESTROYED)
+			return CORRUPT(d, at + 53, "%s: unknown flags 0x%x", what, o->flags);
+		if (load_le32(p + 48) || load_le16(p + 54))
+			return CORRUPT(d, at + 48, "%s: reserved field is not zero", what);
+		b->communicator_count++;
+	}
+	return 0;
+}
+
+static int decode_nccl_calls(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_nccl_calls, SYSOM_NCCL_CALL_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->nccl_calls, &b->nccl_call_cap, s->count,
+			       sizeof(*b->nccl_calls))))
+		return err;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_NCCL_CALL_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_nccl_call *o = &b->nccl_calls[i];
+		char what[40];
+
+		snprintf(what, sizeof(what), "NCCL_CALLS record %u", i);
+		o->process = load_le32(p);
+		o->tid = load_le32(p + 4);
+		o->comm_key = load_le64(p + 8);
+		o->seq = load_le64(p + 16);
+		o->entry_ns = load_le64(p + 24);
+		o->exit_ns = load_le64(p + 32);
+		o->count = load_le64(p + 40);
+		o->bytes = load_le64(p + 48);
+		o->stream = load_le64(p + 56);
+		o->op = p[64];
+		o->datatype = p[65];
+		o->redop = p[66];
+		o->flags = p[67];
+		o->peer = (int32_t)load_le32(p + 68);
+		o->result = (int32_t)load_le32(p + 72);
+		o->rank = (int32_t)load_le32(p + 76);
+		if ((err = check_process(d, at, what, o->process)))
+			return err;
+		if (o->op == 0 || o->op > SYSOM_NCCL_OP_MAX)
+			return CORRUPT(d, at + 64, "%s: unknown op %u", what, o->op);
+		if (o->flags & ~SYSOM_NCCL_IN_GROUP)
+			return CORRUPT(d, at + 67, "%s: unknown flags 0x%x", what, o->flags);
+		if (o->exit_ns < o->entry_ns)
+			return CORRUPT(d, at + 32, "%s: returns before it is entered", what);
+		if (o->peer < -1 || o->rank < -1)
+			return CORRUPT(d, at + 68, "%s: negative rank", what);
+		b->nccl_call_count++;
+	}
+	return 0;
+}
+
+static int decode_launches(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_launches, SYSOM_LAUNCH_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->launches, &b->launch_cap, s->count,
+			       sizeof(*b->launches))))
+		return err;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_LAUNCH_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_launch *o = &b->launches[i];
+		char what[40];
+
+		snprintf(what, sizeof(what), "LAUNCHES record %u", i);
+		o->process = load_le32(p);
+		o->kernel_name = load_le32(p + 4);
+		o->function = load_le64(p + 8);
+		o->user_stack = load_le32(p + 16);
+		o->kernel_stack = load_le32(p + 20);
+		o->count = load_le64(p + 24);
+		for (int k = 0; k < 3; k++) {
+			o->grid[k] = load_le32(p + 32 + 4 * k);
+			o->block[k] = load_le32(p + 44 + 4 * k);
+		}
+		o->shared_mem = load_le32(p + 56);
+		o->flags = load_le16(p + 60);
+		if ((err = check_process(d, at, what, o->process)) ||
+		    (err = check_string(d, at + 4, what, o->kernel_name)) ||
+		    (err = check_stack_ref(d, at + 16, what, o->user_stack, SYSOM_STACK_USER)) ||
+		    (err = check_stack_ref(d, at + 20, what, o->kernel_stack, SYSOM_STACK_KERNEL)))
+			return err;
+		if (o->count == 0)
+			return CORRUPT(d, at + 24, "%s: zero count", what);
+		if (o->flags & ~(SYSOM_LAUNCH_EX | SYSOM_LAUNCH_PTSZ))
+			return CORRUPT(d, at + 60, "%s: unknown flags 0x%x", what, o->flags);
+		if (load_le16(p + 62))
+			return CORRUPT(d, at + 62, "%s: reserved field is not zero", what);
+		b->launch_count++;
 	}
 	return 0;
 }
@@ -544,7 +766,7 @@ static int read_header(struct decoder *d, struct section *sections,
 int sysom_batch_decode(const void *data, size_t len, const struct sysom_wire_limits *limits,
 		       struct sysom_batch *out, struct sysom_wire_error *err)
 {
-	struct section sections[SYSOM_SECTION_COUNTERS + 1];
+	struct section sections[SYSOM_SECTION_TYPE_MAX + 1];
 	struct decoder d = {
 		.data = data,
 		.len = len,
@@ -565,6 +787,10 @@ int sysom_batch_decode(const void *data, size_t len, const struct sysom_wire_lim
 		{ SYSOM_SECTION_STACKS, decode_stacks },
 		{ SYSOM_SECTION_SAMPLES, decode_samples },
 		{ SYSOM_SECTION_COUNTERS, decode_counters },
+		{ SYSOM_SECTION_JOB_RANKS, decode_job_ranks },
+		{ SYSOM_SECTION_COMMUNICATORS, decode_communicators },
+		{ SYSOM_SECTION_NCCL_CALLS, decode_nccl_calls },
+		{ SYSOM_SECTION_LAUNCHES, decode_launches },
 	};
 	int rc;
 

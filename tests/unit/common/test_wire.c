@@ -407,6 +407,364 @@ static void test_empty_batch(void **state)
 	sysom_batch_free(&b);
 }
 
+
+/* ---- minor 1: job ranks, communicators, NCCL calls, launches ---- */
+
+/* The sample batch plus one record of each new section (and a second launch row). */
+static void build_gpu_batch(struct sysom_batch *b)
+{
+	uint32_t job, src, master, groups, kname;
+
+	build_sample_batch(b);
+	assert_int_equal(sysom_batch_intern_cstring(b, "job-42", &job), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, "TORCHELASTIC_RUN_ID", &src), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, "10.0.0.1:29500", &master), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, "tp=0,dp=3", &groups), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, "ncclDevKernel_AllReduce", &kname), 0);
+	struct sysom_job_rank j = { .process = 0, .job = job, .rank = 3, .world_size = 8,
+				    .local_rank = 3, .local_world_size = 4, .group_rank = 0,
+				    .source = SYSOM_JOB_FROM_ENVIRONMENT, .job_id_source = src,
+				    .master = master, .groups = groups };
+	assert_int_equal(sysom_batch_set_job_rank(b, &j), 0);
+	struct sysom_communicator c = { .process = 0, .rank = 3, .key = 0x1122334455667788ULL,
+					.parent_key = 0xabcULL, .nccl_comm_hash = 0x99,
+					.nranks = 8, .split_color = 1, .split_key = 3,
+					.split_ordinal = 2, .key_source = SYSOM_COMM_KEY_SPLIT,
+					.flags = SYSOM_COMM_DESTROYED, .created_ns = 1700000000000000123ULL,
+					.handle = 0x5555aaaa0000ULL };
+	assert_int_equal(sysom_batch_set_communicator(b, &c), 0);
+	struct sysom_nccl_call k = { .process = 0, .tid = 4243, .comm_key = c.key, .seq = 17,
+				     .entry_ns = 1700000001000000000ULL,
+				     .exit_ns = 1700000001002000000ULL, .count = 1024,
+				     .bytes = 4096, .stream = 0x7f00aa, .op = SYSOM_NCCL_ALL_REDUCE,
+				     .datatype = 7, .redop = 0, .flags = SYSOM_NCCL_IN_GROUP,
+				     .peer = -1, .result = 0, .rank = 3 };
+	assert_int_equal(sysom_batch_add_nccl_call(b, &k), 0);
+	struct sysom_launch l = { .process = 0, .kernel_name = kname, .function = 0xbeef,
+				  .user_stack = 1, .kernel_stack = SYSOM_WIRE_NONE, .count = 10,
+				  .grid = { 8, 2, 1 }, .block = { 256, 1, 1 }, .shared_mem = 4096,
+				  .flags = SYSOM_LAUNCH_EX };
+	assert_int_equal(sysom_batch_add_launch(b, &l), 0);
+	l.kernel_name = 0;
+	l.function = 0xdead;
+	l.count = 1;
+	l.user_stack = SYSOM_WIRE_NONE;
+	assert_int_equal(sysom_batch_add_launch(b, &l), 0);
+}
+
+/* Offset of section type `type` in an encoded batch (the encoder writes every section). */
+static uint32_t section_offset(struct byte_buf *buf, uint16_t type)
+{
+	for (int i = 0; i < SYSOM_SECTION_TYPE_MAX; i++)
+		if (load_le16(section_entry(buf, i)) == type)
+			return load_le32(section_entry(buf, i) + 8);
+	fail_msg("section %u missing", type);
+	return 0;
+}
+
+static void test_gpu_round_trip(void **state)
+{
+	struct sysom_batch b, d;
+	struct byte_buf buf, again = { 0 };
+	struct sysom_wire_error err;
+
+	(void)state;
+	build_gpu_batch(&b);
+	encode(&b, &buf);
+	assert_int_equal(load_le16(buf.data + 6), 1); /* minor 1 */
+	if (sysom_batch_decode(buf.data, buf.len, NULL, &d, &err))
+		fail_msg("decode: %s", err.message);
+	assert_int_equal(d.job_rank_count, 1);
+	assert_int_equal(d.job_ranks[0].process, 0);
+	assert_int_equal(d.job_ranks[0].rank, 3);
+	assert_int_equal(d.job_ranks[0].world_size, 8);
+	assert_int_equal(d.job_ranks[0].local_rank, 3);
+	assert_int_equal(d.job_ranks[0].local_world_size, 4);
+	assert_int_equal(d.job_ranks[0].group_rank, 0);
+	assert_int_equal(d.job_ranks[0].source, SYSOM_JOB_FROM_ENVIRONMENT);
+	assert_string_equal(sysom_batch_string(&d, d.job_ranks[0].master), "10.0.0.1:29500");
+	assert_string_equal(sysom_batch_string(&d, d.job_ranks[0].job_id_source), "TORCHELASTIC_RUN_ID");
+	assert_string_equal(sysom_batch_string(&d, d.job_ranks[0].job), "job-42");
+	assert_string_equal(sysom_batch_string(&d, d.job_ranks[0].groups), "tp=0,dp=3");
+	assert_int_equal(d.communicator_count, 1);
+	assert_int_equal(d.communicators[0].key, 0x1122334455667788ULL);
+	assert_int_equal(d.communicators[0].split_key, 3);
+	assert_int_equal(d.communicators[0].split_ordinal, 2);
+	assert_int_equal(d.communicators[0].flags, SYSOM_COMM_DESTROYED);
+	assert_int_equal(d.communicators[0].created_ns, 1700000000000000123ULL);
+	assert_int_equal(d.communicators[0].handle, 0x5555aaaa0000ULL);
+	assert_int_equal(d.communicators[0].rank, 3);
+	assert_int_equal(d.communicators[0].parent_key, 0xabc);
+	assert_int_equal(d.communicators[0].nccl_comm_hash, 0x99);
+	assert_int_equal(d.communicators[0].nranks, 8);
+	assert_int_equal(d.communicators[0].split_color, 1);
+	assert_int_equal(d.communicators[0].key_source, SYSOM_COMM_KEY_SPLIT);
+	assert_int_equal(d.nccl_call_count, 1);
+	const struct sysom_nccl_call *k = &d.nccl_calls[0];
+	assert_int_equal(k->tid, 4243);
+	assert_int_equal(k->comm_key, 0x1122334455667788ULL);
+	assert_int_equal(k->entry_ns, 1700000001000000000ULL);
+	assert_int_equal(k->exit_ns, 1700000001002000000ULL);
+	assert_int_equal(k->count, 1024);
+	assert_int_equal(k->bytes, 4096);
+	assert_int_equal(k->stream, 0x7f00aa);
+	assert_int_equal(k->op, SYSOM_NCCL_ALL_REDUCE);
+	assert_int_equal(k->datatype, 7);
+	assert_int_equal(k->redop, 0);
+	assert_int_equal(k->flags, SYSOM_NCCL_IN_GROUP);
+	assert_int_equal(k->rank, 3);
+	assert_int_equal(d.nccl_calls[0].peer, -1);
+	assert_int_equal(d.nccl_calls[0].seq, 17);
+	assert_int_equal(d.launch_count, 2);
+	assert_int_equal(d.launches[0].count, 10);
+	assert_int_equal(d.launches[0].grid[1], 2);
+	assert_int_equal(d.launches[0].shared_mem, 4096);
+	assert_int_equal(d.launches[0].flags, SYSOM_LAUNCH_EX);
+	assert_string_equal(sysom_batch_string(&d, d.launches[0].kernel_name), "ncclDevKernel_AllReduce");
+	assert_int_equal(d.launches[1].user_stack, SYSOM_WIRE_NONE);
+	assert_int_equal(d.launches[1].function, 0xdead);
+	assert_int_equal(d.sample_count, 2);
+	assert_int_equal(sysom_batch_encode(&d, &again), 0);
+	assert_int_equal(again.len, buf.len);
+	assert_memory_equal(again.data, buf.data, buf.len);
+	byte_buf_free(&again);
+	byte_buf_free(&buf);
+	sysom_batch_free(&d);
+	sysom_batch_free(&b);
+}
+
+static void test_gpu_builder(void **state)
+{
+	struct sysom_batch b;
+
+	(void)state;
+	build_gpu_batch(&b);
+	/* set_job_rank and set_communicator replace; add_launch adds to a matching row. */
+	struct sysom_job_rank j = b.job_ranks[0];
+	j.rank = 5;
+	assert_int_equal(sysom_batch_set_job_rank(&b, &j), 0);
+	assert_int_equal(b.job_rank_count, 1);
+	assert_int_equal(b.job_ranks[0].rank, 5);
+	struct sysom_communicator c = b.communicators[0];
+	c.nranks = 16;
+	assert_int_equal(sysom_batch_set_communicator(&b, &c), 0);
+	assert_int_equal(b.communicator_count, 1);
+	assert_int_equal(b.communicators[0].nranks, 16);
+	struct sysom_launch l = b.launches[0];
+	l.count = 5;
+	l.grid[0] = 99;
+	assert_int_equal(sysom_batch_add_launch(&b, &l), 0);
+	assert_int_equal(b.launch_count, 2);
+	assert_int_equal(b.launches[0].count, 15);
+	assert_int_equal(b.launches[0].grid[0], 99);
+	/* Invalid records are refused. */
+	j.process = 9;
+	assert_int_equal(sysom_batch_set_job_rank(&b, &j), -EINVAL);
+	c.key = 0;
+	assert_int_equal(sysom_batch_set_communicator(&b, &c), -EINVAL);
+	struct sysom_nccl_call k = b.nccl_calls[0];
+	k.exit_ns = k.entry_ns - 1;
+	assert_int_equal(sysom_batch_add_nccl_call(&b, &k), -EINVAL);
+	k = b.nccl_calls[0];
+	k.op = SYSOM_NCCL_OP_MAX + 1;
+	assert_int_equal(sysom_batch_add_nccl_call(&b, &k), -EINVAL);
+	l.count = 0;
+	assert_int_equal(sysom_batch_add_launch(&b, &l), -EINVAL);
+	sysom_batch_free(&b);
+}
+
+/* Each broken rule of the new sections is refused as corrupt, with a message saying which. */
+static void test_gpu_corruptions(void **state)
+{
+	struct sysom_batch b;
+	struct byte_buf buf;
+	static const struct {
+		uint16_t section;
+		uint32_t at;     /* byte offset in the first record */
+		uint32_t size;   /* 1, 2, 4 or 8 */
+		uint64_t value;
+		const char *fragment;
+	} cases[] = {
+		{ SYSOM_SECTION_JOB_RANKS, 0, 4, 1, "process 1 out of range" },
+		{ SYSOM_SECTION_JOB_RANKS, 4, 4, 999, "string index 999" },
+		{ SYSOM_SECTION_JOB_RANKS, 8, 4, 8, "rank 8 of 8" },
+		{ SYSOM_SECTION_JOB_RANKS, 8, 4, (uint32_t)-2, "inconsistent" },
+		{ SYSOM_SECTION_JOB_RANKS, 12, 4, 0, "inconsistent" },
+		{ SYSOM_SECTION_JOB_RANKS, 16, 4, 4, "rank 4 of 4" },
+		{ SYSOM_SECTION_JOB_RANKS, 24, 4, (uint32_t)-5, "group rank" },
+		{ SYSOM_SECTION_JOB_RANKS, 28, 1, 3, "unknown source" },
+		{ SYSOM_SECTION_JOB_RANKS, 29, 1, 1, "reserved" },
+		{ SYSOM_SECTION_JOB_RANKS, 44, 4, 1, "reserved" },
+		{ SYSOM_SECTION_COMMUNICATORS, 0, 4, 1, "process 1 out of range" },
+		{ SYSOM_SECTION_COMMUNICATORS, 4, 4, 8, "rank 8 of 8" },
+		{ SYSOM_SECTION_COMMUNICATORS, 8, 8, 0, "key 0" },
+		{ SYSOM_SECTION_COMMUNICATORS, 32, 4, 0, "inconsistent" },
+		{ SYSOM_SECTION_COMMUNICATORS, 48, 4, 1, "reserved" },
+		{ SYSOM_SECTION_COMMUNICATORS, 52, 1, 0, "unknown key source" },
+		{ SYSOM_SECTION_COMMUNICATORS, 52, 1, 5, "unknown key source" },
+		{ SYSOM_SECTION_COMMUNICATORS, 53, 1, 2, "unknown flags" },
+		{ SYSOM_SECTION_COMMUNICATORS, 54, 2, 1, "reserved" },
+		{ SYSOM_SECTION_NCCL_CALLS, 0, 4, 1, "process 1 out of range" },
+		{ SYSOM_SECTION_NCCL_CALLS, 32, 8, 1700000000999999999ULL, "returns before" },
+		{ SYSOM_SECTION_NCCL_CALLS, 64, 1, 0, "unknown op 0" },
+		{ SYSOM_SECTION_NCCL_CALLS, 64, 1, SYSOM_NCCL_OP_MAX + 1, "unknown op" },
+		{ SYSOM_SECTION_NCCL_CALLS, 67, 1, 2, "unknown flags" },
+		{ SYSOM_SECTION_NCCL_CALLS, 68, 4, (uint32_t)-2, "negative rank" },
+		{ SYSOM_SECTION_NCCL_CALLS, 76, 4, (uint32_t)-2, "negative rank" },
+		{ SYSOM_SECTION_LAUNCHES, 0, 4, 1, "process 1 out of range" },
+		{ SYSOM_SECTION_LAUNCHES, 4, 4, 999, "string index 999" },
+		{ SYSOM_SECTION_LAUNCHES, 16, 4, 0, "not a user stack" },
+		{ SYSOM_SECTION_LAUNCHES, 16, 4, 7, "stack 7 out of range" },
+		{ SYSOM_SECTION_LAUNCHES, 20, 4, 1, "not a kernel stack" },
+		{ SYSOM_SECTION_LAUNCHES, 24, 8, 0, "zero count" },
+		{ SYSOM_SECTION_LAUNCHES, 60, 2, 4, "unknown flags" },
+		{ SYSOM_SECTION_LAUNCHES, 62, 2, 1, "reserved" },
+	};
+
+	(void)state;
+	build_gpu_batch(&b);
+	encode(&b, &buf);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint8_t *p = buf.data + section_offset(&buf, cases[i].section) + cases[i].at;
+		uint8_t saved[8];
+
+		memcpy(saved, p, cases[i].size);
+		switch (cases[i].size) {
+		case 1: *p = (uint8_t)cases[i].value; break;
+		case 2: store_le16(p, (uint16_t)cases[i].value); break;
+		case 4: store_le32(p, (uint32_t)cases[i].value); break;
+		default: store_le64(p, cases[i].value); break;
+		}
+		expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, cases[i].fragment);
+		memcpy(p, saved, cases[i].size);
+	}
+	/* The restored batch decodes again. */
+	expect_corrupt(buf.data, buf.len, 0, NULL);
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
+}
+
+/* A second JOB_RANKS record for the same process is refused; repeated communicators and
+ * launch keys are allowed (readers take the last / sum). */
+static void test_gpu_repeats(void **state)
+{
+	struct sysom_batch b, d;
+	struct byte_buf buf;
+
+	(void)state;
+	build_gpu_batch(&b);
+	/* Append a copy of each record behind the builder's back. */
+	b.job_ranks = realloc(b.job_ranks, 2 * sizeof(*b.job_ranks));
+	b.job_ranks[1] = b.job_ranks[0];
+	b.job_rank_count = 2;
+	b.communicators = realloc(b.communicators, 2 * sizeof(*b.communicators));
+	b.communicators[1] = b.communicators[0];
+	b.communicator_count = 2;
+	b.launches = realloc(b.launches, 3 * sizeof(*b.launches));
+	b.launches[2] = b.launches[0];
+	b.launch_count = 3;
+	encode(&b, &buf);
+	expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, "process 0 repeated");
+	byte_buf_free(&buf);
+	b.job_rank_count = 1;
+	encode(&b, &buf);
+	assert_int_equal(sysom_batch_decode(buf.data, buf.len, NULL, &d, NULL), 0);
+	assert_int_equal(d.communicator_count, 2);
+	assert_int_equal(d.launch_count, 3);
+	sysom_batch_free(&d);
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
+}
+
+static void test_gpu_limits(void **state)
+{
+	struct sysom_batch b, d;
+	struct byte_buf buf;
+	struct sysom_wire_error err;
+	struct sysom_wire_limits limits;
+	uint32_t *fields[] = { &limits.max_job_ranks, &limits.max_communicators,
+			       &limits.max_nccl_calls, &limits.max_launches };
+	static const char *const names[] = { "JOB_RANKS", "COMMUNICATORS", "NCCL_CALLS",
+					     "LAUNCHES" };
+
+	(void)state;
+	build_gpu_batch(&b);
+	encode(&b, &buf);
+	for (size_t i = 0; i < 4; i++) {
+		limits = sysom_wire_default_limits;
+		*fields[i] = i == 3 ? 1 : 0;
+		assert_int_equal(sysom_batch_decode(buf.data, buf.len, &limits, &d, &err), -SYSOM_ELIMIT);
+		if (!strstr(err.message, names[i]) || !strstr(err.message, "limit"))
+			fail_msg("'%s' lacks %s", err.message, names[i]);
+		sysom_batch_free(&d);
+	}
+	/* A record count that disagrees with the section size. */
+	for (int i = 0; i < SYSOM_SECTION_TYPE_MAX; i++) {
+		uint8_t *e = section_entry(&buf, i);
+		if (load_le16(e) != SYSOM_SECTION_NCCL_CALLS)
+			continue;
+		store_le32(e + 4, 2);
+		expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, "NCCL_CALLS: size");
+		store_le32(e + 4, 1);
+	}
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
+}
+
+/* A minor-0 batch (sections 1-8 only) still decodes, with no job or GPU records. */
+static void test_minor0_batch(void **state)
+{
+	struct sysom_batch b, d;
+	struct byte_buf buf;
+
+	(void)state;
+	build_sample_batch(&b);
+	encode(&b, &buf);
+	/* The four new sections are last and empty: leave them out of the table. */
+	for (int i = 8; i < 12; i++)
+		assert_int_equal(load_le32(section_entry(&buf, i) + 12), 0);
+	store_le16(buf.data + 6, 0);
+	store_le16(buf.data + 10, 8);
+	assert_int_equal(sysom_batch_decode(buf.data, buf.len, NULL, &d, NULL), 0);
+	assert_int_equal(d.minor, 0);
+	assert_int_equal(d.sample_count, 2);
+	assert_int_equal(d.job_rank_count + d.communicator_count + d.nccl_call_count + d.launch_count, 0);
+	sysom_batch_free(&d);
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
+}
+
+/* Truncations and byte flips of a batch with every section fail cleanly. */
+static void test_gpu_truncation_and_flips(void **state)
+{
+	struct sysom_batch b, d;
+	struct byte_buf buf;
+	struct sysom_wire_error err;
+
+	(void)state;
+	build_gpu_batch(&b);
+	encode(&b, &buf);
+	for (size_t len = 0; len < buf.len; len += 7) {
+		int rc = sysom_batch_decode(buf.data, len, NULL, &d, &err);
+		if (rc != -SYSOM_ECORRUPT)
+			fail_msg("prefix %zu: rc %d (%s)", len, rc, err.message);
+		sysom_batch_free(&d);
+	}
+	for (size_t i = 0; i < buf.len; i++) {
+		buf.data[i] ^= 0x81;
+		int rc = sysom_batch_decode(buf.data, buf.len, NULL, &d, &err);
+		assert_true(rc == 0 || rc == -SYSOM_ECORRUPT || rc == -SYSOM_ELIMIT ||
+			    rc == -SYSOM_EVERSION);
+		for (uint32_t k = 0; rc == 0 && k < d.nccl_call_count; k++)
+			assert_true(d.nccl_calls[k].exit_ns >= d.nccl_calls[k].entry_ns);
+		for (uint32_t k = 0; rc == 0 && k < d.launch_count; k++)
+			assert_true(d.launches[k].count > 0 && d.launches[k].process < d.process_count);
+		sysom_batch_free(&d);
+		buf.data[i] ^= 0x81;
+	}
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
+}
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -418,6 +776,13 @@ int main(void)
 		cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_unknown_section_skipped),
 		cmocka_unit_test(test_empty_batch),
+		cmocka_unit_test(test_gpu_round_trip),
+		cmocka_unit_test(test_gpu_builder),
+		cmocka_unit_test(test_gpu_corruptions),
+		cmocka_unit_test(test_gpu_repeats),
+		cmocka_unit_test(test_gpu_limits),
+		cmocka_unit_test(test_minor0_batch),
+		cmocka_unit_test(test_gpu_truncation_and_flips),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
