@@ -227,6 +227,7 @@ struct query {
 	struct store_sample_filter f;
 	char node[PARAM_MAX];
 	char comm[PARAM_MAX];
+	char job[PARAM_MAX];
 };
 
 /* Parses node, pid, comm, from and to; answers 400 and returns false when malformed. */
@@ -234,18 +235,20 @@ static bool query_parse(struct api *api, const struct http_request *req, struct 
 			struct http_response *resp)
 {
 	char from[PARAM_MAX], to[PARAM_MAX];
-	bool has_node, has_comm, has_from, has_to;
+	bool has_node, has_comm, has_job, has_from, has_to;
 	int64_t now = api->now_ms();
 
 	memset(q, 0, sizeof(*q));
 	if (!param(req, "node", q->node, sizeof(q->node), &has_node, resp) ||
 	    !param(req, "comm", q->comm, sizeof(q->comm), &has_comm, resp) ||
+	    !param(req, "job", q->job, sizeof(q->job), &has_job, resp) ||
 	    !param(req, "from", from, sizeof(from), &has_from, resp) ||
 	    !param(req, "to", to, sizeof(to), &has_to, resp) ||
 	    !param_uint(req, "pid", 0, UINT32_MAX, &q->f.pid, &q->f.has_pid, resp))
 		return false;
 	q->f.node = has_node && *q->node ? q->node : NULL;
 	q->f.comm = has_comm && *q->comm ? q->comm : NULL;
+	q->f.job = has_job && *q->job ? q->job : NULL;
 	q->f.to_ms = now;
 	if (has_to && api_time_parse(to, now, &q->f.to_ms)) {
 		http_response_error(resp, 400,
@@ -383,6 +386,8 @@ struct group {
 	uint64_t processes;
 	int64_t stack[2]; /* [0] user, [1] kernel: store ids or STORE_STACK_NONE */
 	uint64_t count;
+	char *gpu;        /* GPU launch groups: the kernel name or "0x<handle>"; NULL for CPU */
+	bool gpu_named;   /* gpu is a kernel name */
 };
 
 /* A frame to resolve: which object and offset, in which kind of stack, leaf or not. */
@@ -409,8 +414,10 @@ struct flame {
 
 static void flame_free(struct flame *fl)
 {
-	for (size_t i = 0; i < fl->ngroups; i++)
+	for (size_t i = 0; i < fl->ngroups; i++) {
 		free(fl->groups[i].comm);
+		free(fl->groups[i].gpu);
+	}
 	free(fl->groups);
 	for (size_t i = 0; i < fl->nstacks; i++)
 		free(fl->stacks[i]);
@@ -423,29 +430,55 @@ static void flame_free(struct flame *fl)
 	hash_index_free(&fl->frame_index);
 }
 
-static int group_collect(void *arg, const struct store_stack_count *row)
+/* A new zeroed group at the end of fl->groups, or NULL when out of memory. */
+static struct group *group_add(struct flame *fl, const char *comm)
 {
-	struct flame *fl = arg;
-
 	if (fl->ngroups == fl->groups_cap) {
 		size_t cap = fl->groups_cap ? fl->groups_cap * 2 : 256;
 		struct group *grown = realloc(fl->groups, cap * sizeof(*grown));
 		if (!grown)
-			return -ENOMEM;
+			return NULL;
 		fl->groups = grown;
 		fl->groups_cap = cap;
 	}
 	struct group *g = &fl->groups[fl->ngroups];
-	g->comm = strdup(row->comm);
+	memset(g, 0, sizeof(*g));
+	g->comm = strdup(comm);
 	if (!g->comm)
+		return NULL;
+	fl->ngroups++;
+	return g;
+}
+
+static int group_collect(void *arg, const struct store_stack_count *row)
+{
+	struct group *g = group_add(arg, row->comm);
+
+	if (!g)
 		return -ENOMEM;
 	g->pid = row->pid;
 	g->processes = row->processes;
 	g->stack[0] = row->user_stack;
 	g->stack[1] = row->kernel_stack;
 	g->count = row->count;
-	fl->ngroups++;
 	return 0;
+}
+
+/* GPU launches: the launching user stack, then the kernel as the leaf frame. */
+static int launch_collect(void *arg, const struct store_launch_count *row)
+{
+	struct group *g = group_add(arg, row->comm);
+
+	if (!g)
+		return -ENOMEM;
+	g->pid = row->pid;
+	g->processes = row->processes;
+	g->stack[0] = row->user_stack;
+	g->stack[1] = STORE_STACK_NONE;
+	g->count = row->count;
+	g->gpu_named = row->named;
+	g->gpu = strdup(row->kernel);
+	return g->gpu ? 0 : -ENOMEM;
 }
 
 struct stack_match {
@@ -543,11 +576,13 @@ static const struct symbolized_location *flame_frame_get(const struct flame *fl,
 
 /* Aggregates, loads the stacks and resolves every distinct frame. */
 static int flame_build(struct api *api, const struct store_sample_filter *f, uint32_t limit,
-		       struct flame *fl)
+		       bool gpu, struct flame *fl)
 {
 	int rc;
 
-	if ((rc = store_stacks_aggregate(api->store, f, limit, group_collect, fl, &fl->total)))
+	rc = gpu ? store_launches_aggregate(api->store, f, limit, launch_collect, fl, &fl->total)
+		 : store_stacks_aggregate(api->store, f, limit, group_collect, fl, &fl->total);
+	if (rc)
 		return rc;
 	if ((rc = hash_index_init(&fl->stack_index, (uint32_t)(fl->ngroups * 2))) ||
 	    (rc = hash_index_init(&fl->frame_index, 1024)))
@@ -574,11 +609,29 @@ static int flame_build(struct api *api, const struct store_sample_filter *f, uin
 	return 0;
 }
 
-/* Calls `emit` for each frame of a group, root first: user part, then kernel part. */
+/* Calls `emit` for each frame of a group, root first: user part, then kernel part (or, for
+ * a GPU launch group, the kernel frame "[gpu] name"). */
 typedef int (*frame_emit_fn)(void *arg, const struct symbolized_frame *f, bool kernel_part);
 
-static int group_frames(const struct flame *fl, const struct group *g, frame_emit_fn emit,
-			void *arg)
+static int gpu_frame(const struct group *g, frame_emit_fn emit, void *arg)
+{
+	struct byte_buf name = { 0 };
+	struct symbolized_frame f = { .kind = SYMBOLIZED_GPU };
+	int rc;
+
+	byte_buf_printf(&name, "[gpu] %s", g->gpu);
+	byte_buf_append(&name, "", 1);
+	if ((rc = byte_buf_error(&name)))
+		goto cleanup;
+	f.name = (char *)name.data;
+	rc = emit(arg, &f, false);
+cleanup:
+	byte_buf_free(&name);
+	return rc;
+}
+
+static int group_stack_frames(const struct flame *fl, const struct group *g, frame_emit_fn emit,
+			      void *arg)
 {
 	for (int part = 0; part < 2; part++) {
 		struct stack_match m = { fl, g->stack[part] };
@@ -609,6 +662,16 @@ static int group_frames(const struct flame *fl, const struct group *g, frame_emi
 		}
 	}
 	return 0;
+}
+
+static int group_frames(const struct flame *fl, const struct group *g, frame_emit_fn emit,
+			void *arg)
+{
+	int rc;
+
+	if ((rc = group_stack_frames(fl, g, emit, arg)))
+		return rc;
+	return g->gpu ? gpu_frame(g, emit, arg) : 0;
 }
 
 /* Appends a frame name for folded output: valid UTF-8, no ';' or line breaks. */
@@ -724,13 +787,14 @@ static int json_emit(void *arg, const struct symbolized_frame *f, bool kernel_pa
 {
 	static const char *const kinds[] = { [SYMBOLIZED_USER] = "user",
 					     [SYMBOLIZED_KERNEL] = "kernel",
-					     [SYMBOLIZED_ERROR] = "error" };
+					     [SYMBOLIZED_ERROR] = "error",
+					     [SYMBOLIZED_GPU] = "gpu" };
 	json_t *frames = arg;
 	json_t *obj;
 
 	(void)kernel_part;
 	obj = json_pack("{s:o,s:s}", "name", render_json_string(f->name), "kind", kinds[f->kind]);
-	if (obj && f->kind != SYMBOLIZED_ERROR) {
+	if (obj && f->kind != SYMBOLIZED_ERROR && f->kind != SYMBOLIZED_GPU) {
 		json_object_set_new(obj, "object", render_json_string(f->object));
 		json_object_set_new(obj, "build_id", json_string(f->build_id));
 		json_object_set_new(obj, "offset", json_hex_u64(f->offset));
@@ -788,9 +852,9 @@ void api_flamegraph_get(void *ctx, const struct http_request *req, struct http_r
 	struct api *api = ctx;
 	struct flame fl = { 0 };
 	struct query q;
-	char format[16] = "folded";
+	char format[16] = "folded", kind[16] = "cpu";
 	uint32_t limit = API_DEFAULT_STACK_LIMIT;
-	bool has_limit, has_format, json;
+	bool has_limit, has_format, has_kind, json, gpu;
 	json_t *doc = NULL;
 	int rc;
 
@@ -803,7 +867,14 @@ void api_flamegraph_get(void *ctx, const struct http_request *req, struct http_r
 		http_response_error(resp, 400, "parameter 'format' must be folded or json");
 		return;
 	}
-	if ((rc = flame_build(api, &q.f, limit, &fl)))
+	if (!param(req, "kind", kind, sizeof(kind), &has_kind, resp))
+		return;
+	gpu = strcmp(kind, "gpu-launch") == 0;
+	if (!gpu && strcmp(kind, "cpu") != 0) {
+		http_response_error(resp, 400, "parameter 'kind' must be cpu or gpu-launch");
+		return;
+	}
+	if ((rc = flame_build(api, &q.f, limit, gpu, &fl)))
 		goto cleanup;
 	if (json) {
 		if ((rc = json_render(&fl, &q, &doc)))
@@ -819,6 +890,441 @@ cleanup:
 	if (rc)
 		respond_store_error(resp, rc);
 	flame_free(&fl);
+}
+
+/* ---- training jobs ------------------------------------------------------------------------- */
+
+static json_t *json_int_or_null(int64_t v)
+{
+	return v >= 0 ? json_integer((json_int_t)v) : json_null();
+}
+
+static json_t *json_key(uint64_t key)
+{
+	char text[17];
+
+	snprintf(text, sizeof(text), "%016" PRIx64, key);
+	return json_string(text);
+}
+
+static const char *job_source_name(uint8_t source)
+{
+	switch (source) {
+	case SYSOM_JOB_FROM_ENVIRONMENT:
+		return "environment";
+	case SYSOM_JOB_FROM_REGISTRATION:
+		return "registration";
+	}
+	return "unknown";
+}
+
+static const char *key_source_name(uint8_t source)
+{
+	switch (source) {
+	case SYSOM_COMM_KEY_UNIQUE_ID:
+		return "unique_id";
+	case SYSOM_COMM_KEY_SPLIT:
+		return "split";
+	case SYSOM_COMM_KEY_COMM_HASH:
+		return "comm_hash";
+	case SYSOM_COMM_KEY_LOCAL:
+		return "local";
+	}
+	return "unknown";
+}
+
+static int job_to_json(void *arg, const struct store_job *j)
+{
+	json_t *obj = json_pack("{s:o,s:o,s:I,s:I,s:I,s:o,s:o}", "job", render_json_string(j->job),
+				"world_size", json_int_or_null(j->world_size), "ranks",
+				(json_int_t)j->ranks, "processes", (json_int_t)j->processes, "nodes",
+				(json_int_t)j->nodes, "first_seen", render_json_time(j->first_seen_ns),
+				"last_seen", render_json_time(j->last_seen_ns));
+
+	return obj && !json_array_append_new(arg, obj) ? 0 : -ENOMEM;
+}
+
+void api_jobs_get(void *ctx, const struct http_request *req, struct http_response *resp)
+{
+	struct api *api = ctx;
+	uint32_t limit = API_DEFAULT_JOB_LIMIT;
+	bool has_limit;
+	json_t *jobs;
+	int rc;
+
+	if (!authorized(api, req, resp) ||
+	    !param_uint(req, "limit", 1, API_MAX_JOB_LIMIT, &limit, &has_limit, resp))
+		return;
+	if (!(jobs = json_array())) {
+		respond_store_error(resp, -ENOMEM);
+		return;
+	}
+	if ((rc = store_jobs_list(api->store, limit, job_to_json, jobs))) {
+		json_decref(jobs);
+		respond_store_error(resp, rc);
+		return;
+	}
+	render_json_respond(resp, 200, json_pack("{s:o}", "jobs", jobs));
+}
+
+/* What GET /api/v1/jobs/{job} collects. */
+struct job_doc {
+	json_t *ranks;      /* array */
+	json_t *nodes;      /* array, in order of first appearance (ranks are sorted) */
+	json_t *node_index; /* node id → index in nodes */
+	json_t *groups;     /* group name → { value → ranks } */
+	json_t *comms;      /* array */
+	json_t *comm;       /* the communicator being filled (borrowed from comms) */
+	uint64_t comm_key;
+	int32_t last_rank;  /* last rank added to comm (rows are sorted by rank) */
+	int32_t world_size;
+	size_t rank_rows, comm_rows;
+};
+
+/* Adds "name=value,name=value" to the group table (malformed or oversized parts skipped). */
+static int groups_add(json_t *groups, const char *text)
+{
+	const char *p = text;
+
+	while (*p) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		const char *eq = memchr(p, '=', len);
+		char name[128], value[128];
+
+		if (eq && eq > p && (size_t)(eq - p) < sizeof(name) &&
+		    len - (size_t)(eq - p) - 1 < sizeof(value)) {
+			json_t *values, *n;
+
+			memcpy(name, p, (size_t)(eq - p));
+			name[eq - p] = '\0';
+			memcpy(value, eq + 1, len - (size_t)(eq - p) - 1);
+			value[len - (size_t)(eq - p) - 1] = '\0';
+			if (!(values = json_object_get(groups, name))) {
+				if (!(values = json_object()) || json_object_set_new(groups, name, values))
+					return -ENOMEM;
+			}
+			n = json_object_get(values, value);
+			if (json_object_set_new(values, value,
+						json_integer(n ? json_integer_value(n) + 1 : 1)))
+				return -ENOMEM;
+		}
+		p += len;
+		if (*p == ',')
+			p++;
+	}
+	return 0;
+}
+
+static int job_rank_to_json(void *arg, const struct store_job_rank *r)
+{
+	struct job_doc *d = arg;
+	json_t *obj, *idx, *node;
+
+	if (++d->rank_rows > API_MAX_JOB_ROWS)
+		return 0; /* the caller says truncated */
+	if (r->world_size > d->world_size)
+		d->world_size = r->world_size;
+	obj = json_pack("{s:o,s:o,s:o,s:o,s:o,s:s,s:o,s:I,s:o,s:s,s:o,s:o,s:o,s:o,s:o}", "rank",
+			json_int_or_null(r->rank), "local_rank", json_int_or_null(r->local_rank),
+			"world_size", json_int_or_null(r->world_size), "local_world_size",
+			json_int_or_null(r->local_world_size), "group_rank",
+			json_int_or_null(r->group_rank), "node_id", r->node_id, "hostname",
+			render_json_string(r->hostname), "pid", (json_int_t)r->pid, "comm",
+			render_json_string(r->comm), "source", job_source_name(r->source),
+			"job_id_source", render_json_string(r->job_id_source), "master",
+			render_json_string(r->master), "groups", render_json_string(r->groups),
+			"first_seen", render_json_time(r->first_seen_ns), "last_seen",
+			render_json_time(r->last_seen_ns));
+	if (!obj || json_array_append_new(d->ranks, obj))
+		return -ENOMEM;
+	if (!(idx = json_object_get(d->node_index, r->node_id))) {
+		node = json_pack("{s:s,s:o,s:[]}", "node_id", r->node_id, "hostname",
+				 render_json_string(r->hostname), "ranks");
+		if (!node || json_array_append_new(d->nodes, node) ||
+		    json_object_set_new(d->node_index, r->node_id,
+					json_integer((json_int_t)json_array_size(d->nodes) - 1)))
+			return -ENOMEM;
+	} else {
+		node = json_array_get(d->nodes, (size_t)json_integer_value(idx));
+	}
+	if (r->rank >= 0 && json_array_append_new(json_object_get(node, "ranks"),
+						  json_integer(r->rank)))
+		return -ENOMEM;
+	return groups_add(d->groups, r->groups);
+}
+
+static int job_comm_to_json(void *arg, const struct store_job_communicator *c)
+{
+	struct job_doc *d = arg;
+	json_t *member;
+
+	if (++d->comm_rows > API_MAX_JOB_ROWS)
+		return 0;
+	if (!d->comm || c->key != d->comm_key) {
+		d->comm = json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:s,s:o,s:b,s:I,s:[]}", "key",
+				    json_key(c->key), "nranks", json_int_or_null(c->nranks),
+				    "parent_key", c->parent_key ? json_key(c->parent_key) : json_null(),
+				    "split_color", json_int_or_null(c->split_color), "split_ordinal",
+				    c->split_ordinal ? json_integer(c->split_ordinal) : json_null(),
+				    "comm_hash", c->comm_hash ? json_key(c->comm_hash) : json_null(),
+				    "key_source", key_source_name(c->key_source), "created",
+				    c->created_ns > 0 ? render_json_time(c->created_ns) : json_null(),
+				    "destroyed", c->destroyed, "ranks_seen", (json_int_t)0, "ranks");
+		if (!d->comm || json_array_append_new(d->comms, d->comm))
+			return -ENOMEM;
+		d->comm_key = c->key;
+		d->last_rank = -1;
+	} else {
+		json_t *n = json_object_get(d->comm, "nranks");
+		if (c->nranks > 0 && (!json_is_integer(n) || json_integer_value(n) < c->nranks))
+			json_object_set_new(d->comm, "nranks", json_integer(c->nranks));
+		if (c->destroyed)
+			json_object_set_new(d->comm, "destroyed", json_true());
+	}
+	if (c->rank >= 0 && c->rank != d->last_rank) {
+		json_t *seen = json_object_get(d->comm, "ranks_seen");
+		json_integer_set(seen, json_integer_value(seen) + 1);
+		d->last_rank = c->rank;
+	}
+	member = json_pack("{s:o,s:o,s:s,s:o,s:I,s:b}", "rank", json_int_or_null(c->rank),
+			   "job_rank", json_int_or_null(c->job_rank), "node_id", c->node_id,
+			   "hostname", render_json_string(c->hostname), "pid", (json_int_t)c->pid,
+			   "destroyed", c->destroyed);
+	return member && !json_array_append_new(json_object_get(d->comm, "ranks"), member) ? 0
+												: -ENOMEM;
+}
+
+static void job_detail(struct api *api, const char *job, struct http_response *resp)
+{
+	struct job_doc d = { .world_size = -1 };
+	json_t *doc = NULL;
+	int rc = -ENOMEM;
+
+	d.ranks = json_array();
+	d.nodes = json_array();
+	d.node_index = json_object();
+	d.groups = json_object();
+	d.comms = json_array();
+	if (!d.ranks || !d.nodes || !d.node_index || !d.groups || !d.comms)
+		goto cleanup;
+	if ((rc = store_job_ranks_list(api->store, job, API_MAX_JOB_ROWS + 1, job_rank_to_json, &d)))
+		goto cleanup;
+	if (d.rank_rows == 0) {
+		http_response_error(resp, 404, "no job '%s'", job);
+		goto cleanup;
+	}
+	if ((rc = store_job_communicators_list(api->store, job, API_MAX_JOB_ROWS + 1,
+					       job_comm_to_json, &d)))
+		goto cleanup;
+	doc = json_pack("{s:o,s:o,s:I,s:O,s:O,s:O,s:O,s:b}", "job", render_json_string(job),
+			"world_size", json_int_or_null(d.world_size), "processes",
+			(json_int_t)(d.rank_rows > API_MAX_JOB_ROWS ? API_MAX_JOB_ROWS : d.rank_rows),
+			"ranks", d.ranks, "nodes", d.nodes, "communicators", d.comms, "groups",
+			d.groups, "truncated",
+			d.rank_rows > API_MAX_JOB_ROWS || d.comm_rows > API_MAX_JOB_ROWS);
+	rc = doc ? 0 : -ENOMEM;
+	if (!rc)
+		render_json_respond(resp, 200, doc);
+cleanup:
+	if (rc)
+		respond_store_error(resp, rc);
+	json_decref(d.ranks);
+	json_decref(d.nodes);
+	json_decref(d.node_index);
+	json_decref(d.groups);
+	json_decref(d.comms);
+}
+
+/* What GET /api/v1/jobs/{job}/collectives collects. */
+struct coll_doc {
+	json_t *instances;
+	json_t *cur;       /* instance being filled (borrowed from instances) */
+	uint64_t key, seq;
+	uint8_t op;
+	int32_t nranks, last_rank;
+	uint32_t ranks_seen;
+	int64_t first_entry, last_entry, last_exit;
+	uint32_t limit;
+	size_t ninstances, calls;
+	bool truncated;
+};
+
+/* Writes the derived fields of the instance being filled. */
+static int coll_finish(struct coll_doc *d)
+{
+	if (!d->cur)
+		return 0;
+	if (json_object_set_new(d->cur, "ranks_seen", json_integer(d->ranks_seen)) ||
+	    json_object_set_new(d->cur, "complete",
+				json_boolean(d->nranks > 0 && d->ranks_seen == (uint32_t)d->nranks)) ||
+	    json_object_set_new(d->cur, "last_entry_ns", json_integer(d->last_entry)) ||
+	    json_object_set_new(d->cur, "last_exit_ns", json_integer(d->last_exit)) ||
+	    json_object_set_new(d->cur, "skew_ns", json_integer(d->last_entry - d->first_entry)))
+		return -ENOMEM;
+	d->cur = NULL;
+	return 0;
+}
+
+static int coll_call(void *arg, const struct store_collective_call *c)
+{
+	struct coll_doc *d = arg;
+	const char *op = sysom_nccl_op_name(c->op);
+	json_t *call;
+	int rc;
+
+	if (d->truncated)
+		return 0;
+	if (!d->cur || c->comm_key != d->key || c->op != d->op || c->seq != d->seq) {
+		if ((rc = coll_finish(d)))
+			return rc;
+		if (d->ninstances == d->limit) {
+			d->truncated = true; /* the store was asked for one instance more */
+			return 0;
+		}
+		d->cur = json_pack("{s:o,s:s,s:I,s:I,s:I,s:o,s:o,s:I,s:[]}", "comm",
+				   json_key(c->comm_key), "op", op ? op : "unknown", "seq",
+				   (json_int_t)(c->seq > INT64_MAX ? INT64_MAX : c->seq), "bytes",
+				   (json_int_t)c->bytes, "count", (json_int_t)c->count, "nranks",
+				   json_int_or_null(c->nranks), "first_entry",
+				   render_json_time(c->first_entry_ns), "first_entry_ns",
+				   (json_int_t)c->first_entry_ns, "calls");
+		if (!d->cur || json_array_append_new(d->instances, d->cur))
+			return -ENOMEM;
+		d->ninstances++;
+		d->key = c->comm_key;
+		d->op = c->op;
+		d->seq = c->seq;
+		d->nranks = c->nranks;
+		d->last_rank = -1;
+		d->ranks_seen = 0;
+		d->first_entry = d->last_entry = c->entry_ns;
+		d->last_exit = c->exit_ns;
+	}
+	if (++d->calls > API_MAX_COLLECTIVE_CALLS) {
+		d->truncated = true;
+		return 0;
+	}
+	/* Rows come by rank: count each valid rank once. */
+	if (c->rank >= 0 && c->rank != d->last_rank && (d->nranks < 0 || c->rank < d->nranks)) {
+		d->ranks_seen++;
+		d->last_rank = c->rank;
+	}
+	if (c->entry_ns < d->first_entry)
+		d->first_entry = c->entry_ns;
+	if (c->entry_ns > d->last_entry)
+		d->last_entry = c->entry_ns;
+	if (c->exit_ns > d->last_exit)
+		d->last_exit = c->exit_ns;
+	call = json_pack("{s:o,s:s,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "rank",
+			 json_int_or_null(c->rank), "node_id", c->node_id, "hostname",
+			 render_json_string(c->hostname), "pid", (json_int_t)c->pid, "tid",
+			 (json_int_t)c->tid, "entry_ns", (json_int_t)c->entry_ns, "exit_ns",
+			 (json_int_t)c->exit_ns, "entry_delay_ns",
+			 (json_int_t)(c->entry_ns - c->first_entry_ns), "duration_ns",
+			 (json_int_t)(c->exit_ns - c->entry_ns), "result", (json_int_t)c->result);
+	if (call && c->peer >= 0)
+		json_object_set_new(call, "peer", json_integer(c->peer));
+	return call && !json_array_append_new(json_object_get(d->cur, "calls"), call) ? 0 : -ENOMEM;
+}
+
+/* An NCCL collective or point-to-point op by name ("AllReduce", any case); 0 when unknown. */
+static uint8_t collective_op_parse(const char *name)
+{
+	for (uint8_t op = SYSOM_NCCL_ALL_REDUCE; op <= SYSOM_NCCL_RECV; op++)
+		if (strcasecmp(sysom_nccl_op_name(op), name) == 0)
+			return op;
+	return 0;
+}
+
+static void job_collectives(struct api *api, const char *job, const struct http_request *req,
+			    struct http_response *resp)
+{
+	struct store_collective_filter f = { .job = job };
+	struct coll_doc d = { .limit = API_DEFAULT_COLLECTIVE_LIMIT };
+	char comm[PARAM_MAX], op[PARAM_MAX];
+	bool has_comm, has_op, has_limit;
+	struct query q;
+	json_t *doc;
+	int rc;
+
+	if (!query_parse(api, req, &q, resp) ||
+	    !param(req, "comm", comm, sizeof(comm), &has_comm, resp) ||
+	    !param(req, "op", op, sizeof(op), &has_op, resp) ||
+	    !param_uint(req, "limit", 1, API_MAX_COLLECTIVE_LIMIT, &d.limit, &has_limit, resp))
+		return;
+	if (q.f.node || q.f.has_pid || q.f.job) {
+		http_response_error(resp, 400, "parameters 'node', 'pid' and 'job' do not apply here");
+		return;
+	}
+	if (has_comm) {
+		const char *hex = strncasecmp(comm, "0x", 2) == 0 ? comm + 2 : comm;
+		size_t n = strlen(hex);
+
+		if (n == 0 || n > 16 || strspn(hex, "0123456789abcdefABCDEF") != n) {
+			http_response_error(resp, 400,
+					    "parameter 'comm' must be a communicator key of 1 to 16"
+					    " hex digits");
+			return;
+		}
+		f.has_comm = true;
+		f.comm = strtoull(hex, NULL, 16);
+	}
+	if (has_op && !(f.op = collective_op_parse(op))) {
+		http_response_error(resp, 400,
+				    "parameter 'op' must be an NCCL collective or point-to-point"
+				    " operation (AllReduce, ReduceScatter, AllGather, Broadcast,"
+				    " Reduce, AlltoAll, Gather, Scatter, Send, Recv)");
+		return;
+	}
+	f.from_ns = q.f.from_ms > INT64_MAX / 1000000 ? INT64_MAX : q.f.from_ms * 1000000;
+	f.to_ns = q.f.to_ms > INT64_MAX / 1000000 - 1 ? INT64_MAX : q.f.to_ms * 1000000 + 999999;
+	if (!(d.instances = json_array())) {
+		respond_store_error(resp, -ENOMEM);
+		return;
+	}
+	rc = store_collectives_list(api->store, &f, d.limit + 1, coll_call, &d);
+	if (!rc)
+		rc = coll_finish(&d);
+	if (rc) {
+		json_decref(d.instances);
+		respond_store_error(resp, rc);
+		return;
+	}
+	doc = json_pack("{s:o,s:o,s:o,s:b,s:o}", "job", render_json_string(job), "from",
+			render_json_time(q.f.from_ms * 1000000), "to",
+			render_json_time(q.f.to_ms * 1000000), "truncated", d.truncated, "instances",
+			d.instances);
+	render_json_respond(resp, 200, doc);
+}
+
+void api_job_get(void *ctx, const struct http_request *req, struct http_response *resp)
+{
+	static const char prefix[] = API_JOBS_PREFIX;
+	struct api *api = ctx;
+	const char *rest, *slash;
+	char job[API_MAX_JOB_ID + 1];
+	size_t len;
+
+	if (!authorized(api, req, resp))
+		return;
+	rest = strncmp(req->path, prefix, sizeof(prefix) - 1) == 0 ? req->path + sizeof(prefix) - 1
+								    : "";
+	slash = strchr(rest, '/');
+	len = slash ? (size_t)(slash - rest) : strlen(rest);
+	if (len == 0 || len > API_MAX_JOB_ID) {
+		http_response_error(resp, len ? 400 : 404, len ? "job id longer than %d bytes"
+							     : "missing job id", API_MAX_JOB_ID);
+		return;
+	}
+	memcpy(job, rest, len);
+	job[len] = '\0';
+	if (!slash)
+		job_detail(api, job, resp);
+	else if (strcmp(slash, "/collectives") == 0)
+		job_collectives(api, job, req, resp);
+	else
+		http_response_error(resp, 404, "no such resource under job '%s'", job);
 }
 
 /* ---- health and metrics -------------------------------------------------------------------- */
@@ -1033,6 +1539,8 @@ size_t api_routes_build(struct api *api, struct ingest *in, struct symbols *symb
 		{ "GET", "/api/v1/nodes", false, api_nodes_get, api, 0 },
 		{ "GET", "/api/v1/processes", false, api_processes_get, api, 0 },
 		{ "GET", "/api/v1/flamegraph", false, api_flamegraph_get, api, 0 },
+		{ "GET", "/api/v1/jobs", false, api_jobs_get, api, 0 },
+		{ "GET", API_JOBS_PREFIX, true, api_job_get, api, 0 },
 		{ "GET", "/healthz", false, api_healthz_get, api, 0 },
 		{ "GET", "/metrics", false, api_metrics_get, api, 0 },
 		/* The symbol repository (the last routes: left out without `symbols`). */

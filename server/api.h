@@ -20,6 +20,14 @@
 #define API_MAX_STACK_LIMIT 100000
 #define API_DEFAULT_PROCESS_LIMIT 10000
 #define API_MAX_PROCESS_LIMIT 100000
+#define API_DEFAULT_JOB_LIMIT 1000
+#define API_MAX_JOB_LIMIT 100000
+#define API_MAX_JOB_ID 1024             /* bytes of a job id in a path */
+#define API_MAX_JOB_ROWS 100000         /* ranks, and (process, communicator) rows, per job */
+#define API_DEFAULT_COLLECTIVE_LIMIT 1000
+#define API_MAX_COLLECTIVE_LIMIT 10000
+#define API_MAX_COLLECTIVE_CALLS 200000 /* per-rank calls in one collectives answer */
+#define API_JOBS_PREFIX "/api/v1/jobs/"
 
 struct api_options {
 	/* Current time in ms since the Unix epoch (NULL: the real clock); tests pin it. */
@@ -58,8 +66,12 @@ int api_time_parse(const char *text, int64_t now_ms, int64_t *out_ms);
 void api_nodes_get(void *ctx, const struct http_request *req, struct http_response *resp);
 /* GET /api/v1/processes?node=&pid=&comm=&from=&to=&limit= */
 void api_processes_get(void *ctx, const struct http_request *req, struct http_response *resp);
-/* GET /api/v1/flamegraph?node=&pid=&comm=&from=&to=&format=folded|json&limit= */
+/* GET /api/v1/flamegraph?node=&pid=&comm=&job=&from=&to=&format=folded|json&kind=cpu|gpu-launch&limit= */
 void api_flamegraph_get(void *ctx, const struct http_request *req, struct http_response *resp);
+/* GET /api/v1/jobs?limit= */
+void api_jobs_get(void *ctx, const struct http_request *req, struct http_response *resp);
+/* GET /api/v1/jobs/{job} and /api/v1/jobs/{job}/collectives?comm=&op=&from=&to=&limit= */
+void api_job_get(void *ctx, const struct http_request *req, struct http_response *resp);
 /* GET /healthz: 200 when the store answers, else 503. No authentication. */
 void api_healthz_get(void *ctx, const struct http_request *req, struct http_response *resp);
 /* GET /metrics: Prometheus text format 0.0.4. No authentication. */
@@ -72,7 +84,7 @@ struct api_route_limits {
 	size_t symbols_max_chunk; /* one chunk of a symbol file upload */
 };
 
-#define API_ROUTE_COUNT 12
+#define API_ROUTE_COUNT 14
 
 /*
  * Fills `out` with the server's routes (ingest, kernel symbols, queries, health, metrics and,

@@ -19,6 +19,7 @@ enum symbolized_kind {
 	SYMBOLIZED_USER,
 	SYMBOLIZED_KERNEL,
 	SYMBOLIZED_ERROR, /* not a frame: why the unwind stopped ("[truncated: depth limit]") */
+	SYMBOLIZED_GPU,   /* not symbolized: a GPU kernel launched from the stack ("[gpu] name") */
 };
 
 /* A frame ready to display. Strings are owned (symbolized_frame_release). */

@@ -141,6 +141,86 @@ static const char *const migrations[] = {
 	"  name TEXT NOT NULL,"
 	"  PRIMARY KEY (tbl, offset)"
 	") WITHOUT ROWID;",
+	/* 2: training jobs, NCCL communicators and calls, GPU kernel launches (wire minor 1). */
+	/* A process incarnation's place in a training job; attributes of the latest window. */
+	"CREATE TABLE job_ranks ("
+	"  process INTEGER PRIMARY KEY REFERENCES processes(id),"
+	"  node INTEGER NOT NULL REFERENCES nodes(id),"
+	"  job TEXT NOT NULL,"                    /* job id, '' unknown */
+	"  rank INTEGER NOT NULL,"                /* -1 unknown (also below) */
+	"  world_size INTEGER NOT NULL,"
+	"  local_rank INTEGER NOT NULL,"
+	"  local_world_size INTEGER NOT NULL,"
+	"  group_rank INTEGER NOT NULL,"          /* node rank within the job */
+	"  source INTEGER NOT NULL,"              /* enum sysom_job_source */
+	"  job_id_source TEXT NOT NULL,"          /* the variable the job id came from */
+	"  master TEXT NOT NULL,"                 /* rendezvous addr:port or '' */
+	"  groups TEXT NOT NULL,"                 /* registered groups 'tp=0,dp=3' or '' */
+	"  first_seen_ns INTEGER NOT NULL,"       /* batch windows it appeared in */
+	"  last_seen_ns INTEGER NOT NULL"
+	");"
+	"CREATE INDEX job_ranks_job ON job_ranks(job, rank);"
+	/* An NCCL communicator as one process sees it; key is identical on every rank. */
+	"CREATE TABLE communicators ("
+	"  process INTEGER NOT NULL REFERENCES processes(id),"
+	"  key INTEGER NOT NULL,"                 /* u64 bits */
+	"  node INTEGER NOT NULL REFERENCES nodes(id),"
+	"  rank INTEGER NOT NULL,"                /* rank in the communicator, -1 unknown */
+	"  nranks INTEGER NOT NULL,"              /* -1 unknown */
+	"  parent_key INTEGER NOT NULL,"          /* CommSplit parent, 0 none */
+	"  split_color INTEGER NOT NULL,"         /* -1 none */
+	"  split_key INTEGER NOT NULL,"           /* -1 none */
+	"  split_ordinal INTEGER NOT NULL,"       /* 0 none */
+	"  key_source INTEGER NOT NULL,"          /* enum sysom_comm_key_source */
+	"  comm_hash INTEGER NOT NULL,"           /* NCCL's commHash, 0 unknown */
+	"  handle INTEGER NOT NULL,"              /* ncclComm_t in the process */
+	"  created_ns INTEGER NOT NULL,"          /* 0 unknown */
+	"  destroyed INTEGER NOT NULL,"           /* 1 once a window said destroyed/aborted */
+	"  first_seen_ns INTEGER NOT NULL,"
+	"  last_seen_ns INTEGER NOT NULL,"
+	"  PRIMARY KEY (process, key)"
+	") WITHOUT ROWID;"
+	"CREATE INDEX communicators_key ON communicators(key);"
+	/* One row per traced NCCL API call. */
+	"CREATE TABLE nccl_calls ("
+	"  id INTEGER PRIMARY KEY,"
+	"  node INTEGER NOT NULL REFERENCES nodes(id),"
+	"  process INTEGER NOT NULL REFERENCES processes(id),"
+	"  tid INTEGER NOT NULL,"
+	"  comm_key INTEGER NOT NULL,"            /* u64 bits, 0 none */
+	"  op INTEGER NOT NULL,"                  /* enum sysom_nccl_op */
+	"  seq INTEGER NOT NULL,"                 /* per (process, comm, op): same on every rank */
+	"  entry_ns INTEGER NOT NULL,"
+	"  exit_ns INTEGER NOT NULL,"
+	"  count INTEGER NOT NULL,"
+	"  bytes INTEGER NOT NULL,"
+	"  peer INTEGER NOT NULL,"                /* root or peer, -1 none */
+	"  result INTEGER NOT NULL,"              /* ncclResult_t */
+	"  rank INTEGER NOT NULL,"                /* -1 unknown */
+	"  datatype INTEGER NOT NULL,"            /* 255 none */
+	"  redop INTEGER NOT NULL,"               /* 255 none */
+	"  flags INTEGER NOT NULL,"               /* SYSOM_NCCL_* */
+	"  stream INTEGER NOT NULL"
+	");"
+	"CREATE INDEX nccl_calls_instance ON nccl_calls(comm_key, op, seq);"
+	"CREATE INDEX nccl_calls_process_time ON nccl_calls(process, entry_ns);"
+	/* GPU kernel launch counts per window, like samples (stacks: the same stack table). */
+	"CREATE TABLE launches ("
+	"  time_ms INTEGER NOT NULL,"             /* the batch window end */
+	"  node INTEGER NOT NULL REFERENCES nodes(id),"
+	"  process INTEGER NOT NULL REFERENCES processes(id),"
+	"  function INTEGER NOT NULL,"            /* CUfunction handle (u64 bits) */
+	"  kernel_name TEXT NOT NULL,"            /* '' unknown */
+	"  user_stack INTEGER REFERENCES stacks(id),"
+	"  kernel_stack INTEGER REFERENCES stacks(id),"
+	"  count INTEGER NOT NULL,"
+	"  grid_x INTEGER NOT NULL, grid_y INTEGER NOT NULL, grid_z INTEGER NOT NULL,"
+	"  block_x INTEGER NOT NULL, block_y INTEGER NOT NULL, block_z INTEGER NOT NULL,"
+	"  shared_mem INTEGER NOT NULL,"
+	"  flags INTEGER NOT NULL"                /* SYSOM_LAUNCH_* */
+	");"
+	"CREATE INDEX launches_time ON launches(time_ms);"
+	"CREATE INDEX launches_process_time ON launches(process, time_ms);",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -156,6 +236,10 @@ enum stmt_id {
 	ST_STACK_INSERT,
 	ST_SAMPLE_INSERT,
 	ST_COUNTER_ADD,
+	ST_JOB_RANK_UPSERT,
+	ST_COMMUNICATOR_UPSERT,
+	ST_NCCL_CALL_INSERT,
+	ST_LAUNCH_INSERT,
 	ST_KSYMS_FIND,
 	ST_KSYMS_INSERT,
 	ST_KSYM_INSERT,
@@ -210,6 +294,53 @@ static const char *const stmt_sql[ST_COUNT] = {
 			     " kernel_stack, user_stack, count) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
 	[ST_COUNTER_ADD] = "INSERT INTO node_counters (node, counter, total) VALUES (?1, ?2, ?3)"
 			   " ON CONFLICT (node, counter) DO UPDATE SET total = total + excluded.total",
+	/* Attributes follow the newest window (batches may arrive out of order). */
+	[ST_JOB_RANK_UPSERT] =
+		"INSERT INTO job_ranks (process, node, job, rank, world_size, local_rank,"
+		" local_world_size, group_rank, source, job_id_source, master, groups, first_seen_ns,"
+		" last_seen_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+		" ON CONFLICT (process) DO UPDATE SET"
+		" job = iif(excluded.last_seen_ns >= last_seen_ns, excluded.job, job),"
+		" rank = iif(excluded.last_seen_ns >= last_seen_ns, excluded.rank, rank),"
+		" world_size = iif(excluded.last_seen_ns >= last_seen_ns, excluded.world_size, world_size),"
+		" local_rank = iif(excluded.last_seen_ns >= last_seen_ns, excluded.local_rank, local_rank),"
+		" local_world_size = iif(excluded.last_seen_ns >= last_seen_ns,"
+		"   excluded.local_world_size, local_world_size),"
+		" group_rank = iif(excluded.last_seen_ns >= last_seen_ns, excluded.group_rank, group_rank),"
+		" source = iif(excluded.last_seen_ns >= last_seen_ns, excluded.source, source),"
+		" job_id_source = iif(excluded.last_seen_ns >= last_seen_ns, excluded.job_id_source,"
+		"   job_id_source),"
+		" master = iif(excluded.last_seen_ns >= last_seen_ns, excluded.master, master),"
+		" groups = iif(excluded.last_seen_ns >= last_seen_ns, excluded.groups, groups),"
+		" first_seen_ns = min(first_seen_ns, excluded.first_seen_ns),"
+		" last_seen_ns = max(last_seen_ns, excluded.last_seen_ns)",
+	[ST_COMMUNICATOR_UPSERT] =
+		"INSERT INTO communicators (process, key, node, rank, nranks, parent_key, split_color,"
+		" split_key, split_ordinal, key_source, comm_hash, handle, created_ns, destroyed,"
+		" first_seen_ns, last_seen_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
+		" ?12, ?13, ?14, ?15, ?16)"
+		" ON CONFLICT (process, key) DO UPDATE SET"
+		" rank = iif(excluded.rank >= 0, excluded.rank, rank),"
+		" nranks = iif(excluded.nranks >= 1, excluded.nranks, nranks),"
+		" parent_key = iif(excluded.parent_key != 0, excluded.parent_key, parent_key),"
+		" split_color = iif(excluded.split_color != -1, excluded.split_color, split_color),"
+		" split_key = iif(excluded.split_key != -1, excluded.split_key, split_key),"
+		" split_ordinal = iif(excluded.split_ordinal != 0, excluded.split_ordinal, split_ordinal),"
+		" key_source = excluded.key_source,"
+		" comm_hash = iif(excluded.comm_hash != 0, excluded.comm_hash, comm_hash),"
+		" handle = excluded.handle,"
+		" created_ns = iif(excluded.created_ns != 0, excluded.created_ns, created_ns),"
+		" destroyed = max(destroyed, excluded.destroyed),"
+		" first_seen_ns = min(first_seen_ns, excluded.first_seen_ns),"
+		" last_seen_ns = max(last_seen_ns, excluded.last_seen_ns)",
+	[ST_NCCL_CALL_INSERT] =
+		"INSERT INTO nccl_calls (node, process, tid, comm_key, op, seq, entry_ns, exit_ns,"
+		" count, bytes, peer, result, rank, datatype, redop, flags, stream) VALUES (?1, ?2,"
+		" ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+	[ST_LAUNCH_INSERT] =
+		"INSERT INTO launches (time_ms, node, process, function, kernel_name, user_stack,"
+		" kernel_stack, count, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_mem,"
+		" flags) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
 	[ST_KSYMS_FIND] = "SELECT id, symbols FROM kernel_symbol_tables WHERE build_id = ?1",
 	[ST_KSYMS_INSERT] = "INSERT INTO kernel_symbol_tables (build_id, symbols, uploaded_ns)"
 			    " VALUES (?1, ?2, ?3)",
@@ -782,6 +913,123 @@ static int counter_add(struct conn *c, sqlite3_int64 node, const struct sysom_co
 	return rc;
 }
 
+static int job_rank_upsert(struct conn *c, const struct sysom_batch *b, const struct sysom_job_rank *j,
+			   sqlite3_int64 node, const sqlite3_int64 *processes)
+{
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	if ((rc = conn_stmt(c, ST_JOB_RANK_UPSERT, &st)))
+		return rc;
+	sqlite3_bind_int64(st, 1, processes[j->process]);
+	sqlite3_bind_int64(st, 2, node);
+	sqlite3_bind_text(st, 3, sysom_batch_string(b, j->job), -1, SQLITE_STATIC);
+	sqlite3_bind_int(st, 4, j->rank);
+	sqlite3_bind_int(st, 5, j->world_size);
+	sqlite3_bind_int(st, 6, j->local_rank);
+	sqlite3_bind_int(st, 7, j->local_world_size);
+	sqlite3_bind_int(st, 8, j->group_rank);
+	sqlite3_bind_int(st, 9, j->source);
+	sqlite3_bind_text(st, 10, sysom_batch_string(b, j->job_id_source), -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 11, sysom_batch_string(b, j->master), -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 12, sysom_batch_string(b, j->groups), -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 13, clamp_i64(b->window_start_ns));
+	sqlite3_bind_int64(st, 14, clamp_i64(b->window_end_ns));
+	rc = step_done(st);
+	stmt_done(st);
+	return rc;
+}
+
+static int communicator_upsert(struct conn *c, const struct sysom_batch *b,
+			       const struct sysom_communicator *m, sqlite3_int64 node,
+			       const sqlite3_int64 *processes)
+{
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	if ((rc = conn_stmt(c, ST_COMMUNICATOR_UPSERT, &st)))
+		return rc;
+	sqlite3_bind_int64(st, 1, processes[m->process]);
+	sqlite3_bind_int64(st, 2, as_i64(m->key));
+	sqlite3_bind_int64(st, 3, node);
+	sqlite3_bind_int(st, 4, m->rank);
+	sqlite3_bind_int(st, 5, m->nranks);
+	sqlite3_bind_int64(st, 6, as_i64(m->parent_key));
+	sqlite3_bind_int(st, 7, m->split_color);
+	sqlite3_bind_int(st, 8, m->split_key);
+	sqlite3_bind_int64(st, 9, m->split_ordinal);
+	sqlite3_bind_int(st, 10, m->key_source);
+	sqlite3_bind_int64(st, 11, as_i64(m->nccl_comm_hash));
+	sqlite3_bind_int64(st, 12, as_i64(m->handle));
+	sqlite3_bind_int64(st, 13, clamp_i64(m->created_ns));
+	sqlite3_bind_int(st, 14, (m->flags & SYSOM_COMM_DESTROYED) ? 1 : 0);
+	sqlite3_bind_int64(st, 15, clamp_i64(b->window_start_ns));
+	sqlite3_bind_int64(st, 16, clamp_i64(b->window_end_ns));
+	rc = step_done(st);
+	stmt_done(st);
+	return rc;
+}
+
+static int nccl_call_insert(struct conn *c, const struct sysom_nccl_call *k, sqlite3_int64 node,
+			    const sqlite3_int64 *processes)
+{
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	if ((rc = conn_stmt(c, ST_NCCL_CALL_INSERT, &st)))
+		return rc;
+	sqlite3_bind_int64(st, 1, node);
+	sqlite3_bind_int64(st, 2, processes[k->process]);
+	sqlite3_bind_int64(st, 3, k->tid);
+	sqlite3_bind_int64(st, 4, as_i64(k->comm_key));
+	sqlite3_bind_int(st, 5, k->op);
+	sqlite3_bind_int64(st, 6, as_i64(k->seq));
+	sqlite3_bind_int64(st, 7, clamp_i64(k->entry_ns));
+	sqlite3_bind_int64(st, 8, clamp_i64(k->exit_ns));
+	sqlite3_bind_int64(st, 9, clamp_i64(k->count));
+	sqlite3_bind_int64(st, 10, clamp_i64(k->bytes));
+	sqlite3_bind_int(st, 11, k->peer);
+	sqlite3_bind_int(st, 12, k->result);
+	sqlite3_bind_int(st, 13, k->rank);
+	sqlite3_bind_int(st, 14, k->datatype);
+	sqlite3_bind_int(st, 15, k->redop);
+	sqlite3_bind_int(st, 16, k->flags);
+	sqlite3_bind_int64(st, 17, as_i64(k->stream));
+	rc = step_done(st);
+	stmt_done(st);
+	return rc;
+}
+
+static int launch_insert(struct conn *c, const struct sysom_batch *b, const struct sysom_launch *l,
+			 sqlite3_int64 node, const sqlite3_int64 *processes,
+			 const sqlite3_int64 *stacks)
+{
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	if ((rc = conn_stmt(c, ST_LAUNCH_INSERT, &st)))
+		return rc;
+	sqlite3_bind_int64(st, 1, clamp_i64(b->window_end_ns / 1000000));
+	sqlite3_bind_int64(st, 2, node);
+	sqlite3_bind_int64(st, 3, processes[l->process]);
+	sqlite3_bind_int64(st, 4, as_i64(l->function));
+	sqlite3_bind_text(st, 5, sysom_batch_string(b, l->kernel_name), -1, SQLITE_STATIC);
+	if (l->user_stack != SYSOM_WIRE_NONE)
+		sqlite3_bind_int64(st, 6, stacks[l->user_stack]);
+	if (l->kernel_stack != SYSOM_WIRE_NONE)
+		sqlite3_bind_int64(st, 7, stacks[l->kernel_stack]);
+	sqlite3_bind_int64(st, 8, clamp_i64(l->count));
+	for (int i = 0; i < 3; i++) {
+		sqlite3_bind_int64(st, 9 + i, l->grid[i]);
+		sqlite3_bind_int64(st, 12 + i, l->block[i]);
+	}
+	sqlite3_bind_int64(st, 15, l->shared_mem);
+	sqlite3_bind_int(st, 16, l->flags);
+	rc = step_done(st);
+	stmt_done(st);
+	return rc;
+}
+
 static int batch_find(struct conn *c, const char *node_hex, uint64_t epoch, uint64_t sequence,
 		      bool *exists)
 {
@@ -861,6 +1109,26 @@ static int batch_write(struct conn *c, const struct sysom_batch *b, const char *
 	for (uint32_t i = 0; i < b->counter_count; i++)
 		if ((rc = counter_add(c, node, &b->counters[i])))
 			goto cleanup;
+	for (uint32_t i = 0; i < b->job_rank_count; i++)
+		if ((rc = job_rank_upsert(c, b, &b->job_ranks[i], node, processes)))
+			goto cleanup;
+	r->job_ranks = b->job_rank_count;
+	/* A repeated (process, key) updates the row: the last record wins. */
+	for (uint32_t i = 0; i < b->communicator_count; i++)
+		if ((rc = communicator_upsert(c, b, &b->communicators[i], node, processes)))
+			goto cleanup;
+	r->communicators = b->communicator_count;
+	for (uint32_t i = 0; i < b->nccl_call_count; i++)
+		if ((rc = nccl_call_insert(c, &b->nccl_calls[i], node, processes)))
+			goto cleanup;
+	r->nccl_calls = b->nccl_call_count;
+	for (uint32_t i = 0; i < b->launch_count; i++) {
+		const struct sysom_launch *l = &b->launches[i];
+		if ((rc = launch_insert(c, b, l, node, processes, stacks)))
+			goto cleanup;
+		r->launches = l->count > UINT64_MAX - r->launches ? UINT64_MAX : r->launches + l->count;
+	}
+	r->launch_rows = b->launch_count;
 cleanup:
 	free(objects);
 	free(processes);
@@ -1209,17 +1477,29 @@ cleanup:
 	return rc;
 }
 
-/* Appends the WHERE conditions of a sample filter; parameters ?1 .. ?5 (see bind_filter). */
-static void filter_sql(struct byte_buf *sql, const struct store_sample_filter *f)
+/*
+ * Appends the WHERE conditions of a sample filter over table alias `t` (samples `s`, which
+ * have thread comms, or launches `l`); parameters ?1 .. ?5 and ?7 (see bind_filter).
+ */
+static void filter_sql_on(struct byte_buf *sql, const struct store_sample_filter *f, char t)
 {
-	byte_buf_printf(sql, " WHERE s.time_ms BETWEEN ?1 AND ?2");
+	byte_buf_printf(sql, " WHERE %c.time_ms BETWEEN ?1 AND ?2", t);
 	if (f->node)
-		byte_buf_printf(sql, " AND s.node IN (SELECT id FROM nodes"
-				     " WHERE node_id = lower(?3) OR hostname = ?3)");
+		byte_buf_printf(sql, " AND %c.node IN (SELECT id FROM nodes"
+				     " WHERE node_id = lower(?3) OR hostname = ?3)", t);
 	if (f->has_pid)
 		byte_buf_printf(sql, " AND p.tgid = ?4");
 	if (f->comm)
-		byte_buf_printf(sql, " AND (p.comm = ?5 OR s.thread_comm = ?5)");
+		byte_buf_printf(sql, t == 's' ? " AND (p.comm = ?5 OR s.thread_comm = ?5)"
+					      : " AND p.comm = ?5");
+	if (f->job)
+		byte_buf_printf(sql, " AND %c.process IN (SELECT process FROM job_ranks"
+				     " WHERE job = ?7)", t);
+}
+
+static void filter_sql(struct byte_buf *sql, const struct store_sample_filter *f)
+{
+	filter_sql_on(sql, f, 's');
 }
 
 static void bind_filter(sqlite3_stmt *st, const struct store_sample_filter *f)
@@ -1232,6 +1512,8 @@ static void bind_filter(sqlite3_stmt *st, const struct store_sample_filter *f)
 		sqlite3_bind_int64(st, 4, f->pid);
 	if (f->comm)
 		sqlite3_bind_text(st, 5, f->comm, -1, SQLITE_STATIC);
+	if (f->job)
+		sqlite3_bind_text(st, 7, f->job, -1, SQLITE_STATIC);
 }
 
 /* Prepares a one-off query (filters change its shape, so the planner sees only live terms). */
@@ -1335,6 +1617,266 @@ cleanup:
 	return rc;
 }
 
+static int sqlite_launches_aggregate(struct store *base, const struct store_sample_filter *f,
+				     uint32_t limit, store_launch_count_fn fn, void *arg,
+				     uint64_t *total)
+{
+	struct sqlite_store *s = from_base(base);
+	struct byte_buf sql = { 0 };
+	sqlite3_stmt *st = NULL;
+	struct conn *c = reader_acquire(s);
+	uint64_t sum = 0;
+	int rc;
+
+	/* Rows repeating a key (the decoder allows it) are summed like any other rows. */
+	byte_buf_printf(&sql, "SELECT p.comm, min(p.tgid), max(p.tgid), count(DISTINCT l.process),"
+			      " coalesce(l.user_stack, 0) AS u, l.kernel_name != '' AS named,"
+			      " iif(l.kernel_name != '', l.kernel_name, printf('0x%%x', l.function)) AS kn,"
+			      " sum(l.count) AS c, sum(sum(l.count)) OVER () AS total"
+			      " FROM launches l JOIN processes p ON p.id = l.process");
+	filter_sql_on(&sql, f, 'l');
+	byte_buf_printf(&sql, " GROUP BY p.comm, u, named, kn ORDER BY c DESC, p.comm, u, kn LIMIT ?6");
+	if ((rc = prepare_sql(c, &sql, &st)))
+		goto cleanup;
+	bind_filter(st, f);
+	sqlite3_bind_int64(st, 6, limit);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		sqlite3_int64 lo = sqlite3_column_int64(st, 1), hi = sqlite3_column_int64(st, 2);
+		struct store_launch_count row = {
+			.comm = column_text(st, 0),
+			.pid = lo == hi ? lo : -1,
+			.processes = (uint64_t)sqlite3_column_int64(st, 3),
+			.user_stack = sqlite3_column_int64(st, 4),
+			.named = sqlite3_column_int(st, 5) != 0,
+			.kernel = column_text(st, 6),
+			.count = (uint64_t)sqlite3_column_int64(st, 7),
+		};
+		sum = (uint64_t)sqlite3_column_int64(st, 8);
+		if ((rc = fn(arg, &row)))
+			goto cleanup;
+	}
+	rc = rc == SQLITE_DONE ? 0 : sql_error(rc);
+cleanup:
+	sqlite3_finalize(st);
+	reader_release(s, c);
+	byte_buf_free(&sql);
+	if (!rc)
+		*total = sum;
+	return rc;
+}
+
+/* Prepares a fixed one-off query on a reader connection. */
+static int prepare_text(struct conn *c, const char *sql, sqlite3_stmt **out)
+{
+	return sql_error(sqlite3_prepare_v2(c->db, sql, -1, out, NULL));
+}
+
+static int sqlite_jobs_list(struct store *base, uint32_t limit, store_job_fn fn, void *arg)
+{
+	struct sqlite_store *s = from_base(base);
+	struct conn *c = reader_acquire(s);
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	rc = prepare_text(c, "SELECT job, max(world_size), count(DISTINCT iif(rank >= 0, rank, NULL)),"
+			     " count(*), count(DISTINCT node), min(first_seen_ns),"
+			     " max(last_seen_ns) AS last FROM job_ranks WHERE job != ''"
+			     " GROUP BY job ORDER BY last DESC, job LIMIT ?1", &st);
+	if (rc)
+		goto cleanup;
+	sqlite3_bind_int64(st, 1, limit);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		struct store_job j = {
+			.job = column_text(st, 0),
+			.world_size = sqlite3_column_int(st, 1),
+			.ranks = (uint32_t)sqlite3_column_int64(st, 2),
+			.processes = (uint32_t)sqlite3_column_int64(st, 3),
+			.nodes = (uint32_t)sqlite3_column_int64(st, 4),
+			.first_seen_ns = sqlite3_column_int64(st, 5),
+			.last_seen_ns = sqlite3_column_int64(st, 6),
+		};
+		if ((rc = fn(arg, &j)))
+			goto cleanup;
+	}
+	rc = rc == SQLITE_DONE ? 0 : sql_error(rc);
+cleanup:
+	sqlite3_finalize(st);
+	reader_release(s, c);
+	return rc;
+}
+
+static int sqlite_job_ranks_list(struct store *base, const char *job, uint32_t limit,
+				 store_job_rank_fn fn, void *arg)
+{
+	struct sqlite_store *s = from_base(base);
+	struct conn *c = reader_acquire(s);
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	rc = prepare_text(c, "SELECT j.rank, j.world_size, j.local_rank, j.local_world_size,"
+			     " j.group_rank, j.source, n.node_id, n.hostname, p.tgid, p.generation,"
+			     " p.start_time_ns, p.comm, j.job_id_source, j.master, j.groups,"
+			     " j.first_seen_ns, j.last_seen_ns FROM job_ranks j"
+			     " JOIN processes p ON p.id = j.process JOIN nodes n ON n.id = j.node"
+			     " WHERE j.job = ?1 ORDER BY j.rank < 0, j.rank, n.node_id, p.tgid,"
+			     " p.start_time_ns LIMIT ?2", &st);
+	if (rc)
+		goto cleanup;
+	sqlite3_bind_text(st, 1, job, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, limit);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		struct store_job_rank r = {
+			.rank = sqlite3_column_int(st, 0),
+			.world_size = sqlite3_column_int(st, 1),
+			.local_rank = sqlite3_column_int(st, 2),
+			.local_world_size = sqlite3_column_int(st, 3),
+			.group_rank = sqlite3_column_int(st, 4),
+			.source = (uint8_t)sqlite3_column_int(st, 5),
+			.hostname = column_text(st, 7),
+			.pid = (uint32_t)sqlite3_column_int64(st, 8),
+			.generation = (uint32_t)sqlite3_column_int64(st, 9),
+			.start_time_ns = as_u64(sqlite3_column_int64(st, 10)),
+			.comm = column_text(st, 11),
+			.job_id_source = column_text(st, 12),
+			.master = column_text(st, 13),
+			.groups = column_text(st, 14),
+			.first_seen_ns = sqlite3_column_int64(st, 15),
+			.last_seen_ns = sqlite3_column_int64(st, 16),
+		};
+		copy_column(st, 6, r.node_id, sizeof(r.node_id));
+		if ((rc = fn(arg, &r)))
+			goto cleanup;
+	}
+	rc = rc == SQLITE_DONE ? 0 : sql_error(rc);
+cleanup:
+	sqlite3_finalize(st);
+	reader_release(s, c);
+	return rc;
+}
+
+static int sqlite_job_communicators_list(struct store *base, const char *job, uint32_t limit,
+					 store_job_communicator_fn fn, void *arg)
+{
+	struct sqlite_store *s = from_base(base);
+	struct conn *c = reader_acquire(s);
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	rc = prepare_text(c, "SELECT m.key, m.parent_key, m.comm_hash, m.rank, m.nranks,"
+			     " m.split_color, m.split_key, m.split_ordinal, m.key_source, m.destroyed,"
+			     " m.created_ns, n.node_id, n.hostname, p.tgid, j.rank, m.first_seen_ns,"
+			     " m.last_seen_ns FROM job_ranks j"
+			     " JOIN communicators m ON m.process = j.process"
+			     " JOIN processes p ON p.id = j.process JOIN nodes n ON n.id = m.node"
+			     " WHERE j.job = ?1 ORDER BY m.key, m.rank < 0, m.rank, n.node_id, p.tgid"
+			     " LIMIT ?2", &st);
+	if (rc)
+		goto cleanup;
+	sqlite3_bind_text(st, 1, job, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, limit);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		struct store_job_communicator m = {
+			.key = as_u64(sqlite3_column_int64(st, 0)),
+			.parent_key = as_u64(sqlite3_column_int64(st, 1)),
+			.comm_hash = as_u64(sqlite3_column_int64(st, 2)),
+			.rank = sqlite3_column_int(st, 3),
+			.nranks = sqlite3_column_int(st, 4),
+			.split_color = sqlite3_column_int(st, 5),
+			.split_key = sqlite3_column_int(st, 6),
+			.split_ordinal = (uint32_t)sqlite3_column_int64(st, 7),
+			.key_source = (uint8_t)sqlite3_column_int(st, 8),
+			.destroyed = sqlite3_column_int(st, 9) != 0,
+			.created_ns = sqlite3_column_int64(st, 10),
+			.hostname = column_text(st, 12),
+			.pid = (uint32_t)sqlite3_column_int64(st, 13),
+			.job_rank = sqlite3_column_int(st, 14),
+			.first_seen_ns = sqlite3_column_int64(st, 15),
+			.last_seen_ns = sqlite3_column_int64(st, 16),
+		};
+		copy_column(st, 11, m.node_id, sizeof(m.node_id));
+		if ((rc = fn(arg, &m)))
+			goto cleanup;
+	}
+	rc = rc == SQLITE_DONE ? 0 : sql_error(rc);
+cleanup:
+	sqlite3_finalize(st);
+	reader_release(s, c);
+	return rc;
+}
+
+static int sqlite_collectives_list(struct store *base, const struct store_collective_filter *f,
+				   uint32_t max_instances, store_collective_fn fn, void *arg)
+{
+	struct sqlite_store *s = from_base(base);
+	struct byte_buf sql = { 0 };
+	sqlite3_stmt *st = NULL;
+	struct conn *c = reader_acquire(s);
+	int rc;
+
+	/* Instances first (bounded), then every call of the job's processes in them. A call
+	 * without its rank takes the process's rank in the communicator. */
+	byte_buf_printf(&sql, "WITH jp AS (SELECT process FROM job_ranks WHERE job = ?1),"
+			      " inst AS (SELECT c.comm_key AS k, c.op AS op, c.seq AS seq,"
+			      " min(c.entry_ns) AS first FROM nccl_calls c WHERE c.process IN jp"
+			      " AND c.comm_key != 0 AND c.op BETWEEN %d AND %d"
+			      " AND c.entry_ns BETWEEN ?2 AND ?3",
+			SYSOM_NCCL_ALL_REDUCE, SYSOM_NCCL_RECV);
+	if (f->has_comm)
+		byte_buf_printf(&sql, " AND c.comm_key = ?4");
+	if (f->op)
+		byte_buf_printf(&sql, " AND c.op = ?5");
+	byte_buf_printf(&sql, " GROUP BY c.comm_key, c.op, c.seq ORDER BY first, k, op, seq LIMIT ?6)"
+			      " SELECT i.k, i.op, i.seq,"
+			      " min(c.entry_ns) OVER (PARTITION BY i.k, i.op, i.seq),"
+			      " coalesce((SELECT max(m.nranks) FROM communicators m"
+			      "  WHERE m.key = i.k AND m.process IN jp), -1),"
+			      " iif(c.rank >= 0, c.rank, coalesce((SELECT m.rank FROM communicators m"
+			      "  WHERE m.process = c.process AND m.key = c.comm_key), -1)) AS r,"
+			      " c.entry_ns, c.exit_ns, c.count, c.bytes, c.peer, c.result, p.tgid, c.tid,"
+			      " n.node_id, n.hostname FROM inst i JOIN nccl_calls c ON c.comm_key = i.k"
+			      " AND c.op = i.op AND c.seq = i.seq AND c.process IN jp"
+			      " JOIN processes p ON p.id = c.process JOIN nodes n ON n.id = c.node"
+			      " ORDER BY i.first, i.k, i.op, i.seq, r < 0, r, c.entry_ns, c.id");
+	if ((rc = prepare_sql(c, &sql, &st)))
+		goto cleanup;
+	sqlite3_bind_text(st, 1, f->job, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, f->from_ns);
+	sqlite3_bind_int64(st, 3, f->to_ns);
+	if (f->has_comm)
+		sqlite3_bind_int64(st, 4, as_i64(f->comm));
+	if (f->op)
+		sqlite3_bind_int(st, 5, f->op);
+	sqlite3_bind_int64(st, 6, max_instances);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		struct store_collective_call k = {
+			.comm_key = as_u64(sqlite3_column_int64(st, 0)),
+			.op = (uint8_t)sqlite3_column_int(st, 1),
+			.seq = as_u64(sqlite3_column_int64(st, 2)),
+			.first_entry_ns = sqlite3_column_int64(st, 3),
+			.nranks = sqlite3_column_int(st, 4),
+			.rank = sqlite3_column_int(st, 5),
+			.entry_ns = sqlite3_column_int64(st, 6),
+			.exit_ns = sqlite3_column_int64(st, 7),
+			.count = (uint64_t)sqlite3_column_int64(st, 8),
+			.bytes = (uint64_t)sqlite3_column_int64(st, 9),
+			.peer = sqlite3_column_int(st, 10),
+			.result = sqlite3_column_int(st, 11),
+			.pid = (uint32_t)sqlite3_column_int64(st, 12),
+			.tid = (uint32_t)sqlite3_column_int64(st, 13),
+			.hostname = column_text(st, 15),
+		};
+		copy_column(st, 14, k.node_id, sizeof(k.node_id));
+		if ((rc = fn(arg, &k)))
+			goto cleanup;
+	}
+	rc = rc == SQLITE_DONE ? 0 : sql_error(rc);
+cleanup:
+	sqlite3_finalize(st);
+	reader_release(s, c);
+	byte_buf_free(&sql);
+	return rc;
+}
+
 static int sqlite_counters_list(struct store *base, store_counter_fn fn, void *arg)
 {
 	struct sqlite_store *s = from_base(base);
@@ -1420,6 +1962,11 @@ static const struct store_ops sqlite_ops = {
 	.processes_list = sqlite_processes_list,
 	.stacks_aggregate = sqlite_stacks_aggregate,
 	.counters_list = sqlite_counters_list,
+	.launches_aggregate = sqlite_launches_aggregate,
+	.jobs_list = sqlite_jobs_list,
+	.job_ranks_list = sqlite_job_ranks_list,
+	.job_communicators_list = sqlite_job_communicators_list,
+	.collectives_list = sqlite_collectives_list,
 	.ping = sqlite_ping,
 	.size_get = sqlite_size_get,
 	.size_limit_set = sqlite_size_limit_set,

@@ -94,6 +94,35 @@ int store_counters_list(struct store *s, store_counter_fn fn, void *arg)
 	return s->ops->counters_list(s, fn, arg);
 }
 
+int store_launches_aggregate(struct store *s, const struct store_sample_filter *f, uint32_t limit,
+			     store_launch_count_fn fn, void *arg, uint64_t *total)
+{
+	return s->ops->launches_aggregate(s, f, limit, fn, arg, total);
+}
+
+int store_jobs_list(struct store *s, uint32_t limit, store_job_fn fn, void *arg)
+{
+	return s->ops->jobs_list(s, limit, fn, arg);
+}
+
+int store_job_ranks_list(struct store *s, const char *job, uint32_t limit, store_job_rank_fn fn,
+			 void *arg)
+{
+	return s->ops->job_ranks_list(s, job, limit, fn, arg);
+}
+
+int store_job_communicators_list(struct store *s, const char *job, uint32_t limit,
+				 store_job_communicator_fn fn, void *arg)
+{
+	return s->ops->job_communicators_list(s, job, limit, fn, arg);
+}
+
+int store_collectives_list(struct store *s, const struct store_collective_filter *f,
+			   uint32_t max_instances, store_collective_fn fn, void *arg)
+{
+	return s->ops->collectives_list(s, f, max_instances, fn, arg);
+}
+
 int store_ping(struct store *s)
 {
 	return s->ops->ping(s);

@@ -57,11 +57,17 @@ struct store_put_result {
 	uint32_t sample_rows; /* sample rows stored */
 	uint32_t new_stacks;  /* stacks not seen before in the store */
 	uint32_t processes;   /* process rows inserted or refreshed */
+	uint32_t job_ranks;     /* job rank rows inserted or refreshed */
+	uint32_t communicators; /* communicator records applied (repeats update one row) */
+	uint32_t nccl_calls;    /* NCCL call rows stored */
+	uint32_t launch_rows;   /* launch rows stored */
+	uint64_t launches;      /* sum of their launch counts */
 };
 
 /*
  * Stores a decoded batch in one transaction: the node, the batch record, objects, processes,
- * content-addressed stacks, sample rows and the agent counters, or nothing at all. A batch
+ * content-addressed stacks, sample rows, the agent counters, job ranks, communicators, NCCL
+ * calls and GPU launch rows, or nothing at all. A batch
  * whose (node id, epoch, sequence) is already stored changes nothing and reports duplicate.
  * `received_ns` is the server's receive time (ns since the Unix epoch). Writes *res on success.
  * Returns 0 or a negative error (see the table above).
@@ -166,6 +172,7 @@ struct store_sample_filter {
 	bool has_pid;
 	uint32_t pid;           /* process id (tgid) */
 	const char *comm;       /* process comm or thread comm; NULL: any */
+	const char *job;        /* only processes with this job id (job_ranks); NULL: any */
 };
 
 /* A process with its sample count over a range; strings borrowed for the callback only. */
@@ -207,6 +214,125 @@ typedef int (*store_stack_count_fn)(void *arg, const struct store_stack_count *r
  */
 int store_stacks_aggregate(struct store *s, const struct store_sample_filter *f, uint32_t limit,
 			   store_stack_count_fn fn, void *arg, uint64_t *total);
+
+/* One group of GPU kernel launches: same process comm, launching user stack and kernel. */
+struct store_launch_count {
+	const char *comm;   /* process comm (borrowed for the callback only) */
+	const char *kernel; /* kernel name, or "0x<function handle>" when unknown (borrowed) */
+	bool named;         /* kernel is a name */
+	int64_t pid;        /* the tgid when one process contributed, else -1 */
+	uint64_t processes; /* distinct processes */
+	int64_t user_stack; /* stack id or STORE_STACK_NONE */
+	uint64_t count;     /* launches */
+};
+
+typedef int (*store_launch_count_fn)(void *arg, const struct store_launch_count *row);
+
+/*
+ * Aggregates launch rows matching `f` (times: the rows' window end in ms; `comm`: the process
+ * comm) by (process comm, user stack, kernel) and calls `fn` for the `limit` largest groups by
+ * count descending. *total gets the sum over every matching row. Returns 0 or an error.
+ */
+int store_launches_aggregate(struct store *s, const struct store_sample_filter *f, uint32_t limit,
+			     store_launch_count_fn fn, void *arg, uint64_t *total);
+
+/* A training job as seen in job_ranks (job ids that are not ""). */
+struct store_job {
+	const char *job;          /* borrowed for the callback only */
+	int32_t world_size;       /* the largest reported, -1 unknown */
+	uint32_t ranks;           /* distinct ranks >= 0 seen */
+	uint32_t processes;       /* process incarnations */
+	uint32_t nodes;
+	int64_t first_seen_ns, last_seen_ns; /* batch windows */
+};
+
+typedef int (*store_job_fn)(void *arg, const struct store_job *j);
+
+/* Calls `fn` for up to `limit` jobs, most recently seen first. Returns 0 or an error. */
+int store_jobs_list(struct store *s, uint32_t limit, store_job_fn fn, void *arg);
+
+/* A process of a job; strings borrowed for the callback only. */
+struct store_job_rank {
+	int32_t rank, world_size, local_rank, local_world_size, group_rank; /* -1 unknown */
+	uint8_t source;           /* enum sysom_job_source */
+	char node_id[2 * SYSOM_NODE_ID_SIZE + 1];
+	const char *hostname;
+	uint32_t pid, generation;
+	uint64_t start_time_ns;   /* since the node's boot */
+	const char *comm, *job_id_source, *master, *groups;
+	int64_t first_seen_ns, last_seen_ns;
+};
+
+typedef int (*store_job_rank_fn)(void *arg, const struct store_job_rank *r);
+
+/*
+ * Calls `fn` for up to `limit` processes of job `job`, by rank (unknown last), node id, pid.
+ * Returns 0 (also when the job has none) or an error.
+ */
+int store_job_ranks_list(struct store *s, const char *job, uint32_t limit, store_job_rank_fn fn,
+			 void *arg);
+
+/* A communicator as one process of a job sees it; strings borrowed for the callback only. */
+struct store_job_communicator {
+	uint64_t key, parent_key, comm_hash;
+	int32_t rank, nranks;     /* in the communicator, -1 unknown */
+	int32_t split_color, split_key; /* -1 none */
+	uint32_t split_ordinal;   /* 0 none */
+	uint8_t key_source;       /* enum sysom_comm_key_source */
+	bool destroyed;
+	int64_t created_ns;       /* 0 unknown */
+	char node_id[2 * SYSOM_NODE_ID_SIZE + 1];
+	const char *hostname;
+	uint32_t pid;
+	int32_t job_rank;         /* the process's rank in the job, -1 unknown */
+	int64_t first_seen_ns, last_seen_ns;
+};
+
+typedef int (*store_job_communicator_fn)(void *arg, const struct store_job_communicator *c);
+
+/*
+ * Calls `fn` for up to `limit` (process, communicator) rows of job `job`, ordered by key, then
+ * rank in the communicator (unknown last), node id, pid. Returns 0 or an error.
+ */
+int store_job_communicators_list(struct store *s, const char *job, uint32_t limit,
+				 store_job_communicator_fn fn, void *arg);
+
+/* Which collective instances a query covers. */
+struct store_collective_filter {
+	const char *job;          /* required */
+	int64_t from_ns, to_ns;   /* entry times (ns since the Unix epoch), inclusive */
+	bool has_comm;
+	uint64_t comm;            /* communicator key */
+	uint8_t op;               /* enum sysom_nccl_op (collective or point-to-point); 0: any */
+};
+
+/* One rank's call in a collective instance; strings borrowed for the callback only. */
+struct store_collective_call {
+	uint64_t comm_key, seq;
+	uint8_t op;
+	int64_t first_entry_ns;   /* the instance's earliest entry (of all its calls) */
+	int32_t nranks;           /* communicator size the job's processes reported, -1 unknown */
+	int32_t rank;             /* the call's rank (else the process's rank in the comm), -1 */
+	int64_t entry_ns, exit_ns;
+	uint64_t count, bytes;
+	int32_t peer, result;
+	uint32_t pid, tid;
+	char node_id[2 * SYSOM_NODE_ID_SIZE + 1];
+	const char *hostname;
+};
+
+typedef int (*store_collective_fn)(void *arg, const struct store_collective_call *c);
+
+/*
+ * Matches the NCCL calls of job `f->job` across ranks by (communicator key, op, sequence):
+ * picks the first `max_instances` instances (by earliest entry, then key, op, seq) having a
+ * call of the job entered in [from, to], and calls `fn` for every call of those instances made
+ * by the job's processes (also ones entered outside the range), grouped by instance and
+ * ordered by rank. Calls without a communicator or of non-collective ops are left out.
+ * Returns 0 or an error.
+ */
+int store_collectives_list(struct store *s, const struct store_collective_filter *f,
+			   uint32_t max_instances, store_collective_fn fn, void *arg);
 
 /* Totals of one agent counter on one node, summed over its stored batches. */
 struct store_counter_total {

@@ -28,6 +28,16 @@ struct store_ops {
 	int (*stacks_aggregate)(struct store *s, const struct store_sample_filter *f,
 				uint32_t limit, store_stack_count_fn fn, void *arg, uint64_t *total);
 	int (*counters_list)(struct store *s, store_counter_fn fn, void *arg);
+	int (*launches_aggregate)(struct store *s, const struct store_sample_filter *f,
+				  uint32_t limit, store_launch_count_fn fn, void *arg,
+				  uint64_t *total);
+	int (*jobs_list)(struct store *s, uint32_t limit, store_job_fn fn, void *arg);
+	int (*job_ranks_list)(struct store *s, const char *job, uint32_t limit,
+			      store_job_rank_fn fn, void *arg);
+	int (*job_communicators_list)(struct store *s, const char *job, uint32_t limit,
+				      store_job_communicator_fn fn, void *arg);
+	int (*collectives_list)(struct store *s, const struct store_collective_filter *f,
+				uint32_t max_instances, store_collective_fn fn, void *arg);
 	int (*ping)(struct store *s);
 	int (*size_get)(struct store *s, uint64_t *bytes);
 	int (*size_limit_set)(struct store *s, uint64_t max_bytes); /* NULL: -ENOTSUP */

@@ -162,7 +162,8 @@ static inline long long harness_rows(const struct harness *h, const char *table)
 static inline long long harness_all_rows(const struct harness *h)
 {
 	static const char *const tables[] = { "nodes", "batches", "objects", "processes",
-					      "stacks", "samples", "node_counters" };
+					      "stacks", "samples", "node_counters", "job_ranks",
+					      "communicators", "nccl_calls", "launches" };
 	long long sum = 0;
 
 	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++)
@@ -170,29 +171,42 @@ static inline long long harness_all_rows(const struct harness *h)
 	return sum;
 }
 
-/* Posts a fixture batch (compressed) with the right key and token; returns the status. */
-static inline int harness_post_fixture(struct harness *h, const struct fixture_spec *spec)
+/* Posts a built batch (compressed) with the right key and token; returns the status and,
+ * when `out` is not NULL, the response body (free it). */
+static inline int harness_post_batch(struct harness *h, const struct sysom_batch *b, char **out)
 {
-	struct sysom_batch b;
 	struct byte_buf buf;
 	struct test_request t;
 	struct http_response resp;
 	char key[96], *body = NULL;
 	int status = -1;
 
-	if (fixture_batch_build(&b, spec))
-		return -1;
-	if (!fixture_batch_encode(&b, true, &buf)) {
-		fixture_batch_key(&b, key, sizeof(key));
+	if (!fixture_batch_encode(b, true, &buf)) {
+		fixture_batch_key(b, key, sizeof(key));
 		request_init(&t, "POST", INGEST_PATH, NULL);
 		request_token(&t, HARNESS_TOKEN);
 		request_header(&t, "content-encoding", "zstd");
 		request_header(&t, "idempotency-key", key);
 		request_body(&t, buf.data, buf.len);
 		status = call(ingest_batch_post, h->ingest, &t, &resp, &body);
-		free(body);
 		byte_buf_free(&buf);
 	}
+	if (out)
+		*out = body;
+	else
+		free(body);
+	return status;
+}
+
+/* Posts a fixture batch (compressed) with the right key and token; returns the status. */
+static inline int harness_post_fixture(struct harness *h, const struct fixture_spec *spec)
+{
+	struct sysom_batch b;
+	int status = -1;
+
+	if (fixture_batch_build(&b, spec))
+		return -1;
+	status = harness_post_batch(h, &b, NULL);
 	sysom_batch_free(&b);
 	return status;
 }

@@ -14,6 +14,7 @@
 
 #include "server/render.h"
 #include "harness.h"
+#include "job_fixture.h"
 
 #define KERNEL_HEX "abf9ec0ec5946600c90641cf5db998472fac410b"
 #define T0_S 1700000000LL /* = 2023-11-14T22:13:20Z, the fixture window start */
@@ -475,6 +476,284 @@ static void test_utf8(void **state)
 	free(body);
 }
 
+
+/* ---- training jobs ---- */
+
+static void post_job(struct harness *h, uint8_t node, int skip_rank, const char *want)
+{
+	struct job_spec js = { .base = { .node = node, .epoch = 1, .sequence = 2,
+					 .window_start_ns = HARNESS_T0 },
+			       .job = "job-42", .first_rank = 4 * (node - 1), .local_ranks = 4,
+			       .instances = 3, .skip_rank = skip_rank, .launches = true };
+	struct sysom_batch b;
+	char *body = NULL;
+
+	assert_int_equal(job_batch_build(&b, &js), 0);
+	assert_int_equal(harness_post_batch(h, &b, &body), 200);
+	if (!strstr(body, want))
+		fail_msg("ingest answered %s (want %s)", body, want);
+	free(body);
+	sysom_batch_free(&b);
+}
+
+static json_t *get_json(struct harness *h, http_handler_fn fn, const char *path, const char *query)
+{
+	struct test_request t;
+	struct http_response resp;
+	char *body;
+	json_t *doc;
+
+	request_init(&t, "GET", path, query);
+	request_token(&t, HARNESS_TOKEN);
+	if (call(fn, h->api, &t, &resp, &body) != 200)
+		fail_msg("%s?%s: %d %s", path, query, resp.status, body);
+	doc = json_loads(body, 0, NULL);
+	if (!doc)
+		fail_msg("%s: invalid JSON %s", path, body);
+	free(body);
+	return doc;
+}
+
+static json_t *collectives(struct harness *h, const char *query)
+{
+	json_t *doc = get_json(h, api_job_get, "/api/v1/jobs/job-42/collectives", query);
+	json_t *inst = json_incref(json_object_get(doc, "instances"));
+
+	json_decref(doc);
+	return inst;
+}
+
+static void test_jobs(void **state)
+{
+	struct harness *h = *state;
+
+	post_job(h, 1, -1, "\"stored\"");
+	post_job(h, 2, -1, "\"stored\"");
+	post_job(h, 1, -1, "\"duplicate\"");
+
+	json_t *doc = get_json(h, api_jobs_get, "/api/v1/jobs", "");
+	json_t *jobs = json_object_get(doc, "jobs");
+	assert_int_equal(json_array_size(jobs), 1);
+	json_t *j = json_array_get(jobs, 0);
+	assert_string_equal(json_string_value(json_object_get(j, "job")), "job-42");
+	assert_int_equal(json_integer_value(json_object_get(j, "world_size")), 8);
+	assert_int_equal(json_integer_value(json_object_get(j, "ranks")), 8);
+	assert_int_equal(json_integer_value(json_object_get(j, "nodes")), 2);
+	assert_string_equal(json_string_value(json_object_get(j, "first_seen")),
+			    "2023-11-14T22:13:20.000Z");
+	json_decref(doc);
+
+	doc = get_json(h, api_job_get, "/api/v1/jobs/job-42", "");
+	assert_int_equal(json_integer_value(json_object_get(doc, "world_size")), 8);
+	json_t *ranks = json_object_get(doc, "ranks");
+	assert_int_equal(json_array_size(ranks), 8);
+	json_t *r5 = json_array_get(ranks, 5);
+	assert_int_equal(json_integer_value(json_object_get(r5, "rank")), 5);
+	assert_int_equal(json_integer_value(json_object_get(r5, "local_rank")), 1);
+	assert_int_equal(json_integer_value(json_object_get(r5, "pid")), JOB_PID(5));
+	assert_string_equal(json_string_value(json_object_get(r5, "hostname")), "node-2");
+	assert_string_equal(json_string_value(json_object_get(r5, "node_id")),
+			    "02020202020202020202020202020202");
+	assert_string_equal(json_string_value(json_object_get(r5, "source")), "environment");
+	assert_string_equal(json_string_value(json_object_get(r5, "groups")), "tp=1,dp=2");
+	json_t *nodes = json_object_get(doc, "nodes");
+	assert_int_equal(json_array_size(nodes), 2);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(nodes, 0), "hostname")),
+			    "node-1");
+	assert_int_equal(json_array_size(json_object_get(json_array_get(nodes, 1), "ranks")), 4);
+	json_t *comms = json_object_get(doc, "communicators");
+	assert_int_equal(json_array_size(comms), 5);
+	json_t *world = json_array_get(comms, 0);
+	assert_string_equal(json_string_value(json_object_get(world, "key")), "0000000000000abc");
+	assert_int_equal(json_integer_value(json_object_get(world, "nranks")), 8);
+	assert_int_equal(json_integer_value(json_object_get(world, "ranks_seen")), 8);
+	assert_true(json_is_null(json_object_get(world, "parent_key")));
+	assert_string_equal(json_string_value(json_object_get(world, "key_source")), "unique_id");
+	json_t *m3 = json_array_get(json_object_get(world, "ranks"), 3);
+	assert_int_equal(json_integer_value(json_object_get(m3, "rank")), 3);
+	assert_int_equal(json_integer_value(json_object_get(m3, "pid")), JOB_PID(3));
+	json_t *tp = json_array_get(comms, 1);
+	assert_string_equal(json_string_value(json_object_get(tp, "key")), "0000000000007000");
+	assert_string_equal(json_string_value(json_object_get(tp, "parent_key")), "0000000000000abc");
+	assert_int_equal(json_integer_value(json_object_get(tp, "split_color")), 0);
+	assert_int_equal(json_integer_value(json_object_get(tp, "ranks_seen")), 2);
+	assert_string_equal(json_string_value(json_object_get(tp, "key_source")), "split");
+	json_t *groups = json_object_get(doc, "groups");
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(groups, "tp"), "1")), 4);
+	assert_int_equal(json_object_size(json_object_get(groups, "dp")), 4);
+	json_decref(doc);
+
+	/* Three AllReduce instances, complete, 8 ranks each, ordered by entry. */
+	json_t *inst = collectives(h, "");
+	assert_int_equal(json_array_size(inst), 3);
+	for (size_t i = 0; i < 3; i++) {
+		json_t *x = json_array_get(inst, i);
+		assert_string_equal(json_string_value(json_object_get(x, "op")), "AllReduce");
+		assert_int_equal(json_integer_value(json_object_get(x, "seq")), (json_int_t)i);
+		assert_string_equal(json_string_value(json_object_get(x, "comm")), "0000000000000abc");
+		assert_int_equal(json_integer_value(json_object_get(x, "bytes")), 4096);
+		assert_int_equal(json_integer_value(json_object_get(x, "count")), 1024);
+		assert_int_equal(json_integer_value(json_object_get(x, "nranks")), 8);
+		assert_int_equal(json_integer_value(json_object_get(x, "ranks_seen")), 8);
+		assert_true(json_is_true(json_object_get(x, "complete")));
+		assert_int_equal(json_integer_value(json_object_get(x, "skew_ns")), 7000000);
+		json_t *calls = json_object_get(x, "calls");
+		assert_int_equal(json_array_size(calls), 8);
+		json_t *c7 = json_array_get(calls, 7);
+		assert_int_equal(json_integer_value(json_object_get(c7, "rank")), 7);
+		assert_int_equal(json_integer_value(json_object_get(c7, "entry_delay_ns")), 7000000);
+		assert_int_equal(json_integer_value(json_object_get(c7, "duration_ns")), 13000000);
+		assert_int_equal(json_integer_value(json_object_get(c7, "entry_ns")),
+				 (json_int_t)(HARNESS_T0 + (i + 1) * 1000000000ULL + 7000000));
+		assert_string_equal(json_string_value(json_object_get(c7, "hostname")), "node-2");
+	}
+	json_decref(inst);
+	/* Filters: communicator (any case, 0x), op (any case), time, limit. */
+	static const struct {
+		const char *query;
+		size_t n;
+	} cases[] = {
+		{ "comm=abc", 3 },	{ "comm=0xABC", 3 },	  { "comm=7000", 0 },
+		{ "op=allreduce", 3 },	{ "op=Broadcast", 0 },	  { "from=1700000001.5", 2 },
+		{ "to=1700000001.5", 1 }, { "limit=2", 2 },	  { "from=-10m", 0 },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		inst = collectives(h, cases[i].query);
+		if (json_array_size(inst) != cases[i].n)
+			fail_msg("%s: %zu instances, want %zu", cases[i].query, json_array_size(inst),
+				 cases[i].n);
+		json_decref(inst);
+	}
+	doc = get_json(h, api_job_get, "/api/v1/jobs/job-42/collectives", "limit=2");
+	assert_true(json_is_true(json_object_get(doc, "truncated")));
+	json_decref(doc);
+	doc = get_json(h, api_job_get, "/api/v1/jobs/job-42/collectives", "limit=3");
+	assert_true(json_is_false(json_object_get(doc, "truncated")));
+	json_decref(doc);
+}
+
+static void test_collectives_missing_rank(void **state)
+{
+	struct harness *h = *state;
+
+	post_job(h, 1, -1, "\"stored\"");
+	post_job(h, 2, 5, "\"stored\"");
+	json_t *inst = collectives(h, "");
+	assert_int_equal(json_array_size(inst), 3);
+	json_t *x = json_array_get(inst, 1);
+	assert_int_equal(json_integer_value(json_object_get(x, "seq")), 1);
+	assert_int_equal(json_integer_value(json_object_get(x, "ranks_seen")), 7);
+	assert_true(json_is_false(json_object_get(x, "complete")));
+	assert_int_equal(json_array_size(json_object_get(x, "calls")), 7);
+	assert_true(json_is_true(json_object_get(json_array_get(inst, 0), "complete")));
+	assert_true(json_is_true(json_object_get(json_array_get(inst, 2), "complete")));
+	json_decref(inst);
+}
+
+static void test_gpu_flamegraph(void **state)
+{
+	struct harness *h = *state;
+	const char *line_k = "python3;python3.11+0x1000;libc.so.6+0x29d90;[gpu] " JOB_KERNEL;
+	const char *line_u = "python3;python3.11+0x1000;libc.so.6+0x29d90;[gpu] 0xdead";
+	char want[512];
+
+	post_job(h, 1, -1, "\"stored\"");
+	post_job(h, 2, -1, "\"stored\"");
+	post_job(h, 2, -1, "\"duplicate\"");
+	snprintf(want, sizeof(want), "%s 80\n%s 16\npython3;[gpu] memcpyKernel 8\n", line_k, line_u);
+	expect_folded(h, "kind=gpu-launch", want);
+	expect_folded(h, "kind=gpu-launch&job=job-42", want);
+	expect_folded(h, "kind=gpu-launch&job=job-7", "");
+	snprintf(want, sizeof(want), "%s 40\n%s 8\npython3;[gpu] memcpyKernel 4\n", line_k, line_u);
+	expect_folded(h, "kind=gpu-launch&node=node-2", want);
+	snprintf(want, sizeof(want), "%s 10\n%s 2\npython3;[gpu] memcpyKernel 1\n", line_k, line_u);
+	expect_folded(h, "kind=gpu-launch&pid=5003", want);
+	snprintf(want, sizeof(want), "%s 80\n", line_k);
+	expect_folded(h, "kind=gpu-launch&limit=1", want);
+	/* Launches are stamped with their window's end (T0 + 30 s). */
+	expect_folded(h, "kind=gpu-launch&to=1700000029", "");
+	/* The CPU profile stays the default (the job batches carry the fixture's samples too:
+	 * three batches in all); job= filters it too. */
+	expect_folded(h, "kind=cpu&pid=777", LINE_NCCL_K " 15\n" LINE_NCCL_T " 12\n");
+	expect_folded(h, "job=job-42", "");
+
+	json_t *doc = get_json(h, api_flamegraph_get, "/api/v1/flamegraph", "kind=gpu-launch&format=json");
+	assert_int_equal(json_integer_value(json_object_get(doc, "total")), 8 * 13);
+	json_t *first = json_array_get(json_object_get(doc, "stacks"), 0);
+	assert_int_equal(json_integer_value(json_object_get(first, "count")), 80);
+	json_t *frames = json_object_get(first, "frames");
+	assert_int_equal(json_array_size(frames), 3);
+	json_t *leaf = json_array_get(frames, 2);
+	assert_string_equal(json_string_value(json_object_get(leaf, "name")), "[gpu] " JOB_KERNEL);
+	assert_string_equal(json_string_value(json_object_get(leaf, "kind")), "gpu");
+	assert_null(json_object_get(leaf, "offset"));
+	assert_true(json_is_null(json_object_get(json_object_get(first, "process"), "pid")));
+	json_decref(doc);
+}
+
+static void expect_job_status(struct harness *h, const char *path, const char *query, int status,
+			      const char *fragment)
+{
+	struct test_request t;
+	struct http_response resp;
+	char *body;
+	int got;
+
+	request_init(&t, "GET", path, query);
+	request_token(&t, HARNESS_TOKEN);
+	got = call(strcmp(path, "/api/v1/jobs") == 0 ? api_jobs_get : api_job_get, h->api, &t,
+		   &resp, &body);
+	if (got != status || (fragment && !strstr(body, fragment)))
+		fail_msg("%s?%s: %d %s (want %d, '%s')", path, query, got, body, status, fragment);
+	assert_non_null(strstr(body, "{\"error\":"));
+	free(body);
+}
+
+static void test_job_bad_parameters(void **state)
+{
+	struct harness *h = *state;
+	const char *coll = "/api/v1/jobs/job-42/collectives";
+	char longpath[1200];
+
+	post_job(h, 1, -1, "\"stored\"");
+	expect_job_status(h, coll, "comm=xyz", 400, "'comm'");
+	expect_job_status(h, coll, "comm=", 400, "'comm'");
+	expect_job_status(h, coll, "comm=0x", 400, "'comm'");
+	expect_job_status(h, coll, "comm=12345678901234567", 400, "'comm'");
+	expect_job_status(h, coll, "comm=-1", 400, "'comm'");
+	expect_job_status(h, coll, "op=Bogus", 400, "'op'");
+	expect_job_status(h, coll, "op=CommInitRank", 400, "'op'");
+	expect_job_status(h, coll, "op=GroupStart", 400, "'op'");
+	expect_job_status(h, coll, "from=1700000010&to=1700000000", 400, "after");
+	expect_job_status(h, coll, "from=soon", 400, "invalid time");
+	expect_job_status(h, coll, "limit=0", 400, "limit");
+	expect_job_status(h, coll, "limit=10001", 400, "limit");
+	expect_job_status(h, coll, "node=node-1", 400, "do not apply");
+	expect_job_status(h, coll, "op=%zz", 400, "percent-encoded");
+	expect_job_status(h, "/api/v1/jobs", "limit=0", 400, "limit");
+	expect_job_status(h, "/api/v1/jobs", "limit=100001", 400, "limit");
+	expect_job_status(h, "/api/v1/jobs/job-7", "", 404, "no job 'job-7'");
+	expect_job_status(h, "/api/v1/jobs/", "", 404, "missing job id");
+	expect_job_status(h, "/api/v1/jobs/job-42/other", "", 404, "no such resource");
+	snprintf(longpath, sizeof(longpath), "/api/v1/jobs/%01100d", 7);
+	expect_job_status(h, longpath, "", 400, "longer");
+	expect_status(h, api_flamegraph_get, "kind=gpu", 400, "'kind'");
+	/* An unknown job's collectives are an empty list. */
+	json_t *doc = get_json(h, api_job_get, "/api/v1/jobs/job-7/collectives", "");
+	assert_int_equal(json_array_size(json_object_get(doc, "instances")), 0);
+	json_decref(doc);
+	/* The token is required. */
+	struct test_request t;
+	struct http_response resp;
+	char *body;
+	request_init(&t, "GET", "/api/v1/jobs", "");
+	assert_int_equal(call(api_jobs_get, h->api, &t, &resp, &body), 401);
+	free(body);
+	request_init(&t, "GET", coll, "");
+	assert_int_equal(call(api_job_get, h->api, &t, &resp, &body), 401);
+	free(body);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -487,6 +766,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_metrics, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_routes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_utf8, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_jobs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_collectives_missing_rank, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_gpu_flamegraph, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_job_bad_parameters, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "server/store/store.h"
 #include "tests/support/batch_fixture.h"
+#include "job_fixture.h"
 
 #define T0 1700000000000000000ULL /* window start of the fixture batches, ns */
 
@@ -83,7 +84,8 @@ static long long rows(const char *dir, const char *table)
 }
 
 static const char *const tables[] = { "nodes", "batches", "objects", "processes", "stacks",
-				      "samples", "node_counters" };
+				      "samples", "node_counters", "job_ranks", "communicators",
+				      "nccl_calls", "launches" };
 #define NTABLES (sizeof(tables) / sizeof(tables[0]))
 
 static void all_rows(const char *dir, long long out[NTABLES])
@@ -113,14 +115,19 @@ static void test_schema_created_and_reopened(void **state)
 	char err[256];
 	sqlite3 *db;
 
-	assert_int_equal(store_schema_version(c->store), 1);
+	assert_int_equal(store_schema_version(c->store), 2);
 	store_close(c->store);
 	c->store = NULL;
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 1);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 2);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
 				     " AND name IN ('nodes','batches','objects','processes','stacks',"
-				     "'samples','node_counters','kernel_symbol_tables','kernel_symbols')"), 9);
+				     "'samples','node_counters','kernel_symbol_tables','kernel_symbols',"
+				     "'job_ranks','communicators','nccl_calls','launches')"), 13);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'index'"
+				     " AND name IN ('nccl_calls_instance','nccl_calls_process_time',"
+				     "'job_ranks_job','communicators_key','launches_time',"
+				     "'launches_process_time')"), 6);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'index'"
 				     " AND name LIKE 'samples_%'"), 3);
 	assert_int_equal(raw_int(db, "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
@@ -330,6 +337,290 @@ static void test_round_trip(void **state)
 	assert_int_equal(total, 9);
 }
 
+
+/* A version 1 database (before jobs) is migrated to version 2 and keeps its data. */
+static void test_migration_from_v1(void **state)
+{
+	struct ctx *c = *state;
+	char err[256];
+	sqlite3 *db;
+
+	put_fixture(c->store, &(struct fixture_spec){ .node = 1, .epoch = 1, .sequence = 1,
+						       .window_start_ns = T0 }, 0, NULL);
+	store_close(c->store);
+	c->store = NULL;
+	db = raw_open(c->dir);
+	assert_int_equal(sqlite3_exec(db, "DROP TABLE job_ranks; DROP TABLE communicators;"
+					  " DROP TABLE nccl_calls; DROP TABLE launches;"
+					  " PRAGMA user_version = 1;", NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
+	db = raw_open(c->dir);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 2);
+	sqlite3_close(db);
+	assert_int_equal(rows(c->dir, "samples"), 4);
+	assert_int_equal(rows(c->dir, "launches"), 0);
+}
+
+static void put_job(struct store *s, const struct job_spec *js, struct store_put_result *res)
+{
+	struct sysom_batch b;
+
+	assert_int_equal(job_batch_build(&b, js), 0);
+	assert_int_equal(store_batch_put(s, &b, (int64_t)T0 + 31000000000LL, res), 0);
+	sysom_batch_free(&b);
+}
+
+static struct job_spec job_node(uint8_t node, int skip_rank)
+{
+	return (struct job_spec){ .base = { .node = node, .epoch = 1, .sequence = 1,
+					    .window_start_ns = T0 },
+				  .job = "job-42", .first_rank = 4 * (node - 1), .local_ranks = 4,
+				  .instances = 3, .skip_rank = skip_rank, .launches = true };
+}
+
+struct job_rows {
+	int n;
+	struct store_job jobs[4];
+	char job[4][32];
+	int32_t ranks[16];
+	uint32_t pids[16];
+	uint64_t keys[16];
+	int32_t comm_ranks[16];
+	struct store_collective_call calls[32];
+	struct store_launch_count launches[8];
+	char kernels[8][64];
+};
+
+static int collect_job(void *arg, const struct store_job *j)
+{
+	struct job_rows *r = arg;
+
+	if (r->n < 4) {
+		r->jobs[r->n] = *j;
+		snprintf(r->job[r->n], sizeof(r->job[0]), "%s", j->job);
+	}
+	r->n++;
+	return 0;
+}
+
+static int collect_rank(void *arg, const struct store_job_rank *j)
+{
+	struct job_rows *r = arg;
+
+	if (r->n < 16) {
+		r->ranks[r->n] = j->rank;
+		r->pids[r->n] = j->pid;
+		assert_string_equal(j->groups[0] ? "ok" : "empty", "ok");
+		assert_string_equal(j->master, "10.0.0.1:29500");
+	}
+	r->n++;
+	return 0;
+}
+
+static int collect_comm(void *arg, const struct store_job_communicator *m)
+{
+	struct job_rows *r = arg;
+
+	if (r->n < 16) {
+		r->keys[r->n] = m->key;
+		r->comm_ranks[r->n] = m->rank;
+	}
+	r->n++;
+	return 0;
+}
+
+static int collect_call(void *arg, const struct store_collective_call *k)
+{
+	struct job_rows *r = arg;
+
+	if (r->n < 32) {
+		r->calls[r->n] = *k;
+		r->calls[r->n].hostname = NULL;
+	}
+	r->n++;
+	return 0;
+}
+
+static int collect_launch(void *arg, const struct store_launch_count *l)
+{
+	struct job_rows *r = arg;
+
+	if (r->n < 8) {
+		r->launches[r->n] = *l;
+		snprintf(r->kernels[r->n], sizeof(r->kernels[0]), "%s", l->kernel);
+		r->launches[r->n].comm = r->launches[r->n].kernel = NULL;
+	}
+	r->n++;
+	return 0;
+}
+
+static void test_jobs_round_trip(void **state)
+{
+	struct ctx *c = *state;
+	struct store_put_result res;
+	struct job_rows r;
+	long long before[NTABLES], after[NTABLES];
+	struct store_collective_filter f = { .job = "job-42", .from_ns = (int64_t)T0,
+					     .to_ns = (int64_t)T0 + 60000000000LL };
+	struct store_sample_filter all = { .from_ms = T0 / 1000000, .to_ms = T0 / 1000000 + 60000 };
+	struct job_spec n1 = job_node(1, -1);
+	uint64_t total = 0;
+
+	put_job(c->store, &n1, &res);
+	assert_false(res.duplicate);
+	assert_int_equal(res.job_ranks, 4);
+	assert_int_equal(res.communicators, 8);
+	assert_int_equal(res.nccl_calls, 4 * (3 + 2));
+	assert_int_equal(res.launch_rows, 12);
+	assert_int_equal(res.launches, 4 * 13);
+	struct job_spec n2 = job_node(2, 5);
+	put_job(c->store, &n2, &res);
+	assert_int_equal(rows(c->dir, "job_ranks"), 8);
+	assert_int_equal(rows(c->dir, "communicators"), 16);
+	assert_int_equal(rows(c->dir, "nccl_calls"), 8 * 5 - 1);
+	assert_int_equal(rows(c->dir, "launches"), 24);
+
+	/* A duplicate changes nothing. */
+	all_rows(c->dir, before);
+	put_job(c->store, &n1, &res);
+	assert_true(res.duplicate);
+	assert_int_equal(res.nccl_calls, 0);
+	all_rows(c->dir, after);
+	assert_memory_equal(before, after, sizeof(before));
+
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(store_jobs_list(c->store, 10, collect_job, &r), 0);
+	assert_int_equal(r.n, 1);
+	assert_string_equal(r.job[0], "job-42");
+	assert_int_equal(r.jobs[0].world_size, 8);
+	assert_int_equal(r.jobs[0].ranks, 8);
+	assert_int_equal(r.jobs[0].nodes, 2);
+	assert_int_equal(r.jobs[0].processes, 8);
+	assert_int_equal(r.jobs[0].first_seen_ns, (int64_t)T0);
+
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(store_job_ranks_list(c->store, "job-42", 100, collect_rank, &r), 0);
+	assert_int_equal(r.n, 8);
+	for (int i = 0; i < 8; i++) {
+		assert_int_equal(r.ranks[i], i);
+		assert_int_equal(r.pids[i], JOB_PID(i));
+	}
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(store_job_ranks_list(c->store, "job-43", 100, collect_rank, &r), 0);
+	assert_int_equal(r.n, 0);
+
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(store_job_communicators_list(c->store, "job-42", 100, collect_comm, &r), 0);
+	assert_int_equal(r.n, 16); /* 8 ranks of the world comm, 4 x 2 of the split children */
+	for (int i = 0; i < 8; i++) {
+		assert_int_equal(r.keys[i], JOB_COMM);
+		assert_int_equal(r.comm_ranks[i], i);
+	}
+	assert_int_equal(r.keys[8], JOB_TP_COMM(0));
+	assert_int_equal(r.comm_ranks[9], 1);
+
+	/* Instances: (comm, AllReduce, seq) across both nodes; rank 5 missed seq 1. */
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(store_collectives_list(c->store, &f, 100, collect_call, &r), 0);
+	assert_int_equal(r.n, 8 + 7 + 8);
+	assert_int_equal(r.calls[0].seq, 0);
+	assert_int_equal(r.calls[0].nranks, 8);
+	assert_int_equal(r.calls[0].op, SYSOM_NCCL_ALL_REDUCE);
+	assert_int_equal(r.calls[0].first_entry_ns, (int64_t)T0 + 1000000000LL);
+	assert_int_equal(r.calls[7].rank, 7);
+	assert_int_equal(r.calls[7].entry_ns, (int64_t)T0 + 1007000000LL);
+	assert_int_equal(r.calls[8].seq, 1);
+	assert_int_equal(r.calls[8 + 5].rank, 6);
+	assert_int_equal(r.calls[15].seq, 2);
+	/* Limits and filters. */
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(store_collectives_list(c->store, &f, 1, collect_call, &r), 0);
+	assert_int_equal(r.n, 8);
+	f.from_ns = (int64_t)T0 + 1500000000LL;
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(store_collectives_list(c->store, &f, 100, collect_call, &r), 0);
+	assert_int_equal(r.n, 7 + 8);
+	f.has_comm = true;
+	f.comm = JOB_TP_COMM(0);
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(store_collectives_list(c->store, &f, 100, collect_call, &r), 0);
+	assert_int_equal(r.n, 0);
+	f.comm = JOB_COMM;
+	f.op = SYSOM_NCCL_BROADCAST;
+	assert_int_equal(store_collectives_list(c->store, &f, 100, collect_call, &r), 0);
+	assert_int_equal(r.n, 0);
+	f.job = "job-43";
+	f.op = 0;
+	assert_int_equal(store_collectives_list(c->store, &f, 100, collect_call, &r), 0);
+	assert_int_equal(r.n, 0);
+
+	/* Launches: summed per (comm, user stack, kernel); the unnamed kernel by its handle. */
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(store_launches_aggregate(c->store, &all, 100, collect_launch, &r, &total), 0);
+	assert_int_equal(total, 8 * 13);
+	assert_int_equal(r.n, 3);
+	assert_string_equal(r.kernels[0], JOB_KERNEL);
+	assert_true(r.launches[0].named);
+	assert_int_equal(r.launches[0].count, 80);
+	assert_int_equal(r.launches[0].processes, 8);
+	assert_int_equal(r.launches[0].pid, -1);
+	assert_int_not_equal(r.launches[0].user_stack, STORE_STACK_NONE);
+	assert_string_equal(r.kernels[1], "0xdead");
+	assert_false(r.launches[1].named);
+	assert_int_equal(r.launches[1].count, 16);
+	assert_string_equal(r.kernels[2], "memcpyKernel");
+	assert_int_equal(r.launches[2].user_stack, STORE_STACK_NONE);
+	struct store_sample_filter by = all;
+	by.node = "02020202020202020202020202020202";
+	by.has_pid = true;
+	by.pid = JOB_PID(6);
+	assert_int_equal(store_launches_aggregate(c->store, &by, 100, collect_launch, &r, &total), 0);
+	assert_int_equal(total, 13);
+	by = all;
+	by.job = "job-43";
+	assert_int_equal(store_launches_aggregate(c->store, &by, 100, collect_launch, &r, &total), 0);
+	assert_int_equal(total, 0);
+	by.job = "job-42";
+	assert_int_equal(store_launches_aggregate(c->store, &by, 100, collect_launch, &r, &total), 0);
+	assert_int_equal(total, 8 * 13);
+	/* Launch rows are stamped with the window end. */
+	by = all;
+	by.to_ms = T0 / 1000000 + 29999;
+	assert_int_equal(store_launches_aggregate(c->store, &by, 100, collect_launch, &r, &total), 0);
+	assert_int_equal(total, 0);
+	/* The sample filter's job applies to CPU samples too: the fixture's processes are in none. */
+	by = all;
+	by.job = "job-42";
+	assert_int_equal(store_stacks_aggregate(c->store, &by, 100, collect_row, &r, &total), 0);
+	assert_int_equal(total, 0);
+}
+
+/* A later window updates a job rank and communicator; an earlier one does not undo it. */
+static void test_job_rank_updates(void **state)
+{
+	struct ctx *c = *state;
+	struct store_put_result res;
+	struct job_spec js = job_node(1, -1);
+	sqlite3 *db;
+
+	js.local_ranks = 1;
+	js.base.sequence = 2;
+	js.base.window_start_ns = T0 + 30000000000ULL;
+	put_job(c->store, &js, &res);
+	js.base.sequence = 1;
+	js.base.window_start_ns = T0;
+	js.job = "job-old";
+	put_job(c->store, &js, &res);
+	db = raw_open(c->dir);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM job_ranks WHERE job = 'job-42'"), 1);
+	assert_int_equal(raw_int(db, "SELECT first_seen_ns FROM job_ranks"), (long long)T0);
+	assert_int_equal(raw_int(db, "SELECT last_seen_ns FROM job_ranks"),
+			 (long long)T0 + 60000000000LL);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM communicators"), 2);
+	sqlite3_close(db);
+}
+
 static void test_duplicate_and_stack_dedupe(void **state)
 {
 	struct ctx *c = *state;
@@ -492,6 +783,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_disk_full_is_atomic, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kernel_symbols, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_migration_from_v1, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_jobs_round_trip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_job_rank_updates, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

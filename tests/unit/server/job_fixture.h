@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Server test fixture (header-only): the fixture batch plus the ranks of a training job on one
+ * node, with their communicators, NCCL AllReduce calls and GPU kernel launches. */
+#ifndef SYSOM_TESTS_UNIT_SERVER_JOB_FIXTURE_H
+#define SYSOM_TESTS_UNIT_SERVER_JOB_FIXTURE_H
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/wire.h"
+#include "tests/support/batch_fixture.h"
+
+/*
+ * On top of fixture_batch_build(spec->base): processes "python3" with tgid JOB_PID(rank) for
+ * ranks first_rank .. first_rank + local_ranks - 1 of job `job` (world JOB_WORLD, local rank
+ * rank % local_ranks, group rank base.node - 1, groups "tp=<rank % 2>,dp=<rank / 2>"); per
+ * rank the communicator JOB_COMM (nranks JOB_WORLD) and the CommSplit child
+ * JOB_TP_COMM(rank / 2) (nranks 2, color rank / 2); `instances` AllReduce calls on JOB_COMM,
+ * seq 0.. entered at window start + (seq + 1) s + rank ms, leaving at + (seq + 1) s + 20 ms,
+ * 1024 floats; rank `skip_rank` makes no call for seq 1; per rank one GroupStart (no
+ * communicator) and one CommInitRank call, which are not collectives. With `launches`, per
+ * rank: JOB_KERNEL launched 10 times from the fixture's user stack U, an unnamed kernel
+ * (function 0xdead) 2 times from U, and "memcpyKernel" once without a user stack.
+ */
+#define JOB_WORLD 8
+#define JOB_COMM 0xabcULL
+#define JOB_TP_COMM(i) (0x7000ULL + (uint64_t)(i))
+#define JOB_PID(rank) (5000u + (uint32_t)(rank))
+#define JOB_KERNEL "ncclDevKernel_AllReduce_Sum_f32"
+
+struct job_spec {
+	struct fixture_spec base;
+	const char *job;
+	int first_rank, local_ranks;
+	int instances;
+	int skip_rank; /* -1: none */
+	bool launches;
+};
+
+static inline uint32_t job_object(const struct sysom_batch *b, const char *name)
+{
+	for (uint32_t i = 0; i < b->object_count; i++)
+		if (strcmp(sysom_batch_string(b, b->objects[i].name), name) == 0)
+			return i;
+	return SYSOM_WIRE_NONE;
+}
+
+static inline int job_batch_build(struct sysom_batch *b, const struct job_spec *js)
+{
+	const uint64_t t0 = js->base.window_start_ns;
+	uint32_t libc, python, ustack, comm, exe, cmd, job, src, master, name, memcpy_name, noname;
+	struct sysom_frame frames[2];
+	int rc;
+
+	if ((rc = fixture_batch_build(b, &js->base)))
+		return rc;
+	libc = job_object(b, "/usr/lib/x86_64-linux-gnu/libc.so.6");
+	python = job_object(b, "/usr/bin/python3.11");
+	if (libc == SYSOM_WIRE_NONE || python == SYSOM_WIRE_NONE)
+		return -EINVAL;
+	frames[0] = (struct sysom_frame){ libc, 0x29d90 };
+	frames[1] = (struct sysom_frame){ python, 0x1000 };
+	if ((rc = sysom_batch_add_stack(b, SYSOM_STACK_USER, SYSOM_STOP_COMPLETE, frames, 2, &ustack)) ||
+	    (rc = sysom_batch_intern_cstring(b, "python3", &comm)) ||
+	    (rc = sysom_batch_intern_cstring(b, "/usr/bin/python3.11", &exe)) ||
+	    (rc = sysom_batch_intern_cstring(b, "python3 train.py", &cmd)) ||
+	    (rc = sysom_batch_intern_cstring(b, js->job, &job)) ||
+	    (rc = sysom_batch_intern_cstring(b, "TORCHELASTIC_RUN_ID", &src)) ||
+	    (rc = sysom_batch_intern_cstring(b, "10.0.0.1:29500", &master)) ||
+	    (rc = sysom_batch_intern_cstring(b, JOB_KERNEL, &name)) ||
+	    (rc = sysom_batch_intern_cstring(b, "memcpyKernel", &memcpy_name)) ||
+	    (rc = sysom_batch_intern_cstring(b, "", &noname)))
+		return rc;
+	for (int i = 0; i < js->local_ranks; i++) {
+		int rank = js->first_rank + i;
+		struct sysom_process p = { .tgid = JOB_PID(rank), .generation = 1,
+					   .start_time_ns = 1000000ULL * (uint64_t)rank, .comm = comm,
+					   .exe = exe, .cmdline = cmd, .ppid = 1 };
+		uint32_t proc, groups;
+		char text[64];
+
+		snprintf(text, sizeof(text), "tp=%d,dp=%d", rank % 2, rank / 2);
+		if ((rc = sysom_batch_add_process(b, &p, &proc)) ||
+		    (rc = sysom_batch_intern_cstring(b, text, &groups)))
+			return rc;
+		struct sysom_job_rank jr = { .process = proc, .job = job, .rank = rank,
+					     .world_size = JOB_WORLD, .local_rank = rank % js->local_ranks,
+					     .local_world_size = js->local_ranks,
+					     .group_rank = js->base.node - 1,
+					     .source = SYSOM_JOB_FROM_ENVIRONMENT, .job_id_source = src,
+					     .master = master, .groups = groups };
+		struct sysom_communicator world = {
+			.process = proc, .rank = rank, .key = JOB_COMM, .nranks = JOB_WORLD,
+			.split_color = -1, .split_key = -1, .key_source = SYSOM_COMM_KEY_UNIQUE_ID,
+			.created_ns = t0 + 1000000, .handle = 0x5550000 + (uint64_t)rank };
+		struct sysom_communicator tp = {
+			.process = proc, .rank = rank % 2, .key = JOB_TP_COMM(rank / 2),
+			.parent_key = JOB_COMM, .nranks = 2, .split_color = rank / 2, .split_key = rank,
+			.split_ordinal = 1, .key_source = SYSOM_COMM_KEY_SPLIT, .created_ns = t0 + 2000000,
+			.handle = 0x6660000 + (uint64_t)rank };
+		if ((rc = sysom_batch_set_job_rank(b, &jr)) ||
+		    (rc = sysom_batch_set_communicator(b, &world)) ||
+		    (rc = sysom_batch_set_communicator(b, &tp)))
+			return rc;
+		for (int seq = 0; seq < js->instances; seq++) {
+			uint64_t at = t0 + (uint64_t)(seq + 1) * 1000000000ULL;
+			struct sysom_nccl_call c = {
+				.process = proc, .tid = JOB_PID(rank) + 1, .comm_key = JOB_COMM,
+				.seq = (uint64_t)seq, .entry_ns = at + (uint64_t)rank * 1000000ULL,
+				.exit_ns = at + 20000000ULL, .count = 1024, .bytes = 4096,
+				.stream = 0x77, .op = SYSOM_NCCL_ALL_REDUCE, .datatype = 7, .redop = 0,
+				.peer = -1, .result = 0, .rank = rank };
+			if (rank == js->skip_rank && seq == 1)
+				continue;
+			if ((rc = sysom_batch_add_nccl_call(b, &c)))
+				return rc;
+		}
+		struct sysom_nccl_call other = { .process = proc, .tid = JOB_PID(rank), .entry_ns = t0 + 500,
+						 .exit_ns = t0 + 600, .op = SYSOM_NCCL_GROUP_START,
+						 .datatype = SYSOM_NCCL_NO_DATATYPE,
+						 .redop = SYSOM_NCCL_NO_REDOP, .peer = -1, .rank = -1 };
+		if ((rc = sysom_batch_add_nccl_call(b, &other)))
+			return rc;
+		other.op = SYSOM_NCCL_COMM_INIT_RANK;
+		other.comm_key = JOB_COMM;
+		if ((rc = sysom_batch_add_nccl_call(b, &other)))
+			return rc;
+		if (!js->launches)
+			continue;
+		struct sysom_launch l = { .process = proc, .kernel_name = name, .function = 0xbeef,
+					  .user_stack = ustack, .kernel_stack = SYSOM_WIRE_NONE,
+					  .count = 10, .grid = { 8, 1, 1 }, .block = { 256, 1, 1 } };
+		if ((rc = sysom_batch_add_launch(b, &l)))
+			return rc;
+		l.kernel_name = noname;
+		l.function = 0xdead;
+		l.count = 2;
+		if ((rc = sysom_batch_add_launch(b, &l)))
+			return rc;
+		l.kernel_name = memcpy_name;
+		l.function = 0xc0de;
+		l.user_stack = SYSOM_WIRE_NONE;
+		l.count = 1;
+		if ((rc = sysom_batch_add_launch(b, &l)))
+			return rc;
+	}
+	return 0;
+}
+
+#endif
