@@ -224,6 +224,38 @@ $(SYMREPO_BIN): $(OBJ)/symrepo/main.o $(SYMREPO_LIB) $(COMMON_LIB)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(SYMREPO_LDLIBS)
 
 # ---------------------------------------------------------------------------------------------
+# Client library (client/): loaded into training processes, so it links libc only and is never
+# sanitized (position-independent objects of its own under $(OBJ)/pic/). The unit test that
+# drives it against agent/registry.c links the ordinary (sanitized in SAN=1) object instead.
+
+CLIENT_SRCS := $(wildcard client/*.c)
+CLIENT_PIC_OBJS := $(patsubst %.c,$(OBJ)/pic/%.o,$(CLIENT_SRCS))
+CLIENT_SO := $(BUILD)/lib/libsysom-client.so
+CLIENT_A := $(BUILD)/lib/libsysom-client.a
+CLIENT_CFLAGS := -std=gnu11 -g -O2 -fPIC -fvisibility=hidden -pthread $(WARNINGS)
+
+all: $(CLIENT_SO) $(CLIENT_A)
+
+$(OBJ)/pic/client/%.o: client/%.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -D_GNU_SOURCE -I. $(CLIENT_CFLAGS) -MMD -MP -c $< -o $@
+
+$(CLIENT_A): $(CLIENT_PIC_OBJS)
+
+$(CLIENT_SO): $(CLIENT_PIC_OBJS)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -shared -pthread -Wl,-soname,libsysom-client.so.1 -Wl,-z,defs -o $@ $^
+	$(Q)ln -sf libsysom-client.so $(@D)/libsysom-client.so.1
+
+$(BUILD)/tests/unit/agent/test_registry: $(OBJ)/tests/unit/agent/test_registry.o \
+		$(OBJ)/client/sysom_client.o $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(TEST_SUPPORT_LIB) $(AGENT_LDLIBS) $(LIB_CMOCKA)
+
+# ---------------------------------------------------------------------------------------------
 # Tests
 
 $(BUILD)/tests/unit/common/%: $(OBJ)/tests/unit/common/%.o $(TEST_SUPPORT_LIB) $(COMMON_LIB)
