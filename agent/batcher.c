@@ -3,6 +3,8 @@
 #include "agent/batcher.h"
 
 #include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -348,6 +350,127 @@ int batcher_add_entry(void *batcher, const struct sampler_entry *e)
 	if (s.kernel_stack == SYSOM_WIRE_NONE && s.user_stack == SYSOM_WIRE_NONE)
 		return 0; /* BPF records at least one side; nothing to attribute otherwise */
 	return sysom_batch_add_sample(&b->batch, &s);
+}
+
+/* The open batch and the process's index in it; *idx stays SYSOM_WIRE_NONE (and 0 is
+ * returned) when the tracker cannot hold the process. */
+static int job_process(struct batcher *b, uint32_t tgid, uint32_t generation,
+		       struct pt_process **proc, uint32_t *idx)
+{
+	struct pt_process *p;
+	int rc;
+
+	*idx = SYSOM_WIRE_NONE;
+	if (!b->batch_open && (rc = open_batch(b)))
+		return rc;
+	p = proctrack_get(b->pt, tgid, generation);
+	if (!p)
+		return 0;
+	if (proc)
+		*proc = p;
+	return process_index(b, p, idx);
+}
+
+int batcher_add_nccl_call(struct batcher *b, uint32_t tgid, uint32_t generation,
+			  const struct sysom_nccl_call *c)
+{
+	struct sysom_nccl_call rec = *c;
+	uint32_t limit = b->opts.max_nccl_calls ? b->opts.max_nccl_calls : 1u << 20;
+	int rc;
+
+	if (b->batch_open && b->batch.nccl_call_count >= limit) {
+		batcher_add_counter(b, SYSOM_COUNTER_NCCL_CALLS_DROPPED, 1);
+		return 0;
+	}
+	if ((rc = job_process(b, tgid, generation, NULL, &rec.process)))
+		return rc;
+	if (rec.process == SYSOM_WIRE_NONE) {
+		batcher_add_counter(b, SYSOM_COUNTER_NCCL_CALLS_DROPPED, 1);
+		return 0;
+	}
+	return sysom_batch_add_nccl_call(&b->batch, &rec);
+}
+
+int batcher_set_communicator(struct batcher *b, uint32_t tgid, uint32_t generation,
+			     const struct sysom_communicator *c)
+{
+	struct sysom_communicator rec = *c;
+	int rc;
+
+	if ((rc = job_process(b, tgid, generation, NULL, &rec.process)) ||
+	    rec.process == SYSOM_WIRE_NONE)
+		return rc;
+	return sysom_batch_set_communicator(&b->batch, &rec);
+}
+
+int batcher_set_job_rank(struct batcher *b, uint32_t tgid, uint32_t generation,
+			 const struct job_identity *id, uint8_t source, const char *groups)
+{
+	struct sysom_batch *bt = &b->batch;
+	struct sysom_job_rank rec = {
+		.rank = id->has_rank ? id->rank : -1,
+		.world_size = id->has_rank ? id->world_size : -1,
+		.local_rank = id->has_rank ? id->local_rank : -1,
+		.local_world_size = id->has_rank ? id->local_world_size : -1,
+		.group_rank = id->group_rank >= 0 ? id->group_rank : -1,
+		.source = source,
+	};
+	char master[JOBENV_VALUE_MAX + 16] = "";
+	int rc;
+
+	if ((rc = job_process(b, tgid, generation, NULL, &rec.process)) ||
+	    rec.process == SYSOM_WIRE_NONE)
+		return rc;
+	if (rec.local_rank < 0 || rec.local_world_size <= 0)
+		rec.local_rank = rec.local_world_size = -1;
+	if (id->master_addr[0])
+		snprintf(master, sizeof(master), "%s:%d", id->master_addr, id->master_port);
+	if ((rc = sysom_batch_intern_cstring(bt, id->job_id, &rec.job)) ||
+	    (rc = sysom_batch_intern_cstring(bt, id->job_id_source ? id->job_id_source : "",
+					     &rec.job_id_source)) ||
+	    (rc = sysom_batch_intern_cstring(bt, master, &rec.master)) ||
+	    (rc = sysom_batch_intern_cstring(bt, groups ? groups : "", &rec.groups)))
+		return rc;
+	return sysom_batch_set_job_rank(bt, &rec);
+}
+
+int batcher_add_launch(struct batcher *b, uint32_t tgid, uint32_t generation,
+		       const struct batcher_launch *l)
+{
+	struct sysom_launch rec = { .function = l->function, .user_stack = SYSOM_WIRE_NONE,
+				    .kernel_stack = SYSOM_WIRE_NONE, .count = l->count,
+				    .shared_mem = l->shared_mem, .flags = l->flags };
+	struct pt_process *p = NULL;
+	int rc;
+
+	if ((rc = job_process(b, tgid, generation, &p, &rec.process)) ||
+	    rec.process == SYSOM_WIRE_NONE)
+		return rc;
+	memcpy(rec.grid, l->grid, sizeof(rec.grid));
+	memcpy(rec.block, l->block, sizeof(rec.block));
+	if ((rc = sysom_batch_intern_cstring(&b->batch, l->kernel_name ? l->kernel_name : "",
+					     &rec.kernel_name)))
+		return rc;
+	if (l->nframes) {
+		struct sysom_stack_trace *st = malloc(sizeof(*st));
+		uint16_t n = l->nframes < SYSOM_PROFILE_MAX_DEPTH ? l->nframes
+								   : SYSOM_PROFILE_MAX_DEPTH;
+
+		if (!st)
+			return -ENOMEM;
+		memset(st, 0, offsetof(struct sysom_stack_trace, ips));
+		st->nframes = n;
+		st->side = SYSOM_SIDE_USER;
+		st->stop_reason = SYSOM_STOP_COMPLETE;
+		memcpy(st->ips, l->ips, n * sizeof(st->ips[0]));
+		rc = stack_index(b, p, SYSOM_SIDE_USER, sysom_hash64(st->ips, n * sizeof(st->ips[0]),
+							      0x6c61756e6368ull ^ n),
+				 st, false, &rec.user_stack);
+		free(st);
+		if (rc)
+			return rc;
+	}
+	return sysom_batch_add_launch(&b->batch, &rec);
 }
 
 int batcher_seal(struct batcher *b, const uint8_t node_id[16], uint64_t epoch, uint64_t sequence,

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "agent/host.h"
+#include "agent/jobenv.h"
 #include "agent/kernel.h"
 #include "agent/proctrack.h"
 #include "agent/sampler.h"
@@ -20,6 +21,7 @@ struct batcher_options {
 	double drain_interval_s;
 	double batch_interval_s;
 	uint32_t max_sample_rows; /* rows per batch; further samples are dropped and counted */
+	uint32_t max_nccl_calls;  /* NCCL calls per batch (0: 1 << 20); more are dropped, counted */
 	int zstd_level;
 };
 
@@ -46,6 +48,31 @@ int batcher_add_entry(void *batcher, const struct sampler_entry *entry);
 
 /* Adds `delta` to a batch counter (enum sysom_counter_id). */
 void batcher_add_counter(struct batcher *b, uint16_t id, uint64_t delta);
+
+/*
+ * Training-job records of process incarnation (tgid, generation) (wire minor 1). Each returns
+ * 0 or -errno; a process the tracker cannot hold is skipped (0).
+ */
+int batcher_add_nccl_call(struct batcher *b, uint32_t tgid, uint32_t generation,
+			  const struct sysom_nccl_call *c);
+int batcher_set_communicator(struct batcher *b, uint32_t tgid, uint32_t generation,
+			     const struct sysom_communicator *c);
+/* `source`: enum sysom_job_source; `groups` may be NULL. */
+int batcher_set_job_rank(struct batcher *b, uint32_t tgid, uint32_t generation,
+			 const struct job_identity *id, uint8_t source, const char *groups);
+
+/* Launches of one kernel from one user stack (leaf first, raw addresses). */
+struct batcher_launch {
+	uint64_t function;
+	const char *kernel_name; /* NULL when unknown */
+	const uint64_t *ips;
+	uint16_t nframes;
+	uint64_t count;
+	uint32_t grid[3], block[3], shared_mem;
+	uint16_t flags;          /* SYSOM_LAUNCH_* */
+};
+int batcher_add_launch(struct batcher *b, uint32_t tgid, uint32_t generation,
+		       const struct batcher_launch *l);
 
 /* Changes the sampling settings recorded from the next batch on (SIGHUP). */
 void batcher_set_sampling(struct batcher *b, uint32_t hz, double sample_rate,

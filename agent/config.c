@@ -35,7 +35,12 @@
 		{ "max-sample-keys", SYSOM_OPT_UINT, &(c)->max_sample_keys, 64, 1 << 22, "BPF count map entries per buffer (default 16384)", false }, \
 		{ "unwinder", SYSOM_OPT_STRING, &(c)->unwinder, 0, 0, "user stacks: hybrid (CFI tables + validated frame pointers) or fp (default hybrid)", false }, \
 		{ "unwind-table-memory", SYSOM_OPT_SIZE, &(c)->unwind_table_bytes, 1 << 20, 1ull << 34, "kernel memory for unwind tables (default 64M)", false }, \
+		{ "gpu-trace", SYSOM_OPT_BOOL, &(c)->gpu_trace, 0, 0, "trace NCCL calls and CUDA kernel launches with uprobes (default true)", false }, \
+		{ "gpu-libraries", SYSOM_OPT_STRING, &(c)->gpu_libraries, 0, 0, "colon-separated NCCL/CUDA library files to trace from the start (others are found in running processes)", false }, \
+		{ "gpu-launch-duty", SYSOM_OPT_DOUBLE, &(c)->gpu_launch_duty, 0, 1, "fraction of time the kernel launch probes are attached (default 0.1; 0: never, 1: always)", false }, \
+		{ "gpu-event-ring", SYSOM_OPT_SIZE, &(c)->gpu_event_ring_bytes, 1 << 16, 1 << 30, "ring buffer for NCCL events, a power of two (default 4M)", false }, \
 		{ "max-sample-rows", SYSOM_OPT_UINT, &(c)->max_sample_rows, 1024, 1 << 22, "sample rows per batch (default 1048576)", false }, \
+		{ "socket", SYSOM_OPT_STRING, &(c)->socket, 0, 0, "Unix socket where training processes register their job identity (default /run/sysom/agent.sock; empty: off)", false }, \
 		{ "log-level", SYSOM_OPT_STRING, &(c)->log_level, 0, 0, "error, warn, info or debug (default info)", false }, \
 		{ "machine-id-file", SYSOM_OPT_STRING, &(c)->machine_id_file, 0, 0, "node identity source (default /etc/machine-id)", false }, \
 		{ "symbol-upload", SYSOM_OPT_BOOL, &(c)->symbol_upload, 0, 0, "upload executables and debug files the server lacks (default true)", false }, \
@@ -56,7 +61,11 @@ int agent_config_defaults(struct agent_config *c)
 	c->spool_dir = strdup("/var/lib/sysom/spool");
 	c->log_level = strdup("info");
 	c->unwinder = strdup("hybrid");
-	if (!c->server || !c->spool_dir || !c->log_level || !c->unwinder)
+	c->socket = strdup("/run/sysom/agent.sock");
+	c->gpu_trace = true;
+	c->gpu_launch_duty = 0.1;
+	c->gpu_event_ring_bytes = 4u << 20;
+	if (!c->server || !c->spool_dir || !c->log_level || !c->unwinder || !c->socket)
 		return -ENOMEM;
 	c->unwind_table_bytes = 64ull << 20;
 	c->hz = 99;
@@ -118,6 +127,14 @@ int agent_config_validate(const struct agent_config *c, char *err, size_t errlen
 	}
 	if (!c->unwinder || (strcmp(c->unwinder, "hybrid") && strcmp(c->unwinder, "fp"))) {
 		snprintf(err, errlen, "unwinder must be 'hybrid' or 'fp'");
+		return -SYSOM_ECONFIG;
+	}
+	if (c->gpu_event_ring_bytes & (c->gpu_event_ring_bytes - 1)) {
+		snprintf(err, errlen, "gpu-event-ring must be a power of two (e.g. 4M)");
+		return -SYSOM_ECONFIG;
+	}
+	if (c->socket && c->socket[0] && (c->socket[0] != '/' || strlen(c->socket) > 107)) {
+		snprintf(err, errlen, "socket must be empty or an absolute path of at most 107 bytes");
 		return -SYSOM_ECONFIG;
 	}
 	if (!c->spool_dir || c->spool_dir[0] != '/') {

@@ -29,6 +29,11 @@ struct agent_config {
 	uint32_t max_sample_rows;  /* rows per batch */
 	char *unwinder;            /* "hybrid" or "fp" */
 	uint64_t unwind_table_bytes; /* BPF memory for unwind tables (8 bytes a row) */
+	bool gpu_trace;            /* NCCL / CUDA uprobes */
+	char *gpu_libraries;       /* files to attach at start (colon-separated), or NULL */
+	double gpu_launch_duty;    /* fraction of time launch probes are attached */
+	uint64_t gpu_event_ring_bytes; /* NCCL event ring buffer (power of two) */
+	char *socket;              /* registration socket path (agent/registry.h); "": off */
 	char *log_level;
 	char *machine_id_file;     /* node identity source (tests run several "nodes") */
 	bool symbol_upload;        /* upload executables and debug files the server lacks */

@@ -13,10 +13,12 @@
 #include <uv.h>
 
 #include "agent/batcher.h"
+#include "agent/gpupipe.h"
 #include "agent/host.h"
 #include "agent/kernel.h"
 #include "agent/ksyms_upload.h"
 #include "agent/proctrack.h"
+#include "agent/registry.h"
 #include "agent/sampler.h"
 #include "agent/spool.h"
 #include "agent/symupload.h"
@@ -45,6 +47,8 @@ struct agent {
 	struct ksyms_upload *ksyms;
 	struct symupload *symup; /* NULL when disabled or not startable */
 	struct unwinder *unwinder; /* NULL with --unwinder fp */
+	struct gpupipe *gpu;       /* NULL with --gpu-trace=false or when it cannot load */
+	struct registry *registry; /* NULL with --socket "" or when it cannot open */
 	char *token;
 	char node_hex[2 * SYSOM_NODE_ID_SIZE + 1];
 	struct sampler_counters last_counters;
@@ -76,6 +80,8 @@ static void on_proc_event(void *ctx, const struct sysom_proc_event *ev)
 		break;
 	case SYSOM_PROC_EVENT_EXEC:
 		proctrack_on_exec(a->pt, ev->tgid, ev->generation);
+		if (a->gpu)
+			gpupipe_on_exec(a->gpu, ev->tgid);
 		break;
 	case SYSOM_PROC_EVENT_EXIT:
 		proctrack_on_exit(a->pt, ev->tgid, ev->generation);
@@ -100,6 +106,8 @@ static void on_mappings(void *ctx, const struct pt_process *proc)
 	if (a->unwinder && (rc = unwinder_publish(a->unwinder, proc)))
 		log_debug("unwinder: cannot publish pid %u: %s (frame-pointer stacks until its next "
 			  "scan)", proc->tgid, sysom_strerror(rc));
+	if (a->gpu)
+		gpupipe_on_mappings(a->gpu, proc);
 }
 
 static void on_forget(void *ctx, const struct pt_process *proc)
@@ -108,6 +116,29 @@ static void on_forget(void *ctx, const struct pt_process *proc)
 
 	if (a->unwinder)
 		unwinder_forget(a->unwinder, proc);
+	if (a->gpu)
+		gpupipe_on_forget(a->gpu, proc);
+}
+
+/* A rank registered over the socket: its word beats its environment. */
+static void on_rank_register(void *ctx, uint32_t tgid, const struct job_identity *id,
+			     const char *groups)
+{
+	struct agent *a = ctx;
+
+	log_debug("pid %u registered: job %s rank %d of %d, groups %s", tgid, id->job_id,
+		  (int)id->rank, (int)id->world_size, groups && groups[0] ? groups : "-");
+	if (a->gpu)
+		gpupipe_set_registration(a->gpu, tgid, id, groups);
+}
+
+static void on_rank_disconnect(void *ctx, uint32_t tgid)
+{
+	struct agent *a = ctx;
+
+	log_debug("pid %u closed its registration", tgid);
+	if (a->gpu)
+		gpupipe_clear_registration(a->gpu, tgid);
 }
 
 static void on_spool_event(void *ctx, const struct spool_event *ev)
@@ -344,6 +375,8 @@ static void agent_drain(struct agent *a)
 			 sysom_strerror(rc));
 	batcher_add_counter(a->batcher, SYSOM_COUNTER_DRAINS, 1);
 	batcher_add_counter(a->batcher, SYSOM_COUNTER_DISTINCT_KEYS, st.entries);
+	if (a->gpu)
+		gpupipe_drain(a->gpu);
 	fold_counters(a);
 	proctrack_after_drain(a->pt);
 	if (a->unwinder) {
@@ -370,6 +403,8 @@ static void agent_seal(struct agent *a)
 	int rc;
 
 	agent_drain(a);
+	if (a->gpu)
+		gpupipe_before_seal(a->gpu);
 	uploader_stats(a->uploader, &us);
 	spool_stats(a->spool, &ss);
 	batcher_add_counter(a->batcher, SYSOM_COUNTER_UPLOAD_RETRIES, us.retries - a->last_retries);
@@ -443,6 +478,9 @@ static void agent_shutdown(struct agent *a, const char *why)
 	uv_close((uv_handle_t *)&a->sig_hup, on_close_noop);
 	if (a->events_poll_started)
 		uv_close((uv_handle_t *)&a->events_poll, on_close_noop);
+	gpupipe_stop(a->gpu);
+	registry_close(a->registry);
+	a->registry = NULL;
 }
 
 static void on_drain_timer(uv_timer_t *t)
@@ -776,6 +814,20 @@ static int agent_start(struct agent *a)
 		return rc;
 	}
 	sampler_counters_read(a->sampler, &a->last_counters);
+	if (a->cfg->gpu_trace) {
+		struct gpupipe_options go = {
+			.proc_root = "/proc",
+			.pt = a->pt,
+			.batcher = a->batcher,
+			.exec_generation_fd = sampler_exec_generation_fd(a->sampler),
+			.ring_bytes = (uint32_t)a->cfg->gpu_event_ring_bytes,
+			.libraries = a->cfg->gpu_libraries,
+			.launch_duty = a->cfg->gpu_launch_duty,
+		};
+		/* CPU profiling is worth running without it (e.g. a kernel without uprobes). */
+		if ((rc = gpupipe_open(&a->loop, &go, &a->gpu, err, sizeof(err))))
+			log_warn("NCCL/CUDA tracing off: %s", err);
+	}
 
 	/* The spool and uploader come after the sampler: a node that cannot profile should say
 	 * so (privileges, BTF) before anything else. */
@@ -840,6 +892,8 @@ static void agent_teardown(struct agent *a)
 	batcher_free(a->batcher);
 	unwinder_free(a->unwinder);
 	a->unwinder = NULL; /* proctrack_free below calls on_forget */
+	gpupipe_free(a->gpu);
+	a->gpu = NULL;
 	sampler_close(a->sampler);
 	proctrack_free(a->pt);
 	spool_close(a->spool);
@@ -865,6 +919,7 @@ int agent_daemon_run(struct agent_config *config, int argc, char *const argv[])
 		uv_close((uv_handle_t *)&a.sig_term, on_close_noop);
 		uv_close((uv_handle_t *)&a.sig_int, on_close_noop);
 		uv_close((uv_handle_t *)&a.sig_hup, on_close_noop);
+		gpupipe_stop(a.gpu);
 		uv_run(&a.loop, UV_RUN_DEFAULT);
 		uv_loop_close(&a.loop);
 		if (a.uploader)
@@ -884,6 +939,17 @@ int agent_daemon_run(struct agent_config *config, int argc, char *const argv[])
 		a.events_poll_started = true;
 	} else {
 		log_warn("cannot poll process events; relying on drains");
+	}
+	if (config->socket && config->socket[0]) {
+		struct registry_options ro = { .path = config->socket,
+					       .on_register = on_rank_register,
+					       .on_disconnect = on_rank_disconnect, .ctx = &a };
+		char rerr[256] = "";
+
+		if (registry_open(&a.loop, &ro, &a.registry, rerr, sizeof(rerr)))
+			log_warn("registration socket off: %s", rerr); /* identity from environments */
+		else
+			log_info("ranks register at %s (SYSOM_SOCKET_PATH)", config->socket);
 	}
 
 	log_info("attached to %u CPUs at %u Hz, sampling %.0f%% of ticks; shipping to %s every %gs "

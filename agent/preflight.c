@@ -20,6 +20,7 @@
 #include "agent/kernel.h"
 #include "agent/proctrack.h"
 #include "agent/sampler.h"
+#include "agent/gputrace.h"
 #include "agent/unwinder.h"
 #include "common/error.h"
 
@@ -136,6 +137,40 @@ static void on_own_mappings(void *ctx, const struct pt_process *proc)
 	p->rc = unwinder_publish(p->u, proc);
 }
 
+/* Loads the NCCL/CUDA probe programs and finds the libraries running processes map (probes
+ * are attached and detached again: uprobes really work here). */
+static void check_gputrace(FILE *out, int *failed, struct sampler *s,
+			   const struct agent_config *cfg)
+{
+	struct gputrace_options go;
+	struct gputrace_stats st;
+	struct gputrace *g;
+	char err[256];
+	int n;
+
+	if (!cfg->gpu_trace) {
+		report(out, failed, WARN, "gpu-trace", "off (--gpu-trace=false): no NCCL or kernel "
+		       "launch events");
+		return;
+	}
+	gputrace_options_default(&go);
+	go.exec_generation_fd = sampler_exec_generation_fd(s);
+	int rc = gputrace_open(&go, &g, err, sizeof(err));
+	if (rc) {
+		report(out, failed, FAIL, "gpu-trace", "%s", err);
+		return;
+	}
+	n = gputrace_scan_all(g);
+	gputrace_stats_read(g, &st);
+	if (n > 0)
+		report(out, failed, OK, "gpu-trace", "uprobes attach: %u NCCL/CUDA library files in "
+		       "%u running processes (%u probes)", st.libraries, st.processes, st.probes);
+	else
+		report(out, failed, OK, "gpu-trace", "probe programs load; no running process maps "
+		       "libnccl or libcuda now (they are found when one starts)");
+	gputrace_close(g);
+}
+
 static void check_unwinder(FILE *out, int *failed, struct sampler *s,
 			   const struct agent_config *cfg)
 {
@@ -200,6 +235,7 @@ static void check_bpf(FILE *out, int *failed, const struct agent_config *cfg)
 	else
 		report(out, failed, WARN, "unwinder", "frame pointers only (--unwinder fp): code "
 		       "built without them gets one- or two-frame user stacks");
+	check_gputrace(out, failed, s, cfg);
 	sampler_close(s);
 }
 

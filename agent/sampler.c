@@ -550,6 +550,11 @@ void sampler_unwind_maps(const struct sampler *s, struct sampler_unwind_maps *ou
 	out->table_template_flags = BPF_F_INNER_MAP | BPF_F_MMAPABLE;
 }
 
+int sampler_exec_generation_fd(const struct sampler *s)
+{
+	return bpf_map__fd(s->skel->maps.exec_generation);
+}
+
 int sampler_prog_stats(const struct sampler *s, uint64_t *run_time_ns, uint64_t *run_count)
 {
 	struct bpf_prog_info info;

@@ -116,6 +116,9 @@ int sampler_counters_read(struct sampler *s, struct sampler_counters *out);
 /* The unwinder's maps, for agent/unwinder.c. */
 void sampler_unwind_maps(const struct sampler *s, struct sampler_unwind_maps *out);
 
+/* The tgid → exec generation map, for other BPF objects to share (bpf_map__reuse_fd). */
+int sampler_exec_generation_fd(const struct sampler *s);
+
 /*
  * Run time and run count of the tick program from the kernel's BPF statistics (the run time
  * includes the unwind programs it tail-calls; zero unless

@@ -20,3 +20,4 @@ for f in /lib/x86_64-linux-gnu/libc.so.6 /usr/lib/x86_64-linux-gnu/libstdc++.so.
 done
 "$build/bench/cfi_bench" --rounds 9 "${libs[@]}"
 SYSOM_BUILD="$build" "$build/bench/unwind_bench" --seconds 10 --rounds 7
+SYSOM_BUILD="$build" "$build/bench/gputrace_bench" --rounds 7 --calls 200000 --seconds 5

@@ -113,7 +113,7 @@ start_server() {
 start_agent() {
 	local name=$1 url=$2
 	shift 2
-	"$AGENT_BIN" --server "$url" --spool-dir "$E2E_TMP/$name.spool" \
+	"$AGENT_BIN" --server "$url" --spool-dir "$E2E_TMP/$name.spool" --socket "$E2E_TMP/$name.sock" \
 		--drain-interval 0.5s --batch-interval 2s --backoff-max 1s --shutdown-timeout 15s \
 		"$@" >>"$E2E_TMP/$name.log" 2>&1 &
 	AGENT_PID=$!

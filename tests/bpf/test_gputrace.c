@@ -1,0 +1,429 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Real-kernel tests of the NCCL / CUDA uprobes (agent/gputrace.c + agent/nccltrack.c): the
+ * simulated 8-rank job's calls, communicators and launches; library discovery in running
+ * processes; the real libnccl.so.2 attached and called.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "agent/gputrace.h"
+#include "agent/nccltrack.h"
+#include "common/wire.h"
+#include "tests/support/workload.h"
+
+#define REAL_NCCL "/usr/local/cuda/lib/libnccl.so.2"
+#define MAX_CALLS 8192
+#define RANKS 8
+#define ITERATIONS 12
+
+struct collected {
+	struct nccltrack *nt;
+	struct nccltrack_call calls[MAX_CALLS];
+	uint32_t ncalls;
+	uint32_t corrupt;
+};
+
+struct comm_seen {
+	uint32_t tgid;
+	struct sysom_communicator c;
+};
+
+struct launch_seen {
+	uint32_t tgid;
+	uint64_t function;
+	uint64_t count;
+	uint16_t nframes;
+	char name[64];
+};
+
+static struct collected col;
+
+static void on_event(void *ctx, const void *data, size_t len)
+{
+	struct collected *c = ctx;
+	struct nccltrack_call out;
+	int rc = nccltrack_event(c->nt, data, len, 0, &out);
+
+	if (rc < 0 && rc != -ENOSPC)
+		c->corrupt++;
+	if (rc == 1 && c->ncalls < MAX_CALLS)
+		c->calls[c->ncalls++] = out;
+}
+
+static struct gputrace *open_tracer(void)
+{
+	struct gputrace_options o;
+	struct nccltrack_options no;
+	struct gputrace *g = NULL;
+	char err[256] = "";
+
+	memset(&col, 0, sizeof(col));
+	nccltrack_options_default(&no);
+	assert_int_equal(nccltrack_new(&no, &col.nt), 0);
+	gputrace_options_default(&o);
+	o.on_event = on_event;
+	o.ctx = &col;
+	if (gputrace_open(&o, &g, err, sizeof(err)) != 0)
+		fail_msg("gputrace_open: %s", err);
+	return g;
+}
+
+static void close_tracer(struct gputrace *g)
+{
+	gputrace_close(g);
+	nccltrack_free(col.nt);
+	col.nt = NULL;
+}
+
+static const char *simjob_path(const char *name)
+{
+	static char path[2][512];
+	static int which;
+	const char *build = getenv("SYSOM_BUILD");
+
+	which ^= 1;
+	snprintf(path[which], sizeof(path[which]), "%s/tests/fixtures/simjob/%s",
+		 build ? build : "build", name);
+	return path[which];
+}
+
+/* Runs simjob with `args` (a NULL-terminated list after argv[0]) in the background. */
+static pid_t simjob_start(const char *const *args)
+{
+	const char *argv[16] = { simjob_path("simjob") };
+	pid_t pid;
+	int i;
+
+	for (i = 0; args[i] && i < 14; i++)
+		argv[i + 1] = args[i];
+	argv[i + 1] = NULL;
+	pid = fork();
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+		if (null >= 0)
+			dup2(null, 1);
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	assert_true(pid > 0);
+	return pid;
+}
+
+static int simjob_wait(pid_t pid)
+{
+	int status = 0;
+
+	if (waitpid(pid, &status, 0) != pid)
+		return -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void consume_all(struct gputrace *g)
+{
+	while (gputrace_consume(g) > 0)
+		;
+}
+
+static void collect_comm(void *ctx, uint32_t tgid, uint32_t generation,
+			 const struct sysom_communicator *c)
+{
+	struct comm_seen *list = ctx;
+
+	(void)generation;
+	for (int i = 0; i < 64; i++) {
+		if (list[i].tgid == 0) {
+			list[i].tgid = tgid;
+			list[i].c = *c;
+			return;
+		}
+	}
+}
+
+struct launch_ctx {
+	struct launch_seen seen[64];
+	int n;
+};
+
+static void collect_launch(void *ctx, const struct gt_launch_key *k, const struct gt_launch_value *v)
+{
+	struct launch_ctx *lc = ctx;
+	const char *name = nccltrack_kernel_name(col.nt, k->tgid, k->function);
+
+	if (lc->n >= 64)
+		return;
+	lc->seen[lc->n] = (struct launch_seen){ .tgid = k->tgid, .function = k->function,
+						.count = v->count, .nframes = k->nframes };
+	snprintf(lc->seen[lc->n].name, sizeof(lc->seen[lc->n].name), "%s", name ? name : "");
+	lc->n++;
+}
+
+static int skip_without_simjob(void)
+{
+	if (access(simjob_path("simjob"), X_OK) != 0) {
+		print_message("simjob not built (needs nccl.h and cuda.h)\n");
+		return 1;
+	}
+	return 0;
+}
+
+/* The 8-rank job with the libraries attached before it starts: every call, with ranks and
+ * communicators matched across processes. */
+static void test_simjob_calls_and_communicators(void **state)
+{
+	static const char *const args[] = { "--ranks", "8", "--iterations", "12", "--cpu-us",
+					    "300", "--kernel-us", "600", NULL };
+	struct comm_seen comms[64] = { 0 };
+	struct launch_ctx lc = { .n = 0 };
+	uint32_t tgids[RANKS] = { 0 };
+	int32_t rank_of[RANKS];
+	uint64_t world = 0;
+	struct gputrace_stats st;
+	struct gputrace *g;
+
+	(void)state;
+	if (skip_without_simjob())
+		skip();
+	g = open_tracer();
+	assert_int_equal(gputrace_attach_path(g, simjob_path("libnccl.so.2")), 1);
+	assert_int_equal(gputrace_attach_path(g, simjob_path("libcuda.so.1")), 1);
+	assert_int_equal(gputrace_attach_path(g, simjob_path("libcuda.so.1")), 0);
+	assert_int_equal(simjob_wait(simjob_start(args)), 0);
+	consume_all(g);
+	gputrace_stats_read(g, &st);
+	assert_int_equal(st.bpf.events_lost, 0);
+	assert_int_equal(st.bpf.unmatched, 0);
+	assert_int_equal(col.corrupt, 0);
+
+	/* Communicator init: 8 processes, ranks 0..7 of 8, one key. */
+	int inits = 0;
+	for (uint32_t i = 0; i < col.ncalls; i++) {
+		const struct nccltrack_call *c = &col.calls[i];
+		if (c->call.op != SYSOM_NCCL_COMM_INIT_RANK)
+			continue;
+		assert_int_equal(c->call.result, 0);
+		assert_in_range(c->call.rank, 0, RANKS - 1);
+		assert_int_equal(tgids[c->call.rank], 0);
+		tgids[c->call.rank] = c->tgid;
+		rank_of[c->call.rank] = c->call.rank;
+		if (!world)
+			world = c->call.comm_key;
+		assert_int_equal(c->call.comm_key, world);
+		assert_true(c->call.exit_ns >= c->call.entry_ns);
+		inits++;
+	}
+	assert_int_equal(inits, RANKS);
+	assert_true(world != 0);
+
+	/* AllReduce: every rank, seq 0..11 on the world communicator, with its rank. */
+	for (int r = 0; r < RANKS; r++) {
+		uint64_t seen_seq = 0;
+		int n = 0;
+		for (uint32_t i = 0; i < col.ncalls; i++) {
+			const struct nccltrack_call *c = &col.calls[i];
+			if (c->tgid != tgids[r] || c->call.op != SYSOM_NCCL_ALL_REDUCE)
+				continue;
+			assert_int_equal(c->call.comm_key, world);
+			assert_int_equal(c->call.rank, rank_of[r]);
+			assert_int_equal(c->call.count, 2);
+			assert_int_equal(c->call.datatype, 7 /* ncclFloat32 */);
+			assert_int_equal(c->call.bytes, 8);
+			assert_int_equal(c->call.redop, 0 /* ncclSum */);
+			assert_int_equal(c->call.result, 0);
+			assert_true(c->call.stream != 0);
+			assert_false(seen_seq & (1ull << c->call.seq));
+			seen_seq |= 1ull << c->call.seq;
+			n++;
+		}
+		assert_int_equal(n, ITERATIONS);
+		assert_int_equal(seen_seq, (1ull << ITERATIONS) - 1);
+	}
+
+	/* CommSplit(rank % 2, key = rank): two children of 4 ranks, keys equal within a color. */
+	nccltrack_for_each_comm(col.nt, collect_comm, comms);
+	uint64_t child_key[2] = { 0, 0 };
+	int members[2] = { 0, 0 };
+	for (int i = 0; i < 64 && comms[i].tgid; i++) {
+		const struct sysom_communicator *c = &comms[i].c;
+		if (c->key_source == SYSOM_COMM_KEY_UNIQUE_ID) {
+			assert_int_equal(c->key, world);
+			assert_int_equal(c->nranks, RANKS);
+			continue;
+		}
+		assert_int_equal(c->key_source, SYSOM_COMM_KEY_SPLIT);
+		assert_int_equal(c->parent_key, world);
+		assert_int_equal(c->split_ordinal, 1);
+		assert_in_range(c->split_color, 0, 1);
+		if (!child_key[c->split_color])
+			child_key[c->split_color] = c->key;
+		assert_int_equal(c->key, child_key[c->split_color]);
+		members[c->split_color]++;
+	}
+	assert_int_equal(members[0], RANKS / 2);
+	assert_int_equal(members[1], RANKS / 2);
+	assert_true(child_key[0] != child_key[1] && child_key[0] != world);
+
+	/* AllGather every 4th iteration on the child communicator: 3 per rank, seq 0..2. */
+	int gathers = 0;
+	for (uint32_t i = 0; i < col.ncalls; i++) {
+		const struct nccltrack_call *c = &col.calls[i];
+		if (c->call.op != SYSOM_NCCL_ALL_GATHER)
+			continue;
+		assert_true(c->call.comm_key == child_key[0] || c->call.comm_key == child_key[1]);
+		assert_in_range(c->call.seq, 0, 2);
+		gathers++;
+	}
+	assert_int_equal(gathers, RANKS * 3);
+
+	/* Launches: two kernels per rank, 12 each, named through cuModuleGetFunction. */
+	gputrace_drain_launches(g, collect_launch, &lc);
+	uint64_t fwd = 0, bwd = 0;
+	for (int i = 0; i < lc.n; i++) {
+		if (strcmp(lc.seen[i].name, "sim_gemm_fwd") == 0)
+			fwd += lc.seen[i].count;
+		else if (strcmp(lc.seen[i].name, "sim_gemm_bwd") == 0)
+			bwd += lc.seen[i].count;
+		else
+			fail_msg("launch of an unnamed function 0x%llx",
+				 (unsigned long long)lc.seen[i].function);
+		assert_true(lc.seen[i].nframes >= 2);
+	}
+	assert_int_equal(fwd, RANKS * ITERATIONS);
+	assert_int_equal(bwd, RANKS * ITERATIONS);
+	lc.n = 0;
+	gputrace_drain_launches(g, collect_launch, &lc);
+	assert_int_equal(lc.n, 0); /* drained means removed */
+	close_tracer(g);
+}
+
+/* A job already running: scanning its processes finds and attaches the libraries, later calls
+ * are traced; once the job is gone the files are detached after the grace period. */
+static void test_discovery_in_running_processes(void **state)
+{
+	static const char *const args[] = { "--ranks", "4", "--seconds", "3", "--cpu-us", "300",
+					    "--kernel-us", "600", NULL };
+	struct gputrace_stats st;
+	struct gputrace *g;
+	pid_t job;
+	int found = 0;
+
+	(void)state;
+	if (skip_without_simjob())
+		skip();
+	g = open_tracer();
+	job = simjob_start(args);
+	for (int tries = 0; tries < 40 && found < 2; tries++) {
+		usleep(50 * 1000);
+		int n = gputrace_scan_all(g);
+		if (n > 0)
+			found += n;
+	}
+	assert_int_equal(found, 2); /* libnccl.so.2 and libcuda.so.1, once each */
+	gputrace_stats_read(g, &st);
+	assert_int_equal(st.libraries, 2);
+	assert_true(st.processes >= 8); /* 4 ranks map both files */
+	assert_int_equal(simjob_wait(job), 0);
+	consume_all(g);
+	uint32_t allreduce = 0;
+	for (uint32_t i = 0; i < col.ncalls; i++)
+		allreduce += col.calls[i].call.op == SYSOM_NCCL_ALL_REDUCE &&
+			     col.calls[i].call.comm_key != 0;
+	assert_true(allreduce > 4);
+
+	/* Exited users are noticed by the sweep; probes go after the grace period. */
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	gputrace_sweep(g, now);
+	gputrace_stats_read(g, &st);
+	assert_int_equal(st.processes, 0);
+	assert_int_equal(st.libraries, 2);
+	gputrace_sweep(g, now + 61ull * 1000000000ull);
+	gputrace_stats_read(g, &st);
+	assert_int_equal(st.libraries, 0);
+	assert_int_equal(st.probes, 0);
+	close_tracer(g);
+}
+
+typedef int (*allreduce_fn)(const void *, void *, size_t, int, int, void *, void *);
+typedef int (*destroy_fn)(void *);
+
+/* The real NCCL 2.28.9 here: every entry point found, communicator fields known, and a call
+ * from this very process observed with its arguments and result. */
+static void test_real_libnccl(void **state)
+{
+	struct gputrace_library_info info;
+	struct gputrace *g;
+	void *lib;
+
+	(void)state;
+	if (access(REAL_NCCL, R_OK) != 0) {
+		print_message("%s missing\n", REAL_NCCL);
+		skip();
+	}
+	g = open_tracer();
+	assert_int_equal(gputrace_attach_path(g, REAL_NCCL), 1);
+	assert_int_equal(gputrace_library(g, 0, &info), 0);
+	assert_int_equal(info.kind, 1);
+	assert_true(info.probes >= 2 * 20); /* 20 NCCL functions, entry + return */
+	assert_true(info.comm_layout);
+	assert_string_equal(info.version, "2.28.9");
+
+	lib = dlopen(REAL_NCCL, RTLD_NOW | RTLD_LOCAL);
+	assert_non_null(lib);
+	allreduce_fn all_reduce = (allreduce_fn)dlsym(lib, "ncclAllReduce");
+	destroy_fn destroy = (destroy_fn)dlsym(lib, "ncclCommDestroy");
+	assert_non_null(all_reduce);
+	assert_non_null(destroy);
+	int rc = all_reduce(NULL, NULL, 5, 7, 0, NULL, NULL); /* no communicator: invalid argument */
+	assert_int_not_equal(rc, 0);
+	assert_int_equal(destroy(NULL), 0);
+	consume_all(g);
+
+	int seen = 0;
+	for (uint32_t i = 0; i < col.ncalls; i++) {
+		const struct nccltrack_call *c = &col.calls[i];
+		if (c->tgid != (uint32_t)getpid())
+			continue;
+		if (c->call.op == SYSOM_NCCL_ALL_REDUCE) {
+			assert_int_equal(c->call.count, 5);
+			assert_int_equal(c->call.datatype, 7);
+			assert_int_equal(c->call.result, rc);
+			assert_int_equal(c->call.comm_key, 0);
+			assert_int_equal(c->call.tid, (uint32_t)gettid());
+			seen |= 1;
+		} else if (c->call.op == SYSOM_NCCL_COMM_DESTROY) {
+			seen |= 2;
+		}
+	}
+	assert_int_equal(seen, 3);
+	dlclose(lib);
+	close_tracer(g);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_simjob_calls_and_communicators),
+		cmocka_unit_test(test_discovery_in_running_processes),
+		cmocka_unit_test(test_real_libnccl),
+	};
+
+	if (geteuid() != 0) {
+		fprintf(stderr, "test_gputrace: needs root (BPF uprobes)\n");
+		return 77;
+	}
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
