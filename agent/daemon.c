@@ -815,11 +815,16 @@ static int agent_start(struct agent *a)
 	}
 	sampler_counters_read(a->sampler, &a->last_counters);
 	if (a->cfg->gpu_trace) {
+		struct sampler_unwind_maps um;
+		sampler_unwind_maps(a->sampler, &um);
 		struct gpupipe_options go = {
 			.proc_root = "/proc",
 			.pt = a->pt,
 			.batcher = a->batcher,
 			.exec_generation_fd = sampler_exec_generation_fd(a->sampler),
+			.unwind_tables_fd = a->unwinder ? um.tables : -1,
+			.unwind_procs_fd = a->unwinder ? um.procs : -1,
+			.unwind_markers_fd = a->unwinder ? um.markers : -1,
 			.ring_bytes = (uint32_t)a->cfg->gpu_event_ring_bytes,
 			.libraries = a->cfg->gpu_libraries,
 			.launch_duty = a->cfg->gpu_launch_duty,

@@ -147,6 +147,9 @@ int gpupipe_open(uv_loop_t *loop, const struct gpupipe_options *o, struct gpupip
 	gputrace_options_default(&go);
 	go.proc_root = o->proc_root ? o->proc_root : "/proc";
 	go.exec_generation_fd = o->exec_generation_fd;
+	go.unwind_tables_fd = o->unwind_tables_fd;
+	go.unwind_procs_fd = o->unwind_procs_fd;
+	go.unwind_markers_fd = o->unwind_markers_fd;
 	if (o->ring_bytes)
 		go.ring_bytes = o->ring_bytes;
 	go.on_event = on_gt_event;

@@ -97,6 +97,7 @@ struct gputrace {
 	struct library libs[GPUTRACE_MAX_LIBRARIES];
 	uint32_t nlibs;          /* slots used, ever (slots are not reused) */
 	uint64_t attach_errors;
+	bool hybrid;             /* launch stacks by the sampler's unwinder */
 	bool launch_on;          /* kernel launch probes attached */
 	uint64_t launch_on_since_ns;
 	uint64_t launch_on_total_ns;
@@ -115,6 +116,9 @@ void gputrace_options_default(struct gputrace_options *o)
 	*o = (struct gputrace_options){
 		.proc_root = "/proc",
 		.exec_generation_fd = -1,
+		.unwind_tables_fd = -1,
+		.unwind_procs_fd = -1,
+		.unwind_markers_fd = -1,
 		.ring_bytes = 4u << 20,
 		.detach_grace_ns = 60ull * 1000000000ull,
 		.launch_tracing = true,
@@ -168,6 +172,24 @@ int gputrace_open(const struct gputrace_options *o, struct gputrace **out, char 
 		snprintf(err, errlen, "cannot share the sampler's generation map: %s",
 			 sysom_strerror(rc));
 		goto cleanup;
+	}
+	if (o->unwind_tables_fd >= 0 && o->unwind_procs_fd >= 0 && o->unwind_markers_fd >= 0) {
+		struct gputrace_bpf *k = g->skel;
+
+		if ((rc = bpf_map__reuse_fd(k->maps.unwind_tables, o->unwind_tables_fd)) ||
+		    (rc = bpf_map__reuse_fd(k->maps.unwind_procs, o->unwind_procs_fd)) ||
+		    (rc = bpf_map__reuse_fd(k->maps.unwind_markers, o->unwind_markers_fd))) {
+			snprintf(err, errlen, "cannot share the unwinder's maps: %s",
+				 sysom_strerror(rc));
+			goto cleanup;
+		}
+		k->rodata->hybrid_unwind = true;
+		g->hybrid = true;
+	} else {
+		/* Frame-pointer launch stacks: the unwinder's maps stay unused, keep them tiny. */
+		bpf_map__set_max_entries(g->skel->maps.unwind_tables, 1);
+		bpf_map__set_max_entries(g->skel->maps.unwind_procs, 1);
+		bpf_map__set_max_entries(g->skel->maps.unwind_markers, 1);
 	}
 	if ((rc = gputrace_bpf__load(g->skel))) {
 		snprintf(err, errlen, "cannot load the GPU tracing BPF programs: %s",
@@ -694,6 +716,12 @@ void gputrace_stats_read(const struct gputrace *g, struct gputrace_stats *out)
 				out->bpf.launch_map_full += per[c].launch_map_full;
 				out->bpf.names += per[c].names;
 				out->bpf.stack_errors += per[c].stack_errors;
+				out->bpf.launch_stacks_hybrid += per[c].launch_stacks_hybrid;
+				out->bpf.unwind.unwinds += per[c].unwind.unwinds;
+				out->bpf.unwind.fallback_no_proc += per[c].unwind.fallback_no_proc;
+				out->bpf.unwind.frames += per[c].unwind.frames;
+				for (int r = 0; r < UNWIND_STOP_REASONS; r++)
+					out->bpf.unwind.stops[r] += per[c].unwind.stops[r];
 			}
 		}
 		free(per);
@@ -706,6 +734,7 @@ void gputrace_stats_read(const struct gputrace *g, struct gputrace_stats *out)
 		out->processes += g->libs[i].nusers;
 	}
 	out->attach_errors = g->attach_errors;
+	out->hybrid_launch_stacks = g->hybrid;
 }
 
 int gputrace_library(const struct gputrace *g, uint32_t i, struct gputrace_library_info *out)

@@ -18,6 +18,9 @@ struct gputrace;
 struct gputrace_options {
 	const char *proc_root;        /* "/proc" */
 	int exec_generation_fd;       /* the sampler's tgid → generation map, or -1 */
+	/* The sampler's hybrid unwinder maps (struct sampler_unwind_maps), so launch stacks are
+	 * unwound like the CPU samples; -1: frame-pointer launch stacks. */
+	int unwind_tables_fd, unwind_procs_fd, unwind_markers_fd;
 	uint32_t ring_bytes;          /* event ring buffer size (power of two, >= 4096) */
 	uint64_t detach_grace_ns;     /* keep a file's probes this long after its last user */
 	bool launch_tracing;          /* attach kernel launch probes from the start (default) */
@@ -85,6 +88,7 @@ int gputrace_drain_launches(struct gputrace *g, gputrace_launch_fn fn, void *ctx
 
 struct gputrace_stats {
 	struct gt_stats bpf;      /* summed over CPUs */
+	bool hybrid_launch_stacks; /* launch stacks use the sampler's unwinder */
 	uint32_t libraries;       /* files with probes now */
 	uint32_t probes;          /* probes attached now */
 	uint64_t attach_errors;   /* probes that failed to attach (cumulative) */

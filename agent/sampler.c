@@ -547,6 +547,7 @@ void sampler_unwind_maps(const struct sampler *s, struct sampler_unwind_maps *ou
 {
 	out->tables = bpf_map__fd(s->skel->maps.unwind_tables);
 	out->procs = bpf_map__fd(s->skel->maps.unwind_procs);
+	out->markers = bpf_map__fd(s->skel->maps.unwind_markers);
 	out->table_template_flags = BPF_F_INNER_MAP | BPF_F_MMAPABLE;
 }
 

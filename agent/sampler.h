@@ -33,6 +33,7 @@ struct sampler_counters {
 struct sampler_unwind_maps {
 	int tables;  /* HASH_OF_MAPS file id → rows */
 	int procs;   /* tgid → struct unwind_proc */
+	int markers; /* (file id, pc) → struct unwind_marker */
 	int table_template_flags; /* map_flags every rows array must be created with */
 };
 

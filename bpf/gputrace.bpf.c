@@ -11,8 +11,17 @@
 #include <bpf/bpf_tracing.h>
 
 #include "bpf/gputrace.h"
+#include "bpf/profile.h"
 
 char LICENSE[] SEC("license") = "GPL";
+
+/* Launch stacks by the sampler's hybrid unwinder (its maps shared by the agent before load);
+ * false: the kernel's frame-pointer walk. */
+const volatile bool hybrid_unwind = false;
+
+/* Unknown addresses are reported by the sampler (its own samples meet them too). */
+#define UNWIND_ON_UNMAPPED(c, addr) ((void)(c), (void)(addr))
+#include "bpf/unwind_core.bpf.h"
 
 #ifndef PT_REGS_PARM6
 #define PT_REGS_PARM6(x) ((x)->r9) /* older libbpf headers stop at 5 */
@@ -110,12 +119,36 @@ struct {
 	__type(value, struct gt_stats);
 } stats SEC(".maps");
 
+/* The launch being recorded, across the unwinder's tail calls. Uprobe programs run with
+ * preemption off and do not nest on a CPU, so one slot per CPU is never used twice at once. */
+struct launch_scratch {
+	struct gt_launch_key key;
+	struct gt_launch_value val;
+	struct unwind_regs regs;
+	__u32 tail_calls;
+	struct sysom_stack_trace trace;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct gt_launch_key);
+	__type(value, struct launch_scratch);
 } launch_scratch SEC(".maps");
+
+#define UNWIND_FRAMES_PER_PROG 32
+#define UNWIND_MAX_TAIL_CALLS 3 /* 128 frames; launch keys keep 64 */
+
+int sysom_cu_launch_unwind(struct pt_regs *ctx);
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__uint(key_size, sizeof(__u32));
+	__array(values, int(struct pt_regs *));
+} launch_unwind_progs SEC(".maps") = {
+	.values = { [0] = (void *)&sysom_cu_launch_unwind },
+};
 
 static const struct thread_state zero_thread;
 
@@ -428,6 +461,61 @@ unmatched:
 	return 0;
 }
 
+/* Counts the launch in scratch under its key (stack already in key->ips). */
+static __always_inline void record_launch(struct launch_scratch *ls, struct gt_stats *st)
+{
+	struct gt_launch_key *k = &ls->key;
+	struct gt_launch_value *old;
+
+	/* Unused slots must not make equal stacks differ. */
+	for (int i = 0; i < GT_LAUNCH_MAX_DEPTH; i++)
+		if (i >= k->nframes)
+			k->ips[i] = 0;
+	if (st)
+		st->launches++;
+	old = bpf_map_lookup_elem(&launches, k);
+	if (old) {
+		__sync_fetch_and_add(&old->count, 1);
+		__builtin_memcpy(old->grid, ls->val.grid, sizeof(old->grid));
+		__builtin_memcpy(old->block, ls->val.block, sizeof(old->block));
+		old->shared_mem = ls->val.shared_mem;
+		return;
+	}
+	ls->val.count = 1;
+	if (bpf_map_update_elem(&launches, k, &ls->val, BPF_NOEXIST)) {
+		old = bpf_map_lookup_elem(&launches, k);
+		if (old)
+			__sync_fetch_and_add(&old->count, 1);
+		else if (st)
+			st->launch_map_full++;
+	}
+}
+
+/* The kernel's frame-pointer walk, with the caller's return address (at rsp on entry, not
+ * yet linked by rbp) inserted after the leaf. */
+static __always_inline void fp_launch_stack(struct pt_regs *ctx, struct gt_launch_key *k,
+					    struct gt_stats *st)
+{
+	long n = bpf_get_stack(ctx, k->ips, sizeof(k->ips), BPF_F_USER_STACK);
+	__u64 ret = 0;
+
+	if (n < 0) {
+		if (st)
+			st->stack_errors++;
+		n = 0;
+	}
+	k->nframes = n / 8;
+	if (k->nframes >= 1 &&
+	    bpf_probe_read_user(&ret, sizeof(ret), (void *)PT_REGS_SP(ctx)) == 0 && ret) {
+		for (int i = GT_LAUNCH_MAX_DEPTH - 1; i >= 2; i--)
+			if (i <= k->nframes)
+				k->ips[i] = k->ips[i - 1];
+		k->ips[1] = ret;
+		if (k->nframes < GT_LAUNCH_MAX_DEPTH)
+			k->nframes++;
+	}
+}
+
 /* cuLaunchKernel[_ptsz](f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra) and
  * cuLaunchKernelEx[_ptsz](const CUlaunchConfig *config, f, params, extra). */
 SEC("uprobe")
@@ -435,14 +523,15 @@ int sysom_cu_launch(struct pt_regs *ctx)
 {
 	__u32 fn = GPUTRACE_COOKIE_FN(bpf_get_attach_cookie(ctx));
 	struct gt_stats *st = my_stats();
-	struct gt_launch_value v = {}, *old;
+	struct launch_scratch *ls;
 	struct gt_launch_key *k;
 	__u32 zero = 0;
-	long n;
 
-	k = bpf_map_lookup_elem(&launch_scratch, &zero);
-	if (!k)
+	ls = bpf_map_lookup_elem(&launch_scratch, &zero);
+	if (!ls)
 		return 0;
+	k = &ls->key;
+	__builtin_memset(&ls->val, 0, sizeof(ls->val));
 	k->tgid = bpf_get_current_pid_tgid() >> 32;
 	k->generation = generation_of(k->tgid);
 	k->pad = 0;
@@ -453,71 +542,103 @@ int sysom_cu_launch(struct pt_regs *ctx)
 		k->flags |= 1; /* SYSOM_LAUNCH_EX */
 		k->function = PT_REGS_PARM2(ctx);
 		bpf_probe_read_user(cfg, sizeof(cfg), (void *)PT_REGS_PARM1(ctx));
-		v.grid[0] = cfg[0];
-		v.grid[1] = cfg[1];
-		v.grid[2] = cfg[2];
-		v.block[0] = cfg[3];
-		v.block[1] = cfg[4];
-		v.block[2] = cfg[5];
-		v.shared_mem = cfg[6];
+		ls->val.grid[0] = cfg[0];
+		ls->val.grid[1] = cfg[1];
+		ls->val.grid[2] = cfg[2];
+		ls->val.block[0] = cfg[3];
+		ls->val.block[1] = cfg[4];
+		ls->val.block[2] = cfg[5];
+		ls->val.shared_mem = cfg[6];
 	} else {
 		k->function = PT_REGS_PARM1(ctx);
-		v.grid[0] = (__u32)PT_REGS_PARM2(ctx);
-		v.grid[1] = (__u32)PT_REGS_PARM3(ctx);
-		v.grid[2] = (__u32)PT_REGS_PARM4(ctx);
-		v.block[0] = (__u32)PT_REGS_PARM5(ctx);
-		v.block[1] = (__u32)PT_REGS_PARM6(ctx);
-		v.block[2] = (__u32)stack_arg(ctx, 1);
-		v.shared_mem = (__u32)stack_arg(ctx, 2);
+		ls->val.grid[0] = (__u32)PT_REGS_PARM2(ctx);
+		ls->val.grid[1] = (__u32)PT_REGS_PARM3(ctx);
+		ls->val.grid[2] = (__u32)PT_REGS_PARM4(ctx);
+		ls->val.block[0] = (__u32)PT_REGS_PARM5(ctx);
+		ls->val.block[1] = (__u32)PT_REGS_PARM6(ctx);
+		ls->val.block[2] = (__u32)stack_arg(ctx, 1);
+		ls->val.shared_mem = (__u32)stack_arg(ctx, 2);
 	}
 	if (fn == GT_CU_LAUNCH_KERNEL_PTSZ || fn == GT_CU_LAUNCH_KERNEL_EX_PTSZ)
 		k->flags |= 2; /* SYSOM_LAUNCH_PTSZ */
-	n = bpf_get_stack(ctx, k->ips, sizeof(k->ips), BPF_F_USER_STACK);
-	if (n < 0) {
-		if (st)
-			st->stack_errors++;
-		n = 0;
-	}
-	k->nframes = n / 8;
-	/*
-	 * At the first instruction the caller's frame is not linked yet: its return address is
-	 * at rsp and rbp still names the caller's caller. Insert it after the leaf, or the
-	 * function that launched would be missing from every stack.
-	 */
-	if (k->nframes >= 1) {
-		__u64 ret = 0;
+	if (hybrid_unwind) {
+		const struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &k->tgid);
 
-		if (bpf_probe_read_user(&ret, sizeof(ret), (void *)PT_REGS_SP(ctx)) == 0 && ret) {
-			for (int i = GT_LAUNCH_MAX_DEPTH - 1; i >= 2; i--)
-				if (i <= k->nframes)
-					k->ips[i] = k->ips[i - 1];
-			k->ips[1] = ret;
-			if (k->nframes < GT_LAUNCH_MAX_DEPTH)
-				k->nframes++;
+		/* Published for this incarnation: the same unwinder as the CPU samples. */
+		if (proc && proc->generation == k->generation) {
+			ls->regs.ip = PT_REGS_IP(ctx);
+			ls->regs.sp = PT_REGS_SP(ctx);
+			ls->regs.bp = PT_REGS_FP(ctx);
+			ls->regs.bp_known = 1;
+			ls->regs.ip_exact = 1;
+			ls->tail_calls = 0;
+			ls->trace.nframes = 0;
+			bpf_tail_call(ctx, &launch_unwind_progs, 0);
+		} else if (st) {
+			st->unwind.fallback_no_proc++;
 		}
 	}
-	/* Unused slots must not make equal stacks differ. */
-	for (int i = 0; i < GT_LAUNCH_MAX_DEPTH; i++)
-		if (i >= k->nframes)
-			k->ips[i] = 0;
+	fp_launch_stack(ctx, k, st);
+	record_launch(ls, st);
+	return 0;
+}
+
+/* Ends a hybrid launch stack: the first GT_LAUNCH_MAX_DEPTH frames key the count. */
+static __always_inline void finish_launch(struct launch_scratch *ls, struct gt_stats *st,
+					  __u8 reason)
+{
+	__u16 n = ls->trace.nframes;
+
+	if (st && reason < UNWIND_STOP_REASONS)
+		st->unwind.stops[reason]++;
 	if (st)
-		st->launches++;
-	old = bpf_map_lookup_elem(&launches, k);
-	if (old) {
-		__sync_fetch_and_add(&old->count, 1);
-		__builtin_memcpy(old->grid, v.grid, sizeof(v.grid));
-		__builtin_memcpy(old->block, v.block, sizeof(v.block));
-		old->shared_mem = v.shared_mem;
+		st->launch_stacks_hybrid++;
+	if (n > GT_LAUNCH_MAX_DEPTH)
+		n = GT_LAUNCH_MAX_DEPTH;
+	for (int i = 0; i < GT_LAUNCH_MAX_DEPTH; i++)
+		if (i < n && i < SYSOM_PROFILE_MAX_DEPTH)
+			ls->key.ips[i] = ls->trace.ips[i];
+	ls->key.nframes = n;
+	record_launch(ls, st);
+}
+
+/* Unwinds up to UNWIND_FRAMES_PER_PROG frames of the launching thread, then tail-calls
+ * itself or records the launch. */
+SEC("uprobe")
+int sysom_cu_launch_unwind(struct pt_regs *ctx)
+{
+	struct unwind_ctx c = {};
+	struct gt_stats *st = my_stats();
+	struct launch_scratch *ls;
+	__u32 zero = 0, tgid;
+
+	ls = bpf_map_lookup_elem(&launch_scratch, &zero);
+	if (!ls || !st)
+		return 0;
+	tgid = ls->key.tgid;
+	c.proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	if (!c.proc) {
+		finish_launch(ls, st, UNWIND_STOP_NO_MAPPING);
 		return 0;
 	}
-	v.count = 1;
-	if (bpf_map_update_elem(&launches, k, &v, BPF_NOEXIST)) {
-		old = bpf_map_lookup_elem(&launches, k);
-		if (old)
-			__sync_fetch_and_add(&old->count, 1);
-		else if (st)
-			st->launch_map_full++;
+	if (ls->tail_calls == 0)
+		st->unwind.unwinds++;
+	c.regs = &ls->regs;
+	c.trace = &ls->trace;
+	c.stats = &st->unwind;
+	c.tgid = tgid;
+	c.generation = ls->key.generation;
+	bpf_loop(UNWIND_FRAMES_PER_PROG, unwind_one_frame, &c, 0);
+	if (c.done || ls->trace.nframes >= GT_LAUNCH_MAX_DEPTH) {
+		finish_launch(ls, st, c.done ? c.stop : UNWIND_STOP_DEPTH);
+		return 0;
 	}
+	if (ls->tail_calls < UNWIND_MAX_TAIL_CALLS) {
+		ls->tail_calls++;
+		st->unwind.tail_calls++;
+		bpf_tail_call(ctx, &launch_unwind_progs, 0);
+	}
+	finish_launch(ls, st, UNWIND_STOP_TAIL_CALLS);
 	return 0;
 }
 

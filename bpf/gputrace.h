@@ -7,6 +7,8 @@
 #include <linux/types.h>
 #endif
 
+#include "bpf/unwind.h"
+
 /*
  * Attach cookie of every probe: the traced function (enum gputrace_fn) in bits 0..7 and the
  * library slot (index into `nccl_layouts`) in bits 8..15.
@@ -141,6 +143,8 @@ struct gt_stats {
 	__u64 launch_map_full;
 	__u64 names;
 	__u64 stack_errors;
+	__u64 launch_stacks_hybrid; /* launch stacks by the hybrid unwinder (the rest: frame pointers) */
+	struct unwind_stats unwind;  /* the hybrid unwinder's counters for launch stacks */
 };
 
 #define GT_MAX_NESTING 4

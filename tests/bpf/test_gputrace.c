@@ -22,6 +22,7 @@
 #include "agent/gputrace.h"
 #include "agent/nccltrack.h"
 #include "common/wire.h"
+#include "tests/support/unwind_session.h"
 #include "tests/support/workload.h"
 
 #define REAL_NCCL "/usr/local/cuda/lib/libnccl.so.2"
@@ -357,6 +358,104 @@ static void test_discovery_in_running_processes(void **state)
 	close_tracer(g);
 }
 
+static int drain_discard(void *ctx, const struct sampler_entry *e)
+{
+	(void)ctx;
+	(void)e;
+	return 0;
+}
+
+struct hybrid_launches {
+	uint64_t launches, deep;
+};
+
+static void count_launch(void *ctx, const struct gt_launch_key *k, const struct gt_launch_value *v)
+{
+	struct hybrid_launches *h = ctx;
+
+	h->launches += v->count;
+	if (k->nframes >= 5) /* launch, rank_main, main, libc start, _start */
+		h->deep += v->count;
+}
+
+/* With the sampler's unwinder maps shared, launch stacks are unwound like CPU samples: the
+ * ranks are published (they are sampled) and their launch stacks reach the outermost frame. */
+static void test_launch_stacks_hybrid(void **state)
+{
+	static const char *const args[] = { "--ranks", "2", "--seconds", "4", "--cpu-us", "3000",
+					    "--kernel-us", "1000", NULL };
+	struct unwind_session us;
+	struct sampler_unwind_maps maps;
+	struct gputrace_options o;
+	struct nccltrack_options no;
+	struct gputrace_stats st;
+	struct hybrid_launches h = { 0 };
+	struct gputrace *g;
+	char err[256] = "";
+	pid_t job;
+
+	(void)state;
+	if (skip_without_simjob())
+		skip();
+	if (unwind_session_open(&us, SYSOM_UNWINDER_HYBRID, 199, 1.0, err, sizeof(err)))
+		fail_msg("unwind_session_open: %s", err);
+	sampler_unwind_maps(us.sampler, &maps);
+	memset(&col, 0, sizeof(col));
+	nccltrack_options_default(&no);
+	assert_int_equal(nccltrack_new(&no, &col.nt), 0);
+	gputrace_options_default(&o);
+	o.on_event = on_event;
+	o.ctx = &col;
+	o.exec_generation_fd = sampler_exec_generation_fd(us.sampler);
+	o.unwind_tables_fd = maps.tables;
+	o.unwind_procs_fd = maps.procs;
+	o.unwind_markers_fd = maps.markers;
+	if (gputrace_open(&o, &g, err, sizeof(err)))
+		fail_msg("gputrace_open: %s", err);
+	assert_int_equal(gputrace_attach_path(g, simjob_path("libcuda.so.1")), 1);
+	job = simjob_start(args);
+	/* Drain as the agent does: the ranks get sampled, read and published; the first second
+	 * (publication and table builds, FP or truncated stacks, counted) is not scored. */
+	struct gputrace_stats st0;
+	for (int i = 0; i < 45; i++) {
+		usleep(100 * 1000);
+		unwind_session_drain(&us, drain_discard, NULL);
+		unwinder_work(us.unwinder, UINT64_MAX);
+		gputrace_drain_launches(g, count_launch, &h);
+		if (i == 12) {
+			gputrace_stats_read(g, &st0);
+			memset(&h, 0, sizeof(h));
+		}
+	}
+	assert_int_equal(simjob_wait(job), 0);
+	gputrace_drain_launches(g, count_launch, &h);
+	gputrace_stats_read(g, &st);
+	st.bpf.launch_stacks_hybrid -= st0.bpf.launch_stacks_hybrid;
+	st.bpf.unwind.fallback_no_proc -= st0.bpf.unwind.fallback_no_proc;
+	for (int r = 0; r < UNWIND_STOP_REASONS; r++)
+		st.bpf.unwind.stops[r] -= st0.bpf.unwind.stops[r];
+	print_message("launches %llu (%llu with >= 5 frames), hybrid stacks %llu, complete %llu, "
+		      "not published %llu\n", (unsigned long long)h.launches,
+		      (unsigned long long)h.deep, (unsigned long long)st.bpf.launch_stacks_hybrid,
+		      (unsigned long long)st.bpf.unwind.stops[UNWIND_STOP_COMPLETE],
+		      (unsigned long long)st.bpf.unwind.fallback_no_proc);
+	for (int r = 0; r < UNWIND_STOP_REASONS; r++)
+		if (st.bpf.unwind.stops[r])
+			print_message("  stop reason %d: %llu\n", r,
+				      (unsigned long long)st.bpf.unwind.stops[r]);
+	assert_true(st.hybrid_launch_stacks);
+	assert_true(h.launches > 100);
+	/* Once published, every launch is unwound by the hybrid unwinder to the outermost
+	 * frame. */
+	assert_true(st.bpf.launch_stacks_hybrid >= h.launches * 95 / 100);
+	assert_true(st.bpf.unwind.stops[UNWIND_STOP_COMPLETE] >= st.bpf.launch_stacks_hybrid * 95 / 100);
+	assert_true(h.deep >= h.launches * 95 / 100);
+	gputrace_close(g);
+	nccltrack_free(col.nt);
+	col.nt = NULL;
+	unwind_session_close(&us);
+}
+
 typedef int (*allreduce_fn)(const void *, void *, size_t, int, int, void *, void *);
 typedef int (*destroy_fn)(void *);
 
@@ -419,6 +518,7 @@ int main(void)
 		cmocka_unit_test(test_simjob_calls_and_communicators),
 		cmocka_unit_test(test_discovery_in_running_processes),
 		cmocka_unit_test(test_real_libnccl),
+		cmocka_unit_test(test_launch_stacks_hybrid),
 	};
 
 	if (geteuid() != 0) {
