@@ -383,6 +383,7 @@ static void set_layout(struct gputrace *g, struct library *l, const char *path)
 		bl.rank_offset = layout.rank_offset;
 		bl.nranks_offset = layout.nranks_offset;
 		bl.comm_hash_offset = layout.comm_hash_offset;
+		bl.comm_hash_size = layout.comm_hash_size;
 		l->comm_layout = true;
 		snprintf(l->version, sizeof(l->version), "%u.%u.%u", layout.version.major,
 			 layout.version.minor, layout.version.patch);

@@ -17,23 +17,59 @@
 #define MAX_RODATA_BYTES (256u << 20) /* larger read-only sections are not searched */
 #define MAX_MEMBERS 4096              /* members examined per candidate struct */
 
+#define KNOWN(ma, mi, pa, rank, nranks, hash, hash_size, size)                                  \
+	{ .version = { ma, mi, pa }, .struct_size = size, .rank_offset = rank,                    \
+	  .nranks_offset = nranks, .comm_hash_offset = hash, .comm_hash_size = hash_size,          \
+	  .source = NCCL_LAYOUT_TABLE }
+
 /*
- * Known releases. Only values checked against a library's DWARF are listed: 2.28 from
- * /usr/local/cuda/lib/libnccl.so.2 (2.28.9; the same offsets gdb prints for
- * &((struct ncclComm *)0)->rank etc., and tests/unit/agent/test_nccl_layout.c compares them
- * with what this file derives). Other releases resolve only through their own DWARF.
+ * Known releases, exact versions only: patch releases of one minor differ (2.18.5 / 2.18.6,
+ * 2.19.1 / 2.19.3, 2.28.3 / 2.28.7). Derived by scripts/nccl_layout_table.sh, which compiles
+ * offsetof(struct ncclComm, rank | nRanks | commHash) and sizeof against each release tag's
+ * src/include of github.com/NVIDIA/nccl; its 2.28.9 row equals what this file reads from the
+ * real library's DWARF (and what gdb prints), which tests/unit/agent/test_nccl_layout.c checks.
+ * Releases before 2.18 have no commHash member (hash size 0: rank and nRanks only).
  */
 static const struct nccl_comm_layout known_layouts[] = {
-	{ .version = { 2, 28, 0 }, .struct_size = 1082968, .rank_offset = 1066192,
-	  .nranks_offset = 1066196, .comm_hash_offset = 1066184, .comm_hash_size = 8,
-	  .source = NCCL_LAYOUT_TABLE },
+	KNOWN(2, 14, 3, 6064, 6068, 0, 0, 10880),
+	KNOWN(2, 15, 1, 6064, 6068, 0, 0, 10880),
+	KNOWN(2, 15, 5, 6064, 6068, 0, 0, 10880),
+	KNOWN(2, 16, 2, 6072, 6076, 0, 0, 10888),
+	KNOWN(2, 16, 5, 6072, 6076, 0, 0, 10888),
+	KNOWN(2, 17, 1, 7608, 7612, 0, 0, 12640),
+	KNOWN(2, 18, 1, 9176, 9180, 9168, 8, 11128),
+	KNOWN(2, 18, 3, 9176, 9180, 9168, 8, 11176),
+	KNOWN(2, 18, 5, 9176, 9180, 9168, 8, 11176),
+	KNOWN(2, 18, 6, 9432, 9436, 9424, 8, 11432),
+	KNOWN(2, 19, 1, 9176, 9180, 9168, 8, 11344),
+	KNOWN(2, 19, 3, 9432, 9436, 9424, 8, 11600),
+	KNOWN(2, 19, 4, 9432, 9436, 9424, 8, 11552),
+	KNOWN(2, 20, 3, 10456, 10460, 10448, 8, 13152),
+	KNOWN(2, 20, 5, 10456, 10460, 10448, 8, 13152),
+	KNOWN(2, 21, 5, 13536, 13540, 13528, 8, 16288),
+	KNOWN(2, 22, 3, 213584, 213588, 213576, 8, 219520),
+	KNOWN(2, 23, 4, 246952, 246956, 246944, 8, 253152),
+	KNOWN(2, 24, 3, 246952, 246956, 246944, 8, 252624),
+	KNOWN(2, 25, 1, 492712, 492716, 492704, 8, 501072),
+	KNOWN(2, 26, 2, 492728, 492732, 492720, 8, 506752),
+	KNOWN(2, 26, 3, 492728, 492732, 492720, 8, 506752),
+	KNOWN(2, 26, 5, 492728, 492732, 492720, 8, 506752),
+	KNOWN(2, 26, 6, 492728, 492732, 492720, 8, 506752),
+	KNOWN(2, 27, 3, 1066168, 1066172, 1066160, 8, 1080320),
+	KNOWN(2, 27, 5, 1066168, 1066172, 1066160, 8, 1080320),
+	KNOWN(2, 27, 6, 1066168, 1066172, 1066160, 8, 1080320),
+	KNOWN(2, 27, 7, 1066168, 1066172, 1066160, 8, 1080320),
+	KNOWN(2, 28, 3, 1066184, 1066188, 1066176, 8, 1081816),
+	KNOWN(2, 28, 7, 1066192, 1066196, 1066184, 8, 1082968),
+	KNOWN(2, 28, 9, 1066192, 1066196, 1066184, 8, 1082968),
 };
 
 const struct nccl_comm_layout *nccl_layout_known(const struct nccl_version *v)
 {
 	for (size_t i = 0; i < sizeof(known_layouts) / sizeof(known_layouts[0]); i++)
 		if (known_layouts[i].version.major == v->major &&
-		    known_layouts[i].version.minor == v->minor && known_layouts[i].rank_offset)
+		    known_layouts[i].version.minor == v->minor &&
+		    known_layouts[i].version.patch == v->patch)
 			return &known_layouts[i];
 	return NULL;
 }
@@ -163,7 +199,8 @@ static int read_struct(Dwarf_Die *st, struct nccl_comm_layout *out)
 			found |= 4;
 		}
 	} while (dwarf_siblingof(&child, &child) == 0);
-	return found == 7 ? 0 : -SYSOM_ECORRUPT;
+	/* commHash appeared in 2.18: without it, rank and nRanks alone (hash size 0). */
+	return (found & 3) == 3 ? 0 : -SYSOM_ECORRUPT;
 }
 
 static bool is_definition(Dwarf_Die *die)

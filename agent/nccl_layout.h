@@ -20,7 +20,7 @@ struct nccl_comm_layout {
 	struct nccl_version version;  /* library version it applies to */
 	uint32_t struct_size;         /* sizeof(struct ncclComm), 0 when unknown */
 	uint32_t rank_offset, nranks_offset, comm_hash_offset; /* byte offsets */
-	uint8_t comm_hash_size;       /* 8 (uint64_t) */
+	uint8_t comm_hash_size;       /* 8 (uint64_t); 0: no commHash (before 2.18) */
 	enum nccl_layout_source source;
 };
 
@@ -37,7 +37,7 @@ int nccl_version_read(const char *path, struct nccl_version *out);
  */
 int nccl_layout_from_dwarf(const char *path, struct nccl_comm_layout *out);
 
-/* The built-in entry for a release (major.minor), NULL when unknown. */
+/* The built-in entry for a release (exact major.minor.patch), NULL when unknown. */
 const struct nccl_comm_layout *nccl_layout_known(const struct nccl_version *v);
 
 /* DWARF first, else the table for the library's version; -ENOENT when neither. */

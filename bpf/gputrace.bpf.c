@@ -209,9 +209,11 @@ static __always_inline bool read_comm_fields(__u32 slot, __u64 comm, __s32 *rank
 
 	if (!l || !l->valid || !comm)
 		return false;
+	*hash = 0;
 	if (bpf_probe_read_user(rank, sizeof(*rank), (void *)(comm + l->rank_offset)) ||
 	    bpf_probe_read_user(nranks, sizeof(*nranks), (void *)(comm + l->nranks_offset)) ||
-	    bpf_probe_read_user(hash, sizeof(*hash), (void *)(comm + l->comm_hash_offset)))
+	    (l->comm_hash_size == 8 &&
+	     bpf_probe_read_user(hash, sizeof(*hash), (void *)(comm + l->comm_hash_offset))))
 		return false;
 	return true;
 }

@@ -110,6 +110,7 @@ struct gt_name_event {
 struct gt_comm_layout {
 	__u32 valid;
 	__u32 rank_offset, nranks_offset, comm_hash_offset;
+	__u32 comm_hash_size; /* 8, or 0: the release has no commHash */
 };
 
 #define GT_LAUNCH_MAX_DEPTH 64

@@ -66,13 +66,39 @@ static void test_dwarf_matches_table(void **state)
 	assert_int_equal(r.comm_hash_offset, d.comm_hash_offset);
 }
 
-static void test_unknown_versions(void **state)
+/* Exact versions only (patch releases differ); releases before 2.18 lack commHash. */
+static void test_table(void **state)
 {
-	struct nccl_version old = { 2, 13, 4 }, future = { 3, 0, 0 };
+	struct nccl_version old = { 2, 13, 4 }, future = { 3, 0, 0 }, patch = { 2, 28, 8 };
+	struct nccl_version v2143 = { 2, 14, 3 }, v2185 = { 2, 18, 5 }, v2186 = { 2, 18, 6 };
+	const struct nccl_comm_layout *l;
 
 	(void)state;
 	assert_null(nccl_layout_known(&old));
 	assert_null(nccl_layout_known(&future));
+	assert_null(nccl_layout_known(&patch));
+	l = nccl_layout_known(&v2143);
+	assert_non_null(l);
+	assert_int_equal(l->comm_hash_size, 0);
+	assert_int_equal(l->nranks_offset, l->rank_offset + 4);
+	assert_int_not_equal(nccl_layout_known(&v2185)->rank_offset,
+			     nccl_layout_known(&v2186)->rank_offset);
+	for (uint16_t minor = 14; minor <= 28; minor++) {
+		int found = 0;
+		for (uint16_t p = 0; p < 20; p++) {
+			struct nccl_version v = { 2, minor, p };
+			if (!(l = nccl_layout_known(&v)))
+				continue;
+			found++;
+			assert_int_equal(l->nranks_offset, l->rank_offset + 4);
+			assert_true(l->rank_offset < l->struct_size);
+			if (minor >= 18) {
+				assert_int_equal(l->comm_hash_size, 8);
+				assert_int_equal(l->comm_hash_offset + 8, l->rank_offset);
+			}
+		}
+		assert_true(found > 0); /* every release series 2.14..2.28 */
+	}
 }
 
 static char tmpdir[] = "/tmp/sysom-nccl-layout-XXXXXX";
@@ -142,7 +168,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_version_banner),
 		cmocka_unit_test(test_dwarf_matches_table),
-		cmocka_unit_test(test_unknown_versions),
+		cmocka_unit_test(test_table),
 		cmocka_unit_test(test_hostile_files),
 	};
 
