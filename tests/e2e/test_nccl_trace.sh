@@ -81,4 +81,29 @@ check "late agent exits 0" test $? -eq 0
 api /api/v1/jobs >"$E2E_TMP/jobs2.json"
 check "the late job is listed with world size 4" \
 	bash -c "json 'len([j for j in d[\"jobs\"] if j[\"world_size\"] == 4])' <'$E2E_TMP/jobs2.json' | grep -qx 1"
+# A rank that registers over the agent's socket with libsysom-client: its word (job, rank,
+# groups) is stored, marked as a registration.
+CLIENT_LIB=$BUILD/lib/libsysom-client.so
+start_agent reg "$SERVER_URL" || exit 1
+SYSOM_SOCKET_PATH=$E2E_TMP/reg.sock python3 - "$CLIENT_LIB" >"$E2E_TMP/register.log" 2>&1 <<'PY' &
+import ctypes, sys, time
+lib = ctypes.CDLL(sys.argv[1])
+class Registration(ctypes.Structure):
+    _fields_ = [("job", ctypes.c_char_p), ("rank", ctypes.c_int), ("local_rank", ctypes.c_int),
+                ("world_size", ctypes.c_int), ("local_world_size", ctypes.c_int),
+                ("group_rank", ctypes.c_int), ("groups", ctypes.c_char_p)]
+r = Registration(b"registered-job", 3, 1, 4, 2, 1, b"tp=1,dp=0")
+rc = lib.sysom_client_register(ctypes.byref(r))
+print("register", rc, flush=True)
+time.sleep(4)
+PY
+REG=$!
+E2E_PIDS+=("$REG")
+wait "$REG"
+check "sysom_client_register() returns 0 against the agent's socket" grep -qx "register 0" "$E2E_TMP/register.log"
+stop_pid "$AGENT_PID"
+check "registering agent exits 0" test $? -eq 0
+api /api/v1/jobs/registered-job >"$E2E_TMP/reg.json"
+check "the registered rank is stored: rank 3 of 4, local 1 of 2, groups, source registration" \
+	bash -c "json '[r for r in d[\"ranks\"] if r[\"rank\"] == 3 and r[\"world_size\"] == 4 and r[\"local_rank\"] == 1 and r[\"source\"] == \"registration\" and r[\"groups\"] == \"tp=1,dp=0\"]' <'$E2E_TMP/reg.json' | grep -q rank"
 finish
