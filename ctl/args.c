@@ -17,6 +17,8 @@ static const struct {
 	{ "nodes", CTL_NODES, "/api/v1/nodes" },
 	{ "processes", CTL_PROCESSES, "/api/v1/processes" },
 	{ "flamegraph", CTL_FLAMEGRAPH, "/api/v1/flamegraph" },
+	{ "jobs", CTL_JOBS, "/api/v1/jobs" },
+	{ "collectives", CTL_COLLECTIVES, "/api/v1/jobs/" }, /* + the job + /collectives */
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -33,10 +35,17 @@ void ctl_usage(FILE *out)
 	      "  processes [--node N] [--pid P] [--comm C] [--from T] [--to T] [--limit N]\n"
 	      "            [--format table|json]\n"
 	      "      processes with their sample counts in the time range\n"
-	      "  flamegraph [--node N] [--pid P] [--comm C] [--from T] [--to T]\n"
+	      "  flamegraph [--node N] [--pid P] [--comm C] [--from T] [--to T] [--kind K]\n"
 	      "             [--format top|folded|json] [--limit N] [--top N]\n"
-	      "      CPU stacks over the range: a terminal summary (top, the default), folded\n"
-	      "      stacks for flamegraph.pl/speedscope, or the server's JSON\n"
+	      "      CPU stacks over the range (--kind cpu, the default) or GPU kernel launches by\n"
+	      "      launching stack (--kind gpu-launch): a terminal summary (top, the default),\n"
+	      "      folded stacks for flamegraph.pl/speedscope, or the server's JSON\n"
+	      "  jobs [--format table|json]\n"
+	      "      training jobs seen: world size, ranks, processes, nodes, last seen\n"
+	      "  collectives --job J [--comm KEY] [--op OP] [--from T] [--to T] [--limit N]\n"
+	      "              [--format table|json]\n"
+	      "      NCCL collective instances of a job matched across its ranks: skew between\n"
+	      "      the first and the last rank to enter, and which rank came last\n"
 	      "\n"
 	      "  N: node id (32 hex digits) or hostname. T: Unix seconds, RFC 3339\n"
 	      "  (2026-11-22T10:00:00Z), now, or relative (-30s, -5m, -1h); default the last hour.\n"
@@ -56,6 +65,10 @@ void ctl_args_free(struct ctl_args *a)
 	free(a->from);
 	free(a->to);
 	free(a->format_text);
+	free(a->kind);
+	free(a->job);
+	free(a->communicator);
+	free(a->op);
 	memset(a, 0, sizeof(*a));
 }
 
@@ -128,17 +141,39 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 	const struct sysom_option nodes[] = { OPT_FORMAT, OPT_HELP };
 	const struct sysom_option processes[] = { OPT_FORMAT, OPT_HELP, OPT_FILTERS };
 	const struct sysom_option flamegraph[] = { OPT_FORMAT, OPT_HELP, OPT_FILTERS,
-						   { "top", SYSOM_OPT_UINT, &a->top, 1, 1000, "", true } };
+						   { "top", SYSOM_OPT_UINT, &a->top, 1, 1000, "", true },
+						   OPT_STR("kind", kind) };
+	const struct sysom_option collectives[] = {
+		OPT_FORMAT, OPT_HELP, OPT_STR("job", job), OPT_STR("comm", communicator),
+		OPT_STR("op", op), OPT_STR("from", from), OPT_STR("to", to),
+		{ "limit", SYSOM_OPT_UINT, &a->limit, 1, 10000, "", true }
+	};
 #undef OPT_STR
 #undef OPT_FORMAT
 #undef OPT_HELP
 #undef OPT_FILTERS
-	const struct sysom_option *table = a->command == CTL_NODES       ? nodes
-					   : a->command == CTL_PROCESSES ? processes
-									 : flamegraph;
-	size_t n = a->command == CTL_NODES       ? sizeof(nodes) / sizeof(nodes[0])
-		   : a->command == CTL_PROCESSES ? sizeof(processes) / sizeof(processes[0])
-						 : sizeof(flamegraph) / sizeof(flamegraph[0]);
+	const struct sysom_option *table;
+	size_t n;
+
+	switch (a->command) {
+	case CTL_NODES:
+	case CTL_JOBS:
+		table = nodes;
+		n = sizeof(nodes) / sizeof(nodes[0]);
+		break;
+	case CTL_PROCESSES:
+		table = processes;
+		n = sizeof(processes) / sizeof(processes[0]);
+		break;
+	case CTL_COLLECTIVES:
+		table = collectives;
+		n = sizeof(collectives) / sizeof(collectives[0]);
+		break;
+	default:
+		table = flamegraph;
+		n = sizeof(flamegraph) / sizeof(flamegraph[0]);
+		break;
+	}
 	int rc = sysom_options_parse_argv(table, n, argc, argv, err, errlen);
 
 	if (rc < 0)
@@ -149,6 +184,14 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 	}
 	if (a->pid && (rc = check_pid(a->pid, err, errlen)))
 		return rc;
+	if (a->command == CTL_COLLECTIVES && !a->help && (!a->job || !a->job[0])) {
+		snprintf(err, errlen, "collectives: --job is required (see sysomctl jobs)");
+		return -SYSOM_ECONFIG;
+	}
+	if (a->kind && strcmp(a->kind, "cpu") && strcmp(a->kind, "gpu-launch")) {
+		snprintf(err, errlen, "--kind: '%s' is not cpu or gpu-launch", a->kind);
+		return -SYSOM_ECONFIG;
+	}
 	return parse_format(a, err, errlen);
 }
 
@@ -175,14 +218,16 @@ int ctl_args_parse(int argc, char *const argv[], const char *env_server, struct 
 		goto cleanup;
 	}
 	if (at >= argc) {
-		snprintf(err, errlen, "missing command (nodes, processes or flamegraph; see --help)");
+		snprintf(err, errlen, "missing command (nodes, processes, flamegraph, jobs or "
+			 "collectives; see --help)");
 		rc = -SYSOM_ECONFIG;
 		goto cleanup;
 	}
 	for (i = 0; i < NCOMMANDS && strcmp(argv[at], commands[i].name) != 0; i++)
 		;
 	if (i == NCOMMANDS) {
-		snprintf(err, errlen, "unknown command '%s' (nodes, processes or flamegraph)", argv[at]);
+		snprintf(err, errlen, "unknown command '%s' (nodes, processes, flamegraph, jobs or "
+			 "collectives)", argv[at]);
 		rc = -SYSOM_ECONFIG;
 		goto cleanup;
 	}
@@ -210,6 +255,17 @@ cleanup:
 	return rc;
 }
 
+/* Appends `value` percent-encoded (RFC 3986 unreserved characters kept). */
+static void append_encoded(struct byte_buf *url, const char *value)
+{
+	for (const unsigned char *p = (const unsigned char *)value; *p; p++) {
+		if (isalnum(*p) || *p == '-' || *p == '.' || *p == '_' || *p == '~')
+			byte_buf_append(url, p, 1);
+		else
+			byte_buf_printf(url, "%%%02X", *p);
+	}
+}
+
 /* Appends "&name=value" (or "?name=value" first) with the value percent-encoded. */
 static void query_add(struct byte_buf *url, bool *first, const char *name, const char *value)
 {
@@ -217,12 +273,7 @@ static void query_add(struct byte_buf *url, bool *first, const char *name, const
 		return;
 	byte_buf_printf(url, "%c%s=", *first ? '?' : '&', name);
 	*first = false;
-	for (const unsigned char *p = (const unsigned char *)value; *p; p++) {
-		if (isalnum(*p) || *p == '-' || *p == '.' || *p == '_' || *p == '~')
-			byte_buf_append(url, p, 1);
-		else
-			byte_buf_printf(url, "%%%02X", *p);
-	}
+	append_encoded(url, value);
 }
 
 int ctl_url_build(const struct ctl_args *a, struct byte_buf *url)
@@ -236,9 +287,23 @@ int ctl_url_build(const struct ctl_args *a, struct byte_buf *url)
 		if (commands[i].command == a->command)
 			path = commands[i].path;
 	byte_buf_printf(url, "%s%s", a->server, path);
-	if (a->command == CTL_FLAMEGRAPH)
+	if (a->command == CTL_COLLECTIVES) {
+		append_encoded(url, a->job); /* a path segment: '/' is encoded too */
+		byte_buf_printf(url, "/collectives");
+		query_add(url, &first, "comm", a->communicator);
+		query_add(url, &first, "op", a->op);
+		query_add(url, &first, "from", a->from);
+		query_add(url, &first, "to", a->to);
+		if (a->limit) {
+			snprintf(limit, sizeof(limit), "%u", a->limit);
+			query_add(url, &first, "limit", limit);
+		}
+	}
+	if (a->command == CTL_FLAMEGRAPH) {
 		query_add(url, &first, "format", a->format == CTL_FORMAT_FOLDED ? "folded" : "json");
-	if (a->command != CTL_NODES) {
+		query_add(url, &first, "kind", a->kind);
+	}
+	if (a->command == CTL_PROCESSES || a->command == CTL_FLAMEGRAPH) {
 		query_add(url, &first, "node", a->node);
 		query_add(url, &first, "pid", a->pid);
 		query_add(url, &first, "comm", a->comm);

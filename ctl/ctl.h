@@ -16,7 +16,7 @@
 #define CTL_DEFAULT_TOP 10
 #define CTL_MAX_RESPONSE (1024u << 20) /* largest response body accepted */
 
-enum ctl_command { CTL_NODES, CTL_PROCESSES, CTL_FLAMEGRAPH };
+enum ctl_command { CTL_NODES, CTL_PROCESSES, CTL_FLAMEGRAPH, CTL_JOBS, CTL_COLLECTIVES };
 enum ctl_format { CTL_FORMAT_TABLE, CTL_FORMAT_TOP, CTL_FORMAT_FOLDED, CTL_FORMAT_JSON };
 
 /* A parsed command line. Strings are heap copies (ctl_args_free); NULL when not given. */
@@ -25,6 +25,8 @@ struct ctl_args {
 	char *token_file;
 	enum ctl_command command;
 	char *node, *pid, *comm, *from, *to;
+	char *kind;        /* flamegraph: cpu or gpu-launch */
+	char *job, *communicator, *op; /* collectives */
 	char *format_text;
 	enum ctl_format format;
 	uint32_t limit;    /* 0: the server's default */
@@ -67,6 +69,16 @@ int ctl_nodes_render(const json_t *doc, FILE *out);
 
 /* Renders GET /api/v1/processes as a table. Returns 0 or -EINVAL for another shape. */
 int ctl_processes_render(const json_t *doc, FILE *out);
+
+/* Renders GET /api/v1/jobs as a table. Returns 0 or -EINVAL for another shape. */
+int ctl_jobs_render(const json_t *doc, FILE *out);
+
+/*
+ * Renders GET /api/v1/jobs/{job}/collectives as a table, one instance per row: op, sequence,
+ * communicator, bytes, ranks seen of the communicator's size, entry skew (first to last rank
+ * to enter) and the last rank to enter (the one the others waited for). Returns 0 or -EINVAL.
+ */
+int ctl_collectives_render(const json_t *doc, FILE *out);
 
 /*
  * The message of an error response: the "error" member of a JSON body, else the body's first

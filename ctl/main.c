@@ -31,6 +31,12 @@ static int output(const struct ctl_args *a, const struct byte_buf *body)
 	case CTL_NODES:
 		rc = ctl_nodes_render(doc, stdout);
 		break;
+	case CTL_JOBS:
+		rc = ctl_jobs_render(doc, stdout);
+		break;
+	case CTL_COLLECTIVES:
+		rc = ctl_collectives_render(doc, stdout);
+		break;
 	case CTL_PROCESSES:
 		rc = ctl_processes_render(doc, stdout);
 		break;

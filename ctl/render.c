@@ -348,6 +348,85 @@ int ctl_processes_render(const json_t *doc, FILE *out)
 	return 0;
 }
 
+int ctl_jobs_render(const json_t *doc, FILE *out)
+{
+	const json_t *list = json_object_get(doc, "jobs");
+	size_t i;
+	json_t *j;
+
+	if (!json_is_array(list))
+		return -EINVAL;
+	fprintf(out, "%-32s  %6s  %6s  %9s  %5s  %s\n", "JOB", "WORLD", "RANKS", "PROCESSES",
+		"NODES", "LAST SEEN");
+	json_array_foreach(list, i, j) {
+		fprintf(out, "%-32s  %6" JSON_INTEGER_FORMAT "  %6" JSON_INTEGER_FORMAT
+			     "  %9" JSON_INTEGER_FORMAT "  %5" JSON_INTEGER_FORMAT "  %s\n",
+			str(j, "job"), json_integer_value(json_object_get(j, "world_size")),
+			json_integer_value(json_object_get(j, "ranks")),
+			json_integer_value(json_object_get(j, "processes")),
+			json_integer_value(json_object_get(j, "nodes")), str(j, "last_seen"));
+	}
+	if (json_array_size(list) == 0)
+		fprintf(out, "(no training jobs seen)\n");
+	return 0;
+}
+
+int ctl_collectives_render(const json_t *doc, FILE *out)
+{
+	const json_t *list = json_object_get(doc, "instances");
+	size_t i;
+	json_t *inst;
+
+	if (!json_is_array(list))
+		return -EINVAL;
+	fprintf(out, "%-14s  %8s  %-16s  %12s  %9s  %10s  %s\n", "OP", "SEQ", "COMMUNICATOR", "BYTES",
+		"RANKS", "SKEW ms", "LAST TO ENTER");
+	json_array_foreach(list, i, inst) {
+		const json_t *calls = json_object_get(inst, "calls"), *nranks;
+		json_int_t last_entry = 0;
+		const json_t *last = NULL;
+		char ranks[32], who[96] = "-";
+		size_t k;
+		json_t *c;
+
+		if (!json_is_array(calls))
+			return -EINVAL;
+		json_array_foreach(calls, k, c) {
+			json_int_t entry = json_integer_value(json_object_get(c, "entry_ns"));
+			if (!last || entry > last_entry) {
+				last = c;
+				last_entry = entry;
+			}
+		}
+		nranks = json_object_get(inst, "nranks");
+		if (json_is_integer(nranks))
+			snprintf(ranks, sizeof(ranks), "%" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT,
+				 json_integer_value(json_object_get(inst, "ranks_seen")),
+				 json_integer_value(nranks));
+		else
+			snprintf(ranks, sizeof(ranks), "%" JSON_INTEGER_FORMAT "/?",
+				 json_integer_value(json_object_get(inst, "ranks_seen")));
+		if (last && json_is_integer(json_object_get(last, "rank")))
+			snprintf(who, sizeof(who), "rank %" JSON_INTEGER_FORMAT " (%s pid %" JSON_INTEGER_FORMAT ")",
+				 json_integer_value(json_object_get(last, "rank")), str(last, "hostname"),
+				 json_integer_value(json_object_get(last, "pid")));
+		else if (last)
+			snprintf(who, sizeof(who), "%s pid %" JSON_INTEGER_FORMAT, str(last, "hostname"),
+				 json_integer_value(json_object_get(last, "pid")));
+		fprintf(out, "%-14s  %8" JSON_INTEGER_FORMAT "  %-16s  %12" JSON_INTEGER_FORMAT
+			     "  %9s  %10.3f  %s%s\n",
+			str(inst, "op"), json_integer_value(json_object_get(inst, "seq")),
+			str(inst, "comm"), json_integer_value(json_object_get(inst, "bytes")), ranks,
+			(double)json_integer_value(json_object_get(inst, "skew_ns")) / 1e6, who,
+			json_is_true(json_object_get(inst, "complete")) ? "" : "  [incomplete]");
+	}
+	if (json_array_size(list) == 0)
+		fprintf(out, "(no collective instances in the range)\n");
+	if (json_is_true(json_object_get(doc, "truncated")))
+		fprintf(out, "(truncated: narrow the range or raise --limit)\n");
+	return 0;
+}
+
 void ctl_error_text(const uint8_t *body, size_t len, char *out, size_t outlen)
 {
 	json_t *doc = len ? json_loadb((const char *)body, len, 0, NULL) : NULL;

@@ -57,6 +57,17 @@ check "instance sequence numbers are 0..$((ITER - 1))" \
 check "every rank's exit is after its entry, bytes = 8" \
 	bash -c "json 'all(r[\"exit_ns\"] >= r[\"entry_ns\"] for i in d[\"instances\"] for r in i[\"calls\"]) and all(i[\"bytes\"] == 8 for i in d[\"instances\"])' <'$E2E_TMP/coll.json' | grep -qx True"
 
+# The same through sysomctl, as an SRE reads it.
+ctl jobs >"$E2E_TMP/ctl-jobs.txt"
+check "sysomctl jobs lists $RUN_ID: world 8, 8 ranks" \
+	grep -qE "^$RUN_ID +8 +8 " "$E2E_TMP/ctl-jobs.txt"
+ctl collectives --job "$RUN_ID" --comm "$WORLD" --op AllReduce --limit 100 >"$E2E_TMP/ctl-coll.txt"
+check "sysomctl collectives: $ITER AllReduce rows with 8/8 ranks, each naming the last rank to enter" \
+	test "$(grep -cE '^AllReduce +[0-9]+ +[0-9a-f]{16} +8 +8/8 +[0-9.]+ +rank [0-7] \(' "$E2E_TMP/ctl-coll.txt")" = "$ITER"
+ctl flamegraph --kind gpu-launch --format folded >"$E2E_TMP/ctl-launch.folded"
+check "sysomctl flamegraph --kind gpu-launch shows the kernels" \
+	grep -q '\[gpu\] sim_gemm_bwd [0-9]*$' "$E2E_TMP/ctl-launch.folded"
+
 api "/api/v1/flamegraph?kind=gpu-launch&from=-1h&to=now&format=folded" >"$E2E_TMP/launch.folded"
 FWD=$(awk '/\[gpu\] sim_gemm_fwd [0-9]+$/ { s += $NF } END { print s + 0 }' "$E2E_TMP/launch.folded")
 BWD=$(awk '/\[gpu\] sim_gemm_bwd [0-9]+$/ { s += $NF } END { print s + 0 }' "$E2E_TMP/launch.folded")

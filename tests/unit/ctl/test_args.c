@@ -72,6 +72,16 @@ static void test_urls(void **state)
 	expect_url("flamegraph --from 2026-11-22T10:00:00+02:00 --to=1700000000.5 --format json", NULL,
 		   "http://127.0.0.1:8080/api/v1/flamegraph?format=json&from=2026-11-22T10%3A00%3A00%2B02%3A00"
 		   "&to=1700000000.5");
+	expect_url("flamegraph --kind gpu-launch --format folded", NULL,
+		   "http://127.0.0.1:8080/api/v1/flamegraph?format=folded&kind=gpu-launch");
+	expect_url("jobs", NULL, "http://127.0.0.1:8080/api/v1/jobs");
+	/* The job is a path segment: '/' and spaces are encoded. */
+	expect_url("collectives --job simjob-42", NULL,
+		   "http://127.0.0.1:8080/api/v1/jobs/simjob-42/collectives");
+	expect_url("collectives --job a/b_c --comm 00000000000000ab --op AllReduce --from -5m "
+		   "--limit 20", NULL,
+		   "http://127.0.0.1:8080/api/v1/jobs/a%2Fb%20c/collectives?comm=00000000000000ab"
+		   "&op=AllReduce&from=-5m&limit=20");
 }
 
 static void test_fields(void **state)
@@ -133,6 +143,13 @@ static void test_errors(void **state)
 	expect_error("flamegraph --node", "needs a value");
 	expect_error("--server ftp://x nodes", "not an http");
 	expect_error("--server localhost:8080 nodes", "not an http");
+	expect_error("collectives", "--job is required");
+	expect_error("collectives --job=", "--job is required");
+	expect_error("collectives --job j --limit 10001", "limit");
+	expect_error("collectives --job j --format folded", "table, json");
+	expect_error("collectives --job j --pid 3", "unknown flag '--pid'");
+	expect_error("jobs --job j", "unknown flag '--job'");
+	expect_error("flamegraph --kind gpu", "not cpu or gpu-launch");
 }
 
 static void test_help(void **state)

@@ -217,6 +217,38 @@ static void test_tables(void **state)
 	assert_non_null(strstr(out, "        13      4242  python3           gpu-1                 python3 train.py\n"));
 	free(out);
 	free(render(ctl_processes_render, "[]", -EINVAL));
+
+	out = render(ctl_jobs_render,
+		     "{\"jobs\":[{\"job\":\"simjob-7\",\"world_size\":8,\"ranks\":8,\"processes\":8,"
+		     "\"nodes\":2,\"first_seen\":\"x\",\"last_seen\":\"2026-11-22T10:00:00.000Z\"}]}", 0);
+	assert_non_null(strstr(out, "JOB"));
+	assert_non_null(strstr(out, "simjob-7                               8       8          8      2  "
+				    "2026-11-22T10:00:00.000Z\n"));
+	free(out);
+	out = render(ctl_jobs_render, "{\"jobs\":[]}", 0);
+	assert_non_null(strstr(out, "no training jobs"));
+	free(out);
+	free(render(ctl_jobs_render, "{}", -EINVAL));
+
+	/* The last rank to enter is the one the others waited for; skew in ms. */
+	out = render(ctl_collectives_render,
+		     "{\"instances\":[{\"op\":\"AllReduce\",\"seq\":5,\"comm\":\"00000000000000ab\","
+		     "\"bytes\":4096,\"nranks\":2,\"ranks_seen\":2,\"complete\":true,"
+		     "\"skew_ns\":2500000,\"calls\":["
+		     "{\"rank\":0,\"hostname\":\"gpu-1\",\"pid\":100,\"entry_ns\":1000},"
+		     "{\"rank\":1,\"hostname\":\"gpu-2\",\"pid\":200,\"entry_ns\":2501000}]},"
+		     "{\"op\":\"Broadcast\",\"seq\":0,\"comm\":\"00000000000000cd\",\"bytes\":8,"
+		     "\"nranks\":null,\"ranks_seen\":0,\"complete\":false,\"skew_ns\":0,\"calls\":["
+		     "{\"rank\":null,\"hostname\":\"gpu-3\",\"pid\":300,\"entry_ns\":5}]}],"
+		     "\"truncated\":true}", 0);
+	assert_non_null(strstr(out, "LAST TO ENTER"));
+	assert_non_null(strstr(out, "AllReduce              5  00000000000000ab          4096        2/2"
+				    "       2.500  rank 1 (gpu-2 pid 200)\n"));
+	assert_non_null(strstr(out, "0/?"));
+	assert_non_null(strstr(out, "gpu-3 pid 300  [incomplete]\n"));
+	assert_non_null(strstr(out, "truncated"));
+	free(out);
+	free(render(ctl_collectives_render, "{\"instances\":[{\"calls\":3}]}", -EINVAL));
 }
 
 static void test_error_text(void **state)
