@@ -3,6 +3,8 @@
 #include "common/wire.h"
 
 #include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +26,9 @@ const struct sysom_wire_limits sysom_wire_default_limits = {
 	.max_communicators = 1u << 18,
 	.max_nccl_calls = 1u << 22,
 	.max_launches = 1u << 20,
+	.max_gpu_kernels = 1u << 18,
+	.max_nccl_profiles = 1u << 18,
+	.max_nccl_links = 1u << 18,
 };
 
 static const char *const counter_names[SYSOM_COUNTER_MAX] = {
@@ -67,6 +72,16 @@ static const char *const counter_names[SYSOM_COUNTER_MAX] = {
 	[SYSOM_COUNTER_GPU_ATTACH_ERRORS] = "gpu_attach_errors",
 	[SYSOM_COUNTER_KERNEL_NAMES] = "gpu_kernel_names",
 	[SYSOM_COUNTER_LAUNCH_TRACED_MS] = "gpu_launch_traced_ms",
+	[SYSOM_COUNTER_CHANNEL_RECORDS] = "channel_records",
+	[SYSOM_COUNTER_CHANNEL_REJECTED] = "channel_rejected",
+	[SYSOM_COUNTER_PROFILER_EVENTS] = "nccl_profiler_events",
+	[SYSOM_COUNTER_PROFILER_DROPPED] = "nccl_profiler_dropped",
+	[SYSOM_COUNTER_PROFILER_ORPHANS] = "nccl_profiler_orphans",
+	[SYSOM_COUNTER_PROFILER_FORCED] = "nccl_profiler_forced_closes",
+	[SYSOM_COUNTER_COMPONENT_SEND_DROPS] = "component_send_drops",
+	[SYSOM_COUNTER_CUPTI_RECORDS] = "cupti_records",
+	[SYSOM_COUNTER_CUPTI_DROPPED] = "cupti_dropped",
+	[SYSOM_COUNTER_GPU_STATS_DROPPED] = "gpu_stats_dropped",
 };
 
 static const char *const nccl_op_names[SYSOM_NCCL_OP_MAX + 1] = {
@@ -129,6 +144,9 @@ struct batch_dedup {
 	struct hash_index stacks;
 	struct hash_index samples;
 	struct hash_index launches;
+	struct hash_index gpu_kernels;
+	struct hash_index nccl_profiles;
+	struct hash_index nccl_links;
 };
 
 /* Grows an array to hold at least `need` elements (doubling). */
@@ -176,6 +194,9 @@ void sysom_batch_free(struct sysom_batch *b)
 		hash_index_free(&b->dedup->stacks);
 		hash_index_free(&b->dedup->samples);
 		hash_index_free(&b->dedup->launches);
+		hash_index_free(&b->dedup->gpu_kernels);
+		hash_index_free(&b->dedup->nccl_profiles);
+		hash_index_free(&b->dedup->nccl_links);
 		free(b->dedup);
 	}
 	free(b->string_data);
@@ -191,6 +212,9 @@ void sysom_batch_free(struct sysom_batch *b)
 	free(b->communicators);
 	free(b->nccl_calls);
 	free(b->launches);
+	free(b->gpu_kernels);
+	free(b->nccl_profiles);
+	free(b->nccl_links);
 	memset(b, 0, sizeof(*b));
 }
 
@@ -639,6 +663,250 @@ int sysom_batch_add_launch(struct sysom_batch *b, const struct sysom_launch *l)
 	return 0;
 }
 
+/* ---- GPU-side timing (minor 2) ------------------------------------------------------------ */
+
+static bool string_ok(const struct sysom_batch *b, uint32_t idx)
+{
+	return idx < b->string_count;
+}
+
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+const char *sysom_gpu_kernel_problem(const struct sysom_batch *b, const struct sysom_gpu_kernel *k)
+{
+	uint64_t in_buckets = 0;
+
+	if (k->process >= b->process_count)
+		return "process out of range";
+	if (!string_ok(b, k->name) || k->name == 0)
+		return "kernel name missing or out of range";
+	if (k->count == 0)
+		return "zero count";
+	if (k->min_ns > k->max_ns || k->max_ns > k->total_ns)
+		return "min > max or max > total";
+	for (int i = 0; i < SYSOM_GPU_HIST_BUCKETS; i++)
+		in_buckets += k->hist[i];
+	if (in_buckets > k->count)
+		return "histogram holds more executions than count";
+	return NULL;
+}
+
+const char *sysom_nccl_profile_problem(const struct sysom_batch *b,
+				       const struct sysom_nccl_profile *p)
+{
+	if (p->process >= b->process_count)
+		return "process out of range";
+	if (p->comm_id == 0)
+		return "comm_id 0";
+	if (p->nranks < 1 || p->rank < 0 || p->rank >= p->nranks)
+		return "rank outside [0, nranks)";
+	if (p->peer < -1 || p->peer >= p->nranks)
+		return "peer outside [-1, nranks)";
+	if (!string_ok(b, p->comm_name) || !string_ok(b, p->func) || p->func == 0 ||
+	    !string_ok(b, p->algo) || !string_ok(b, p->proto) || !string_ok(b, p->datatype))
+		return "string out of range (or func empty)";
+	if (p->count == 0)
+		return "zero count";
+	if (p->kernel_timed > p->count || p->span_timed > p->count)
+		return "more timed operations than operations";
+	if (p->kernel_timed && p->kernel_ns_min > p->kernel_ns_max)
+		return "kernel_ns_min > kernel_ns_max";
+	if (p->first_seq > p->last_seq)
+		return "first_seq > last_seq";
+	return NULL;
+}
+
+const char *sysom_nccl_link_problem(const struct sysom_batch *b, const struct sysom_nccl_link *l)
+{
+	const double sums[] = { l->sx, l->sy, l->sxx, l->sxy, l->syy };
+
+	if (l->process >= b->process_count)
+		return "process out of range";
+	if (l->comm_id == 0)
+		return "comm_id 0";
+	if (l->rank < 0 || l->peer < 0 || l->channel < -1)
+		return "negative rank, peer or channel";
+	if (l->transfers == 0)
+		return "zero transfers";
+	for (size_t i = 0; i < sizeof(sums) / sizeof(sums[0]); i++)
+		if (!isfinite(sums[i]))
+			return "sufficient statistic not finite";
+	if (isinf(l->min_latency_ns) || isinf(l->min_bytes_per_ns) || isinf(l->min_r2))
+		return "MIN-mode fit infinite";
+	return NULL;
+}
+
+struct row_key {
+	const struct sysom_batch *b;
+	const void *row;
+};
+
+static bool gpu_kernel_eq(const void *ctx, uint32_t idx)
+{
+	const struct row_key *k = ctx;
+	const struct sysom_gpu_kernel *a = &k->b->gpu_kernels[idx], *n = k->row;
+
+	return a->process == n->process && a->name == n->name && a->device == n->device &&
+	       a->stream == n->stream;
+}
+
+int sysom_batch_add_gpu_kernel(struct sysom_batch *b, const struct sysom_gpu_kernel *k)
+{
+	struct row_key key = { b, k };
+	uint32_t found;
+	uint64_t h;
+	int err;
+
+	if (!b->dedup || sysom_gpu_kernel_problem(b, k))
+		return -EINVAL;
+	h = sysom_hash_mix(sysom_hash_mix(k->process, k->name),
+			   sysom_hash_mix(k->device, k->stream));
+	found = hash_index_find(&b->dedup->gpu_kernels, h, gpu_kernel_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		struct sysom_gpu_kernel *o = &b->gpu_kernels[found];
+
+		o->count = add_sat(o->count, k->count);
+		o->total_ns = add_sat(o->total_ns, k->total_ns);
+		o->min_ns = k->min_ns < o->min_ns ? k->min_ns : o->min_ns;
+		o->max_ns = k->max_ns > o->max_ns ? k->max_ns : o->max_ns;
+		for (int i = 0; i < SYSOM_GPU_HIST_BUCKETS; i++)
+			o->hist[i] = o->hist[i] > UINT32_MAX - k->hist[i] ? UINT32_MAX
+									  : o->hist[i] + k->hist[i];
+		return 0;
+	}
+	if ((err = GROW(b->gpu_kernels, b->gpu_kernel_cap, b->gpu_kernel_count + 1)))
+		return err;
+	b->gpu_kernels[b->gpu_kernel_count] = *k;
+	if ((err = hash_index_insert(&b->dedup->gpu_kernels, h, b->gpu_kernel_count)))
+		return err;
+	b->gpu_kernel_count++;
+	return 0;
+}
+
+static bool nccl_profile_eq(const void *ctx, uint32_t idx)
+{
+	const struct row_key *k = ctx;
+	const struct sysom_nccl_profile *a = &k->b->nccl_profiles[idx], *n = k->row;
+
+	return a->process == n->process && a->comm_id == n->comm_id && a->func == n->func &&
+	       a->algo == n->algo && a->proto == n->proto && a->datatype == n->datatype &&
+	       a->peer == n->peer;
+}
+
+int sysom_batch_add_nccl_profile(struct sysom_batch *b, const struct sysom_nccl_profile *p)
+{
+	struct row_key key = { b, p };
+	uint32_t found;
+	uint64_t h;
+	int err;
+
+	if (!b->dedup || sysom_nccl_profile_problem(b, p))
+		return -EINVAL;
+	h = sysom_hash_mix(sysom_hash_mix(p->process, p->comm_id),
+			   sysom_hash_mix((uint64_t)p->func << 32 | p->algo,
+					  sysom_hash_mix((uint64_t)p->proto << 32 | p->datatype,
+							 (uint32_t)p->peer)));
+	found = hash_index_find(&b->dedup->nccl_profiles, h, nccl_profile_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		struct sysom_nccl_profile *o = &b->nccl_profiles[found];
+
+		if (p->kernel_timed) {
+			o->kernel_ns_min = !o->kernel_timed || p->kernel_ns_min < o->kernel_ns_min
+						   ? p->kernel_ns_min : o->kernel_ns_min;
+			o->kernel_ns_max = p->kernel_ns_max > o->kernel_ns_max ? p->kernel_ns_max
+									      : o->kernel_ns_max;
+		}
+		o->first_seq = p->first_seq < o->first_seq ? p->first_seq : o->first_seq;
+		o->last_seq = p->last_seq > o->last_seq ? p->last_seq : o->last_seq;
+		o->nchannels = p->nchannels > o->nchannels ? p->nchannels : o->nchannels;
+		if (p->comm_name)
+			o->comm_name = p->comm_name;
+		o->count = add_sat(o->count, p->count);
+		o->bytes = add_sat(o->bytes, p->bytes);
+		o->kernel_timed = add_sat(o->kernel_timed, p->kernel_timed);
+		o->kernel_ns_total = add_sat(o->kernel_ns_total, p->kernel_ns_total);
+		o->span_timed = add_sat(o->span_timed, p->span_timed);
+		o->span_ns_total = add_sat(o->span_ns_total, p->span_ns_total);
+		o->enqueue_ns_total = add_sat(o->enqueue_ns_total, p->enqueue_ns_total);
+		o->transfers = add_sat(o->transfers, p->transfers);
+		o->transfer_bytes = add_sat(o->transfer_bytes, p->transfer_bytes);
+		/* Saturation could break the invariants the decoder checks: clamp. */
+		if (o->kernel_timed > o->count)
+			o->kernel_timed = o->count;
+		if (o->span_timed > o->count)
+			o->span_timed = o->count;
+		return 0;
+	}
+	if ((err = GROW(b->nccl_profiles, b->nccl_profile_cap, b->nccl_profile_count + 1)))
+		return err;
+	b->nccl_profiles[b->nccl_profile_count] = *p;
+	if ((err = hash_index_insert(&b->dedup->nccl_profiles, h, b->nccl_profile_count)))
+		return err;
+	b->nccl_profile_count++;
+	return 0;
+}
+
+static bool nccl_link_eq(const void *ctx, uint32_t idx)
+{
+	const struct row_key *k = ctx;
+	const struct sysom_nccl_link *a = &k->b->nccl_links[idx], *n = k->row;
+
+	return a->process == n->process && a->comm_id == n->comm_id && a->peer == n->peer &&
+	       a->channel == n->channel;
+}
+
+/* Adds finite sums; a sum that overflows to infinity keeps the largest finite value. */
+static double add_finite(double a, double b)
+{
+	double s = a + b;
+
+	return isfinite(s) ? s : (s > 0 ? DBL_MAX : -DBL_MAX);
+}
+
+int sysom_batch_add_nccl_link(struct sysom_batch *b, const struct sysom_nccl_link *l)
+{
+	struct row_key key = { b, l };
+	uint32_t found;
+	uint64_t h;
+	int err;
+
+	if (!b->dedup || sysom_nccl_link_problem(b, l))
+		return -EINVAL;
+	h = sysom_hash_mix(sysom_hash_mix(l->process, l->comm_id),
+			   (uint64_t)(uint32_t)l->peer << 32 | (uint32_t)l->channel);
+	found = hash_index_find(&b->dedup->nccl_links, h, nccl_link_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		struct sysom_nccl_link *o = &b->nccl_links[found];
+
+		o->rank = l->rank;
+		o->transfers = add_sat(o->transfers, l->transfers);
+		o->bytes = add_sat(o->bytes, l->bytes);
+		o->time_ns_total = add_sat(o->time_ns_total, l->time_ns_total);
+		o->sx = add_finite(o->sx, l->sx);
+		o->sy = add_finite(o->sy, l->sy);
+		o->sxx = add_finite(o->sxx, l->sxx);
+		o->sxy = add_finite(o->sxy, l->sxy);
+		o->syy = add_finite(o->syy, l->syy);
+		if (l->min_points > o->min_points) {
+			o->min_latency_ns = l->min_latency_ns;
+			o->min_bytes_per_ns = l->min_bytes_per_ns;
+			o->min_r2 = l->min_r2;
+			o->min_points = l->min_points;
+		}
+		return 0;
+	}
+	if ((err = GROW(b->nccl_links, b->nccl_link_cap, b->nccl_link_count + 1)))
+		return err;
+	b->nccl_links[b->nccl_link_count] = *l;
+	if ((err = hash_index_insert(&b->dedup->nccl_links, h, b->nccl_link_count)))
+		return err;
+	b->nccl_link_count++;
+	return 0;
+}
+
 /* ---- encoder ------------------------------------------------------------------------------ */
 
 struct section_entry {
@@ -851,6 +1119,91 @@ static void encode_launches(const struct sysom_batch *b, struct byte_buf *out)
 	}
 }
 
+static void encode_gpu_kernels(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->gpu_kernel_count; i++) {
+		const struct sysom_gpu_kernel *k = &b->gpu_kernels[i];
+
+		byte_buf_put_u32(out, k->process);
+		byte_buf_put_u32(out, k->name);
+		byte_buf_put_u32(out, k->device);
+		byte_buf_put_u32(out, 0);
+		byte_buf_put_u64(out, k->stream);
+		byte_buf_put_u64(out, k->count);
+		byte_buf_put_u64(out, k->total_ns);
+		byte_buf_put_u64(out, k->min_ns);
+		byte_buf_put_u64(out, k->max_ns);
+		for (int j = 0; j < SYSOM_GPU_HIST_BUCKETS; j++)
+			byte_buf_put_u32(out, k->hist[j]);
+	}
+}
+
+static void encode_nccl_profiles(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->nccl_profile_count; i++) {
+		const struct sysom_nccl_profile *p = &b->nccl_profiles[i];
+
+		byte_buf_put_u32(out, p->process);
+		byte_buf_put_u32(out, (uint32_t)p->rank);
+		byte_buf_put_u64(out, p->comm_id);
+		byte_buf_put_u32(out, p->comm_name);
+		byte_buf_put_u32(out, (uint32_t)p->nranks);
+		byte_buf_put_u32(out, p->func);
+		byte_buf_put_u32(out, p->algo);
+		byte_buf_put_u32(out, p->proto);
+		byte_buf_put_u32(out, p->datatype);
+		byte_buf_put_u32(out, (uint32_t)p->peer);
+		byte_buf_put_u32(out, p->nchannels);
+		byte_buf_put_u64(out, p->count);
+		byte_buf_put_u64(out, p->bytes);
+		byte_buf_put_u64(out, p->kernel_timed);
+		byte_buf_put_u64(out, p->kernel_ns_total);
+		byte_buf_put_u64(out, p->kernel_ns_min);
+		byte_buf_put_u64(out, p->kernel_ns_max);
+		byte_buf_put_u64(out, p->span_timed);
+		byte_buf_put_u64(out, p->span_ns_total);
+		byte_buf_put_u64(out, p->enqueue_ns_total);
+		byte_buf_put_u64(out, p->transfers);
+		byte_buf_put_u64(out, p->transfer_bytes);
+		byte_buf_put_u64(out, p->first_seq);
+		byte_buf_put_u64(out, p->last_seq);
+	}
+}
+
+static void put_double(struct byte_buf *out, double v)
+{
+	uint64_t bits;
+
+	memcpy(&bits, &v, sizeof(bits));
+	byte_buf_put_u64(out, bits);
+}
+
+static void encode_nccl_links(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->nccl_link_count; i++) {
+		const struct sysom_nccl_link *l = &b->nccl_links[i];
+
+		byte_buf_put_u32(out, l->process);
+		byte_buf_put_u32(out, (uint32_t)l->rank);
+		byte_buf_put_u64(out, l->comm_id);
+		byte_buf_put_u32(out, (uint32_t)l->peer);
+		byte_buf_put_u32(out, (uint32_t)l->channel);
+		byte_buf_put_u64(out, l->transfers);
+		byte_buf_put_u64(out, l->bytes);
+		byte_buf_put_u64(out, l->time_ns_total);
+		put_double(out, l->sx);
+		put_double(out, l->sy);
+		put_double(out, l->sxx);
+		put_double(out, l->sxy);
+		put_double(out, l->syy);
+		put_double(out, l->min_latency_ns);
+		put_double(out, l->min_bytes_per_ns);
+		put_double(out, l->min_r2);
+		byte_buf_put_u32(out, l->min_points);
+		byte_buf_put_u32(out, 0);
+	}
+}
+
 int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 {
 	static const struct {
@@ -869,6 +1222,9 @@ int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 		{ SYSOM_SECTION_COMMUNICATORS, encode_communicators },
 		{ SYSOM_SECTION_NCCL_CALLS, encode_nccl_calls },
 		{ SYSOM_SECTION_LAUNCHES, encode_launches },
+		{ SYSOM_SECTION_GPU_KERNELS, encode_gpu_kernels },
+		{ SYSOM_SECTION_NCCL_PROFILES, encode_nccl_profiles },
+		{ SYSOM_SECTION_NCCL_LINKS, encode_nccl_links },
 	};
 	const size_t nsections = sizeof(order) / sizeof(order[0]);
 	struct section_entry entries[sizeof(order) / sizeof(order[0])];
@@ -904,6 +1260,9 @@ int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 	entries[9].count = b->communicator_count;
 	entries[10].count = b->nccl_call_count;
 	entries[11].count = b->launch_count;
+	entries[12].count = b->gpu_kernel_count;
+	entries[13].count = b->nccl_profile_count;
+	entries[14].count = b->nccl_link_count;
 
 	header = out->data + base; /* the buffer may have moved */
 	memcpy(header, SYSOM_WIRE_MAGIC, 4);

@@ -39,7 +39,8 @@
  */
 #define SYSOM_WIRE_MAGIC "SYSB"
 #define SYSOM_WIRE_MAJOR 1
-#define SYSOM_WIRE_MINOR 1 /* 1.1 added JOB_RANKS, COMMUNICATORS, NCCL_CALLS, LAUNCHES */
+#define SYSOM_WIRE_MINOR 2 /* 1.1 added JOB_RANKS, COMMUNICATORS, NCCL_CALLS, LAUNCHES;
+			     * 1.2 GPU_KERNELS, NCCL_PROFILES, NCCL_LINKS */
 #define SYSOM_WIRE_HEADER_SIZE 64
 #define SYSOM_WIRE_SECTION_ENTRY_SIZE 16
 #define SYSOM_WIRE_MAX_SECTIONS 64
@@ -61,7 +62,11 @@ enum sysom_section_type {
 	SYSOM_SECTION_COMMUNICATORS = 10, /* 72-byte records: NCCL communicators per process */
 	SYSOM_SECTION_NCCL_CALLS = 11,   /* 80-byte records: one per traced NCCL API call */
 	SYSOM_SECTION_LAUNCHES = 12,     /* 64-byte records: kernel launches per (kernel, stack) */
-	SYSOM_SECTION_TYPE_MAX = SYSOM_SECTION_LAUNCHES,
+	/* Minor 2: GPU-side timing from in-process components (docs/channel-records.md). */
+	SYSOM_SECTION_GPU_KERNELS = 13,   /* 136-byte records: GPU kernel time per (kernel, stream) */
+	SYSOM_SECTION_NCCL_PROFILES = 14, /* 152-byte records: NCCL profiler plugin per operation kind */
+	SYSOM_SECTION_NCCL_LINKS = 15,    /* 120-byte records: rank-to-rank transfer statistics */
+	SYSOM_SECTION_TYPE_MAX = SYSOM_SECTION_NCCL_LINKS,
 };
 
 #define SYSOM_NODE_RECORD_SIZE 64
@@ -76,6 +81,9 @@ enum sysom_section_type {
 #define SYSOM_COMMUNICATOR_RECORD_SIZE 72
 #define SYSOM_NCCL_CALL_RECORD_SIZE 80
 #define SYSOM_LAUNCH_RECORD_SIZE 64
+#define SYSOM_GPU_KERNEL_RECORD_SIZE 136
+#define SYSOM_NCCL_PROFILE_RECORD_SIZE 152
+#define SYSOM_NCCL_LINK_RECORD_SIZE 120
 
 /* What an object (the thing a frame's offset is relative to) is. */
 enum sysom_object_kind {
@@ -150,6 +158,17 @@ enum sysom_counter_id {
 	SYSOM_COUNTER_KERNEL_NAMES = 39,       /* kernel names learnt (function handle → name) */
 	SYSOM_COUNTER_LAUNCH_TRACED_MS = 40,   /* ms the launch probes were attached (duty cycle):
 						* LAUNCHES counts cover this much of the window */
+	/* In-process components over the agent's socket (minor 2). */
+	SYSOM_COUNTER_CHANNEL_RECORDS = 41,     /* telemetry records accepted from components */
+	SYSOM_COUNTER_CHANNEL_REJECTED = 42,    /* telemetry records rejected as malformed */
+	SYSOM_COUNTER_PROFILER_EVENTS = 43,     /* NCCL profiler plugin events recorded */
+	SYSOM_COUNTER_PROFILER_DROPPED = 44,    /* ... dropped: every window full or closed */
+	SYSOM_COUNTER_PROFILER_ORPHANS = 45,    /* ... whose parent's window was already processed */
+	SYSOM_COUNTER_PROFILER_FORCED = 46,     /* windows processed with operations still open */
+	SYSOM_COUNTER_COMPONENT_SEND_DROPS = 47, /* records components could not send (agent busy) */
+	SYSOM_COUNTER_CUPTI_RECORDS = 48,       /* CUPTI kernel activity records folded */
+	SYSOM_COUNTER_CUPTI_DROPPED = 49,       /* CUPTI records dropped (CUPTI or table full) */
+	SYSOM_COUNTER_GPU_STATS_DROPPED = 50,   /* GPU/NCCL statistics rows dropped: batch limit */
 	SYSOM_COUNTER_MAX = 64,
 };
 
@@ -360,6 +379,74 @@ struct sysom_launch {
 	uint16_t flags;        /* SYSOM_LAUNCH_* */
 };
 
+#define SYSOM_GPU_HIST_BUCKETS 20 /* bucket 0: < 1 µs; i: [2^(i-1), 2^i) µs; 19: >= 2^18 µs */
+
+/* GPU_KERNELS record (136 bytes): GPU execution time of one kernel name on one device and
+ * stream, from a CUPTI activity library (or the simulated job's fake CUDA). Rows are unique
+ * per (process, name, device, stream). */
+struct sysom_gpu_kernel {
+	uint32_t process;
+	uint32_t name;       /* string: kernel name as CUPTI reports it (mangled), not "" */
+	uint32_t device;     /* CUDA device ordinal */
+	uint64_t stream;     /* CUPTI stream id */
+	uint64_t count;      /* >= 1 kernel executions */
+	uint64_t total_ns;   /* sum of end - start */
+	uint64_t min_ns;     /* <= max_ns */
+	uint64_t max_ns;
+	uint32_t hist[SYSOM_GPU_HIST_BUCKETS]; /* executions per duration bucket; sum <= count (a bucket saturates) */
+};
+
+/* NCCL_PROFILES record (152 bytes): what the NCCL profiler plugin measured for one kind of
+ * operation of one communicator in one process. Rows are unique per (process, comm_id, func,
+ * algo, proto, datatype, peer). Collectives have peer -1; Send/Recv have a peer and "" algo. */
+struct sysom_nccl_profile {
+	uint32_t process;
+	int32_t rank;           /* rank in the communicator */
+	uint64_t comm_id;       /* the commId NCCL gives the plugin (its commHash), != 0 */
+	uint32_t comm_name;     /* string: NCCL_COMM_NAME / config.commName, "" none */
+	int32_t nranks;         /* >= 1 */
+	uint32_t func;          /* string: "AllReduce", "Send", ... not "" */
+	uint32_t algo;          /* string: "Ring", "Tree", ... "" for P2P */
+	uint32_t proto;         /* string: "LL", "LL128", "Simple", "" */
+	uint32_t datatype;      /* string: "ncclFloat32", ... */
+	int32_t peer;           /* P2P peer rank, -1 for collectives */
+	uint32_t nchannels;     /* most channels one operation used */
+	uint64_t count;         /* operations, >= 1 */
+	uint64_t bytes;         /* sum of element count x datatype size */
+	uint64_t kernel_timed;  /* operations with GPU kernel timing (KernelCh), <= count */
+	uint64_t kernel_ns_total; /* GPU time: first channel start → last channel stop (GPU clock) */
+	uint64_t kernel_ns_min;   /* 0 when kernel_timed == 0 */
+	uint64_t kernel_ns_max;
+	uint64_t span_timed;    /* operations timed through the proxy, <= count */
+	uint64_t span_ns_total; /* CPU clock: operation start → last ProxyOp stop */
+	uint64_t enqueue_ns_total; /* CPU clock: operation start → stop (enqueue only) */
+	uint64_t transfers;     /* network transfer steps (ProxyStep in SendWait) */
+	uint64_t transfer_bytes;
+	uint64_t first_seq;     /* NCCL seqNumber range of the operations (P2P: 0) */
+	uint64_t last_seq;      /* >= first_seq */
+};
+
+/* NCCL_LINKS record (120 bytes): sends from one rank to a peer rank over one channel (or all,
+ * channel -1), with the sufficient statistics of the least-squares fit time = latency +
+ * bytes / bandwidth over every transfer (x = bytes, y = ns), which add across windows, and
+ * the plugin's fit through the fastest transfer per size ("MIN" mode). Rows are unique per
+ * (process, comm_id, peer, channel). */
+struct sysom_nccl_link {
+	uint32_t process;
+	int32_t rank;        /* sending rank */
+	uint64_t comm_id;
+	int32_t peer;        /* receiving rank, >= 0 */
+	int32_t channel;     /* -1: all channels */
+	uint64_t transfers;  /* >= 1 */
+	uint64_t bytes;
+	uint64_t time_ns_total;
+	double sx, sy, sxx, sxy, syy; /* finite; n = transfers */
+	double min_latency_ns;        /* MIN-mode fit; NaN when fewer than 2 distinct sizes */
+	double min_bytes_per_ns;
+	double min_r2;
+	uint32_t min_points;          /* distinct sizes in the MIN-mode fit */
+};
+
 /* Decoder limits: everything a peer controls is bounded. */
 struct sysom_wire_limits {
 	uint32_t max_strings;
@@ -376,6 +463,9 @@ struct sysom_wire_limits {
 	uint32_t max_communicators;
 	uint32_t max_nccl_calls;
 	uint32_t max_launches;
+	uint32_t max_gpu_kernels;
+	uint32_t max_nccl_profiles;
+	uint32_t max_nccl_links;
 };
 
 /* The defaults: generous for one node's 30 s window, small enough to bound server memory. */
@@ -431,6 +521,12 @@ struct sysom_batch {
 	uint32_t nccl_call_count, nccl_call_cap;
 	struct sysom_launch *launches;
 	uint32_t launch_count, launch_cap;
+	struct sysom_gpu_kernel *gpu_kernels;
+	uint32_t gpu_kernel_count, gpu_kernel_cap;
+	struct sysom_nccl_profile *nccl_profiles;
+	uint32_t nccl_profile_count, nccl_profile_cap;
+	struct sysom_nccl_link *nccl_links;
+	uint32_t nccl_link_count, nccl_link_cap;
 
 	struct batch_dedup *dedup; /* builder indexes; NULL in decoded batches */
 };
@@ -471,6 +567,16 @@ int sysom_batch_add_nccl_call(struct sysom_batch *b, const struct sysom_nccl_cal
 /* Adds l->count to the row with the same (process, function, stacks), taking the name when
  * the row has none and the last launch's dimensions. */
 int sysom_batch_add_launch(struct sysom_batch *b, const struct sysom_launch *l);
+
+/* Merges into the row with the same (process, name, device, stream): counts, totals and
+ * histogram add, min/max combine. -EINVAL for what the decoder would reject. */
+int sysom_batch_add_gpu_kernel(struct sysom_batch *b, const struct sysom_gpu_kernel *k);
+/* Merges into the row with the same (process, comm_id, func, algo, proto, datatype, peer):
+ * sums add, min/max and the seq range combine, nchannels takes the larger. -EINVAL as above. */
+int sysom_batch_add_nccl_profile(struct sysom_batch *b, const struct sysom_nccl_profile *p);
+/* Merges into the row with the same (process, comm_id, peer, channel): counts and sufficient
+ * statistics add; the MIN-mode fit with more points wins. -EINVAL as above. */
+int sysom_batch_add_nccl_link(struct sysom_batch *b, const struct sysom_nccl_link *l);
 
 /* Frames of stack `idx` (borrowed). */
 static inline const struct sysom_frame *sysom_batch_stack_frames(const struct sysom_batch *b,

@@ -69,6 +69,12 @@ static const char *section_name(uint16_t type)
 		return "NCCL_CALLS";
 	case SYSOM_SECTION_LAUNCHES:
 		return "LAUNCHES";
+	case SYSOM_SECTION_GPU_KERNELS:
+		return "GPU_KERNELS";
+	case SYSOM_SECTION_NCCL_PROFILES:
+		return "NCCL_PROFILES";
+	case SYSOM_SECTION_NCCL_LINKS:
+		return "NCCL_LINKS";
 	}
 	return "unknown";
 }
@@ -690,6 +696,139 @@ static int decode_launches(struct decoder *d, const struct section *s)
 	return 0;
 }
 
+static int decode_gpu_kernels(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_gpu_kernels, SYSOM_GPU_KERNEL_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->gpu_kernels, &b->gpu_kernel_cap, s->count,
+			       sizeof(*b->gpu_kernels))))
+		return err;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_GPU_KERNEL_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_gpu_kernel *o = &b->gpu_kernels[i];
+		const char *problem;
+
+		o->process = load_le32(p);
+		o->name = load_le32(p + 4);
+		o->device = load_le32(p + 8);
+		o->stream = load_le64(p + 16);
+		o->count = load_le64(p + 24);
+		o->total_ns = load_le64(p + 32);
+		o->min_ns = load_le64(p + 40);
+		o->max_ns = load_le64(p + 48);
+		for (int k = 0; k < SYSOM_GPU_HIST_BUCKETS; k++)
+			o->hist[k] = load_le32(p + 56 + 4 * k);
+		if (load_le32(p + 12))
+			return CORRUPT(d, at + 12, "GPU_KERNELS record %u: reserved field is not zero",
+				       i);
+		if ((problem = sysom_gpu_kernel_problem(b, o)))
+			return CORRUPT(d, at, "GPU_KERNELS record %u: %s", i, problem);
+		b->gpu_kernel_count++;
+	}
+	return 0;
+}
+
+static int decode_nccl_profiles(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_nccl_profiles,
+			       SYSOM_NCCL_PROFILE_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->nccl_profiles, &b->nccl_profile_cap, s->count,
+			       sizeof(*b->nccl_profiles))))
+		return err;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_NCCL_PROFILE_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_nccl_profile *o = &b->nccl_profiles[i];
+		const char *problem;
+
+		o->process = load_le32(p);
+		o->rank = (int32_t)load_le32(p + 4);
+		o->comm_id = load_le64(p + 8);
+		o->comm_name = load_le32(p + 16);
+		o->nranks = (int32_t)load_le32(p + 20);
+		o->func = load_le32(p + 24);
+		o->algo = load_le32(p + 28);
+		o->proto = load_le32(p + 32);
+		o->datatype = load_le32(p + 36);
+		o->peer = (int32_t)load_le32(p + 40);
+		o->nchannels = load_le32(p + 44);
+		o->count = load_le64(p + 48);
+		o->bytes = load_le64(p + 56);
+		o->kernel_timed = load_le64(p + 64);
+		o->kernel_ns_total = load_le64(p + 72);
+		o->kernel_ns_min = load_le64(p + 80);
+		o->kernel_ns_max = load_le64(p + 88);
+		o->span_timed = load_le64(p + 96);
+		o->span_ns_total = load_le64(p + 104);
+		o->enqueue_ns_total = load_le64(p + 112);
+		o->transfers = load_le64(p + 120);
+		o->transfer_bytes = load_le64(p + 128);
+		o->first_seq = load_le64(p + 136);
+		o->last_seq = load_le64(p + 144);
+		if ((problem = sysom_nccl_profile_problem(b, o)))
+			return CORRUPT(d, at, "NCCL_PROFILES record %u: %s", i, problem);
+		b->nccl_profile_count++;
+	}
+	return 0;
+}
+
+static double load_double(const uint8_t *p)
+{
+	uint64_t bits = load_le64(p);
+	double v;
+
+	memcpy(&v, &bits, sizeof(v));
+	return v;
+}
+
+static int decode_nccl_links(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_nccl_links, SYSOM_NCCL_LINK_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->nccl_links, &b->nccl_link_cap, s->count,
+			       sizeof(*b->nccl_links))))
+		return err;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_NCCL_LINK_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_nccl_link *o = &b->nccl_links[i];
+		const char *problem;
+
+		o->process = load_le32(p);
+		o->rank = (int32_t)load_le32(p + 4);
+		o->comm_id = load_le64(p + 8);
+		o->peer = (int32_t)load_le32(p + 16);
+		o->channel = (int32_t)load_le32(p + 20);
+		o->transfers = load_le64(p + 24);
+		o->bytes = load_le64(p + 32);
+		o->time_ns_total = load_le64(p + 40);
+		o->sx = load_double(p + 48);
+		o->sy = load_double(p + 56);
+		o->sxx = load_double(p + 64);
+		o->sxy = load_double(p + 72);
+		o->syy = load_double(p + 80);
+		o->min_latency_ns = load_double(p + 88);
+		o->min_bytes_per_ns = load_double(p + 96);
+		o->min_r2 = load_double(p + 104);
+		o->min_points = load_le32(p + 112);
+		if (load_le32(p + 116))
+			return CORRUPT(d, at + 116, "NCCL_LINKS record %u: reserved field is not zero",
+				       i);
+		if ((problem = sysom_nccl_link_problem(b, o)))
+			return CORRUPT(d, at, "NCCL_LINKS record %u: %s", i, problem);
+		b->nccl_link_count++;
+	}
+	return 0;
+}
+
 static int read_header(struct decoder *d, struct section *sections,
 		       size_t nknown)
 {
@@ -791,6 +930,9 @@ int sysom_batch_decode(const void *data, size_t len, const struct sysom_wire_lim
 		{ SYSOM_SECTION_COMMUNICATORS, decode_communicators },
 		{ SYSOM_SECTION_NCCL_CALLS, decode_nccl_calls },
 		{ SYSOM_SECTION_LAUNCHES, decode_launches },
+		{ SYSOM_SECTION_GPU_KERNELS, decode_gpu_kernels },
+		{ SYSOM_SECTION_NCCL_PROFILES, decode_nccl_profiles },
+		{ SYSOM_SECTION_NCCL_LINKS, decode_nccl_links },
 	};
 	int rc;
 

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Wire codec: round trips, de-duplication, and rejection of truncated/corrupt/oversized input. */
 #include <errno.h>
+#include <math.h>
 #include <setjmp.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -471,7 +473,7 @@ static void test_gpu_round_trip(void **state)
 	(void)state;
 	build_gpu_batch(&b);
 	encode(&b, &buf);
-	assert_int_equal(load_le16(buf.data + 6), 1); /* minor 1 */
+	assert_int_equal(load_le16(buf.data + 6), SYSOM_WIRE_MINOR);
 	if (sysom_batch_decode(buf.data, buf.len, NULL, &d, &err))
 		fail_msg("decode: %s", err.message);
 	assert_int_equal(d.job_rank_count, 1);
@@ -721,7 +723,7 @@ static void test_minor0_batch(void **state)
 	build_sample_batch(&b);
 	encode(&b, &buf);
 	/* The four new sections are last and empty: leave them out of the table. */
-	for (int i = 8; i < 12; i++)
+	for (int i = 8; i < SYSOM_SECTION_TYPE_MAX; i++)
 		assert_int_equal(load_le32(section_entry(&buf, i) + 12), 0);
 	store_le16(buf.data + 6, 0);
 	store_le16(buf.data + 10, 8);
@@ -765,6 +767,254 @@ static void test_gpu_truncation_and_flips(void **state)
 	byte_buf_free(&buf);
 	sysom_batch_free(&b);
 }
+/* ---- minor 2: GPU kernel time, NCCL profiles, NCCL links ---- */
+
+static void build_timing_batch(struct sysom_batch *b)
+{
+	uint32_t kname, comm, func, algo, proto, dtype;
+
+	build_gpu_batch(b);
+	assert_int_equal(sysom_batch_intern_cstring(b, "sim_gemm_fwd", &kname), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, "dp", &comm), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, "AllReduce", &func), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, "Ring", &algo), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, "Simple", &proto), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, "ncclFloat32", &dtype), 0);
+	struct sysom_gpu_kernel k = { .process = 0, .name = kname, .device = 1, .stream = 7,
+				      .count = 3, .total_ns = 6000, .min_ns = 1000, .max_ns = 3000 };
+	k.hist[1] = 1;
+	k.hist[2] = 2;
+	assert_int_equal(sysom_batch_add_gpu_kernel(b, &k), 0);
+	struct sysom_nccl_profile p = { .process = 0, .rank = 3, .comm_id = 0xfeed, .comm_name = comm,
+					.nranks = 8, .func = func, .algo = algo, .proto = proto,
+					.datatype = dtype, .peer = -1, .nchannels = 4, .count = 10,
+					.bytes = 40960, .kernel_timed = 9, .kernel_ns_total = 90000,
+					.kernel_ns_min = 8000, .kernel_ns_max = 12000,
+					.span_timed = 10, .span_ns_total = 150000,
+					.enqueue_ns_total = 5000, .transfers = 70,
+					.transfer_bytes = 286720, .first_seq = 100, .last_seq = 109 };
+	assert_int_equal(sysom_batch_add_nccl_profile(b, &p), 0);
+	struct sysom_nccl_link l = { .process = 0, .rank = 3, .comm_id = 0xfeed, .peer = 4,
+				     .channel = -1, .transfers = 2, .bytes = 3000,
+				     .time_ns_total = 10240, .sx = 3000, .sy = 10240,
+				     .sxx = 5000000, .sxy = 15680000, .syy = 52490000,
+				     .min_latency_ns = 5000, .min_bytes_per_ns = 12.5,
+				     .min_r2 = 1, .min_points = 2 };
+	assert_int_equal(sysom_batch_add_nccl_link(b, &l), 0);
+}
+
+static void test_timing_round_trip(void **state)
+{
+	struct sysom_batch b, d;
+	struct byte_buf buf;
+
+	(void)state;
+	build_timing_batch(&b);
+	encode(&b, &buf);
+	assert_int_equal(load_le16(buf.data + 6), 2);
+	/* SYSOM_WIRE_SEED_DIR=tests/fuzz/corpus/fuzz_wire_decode regenerates the fuzz seed. */
+	if (getenv("SYSOM_WIRE_SEED_DIR")) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/batch-timing-raw", getenv("SYSOM_WIRE_SEED_DIR"));
+		FILE *f = fopen(path, "wb");
+		assert_non_null(f);
+		assert_int_equal(fwrite(buf.data, 1, buf.len, f), buf.len);
+		fclose(f);
+	}
+	assert_int_equal(sysom_batch_decode(buf.data, buf.len, NULL, &d, NULL), 0);
+	assert_int_equal(d.gpu_kernel_count, 1);
+	assert_memory_equal(&d.gpu_kernels[0], &b.gpu_kernels[0], sizeof(d.gpu_kernels[0]));
+	assert_string_equal(sysom_batch_string(&d, d.gpu_kernels[0].name), "sim_gemm_fwd");
+	assert_int_equal(d.nccl_profile_count, 1);
+	assert_memory_equal(&d.nccl_profiles[0], &b.nccl_profiles[0], sizeof(d.nccl_profiles[0]));
+	assert_string_equal(sysom_batch_string(&d, d.nccl_profiles[0].func), "AllReduce");
+	assert_int_equal(d.nccl_link_count, 1);
+	assert_true(d.nccl_links[0].min_bytes_per_ns == 12.5);
+	assert_true(d.nccl_links[0].sxy == 15680000);
+	assert_int_equal(d.nccl_links[0].channel, -1);
+	assert_int_equal(d.nccl_links[0].min_points, 2);
+	sysom_batch_free(&d);
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
+}
+
+/* The builder merges rows with the same key the way the server would add them up. */
+static void test_timing_builder(void **state)
+{
+	struct sysom_batch b;
+
+	(void)state;
+	build_timing_batch(&b);
+	struct sysom_gpu_kernel k = b.gpu_kernels[0];
+	k.count = 1;
+	k.total_ns = k.min_ns = k.max_ns = 500;
+	memset(k.hist, 0, sizeof(k.hist));
+	k.hist[0] = 1;
+	assert_int_equal(sysom_batch_add_gpu_kernel(&b, &k), 0);
+	assert_int_equal(b.gpu_kernel_count, 1);
+	assert_int_equal(b.gpu_kernels[0].count, 4);
+	assert_int_equal(b.gpu_kernels[0].total_ns, 6500);
+	assert_int_equal(b.gpu_kernels[0].min_ns, 500);
+	assert_int_equal(b.gpu_kernels[0].max_ns, 3000);
+	assert_int_equal(b.gpu_kernels[0].hist[0] + b.gpu_kernels[0].hist[2], 3);
+	k.stream = 8; /* another stream: another row */
+	assert_int_equal(sysom_batch_add_gpu_kernel(&b, &k), 0);
+	assert_int_equal(b.gpu_kernel_count, 2);
+
+	struct sysom_nccl_profile p = b.nccl_profiles[0];
+	p.first_seq = 110;
+	p.last_seq = 119;
+	p.kernel_ns_min = 7000;
+	p.nchannels = 2;
+	assert_int_equal(sysom_batch_add_nccl_profile(&b, &p), 0);
+	assert_int_equal(b.nccl_profile_count, 1);
+	assert_int_equal(b.nccl_profiles[0].count, 20);
+	assert_int_equal(b.nccl_profiles[0].kernel_timed, 18);
+	assert_int_equal(b.nccl_profiles[0].kernel_ns_min, 7000);
+	assert_int_equal(b.nccl_profiles[0].nchannels, 4);
+	assert_int_equal(b.nccl_profiles[0].first_seq, 100);
+	assert_int_equal(b.nccl_profiles[0].last_seq, 119);
+	p.peer = 2; /* a P2P row is its own */
+	assert_int_equal(sysom_batch_add_nccl_profile(&b, &p), 0);
+	assert_int_equal(b.nccl_profile_count, 2);
+
+	struct sysom_nccl_link l = b.nccl_links[0];
+	l.min_points = 5;
+	l.min_bytes_per_ns = 20;
+	assert_int_equal(sysom_batch_add_nccl_link(&b, &l), 0);
+	assert_int_equal(b.nccl_link_count, 1);
+	assert_int_equal(b.nccl_links[0].transfers, 4);
+	assert_true(b.nccl_links[0].sxx == 10000000);
+	assert_true(b.nccl_links[0].min_bytes_per_ns == 20);
+	l.min_points = 1;
+	l.min_bytes_per_ns = 99;
+	assert_int_equal(sysom_batch_add_nccl_link(&b, &l), 0);
+	assert_true(b.nccl_links[0].min_bytes_per_ns == 20); /* fewer points: not taken */
+
+	/* What the decoder refuses, the builder refuses. */
+	k = b.gpu_kernels[0];
+	k.name = 0;
+	assert_int_equal(sysom_batch_add_gpu_kernel(&b, &k), -EINVAL);
+	k = b.gpu_kernels[0];
+	k.hist[5] = 1000;
+	assert_int_equal(sysom_batch_add_gpu_kernel(&b, &k), -EINVAL);
+	p = b.nccl_profiles[0];
+	p.rank = 8;
+	assert_int_equal(sysom_batch_add_nccl_profile(&b, &p), -EINVAL);
+	p = b.nccl_profiles[0];
+	p.kernel_timed = p.count + 1;
+	assert_int_equal(sysom_batch_add_nccl_profile(&b, &p), -EINVAL);
+	l = b.nccl_links[0];
+	l.sxy = INFINITY;
+	assert_int_equal(sysom_batch_add_nccl_link(&b, &l), -EINVAL);
+	l = b.nccl_links[0];
+	l.min_latency_ns = NAN; /* no MIN-mode fit: allowed */
+	assert_int_equal(sysom_batch_add_nccl_link(&b, &l), 0);
+	sysom_batch_free(&b);
+}
+
+static void test_timing_corruptions(void **state)
+{
+	struct sysom_batch b;
+	struct byte_buf buf;
+	const uint64_t inf_bits = 0x7ff0000000000000ULL;
+	const struct {
+		uint16_t section;
+		uint32_t at;
+		uint32_t size;
+		uint64_t value;
+		const char *fragment;
+	} cases[] = {
+		{ SYSOM_SECTION_GPU_KERNELS, 0, 4, 1, "process out of range" },
+		{ SYSOM_SECTION_GPU_KERNELS, 4, 4, 0, "kernel name" },
+		{ SYSOM_SECTION_GPU_KERNELS, 4, 4, 9999, "kernel name" },
+		{ SYSOM_SECTION_GPU_KERNELS, 12, 4, 1, "reserved" },
+		{ SYSOM_SECTION_GPU_KERNELS, 24, 8, 0, "zero count" },
+		{ SYSOM_SECTION_GPU_KERNELS, 40, 8, 4000, "min > max" },
+		{ SYSOM_SECTION_GPU_KERNELS, 48, 8, 7000, "max > total" },
+		{ SYSOM_SECTION_GPU_KERNELS, 56, 4, 5, "histogram" },
+		{ SYSOM_SECTION_NCCL_PROFILES, 0, 4, 1, "process out of range" },
+		{ SYSOM_SECTION_NCCL_PROFILES, 4, 4, 8, "rank outside" },
+		{ SYSOM_SECTION_NCCL_PROFILES, 8, 8, 0, "comm_id 0" },
+		{ SYSOM_SECTION_NCCL_PROFILES, 20, 4, 0, "rank outside" },
+		{ SYSOM_SECTION_NCCL_PROFILES, 24, 4, 0, "func empty" },
+		{ SYSOM_SECTION_NCCL_PROFILES, 28, 4, 9999, "string out of range" },
+		{ SYSOM_SECTION_NCCL_PROFILES, 40, 4, 8, "peer outside" },
+		{ SYSOM_SECTION_NCCL_PROFILES, 40, 4, (uint32_t)-2, "peer outside" },
+		{ SYSOM_SECTION_NCCL_PROFILES, 48, 8, 0, "zero count" },
+		{ SYSOM_SECTION_NCCL_PROFILES, 64, 8, 11, "more timed" },
+		{ SYSOM_SECTION_NCCL_PROFILES, 80, 8, 13000, "kernel_ns_min > kernel_ns_max" },
+		{ SYSOM_SECTION_NCCL_PROFILES, 96, 8, 11, "more timed" },
+		{ SYSOM_SECTION_NCCL_PROFILES, 136, 8, 200, "first_seq > last_seq" },
+		{ SYSOM_SECTION_NCCL_LINKS, 0, 4, 1, "process out of range" },
+		{ SYSOM_SECTION_NCCL_LINKS, 4, 4, (uint32_t)-1, "negative" },
+		{ SYSOM_SECTION_NCCL_LINKS, 8, 8, 0, "comm_id 0" },
+		{ SYSOM_SECTION_NCCL_LINKS, 16, 4, (uint32_t)-1, "negative" },
+		{ SYSOM_SECTION_NCCL_LINKS, 20, 4, (uint32_t)-2, "negative" },
+		{ SYSOM_SECTION_NCCL_LINKS, 24, 8, 0, "zero transfers" },
+		{ SYSOM_SECTION_NCCL_LINKS, 72, 8, inf_bits, "not finite" },
+		{ SYSOM_SECTION_NCCL_LINKS, 48, 8, 0x7ff8000000000000ULL, "not finite" },
+		{ SYSOM_SECTION_NCCL_LINKS, 96, 8, inf_bits, "infinite" },
+		{ SYSOM_SECTION_NCCL_LINKS, 116, 4, 1, "reserved" },
+	};
+
+	(void)state;
+	build_timing_batch(&b);
+	encode(&b, &buf);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint8_t *p = buf.data + section_offset(&buf, cases[i].section) + cases[i].at;
+		uint8_t saved[8];
+
+		memcpy(saved, p, cases[i].size);
+		if (cases[i].size == 4)
+			store_le32(p, (uint32_t)cases[i].value);
+		else
+			store_le64(p, cases[i].value);
+		expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, cases[i].fragment);
+		memcpy(p, saved, cases[i].size);
+	}
+	expect_corrupt(buf.data, buf.len, 0, NULL);
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
+}
+
+static void test_timing_limits_and_flips(void **state)
+{
+	struct sysom_batch b, d;
+	struct byte_buf buf;
+	struct sysom_wire_error err;
+	struct sysom_wire_limits limits;
+	uint32_t *fields[] = { &limits.max_gpu_kernels, &limits.max_nccl_profiles,
+			       &limits.max_nccl_links };
+	static const char *const names[] = { "GPU_KERNELS", "NCCL_PROFILES", "NCCL_LINKS" };
+
+	(void)state;
+	build_timing_batch(&b);
+	encode(&b, &buf);
+	for (size_t i = 0; i < 3; i++) {
+		limits = sysom_wire_default_limits;
+		*fields[i] = 0;
+		assert_int_equal(sysom_batch_decode(buf.data, buf.len, &limits, &d, &err), -SYSOM_ELIMIT);
+		if (!strstr(err.message, names[i]) || !strstr(err.message, "limit"))
+			fail_msg("'%s' lacks %s", err.message, names[i]);
+		sysom_batch_free(&d);
+	}
+	for (size_t i = 0; i < buf.len; i++) {
+		buf.data[i] ^= 0x81;
+		int rc = sysom_batch_decode(buf.data, buf.len, NULL, &d, &err);
+		assert_true(rc == 0 || rc == -SYSOM_ECORRUPT || rc == -SYSOM_ELIMIT ||
+			    rc == -SYSOM_EVERSION);
+		for (uint32_t k = 0; rc == 0 && k < d.gpu_kernel_count; k++)
+			assert_true(d.gpu_kernels[k].min_ns <= d.gpu_kernels[k].max_ns);
+		for (uint32_t k = 0; rc == 0 && k < d.nccl_link_count; k++)
+			assert_true(isfinite(d.nccl_links[k].sxy));
+		sysom_batch_free(&d);
+		buf.data[i] ^= 0x81;
+	}
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -783,6 +1033,10 @@ int main(void)
 		cmocka_unit_test(test_gpu_limits),
 		cmocka_unit_test(test_minor0_batch),
 		cmocka_unit_test(test_gpu_truncation_and_flips),
+		cmocka_unit_test(test_timing_round_trip),
+		cmocka_unit_test(test_timing_builder),
+		cmocka_unit_test(test_timing_corruptions),
+		cmocka_unit_test(test_timing_limits_and_flips),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
