@@ -249,8 +249,62 @@ $(CLIENT_SO): $(CLIENT_PIC_OBJS)
 	$(Q)$(CC) -shared -pthread -Wl,-soname,libsysom-client.so.1 -Wl,-z,defs -o $@ $^
 	$(Q)ln -sf libsysom-client.so $(@D)/libsysom-client.so.1
 
+# ---------------------------------------------------------------------------------------------
+# In-process components (plugins/): shared libraries loaded into training processes, built like
+# the client library (libc + libdl only, never sanitized, hidden visibility; each exports only
+# its entry points) and linking the client's telemetry channel. Unit tests in
+# tests/unit/plugins/ link the ordinary (sanitized in SAN=1) objects of every plugin instead.
+#   libnccl-profiler-sysom.so  NCCL profiler plugin (NCCL_PROFILER_PLUGIN=sysom or its path)
+#   libsysom-cupti.so          CUPTI activity library (CUDA_INJECTION64_PATH); needs cupti.h
+
+CUDA_INCLUDE ?= /usr/local/cuda/include
+NCCL_PLUGIN_SRCS := $(wildcard plugins/nccl/*.c)
+NCCL_PLUGIN_SO := $(BUILD)/lib/libnccl-profiler-sysom.so
+CUPTI_PLUGIN_SRCS := $(wildcard plugins/cupti/*.c)
+CUPTI_PLUGIN_SO := $(BUILD)/lib/libsysom-cupti.so
+CHANNEL_SRCS := client/sysom_channel.c
+PLUGIN_OBJS := $(call obj_of,$(NCCL_PLUGIN_SRCS) $(CHANNEL_SRCS))
+PLUGIN_LDLIBS := -ldl -lm
+$(OBJ)/plugins/cupti/%.o $(OBJ)/pic/plugins/cupti/%.o: CPPFLAGS += -isystem $(CUDA_INCLUDE)
+
+$(OBJ)/pic/plugins/%.o: plugins/%.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -D_GNU_SOURCE -I. $(if $(findstring /cupti/,$<),-isystem $(CUDA_INCLUDE)) \
+	    $(CLIENT_CFLAGS) -MMD -MP -c $< -o $@
+
+ifneq ($(NCCL_PLUGIN_SRCS),)
+all: $(NCCL_PLUGIN_SO)
+$(NCCL_PLUGIN_SO): $(patsubst %.c,$(OBJ)/pic/%.o,$(NCCL_PLUGIN_SRCS) $(CHANNEL_SRCS))
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -shared -pthread -Wl,-soname,libnccl-profiler-sysom.so -Wl,-z,defs -o $@ $^ $(PLUGIN_LDLIBS)
+endif
+
+ifneq ($(CUPTI_PLUGIN_SRCS),)
+ifneq ($(wildcard $(CUDA_INCLUDE)/cupti.h),)
+all: $(CUPTI_PLUGIN_SO)
+PLUGIN_OBJS += $(call obj_of,$(CUPTI_PLUGIN_SRCS))
+$(CUPTI_PLUGIN_SO): $(patsubst %.c,$(OBJ)/pic/%.o,$(CUPTI_PLUGIN_SRCS) $(CHANNEL_SRCS))
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -shared -pthread -Wl,-soname,libsysom-cupti.so -Wl,-z,defs -o $@ $^ $(PLUGIN_LDLIBS)
+endif
+endif
+
+$(BUILD)/tests/unit/plugins/%: $(OBJ)/tests/unit/plugins/%.o $(PLUGIN_OBJS) $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(PLUGIN_OBJS) $(TEST_SUPPORT_LIB) $(AGENT_LDLIBS) $(LIB_CMOCKA) $(PLUGIN_LDLIBS)
+
+$(BUILD)/tests/unit/agent/test_channel: $(OBJ)/tests/unit/agent/test_channel.o \
+		$(OBJ)/client/sysom_channel.o $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(TEST_SUPPORT_LIB) $(AGENT_LDLIBS) $(LIB_CMOCKA)
+
 $(BUILD)/tests/unit/agent/test_registry: $(OBJ)/tests/unit/agent/test_registry.o \
-		$(OBJ)/client/sysom_client.o $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(COMMON_LIB)
+		$(OBJ)/client/sysom_client.o $(OBJ)/client/sysom_channel.o $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(TEST_SUPPORT_LIB) $(AGENT_LDLIBS) $(LIB_CMOCKA)

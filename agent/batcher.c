@@ -473,6 +473,71 @@ int batcher_add_launch(struct batcher *b, uint32_t tgid, uint32_t generation,
 	return sysom_batch_add_launch(&b->batch, &rec);
 }
 
+/* The batch's process index for a GPU statistics row, or SYSOM_WIRE_NONE (counted as dropped)
+ * when the row would exceed the limit or the process is unknown. */
+static int gpu_row_process(struct batcher *b, uint32_t tgid, uint32_t generation, uint32_t rows,
+			   uint32_t *idx)
+{
+	int rc;
+
+	*idx = SYSOM_WIRE_NONE;
+	if (b->batch_open && rows >= BATCHER_MAX_GPU_ROWS) {
+		batcher_add_counter(b, SYSOM_COUNTER_GPU_STATS_DROPPED, 1);
+		return 0;
+	}
+	if ((rc = job_process(b, tgid, generation, NULL, idx)))
+		return rc;
+	if (*idx == SYSOM_WIRE_NONE)
+		batcher_add_counter(b, SYSOM_COUNTER_GPU_STATS_DROPPED, 1);
+	return 0;
+}
+
+int batcher_add_gpu_kernel(struct batcher *b, uint32_t tgid, uint32_t generation,
+			   const struct sysom_gpu_kernel *k, const char *name)
+{
+	struct sysom_gpu_kernel rec = *k;
+	int rc;
+
+	if ((rc = gpu_row_process(b, tgid, generation, b->batch.gpu_kernel_count, &rec.process)) ||
+	    rec.process == SYSOM_WIRE_NONE)
+		return rc;
+	if ((rc = sysom_batch_intern_cstring(&b->batch, name, &rec.name)))
+		return rc;
+	return sysom_batch_add_gpu_kernel(&b->batch, &rec);
+}
+
+int batcher_add_nccl_profile(struct batcher *b, uint32_t tgid, uint32_t generation,
+			     const struct sysom_nccl_profile *p,
+			     const struct batcher_profile_names *names)
+{
+	struct sysom_nccl_profile rec = *p;
+	int rc;
+
+	if ((rc = gpu_row_process(b, tgid, generation, b->batch.nccl_profile_count,
+				  &rec.process)) ||
+	    rec.process == SYSOM_WIRE_NONE)
+		return rc;
+	if ((rc = sysom_batch_intern_cstring(&b->batch, names->comm_name, &rec.comm_name)) ||
+	    (rc = sysom_batch_intern_cstring(&b->batch, names->func, &rec.func)) ||
+	    (rc = sysom_batch_intern_cstring(&b->batch, names->algo, &rec.algo)) ||
+	    (rc = sysom_batch_intern_cstring(&b->batch, names->proto, &rec.proto)) ||
+	    (rc = sysom_batch_intern_cstring(&b->batch, names->datatype, &rec.datatype)))
+		return rc;
+	return sysom_batch_add_nccl_profile(&b->batch, &rec);
+}
+
+int batcher_add_nccl_link(struct batcher *b, uint32_t tgid, uint32_t generation,
+			  const struct sysom_nccl_link *l)
+{
+	struct sysom_nccl_link rec = *l;
+	int rc;
+
+	if ((rc = gpu_row_process(b, tgid, generation, b->batch.nccl_link_count, &rec.process)) ||
+	    rec.process == SYSOM_WIRE_NONE)
+		return rc;
+	return sysom_batch_add_nccl_link(&b->batch, &rec);
+}
+
 int batcher_seal(struct batcher *b, const uint8_t node_id[16], uint64_t epoch, uint64_t sequence,
 		 uint64_t now_realtime_ns, struct byte_buf *out, struct batcher_seal_info *info)
 {

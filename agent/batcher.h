@@ -75,6 +75,22 @@ int batcher_add_launch(struct batcher *b, uint32_t tgid, uint32_t generation,
 		       const struct batcher_launch *l);
 
 /* Changes the sampling settings recorded from the next batch on (SIGHUP). */
+/* GPU-side statistics from in-process components (agent/gpustats.c), merged per row; at most
+ * BATCHER_MAX_GPU_ROWS rows of each kind per batch, more are dropped and counted
+ * (SYSOM_COUNTER_GPU_STATS_DROPPED), as are rows of processes the tracker cannot see. The
+ * string index fields of the records are ignored: the strings are passed instead. */
+#define BATCHER_MAX_GPU_ROWS (1u << 16)
+int batcher_add_gpu_kernel(struct batcher *b, uint32_t tgid, uint32_t generation,
+			   const struct sysom_gpu_kernel *k, const char *name);
+struct batcher_profile_names {
+	const char *comm_name, *func, *algo, *proto, *datatype;
+};
+int batcher_add_nccl_profile(struct batcher *b, uint32_t tgid, uint32_t generation,
+			     const struct sysom_nccl_profile *p,
+			     const struct batcher_profile_names *names);
+int batcher_add_nccl_link(struct batcher *b, uint32_t tgid, uint32_t generation,
+			  const struct sysom_nccl_link *l);
+
 void batcher_set_sampling(struct batcher *b, uint32_t hz, double sample_rate,
 			  double drain_interval_s, double batch_interval_s);
 

@@ -40,6 +40,7 @@
 		{ "gpu-launch-duty", SYSOM_OPT_DOUBLE, &(c)->gpu_launch_duty, 0, 1, "fraction of time the kernel launch probes are attached (default 0.1; 0: never, 1: always)", false }, \
 		{ "gpu-event-ring", SYSOM_OPT_SIZE, &(c)->gpu_event_ring_bytes, 1 << 16, 1 << 30, "ring buffer for NCCL events, a power of two (default 4M)", false }, \
 		{ "max-sample-rows", SYSOM_OPT_UINT, &(c)->max_sample_rows, 1024, 1 << 22, "sample rows per batch (default 1048576)", false }, \
+		{ "nccl-profiler-mask", SYSOM_OPT_UINT, &(c)->nccl_profiler_mask, 0, 0xffff, "NCCL profiler plugin event mask (ncclProfile* bits) sent to plugins; 0: the plugin's default. SIGHUP applies a change to running jobs", false }, \
 		{ "socket", SYSOM_OPT_STRING, &(c)->socket, 0, 0, "Unix socket where training processes register their job identity (default /run/sysom/agent.sock; empty: off)", false }, \
 		{ "log-level", SYSOM_OPT_STRING, &(c)->log_level, 0, 0, "error, warn, info or debug (default info)", false }, \
 		{ "machine-id-file", SYSOM_OPT_STRING, &(c)->machine_id_file, 0, 0, "node identity source (default /etc/machine-id)", false }, \

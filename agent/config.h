@@ -34,6 +34,7 @@ struct agent_config {
 	double gpu_launch_duty;    /* fraction of time launch probes are attached */
 	uint64_t gpu_event_ring_bytes; /* NCCL event ring buffer (power of two) */
 	char *socket;              /* registration socket path (agent/registry.h); "": off */
+	uint32_t nccl_profiler_mask; /* MASK for NCCL profiler plugins; 0: theirs */
 	char *log_level;
 	char *machine_id_file;     /* node identity source (tests run several "nodes") */
 	bool symbol_upload;        /* upload executables and debug files the server lacks */

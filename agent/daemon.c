@@ -12,12 +12,15 @@
 #include <systemd/sd-daemon.h>
 #include <uv.h>
 
+#include <bpf/bpf.h>
+
 #include "agent/batcher.h"
 #include "agent/gpupipe.h"
 #include "agent/host.h"
 #include "agent/kernel.h"
 #include "agent/ksyms_upload.h"
 #include "agent/proctrack.h"
+#include "agent/gpustats.h"
 #include "agent/registry.h"
 #include "agent/sampler.h"
 #include "agent/spool.h"
@@ -49,6 +52,7 @@ struct agent {
 	struct unwinder *unwinder; /* NULL with --unwinder fp */
 	struct gpupipe *gpu;       /* NULL with --gpu-trace=false or when it cannot load */
 	struct registry *registry; /* NULL with --socket "" or when it cannot open */
+	struct gpustats *gpustats; /* folds component telemetry; with the registry */
 	char *token;
 	char node_hex[2 * SYSOM_NODE_ID_SIZE + 1];
 	struct sampler_counters last_counters;
@@ -139,6 +143,33 @@ static void on_rank_disconnect(void *ctx, uint32_t tgid)
 	log_debug("pid %u closed its registration", tgid);
 	if (a->gpu)
 		gpupipe_clear_registration(a->gpu, tgid);
+}
+
+static uint32_t exec_generation_of(void *ctx, uint32_t tgid)
+{
+	struct agent *a = ctx;
+	uint32_t gen = 0;
+	int fd = sampler_exec_generation_fd(a->sampler);
+
+	if (fd >= 0)
+		bpf_map_lookup_elem(fd, &tgid, &gen);
+	return gen;
+}
+
+static int on_component_record(void *ctx, uint32_t tgid, void **state, uint16_t type,
+			       const uint8_t *payload, size_t len)
+{
+	struct agent *a = ctx;
+
+	return a->gpustats ? gpustats_record(a->gpustats, tgid, state, type, payload, len) : -ENOSYS;
+}
+
+static void on_component_close(void *ctx, uint32_t tgid, void *state)
+{
+	struct agent *a = ctx;
+
+	(void)tgid;
+	gpustats_conn_closed(a->gpustats, state);
 }
 
 static void on_spool_event(void *ctx, const struct spool_event *ev)
@@ -661,6 +692,13 @@ static void agent_reload(struct agent *a)
 			  sysom_strerror(rc));
 	uv_timer_set_repeat(&a->drain_timer, ms(fresh.drain_interval_s));
 	uv_timer_set_repeat(&a->batch_timer, ms(fresh.batch_interval_s));
+	if (fresh.nccl_profiler_mask != a->cfg->nccl_profiler_mask && a->registry) {
+		/* On-demand detail: every connected NCCL profiler switches its events now. */
+		registry_set_profiler_mask(a->registry, fresh.nccl_profiler_mask);
+		a->cfg->nccl_profiler_mask = fresh.nccl_profiler_mask;
+		log_info("SIGHUP: NCCL profiler activation mask %#x sent to the plugins",
+			 fresh.nccl_profiler_mask);
+	}
 	batcher_set_sampling(a->batcher, fresh.hz, fresh.sample_rate, fresh.drain_interval_s,
 			     fresh.batch_interval_s);
 	bool connection_changed = string_changed(fresh.server, a->cfg->server) ||
@@ -899,6 +937,8 @@ static void agent_teardown(struct agent *a)
 	a->unwinder = NULL; /* proctrack_free below calls on_forget */
 	gpupipe_free(a->gpu);
 	a->gpu = NULL;
+	gpustats_free(a->gpustats);
+	a->gpustats = NULL;
 	sampler_close(a->sampler);
 	proctrack_free(a->pt);
 	spool_close(a->spool);
@@ -948,8 +988,16 @@ int agent_daemon_run(struct agent_config *config, int argc, char *const argv[])
 	if (config->socket && config->socket[0]) {
 		struct registry_options ro = { .path = config->socket,
 					       .on_register = on_rank_register,
-					       .on_disconnect = on_rank_disconnect, .ctx = &a };
+					       .on_disconnect = on_rank_disconnect,
+					       .on_record = on_component_record,
+					       .on_conn_close = on_component_close,
+					       .profiler_mask = config->nccl_profiler_mask, .ctx = &a };
+		struct gpustats_options gso = { .batcher = a.batcher,
+						.generation_of = exec_generation_of, .ctx = &a };
 		char rerr[256] = "";
+
+		if (gpustats_new(&gso, &a.gpustats))
+			log_warn("component telemetry off: out of memory");
 
 		if (registry_open(&a.loop, &ro, &a.registry, rerr, sizeof(rerr)))
 			log_warn("registration socket off: %s", rerr); /* identity from environments */

@@ -17,6 +17,7 @@
 #include "common/bytes.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "client/sysom_records.h"
 
 #define MESSAGES_PER_WAKEUP 32 /* records read from one connection per poll callback */
 #define ACCEPTS_PER_WAKEUP 64  /* connections accepted per poll callback */
@@ -196,6 +197,8 @@ struct conn {
 	uint32_t slot;             /* index in r->conns */
 	bool registered;           /* holds tgid's current identity */
 	bool closing;
+	uint16_t component;        /* from HELLO (enum sysom_component), 0 before it */
+	void *state;               /* the on_record consumer's, freed through on_conn_close */
 	struct job_identity id;
 	char groups[REGISTRY_GROUPS_MAX];
 };
@@ -211,7 +214,11 @@ struct registry {
 	void (*on_register)(void *ctx, uint32_t tgid, const struct job_identity *id,
 			    const char *groups);
 	void (*on_disconnect)(void *ctx, uint32_t tgid);
+	int (*on_record)(void *ctx, uint32_t tgid, void **state, uint16_t type,
+			 const uint8_t *payload, size_t len);
+	void (*on_conn_close)(void *ctx, uint32_t tgid, void *state);
 	void *ctx;
+	uint32_t profiler_mask;    /* sent to NCCL profilers after their HELLO; 0: none */
 	struct conn **conns;       /* open connections, [0, nconns) */
 	uint32_t nconns;
 	uint32_t handles;          /* libuv handles not yet closed (listener + connections) */
@@ -296,6 +303,9 @@ static void conn_close(struct conn *c, bool notify)
 	if (notify && c->registered && r->on_disconnect)
 		r->on_disconnect(r->ctx, c->tgid);
 	c->registered = false;
+	if (c->state && r->on_conn_close)
+		r->on_conn_close(r->ctx, c->tgid, c->state);
+	c->state = NULL;
 	uv_poll_stop(&c->poll);
 	uv_close((uv_handle_t *)&c->poll, on_conn_closed);
 }
@@ -345,6 +355,55 @@ static void handle_register(struct conn *c, size_t len)
 	send_ack(c, 0);
 }
 
+static void send_mask(struct conn *c, uint32_t mask)
+{
+	uint8_t msg[REGISTRY_HEADER_SIZE + sizeof(struct sysom_rec_mask)] = { 0 };
+
+	registry_encode_header(msg, SYSOM_REC_MASK, sizeof(struct sysom_rec_mask));
+	store_le32(msg + REGISTRY_HEADER_SIZE, mask);
+	(void)send(c->fd, msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+/* A telemetry record from an in-process component: HELLO names the component (and gets the
+ * profiler its mask), everything goes to the consumer, which validates the payload. A bad
+ * payload is counted but keeps the connection: the framing is intact. */
+static void handle_telemetry(struct conn *c, const struct registry_header *h)
+{
+	struct registry *r = c->r;
+	const uint8_t *payload = r->buf + REGISTRY_HEADER_SIZE;
+	int rc;
+
+	if (c->tgid == 0) {
+		r->stats.rejected_records++;
+		warn_limited(r, "telemetry from a process outside the agent's pid namespace ignored");
+		return;
+	}
+	if (h->type == SYSOM_REC_HELLO) {
+		if (h->length < sizeof(struct sysom_rec_hello)) {
+			r->stats.rejected_records++;
+			warn_limited(r, "short HELLO from pid %u", c->tgid);
+			return;
+		}
+		c->component = load_le16(payload);
+		if (c->component == SYSOM_COMPONENT_NCCL_PROFILER && r->profiler_mask)
+			send_mask(c, r->profiler_mask);
+	}
+	if (!r->on_record) {
+		r->stats.unknown_types++;
+		return;
+	}
+	rc = r->on_record(r->ctx, c->tgid, &c->state, h->type, payload, h->length);
+	if (rc == -ENOSYS) {
+		r->stats.unknown_types++;
+	} else if (rc) {
+		r->stats.rejected_records++;
+		warn_limited(r, "record of type %u (%u bytes) from pid %u rejected: %s",
+			     (unsigned)h->type, (unsigned)h->length, c->tgid, sysom_strerror(rc));
+	} else {
+		r->stats.records++;
+	}
+}
+
 /* Handles one record; false when the connection must be closed. */
 static bool handle_message(struct conn *c, size_t len)
 {
@@ -361,6 +420,8 @@ static bool handle_message(struct conn *c, size_t len)
 	}
 	if (h.type == REGISTRY_MSG_REGISTER)
 		handle_register(c, len);
+	else if (h.type >= SYSOM_REC_HELLO && h.type != SYSOM_REC_MASK)
+		handle_telemetry(c, &h);
 	else
 		r->stats.unknown_types++; /* a later record type, or one the agent only sends */
 	return true;
@@ -585,6 +646,9 @@ int registry_open(uv_loop_t *loop, const struct registry_options *o, struct regi
 	r->max_clients = o->max_clients ? o->max_clients : REGISTRY_DEFAULT_MAX_CLIENTS;
 	r->on_register = o->on_register;
 	r->on_disconnect = o->on_disconnect;
+	r->on_record = o->on_record;
+	r->on_conn_close = o->on_conn_close;
+	r->profiler_mask = o->profiler_mask;
 	r->ctx = o->ctx;
 	r->path = strdup(o->path);
 	r->conns = calloc(r->max_clients, sizeof(*r->conns));
@@ -655,6 +719,14 @@ int registry_lookup(const struct registry *r, uint32_t tgid, struct job_identity
 		}
 	}
 	return -ENOENT;
+}
+
+void registry_set_profiler_mask(struct registry *r, uint32_t mask)
+{
+	r->profiler_mask = mask;
+	for (uint32_t i = 0; i < r->nconns; i++)
+		if (r->conns[i]->component == SYSOM_COMPONENT_NCCL_PROFILER)
+			send_mask(r->conns[i], mask);
 }
 
 void registry_stats_read(const struct registry *r, struct registry_stats *out)

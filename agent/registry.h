@@ -96,6 +96,16 @@ struct registry_options {
 	/* The connection holding `tgid`'s identity closed; the identity is forgotten. May be
 	 * NULL. Not called from registry_close. */
 	void (*on_disconnect)(void *ctx, uint32_t tgid);
+	/* A telemetry record (type >= SYSOM_REC_HELLO, client/sysom_records.h) arrived from
+	 * process `tgid`; `payload` (len bytes) is borrowed for the call. `*state` is the
+	 * consumer's per-connection pointer (NULL at first). Returns 0 (counted in `records`),
+	 * -ENOSYS for a type it does not handle (`unknown_types`) or another -errno for a record it
+	 * rejects (`rejected_records`; the connection stays open). May be NULL. */
+	int (*on_record)(void *ctx, uint32_t tgid, void **state, uint16_t type,
+			 const uint8_t *payload, size_t len);
+	/* A connection whose `state` the consumer set closed (also from registry_close). */
+	void (*on_conn_close)(void *ctx, uint32_t tgid, void *state);
+	uint32_t profiler_mask; /* MASK sent to each NCCL profiler after its HELLO; 0 none */
 	void *ctx;            /* passed to the callbacks */
 };
 
@@ -107,6 +117,8 @@ struct registry_stats {
 	uint64_t rejected_pid_mismatch;     /* REGISTER for a pid other than the peer's */
 	uint64_t rejected_too_many_clients; /* connections refused at max_clients */
 	uint64_t unknown_types;             /* well-formed messages of a type not handled */
+	uint64_t records;                   /* telemetry records accepted */
+	uint64_t rejected_records;          /* telemetry records with a bad payload */
 };
 
 struct registry;
@@ -134,6 +146,10 @@ void registry_close(struct registry *r);
  */
 int registry_lookup(const struct registry *r, uint32_t tgid, struct job_identity *out,
 		    char *groups, size_t groups_len);
+
+/* Sends MASK to every connected NCCL profiler and to those that connect later (0: later ones
+ * get none). */
+void registry_set_profiler_mask(struct registry *r, uint32_t mask);
 
 /* Counters since registry_open. */
 void registry_stats_read(const struct registry *r, struct registry_stats *out);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libsysom-client: a rank registers its job identity with the local agent (libc only). */
 #include "client/sysom_client.h"
+#include "client/sysom_frame.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -23,9 +24,7 @@
  * this library needs nothing but libc. Little-endian: magic u32, version u16, type u16,
  * payload length u32, reserved u32, then the payload.
  */
-#define WIRE_MAGIC 0x47525953u /* "SYRG" */
-#define WIRE_VERSION 1
-#define WIRE_HEADER_SIZE 16
+#define WIRE_HEADER_SIZE SYSOM_FRAME_HEADER_SIZE
 #define WIRE_REGISTER 1
 #define WIRE_ACK 2
 #define ACK_TIMEOUT_NS (100 * 1000000LL)
@@ -61,28 +60,6 @@ static int64_t now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void put_header(uint8_t *p, uint16_t type, uint32_t payload_len)
-{
-	put_le32(p, WIRE_MAGIC);
-	p[4] = WIRE_VERSION & 0xff;
-	p[5] = WIRE_VERSION >> 8;
-	p[6] = (uint8_t)type;
-	p[7] = (uint8_t)(type >> 8);
-	put_le32(p + 8, payload_len);
-	put_le32(p + 12, 0);
 }
 
 /* Appends "key=value\0" to the message; false when it does not fit. */
@@ -133,7 +110,7 @@ static int encode_register(const struct sysom_registration *r, uint8_t *msg, siz
 	ok = ok && append_int(msg, &len, "pid", (int)getpid());
 	if (!ok)
 		return -EMSGSIZE;
-	put_header(msg, WIRE_REGISTER, (uint32_t)(len - WIRE_HEADER_SIZE));
+	sysom_frame_put_header(msg, WIRE_REGISTER, (uint32_t)(len - WIRE_HEADER_SIZE));
 	*out_len = len;
 	return 0;
 }
@@ -243,10 +220,10 @@ static int wait_ack(int64_t deadline)
 				continue;
 			return -errno;
 		}
-		if ((size_t)n == WIRE_HEADER_SIZE + 4 && get_le32(buf) == WIRE_MAGIC &&
-		    (buf[4] | buf[5] << 8) == WIRE_VERSION && (buf[6] | buf[7] << 8) == WIRE_ACK &&
-		    get_le32(buf + 8) == 4) {
-			int32_t status = (int32_t)get_le32(buf + WIRE_HEADER_SIZE);
+		if ((size_t)n == WIRE_HEADER_SIZE + 4 && sysom_frame_get_le32(buf) == SYSOM_FRAME_MAGIC &&
+		    (buf[4] | buf[5] << 8) == SYSOM_FRAME_VERSION && (buf[6] | buf[7] << 8) == WIRE_ACK &&
+		    sysom_frame_get_le32(buf + 8) == 4) {
+			int32_t status = (int32_t)sysom_frame_get_le32(buf + WIRE_HEADER_SIZE);
 			return status <= 0 && status >= -ERRNO_MAX ? status : -EPROTO;
 		}
 		/* another record type: not for us */

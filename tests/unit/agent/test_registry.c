@@ -19,7 +19,9 @@
 #include <cmocka.h>
 #include <uv.h>
 
+#include "agent/channel.h"
 #include "agent/registry.h"
+#include "client/sysom_channel.h"
 #include "client/sysom_client.h"
 #include "common/bytes.h"
 #include "common/error.h"
@@ -263,7 +265,12 @@ struct fx {
 	uint32_t last_tgid, disconnected_tgid;
 	struct job_identity last_id;
 	char last_groups[REGISTRY_GROUPS_MAX];
+	/* telemetry (on_record / on_conn_close) */
+	int records, conn_closes;
+	uint32_t record_tgid;
+	uint16_t record_types[8];
 	/* results of the client thread */
+	uint32_t got_mask;
 	int rc[8];
 	int32_t ack[8];
 };
@@ -285,6 +292,33 @@ static void on_disconnect(void *ctx, uint32_t tgid)
 
 	f->disconnected++;
 	f->disconnected_tgid = tgid;
+}
+
+/* A consumer like agent/gpustats.c: keeps a per-connection state, validates NCCL_COMM. */
+static int on_record(void *ctx, uint32_t tgid, void **state, uint16_t type,
+		     const uint8_t *payload, size_t len)
+{
+	struct fx *f = ctx;
+	struct channel_comm comm;
+
+	if (!*state)
+		*state = malloc(16);
+	if (f->records < 8)
+		f->record_types[f->records] = type;
+	f->records++;
+	f->record_tgid = tgid;
+	if (type == SYSOM_REC_NCCL_COMM)
+		return channel_decode_comm(payload, len, &comm);
+	return type == SYSOM_REC_HELLO ? 0 : -ENOSYS;
+}
+
+static void on_conn_close(void *ctx, uint32_t tgid, void *state)
+{
+	struct fx *f = ctx;
+
+	(void)tgid;
+	f->conn_closes++;
+	free(state);
 }
 
 static void on_async(uv_async_t *a)
@@ -358,7 +392,8 @@ static int fx_open(struct fx *f, uint32_t max_clients, char *err, size_t errlen)
 {
 	struct registry_options o = {
 		.path = f->path, .max_clients = max_clients, .on_register = on_register,
-		.on_disconnect = on_disconnect, .ctx = f,
+		.on_disconnect = on_disconnect, .on_record = on_record,
+		.on_conn_close = on_conn_close, .profiler_mask = 0x42, .ctx = f,
 	};
 
 	return registry_open(&f->loop, &o, &f->reg, err, errlen);
@@ -712,6 +747,66 @@ static void test_socket_limits(void **state)
 	fx_teardown(&f);
 }
 
+static void on_mask(void *ctx, uint32_t mask)
+{
+	((struct fx *)ctx)->got_mask = mask;
+}
+
+/* An NCCL profiler's channel: HELLO, a good and a bad NCCL_COMM, an unknown telemetry type;
+ * the agent answers HELLO with the configured mask. */
+static void client_telemetry(struct fx *f)
+{
+	struct sysom_channel_options o = { .component = SYSOM_COMPONENT_NCCL_PROFILER,
+					   .interface = 5, .name = "profiler", .on_mask = on_mask,
+					   .ctx = f };
+	struct sysom_rec_comm good = { .comm_id = 7, .rank = 1, .nranks = 2, .nnodes = 1 };
+	struct sysom_rec_comm bad = { .comm_id = 7, .rank = 2, .nranks = 2, .nnodes = 1 };
+	struct sysom_channel *c;
+
+	f->rc[0] = sysom_channel_open(&o, &c);
+	if (f->rc[0])
+		return;
+	f->rc[1] = sysom_channel_send(c, SYSOM_REC_NCCL_COMM, &good, sizeof(good));
+	f->rc[2] = sysom_channel_send(c, SYSOM_REC_NCCL_COMM, &bad, sizeof(bad));
+	f->rc[3] = sysom_channel_send(c, 200, "x", 1);
+	for (int i = 0; i < 500 && !f->got_mask; i++) {
+		sysom_channel_poll(c);
+		if (!f->got_mask)
+			usleep(2000);
+	}
+	sysom_channel_close(c);
+}
+
+static void test_socket_telemetry(void **state)
+{
+	struct fx f;
+	struct registry_stats s;
+	char err[256] = "";
+	(void)state;
+
+	fx_setup(&f);
+	assert_int_equal(fx_open(&f, 0, err, sizeof(err)), 0);
+	run_client(&f, client_telemetry);
+	assert_int_equal(f.rc[0], 0);
+	assert_int_equal(f.rc[1], 0);
+	assert_int_equal(f.rc[2], 0); /* sent; the agent rejects it */
+	assert_int_equal(f.rc[3], 0);
+	assert_int_equal(f.got_mask, 0x42);
+	loop_until(&f, no_clients);
+	assert_int_equal(f.records, 4); /* HELLO, two NCCL_COMM, type 200 */
+	assert_int_equal(f.record_types[0], SYSOM_REC_HELLO);
+	assert_int_equal(f.record_types[3], 200);
+	assert_int_equal(f.record_tgid, (uint32_t)getpid());
+	assert_int_equal(f.conn_closes, 1); /* the consumer's state was handed back */
+	registry_stats_read(f.reg, &s);
+	assert_int_equal(s.records, 2);
+	assert_int_equal(s.rejected_records, 1);
+	assert_int_equal(s.unknown_types, 1);
+	assert_int_equal(s.rejected_bad_message, 0); /* the connection was never dropped */
+	assert_int_equal(f.registered, 0);
+	fx_teardown(&f);
+}
+
 static void test_socket_path(void **state)
 {
 	struct fx f;
@@ -786,6 +881,7 @@ int main(void)
 		cmocka_unit_test(test_decode_header),
 		cmocka_unit_test(test_socket_register),
 		cmocka_unit_test(test_socket_limits),
+		cmocka_unit_test(test_socket_telemetry),
 		cmocka_unit_test(test_socket_path),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
