@@ -381,6 +381,19 @@ struct sysom_launch {
 
 #define SYSOM_GPU_HIST_BUCKETS 20 /* bucket 0: < 1 µs; i: [2^(i-1), 2^i) µs; 19: >= 2^18 µs */
 
+/* The histogram bucket of a duration (the same rule as client/sysom_records.h). */
+static inline unsigned sysom_gpu_hist_bucket(uint64_t ns)
+{
+	uint64_t us = ns / 1000;
+	unsigned b = 0;
+
+	while (us && b < SYSOM_GPU_HIST_BUCKETS - 1) {
+		us >>= 1;
+		b++;
+	}
+	return b;
+}
+
 /* GPU_KERNELS record (136 bytes): GPU execution time of one kernel name on one device and
  * stream, from a CUPTI activity library (or the simulated job's fake CUDA). Rows are unique
  * per (process, name, device, stream). */

@@ -19,6 +19,7 @@ static const struct {
 	{ "flamegraph", CTL_FLAMEGRAPH, "/api/v1/flamegraph" },
 	{ "jobs", CTL_JOBS, "/api/v1/jobs" },
 	{ "collectives", CTL_COLLECTIVES, "/api/v1/jobs/" }, /* + the job + /collectives */
+	{ "gpu", CTL_GPU, "/api/v1/jobs/" },                 /* + the job + /gpu */
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -37,15 +38,20 @@ void ctl_usage(FILE *out)
 	      "      processes with their sample counts in the time range\n"
 	      "  flamegraph [--node N] [--pid P] [--comm C] [--from T] [--to T] [--kind K]\n"
 	      "             [--format top|folded|json] [--limit N] [--top N]\n"
-	      "      CPU stacks over the range (--kind cpu, the default) or GPU kernel launches by\n"
-	      "      launching stack (--kind gpu-launch): a terminal summary (top, the default),\n"
-	      "      folded stacks for flamegraph.pl/speedscope, or the server's JSON\n"
+	      "      CPU stacks over the range (--kind cpu, the default), GPU kernel launches by\n"
+	      "      launching stack (--kind gpu-launch) or GPU kernel time by launching stack\n"
+	      "      (--kind gpu-time): a terminal summary (top, the default), folded stacks for\n"
+	      "      flamegraph.pl/speedscope, or the server's JSON\n"
 	      "  jobs [--format table|json]\n"
 	      "      training jobs seen: world size, ranks, processes, nodes, last seen\n"
 	      "  collectives --job J [--comm KEY] [--op OP] [--from T] [--to T] [--limit N]\n"
 	      "              [--format table|json]\n"
 	      "      NCCL collective instances of a job matched across its ranks: skew between\n"
 	      "      the first and the last rank to enter, and which rank came last\n"
+	      "  gpu --job J [--rank R] [--from T] [--to T] [--top N] [--format table|json]\n"
+	      "      GPU-side timing of a job's ranks: kernel time and its ratio to the job's\n"
+	      "      median, top kernels, NCCL operations timed on the GPU, link latency and\n"
+	      "      bandwidth fits\n"
 	      "\n"
 	      "  N: node id (32 hex digits) or hostname. T: Unix seconds, RFC 3339\n"
 	      "  (2026-11-22T10:00:00Z), now, or relative (-30s, -5m, -1h); default the last hour.\n"
@@ -66,6 +72,7 @@ void ctl_args_free(struct ctl_args *a)
 	free(a->to);
 	free(a->format_text);
 	free(a->kind);
+	free(a->rank);
 	free(a->job);
 	free(a->communicator);
 	free(a->op);
@@ -148,6 +155,10 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 		OPT_STR("op", op), OPT_STR("from", from), OPT_STR("to", to),
 		{ "limit", SYSOM_OPT_UINT, &a->limit, 1, 10000, "", true }
 	};
+	const struct sysom_option gpu[] = {
+		OPT_FORMAT, OPT_HELP, OPT_STR("job", job), OPT_STR("rank", rank), OPT_STR("from", from),
+		OPT_STR("to", to), { "top", SYSOM_OPT_UINT, &a->top, 1, 1000, "", true }
+	};
 #undef OPT_STR
 #undef OPT_FORMAT
 #undef OPT_HELP
@@ -169,6 +180,10 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 		table = collectives;
 		n = sizeof(collectives) / sizeof(collectives[0]);
 		break;
+	case CTL_GPU:
+		table = gpu;
+		n = sizeof(gpu) / sizeof(gpu[0]);
+		break;
 	default:
 		table = flamegraph;
 		n = sizeof(flamegraph) / sizeof(flamegraph[0]);
@@ -184,12 +199,19 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 	}
 	if (a->pid && (rc = check_pid(a->pid, err, errlen)))
 		return rc;
-	if (a->command == CTL_COLLECTIVES && !a->help && (!a->job || !a->job[0])) {
-		snprintf(err, errlen, "collectives: --job is required (see sysomctl jobs)");
+	if ((a->command == CTL_COLLECTIVES || a->command == CTL_GPU) && !a->help &&
+	    (!a->job || !a->job[0])) {
+		snprintf(err, errlen, "%s: --job is required (see sysomctl jobs)", argv[0]);
 		return -SYSOM_ECONFIG;
 	}
-	if (a->kind && strcmp(a->kind, "cpu") && strcmp(a->kind, "gpu-launch")) {
-		snprintf(err, errlen, "--kind: '%s' is not cpu or gpu-launch", a->kind);
+	if (a->rank && (!isdigit((unsigned char)a->rank[0]) || strlen(a->rank) > 9 ||
+			strspn(a->rank, "0123456789") != strlen(a->rank))) {
+		snprintf(err, errlen, "--rank: '%s' is not a rank (0, 1, ...)", a->rank);
+		return -SYSOM_ECONFIG;
+	}
+	if (a->kind && strcmp(a->kind, "cpu") && strcmp(a->kind, "gpu-launch") &&
+	    strcmp(a->kind, "gpu-time")) {
+		snprintf(err, errlen, "--kind: '%s' is not cpu, gpu-launch or gpu-time", a->kind);
 		return -SYSOM_ECONFIG;
 	}
 	return parse_format(a, err, errlen);
@@ -218,16 +240,16 @@ int ctl_args_parse(int argc, char *const argv[], const char *env_server, struct 
 		goto cleanup;
 	}
 	if (at >= argc) {
-		snprintf(err, errlen, "missing command (nodes, processes, flamegraph, jobs or "
-			 "collectives; see --help)");
+		snprintf(err, errlen, "missing command (nodes, processes, flamegraph, jobs, "
+			 "collectives or gpu; see --help)");
 		rc = -SYSOM_ECONFIG;
 		goto cleanup;
 	}
 	for (i = 0; i < NCOMMANDS && strcmp(argv[at], commands[i].name) != 0; i++)
 		;
 	if (i == NCOMMANDS) {
-		snprintf(err, errlen, "unknown command '%s' (nodes, processes, flamegraph, jobs or "
-			 "collectives)", argv[at]);
+		snprintf(err, errlen, "unknown command '%s' (nodes, processes, flamegraph, jobs, "
+			 "collectives or gpu)", argv[at]);
 		rc = -SYSOM_ECONFIG;
 		goto cleanup;
 	}
@@ -298,6 +320,13 @@ int ctl_url_build(const struct ctl_args *a, struct byte_buf *url)
 			snprintf(limit, sizeof(limit), "%u", a->limit);
 			query_add(url, &first, "limit", limit);
 		}
+	}
+	if (a->command == CTL_GPU) {
+		append_encoded(url, a->job);
+		byte_buf_printf(url, "/gpu");
+		query_add(url, &first, "rank", a->rank);
+		query_add(url, &first, "from", a->from);
+		query_add(url, &first, "to", a->to);
 	}
 	if (a->command == CTL_FLAMEGRAPH) {
 		query_add(url, &first, "format", a->format == CTL_FORMAT_FOLDED ? "folded" : "json");

@@ -16,7 +16,7 @@
 #define CTL_DEFAULT_TOP 10
 #define CTL_MAX_RESPONSE (1024u << 20) /* largest response body accepted */
 
-enum ctl_command { CTL_NODES, CTL_PROCESSES, CTL_FLAMEGRAPH, CTL_JOBS, CTL_COLLECTIVES };
+enum ctl_command { CTL_NODES, CTL_PROCESSES, CTL_FLAMEGRAPH, CTL_JOBS, CTL_COLLECTIVES, CTL_GPU };
 enum ctl_format { CTL_FORMAT_TABLE, CTL_FORMAT_TOP, CTL_FORMAT_FOLDED, CTL_FORMAT_JSON };
 
 /* A parsed command line. Strings are heap copies (ctl_args_free); NULL when not given. */
@@ -25,8 +25,9 @@ struct ctl_args {
 	char *token_file;
 	enum ctl_command command;
 	char *node, *pid, *comm, *from, *to;
-	char *kind;        /* flamegraph: cpu or gpu-launch */
-	char *job, *communicator, *op; /* collectives */
+	char *kind;        /* flamegraph: cpu, gpu-launch or gpu-time */
+	char *job, *communicator, *op; /* collectives (job: also gpu) */
+	char *rank;        /* gpu */
 	char *format_text;
 	enum ctl_format format;
 	uint32_t limit;    /* 0: the server's default */
@@ -79,6 +80,13 @@ int ctl_jobs_render(const json_t *doc, FILE *out);
  * to enter) and the last rank to enter (the one the others waited for). Returns 0 or -EINVAL.
  */
 int ctl_collectives_render(const json_t *doc, FILE *out);
+
+/*
+ * Renders GET /api/v1/jobs/{job}/gpu: per process its GPU kernel time, its ratio to the job's
+ * median and its top kernels; then the NCCL operations (GPU time per operation, algorithm
+ * bandwidth) and the links (latency and bandwidth fits). Returns 0 or -EINVAL.
+ */
+int ctl_gpu_render(const json_t *doc, uint32_t top, FILE *out);
 
 /*
  * The message of an error response: the "error" member of a JSON body, else the body's first

@@ -272,7 +272,8 @@ int ctl_top_render(const json_t *doc, uint32_t top, FILE *out)
 		return -EINVAL;
 	total = (uint64_t)json_integer_value(total_j);
 	n = json_array_size(stacks);
-	fprintf(out, "Total: %" PRIu64 " samples", total);
+	const char *unit = json_string_value(json_object_get(doc, "unit"));
+	fprintf(out, "Total: %" PRIu64 " %s", total, unit ? unit : "samples");
 	if (json_is_string(json_object_get(doc, "from")) && json_is_string(json_object_get(doc, "to")))
 		fprintf(out, " from %s to %s", json_string_value(json_object_get(doc, "from")),
 			json_string_value(json_object_get(doc, "to")));
@@ -424,6 +425,121 @@ int ctl_collectives_render(const json_t *doc, FILE *out)
 		fprintf(out, "(no collective instances in the range)\n");
 	if (json_is_true(json_object_get(doc, "truncated")))
 		fprintf(out, "(truncated: narrow the range or raise --limit)\n");
+	return 0;
+}
+
+static json_int_t int_of(const json_t *obj, const char *key)
+{
+	return json_integer_value(json_object_get(obj, key));
+}
+
+static void rank_text(const json_t *proc, char *out, size_t len)
+{
+	if (json_is_integer(json_object_get(proc, "rank")))
+		snprintf(out, len, "%" JSON_INTEGER_FORMAT, int_of(proc, "rank"));
+	else
+		snprintf(out, len, "?");
+}
+
+int ctl_gpu_render(const json_t *doc, uint32_t top, FILE *out)
+{
+	const json_t *procs = json_object_get(doc, "processes");
+	size_t i, k, links = 0, colls = 0;
+	json_t *p, *e;
+	char rank[16];
+
+	if (!json_is_array(procs))
+		return -EINVAL;
+	fprintf(out, "%-6s  %-16s  %8s  %12s  %10s  %9s  %s\n", "RANK", "HOST", "PID", "GPU ms",
+		"KERNELS", "vs MEDIAN", "TOP KERNELS (share of GPU time)");
+	json_array_foreach(procs, i, p) {
+		const json_t *kernels = json_object_get(p, "kernels");
+		const json_t *ratio = json_object_get(p, "gpu_time_ratio_to_median");
+		json_int_t gpu = int_of(p, "gpu_kernel_ns");
+		char vs[16] = "-";
+
+		if (!json_is_array(kernels))
+			return -EINVAL;
+		rank_text(p, rank, sizeof(rank));
+		if (json_is_number(ratio))
+			snprintf(vs, sizeof(vs), "%.2fx", json_number_value(ratio));
+		fprintf(out, "%-6s  %-16s  %8" JSON_INTEGER_FORMAT "  %12.3f  %10" JSON_INTEGER_FORMAT
+			     "  %9s  ",
+			rank, str(p, "hostname"), int_of(p, "pid"), (double)gpu / 1e6,
+			int_of(p, "kernel_executions"), vs);
+		json_array_foreach(kernels, k, e) {
+			if (k >= 3 || k >= top)
+				break;
+			fprintf(out, "%s%s (%.0f%%)", k ? ", " : "", str(e, "name"),
+				gpu ? 100.0 * (double)int_of(e, "total_ns") / (double)gpu : 0.0);
+		}
+		fprintf(out, "%s\n", json_array_size(kernels) ? "" : "-");
+		colls += json_array_size(json_object_get(p, "collectives"));
+		links += json_array_size(json_object_get(p, "links"));
+	}
+	if (json_array_size(procs) == 0)
+		fprintf(out, "(no GPU timing for this job in the range)\n");
+	if (colls) {
+		fprintf(out, "\n%-6s  %-14s  %-8s  %-7s  %-12s  %5s  %10s  %14s  %12s  %10s\n", "RANK",
+			"OP", "ALGO", "PROTO", "DATATYPE", "PEER", "COUNT", "BYTES/OP", "GPU us/OP",
+			"ALGBW GB/s");
+		json_array_foreach(procs, i, p) {
+			rank_text(p, rank, sizeof(rank));
+			json_array_foreach(json_object_get(p, "collectives"), k, e) {
+				const json_t *gpu = json_object_get(e, "gpu");
+				json_int_t count = int_of(e, "count");
+				char peer[16] = "-", us[24] = "-", bw[24] = "-";
+
+				if (json_is_integer(json_object_get(e, "peer")))
+					snprintf(peer, sizeof(peer), "%" JSON_INTEGER_FORMAT, int_of(e, "peer"));
+				if (json_is_object(gpu)) {
+					snprintf(us, sizeof(us), "%.1f", (double)int_of(gpu, "mean_ns") / 1e3);
+					snprintf(bw, sizeof(bw), "%.2f",
+						 json_number_value(json_object_get(gpu, "algbw_gbps")));
+				}
+				fprintf(out, "%-6s  %-14s  %-8s  %-7s  %-12s  %5s  %10" JSON_INTEGER_FORMAT
+					     "  %14.0f  %12s  %10s\n",
+					rank, str(e, "func"), str(e, "algo"), str(e, "proto"),
+					str(e, "datatype"), peer, count,
+					count ? (double)int_of(e, "bytes") / (double)count : 0.0, us, bw);
+			}
+		}
+	}
+	if (links) {
+		fprintf(out, "\n%-6s  %6s  %7s  %10s  %12s  %12s  %6s  %s\n", "RANK", "PEER", "CHANNEL",
+			"TRANSFERS", "LATENCY us", "BW GB/s", "R2", "(MIN fit: latency us, GB/s)");
+		json_array_foreach(procs, i, p) {
+			rank_text(p, rank, sizeof(rank));
+			json_array_foreach(json_object_get(p, "links"), k, e) {
+				const json_t *fit = json_object_get(e, "fit");
+				const json_t *mf = json_object_get(e, "min_fit");
+				char ch[16] = "all", lat[24] = "-", bw[24] = "-", r2[16] = "-",
+				     minf[64] = "";
+
+				if (json_is_integer(json_object_get(e, "channel")))
+					snprintf(ch, sizeof(ch), "%" JSON_INTEGER_FORMAT,
+						 int_of(e, "channel"));
+				if (json_is_object(fit)) {
+					snprintf(lat, sizeof(lat), "%.2f",
+						 json_number_value(json_object_get(fit, "latency_ns")) / 1e3);
+					snprintf(bw, sizeof(bw), "%.2f",
+						 json_number_value(json_object_get(fit, "bandwidth_gbps")));
+					snprintf(r2, sizeof(r2), "%.3f",
+						 json_number_value(json_object_get(fit, "r2")));
+				}
+				if (json_is_object(mf))
+					snprintf(minf, sizeof(minf), "(%.2f, %.2f)",
+						 json_number_value(json_object_get(mf, "latency_ns")) / 1e3,
+						 json_number_value(json_object_get(mf, "bandwidth_gbps")));
+				fprintf(out, "%-6s  %6" JSON_INTEGER_FORMAT "  %7s  %10" JSON_INTEGER_FORMAT
+					     "  %12s  %12s  %6s  %s\n",
+					rank, int_of(e, "peer"), ch, int_of(e, "transfers"), lat, bw, r2,
+					minf);
+			}
+		}
+	}
+	if (json_is_true(json_object_get(doc, "truncated")))
+		fprintf(out, "(truncated: narrow the range)\n");
 	return 0;
 }
 

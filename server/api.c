@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -386,8 +387,15 @@ struct group {
 	uint64_t processes;
 	int64_t stack[2]; /* [0] user, [1] kernel: store ids or STORE_STACK_NONE */
 	uint64_t count;
-	char *gpu;        /* GPU launch groups: the kernel name or "0x<handle>"; NULL for CPU */
+	char *gpu;        /* GPU groups: the kernel name or "0x<handle>"; NULL for CPU */
 	bool gpu_named;   /* gpu is a kernel name */
+	bool no_launch;   /* GPU time of a kernel no traced launch explains */
+};
+
+enum flame_kind {
+	FLAME_CPU,        /* CPU samples by stack */
+	FLAME_GPU_LAUNCH, /* kernel launches by launching stack */
+	FLAME_GPU_TIME,   /* GPU kernel time (ns) by launching stack */
 };
 
 /* A frame to resolve: which object and offset, in which kind of stack, leaf or not. */
@@ -477,6 +485,24 @@ static int launch_collect(void *arg, const struct store_launch_count *row)
 	g->stack[1] = STORE_STACK_NONE;
 	g->count = row->count;
 	g->gpu_named = row->named;
+	g->gpu = strdup(row->kernel);
+	return g->gpu ? 0 : -ENOMEM;
+}
+
+/* GPU time: the launching user stack (its share of the kernel's time), then the kernel. */
+static int gpu_time_collect(void *arg, const struct store_gpu_time *row)
+{
+	struct group *g = group_add(arg, row->comm);
+
+	if (!g)
+		return -ENOMEM;
+	g->pid = row->pid;
+	g->processes = row->processes;
+	g->stack[0] = row->user_stack;
+	g->stack[1] = STORE_STACK_NONE;
+	g->count = row->ns;
+	g->gpu_named = true;
+	g->no_launch = !row->launch_seen;
 	g->gpu = strdup(row->kernel);
 	return g->gpu ? 0 : -ENOMEM;
 }
@@ -576,12 +602,21 @@ static const struct symbolized_location *flame_frame_get(const struct flame *fl,
 
 /* Aggregates, loads the stacks and resolves every distinct frame. */
 static int flame_build(struct api *api, const struct store_sample_filter *f, uint32_t limit,
-		       bool gpu, struct flame *fl)
+		       enum flame_kind kind, struct flame *fl)
 {
 	int rc;
 
-	rc = gpu ? store_launches_aggregate(api->store, f, limit, launch_collect, fl, &fl->total)
-		 : store_stacks_aggregate(api->store, f, limit, group_collect, fl, &fl->total);
+	switch (kind) {
+	case FLAME_GPU_LAUNCH:
+		rc = store_launches_aggregate(api->store, f, limit, launch_collect, fl, &fl->total);
+		break;
+	case FLAME_GPU_TIME:
+		rc = store_gpu_time_aggregate(api->store, f, limit, gpu_time_collect, fl, &fl->total);
+		break;
+	default:
+		rc = store_stacks_aggregate(api->store, f, limit, group_collect, fl, &fl->total);
+		break;
+	}
 	if (rc)
 		return rc;
 	if ((rc = hash_index_init(&fl->stack_index, (uint32_t)(fl->ngroups * 2))) ||
@@ -619,6 +654,12 @@ static int gpu_frame(const struct group *g, frame_emit_fn emit, void *arg)
 	struct symbolized_frame f = { .kind = SYMBOLIZED_GPU };
 	int rc;
 
+	if (g->no_launch) {
+		struct symbolized_frame none = { .kind = SYMBOLIZED_GPU,
+						 .name = (char *)"[no launch stack]" };
+		if ((rc = emit(arg, &none, false)))
+			return rc;
+	}
 	byte_buf_printf(&name, "[gpu] %s", g->gpu);
 	byte_buf_append(&name, "", 1);
 	if ((rc = byte_buf_error(&name)))
@@ -810,8 +851,12 @@ static int json_emit(void *arg, const struct symbolized_frame *f, bool kernel_pa
 	return obj && !json_array_append_new(frames, obj) ? 0 : -ENOMEM;
 }
 
-static int json_render(const struct flame *fl, const struct query *q, json_t **out)
+static int json_render(const struct flame *fl, const struct query *q, enum flame_kind kind,
+		       json_t **out)
 {
+	static const char *const units[] = { [FLAME_CPU] = "samples",
+					     [FLAME_GPU_LAUNCH] = "launches",
+					     [FLAME_GPU_TIME] = "ns" };
 	json_t *stacks = json_array();
 	uint64_t shown = 0;
 	int rc = 0;
@@ -835,8 +880,9 @@ static int json_render(const struct flame *fl, const struct query *q, json_t **o
 			goto cleanup;
 		shown += g->count;
 	}
-	*out = json_pack("{s:I,s:o,s:o,s:b,s:O}", "total",
-			 (json_int_t)(fl->total > INT64_MAX ? INT64_MAX : fl->total), "from",
+	*out = json_pack("{s:I,s:s,s:o,s:o,s:b,s:O}", "total",
+			 (json_int_t)(fl->total > INT64_MAX ? INT64_MAX : fl->total), "unit",
+			 units[kind], "from",
 			 render_json_time(q->f.from_ms * 1000000), "to",
 			 render_json_time(q->f.to_ms * 1000000), "truncated", shown < fl->total,
 			 "stacks", stacks);
@@ -854,7 +900,8 @@ void api_flamegraph_get(void *ctx, const struct http_request *req, struct http_r
 	struct query q;
 	char format[16] = "folded", kind[16] = "cpu";
 	uint32_t limit = API_DEFAULT_STACK_LIMIT;
-	bool has_limit, has_format, has_kind, json, gpu;
+	bool has_limit, has_format, has_kind, json;
+	enum flame_kind fk;
 	json_t *doc = NULL;
 	int rc;
 
@@ -869,15 +916,20 @@ void api_flamegraph_get(void *ctx, const struct http_request *req, struct http_r
 	}
 	if (!param(req, "kind", kind, sizeof(kind), &has_kind, resp))
 		return;
-	gpu = strcmp(kind, "gpu-launch") == 0;
-	if (!gpu && strcmp(kind, "cpu") != 0) {
-		http_response_error(resp, 400, "parameter 'kind' must be cpu or gpu-launch");
+	if (strcmp(kind, "cpu") == 0) {
+		fk = FLAME_CPU;
+	} else if (strcmp(kind, "gpu-launch") == 0) {
+		fk = FLAME_GPU_LAUNCH;
+	} else if (strcmp(kind, "gpu-time") == 0) {
+		fk = FLAME_GPU_TIME;
+	} else {
+		http_response_error(resp, 400, "parameter 'kind' must be cpu, gpu-launch or gpu-time");
 		return;
 	}
-	if ((rc = flame_build(api, &q.f, limit, gpu, &fl)))
+	if ((rc = flame_build(api, &q.f, limit, fk, &fl)))
 		goto cleanup;
 	if (json) {
-		if ((rc = json_render(&fl, &q, &doc)))
+		if ((rc = json_render(&fl, &q, fk, &doc)))
 			goto cleanup;
 		render_json_respond(resp, 200, doc);
 	} else {
@@ -1298,6 +1350,406 @@ static void job_collectives(struct api *api, const char *job, const struct http_
 	render_json_respond(resp, 200, doc);
 }
 
+/* ---- GET /api/v1/jobs/{job}/gpu ------------------------------------------------------------ */
+
+/* Stored rows repeat per batch; rows with equal keys arrive consecutively and are merged here
+ * into one accumulator per kind before they become JSON. */
+struct gpu_doc {
+	json_t *procs;  /* array of process entries */
+	json_t *index;  /* "rank/pid/start" → entry (borrowed) */
+	bool has_k, has_p, has_l;
+	struct store_gpu_kernel_row k;
+	struct store_nccl_profile_row p;
+	struct store_nccl_link_row l;
+	char *k_name, *k_host, *p_host, *l_host;
+	char *p_strings[5]; /* comm_name, func, algo, proto, datatype */
+};
+
+static bool owner_eq(const struct store_gpu_owner *a, const struct store_gpu_owner *b)
+{
+	return a->job_rank == b->job_rank && a->pid == b->pid &&
+	       a->start_time_ns == b->start_time_ns;
+}
+
+static uint64_t add_u64(uint64_t a, uint64_t b)
+{
+	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static json_t *json_u64(uint64_t v)
+{
+	return json_integer((json_int_t)(v > INT64_MAX ? INT64_MAX : v));
+}
+
+/* The JSON entry of a process (created with empty lists on first use). */
+static json_t *gpu_proc(struct gpu_doc *d, const struct store_gpu_owner *who, const char *host)
+{
+	char key[64];
+	json_t *e;
+
+	snprintf(key, sizeof(key), "%d/%u/%" PRIu64, who->job_rank, who->pid, who->start_time_ns);
+	if ((e = json_object_get(d->index, key)))
+		return e;
+	e = json_pack("{s:o,s:s,s:I,s:o,s:I,s:I,s:[],s:[],s:[]}", "rank",
+		      json_int_or_null(who->job_rank), "hostname", host ? host : "", "pid",
+		      (json_int_t)who->pid, "start_time", render_json_time((int64_t)who->start_time_ns),
+		      "gpu_kernel_ns", (json_int_t)0, "kernel_executions", (json_int_t)0, "kernels",
+		      "collectives", "links");
+	if (!e || json_array_append_new(d->procs, e) || json_object_set(d->index, key, e))
+		return NULL;
+	return e;
+}
+
+static int replace_str(char **slot, const char *s)
+{
+	free(*slot);
+	*slot = strdup(s ? s : "");
+	return *slot ? 0 : -ENOMEM;
+}
+
+static int gpu_kernel_flush(struct gpu_doc *d)
+{
+	const struct store_gpu_kernel_row *k = &d->k;
+	json_t *proc, *hist, *e;
+
+	if (!d->has_k)
+		return 0;
+	d->has_k = false;
+	if (!(proc = gpu_proc(d, &k->who, d->k_host)) || !(hist = json_array()))
+		return -ENOMEM;
+	for (int i = 0; i < SYSOM_GPU_HIST_BUCKETS; i++)
+		if (json_array_append_new(hist, json_integer(k->hist[i]))) {
+			json_decref(hist);
+			return -ENOMEM;
+		}
+	e = json_pack("{s:s,s:I,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "name", d->k_name, "device",
+		      (json_int_t)k->device, "stream", json_u64(k->stream),
+		      "count", json_u64(k->count), "total_ns", json_u64(k->total_ns), "mean_ns",
+		      json_u64(k->count ? k->total_ns / k->count : 0), "min_ns", json_u64(k->min_ns),
+		      "max_ns", json_u64(k->max_ns), "histogram", hist);
+	if (!e || json_array_append_new(json_object_get(proc, "kernels"), e))
+		return -ENOMEM;
+	json_object_set_new(proc, "gpu_kernel_ns",
+			    json_u64(add_u64((uint64_t)json_integer_value(
+						     json_object_get(proc, "gpu_kernel_ns")),
+					     k->total_ns)));
+	json_object_set_new(proc, "kernel_executions",
+			    json_u64(add_u64((uint64_t)json_integer_value(
+						     json_object_get(proc, "kernel_executions")),
+					     k->count)));
+	return 0;
+}
+
+static int gpu_kernel_visit(void *arg, const struct store_gpu_kernel_row *r)
+{
+	struct gpu_doc *d = arg;
+	struct store_gpu_kernel_row *k = &d->k;
+	int rc;
+
+	if (d->has_k && owner_eq(&k->who, &r->who) && strcmp(d->k_name, r->name) == 0 &&
+	    k->device == r->device && k->stream == r->stream) {
+		k->count = add_u64(k->count, r->count);
+		k->total_ns = add_u64(k->total_ns, r->total_ns);
+		k->min_ns = r->min_ns < k->min_ns ? r->min_ns : k->min_ns;
+		k->max_ns = r->max_ns > k->max_ns ? r->max_ns : k->max_ns;
+		for (int i = 0; i < SYSOM_GPU_HIST_BUCKETS; i++)
+			k->hist[i] = k->hist[i] > UINT32_MAX - r->hist[i] ? UINT32_MAX
+									  : k->hist[i] + r->hist[i];
+		return 0;
+	}
+	if ((rc = gpu_kernel_flush(d)))
+		return rc;
+	*k = *r;
+	d->has_k = true;
+	if ((rc = replace_str(&d->k_name, r->name)) || (rc = replace_str(&d->k_host, r->who.hostname)))
+		return rc;
+	return 0;
+}
+
+static int gpu_profile_flush(struct gpu_doc *d)
+{
+	const struct store_nccl_profile_row *p = &d->p;
+	json_t *proc, *e, *gpu = json_null(), *span = json_null();
+
+	if (!d->has_p)
+		return 0;
+	d->has_p = false;
+	if (!(proc = gpu_proc(d, &p->who, d->p_host)))
+		return -ENOMEM;
+	if (p->kernel_timed) {
+		uint64_t mean = p->kernel_ns_total / p->kernel_timed;
+		/* Algorithm bandwidth: bytes per GPU ns = GB/s. */
+		double algbw = p->kernel_ns_total ? (double)p->bytes * ((double)p->kernel_timed /
+								       (double)p->count) /
+							    (double)p->kernel_ns_total
+						  : 0;
+		gpu = json_pack("{s:o,s:o,s:o,s:o,s:o,s:f}", "timed", json_u64(p->kernel_timed),
+				"total_ns", json_u64(p->kernel_ns_total), "mean_ns", json_u64(mean),
+				"min_ns", json_u64(p->kernel_ns_min), "max_ns",
+				json_u64(p->kernel_ns_max), "algbw_gbps", algbw);
+	}
+	if (p->span_timed)
+		span = json_pack("{s:o,s:o}", "timed", json_u64(p->span_timed), "mean_ns",
+				 json_u64(p->span_ns_total / p->span_timed));
+	e = json_pack("{s:o,s:s,s:i,s:i,s:s,s:s,s:s,s:s,s:o,s:I,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:[o,o]}",
+		      "comm_id", json_key(p->comm_id), "comm_name", d->p_strings[0], "comm_rank",
+		      p->rank, "nranks", p->nranks, "func", d->p_strings[1], "algo", d->p_strings[2],
+		      "proto", d->p_strings[3], "datatype", d->p_strings[4], "peer",
+		      json_int_or_null(p->peer), "nchannels", (json_int_t)p->nchannels, "count",
+		      json_u64(p->count), "bytes", json_u64(p->bytes), "gpu", gpu, "span", span,
+		      "enqueue_mean_ns", json_u64(p->enqueue_ns_total / p->count), "transfers",
+		      json_u64(p->transfers), "transfer_bytes", json_u64(p->transfer_bytes), "seq",
+		      json_u64(p->first_seq), json_u64(p->last_seq));
+	if (!e || json_array_append_new(json_object_get(proc, "collectives"), e))
+		return -ENOMEM;
+	return 0;
+}
+
+static int gpu_profile_visit(void *arg, const struct store_nccl_profile_row *r)
+{
+	struct gpu_doc *d = arg;
+	struct store_nccl_profile_row *p = &d->p;
+	const char *strings[5] = { r->comm_name, r->func, r->algo, r->proto, r->datatype };
+	bool same = d->has_p && owner_eq(&p->who, &r->who) && p->comm_id == r->comm_id &&
+		    p->peer == r->peer;
+	int rc;
+
+	for (int i = 1; same && i < 5; i++)
+		same = strcmp(d->p_strings[i], strings[i]) == 0;
+	if (same) {
+		if (r->kernel_timed) {
+			p->kernel_ns_min = !p->kernel_timed || r->kernel_ns_min < p->kernel_ns_min
+						   ? r->kernel_ns_min : p->kernel_ns_min;
+			p->kernel_ns_max = r->kernel_ns_max > p->kernel_ns_max ? r->kernel_ns_max
+									      : p->kernel_ns_max;
+		}
+		p->first_seq = r->first_seq < p->first_seq ? r->first_seq : p->first_seq;
+		p->last_seq = r->last_seq > p->last_seq ? r->last_seq : p->last_seq;
+		p->nchannels = r->nchannels > p->nchannels ? r->nchannels : p->nchannels;
+		p->count = add_u64(p->count, r->count);
+		p->bytes = add_u64(p->bytes, r->bytes);
+		p->kernel_timed = add_u64(p->kernel_timed, r->kernel_timed);
+		p->kernel_ns_total = add_u64(p->kernel_ns_total, r->kernel_ns_total);
+		p->span_timed = add_u64(p->span_timed, r->span_timed);
+		p->span_ns_total = add_u64(p->span_ns_total, r->span_ns_total);
+		p->enqueue_ns_total = add_u64(p->enqueue_ns_total, r->enqueue_ns_total);
+		p->transfers = add_u64(p->transfers, r->transfers);
+		p->transfer_bytes = add_u64(p->transfer_bytes, r->transfer_bytes);
+		return 0;
+	}
+	if ((rc = gpu_profile_flush(d)))
+		return rc;
+	*p = *r;
+	d->has_p = true;
+	for (int i = 0; i < 5; i++)
+		if ((rc = replace_str(&d->p_strings[i], strings[i])))
+			return rc;
+	return replace_str(&d->p_host, r->who.hostname);
+}
+
+/* Least-squares fit time = latency + bytes / bandwidth from the sufficient statistics; null
+ * when the sizes do not vary (no slope) or the slope is not positive. */
+static json_t *link_fit(double n, double sx, double sy, double sxx, double sxy, double syy)
+{
+	double den = n * sxx - sx * sx, num = n * sxy - sx * sy, slope, intercept, r2;
+	double tot = n * syy - sy * sy;
+
+	if (n < 2 || !(den > 1e-9 * n * sxx) || !(num > 0))
+		return json_null();
+	slope = num / den;
+	intercept = (sy - slope * sx) / n;
+	r2 = tot > 0 ? num * num / (den * tot) : 1.0;
+	return json_pack("{s:f,s:f,s:f}", "latency_ns", intercept, "bandwidth_gbps", 1.0 / slope,
+			 "r2", r2 > 1 ? 1.0 : r2);
+}
+
+static int gpu_link_flush(struct gpu_doc *d)
+{
+	const struct store_nccl_link_row *l = &d->l;
+	json_t *proc, *e, *min_fit = json_null();
+
+	if (!d->has_l)
+		return 0;
+	d->has_l = false;
+	if (!(proc = gpu_proc(d, &l->who, d->l_host)))
+		return -ENOMEM;
+	if (l->min_points >= 2 && isfinite(l->min_latency_ns) && isfinite(l->min_bytes_per_ns))
+		min_fit = json_pack("{s:f,s:f,s:f,s:I}", "latency_ns", l->min_latency_ns,
+				    "bandwidth_gbps", l->min_bytes_per_ns, "r2",
+				    isfinite(l->min_r2) ? l->min_r2 : 0.0, "points",
+				    (json_int_t)l->min_points);
+	e = json_pack("{s:o,s:i,s:i,s:o,s:o,s:o,s:o,s:o,s:o}", "comm_id", json_key(l->comm_id),
+		      "comm_rank", l->rank, "peer", l->peer, "channel", json_int_or_null(l->channel),
+		      "transfers", json_u64(l->transfers), "bytes", json_u64(l->bytes),
+		      "time_ns_total", json_u64(l->time_ns_total), "fit",
+		      link_fit((double)l->transfers, l->sx, l->sy, l->sxx, l->sxy, l->syy),
+		      "min_fit", min_fit);
+	if (!e || json_array_append_new(json_object_get(proc, "links"), e))
+		return -ENOMEM;
+	return 0;
+}
+
+static int gpu_link_visit(void *arg, const struct store_nccl_link_row *r)
+{
+	struct gpu_doc *d = arg;
+	struct store_nccl_link_row *l = &d->l;
+	int rc;
+
+	if (d->has_l && owner_eq(&l->who, &r->who) && l->comm_id == r->comm_id &&
+	    l->peer == r->peer && l->channel == r->channel) {
+		l->transfers = add_u64(l->transfers, r->transfers);
+		l->bytes = add_u64(l->bytes, r->bytes);
+		l->time_ns_total = add_u64(l->time_ns_total, r->time_ns_total);
+		l->sx += r->sx;
+		l->sy += r->sy;
+		l->sxx += r->sxx;
+		l->sxy += r->sxy;
+		l->syy += r->syy;
+		if (r->min_points > l->min_points) {
+			l->min_latency_ns = r->min_latency_ns;
+			l->min_bytes_per_ns = r->min_bytes_per_ns;
+			l->min_r2 = r->min_r2;
+			l->min_points = r->min_points;
+		}
+		return 0;
+	}
+	if ((rc = gpu_link_flush(d)))
+		return rc;
+	*l = *r;
+	d->has_l = true;
+	return replace_str(&d->l_host, r->who.hostname);
+}
+
+static int by_total_desc(const void *a, const void *b)
+{
+	json_int_t x = json_integer_value(json_object_get(*(json_t *const *)a, "total_ns"));
+	json_int_t y = json_integer_value(json_object_get(*(json_t *const *)b, "total_ns"));
+
+	return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Orders each process's kernels by GPU time, largest first. */
+static int gpu_sort_kernels(json_t *procs)
+{
+	size_t i;
+	json_t *proc;
+
+	json_array_foreach(procs, i, proc) {
+		json_t *kernels = json_object_get(proc, "kernels");
+		size_t n = json_array_size(kernels);
+		json_t **items = n ? malloc(n * sizeof(*items)) : NULL;
+
+		if (n && !items)
+			return -ENOMEM;
+		for (size_t j = 0; j < n; j++)
+			items[j] = json_incref(json_array_get(kernels, j));
+		qsort(items, n, sizeof(*items), by_total_desc);
+		json_array_clear(kernels);
+		for (size_t j = 0; j < n; j++)
+			json_array_append_new(kernels, items[j]);
+		free(items);
+	}
+	return 0;
+}
+
+static int u64_compare(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Job-level view: the median process GPU time and each process's ratio to it (a uniform GPU
+ * slowdown of one rank shows as a ratio well above 1). */
+static json_t *gpu_summary(json_t *procs)
+{
+	size_t n = json_array_size(procs), timed = 0;
+	uint64_t *totals = calloc(n ? n : 1, sizeof(*totals));
+	json_t *proc, *summary;
+	double median = 0;
+	size_t i;
+
+	if (!totals)
+		return NULL;
+	json_array_foreach(procs, i, proc) {
+		uint64_t t = (uint64_t)json_integer_value(json_object_get(proc, "gpu_kernel_ns"));
+		if (t)
+			totals[timed++] = t;
+	}
+	qsort(totals, timed, sizeof(*totals), u64_compare);
+	if (timed)
+		median = timed % 2 ? (double)totals[timed / 2]
+				   : ((double)totals[timed / 2 - 1] + (double)totals[timed / 2]) / 2;
+	free(totals);
+	json_array_foreach(procs, i, proc) {
+		uint64_t t = (uint64_t)json_integer_value(json_object_get(proc, "gpu_kernel_ns"));
+		json_object_set_new(proc, "gpu_time_ratio_to_median",
+				    t && median > 0 ? json_real((double)t / median) : json_null());
+	}
+	summary = json_pack("{s:I,s:I,s:f}", "processes", (json_int_t)n, "processes_with_gpu_time",
+			    (json_int_t)timed, "median_gpu_kernel_ns", median);
+	return summary;
+}
+
+static void gpu_doc_free(struct gpu_doc *d)
+{
+	json_decref(d->procs);
+	json_decref(d->index);
+	free(d->k_name);
+	free(d->k_host);
+	free(d->p_host);
+	free(d->l_host);
+	for (int i = 0; i < 5; i++)
+		free(d->p_strings[i]);
+}
+
+static void job_gpu(struct api *api, const char *job, const struct http_request *req,
+		    struct http_response *resp)
+{
+	struct store_gpu_filter f = { .job = job };
+	struct gpu_doc d = { 0 };
+	struct store_gpu_visitor v = { gpu_kernel_visit, gpu_profile_visit, gpu_link_visit, &d };
+	uint32_t rank;
+	bool has_rank, truncated = false;
+	struct query q;
+	json_t *summary, *doc;
+	int rc;
+
+	if (!query_parse(api, req, &q, resp) ||
+	    !param_uint(req, "rank", 0, INT32_MAX, &rank, &has_rank, resp))
+		return;
+	if (q.f.node || q.f.has_pid || q.f.job || q.f.comm) {
+		http_response_error(resp, 400,
+				    "parameters 'node', 'pid', 'comm' and 'job' do not apply here");
+		return;
+	}
+	f.has_rank = has_rank;
+	f.rank = (int32_t)rank;
+	f.from_ms = q.f.from_ms;
+	f.to_ms = q.f.to_ms;
+	if (!(d.procs = json_array()) || !(d.index = json_object())) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	if ((rc = store_job_gpu(api->store, &f, API_MAX_GPU_ROWS, &v, &truncated)) ||
+	    (rc = gpu_kernel_flush(&d)) || (rc = gpu_profile_flush(&d)) ||
+	    (rc = gpu_link_flush(&d)) || (rc = gpu_sort_kernels(d.procs)))
+		goto cleanup;
+	if (!(summary = gpu_summary(d.procs))) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	doc = json_pack("{s:o,s:o,s:o,s:b,s:o,s:O}", "job", render_json_string(job), "from",
+			render_json_time(q.f.from_ms * 1000000), "to",
+			render_json_time(q.f.to_ms * 1000000), "truncated", truncated, "summary",
+			summary, "processes", d.procs);
+	render_json_respond(resp, 200, doc);
+cleanup:
+	if (rc)
+		respond_store_error(resp, rc);
+	gpu_doc_free(&d);
+}
+
 void api_job_get(void *ctx, const struct http_request *req, struct http_response *resp)
 {
 	static const char prefix[] = API_JOBS_PREFIX;
@@ -1323,6 +1775,8 @@ void api_job_get(void *ctx, const struct http_request *req, struct http_response
 		job_detail(api, job, resp);
 	else if (strcmp(slash, "/collectives") == 0)
 		job_collectives(api, job, req, resp);
+	else if (strcmp(slash, "/gpu") == 0)
+		job_gpu(api, job, req, resp);
 	else
 		http_response_error(resp, 404, "no such resource under job '%s'", job);
 }

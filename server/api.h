@@ -27,6 +27,7 @@
 #define API_DEFAULT_COLLECTIVE_LIMIT 1000
 #define API_MAX_COLLECTIVE_LIMIT 10000
 #define API_MAX_COLLECTIVE_CALLS 200000 /* per-rank calls in one collectives answer */
+#define API_MAX_GPU_ROWS 500000        /* stored rows of each GPU kind read by one gpu answer */
 #define API_JOBS_PREFIX "/api/v1/jobs/"
 
 struct api_options {

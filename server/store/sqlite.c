@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,6 +222,69 @@ static const char *const migrations[] = {
 	");"
 	"CREATE INDEX launches_time ON launches(time_ms);"
 	"CREATE INDEX launches_process_time ON launches(process, time_ms);",
+	/* 3: GPU-side timing from in-process components (wire minor 2); rows per batch, summed
+	 * by readers; time_ms is the batch window end. */
+	"CREATE TABLE gpu_kernels ("
+	"  time_ms INTEGER NOT NULL,"
+	"  node INTEGER NOT NULL REFERENCES nodes(id),"
+	"  process INTEGER NOT NULL REFERENCES processes(id),"
+	"  name TEXT NOT NULL,"
+	"  device INTEGER NOT NULL,"
+	"  stream INTEGER NOT NULL,"               /* u64 bits */
+	"  count INTEGER NOT NULL,"
+	"  total_ns INTEGER NOT NULL,"
+	"  min_ns INTEGER NOT NULL,"
+	"  max_ns INTEGER NOT NULL,"
+	"  hist BLOB NOT NULL"                     /* 20 x u32 little-endian (wire GPU_KERNELS) */
+	");"
+	"CREATE INDEX gpu_kernels_process_time ON gpu_kernels(process, time_ms);"
+	"CREATE INDEX gpu_kernels_time ON gpu_kernels(time_ms);"
+	"CREATE TABLE nccl_profiles ("
+	"  time_ms INTEGER NOT NULL,"
+	"  node INTEGER NOT NULL REFERENCES nodes(id),"
+	"  process INTEGER NOT NULL REFERENCES processes(id),"
+	"  comm_id INTEGER NOT NULL,"              /* u64 bits */
+	"  comm_name TEXT NOT NULL,"
+	"  rank INTEGER NOT NULL,"
+	"  nranks INTEGER NOT NULL,"
+	"  func TEXT NOT NULL,"
+	"  algo TEXT NOT NULL,"
+	"  proto TEXT NOT NULL,"
+	"  datatype TEXT NOT NULL,"
+	"  peer INTEGER NOT NULL,"
+	"  nchannels INTEGER NOT NULL,"
+	"  count INTEGER NOT NULL,"
+	"  bytes INTEGER NOT NULL,"
+	"  kernel_timed INTEGER NOT NULL,"
+	"  kernel_ns_total INTEGER NOT NULL,"
+	"  kernel_ns_min INTEGER NOT NULL,"
+	"  kernel_ns_max INTEGER NOT NULL,"
+	"  span_timed INTEGER NOT NULL,"
+	"  span_ns_total INTEGER NOT NULL,"
+	"  enqueue_ns_total INTEGER NOT NULL,"
+	"  transfers INTEGER NOT NULL,"
+	"  transfer_bytes INTEGER NOT NULL,"
+	"  first_seq INTEGER NOT NULL,"
+	"  last_seq INTEGER NOT NULL"
+	");"
+	"CREATE INDEX nccl_profiles_process_time ON nccl_profiles(process, time_ms);"
+	"CREATE TABLE nccl_links ("
+	"  time_ms INTEGER NOT NULL,"
+	"  node INTEGER NOT NULL REFERENCES nodes(id),"
+	"  process INTEGER NOT NULL REFERENCES processes(id),"
+	"  comm_id INTEGER NOT NULL,"
+	"  rank INTEGER NOT NULL,"
+	"  peer INTEGER NOT NULL,"
+	"  channel INTEGER NOT NULL,"
+	"  transfers INTEGER NOT NULL,"
+	"  bytes INTEGER NOT NULL,"
+	"  time_ns_total INTEGER NOT NULL,"
+	"  sx REAL NOT NULL, sy REAL NOT NULL, sxx REAL NOT NULL, sxy REAL NOT NULL,"
+	"  syy REAL NOT NULL,"
+	"  min_latency_ns REAL, min_bytes_per_ns REAL, min_r2 REAL," /* NULL: no MIN fit */
+	"  min_points INTEGER NOT NULL"
+	");"
+	"CREATE INDEX nccl_links_process_time ON nccl_links(process, time_ms);",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -240,6 +304,9 @@ enum stmt_id {
 	ST_COMMUNICATOR_UPSERT,
 	ST_NCCL_CALL_INSERT,
 	ST_LAUNCH_INSERT,
+	ST_GPU_KERNEL_INSERT,
+	ST_NCCL_PROFILE_INSERT,
+	ST_NCCL_LINK_INSERT,
 	ST_KSYMS_FIND,
 	ST_KSYMS_INSERT,
 	ST_KSYM_INSERT,
@@ -341,6 +408,21 @@ static const char *const stmt_sql[ST_COUNT] = {
 		"INSERT INTO launches (time_ms, node, process, function, kernel_name, user_stack,"
 		" kernel_stack, count, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_mem,"
 		" flags) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+	[ST_GPU_KERNEL_INSERT] =
+		"INSERT INTO gpu_kernels (time_ms, node, process, name, device, stream, count, total_ns,"
+		" min_ns, max_ns, hist) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+	[ST_NCCL_PROFILE_INSERT] =
+		"INSERT INTO nccl_profiles (time_ms, node, process, comm_id, comm_name, rank, nranks,"
+		" func, algo, proto, datatype, peer, nchannels, count, bytes, kernel_timed,"
+		" kernel_ns_total, kernel_ns_min, kernel_ns_max, span_timed, span_ns_total,"
+		" enqueue_ns_total, transfers, transfer_bytes, first_seq, last_seq) VALUES (?1, ?2,"
+		" ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,"
+		" ?21, ?22, ?23, ?24, ?25, ?26)",
+	[ST_NCCL_LINK_INSERT] =
+		"INSERT INTO nccl_links (time_ms, node, process, comm_id, rank, peer, channel,"
+		" transfers, bytes, time_ns_total, sx, sy, sxx, sxy, syy, min_latency_ns,"
+		" min_bytes_per_ns, min_r2, min_points) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
+		" ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
 	[ST_KSYMS_FIND] = "SELECT id, symbols FROM kernel_symbol_tables WHERE build_id = ?1",
 	[ST_KSYMS_INSERT] = "INSERT INTO kernel_symbol_tables (build_id, symbols, uploaded_ns)"
 			    " VALUES (?1, ?2, ?3)",
@@ -1030,6 +1112,109 @@ static int launch_insert(struct conn *c, const struct sysom_batch *b, const stru
 	return rc;
 }
 
+static int gpu_kernel_insert(struct conn *c, const struct sysom_batch *b,
+			     const struct sysom_gpu_kernel *k, sqlite3_int64 node,
+			     const sqlite3_int64 *processes)
+{
+	uint8_t hist[4 * SYSOM_GPU_HIST_BUCKETS];
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	for (int i = 0; i < SYSOM_GPU_HIST_BUCKETS; i++)
+		store_le32(hist + 4 * i, k->hist[i]);
+	if ((rc = conn_stmt(c, ST_GPU_KERNEL_INSERT, &st)))
+		return rc;
+	sqlite3_bind_int64(st, 1, clamp_i64(b->window_end_ns / 1000000));
+	sqlite3_bind_int64(st, 2, node);
+	sqlite3_bind_int64(st, 3, processes[k->process]);
+	sqlite3_bind_text(st, 4, sysom_batch_string(b, k->name), -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 5, k->device);
+	sqlite3_bind_int64(st, 6, as_i64(k->stream));
+	sqlite3_bind_int64(st, 7, clamp_i64(k->count));
+	sqlite3_bind_int64(st, 8, clamp_i64(k->total_ns));
+	sqlite3_bind_int64(st, 9, clamp_i64(k->min_ns));
+	sqlite3_bind_int64(st, 10, clamp_i64(k->max_ns));
+	sqlite3_bind_blob(st, 11, hist, sizeof(hist), SQLITE_TRANSIENT);
+	rc = step_done(st);
+	stmt_done(st);
+	return rc;
+}
+
+static int nccl_profile_insert(struct conn *c, const struct sysom_batch *b,
+			       const struct sysom_nccl_profile *p, sqlite3_int64 node,
+			       const sqlite3_int64 *processes)
+{
+	const uint64_t sums[] = { p->count, p->bytes, p->kernel_timed, p->kernel_ns_total,
+				  p->kernel_ns_min, p->kernel_ns_max, p->span_timed,
+				  p->span_ns_total, p->enqueue_ns_total, p->transfers,
+				  p->transfer_bytes, p->first_seq, p->last_seq };
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	if ((rc = conn_stmt(c, ST_NCCL_PROFILE_INSERT, &st)))
+		return rc;
+	sqlite3_bind_int64(st, 1, clamp_i64(b->window_end_ns / 1000000));
+	sqlite3_bind_int64(st, 2, node);
+	sqlite3_bind_int64(st, 3, processes[p->process]);
+	sqlite3_bind_int64(st, 4, as_i64(p->comm_id));
+	sqlite3_bind_text(st, 5, sysom_batch_string(b, p->comm_name), -1, SQLITE_STATIC);
+	sqlite3_bind_int(st, 6, p->rank);
+	sqlite3_bind_int(st, 7, p->nranks);
+	sqlite3_bind_text(st, 8, sysom_batch_string(b, p->func), -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 9, sysom_batch_string(b, p->algo), -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 10, sysom_batch_string(b, p->proto), -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 11, sysom_batch_string(b, p->datatype), -1, SQLITE_STATIC);
+	sqlite3_bind_int(st, 12, p->peer);
+	sqlite3_bind_int64(st, 13, p->nchannels);
+	for (size_t i = 0; i < sizeof(sums) / sizeof(sums[0]); i++)
+		sqlite3_bind_int64(st, 14 + (int)i, clamp_i64(sums[i]));
+	rc = step_done(st);
+	stmt_done(st);
+	return rc;
+}
+
+/* NaN (no MIN-mode fit) is stored as NULL. */
+static void bind_real_or_null(sqlite3_stmt *st, int i, double v)
+{
+	if (v == v)
+		sqlite3_bind_double(st, i, v);
+	else
+		sqlite3_bind_null(st, i);
+}
+
+static int nccl_link_insert(struct conn *c, const struct sysom_batch *b,
+			    const struct sysom_nccl_link *l, sqlite3_int64 node,
+			    const sqlite3_int64 *processes)
+{
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	if ((rc = conn_stmt(c, ST_NCCL_LINK_INSERT, &st)))
+		return rc;
+	sqlite3_bind_int64(st, 1, clamp_i64(b->window_end_ns / 1000000));
+	sqlite3_bind_int64(st, 2, node);
+	sqlite3_bind_int64(st, 3, processes[l->process]);
+	sqlite3_bind_int64(st, 4, as_i64(l->comm_id));
+	sqlite3_bind_int(st, 5, l->rank);
+	sqlite3_bind_int(st, 6, l->peer);
+	sqlite3_bind_int(st, 7, l->channel);
+	sqlite3_bind_int64(st, 8, clamp_i64(l->transfers));
+	sqlite3_bind_int64(st, 9, clamp_i64(l->bytes));
+	sqlite3_bind_int64(st, 10, clamp_i64(l->time_ns_total));
+	sqlite3_bind_double(st, 11, l->sx);
+	sqlite3_bind_double(st, 12, l->sy);
+	sqlite3_bind_double(st, 13, l->sxx);
+	sqlite3_bind_double(st, 14, l->sxy);
+	sqlite3_bind_double(st, 15, l->syy);
+	bind_real_or_null(st, 16, l->min_latency_ns);
+	bind_real_or_null(st, 17, l->min_bytes_per_ns);
+	bind_real_or_null(st, 18, l->min_r2);
+	sqlite3_bind_int64(st, 19, l->min_points);
+	rc = step_done(st);
+	stmt_done(st);
+	return rc;
+}
+
 static int batch_find(struct conn *c, const char *node_hex, uint64_t epoch, uint64_t sequence,
 		      bool *exists)
 {
@@ -1129,6 +1314,18 @@ static int batch_write(struct conn *c, const struct sysom_batch *b, const char *
 		r->launches = l->count > UINT64_MAX - r->launches ? UINT64_MAX : r->launches + l->count;
 	}
 	r->launch_rows = b->launch_count;
+	for (uint32_t i = 0; i < b->gpu_kernel_count; i++)
+		if ((rc = gpu_kernel_insert(c, b, &b->gpu_kernels[i], node, processes)))
+			goto cleanup;
+	r->gpu_kernel_rows = b->gpu_kernel_count;
+	for (uint32_t i = 0; i < b->nccl_profile_count; i++)
+		if ((rc = nccl_profile_insert(c, b, &b->nccl_profiles[i], node, processes)))
+			goto cleanup;
+	r->nccl_profile_rows = b->nccl_profile_count;
+	for (uint32_t i = 0; i < b->nccl_link_count; i++)
+		if ((rc = nccl_link_insert(c, b, &b->nccl_links[i], node, processes)))
+			goto cleanup;
+	r->nccl_link_rows = b->nccl_link_count;
 cleanup:
 	free(objects);
 	free(processes);
@@ -1671,6 +1868,238 @@ static int prepare_text(struct conn *c, const char *sql, sqlite3_stmt **out)
 	return sql_error(sqlite3_prepare_v2(c->db, sql, -1, out, NULL));
 }
 
+
+/* ---- GPU-side timing ------------------------------------------------------------------------ */
+
+/* Columns 0-3 of every GPU row query: who it belongs to. */
+#define GPU_OWNER_COLUMNS "coalesce(j.rank, -1), p.tgid, p.start_time_ns, n.hostname"
+#define GPU_OWNER_JOIN(t)                                                                  \
+	" JOIN processes p ON p.id = " t ".process JOIN nodes n ON n.id = p.node"              \
+	" JOIN job_ranks j ON j.process = " t ".process"                                      \
+	" WHERE j.job = ?1 AND (?2 IS NULL OR j.rank = ?2) AND " t ".time_ms BETWEEN ?3 AND ?4"
+#define GPU_OWNER_ORDER "j.rank < 0, j.rank, p.tgid, p.start_time_ns"
+
+static struct store_gpu_owner gpu_owner(sqlite3_stmt *st)
+{
+	return (struct store_gpu_owner){
+		.job_rank = sqlite3_column_int(st, 0),
+		.pid = (uint32_t)sqlite3_column_int64(st, 1),
+		.start_time_ns = as_u64(sqlite3_column_int64(st, 2)),
+		.hostname = column_text(st, 3),
+	};
+}
+
+static void gpu_bind(sqlite3_stmt *st, const struct store_gpu_filter *f, uint32_t max_rows)
+{
+	sqlite3_bind_text(st, 1, f->job, -1, SQLITE_STATIC);
+	if (f->has_rank)
+		sqlite3_bind_int(st, 2, f->rank);
+	sqlite3_bind_int64(st, 3, f->from_ms);
+	sqlite3_bind_int64(st, 4, f->to_ms);
+	sqlite3_bind_int64(st, 5, (sqlite3_int64)max_rows + 1);
+}
+
+static double column_real_or_nan(sqlite3_stmt *st, int i)
+{
+	return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
+}
+
+/* Runs one of the three row queries; `row` turns a result row into a callback. */
+static int gpu_rows(struct conn *c, const char *sql, const struct store_gpu_filter *f,
+		    uint32_t max_rows, int (*row)(sqlite3_stmt *st, const struct store_gpu_visitor *v),
+		    const struct store_gpu_visitor *v, bool *truncated)
+{
+	sqlite3_stmt *st = NULL;
+	uint32_t n = 0;
+	int rc;
+
+	if ((rc = prepare_text(c, sql, &st)))
+		return rc;
+	gpu_bind(st, f, max_rows);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (++n > max_rows) {
+			*truncated = true;
+			rc = SQLITE_DONE;
+			break;
+		}
+		if ((rc = row(st, v)))
+			goto cleanup;
+	}
+	rc = rc == SQLITE_DONE ? 0 : sql_error(rc);
+cleanup:
+	sqlite3_finalize(st);
+	return rc;
+}
+
+static int gpu_kernel_row(sqlite3_stmt *st, const struct store_gpu_visitor *v)
+{
+	struct store_gpu_kernel_row r = {
+		.who = gpu_owner(st),
+		.name = column_text(st, 4),
+		.device = (uint32_t)sqlite3_column_int64(st, 5),
+		.stream = as_u64(sqlite3_column_int64(st, 6)),
+		.count = (uint64_t)sqlite3_column_int64(st, 7),
+		.total_ns = (uint64_t)sqlite3_column_int64(st, 8),
+		.min_ns = (uint64_t)sqlite3_column_int64(st, 9),
+		.max_ns = (uint64_t)sqlite3_column_int64(st, 10),
+	};
+	const uint8_t *hist = sqlite3_column_blob(st, 11);
+
+	if (hist && sqlite3_column_bytes(st, 11) == 4 * SYSOM_GPU_HIST_BUCKETS)
+		for (int i = 0; i < SYSOM_GPU_HIST_BUCKETS; i++)
+			r.hist[i] = load_le32(hist + 4 * i);
+	return v->kernel ? v->kernel(v->arg, &r) : 0;
+}
+
+static int nccl_profile_row(sqlite3_stmt *st, const struct store_gpu_visitor *v)
+{
+	struct store_nccl_profile_row r = {
+		.who = gpu_owner(st),
+		.comm_id = as_u64(sqlite3_column_int64(st, 4)),
+		.comm_name = column_text(st, 5),
+		.rank = sqlite3_column_int(st, 6),
+		.nranks = sqlite3_column_int(st, 7),
+		.func = column_text(st, 8),
+		.algo = column_text(st, 9),
+		.proto = column_text(st, 10),
+		.datatype = column_text(st, 11),
+		.peer = sqlite3_column_int(st, 12),
+		.nchannels = (uint32_t)sqlite3_column_int64(st, 13),
+	};
+	uint64_t *sums[] = { &r.count, &r.bytes, &r.kernel_timed, &r.kernel_ns_total,
+			     &r.kernel_ns_min, &r.kernel_ns_max, &r.span_timed, &r.span_ns_total,
+			     &r.enqueue_ns_total, &r.transfers, &r.transfer_bytes, &r.first_seq,
+			     &r.last_seq };
+
+	for (size_t i = 0; i < sizeof(sums) / sizeof(sums[0]); i++)
+		*sums[i] = (uint64_t)sqlite3_column_int64(st, 14 + (int)i);
+	return v->profile ? v->profile(v->arg, &r) : 0;
+}
+
+static int nccl_link_row(sqlite3_stmt *st, const struct store_gpu_visitor *v)
+{
+	struct store_nccl_link_row r = {
+		.who = gpu_owner(st),
+		.comm_id = as_u64(sqlite3_column_int64(st, 4)),
+		.rank = sqlite3_column_int(st, 5),
+		.peer = sqlite3_column_int(st, 6),
+		.channel = sqlite3_column_int(st, 7),
+		.transfers = (uint64_t)sqlite3_column_int64(st, 8),
+		.bytes = (uint64_t)sqlite3_column_int64(st, 9),
+		.time_ns_total = (uint64_t)sqlite3_column_int64(st, 10),
+		.sx = sqlite3_column_double(st, 11),
+		.sy = sqlite3_column_double(st, 12),
+		.sxx = sqlite3_column_double(st, 13),
+		.sxy = sqlite3_column_double(st, 14),
+		.syy = sqlite3_column_double(st, 15),
+		.min_latency_ns = column_real_or_nan(st, 16),
+		.min_bytes_per_ns = column_real_or_nan(st, 17),
+		.min_r2 = column_real_or_nan(st, 18),
+		.min_points = (uint32_t)sqlite3_column_int64(st, 19),
+	};
+
+	return v->link ? v->link(v->arg, &r) : 0;
+}
+
+static int sqlite_job_gpu(struct store *base, const struct store_gpu_filter *f, uint32_t max_rows,
+			  const struct store_gpu_visitor *v, bool *truncated)
+{
+	static const char kernels_sql[] =
+		"SELECT " GPU_OWNER_COLUMNS ", g.name, g.device, g.stream, g.count, g.total_ns,"
+		" g.min_ns, g.max_ns, g.hist FROM gpu_kernels g" GPU_OWNER_JOIN("g")
+		" ORDER BY " GPU_OWNER_ORDER ", g.name, g.device, g.stream LIMIT ?5";
+	static const char profiles_sql[] =
+		"SELECT " GPU_OWNER_COLUMNS ", g.comm_id, g.comm_name, g.rank, g.nranks, g.func,"
+		" g.algo, g.proto, g.datatype, g.peer, g.nchannels, g.count, g.bytes, g.kernel_timed,"
+		" g.kernel_ns_total, g.kernel_ns_min, g.kernel_ns_max, g.span_timed, g.span_ns_total,"
+		" g.enqueue_ns_total, g.transfers, g.transfer_bytes, g.first_seq, g.last_seq"
+		" FROM nccl_profiles g" GPU_OWNER_JOIN("g")
+		" ORDER BY " GPU_OWNER_ORDER ", g.comm_id, g.func, g.algo, g.proto, g.datatype,"
+		" g.peer LIMIT ?5";
+	static const char links_sql[] =
+		"SELECT " GPU_OWNER_COLUMNS ", g.comm_id, g.rank, g.peer, g.channel, g.transfers,"
+		" g.bytes, g.time_ns_total, g.sx, g.sy, g.sxx, g.sxy, g.syy, g.min_latency_ns,"
+		" g.min_bytes_per_ns, g.min_r2, g.min_points FROM nccl_links g" GPU_OWNER_JOIN("g")
+		" ORDER BY " GPU_OWNER_ORDER ", g.comm_id, g.peer, g.channel LIMIT ?5";
+	struct sqlite_store *s = from_base(base);
+	struct conn *c = reader_acquire(s);
+	int rc;
+
+	/* One read transaction: the three kinds come from the same snapshot. */
+	if ((rc = conn_exec(c, "BEGIN")))
+		goto cleanup;
+	if ((rc = gpu_rows(c, kernels_sql, f, max_rows, gpu_kernel_row, v, truncated)) ||
+	    (rc = gpu_rows(c, profiles_sql, f, max_rows, nccl_profile_row, v, truncated)) ||
+	    (rc = gpu_rows(c, links_sql, f, max_rows, nccl_link_row, v, truncated)))
+		goto cleanup;
+cleanup:
+	if (!sqlite3_get_autocommit(c->db))
+		conn_exec(c, "COMMIT");
+	reader_release(s, c);
+	return rc;
+}
+
+static int sqlite_gpu_time_aggregate(struct store *base, const struct store_sample_filter *f,
+				     uint32_t limit, store_gpu_time_fn fn, void *arg,
+				     uint64_t *total)
+{
+	struct sqlite_store *s = from_base(base);
+	struct byte_buf sql = { 0 };
+	sqlite3_stmt *st = NULL;
+	struct conn *c = reader_acquire(s);
+	uint64_t sum = 0;
+	int rc;
+
+	/* Per (process, kernel): its GPU time in the range, its launches per user stack and in
+	 * all; each stack gets the share of the time its launches had. */
+	byte_buf_printf(&sql,
+			"SELECT p.comm, min(p.tgid), max(p.tgid), count(DISTINCT g.process),"
+			" coalesce(l.u, 0) AS u, l.c IS NOT NULL AS seen, g.name AS kn,"
+			" CAST(sum(iif(l.c IS NULL, g.ns, g.ns * 1.0 * l.c / lt.c)) AS INTEGER) AS t,"
+			" CAST(sum(sum(iif(l.c IS NULL, g.ns, g.ns * 1.0 * l.c / lt.c))) OVER ()"
+			"  AS INTEGER)"
+			" FROM (SELECT process, node, name, min(time_ms) AS time_ms,"
+			"   sum(total_ns) AS ns FROM gpu_kernels WHERE time_ms BETWEEN ?1 AND ?2"
+			"   GROUP BY process, name) g"
+			" JOIN processes p ON p.id = g.process"
+			" LEFT JOIN (SELECT process, kernel_name AS name, coalesce(user_stack, 0) AS u,"
+			"   sum(count) AS c FROM launches WHERE time_ms BETWEEN ?1 AND ?2"
+			"   GROUP BY process, kernel_name, u) l ON l.process = g.process AND l.name = g.name"
+			" LEFT JOIN (SELECT process, kernel_name AS name, sum(count) AS c FROM launches"
+			"   WHERE time_ms BETWEEN ?1 AND ?2 GROUP BY process, kernel_name) lt"
+			"   ON lt.process = g.process AND lt.name = g.name");
+	filter_sql_on(&sql, f, 'g');
+	byte_buf_printf(&sql, " GROUP BY p.comm, u, seen, kn ORDER BY t DESC, p.comm, u, kn LIMIT ?6");
+	if ((rc = prepare_sql(c, &sql, &st)))
+		goto cleanup;
+	bind_filter(st, f);
+	sqlite3_bind_int64(st, 6, limit);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		sqlite3_int64 lo = sqlite3_column_int64(st, 1), hi = sqlite3_column_int64(st, 2);
+		struct store_gpu_time row = {
+			.comm = column_text(st, 0),
+			.pid = lo == hi ? lo : -1,
+			.processes = (uint64_t)sqlite3_column_int64(st, 3),
+			.user_stack = sqlite3_column_int64(st, 4),
+			.launch_seen = sqlite3_column_int(st, 5) != 0,
+			.kernel = column_text(st, 6),
+			.ns = (uint64_t)sqlite3_column_int64(st, 7),
+		};
+		sum = (uint64_t)sqlite3_column_int64(st, 8);
+		if ((rc = fn(arg, &row)))
+			goto cleanup;
+	}
+	rc = rc == SQLITE_DONE ? 0 : sql_error(rc);
+cleanup:
+	sqlite3_finalize(st);
+	reader_release(s, c);
+	byte_buf_free(&sql);
+	if (!rc)
+		*total = sum;
+	return rc;
+}
+
+
 static int sqlite_jobs_list(struct store *base, uint32_t limit, store_job_fn fn, void *arg)
 {
 	struct sqlite_store *s = from_base(base);
@@ -1967,6 +2396,8 @@ static const struct store_ops sqlite_ops = {
 	.job_ranks_list = sqlite_job_ranks_list,
 	.job_communicators_list = sqlite_job_communicators_list,
 	.collectives_list = sqlite_collectives_list,
+	.job_gpu = sqlite_job_gpu,
+	.gpu_time_aggregate = sqlite_gpu_time_aggregate,
 	.ping = sqlite_ping,
 	.size_get = sqlite_size_get,
 	.size_limit_set = sqlite_size_limit_set,

@@ -139,3 +139,17 @@ int store_size_limit_set(struct store *s, uint64_t max_bytes)
 		return -ENOTSUP;
 	return s->ops->size_limit_set(s, max_bytes);
 }
+
+int store_job_gpu(struct store *s, const struct store_gpu_filter *f, uint32_t max_rows,
+		  const struct store_gpu_visitor *v, bool *truncated)
+{
+	*truncated = false;
+	return s->ops->job_gpu(s, f, max_rows, v, truncated);
+}
+
+int store_gpu_time_aggregate(struct store *s, const struct store_sample_filter *f, uint32_t limit,
+			     store_gpu_time_fn fn, void *arg, uint64_t *total)
+{
+	*total = 0;
+	return s->ops->gpu_time_aggregate(s, f, limit, fn, arg, total);
+}

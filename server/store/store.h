@@ -62,12 +62,13 @@ struct store_put_result {
 	uint32_t nccl_calls;    /* NCCL call rows stored */
 	uint32_t launch_rows;   /* launch rows stored */
 	uint64_t launches;      /* sum of their launch counts */
+	uint32_t gpu_kernel_rows, nccl_profile_rows, nccl_link_rows; /* GPU-side timing rows */
 };
 
 /*
  * Stores a decoded batch in one transaction: the node, the batch record, objects, processes,
  * content-addressed stacks, sample rows, the agent counters, job ranks, communicators, NCCL
- * calls and GPU launch rows, or nothing at all. A batch
+ * calls, GPU launch rows and GPU-side timing rows, or nothing at all. A batch
  * whose (node id, epoch, sequence) is already stored changes nothing and reports duplicate.
  * `received_ns` is the server's receive time (ns since the Unix epoch). Writes *res on success.
  * Returns 0 or a negative error (see the table above).
@@ -333,6 +334,92 @@ typedef int (*store_collective_fn)(void *arg, const struct store_collective_call
  */
 int store_collectives_list(struct store *s, const struct store_collective_filter *f,
 			   uint32_t max_instances, store_collective_fn fn, void *arg);
+
+/* GPU-side timing of a job's processes (wire 1.2), for GET /api/v1/jobs/{job}/gpu. */
+struct store_gpu_filter {
+	const char *job;          /* required */
+	bool has_rank;
+	int32_t rank;             /* only this job rank */
+	int64_t from_ms, to_ms;   /* the rows' batch window end, inclusive */
+};
+
+/* Whose row: the process and its place in the job; strings borrowed for the callback only. */
+struct store_gpu_owner {
+	int32_t job_rank;         /* -1 unknown */
+	uint32_t pid;
+	uint64_t start_time_ns;   /* with pid: the process incarnation */
+	const char *hostname;
+};
+
+struct store_gpu_kernel_row {
+	struct store_gpu_owner who;
+	const char *name;
+	uint32_t device;
+	uint64_t stream;
+	uint64_t count, total_ns, min_ns, max_ns;
+	uint32_t hist[SYSOM_GPU_HIST_BUCKETS];
+};
+
+struct store_nccl_profile_row {
+	struct store_gpu_owner who;
+	uint64_t comm_id;
+	const char *comm_name, *func, *algo, *proto, *datatype;
+	int32_t rank, nranks, peer;
+	uint32_t nchannels;
+	uint64_t count, bytes, kernel_timed, kernel_ns_total, kernel_ns_min, kernel_ns_max;
+	uint64_t span_timed, span_ns_total, enqueue_ns_total, transfers, transfer_bytes;
+	uint64_t first_seq, last_seq;
+};
+
+struct store_nccl_link_row {
+	struct store_gpu_owner who;
+	uint64_t comm_id;
+	int32_t rank, peer, channel;
+	uint64_t transfers, bytes, time_ns_total;
+	double sx, sy, sxx, sxy, syy;
+	double min_latency_ns, min_bytes_per_ns, min_r2; /* NaN: no MIN-mode fit */
+	uint32_t min_points;
+};
+
+/* Called per stored row (rows repeat per batch: the caller merges rows with equal keys, which
+ * arrive consecutively: ordered by job rank, process, then the row's key). */
+struct store_gpu_visitor {
+	int (*kernel)(void *arg, const struct store_gpu_kernel_row *r);
+	int (*profile)(void *arg, const struct store_nccl_profile_row *r);
+	int (*link)(void *arg, const struct store_nccl_link_row *r);
+	void *arg;
+};
+
+/*
+ * Visits the GPU kernel, NCCL profile and NCCL link rows of job `f->job` in [from, to] (in that
+ * order), at most `max_rows` of each kind; sets *truncated when a kind had more. Returns 0 or an
+ * error (or what a callback returned).
+ */
+int store_job_gpu(struct store *s, const struct store_gpu_filter *f, uint32_t max_rows,
+		  const struct store_gpu_visitor *v, bool *truncated);
+
+/* GPU time of one kernel attributed to one launching user stack (GPU-time flame graph). */
+struct store_gpu_time {
+	const char *comm;   /* process comm; borrowed for the callback only */
+	int64_t pid;        /* -1 when the group spans processes */
+	uint64_t processes;
+	int64_t user_stack; /* stack id, STORE_STACK_NONE (launched from an unknown stack) */
+	bool launch_seen;   /* false: no launch of this kernel was traced in the range */
+	const char *kernel; /* the kernel name */
+	uint64_t ns;        /* GPU time */
+};
+
+typedef int (*store_gpu_time_fn)(void *arg, const struct store_gpu_time *row);
+
+/*
+ * GPU kernel time of the processes matching `f` (times: the rows' window end in ms), each
+ * (process, kernel)'s total split over its launching stacks in proportion to the launches the
+ * uprobes counted in the same range; kernels never seen launched keep launch_seen false.
+ * Largest first, at most `limit` groups; *total is the time of every group. Returns 0 or an
+ * error.
+ */
+int store_gpu_time_aggregate(struct store *s, const struct store_sample_filter *f, uint32_t limit,
+			     store_gpu_time_fn fn, void *arg, uint64_t *total);
 
 /* Totals of one agent counter on one node, summed over its stored batches. */
 struct store_counter_total {

@@ -38,6 +38,10 @@ struct store_ops {
 				      store_job_communicator_fn fn, void *arg);
 	int (*collectives_list)(struct store *s, const struct store_collective_filter *f,
 				uint32_t max_instances, store_collective_fn fn, void *arg);
+	int (*job_gpu)(struct store *s, const struct store_gpu_filter *f, uint32_t max_rows,
+		       const struct store_gpu_visitor *v, bool *truncated);
+	int (*gpu_time_aggregate)(struct store *s, const struct store_sample_filter *f,
+				  uint32_t limit, store_gpu_time_fn fn, void *arg, uint64_t *total);
 	int (*ping)(struct store *s);
 	int (*size_get)(struct store *s, uint64_t *bytes);
 	int (*size_limit_set)(struct store *s, uint64_t max_bytes); /* NULL: -ENOTSUP */

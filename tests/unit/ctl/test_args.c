@@ -82,6 +82,10 @@ static void test_urls(void **state)
 		   "--limit 20", NULL,
 		   "http://127.0.0.1:8080/api/v1/jobs/a%2Fb%20c/collectives?comm=00000000000000ab"
 		   "&op=AllReduce&from=-5m&limit=20");
+	expect_url("gpu --job simjob-42 --rank 3 --from -5m", NULL,
+		   "http://127.0.0.1:8080/api/v1/jobs/simjob-42/gpu?rank=3&from=-5m");
+	expect_url("flamegraph --kind gpu-time --format folded", NULL,
+		   "http://127.0.0.1:8080/api/v1/flamegraph?format=folded&kind=gpu-time");
 }
 
 static void test_fields(void **state)
@@ -148,8 +152,13 @@ static void test_errors(void **state)
 	expect_error("collectives --job j --limit 10001", "limit");
 	expect_error("collectives --job j --format folded", "table, json");
 	expect_error("collectives --job j --pid 3", "unknown flag '--pid'");
+	expect_error("gpu", "gpu: --job is required");
+	expect_error("gpu --job j --rank -1", "--rank");
+	expect_error("gpu --job j --rank x3", "--rank");
+	expect_error("gpu --job j --format folded", "table, json");
+	expect_error("flamegraph --kind gpu", "cpu, gpu-launch or gpu-time");
 	expect_error("jobs --job j", "unknown flag '--job'");
-	expect_error("flamegraph --kind gpu", "not cpu or gpu-launch");
+	expect_error("flamegraph --kind gpu", "not cpu, gpu-launch or gpu-time");
 }
 
 static void test_help(void **state)

@@ -251,6 +251,46 @@ static void test_tables(void **state)
 	free(render(ctl_collectives_render, "{\"instances\":[{\"calls\":3}]}", -EINVAL));
 }
 
+static int gpu_render_top3(const json_t *doc, FILE *out)
+{
+	return ctl_gpu_render(doc, 3, out);
+}
+
+/* The GPU view: per rank GPU time against the median, top kernels, collectives and links. */
+static void test_gpu(void **state)
+{
+	char *out;
+
+	(void)state;
+	out = render(gpu_render_top3,
+		     "{\"processes\":[{\"rank\":3,\"hostname\":\"gpu-1\",\"pid\":5003,"
+		     "\"gpu_kernel_ns\":2000000,\"kernel_executions\":11,"
+		     "\"gpu_time_ratio_to_median\":1.98,\"kernels\":["
+		     "{\"name\":\"gemm\",\"total_ns\":1500000},{\"name\":\"memcpy\",\"total_ns\":500000}],"
+		     "\"collectives\":[{\"func\":\"AllReduce\",\"algo\":\"Ring\",\"proto\":\"Simple\","
+		     "\"datatype\":\"ncclFloat32\",\"peer\":null,\"count\":3,\"bytes\":12288,"
+		     "\"gpu\":{\"mean_ns\":20000,\"algbw_gbps\":0.2048}}],"
+		     "\"links\":[{\"peer\":4,\"channel\":null,\"transfers\":4,"
+		     "\"fit\":{\"latency_ns\":5000,\"bandwidth_gbps\":12.5,\"r2\":1},"
+		     "\"min_fit\":{\"latency_ns\":5000,\"bandwidth_gbps\":12.5,\"points\":2}}]},"
+		     "{\"rank\":null,\"hostname\":\"gpu-2\",\"pid\":77,\"gpu_kernel_ns\":0,"
+		     "\"kernel_executions\":0,\"gpu_time_ratio_to_median\":null,\"kernels\":[],"
+		     "\"collectives\":[],\"links\":[]}],\"truncated\":false}", 0);
+	assert_non_null(strstr(out, "vs MEDIAN"));
+	assert_non_null(strstr(out, "3       gpu-1                 5003         2.000          11      1.98x  "
+				    "gemm (75%), memcpy (25%)\n"));
+	assert_non_null(strstr(out, "?       gpu-2                   77         0.000           0          -  -\n"));
+	assert_non_null(strstr(out, "AllReduce       Ring      Simple   ncclFloat32       -           3"
+				    "            4096          20.0        0.20\n"));
+	assert_non_null(strstr(out, "     4      all           4          5.00         12.50   1.000  (5.00, 12.50)\n"));
+	free(out);
+	out = render(gpu_render_top3, "{\"processes\":[]}", 0);
+	assert_non_null(strstr(out, "no GPU timing"));
+	free(out);
+	free(render(gpu_render_top3, "{\"processes\":[{\"kernels\":3}]}", -EINVAL));
+	free(render(gpu_render_top3, "{}", -EINVAL));
+}
+
 static void test_error_text(void **state)
 {
 	char msg[64];
@@ -272,6 +312,7 @@ int main(void)
 		cmocka_unit_test(test_top_symbolized),
 		cmocka_unit_test(test_top_merges_identical_stacks),
 		cmocka_unit_test(test_tables),
+		cmocka_unit_test(test_gpu),
 		cmocka_unit_test(test_error_text),
 	};
 

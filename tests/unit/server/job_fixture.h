@@ -22,13 +22,18 @@
  * 1024 floats; rank `skip_rank` makes no call for seq 1; per rank one GroupStart (no
  * communicator) and one CommInitRank call, which are not collectives. With `launches`, per
  * rank: JOB_KERNEL launched 10 times from the fixture's user stack U, an unnamed kernel
- * (function 0xdead) 2 times from U, and "memcpyKernel" once without a user stack.
+ * (function 0xdead) 2 times from U, and "memcpyKernel" once without a user stack. With
+ * `gpu_timing`, per rank: GPU time of JOB_KERNEL (10 runs of 100 µs; twice as long on rank
+ * `slow_rank`), "memcpyKernel" (1 run, 5 µs) and JOB_UNLAUNCHED (4 runs, 1 µs, never seen
+ * launched); an NCCL profile of 3 AllReduce (Ring, Simple, 4096 bytes, 20 µs on the GPU) on
+ * JOB_COMM; a link to rank + 1 with 2 transfers on the line 5000 ns + bytes / 12.5.
  */
 #define JOB_WORLD 8
 #define JOB_COMM 0xabcULL
 #define JOB_TP_COMM(i) (0x7000ULL + (uint64_t)(i))
 #define JOB_PID(rank) (5000u + (uint32_t)(rank))
 #define JOB_KERNEL "ncclDevKernel_AllReduce_Sum_f32"
+#define JOB_UNLAUNCHED "graphReplayedKernel"
 
 struct job_spec {
 	struct fixture_spec base;
@@ -37,7 +42,55 @@ struct job_spec {
 	int instances;
 	int skip_rank; /* -1: none */
 	bool launches;
+	bool gpu_timing;
+	int slow_rank; /* with gpu_timing: whose kernels take twice as long (-1: none) */
 };
+
+/* The GPU-side timing rows of one rank (see job_batch_build). */
+static inline int job_gpu_rows(struct sysom_batch *b, const struct job_spec *js, uint32_t proc,
+			       int rank)
+{
+	static const char *const names[] = { JOB_KERNEL, "memcpyKernel", JOB_UNLAUNCHED };
+	const uint64_t counts[] = { 10, 1, 4 };
+	const uint64_t each[] = { 100000ULL * (rank == js->slow_rank ? 2 : 1), 5000, 1000 };
+	uint32_t comm, func, algo, proto, dtype;
+	int rc;
+
+	for (int i = 0; i < 3; i++) {
+		struct sysom_gpu_kernel k = { .process = proc, .device = 0, .stream = 7,
+					      .count = counts[i], .total_ns = counts[i] * each[i],
+					      .min_ns = each[i], .max_ns = each[i] };
+		k.hist[sysom_gpu_hist_bucket(each[i])] = (uint32_t)counts[i];
+		if ((rc = sysom_batch_intern_cstring(b, names[i], &k.name)) ||
+		    (rc = sysom_batch_add_gpu_kernel(b, &k)))
+			return rc;
+	}
+	if ((rc = sysom_batch_intern_cstring(b, "world", &comm)) ||
+	    (rc = sysom_batch_intern_cstring(b, "AllReduce", &func)) ||
+	    (rc = sysom_batch_intern_cstring(b, "Ring", &algo)) ||
+	    (rc = sysom_batch_intern_cstring(b, "Simple", &proto)) ||
+	    (rc = sysom_batch_intern_cstring(b, "ncclFloat32", &dtype)))
+		return rc;
+	struct sysom_nccl_profile p = { .process = proc, .rank = rank, .comm_id = JOB_COMM,
+					.comm_name = comm, .nranks = JOB_WORLD, .func = func,
+					.algo = algo, .proto = proto, .datatype = dtype, .peer = -1,
+					.nchannels = 2, .count = 3, .bytes = 3 * 4096,
+					.kernel_timed = 3, .kernel_ns_total = 60000,
+					.kernel_ns_min = 20000, .kernel_ns_max = 20000,
+					.span_timed = 3, .span_ns_total = 90000,
+					.enqueue_ns_total = 3000, .transfers = 2,
+					.transfer_bytes = 3000, .first_seq = 0, .last_seq = 2 };
+	if ((rc = sysom_batch_add_nccl_profile(b, &p)))
+		return rc;
+	/* (1000 B, 5080 ns) and (2000 B, 5160 ns). */
+	struct sysom_nccl_link l = { .process = proc, .rank = rank, .comm_id = JOB_COMM,
+				     .peer = (rank + 1) % JOB_WORLD, .channel = -1, .transfers = 2,
+				     .bytes = 3000, .time_ns_total = 10240, .sx = 3000,
+				     .sy = 10240, .sxx = 5e6, .sxy = 15.4e6, .syy = 52432000,
+				     .min_latency_ns = 5000, .min_bytes_per_ns = 12.5, .min_r2 = 1,
+				     .min_points = 2 };
+	return sysom_batch_add_nccl_link(b, &l);
+}
 
 static inline uint32_t job_object(const struct sysom_batch *b, const char *name)
 {
@@ -126,6 +179,8 @@ static inline int job_batch_build(struct sysom_batch *b, const struct job_spec *
 		other.op = SYSOM_NCCL_COMM_INIT_RANK;
 		other.comm_key = JOB_COMM;
 		if ((rc = sysom_batch_add_nccl_call(b, &other)))
+			return rc;
+		if (js->gpu_timing && (rc = job_gpu_rows(b, js, proc, rank)))
 			return rc;
 		if (!js->launches)
 			continue;

@@ -2,6 +2,7 @@
 /* Query API: flame graphs (folded and JSON, filters, limits), time parsing, nodes, processes,
  * health, metrics, routes, UTF-8 sanitising. Handlers are called directly. */
 #include <errno.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -738,6 +739,7 @@ static void test_job_bad_parameters(void **state)
 	snprintf(longpath, sizeof(longpath), "/api/v1/jobs/%01100d", 7);
 	expect_job_status(h, longpath, "", 400, "longer");
 	expect_status(h, api_flamegraph_get, "kind=gpu", 400, "'kind'");
+	expect_status(h, api_flamegraph_get, "kind=gpu-times", 400, "gpu-time");
 	/* An unknown job's collectives are an empty list. */
 	json_t *doc = get_json(h, api_job_get, "/api/v1/jobs/job-7/collectives", "");
 	assert_int_equal(json_array_size(json_object_get(doc, "instances")), 0);
@@ -754,10 +756,162 @@ static void test_job_bad_parameters(void **state)
 	free(body);
 }
 
+/* ---- GPU-side timing ---- */
+
+static void post_gpu_job(struct harness *h, uint8_t node, uint64_t sequence, const char *want)
+{
+	struct job_spec js = { .base = { .node = node, .epoch = 1, .sequence = sequence,
+					 .window_start_ns = HARNESS_T0 },
+			       .job = "job-42", .first_rank = 4 * (node - 1), .local_ranks = 4,
+			       .instances = 3, .skip_rank = -1, .launches = true,
+			       .gpu_timing = true, .slow_rank = 3 };
+	struct sysom_batch b;
+	char *body = NULL;
+
+	assert_int_equal(job_batch_build(&b, &js), 0);
+	assert_int_equal(harness_post_batch(h, &b, &body), 200);
+	if (!strstr(body, want))
+		fail_msg("ingest answered %s (want %s)", body, want);
+	free(body);
+	sysom_batch_free(&b);
+}
+
+static json_t *gpu_process(json_t *doc, int rank)
+{
+	size_t i;
+	json_t *p;
+
+	json_array_foreach(json_object_get(doc, "processes"), i, p)
+		if (json_integer_value(json_object_get(p, "rank")) == rank)
+			return p;
+	fail_msg("rank %d missing", rank);
+	return NULL;
+}
+
+static double num(json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (!json_is_number(v))
+		fail_msg("'%s' is not a number", key);
+	return json_number_value(v);
+}
+
+static void test_job_gpu(void **state)
+{
+	struct harness *h = *state;
+	const uint64_t fast = 10 * 100000 + 5000 + 4000, slow = 10 * 200000 + 5000 + 4000;
+
+	post_gpu_job(h, 1, 2, "\"stored\"");
+	post_gpu_job(h, 2, 2, "\"stored\"");
+	post_gpu_job(h, 2, 2, "\"duplicate\""); /* stored once */
+	post_gpu_job(h, 1, 3, "\"stored\"");    /* a second window of node 1: rows add up */
+
+	json_t *doc = get_json(h, api_job_get, "/api/v1/jobs/job-42/gpu", "");
+	assert_int_equal(json_array_size(json_object_get(doc, "processes")), 8);
+	assert_false(json_is_true(json_object_get(doc, "truncated")));
+	json_t *r3 = gpu_process(doc, 3), *r5 = gpu_process(doc, 5);
+	assert_int_equal(num(r3, "gpu_kernel_ns"), 2 * slow); /* node 1: two windows */
+	assert_int_equal(num(r5, "gpu_kernel_ns"), fast);
+	assert_int_equal(num(r5, "kernel_executions"), 15);
+	assert_int_equal(num(r5, "pid"), JOB_PID(5));
+	/* Kernels by GPU time, largest first, with their histogram. */
+	json_t *k = json_array_get(json_object_get(r5, "kernels"), 0);
+	assert_string_equal(json_string_value(json_object_get(k, "name")), JOB_KERNEL);
+	assert_int_equal(num(k, "count"), 10);
+	assert_int_equal(num(k, "mean_ns"), 100000);
+	assert_int_equal(num(json_object_get(r3, "kernels") ? json_array_get(json_object_get(r3, "kernels"), 0) : NULL, "count"), 20);
+	json_t *hist = json_object_get(k, "histogram");
+	assert_int_equal(json_array_size(hist), SYSOM_GPU_HIST_BUCKETS);
+	assert_int_equal(json_integer_value(json_array_get(hist, sysom_gpu_hist_bucket(100000))), 10);
+	assert_string_equal(json_string_value(json_object_get(
+				    json_array_get(json_object_get(r5, "kernels"), 2), "name")),
+			    JOB_UNLAUNCHED);
+	/* The slow rank stands out against the median. */
+	json_t *summary = json_object_get(doc, "summary");
+	assert_int_equal(num(summary, "processes_with_gpu_time"), 8);
+	/* Node 1 (ranks 0-3) has two windows: 4 x fast, 3 x 2 fast, 2 slow. */
+	const double median = (fast + 2.0 * fast) / 2;
+	assert_true(fabs(num(summary, "median_gpu_kernel_ns") - median) < 1e-6);
+	assert_true(fabs(num(r3, "gpu_time_ratio_to_median") - 2 * slow / median) < 1e-9);
+	assert_true(fabs(num(r5, "gpu_time_ratio_to_median") - fast / median) < 1e-9);
+	/* Collectives: GPU time and algorithm bandwidth. */
+	json_t *c = json_array_get(json_object_get(r5, "collectives"), 0);
+	assert_string_equal(json_string_value(json_object_get(c, "func")), "AllReduce");
+	assert_string_equal(json_string_value(json_object_get(c, "comm_id")), "0000000000000abc");
+	assert_string_equal(json_string_value(json_object_get(c, "comm_name")), "world");
+	assert_true(json_is_null(json_object_get(c, "peer")));
+	assert_int_equal(num(c, "count"), 3);
+	json_t *g = json_object_get(c, "gpu");
+	assert_int_equal(num(g, "mean_ns"), 20000);
+	assert_true(fabs(num(g, "algbw_gbps") - 4096.0 / 20000) < 1e-9);
+	assert_int_equal(num(json_object_get(c, "span"), "mean_ns"), 30000);
+	assert_int_equal(num(json_array_get(json_object_get(r3, "collectives"), 0), "count"), 6);
+	/* Links: the least-squares fit over every transfer recovers latency and bandwidth, also
+	 * after two windows' statistics were added. */
+	json_t *l = json_array_get(json_object_get(r3, "links"), 0);
+	assert_int_equal(num(l, "peer"), 4);
+	assert_int_equal(num(l, "transfers"), 4);
+	json_t *fit = json_object_get(l, "fit");
+	assert_true(fabs(num(fit, "latency_ns") - 5000) < 1e-6);
+	assert_true(fabs(num(fit, "bandwidth_gbps") - 12.5) < 1e-9);
+	assert_true(fabs(num(fit, "r2") - 1) < 1e-9);
+	assert_int_equal(num(json_object_get(l, "min_fit"), "points"), 2);
+	json_decref(doc);
+
+	/* rank= and the time range filter. */
+	doc = get_json(h, api_job_get, "/api/v1/jobs/job-42/gpu", "rank=6");
+	assert_int_equal(json_array_size(json_object_get(doc, "processes")), 1);
+	assert_int_equal(num(gpu_process(doc, 6), "gpu_kernel_ns"), fast);
+	json_decref(doc);
+	doc = get_json(h, api_job_get, "/api/v1/jobs/job-42/gpu", "to=1700000029");
+	assert_int_equal(json_array_size(json_object_get(doc, "processes")), 0);
+	assert_int_equal(num(json_object_get(doc, "summary"), "median_gpu_kernel_ns"), 0);
+	json_decref(doc);
+	doc = get_json(h, api_job_get, "/api/v1/jobs/job-7/gpu", "");
+	assert_int_equal(json_array_size(json_object_get(doc, "processes")), 0);
+	json_decref(doc);
+
+	expect_job_status(h, "/api/v1/jobs/job-42/gpu", "rank=-1", 400, "'rank'");
+	expect_job_status(h, "/api/v1/jobs/job-42/gpu", "rank=x", 400, "'rank'");
+	expect_job_status(h, "/api/v1/jobs/job-42/gpu", "node=node-1", 400, "do not apply");
+	expect_job_status(h, "/api/v1/jobs/job-42/gpu", "from=1700000010&to=1700000000", 400,
+			  "after");
+}
+
+/* GPU time by launching stack: each kernel's time goes to the stacks that launched it; time
+ * of kernels never seen launched stays visible under "[no launch stack]". */
+static void test_gpu_time_flamegraph(void **state)
+{
+	struct harness *h = *state;
+	const char *stack = "python3;python3.11+0x1000;libc.so.6+0x29d90;";
+	char want[1024];
+
+	post_gpu_job(h, 1, 2, "\"stored\"");
+	snprintf(want, sizeof(want),
+		 "%s[gpu] " JOB_KERNEL " 1000000\npython3;[gpu] memcpyKernel 5000\n"
+		 "python3;[no launch stack];[gpu] " JOB_UNLAUNCHED " 4000\n", stack);
+	expect_folded(h, "kind=gpu-time&pid=5002", want);
+	snprintf(want, sizeof(want), "%s[gpu] " JOB_KERNEL " 2000000\n", stack);
+	expect_folded(h, "kind=gpu-time&pid=5003&limit=1", want);
+	expect_folded(h, "kind=gpu-time&job=job-7", "");
+
+	json_t *doc = get_json(h, api_flamegraph_get, "/api/v1/flamegraph",
+			       "kind=gpu-time&format=json");
+	assert_string_equal(json_string_value(json_object_get(doc, "unit")), "ns");
+	assert_int_equal(num(doc, "total"), 3 * 1009000 + 2009000);
+	json_decref(doc);
+	doc = get_json(h, api_flamegraph_get, "/api/v1/flamegraph", "kind=gpu-launch&format=json");
+	assert_string_equal(json_string_value(json_object_get(doc, "unit")), "launches");
+	json_decref(doc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_folded, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_job_gpu, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_gpu_time_flamegraph, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_json, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_parameters, setup, teardown),
 		cmocka_unit_test(test_time_parse),

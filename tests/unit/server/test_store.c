@@ -115,11 +115,11 @@ static void test_schema_created_and_reopened(void **state)
 	char err[256];
 	sqlite3 *db;
 
-	assert_int_equal(store_schema_version(c->store), 2);
+	assert_int_equal(store_schema_version(c->store), 3);
 	store_close(c->store);
 	c->store = NULL;
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 2);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 3);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
 				     " AND name IN ('nodes','batches','objects','processes','stacks',"
 				     "'samples','node_counters','kernel_symbol_tables','kernel_symbols',"
@@ -338,7 +338,7 @@ static void test_round_trip(void **state)
 }
 
 
-/* A version 1 database (before jobs) is migrated to version 2 and keeps its data. */
+/* A version 1 database (before jobs) is migrated to the current version and keeps its data. */
 static void test_migration_from_v1(void **state)
 {
 	struct ctx *c = *state;
@@ -352,14 +352,51 @@ static void test_migration_from_v1(void **state)
 	db = raw_open(c->dir);
 	assert_int_equal(sqlite3_exec(db, "DROP TABLE job_ranks; DROP TABLE communicators;"
 					  " DROP TABLE nccl_calls; DROP TABLE launches;"
-					  " PRAGMA user_version = 1;", NULL, NULL, NULL), SQLITE_OK);
+					  " DROP TABLE gpu_kernels; DROP TABLE nccl_profiles;"
+					  " DROP TABLE nccl_links; PRAGMA user_version = 1;", NULL, NULL,
+				      NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 2);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 3);
 	sqlite3_close(db);
 	assert_int_equal(rows(c->dir, "samples"), 4);
 	assert_int_equal(rows(c->dir, "launches"), 0);
+	assert_int_equal(rows(c->dir, "gpu_kernels"), 0);
+}
+
+/* A version 2 database (before GPU-side timing) gains the three tables and stores them. */
+static void test_migration_from_v2(void **state)
+{
+	struct ctx *c = *state;
+	char err[256];
+	sqlite3 *db;
+	struct store_put_result res;
+
+	put_fixture(c->store, &(struct fixture_spec){ .node = 1, .epoch = 1, .sequence = 1,
+						       .window_start_ns = T0 }, 0, NULL);
+	store_close(c->store);
+	c->store = NULL;
+	db = raw_open(c->dir);
+	assert_int_equal(sqlite3_exec(db, "DROP TABLE gpu_kernels; DROP TABLE nccl_profiles;"
+					  " DROP TABLE nccl_links; PRAGMA user_version = 2;", NULL,
+				      NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
+	assert_int_equal(store_schema_version(c->store), 3);
+	struct job_spec js = { .base = { .node = 2, .epoch = 1, .sequence = 1,
+					 .window_start_ns = T0 },
+			       .job = "job-42", .first_rank = 0, .local_ranks = 2, .instances = 1,
+			       .skip_rank = -1, .gpu_timing = true, .slow_rank = -1 };
+	struct sysom_batch b;
+	assert_int_equal(job_batch_build(&b, &js), 0);
+	assert_int_equal(store_batch_put(c->store, &b, (int64_t)T0, &res), 0);
+	sysom_batch_free(&b);
+	assert_int_equal(res.gpu_kernel_rows, 6);
+	assert_int_equal(res.nccl_profile_rows, 2);
+	assert_int_equal(res.nccl_link_rows, 2);
+	assert_int_equal(rows(c->dir, "gpu_kernels"), 6);
+	assert_int_equal(rows(c->dir, "nccl_links"), 2);
 }
 
 static void put_job(struct store *s, const struct job_spec *js, struct store_put_result *res)
@@ -784,6 +821,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kernel_symbols, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_migration_from_v1, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_migration_from_v2, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_jobs_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_job_rank_updates, setup, teardown),
 	};
