@@ -261,9 +261,10 @@ static int handle(struct gpustats *g, struct gs_conn *c, uint16_t type, const ui
 		if (!c->said_hello)
 			g->stats.components++;
 		c->said_hello = true;
-		log_debug("pid %u: component %u (%s), interface %u, mask %#x", c->tgid,
-			  c->hello.component, c->hello.name, c->hello.interface,
-			  c->hello.activation_mask);
+		/* One line per component per process: which in-process timing is live. */
+		log_info("pid %u: component connected: %s (kind %u, interface %u, mask %#x)",
+			 c->tgid, c->hello.name, c->hello.component, c->hello.interface,
+			 c->hello.activation_mask);
 		return 0;
 	case SYSOM_REC_NCCL_COMM:
 		if ((rc = channel_decode_comm(payload, len, &comm)))
