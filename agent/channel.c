@@ -113,10 +113,13 @@ void channel_table_kernel(const struct channel_table *t, uint32_t i, struct syso
 	copy_entry(t, i, out, sizeof(*out));
 }
 
-/* A string offset must name the start of a string: 0 ("") or just after a NUL. */
+/* A string offset must name the start of a string: 0 ("") or just after a NUL; the string is
+ * at most CHANNEL_MAX_STRING bytes (a longer one would make the batch undecodable). */
 static bool string_ok(const struct channel_table *t, uint32_t off, bool nonempty)
 {
 	if (off >= t->strings_size || (off > 0 && t->strings[off - 1] != '\0'))
+		return false;
+	if (strnlen(t->strings + off, CHANNEL_MAX_STRING + 1) > CHANNEL_MAX_STRING)
 		return false;
 	return !nonempty || t->strings[off] != '\0';
 }

@@ -15,6 +15,7 @@
 
 #define CHANNEL_MAX_ENTRY_SIZE 4096  /* a table entry larger than this is rejected */
 #define CHANNEL_MAX_CHANNELS 1024    /* nchannels / channel ids above this are rejected */
+#define CHANNEL_MAX_STRING 1023      /* bytes of a table string (what producers cut to) */
 #define CHANNEL_STAT_MAX SYSOM_STAT_CUPTI_DROPPED
 
 struct channel_hello {

@@ -369,6 +369,19 @@ static void test_link_and_kernel_rejections(void **state)
 	k.max_ns = 4;
 	len = make_table(buf, sizeof(k), &k, 1, strings, sizeof(strings), 0);
 	assert_int_equal(channel_decode_table(buf, len, SYSOM_REC_GPU_KERNEL, &t), -EINVAL);
+
+	/* A name of CHANNEL_MAX_STRING bytes is taken; one byte more is refused (it would make
+	 * the batch's string table exceed what the server accepts). */
+	char names[CHANNEL_MAX_STRING + 3];
+	memset(names, 'n', sizeof(names));
+	names[0] = '\0';
+	names[CHANNEL_MAX_STRING + 1] = '\0';
+	len = make_table(buf, sizeof(kern), &kern, 1, names, CHANNEL_MAX_STRING + 2, 0);
+	assert_int_equal(channel_decode_table(buf, len, SYSOM_REC_GPU_KERNEL, &t), 0);
+	names[CHANNEL_MAX_STRING + 1] = 'n';
+	names[CHANNEL_MAX_STRING + 2] = '\0';
+	len = make_table(buf, sizeof(kern), &kern, 1, names, CHANNEL_MAX_STRING + 3, 0);
+	assert_int_equal(channel_decode_table(buf, len, SYSOM_REC_GPU_KERNEL, &t), -SYSOM_ECORRUPT);
 }
 
 static void test_hello_comm_stats_rejections(void **state)
