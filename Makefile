@@ -141,6 +141,9 @@ SIMJOB_CFLAGS := -std=gnu11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -mno-om
 ifneq ($(wildcard $(SIMJOB_CUDA_INCLUDE)/nccl.h),)
 ifneq ($(wildcard $(SIMJOB_CUDA_INCLUDE)/cuda.h),)
 SIMJOB_FIXTURES := $(SIMJOB_DIR)/libnccl.so.2 $(SIMJOB_DIR)/libcuda.so.1 $(SIMJOB_DIR)/simjob
+ifneq ($(wildcard $(SIMJOB_CUDA_INCLUDE)/cupti.h),)
+SIMJOB_FIXTURES += $(SIMJOB_DIR)/libcupti.so
+endif
 FIXTURES += $(SIMJOB_FIXTURES)
 endif
 endif
@@ -379,6 +382,12 @@ $(SIMJOB_DIR)/libcuda.so.1: tests/fixtures/simjob/fake_cuda.c
 	$(call msg,CC,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(SIMJOB_LIB_CFLAGS) -Wl,-soname,libcuda.so.1 -o $@ $<
+
+# A fake CUPTI for the CUPTI library's tests and the simulated job (fake CUDA reports to it).
+$(SIMJOB_DIR)/libcupti.so: tests/fixtures/simjob/fake_cupti.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(SIMJOB_LIB_CFLAGS) -Wl,-soname,libcupti.so -o $@ $<
 
 $(SIMJOB_DIR)/simjob: tests/fixtures/simjob/simjob.c $(SIMJOB_DIR)/libnccl.so.2 $(SIMJOB_DIR)/libcuda.so.1
 	$(call msg,CC,$@)
