@@ -394,6 +394,12 @@ $(SIMJOB_DIR)/simjob: tests/fixtures/simjob/simjob.c $(SIMJOB_DIR)/libnccl.so.2 
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(SIMJOB_CFLAGS) -o $@ $< -L$(@D) -l:libnccl.so.2 -l:libcuda.so.1 -Wl,-rpath,'$$ORIGIN'
 
+# The NCCL profiler benchmark also sends through the component channel directly.
+$(BUILD)/bench/nccl_profiler_bench: $(OBJ)/bench/nccl_profiler_bench.o $(OBJ)/client/sysom_channel.o
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -pthread -ldl
+
 # Benchmark programs link every library (each uses what it needs).
 $(BUILD)/bench/%: $(OBJ)/bench/%.o $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)

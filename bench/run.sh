@@ -21,3 +21,4 @@ done
 "$build/bench/cfi_bench" --rounds 9 "${libs[@]}"
 SYSOM_BUILD="$build" "$build/bench/unwind_bench" --seconds 10 --rounds 7
 SYSOM_BUILD="$build" "$build/bench/gputrace_bench" --rounds 7 --calls 200000 --seconds 5
+SYSOM_BUILD="$build" "$build/bench/nccl_profiler_bench" --rounds 31

@@ -219,7 +219,8 @@ static bool is_op(const struct prof_event *e)
 }
 
 unsigned prof_window_aggregate(const struct prof_context *ctx, const struct prof_window *w,
-			       uint32_t nslots, struct sysom_channel *ch, struct sysom_table *t)
+			       uint32_t nslots, double ns_per_tick, struct sysom_channel *ch,
+			       struct sysom_table *t, uint64_t *events)
 {
 	static const uint32_t coll_strings[] = { offsetof(struct sysom_rec_coll, func),
 						 offsetof(struct sysom_rec_coll, algo),
@@ -244,6 +245,8 @@ unsigned prof_window_aggregate(const struct prof_context *ctx, const struct prof
 		const struct prof_event *e = slot_at(w, i), *p, *op;
 		uint8_t flags;
 
+		if (e)
+			(*events)++;
 		if (!e || e->type == EV_COLL || e->type == EV_P2P)
 			continue;
 		flags = atomic_load_explicit(&e->flags, memory_order_acquire);
@@ -265,7 +268,7 @@ unsigned prof_window_aggregate(const struct prof_context *ctx, const struct prof
 			if (!p || p->type != EV_PROXY_OP || !(flags & EV_STOPPED) ||
 			    !(flags & EV_SEND_WAIT) || e->stop_ns < e->wait_ns || !e->bytes)
 				continue;
-			uint64_t ns = e->stop_ns - e->wait_ns;
+			uint64_t ns = (uint64_t)((double)(e->stop_ns - e->wait_ns) * ns_per_tick);
 			link_add(p->peer, p->channel, e->bytes, ns);
 			link_add(p->peer, -1, e->bytes, ns);
 			op = p->parent < nslots ? slot_at(w, p->parent) : NULL;
@@ -303,10 +306,12 @@ unsigned prof_window_aggregate(const struct prof_context *ctx, const struct prof
 		}
 		if (a->proxy_stop > e->start_ns) {
 			c->r.span_timed++;
-			c->r.span_ns_total += a->proxy_stop - e->start_ns;
+			c->r.span_ns_total += (uint64_t)((double)(a->proxy_stop - e->start_ns) *
+							 ns_per_tick);
 		}
 		if ((flags & EV_STOPPED) && e->stop_ns >= e->start_ns)
-			c->r.enqueue_ns_total += e->stop_ns - e->start_ns;
+			c->r.enqueue_ns_total += (uint64_t)((double)(e->stop_ns - e->start_ns) *
+							    ns_per_tick);
 		c->r.transfers += a->transfers;
 		c->r.transfer_bytes += a->transfer_bytes;
 		uint64_t seq = e->type == EV_COLL ? e->seq : 0;

@@ -86,9 +86,9 @@ struct prof_event {
 	uint8_t nchannels;
 	int32_t peer;
 	uint32_t parent;        /* slot of the parent in the same window, or EV_NO_PARENT */
-	uint64_t start_ns, stop_ns;   /* CPU monotonic clock */
+	uint64_t start_ns, stop_ns;   /* CPU clock in ticks (see prof_ticks; durations only) */
 	uint64_t gpu_start, gpu_stop; /* KernelCh: GPU timer */
-	uint64_t wait_ns;       /* ProxyStep: when SendWait began */
+	uint64_t wait_ns;       /* ProxyStep: when SendWait began (ticks) */
 	uint64_t bytes;         /* Coll/P2p: count x datatype size; ProxyStep: transfer size */
 	uint64_t seq;           /* Coll: NCCL seqNumber */
 	const char *func, *algo, *proto, *datatype; /* NCCL's static strings */
@@ -132,11 +132,13 @@ struct prof_settings {
 };
 
 /*
- * Aggregates window `w` (PROCESSING, `nslots` valid slots) and sends its NCCL_COLL and
+ * Aggregates window `w` (PROCESSING, `nslots` claimed slots) and sends its NCCL_COLL and
  * NCCL_LINK tables for communicator `ctx` through `ch` (which may be NULL: nothing sent) using
- * the scratch table `t`. Returns the number of records it could not send.
+ * the scratch table `t`; CPU durations are tick differences times `ns_per_tick`. Adds the
+ * number of events found to *events. Returns the number of records it could not send.
  */
 unsigned prof_window_aggregate(const struct prof_context *ctx, const struct prof_window *w,
-			       uint32_t nslots, struct sysom_channel *ch, struct sysom_table *t);
+			       uint32_t nslots, double ns_per_tick, struct sysom_channel *ch,
+			       struct sysom_table *t, uint64_t *events);
 
 #endif
