@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The end-to-end demo behind `make demo`: a server on 127.0.0.1 with its embedded store in a
-# temporary directory, the agent (as root) shipping to it, a CPU-bound workload, then the
-# flame graph summary. Finishes on its own and cleans up. Usage: scripts/demo.sh BUILD_DIR
+# temporary directory, the agent (as root) shipping to it, a CPU-bound workload and a simulated
+# 8-rank training job whose processes load the NCCL profiler plugin and the CUPTI library, then
+# the flame graph summary and the job's GPU view. Finishes on its own and cleans up.
+# Usage: scripts/demo.sh BUILD_DIR
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,11 +38,21 @@ sed 's/^/   /' "$work/server.log"
 step "Checking this node (sysom-agent --check)"
 "$build/sysom-agent" --check --server "$url" --spool-dir "$work/spool" | sed 's/^/   /'
 
+simjob_dir=$build/tests/fixtures/simjob
+gpu_args=()
+have_job=false
+if [ -x "$simjob_dir/simjob" ] && [ -e "$build/lib/libnccl-profiler-sysom.so" ] &&
+	[ -e "$build/lib/libsysom-cupti.so" ] && [ -e "$simjob_dir/libcupti.so" ]; then
+	have_job=true
+	gpu_args=(--gpu-libraries "$simjob_dir/libnccl.so.2:$simjob_dir/libcuda.so.1" --gpu-launch-duty 1)
+fi
+
 step "Starting sysom-agent: 99 Hz on every CPU, 50% of ticks, batches every 5 s"
 # The production defaults are 10% of ticks and 30 s batches; the demo is short, so it
 # samples more and ships more often to have a fuller picture in ${seconds} s.
 "$build/sysom-agent" --server "$url" --spool-dir "$work/spool" --sample-rate 0.5 \
-	--batch-interval 5s --drain-interval 1s >"$work/agent.log" 2>&1 &
+	--batch-interval 5s --drain-interval 1s --socket "$work/agent.sock" "${gpu_args[@]}" \
+	>"$work/agent.log" 2>&1 &
 agent=$!
 pids+=($agent)
 for _ in $(seq 100); do grep -q "attached to" "$work/agent.log" && break; sleep 0.1; done
@@ -52,6 +64,21 @@ step "Running a CPU-bound workload for ${seconds} s (2 threads: compute + read()
 workload=$!
 wait "$workload"
 echo "   workload pid $workload finished"
+
+if $have_job; then
+	step "A simulated 8-rank training job with the in-process GPU timing (rank 3's GPU 2x slower)"
+	echo "   fake NCCL/CUDA (tests/fixtures/simjob) loading the real libnccl-profiler-sysom.so"
+	echo "   (NCCL_PROFILER_PLUGIN) and libsysom-cupti.so (CUDA_INJECTION64_PATH) over a fake CUPTI"
+	SYSOM_SOCKET_PATH=$work/agent.sock NCCL_PROFILER_PLUGIN=$build/lib/libnccl-profiler-sysom.so \
+		CUDA_INJECTION64_PATH=$build/lib/libsysom-cupti.so \
+		SYSOM_CUPTI_LIBRARY=$simjob_dir/libcupti.so \
+		"$simjob_dir/simjob" --ranks 8 --iterations 200 --cpu-us 2000 --kernel-us 3000 \
+		--fault rank=3,kind=gpu,amount=2 --print-env >"$work/job.log" 2>&1 ||
+		{ cat "$work/job.log"; exit 1; }
+	job_id=$(sed -n 's/.*TORCHELASTIC_RUN_ID=\([^ ]*\).*/\1/p' "$work/job.log" | head -1)
+	grep -E "^rank [0-9]+ iterations" "$work/job.log" | head -3 | sed 's/^/   /'
+	echo "   ... job $job_id finished"
+fi
 
 step "Waiting for the agent to upload the workload's symbols (Build ID keyed, once per node)"
 build_id=$(readelf -n "$build/tests/fixtures/chain_workload" | awk '/Build ID/ {print $3}')
@@ -71,6 +98,18 @@ step "Flame graph of the workload: sysomctl flamegraph --pid $workload --format 
 "$build/sysomctl" --server "$url" flamegraph --pid "$workload" --from -10m --to now \
 	--format top --top 5 | sed 's/^/   /'
 
+if $have_job; then
+	step "The job's GPU view: sysomctl gpu --job $job_id"
+	"$build/sysomctl" --server "$url" gpu --job "$job_id" --from -10m --to now | cut -c1-150 |
+		sed 's/^/   /' | head -32
+	step "Which rank did the others wait for: sysomctl collectives --job $job_id --op AllReduce"
+	"$build/sysomctl" --server "$url" collectives --job "$job_id" --op AllReduce --from -10m \
+		--to now --limit 5 | sed 's/^/   /'
+	step "GPU kernel time by launching stack: sysomctl flamegraph --kind gpu-time (folded)"
+	"$build/sysomctl" --server "$url" flamegraph --kind gpu-time --from -10m --to now \
+		--format folded | sort -t' ' -k2 -nr | head -4 | cut -c1-200 | sed 's/^/   /'
+fi
+
 step "Whole node, folded (first lines): sysomctl flamegraph --format folded"
 "$build/sysomctl" --server "$url" flamegraph --from -10m --to now --format folded |
 	head -5 | cut -c1-220 | sed 's/^/   /'
@@ -80,6 +119,8 @@ cat <<EOF
    sysomctl --server URL nodes                          nodes and their agents
    sysomctl --server URL processes --from -1h           what ran, with sample counts
    sysomctl --server URL flamegraph --comm NAME         one program's stacks (top summary)
+   sysomctl --server URL jobs / gpu --job J             training jobs; per-rank GPU time
+   sysomctl --server URL collectives --job J            who entered each collective last
    sysomctl ... flamegraph --format folded | flamegraph.pl > cpu.svg   an SVG flame graph
    curl URL/api/v1/flamegraph?format=json&pid=N        the same as JSON (docs/http-api.md)
    curl URL/metrics                                     Prometheus metrics of the server
