@@ -23,6 +23,16 @@
 
 #define RX_MAX 256
 
+/* Failures inside a scenario's child process: print and exit non-zero (cmocka runs in the
+ * parent, which checks the exit status). */
+#define CHECK(cond)                                                                          \
+	do {                                                                                 \
+		if (!(cond)) {                                                               \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+			_exit(1);                                                            \
+		}                                                                            \
+	} while (0)
+
 struct rx_coll {
 	uint64_t comm_id;
 	char func[64], algo[32], proto[32], datatype[32];
