@@ -12,7 +12,10 @@
  * 3. No agent configured: init leaves NCCL an empty activation mask, so NCCL makes no events;
  *    the cost of calls made anyway with the NULL context is reported.
  *
- * usage: SYSOM_BUILD=build nccl_profiler_bench [--rounds R]
+ * Each hot-path measurement runs in a fresh child process (the plugin's state is process-wide),
+ * once with the agent draining and once with the agent configured but not listening.
+ *
+ * usage: SYSOM_BUILD=build nccl_profiler_bench [--rounds R] | nccl_profiler_bench PLUGIN.so
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -26,6 +29,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -205,23 +209,91 @@ static void pause_ms(int ms)
 	nanosleep(&ts, NULL);
 }
 
+/* Hot-path medians of one plugin instance: [0] ProxyStep baseline, [1] ProxyStep plugin,
+ * [2] KernelCh baseline, [3] KernelCh plugin. */
+struct hot {
+	double v[4];
+};
+
+/* Loads the plugin in a fresh child process (its state is process-wide: one channel, one
+ * thread) with the agent socket `sock`, and measures the hot path there. */
+static int measure_hot(const char *lib_path, const char *sock, int rounds, struct hot *out)
+{
+	int fds[2], status;
+	pid_t pid;
+
+	if (pipe(fds))
+		return -errno;
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		const struct nccl_profiler_v5 *plugin;
+		void *lib, *ctx = NULL;
+		int mask = 0;
+		struct hot h;
+		double *v[4];
+
+		close(fds[0]);
+		setenv("SYSOM_SOCKET_PATH", sock, 1);
+		lib = dlopen(lib_path, RTLD_NOW | RTLD_LOCAL);
+		if (!lib || !(plugin = dlsym(lib, "ncclProfiler_v5"))) {
+			fprintf(stderr, "%s: %s\n", lib_path, dlerror());
+			_exit(1);
+		}
+		if (plugin->init(&ctx, 0xbe4c4ull, &mask, "bench", 1, 2, 0, NULL) || !ctx) {
+			fprintf(stderr, "plugin init failed\n");
+			_exit(1);
+		}
+		for (int i = 0; i < 4; i++)
+			if (!(v[i] = calloc((size_t)rounds, sizeof(double))))
+				_exit(1);
+		for (int r = 0; r < rounds; r++) {
+			plugin_ptr = &nop_plugin;
+			v[0][r] = round_steps(NULL);
+			v[2][r] = round_kernel_ch(NULL);
+			plugin_ptr = plugin;
+			v[1][r] = round_steps(ctx);
+			v[3][r] = round_kernel_ch(ctx);
+			pause_ms(15); /* the window rolls over and is aggregated between rounds */
+		}
+		for (int i = 0; i < 4; i++)
+			h.v[i] = median(v[i], rounds);
+		plugin->finalize(ctx);
+		if (write(fds[1], &h, sizeof(h)) != (ssize_t)sizeof(h))
+			_exit(1);
+		_exit(0);
+	}
+	close(fds[1]);
+	ssize_t got = read(fds[0], out, sizeof(*out));
+	close(fds[0]);
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) ||
+	    got != (ssize_t)sizeof(*out))
+		return -EIO;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *build = getenv("SYSOM_BUILD");
-	char lib_path[4096], sock[108];
-	int rounds = 15, mask = 0;
-	void *lib, *ctx = NULL;
-	const struct nccl_profiler_v5 *plugin;
+	char lib_path[4096], sock[108], nosock[108];
+	int rounds = 15;
 	pthread_t drainer;
+	struct hot with_agent, absent;
 
 	for (int i = 1; i + 1 < argc; i += 2)
 		if (!strcmp(argv[i], "--rounds"))
 			rounds = atoi(argv[i + 1]);
 	if (rounds < 3 || rounds > 1000)
 		rounds = 15;
-	snprintf(lib_path, sizeof(lib_path), "%s/lib/libnccl-profiler-sysom.so",
-		 build ? build : "build");
+	if (argc == 2 && strcmp(argv[1], "--rounds"))
+		snprintf(lib_path, sizeof(lib_path), "%s", argv[1]); /* the .so itself */
+	else
+		snprintf(lib_path, sizeof(lib_path), "%s/lib/libnccl-profiler-sysom.so",
+			 build ? build : "build");
 	snprintf(sock, sizeof(sock), "/tmp/sysom-bench-nccl-%d.sock", (int)getpid());
+	snprintf(nosock, sizeof(nosock), "/tmp/sysom-bench-nccl-%d.absent", (int)getpid());
+	unlink(nosock);
 	if (agent_listen(sock)) {
 		perror("agent socket");
 		return 1;
@@ -232,30 +304,20 @@ int main(int argc, char **argv)
 	setenv("SYSOM_NCCL_WINDOW_EVENTS", "65536", 1);
 	setenv("SYSOM_NCCL_LINGER_MS", "0", 1);
 	pthread_create(&drainer, NULL, drain_main, NULL);
-	lib = dlopen(lib_path, RTLD_NOW | RTLD_LOCAL);
-	if (!lib || !(plugin = dlsym(lib, "ncclProfiler_v5"))) {
+	/* With an agent draining; then configured but absent (events are still recorded and
+	 * aggregated, records dropped and counted: the cost must not depend on the agent). */
+	if (measure_hot(lib_path, sock, rounds, &with_agent) ||
+	    measure_hot(lib_path, nosock, rounds, &absent)) {
+		fprintf(stderr, "hot-path measurement failed\n");
+		return 1;
+	}
+	double bs = with_agent.v[0], ps = with_agent.v[1], bk = with_agent.v[2], pk = with_agent.v[3];
+	void *lib = dlopen(lib_path, RTLD_NOW | RTLD_LOCAL);
+	const struct nccl_profiler_v5 *plugin = lib ? dlsym(lib, "ncclProfiler_v5") : NULL;
+	if (!plugin) {
 		fprintf(stderr, "%s: %s\n", lib_path, dlerror());
 		return 1;
 	}
-	if (plugin->init(&ctx, 0xbe4c4ull, &mask, "bench", 1, 2, 0, NULL) || !ctx) {
-		fprintf(stderr, "plugin init failed\n");
-		return 1;
-	}
-
-	double *base_s = calloc((size_t)rounds, sizeof(double)), *plug_s = calloc((size_t)rounds, sizeof(double));
-	double *base_k = calloc((size_t)rounds, sizeof(double)), *plug_k = calloc((size_t)rounds, sizeof(double));
-	for (int r = 0; r < rounds; r++) {
-		plugin_ptr = &nop_plugin;
-		base_s[r] = round_steps(NULL);
-		base_k[r] = round_kernel_ch(NULL);
-		plugin_ptr = plugin;
-		plug_s[r] = round_steps(ctx);
-		plug_k[r] = round_kernel_ch(ctx);
-		pause_ms(15); /* the window rolls over and is aggregated between rounds */
-	}
-	double bs = median(base_s, rounds), ps = median(plug_s, rounds);
-	double bk = median(base_k, rounds), pk = median(plug_k, rounds);
-	plugin->finalize(ctx);
 
 	/* Channel throughput: 4 KiB records to the draining reader. */
 	struct sysom_channel *c = NULL;
@@ -309,6 +371,10 @@ int main(int argc, char **argv)
 	       rounds, BATCH, bs, ps, ps / bs);
 	printf("| KernelCh event: start + KernelChStop + stop, ns | %.1f | %.1f | %.1fx |\n", bk, pk,
 	       pk / bk);
+	printf("| ProxyStep event, agent configured but not listening, ns | %.1f | %.1f | %.1fx |\n",
+	       absent.v[0], absent.v[1], absent.v[1] / absent.v[0]);
+	printf("| KernelCh event, agent configured but not listening, ns | %.1f | %.1f | %.1fx |\n",
+	       absent.v[2], absent.v[3], absent.v[3] / absent.v[2]);
 	printf("\n| channel | value |\n|---|---:|\n");
 	printf("| 4 KiB records/s to a draining reader | %.0f (%.0f MiB/s; %llu dropped: reader behind) |\n",
 	       (double)n / secs, (double)n * 4096 / secs / 1048576.0,
@@ -316,9 +382,6 @@ int main(int argc, char **argv)
 	printf("| send with the agent absent, ns (dropped, counted) | %.1f |\n", absent_ns);
 	printf("| event call with no agent configured (NULL context; NCCL gets mask 0 and makes none), ns | %.1f |\n",
 	       null_ns);
-	free(base_s);
-	free(plug_s);
-	free(base_k);
-	free(plug_k);
+	dlclose(lib);
 	return 0;
 }

@@ -1637,9 +1637,11 @@ static int gpu_sort_kernels(json_t *procs)
 	json_array_foreach(procs, i, proc) {
 		json_t *kernels = json_object_get(proc, "kernels");
 		size_t n = json_array_size(kernels);
-		json_t **items = n ? malloc(n * sizeof(*items)) : NULL;
+		json_t **items;
 
-		if (n && !items)
+		if (n < 2)
+			continue; /* nothing to order (and qsort must not see a NULL array) */
+		if (!(items = malloc(n * sizeof(*items))))
 			return -ENOMEM;
 		for (size_t j = 0; j < n; j++)
 			items[j] = json_incref(json_array_get(kernels, j));

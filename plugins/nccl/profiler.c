@@ -45,6 +45,8 @@ static pthread_t thread;
 static bool thread_running, thread_stop;
 static pthread_cond_t thread_wake = PTHREAD_COND_INITIALIZER;
 static int *mask_word;                /* the int NCCL gave init (one per process) */
+static int mask_now;                  /* the mask in force: settings', then the agent's */
+static bool atfork_registered;
 static struct prof_counters counters;
 static struct sysom_table *scratch;  /* background thread's table builder */
 static pid_t owner_pid;              /* the process the thread belongs to (fork) */
@@ -154,6 +156,7 @@ static void settings_load(void)
 	settings.max_open_ns = env_u64("SYSOM_NCCL_MAX_OPEN_MS", PROF_MAX_OPEN_MS, 1, 3600000) *
 			       1000000ull;
 	settings.mask = (int)(env_u64("SYSOM_NCCL_MASK", DEFAULT_MASK, 0, 0xffff) & SUPPORTED_MASK);
+	mask_now = settings.mask;
 	clock_setup();
 	settings_read = true;
 }
@@ -535,10 +538,12 @@ static void context_tick(struct prof_context *ctx, uint64_t now, bool final)
 			process(ctx, &ctx->win[i]);
 }
 
+/* From sysom_channel_poll on the background thread, under the plugin lock. */
 static void on_mask(void *arg, uint32_t mask)
 {
 	(void)arg;
 	mask &= SUPPORTED_MASK;
+	mask_now = (int)mask; /* communicators created later start with it too */
 	if (mask_word)
 		__atomic_store_n(mask_word, (int)mask, __ATOMIC_RELAXED);
 	sysom_channel_set_mask(channel, mask);
@@ -585,6 +590,12 @@ static void after_fork_child(void)
 	thread_stop = false;
 	contexts = NULL; /* the parent's communicators are not this process's */
 	owner_pid = getpid();
+	/* The channel's own lock may have been held by the parent's background thread at the
+	 * fork: never use it here. Closing drops only the child's copy of the parent's
+	 * connection; the child's next init opens its own (and says HELLO as itself). */
+	sysom_channel_close(channel);
+	channel = NULL;
+	channel_tried = false;
 }
 
 /* ---- init / finalize ------------------------------------------------------------------------ */
@@ -655,12 +666,15 @@ static void channel_setup(int version)
 	channel_tried = true;
 	if (sysom_channel_open(&o, &channel))
 		channel = NULL;
-	if (channel && !(scratch = malloc(sizeof(*scratch)))) {
+	if (channel && !scratch && !(scratch = malloc(sizeof(*scratch)))) {
 		sysom_channel_close(channel);
 		channel = NULL;
 	}
 	owner_pid = getpid();
-	pthread_atfork(NULL, NULL, after_fork_child);
+	if (!atfork_registered) {
+		atfork_registered = true;
+		pthread_atfork(NULL, NULL, after_fork_child);
+	}
 }
 
 static nccl_result_t init_common(void **context, uint64_t comm_id, int *mask,
@@ -678,7 +692,7 @@ static nccl_result_t init_common(void **context, uint64_t comm_id, int *mask,
 	if (mask) {
 		mask_word = mask;
 		/* No agent configured: no events at all, so NCCL pays nothing. */
-		__atomic_store_n(mask, channel ? settings.mask : 0, __ATOMIC_RELAXED);
+		__atomic_store_n(mask, channel ? mask_now : 0, __ATOMIC_RELAXED);
 	}
 	if (!channel) {
 		pthread_mutex_unlock(&lock);

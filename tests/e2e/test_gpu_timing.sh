@@ -37,10 +37,10 @@ RUN_ID=$(sed -n 's/.*TORCHELASTIC_RUN_ID=\([^ ]*\).*/\1/p' "$E2E_TMP/job.log" | 
 check "the CUPTI library did not step aside (no other subscriber)" \
 	bash -c "! grep -qi 'another CUPTI subscriber\|stepping aside' '$E2E_TMP/job.log'"
 check "both components of all 8 ranks said hello to the agent" \
-	test "$(grep -c 'component connected: lib' "$E2E_TMP/agent.log")" -ge 16
+	wait_until 10 bash -c "test \$(grep -c 'component connected: lib' '$E2E_TMP/agent.log') -ge 16"
 # The launching stacks are symbolized from the files the agent uploads.
 check "the agent uploads simjob's symbols" \
-	wait_until 30 grep -q "uploaded symbols of $SIMJOB " "$E2E_TMP/agent.log"
+	wait_until 60 grep -q "uploaded symbols of $SIMJOB " "$E2E_TMP/agent.log"
 sleep 3 # a batch interval: the last windows' rows reach a batch
 stop_pid "$AGENT_PID"
 check "agent exits 0 after SIGTERM" test $? -eq 0

@@ -872,6 +872,27 @@ static void test_job_gpu(void **state)
 	assert_int_equal(json_array_size(json_object_get(doc, "processes")), 0);
 	json_decref(doc);
 
+	/* Processes with NCCL profiles but no kernel rows (no CUPTI library loaded). */
+	struct job_spec js = { .base = { .node = 3, .epoch = 1, .sequence = 1,
+					 .window_start_ns = HARNESS_T0 },
+			       .job = "job-9", .first_rank = 0, .local_ranks = 2, .instances = 1,
+			       .skip_rank = -1, .gpu_timing = true, .slow_rank = -1 };
+	struct sysom_batch b;
+	char *body = NULL;
+	assert_int_equal(job_batch_build(&b, &js), 0);
+	b.gpu_kernel_count = 0;
+	assert_int_equal(harness_post_batch(h, &b, &body), 200);
+	free(body);
+	sysom_batch_free(&b);
+	doc = get_json(h, api_job_get, "/api/v1/jobs/job-9/gpu", "");
+	assert_int_equal(json_array_size(json_object_get(doc, "processes")), 2);
+	r5 = gpu_process(doc, 1);
+	assert_int_equal(json_array_size(json_object_get(r5, "kernels")), 0);
+	assert_int_equal(json_array_size(json_object_get(r5, "collectives")), 1);
+	assert_true(json_is_null(json_object_get(r5, "gpu_time_ratio_to_median")));
+	assert_int_equal(num(json_object_get(doc, "summary"), "processes_with_gpu_time"), 0);
+	json_decref(doc);
+
 	expect_job_status(h, "/api/v1/jobs/job-42/gpu", "rank=-1", 400, "'rank'");
 	expect_job_status(h, "/api/v1/jobs/job-42/gpu", "rank=x", 400, "'rank'");
 	expect_job_status(h, "/api/v1/jobs/job-42/gpu", "node=node-1", 400, "do not apply");
