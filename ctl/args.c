@@ -20,6 +20,7 @@ static const struct {
 	{ "jobs", CTL_JOBS, "/api/v1/jobs" },
 	{ "collectives", CTL_COLLECTIVES, "/api/v1/jobs/" }, /* + the job + /collectives */
 	{ "gpu", CTL_GPU, "/api/v1/jobs/" },                 /* + the job + /gpu */
+	{ "stragglers", CTL_STRAGGLERS, "/api/v1/jobs/" },   /* + the job + /stragglers */
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -52,6 +53,10 @@ void ctl_usage(FILE *out)
 	      "      GPU-side timing of a job's ranks: kernel time and its ratio to the job's\n"
 	      "      median, top kernels, NCCL operations timed on the GPU, link latency and\n"
 	      "      bandwidth fits\n"
+	      "  stragglers --job J [--comm KEY] [--from T] [--to T] [--k K] [--window W]\n"
+	      "             [--min-excess-ms M] [--format table|json]\n"
+	      "      slow ranks per communicator: entry lateness against the other ranks over the\n"
+	      "      last W collective instances (default k=2, W=100, 1 ms floor)\n"
 	      "\n"
 	      "  N: node id (32 hex digits) or hostname. T: Unix seconds, RFC 3339\n"
 	      "  (2026-11-22T10:00:00Z), now, or relative (-30s, -5m, -1h); default the last hour.\n"
@@ -73,6 +78,9 @@ void ctl_args_free(struct ctl_args *a)
 	free(a->format_text);
 	free(a->kind);
 	free(a->rank);
+	free(a->k);
+	free(a->window);
+	free(a->min_excess_ms);
 	free(a->job);
 	free(a->communicator);
 	free(a->op);
@@ -155,6 +163,11 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 		OPT_STR("op", op), OPT_STR("from", from), OPT_STR("to", to),
 		{ "limit", SYSOM_OPT_UINT, &a->limit, 1, 10000, "", true }
 	};
+	const struct sysom_option stragglers[] = {
+		OPT_FORMAT, OPT_HELP, OPT_STR("job", job), OPT_STR("comm", communicator),
+		OPT_STR("from", from), OPT_STR("to", to), OPT_STR("k", k), OPT_STR("window", window),
+		OPT_STR("min-excess-ms", min_excess_ms)
+	};
 	const struct sysom_option gpu[] = {
 		OPT_FORMAT, OPT_HELP, OPT_STR("job", job), OPT_STR("rank", rank), OPT_STR("from", from),
 		OPT_STR("to", to), { "top", SYSOM_OPT_UINT, &a->top, 1, 1000, "", true }
@@ -184,6 +197,10 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 		table = gpu;
 		n = sizeof(gpu) / sizeof(gpu[0]);
 		break;
+	case CTL_STRAGGLERS:
+		table = stragglers;
+		n = sizeof(stragglers) / sizeof(stragglers[0]);
+		break;
 	default:
 		table = flamegraph;
 		n = sizeof(flamegraph) / sizeof(flamegraph[0]);
@@ -199,7 +216,8 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 	}
 	if (a->pid && (rc = check_pid(a->pid, err, errlen)))
 		return rc;
-	if ((a->command == CTL_COLLECTIVES || a->command == CTL_GPU) && !a->help &&
+	if ((a->command == CTL_COLLECTIVES || a->command == CTL_GPU ||
+	     a->command == CTL_STRAGGLERS) && !a->help &&
 	    (!a->job || !a->job[0])) {
 		snprintf(err, errlen, "%s: --job is required (see sysomctl jobs)", argv[0]);
 		return -SYSOM_ECONFIG;
@@ -241,7 +259,7 @@ int ctl_args_parse(int argc, char *const argv[], const char *env_server, struct 
 	}
 	if (at >= argc) {
 		snprintf(err, errlen, "missing command (nodes, processes, flamegraph, jobs, "
-			 "collectives or gpu; see --help)");
+			 "collectives, gpu or stragglers; see --help)");
 		rc = -SYSOM_ECONFIG;
 		goto cleanup;
 	}
@@ -249,7 +267,7 @@ int ctl_args_parse(int argc, char *const argv[], const char *env_server, struct 
 		;
 	if (i == NCOMMANDS) {
 		snprintf(err, errlen, "unknown command '%s' (nodes, processes, flamegraph, jobs, "
-			 "collectives or gpu)", argv[at]);
+			 "collectives, gpu or stragglers)", argv[at]);
 		rc = -SYSOM_ECONFIG;
 		goto cleanup;
 	}
@@ -320,6 +338,16 @@ int ctl_url_build(const struct ctl_args *a, struct byte_buf *url)
 			snprintf(limit, sizeof(limit), "%u", a->limit);
 			query_add(url, &first, "limit", limit);
 		}
+	}
+	if (a->command == CTL_STRAGGLERS) {
+		append_encoded(url, a->job);
+		byte_buf_printf(url, "/stragglers");
+		query_add(url, &first, "comm", a->communicator);
+		query_add(url, &first, "from", a->from);
+		query_add(url, &first, "to", a->to);
+		query_add(url, &first, "k", a->k);
+		query_add(url, &first, "window", a->window);
+		query_add(url, &first, "min_excess_ms", a->min_excess_ms);
 	}
 	if (a->command == CTL_GPU) {
 		append_encoded(url, a->job);

@@ -16,7 +16,8 @@
 #define CTL_DEFAULT_TOP 10
 #define CTL_MAX_RESPONSE (1024u << 20) /* largest response body accepted */
 
-enum ctl_command { CTL_NODES, CTL_PROCESSES, CTL_FLAMEGRAPH, CTL_JOBS, CTL_COLLECTIVES, CTL_GPU };
+enum ctl_command { CTL_NODES, CTL_PROCESSES, CTL_FLAMEGRAPH, CTL_JOBS, CTL_COLLECTIVES, CTL_GPU,
+		   CTL_STRAGGLERS };
 enum ctl_format { CTL_FORMAT_TABLE, CTL_FORMAT_TOP, CTL_FORMAT_FOLDED, CTL_FORMAT_JSON };
 
 /* A parsed command line. Strings are heap copies (ctl_args_free); NULL when not given. */
@@ -28,6 +29,7 @@ struct ctl_args {
 	char *kind;        /* flamegraph: cpu, gpu-launch or gpu-time */
 	char *job, *communicator, *op; /* collectives (job: also gpu) */
 	char *rank;        /* gpu */
+	char *k, *window, *min_excess_ms; /* stragglers */
 	char *format_text;
 	enum ctl_format format;
 	uint32_t limit;    /* 0: the server's default */
@@ -87,6 +89,13 @@ int ctl_collectives_render(const json_t *doc, FILE *out);
  * bandwidth) and the links (latency and bandwidth fits). Returns 0 or -EINVAL.
  */
 int ctl_gpu_render(const json_t *doc, uint32_t top, FILE *out);
+
+/*
+ * Renders GET /api/v1/jobs/{job}/stragglers: the job's straggling ranks, then per communicator
+ * its instances and its ranks with the most excess lateness (mean lateness, excess over the
+ * other ranks, z, how often flagged and last to enter, verdict). Returns 0 or -EINVAL.
+ */
+int ctl_stragglers_render(const json_t *doc, FILE *out);
 
 /*
  * The message of an error response: the "error" member of a JSON body, else the body's first

@@ -40,6 +40,9 @@ static int output(const struct ctl_args *a, const struct byte_buf *body)
 	case CTL_GPU:
 		rc = ctl_gpu_render(doc, a->top, stdout);
 		break;
+	case CTL_STRAGGLERS:
+		rc = ctl_stragglers_render(doc, stdout);
+		break;
 	case CTL_PROCESSES:
 		rc = ctl_processes_render(doc, stdout);
 		break;

@@ -543,6 +543,61 @@ int ctl_gpu_render(const json_t *doc, uint32_t top, FILE *out)
 	return 0;
 }
 
+static double dbl_of(const json_t *obj, const char *key)
+{
+	return json_number_value(json_object_get(obj, key));
+}
+
+int ctl_stragglers_render(const json_t *doc, FILE *out)
+{
+	const json_t *comms = json_object_get(doc, "communicators");
+	const json_t *job = json_object_get(doc, "stragglers");
+	size_t i, k;
+	json_t *c, *r;
+
+	if (!json_is_array(comms) || !json_is_array(job))
+		return -EINVAL;
+	if (json_array_size(job) == 0)
+		fprintf(out, "No straggler.\n");
+	json_array_foreach(job, i, r) {
+		fprintf(out, "STRAGGLER: rank %" JSON_INTEGER_FORMAT " (%s pid %" JSON_INTEGER_FORMAT
+			     "), %s, up to %.3f ms later than the other ranks, in",
+			int_of(r, "rank"), str(r, "hostname"), int_of(r, "pid"), str(r, "persistence"),
+			dbl_of(r, "max_excess_ms"));
+		json_array_foreach(json_object_get(r, "communicators"), k, c)
+			fprintf(out, " %s", json_string_value(c) ? json_string_value(c) : "?");
+		fprintf(out, "\n");
+	}
+	json_array_foreach(comms, i, c) {
+		const json_t *ranks = json_object_get(c, "ranks");
+
+		if (!json_is_array(ranks))
+			return -EINVAL;
+		fprintf(out, "\ncommunicator %s: %" JSON_INTEGER_FORMAT " ranks, %" JSON_INTEGER_FORMAT
+			     " instances analysed, %" JSON_INTEGER_FORMAT " incomplete\n",
+			str(c, "comm"), int_of(c, "nranks"), int_of(c, "instances"),
+			int_of(c, "incomplete"));
+		fprintf(out, "  %-6s  %-16s  %8s  %12s  %10s  %8s  %8s  %6s  %s\n", "RANK", "HOST",
+			"PID", "LATENESS ms", "EXCESS ms", "z", "FLAGGED", "LAST", "VERDICT");
+		json_array_foreach(ranks, k, r) {
+			char z[16] = "inf";
+			if (json_is_number(json_object_get(r, "z")))
+				snprintf(z, sizeof(z), "%.1f", dbl_of(r, "z"));
+			fprintf(out, "  %-6" JSON_INTEGER_FORMAT "  %-16s  %8" JSON_INTEGER_FORMAT
+				     "  %12.3f  %10.3f  %8s  %7.0f%%  %5.0f%%  %s\n",
+				int_of(r, "rank"), str(r, "hostname"), int_of(r, "pid"),
+				dbl_of(r, "mean_lateness_ms"), dbl_of(r, "excess_ms"), z,
+				100 * dbl_of(r, "flagged_fraction"),
+				100 * dbl_of(r, "last_to_enter_fraction"),
+				json_is_true(json_object_get(r, "straggler")) ? str(r, "persistence")
+										: "-");
+		}
+	}
+	if (json_array_size(comms) == 0)
+		fprintf(out, "(no collective instances in the range)\n");
+	return 0;
+}
+
 void ctl_error_text(const uint8_t *body, size_t len, char *out, size_t outlen)
 {
 	json_t *doc = len ? json_loadb((const char *)body, len, 0, NULL) : NULL;

@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "common/hash.h"
 #include "common/options.h"
+#include "server/analysis/straggler.h"
 #include "server/render.h"
 
 #define PARAM_MAX 256
@@ -1752,6 +1753,324 @@ cleanup:
 	gpu_doc_free(&d);
 }
 
+/* ---- GET /api/v1/jobs/{job}/stragglers ------------------------------------------------------- */
+
+/* One communication group being analysed. */
+struct strag_group {
+	uint64_t key;
+	int32_t nranks;
+	struct straggler_group *g;
+	uint32_t *pid;      /* by rank, 0 unknown */
+	char **host;        /* by rank, NULL unknown */
+};
+
+struct strag_doc {
+	struct strag_group *groups;
+	size_t ngroups, cap;
+	size_t cells;       /* window x nranks allocated */
+	uint32_t window;
+	size_t skipped;     /* instances of groups of unknown size or over the cell budget */
+	uint64_t instances; /* read from the store */
+	/* the instance being gathered */
+	bool have;
+	uint64_t key, seq;
+	uint8_t op;
+	int32_t nranks;
+	struct strag_group *cur; /* NULL: this instance is skipped */
+	int64_t *entry;     /* [nranks] */
+	bool *present;
+	int32_t seen;
+};
+
+static void strag_doc_free(struct strag_doc *d)
+{
+	for (size_t i = 0; i < d->ngroups; i++) {
+		struct strag_group *g = &d->groups[i];
+		straggler_group_free(g->g);
+		for (int32_t r = 0; g->host && r < g->nranks; r++)
+			free(g->host[r]);
+		free(g->host);
+		free(g->pid);
+	}
+	free(d->groups);
+	free(d->entry);
+	free(d->present);
+}
+
+/* The group of a communicator (created on first sight), or NULL when it cannot be analysed
+ * (size unknown, over the budget: counted). */
+static int strag_group_of(struct strag_doc *d, uint64_t key, int32_t nranks,
+			  struct strag_group **out)
+{
+	struct strag_group *g;
+	int rc;
+
+	*out = NULL;
+	for (size_t i = 0; i < d->ngroups; i++)
+		if (d->groups[i].key == key) {
+			*out = d->groups[i].nranks == nranks ? &d->groups[i] : NULL;
+			return 0;
+		}
+	if (nranks < 1 || nranks > STRAGGLER_MAX_RANKS ||
+	    d->cells + (size_t)nranks * d->window > API_MAX_STRAGGLER_CELLS) {
+		d->skipped++;
+		return 0;
+	}
+	if (d->ngroups == d->cap) {
+		size_t cap = d->cap ? d->cap * 2 : 8;
+		struct strag_group *grown = realloc(d->groups, cap * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		d->groups = grown;
+		d->cap = cap;
+	}
+	g = &d->groups[d->ngroups];
+	memset(g, 0, sizeof(*g));
+	g->key = key;
+	g->nranks = nranks;
+	g->pid = calloc((size_t)nranks, sizeof(*g->pid));
+	g->host = calloc((size_t)nranks, sizeof(*g->host));
+	if (!g->pid || !g->host || (rc = straggler_group_new(nranks, d->window, &g->g))) {
+		free(g->pid);
+		free(g->host);
+		return -ENOMEM;
+	}
+	d->ngroups++;
+	d->cells += (size_t)nranks * d->window;
+	*out = g;
+	return 0;
+}
+
+static void strag_instance_end(struct strag_doc *d)
+{
+	if (!d->have || !d->cur)
+		return;
+	if (d->seen == d->nranks)
+		straggler_group_add(d->cur->g, d->entry);
+	else
+		straggler_group_add_incomplete(d->cur->g, d->present);
+}
+
+static int strag_call(void *arg, const struct store_collective_call *c)
+{
+	struct strag_doc *d = arg;
+	int rc;
+
+	if (!d->have || c->comm_key != d->key || c->op != d->op || c->seq != d->seq) {
+		strag_instance_end(d);
+		d->have = true;
+		d->key = c->comm_key;
+		d->op = c->op;
+		d->seq = c->seq;
+		d->nranks = c->nranks;
+		d->seen = 0;
+		d->cur = NULL;
+		d->instances++;
+		/* Collectives only: point-to-point sequence numbers do not make a barrier. */
+		if (c->op < SYSOM_NCCL_ALL_REDUCE || c->op > SYSOM_NCCL_SCATTER)
+			return 0;
+		if ((rc = strag_group_of(d, c->comm_key, c->nranks, &d->cur)))
+			return rc;
+		if (!d->cur)
+			return 0;
+		int64_t *e = realloc(d->entry, (size_t)c->nranks * sizeof(*e));
+		bool *p = e ? realloc(d->present, (size_t)c->nranks * sizeof(*p)) : NULL;
+		if (e)
+			d->entry = e;
+		if (!e || !p)
+			return -ENOMEM;
+		d->present = p;
+		memset(d->present, 0, (size_t)c->nranks * sizeof(*p));
+	}
+	if (!d->cur || c->rank < 0 || c->rank >= d->nranks || d->present[c->rank])
+		return 0;
+	d->present[c->rank] = true;
+	d->entry[c->rank] = c->entry_ns;
+	d->seen++;
+	struct strag_group *g = d->cur;
+	g->pid[c->rank] = c->pid;
+	if (!g->host[c->rank] || strcmp(g->host[c->rank], c->hostname ? c->hostname : "")) {
+		free(g->host[c->rank]);
+		if (!(g->host[c->rank] = strdup(c->hostname ? c->hostname : "")))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+static json_t *strag_rank_json(const struct strag_group *g, const struct straggler_rank *r)
+{
+	const char *verdict = !r->straggler ? NULL : r->persistent ? "persistent" : "intermittent";
+
+	return json_pack("{s:i,s:I,s:s,s:f,s:f,s:o,s:f,s:f,s:I,s:b,s:o}", "rank", r->rank, "pid",
+			 (json_int_t)g->pid[r->rank], "hostname",
+			 g->host[r->rank] ? g->host[r->rank] : "", "mean_lateness_ms",
+			 r->mean_lateness_ns / 1e6, "excess_ms", r->excess_ns / 1e6, "z",
+			 isfinite(r->z) ? json_real(r->z) : json_null(), "flagged_fraction",
+			 r->flagged_fraction, "last_to_enter_fraction", r->last_fraction, "missing",
+			 (json_int_t)r->missing, "straggler", r->straggler, "persistence",
+			 verdict ? json_string(verdict) : json_null());
+}
+
+static int by_excess_desc(const void *a, const void *b)
+{
+	const struct straggler_rank *x = a, *y = b;
+
+	return x->excess_ns < y->excess_ns ? 1 : x->excess_ns > y->excess_ns ? -1 : x->rank - y->rank;
+}
+
+/* Adds (or merges into) the job-level entry of a straggling rank. */
+static int strag_job_add(json_t *list, const struct strag_group *g, const struct straggler_rank *r)
+{
+	size_t i;
+	json_t *e;
+
+	json_array_foreach(list, i, e) {
+		if (json_integer_value(json_object_get(e, "rank")) == r->rank &&
+		    json_integer_value(json_object_get(e, "pid")) == (json_int_t)g->pid[r->rank]) {
+			json_array_append_new(json_object_get(e, "communicators"), json_key(g->key));
+			if (r->persistent)
+				json_object_set_new(e, "persistence", json_string("persistent"));
+			if (r->excess_ns / 1e6 > json_number_value(json_object_get(e, "max_excess_ms")))
+				json_object_set_new(e, "max_excess_ms", json_real(r->excess_ns / 1e6));
+			return 0;
+		}
+	}
+	e = json_pack("{s:i,s:I,s:s,s:[o],s:s,s:f}", "rank", r->rank, "pid",
+		      (json_int_t)g->pid[r->rank], "hostname", g->host[r->rank] ? g->host[r->rank] : "",
+		      "communicators", json_key(g->key), "persistence",
+		      r->persistent ? "persistent" : "intermittent", "max_excess_ms", r->excess_ns / 1e6);
+	return e && !json_array_append_new(list, e) ? 0 : -ENOMEM;
+}
+
+static bool param_double(const struct http_request *req, const char *name, double min, double max,
+			 double *out, struct http_response *resp)
+{
+	char text[PARAM_MAX], *end;
+	bool present;
+
+	if (!param(req, name, text, sizeof(text), &present, resp))
+		return false;
+	if (!present)
+		return true;
+	errno = 0;
+	double v = strtod(text, &end);
+	if (!text[0] || *end || errno || !isfinite(v) || v < min || v > max) {
+		http_response_error(resp, 400, "parameter '%s' must be a number in [%g, %g]", name,
+				    min, max);
+		return false;
+	}
+	*out = v;
+	return true;
+}
+
+static void job_stragglers(struct api *api, const char *job, const struct http_request *req,
+			   struct http_response *resp)
+{
+	struct store_collective_filter f = { .job = job, .latest = true };
+	struct straggler_params sp;
+	struct strag_doc d = { 0 };
+	struct straggler_rank *ranks = NULL;
+	uint32_t window, min_ms;
+	bool has_window, has_min, has_comm;
+	char comm[PARAM_MAX];
+	json_t *groups = NULL, *job_list = NULL, *doc;
+	struct query q;
+	int rc = 0;
+
+	straggler_params_default(&sp);
+	window = sp.window;
+	min_ms = (uint32_t)(sp.min_excess_ns / 1000000);
+	if (!query_parse(api, req, &q, resp) ||
+	    !param_uint(req, "window", 1, STRAGGLER_MAX_WINDOW, &window, &has_window, resp) ||
+	    !param_uint(req, "min_excess_ms", 0, 600000, &min_ms, &has_min, resp) ||
+	    !param_double(req, "k", 0.1, 100, &sp.k, resp) ||
+	    !param_double(req, "persistent_fraction", 0, 1, &sp.persistent_fraction, resp) ||
+	    !param(req, "comm", comm, sizeof(comm), &has_comm, resp))
+		return;
+	/* `comm` is a communicator key here, not a process comm. */
+	if (q.f.node || q.f.has_pid || q.f.job) {
+		http_response_error(resp, 400, "parameters 'node', 'pid' and 'job' do not apply here");
+		return;
+	}
+	if (has_comm) {
+		const char *hex = strncasecmp(comm, "0x", 2) == 0 ? comm + 2 : comm;
+		size_t n = strlen(hex);
+		if (n == 0 || n > 16 || strspn(hex, "0123456789abcdefABCDEF") != n) {
+			http_response_error(resp, 400, "parameter 'comm' must be a communicator key of"
+						       " 1 to 16 hex digits");
+			return;
+		}
+		f.has_comm = true;
+		f.comm = strtoull(hex, NULL, 16);
+	}
+	sp.window = window;
+	sp.min_excess_ns = (uint64_t)min_ms * 1000000ull;
+	d.window = window;
+	f.from_ns = q.f.from_ms > INT64_MAX / 1000000 ? INT64_MAX : q.f.from_ms * 1000000;
+	f.to_ns = q.f.to_ms > INT64_MAX / 1000000 - 1 ? INT64_MAX : q.f.to_ms * 1000000 + 999999;
+	if ((rc = store_collectives_list(api->store, &f, API_MAX_STRAGGLER_INSTANCES, strag_call, &d)))
+		goto cleanup;
+	strag_instance_end(&d);
+	if (!(groups = json_array()) || !(job_list = json_array())) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	for (size_t i = 0; i < d.ngroups; i++) {
+		struct strag_group *g = &d.groups[i];
+		json_t *top, *names, *entry;
+		int found;
+
+		free(ranks);
+		if (!(ranks = calloc((size_t)g->nranks, sizeof(*ranks)))) {
+			rc = -ENOMEM;
+			goto cleanup;
+		}
+		if ((found = straggler_group_analyse(g->g, &sp, ranks)) < 0) {
+			rc = found;
+			goto cleanup;
+		}
+		if (!(names = json_array()) || !(top = json_array())) {
+			json_decref(names);
+			rc = -ENOMEM;
+			goto cleanup;
+		}
+		for (int32_t r = 0; r < g->nranks; r++)
+			if (ranks[r].straggler && (json_array_append_new(names, json_integer(r)) ||
+						   (rc = strag_job_add(job_list, g, &ranks[r])))) {
+				rc = rc ? rc : -ENOMEM;
+				json_decref(names);
+				json_decref(top);
+				goto cleanup;
+			}
+		qsort(ranks, (size_t)g->nranks, sizeof(*ranks), by_excess_desc);
+		for (int32_t r = 0; r < g->nranks && r < API_STRAGGLER_TOP_RANKS; r++)
+			json_array_append_new(top, strag_rank_json(g, &ranks[r]));
+		entry = json_pack("{s:o,s:i,s:I,s:I,s:o,s:o}", "comm", json_key(g->key), "nranks",
+				  g->nranks, "instances", (json_int_t)straggler_group_instances(g->g),
+				  "incomplete", (json_int_t)straggler_group_incomplete(g->g),
+				  "stragglers", names, "ranks", top);
+		if (!entry || json_array_append_new(groups, entry)) {
+			rc = -ENOMEM;
+			goto cleanup;
+		}
+	}
+	doc = json_pack("{s:o,s:o,s:o,s:{s:f,s:I,s:I,s:f},s:b,s:I,s:O,s:O}", "job",
+			render_json_string(job), "from", render_json_time(q.f.from_ms * 1000000), "to",
+			render_json_time(q.f.to_ms * 1000000), "params", "k", sp.k, "window",
+			(json_int_t)sp.window, "min_excess_ms", (json_int_t)min_ms,
+			"persistent_fraction", sp.persistent_fraction, "truncated",
+			d.instances > API_MAX_STRAGGLER_INSTANCES - 1, "skipped_instances",
+			(json_int_t)d.skipped, "stragglers", job_list, "communicators", groups);
+	render_json_respond(resp, 200, doc);
+cleanup:
+	if (rc)
+		respond_store_error(resp, rc);
+	json_decref(groups);
+	json_decref(job_list);
+	free(ranks);
+	strag_doc_free(&d);
+}
+
 void api_job_get(void *ctx, const struct http_request *req, struct http_response *resp)
 {
 	static const char prefix[] = API_JOBS_PREFIX;
@@ -1779,6 +2098,8 @@ void api_job_get(void *ctx, const struct http_request *req, struct http_response
 		job_collectives(api, job, req, resp);
 	else if (strcmp(slash, "/gpu") == 0)
 		job_gpu(api, job, req, resp);
+	else if (strcmp(slash, "/stragglers") == 0)
+		job_stragglers(api, job, req, resp);
 	else
 		http_response_error(resp, 404, "no such resource under job '%s'", job);
 }

@@ -27,6 +27,9 @@
 #define API_DEFAULT_COLLECTIVE_LIMIT 1000
 #define API_MAX_COLLECTIVE_LIMIT 10000
 #define API_MAX_COLLECTIVE_CALLS 200000 /* per-rank calls in one collectives answer */
+#define API_MAX_STRAGGLER_INSTANCES 20000 /* latest instances read per stragglers answer */
+#define API_MAX_STRAGGLER_CELLS (1u << 23) /* window x ranks lateness values over all groups */
+#define API_STRAGGLER_TOP_RANKS 16       /* ranks listed per group (most excess first) */
 #define API_MAX_GPU_ROWS 500000        /* stored rows of each GPU kind read by one gpu answer */
 #define API_JOBS_PREFIX "/api/v1/jobs/"
 

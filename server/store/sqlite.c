@@ -2254,8 +2254,10 @@ static int sqlite_collectives_list(struct store *base, const struct store_collec
 		byte_buf_printf(&sql, " AND c.comm_key = ?4");
 	if (f->op)
 		byte_buf_printf(&sql, " AND c.op = ?5");
-	byte_buf_printf(&sql, " GROUP BY c.comm_key, c.op, c.seq ORDER BY first, k, op, seq LIMIT ?6)"
-			      " SELECT i.k, i.op, i.seq,"
+	byte_buf_printf(&sql, " GROUP BY c.comm_key, c.op, c.seq ORDER BY first %s, k %s, op %s, seq %s"
+			      " LIMIT ?6)", f->latest ? "DESC" : "", f->latest ? "DESC" : "",
+			f->latest ? "DESC" : "", f->latest ? "DESC" : "");
+	byte_buf_printf(&sql, " SELECT i.k, i.op, i.seq,"
 			      " min(c.entry_ns) OVER (PARTITION BY i.k, i.op, i.seq),"
 			      " coalesce((SELECT max(m.nranks) FROM communicators m"
 			      "  WHERE m.key = i.k AND m.process IN jp), -1),"

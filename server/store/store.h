@@ -305,6 +305,7 @@ struct store_collective_filter {
 	bool has_comm;
 	uint64_t comm;            /* communicator key */
 	uint8_t op;               /* enum sysom_nccl_op (collective or point-to-point); 0: any */
+	bool latest;              /* pick the last max_instances instances (still ascending) */
 };
 
 /* One rank's call in a collective instance; strings borrowed for the callback only. */
@@ -326,7 +327,8 @@ typedef int (*store_collective_fn)(void *arg, const struct store_collective_call
 
 /*
  * Matches the NCCL calls of job `f->job` across ranks by (communicator key, op, sequence):
- * picks the first `max_instances` instances (by earliest entry, then key, op, seq) having a
+ * picks the first `max_instances` instances (by earliest entry, then key, op, seq; the last
+ * ones with f->latest, still visited in ascending order) having a
  * call of the job entered in [from, to], and calls `fn` for every call of those instances made
  * by the job's processes (also ones entered outside the range), grouped by instance and
  * ordered by rank. Calls without a communicator or of non-collective ops are left out.

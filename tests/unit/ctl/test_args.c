@@ -84,6 +84,9 @@ static void test_urls(void **state)
 		   "&op=AllReduce&from=-5m&limit=20");
 	expect_url("gpu --job simjob-42 --rank 3 --from -5m", NULL,
 		   "http://127.0.0.1:8080/api/v1/jobs/simjob-42/gpu?rank=3&from=-5m");
+	expect_url("stragglers --job j --comm abc --k 3 --window 50 --min-excess-ms 2", NULL,
+		   "http://127.0.0.1:8080/api/v1/jobs/j/stragglers?comm=abc&k=3&window=50"
+		   "&min_excess_ms=2");
 	expect_url("flamegraph --kind gpu-time --format folded", NULL,
 		   "http://127.0.0.1:8080/api/v1/flamegraph?format=folded&kind=gpu-time");
 }
@@ -153,6 +156,8 @@ static void test_errors(void **state)
 	expect_error("collectives --job j --format folded", "table, json");
 	expect_error("collectives --job j --pid 3", "unknown flag '--pid'");
 	expect_error("gpu", "gpu: --job is required");
+	expect_error("stragglers", "stragglers: --job is required");
+	expect_error("stragglers --job j --pid 3", "unknown flag '--pid'");
 	expect_error("gpu --job j --rank -1", "--rank");
 	expect_error("gpu --job j --rank x3", "--rank");
 	expect_error("gpu --job j --format folded", "table, json");

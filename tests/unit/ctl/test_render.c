@@ -291,6 +291,37 @@ static void test_gpu(void **state)
 	free(render(gpu_render_top3, "{}", -EINVAL));
 }
 
+/* Stragglers: the verdict first, then each communicator's ranks by excess. */
+static void test_stragglers(void **state)
+{
+	char *out;
+
+	(void)state;
+	out = render(ctl_stragglers_render,
+		     "{\"stragglers\":[{\"rank\":5,\"pid\":5005,\"hostname\":\"gpu-2\","
+		     "\"communicators\":[\"0000000000000abc\"],\"persistence\":\"persistent\","
+		     "\"max_excess_ms\":31.7}],\"communicators\":[{\"comm\":\"0000000000000abc\","
+		     "\"nranks\":8,\"instances\":12,\"incomplete\":0,\"stragglers\":[5],\"ranks\":["
+		     "{\"rank\":5,\"pid\":5005,\"hostname\":\"gpu-2\",\"mean_lateness_ms\":35,"
+		     "\"excess_ms\":31.714,\"z\":null,\"flagged_fraction\":1,"
+		     "\"last_to_enter_fraction\":1,\"straggler\":true,\"persistence\":\"persistent\"},"
+		     "{\"rank\":7,\"pid\":5007,\"hostname\":\"gpu-2\",\"mean_lateness_ms\":7,"
+		     "\"excess_ms\":-0.5,\"z\":-0.04,\"flagged_fraction\":0,"
+		     "\"last_to_enter_fraction\":0,\"straggler\":false,\"persistence\":null}]}]}", 0);
+	assert_non_null(strstr(out, "STRAGGLER: rank 5 (gpu-2 pid 5005), persistent, up to 31.700 ms"
+				    " later than the other ranks, in 0000000000000abc\n"));
+	assert_non_null(strstr(out, "communicator 0000000000000abc: 8 ranks, 12 instances analysed, 0 incomplete"));
+	assert_non_null(strstr(out, "  5       gpu-2                 5005        35.000      31.714       inf"
+				    "      100%    100%  persistent\n"));
+	assert_non_null(strstr(out, "  7       gpu-2                 5007         7.000      -0.500      -0.0"
+				    "        0%      0%  -\n"));
+	free(out);
+	out = render(ctl_stragglers_render, "{\"stragglers\":[],\"communicators\":[]}", 0);
+	assert_non_null(strstr(out, "No straggler."));
+	free(out);
+	free(render(ctl_stragglers_render, "{\"communicators\":[]}", -EINVAL));
+}
+
 static void test_error_text(void **state)
 {
 	char msg[64];
@@ -313,6 +344,7 @@ int main(void)
 		cmocka_unit_test(test_top_merges_identical_stacks),
 		cmocka_unit_test(test_tables),
 		cmocka_unit_test(test_gpu),
+		cmocka_unit_test(test_stragglers),
 		cmocka_unit_test(test_error_text),
 	};
 

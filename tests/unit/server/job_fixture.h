@@ -44,6 +44,8 @@ struct job_spec {
 	bool launches;
 	bool gpu_timing;
 	int slow_rank; /* with gpu_timing: whose kernels take twice as long (-1: none) */
+	int late_rank; /* enters every AllReduce `late_ms` later than the fixture's schedule */
+	int late_ms;   /* 0: nobody is late */
 };
 
 /* The GPU-side timing rows of one rank (see job_batch_build). */
@@ -161,8 +163,11 @@ static inline int job_batch_build(struct sysom_batch *b, const struct job_spec *
 			uint64_t at = t0 + (uint64_t)(seq + 1) * 1000000000ULL;
 			struct sysom_nccl_call c = {
 				.process = proc, .tid = JOB_PID(rank) + 1, .comm_key = JOB_COMM,
-				.seq = (uint64_t)seq, .entry_ns = at + (uint64_t)rank * 1000000ULL,
-				.exit_ns = at + 20000000ULL, .count = 1024, .bytes = 4096,
+				.seq = (uint64_t)seq,
+				.entry_ns = at + (uint64_t)rank * 1000000ULL +
+					    (rank == js->late_rank ? (uint64_t)js->late_ms * 1000000ULL : 0),
+				.exit_ns = at + 20000000ULL + (uint64_t)js->late_ms * 1000000ULL,
+				.count = 1024, .bytes = 4096,
 				.stream = 0x77, .op = SYSOM_NCCL_ALL_REDUCE, .datatype = 7, .redop = 0,
 				.peer = -1, .result = 0, .rank = rank };
 			if (rank == js->skip_rank && seq == 1)

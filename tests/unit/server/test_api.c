@@ -927,12 +927,86 @@ static void test_gpu_time_flamegraph(void **state)
 	json_decref(doc);
 }
 
+/* ---- stragglers ---- */
+
+static void post_late_job(struct harness *h, uint8_t node, int late_rank, int late_ms)
+{
+	struct job_spec js = { .base = { .node = node, .epoch = 1, .sequence = 2,
+					 .window_start_ns = HARNESS_T0 },
+			       .job = "job-42", .first_rank = 4 * (node - 1), .local_ranks = 4,
+			       .instances = 12, .skip_rank = -1, .late_rank = late_rank,
+			       .late_ms = late_ms };
+	struct sysom_batch b;
+	char *body = NULL;
+
+	assert_int_equal(job_batch_build(&b, &js), 0);
+	assert_int_equal(harness_post_batch(h, &b, &body), 200);
+	free(body);
+	sysom_batch_free(&b);
+}
+
+static void test_stragglers(void **state)
+{
+	struct harness *h = *state;
+
+	/* Every rank enters `rank` ms after the instance starts (the fixture's schedule); rank 5
+	 * enters 30 ms later still, so the 7 others wait for it in every all-reduce. */
+	post_late_job(h, 1, 5, 30);
+	post_late_job(h, 2, 5, 30);
+	json_t *doc = get_json(h, api_job_get, "/api/v1/jobs/job-42/stragglers", "");
+	json_t *comms = json_object_get(doc, "communicators");
+	assert_int_equal(json_array_size(comms), 1); /* only the world communicator has calls */
+	json_t *c = json_array_get(comms, 0);
+	assert_string_equal(json_string_value(json_object_get(c, "comm")), "0000000000000abc");
+	assert_int_equal(num(c, "nranks"), 8);
+	assert_int_equal(num(c, "instances"), 12);
+	assert_int_equal(num(c, "incomplete"), 0);
+	assert_int_equal(json_array_size(json_object_get(c, "stragglers")), 1);
+	assert_int_equal(json_integer_value(json_array_get(json_object_get(c, "stragglers"), 0)), 5);
+	json_t *top = json_array_get(json_object_get(c, "ranks"), 0);
+	assert_int_equal(num(top, "rank"), 5);
+	assert_int_equal(num(top, "pid"), JOB_PID(5));
+	assert_string_equal(json_string_value(json_object_get(top, "persistence")), "persistent");
+	/* Its lateness against the first entry: 35 ms; the others (0-4, 6, 7 ms) average 23/7. */
+	assert_true(fabs(num(top, "mean_lateness_ms") - 35) < 1e-6);
+	assert_true(fabs(num(top, "excess_ms") - (35 - 23.0 / 7)) < 1e-6);
+	assert_true(fabs(num(top, "last_to_enter_fraction") - 1) < 1e-9);
+	assert_true(json_is_true(json_object_get(top, "straggler")));
+	/* Rank 7 (7 ms, the schedule's latest) is not a straggler. */
+	json_t *second = json_array_get(json_object_get(c, "ranks"), 1);
+	assert_int_equal(num(second, "rank"), 7);
+	assert_false(json_is_true(json_object_get(second, "straggler")));
+	json_t *job_list = json_object_get(doc, "stragglers");
+	assert_int_equal(json_array_size(job_list), 1);
+	assert_int_equal(num(json_array_get(job_list, 0), "rank"), 5);
+	json_decref(doc);
+
+	/* Thresholds are per request: a floor above 32 ms clears it; k is validated. */
+	doc = get_json(h, api_job_get, "/api/v1/jobs/job-42/stragglers", "min_excess_ms=40");
+	assert_int_equal(json_array_size(json_object_get(doc, "stragglers")), 0);
+	assert_int_equal(num(json_object_get(doc, "params"), "min_excess_ms"), 40);
+	json_decref(doc);
+	doc = get_json(h, api_job_get, "/api/v1/jobs/job-42/stragglers", "window=4&k=3");
+	c = json_array_get(json_object_get(doc, "communicators"), 0);
+	assert_int_equal(num(c, "instances"), 4);
+	json_decref(doc);
+	doc = get_json(h, api_job_get, "/api/v1/jobs/job-42/stragglers", "comm=0xfff");
+	assert_int_equal(json_array_size(json_object_get(doc, "communicators")), 0);
+	json_decref(doc);
+	expect_job_status(h, "/api/v1/jobs/job-42/stragglers", "k=0", 400, "'k'");
+	expect_job_status(h, "/api/v1/jobs/job-42/stragglers", "k=nan", 400, "'k'");
+	expect_job_status(h, "/api/v1/jobs/job-42/stragglers", "window=0", 400, "'window'");
+	expect_job_status(h, "/api/v1/jobs/job-42/stragglers", "comm=xyz", 400, "'comm'");
+	expect_job_status(h, "/api/v1/jobs/job-42/stragglers", "pid=3", 400, "do not apply");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_folded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_job_gpu, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_gpu_time_flamegraph, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stragglers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_json, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_parameters, setup, teardown),
 		cmocka_unit_test(test_time_parse),

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Slow-rank detection end to end: server + agent on loopback, the simulated 8-rank job traced
+# with uprobes. A healthy run has no straggler; with rank 5 sleeping 4 ms before every
+# all-reduce (--fault kind=delay), the server names rank 5 — persistent, about 4 ms later than
+# the other ranks — in the world communicator, through the API and sysomctl.
+. "$(dirname "$0")/lib.sh"
+require_root
+
+SIMJOB_DIR=$BUILD/tests/fixtures/simjob
+SIMJOB=$SIMJOB_DIR/simjob
+[ -x "$SIMJOB" ] || skip_all "$SIMJOB not built (needs nccl.h and cuda.h to build)"
+ITER=60
+
+api() { curl -sf "$SERVER_URL$1"; }
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+export -f json
+
+start_server srv || exit 1
+start_agent agent "$SERVER_URL" --gpu-libraries "$SIMJOB_DIR/libnccl.so.2:$SIMJOB_DIR/libcuda.so.1" || exit 1
+timeout 120 "$SIMJOB" --ranks 8 --iterations $ITER --cpu-us 1000 --kernel-us 1000 --print-env \
+	>"$E2E_TMP/healthy.log" 2>&1
+check "healthy job exits 0" test $? -eq 0
+timeout 120 "$SIMJOB" --ranks 8 --iterations $ITER --cpu-us 1000 --kernel-us 1000 --print-env \
+	--fault rank=5,kind=delay,amount=4000 >"$E2E_TMP/slow.log" 2>&1
+check "job with a 4 ms delay on rank 5 exits 0" test $? -eq 0
+sleep 3 # a batch interval
+stop_pid "$AGENT_PID"
+check "agent exits 0 after SIGTERM" test $? -eq 0
+HEALTHY=$(sed -n 's/.*TORCHELASTIC_RUN_ID=\([^ ]*\).*/\1/p' "$E2E_TMP/healthy.log" | head -1)
+SLOW=$(sed -n 's/.*TORCHELASTIC_RUN_ID=\([^ ]*\).*/\1/p' "$E2E_TMP/slow.log" | head -1)
+
+api "/api/v1/jobs/$HEALTHY/stragglers" >"$E2E_TMP/healthy.json"
+check "healthy run: no straggler in any communicator" \
+	bash -c "json 'len(d[\"stragglers\"]) == 0 and len(d[\"communicators\"]) >= 1' <'$E2E_TMP/healthy.json' | grep -qx True"
+api "/api/v1/jobs/$SLOW/stragglers" >"$E2E_TMP/slow.json"
+WORLD=$(json '[c["comm"] for c in d["communicators"] if c["nranks"] == 8][0]' <"$E2E_TMP/slow.json")
+diag "world communicator $WORLD: $(json '[(r["rank"], round(r["excess_ms"], 2), r["persistence"]) for c in d["communicators"] if c["nranks"] == 8 for r in c["ranks"][:3]]' <"$E2E_TMP/slow.json")"
+check "the world communicator analysed $ITER all-reduce instances of 8 ranks" \
+	bash -c "json '[c[\"instances\"] for c in d[\"communicators\"] if c[\"comm\"] == \"$WORLD\"][0] == $ITER' <'$E2E_TMP/slow.json' | grep -qx True"
+check "rank 5 is the straggler of the world communicator, and the only one" \
+	bash -c "json '[c[\"stragglers\"] for c in d[\"communicators\"] if c[\"comm\"] == \"$WORLD\"][0] == [5]' <'$E2E_TMP/slow.json' | grep -qx True"
+check "rank 5: persistent, 3-6 ms later than the others, last to enter in more than half of the instances" \
+	bash -c "json '[r for c in d[\"communicators\"] if c[\"comm\"] == \"$WORLD\" for r in c[\"ranks\"] if r[\"rank\"] == 5 and r[\"persistence\"] == \"persistent\" and 3 <= r[\"excess_ms\"] <= 6 and r[\"last_to_enter_fraction\"] > 0.5]' <'$E2E_TMP/slow.json' | grep -q rank"
+check "the job-level list names rank 5 with its pid" \
+	bash -c "json '[s for s in d[\"stragglers\"] if s[\"rank\"] == 5 and s[\"pid\"] > 0]' <'$E2E_TMP/slow.json' | grep -q rank"
+ctl stragglers --job "$SLOW" >"$E2E_TMP/ctl-stragglers.txt"
+check "sysomctl stragglers names rank 5, persistent" \
+	grep -qE '^STRAGGLER: rank 5 \(.* pid [0-9]+\), persistent' "$E2E_TMP/ctl-stragglers.txt"
+ctl stragglers --job "$HEALTHY" >"$E2E_TMP/ctl-healthy.txt"
+check "sysomctl stragglers on the healthy run: none" grep -qx "No straggler." "$E2E_TMP/ctl-healthy.txt"
+finish
