@@ -21,6 +21,7 @@ static const struct {
 	{ "collectives", CTL_COLLECTIVES, "/api/v1/jobs/" }, /* + the job + /collectives */
 	{ "gpu", CTL_GPU, "/api/v1/jobs/" },                 /* + the job + /gpu */
 	{ "stragglers", CTL_STRAGGLERS, "/api/v1/jobs/" },   /* + the job + /stragglers */
+	{ "diff", CTL_DIFF, "/api/v1/flamegraph/diff" },
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -57,6 +58,10 @@ void ctl_usage(FILE *out)
 	      "             [--min-excess-ms M] [--format table|json]\n"
 	      "      slow ranks per communicator: entry lateness against the other ranks over the\n"
 	      "      last W collective instances (default k=2, W=100, 1 ms floor)\n"
+	      "  diff --job J --a RANK --b RANK [--from T] [--to T] [--limit N] [--top N]\n"
+	      "       [--format top|folded]\n"
+	      "      two ranks' CPU profiles compared: functions ranked by the difference in their\n"
+	      "      share of samples (top), or 'stack a b' lines for a differential flame graph\n"
 	      "\n"
 	      "  N: node id (32 hex digits) or hostname. T: Unix seconds, RFC 3339\n"
 	      "  (2026-11-22T10:00:00Z), now, or relative (-30s, -5m, -1h); default the last hour.\n"
@@ -81,6 +86,8 @@ void ctl_args_free(struct ctl_args *a)
 	free(a->k);
 	free(a->window);
 	free(a->min_excess_ms);
+	free(a->rank_a);
+	free(a->rank_b);
 	free(a->job);
 	free(a->communicator);
 	free(a->op);
@@ -99,7 +106,7 @@ static int parse_format(struct ctl_args *a, char *err, size_t errlen)
 		{ "top", CTL_FORMAT_TOP, true },
 		{ "folded", CTL_FORMAT_FOLDED, true },
 	};
-	bool flame = a->command == CTL_FLAMEGRAPH;
+	bool flame = a->command == CTL_FLAMEGRAPH || a->command == CTL_DIFF;
 
 	a->format = flame ? CTL_FORMAT_TOP : CTL_FORMAT_TABLE;
 	if (!a->format_text)
@@ -168,6 +175,12 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 		OPT_STR("from", from), OPT_STR("to", to), OPT_STR("k", k), OPT_STR("window", window),
 		OPT_STR("min-excess-ms", min_excess_ms)
 	};
+	const struct sysom_option diff[] = {
+		OPT_FORMAT, OPT_HELP, OPT_STR("job", job), OPT_STR("a", rank_a), OPT_STR("b", rank_b),
+		OPT_STR("from", from), OPT_STR("to", to),
+		{ "limit", SYSOM_OPT_UINT, &a->limit, 1, 100000, "", true },
+		{ "top", SYSOM_OPT_UINT, &a->top, 1, 1000, "", true }
+	};
 	const struct sysom_option gpu[] = {
 		OPT_FORMAT, OPT_HELP, OPT_STR("job", job), OPT_STR("rank", rank), OPT_STR("from", from),
 		OPT_STR("to", to), { "top", SYSOM_OPT_UINT, &a->top, 1, 1000, "", true }
@@ -201,6 +214,10 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 		table = stragglers;
 		n = sizeof(stragglers) / sizeof(stragglers[0]);
 		break;
+	case CTL_DIFF:
+		table = diff;
+		n = sizeof(diff) / sizeof(diff[0]);
+		break;
 	default:
 		table = flamegraph;
 		n = sizeof(flamegraph) / sizeof(flamegraph[0]);
@@ -217,10 +234,19 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 	if (a->pid && (rc = check_pid(a->pid, err, errlen)))
 		return rc;
 	if ((a->command == CTL_COLLECTIVES || a->command == CTL_GPU ||
-	     a->command == CTL_STRAGGLERS) && !a->help &&
+	     a->command == CTL_STRAGGLERS || a->command == CTL_DIFF) && !a->help &&
 	    (!a->job || !a->job[0])) {
 		snprintf(err, errlen, "%s: --job is required (see sysomctl jobs)", argv[0]);
 		return -SYSOM_ECONFIG;
+	}
+	if (a->command == CTL_DIFF && !a->help) {
+		const char *v[2] = { a->rank_a, a->rank_b };
+		for (int i = 0; i < 2; i++)
+			if (!v[i] || !isdigit((unsigned char)v[i][0]) || strlen(v[i]) > 9 ||
+			    strspn(v[i], "0123456789") != strlen(v[i])) {
+				snprintf(err, errlen, "diff: --%c must be a rank (0, 1, ...)", 'a' + i);
+				return -SYSOM_ECONFIG;
+			}
 	}
 	if (a->rank && (!isdigit((unsigned char)a->rank[0]) || strlen(a->rank) > 9 ||
 			strspn(a->rank, "0123456789") != strlen(a->rank))) {
@@ -259,7 +285,7 @@ int ctl_args_parse(int argc, char *const argv[], const char *env_server, struct 
 	}
 	if (at >= argc) {
 		snprintf(err, errlen, "missing command (nodes, processes, flamegraph, jobs, "
-			 "collectives, gpu or stragglers; see --help)");
+			 "collectives, gpu, stragglers or diff; see --help)");
 		rc = -SYSOM_ECONFIG;
 		goto cleanup;
 	}
@@ -267,7 +293,7 @@ int ctl_args_parse(int argc, char *const argv[], const char *env_server, struct 
 		;
 	if (i == NCOMMANDS) {
 		snprintf(err, errlen, "unknown command '%s' (nodes, processes, flamegraph, jobs, "
-			 "collectives, gpu or stragglers)", argv[at]);
+			 "collectives, gpu, stragglers or diff)", argv[at]);
 		rc = -SYSOM_ECONFIG;
 		goto cleanup;
 	}
@@ -355,6 +381,17 @@ int ctl_url_build(const struct ctl_args *a, struct byte_buf *url)
 		query_add(url, &first, "rank", a->rank);
 		query_add(url, &first, "from", a->from);
 		query_add(url, &first, "to", a->to);
+	}
+	if (a->command == CTL_DIFF) {
+		query_add(url, &first, "job", a->job);
+		query_add(url, &first, "a", a->rank_a);
+		query_add(url, &first, "b", a->rank_b);
+		query_add(url, &first, "from", a->from);
+		query_add(url, &first, "to", a->to);
+		if (a->limit) {
+			snprintf(limit, sizeof(limit), "%u", a->limit);
+			query_add(url, &first, "limit", limit);
+		}
 	}
 	if (a->command == CTL_FLAMEGRAPH) {
 		query_add(url, &first, "format", a->format == CTL_FORMAT_FOLDED ? "folded" : "json");

@@ -17,7 +17,7 @@
 #define CTL_MAX_RESPONSE (1024u << 20) /* largest response body accepted */
 
 enum ctl_command { CTL_NODES, CTL_PROCESSES, CTL_FLAMEGRAPH, CTL_JOBS, CTL_COLLECTIVES, CTL_GPU,
-		   CTL_STRAGGLERS };
+		   CTL_STRAGGLERS, CTL_DIFF };
 enum ctl_format { CTL_FORMAT_TABLE, CTL_FORMAT_TOP, CTL_FORMAT_FOLDED, CTL_FORMAT_JSON };
 
 /* A parsed command line. Strings are heap copies (ctl_args_free); NULL when not given. */
@@ -30,6 +30,7 @@ struct ctl_args {
 	char *job, *communicator, *op; /* collectives (job: also gpu) */
 	char *rank;        /* gpu */
 	char *k, *window, *min_excess_ms; /* stragglers */
+	char *rank_a, *rank_b;            /* diff */
 	char *format_text;
 	enum ctl_format format;
 	uint32_t limit;    /* 0: the server's default */
@@ -96,6 +97,15 @@ int ctl_gpu_render(const json_t *doc, uint32_t top, FILE *out);
  * other ranks, z, how often flagged and last to enter, verdict). Returns 0 or -EINVAL.
  */
 int ctl_stragglers_render(const json_t *doc, FILE *out);
+
+/*
+ * Renders a differential folded profile ("stack count_a count_b" lines, GET
+ * /api/v1/flamegraph/diff) for a terminal: both totals, then the `top` functions whose share
+ * of CPU samples (inclusive: on the stack) differs most between rank a and rank b, in
+ * percentage points, largest difference first. Returns 0 or -EINVAL for malformed text.
+ */
+int ctl_diff_render(const char *text, size_t len, uint32_t top, uint32_t rank_a, uint32_t rank_b,
+		    FILE *out);
 
 /*
  * The message of an error response: the "error" member of a JSON body, else the body's first

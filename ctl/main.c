@@ -17,6 +17,16 @@ static int output(const struct ctl_args *a, const struct byte_buf *body)
 	json_error_t jerr;
 	int rc;
 
+	if (a->command == CTL_DIFF && a->format == CTL_FORMAT_TOP) {
+		rc = ctl_diff_render((const char *)body->data, body->len, a->top,
+				     (uint32_t)strtoul(a->rank_a, NULL, 10),
+				     (uint32_t)strtoul(a->rank_b, NULL, 10), stdout);
+		if (rc) {
+			fprintf(stderr, "sysomctl: unexpected answer from the server\n");
+			return EXIT_FAILURE;
+		}
+		return fflush(stdout) ? EXIT_FAILURE : EXIT_SUCCESS;
+	}
 	if (a->format == CTL_FORMAT_JSON || a->format == CTL_FORMAT_FOLDED) {
 		if (body->len && fwrite(body->data, 1, body->len, stdout) != body->len)
 			return EXIT_FAILURE;

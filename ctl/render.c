@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* sysomctl terminal output: the flame graph summary ("top"), node and process tables. */
 #include <errno.h>
+#include <math.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -596,6 +597,106 @@ int ctl_stragglers_render(const json_t *doc, FILE *out)
 	if (json_array_size(comms) == 0)
 		fprintf(out, "(no collective instances in the range)\n");
 	return 0;
+}
+
+struct diff_fn {
+	const char *name; /* a key of the jansson object (borrowed) */
+	double a, b, delta;
+};
+
+static int diff_fn_compare(const void *x, const void *y)
+{
+	const struct diff_fn *p = x, *q = y;
+	double dp = fabs(p->delta), dq = fabs(q->delta);
+
+	return dp < dq ? 1 : dp > dq ? -1 : strcmp(p->name, q->name);
+}
+
+int ctl_diff_render(const char *text, size_t len, uint32_t top, uint32_t rank_a, uint32_t rank_b,
+		    FILE *out)
+{
+	json_t *fns = json_object();
+	const char *p = text, *end = text + len;
+	uint64_t total[2] = { 0, 0 };
+	struct diff_fn *list = NULL;
+	size_t n = 0;
+	int rc = 0;
+
+	if (!fns)
+		return -ENOMEM;
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		char line[65536], *sp2, *sp1, *frames[512];
+		size_t l = nl ? (size_t)(nl - p) : (size_t)(end - p);
+		unsigned long long c[2];
+		int nf = 0;
+
+		if (l == 0 || l >= sizeof(line)) {
+			p += l + 1;
+			continue;
+		}
+		memcpy(line, p, l);
+		line[l] = '\0';
+		p += l + 1;
+		if (!(sp2 = strrchr(line, ' ')))
+			goto bad;
+		*sp2 = '\0';
+		if (!(sp1 = strrchr(line, ' ')))
+			goto bad;
+		*sp1 = '\0';
+		if (sscanf(sp1 + 1, "%llu", &c[0]) != 1 || sscanf(sp2 + 1, "%llu", &c[1]) != 1)
+			goto bad;
+		total[0] += c[0];
+		total[1] += c[1];
+		/* Frames after the process comm; each function counted once per stack. */
+		for (char *save = NULL, *f = strtok_r(line, ";", &save); f && nf < 512;
+		     f = strtok_r(NULL, ";", &save))
+			frames[nf++] = f;
+		for (int i = 1; i < nf; i++) {
+			bool seen = false;
+			for (int j = 1; j < i && !seen; j++)
+				seen = strcmp(frames[i], frames[j]) == 0;
+			if (seen)
+				continue;
+			json_t *v = json_object_get(fns, frames[i]);
+			if (!v) {
+				v = json_pack("[f,f]", 0.0, 0.0);
+				if (!v || json_object_set_new(fns, frames[i], v)) {
+					rc = -ENOMEM;
+					goto cleanup;
+				}
+			}
+			json_array_set_new(v, 0, json_real(json_number_value(json_array_get(v, 0)) + (double)c[0]));
+			json_array_set_new(v, 1, json_real(json_number_value(json_array_get(v, 1)) + (double)c[1]));
+		}
+	}
+	if (!(list = calloc(json_object_size(fns) + 1, sizeof(*list)))) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	const char *key;
+	json_t *v;
+	json_object_foreach(fns, key, v) {
+		double a = total[0] ? json_number_value(json_array_get(v, 0)) / (double)total[0] : 0;
+		double b = total[1] ? json_number_value(json_array_get(v, 1)) / (double)total[1] : 0;
+		list[n++] = (struct diff_fn){ key, a, b, b - a };
+	}
+	qsort(list, n, sizeof(*list), diff_fn_compare);
+	fprintf(out, "rank %u: %llu samples; rank %u: %llu samples\n", rank_a,
+		(unsigned long long)total[0], rank_b, (unsigned long long)total[1]);
+	if (!total[0] || !total[1])
+		fprintf(out, "(one side has no samples in the range)\n");
+	fprintf(out, "%10s  %8s  %8s  %s\n", "DELTA pp", "A %", "B %", "FUNCTION (on the stack)");
+	for (size_t i = 0; i < n && i < top; i++)
+		fprintf(out, "%+10.2f  %8.2f  %8.2f  %s\n", 100 * list[i].delta, 100 * list[i].a,
+			100 * list[i].b, list[i].name);
+	goto cleanup;
+bad:
+	rc = -EINVAL;
+cleanup:
+	free(list);
+	json_decref(fns);
+	return rc;
 }
 
 void ctl_error_text(const uint8_t *body, size_t len, char *out, size_t outlen)

@@ -945,6 +945,148 @@ cleanup:
 	flame_free(&fl);
 }
 
+/* ---- differential flame graph ------------------------------------------------------------ */
+
+struct diff_line {
+	char *text;
+	size_t len;
+	uint64_t count[2];
+};
+
+struct diff_lines {
+	struct diff_line *lines;
+	size_t n, cap;
+	struct hash_index index;
+};
+
+struct diff_match {
+	const struct diff_line *lines;
+	const char *text;
+	size_t len;
+};
+
+static bool diff_line_eq(const void *ctx, uint32_t idx)
+{
+	const struct diff_match *m = ctx;
+	const struct diff_line *l = &m->lines[idx];
+
+	return l->len == m->len && memcmp(l->text, m->text, m->len) == 0;
+}
+
+/* Adds every "stack count" line of folded text to side `side`. */
+static int diff_lines_add(struct diff_lines *d, const struct byte_buf *folded, int side)
+{
+	const char *p = (const char *)folded->data, *end = p + folded->len;
+
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p)), *sp;
+		size_t len;
+
+		if (!nl)
+			nl = end;
+		for (sp = nl; sp > p && sp[-1] != ' '; sp--)
+			;
+		if (sp <= p + 1) {
+			p = nl + 1;
+			continue;
+		}
+		len = (size_t)(sp - 1 - p);
+		uint64_t count = strtoull(sp, NULL, 10), h = sysom_hash64(p, len, 0);
+		struct diff_match m = { d->lines, p, len };
+		uint32_t found = hash_index_find(&d->index, h, diff_line_eq, &m);
+		int rc;
+
+		if (found == HASH_INDEX_NONE) {
+			if (d->n == d->cap) {
+				size_t cap = d->cap ? d->cap * 2 : 1024;
+				struct diff_line *grown = realloc(d->lines, cap * sizeof(*grown));
+				if (!grown)
+					return -ENOMEM;
+				d->lines = grown;
+				d->cap = cap;
+			}
+			struct diff_line *l = &d->lines[d->n];
+			if (!(l->text = malloc(len + 1)))
+				return -ENOMEM;
+			memcpy(l->text, p, len);
+			l->text[len] = '\0';
+			l->len = len;
+			l->count[0] = l->count[1] = 0;
+			if ((rc = hash_index_insert(&d->index, h, (uint32_t)d->n)))
+				return rc;
+			found = (uint32_t)d->n++;
+		}
+		d->lines[found].count[side] += count;
+		p = nl + 1;
+	}
+	return 0;
+}
+
+static int diff_line_compare(const void *a, const void *b)
+{
+	const struct diff_line *x = a, *y = b;
+
+	return strcmp(x->text, y->text);
+}
+
+/*
+ * GET /api/v1/flamegraph/diff?job=J&a=RANK&b=RANK&from=&to=&limit=: the CPU profiles of two
+ * ranks of a job as one folded file "stack count_a count_b" (the input of difffolded-style
+ * differential flame graphs), stacks in byte order.
+ */
+void api_flamegraph_diff_get(void *ctx, const struct http_request *req, struct http_response *resp)
+{
+	struct api *api = ctx;
+	struct query q;
+	struct diff_lines d = { 0 };
+	struct byte_buf folded = { 0 };
+	uint32_t ranks[2], limit = API_DEFAULT_STACK_LIMIT;
+	bool has[2], has_limit;
+	int rc = 0;
+
+	if (!authorized(api, req, resp) || !query_parse(api, req, &q, resp) ||
+	    !param_uint(req, "a", 0, INT32_MAX, &ranks[0], &has[0], resp) ||
+	    !param_uint(req, "b", 0, INT32_MAX, &ranks[1], &has[1], resp) ||
+	    !param_uint(req, "limit", 1, API_MAX_STACK_LIMIT, &limit, &has_limit, resp))
+		return;
+	if (!q.f.job || !has[0] || !has[1]) {
+		http_response_error(resp, 400, "parameters 'job', 'a' and 'b' (two ranks) are required");
+		return;
+	}
+	if ((rc = hash_index_init(&d.index, 1024)))
+		goto cleanup;
+	for (int side = 0; side < 2; side++) {
+		struct flame fl = { 0 };
+		struct store_sample_filter f = q.f;
+
+		f.has_rank = true;
+		f.rank = (int32_t)ranks[side];
+		folded.len = 0;
+		rc = flame_build(api, &f, limit, FLAME_CPU, &fl);
+		if (!rc)
+			rc = folded_render(&fl, &folded);
+		flame_free(&fl);
+		if (rc || (rc = diff_lines_add(&d, &folded, side)))
+			goto cleanup;
+	}
+	qsort(d.lines, d.n, sizeof(*d.lines), diff_line_compare);
+	resp->status = 200;
+	snprintf(resp->content_type, sizeof(resp->content_type), "text/plain; charset=utf-8");
+	resp->body.len = 0;
+	for (size_t i = 0; i < d.n; i++)
+		byte_buf_printf(&resp->body, "%s %" PRIu64 " %" PRIu64 "\n", d.lines[i].text,
+				d.lines[i].count[0], d.lines[i].count[1]);
+	rc = byte_buf_error(&resp->body);
+cleanup:
+	if (rc)
+		respond_store_error(resp, rc);
+	for (size_t i = 0; i < d.n; i++)
+		free(d.lines[i].text);
+	free(d.lines);
+	hash_index_free(&d.index);
+	byte_buf_free(&folded);
+}
+
 /* ---- training jobs ------------------------------------------------------------------------- */
 
 static json_t *json_int_or_null(int64_t v)
@@ -2316,6 +2458,7 @@ size_t api_routes_build(struct api *api, struct ingest *in, struct symbols *symb
 		{ "GET", "/api/v1/nodes", false, api_nodes_get, api, 0 },
 		{ "GET", "/api/v1/processes", false, api_processes_get, api, 0 },
 		{ "GET", "/api/v1/flamegraph", false, api_flamegraph_get, api, 0 },
+		{ "GET", "/api/v1/flamegraph/diff", false, api_flamegraph_diff_get, api, 0 },
 		{ "GET", "/api/v1/jobs", false, api_jobs_get, api, 0 },
 		{ "GET", API_JOBS_PREFIX, true, api_job_get, api, 0 },
 		{ "GET", "/healthz", false, api_healthz_get, api, 0 },

@@ -71,6 +71,7 @@ void api_nodes_get(void *ctx, const struct http_request *req, struct http_respon
 /* GET /api/v1/processes?node=&pid=&comm=&from=&to=&limit= */
 void api_processes_get(void *ctx, const struct http_request *req, struct http_response *resp);
 /* GET /api/v1/flamegraph?node=&pid=&comm=&job=&from=&to=&format=folded|json&kind=cpu|gpu-launch&limit= */
+void api_flamegraph_diff_get(void *ctx, const struct http_request *req, struct http_response *resp);
 void api_flamegraph_get(void *ctx, const struct http_request *req, struct http_response *resp);
 /* GET /api/v1/jobs?limit= */
 void api_jobs_get(void *ctx, const struct http_request *req, struct http_response *resp);
@@ -88,7 +89,7 @@ struct api_route_limits {
 	size_t symbols_max_chunk; /* one chunk of a symbol file upload */
 };
 
-#define API_ROUTE_COUNT 14
+#define API_ROUTE_COUNT 15
 
 /*
  * Fills `out` with the server's routes (ingest, kernel symbols, queries, health, metrics and,

@@ -1691,7 +1691,7 @@ static void filter_sql_on(struct byte_buf *sql, const struct store_sample_filter
 					      : " AND p.comm = ?5");
 	if (f->job)
 		byte_buf_printf(sql, " AND %c.process IN (SELECT process FROM job_ranks"
-				     " WHERE job = ?7)", t);
+				     " WHERE job = ?7%s)", t, f->has_rank ? " AND rank = ?8" : "");
 }
 
 static void filter_sql(struct byte_buf *sql, const struct store_sample_filter *f)
@@ -1711,6 +1711,8 @@ static void bind_filter(sqlite3_stmt *st, const struct store_sample_filter *f)
 		sqlite3_bind_text(st, 5, f->comm, -1, SQLITE_STATIC);
 	if (f->job)
 		sqlite3_bind_text(st, 7, f->job, -1, SQLITE_STATIC);
+	if (f->job && f->has_rank)
+		sqlite3_bind_int(st, 8, f->rank);
 }
 
 /* Prepares a one-off query (filters change its shape, so the planner sees only live terms). */

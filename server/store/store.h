@@ -174,6 +174,8 @@ struct store_sample_filter {
 	uint32_t pid;           /* process id (tgid) */
 	const char *comm;       /* process comm or thread comm; NULL: any */
 	const char *job;        /* only processes with this job id (job_ranks); NULL: any */
+	bool has_rank;          /* with job: only the processes of this job rank */
+	int32_t rank;
 };
 
 /* A process with its sample count over a range; strings borrowed for the callback only. */

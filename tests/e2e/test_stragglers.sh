@@ -3,7 +3,9 @@
 # Slow-rank detection end to end: server + agent on loopback, the simulated 8-rank job traced
 # with uprobes. A healthy run has no straggler; with rank 5 sleeping 4 ms before every
 # all-reduce (--fault kind=delay), the server names rank 5 — persistent, about 4 ms later than
-# the other ranks — in the world communicator, through the API and sysomctl.
+# the other ranks — in the world communicator, through the API and sysomctl. Then rank 2 doing
+# 3 ms of extra CPU work per iteration in a named function: named the straggler, and the CPU
+# diff against a healthy rank puts that function first.
 . "$(dirname "$0")/lib.sh"
 require_root
 
@@ -17,18 +19,25 @@ json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 export -f json
 
 start_server srv || exit 1
-start_agent agent "$SERVER_URL" --gpu-libraries "$SIMJOB_DIR/libnccl.so.2:$SIMJOB_DIR/libcuda.so.1" || exit 1
+start_agent agent "$SERVER_URL" --gpu-libraries "$SIMJOB_DIR/libnccl.so.2:$SIMJOB_DIR/libcuda.so.1" \
+	--sample-rate 1 || exit 1
 timeout 120 "$SIMJOB" --ranks 8 --iterations $ITER --cpu-us 1000 --kernel-us 1000 --print-env \
 	>"$E2E_TMP/healthy.log" 2>&1
 check "healthy job exits 0" test $? -eq 0
 timeout 120 "$SIMJOB" --ranks 8 --iterations $ITER --cpu-us 1000 --kernel-us 1000 --print-env \
 	--fault rank=5,kind=delay,amount=4000 >"$E2E_TMP/slow.log" 2>&1
 check "job with a 4 ms delay on rank 5 exits 0" test $? -eq 0
+timeout 120 "$SIMJOB" --ranks 8 --seconds 8 --cpu-us 2000 --kernel-us 1000 --print-env \
+	--fault rank=2,kind=cpu,amount=3000 >"$E2E_TMP/cpu.log" 2>&1
+check "job with 3 ms of extra CPU work on rank 2 exits 0" test $? -eq 0
+check "the agent uploads simjob's symbols" \
+	wait_until 60 grep -q "uploaded symbols of $SIMJOB " "$E2E_TMP/agent.log"
 sleep 3 # a batch interval
 stop_pid "$AGENT_PID"
 check "agent exits 0 after SIGTERM" test $? -eq 0
 HEALTHY=$(sed -n 's/.*TORCHELASTIC_RUN_ID=\([^ ]*\).*/\1/p' "$E2E_TMP/healthy.log" | head -1)
 SLOW=$(sed -n 's/.*TORCHELASTIC_RUN_ID=\([^ ]*\).*/\1/p' "$E2E_TMP/slow.log" | head -1)
+CPU=$(sed -n 's/.*TORCHELASTIC_RUN_ID=\([^ ]*\).*/\1/p' "$E2E_TMP/cpu.log" | head -1)
 
 api "/api/v1/jobs/$HEALTHY/stragglers" >"$E2E_TMP/healthy.json"
 check "healthy run: no straggler in any communicator" \
@@ -49,4 +58,16 @@ check "sysomctl stragglers names rank 5, persistent" \
 	grep -qE '^STRAGGLER: rank 5 \(.* pid [0-9]+\), persistent' "$E2E_TMP/ctl-stragglers.txt"
 ctl stragglers --job "$HEALTHY" >"$E2E_TMP/ctl-healthy.txt"
 check "sysomctl stragglers on the healthy run: none" grep -qx "No straggler." "$E2E_TMP/ctl-healthy.txt"
+
+# CPU layer: which rank, then which function.
+ctl stragglers --job "$CPU" >"$E2E_TMP/ctl-cpu.txt"
+check "extra CPU work: rank 2 is named the straggler" \
+	grep -qE '^STRAGGLER: rank 2 \(' "$E2E_TMP/ctl-cpu.txt"
+ctl diff --job "$CPU" --a 0 --b 2 --top 5 >"$E2E_TMP/diff.txt"
+diag "$(head -4 "$E2E_TMP/diff.txt")"
+check "the CPU diff of rank 2 against rank 0 puts simjob_fault_extra_cpu first, > 10 pp" \
+	bash -c "awk 'NR == 3' '$E2E_TMP/diff.txt' | grep -qE '^ +\+[1-9][0-9]\.[0-9]+ .*simjob_fault_extra_cpu'"
+curl -sf "$SERVER_URL/api/v1/flamegraph/diff?job=$CPU&a=0&b=2&from=-1h&to=now" >"$E2E_TMP/diff.folded"
+check "the folded diff has the function's stacks with samples on rank 2's side only" \
+	awk '/simjob_fault_extra_cpu/ && $(NF-1) == 0 && $NF > 0 { found = 1 } END { exit !found }' "$E2E_TMP/diff.folded"
 finish

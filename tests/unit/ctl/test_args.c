@@ -87,6 +87,8 @@ static void test_urls(void **state)
 	expect_url("stragglers --job j --comm abc --k 3 --window 50 --min-excess-ms 2", NULL,
 		   "http://127.0.0.1:8080/api/v1/jobs/j/stragglers?comm=abc&k=3&window=50"
 		   "&min_excess_ms=2");
+	expect_url("diff --job j --a 0 --b 3 --from -5m", NULL,
+		   "http://127.0.0.1:8080/api/v1/flamegraph/diff?job=j&a=0&b=3&from=-5m");
 	expect_url("flamegraph --kind gpu-time --format folded", NULL,
 		   "http://127.0.0.1:8080/api/v1/flamegraph?format=folded&kind=gpu-time");
 }
@@ -157,6 +159,8 @@ static void test_errors(void **state)
 	expect_error("collectives --job j --pid 3", "unknown flag '--pid'");
 	expect_error("gpu", "gpu: --job is required");
 	expect_error("stragglers", "stragglers: --job is required");
+	expect_error("diff --job j --a 0", "--b must be a rank");
+	expect_error("diff --job j --a x --b 1", "--a must be a rank");
 	expect_error("stragglers --job j --pid 3", "unknown flag '--pid'");
 	expect_error("gpu --job j --rank -1", "--rank");
 	expect_error("gpu --job j --rank x3", "--rank");

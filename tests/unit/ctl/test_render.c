@@ -322,6 +322,34 @@ static void test_stragglers(void **state)
 	free(render(ctl_stragglers_render, "{\"communicators\":[]}", -EINVAL));
 }
 
+/* Two ranks' profiles: functions by the difference of their share of samples. */
+static void test_diff(void **state)
+{
+	static const char text[] = "python3;main;train_step;forward 60 30\n"
+				   "python3;main;train_step;extra_work;spin 0 60\n"
+				   "python3;main;optimizer 40 10\n"
+				   "python3;main;rec;rec 0 0\n";
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+
+	(void)state;
+	assert_int_equal(ctl_diff_render(text, sizeof(text) - 1, 4, 1, 2, f), 0);
+	fclose(f);
+	assert_non_null(strstr(out, "rank 1: 100 samples; rank 2: 100 samples\n"));
+	/* extra_work and spin +60 pp (ties by name), then optimizer -30, forward -30... */
+	const char *x = strstr(out, "    +60.00      0.00     60.00  extra_work\n");
+	const char *y = strstr(out, "    +60.00      0.00     60.00  spin\n");
+	const char *z = strstr(out, "    -30.00     40.00     10.00  optimizer\n");
+	assert_true(x && y && z && x < y && y < z);
+	assert_null(strstr(out, "  main\n")); /* 100% on both sides: no difference, not in the top 4 */
+	free(out);
+	f = open_memstream(&out, &len);
+	assert_int_equal(ctl_diff_render("python3;a 1\n", 12, 4, 0, 1, f), -EINVAL);
+	fclose(f);
+	free(out);
+}
+
 static void test_error_text(void **state)
 {
 	char msg[64];
@@ -345,6 +373,7 @@ int main(void)
 		cmocka_unit_test(test_tables),
 		cmocka_unit_test(test_gpu),
 		cmocka_unit_test(test_stragglers),
+		cmocka_unit_test(test_diff),
 		cmocka_unit_test(test_error_text),
 	};
 

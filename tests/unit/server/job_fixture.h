@@ -46,6 +46,10 @@ struct job_spec {
 	int slow_rank; /* with gpu_timing: whose kernels take twice as long (-1: none) */
 	int late_rank; /* enters every AllReduce `late_ms` later than the fixture's schedule */
 	int late_ms;   /* 0: nobody is late */
+	/* CPU samples per rank: 10 on the user stack U; rank `hot_rank` also has 30 on U
+	 * extended by python3.11+0x2000 (a hot function). Off unless `samples`. */
+	bool samples;
+	int hot_rank;
 };
 
 /* The GPU-side timing rows of one rank (see job_batch_build). */
@@ -187,6 +191,28 @@ static inline int job_batch_build(struct sysom_batch *b, const struct job_spec *
 			return rc;
 		if (js->gpu_timing && (rc = job_gpu_rows(b, js, proc, rank)))
 			return rc;
+		if (js->samples) {
+			struct sysom_frame hot[3] = { { python, 0x2000 }, frames[0], frames[1] };
+			uint32_t hstack, tcomm;
+			struct sysom_sample smp = { .process = proc, .tid = JOB_PID(rank), .cpu = 1,
+						    .time_offset_ms = 1000,
+						    .kernel_stack = SYSOM_WIRE_NONE,
+						    .user_stack = ustack, .count = 10 };
+			if ((rc = sysom_batch_intern_cstring(b, "python3", &tcomm)))
+				return rc;
+			smp.thread_comm = tcomm;
+			if ((rc = sysom_batch_add_sample(b, &smp)))
+				return rc;
+			if (rank == js->hot_rank) {
+				if ((rc = sysom_batch_add_stack(b, SYSOM_STACK_USER, SYSOM_STOP_COMPLETE,
+								hot, 3, &hstack)))
+					return rc;
+				smp.user_stack = hstack;
+				smp.count = 30;
+				if ((rc = sysom_batch_add_sample(b, &smp)))
+					return rc;
+			}
+		}
 		if (!js->launches)
 			continue;
 		struct sysom_launch l = { .process = proc, .kernel_name = name, .function = 0xbeef,

@@ -1000,6 +1000,37 @@ static void test_stragglers(void **state)
 	expect_job_status(h, "/api/v1/jobs/job-42/stragglers", "pid=3", 400, "do not apply");
 }
 
+/* Two ranks' CPU profiles in one folded file, "stack a b". */
+static void test_flamegraph_diff(void **state)
+{
+	struct harness *h = *state;
+	struct job_spec js = { .base = { .node = 1, .epoch = 1, .sequence = 2,
+					 .window_start_ns = HARNESS_T0 },
+			       .job = "job-42", .first_rank = 0, .local_ranks = 4, .instances = 1,
+			       .skip_rank = -1, .samples = true, .hot_rank = 2 };
+	struct sysom_batch b;
+	struct http_response resp;
+	char *body = NULL;
+
+	assert_int_equal(job_batch_build(&b, &js), 0);
+	assert_int_equal(harness_post_batch(h, &b, &body), 200);
+	free(body);
+	sysom_batch_free(&b);
+	assert_int_equal(get(h, api_flamegraph_diff_get, "job=job-42&a=1&b=2", &resp, &body), 200);
+	assert_string_equal(resp.content_type, "text/plain; charset=utf-8");
+	assert_string_equal(body, "python3;python3.11+0x1000;libc.so.6+0x29d90 10 10\n"
+				  "python3;python3.11+0x1000;libc.so.6+0x29d90;python3.11+0x2000 0 30\n");
+	free(body);
+	/* An unknown rank has an empty side. */
+	assert_int_equal(get(h, api_flamegraph_diff_get, "job=job-42&a=2&b=9", &resp, &body), 200);
+	assert_string_equal(body, "python3;python3.11+0x1000;libc.so.6+0x29d90 10 0\n"
+				  "python3;python3.11+0x1000;libc.so.6+0x29d90;python3.11+0x2000 30 0\n");
+	free(body);
+	expect_status(h, api_flamegraph_diff_get, "a=1&b=2", 400, "'job'");
+	expect_status(h, api_flamegraph_diff_get, "job=job-42&a=1", 400, "'b'");
+	expect_status(h, api_flamegraph_diff_get, "job=job-42&a=x&b=1", 400, "'a'");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1007,6 +1038,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_job_gpu, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_gpu_time_flamegraph, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stragglers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_flamegraph_diff, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_json, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_parameters, setup, teardown),
 		cmocka_unit_test(test_time_parse),
