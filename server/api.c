@@ -473,39 +473,38 @@ static int group_collect(void *arg, const struct store_stack_count *row)
 	return 0;
 }
 
-/* GPU launches: the launching user stack, then the kernel as the leaf frame. */
-static int launch_collect(void *arg, const struct store_launch_count *row)
+/* A GPU group: the launching user stack, then the kernel as the leaf frame. */
+static int gpu_group_add(struct flame *fl, const char *comm, int64_t pid, uint64_t processes,
+			 int64_t user_stack, const char *kernel, bool named, bool no_launch,
+			 uint64_t count)
 {
-	struct group *g = group_add(arg, row->comm);
+	struct group *g = group_add(fl, comm);
 
 	if (!g)
 		return -ENOMEM;
-	g->pid = row->pid;
-	g->processes = row->processes;
-	g->stack[0] = row->user_stack;
+	g->pid = pid;
+	g->processes = processes;
+	g->stack[0] = user_stack;
 	g->stack[1] = STORE_STACK_NONE;
-	g->count = row->count;
-	g->gpu_named = row->named;
-	g->gpu = strdup(row->kernel);
+	g->count = count;
+	g->gpu_named = named;
+	g->no_launch = no_launch;
+	g->gpu = strdup(kernel);
 	return g->gpu ? 0 : -ENOMEM;
 }
 
-/* GPU time: the launching user stack (its share of the kernel's time), then the kernel. */
+/* GPU launches: counted per launching stack. */
+static int launch_collect(void *arg, const struct store_launch_count *row)
+{
+	return gpu_group_add(arg, row->comm, row->pid, row->processes, row->user_stack,
+			     row->kernel, row->named, false, row->count);
+}
+
+/* GPU time: each launching stack gets its share of the kernel's time. */
 static int gpu_time_collect(void *arg, const struct store_gpu_time *row)
 {
-	struct group *g = group_add(arg, row->comm);
-
-	if (!g)
-		return -ENOMEM;
-	g->pid = row->pid;
-	g->processes = row->processes;
-	g->stack[0] = row->user_stack;
-	g->stack[1] = STORE_STACK_NONE;
-	g->count = row->ns;
-	g->gpu_named = true;
-	g->no_launch = !row->launch_seen;
-	g->gpu = strdup(row->kernel);
-	return g->gpu ? 0 : -ENOMEM;
+	return gpu_group_add(arg, row->comm, row->pid, row->processes, row->user_stack,
+			     row->kernel, true, !row->launch_seen, row->ns);
 }
 
 struct stack_match {

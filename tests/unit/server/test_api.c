@@ -480,21 +480,28 @@ static void test_utf8(void **state)
 
 /* ---- training jobs ---- */
 
+/* Builds the job batch of `js` and posts it; ingest must answer 200 with `want` in its body. */
+static void post_spec(struct harness *h, const struct job_spec *js, const char *want)
+{
+	struct sysom_batch b;
+	char *body = NULL;
+
+	assert_int_equal(job_batch_build(&b, js), 0);
+	assert_int_equal(harness_post_batch(h, &b, &body), 200);
+	if (!strstr(body, want))
+		fail_msg("ingest answered %s (want %s)", body, want);
+	free(body);
+	sysom_batch_free(&b);
+}
+
 static void post_job(struct harness *h, uint8_t node, int skip_rank, const char *want)
 {
 	struct job_spec js = { .base = { .node = node, .epoch = 1, .sequence = 2,
 					 .window_start_ns = HARNESS_T0 },
 			       .job = "job-42", .first_rank = 4 * (node - 1), .local_ranks = 4,
 			       .instances = 3, .skip_rank = skip_rank, .launches = true };
-	struct sysom_batch b;
-	char *body = NULL;
 
-	assert_int_equal(job_batch_build(&b, &js), 0);
-	assert_int_equal(harness_post_batch(h, &b, &body), 200);
-	if (!strstr(body, want))
-		fail_msg("ingest answered %s (want %s)", body, want);
-	free(body);
-	sysom_batch_free(&b);
+	post_spec(h, &js, want);
 }
 
 static json_t *get_json(struct harness *h, http_handler_fn fn, const char *path, const char *query)
@@ -765,15 +772,8 @@ static void post_gpu_job(struct harness *h, uint8_t node, uint64_t sequence, con
 			       .job = "job-42", .first_rank = 4 * (node - 1), .local_ranks = 4,
 			       .instances = 3, .skip_rank = -1, .launches = true,
 			       .gpu_timing = true, .slow_rank = 3 };
-	struct sysom_batch b;
-	char *body = NULL;
 
-	assert_int_equal(job_batch_build(&b, &js), 0);
-	assert_int_equal(harness_post_batch(h, &b, &body), 200);
-	if (!strstr(body, want))
-		fail_msg("ingest answered %s (want %s)", body, want);
-	free(body);
-	sysom_batch_free(&b);
+	post_spec(h, &js, want);
 }
 
 static json_t *gpu_process(json_t *doc, int rank)
@@ -936,13 +936,8 @@ static void post_late_job(struct harness *h, uint8_t node, int late_rank, int la
 			       .job = "job-42", .first_rank = 4 * (node - 1), .local_ranks = 4,
 			       .instances = 12, .skip_rank = -1, .late_rank = late_rank,
 			       .late_ms = late_ms };
-	struct sysom_batch b;
-	char *body = NULL;
 
-	assert_int_equal(job_batch_build(&b, &js), 0);
-	assert_int_equal(harness_post_batch(h, &b, &body), 200);
-	free(body);
-	sysom_batch_free(&b);
+	post_spec(h, &js, "\"stored\"");
 }
 
 static void test_stragglers(void **state)
@@ -1008,14 +1003,10 @@ static void test_flamegraph_diff(void **state)
 					 .window_start_ns = HARNESS_T0 },
 			       .job = "job-42", .first_rank = 0, .local_ranks = 4, .instances = 1,
 			       .skip_rank = -1, .samples = true, .hot_rank = 2 };
-	struct sysom_batch b;
 	struct http_response resp;
 	char *body = NULL;
 
-	assert_int_equal(job_batch_build(&b, &js), 0);
-	assert_int_equal(harness_post_batch(h, &b, &body), 200);
-	free(body);
-	sysom_batch_free(&b);
+	post_spec(h, &js, "\"stored\"");
 	assert_int_equal(get(h, api_flamegraph_diff_get, "job=job-42&a=1&b=2", &resp, &body), 200);
 	assert_string_equal(resp.content_type, "text/plain; charset=utf-8");
 	assert_string_equal(body, "python3;python3.11+0x1000;libc.so.6+0x29d90 10 10\n"
