@@ -568,6 +568,11 @@ int ctl_stragglers_render(const json_t *doc, FILE *out)
 		json_array_foreach(json_object_get(r, "communicators"), k, c)
 			fprintf(out, " %s", json_string_value(c) ? json_string_value(c) : "?");
 		fprintf(out, "\n");
+		const json_t *dg = json_object_get(r, "diagnosis");
+		if (json_is_object(dg)) {
+			fprintf(out, "  layer: %s: %s\n", str(dg, "layer"), str(dg, "summary"));
+			fprintf(out, "  action: %s\n", str(dg, "action"));
+		}
 	}
 	json_array_foreach(comms, i, c) {
 		const json_t *ranks = json_object_get(c, "ranks");

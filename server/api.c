@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "common/hash.h"
 #include "common/options.h"
+#include "server/analysis/layers.h"
 #include "server/analysis/straggler.h"
 #include "server/render.h"
 
@@ -1028,6 +1029,51 @@ static int diff_line_compare(const void *a, const void *b)
 	return strcmp(x->text, y->text);
 }
 
+static void diff_lines_free(struct diff_lines *d)
+{
+	for (size_t i = 0; i < d->n; i++)
+		free(d->lines[i].text);
+	free(d->lines);
+	hash_index_free(&d->index);
+}
+
+/* The CPU profiles of job ranks `a` and `b` as folded "stack a b" lines, in byte order. */
+static int diff_folded(struct api *api, const struct store_sample_filter *base, int32_t a,
+		       int32_t b, uint32_t limit, struct byte_buf *out)
+{
+	const int32_t ranks[2] = { a, b };
+	struct diff_lines d = { 0 };
+	struct byte_buf folded = { 0 };
+	int rc;
+
+	if ((rc = hash_index_init(&d.index, 1024)))
+		goto cleanup;
+	for (int side = 0; side < 2; side++) {
+		struct flame fl = { 0 };
+		struct store_sample_filter f = *base;
+
+		f.has_rank = true;
+		f.rank = ranks[side];
+		folded.len = 0;
+		rc = flame_build(api, &f, limit, FLAME_CPU, &fl);
+		if (!rc)
+			rc = folded_render(&fl, &folded);
+		flame_free(&fl);
+		if (rc || (rc = diff_lines_add(&d, &folded, side)))
+			goto cleanup;
+	}
+	if (d.n > 1)
+		qsort(d.lines, d.n, sizeof(*d.lines), diff_line_compare);
+	for (size_t i = 0; i < d.n; i++)
+		byte_buf_printf(out, "%s %" PRIu64 " %" PRIu64 "\n", d.lines[i].text,
+				d.lines[i].count[0], d.lines[i].count[1]);
+	rc = byte_buf_error(out);
+cleanup:
+	diff_lines_free(&d);
+	byte_buf_free(&folded);
+	return rc;
+}
+
 /*
  * GET /api/v1/flamegraph/diff?job=J&a=RANK&b=RANK&from=&to=&limit=: the CPU profiles of two
  * ranks of a job as one folded file "stack count_a count_b" (the input of difffolded-style
@@ -1037,11 +1083,9 @@ void api_flamegraph_diff_get(void *ctx, const struct http_request *req, struct h
 {
 	struct api *api = ctx;
 	struct query q;
-	struct diff_lines d = { 0 };
-	struct byte_buf folded = { 0 };
 	uint32_t ranks[2], limit = API_DEFAULT_STACK_LIMIT;
 	bool has[2], has_limit;
-	int rc = 0;
+	int rc;
 
 	if (!authorized(api, req, resp) || !query_parse(api, req, &q, resp) ||
 	    !param_uint(req, "a", 0, INT32_MAX, &ranks[0], &has[0], resp) ||
@@ -1052,38 +1096,11 @@ void api_flamegraph_diff_get(void *ctx, const struct http_request *req, struct h
 		http_response_error(resp, 400, "parameters 'job', 'a' and 'b' (two ranks) are required");
 		return;
 	}
-	if ((rc = hash_index_init(&d.index, 1024)))
-		goto cleanup;
-	for (int side = 0; side < 2; side++) {
-		struct flame fl = { 0 };
-		struct store_sample_filter f = q.f;
-
-		f.has_rank = true;
-		f.rank = (int32_t)ranks[side];
-		folded.len = 0;
-		rc = flame_build(api, &f, limit, FLAME_CPU, &fl);
-		if (!rc)
-			rc = folded_render(&fl, &folded);
-		flame_free(&fl);
-		if (rc || (rc = diff_lines_add(&d, &folded, side)))
-			goto cleanup;
-	}
-	qsort(d.lines, d.n, sizeof(*d.lines), diff_line_compare);
 	resp->status = 200;
 	snprintf(resp->content_type, sizeof(resp->content_type), "text/plain; charset=utf-8");
 	resp->body.len = 0;
-	for (size_t i = 0; i < d.n; i++)
-		byte_buf_printf(&resp->body, "%s %" PRIu64 " %" PRIu64 "\n", d.lines[i].text,
-				d.lines[i].count[0], d.lines[i].count[1]);
-	rc = byte_buf_error(&resp->body);
-cleanup:
-	if (rc)
+	if ((rc = diff_folded(api, &q.f, (int32_t)ranks[0], (int32_t)ranks[1], limit, &resp->body)))
 		respond_store_error(resp, rc);
-	for (size_t i = 0; i < d.n; i++)
-		free(d.lines[i].text);
-	free(d.lines);
-	hash_index_free(&d.index);
-	byte_buf_free(&folded);
 }
 
 /* ---- training jobs ------------------------------------------------------------------------- */
@@ -2059,7 +2076,8 @@ static int by_excess_desc(const void *a, const void *b)
 	return x->excess_ns < y->excess_ns ? 1 : x->excess_ns > y->excess_ns ? -1 : x->rank - y->rank;
 }
 
-/* Adds (or merges into) the job-level entry of a straggling rank. */
+/* Adds (or merges into) the job-level entry of a straggling rank; returns 1 when the entry is
+ * new (the caller diagnoses it), 0 when merged, or -ENOMEM. */
 static int strag_job_add(json_t *list, const struct strag_group *g, const struct straggler_rank *r)
 {
 	size_t i;
@@ -2080,7 +2098,7 @@ static int strag_job_add(json_t *list, const struct strag_group *g, const struct
 		      (json_int_t)g->pid[r->rank], "hostname", g->host[r->rank] ? g->host[r->rank] : "",
 		      "communicators", json_key(g->key), "persistence",
 		      r->persistent ? "persistent" : "intermittent", "max_excess_ms", r->excess_ns / 1e6);
-	return e && !json_array_append_new(list, e) ? 0 : -ENOMEM;
+	return e && !json_array_append_new(list, e) ? 1 : -ENOMEM;
 }
 
 static bool param_double(const struct http_request *req, const char *name, double min, double max,
@@ -2104,12 +2122,264 @@ static bool param_double(const struct http_request *req, const char *name, doubl
 	return true;
 }
 
+/* ---- layered diagnosis of a straggler (GPU, then CPU; server/analysis/layers.h) ---------- */
+
+#define DIAGNOSE_MAX_STRAGGLERS 4
+#define DIAGNOSE_TOP 5
+#define DIAGNOSE_CPU_MIN_PP 5.0 /* a function this much more on the straggler's stacks */
+
+struct gk_row {
+	int32_t rank;
+	char *name;
+	uint64_t count, total_ns;
+};
+
+struct gk_rows {
+	struct gk_row *rows;
+	size_t n, cap;
+	bool loaded;
+};
+
+static int gk_kernel(void *arg, const struct store_gpu_kernel_row *r)
+{
+	struct gk_rows *k = arg;
+	struct gk_row *last = k->n ? &k->rows[k->n - 1] : NULL;
+
+	if (r->who.job_rank < 0)
+		return 0;
+	if (last && last->rank == r->who.job_rank && strcmp(last->name, r->name) == 0) {
+		last->count += r->count;
+		last->total_ns += r->total_ns;
+		return 0;
+	}
+	if (k->n == k->cap) {
+		size_t cap = k->cap ? k->cap * 2 : 256;
+		struct gk_row *grown = realloc(k->rows, cap * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		k->rows = grown;
+		k->cap = cap;
+	}
+	k->rows[k->n] = (struct gk_row){ r->who.job_rank, strdup(r->name), r->count, r->total_ns };
+	return k->rows[k->n++].name ? 0 : -ENOMEM;
+}
+
+static void gk_free(struct gk_rows *k)
+{
+	for (size_t i = 0; i < k->n; i++)
+		free(k->rows[i].name);
+	free(k->rows);
+}
+
+/* Mean GPU ns per execution of `name` on `rank` (every row of it), or -1. */
+static double gk_mean(const struct gk_rows *k, int32_t rank, const char *name)
+{
+	uint64_t count = 0, total = 0;
+
+	for (size_t i = 0; i < k->n; i++)
+		if (k->rows[i].rank == rank && strcmp(k->rows[i].name, name) == 0) {
+			count += k->rows[i].count;
+			total += k->rows[i].total_ns;
+		}
+	return count ? (double)total / (double)count : -1;
+}
+
+static int dbl_compare(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int kcmp_by_excess(const void *a, const void *b)
+{
+	const struct kernel_cmp *x = a, *y = b;
+	double ex = ((double)x->count) * (x->mean_ns - x->healthy_ns);
+	double ey = ((double)y->count) * (y->mean_ns - y->healthy_ns);
+
+	return ex < ey ? 1 : ex > ey ? -1 : strcmp(x->name, y->name);
+}
+
+/* The GPU layer: the straggler's kernels against the healthy ranks' medians. */
+static json_t *diagnose_gpu(const struct gk_rows *k, const struct strag_group *g,
+			    const struct straggler_rank *ranks, int32_t s, enum gpu_verdict *verdict,
+			    double *slowdown)
+{
+	struct kernel_cmp *cmp = calloc(k->n + 1, sizeof(*cmp));
+	double *means = calloc((size_t)g->nranks + 1, sizeof(*means));
+	json_t *kernels = json_array(), *out = NULL;
+	size_t n = 0;
+
+	if (!cmp || !means || !kernels)
+		goto cleanup;
+	for (size_t i = 0; i < k->n; i++) {
+		const struct gk_row *r = &k->rows[i];
+		bool dup = false;
+		size_t nh = 0;
+
+		if (r->rank != s)
+			continue;
+		for (size_t j = 0; j < n && !dup; j++)
+			dup = strcmp(cmp[j].name, r->name) == 0;
+		if (dup)
+			continue;
+		for (int32_t h = 0; h < g->nranks; h++) {
+			double m;
+			if (h == s || ranks[h].straggler || (m = gk_mean(k, h, r->name)) < 0)
+				continue;
+			means[nh++] = m;
+		}
+		if (!nh)
+			continue;
+		qsort(means, nh, sizeof(*means), dbl_compare);
+		cmp[n].name = r->name;
+		cmp[n].mean_ns = gk_mean(k, s, r->name);
+		cmp[n].count = 0;
+		for (size_t j = 0; j < k->n; j++)
+			if (k->rows[j].rank == s && strcmp(k->rows[j].name, r->name) == 0)
+				cmp[n].count += k->rows[j].count;
+		cmp[n].healthy_ns = nh % 2 ? means[nh / 2] : (means[nh / 2 - 1] + means[nh / 2]) / 2;
+		n++;
+	}
+	*verdict = layers_gpu_classify(cmp, n, LAYERS_GPU_THRESHOLD, slowdown);
+	qsort(cmp, n, sizeof(*cmp), kcmp_by_excess);
+	for (size_t i = 0; i < n && i < DIAGNOSE_TOP; i++)
+		json_array_append_new(kernels,
+				      json_pack("{s:s,s:I,s:f,s:f,s:f}", "name", cmp[i].name, "count",
+						(json_int_t)cmp[i].count, "mean_ns", cmp[i].mean_ns,
+						"healthy_median_ns", cmp[i].healthy_ns, "ratio",
+						cmp[i].mean_ns / cmp[i].healthy_ns));
+	out = json_pack("{s:s,s:f,s:O}", "verdict", layers_gpu_verdict_name(*verdict), "slowdown",
+			*slowdown, "kernels", kernels);
+cleanup:
+	json_decref(kernels);
+	free(cmp);
+	free(means);
+	return out;
+}
+
+/* The CPU layer: functions on more of the straggler's stacks than of healthy rank `h`'s. */
+static json_t *diagnose_cpu(struct api *api, const struct store_sample_filter *range, int32_t s,
+			    int32_t h, double *top_pp, char **top_fn)
+{
+	struct byte_buf text = { 0 };
+	struct cpu_delta *d = NULL;
+	json_t *fns = json_array(), *out = NULL;
+	uint64_t totals[2] = { 0, 0 };
+	bool enough;
+	int n = 0;
+
+	*top_pp = 0;
+	*top_fn = NULL;
+	if (!fns || diff_folded(api, range, h, s, API_DEFAULT_STACK_LIMIT, &text))
+		goto cleanup;
+	if ((n = layers_cpu_deltas((const char *)text.data, text.len, &d, totals)) < 0)
+		goto cleanup;
+	/* Too few samples on a side and one sample is many percentage points: no verdict. */
+	enough = totals[0] >= LAYERS_CPU_MIN_SAMPLES && totals[1] >= LAYERS_CPU_MIN_SAMPLES;
+	for (int i = 0; enough && i < n && i < DIAGNOSE_TOP; i++) {
+		double pp = 100 * (d[i].b_fraction - d[i].a_fraction);
+		if (pp <= 0)
+			break;
+		if (i == 0) {
+			*top_pp = pp;
+			*top_fn = strdup(d[i].name);
+		}
+		json_array_append_new(fns, json_pack("{s:s,s:f,s:f,s:f}", "function", d[i].name,
+						     "straggler_pct", 100 * d[i].b_fraction,
+						     "healthy_pct", 100 * d[i].a_fraction,
+						     "delta_pp", pp));
+	}
+	out = json_pack("{s:i,s:I,s:I,s:b,s:O}", "compared_with_rank", h, "straggler_samples",
+			(json_int_t)totals[1], "healthy_samples", (json_int_t)totals[0],
+			"enough_samples", enough, "functions", fns);
+cleanup:
+	layers_cpu_deltas_free(d, n > 0 ? n : 0);
+	byte_buf_free(&text);
+	json_decref(fns);
+	return out;
+}
+
+/* The layered verdict for straggler `s` of group `g` (ranks by rank index). */
+static json_t *diagnose(struct api *api, const struct store_sample_filter *range,
+			struct gk_rows *k, const struct strag_group *g,
+			const struct straggler_rank *ranks, int32_t s)
+{
+	enum gpu_verdict gv = GPU_NO_DATA;
+	double slowdown = 1, top_pp = 0, best = HUGE_VAL;
+	char *top_fn = NULL, summary[512], action[512];
+	const char *layer = "unknown";
+	int32_t healthy = -1;
+	json_t *gpu, *cpu = json_null(), *out;
+
+	if (!k->loaded) {
+		struct store_gpu_filter f = { .job = range->job, .from_ms = range->from_ms,
+					      .to_ms = range->to_ms };
+		struct store_gpu_visitor v = { .kernel = gk_kernel, .arg = k };
+		bool truncated;
+		k->loaded = true;
+		if (store_job_gpu(api->store, &f, API_MAX_GPU_ROWS, &v, &truncated))
+			return NULL;
+	}
+	gpu = diagnose_gpu(k, g, ranks, s, &gv, &slowdown);
+	/* The healthy rank to compare CPU profiles with: the most typical one. */
+	for (int32_t r = 0; r < g->nranks; r++)
+		if (r != s && !ranks[r].straggler && fabs(ranks[r].excess_ns) < best) {
+			best = fabs(ranks[r].excess_ns);
+			healthy = r;
+		}
+	if (healthy >= 0)
+		cpu = diagnose_cpu(api, range, s, healthy, &top_pp, &top_fn);
+	if (gv == GPU_UNIFORM) {
+		layer = "gpu";
+		snprintf(summary, sizeof(summary),
+			 "every kernel runs %.2fx slower on rank %d than on the healthy ranks: a uniform "
+			 "GPU slowdown, hardware suspected", slowdown, s);
+		snprintf(action, sizeof(action),
+			 "check the GPU of rank %d: clocks and throttle reasons, temperature, power, ECC "
+			 "(nvidia-smi -q -d PERFORMANCE,CLOCK,TEMPERATURE,POWER,ECC)", s);
+	} else if (gv == GPU_KERNEL_SPECIFIC || gv == GPU_ONE_KERNEL) {
+		layer = "gpu";
+		snprintf(summary, sizeof(summary),
+			 "GPU time %.2fx the healthy ranks' on rank %d, concentrated in specific kernels "
+			 "(software suspected)", slowdown, s);
+		snprintf(action, sizeof(action),
+			 "look at the slower kernels' inputs on rank %d (shapes, data skew) and their "
+			 "implementation", s);
+	} else if (top_fn && top_pp >= DIAGNOSE_CPU_MIN_PP) {
+		layer = "cpu";
+		snprintf(summary, sizeof(summary),
+			 "%s is on %.1f percentage points more of rank %d's CPU samples than of rank "
+			 "%d's; the GPU layer is normal", top_fn, top_pp, s, healthy);
+		snprintf(action, sizeof(action),
+			 "find what makes rank %d run %s more (its input data, logging, checkpointing, "
+			 "garbage collection); the diff: sysomctl diff --a %d --b %d", s, top_fn, healthy, s);
+	} else {
+		snprintf(summary, sizeof(summary),
+			 "rank %d is late but neither its GPU kernels nor its CPU profile differ from the "
+			 "healthy ranks'; the OS layer (interrupts, run-queue latency) is not measured yet",
+			 s);
+		snprintf(action, sizeof(action),
+			 "check rank %d's CPUs for interrupt or softirq load and competing threads "
+			 "(/proc/interrupts, /proc/softirqs, pidstat -w)", s);
+	}
+	out = json_pack("{s:s,s:s,s:s,s:o,s:o}", "layer", layer, "summary", summary, "action",
+			action, "gpu", gpu ? gpu : json_null(), "cpu", cpu ? cpu : json_null());
+	free(top_fn);
+	return out;
+}
+
 static void job_stragglers(struct api *api, const char *job, const struct http_request *req,
 			   struct http_response *resp)
 {
 	struct store_collective_filter f = { .job = job, .latest = true };
 	struct straggler_params sp;
 	struct strag_doc d = { 0 };
+	struct gk_rows gk = { 0 };
+	struct store_sample_filter range;
+	uint32_t diagnose_on = 1;
+	bool has_diagnose;
+	int diagnosed = 0;
 	struct straggler_rank *ranks = NULL;
 	uint32_t window, min_ms;
 	bool has_window, has_min, has_comm;
@@ -2126,6 +2396,7 @@ static void job_stragglers(struct api *api, const char *job, const struct http_r
 	    !param_uint(req, "min_excess_ms", 0, 600000, &min_ms, &has_min, resp) ||
 	    !param_double(req, "k", 0.1, 100, &sp.k, resp) ||
 	    !param_double(req, "persistent_fraction", 0, 1, &sp.persistent_fraction, resp) ||
+	    !param_uint(req, "diagnose", 0, 1, &diagnose_on, &has_diagnose, resp) ||
 	    !param(req, "comm", comm, sizeof(comm), &has_comm, resp))
 		return;
 	/* `comm` is a communicator key here, not a process comm. */
@@ -2147,6 +2418,9 @@ static void job_stragglers(struct api *api, const char *job, const struct http_r
 	sp.window = window;
 	sp.min_excess_ns = (uint64_t)min_ms * 1000000ull;
 	d.window = window;
+	range = q.f;
+	range.job = job;
+	range.comm = NULL; /* `comm` named a communicator here, not a process comm */
 	f.from_ns = q.f.from_ms > INT64_MAX / 1000000 ? INT64_MAX : q.f.from_ms * 1000000;
 	f.to_ns = q.f.to_ms > INT64_MAX / 1000000 - 1 ? INT64_MAX : q.f.to_ms * 1000000 + 999999;
 	if ((rc = store_collectives_list(api->store, &f, API_MAX_STRAGGLER_INSTANCES, strag_call, &d)))
@@ -2175,14 +2449,25 @@ static void job_stragglers(struct api *api, const char *job, const struct http_r
 			rc = -ENOMEM;
 			goto cleanup;
 		}
-		for (int32_t r = 0; r < g->nranks; r++)
-			if (ranks[r].straggler && (json_array_append_new(names, json_integer(r)) ||
-						   (rc = strag_job_add(job_list, g, &ranks[r])))) {
-				rc = rc ? rc : -ENOMEM;
+		for (int32_t r = 0; r < g->nranks; r++) {
+			if (!ranks[r].straggler)
+				continue;
+			if (json_array_append_new(names, json_integer(r)) ||
+			    (rc = strag_job_add(job_list, g, &ranks[r])) < 0) {
+				rc = rc < 0 ? rc : -ENOMEM;
 				json_decref(names);
 				json_decref(top);
 				goto cleanup;
 			}
+			/* A new job-level straggler: which layer, with the evidence. */
+			if (rc == 1 && diagnose_on && diagnosed < DIAGNOSE_MAX_STRAGGLERS) {
+				json_t *e = json_array_get(job_list, json_array_size(job_list) - 1);
+				json_t *dg = diagnose(api, &range, &gk, g, ranks, r);
+				diagnosed++;
+				json_object_set_new(e, "diagnosis", dg ? dg : json_null());
+			}
+			rc = 0;
+		}
 		qsort(ranks, (size_t)g->nranks, sizeof(*ranks), by_excess_desc);
 		for (int32_t r = 0; r < g->nranks && r < API_STRAGGLER_TOP_RANKS; r++)
 			json_array_append_new(top, strag_rank_json(g, &ranks[r]));
@@ -2210,6 +2495,7 @@ cleanup:
 	json_decref(job_list);
 	free(ranks);
 	strag_doc_free(&d);
+	gk_free(&gk);
 }
 
 void api_job_get(void *ctx, const struct http_request *req, struct http_response *resp)

@@ -76,6 +76,9 @@ check "all of sim_gemm_bwd's GPU time is drawn: 7 ranks x $ITER x 2 ms + rank 3 
 ctl gpu --job "$RUN_ID" >"$E2E_TMP/ctl-gpu.txt"
 check "sysomctl gpu shows rank 3 at about 2x the median" \
 	grep -qE '^3 +[^ ]+ +[0-9]+ +[0-9.]+ +[0-9]+ +(1\.[6-9]|2\.[0-4])[0-9]*x' "$E2E_TMP/ctl-gpu.txt"
+api "/api/v1/jobs/$RUN_ID/stragglers" >"$E2E_TMP/stragglers.json"
+check "rank 3 is the straggler; the diagnosis: GPU layer, uniform slowdown of about 2x" \
+	bash -c "json '[s for s in d[\"stragglers\"] if s[\"rank\"] == 3 and s[\"diagnosis\"][\"layer\"] == \"gpu\" and s[\"diagnosis\"][\"gpu\"][\"verdict\"] == \"uniform\" and 1.8 <= s[\"diagnosis\"][\"gpu\"][\"slowdown\"] <= 2.2]' <'$E2E_TMP/stragglers.json' | grep -q rank"
 curl -sf "$SERVER_URL/metrics" >"$E2E_TMP/metrics.txt"
 check "/metrics counts the components' records" \
 	grep -qE '^sysom_agent_channel_records_total\{[^}]*\} [1-9]' "$E2E_TMP/metrics.txt"

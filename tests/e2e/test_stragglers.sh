@@ -63,6 +63,11 @@ check "sysomctl stragglers on the healthy run: none" grep -qx "No straggler." "$
 ctl stragglers --job "$CPU" >"$E2E_TMP/ctl-cpu.txt"
 check "extra CPU work: rank 2 is named the straggler" \
 	grep -qE '^STRAGGLER: rank 2 \(' "$E2E_TMP/ctl-cpu.txt"
+check "the diagnosis names the CPU layer and simjob_fault_extra_cpu" \
+	grep -qE '^  layer: cpu: simjob_fault_extra_cpu is on [0-9.]+ percentage points more of rank 2' \
+	"$E2E_TMP/ctl-cpu.txt"
+check "the delayed rank 5 (sleeping, not computing) is not blamed on GPU or CPU" \
+	grep -qE '^  layer: unknown: ' "$E2E_TMP/ctl-stragglers.txt"
 ctl diff --job "$CPU" --a 0 --b 2 --top 5 >"$E2E_TMP/diff.txt"
 diag "$(head -4 "$E2E_TMP/diff.txt")"
 check "the CPU diff of rank 2 against rank 0 puts simjob_fault_extra_cpu first, > 10 pp" \

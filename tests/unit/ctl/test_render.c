@@ -300,7 +300,8 @@ static void test_stragglers(void **state)
 	out = render(ctl_stragglers_render,
 		     "{\"stragglers\":[{\"rank\":5,\"pid\":5005,\"hostname\":\"gpu-2\","
 		     "\"communicators\":[\"0000000000000abc\"],\"persistence\":\"persistent\","
-		     "\"max_excess_ms\":31.7}],\"communicators\":[{\"comm\":\"0000000000000abc\","
+		     "\"max_excess_ms\":31.7,\"diagnosis\":{\"layer\":\"gpu\",\"summary\":\"every kernel"
+		     " runs 2.00x slower\",\"action\":\"check the GPU\"}}],\"communicators\":[{\"comm\":\"0000000000000abc\","
 		     "\"nranks\":8,\"instances\":12,\"incomplete\":0,\"stragglers\":[5],\"ranks\":["
 		     "{\"rank\":5,\"pid\":5005,\"hostname\":\"gpu-2\",\"mean_lateness_ms\":35,"
 		     "\"excess_ms\":31.714,\"z\":null,\"flagged_fraction\":1,"
@@ -311,6 +312,7 @@ static void test_stragglers(void **state)
 	assert_non_null(strstr(out, "STRAGGLER: rank 5 (gpu-2 pid 5005), persistent, up to 31.700 ms"
 				    " later than the other ranks, in 0000000000000abc\n"));
 	assert_non_null(strstr(out, "communicator 0000000000000abc: 8 ranks, 12 instances analysed, 0 incomplete"));
+	assert_non_null(strstr(out, "  layer: gpu: every kernel runs 2.00x slower\n  action: check the GPU\n"));
 	assert_non_null(strstr(out, "  5       gpu-2                 5005        35.000      31.714       inf"
 				    "      100%    100%  persistent\n"));
 	assert_non_null(strstr(out, "  7       gpu-2                 5007         7.000      -0.500      -0.0"

@@ -43,7 +43,8 @@ struct job_spec {
 	int skip_rank; /* -1: none */
 	bool launches;
 	bool gpu_timing;
-	int slow_rank; /* with gpu_timing: whose kernels take twice as long (-1: none) */
+	int slow_rank; /* with gpu_timing: whose JOB_KERNEL takes twice as long (-1: none) */
+	bool slow_all; /* ... every kernel of slow_rank, not only JOB_KERNEL */
 	int late_rank; /* enters every AllReduce `late_ms` later than the fixture's schedule */
 	int late_ms;   /* 0: nobody is late */
 	/* CPU samples per rank: 10 on the user stack U; rank `hot_rank` also has 30 on U
@@ -58,7 +59,8 @@ static inline int job_gpu_rows(struct sysom_batch *b, const struct job_spec *js,
 {
 	static const char *const names[] = { JOB_KERNEL, "memcpyKernel", JOB_UNLAUNCHED };
 	const uint64_t counts[] = { 10, 1, 4 };
-	const uint64_t each[] = { 100000ULL * (rank == js->slow_rank ? 2 : 1), 5000, 1000 };
+	const uint64_t slow = rank == js->slow_rank ? 2 : 1, others = js->slow_all ? slow : 1;
+	const uint64_t each[] = { 100000ULL * slow, 5000 * others, 1000 * others };
 	uint32_t comm, func, algo, proto, dtype;
 	int rc;
 

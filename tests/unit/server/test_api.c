@@ -1022,6 +1022,98 @@ static void test_flamegraph_diff(void **state)
 	expect_status(h, api_flamegraph_diff_get, "job=job-42&a=x&b=1", 400, "'a'");
 }
 
+/* The layered verdict of a straggler: GPU (uniform or kernel-specific), else CPU. */
+static json_t *first_diagnosis(struct harness *h, const char *job)
+{
+	char path[128];
+
+	snprintf(path, sizeof(path), "/api/v1/jobs/%s/stragglers", job);
+	json_t *doc = get_json(h, api_job_get, path, "");
+	json_t *list = json_object_get(doc, "stragglers");
+	if (json_array_size(list) != 1)
+		fail_msg("%s: %zu stragglers", job, json_array_size(list));
+	json_t *dg = json_incref(json_object_get(json_array_get(list, 0), "diagnosis"));
+	json_decref(doc);
+	return dg;
+}
+
+static void test_straggler_diagnosis(void **state)
+{
+	struct harness *h = *state;
+	struct job_spec js = { .base = { .node = 1, .epoch = 1, .sequence = 2,
+					 .window_start_ns = HARNESS_T0 },
+			       .job = "uniform", .first_rank = 0, .local_ranks = 8, .instances = 12,
+			       .skip_rank = -1, .gpu_timing = true, .slow_rank = 3, .slow_all = true,
+			       .late_rank = 3, .late_ms = 30, .samples = true, .hot_rank = -1 };
+
+	/* Every kernel of rank 3 twice as long: a uniform GPU slowdown. */
+	post_spec(h, &js, "\"stored\"");
+	json_t *dg = first_diagnosis(h, "uniform");
+	assert_string_equal(json_string_value(json_object_get(dg, "layer")), "gpu");
+	json_t *gpu = json_object_get(dg, "gpu");
+	assert_string_equal(json_string_value(json_object_get(gpu, "verdict")), "uniform");
+	assert_true(fabs(num(gpu, "slowdown") - 2) < 1e-9);
+	json_t *k0 = json_array_get(json_object_get(gpu, "kernels"), 0);
+	assert_string_equal(json_string_value(json_object_get(k0, "name")), JOB_KERNEL);
+	assert_true(fabs(num(k0, "ratio") - 2) < 1e-9);
+	assert_non_null(strstr(json_string_value(json_object_get(dg, "action")), "nvidia-smi"));
+	json_decref(dg);
+
+	/* Only JOB_KERNEL slower (memcpy and the unlaunched kernel as on the others). */
+	/* Each job on its own node: processes (node, pid, start) are not shared between jobs. */
+	js.job = "specific";
+	js.slow_all = false;
+	js.base.node = 2;
+	post_spec(h, &js, "\"stored\"");
+	dg = first_diagnosis(h, "specific");
+	assert_string_equal(json_string_value(json_object_get(dg, "layer")), "gpu");
+	gpu = json_object_get(dg, "gpu");
+	assert_string_equal(json_string_value(json_object_get(gpu, "verdict")), "kernel-specific");
+	assert_true(num(gpu, "slowdown") > 1.9);
+	json_decref(dg);
+
+	/* No GPU difference; rank 5's CPU samples are 75% in a function the others never run. */
+	js.job = "cpu";
+	js.gpu_timing = false;
+	js.late_rank = 5;
+	js.hot_rank = 5;
+	js.base.node = 3;
+	for (int w = 0; w < 5; w++) { /* 5 windows: 50 samples on a healthy rank, 200 on rank 5 */
+		js.base.sequence = 10 + (uint64_t)w;
+		post_spec(h, &js, "\"stored\"");
+	}
+	dg = first_diagnosis(h, "cpu");
+	assert_string_equal(json_string_value(json_object_get(dg, "layer")), "cpu");
+	assert_string_equal(json_string_value(json_object_get(json_object_get(dg, "gpu"), "verdict")),
+			    "no-data");
+	json_t *cpu = json_object_get(dg, "cpu");
+	json_t *f0 = json_array_get(json_object_get(cpu, "functions"), 0);
+	assert_string_equal(json_string_value(json_object_get(f0, "function")), "python3.11+0x2000");
+	assert_true(fabs(num(f0, "delta_pp") - 75) < 1e-9);
+	assert_true(fabs(num(f0, "straggler_pct") - 75) < 1e-9);
+	assert_int_equal(json_array_size(json_object_get(cpu, "functions")), 1);
+	assert_int_equal(num(cpu, "straggler_samples"), 200);
+	assert_true(json_is_true(json_object_get(cpu, "enough_samples")));
+	json_decref(dg);
+
+	/* Late with nothing else different (and one window: too few samples to compare CPU
+	 * profiles): the OS layer is named as unmeasured. */
+	js.job = "plain";
+	js.hot_rank = -1;
+	js.base.node = 4;
+	post_spec(h, &js, "\"stored\"");
+	dg = first_diagnosis(h, "plain");
+	assert_string_equal(json_string_value(json_object_get(dg, "layer")), "unknown");
+	assert_non_null(strstr(json_string_value(json_object_get(dg, "summary")), "OS layer"));
+	json_decref(dg);
+
+	/* diagnose=0 leaves it out. */
+	json_t *doc = get_json(h, api_job_get, "/api/v1/jobs/plain/stragglers", "diagnose=0");
+	assert_null(json_object_get(json_array_get(json_object_get(doc, "stragglers"), 0),
+				    "diagnosis"));
+	json_decref(doc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1030,6 +1122,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_gpu_time_flamegraph, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stragglers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_flamegraph_diff, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_straggler_diagnosis, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_json, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_parameters, setup, teardown),
 		cmocka_unit_test(test_time_parse),

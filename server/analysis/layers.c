@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Layered differential diagnosis: the GPU verdict and the CPU function deltas (layers.h). */
+#include "server/analysis/layers.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/hash.h"
+
+enum gpu_verdict layers_gpu_classify(const struct kernel_cmp *k, size_t n, double threshold,
+				     double *slowdown)
+{
+	double weight = 0, sum = 0;
+	size_t compared = 0, slower = 0;
+
+	*slowdown = 1;
+	for (size_t i = 0; i < n; i++) {
+		double w;
+
+		if (!k[i].count || !(k[i].healthy_ns > 0) || !(k[i].mean_ns >= 0))
+			continue;
+		w = k[i].mean_ns * (double)k[i].count;
+		weight += w;
+		sum += w * (k[i].mean_ns / k[i].healthy_ns);
+		compared++;
+		slower += k[i].mean_ns >= threshold * k[i].healthy_ns;
+	}
+	if (!compared || !(weight > 0))
+		return GPU_NO_DATA;
+	*slowdown = sum / weight;
+	if (*slowdown < threshold)
+		return GPU_NORMAL;
+	if (compared == 1)
+		return GPU_ONE_KERNEL;
+	return slower == compared ? GPU_UNIFORM : GPU_KERNEL_SPECIFIC;
+}
+
+const char *layers_gpu_verdict_name(enum gpu_verdict v)
+{
+	switch (v) {
+	case GPU_NORMAL:
+		return "normal";
+	case GPU_UNIFORM:
+		return "uniform";
+	case GPU_KERNEL_SPECIFIC:
+		return "kernel-specific";
+	case GPU_ONE_KERNEL:
+		return "one-kernel";
+	default:
+		return "no-data";
+	}
+}
+
+struct fn_acc {
+	char *name;
+	uint64_t hash;
+	double a, b;
+};
+
+struct fn_match {
+	const struct fn_acc *fns;
+	const char *name;
+	size_t len;
+};
+
+static bool fn_eq(const void *ctx, uint32_t idx)
+{
+	const struct fn_match *m = ctx;
+
+	return strlen(m->fns[idx].name) == m->len && !memcmp(m->fns[idx].name, m->name, m->len);
+}
+
+static int delta_compare(const void *x, const void *y)
+{
+	const struct cpu_delta *p = x, *q = y;
+	double dp = p->b_fraction - p->a_fraction, dq = q->b_fraction - q->a_fraction;
+
+	return dp < dq ? 1 : dp > dq ? -1 : strcmp(p->name, q->name);
+}
+
+void layers_cpu_deltas_free(struct cpu_delta *d, int n)
+{
+	for (int i = 0; d && i < n; i++)
+		free(d[i].name);
+	free(d);
+}
+
+int layers_cpu_deltas(const char *text, size_t len, struct cpu_delta **out, uint64_t totals[2])
+{
+	struct hash_index index = { 0 };
+	struct fn_acc *fns = NULL;
+	size_t n = 0, cap = 0;
+	double total[2] = { 0, 0 };
+	const char *p = text, *end = text + len;
+	struct cpu_delta *d = NULL;
+	int rc;
+
+	*out = NULL;
+	totals[0] = totals[1] = 0;
+	if ((rc = hash_index_init(&index, 1024)))
+		return rc;
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p)), *sp1, *sp2, *f;
+		unsigned long long c[2];
+		const char *seen[512];
+		size_t nseen = 0;
+
+		if (!nl)
+			nl = end;
+		for (sp2 = nl; sp2 > p && sp2[-1] != ' '; sp2--)
+			;
+		for (sp1 = sp2 - 1; sp1 > p && sp1[-1] != ' '; sp1--)
+			;
+		if (sp2 <= p + 1 || sp1 <= p + 1 || sscanf(sp1, "%llu %llu", &c[0], &c[1]) != 2) {
+			rc = -EINVAL;
+			goto cleanup;
+		}
+		total[0] += (double)c[0];
+		total[1] += (double)c[1];
+		/* Frames between the comm and the counts, each function once per stack. */
+		f = memchr(p, ';', (size_t)(sp1 - 1 - p));
+		while (f && f < sp1 - 1) {
+			const char *name = f + 1, *next = memchr(name, ';', (size_t)(sp1 - 1 - name));
+			size_t nlen = (size_t)((next ? next : sp1 - 1) - name);
+			bool dup = false;
+
+			for (size_t i = 0; i < nseen && !dup; i++)
+				dup = strlen(seen[i]) == nlen && !memcmp(seen[i], name, nlen);
+			f = next;
+			if (dup || !nlen)
+				continue;
+			uint64_t h = sysom_hash64(name, nlen, 0);
+			struct fn_match m = { fns, name, nlen };
+			uint32_t idx = hash_index_find(&index, h, fn_eq, &m);
+			if (idx == HASH_INDEX_NONE) {
+				if (n == cap) {
+					size_t nc = cap ? cap * 2 : 256;
+					struct fn_acc *g = realloc(fns, nc * sizeof(*g));
+					if (!g) {
+						rc = -ENOMEM;
+						goto cleanup;
+					}
+					fns = g;
+					cap = nc;
+				}
+				if (!(fns[n].name = strndup(name, nlen))) {
+					rc = -ENOMEM;
+					goto cleanup;
+				}
+				fns[n].a = fns[n].b = 0;
+				if ((rc = hash_index_insert(&index, h, (uint32_t)n))) {
+					free(fns[n].name);
+					goto cleanup;
+				}
+				idx = (uint32_t)n++;
+			}
+			fns[idx].a += (double)c[0];
+			fns[idx].b += (double)c[1];
+			if (nseen < sizeof(seen) / sizeof(seen[0]))
+				seen[nseen++] = fns[idx].name;
+		}
+		p = nl + 1;
+	}
+	if (!(d = calloc(n + 1, sizeof(*d)))) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	for (size_t i = 0; i < n; i++) {
+		d[i].name = fns[i].name;
+		fns[i].name = NULL;
+		d[i].a_fraction = total[0] > 0 ? fns[i].a / total[0] : 0;
+		d[i].b_fraction = total[1] > 0 ? fns[i].b / total[1] : 0;
+	}
+	qsort(d, n, sizeof(*d), delta_compare);
+	totals[0] = (uint64_t)total[0];
+	totals[1] = (uint64_t)total[1];
+	*out = d;
+	rc = (int)n;
+cleanup:
+	for (size_t i = 0; i < n; i++)
+		free(fns[i].name);
+	free(fns);
+	hash_index_free(&index);
+	return rc;
+}

@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Layered differential diagnosis of a straggling rank against the healthy ranks of its group
+ * (DESIGN.md, seed 000 §3.1), the parts that are pure arithmetic:
+ *
+ * GPU layer: per kernel, the straggler's mean GPU time per execution against the median of
+ * the healthy ranks' means. The time-weighted mean ratio is the straggler's GPU slowdown; when
+ * it is at least `threshold` the GPU layer is implicated, and the slowdown is *uniform* when
+ * every kernel both sides ran is slower by at least `threshold` (clocks, thermal throttling,
+ * a degraded device: hardware suspected) or *kernel-specific* when some are and others are
+ * not (software: those kernels' inputs or implementation).
+ *
+ * CPU layer: functions ranked by how much more of the straggler's CPU samples they are on
+ * (inclusive) than of a healthy rank's, in percentage points.
+ */
+#ifndef SYSOM_SERVER_ANALYSIS_LAYERS_H
+#define SYSOM_SERVER_ANALYSIS_LAYERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LAYERS_GPU_THRESHOLD 1.15   /* 15% slower */
+#define LAYERS_CPU_MIN_SAMPLES 50    /* per side: fewer cannot tell a function's share */
+
+struct kernel_cmp {
+	const char *name;
+	uint64_t count;     /* the straggler's executions */
+	double mean_ns;     /* the straggler's mean GPU time per execution */
+	double healthy_ns;  /* median over the healthy ranks of their means */
+};
+
+enum gpu_verdict {
+	GPU_NO_DATA,         /* no kernel both sides ran */
+	GPU_NORMAL,          /* slowdown below the threshold */
+	GPU_UNIFORM,         /* every compared kernel slower: hardware suspected */
+	GPU_KERNEL_SPECIFIC, /* some kernels slower, others not: software */
+	GPU_ONE_KERNEL,      /* slower, but only one kernel to compare: cannot tell */
+};
+
+/* Classifies; *slowdown gets the time-weighted mean ratio (1 when no data). */
+enum gpu_verdict layers_gpu_classify(const struct kernel_cmp *k, size_t n, double threshold,
+				     double *slowdown);
+
+const char *layers_gpu_verdict_name(enum gpu_verdict v);
+
+struct cpu_delta {
+	char *name;         /* owned */
+	double a_fraction;  /* share of the healthy rank's samples with the function on the stack */
+	double b_fraction;  /* ... of the straggler's */
+};
+
+/*
+ * Parses folded diff text ("stack count_a count_b" lines; the first frame is the process comm
+ * and is skipped) and returns in *out (owned; free with layers_cpu_deltas_free) every function
+ * with its inclusive share on each side, largest b − a first, and in totals[] each side's
+ * sample total. Returns the count or -errno.
+ */
+int layers_cpu_deltas(const char *text, size_t len, struct cpu_delta **out, uint64_t totals[2]);
+void layers_cpu_deltas_free(struct cpu_delta *d, int n);
+
+#endif

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The layered diagnosis's arithmetic (server/analysis/layers.c): GPU verdicts, CPU deltas. */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "server/analysis/layers.h"
+
+static void test_gpu_verdicts(void **state)
+{
+	double slow;
+	const struct kernel_cmp uniform[] = { { "gemm", 100, 2000, 1000 }, { "attn", 50, 900, 450 },
+					      { "norm", 10, 110, 100 } };
+	const struct kernel_cmp specific[] = { { "gemm", 100, 3000, 1000 }, { "attn", 50, 450, 450 } };
+	const struct kernel_cmp normal[] = { { "gemm", 100, 1050, 1000 }, { "attn", 50, 440, 450 } };
+	const struct kernel_cmp one[] = { { "gemm", 10, 5000, 1000 } };
+	const struct kernel_cmp none[] = { { "gemm", 0, 5000, 1000 }, { "x", 3, 10, 0 } };
+
+	(void)state;
+	/* norm is only 1.1x but the time-weighted slowdown is ~1.99 and every kernel is
+	 * slower... except norm: so this is kernel-specific, not uniform. */
+	assert_int_equal(layers_gpu_classify(uniform, 3, LAYERS_GPU_THRESHOLD, &slow),
+			 GPU_KERNEL_SPECIFIC);
+	assert_int_equal(layers_gpu_classify(uniform, 2, LAYERS_GPU_THRESHOLD, &slow), GPU_UNIFORM);
+	assert_true(fabs(slow - 2) < 1e-9);
+	assert_int_equal(layers_gpu_classify(specific, 2, LAYERS_GPU_THRESHOLD, &slow),
+			 GPU_KERNEL_SPECIFIC);
+	assert_true(fabs(slow - (300000.0 * 3 + 22500.0) / (300000.0 + 22500.0)) < 1e-9);
+	assert_int_equal(layers_gpu_classify(normal, 2, LAYERS_GPU_THRESHOLD, &slow), GPU_NORMAL);
+	assert_int_equal(layers_gpu_classify(one, 1, LAYERS_GPU_THRESHOLD, &slow), GPU_ONE_KERNEL);
+	assert_int_equal(layers_gpu_classify(none, 2, LAYERS_GPU_THRESHOLD, &slow), GPU_NO_DATA);
+	assert_true(slow == 1);
+	assert_int_equal(layers_gpu_classify(NULL, 0, LAYERS_GPU_THRESHOLD, &slow), GPU_NO_DATA);
+	assert_string_equal(layers_gpu_verdict_name(GPU_UNIFORM), "uniform");
+	assert_string_equal(layers_gpu_verdict_name(GPU_NO_DATA), "no-data");
+}
+
+static void test_cpu_deltas(void **state)
+{
+	static const char text[] = "py;main;step;fwd 60 30\n"
+				   "py;main;step;extra;spin 0 60\n"
+				   "py;main;opt 40 10\n"
+				   "py;main;rec;rec 0 0\n";
+	struct cpu_delta *d;
+	uint64_t totals[2];
+	int n;
+
+	(void)state;
+	n = layers_cpu_deltas(text, sizeof(text) - 1, &d, totals);
+	assert_int_equal(n, 7);
+	assert_int_equal(totals[0], 100);
+	assert_int_equal(totals[1], 100); /* main, step, fwd, extra, spin, opt, rec (py is the comm) */
+	/* +60 pp: extra and spin (by name), then step (+30: on 60% of a, 90% of b). */
+	assert_string_equal(d[0].name, "extra");
+	assert_string_equal(d[1].name, "spin");
+	assert_true(fabs(d[1].b_fraction - 0.6) < 1e-12 && d[1].a_fraction == 0);
+	assert_string_equal(d[2].name, "step");
+	assert_true(fabs(d[2].b_fraction - d[2].a_fraction - 0.3) < 1e-12);
+	assert_string_equal(d[n - 1].name, "opt"); /* -30 pp, like fwd, which sorts first by name */
+	for (int i = 0; i < n; i++)
+		if (!strcmp(d[i].name, "rec")) /* recursion counted once per stack */
+			assert_true(d[i].a_fraction == 0 && d[i].b_fraction == 0);
+	layers_cpu_deltas_free(d, n);
+	assert_int_equal(layers_cpu_deltas("py;a 1\n", 7, &d, totals), -EINVAL);
+	assert_int_equal(layers_cpu_deltas("", 0, &d, totals), 0);
+	layers_cpu_deltas_free(d, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_gpu_verdicts),
+		cmocka_unit_test(test_cpu_deltas),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
