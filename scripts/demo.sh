@@ -102,6 +102,9 @@ if $have_job; then
 	step "The job's GPU view: sysomctl gpu --job $job_id"
 	"$build/sysomctl" --server "$url" gpu --job "$job_id" --from -10m --to now | cut -c1-150 |
 		sed 's/^/   /' | head -32
+	step "Who is slow, and why: sysomctl stragglers --job $job_id"
+	"$build/sysomctl" --server "$url" stragglers --job "$job_id" --from -10m --to now |
+		head -8 | cut -c1-160 | sed 's/^/   /'
 	step "Which rank did the others wait for: sysomctl collectives --job $job_id --op AllReduce"
 	"$build/sysomctl" --server "$url" collectives --job "$job_id" --op AllReduce --from -10m \
 		--to now --limit 5 | sed 's/^/   /'

@@ -94,14 +94,24 @@ int layers_cpu_deltas(const char *text, size_t len, struct cpu_delta **out, uint
 	struct fn_acc *fns = NULL;
 	size_t n = 0, cap = 0;
 	double total[2] = { 0, 0 };
-	const char *p = text, *end = text + len;
+	/* A NUL-terminated copy: the text comes from a byte buffer, and the parsing below uses
+	 * string functions. */
+	char *copy = malloc(len + 1);
+	const char *p = copy, *end = copy + len;
 	struct cpu_delta *d = NULL;
 	int rc;
 
 	*out = NULL;
 	totals[0] = totals[1] = 0;
-	if ((rc = hash_index_init(&index, 1024)))
+	if (!copy)
+		return -ENOMEM;
+	if (len)
+		memcpy(copy, text, len);
+	copy[len] = '\0';
+	if ((rc = hash_index_init(&index, 1024))) {
+		free(copy);
 		return rc;
+	}
 	while (p < end) {
 		const char *nl = memchr(p, '\n', (size_t)(end - p)), *sp1, *sp2, *f;
 		unsigned long long c[2];
@@ -184,5 +194,6 @@ cleanup:
 		free(fns[i].name);
 	free(fns);
 	hash_index_free(&index);
+	free(copy);
 	return rc;
 }
