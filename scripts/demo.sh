@@ -24,6 +24,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Output is cut with `sed -n 1,Np`, not `head`: head exits early, the writer gets SIGPIPE, and
+# with pipefail the demo would stop there.
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "Starting sysom-server on 127.0.0.1 (embedded SQLite store in $work/data)"
@@ -75,8 +77,8 @@ if $have_job; then
 		"$simjob_dir/simjob" --ranks 8 --iterations 200 --cpu-us 2000 --kernel-us 3000 \
 		--fault rank=3,kind=gpu,amount=2 --print-env >"$work/job.log" 2>&1 ||
 		{ cat "$work/job.log"; exit 1; }
-	job_id=$(sed -n 's/.*TORCHELASTIC_RUN_ID=\([^ ]*\).*/\1/p' "$work/job.log" | head -1)
-	grep -E "^rank [0-9]+ iterations" "$work/job.log" | head -3 | sed 's/^/   /'
+	job_id=$(sed -n 's/.*TORCHELASTIC_RUN_ID=\([^ ]*\).*/\1/p' "$work/job.log" | sed -n "1,1p")
+	grep -E "^rank [0-9]+ iterations" "$work/job.log" | sed -n "1,3p" | sed 's/^/   /'
 	echo "   ... job $job_id finished"
 fi
 
@@ -86,7 +88,7 @@ for _ in $(seq 300); do
 	curl -sf "$url/api/v1/symbols/$build_id" | grep -q '"executable":{' && break
 	sleep 0.1
 done
-grep "uploaded symbols of" "$work/agent.log" | sed -e 's/^.*info: /   /' | head -8
+grep "uploaded symbols of" "$work/agent.log" | sed -e 's/^.*info: /   /' | sed -n "1,8p"
 echo "   ($(grep -c "uploaded symbols of" "$work/agent.log") objects uploaded: the libraries that appeared in stacks)"
 
 step "Stopping the agent (SIGTERM: final drain, last batch flushed)"
@@ -101,21 +103,21 @@ step "Flame graph of the workload: sysomctl flamegraph --pid $workload --format 
 if $have_job; then
 	step "The job's GPU view: sysomctl gpu --job $job_id"
 	"$build/sysomctl" --server "$url" gpu --job "$job_id" --from -10m --to now | cut -c1-150 |
-		sed 's/^/   /' | head -32
+		sed 's/^/   /' | sed -n "1,32p"
 	step "Who is slow, and why: sysomctl stragglers --job $job_id"
 	"$build/sysomctl" --server "$url" stragglers --job "$job_id" --from -10m --to now |
-		head -8 | cut -c1-160 | sed 's/^/   /'
+		sed -n "1,8p" | cut -c1-160 | sed 's/^/   /'
 	step "Which rank did the others wait for: sysomctl collectives --job $job_id --op AllReduce"
 	"$build/sysomctl" --server "$url" collectives --job "$job_id" --op AllReduce --from -10m \
 		--to now --limit 5 | sed 's/^/   /'
 	step "GPU kernel time by launching stack: sysomctl flamegraph --kind gpu-time (folded)"
 	"$build/sysomctl" --server "$url" flamegraph --kind gpu-time --from -10m --to now \
-		--format folded | sort -t' ' -k2 -nr | head -4 | cut -c1-200 | sed 's/^/   /'
+		--format folded | sort -t' ' -k2 -nr | sed -n "1,4p" | cut -c1-200 | sed 's/^/   /'
 fi
 
 step "Whole node, folded (first lines): sysomctl flamegraph --format folded"
 "$build/sysomctl" --server "$url" flamegraph --from -10m --to now --format folded |
-	head -5 | cut -c1-220 | sed 's/^/   /'
+	sed -n "1,5p" | cut -c1-220 | sed 's/^/   /'
 
 step "Where to look next"
 cat <<EOF
