@@ -1448,38 +1448,48 @@ static uint8_t collective_op_parse(const char *name)
 	return 0;
 }
 
+/* Parses `comm` as a communicator key (1 to 16 hex digits, optional 0x); 400 when malformed. */
+static bool param_comm_key(const struct http_request *req, bool *present, uint64_t *key,
+			   struct http_response *resp)
+{
+	char comm[PARAM_MAX];
+	const char *hex;
+	size_t n;
+
+	if (!param(req, "comm", comm, sizeof(comm), present, resp))
+		return false;
+	if (!*present)
+		return true;
+	hex = strncasecmp(comm, "0x", 2) == 0 ? comm + 2 : comm;
+	n = strlen(hex);
+	if (n == 0 || n > 16 || strspn(hex, "0123456789abcdefABCDEF") != n) {
+		http_response_error(resp, 400,
+				    "parameter 'comm' must be a communicator key of 1 to 16 hex digits");
+		return false;
+	}
+	*key = strtoull(hex, NULL, 16);
+	return true;
+}
+
 static void job_collectives(struct api *api, const char *job, const struct http_request *req,
 			    struct http_response *resp)
 {
 	struct store_collective_filter f = { .job = job };
 	struct coll_doc d = { .limit = API_DEFAULT_COLLECTIVE_LIMIT };
-	char comm[PARAM_MAX], op[PARAM_MAX];
-	bool has_comm, has_op, has_limit;
+	char op[PARAM_MAX];
+	bool has_op, has_limit;
 	struct query q;
 	json_t *doc;
 	int rc;
 
 	if (!query_parse(api, req, &q, resp) ||
-	    !param(req, "comm", comm, sizeof(comm), &has_comm, resp) ||
+	    !param_comm_key(req, &f.has_comm, &f.comm, resp) ||
 	    !param(req, "op", op, sizeof(op), &has_op, resp) ||
 	    !param_uint(req, "limit", 1, API_MAX_COLLECTIVE_LIMIT, &d.limit, &has_limit, resp))
 		return;
 	if (q.f.node || q.f.has_pid || q.f.job) {
 		http_response_error(resp, 400, "parameters 'node', 'pid' and 'job' do not apply here");
 		return;
-	}
-	if (has_comm) {
-		const char *hex = strncasecmp(comm, "0x", 2) == 0 ? comm + 2 : comm;
-		size_t n = strlen(hex);
-
-		if (n == 0 || n > 16 || strspn(hex, "0123456789abcdefABCDEF") != n) {
-			http_response_error(resp, 400,
-					    "parameter 'comm' must be a communicator key of 1 to 16"
-					    " hex digits");
-			return;
-		}
-		f.has_comm = true;
-		f.comm = strtoull(hex, NULL, 16);
 	}
 	if (has_op && !(f.op = collective_op_parse(op))) {
 		http_response_error(resp, 400,
@@ -2382,8 +2392,7 @@ static void job_stragglers(struct api *api, const char *job, const struct http_r
 	int diagnosed = 0;
 	struct straggler_rank *ranks = NULL;
 	uint32_t window, min_ms;
-	bool has_window, has_min, has_comm;
-	char comm[PARAM_MAX];
+	bool has_window, has_min;
 	json_t *groups = NULL, *job_list = NULL, *doc;
 	struct query q;
 	int rc = 0;
@@ -2397,23 +2406,12 @@ static void job_stragglers(struct api *api, const char *job, const struct http_r
 	    !param_double(req, "k", 0.1, 100, &sp.k, resp) ||
 	    !param_double(req, "persistent_fraction", 0, 1, &sp.persistent_fraction, resp) ||
 	    !param_uint(req, "diagnose", 0, 1, &diagnose_on, &has_diagnose, resp) ||
-	    !param(req, "comm", comm, sizeof(comm), &has_comm, resp))
+	    !param_comm_key(req, &f.has_comm, &f.comm, resp))
 		return;
 	/* `comm` is a communicator key here, not a process comm. */
 	if (q.f.node || q.f.has_pid || q.f.job) {
 		http_response_error(resp, 400, "parameters 'node', 'pid' and 'job' do not apply here");
 		return;
-	}
-	if (has_comm) {
-		const char *hex = strncasecmp(comm, "0x", 2) == 0 ? comm + 2 : comm;
-		size_t n = strlen(hex);
-		if (n == 0 || n > 16 || strspn(hex, "0123456789abcdefABCDEF") != n) {
-			http_response_error(resp, 400, "parameter 'comm' must be a communicator key of"
-						       " 1 to 16 hex digits");
-			return;
-		}
-		f.has_comm = true;
-		f.comm = strtoull(hex, NULL, 16);
 	}
 	sp.window = window;
 	sp.min_excess_ns = (uint64_t)min_ms * 1000000ull;
