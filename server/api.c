@@ -15,8 +15,7 @@
 #include "common/error.h"
 #include "common/hash.h"
 #include "common/options.h"
-#include "server/analysis/layers.h"
-#include "server/analysis/straggler.h"
+#include "server/diagnosis.h"
 #include "server/render.h"
 
 #define PARAM_MAX 256
@@ -1038,8 +1037,8 @@ static void diff_lines_free(struct diff_lines *d)
 }
 
 /* The CPU profiles of job ranks `a` and `b` as folded "stack a b" lines, in byte order. */
-static int diff_folded(struct api *api, const struct store_sample_filter *base, int32_t a,
-		       int32_t b, uint32_t limit, struct byte_buf *out)
+int api_diff_folded(struct api *api, const struct store_sample_filter *base, int32_t a, int32_t b,
+		    uint32_t limit, struct byte_buf *out)
 {
 	const int32_t ranks[2] = { a, b };
 	struct diff_lines d = { 0 };
@@ -1099,7 +1098,7 @@ void api_flamegraph_diff_get(void *ctx, const struct http_request *req, struct h
 	resp->status = 200;
 	snprintf(resp->content_type, sizeof(resp->content_type), "text/plain; charset=utf-8");
 	resp->body.len = 0;
-	if ((rc = diff_folded(api, &q.f, (int32_t)ranks[0], (int32_t)ranks[1], limit, &resp->body)))
+	if ((rc = api_diff_folded(api, &q.f, (int32_t)ranks[0], (int32_t)ranks[1], limit, &resp->body)))
 		respond_store_error(resp, rc);
 }
 
@@ -1108,14 +1107,6 @@ void api_flamegraph_diff_get(void *ctx, const struct http_request *req, struct h
 static json_t *json_int_or_null(int64_t v)
 {
 	return v >= 0 ? json_integer((json_int_t)v) : json_null();
-}
-
-static json_t *json_key(uint64_t key)
-{
-	char text[17];
-
-	snprintf(text, sizeof(text), "%016" PRIx64, key);
-	return json_string(text);
 }
 
 static const char *job_source_name(uint8_t source)
@@ -1274,11 +1265,11 @@ static int job_comm_to_json(void *arg, const struct store_job_communicator *c)
 		return 0;
 	if (!d->comm || c->key != d->comm_key) {
 		d->comm = json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:s,s:o,s:b,s:I,s:[]}", "key",
-				    json_key(c->key), "nranks", json_int_or_null(c->nranks),
-				    "parent_key", c->parent_key ? json_key(c->parent_key) : json_null(),
+				    render_json_key(c->key), "nranks", json_int_or_null(c->nranks),
+				    "parent_key", c->parent_key ? render_json_key(c->parent_key) : json_null(),
 				    "split_color", json_int_or_null(c->split_color), "split_ordinal",
 				    c->split_ordinal ? json_integer(c->split_ordinal) : json_null(),
-				    "comm_hash", c->comm_hash ? json_key(c->comm_hash) : json_null(),
+				    "comm_hash", c->comm_hash ? render_json_key(c->comm_hash) : json_null(),
 				    "key_source", key_source_name(c->key_source), "created",
 				    c->created_ns > 0 ? render_json_time(c->created_ns) : json_null(),
 				    "destroyed", c->destroyed, "ranks_seen", (json_int_t)0, "ranks");
@@ -1394,7 +1385,7 @@ static int coll_call(void *arg, const struct store_collective_call *c)
 			return 0;
 		}
 		d->cur = json_pack("{s:o,s:s,s:I,s:I,s:I,s:o,s:o,s:I,s:[]}", "comm",
-				   json_key(c->comm_key), "op", op ? op : "unknown", "seq",
+				   render_json_key(c->comm_key), "op", op ? op : "unknown", "seq",
 				   (json_int_t)(c->seq > INT64_MAX ? INT64_MAX : c->seq), "bytes",
 				   (json_int_t)c->bytes, "count", (json_int_t)c->count, "nranks",
 				   json_int_or_null(c->nranks), "first_entry",
@@ -1661,7 +1652,7 @@ static int gpu_profile_flush(struct gpu_doc *d)
 		span = json_pack("{s:o,s:o}", "timed", json_u64(p->span_timed), "mean_ns",
 				 json_u64(p->span_ns_total / p->span_timed));
 	e = json_pack("{s:o,s:s,s:i,s:i,s:s,s:s,s:s,s:s,s:o,s:I,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:[o,o]}",
-		      "comm_id", json_key(p->comm_id), "comm_name", d->p_strings[0], "comm_rank",
+		      "comm_id", render_json_key(p->comm_id), "comm_name", d->p_strings[0], "comm_rank",
 		      p->rank, "nranks", p->nranks, "func", d->p_strings[1], "algo", d->p_strings[2],
 		      "proto", d->p_strings[3], "datatype", d->p_strings[4], "peer",
 		      json_int_or_null(p->peer), "nchannels", (json_int_t)p->nchannels, "count",
@@ -1747,7 +1738,7 @@ static int gpu_link_flush(struct gpu_doc *d)
 				    "bandwidth_gbps", l->min_bytes_per_ns, "r2",
 				    isfinite(l->min_r2) ? l->min_r2 : 0.0, "points",
 				    (json_int_t)l->min_points);
-	e = json_pack("{s:o,s:i,s:i,s:o,s:o,s:o,s:o,s:o,s:o}", "comm_id", json_key(l->comm_id),
+	e = json_pack("{s:o,s:i,s:i,s:o,s:o,s:o,s:o,s:o,s:o}", "comm_id", render_json_key(l->comm_id),
 		      "comm_rank", l->rank, "peer", l->peer, "channel", json_int_or_null(l->channel),
 		      "transfers", json_u64(l->transfers), "bytes", json_u64(l->bytes),
 		      "time_ns_total", json_u64(l->time_ns_total), "fit",
@@ -1921,196 +1912,6 @@ cleanup:
 	gpu_doc_free(&d);
 }
 
-/* ---- GET /api/v1/jobs/{job}/stragglers ------------------------------------------------------- */
-
-/* One communication group being analysed. */
-struct strag_group {
-	uint64_t key;
-	int32_t nranks;
-	struct straggler_group *g;
-	uint32_t *pid;      /* by rank, 0 unknown */
-	char **host;        /* by rank, NULL unknown */
-};
-
-struct strag_doc {
-	struct strag_group *groups;
-	size_t ngroups, cap;
-	size_t cells;       /* window x nranks allocated */
-	uint32_t window;
-	size_t skipped;     /* instances of groups of unknown size or over the cell budget */
-	uint64_t instances; /* read from the store */
-	/* the instance being gathered */
-	bool have;
-	uint64_t key, seq;
-	uint8_t op;
-	int32_t nranks;
-	struct strag_group *cur; /* NULL: this instance is skipped */
-	int64_t *entry;     /* [nranks] */
-	bool *present;
-	int32_t seen;
-};
-
-static void strag_doc_free(struct strag_doc *d)
-{
-	for (size_t i = 0; i < d->ngroups; i++) {
-		struct strag_group *g = &d->groups[i];
-		straggler_group_free(g->g);
-		for (int32_t r = 0; g->host && r < g->nranks; r++)
-			free(g->host[r]);
-		free(g->host);
-		free(g->pid);
-	}
-	free(d->groups);
-	free(d->entry);
-	free(d->present);
-}
-
-/* The group of a communicator (created on first sight), or NULL when it cannot be analysed
- * (size unknown, over the budget: counted). */
-static int strag_group_of(struct strag_doc *d, uint64_t key, int32_t nranks,
-			  struct strag_group **out)
-{
-	struct strag_group *g;
-	int rc;
-
-	*out = NULL;
-	for (size_t i = 0; i < d->ngroups; i++)
-		if (d->groups[i].key == key) {
-			*out = d->groups[i].nranks == nranks ? &d->groups[i] : NULL;
-			return 0;
-		}
-	if (nranks < 1 || nranks > STRAGGLER_MAX_RANKS ||
-	    d->cells + (size_t)nranks * d->window > API_MAX_STRAGGLER_CELLS) {
-		d->skipped++;
-		return 0;
-	}
-	if (d->ngroups == d->cap) {
-		size_t cap = d->cap ? d->cap * 2 : 8;
-		struct strag_group *grown = realloc(d->groups, cap * sizeof(*grown));
-		if (!grown)
-			return -ENOMEM;
-		d->groups = grown;
-		d->cap = cap;
-	}
-	g = &d->groups[d->ngroups];
-	memset(g, 0, sizeof(*g));
-	g->key = key;
-	g->nranks = nranks;
-	g->pid = calloc((size_t)nranks, sizeof(*g->pid));
-	g->host = calloc((size_t)nranks, sizeof(*g->host));
-	if (!g->pid || !g->host || (rc = straggler_group_new(nranks, d->window, &g->g))) {
-		free(g->pid);
-		free(g->host);
-		return -ENOMEM;
-	}
-	d->ngroups++;
-	d->cells += (size_t)nranks * d->window;
-	*out = g;
-	return 0;
-}
-
-static void strag_instance_end(struct strag_doc *d)
-{
-	if (!d->have || !d->cur)
-		return;
-	if (d->seen == d->nranks)
-		straggler_group_add(d->cur->g, d->entry);
-	else
-		straggler_group_add_incomplete(d->cur->g, d->present);
-}
-
-static int strag_call(void *arg, const struct store_collective_call *c)
-{
-	struct strag_doc *d = arg;
-	int rc;
-
-	if (!d->have || c->comm_key != d->key || c->op != d->op || c->seq != d->seq) {
-		strag_instance_end(d);
-		d->have = true;
-		d->key = c->comm_key;
-		d->op = c->op;
-		d->seq = c->seq;
-		d->nranks = c->nranks;
-		d->seen = 0;
-		d->cur = NULL;
-		d->instances++;
-		/* Collectives only: point-to-point sequence numbers do not make a barrier. */
-		if (c->op < SYSOM_NCCL_ALL_REDUCE || c->op > SYSOM_NCCL_SCATTER)
-			return 0;
-		if ((rc = strag_group_of(d, c->comm_key, c->nranks, &d->cur)))
-			return rc;
-		if (!d->cur)
-			return 0;
-		int64_t *e = realloc(d->entry, (size_t)c->nranks * sizeof(*e));
-		bool *p = e ? realloc(d->present, (size_t)c->nranks * sizeof(*p)) : NULL;
-		if (e)
-			d->entry = e;
-		if (!e || !p)
-			return -ENOMEM;
-		d->present = p;
-		memset(d->present, 0, (size_t)c->nranks * sizeof(*p));
-	}
-	if (!d->cur || c->rank < 0 || c->rank >= d->nranks || d->present[c->rank])
-		return 0;
-	d->present[c->rank] = true;
-	d->entry[c->rank] = c->entry_ns;
-	d->seen++;
-	struct strag_group *g = d->cur;
-	g->pid[c->rank] = c->pid;
-	if (!g->host[c->rank] || strcmp(g->host[c->rank], c->hostname ? c->hostname : "")) {
-		free(g->host[c->rank]);
-		if (!(g->host[c->rank] = strdup(c->hostname ? c->hostname : "")))
-			return -ENOMEM;
-	}
-	return 0;
-}
-
-static json_t *strag_rank_json(const struct strag_group *g, const struct straggler_rank *r)
-{
-	const char *verdict = !r->straggler ? NULL : r->persistent ? "persistent" : "intermittent";
-
-	return json_pack("{s:i,s:I,s:s,s:f,s:f,s:o,s:f,s:f,s:I,s:b,s:o}", "rank", r->rank, "pid",
-			 (json_int_t)g->pid[r->rank], "hostname",
-			 g->host[r->rank] ? g->host[r->rank] : "", "mean_lateness_ms",
-			 r->mean_lateness_ns / 1e6, "excess_ms", r->excess_ns / 1e6, "z",
-			 isfinite(r->z) ? json_real(r->z) : json_null(), "flagged_fraction",
-			 r->flagged_fraction, "last_to_enter_fraction", r->last_fraction, "missing",
-			 (json_int_t)r->missing, "straggler", r->straggler, "persistence",
-			 verdict ? json_string(verdict) : json_null());
-}
-
-static int by_excess_desc(const void *a, const void *b)
-{
-	const struct straggler_rank *x = a, *y = b;
-
-	return x->excess_ns < y->excess_ns ? 1 : x->excess_ns > y->excess_ns ? -1 : x->rank - y->rank;
-}
-
-/* Adds (or merges into) the job-level entry of a straggling rank; returns 1 when the entry is
- * new (the caller diagnoses it), 0 when merged, or -ENOMEM. */
-static int strag_job_add(json_t *list, const struct strag_group *g, const struct straggler_rank *r)
-{
-	size_t i;
-	json_t *e;
-
-	json_array_foreach(list, i, e) {
-		if (json_integer_value(json_object_get(e, "rank")) == r->rank &&
-		    json_integer_value(json_object_get(e, "pid")) == (json_int_t)g->pid[r->rank]) {
-			json_array_append_new(json_object_get(e, "communicators"), json_key(g->key));
-			if (r->persistent)
-				json_object_set_new(e, "persistence", json_string("persistent"));
-			if (r->excess_ns / 1e6 > json_number_value(json_object_get(e, "max_excess_ms")))
-				json_object_set_new(e, "max_excess_ms", json_real(r->excess_ns / 1e6));
-			return 0;
-		}
-	}
-	e = json_pack("{s:i,s:I,s:s,s:[o],s:s,s:f}", "rank", r->rank, "pid",
-		      (json_int_t)g->pid[r->rank], "hostname", g->host[r->rank] ? g->host[r->rank] : "",
-		      "communicators", json_key(g->key), "persistence",
-		      r->persistent ? "persistent" : "intermittent", "max_excess_ms", r->excess_ns / 1e6);
-	return e && !json_array_append_new(list, e) ? 1 : -ENOMEM;
-}
-
 static bool param_double(const struct http_request *req, const char *name, double min, double max,
 			 double *out, struct http_response *resp)
 {
@@ -2132,368 +1933,52 @@ static bool param_double(const struct http_request *req, const char *name, doubl
 	return true;
 }
 
-/* ---- layered diagnosis of a straggler (GPU, then CPU; server/analysis/layers.h) ---------- */
 
-#define DIAGNOSE_MAX_STRAGGLERS 4
-#define DIAGNOSE_TOP 5
-#define DIAGNOSE_CPU_MIN_PP 5.0 /* a function this much more on the straggler's stacks */
-
-struct gk_row {
-	int32_t rank;
-	char *name;
-	uint64_t count, total_ns;
-};
-
-struct gk_rows {
-	struct gk_row *rows;
-	size_t n, cap;
-	bool loaded;
-};
-
-static int gk_kernel(void *arg, const struct store_gpu_kernel_row *r)
+static int api_diff_folded_cb(void *arg, const struct store_sample_filter *range, int32_t a,
+			      int32_t b, uint32_t limit, struct byte_buf *out)
 {
-	struct gk_rows *k = arg;
-	struct gk_row *last = k->n ? &k->rows[k->n - 1] : NULL;
-
-	if (r->who.job_rank < 0)
-		return 0;
-	if (last && last->rank == r->who.job_rank && strcmp(last->name, r->name) == 0) {
-		last->count += r->count;
-		last->total_ns += r->total_ns;
-		return 0;
-	}
-	if (k->n == k->cap) {
-		size_t cap = k->cap ? k->cap * 2 : 256;
-		struct gk_row *grown = realloc(k->rows, cap * sizeof(*grown));
-		if (!grown)
-			return -ENOMEM;
-		k->rows = grown;
-		k->cap = cap;
-	}
-	k->rows[k->n] = (struct gk_row){ r->who.job_rank, strdup(r->name), r->count, r->total_ns };
-	return k->rows[k->n++].name ? 0 : -ENOMEM;
-}
-
-static void gk_free(struct gk_rows *k)
-{
-	for (size_t i = 0; i < k->n; i++)
-		free(k->rows[i].name);
-	free(k->rows);
-}
-
-/* Mean GPU ns per execution of `name` on `rank` (every row of it), or -1. */
-static double gk_mean(const struct gk_rows *k, int32_t rank, const char *name)
-{
-	uint64_t count = 0, total = 0;
-
-	for (size_t i = 0; i < k->n; i++)
-		if (k->rows[i].rank == rank && strcmp(k->rows[i].name, name) == 0) {
-			count += k->rows[i].count;
-			total += k->rows[i].total_ns;
-		}
-	return count ? (double)total / (double)count : -1;
-}
-
-static int dbl_compare(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static int kcmp_by_excess(const void *a, const void *b)
-{
-	const struct kernel_cmp *x = a, *y = b;
-	double ex = ((double)x->count) * (x->mean_ns - x->healthy_ns);
-	double ey = ((double)y->count) * (y->mean_ns - y->healthy_ns);
-
-	return ex < ey ? 1 : ex > ey ? -1 : strcmp(x->name, y->name);
-}
-
-/* The GPU layer: the straggler's kernels against the healthy ranks' medians. */
-static json_t *diagnose_gpu(const struct gk_rows *k, const struct strag_group *g,
-			    const struct straggler_rank *ranks, int32_t s, enum gpu_verdict *verdict,
-			    double *slowdown)
-{
-	struct kernel_cmp *cmp = calloc(k->n + 1, sizeof(*cmp));
-	double *means = calloc((size_t)g->nranks + 1, sizeof(*means));
-	json_t *kernels = json_array(), *out = NULL;
-	size_t n = 0;
-
-	if (!cmp || !means || !kernels)
-		goto cleanup;
-	for (size_t i = 0; i < k->n; i++) {
-		const struct gk_row *r = &k->rows[i];
-		bool dup = false;
-		size_t nh = 0;
-
-		if (r->rank != s)
-			continue;
-		for (size_t j = 0; j < n && !dup; j++)
-			dup = strcmp(cmp[j].name, r->name) == 0;
-		if (dup)
-			continue;
-		for (int32_t h = 0; h < g->nranks; h++) {
-			double m;
-			if (h == s || ranks[h].straggler || (m = gk_mean(k, h, r->name)) < 0)
-				continue;
-			means[nh++] = m;
-		}
-		if (!nh)
-			continue;
-		qsort(means, nh, sizeof(*means), dbl_compare);
-		cmp[n].name = r->name;
-		cmp[n].mean_ns = gk_mean(k, s, r->name);
-		cmp[n].count = 0;
-		for (size_t j = 0; j < k->n; j++)
-			if (k->rows[j].rank == s && strcmp(k->rows[j].name, r->name) == 0)
-				cmp[n].count += k->rows[j].count;
-		cmp[n].healthy_ns = nh % 2 ? means[nh / 2] : (means[nh / 2 - 1] + means[nh / 2]) / 2;
-		n++;
-	}
-	*verdict = layers_gpu_classify(cmp, n, LAYERS_GPU_THRESHOLD, slowdown);
-	qsort(cmp, n, sizeof(*cmp), kcmp_by_excess);
-	for (size_t i = 0; i < n && i < DIAGNOSE_TOP; i++)
-		json_array_append_new(kernels,
-				      json_pack("{s:s,s:I,s:f,s:f,s:f}", "name", cmp[i].name, "count",
-						(json_int_t)cmp[i].count, "mean_ns", cmp[i].mean_ns,
-						"healthy_median_ns", cmp[i].healthy_ns, "ratio",
-						cmp[i].mean_ns / cmp[i].healthy_ns));
-	out = json_pack("{s:s,s:f,s:O}", "verdict", layers_gpu_verdict_name(*verdict), "slowdown",
-			*slowdown, "kernels", kernels);
-cleanup:
-	json_decref(kernels);
-	free(cmp);
-	free(means);
-	return out;
-}
-
-/* The CPU layer: functions on more of the straggler's stacks than of healthy rank `h`'s. */
-static json_t *diagnose_cpu(struct api *api, const struct store_sample_filter *range, int32_t s,
-			    int32_t h, double *top_pp, char **top_fn)
-{
-	struct byte_buf text = { 0 };
-	struct cpu_delta *d = NULL;
-	json_t *fns = json_array(), *out = NULL;
-	uint64_t totals[2] = { 0, 0 };
-	bool enough;
-	int n = 0;
-
-	*top_pp = 0;
-	*top_fn = NULL;
-	if (!fns || diff_folded(api, range, h, s, API_DEFAULT_STACK_LIMIT, &text))
-		goto cleanup;
-	if ((n = layers_cpu_deltas((const char *)text.data, text.len, &d, totals)) < 0)
-		goto cleanup;
-	/* Too few samples on a side and one sample is many percentage points: no verdict. */
-	enough = totals[0] >= LAYERS_CPU_MIN_SAMPLES && totals[1] >= LAYERS_CPU_MIN_SAMPLES;
-	for (int i = 0; enough && i < n && i < DIAGNOSE_TOP; i++) {
-		double pp = 100 * (d[i].b_fraction - d[i].a_fraction);
-		if (pp <= 0)
-			break;
-		if (i == 0) {
-			*top_pp = pp;
-			*top_fn = strdup(d[i].name);
-		}
-		json_array_append_new(fns, json_pack("{s:s,s:f,s:f,s:f}", "function", d[i].name,
-						     "straggler_pct", 100 * d[i].b_fraction,
-						     "healthy_pct", 100 * d[i].a_fraction,
-						     "delta_pp", pp));
-	}
-	out = json_pack("{s:i,s:I,s:I,s:b,s:O}", "compared_with_rank", h, "straggler_samples",
-			(json_int_t)totals[1], "healthy_samples", (json_int_t)totals[0],
-			"enough_samples", enough, "functions", fns);
-cleanup:
-	layers_cpu_deltas_free(d, n > 0 ? n : 0);
-	byte_buf_free(&text);
-	json_decref(fns);
-	return out;
-}
-
-/* The layered verdict for straggler `s` of group `g` (ranks by rank index). */
-static json_t *diagnose(struct api *api, const struct store_sample_filter *range,
-			struct gk_rows *k, const struct strag_group *g,
-			const struct straggler_rank *ranks, int32_t s)
-{
-	enum gpu_verdict gv = GPU_NO_DATA;
-	double slowdown = 1, top_pp = 0, best = HUGE_VAL;
-	char *top_fn = NULL, summary[512], action[512];
-	const char *layer = "unknown";
-	int32_t healthy = -1;
-	json_t *gpu, *cpu = json_null(), *out;
-
-	if (!k->loaded) {
-		struct store_gpu_filter f = { .job = range->job, .from_ms = range->from_ms,
-					      .to_ms = range->to_ms };
-		struct store_gpu_visitor v = { .kernel = gk_kernel, .arg = k };
-		bool truncated;
-		k->loaded = true;
-		if (store_job_gpu(api->store, &f, API_MAX_GPU_ROWS, &v, &truncated))
-			return NULL;
-	}
-	gpu = diagnose_gpu(k, g, ranks, s, &gv, &slowdown);
-	/* The healthy rank to compare CPU profiles with: the most typical one. */
-	for (int32_t r = 0; r < g->nranks; r++)
-		if (r != s && !ranks[r].straggler && fabs(ranks[r].excess_ns) < best) {
-			best = fabs(ranks[r].excess_ns);
-			healthy = r;
-		}
-	if (healthy >= 0)
-		cpu = diagnose_cpu(api, range, s, healthy, &top_pp, &top_fn);
-	if (gv == GPU_UNIFORM) {
-		layer = "gpu";
-		snprintf(summary, sizeof(summary),
-			 "every kernel runs %.2fx slower on rank %d than on the healthy ranks: a uniform "
-			 "GPU slowdown, hardware suspected", slowdown, s);
-		snprintf(action, sizeof(action),
-			 "check the GPU of rank %d: clocks and throttle reasons, temperature, power, ECC "
-			 "(nvidia-smi -q -d PERFORMANCE,CLOCK,TEMPERATURE,POWER,ECC)", s);
-	} else if (gv == GPU_KERNEL_SPECIFIC || gv == GPU_ONE_KERNEL) {
-		layer = "gpu";
-		snprintf(summary, sizeof(summary),
-			 "GPU time %.2fx the healthy ranks' on rank %d, concentrated in specific kernels "
-			 "(software suspected)", slowdown, s);
-		snprintf(action, sizeof(action),
-			 "look at the slower kernels' inputs on rank %d (shapes, data skew) and their "
-			 "implementation", s);
-	} else if (top_fn && top_pp >= DIAGNOSE_CPU_MIN_PP) {
-		layer = "cpu";
-		snprintf(summary, sizeof(summary),
-			 "%s is on %.1f percentage points more of rank %d's CPU samples than of rank "
-			 "%d's; the GPU layer is normal", top_fn, top_pp, s, healthy);
-		snprintf(action, sizeof(action),
-			 "find what makes rank %d run %s more (its input data, logging, checkpointing, "
-			 "garbage collection); the diff: sysomctl diff --a %d --b %d", s, top_fn, healthy, s);
-	} else {
-		snprintf(summary, sizeof(summary),
-			 "rank %d is late but neither its GPU kernels nor its CPU profile differ from the "
-			 "healthy ranks'; the OS layer (interrupts, run-queue latency) is not measured yet",
-			 s);
-		snprintf(action, sizeof(action),
-			 "check rank %d's CPUs for interrupt or softirq load and competing threads "
-			 "(/proc/interrupts, /proc/softirqs, pidstat -w)", s);
-	}
-	out = json_pack("{s:s,s:s,s:s,s:o,s:o}", "layer", layer, "summary", summary, "action",
-			action, "gpu", gpu ? gpu : json_null(), "cpu", cpu ? cpu : json_null());
-	free(top_fn);
-	return out;
+	return api_diff_folded(arg, range, a, b, limit, out);
 }
 
 static void job_stragglers(struct api *api, const char *job, const struct http_request *req,
 			   struct http_response *resp)
 {
-	struct store_collective_filter f = { .job = job, .latest = true };
-	struct straggler_params sp;
-	struct strag_doc d = { 0 };
-	struct gk_rows gk = { 0 };
-	struct store_sample_filter range;
-	uint32_t diagnose_on = 1;
-	bool has_diagnose;
-	int diagnosed = 0;
-	struct straggler_rank *ranks = NULL;
-	uint32_t window, min_ms;
-	bool has_window, has_min;
-	json_t *groups = NULL, *job_list = NULL, *doc;
+	struct diagnosis_ctx ctx = { api->store, api_diff_folded_cb, api };
+	struct diagnosis_params p;
+	struct diagnosis_scope scope = { .job = job };
+	uint32_t diagnose_on = 1, window, min_ms;
+	bool has_diagnose, has_window, has_min;
+	json_t *doc = NULL;
 	struct query q;
-	int rc = 0;
+	int rc;
 
-	straggler_params_default(&sp);
-	window = sp.window;
-	min_ms = (uint32_t)(sp.min_excess_ns / 1000000);
+	diagnosis_params_default(&p);
+	window = p.sp.window;
+	min_ms = (uint32_t)(p.sp.min_excess_ns / 1000000);
 	if (!query_parse(api, req, &q, resp) ||
 	    !param_uint(req, "window", 1, STRAGGLER_MAX_WINDOW, &window, &has_window, resp) ||
 	    !param_uint(req, "min_excess_ms", 0, 600000, &min_ms, &has_min, resp) ||
-	    !param_double(req, "k", 0.1, 100, &sp.k, resp) ||
-	    !param_double(req, "persistent_fraction", 0, 1, &sp.persistent_fraction, resp) ||
+	    !param_double(req, "k", 0.1, 100, &p.sp.k, resp) ||
+	    !param_double(req, "persistent_fraction", 0, 1, &p.sp.persistent_fraction, resp) ||
+	    !param_double(req, "gpu_threshold", 1.01, 100, &p.gpu_threshold, resp) ||
+	    !param_double(req, "cpu_min_pp", 0.1, 100, &p.cpu_min_pp, resp) ||
 	    !param_uint(req, "diagnose", 0, 1, &diagnose_on, &has_diagnose, resp) ||
-	    !param_comm_key(req, &f.has_comm, &f.comm, resp))
+	    !param_comm_key(req, &scope.has_comm, &scope.comm, resp))
 		return;
 	/* `comm` is a communicator key here, not a process comm. */
 	if (q.f.node || q.f.has_pid || q.f.job) {
 		http_response_error(resp, 400, "parameters 'node', 'pid' and 'job' do not apply here");
 		return;
 	}
-	sp.window = window;
-	sp.min_excess_ns = (uint64_t)min_ms * 1000000ull;
-	d.window = window;
-	range = q.f;
-	range.job = job;
-	range.comm = NULL; /* `comm` named a communicator here, not a process comm */
-	f.from_ns = q.f.from_ms > INT64_MAX / 1000000 ? INT64_MAX : q.f.from_ms * 1000000;
-	f.to_ns = q.f.to_ms > INT64_MAX / 1000000 - 1 ? INT64_MAX : q.f.to_ms * 1000000 + 999999;
-	if ((rc = store_collectives_list(api->store, &f, API_MAX_STRAGGLER_INSTANCES, strag_call, &d)))
-		goto cleanup;
-	strag_instance_end(&d);
-	if (!(groups = json_array()) || !(job_list = json_array())) {
-		rc = -ENOMEM;
-		goto cleanup;
-	}
-	for (size_t i = 0; i < d.ngroups; i++) {
-		struct strag_group *g = &d.groups[i];
-		json_t *top, *names, *entry;
-		int found;
-
-		free(ranks);
-		if (!(ranks = calloc((size_t)g->nranks, sizeof(*ranks)))) {
-			rc = -ENOMEM;
-			goto cleanup;
-		}
-		if ((found = straggler_group_analyse(g->g, &sp, ranks)) < 0) {
-			rc = found;
-			goto cleanup;
-		}
-		if (!(names = json_array()) || !(top = json_array())) {
-			json_decref(names);
-			rc = -ENOMEM;
-			goto cleanup;
-		}
-		for (int32_t r = 0; r < g->nranks; r++) {
-			if (!ranks[r].straggler)
-				continue;
-			if (json_array_append_new(names, json_integer(r)) ||
-			    (rc = strag_job_add(job_list, g, &ranks[r])) < 0) {
-				rc = rc < 0 ? rc : -ENOMEM;
-				json_decref(names);
-				json_decref(top);
-				goto cleanup;
-			}
-			/* A new job-level straggler: which layer, with the evidence. */
-			if (rc == 1 && diagnose_on && diagnosed < DIAGNOSE_MAX_STRAGGLERS) {
-				json_t *e = json_array_get(job_list, json_array_size(job_list) - 1);
-				json_t *dg = diagnose(api, &range, &gk, g, ranks, r);
-				diagnosed++;
-				json_object_set_new(e, "diagnosis", dg ? dg : json_null());
-			}
-			rc = 0;
-		}
-		qsort(ranks, (size_t)g->nranks, sizeof(*ranks), by_excess_desc);
-		for (int32_t r = 0; r < g->nranks && r < API_STRAGGLER_TOP_RANKS; r++)
-			json_array_append_new(top, strag_rank_json(g, &ranks[r]));
-		entry = json_pack("{s:o,s:i,s:I,s:I,s:o,s:o}", "comm", json_key(g->key), "nranks",
-				  g->nranks, "instances", (json_int_t)straggler_group_instances(g->g),
-				  "incomplete", (json_int_t)straggler_group_incomplete(g->g),
-				  "stragglers", names, "ranks", top);
-		if (!entry || json_array_append_new(groups, entry)) {
-			rc = -ENOMEM;
-			goto cleanup;
-		}
-	}
-	doc = json_pack("{s:o,s:o,s:o,s:{s:f,s:I,s:I,s:f},s:b,s:I,s:O,s:O}", "job",
-			render_json_string(job), "from", render_json_time(q.f.from_ms * 1000000), "to",
-			render_json_time(q.f.to_ms * 1000000), "params", "k", sp.k, "window",
-			(json_int_t)sp.window, "min_excess_ms", (json_int_t)min_ms,
-			"persistent_fraction", sp.persistent_fraction, "truncated",
-			d.instances > API_MAX_STRAGGLER_INSTANCES - 1, "skipped_instances",
-			(json_int_t)d.skipped, "stragglers", job_list, "communicators", groups);
-	render_json_respond(resp, 200, doc);
-cleanup:
-	if (rc)
+	p.sp.window = window;
+	p.sp.min_excess_ns = (uint64_t)min_ms * 1000000ull;
+	p.diagnose = diagnose_on != 0;
+	scope.from_ms = q.f.from_ms;
+	scope.to_ms = q.f.to_ms;
+	if ((rc = diagnosis_stragglers(&ctx, &scope, &p, &doc)))
 		respond_store_error(resp, rc);
-	json_decref(groups);
-	json_decref(job_list);
-	free(ranks);
-	strag_doc_free(&d);
-	gk_free(&gk);
+	else
+		render_json_respond(resp, 200, doc);
 }
 
 void api_job_get(void *ctx, const struct http_request *req, struct http_response *resp)

@@ -66,6 +66,13 @@ void api_http_server_set(struct api *api, struct http_server *srv);
  */
 int api_time_parse(const char *text, int64_t now_ms, int64_t *out_ms);
 
+/*
+ * The CPU profiles of job ranks `a` and `b` (range: job, from, to) as folded "stack count_a
+ * count_b" lines in byte order, appended to `out`. 0 or a negative errno.
+ */
+int api_diff_folded(struct api *api, const struct store_sample_filter *range, int32_t a, int32_t b,
+		    uint32_t limit, struct byte_buf *out);
+
 /* GET /api/v1/nodes (ctx: struct api). */
 void api_nodes_get(void *ctx, const struct http_request *req, struct http_response *resp);
 /* GET /api/v1/processes?node=&pid=&comm=&from=&to=&limit= */

@@ -2,6 +2,7 @@
 /* UTF-8 sanitising, JSON responses and RFC 3339 times for the HTTP handlers. */
 #include "server/render.h"
 
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,5 +124,13 @@ json_t *render_json_time(int64_t ns)
 	char text[48];
 
 	render_time_rfc3339(ns, text, sizeof(text));
+	return json_string(text);
+}
+
+json_t *render_json_key(uint64_t key)
+{
+	char text[17];
+
+	snprintf(text, sizeof(text), "%016" PRIx64, key);
 	return json_string(text);
 }

@@ -34,4 +34,7 @@ void render_time_rfc3339(int64_t ns, char *out, size_t outlen);
 /* The same as a JSON string; NULL only when out of memory. */
 json_t *render_json_time(int64_t ns);
 
+/* A 64-bit key (communicator key, commId) as 16 lower-case hex digits. */
+json_t *render_json_key(uint64_t key);
+
 #endif

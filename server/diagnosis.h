@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Straggler detection and layered differential diagnosis of one training job, over the stored
+ * data of a time range: the document behind GET /api/v1/jobs/{job}/stragglers, and what the
+ * monitor (server/monitor.h) evaluates as batches arrive.
+ *
+ * Bounded work: per communication group only the latest `window` complete collective
+ * instances are read (an indexed query, at most API_MAX_STRAGGLER_INSTANCES over all groups),
+ * and at most DIAGNOSE_MAX_STRAGGLERS stragglers are diagnosed per evaluation, so the cost of
+ * one evaluation does not grow with the job's history.
+ */
+#ifndef SYSOM_SERVER_DIAGNOSIS_H
+#define SYSOM_SERVER_DIAGNOSIS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/bytes.h"
+#include "server/analysis/straggler.h"
+#include "server/store/store.h"
+
+#define DIAGNOSIS_DEFAULT_CPU_MIN_PP 5.0 /* a function this much more on the straggler's stacks */
+
+struct diagnosis_params {
+	struct straggler_params sp;
+	bool diagnose;         /* add a layered diagnosis to each straggler */
+	double gpu_threshold;  /* per-kernel slowdown that implicates the GPU (1.15) */
+	double cpu_min_pp;     /* CPU layer: top function's excess share, percentage points */
+};
+
+void diagnosis_params_default(struct diagnosis_params *p);
+
+/* What the analysis reads: the store, and the symbolised CPU profiles of two ranks as folded
+ * "stack count_a count_b" lines (api_diff_folded). */
+struct diagnosis_ctx {
+	struct store *store;
+	int (*diff_folded)(void *arg, const struct store_sample_filter *range, int32_t a, int32_t b,
+			   uint32_t limit, struct byte_buf *out);
+	void *diff_arg;
+};
+
+struct diagnosis_scope {
+	const char *job;
+	int64_t from_ms, to_ms; /* inclusive, ms since the epoch */
+	bool has_comm;          /* only this communicator */
+	uint64_t comm;
+};
+
+/*
+ * The stragglers of `scope` with their diagnoses as the JSON document documented in
+ * docs/http-api.md (owned by the caller in *out). Returns 0 or a negative errno (store errors
+ * as the store returns them).
+ */
+int diagnosis_stragglers(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
+			 const struct diagnosis_params *p, json_t **out);
+
+#endif
