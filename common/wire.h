@@ -39,8 +39,9 @@
  */
 #define SYSOM_WIRE_MAGIC "SYSB"
 #define SYSOM_WIRE_MAJOR 1
-#define SYSOM_WIRE_MINOR 2 /* 1.1 added JOB_RANKS, COMMUNICATORS, NCCL_CALLS, LAUNCHES;
-			     * 1.2 GPU_KERNELS, NCCL_PROFILES, NCCL_LINKS */
+#define SYSOM_WIRE_MINOR 3 /* 1.1 added JOB_RANKS, COMMUNICATORS, NCCL_CALLS, LAUNCHES;
+			     * 1.2 GPU_KERNELS, NCCL_PROFILES, NCCL_LINKS;
+			     * 1.3 OS_CPUS, OS_IRQS, OS_THREADS */
 #define SYSOM_WIRE_HEADER_SIZE 64
 #define SYSOM_WIRE_SECTION_ENTRY_SIZE 16
 #define SYSOM_WIRE_MAX_SECTIONS 64
@@ -66,7 +67,11 @@ enum sysom_section_type {
 	SYSOM_SECTION_GPU_KERNELS = 13,   /* 136-byte records: GPU kernel time per (kernel, stream) */
 	SYSOM_SECTION_NCCL_PROFILES = 14, /* 152-byte records: NCCL profiler plugin per operation kind */
 	SYSOM_SECTION_NCCL_LINKS = 15,    /* 120-byte records: rank-to-rank transfer statistics */
-	SYSOM_SECTION_TYPE_MAX = SYSOM_SECTION_NCCL_LINKS,
+	/* Minor 3: OS signals per window (interrupts, softirqs, scheduling, NUMA). */
+	SYSOM_SECTION_OS_CPUS = 16,    /* 208-byte records: one per CPU */
+	SYSOM_SECTION_OS_IRQS = 17,    /* 32-byte records: hard interrupts per (CPU, IRQ) */
+	SYSOM_SECTION_OS_THREADS = 18, /* 224-byte records: one per thread of a tracked process */
+	SYSOM_SECTION_TYPE_MAX = SYSOM_SECTION_OS_THREADS,
 };
 
 #define SYSOM_NODE_RECORD_SIZE 64
@@ -84,6 +89,9 @@ enum sysom_section_type {
 #define SYSOM_GPU_KERNEL_RECORD_SIZE 136
 #define SYSOM_NCCL_PROFILE_RECORD_SIZE 152
 #define SYSOM_NCCL_LINK_RECORD_SIZE 120
+#define SYSOM_OS_CPU_RECORD_SIZE 208
+#define SYSOM_OS_IRQ_RECORD_SIZE 32
+#define SYSOM_OS_THREAD_RECORD_SIZE 224
 
 /* What an object (the thing a frame's offset is relative to) is. */
 enum sysom_object_kind {
@@ -460,6 +468,72 @@ struct sysom_nccl_link {
 	uint32_t min_points;          /* distinct sizes in the MIN-mode fit */
 };
 
+/* Softirq vectors, in the kernel's order (include/linux/interrupt.h; stable since 2.6.35). */
+enum sysom_softirq {
+	SYSOM_SOFTIRQ_HI = 0,
+	SYSOM_SOFTIRQ_TIMER = 1,
+	SYSOM_SOFTIRQ_NET_TX = 2,
+	SYSOM_SOFTIRQ_NET_RX = 3,
+	SYSOM_SOFTIRQ_BLOCK = 4,
+	SYSOM_SOFTIRQ_IRQ_POLL = 5,
+	SYSOM_SOFTIRQ_TASKLET = 6,
+	SYSOM_SOFTIRQ_SCHED = 7,
+	SYSOM_SOFTIRQ_HRTIMER = 8,
+	SYSOM_SOFTIRQ_RCU = 9,
+	SYSOM_SOFTIRQ_COUNT = 10,
+};
+
+/* Softirq vector name as /proc/softirqs spells it ("NET_RX"); NULL when out of range. */
+const char *sysom_softirq_name(uint32_t vec);
+
+/* Run-queue latency histogram: bucket 0 < 2 µs, bucket i in [2^i, 2^(i+1)) µs, the last one
+ * everything from 2^(N-1) µs (about 0.5 s) up. */
+#define SYSOM_RUNQ_HIST_BUCKETS 20
+/* CPUs a thread ran on: a bitmap of the first 256 CPUs (CPUs beyond are not recorded). */
+#define SYSOM_CPU_MASK_WORDS 4
+
+/* OS_CPUS record (208 bytes): one CPU over the batch window. Rows are unique per cpu. */
+struct sysom_os_cpu {
+	uint32_t cpu;
+	int32_t numa_node;        /* -1 unknown */
+	uint64_t busy_ns;         /* time not in the idle task */
+	uint64_t hardirq_count;
+	uint64_t hardirq_ns;
+	uint64_t softirq_count[SYSOM_SOFTIRQ_COUNT];
+	uint64_t softirq_ns[SYSOM_SOFTIRQ_COUNT];
+	uint64_t context_switches;
+	uint64_t runq_wait_ns;    /* summed run-queue wait of every thread woken onto this CPU */
+};
+
+/* OS_IRQS record (32 bytes): one hard interrupt line on one CPU. Unique per (cpu, irq). */
+struct sysom_os_irq {
+	uint32_t cpu;
+	uint32_t irq;
+	uint32_t name;    /* string: the handler's name ("mlx5_comp3@pci:...", "eth0-TxRx-1"), may be "" */
+	uint64_t count;   /* >= 1 */
+	uint64_t ns;      /* handler time */
+};
+
+/* OS_THREADS record (224 bytes): one thread of a tracked (training) process over the window.
+ * Unique per (process, tid). Times are nanoseconds. */
+struct sysom_os_thread {
+	uint32_t process;          /* index into PROCESSES */
+	uint32_t tid;
+	uint32_t comm;             /* string: the thread's comm */
+	uint64_t oncpu_ns;         /* time it ran */
+	uint64_t runq_wait_ns;     /* time runnable but waiting for a CPU (wakeup or preemption → run) */
+	uint64_t runq_waits;       /* waits measured */
+	uint32_t runq_hist[SYSOM_RUNQ_HIST_BUCKETS]; /* waits per latency bucket; sum <= runq_waits */
+	uint64_t voluntary_switches;   /* it blocked */
+	uint64_t involuntary_switches; /* it was preempted while runnable */
+	uint64_t migrations;       /* moved between CPUs */
+	uint64_t numa_migrations;  /* ... to a CPU of another NUMA node */
+	uint64_t pages_migrated;   /* pages migrated while it was current (NUMA balancing, compaction) */
+	uint64_t hardirq_ns;       /* hard interrupt time taken while it was on the CPU */
+	uint64_t softirq_ns;       /* softirq time taken while it was on the CPU */
+	uint64_t cpus[SYSOM_CPU_MASK_WORDS]; /* CPUs it ran on (bit c of word c / 64); not all zero */
+};
+
 /* Decoder limits: everything a peer controls is bounded. */
 struct sysom_wire_limits {
 	uint32_t max_strings;
@@ -479,6 +553,9 @@ struct sysom_wire_limits {
 	uint32_t max_gpu_kernels;
 	uint32_t max_nccl_profiles;
 	uint32_t max_nccl_links;
+	uint32_t max_os_cpus;
+	uint32_t max_os_irqs;
+	uint32_t max_os_threads;
 };
 
 /* The defaults: generous for one node's 30 s window, small enough to bound server memory. */
@@ -540,6 +617,12 @@ struct sysom_batch {
 	uint32_t nccl_profile_count, nccl_profile_cap;
 	struct sysom_nccl_link *nccl_links;
 	uint32_t nccl_link_count, nccl_link_cap;
+	struct sysom_os_cpu *os_cpus;
+	uint32_t os_cpu_count, os_cpu_cap;
+	struct sysom_os_irq *os_irqs;
+	uint32_t os_irq_count, os_irq_cap;
+	struct sysom_os_thread *os_threads;
+	uint32_t os_thread_count, os_thread_cap;
 
 	struct batch_dedup *dedup; /* builder indexes; NULL in decoded batches */
 };
@@ -590,6 +673,15 @@ int sysom_batch_add_nccl_profile(struct sysom_batch *b, const struct sysom_nccl_
 /* Merges into the row with the same (process, comm_id, peer, channel): counts and sufficient
  * statistics add; the MIN-mode fit with more points wins. -EINVAL as above. */
 int sysom_batch_add_nccl_link(struct sysom_batch *b, const struct sysom_nccl_link *l);
+
+/* Adds into the row of the same cpu (sums; numa_node taken when known). -EINVAL for what the
+ * decoder would reject. */
+int sysom_batch_add_os_cpu(struct sysom_batch *b, const struct sysom_os_cpu *c);
+/* Adds into the row of the same (cpu, irq). -EINVAL as above. */
+int sysom_batch_add_os_irq(struct sysom_batch *b, const struct sysom_os_irq *q);
+/* Adds into the row of the same (process, tid): sums and histogram add, CPU masks OR, the
+ * comm is the latest. -EINVAL as above. */
+int sysom_batch_add_os_thread(struct sysom_batch *b, const struct sysom_os_thread *t);
 
 /* Frames of stack `idx` (borrowed). */
 static inline const struct sysom_frame *sysom_batch_stack_frames(const struct sysom_batch *b,

@@ -285,6 +285,90 @@ static const char *const migrations[] = {
 	"  min_points INTEGER NOT NULL"
 	");"
 	"CREATE INDEX nccl_links_process_time ON nccl_links(process, time_ms);",
+	/* 4: OS signals (wire minor 3), the monitor's diagnoses, per-job analysis settings and
+	 * temporal baselines. OS rows are per batch (time_ms: window end), summed by readers. */
+	"CREATE TABLE os_cpus ("
+	"  time_ms INTEGER NOT NULL,"
+	"  node INTEGER NOT NULL REFERENCES nodes(id),"
+	"  window_ms INTEGER NOT NULL,"            /* the batch window's length */
+	"  cpu INTEGER NOT NULL,"
+	"  numa_node INTEGER NOT NULL,"
+	"  busy_ns INTEGER NOT NULL,"
+	"  hardirq_count INTEGER NOT NULL,"
+	"  hardirq_ns INTEGER NOT NULL,"
+	"  softirq_count BLOB NOT NULL,"           /* 10 x u64 little-endian, per vector */
+	"  softirq_ns BLOB NOT NULL,"
+	"  context_switches INTEGER NOT NULL,"
+	"  runq_wait_ns INTEGER NOT NULL"
+	");"
+	"CREATE INDEX os_cpus_node_time ON os_cpus(node, time_ms);"
+	"CREATE TABLE os_irqs ("
+	"  time_ms INTEGER NOT NULL,"
+	"  node INTEGER NOT NULL REFERENCES nodes(id),"
+	"  cpu INTEGER NOT NULL,"
+	"  irq INTEGER NOT NULL,"
+	"  name TEXT NOT NULL,"
+	"  count INTEGER NOT NULL,"
+	"  ns INTEGER NOT NULL"
+	");"
+	"CREATE INDEX os_irqs_node_time ON os_irqs(node, time_ms);"
+	"CREATE TABLE os_threads ("
+	"  time_ms INTEGER NOT NULL,"
+	"  node INTEGER NOT NULL REFERENCES nodes(id),"
+	"  process INTEGER NOT NULL REFERENCES processes(id),"
+	"  tid INTEGER NOT NULL,"
+	"  comm TEXT NOT NULL,"
+	"  oncpu_ns INTEGER NOT NULL,"
+	"  runq_wait_ns INTEGER NOT NULL,"
+	"  runq_waits INTEGER NOT NULL,"
+	"  runq_hist BLOB NOT NULL,"               /* 20 x u32 little-endian (wire OS_THREADS) */
+	"  voluntary_switches INTEGER NOT NULL,"
+	"  involuntary_switches INTEGER NOT NULL,"
+	"  migrations INTEGER NOT NULL,"
+	"  numa_migrations INTEGER NOT NULL,"
+	"  pages_migrated INTEGER NOT NULL,"
+	"  hardirq_ns INTEGER NOT NULL,"
+	"  softirq_ns INTEGER NOT NULL,"
+	"  cpus BLOB NOT NULL"                     /* 4 x u64 little-endian CPU bitmap */
+	");"
+	"CREATE INDEX os_threads_process_time ON os_threads(process, time_ms);"
+	/* An incident the monitor opened: open while resolved_ms IS NULL; one open row per
+	 * (job, identity). */
+	"CREATE TABLE diagnoses ("
+	"  id INTEGER PRIMARY KEY,"
+	"  job TEXT NOT NULL,"
+	"  identity TEXT NOT NULL,"                /* 'straggler rank=5', 'regression' */
+	"  kind TEXT NOT NULL,"                    /* straggler | regression */
+	"  rank INTEGER NOT NULL,"                 /* -1: the whole job */
+	"  hostname TEXT NOT NULL,"
+	"  communicators TEXT NOT NULL,"           /* hex keys, space-separated */
+	"  layer TEXT NOT NULL,"                   /* gpu | cpu | os | unknown */
+	"  severity TEXT NOT NULL,"
+	"  summary TEXT NOT NULL,"
+	"  action TEXT NOT NULL,"
+	"  report TEXT NOT NULL,"                  /* JSON: the evidence */
+	"  opened_ms INTEGER NOT NULL,"
+	"  updated_ms INTEGER NOT NULL,"
+	"  resolved_ms INTEGER"
+	");"
+	"CREATE INDEX diagnoses_job_time ON diagnoses(job, opened_ms);"
+	"CREATE INDEX diagnoses_time ON diagnoses(opened_ms);"
+	"CREATE UNIQUE INDEX diagnoses_open ON diagnoses(job, identity) WHERE resolved_ms IS NULL;"
+	"CREATE TABLE job_settings ("
+	"  job TEXT PRIMARY KEY,"
+	"  settings TEXT NOT NULL,"                /* JSON object (docs/http-api.md) */
+	"  updated_ms INTEGER NOT NULL"
+	");"
+	"CREATE TABLE job_baselines ("
+	"  job TEXT PRIMARY KEY,"
+	"  from_ms INTEGER NOT NULL,"
+	"  to_ms INTEGER NOT NULL,"
+	"  iteration_ns INTEGER NOT NULL,"         /* 0 unknown */
+	"  samples INTEGER NOT NULL,"
+	"  profile TEXT NOT NULL,"                 /* folded 'stack count' lines, job-wide */
+	"  created_ms INTEGER NOT NULL,"
+	"  source TEXT NOT NULL"                   /* auto | api */
+	");",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -307,6 +391,9 @@ enum stmt_id {
 	ST_GPU_KERNEL_INSERT,
 	ST_NCCL_PROFILE_INSERT,
 	ST_NCCL_LINK_INSERT,
+	ST_OS_CPU_INSERT,
+	ST_OS_IRQ_INSERT,
+	ST_OS_THREAD_INSERT,
 	ST_KSYMS_FIND,
 	ST_KSYMS_INSERT,
 	ST_KSYM_INSERT,
@@ -411,6 +498,17 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_GPU_KERNEL_INSERT] =
 		"INSERT INTO gpu_kernels (time_ms, node, process, name, device, stream, count, total_ns,"
 		" min_ns, max_ns, hist) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+	[ST_OS_CPU_INSERT] =
+		"INSERT INTO os_cpus (time_ms, node, window_ms, cpu, numa_node, busy_ns, hardirq_count,"
+		" hardirq_ns, softirq_count, softirq_ns, context_switches, runq_wait_ns)"
+		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+	[ST_OS_IRQ_INSERT] = "INSERT INTO os_irqs (time_ms, node, cpu, irq, name, count, ns)"
+			     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+	[ST_OS_THREAD_INSERT] =
+		"INSERT INTO os_threads (time_ms, node, process, tid, comm, oncpu_ns, runq_wait_ns,"
+		" runq_waits, runq_hist, voluntary_switches, involuntary_switches, migrations,"
+		" numa_migrations, pages_migrated, hardirq_ns, softirq_ns, cpus) VALUES (?1, ?2, ?3,"
+		" ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
 	[ST_NCCL_PROFILE_INSERT] =
 		"INSERT INTO nccl_profiles (time_ms, node, process, comm_id, comm_name, rank, nranks,"
 		" func, algo, proto, datatype, peer, nchannels, count, bytes, kernel_timed,"
@@ -1215,6 +1313,107 @@ static int nccl_link_insert(struct conn *c, const struct sysom_batch *b,
 	return rc;
 }
 
+/* ---- OS signals ------------------------------------------------------------------------------ */
+
+static void bind_u64_blob(sqlite3_stmt *st, int col, const uint64_t *v, size_t n)
+{
+	uint8_t buf[8 * 16];
+
+	for (size_t i = 0; i < n && i < 16; i++)
+		store_le64(buf + 8 * i, v[i]);
+	sqlite3_bind_blob(st, col, buf, (int)(8 * n), SQLITE_TRANSIENT);
+}
+
+static void column_u64_blob(sqlite3_stmt *st, int col, uint64_t *v, size_t n)
+{
+	const uint8_t *blob = sqlite3_column_blob(st, col);
+
+	if (blob && sqlite3_column_bytes(st, col) == (int)(8 * n))
+		for (size_t i = 0; i < n; i++)
+			v[i] = load_le64(blob + 8 * i);
+}
+
+static int os_cpu_insert(struct conn *c, const struct sysom_batch *b, const struct sysom_os_cpu *o,
+			 sqlite3_int64 node)
+{
+	sqlite3_stmt *st = NULL;
+	uint64_t window_ns = b->window_end_ns > b->window_start_ns
+				     ? b->window_end_ns - b->window_start_ns : 0;
+	int rc;
+
+	if ((rc = conn_stmt(c, ST_OS_CPU_INSERT, &st)))
+		return rc;
+	sqlite3_bind_int64(st, 1, clamp_i64(b->window_end_ns / 1000000));
+	sqlite3_bind_int64(st, 2, node);
+	sqlite3_bind_int64(st, 3, clamp_i64(window_ns / 1000000));
+	sqlite3_bind_int64(st, 4, o->cpu);
+	sqlite3_bind_int(st, 5, o->numa_node);
+	sqlite3_bind_int64(st, 6, clamp_i64(o->busy_ns));
+	sqlite3_bind_int64(st, 7, clamp_i64(o->hardirq_count));
+	sqlite3_bind_int64(st, 8, clamp_i64(o->hardirq_ns));
+	bind_u64_blob(st, 9, o->softirq_count, SYSOM_SOFTIRQ_COUNT);
+	bind_u64_blob(st, 10, o->softirq_ns, SYSOM_SOFTIRQ_COUNT);
+	sqlite3_bind_int64(st, 11, clamp_i64(o->context_switches));
+	sqlite3_bind_int64(st, 12, clamp_i64(o->runq_wait_ns));
+	rc = step_done(st);
+	stmt_done(st);
+	return rc;
+}
+
+static int os_irq_insert(struct conn *c, const struct sysom_batch *b, const struct sysom_os_irq *q,
+			 sqlite3_int64 node)
+{
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	if ((rc = conn_stmt(c, ST_OS_IRQ_INSERT, &st)))
+		return rc;
+	sqlite3_bind_int64(st, 1, clamp_i64(b->window_end_ns / 1000000));
+	sqlite3_bind_int64(st, 2, node);
+	sqlite3_bind_int64(st, 3, q->cpu);
+	sqlite3_bind_int64(st, 4, q->irq);
+	sqlite3_bind_text(st, 5, sysom_batch_string(b, q->name), -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 6, clamp_i64(q->count));
+	sqlite3_bind_int64(st, 7, clamp_i64(q->ns));
+	rc = step_done(st);
+	stmt_done(st);
+	return rc;
+}
+
+static int os_thread_insert(struct conn *c, const struct sysom_batch *b,
+			    const struct sysom_os_thread *t, sqlite3_int64 node,
+			    const sqlite3_int64 *processes)
+{
+	uint8_t hist[4 * SYSOM_RUNQ_HIST_BUCKETS];
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	for (int i = 0; i < SYSOM_RUNQ_HIST_BUCKETS; i++)
+		store_le32(hist + 4 * i, t->runq_hist[i]);
+	if ((rc = conn_stmt(c, ST_OS_THREAD_INSERT, &st)))
+		return rc;
+	sqlite3_bind_int64(st, 1, clamp_i64(b->window_end_ns / 1000000));
+	sqlite3_bind_int64(st, 2, node);
+	sqlite3_bind_int64(st, 3, processes[t->process]);
+	sqlite3_bind_int64(st, 4, t->tid);
+	sqlite3_bind_text(st, 5, sysom_batch_string(b, t->comm), -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 6, clamp_i64(t->oncpu_ns));
+	sqlite3_bind_int64(st, 7, clamp_i64(t->runq_wait_ns));
+	sqlite3_bind_int64(st, 8, clamp_i64(t->runq_waits));
+	sqlite3_bind_blob(st, 9, hist, sizeof(hist), SQLITE_TRANSIENT);
+	sqlite3_bind_int64(st, 10, clamp_i64(t->voluntary_switches));
+	sqlite3_bind_int64(st, 11, clamp_i64(t->involuntary_switches));
+	sqlite3_bind_int64(st, 12, clamp_i64(t->migrations));
+	sqlite3_bind_int64(st, 13, clamp_i64(t->numa_migrations));
+	sqlite3_bind_int64(st, 14, clamp_i64(t->pages_migrated));
+	sqlite3_bind_int64(st, 15, clamp_i64(t->hardirq_ns));
+	sqlite3_bind_int64(st, 16, clamp_i64(t->softirq_ns));
+	bind_u64_blob(st, 17, t->cpus, SYSOM_CPU_MASK_WORDS);
+	rc = step_done(st);
+	stmt_done(st);
+	return rc;
+}
+
 static int batch_find(struct conn *c, const char *node_hex, uint64_t epoch, uint64_t sequence,
 		      bool *exists)
 {
@@ -1326,6 +1525,18 @@ static int batch_write(struct conn *c, const struct sysom_batch *b, const char *
 		if ((rc = nccl_link_insert(c, b, &b->nccl_links[i], node, processes)))
 			goto cleanup;
 	r->nccl_link_rows = b->nccl_link_count;
+	for (uint32_t i = 0; i < b->os_cpu_count; i++)
+		if ((rc = os_cpu_insert(c, b, &b->os_cpus[i], node)))
+			goto cleanup;
+	r->os_cpu_rows = b->os_cpu_count;
+	for (uint32_t i = 0; i < b->os_irq_count; i++)
+		if ((rc = os_irq_insert(c, b, &b->os_irqs[i], node)))
+			goto cleanup;
+	r->os_irq_rows = b->os_irq_count;
+	for (uint32_t i = 0; i < b->os_thread_count; i++)
+		if ((rc = os_thread_insert(c, b, &b->os_threads[i], node, processes)))
+			goto cleanup;
+	r->os_thread_rows = b->os_thread_count;
 cleanup:
 	free(objects);
 	free(processes);
@@ -2310,6 +2521,387 @@ cleanup:
 	return rc;
 }
 
+/* ---- OS signals of a job --------------------------------------------------------------------- */
+
+#define OS_JOB_NODES                                                                        \
+	" IN (SELECT DISTINCT j.node FROM job_ranks j WHERE j.job = ?1"                       \
+	" AND (?2 IS NULL OR j.rank = ?2))"
+
+static int os_thread_row(sqlite3_stmt *st, const struct store_os_visitor *v)
+{
+	struct store_os_thread_row r = {
+		.who = gpu_owner(st),
+		.tid = (uint32_t)sqlite3_column_int64(st, 4),
+		.comm = column_text(st, 5),
+		.oncpu_ns = (uint64_t)sqlite3_column_int64(st, 6),
+		.runq_wait_ns = (uint64_t)sqlite3_column_int64(st, 7),
+		.runq_waits = (uint64_t)sqlite3_column_int64(st, 8),
+		.voluntary_switches = (uint64_t)sqlite3_column_int64(st, 10),
+		.involuntary_switches = (uint64_t)sqlite3_column_int64(st, 11),
+		.migrations = (uint64_t)sqlite3_column_int64(st, 12),
+		.numa_migrations = (uint64_t)sqlite3_column_int64(st, 13),
+		.pages_migrated = (uint64_t)sqlite3_column_int64(st, 14),
+		.hardirq_ns = (uint64_t)sqlite3_column_int64(st, 15),
+		.softirq_ns = (uint64_t)sqlite3_column_int64(st, 16),
+	};
+	const uint8_t *hist = sqlite3_column_blob(st, 9);
+
+	if (hist && sqlite3_column_bytes(st, 9) == 4 * SYSOM_RUNQ_HIST_BUCKETS)
+		for (int i = 0; i < SYSOM_RUNQ_HIST_BUCKETS; i++)
+			r.runq_hist[i] = load_le32(hist + 4 * i);
+	column_u64_blob(st, 17, r.cpus, SYSOM_CPU_MASK_WORDS);
+	return v->thread ? v->thread(v->arg, &r) : 0;
+}
+
+static int os_cpu_row(sqlite3_stmt *st, const struct store_os_visitor *v)
+{
+	struct store_os_cpu_row r = {
+		.hostname = column_text(st, 0),
+		.time_ms = sqlite3_column_int64(st, 1),
+		.window_ms = sqlite3_column_int64(st, 2),
+		.cpu = (uint32_t)sqlite3_column_int64(st, 3),
+		.numa_node = sqlite3_column_int(st, 4),
+		.busy_ns = (uint64_t)sqlite3_column_int64(st, 5),
+		.hardirq_count = (uint64_t)sqlite3_column_int64(st, 6),
+		.hardirq_ns = (uint64_t)sqlite3_column_int64(st, 7),
+		.context_switches = (uint64_t)sqlite3_column_int64(st, 10),
+		.runq_wait_ns = (uint64_t)sqlite3_column_int64(st, 11),
+	};
+
+	column_u64_blob(st, 8, r.softirq_count, SYSOM_SOFTIRQ_COUNT);
+	column_u64_blob(st, 9, r.softirq_ns, SYSOM_SOFTIRQ_COUNT);
+	return v->cpu ? v->cpu(v->arg, &r) : 0;
+}
+
+static int os_irq_row(sqlite3_stmt *st, const struct store_os_visitor *v)
+{
+	struct store_os_irq_row r = {
+		.hostname = column_text(st, 0),
+		.cpu = (uint32_t)sqlite3_column_int64(st, 1),
+		.irq = (uint32_t)sqlite3_column_int64(st, 2),
+		.name = column_text(st, 3),
+		.count = (uint64_t)sqlite3_column_int64(st, 4),
+		.ns = (uint64_t)sqlite3_column_int64(st, 5),
+	};
+
+	return v->irq ? v->irq(v->arg, &r) : 0;
+}
+
+/* Runs one OS row query with the job filter bound (?1 job, ?2 rank, ?3..?4 range, ?5 limit). */
+static int os_rows(struct conn *c, const char *sql, const struct store_os_filter *f,
+		   uint32_t max_rows, int (*row)(sqlite3_stmt *st, const struct store_os_visitor *v),
+		   const struct store_os_visitor *v, bool *truncated)
+{
+	struct store_gpu_filter g = { .job = f->job, .has_rank = f->has_rank, .rank = f->rank,
+				      .from_ms = f->from_ms, .to_ms = f->to_ms };
+	sqlite3_stmt *st = NULL;
+	uint32_t n = 0;
+	int rc;
+
+	if ((rc = prepare_text(c, sql, &st)))
+		return rc;
+	gpu_bind(st, &g, max_rows);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (++n > max_rows) {
+			*truncated = true;
+			rc = SQLITE_DONE;
+			break;
+		}
+		if ((rc = row(st, v)))
+			goto cleanup;
+	}
+	rc = rc == SQLITE_DONE ? 0 : sql_error(rc);
+cleanup:
+	sqlite3_finalize(st);
+	return rc;
+}
+
+static int sqlite_job_os(struct store *base, const struct store_os_filter *f, uint32_t max_rows,
+			 const struct store_os_visitor *v, bool *truncated)
+{
+	static const char threads_sql[] =
+		"SELECT " GPU_OWNER_COLUMNS ", g.tid, g.comm, g.oncpu_ns, g.runq_wait_ns, g.runq_waits,"
+		" g.runq_hist, g.voluntary_switches, g.involuntary_switches, g.migrations,"
+		" g.numa_migrations, g.pages_migrated, g.hardirq_ns, g.softirq_ns, g.cpus"
+		" FROM os_threads g" GPU_OWNER_JOIN("g")
+		" ORDER BY " GPU_OWNER_ORDER ", g.tid, g.time_ms LIMIT ?5";
+	static const char cpus_sql[] =
+		"SELECT n.hostname, c.time_ms, c.window_ms, c.cpu, c.numa_node, c.busy_ns,"
+		" c.hardirq_count, c.hardirq_ns, c.softirq_count, c.softirq_ns, c.context_switches,"
+		" c.runq_wait_ns FROM os_cpus c JOIN nodes n ON n.id = c.node"
+		" WHERE c.node" OS_JOB_NODES " AND c.time_ms BETWEEN ?3 AND ?4"
+		" ORDER BY c.node, c.cpu, c.time_ms LIMIT ?5";
+	static const char irqs_sql[] =
+		"SELECT n.hostname, q.cpu, q.irq, q.name, sum(q.count), sum(q.ns) FROM os_irqs q"
+		" JOIN nodes n ON n.id = q.node WHERE q.node" OS_JOB_NODES
+		" AND q.time_ms BETWEEN ?3 AND ?4 GROUP BY q.node, q.cpu, q.irq, q.name"
+		" ORDER BY sum(q.ns) DESC, q.node, q.cpu, q.irq LIMIT ?5";
+	struct sqlite_store *s = from_base(base);
+	struct conn *c = reader_acquire(s);
+	int rc;
+
+	if ((rc = conn_exec(c, "BEGIN")))
+		goto cleanup;
+	if ((rc = os_rows(c, threads_sql, f, max_rows, os_thread_row, v, truncated)) ||
+	    (rc = os_rows(c, cpus_sql, f, max_rows, os_cpu_row, v, truncated)) ||
+	    (rc = os_rows(c, irqs_sql, f, max_rows, os_irq_row, v, truncated)))
+		goto cleanup;
+cleanup:
+	if (!sqlite3_get_autocommit(c->db))
+		conn_exec(c, "COMMIT");
+	reader_release(s, c);
+	return rc;
+}
+
+/* ---- diagnoses, job settings, baselines ------------------------------------------------------- */
+
+static int sqlite_diagnosis_upsert(struct store *base, const struct store_diagnosis *d, int64_t *id,
+				   bool *opened)
+{
+	static const char find_sql[] =
+		"SELECT id FROM diagnoses WHERE job = ?1 AND identity = ?2 AND resolved_ms IS NULL";
+	static const char update_sql[] =
+		"UPDATE diagnoses SET kind = ?2, rank = ?3, hostname = ?4, communicators = ?5,"
+		" layer = ?6, severity = ?7, summary = ?8, action = ?9, report = ?10, updated_ms = ?11"
+		" WHERE id = ?1";
+	static const char insert_sql[] =
+		"INSERT INTO diagnoses (job, identity, kind, rank, hostname, communicators, layer,"
+		" severity, summary, action, report, opened_ms, updated_ms) VALUES (?1, ?2, ?3, ?4,"
+		" ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12)";
+	struct sqlite_store *s = from_base(base);
+	struct conn *c = &s->writer;
+	sqlite3_stmt *st = NULL;
+	sqlite3_int64 found = 0;
+	const char *text[] = { d->hostname, d->communicators, d->layer, d->severity, d->summary,
+			       d->action, d->report };
+	int rc;
+
+	pthread_mutex_lock(&s->write_lock);
+	if ((rc = conn_exec(c, "BEGIN IMMEDIATE")) || (rc = prepare_text(c, find_sql, &st)))
+		goto cleanup;
+	sqlite3_bind_text(st, 1, d->job, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, d->identity, -1, SQLITE_STATIC);
+	if ((rc = sqlite3_step(st)) == SQLITE_ROW)
+		found = sqlite3_column_int64(st, 0);
+	else if (rc != SQLITE_DONE) {
+		rc = sql_error(rc);
+		goto cleanup;
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+	if ((rc = prepare_text(c, found ? update_sql : insert_sql, &st)))
+		goto cleanup;
+	if (found) {
+		sqlite3_bind_int64(st, 1, found);
+		sqlite3_bind_text(st, 2, d->kind, -1, SQLITE_STATIC);
+		sqlite3_bind_int(st, 3, d->rank);
+		for (int i = 0; i < 7; i++)
+			sqlite3_bind_text(st, 4 + i, text[i] ? text[i] : "", -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 11, d->updated_ms);
+	} else {
+		sqlite3_bind_text(st, 1, d->job, -1, SQLITE_STATIC);
+		sqlite3_bind_text(st, 2, d->identity, -1, SQLITE_STATIC);
+		sqlite3_bind_text(st, 3, d->kind, -1, SQLITE_STATIC);
+		sqlite3_bind_int(st, 4, d->rank);
+		for (int i = 0; i < 7; i++)
+			sqlite3_bind_text(st, 5 + i, text[i] ? text[i] : "", -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 12, d->updated_ms);
+	}
+	if ((rc = step_done(st)))
+		goto cleanup;
+	*id = found ? found : sqlite3_last_insert_rowid(c->db);
+	*opened = !found;
+	rc = conn_exec(c, "COMMIT");
+cleanup:
+	sqlite3_finalize(st);
+	rollback(c);
+	pthread_mutex_unlock(&s->write_lock);
+	return rc;
+}
+
+static int sqlite_diagnosis_resolve(struct store *base, int64_t id, int64_t now_ms)
+{
+	static const char sql[] =
+		"UPDATE diagnoses SET resolved_ms = ?2 WHERE id = ?1 AND resolved_ms IS NULL";
+	struct sqlite_store *s = from_base(base);
+	struct conn *c = &s->writer;
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	pthread_mutex_lock(&s->write_lock);
+	if ((rc = prepare_text(c, sql, &st)))
+		goto cleanup;
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_int64(st, 2, now_ms);
+	if (!(rc = step_done(st)) && sqlite3_changes(c->db) == 0)
+		rc = -ENOENT;
+cleanup:
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&s->write_lock);
+	return rc;
+}
+
+static int sqlite_diagnoses_list(struct store *base, const struct store_diagnosis_filter *f,
+				 uint32_t limit, store_diagnosis_fn fn, void *arg)
+{
+	static const char sql[] =
+		"SELECT id, job, identity, kind, rank, hostname, communicators, layer, severity,"
+		" summary, action, report, opened_ms, updated_ms, coalesce(resolved_ms, 0)"
+		" FROM diagnoses WHERE (?1 > 0 AND id = ?1) OR (?1 <= 0 AND (?2 IS NULL OR job = ?2)"
+		" AND opened_ms <= ?4 AND (resolved_ms IS NULL OR resolved_ms >= ?3)"
+		" AND (?5 = 0 OR resolved_ms IS NULL)) ORDER BY opened_ms DESC, id DESC LIMIT ?6";
+	struct sqlite_store *s = from_base(base);
+	struct conn *c = reader_acquire(s);
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	if ((rc = prepare_text(c, sql, &st)))
+		goto cleanup;
+	sqlite3_bind_int64(st, 1, f->id);
+	if (f->job)
+		sqlite3_bind_text(st, 2, f->job, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 3, f->from_ms);
+	sqlite3_bind_int64(st, 4, f->to_ms);
+	sqlite3_bind_int(st, 5, f->open_only);
+	sqlite3_bind_int64(st, 6, limit);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		struct store_diagnosis d = {
+			.id = sqlite3_column_int64(st, 0),
+			.job = column_text(st, 1),
+			.identity = column_text(st, 2),
+			.kind = column_text(st, 3),
+			.rank = sqlite3_column_int(st, 4),
+			.hostname = column_text(st, 5),
+			.communicators = column_text(st, 6),
+			.layer = column_text(st, 7),
+			.severity = column_text(st, 8),
+			.summary = column_text(st, 9),
+			.action = column_text(st, 10),
+			.report = column_text(st, 11),
+			.opened_ms = sqlite3_column_int64(st, 12),
+			.updated_ms = sqlite3_column_int64(st, 13),
+			.resolved_ms = sqlite3_column_int64(st, 14),
+		};
+		if ((rc = fn(arg, &d)))
+			goto cleanup;
+	}
+	rc = rc == SQLITE_DONE ? 0 : sql_error(rc);
+cleanup:
+	sqlite3_finalize(st);
+	reader_release(s, c);
+	return rc;
+}
+
+static int sqlite_job_settings_get(struct store *base, const char *job, char **json)
+{
+	struct sqlite_store *s = from_base(base);
+	struct conn *c = reader_acquire(s);
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	if ((rc = prepare_text(c, "SELECT settings FROM job_settings WHERE job = ?1", &st)))
+		goto cleanup;
+	sqlite3_bind_text(st, 1, job, -1, SQLITE_STATIC);
+	if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		rc = (*json = strdup(column_text(st, 0))) ? 0 : -ENOMEM;
+	} else
+		rc = rc == SQLITE_DONE ? 0 : sql_error(rc);
+cleanup:
+	sqlite3_finalize(st);
+	reader_release(s, c);
+	return rc;
+}
+
+static int sqlite_job_settings_put(struct store *base, const char *job, const char *json,
+				   int64_t now_ms)
+{
+	struct sqlite_store *s = from_base(base);
+	struct conn *c = &s->writer;
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	pthread_mutex_lock(&s->write_lock);
+	rc = prepare_text(c, json ? "INSERT INTO job_settings (job, settings, updated_ms)"
+				    " VALUES (?1, ?2, ?3) ON CONFLICT (job) DO UPDATE SET"
+				    " settings = ?2, updated_ms = ?3"
+				  : "DELETE FROM job_settings WHERE job = ?1", &st);
+	if (rc)
+		goto cleanup;
+	sqlite3_bind_text(st, 1, job, -1, SQLITE_STATIC);
+	if (json) {
+		sqlite3_bind_text(st, 2, json, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 3, now_ms);
+	}
+	rc = step_done(st);
+cleanup:
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&s->write_lock);
+	return rc;
+}
+
+static int sqlite_baseline_put(struct store *base, const struct store_baseline *b)
+{
+	static const char sql[] =
+		"INSERT INTO job_baselines (job, from_ms, to_ms, iteration_ns, samples, profile,"
+		" created_ms, source) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (job) DO"
+		" UPDATE SET from_ms = ?2, to_ms = ?3, iteration_ns = ?4, samples = ?5, profile = ?6,"
+		" created_ms = ?7, source = ?8";
+	struct sqlite_store *s = from_base(base);
+	struct conn *c = &s->writer;
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	pthread_mutex_lock(&s->write_lock);
+	if ((rc = prepare_text(c, sql, &st)))
+		goto cleanup;
+	sqlite3_bind_text(st, 1, b->job, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, b->from_ms);
+	sqlite3_bind_int64(st, 3, b->to_ms);
+	sqlite3_bind_int64(st, 4, clamp_i64(b->iteration_ns));
+	sqlite3_bind_int64(st, 5, clamp_i64(b->samples));
+	sqlite3_bind_text(st, 6, b->profile ? b->profile : "", -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 7, b->created_ms);
+	sqlite3_bind_text(st, 8, b->source ? b->source : "auto", -1, SQLITE_STATIC);
+	rc = step_done(st);
+cleanup:
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&s->write_lock);
+	return rc;
+}
+
+static int sqlite_baseline_get(struct store *base, const char *job,
+			       int (*fn)(void *arg, const struct store_baseline *b), void *arg)
+{
+	static const char sql[] = "SELECT from_ms, to_ms, iteration_ns, samples, profile, created_ms,"
+				  " source FROM job_baselines WHERE job = ?1";
+	struct sqlite_store *s = from_base(base);
+	struct conn *c = reader_acquire(s);
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	if ((rc = prepare_text(c, sql, &st)))
+		goto cleanup;
+	sqlite3_bind_text(st, 1, job, -1, SQLITE_STATIC);
+	if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		struct store_baseline b = {
+			.job = job,
+			.from_ms = sqlite3_column_int64(st, 0),
+			.to_ms = sqlite3_column_int64(st, 1),
+			.iteration_ns = (uint64_t)sqlite3_column_int64(st, 2),
+			.samples = (uint64_t)sqlite3_column_int64(st, 3),
+			.profile = column_text(st, 4),
+			.created_ms = sqlite3_column_int64(st, 5),
+			.source = column_text(st, 6),
+		};
+		rc = fn(arg, &b);
+	} else
+		rc = rc == SQLITE_DONE ? -ENOENT : sql_error(rc);
+cleanup:
+	sqlite3_finalize(st);
+	reader_release(s, c);
+	return rc;
+}
+
 static int sqlite_counters_list(struct store *base, store_counter_fn fn, void *arg)
 {
 	struct sqlite_store *s = from_base(base);
@@ -2402,6 +2994,14 @@ static const struct store_ops sqlite_ops = {
 	.collectives_list = sqlite_collectives_list,
 	.job_gpu = sqlite_job_gpu,
 	.gpu_time_aggregate = sqlite_gpu_time_aggregate,
+	.job_os = sqlite_job_os,
+	.diagnosis_upsert = sqlite_diagnosis_upsert,
+	.diagnosis_resolve = sqlite_diagnosis_resolve,
+	.diagnoses_list = sqlite_diagnoses_list,
+	.job_settings_get = sqlite_job_settings_get,
+	.job_settings_put = sqlite_job_settings_put,
+	.baseline_put = sqlite_baseline_put,
+	.baseline_get = sqlite_baseline_get,
 	.ping = sqlite_ping,
 	.size_get = sqlite_size_get,
 	.size_limit_set = sqlite_size_limit_set,

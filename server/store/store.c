@@ -153,3 +153,51 @@ int store_gpu_time_aggregate(struct store *s, const struct store_sample_filter *
 	*total = 0;
 	return s->ops->gpu_time_aggregate(s, f, limit, fn, arg, total);
 }
+
+int store_job_os(struct store *s, const struct store_os_filter *f, uint32_t max_rows,
+		 const struct store_os_visitor *v, bool *truncated)
+{
+	*truncated = false;
+	return s->ops->job_os(s, f, max_rows, v, truncated);
+}
+
+int store_diagnosis_upsert(struct store *s, const struct store_diagnosis *d, int64_t *id,
+			   bool *opened)
+{
+	*id = 0;
+	*opened = false;
+	return s->ops->diagnosis_upsert(s, d, id, opened);
+}
+
+int store_diagnosis_resolve(struct store *s, int64_t id, int64_t now_ms)
+{
+	return s->ops->diagnosis_resolve(s, id, now_ms);
+}
+
+int store_diagnoses_list(struct store *s, const struct store_diagnosis_filter *f, uint32_t limit,
+			 store_diagnosis_fn fn, void *arg)
+{
+	return s->ops->diagnoses_list(s, f, limit, fn, arg);
+}
+
+int store_job_settings_get(struct store *s, const char *job, char **json)
+{
+	*json = NULL;
+	return s->ops->job_settings_get(s, job, json);
+}
+
+int store_job_settings_put(struct store *s, const char *job, const char *json, int64_t now_ms)
+{
+	return s->ops->job_settings_put(s, job, json, now_ms);
+}
+
+int store_baseline_put(struct store *s, const struct store_baseline *b)
+{
+	return s->ops->baseline_put(s, b);
+}
+
+int store_baseline_get(struct store *s, const char *job,
+		       int (*fn)(void *arg, const struct store_baseline *b), void *arg)
+{
+	return s->ops->baseline_get(s, job, fn, arg);
+}

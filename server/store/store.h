@@ -63,6 +63,7 @@ struct store_put_result {
 	uint32_t launch_rows;   /* launch rows stored */
 	uint64_t launches;      /* sum of their launch counts */
 	uint32_t gpu_kernel_rows, nccl_profile_rows, nccl_link_rows; /* GPU-side timing rows */
+	uint32_t os_cpu_rows, os_irq_rows, os_thread_rows;           /* OS signal rows */
 };
 
 /*
@@ -424,6 +425,109 @@ typedef int (*store_gpu_time_fn)(void *arg, const struct store_gpu_time *row);
  */
 int store_gpu_time_aggregate(struct store *s, const struct store_sample_filter *f, uint32_t limit,
 			     store_gpu_time_fn fn, void *arg, uint64_t *total);
+
+/* ---- OS signals (wire 1.3) ------------------------------------------------------------------ */
+
+struct store_os_filter {
+	const char *job;          /* required: threads of this job's processes, CPUs of its nodes */
+	bool has_rank;
+	int32_t rank;             /* only this job rank (and its node's CPUs) */
+	int64_t from_ms, to_ms;   /* the rows' batch window end, inclusive */
+};
+
+struct store_os_thread_row {
+	struct store_gpu_owner who; /* the process and its job rank */
+	uint32_t tid;
+	const char *comm;
+	uint64_t oncpu_ns, runq_wait_ns, runq_waits;
+	uint32_t runq_hist[SYSOM_RUNQ_HIST_BUCKETS];
+	uint64_t voluntary_switches, involuntary_switches, migrations, numa_migrations;
+	uint64_t pages_migrated, hardirq_ns, softirq_ns;
+	uint64_t cpus[SYSOM_CPU_MASK_WORDS];
+};
+
+struct store_os_cpu_row {
+	const char *hostname;
+	int64_t time_ms, window_ms;
+	uint32_t cpu;
+	int32_t numa_node;
+	uint64_t busy_ns, hardirq_count, hardirq_ns, context_switches, runq_wait_ns;
+	uint64_t softirq_count[SYSOM_SOFTIRQ_COUNT], softirq_ns[SYSOM_SOFTIRQ_COUNT];
+};
+
+struct store_os_irq_row {
+	const char *hostname;
+	uint32_t cpu, irq;
+	const char *name;
+	uint64_t count, ns;       /* summed over the range */
+};
+
+/* Rows of each kind are per stored batch except IRQs (summed per (node, cpu, irq, name));
+ * threads arrive ordered by job rank, process, tid; CPUs by node, cpu, time. */
+struct store_os_visitor {
+	int (*thread)(void *arg, const struct store_os_thread_row *r);
+	int (*cpu)(void *arg, const struct store_os_cpu_row *r);
+	int (*irq)(void *arg, const struct store_os_irq_row *r);
+	void *arg;
+};
+
+/* Visits the job's thread rows, then the CPU and IRQ rows of the nodes its (selected) ranks
+ * ran on, at most `max_rows` of each kind (*truncated set when a kind had more). */
+int store_job_os(struct store *s, const struct store_os_filter *f, uint32_t max_rows,
+		 const struct store_os_visitor *v, bool *truncated);
+
+/* ---- diagnoses, job settings, baselines (written by the monitor) ---------------------------- */
+
+struct store_diagnosis {
+	int64_t id;
+	const char *job, *identity, *kind;
+	int32_t rank;             /* -1: the whole job */
+	const char *hostname, *communicators, *layer, *severity, *summary, *action;
+	const char *report;       /* JSON text */
+	int64_t opened_ms, updated_ms;
+	int64_t resolved_ms;      /* 0: open */
+};
+
+/*
+ * Opens an incident or updates the open one with the same (job, identity): the fields and
+ * updated_ms = d->updated_ms; opened_ms is kept. *id gets its id, *opened whether it is new.
+ */
+int store_diagnosis_upsert(struct store *s, const struct store_diagnosis *d, int64_t *id,
+			   bool *opened);
+/* Resolves open incident `id` at `now_ms`. 0, -ENOENT when not open. */
+int store_diagnosis_resolve(struct store *s, int64_t id, int64_t now_ms);
+
+struct store_diagnosis_filter {
+	const char *job;          /* NULL: every job */
+	int64_t from_ms, to_ms;   /* incidents open at some time in [from, to] */
+	bool open_only;
+	int64_t id;               /* > 0: only this one (other fields ignored) */
+};
+
+typedef int (*store_diagnosis_fn)(void *arg, const struct store_diagnosis *d);
+
+/* Newest first, at most `limit`. Strings are borrowed for the callback only. */
+int store_diagnoses_list(struct store *s, const struct store_diagnosis_filter *f, uint32_t limit,
+			 store_diagnosis_fn fn, void *arg);
+
+/* Per-job analysis settings as JSON text; *json NULL (and 0) when none. Caller frees. */
+int store_job_settings_get(struct store *s, const char *job, char **json);
+/* Replaces them; NULL deletes. */
+int store_job_settings_put(struct store *s, const char *job, const char *json, int64_t now_ms);
+
+struct store_baseline {
+	const char *job;
+	int64_t from_ms, to_ms, created_ms;
+	uint64_t iteration_ns, samples;
+	const char *profile;      /* folded "stack count" lines */
+	const char *source;       /* "auto" | "api" */
+};
+
+/* Replaces the job's baseline. */
+int store_baseline_put(struct store *s, const struct store_baseline *b);
+/* Calls fn with the job's baseline (strings borrowed for the call); -ENOENT when none. */
+int store_baseline_get(struct store *s, const char *job,
+		       int (*fn)(void *arg, const struct store_baseline *b), void *arg);
 
 /* Totals of one agent counter on one node, summed over its stored batches. */
 struct store_counter_total {

@@ -42,6 +42,18 @@ struct store_ops {
 		       const struct store_gpu_visitor *v, bool *truncated);
 	int (*gpu_time_aggregate)(struct store *s, const struct store_sample_filter *f,
 				  uint32_t limit, store_gpu_time_fn fn, void *arg, uint64_t *total);
+	int (*job_os)(struct store *s, const struct store_os_filter *f, uint32_t max_rows,
+		      const struct store_os_visitor *v, bool *truncated);
+	int (*diagnosis_upsert)(struct store *s, const struct store_diagnosis *d, int64_t *id,
+				bool *opened);
+	int (*diagnosis_resolve)(struct store *s, int64_t id, int64_t now_ms);
+	int (*diagnoses_list)(struct store *s, const struct store_diagnosis_filter *f,
+			      uint32_t limit, store_diagnosis_fn fn, void *arg);
+	int (*job_settings_get)(struct store *s, const char *job, char **json);
+	int (*job_settings_put)(struct store *s, const char *job, const char *json, int64_t now_ms);
+	int (*baseline_put)(struct store *s, const struct store_baseline *b);
+	int (*baseline_get)(struct store *s, const char *job,
+			    int (*fn)(void *arg, const struct store_baseline *b), void *arg);
 	int (*ping)(struct store *s);
 	int (*size_get)(struct store *s, uint64_t *bytes);
 	int (*size_limit_set)(struct store *s, uint64_t max_bytes); /* NULL: -ENOTSUP */

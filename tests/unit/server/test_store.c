@@ -20,6 +20,11 @@
 
 #define T0 1700000000000000000ULL /* window start of the fixture batches, ns */
 
+/* What migration 4 added, dropped to fake an older database. */
+#define DROP_V4_TABLES                                                                       \
+	"DROP TABLE os_cpus; DROP TABLE os_irqs; DROP TABLE os_threads; DROP TABLE diagnoses;"  \
+	" DROP TABLE job_settings; DROP TABLE job_baselines;"
+
 struct ctx {
 	char dir[128];
 	struct store *store;
@@ -115,11 +120,11 @@ static void test_schema_created_and_reopened(void **state)
 	char err[256];
 	sqlite3 *db;
 
-	assert_int_equal(store_schema_version(c->store), 3);
+	assert_int_equal(store_schema_version(c->store), 4);
 	store_close(c->store);
 	c->store = NULL;
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 3);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 4);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
 				     " AND name IN ('nodes','batches','objects','processes','stacks',"
 				     "'samples','node_counters','kernel_symbol_tables','kernel_symbols',"
@@ -353,12 +358,12 @@ static void test_migration_from_v1(void **state)
 	assert_int_equal(sqlite3_exec(db, "DROP TABLE job_ranks; DROP TABLE communicators;"
 					  " DROP TABLE nccl_calls; DROP TABLE launches;"
 					  " DROP TABLE gpu_kernels; DROP TABLE nccl_profiles;"
-					  " DROP TABLE nccl_links; PRAGMA user_version = 1;", NULL, NULL,
+					  " DROP TABLE nccl_links; " DROP_V4_TABLES " PRAGMA user_version = 1;", NULL, NULL,
 				      NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 3);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 4);
 	sqlite3_close(db);
 	assert_int_equal(rows(c->dir, "samples"), 4);
 	assert_int_equal(rows(c->dir, "launches"), 0);
@@ -379,11 +384,11 @@ static void test_migration_from_v2(void **state)
 	c->store = NULL;
 	db = raw_open(c->dir);
 	assert_int_equal(sqlite3_exec(db, "DROP TABLE gpu_kernels; DROP TABLE nccl_profiles;"
-					  " DROP TABLE nccl_links; PRAGMA user_version = 2;", NULL,
+					  " DROP TABLE nccl_links; " DROP_V4_TABLES " PRAGMA user_version = 2;", NULL,
 				      NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 3);
+	assert_int_equal(store_schema_version(c->store), 4);
 	struct job_spec js = { .base = { .node = 2, .epoch = 1, .sequence = 1,
 					 .window_start_ns = T0 },
 			       .job = "job-42", .first_rank = 0, .local_ranks = 2, .instances = 1,
@@ -658,6 +663,120 @@ static void test_job_rank_updates(void **state)
 	sqlite3_close(db);
 }
 
+struct diag_seen {
+	int n;
+	int64_t ids[8];
+	char layers[8][16];
+	int64_t resolved[8], opened[8];
+};
+
+static int diag_collect(void *arg, const struct store_diagnosis *d)
+{
+	struct diag_seen *s = arg;
+
+	if (s->n < 8) {
+		s->ids[s->n] = d->id;
+		snprintf(s->layers[s->n], sizeof(s->layers[0]), "%s", d->layer);
+		s->resolved[s->n] = d->resolved_ms;
+		s->opened[s->n] = d->opened_ms;
+	}
+	s->n++;
+	return 0;
+}
+
+static int baseline_check(void *arg, const struct store_baseline *b)
+{
+	(void)arg;
+	assert_string_equal(b->profile, "a;b 3\n");
+	assert_int_equal(b->iteration_ns, 5000000);
+	assert_int_equal(b->from_ms, 1000);
+	assert_string_equal(b->source, "api");
+	return 0;
+}
+
+/* Incidents: one open row per (job, identity), updated in place, resolved, then a new one;
+ * listing by job, time and openness; settings and baselines replace. */
+static void test_diagnoses_settings_baselines(void **state)
+{
+	struct ctx *c = *state;
+	struct store_diagnosis d = { .job = "j1", .identity = "straggler rank=3",
+				     .kind = "straggler", .rank = 3, .hostname = "h",
+				     .communicators = "00000000000000aa", .layer = "unknown",
+				     .severity = "warning", .summary = "s", .action = "a",
+				     .report = "{}", .updated_ms = 1000 };
+	struct store_diagnosis_filter all = { .job = "j1", .from_ms = 0, .to_ms = INT64_MAX };
+	struct diag_seen seen = { 0 };
+	int64_t id1, id2, id3;
+	bool opened;
+	char *json;
+
+	assert_int_equal(store_diagnosis_upsert(c->store, &d, &id1, &opened), 0);
+	assert_true(opened);
+	d.layer = "os";
+	d.updated_ms = 2000;
+	assert_int_equal(store_diagnosis_upsert(c->store, &d, &id2, &opened), 0);
+	assert_false(opened);
+	assert_int_equal(id1, id2);
+	d.job = "j2";
+	assert_int_equal(store_diagnosis_upsert(c->store, &d, &id3, &opened), 0);
+	assert_true(opened);
+	assert_int_not_equal(id3, id1);
+	assert_int_equal(store_diagnoses_list(c->store, &all, 100, diag_collect, &seen), 0);
+	assert_int_equal(seen.n, 1);
+	assert_string_equal(seen.layers[0], "os");
+	assert_int_equal(seen.opened[0], 1000);
+	assert_int_equal(store_diagnosis_resolve(c->store, id1, 3000), 0);
+	assert_int_equal(store_diagnosis_resolve(c->store, id1, 3500), -ENOENT);
+	d.job = "j1";
+	d.updated_ms = 4000;
+	assert_int_equal(store_diagnosis_upsert(c->store, &d, &id2, &opened), 0);
+	assert_true(opened);
+	assert_int_not_equal(id2, id1);
+	memset(&seen, 0, sizeof(seen));
+	assert_int_equal(store_diagnoses_list(c->store, &all, 100, diag_collect, &seen), 0);
+	assert_int_equal(seen.n, 2);
+	assert_int_equal(seen.ids[0], id2); /* newest first */
+	assert_int_equal(seen.resolved[1], 3000);
+	/* Open only; a range that ends before the second opened; one id. */
+	memset(&seen, 0, sizeof(seen));
+	all.open_only = true;
+	assert_int_equal(store_diagnoses_list(c->store, &all, 100, diag_collect, &seen), 0);
+	assert_int_equal(seen.n, 1);
+	memset(&seen, 0, sizeof(seen));
+	all.open_only = false;
+	all.to_ms = 3500;
+	assert_int_equal(store_diagnoses_list(c->store, &all, 100, diag_collect, &seen), 0);
+	assert_int_equal(seen.n, 1);
+	assert_int_equal(seen.ids[0], id1);
+	memset(&seen, 0, sizeof(seen));
+	assert_int_equal(store_diagnoses_list(c->store, &(struct store_diagnosis_filter){ .id = id3 },
+					      100, diag_collect, &seen), 0);
+	assert_int_equal(seen.n, 1);
+	assert_int_equal(seen.ids[0], id3);
+
+	assert_int_equal(store_job_settings_get(c->store, "j1", &json), 0);
+	assert_null(json);
+	assert_int_equal(store_job_settings_put(c->store, "j1", "{\"k\":3}", 10), 0);
+	assert_int_equal(store_job_settings_put(c->store, "j1", "{\"k\":4}", 11), 0);
+	assert_int_equal(store_job_settings_get(c->store, "j1", &json), 0);
+	assert_string_equal(json, "{\"k\":4}");
+	free(json);
+	assert_int_equal(store_job_settings_put(c->store, "j1", NULL, 12), 0);
+	assert_int_equal(store_job_settings_get(c->store, "j1", &json), 0);
+	assert_null(json);
+
+	assert_int_equal(store_baseline_get(c->store, "j1", baseline_check, NULL), -ENOENT);
+	struct store_baseline b = { .job = "j1", .from_ms = 1, .to_ms = 2, .iteration_ns = 1,
+				    .profile = "x 1\n", .created_ms = 3, .source = "auto" };
+	assert_int_equal(store_baseline_put(c->store, &b), 0);
+	b.from_ms = 1000;
+	b.iteration_ns = 5000000;
+	b.profile = "a;b 3\n";
+	b.source = "api";
+	assert_int_equal(store_baseline_put(c->store, &b), 0);
+	assert_int_equal(store_baseline_get(c->store, "j1", baseline_check, NULL), 0);
+}
+
 static void test_duplicate_and_stack_dedupe(void **state)
 {
 	struct ctx *c = *state;
@@ -824,6 +943,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_migration_from_v2, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_jobs_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_job_rank_updates, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_diagnoses_settings_baselines, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
