@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "common/hash.h"
 #include "common/options.h"
+#include "server/analysis/folded.h"
 #include "server/diagnosis.h"
 #include "server/render.h"
 
@@ -946,130 +947,36 @@ cleanup:
 
 /* ---- differential flame graph ------------------------------------------------------------ */
 
-struct diff_line {
-	char *text;
-	size_t len;
-	uint64_t count[2];
-};
-
-struct diff_lines {
-	struct diff_line *lines;
-	size_t n, cap;
-	struct hash_index index;
-};
-
-struct diff_match {
-	const struct diff_line *lines;
-	const char *text;
-	size_t len;
-};
-
-static bool diff_line_eq(const void *ctx, uint32_t idx)
+int api_folded(struct api *api, const struct store_sample_filter *f, uint32_t limit,
+	       struct byte_buf *out)
 {
-	const struct diff_match *m = ctx;
-	const struct diff_line *l = &m->lines[idx];
+	struct flame fl = { 0 };
+	int rc = flame_build(api, f, limit, FLAME_CPU, &fl);
 
-	return l->len == m->len && memcmp(l->text, m->text, m->len) == 0;
+	if (!rc)
+		rc = folded_render(&fl, out);
+	flame_free(&fl);
+	return rc;
 }
 
-/* Adds every "stack count" line of folded text to side `side`. */
-static int diff_lines_add(struct diff_lines *d, const struct byte_buf *folded, int side)
-{
-	const char *p = (const char *)folded->data, *end = p + folded->len;
-
-	while (p < end) {
-		const char *nl = memchr(p, '\n', (size_t)(end - p)), *sp;
-		size_t len;
-
-		if (!nl)
-			nl = end;
-		for (sp = nl; sp > p && sp[-1] != ' '; sp--)
-			;
-		if (sp <= p + 1) {
-			p = nl + 1;
-			continue;
-		}
-		len = (size_t)(sp - 1 - p);
-		uint64_t count = strtoull(sp, NULL, 10), h = sysom_hash64(p, len, 0);
-		struct diff_match m = { d->lines, p, len };
-		uint32_t found = hash_index_find(&d->index, h, diff_line_eq, &m);
-		int rc;
-
-		if (found == HASH_INDEX_NONE) {
-			if (d->n == d->cap) {
-				size_t cap = d->cap ? d->cap * 2 : 1024;
-				struct diff_line *grown = realloc(d->lines, cap * sizeof(*grown));
-				if (!grown)
-					return -ENOMEM;
-				d->lines = grown;
-				d->cap = cap;
-			}
-			struct diff_line *l = &d->lines[d->n];
-			if (!(l->text = malloc(len + 1)))
-				return -ENOMEM;
-			memcpy(l->text, p, len);
-			l->text[len] = '\0';
-			l->len = len;
-			l->count[0] = l->count[1] = 0;
-			if ((rc = hash_index_insert(&d->index, h, (uint32_t)d->n)))
-				return rc;
-			found = (uint32_t)d->n++;
-		}
-		d->lines[found].count[side] += count;
-		p = nl + 1;
-	}
-	return 0;
-}
-
-static int diff_line_compare(const void *a, const void *b)
-{
-	const struct diff_line *x = a, *y = b;
-
-	return strcmp(x->text, y->text);
-}
-
-static void diff_lines_free(struct diff_lines *d)
-{
-	for (size_t i = 0; i < d->n; i++)
-		free(d->lines[i].text);
-	free(d->lines);
-	hash_index_free(&d->index);
-}
-
-/* The CPU profiles of job ranks `a` and `b` as folded "stack a b" lines, in byte order. */
 int api_diff_folded(struct api *api, const struct store_sample_filter *base, int32_t a, int32_t b,
 		    uint32_t limit, struct byte_buf *out)
 {
 	const int32_t ranks[2] = { a, b };
-	struct diff_lines d = { 0 };
-	struct byte_buf folded = { 0 };
-	int rc;
+	struct byte_buf folded[2] = { { 0 }, { 0 } };
+	int rc = 0;
 
-	if ((rc = hash_index_init(&d.index, 1024)))
-		goto cleanup;
-	for (int side = 0; side < 2; side++) {
-		struct flame fl = { 0 };
+	for (int side = 0; side < 2 && !rc; side++) {
 		struct store_sample_filter f = *base;
 
 		f.has_rank = true;
 		f.rank = ranks[side];
-		folded.len = 0;
-		rc = flame_build(api, &f, limit, FLAME_CPU, &fl);
-		if (!rc)
-			rc = folded_render(&fl, &folded);
-		flame_free(&fl);
-		if (rc || (rc = diff_lines_add(&d, &folded, side)))
-			goto cleanup;
+		rc = api_folded(api, &f, limit, &folded[side]);
 	}
-	if (d.n > 1)
-		qsort(d.lines, d.n, sizeof(*d.lines), diff_line_compare);
-	for (size_t i = 0; i < d.n; i++)
-		byte_buf_printf(out, "%s %" PRIu64 " %" PRIu64 "\n", d.lines[i].text,
-				d.lines[i].count[0], d.lines[i].count[1]);
-	rc = byte_buf_error(out);
-cleanup:
-	diff_lines_free(&d);
-	byte_buf_free(&folded);
+	if (!rc)
+		rc = folded_merge(&folded[0], &folded[1], out);
+	byte_buf_free(&folded[0]);
+	byte_buf_free(&folded[1]);
 	return rc;
 }
 

@@ -66,6 +66,11 @@ void api_http_server_set(struct api *api, struct http_server *srv);
  */
 int api_time_parse(const char *text, int64_t now_ms, int64_t *out_ms);
 
+/* The symbolised CPU profile of the samples matching `f` as folded "stack count" lines
+ * (at most `limit` stacks), appended to `out`. 0 or a negative errno. */
+int api_folded(struct api *api, const struct store_sample_filter *f, uint32_t limit,
+	       struct byte_buf *out);
+
 /*
  * The CPU profiles of job ranks `a` and `b` (range: job, from, to) as folded "stack count_a
  * count_b" lines in byte order, appended to `out`. 0 or a negative errno.
