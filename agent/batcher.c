@@ -538,6 +538,59 @@ int batcher_add_nccl_link(struct batcher *b, uint32_t tgid, uint32_t generation,
 	return sysom_batch_add_nccl_link(&b->batch, &rec);
 }
 
+/* Whether a new OS row fits (`rows` of the kind so far); counts the drop otherwise. */
+static bool os_row_fits(struct batcher *b, uint32_t rows, uint32_t limit)
+{
+	if (rows < limit)
+		return true;
+	batcher_add_counter(b, SYSOM_COUNTER_OS_ROWS_DROPPED, 1);
+	return false;
+}
+
+int batcher_add_os_cpu(struct batcher *b, const struct sysom_os_cpu *c)
+{
+	int rc;
+
+	if (!b->batch_open && (rc = open_batch(b)))
+		return rc;
+	if (!os_row_fits(b, b->batch.os_cpu_count, BATCHER_MAX_OS_CPUS))
+		return 0;
+	return sysom_batch_add_os_cpu(&b->batch, c);
+}
+
+int batcher_add_os_irq(struct batcher *b, const struct sysom_os_irq *q, const char *name)
+{
+	struct sysom_os_irq rec = *q;
+	int rc;
+
+	if (!b->batch_open && (rc = open_batch(b)))
+		return rc;
+	if (!os_row_fits(b, b->batch.os_irq_count, BATCHER_MAX_OS_ROWS))
+		return 0;
+	if ((rc = sysom_batch_intern_cstring(&b->batch, name, &rec.name)))
+		return rc;
+	return sysom_batch_add_os_irq(&b->batch, &rec);
+}
+
+int batcher_add_os_thread(struct batcher *b, uint32_t tgid, uint32_t generation,
+			  const struct sysom_os_thread *t, const char *comm)
+{
+	struct sysom_os_thread rec = *t;
+	int rc;
+
+	if (b->batch_open && !os_row_fits(b, b->batch.os_thread_count, BATCHER_MAX_OS_ROWS))
+		return 0;
+	if ((rc = job_process(b, tgid, generation, NULL, &rec.process)))
+		return rc;
+	if (rec.process == SYSOM_WIRE_NONE) {
+		batcher_add_counter(b, SYSOM_COUNTER_OS_ROWS_DROPPED, 1);
+		return 0;
+	}
+	if ((rc = sysom_batch_intern_cstring(&b->batch, comm, &rec.comm)))
+		return rc;
+	return sysom_batch_add_os_thread(&b->batch, &rec);
+}
+
 int batcher_seal(struct batcher *b, const uint8_t node_id[16], uint64_t epoch, uint64_t sequence,
 		 uint64_t now_realtime_ns, struct byte_buf *out, struct batcher_seal_info *info)
 {

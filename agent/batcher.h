@@ -91,6 +91,18 @@ int batcher_add_nccl_profile(struct batcher *b, uint32_t tgid, uint32_t generati
 int batcher_add_nccl_link(struct batcher *b, uint32_t tgid, uint32_t generation,
 			  const struct sysom_nccl_link *l);
 
+/* OS signals (agent/ossignals.c), merged per row: CPU rows, (CPU, IRQ) rows with the handler's
+ * name, thread rows of process incarnation (tgid, generation) with the thread's comm. At most
+ * BATCHER_MAX_OS_CPUS / BATCHER_MAX_OS_ROWS rows per kind and batch (the decoder's limits);
+ * more, and threads of processes the tracker cannot see, are dropped and counted
+ * (SYSOM_COUNTER_OS_ROWS_DROPPED). String and process fields of the records are ignored. */
+#define BATCHER_MAX_OS_CPUS 4096u
+#define BATCHER_MAX_OS_ROWS (1u << 16)
+int batcher_add_os_cpu(struct batcher *b, const struct sysom_os_cpu *c);
+int batcher_add_os_irq(struct batcher *b, const struct sysom_os_irq *q, const char *name);
+int batcher_add_os_thread(struct batcher *b, uint32_t tgid, uint32_t generation,
+			  const struct sysom_os_thread *t, const char *comm);
+
 void batcher_set_sampling(struct batcher *b, uint32_t hz, double sample_rate,
 			  double drain_interval_s, double batch_interval_s);
 

@@ -39,6 +39,8 @@
 		{ "gpu-libraries", SYSOM_OPT_STRING, &(c)->gpu_libraries, 0, 0, "colon-separated NCCL/CUDA library files to trace from the start (others are found in running processes)", false }, \
 		{ "gpu-launch-duty", SYSOM_OPT_DOUBLE, &(c)->gpu_launch_duty, 0, 1, "fraction of time the kernel launch probes are attached (default 0.1; 0: never, 1: always)", false }, \
 		{ "gpu-event-ring", SYSOM_OPT_SIZE, &(c)->gpu_event_ring_bytes, 1 << 16, 1 << 30, "ring buffer for NCCL events, a power of two (default 4M)", false }, \
+		{ "os-signals", SYSOM_OPT_BOOL, &(c)->os_signals, 0, 0, "measure interrupts, softirqs, run-queue latency, context switches and migrations per CPU and per thread of training jobs (default true)", false }, \
+		{ "os-signals-all", SYSOM_OPT_BOOL, &(c)->os_signals_all, 0, 0, "measure every user thread, not only those of processes with a job identity (default false)", false }, \
 		{ "max-sample-rows", SYSOM_OPT_UINT, &(c)->max_sample_rows, 1024, 1 << 22, "sample rows per batch (default 1048576)", false }, \
 		{ "nccl-profiler-mask", SYSOM_OPT_UINT, &(c)->nccl_profiler_mask, 0, 0xffff, "NCCL profiler plugin event mask (ncclProfile* bits) sent to plugins; 0: the plugin's default. SIGHUP applies a change to running jobs", false }, \
 		{ "socket", SYSOM_OPT_STRING, &(c)->socket, 0, 0, "Unix socket where training processes register their job identity (default /run/sysom/agent.sock; empty: off)", false }, \
@@ -64,6 +66,7 @@ int agent_config_defaults(struct agent_config *c)
 	c->unwinder = strdup("hybrid");
 	c->socket = strdup("/run/sysom/agent.sock");
 	c->gpu_trace = true;
+	c->os_signals = true;
 	c->gpu_launch_duty = 0.1;
 	c->gpu_event_ring_bytes = 4u << 20;
 	if (!c->server || !c->spool_dir || !c->log_level || !c->unwinder || !c->socket)

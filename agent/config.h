@@ -33,6 +33,8 @@ struct agent_config {
 	char *gpu_libraries;       /* files to attach at start (colon-separated), or NULL */
 	double gpu_launch_duty;    /* fraction of time launch probes are attached */
 	uint64_t gpu_event_ring_bytes; /* NCCL event ring buffer (power of two) */
+	bool os_signals;           /* interrupts, softirqs, scheduling, NUMA (agent/ossignals.h) */
+	bool os_signals_all;       /* ... for every user thread, not only training jobs' */
 	char *socket;              /* registration socket path (agent/registry.h); "": off */
 	uint32_t nccl_profiler_mask; /* MASK for NCCL profiler plugins; 0: theirs */
 	char *log_level;

@@ -19,6 +19,7 @@
 #include "agent/host.h"
 #include "agent/kernel.h"
 #include "agent/ksyms_upload.h"
+#include "agent/ossignals.h"
 #include "agent/proctrack.h"
 #include "agent/gpustats.h"
 #include "agent/registry.h"
@@ -53,6 +54,8 @@ struct agent {
 	struct gpupipe *gpu;       /* NULL with --gpu-trace=false or when it cannot load */
 	struct registry *registry; /* NULL with --socket "" or when it cannot open */
 	struct gpustats *gpustats; /* folds component telemetry; with the registry */
+	struct ossignals *os;      /* NULL with --os-signals=false or when it cannot load */
+	bool os_attach_reported;   /* its attach errors went into a batch */
 	char *token;
 	char node_hex[2 * SYSOM_NODE_ID_SIZE + 1];
 	struct sampler_counters last_counters;
@@ -112,6 +115,8 @@ static void on_mappings(void *ctx, const struct pt_process *proc)
 			  "scan)", proc->tgid, sysom_strerror(rc));
 	if (a->gpu)
 		gpupipe_on_mappings(a->gpu, proc);
+	if (a->os)
+		ossignals_offer(a->os, proc->tgid, proc->generation); /* job process? at the drain */
 }
 
 static void on_forget(void *ctx, const struct pt_process *proc)
@@ -122,6 +127,8 @@ static void on_forget(void *ctx, const struct pt_process *proc)
 		unwinder_forget(a->unwinder, proc);
 	if (a->gpu)
 		gpupipe_on_forget(a->gpu, proc);
+	if (a->os)
+		ossignals_forget(a->os, proc->tgid, proc->generation);
 }
 
 /* A rank registered over the socket: its word beats its environment. */
@@ -134,6 +141,8 @@ static void on_rank_register(void *ctx, uint32_t tgid, const struct job_identity
 		  (int)id->rank, (int)id->world_size, groups && groups[0] ? groups : "-");
 	if (a->gpu)
 		gpupipe_set_registration(a->gpu, tgid, id, groups);
+	if (a->os && ossignals_track(a->os, tgid))
+		log_debug("os-signals: registered pid %u not tracked (too many processes)", tgid);
 }
 
 static void on_rank_disconnect(void *ctx, uint32_t tgid)
@@ -392,6 +401,69 @@ static void fold_counters(struct agent *a)
 	a->last_vanished = ps.vanished;
 }
 
+/* ---- OS signals: rows into the batch ------------------------------------------------------- */
+
+static void on_os_cpu(void *ctx, const struct sysom_os_cpu *c)
+{
+	struct agent *a = ctx;
+	int rc = batcher_add_os_cpu(a->batcher, c);
+
+	if (rc)
+		log_debug("os-signals: CPU %u row not recorded: %s", c->cpu, sysom_strerror(rc));
+}
+
+static void on_os_irq(void *ctx, const struct sysom_os_irq *q, const char *name)
+{
+	struct agent *a = ctx;
+	int rc = batcher_add_os_irq(a->batcher, q, name);
+
+	if (rc)
+		log_debug("os-signals: IRQ %u row not recorded: %s", q->irq, sysom_strerror(rc));
+}
+
+static void on_os_thread(void *ctx, uint32_t tgid, const struct sysom_os_thread *t,
+			 const char *comm)
+{
+	struct agent *a = ctx;
+	int rc = batcher_add_os_thread(a->batcher, tgid, exec_generation_of(a, tgid), t, comm);
+
+	if (rc)
+		log_debug("os-signals: thread %u of pid %u not recorded: %s", t->tid, tgid,
+			  sysom_strerror(rc));
+}
+
+/* Environments of newly seen processes read per drain (the rest wait for the next one). */
+#define OS_ENV_READS_PER_DRAIN 256
+
+static void drain_ossignals(struct agent *a)
+{
+	const struct ossignals_visitor v = { on_os_cpu, on_os_irq, on_os_thread, a };
+	struct ossignals_window w;
+	int rc;
+
+	if (!a->os)
+		return;
+	rc = ossignals_refresh(a->os, OS_ENV_READS_PER_DRAIN);
+	if (rc > 0)
+		log_debug("os-signals: %d training processes newly tracked", rc);
+	if ((rc = ossignals_collect(a->os, &v, &w))) {
+		log_warn("os-signals: collect failed: %s (the window's increments come with the next)",
+			 sysom_strerror(rc));
+		return;
+	}
+	batcher_add_counter(a->batcher, SYSOM_COUNTER_OS_THREADS_LOST, w.threads_lost);
+	batcher_add_counter(a->batcher, SYSOM_COUNTER_OS_IRQS_LOST, w.irqs_lost);
+	if (!a->os_attach_reported) {
+		struct ossignals_stats st;
+		ossignals_stats_read(a->os, &st);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_OS_ATTACH_ERRORS, st.attach_errors);
+		a->os_attach_reported = true;
+	}
+	if (w.threads_lost)
+		log_warn("os-signals: %llu threads not measured: the thread map is full",
+			 (unsigned long long)w.threads_lost);
+}
+
 static void agent_drain(struct agent *a)
 {
 	struct sampler_drain_stats st;
@@ -408,6 +480,7 @@ static void agent_drain(struct agent *a)
 	batcher_add_counter(a->batcher, SYSOM_COUNTER_DISTINCT_KEYS, st.entries);
 	if (a->gpu)
 		gpupipe_drain(a->gpu);
+	drain_ossignals(a);
 	fold_counters(a);
 	proctrack_after_drain(a->pt);
 	if (a->unwinder) {
@@ -436,6 +509,11 @@ static void agent_seal(struct agent *a)
 	agent_drain(a);
 	if (a->gpu)
 		gpupipe_before_seal(a->gpu);
+	if (a->os) {
+		struct ossignals_stats st;
+		ossignals_stats_read(a->os, &st);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_OS_TRACKED, st.tracked); /* a level */
+	}
 	uploader_stats(a->uploader, &us);
 	spool_stats(a->spool, &ss);
 	batcher_add_counter(a->batcher, SYSOM_COUNTER_UPLOAD_RETRIES, us.retries - a->last_retries);
@@ -692,6 +770,8 @@ static void agent_reload(struct agent *a)
 			  sysom_strerror(rc));
 	uv_timer_set_repeat(&a->drain_timer, ms(fresh.drain_interval_s));
 	uv_timer_set_repeat(&a->batch_timer, ms(fresh.batch_interval_s));
+	if (fresh.os_signals != a->cfg->os_signals || fresh.os_signals_all != a->cfg->os_signals_all)
+		log_warn("SIGHUP: os-signals and os-signals-all take effect after a restart");
 	if (fresh.nccl_profiler_mask != a->cfg->nccl_profiler_mask && a->registry) {
 		/* On-demand detail: every connected NCCL profiler switches its events now. */
 		registry_set_profiler_mask(a->registry, fresh.nccl_profiler_mask);
@@ -775,6 +855,30 @@ static int make_parent_dirs(const char *dir)
 		*p = '/';
 	}
 	return 0;
+}
+
+/* Loads the OS signal programs; a failure leaves the agent running without them. */
+static void start_ossignals(struct agent *a)
+{
+	struct ossignals_options oo;
+	struct ossignals_stats st;
+	char err[512] = "";
+	int rc;
+
+	ossignals_options_default(&oo);
+	oo.track_all = a->cfg->os_signals_all;
+	if ((rc = ossignals_open(&oo, &a->os, err, sizeof(err)))) {
+		log_warn("OS signals off: %s", err);
+		return;
+	}
+	/* Processes already running: their environments are read over the next drains. */
+	if (!oo.track_all && (rc = ossignals_offer_all(a->os)) < 0)
+		log_warn("os-signals: cannot list processes: %s", sysom_strerror(rc));
+	ossignals_stats_read(a->os, &st);
+	log_info("os-signals: %u of %u tracepoints attached%s%s; %s; %u NUMA nodes", st.attached,
+		 st.programs, st.failed[0] ? ", missing: " : "", st.failed,
+		 st.track_all ? "every user thread measured" : "threads of training jobs measured",
+		 st.numa_nodes);
 }
 
 static int agent_start(struct agent *a)
@@ -871,6 +975,8 @@ static int agent_start(struct agent *a)
 		if ((rc = gpupipe_open(&a->loop, &go, &a->gpu, err, sizeof(err))))
 			log_warn("NCCL/CUDA tracing off: %s", err);
 	}
+	if (a->cfg->os_signals)
+		start_ossignals(a);
 
 	/* The spool and uploader come after the sampler: a node that cannot profile should say
 	 * so (privileges, BTF) before anything else. */
@@ -939,6 +1045,8 @@ static void agent_teardown(struct agent *a)
 	a->gpu = NULL;
 	gpustats_free(a->gpustats);
 	a->gpustats = NULL;
+	ossignals_close(a->os);
+	a->os = NULL;
 	sampler_close(a->sampler);
 	proctrack_free(a->pt);
 	spool_close(a->spool);

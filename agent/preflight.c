@@ -18,6 +18,7 @@
 #include "agent/host.h"
 #include "agent/http_client.h"
 #include "agent/kernel.h"
+#include "agent/ossignals.h"
 #include "agent/proctrack.h"
 #include "agent/sampler.h"
 #include "agent/gputrace.h"
@@ -171,6 +172,45 @@ static void check_gputrace(FILE *out, int *failed, struct sampler *s,
 	gputrace_close(g);
 }
 
+/* Loads and attaches the OS signal programs and closes one window: the tracepoints exist and
+ * the per-CPU flush runs on every CPU. */
+static void check_ossignals(FILE *out, int *failed, const struct agent_config *cfg)
+{
+	struct ossignals_options oo;
+	struct ossignals_window w;
+	struct ossignals_stats st;
+	struct ossignals *os;
+	char err[256];
+	int rc;
+
+	if (!cfg->os_signals) {
+		report(out, failed, WARN, "os-signals", "off (--os-signals=false): no interrupt, "
+		       "softirq, run-queue or migration statistics");
+		return;
+	}
+	ossignals_options_default(&oo);
+	oo.track_all = cfg->os_signals_all;
+	if ((rc = ossignals_open(&oo, &os, err, sizeof(err)))) {
+		report(out, failed, FAIL, "os-signals", "%s", err);
+		return;
+	}
+	/* A window long enough for every CPU to switch tasks at least once. */
+	usleep(100 * 1000);
+	rc = ossignals_collect(os, NULL, &w);
+	ossignals_stats_read(os, &st);
+	if (rc)
+		report(out, failed, FAIL, "os-signals", "programs attached but a window cannot be "
+		       "collected: %s", sysom_strerror(rc));
+	else if (st.attach_errors)
+		report(out, failed, WARN, "os-signals", "%u of %u tracepoints attached; missing: %s "
+		       "(those signals are absent)", st.attached, st.programs, st.failed);
+	else
+		report(out, failed, OK, "os-signals", "%u tracepoints attached; %u CPUs report, "
+		       "%u NUMA nodes%s", st.attached, w.cpus, st.numa_nodes,
+		       st.numa_nodes ? "" : " (NUMA migrations not told apart)");
+	ossignals_close(os);
+}
+
 static void check_unwinder(FILE *out, int *failed, struct sampler *s,
 			   const struct agent_config *cfg)
 {
@@ -237,6 +277,7 @@ static void check_bpf(FILE *out, int *failed, const struct agent_config *cfg)
 		       "built without them gets one- or two-frame user stacks");
 	check_gputrace(out, failed, s, cfg);
 	sampler_close(s);
+	check_ossignals(out, failed, cfg);
 }
 
 static void check_kallsyms(FILE *out, int *failed)

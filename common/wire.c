@@ -29,6 +29,9 @@ const struct sysom_wire_limits sysom_wire_default_limits = {
 	.max_gpu_kernels = 1u << 18,
 	.max_nccl_profiles = 1u << 18,
 	.max_nccl_links = 1u << 18,
+	.max_os_cpus = 4096,
+	.max_os_irqs = 1u << 16,
+	.max_os_threads = 1u << 16,
 };
 
 static const char *const counter_names[SYSOM_COUNTER_MAX] = {
@@ -82,7 +85,30 @@ static const char *const counter_names[SYSOM_COUNTER_MAX] = {
 	[SYSOM_COUNTER_CUPTI_RECORDS] = "cupti_records",
 	[SYSOM_COUNTER_CUPTI_DROPPED] = "cupti_dropped",
 	[SYSOM_COUNTER_GPU_STATS_DROPPED] = "gpu_stats_dropped",
+	[SYSOM_COUNTER_OS_THREADS_LOST] = "os_threads_lost",
+	[SYSOM_COUNTER_OS_IRQS_LOST] = "os_irqs_lost",
+	[SYSOM_COUNTER_OS_ROWS_DROPPED] = "os_rows_dropped",
+	[SYSOM_COUNTER_OS_ATTACH_ERRORS] = "os_attach_errors",
+	[SYSOM_COUNTER_OS_TRACKED] = "os_tracked_processes",
 };
+
+static const char *const softirq_names[SYSOM_SOFTIRQ_COUNT] = {
+	[SYSOM_SOFTIRQ_HI] = "HI",
+	[SYSOM_SOFTIRQ_TIMER] = "TIMER",
+	[SYSOM_SOFTIRQ_NET_TX] = "NET_TX",
+	[SYSOM_SOFTIRQ_NET_RX] = "NET_RX",
+	[SYSOM_SOFTIRQ_BLOCK] = "BLOCK",
+	[SYSOM_SOFTIRQ_IRQ_POLL] = "IRQ_POLL",
+	[SYSOM_SOFTIRQ_TASKLET] = "TASKLET",
+	[SYSOM_SOFTIRQ_SCHED] = "SCHED",
+	[SYSOM_SOFTIRQ_HRTIMER] = "HRTIMER",
+	[SYSOM_SOFTIRQ_RCU] = "RCU",
+};
+
+const char *sysom_softirq_name(uint32_t vec)
+{
+	return vec < SYSOM_SOFTIRQ_COUNT ? softirq_names[vec] : NULL;
+}
 
 static const char *const nccl_op_names[SYSOM_NCCL_OP_MAX + 1] = {
 	[SYSOM_NCCL_ALL_REDUCE] = "AllReduce",
@@ -147,6 +173,9 @@ struct batch_dedup {
 	struct hash_index gpu_kernels;
 	struct hash_index nccl_profiles;
 	struct hash_index nccl_links;
+	struct hash_index os_cpus;
+	struct hash_index os_irqs;
+	struct hash_index os_threads;
 };
 
 /* Grows an array to hold at least `need` elements (doubling). */
@@ -197,6 +226,9 @@ void sysom_batch_free(struct sysom_batch *b)
 		hash_index_free(&b->dedup->gpu_kernels);
 		hash_index_free(&b->dedup->nccl_profiles);
 		hash_index_free(&b->dedup->nccl_links);
+		hash_index_free(&b->dedup->os_cpus);
+		hash_index_free(&b->dedup->os_irqs);
+		hash_index_free(&b->dedup->os_threads);
 		free(b->dedup);
 	}
 	free(b->string_data);
@@ -215,6 +247,9 @@ void sysom_batch_free(struct sysom_batch *b)
 	free(b->gpu_kernels);
 	free(b->nccl_profiles);
 	free(b->nccl_links);
+	free(b->os_cpus);
+	free(b->os_irqs);
+	free(b->os_threads);
 	memset(b, 0, sizeof(*b));
 }
 
@@ -907,6 +942,182 @@ int sysom_batch_add_nccl_link(struct sysom_batch *b, const struct sysom_nccl_lin
 	return 0;
 }
 
+/* ---- OS signals (minor 3) ------------------------------------------------------------------- */
+
+const char *sysom_os_cpu_problem(const struct sysom_os_cpu *c)
+{
+	if (c->cpu >= SYSOM_OS_CPU_LIMIT)
+		return "cpu out of range";
+	if (c->numa_node < -1)
+		return "NUMA node below -1";
+	if (c->hardirq_ns && !c->hardirq_count)
+		return "hard interrupt time without interrupts";
+	for (int v = 0; v < SYSOM_SOFTIRQ_COUNT; v++)
+		if (c->softirq_ns[v] && !c->softirq_count[v])
+			return "softirq time without softirqs";
+	return NULL;
+}
+
+const char *sysom_os_irq_problem(const struct sysom_batch *b, const struct sysom_os_irq *q)
+{
+	if (q->cpu >= SYSOM_OS_CPU_LIMIT)
+		return "cpu out of range";
+	if (!string_ok(b, q->name))
+		return "name out of range";
+	if (q->count == 0)
+		return "zero count";
+	return NULL;
+}
+
+const char *sysom_os_thread_problem(const struct sysom_batch *b, const struct sysom_os_thread *t)
+{
+	uint64_t in_buckets = 0;
+
+	if (t->process >= b->process_count)
+		return "process out of range";
+	if (t->tid == 0)
+		return "tid 0";
+	if (!string_ok(b, t->comm))
+		return "comm out of range";
+	for (int i = 0; i < SYSOM_RUNQ_HIST_BUCKETS; i++)
+		in_buckets += t->runq_hist[i];
+	if (in_buckets > t->runq_waits)
+		return "histogram holds more waits than runq_waits";
+	if (t->numa_migrations > t->migrations)
+		return "more NUMA migrations than migrations";
+	return NULL;
+}
+
+static bool os_cpu_eq(const void *ctx, uint32_t idx)
+{
+	const struct row_key *k = ctx;
+
+	return k->b->os_cpus[idx].cpu == ((const struct sysom_os_cpu *)k->row)->cpu;
+}
+
+int sysom_batch_add_os_cpu(struct sysom_batch *b, const struct sysom_os_cpu *c)
+{
+	struct row_key key = { b, c };
+	uint64_t h = sysom_hash_mix(0x05c9, c->cpu);
+	uint32_t found;
+	int err;
+
+	if (!b->dedup || sysom_os_cpu_problem(c))
+		return -EINVAL;
+	found = hash_index_find(&b->dedup->os_cpus, h, os_cpu_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		struct sysom_os_cpu *o = &b->os_cpus[found];
+
+		if (c->numa_node >= 0)
+			o->numa_node = c->numa_node;
+		o->busy_ns = add_sat(o->busy_ns, c->busy_ns);
+		o->hardirq_count = add_sat(o->hardirq_count, c->hardirq_count);
+		o->hardirq_ns = add_sat(o->hardirq_ns, c->hardirq_ns);
+		for (int v = 0; v < SYSOM_SOFTIRQ_COUNT; v++) {
+			o->softirq_count[v] = add_sat(o->softirq_count[v], c->softirq_count[v]);
+			o->softirq_ns[v] = add_sat(o->softirq_ns[v], c->softirq_ns[v]);
+		}
+		o->context_switches = add_sat(o->context_switches, c->context_switches);
+		o->runq_wait_ns = add_sat(o->runq_wait_ns, c->runq_wait_ns);
+		return 0;
+	}
+	if ((err = GROW(b->os_cpus, b->os_cpu_cap, b->os_cpu_count + 1)))
+		return err;
+	b->os_cpus[b->os_cpu_count] = *c;
+	if ((err = hash_index_insert(&b->dedup->os_cpus, h, b->os_cpu_count)))
+		return err;
+	b->os_cpu_count++;
+	return 0;
+}
+
+static bool os_irq_eq(const void *ctx, uint32_t idx)
+{
+	const struct row_key *k = ctx;
+	const struct sysom_os_irq *a = &k->b->os_irqs[idx], *n = k->row;
+
+	return a->cpu == n->cpu && a->irq == n->irq;
+}
+
+int sysom_batch_add_os_irq(struct sysom_batch *b, const struct sysom_os_irq *q)
+{
+	struct row_key key = { b, q };
+	uint64_t h = sysom_hash_mix(q->cpu, q->irq);
+	uint32_t found;
+	int err;
+
+	if (!b->dedup || sysom_os_irq_problem(b, q))
+		return -EINVAL;
+	found = hash_index_find(&b->dedup->os_irqs, h, os_irq_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		struct sysom_os_irq *o = &b->os_irqs[found];
+
+		o->count = add_sat(o->count, q->count);
+		o->ns = add_sat(o->ns, q->ns);
+		if (q->name)
+			o->name = q->name; /* the handler's latest name */
+		return 0;
+	}
+	if ((err = GROW(b->os_irqs, b->os_irq_cap, b->os_irq_count + 1)))
+		return err;
+	b->os_irqs[b->os_irq_count] = *q;
+	if ((err = hash_index_insert(&b->dedup->os_irqs, h, b->os_irq_count)))
+		return err;
+	b->os_irq_count++;
+	return 0;
+}
+
+static bool os_thread_eq(const void *ctx, uint32_t idx)
+{
+	const struct row_key *k = ctx;
+	const struct sysom_os_thread *a = &k->b->os_threads[idx], *n = k->row;
+
+	return a->process == n->process && a->tid == n->tid;
+}
+
+int sysom_batch_add_os_thread(struct sysom_batch *b, const struct sysom_os_thread *t)
+{
+	struct row_key key = { b, t };
+	uint64_t h = sysom_hash_mix(t->process, t->tid);
+	uint32_t found;
+	int err;
+
+	if (!b->dedup || sysom_os_thread_problem(b, t))
+		return -EINVAL;
+	found = hash_index_find(&b->dedup->os_threads, h, os_thread_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		struct sysom_os_thread *o = &b->os_threads[found];
+
+		o->comm = t->comm;
+		o->oncpu_ns = add_sat(o->oncpu_ns, t->oncpu_ns);
+		o->runq_wait_ns = add_sat(o->runq_wait_ns, t->runq_wait_ns);
+		o->runq_waits = add_sat(o->runq_waits, t->runq_waits);
+		/* A saturated bucket only lowers the histogram's sum: still <= runq_waits. */
+		for (int i = 0; i < SYSOM_RUNQ_HIST_BUCKETS; i++)
+			o->runq_hist[i] = o->runq_hist[i] > UINT32_MAX - t->runq_hist[i]
+						  ? UINT32_MAX
+						  : o->runq_hist[i] + t->runq_hist[i];
+		o->voluntary_switches = add_sat(o->voluntary_switches, t->voluntary_switches);
+		o->involuntary_switches = add_sat(o->involuntary_switches, t->involuntary_switches);
+		o->migrations = add_sat(o->migrations, t->migrations);
+		o->numa_migrations = add_sat(o->numa_migrations, t->numa_migrations);
+		if (o->numa_migrations > o->migrations) /* only after saturation */
+			o->numa_migrations = o->migrations;
+		o->pages_migrated = add_sat(o->pages_migrated, t->pages_migrated);
+		o->hardirq_ns = add_sat(o->hardirq_ns, t->hardirq_ns);
+		o->softirq_ns = add_sat(o->softirq_ns, t->softirq_ns);
+		for (int i = 0; i < SYSOM_CPU_MASK_WORDS; i++)
+			o->cpus[i] |= t->cpus[i];
+		return 0;
+	}
+	if ((err = GROW(b->os_threads, b->os_thread_cap, b->os_thread_count + 1)))
+		return err;
+	b->os_threads[b->os_thread_count] = *t;
+	if ((err = hash_index_insert(&b->dedup->os_threads, h, b->os_thread_count)))
+		return err;
+	b->os_thread_count++;
+	return 0;
+}
+
 /* ---- encoder ------------------------------------------------------------------------------ */
 
 struct section_entry {
@@ -1204,6 +1415,67 @@ static void encode_nccl_links(const struct sysom_batch *b, struct byte_buf *out)
 	}
 }
 
+static void encode_os_cpus(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->os_cpu_count; i++) {
+		const struct sysom_os_cpu *c = &b->os_cpus[i];
+
+		byte_buf_put_u32(out, c->cpu);
+		byte_buf_put_u32(out, (uint32_t)c->numa_node);
+		byte_buf_put_u64(out, c->busy_ns);
+		byte_buf_put_u64(out, c->hardirq_count);
+		byte_buf_put_u64(out, c->hardirq_ns);
+		for (int v = 0; v < SYSOM_SOFTIRQ_COUNT; v++)
+			byte_buf_put_u64(out, c->softirq_count[v]);
+		for (int v = 0; v < SYSOM_SOFTIRQ_COUNT; v++)
+			byte_buf_put_u64(out, c->softirq_ns[v]);
+		byte_buf_put_u64(out, c->context_switches);
+		byte_buf_put_u64(out, c->runq_wait_ns);
+	}
+}
+
+static void encode_os_irqs(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->os_irq_count; i++) {
+		const struct sysom_os_irq *q = &b->os_irqs[i];
+
+		byte_buf_put_u32(out, q->cpu);
+		byte_buf_put_u32(out, q->irq);
+		byte_buf_put_u32(out, q->name);
+		byte_buf_put_u32(out, 0);
+		byte_buf_put_u64(out, q->count);
+		byte_buf_put_u64(out, q->ns);
+	}
+}
+
+static void encode_os_threads(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->os_thread_count; i++) {
+		const struct sysom_os_thread *t = &b->os_threads[i];
+
+		byte_buf_put_u32(out, t->process);
+		byte_buf_put_u32(out, t->tid);
+		byte_buf_put_u32(out, t->comm);
+		byte_buf_put_u32(out, 0);
+		byte_buf_put_u64(out, t->oncpu_ns);
+		byte_buf_put_u64(out, t->runq_wait_ns);
+		byte_buf_put_u64(out, t->runq_waits);
+		for (int k = 0; k < SYSOM_RUNQ_HIST_BUCKETS; k++)
+			byte_buf_put_u32(out, t->runq_hist[k]);
+		byte_buf_put_u64(out, t->voluntary_switches);
+		byte_buf_put_u64(out, t->involuntary_switches);
+		byte_buf_put_u64(out, t->migrations);
+		byte_buf_put_u64(out, t->numa_migrations);
+		byte_buf_put_u64(out, t->pages_migrated);
+		byte_buf_put_u64(out, t->hardirq_ns);
+		byte_buf_put_u64(out, t->softirq_ns);
+		for (int k = 0; k < SYSOM_CPU_MASK_WORDS; k++)
+			byte_buf_put_u64(out, t->cpus[k]);
+		byte_buf_put_u64(out, 0); /* reserved, 16 bytes */
+		byte_buf_put_u64(out, 0);
+	}
+}
+
 int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 {
 	static const struct {
@@ -1225,6 +1497,9 @@ int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 		{ SYSOM_SECTION_GPU_KERNELS, encode_gpu_kernels },
 		{ SYSOM_SECTION_NCCL_PROFILES, encode_nccl_profiles },
 		{ SYSOM_SECTION_NCCL_LINKS, encode_nccl_links },
+		{ SYSOM_SECTION_OS_CPUS, encode_os_cpus },
+		{ SYSOM_SECTION_OS_IRQS, encode_os_irqs },
+		{ SYSOM_SECTION_OS_THREADS, encode_os_threads },
 	};
 	const size_t nsections = sizeof(order) / sizeof(order[0]);
 	struct section_entry entries[sizeof(order) / sizeof(order[0])];
@@ -1263,6 +1538,9 @@ int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 	entries[12].count = b->gpu_kernel_count;
 	entries[13].count = b->nccl_profile_count;
 	entries[14].count = b->nccl_link_count;
+	entries[15].count = b->os_cpu_count;
+	entries[16].count = b->os_irq_count;
+	entries[17].count = b->os_thread_count;
 
 	header = out->data + base; /* the buffer may have moved */
 	memcpy(header, SYSOM_WIRE_MAGIC, 4);

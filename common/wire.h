@@ -11,7 +11,7 @@
 #include "common/hash.h"
 
 /*
- * Wire format version 1.1 (docs/wire-format.md has the same tables, including the record
+ * Wire format version 1.3 (docs/wire-format.md has the same tables, including the record
  * layouts of the sections below). All integers little-endian.
  *
  * Header, 64 bytes:
@@ -177,6 +177,15 @@ enum sysom_counter_id {
 	SYSOM_COUNTER_CUPTI_RECORDS = 48,       /* CUPTI kernel activity records folded */
 	SYSOM_COUNTER_CUPTI_DROPPED = 49,       /* CUPTI records dropped (CUPTI or table full) */
 	SYSOM_COUNTER_GPU_STATS_DROPPED = 50,   /* GPU/NCCL statistics rows dropped: batch limit */
+	/* OS signals (minor 3). */
+	SYSOM_COUNTER_OS_THREADS_LOST = 51,     /* threads not measured: the BPF thread map was full */
+	SYSOM_COUNTER_OS_IRQS_LOST = 52,        /* interrupts not counted per (CPU, IRQ): BPF map full */
+	SYSOM_COUNTER_OS_ROWS_DROPPED = 53,     /* OS_CPUS/OS_IRQS/OS_THREADS rows dropped: batch
+						 * limit, or the thread's process is unknown */
+	SYSOM_COUNTER_OS_ATTACH_ERRORS = 54,    /* OS signal tracepoints that failed to attach */
+	SYSOM_COUNTER_OS_TRACKED = 55,          /* processes whose threads are measured, at the
+						 * end of the window (a level, not a count of
+						 * events; 0 with os-signals-all) */
 	SYSOM_COUNTER_MAX = 64,
 };
 
@@ -489,8 +498,24 @@ const char *sysom_softirq_name(uint32_t vec);
 /* Run-queue latency histogram: bucket 0 < 2 µs, bucket i in [2^i, 2^(i+1)) µs, the last one
  * everything from 2^(N-1) µs (about 0.5 s) up. */
 #define SYSOM_RUNQ_HIST_BUCKETS 20
+
+/* The run-queue histogram bucket of a wait: floor(log2(µs)), 0 below 2 µs, at most 19. */
+static inline unsigned sysom_runq_hist_bucket(uint64_t ns)
+{
+	uint64_t us = ns / 1000;
+	unsigned b = 0;
+
+	while (us > 1 && b < SYSOM_RUNQ_HIST_BUCKETS - 1) {
+		us >>= 1;
+		b++;
+	}
+	return b;
+}
 /* CPUs a thread ran on: a bitmap of the first 256 CPUs (CPUs beyond are not recorded). */
 #define SYSOM_CPU_MASK_WORDS 4
+
+/* CPU numbers in OS_CPUS and OS_IRQS are below this. */
+#define SYSOM_OS_CPU_LIMIT 65536
 
 /* OS_CPUS record (208 bytes): one CPU over the batch window. Rows are unique per cpu. */
 struct sysom_os_cpu {
@@ -531,7 +556,8 @@ struct sysom_os_thread {
 	uint64_t pages_migrated;   /* pages migrated while it was current (NUMA balancing, compaction) */
 	uint64_t hardirq_ns;       /* hard interrupt time taken while it was on the CPU */
 	uint64_t softirq_ns;       /* softirq time taken while it was on the CPU */
-	uint64_t cpus[SYSOM_CPU_MASK_WORDS]; /* CPUs it ran on (bit c of word c / 64); not all zero */
+	uint64_t cpus[SYSOM_CPU_MASK_WORDS]; /* CPUs it ran on (bit c of word c / 64); all zero
+					      * only when it ran on no CPU below 256 in the window */
 };
 
 /* Decoder limits: everything a peer controls is bounded. */
@@ -677,7 +703,8 @@ int sysom_batch_add_nccl_link(struct sysom_batch *b, const struct sysom_nccl_lin
 /* Adds into the row of the same cpu (sums; numa_node taken when known). -EINVAL for what the
  * decoder would reject. */
 int sysom_batch_add_os_cpu(struct sysom_batch *b, const struct sysom_os_cpu *c);
-/* Adds into the row of the same (cpu, irq). -EINVAL as above. */
+/* Adds into the row of the same (cpu, irq); a non-empty name replaces the row's. -EINVAL as
+ * above. */
 int sysom_batch_add_os_irq(struct sysom_batch *b, const struct sysom_os_irq *q);
 /* Adds into the row of the same (process, tid): sums and histogram add, CPU masks OR, the
  * comm is the latest. -EINVAL as above. */

@@ -75,6 +75,12 @@ static const char *section_name(uint16_t type)
 		return "NCCL_PROFILES";
 	case SYSOM_SECTION_NCCL_LINKS:
 		return "NCCL_LINKS";
+	case SYSOM_SECTION_OS_CPUS:
+		return "OS_CPUS";
+	case SYSOM_SECTION_OS_IRQS:
+		return "OS_IRQS";
+	case SYSOM_SECTION_OS_THREADS:
+		return "OS_THREADS";
 	}
 	return "unknown";
 }
@@ -829,6 +835,191 @@ static int decode_nccl_links(struct decoder *d, const struct section *s)
 	return 0;
 }
 
+/* ---- OS signals (minor 3) ---- */
+
+static int decode_os_cpus(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	uint64_t *seen = NULL; /* bitmap of CPU numbers (they are < SYSOM_OS_CPU_LIMIT) */
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_os_cpus, SYSOM_OS_CPU_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->os_cpus, &b->os_cpu_cap, s->count,
+			       sizeof(*b->os_cpus))))
+		return err;
+	if (s->count && !(seen = calloc(SYSOM_OS_CPU_LIMIT / 64, sizeof(*seen))))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_OS_CPU_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_os_cpu *o = &b->os_cpus[i];
+		const char *problem;
+
+		o->cpu = load_le32(p);
+		o->numa_node = (int32_t)load_le32(p + 4);
+		o->busy_ns = load_le64(p + 8);
+		o->hardirq_count = load_le64(p + 16);
+		o->hardirq_ns = load_le64(p + 24);
+		for (int v = 0; v < SYSOM_SOFTIRQ_COUNT; v++) {
+			o->softirq_count[v] = load_le64(p + 32 + 8 * v);
+			o->softirq_ns[v] = load_le64(p + 112 + 8 * v);
+		}
+		o->context_switches = load_le64(p + 192);
+		o->runq_wait_ns = load_le64(p + 200);
+		if ((problem = sysom_os_cpu_problem(o))) {
+			err = CORRUPT(d, at, "OS_CPUS record %u: %s", i, problem);
+			goto cleanup;
+		}
+		if (seen[o->cpu / 64] & (1ull << (o->cpu % 64))) {
+			err = CORRUPT(d, at, "OS_CPUS record %u: cpu %u repeated", i, o->cpu);
+			goto cleanup;
+		}
+		seen[o->cpu / 64] |= 1ull << (o->cpu % 64);
+		b->os_cpu_count++;
+	}
+cleanup:
+	free(seen);
+	return err;
+}
+
+/* Uniqueness among the records decoded so far (hash_index values are record numbers). */
+struct seen_key {
+	const struct sysom_batch *b;
+	uint32_t a, c;
+};
+
+static bool irq_seen_eq(const void *ctx, uint32_t idx)
+{
+	const struct seen_key *k = ctx;
+
+	return k->b->os_irqs[idx].cpu == k->a && k->b->os_irqs[idx].irq == k->c;
+}
+
+static bool thread_seen_eq(const void *ctx, uint32_t idx)
+{
+	const struct seen_key *k = ctx;
+
+	return k->b->os_threads[idx].process == k->a && k->b->os_threads[idx].tid == k->c;
+}
+
+/* 1 when the key of record i was seen before, 0 after adding it, or -ENOMEM. */
+static int repeated(struct hash_index *seen, hash_index_eq_fn eq, const struct seen_key *k,
+		    uint32_t i)
+{
+	uint64_t h = sysom_hash_mix(k->a, k->c);
+
+	if (hash_index_find(seen, h, eq, k) != HASH_INDEX_NONE)
+		return 1;
+	return hash_index_insert(seen, h, i);
+}
+
+static int decode_os_irqs(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	struct hash_index seen = { 0 };
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_os_irqs, SYSOM_OS_IRQ_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->os_irqs, &b->os_irq_cap, s->count,
+			       sizeof(*b->os_irqs))))
+		return err;
+	if (s->count && hash_index_init(&seen, s->count))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_OS_IRQ_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_os_irq *o = &b->os_irqs[i];
+		const char *problem;
+
+		o->cpu = load_le32(p);
+		o->irq = load_le32(p + 4);
+		o->name = load_le32(p + 8);
+		o->count = load_le64(p + 16);
+		o->ns = load_le64(p + 24);
+		if (load_le32(p + 12)) {
+			err = CORRUPT(d, at + 12, "OS_IRQS record %u: reserved field is not zero", i);
+			goto cleanup;
+		}
+		if ((problem = sysom_os_irq_problem(b, o))) {
+			err = CORRUPT(d, at, "OS_IRQS record %u: %s", i, problem);
+			goto cleanup;
+		}
+		if ((err = repeated(&seen, irq_seen_eq, &(struct seen_key){ b, o->cpu, o->irq }, i))) {
+			if (err > 0)
+				err = CORRUPT(d, at, "OS_IRQS record %u: cpu %u irq %u repeated", i,
+					      o->cpu, o->irq);
+			goto cleanup;
+		}
+		b->os_irq_count++;
+	}
+cleanup:
+	hash_index_free(&seen);
+	return err;
+}
+
+static int decode_os_threads(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	struct hash_index seen = { 0 };
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_os_threads, SYSOM_OS_THREAD_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->os_threads, &b->os_thread_cap, s->count,
+			       sizeof(*b->os_threads))))
+		return err;
+	if (s->count && hash_index_init(&seen, s->count))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_OS_THREAD_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_os_thread *o = &b->os_threads[i];
+		const char *problem;
+
+		o->process = load_le32(p);
+		o->tid = load_le32(p + 4);
+		o->comm = load_le32(p + 8);
+		o->oncpu_ns = load_le64(p + 16);
+		o->runq_wait_ns = load_le64(p + 24);
+		o->runq_waits = load_le64(p + 32);
+		for (int k = 0; k < SYSOM_RUNQ_HIST_BUCKETS; k++)
+			o->runq_hist[k] = load_le32(p + 40 + 4 * k);
+		o->voluntary_switches = load_le64(p + 120);
+		o->involuntary_switches = load_le64(p + 128);
+		o->migrations = load_le64(p + 136);
+		o->numa_migrations = load_le64(p + 144);
+		o->pages_migrated = load_le64(p + 152);
+		o->hardirq_ns = load_le64(p + 160);
+		o->softirq_ns = load_le64(p + 168);
+		for (int k = 0; k < SYSOM_CPU_MASK_WORDS; k++)
+			o->cpus[k] = load_le64(p + 176 + 8 * k);
+		if (load_le32(p + 12)) {
+			err = CORRUPT(d, at + 12, "OS_THREADS record %u: reserved field is not zero",
+				      i);
+			goto cleanup;
+		}
+		if (load_le64(p + 208) || load_le64(p + 216)) {
+			err = CORRUPT(d, at + 208, "OS_THREADS record %u: reserved field is not zero",
+				      i);
+			goto cleanup;
+		}
+		if ((problem = sysom_os_thread_problem(b, o))) {
+			err = CORRUPT(d, at, "OS_THREADS record %u: %s", i, problem);
+			goto cleanup;
+		}
+		if ((err = repeated(&seen, thread_seen_eq, &(struct seen_key){ b, o->process, o->tid },
+				    i))) {
+			if (err > 0)
+				err = CORRUPT(d, at, "OS_THREADS record %u: process %u tid %u repeated",
+					      i, o->process, o->tid);
+			goto cleanup;
+		}
+		b->os_thread_count++;
+	}
+cleanup:
+	hash_index_free(&seen);
+	return err;
+}
+
 static int read_header(struct decoder *d, struct section *sections,
 		       size_t nknown)
 {
@@ -933,6 +1124,9 @@ int sysom_batch_decode(const void *data, size_t len, const struct sysom_wire_lim
 		{ SYSOM_SECTION_GPU_KERNELS, decode_gpu_kernels },
 		{ SYSOM_SECTION_NCCL_PROFILES, decode_nccl_profiles },
 		{ SYSOM_SECTION_NCCL_LINKS, decode_nccl_links },
+		{ SYSOM_SECTION_OS_CPUS, decode_os_cpus },
+		{ SYSOM_SECTION_OS_IRQS, decode_os_irqs },
+		{ SYSOM_SECTION_OS_THREADS, decode_os_threads },
 	};
 	int rc;
 

@@ -15,4 +15,9 @@ const char *sysom_nccl_profile_problem(const struct sysom_batch *b,
 				       const struct sysom_nccl_profile *p);
 const char *sysom_nccl_link_problem(const struct sysom_batch *b, const struct sysom_nccl_link *l);
 
+/* The same for OS_CPUS / OS_IRQS / OS_THREADS rows (uniqueness is the decoder's own check). */
+const char *sysom_os_cpu_problem(const struct sysom_os_cpu *c);
+const char *sysom_os_irq_problem(const struct sysom_batch *b, const struct sysom_os_irq *q);
+const char *sysom_os_thread_problem(const struct sysom_batch *b, const struct sysom_os_thread *t);
+
 #endif

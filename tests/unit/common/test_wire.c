@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "common/bytes.h"
+#include "common/compress.h"
 #include "common/error.h"
 #include "common/wire.h"
 
@@ -769,6 +770,33 @@ static void test_gpu_truncation_and_flips(void **state)
 }
 /* ---- minor 2: GPU kernel time, NCCL profiles, NCCL links ---- */
 
+/*
+ * With SYSOM_WIRE_SEED_DIR set (tests/fuzz/corpus/fuzz_wire_decode), writes a seed for the
+ * decoder's fuzz target: its first byte selects the path (even: raw, odd: zstd).
+ */
+static void write_seed(const char *name, const uint8_t *batch, size_t len, bool zstd)
+{
+	const char *dir = getenv("SYSOM_WIRE_SEED_DIR");
+	struct byte_buf out = { 0 };
+	char path[4096];
+	FILE *f;
+
+	if (!dir)
+		return;
+	byte_buf_put_u8(&out, zstd ? 1 : 0);
+	if (zstd)
+		assert_int_equal(sysom_zstd_compress(batch, len, 3, &out), 0);
+	else
+		byte_buf_append(&out, batch, len);
+	assert_int_equal(byte_buf_error(&out), 0);
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(out.data, 1, out.len, f), out.len);
+	fclose(f);
+	byte_buf_free(&out);
+}
+
 static void build_timing_batch(struct sysom_batch *b)
 {
 	uint32_t kname, comm, func, algo, proto, dtype;
@@ -811,16 +839,9 @@ static void test_timing_round_trip(void **state)
 	(void)state;
 	build_timing_batch(&b);
 	encode(&b, &buf);
-	assert_int_equal(load_le16(buf.data + 6), 2);
+	assert_int_equal(load_le16(buf.data + 6), SYSOM_WIRE_MINOR);
 	/* SYSOM_WIRE_SEED_DIR=tests/fuzz/corpus/fuzz_wire_decode regenerates the fuzz seed. */
-	if (getenv("SYSOM_WIRE_SEED_DIR")) {
-		char path[4096];
-		snprintf(path, sizeof(path), "%s/batch-timing-raw", getenv("SYSOM_WIRE_SEED_DIR"));
-		FILE *f = fopen(path, "wb");
-		assert_non_null(f);
-		assert_int_equal(fwrite(buf.data, 1, buf.len, f), buf.len);
-		fclose(f);
-	}
+	write_seed("batch-timing-raw", buf.data, buf.len, false);
 	assert_int_equal(sysom_batch_decode(buf.data, buf.len, NULL, &d, NULL), 0);
 	assert_int_equal(d.gpu_kernel_count, 1);
 	assert_memory_equal(&d.gpu_kernels[0], &b.gpu_kernels[0], sizeof(d.gpu_kernels[0]));
@@ -1015,6 +1036,412 @@ static void test_timing_limits_and_flips(void **state)
 	sysom_batch_free(&b);
 }
 
+/* ---- minor 3: OS signals ---- */
+
+/* The timing batch plus two CPUs, two (CPU, IRQ) rows and two threads of process 0. */
+static void build_os_batch(struct sysom_batch *b)
+{
+	uint32_t nic, disk, comm1, comm2;
+
+	build_timing_batch(b);
+	assert_int_equal(sysom_batch_intern_cstring(b, "mlx5_comp3@pci:0000:3b:00.0", &nic), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, "nvme0q4", &disk), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, "pt_main_thread", &comm1), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, "NCCL Proxy", &comm2), 0);
+	struct sysom_os_cpu c = { .cpu = 3, .numa_node = 0, .busy_ns = 29000000000ULL,
+				  .hardirq_count = 5000, .hardirq_ns = 9000000,
+				  .context_switches = 12000, .runq_wait_ns = 45000000 };
+	c.softirq_count[SYSOM_SOFTIRQ_NET_RX] = 4000;
+	c.softirq_ns[SYSOM_SOFTIRQ_NET_RX] = 70000000;
+	c.softirq_count[SYSOM_SOFTIRQ_TIMER] = 7500;
+	c.softirq_ns[SYSOM_SOFTIRQ_TIMER] = 1500000;
+	assert_int_equal(sysom_batch_add_os_cpu(b, &c), 0);
+	c.cpu = 130;
+	c.numa_node = -1;
+	assert_int_equal(sysom_batch_add_os_cpu(b, &c), 0);
+	struct sysom_os_irq q = { .cpu = 3, .irq = 211, .name = nic, .count = 4800,
+				  .ns = 8500000 };
+	assert_int_equal(sysom_batch_add_os_irq(b, &q), 0);
+	q = (struct sysom_os_irq){ .cpu = 3, .irq = 90, .name = disk, .count = 200, .ns = 500000 };
+	assert_int_equal(sysom_batch_add_os_irq(b, &q), 0);
+	struct sysom_os_thread t = { .process = 0, .tid = 4243, .comm = comm1,
+				     .oncpu_ns = 25000000000ULL, .runq_wait_ns = 30000000,
+				     .runq_waits = 900, .voluntary_switches = 700,
+				     .involuntary_switches = 210, .migrations = 12,
+				     .numa_migrations = 2, .pages_migrated = 4096,
+				     .hardirq_ns = 6000000, .softirq_ns = 50000000 };
+	t.runq_hist[0] = 500;
+	t.runq_hist[3] = 300;
+	t.runq_hist[10] = 90;
+	t.cpus[0] = 1ull << 3;
+	t.cpus[2] = 1ull << (130 - 128);
+	assert_int_equal(sysom_batch_add_os_thread(b, &t), 0);
+	t = (struct sysom_os_thread){ .process = 0, .tid = 4250, .comm = comm2, .oncpu_ns = 1000,
+				      .voluntary_switches = 1 };
+	t.cpus[3] = 1ull << 63;
+	assert_int_equal(sysom_batch_add_os_thread(b, &t), 0);
+}
+
+static void test_os_round_trip(void **state)
+{
+	struct sysom_batch b, d;
+	struct byte_buf buf, again = { 0 };
+	struct sysom_wire_error err;
+
+	(void)state;
+	build_os_batch(&b);
+	encode(&b, &buf);
+	assert_int_equal(load_le16(buf.data + 6), 3);
+	write_seed("batch-os-raw", buf.data, buf.len, false);
+	write_seed("batch-os-zstd", buf.data, buf.len, true);
+	assert_int_equal(section_entry(&buf, 15)[0], SYSOM_SECTION_OS_CPUS);
+	assert_int_equal(load_le32(section_entry(&buf, 15) + 12), 2 * SYSOM_OS_CPU_RECORD_SIZE);
+	assert_int_equal(load_le32(section_entry(&buf, 16) + 12), 2 * SYSOM_OS_IRQ_RECORD_SIZE);
+	assert_int_equal(load_le32(section_entry(&buf, 17) + 12), 2 * SYSOM_OS_THREAD_RECORD_SIZE);
+	if (sysom_batch_decode(buf.data, buf.len, NULL, &d, &err))
+		fail_msg("decode: %s", err.message);
+	assert_int_equal(d.os_cpu_count, 2);
+	assert_memory_equal(&d.os_cpus[0], &b.os_cpus[0], sizeof(d.os_cpus[0]));
+	assert_memory_equal(&d.os_cpus[1], &b.os_cpus[1], sizeof(d.os_cpus[1]));
+	assert_int_equal(d.os_cpus[1].numa_node, -1);
+	assert_int_equal(d.os_cpus[0].softirq_ns[SYSOM_SOFTIRQ_NET_RX], 70000000);
+	assert_int_equal(d.os_irq_count, 2);
+	assert_int_equal(d.os_irqs[0].irq, 211);
+	assert_int_equal(d.os_irqs[0].count, 4800);
+	assert_int_equal(d.os_irqs[0].ns, 8500000);
+	assert_string_equal(sysom_batch_string(&d, d.os_irqs[0].name), "mlx5_comp3@pci:0000:3b:00.0");
+	assert_int_equal(d.os_thread_count, 2);
+	const struct sysom_os_thread *t = &d.os_threads[0];
+	assert_int_equal(t->tid, 4243);
+	assert_string_equal(sysom_batch_string(&d, t->comm), "pt_main_thread");
+	assert_int_equal(t->oncpu_ns, 25000000000ULL);
+	assert_int_equal(t->runq_wait_ns, 30000000);
+	assert_int_equal(t->runq_waits, 900);
+	assert_memory_equal(t->runq_hist, b.os_threads[0].runq_hist, sizeof(t->runq_hist));
+	assert_int_equal(t->voluntary_switches, 700);
+	assert_int_equal(t->involuntary_switches, 210);
+	assert_int_equal(t->migrations, 12);
+	assert_int_equal(t->numa_migrations, 2);
+	assert_int_equal(t->pages_migrated, 4096);
+	assert_int_equal(t->hardirq_ns, 6000000);
+	assert_int_equal(t->softirq_ns, 50000000);
+	assert_int_equal(t->cpus[0], 1ull << 3);
+	assert_int_equal(t->cpus[2], 1ull << 2);
+	assert_int_equal(d.os_threads[1].cpus[3], 1ull << 63);
+	assert_int_equal(sysom_batch_encode(&d, &again), 0);
+	assert_int_equal(again.len, buf.len);
+	assert_memory_equal(again.data, buf.data, buf.len);
+	byte_buf_free(&again);
+	byte_buf_free(&buf);
+	sysom_batch_free(&d);
+	sysom_batch_free(&b);
+}
+
+/* Rows of one key merge the way windows add up; what the decoder refuses, the builder refuses. */
+static void test_os_builder(void **state)
+{
+	struct sysom_batch b;
+	uint32_t other;
+
+	(void)state;
+	build_os_batch(&b);
+	assert_int_equal(sysom_batch_intern_cstring(&b, "renamed", &other), 0);
+
+	struct sysom_os_cpu c = b.os_cpus[0];
+	c.numa_node = -1; /* unknown: the row keeps its node */
+	assert_int_equal(sysom_batch_add_os_cpu(&b, &c), 0);
+	assert_int_equal(b.os_cpu_count, 2);
+	assert_int_equal(b.os_cpus[0].numa_node, 0);
+	assert_int_equal(b.os_cpus[0].busy_ns, 58000000000ULL);
+	assert_int_equal(b.os_cpus[0].softirq_count[SYSOM_SOFTIRQ_NET_RX], 8000);
+	assert_int_equal(b.os_cpus[0].softirq_ns[SYSOM_SOFTIRQ_TIMER], 3000000);
+	assert_int_equal(b.os_cpus[0].context_switches, 24000);
+	c = b.os_cpus[1];
+	c.numa_node = 1;
+	c.busy_ns = UINT64_MAX;
+	assert_int_equal(sysom_batch_add_os_cpu(&b, &c), 0);
+	assert_int_equal(b.os_cpus[1].numa_node, 1);
+	assert_int_equal(b.os_cpus[1].busy_ns, UINT64_MAX); /* saturates */
+	c.cpu = 7;
+	assert_int_equal(sysom_batch_add_os_cpu(&b, &c), 0);
+	assert_int_equal(b.os_cpu_count, 3);
+
+	struct sysom_os_irq q = b.os_irqs[0];
+	q.name = 0; /* no name this time: the row keeps its own */
+	assert_int_equal(sysom_batch_add_os_irq(&b, &q), 0);
+	assert_int_equal(b.os_irq_count, 2);
+	assert_int_equal(b.os_irqs[0].count, 9600);
+	assert_int_equal(b.os_irqs[0].ns, 17000000);
+	assert_string_equal(sysom_batch_string(&b, b.os_irqs[0].name), "mlx5_comp3@pci:0000:3b:00.0");
+	q.name = other;
+	assert_int_equal(sysom_batch_add_os_irq(&b, &q), 0);
+	assert_string_equal(sysom_batch_string(&b, b.os_irqs[0].name), "renamed");
+	q.cpu = 4; /* another CPU: another row */
+	assert_int_equal(sysom_batch_add_os_irq(&b, &q), 0);
+	assert_int_equal(b.os_irq_count, 3);
+
+	struct sysom_os_thread t = b.os_threads[0];
+	memset(t.cpus, 0, sizeof(t.cpus));
+	t.cpus[1] = 1;
+	t.comm = other;
+	t.runq_hist[10] = UINT32_MAX;
+	t.runq_waits = t.runq_waits + UINT32_MAX;
+	assert_int_equal(sysom_batch_add_os_thread(&b, &t), 0);
+	assert_int_equal(b.os_thread_count, 2);
+	const struct sysom_os_thread *m = &b.os_threads[0];
+	assert_int_equal(m->oncpu_ns, 50000000000ULL);
+	assert_int_equal(m->runq_hist[0], 1000);
+	assert_int_equal(m->runq_hist[10], UINT32_MAX); /* saturates */
+	assert_int_equal(m->voluntary_switches, 1400);
+	assert_int_equal(m->numa_migrations, 4);
+	assert_int_equal(m->cpus[0], 1ull << 3);
+	assert_int_equal(m->cpus[1], 1);
+	assert_int_equal(m->cpus[2], 1ull << 2);
+	assert_string_equal(sysom_batch_string(&b, m->comm), "renamed");
+	t.tid = 1; /* another thread */
+	assert_int_equal(sysom_batch_add_os_thread(&b, &t), 0);
+	assert_int_equal(b.os_thread_count, 3);
+	/* The merged batch still decodes. */
+	struct byte_buf buf;
+	encode(&b, &buf);
+	expect_corrupt(buf.data, buf.len, 0, NULL);
+	byte_buf_free(&buf);
+
+	/* Refusals. */
+	c = b.os_cpus[0];
+	c.cpu = SYSOM_OS_CPU_LIMIT;
+	assert_int_equal(sysom_batch_add_os_cpu(&b, &c), -EINVAL);
+	c = b.os_cpus[0];
+	c.numa_node = -2;
+	assert_int_equal(sysom_batch_add_os_cpu(&b, &c), -EINVAL);
+	c = b.os_cpus[0];
+	c.hardirq_count = 0;
+	assert_int_equal(sysom_batch_add_os_cpu(&b, &c), -EINVAL);
+	c = b.os_cpus[0];
+	c.softirq_count[SYSOM_SOFTIRQ_NET_RX] = 0;
+	assert_int_equal(sysom_batch_add_os_cpu(&b, &c), -EINVAL);
+	q = b.os_irqs[0];
+	q.count = 0;
+	assert_int_equal(sysom_batch_add_os_irq(&b, &q), -EINVAL);
+	q = b.os_irqs[0];
+	q.name = b.string_count;
+	assert_int_equal(sysom_batch_add_os_irq(&b, &q), -EINVAL);
+	q = b.os_irqs[0];
+	q.cpu = UINT32_MAX;
+	assert_int_equal(sysom_batch_add_os_irq(&b, &q), -EINVAL);
+	t = b.os_threads[1];
+	t.process = b.process_count;
+	assert_int_equal(sysom_batch_add_os_thread(&b, &t), -EINVAL);
+	t = b.os_threads[1];
+	t.tid = 0;
+	assert_int_equal(sysom_batch_add_os_thread(&b, &t), -EINVAL);
+	t = b.os_threads[1];
+	t.comm = b.string_count;
+	assert_int_equal(sysom_batch_add_os_thread(&b, &t), -EINVAL);
+	t = b.os_threads[0];
+	t.runq_waits = 0;
+	assert_int_equal(sysom_batch_add_os_thread(&b, &t), -EINVAL);
+	t = b.os_threads[0];
+	t.numa_migrations = t.migrations + 1;
+	assert_int_equal(sysom_batch_add_os_thread(&b, &t), -EINVAL);
+	/* An all-zero CPU mask is allowed: the thread ran only on CPUs past the mask's 256. */
+	t = b.os_threads[1];
+	memset(t.cpus, 0, sizeof(t.cpus));
+	t.tid = 99;
+	assert_int_equal(sysom_batch_add_os_thread(&b, &t), 0);
+	assert_int_equal(b.os_cpu_count, 3);
+	assert_int_equal(b.os_irq_count, 3);
+	sysom_batch_free(&b);
+}
+
+/* Each broken rule of the OS sections is refused as corrupt, with a message saying which. */
+static void test_os_corruptions(void **state)
+{
+	struct sysom_batch b;
+	struct byte_buf buf;
+	static const struct {
+		uint16_t section;
+		uint32_t record;
+		uint32_t at;
+		uint32_t size;
+		uint64_t value;
+		const char *fragment;
+	} cases[] = {
+		{ SYSOM_SECTION_OS_CPUS, 0, 0, 4, SYSOM_OS_CPU_LIMIT, "cpu out of range" },
+		{ SYSOM_SECTION_OS_CPUS, 0, 4, 4, (uint32_t)-2, "NUMA node" },
+		{ SYSOM_SECTION_OS_CPUS, 0, 16, 8, 0, "hard interrupt time without" },
+		{ SYSOM_SECTION_OS_CPUS, 0, 32 + 8 * SYSOM_SOFTIRQ_NET_RX, 8, 0, "softirq time without" },
+		{ SYSOM_SECTION_OS_CPUS, 0, 32 + 8 * SYSOM_SOFTIRQ_TIMER, 8, 0, "softirq time without" },
+		{ SYSOM_SECTION_OS_CPUS, 1, 0, 4, 3, "cpu 3 repeated" },
+		{ SYSOM_SECTION_OS_IRQS, 0, 0, 4, SYSOM_OS_CPU_LIMIT, "cpu out of range" },
+		{ SYSOM_SECTION_OS_IRQS, 0, 8, 4, 99999, "name out of range" },
+		{ SYSOM_SECTION_OS_IRQS, 0, 12, 4, 1, "reserved" },
+		{ SYSOM_SECTION_OS_IRQS, 0, 16, 8, 0, "zero count" },
+		{ SYSOM_SECTION_OS_IRQS, 1, 4, 4, 211, "cpu 3 irq 211 repeated" },
+		{ SYSOM_SECTION_OS_THREADS, 0, 0, 4, 1, "process out of range" },
+		{ SYSOM_SECTION_OS_THREADS, 0, 4, 4, 0, "tid 0" },
+		{ SYSOM_SECTION_OS_THREADS, 0, 8, 4, 99999, "comm out of range" },
+		{ SYSOM_SECTION_OS_THREADS, 0, 12, 4, 1, "reserved" },
+		{ SYSOM_SECTION_OS_THREADS, 0, 32, 8, 889, "histogram holds more waits" },
+		{ SYSOM_SECTION_OS_THREADS, 0, 40 + 4 * 19, 4, 11, "histogram holds more waits" },
+		{ SYSOM_SECTION_OS_THREADS, 0, 136, 8, 1, "more NUMA migrations" },
+		{ SYSOM_SECTION_OS_THREADS, 0, 208, 8, 1, "reserved" },
+		{ SYSOM_SECTION_OS_THREADS, 0, 216, 8, 1ull << 63, "reserved" },
+		{ SYSOM_SECTION_OS_THREADS, 1, 4, 4, 4243, "process 0 tid 4243 repeated" },
+	};
+	static const uint32_t record_size[] = {
+		[SYSOM_SECTION_OS_CPUS] = SYSOM_OS_CPU_RECORD_SIZE,
+		[SYSOM_SECTION_OS_IRQS] = SYSOM_OS_IRQ_RECORD_SIZE,
+		[SYSOM_SECTION_OS_THREADS] = SYSOM_OS_THREAD_RECORD_SIZE,
+	};
+
+	(void)state;
+	build_os_batch(&b);
+	encode(&b, &buf);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint8_t *p = buf.data + section_offset(&buf, cases[i].section) +
+			     cases[i].record * record_size[cases[i].section] + cases[i].at;
+		uint8_t saved[8];
+
+		memcpy(saved, p, cases[i].size);
+		if (cases[i].size == 4)
+			store_le32(p, (uint32_t)cases[i].value);
+		else
+			store_le64(p, cases[i].value);
+		expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, cases[i].fragment);
+		memcpy(p, saved, cases[i].size);
+	}
+	expect_corrupt(buf.data, buf.len, 0, NULL);
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
+}
+
+static void test_os_limits_and_flips(void **state)
+{
+	struct sysom_batch b, d;
+	struct byte_buf buf;
+	struct sysom_wire_error err;
+	struct sysom_wire_limits limits;
+	uint32_t *fields[] = { &limits.max_os_cpus, &limits.max_os_irqs, &limits.max_os_threads };
+	static const char *const names[] = { "OS_CPUS", "OS_IRQS", "OS_THREADS" };
+
+	(void)state;
+	assert_int_equal(sysom_wire_default_limits.max_os_cpus, 4096);
+	assert_int_equal(sysom_wire_default_limits.max_os_irqs, 65536);
+	assert_int_equal(sysom_wire_default_limits.max_os_threads, 65536);
+	build_os_batch(&b);
+	encode(&b, &buf);
+	for (size_t i = 0; i < 3; i++) {
+		limits = sysom_wire_default_limits;
+		*fields[i] = 1;
+		assert_int_equal(sysom_batch_decode(buf.data, buf.len, &limits, &d, &err), -SYSOM_ELIMIT);
+		if (!strstr(err.message, names[i]) || !strstr(err.message, "limit"))
+			fail_msg("'%s' lacks %s", err.message, names[i]);
+		sysom_batch_free(&d);
+	}
+	/* A record count that disagrees with the section size; a forged huge count. */
+	for (int i = 15; i < 18; i++) {
+		uint8_t *e = section_entry(&buf, i);
+		char want[32];
+
+		snprintf(want, sizeof(want), "%s: size", names[i - 15]);
+		store_le32(e + 4, 3);
+		expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, want);
+		store_le32(e + 4, 0x7fffffff);
+		expect_corrupt(buf.data, buf.len, -SYSOM_ELIMIT, "limit");
+		store_le32(e + 4, 2);
+	}
+	expect_corrupt(buf.data, buf.len, 0, NULL);
+	for (size_t len = 0; len < buf.len; len += 11) {
+		int rc = sysom_batch_decode(buf.data, len, NULL, &d, &err);
+		if (rc != -SYSOM_ECORRUPT)
+			fail_msg("prefix %zu: rc %d (%s)", len, rc, err.message);
+		sysom_batch_free(&d);
+	}
+	for (size_t i = 0; i < buf.len; i++) {
+		buf.data[i] ^= 0x81;
+		int rc = sysom_batch_decode(buf.data, buf.len, NULL, &d, &err);
+		assert_true(rc == 0 || rc == -SYSOM_ECORRUPT || rc == -SYSOM_ELIMIT ||
+			    rc == -SYSOM_EVERSION);
+		for (uint32_t k = 0; rc == 0 && k < d.os_thread_count; k++) {
+			uint64_t sum = 0;
+			for (int h = 0; h < SYSOM_RUNQ_HIST_BUCKETS; h++)
+				sum += d.os_threads[k].runq_hist[h];
+			assert_true(sum <= d.os_threads[k].runq_waits);
+			assert_true(d.os_threads[k].numa_migrations <= d.os_threads[k].migrations);
+			assert_true(d.os_threads[k].process < d.process_count);
+		}
+		for (uint32_t k = 0; rc == 0 && k < d.os_irq_count; k++)
+			assert_true(d.os_irqs[k].count > 0 && d.os_irqs[k].cpu < SYSOM_OS_CPU_LIMIT);
+		sysom_batch_free(&d);
+		buf.data[i] ^= 0x81;
+	}
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
+}
+
+/* A 1.2 batch (no OS sections) still decodes; a 1.2 reader, which does not know sections
+ * 16-18, skips them (what an older server does with this agent's batches). */
+static void test_minor2_batch_and_old_reader(void **state)
+{
+	struct sysom_batch b, d;
+	struct byte_buf buf;
+
+	(void)state;
+	build_timing_batch(&b);
+	encode(&b, &buf);
+	for (int i = 15; i < 18; i++)
+		assert_int_equal(load_le32(section_entry(&buf, i) + 12), 0);
+	store_le16(buf.data + 6, 2);
+	store_le16(buf.data + 10, 15);
+	assert_int_equal(sysom_batch_decode(buf.data, buf.len, NULL, &d, NULL), 0);
+	assert_int_equal(d.minor, 2);
+	assert_int_equal(d.nccl_link_count, 1);
+	assert_int_equal(d.os_cpu_count + d.os_irq_count + d.os_thread_count, 0);
+	sysom_batch_free(&d);
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
+
+	/* The OS sections under type numbers this decoder does not know: skipped. */
+	build_os_batch(&b);
+	encode(&b, &buf);
+	for (int i = 15; i < 18; i++)
+		store_le16(section_entry(&buf, i), (uint16_t)(40 + i));
+	assert_int_equal(sysom_batch_decode(buf.data, buf.len, NULL, &d, NULL), 0);
+	assert_int_equal(d.os_cpu_count + d.os_irq_count + d.os_thread_count, 0);
+	assert_int_equal(d.nccl_link_count, 1);
+	sysom_batch_free(&d);
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
+}
+
+static void test_os_names(void **state)
+{
+	static const char *const names[] = { "HI", "TIMER", "NET_TX", "NET_RX", "BLOCK",
+					     "IRQ_POLL", "TASKLET", "SCHED", "HRTIMER", "RCU" };
+
+	(void)state;
+	for (uint32_t v = 0; v < SYSOM_SOFTIRQ_COUNT; v++)
+		assert_string_equal(sysom_softirq_name(v), names[v]);
+	assert_null(sysom_softirq_name(SYSOM_SOFTIRQ_COUNT));
+	assert_null(sysom_softirq_name(UINT32_MAX));
+	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_OS_THREADS_LOST), "os_threads_lost");
+	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_OS_IRQS_LOST), "os_irqs_lost");
+	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_OS_ROWS_DROPPED), "os_rows_dropped");
+	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_OS_ATTACH_ERRORS), "os_attach_errors");
+	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_OS_TRACKED), "os_tracked_processes");
+	assert_null(sysom_counter_name(56));
+	/* Run-queue buckets: < 2 µs, then [2^i, 2^(i+1)) µs, the last open-ended. */
+	assert_int_equal(sysom_runq_hist_bucket(0), 0);
+	assert_int_equal(sysom_runq_hist_bucket(1999), 0);
+	assert_int_equal(sysom_runq_hist_bucket(2000), 1);
+	assert_int_equal(sysom_runq_hist_bucket(3999), 1);
+	assert_int_equal(sysom_runq_hist_bucket(4000), 2);
+	assert_int_equal(sysom_runq_hist_bucket(1024000), 10);
+	assert_int_equal(sysom_runq_hist_bucket(524288000ULL), 19);
+	assert_int_equal(sysom_runq_hist_bucket(UINT64_MAX), 19);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1037,6 +1464,12 @@ int main(void)
 		cmocka_unit_test(test_timing_builder),
 		cmocka_unit_test(test_timing_corruptions),
 		cmocka_unit_test(test_timing_limits_and_flips),
+		cmocka_unit_test(test_os_round_trip),
+		cmocka_unit_test(test_os_builder),
+		cmocka_unit_test(test_os_corruptions),
+		cmocka_unit_test(test_os_limits_and_flips),
+		cmocka_unit_test(test_minor2_batch_and_old_reader),
+		cmocka_unit_test(test_os_names),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
