@@ -62,7 +62,7 @@ DEB_PACKAGES := make gcc clang llvm bpftool libbpf-dev libelf-dev libdw-dev zlib
   libcurl4-openssl-dev libjansson-dev libuv1-dev libzstd-dev libsqlite3-dev \
   libhttp-parser-dev libcmocka-dev libxxhash-dev libsystemd-dev pkg-config \
   libclang-rt-14-dev curl binutils procps util-linux zstd python3 elfutils linux-perf \
-  libstdc++-12-dev libdebuginfod-dev debuginfod libc6-dbg gcc
+  libstdc++-12-dev libdebuginfod-dev debuginfod libc6-dbg gcc prometheus-alertmanager
 
 # ---------------------------------------------------------------------------------------------
 # Sources, discovered per directory: a module is a directory, its main.c the executable.
@@ -399,6 +399,12 @@ $(BUILD)/bench/nccl_profiler_bench: $(OBJ)/bench/nccl_profiler_bench.o $(OBJ)/cl
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -pthread -ldl
+
+# The analysis benchmark runs the server's analysis over its store.
+$(BUILD)/bench/analysis_bench: $(OBJ)/bench/analysis_bench.o $(SERVER_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(SERVER_LDLIBS)
 
 # Benchmark programs link every library (each uses what it needs).
 $(BUILD)/bench/%: $(OBJ)/bench/%.o $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(SYMREPO_LIB) $(COMMON_LIB)

@@ -22,6 +22,7 @@ static const struct {
 	{ "gpu", CTL_GPU, "/api/v1/jobs/" },                 /* + the job + /gpu */
 	{ "stragglers", CTL_STRAGGLERS, "/api/v1/jobs/" },   /* + the job + /stragglers */
 	{ "diff", CTL_DIFF, "/api/v1/flamegraph/diff" },
+	{ "diagnose", CTL_DIAGNOSE, "/api/v1/diagnoses" },
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -62,6 +63,11 @@ void ctl_usage(FILE *out)
 	      "       [--format top|folded]\n"
 	      "      two ranks' CPU profiles compared: functions ranked by the difference in their\n"
 	      "      share of samples (top), or 'stack a b' lines for a differential flame graph\n"
+	      "  diagnose [--job J] [--from T] [--to T] [--status open|all] [--limit N]\n"
+	      "           [--format table|json]\n"
+	      "  diagnose --id ID [--format text|json]\n"
+	      "      the incidents the server diagnosed by itself (stragglers with their layer,\n"
+	      "      regressions against the job's baseline), or one incident's full report\n"
 	      "\n"
 	      "  N: node id (32 hex digits) or hostname. T: Unix seconds, RFC 3339\n"
 	      "  (2026-11-22T10:00:00Z), now, or relative (-30s, -5m, -1h); default the last hour.\n"
@@ -88,6 +94,8 @@ void ctl_args_free(struct ctl_args *a)
 	free(a->min_excess_ms);
 	free(a->rank_a);
 	free(a->rank_b);
+	free(a->id);
+	free(a->status);
 	free(a->job);
 	free(a->communicator);
 	free(a->op);
@@ -102,25 +110,34 @@ static int parse_format(struct ctl_args *a, char *err, size_t errlen)
 		bool for_flamegraph;
 	} formats[] = {
 		{ "table", CTL_FORMAT_TABLE, false },
+		{ "text", CTL_FORMAT_TEXT, false },
 		{ "json", CTL_FORMAT_JSON, true },
 		{ "top", CTL_FORMAT_TOP, true },
 		{ "folded", CTL_FORMAT_FOLDED, true },
 	};
 	bool flame = a->command == CTL_FLAMEGRAPH || a->command == CTL_DIFF;
 
-	a->format = flame ? CTL_FORMAT_TOP : CTL_FORMAT_TABLE;
+	bool one = a->command == CTL_DIAGNOSE && a->id; /* one report: text or json */
+
+	a->format = flame ? CTL_FORMAT_TOP : one ? CTL_FORMAT_TEXT : CTL_FORMAT_TABLE;
 	if (!a->format_text)
 		return 0;
 	for (size_t i = 0; i < sizeof(formats) / sizeof(formats[0]); i++) {
 		if (strcmp(a->format_text, formats[i].name) != 0)
 			continue;
+		if (formats[i].format == CTL_FORMAT_TEXT || formats[i].format == CTL_FORMAT_TABLE) {
+			if ((formats[i].format == CTL_FORMAT_TEXT) != one || flame)
+				continue;
+			a->format = formats[i].format;
+			return 0;
+		}
 		if (formats[i].format == CTL_FORMAT_JSON || formats[i].for_flamegraph == flame) {
 			a->format = formats[i].format;
 			return 0;
 		}
 	}
 	snprintf(err, errlen, "--format: '%s' is not one of %s", a->format_text,
-		 flame ? "top, folded, json" : "table, json");
+		 flame ? "top, folded, json" : one ? "text, json" : "table, json");
 	return -SYSOM_ECONFIG;
 }
 
@@ -181,6 +198,11 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 		{ "limit", SYSOM_OPT_UINT, &a->limit, 1, 100000, "", true },
 		{ "top", SYSOM_OPT_UINT, &a->top, 1, 1000, "", true }
 	};
+	const struct sysom_option diagnose[] = {
+		OPT_FORMAT, OPT_HELP, OPT_STR("job", job), OPT_STR("from", from), OPT_STR("to", to),
+		OPT_STR("status", status), OPT_STR("id", id),
+		{ "limit", SYSOM_OPT_UINT, &a->limit, 1, 10000, "", true }
+	};
 	const struct sysom_option gpu[] = {
 		OPT_FORMAT, OPT_HELP, OPT_STR("job", job), OPT_STR("rank", rank), OPT_STR("from", from),
 		OPT_STR("to", to), { "top", SYSOM_OPT_UINT, &a->top, 1, 1000, "", true }
@@ -218,6 +240,10 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 		table = diff;
 		n = sizeof(diff) / sizeof(diff[0]);
 		break;
+	case CTL_DIAGNOSE:
+		table = diagnose;
+		n = sizeof(diagnose) / sizeof(diagnose[0]);
+		break;
 	default:
 		table = flamegraph;
 		n = sizeof(flamegraph) / sizeof(flamegraph[0]);
@@ -247,6 +273,19 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 				snprintf(err, errlen, "diff: --%c must be a rank (0, 1, ...)", 'a' + i);
 				return -SYSOM_ECONFIG;
 			}
+	}
+	if (a->id && (!isdigit((unsigned char)a->id[0]) || strlen(a->id) > 18 ||
+		      strspn(a->id, "0123456789") != strlen(a->id) || strtoll(a->id, NULL, 10) <= 0)) {
+		snprintf(err, errlen, "diagnose: --id '%s' is not a diagnosis id", a->id);
+		return -SYSOM_ECONFIG;
+	}
+	if (a->id && (a->job || a->from || a->to || a->status || a->limit)) {
+		snprintf(err, errlen, "diagnose: --id takes no other filter");
+		return -SYSOM_ECONFIG;
+	}
+	if (a->status && strcmp(a->status, "open") && strcmp(a->status, "all")) {
+		snprintf(err, errlen, "diagnose: --status must be open or all");
+		return -SYSOM_ECONFIG;
 	}
 	if (a->rank && (!isdigit((unsigned char)a->rank[0]) || strlen(a->rank) > 9 ||
 			strspn(a->rank, "0123456789") != strlen(a->rank))) {
@@ -285,7 +324,7 @@ int ctl_args_parse(int argc, char *const argv[], const char *env_server, struct 
 	}
 	if (at >= argc) {
 		snprintf(err, errlen, "missing command (nodes, processes, flamegraph, jobs, "
-			 "collectives, gpu, stragglers or diff; see --help)");
+			 "collectives, gpu, stragglers, diff or diagnose; see --help)");
 		rc = -SYSOM_ECONFIG;
 		goto cleanup;
 	}
@@ -293,7 +332,7 @@ int ctl_args_parse(int argc, char *const argv[], const char *env_server, struct 
 		;
 	if (i == NCOMMANDS) {
 		snprintf(err, errlen, "unknown command '%s' (nodes, processes, flamegraph, jobs, "
-			 "collectives, gpu, stragglers or diff)", argv[at]);
+			 "collectives, gpu, stragglers, diff or diagnose)", argv[at]);
 		rc = -SYSOM_ECONFIG;
 		goto cleanup;
 	}
@@ -388,6 +427,19 @@ int ctl_url_build(const struct ctl_args *a, struct byte_buf *url)
 		query_add(url, &first, "b", a->rank_b);
 		query_add(url, &first, "from", a->from);
 		query_add(url, &first, "to", a->to);
+		if (a->limit) {
+			snprintf(limit, sizeof(limit), "%u", a->limit);
+			query_add(url, &first, "limit", limit);
+		}
+	}
+	if (a->command == CTL_DIAGNOSE && a->id) {
+		byte_buf_printf(url, "/%s", a->id);
+		query_add(url, &first, "format", a->format == CTL_FORMAT_TEXT ? "text" : "json");
+	} else if (a->command == CTL_DIAGNOSE) {
+		query_add(url, &first, "job", a->job);
+		query_add(url, &first, "from", a->from);
+		query_add(url, &first, "to", a->to);
+		query_add(url, &first, "status", a->status);
 		if (a->limit) {
 			snprintf(limit, sizeof(limit), "%u", a->limit);
 			query_add(url, &first, "limit", limit);

@@ -17,8 +17,9 @@
 #define CTL_MAX_RESPONSE (1024u << 20) /* largest response body accepted */
 
 enum ctl_command { CTL_NODES, CTL_PROCESSES, CTL_FLAMEGRAPH, CTL_JOBS, CTL_COLLECTIVES, CTL_GPU,
-		   CTL_STRAGGLERS, CTL_DIFF };
-enum ctl_format { CTL_FORMAT_TABLE, CTL_FORMAT_TOP, CTL_FORMAT_FOLDED, CTL_FORMAT_JSON };
+		   CTL_STRAGGLERS, CTL_DIFF, CTL_DIAGNOSE };
+enum ctl_format { CTL_FORMAT_TABLE, CTL_FORMAT_TOP, CTL_FORMAT_FOLDED, CTL_FORMAT_JSON,
+		  CTL_FORMAT_TEXT };
 
 /* A parsed command line. Strings are heap copies (ctl_args_free); NULL when not given. */
 struct ctl_args {
@@ -31,6 +32,7 @@ struct ctl_args {
 	char *rank;        /* gpu */
 	char *k, *window, *min_excess_ms; /* stragglers */
 	char *rank_a, *rank_b;            /* diff */
+	char *id, *status;                /* diagnose */
 	char *format_text;
 	enum ctl_format format;
 	uint32_t limit;    /* 0: the server's default */
@@ -106,6 +108,9 @@ int ctl_stragglers_render(const json_t *doc, FILE *out);
  */
 int ctl_diff_render(const char *text, size_t len, uint32_t top, uint32_t rank_a, uint32_t rank_b,
 		    FILE *out);
+
+/* A list of diagnoses (GET /api/v1/diagnoses): one line each, newest first. */
+int ctl_diagnoses_render(const json_t *doc, FILE *out);
 
 /*
  * The message of an error response: the "error" member of a JSON body, else the body's first

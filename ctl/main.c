@@ -27,7 +27,8 @@ static int output(const struct ctl_args *a, const struct byte_buf *body)
 		}
 		return fflush(stdout) ? EXIT_FAILURE : EXIT_SUCCESS;
 	}
-	if (a->format == CTL_FORMAT_JSON || a->format == CTL_FORMAT_FOLDED) {
+	if (a->format == CTL_FORMAT_JSON || a->format == CTL_FORMAT_FOLDED ||
+	    a->format == CTL_FORMAT_TEXT) {
 		if (body->len && fwrite(body->data, 1, body->len, stdout) != body->len)
 			return EXIT_FAILURE;
 		return fflush(stdout) ? EXIT_FAILURE : EXIT_SUCCESS;
@@ -52,6 +53,9 @@ static int output(const struct ctl_args *a, const struct byte_buf *body)
 		break;
 	case CTL_STRAGGLERS:
 		rc = ctl_stragglers_render(doc, stdout);
+		break;
+	case CTL_DIAGNOSE:
+		rc = ctl_diagnoses_render(doc, stdout);
 		break;
 	case CTL_PROCESSES:
 		rc = ctl_processes_render(doc, stdout);

@@ -604,6 +604,32 @@ int ctl_stragglers_render(const json_t *doc, FILE *out)
 	return 0;
 }
 
+int ctl_diagnoses_render(const json_t *doc, FILE *out)
+{
+	const json_t *list = json_object_get(doc, "diagnoses");
+	size_t i;
+	json_t *d;
+
+	if (!json_is_array(list))
+		return -EINVAL;
+	if (json_array_size(list) == 0) {
+		fprintf(out, "No diagnosis in the range.\n");
+		return 0;
+	}
+	fprintf(out, "%-6s  %-8s  %-24s  %-10s  %-5s  %-7s  %-8s  %s\n", "ID", "STATUS", "OPENED",
+		"KIND", "RANK", "LAYER", "SEVERITY", "JOB / SUMMARY");
+	json_array_foreach(list, i, d) {
+		char rank[16] = "-";
+		if (json_is_integer(json_object_get(d, "rank")))
+			snprintf(rank, sizeof(rank), "%" JSON_INTEGER_FORMAT, int_of(d, "rank"));
+		fprintf(out, "%-6" JSON_INTEGER_FORMAT "  %-8s  %-24s  %-10s  %-5s  %-7s  %-8s  %s\n",
+			int_of(d, "id"), str(d, "status"), str(d, "opened"), str(d, "kind"), rank,
+			str(d, "layer"), str(d, "severity"), str(d, "job"));
+		fprintf(out, "        %s\n", str(d, "summary"));
+	}
+	return 0;
+}
+
 struct diff_fn {
 	const char *name; /* a key of the jansson object (borrowed) */
 	double a, b, delta;

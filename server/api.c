@@ -17,6 +17,7 @@
 #include "common/options.h"
 #include "server/analysis/folded.h"
 #include "server/diagnosis.h"
+#include "server/monitor.h"
 #include "server/render.h"
 
 #define PARAM_MAX 256
@@ -30,6 +31,8 @@ struct api {
 	struct upstream *upstream;
 	int64_t (*now_ms)(void);
 	_Atomic(struct http_server *) http;
+	struct alerts *alerts;
+	struct monitor *monitor;
 };
 
 static int64_t real_now_ms(void)
@@ -54,6 +57,8 @@ struct api *api_new(struct store *store, struct symbolizer *sym, struct auth *au
 	api->now_ms = opts && opts->now_ms ? opts->now_ms : real_now_ms;
 	api->symbols = opts ? opts->symbols : NULL;
 	api->upstream = opts ? opts->upstream : NULL;
+	api->alerts = opts ? opts->alerts : NULL;
+	api->monitor = opts ? opts->monitor : NULL;
 	atomic_init(&api->http, NULL);
 	return api;
 }
@@ -1847,10 +1852,21 @@ static int api_diff_folded_cb(void *arg, const struct store_sample_filter *range
 	return api_diff_folded(arg, range, a, b, limit, out);
 }
 
+static int api_folded_cb(void *arg, const struct store_sample_filter *f, uint32_t limit,
+			 struct byte_buf *out)
+{
+	return api_folded(arg, f, limit, out);
+}
+
+void api_diagnosis_ctx(struct api *api, struct diagnosis_ctx *ctx)
+{
+	*ctx = (struct diagnosis_ctx){ api->store, api_diff_folded_cb, api, api_folded_cb };
+}
+
 static void job_stragglers(struct api *api, const char *job, const struct http_request *req,
 			   struct http_response *resp)
 {
-	struct diagnosis_ctx ctx = { api->store, api_diff_folded_cb, api };
+	struct diagnosis_ctx ctx;
 	struct diagnosis_params p;
 	struct diagnosis_scope scope = { .job = job };
 	uint32_t diagnose_on = 1, window, min_ms;
@@ -1859,6 +1875,7 @@ static void job_stragglers(struct api *api, const char *job, const struct http_r
 	struct query q;
 	int rc;
 
+	api_diagnosis_ctx(api, &ctx);
 	diagnosis_params_default(&p);
 	window = p.sp.window;
 	min_ms = (uint32_t)(p.sp.min_excess_ns / 1000000);
@@ -1888,6 +1905,12 @@ static void job_stragglers(struct api *api, const char *job, const struct http_r
 		render_json_respond(resp, 200, doc);
 }
 
+static void job_settings_get(struct api *api, const char *job, struct http_response *resp);
+static void job_settings_put(struct api *api, const char *job, const struct http_request *req,
+			     struct http_response *resp);
+static void job_baseline(struct api *api, const char *job, const struct http_request *req,
+			 struct http_response *resp);
+
 void api_job_get(void *ctx, const struct http_request *req, struct http_response *resp)
 {
 	static const char prefix[] = API_JOBS_PREFIX;
@@ -1895,6 +1918,7 @@ void api_job_get(void *ctx, const struct http_request *req, struct http_response
 	const char *rest, *slash;
 	char job[API_MAX_JOB_ID + 1];
 	size_t len;
+	bool is_get;
 
 	if (!authorized(api, req, resp))
 		return;
@@ -1909,16 +1933,417 @@ void api_job_get(void *ctx, const struct http_request *req, struct http_response
 	}
 	memcpy(job, rest, len);
 	job[len] = '\0';
+	is_get = strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0;
+	if (!is_get && (!slash || (strcmp(slash, "/settings") && strcmp(slash, "/baseline")) ||
+			(strcmp(slash, "/settings") == 0 && strcmp(req->method, "PUT")) ||
+			(strcmp(slash, "/baseline") == 0 && strcmp(req->method, "POST")))) {
+		http_response_error(resp, 405, "method %s not allowed here", req->method);
+		return;
+	}
 	if (!slash)
 		job_detail(api, job, resp);
 	else if (strcmp(slash, "/collectives") == 0)
 		job_collectives(api, job, req, resp);
 	else if (strcmp(slash, "/gpu") == 0)
 		job_gpu(api, job, req, resp);
-	else if (strcmp(slash, "/stragglers") == 0)
+	else if (strcmp(slash, "/stragglers") == 0 && is_get)
 		job_stragglers(api, job, req, resp);
+	else if (strcmp(slash, "/settings") == 0)
+		is_get ? job_settings_get(api, job, resp) : job_settings_put(api, job, req, resp);
+	else if (strcmp(slash, "/baseline") == 0 && (is_get || strcmp(req->method, "POST") == 0))
+		job_baseline(api, job, req, resp);
 	else
 		http_response_error(resp, 404, "no such resource under job '%s'", job);
+}
+
+/* ---- diagnoses (incidents the monitor opened) -------------------------------------------- */
+
+static json_t *diagnosis_json(const struct store_diagnosis *d, bool with_report)
+{
+	json_t *comms = json_array(), *o;
+	const char *p = d->communicators;
+
+	while (comms && p && *p) {
+		const char *sp = strchr(p, ' ');
+		size_t len = sp ? (size_t)(sp - p) : strlen(p);
+		json_array_append_new(comms, json_stringn(p, len));
+		p = sp ? sp + 1 : p + len;
+	}
+	o = json_pack("{s:I,s:o,s:s,s:s,s:o,s:o,s:o,s:s,s:s,s:o,s:o,s:s,s:o,s:o,s:o}", "id",
+		      (json_int_t)d->id, "job", render_json_string(d->job), "kind", d->kind,
+		      "status", d->resolved_ms ? "resolved" : "open", "rank",
+		      json_int_or_null(d->rank), "hostname", render_json_string(d->hostname),
+		      "communicators", comms ? comms : json_array(), "layer", d->layer, "severity",
+		      d->severity, "summary", render_json_string(d->summary), "action",
+		      render_json_string(d->action), "identity", d->identity, "opened",
+		      render_json_time(d->opened_ms * 1000000), "updated",
+		      render_json_time(d->updated_ms * 1000000), "resolved",
+		      d->resolved_ms ? render_json_time(d->resolved_ms * 1000000) : json_null());
+	if (o && with_report) {
+		json_t *r = json_loads(d->report, 0, NULL);
+		json_object_set_new(o, "report", r ? r : json_null());
+	}
+	return o;
+}
+
+static int diagnosis_list_add(void *arg, const struct store_diagnosis *d)
+{
+	json_t *o = diagnosis_json(d, false);
+
+	return o && !json_array_append_new(arg, o) ? 0 : -ENOMEM;
+}
+
+struct diagnosis_one {
+	json_t *doc;
+	char *text;
+};
+
+/* Plain-text report of one diagnosis: what an SRE reads in a terminal or an alert link. */
+static void diagnosis_text(const struct store_diagnosis *d, struct byte_buf *out)
+{
+	json_t *r = json_loads(d->report, 0, NULL), *e, *dg, *layer, *v;
+	char opened[48], resolved[48] = "";
+	size_t i;
+
+	render_time_rfc3339(d->opened_ms * 1000000, opened, sizeof(opened));
+	if (d->resolved_ms)
+		render_time_rfc3339(d->resolved_ms * 1000000, resolved, sizeof(resolved));
+	byte_buf_printf(out, "diagnosis %" PRId64 " (%s, %s)\n", d->id, d->kind,
+			d->resolved_ms ? "resolved" : "open");
+	byte_buf_printf(out, "job:       %s\n", d->job);
+	if (d->rank >= 0)
+		byte_buf_printf(out, "rank:      %d on %s\n", d->rank, d->hostname);
+	if (d->communicators[0])
+		byte_buf_printf(out, "comms:     %s\n", d->communicators);
+	byte_buf_printf(out, "layer:     %s\nseverity:  %s\nopened:    %s\n", d->layer, d->severity,
+			opened);
+	if (resolved[0])
+		byte_buf_printf(out, "resolved:  %s\n", resolved);
+	byte_buf_printf(out, "\n%s\n\naction: %s\n", d->summary, d->action);
+	e = json_object_get(r, "straggler");
+	dg = json_object_get(e, "diagnosis");
+	if ((layer = json_object_get(dg, "gpu")) && json_is_object(layer)) {
+		byte_buf_printf(out, "\nGPU layer: %s, slowdown %.2fx\n",
+				json_string_value(json_object_get(layer, "verdict")) ?: "",
+				json_number_value(json_object_get(layer, "slowdown")));
+		json_array_foreach(json_object_get(layer, "kernels"), i, v)
+			byte_buf_printf(out, "  %-40s %8.1f us vs %8.1f us healthy (%.2fx), %" JSON_INTEGER_FORMAT " runs\n",
+					json_string_value(json_object_get(v, "name")) ?: "",
+					json_number_value(json_object_get(v, "mean_ns")) / 1e3,
+					json_number_value(json_object_get(v, "healthy_median_ns")) / 1e3,
+					json_number_value(json_object_get(v, "ratio")),
+					json_integer_value(json_object_get(v, "count")));
+	}
+	if ((layer = json_object_get(dg, "cpu")) && json_is_object(layer)) {
+		byte_buf_printf(out, "\nCPU layer: against rank %" JSON_INTEGER_FORMAT " (%" JSON_INTEGER_FORMAT " vs %" JSON_INTEGER_FORMAT " samples)\n",
+				json_integer_value(json_object_get(layer, "compared_with_rank")),
+				json_integer_value(json_object_get(layer, "straggler_samples")),
+				json_integer_value(json_object_get(layer, "healthy_samples")));
+		json_array_foreach(json_object_get(layer, "functions"), i, v)
+			byte_buf_printf(out, "  %+6.1f pp  %s (%.1f%% vs %.1f%%)\n",
+					json_number_value(json_object_get(v, "delta_pp")),
+					json_string_value(json_object_get(v, "function")) ?: "",
+					json_number_value(json_object_get(v, "straggler_pct")),
+					json_number_value(json_object_get(v, "healthy_pct")));
+	}
+	if ((layer = json_object_get(dg, "os")) && json_is_object(layer)) {
+		byte_buf_printf(out, "\nOS layer: against the healthy ranks' median\n");
+		json_array_foreach(json_object_get(layer, "signals"), i, v)
+			byte_buf_printf(out, "  %-28s %10.2f vs %10.2f %s%s\n",
+					json_string_value(json_object_get(v, "signal")) ?: "",
+					json_number_value(json_object_get(v, "straggler")),
+					json_number_value(json_object_get(v, "healthy_median")),
+					json_string_value(json_object_get(v, "unit")) ?: "",
+					json_is_true(json_object_get(v, "implicated")) ? "  <==" : "");
+		json_array_foreach(json_object_get(layer, "cpu_load"), i, v) {
+			const char *vec;
+			json_t *x;
+			byte_buf_printf(out, "  CPU %" JSON_INTEGER_FORMAT ": %.0f%% busy, %.0f hard interrupts/s (%.2f ms/s); softirqs:",
+					json_integer_value(json_object_get(v, "cpu")),
+					json_number_value(json_object_get(v, "busy_pct")),
+					json_number_value(json_object_get(v, "hardirq_per_s")),
+					json_number_value(json_object_get(v, "hardirq_ms_per_s")));
+			json_object_foreach(json_object_get(v, "softirqs"), vec, x)
+				if (json_number_value(json_object_get(x, "ms_per_s")) >= 0.5)
+					byte_buf_printf(out, " %s %.0f/s %.1f ms/s", vec,
+							json_number_value(json_object_get(x, "per_s")),
+							json_number_value(json_object_get(x, "ms_per_s")));
+			byte_buf_printf(out, "\n");
+		}
+		json_array_foreach(json_object_get(layer, "irqs"), i, v)
+			byte_buf_printf(out, "  IRQ %" JSON_INTEGER_FORMAT " %s on CPU %" JSON_INTEGER_FORMAT ": %.1f/s, %.2f ms/s\n",
+					json_integer_value(json_object_get(v, "irq")),
+					json_string_value(json_object_get(v, "name")) ?: "",
+					json_integer_value(json_object_get(v, "cpu")),
+					json_number_value(json_object_get(v, "per_s")),
+					json_number_value(json_object_get(v, "ms_per_s")));
+	}
+	if (json_object_get(r, "functions")) {
+		byte_buf_printf(out, "\niteration %.1f ms, baseline %.1f ms\n",
+				json_number_value(json_object_get(r, "iteration_ms")),
+				json_number_value(json_object_get(r, "baseline_iteration_ms")));
+		json_array_foreach(json_object_get(r, "functions"), i, v)
+			byte_buf_printf(out, "  %+6.2f pp  %s (%.2f%% vs %.2f%% in the baseline)\n",
+					json_number_value(json_object_get(v, "delta_pp")),
+					json_string_value(json_object_get(v, "function")) ?: "",
+					json_number_value(json_object_get(v, "current_pct")),
+					json_number_value(json_object_get(v, "baseline_pct")));
+	}
+	json_decref(r);
+}
+
+static int diagnosis_take(void *arg, const struct store_diagnosis *d)
+{
+	struct byte_buf *text = ((void **)arg)[1];
+
+	if (text) {
+		diagnosis_text(d, text);
+		return byte_buf_error(text);
+	}
+	json_t **doc = ((void **)arg)[0];
+	return (*doc = diagnosis_json(d, true)) ? 0 : -ENOMEM;
+}
+
+/* GET /api/v1/diagnoses?job=&from=&to=&status=open|all&limit= and /api/v1/diagnoses/{id}
+ * [?format=json|text]. */
+void api_diagnoses_get(void *ctx, const struct http_request *req, struct http_response *resp)
+{
+	static const char prefix[] = "/api/v1/diagnoses/";
+	struct api *api = ctx;
+	struct store_diagnosis_filter f = { 0 };
+	char status[16] = "all", format[16] = "json";
+	uint32_t limit = API_DEFAULT_DIAGNOSIS_LIMIT;
+	bool has, has_limit;
+	json_t *list = NULL;
+	struct query q;
+	int rc;
+
+	if (!authorized(api, req, resp))
+		return;
+	if (strncmp(req->path, prefix, sizeof(prefix) - 1) == 0) {
+		const char *id_text = req->path + sizeof(prefix) - 1;
+		char *end;
+		json_t *doc = NULL;
+		void *args[2] = { &doc, NULL };
+		errno = 0;
+		long long id = strtoll(id_text, &end, 10);
+		if (!id_text[0] || *end || errno || id <= 0) {
+			http_response_error(resp, 400, "diagnosis id must be a positive integer");
+			return;
+		}
+		if (!param(req, "format", format, sizeof(format), &has, resp))
+			return;
+		if (strcmp(format, "json") && strcmp(format, "text")) {
+			http_response_error(resp, 400, "parameter 'format' must be json or text");
+			return;
+		}
+		f.id = id;
+		if (strcmp(format, "text") == 0) {
+			resp->status = 200;
+			snprintf(resp->content_type, sizeof(resp->content_type),
+				 "text/plain; charset=utf-8");
+			resp->body.len = 0;
+			args[1] = &resp->body;
+		}
+		if ((rc = store_diagnoses_list(api->store, &f, 1, diagnosis_take, args))) {
+			respond_store_error(resp, rc);
+			json_decref(doc);
+			return;
+		}
+		if (args[1] ? resp->body.len == 0 : !doc) {
+			http_response_error(resp, 404, "no diagnosis %lld", id);
+			return;
+		}
+		if (!args[1])
+			render_json_respond(resp, 200, doc);
+		return;
+	}
+	if (!query_parse(api, req, &q, resp) ||
+	    !param(req, "status", status, sizeof(status), &has, resp) ||
+	    !param_uint(req, "limit", 1, API_MAX_DIAGNOSIS_LIMIT, &limit, &has_limit, resp))
+		return;
+	if (q.f.node || q.f.has_pid || q.f.comm) {
+		http_response_error(resp, 400, "parameters 'node', 'pid' and 'comm' do not apply here");
+		return;
+	}
+	if (strcmp(status, "all") && strcmp(status, "open")) {
+		http_response_error(resp, 400, "parameter 'status' must be open or all");
+		return;
+	}
+	f.job = q.f.job;
+	f.from_ms = q.f.from_ms;
+	f.to_ms = q.f.to_ms;
+	f.open_only = strcmp(status, "open") == 0;
+	if (!(list = json_array())) {
+		respond_store_error(resp, -ENOMEM);
+		return;
+	}
+	if ((rc = store_diagnoses_list(api->store, &f, limit, diagnosis_list_add, list))) {
+		json_decref(list);
+		respond_store_error(resp, rc);
+		return;
+	}
+	render_json_respond(resp, 200,
+			    json_pack("{s:o,s:o,s:o}", "from", render_json_time(f.from_ms * 1000000),
+				      "to", render_json_time(f.to_ms * 1000000), "diagnoses", list));
+}
+
+/* GET /api/v1/alerts?job=: what is firing now. */
+void api_alerts_get(void *ctx, const struct http_request *req, struct http_response *resp)
+{
+	struct api *api = ctx;
+	char job[PARAM_MAX];
+	bool has;
+	json_t *list;
+
+	if (!authorized(api, req, resp) || !param(req, "job", job, sizeof(job), &has, resp))
+		return;
+	list = api->alerts ? alerts_active_json(api->alerts, has ? job : NULL) : json_array();
+	if (!list) {
+		respond_store_error(resp, -ENOMEM);
+		return;
+	}
+	render_json_respond(resp, 200, json_pack("{s:o}", "alerts", list));
+}
+
+/* ---- per-job settings and baselines --------------------------------------------------------- */
+
+static void job_settings_get(struct api *api, const char *job, struct http_response *resp)
+{
+	struct monitor_job_settings s;
+	char *text = NULL, err[160];
+	json_t *stored = NULL, *doc;
+	int rc;
+
+	monitor_job_settings_default(&s);
+	if ((rc = store_job_settings_get(api->store, job, &text))) {
+		respond_store_error(resp, rc);
+		return;
+	}
+	if (text && (stored = json_loads(text, 0, NULL)))
+		monitor_job_settings_apply(&s, stored, err, sizeof(err));
+	free(text);
+	doc = json_pack("{s:o,s:o,s:o}", "job", render_json_string(job), "settings",
+			monitor_job_settings_json(&s), "overrides", stored ? stored : json_object());
+	render_json_respond(resp, 200, doc);
+}
+
+/* PUT /api/v1/jobs/{job}/settings: a JSON object of overrides (replacing the previous ones;
+ * {} restores the defaults). */
+static void job_settings_put(struct api *api, const char *job, const struct http_request *req,
+			     struct http_response *resp)
+{
+	struct monitor_job_settings s;
+	json_error_t jerr;
+	char err[160];
+	json_t *obj = req->body ? json_loadb((const char *)req->body, req->body_len, 0, &jerr) : NULL;
+	char *text = NULL;
+	int rc;
+
+	monitor_job_settings_default(&s);
+	if (!obj) {
+		http_response_error(resp, 400, "body must be a JSON object of settings");
+		return;
+	}
+	if (monitor_job_settings_apply(&s, obj, err, sizeof(err))) {
+		http_response_error(resp, 400, "%s", err);
+		json_decref(obj);
+		return;
+	}
+	text = json_object_size(obj) ? json_dumps(obj, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+	if (json_object_size(obj) && !text)
+		rc = -ENOMEM;
+	else
+		rc = store_job_settings_put(api->store, job, text, api->now_ms());
+	free(text);
+	json_decref(obj);
+	if (rc)
+		respond_store_error(resp, rc);
+	else
+		job_settings_get(api, job, resp);
+}
+
+static int baseline_json(void *arg, const struct store_baseline *b)
+{
+	json_t **doc = arg;
+
+	*doc = json_pack("{s:o,s:o,s:o,s:f,s:I,s:s,s:o}", "job", render_json_string(b->job), "from",
+			 render_json_time(b->from_ms * 1000000), "to",
+			 render_json_time(b->to_ms * 1000000), "iteration_ms",
+			 (double)b->iteration_ns / 1e6, "samples", (json_int_t)b->samples, "source",
+			 b->source, "created", render_json_time(b->created_ms * 1000000));
+	return *doc ? 0 : -ENOMEM;
+}
+
+/* GET: the job's baseline; POST ?from=&to=: the profile and iteration time of that range
+ * become the baseline. */
+static void job_baseline(struct api *api, const char *job, const struct http_request *req,
+			 struct http_response *resp)
+{
+	struct byte_buf profile = { 0 };
+	json_t *doc = NULL, *strag = NULL;
+	struct query q;
+	int rc;
+
+	if (strcmp(req->method, "POST") == 0) {
+		struct diagnosis_ctx ctx;
+		struct diagnosis_params p;
+		struct diagnosis_scope scope = { .job = job };
+		struct store_sample_filter f = { .job = job };
+		if (!query_parse(api, req, &q, resp))
+			return;
+		api_diagnosis_ctx(api, &ctx);
+		diagnosis_params_default(&p);
+		p.diagnose = false;
+		scope.from_ms = f.from_ms = q.f.from_ms;
+		scope.to_ms = f.to_ms = q.f.to_ms;
+		if ((rc = diagnosis_stragglers(&ctx, &scope, &p, &strag)) ||
+		    (rc = api_folded(api, &f, 20000, &profile)))
+			goto cleanup;
+		byte_buf_put_u8(&profile, 0);
+		if ((rc = byte_buf_error(&profile)))
+			goto cleanup;
+		struct store_baseline b = {
+			.job = job, .from_ms = f.from_ms, .to_ms = f.to_ms,
+			.created_ms = api->now_ms(), .source = "api",
+			.iteration_ns = (uint64_t)(json_number_value(json_object_get(strag, "iteration_ms")) * 1e6),
+			.profile = (const char *)profile.data,
+		};
+		for (const char *p2 = b.profile; *p2;) {
+			const char *nl = strchr(p2, '\n'), *sp;
+			if (!nl)
+				nl = p2 + strlen(p2);
+			for (sp = nl; sp > p2 && sp[-1] != ' '; sp--)
+				;
+			if (sp > p2)
+				b.samples += strtoull(sp, NULL, 10);
+			p2 = *nl ? nl + 1 : nl;
+		}
+		if (b.samples == 0) {
+			http_response_error(resp, 409, "no CPU samples of job '%s' in that range", job);
+			goto cleanup;
+		}
+		if ((rc = store_baseline_put(api->store, &b)))
+			goto cleanup;
+	}
+	rc = store_baseline_get(api->store, job, baseline_json, &doc);
+	if (rc == -ENOENT) {
+		rc = 0;
+		http_response_error(resp, 404, "job '%s' has no baseline", job);
+		goto cleanup;
+	}
+	if (!rc)
+		render_json_respond(resp, 200, doc);
+cleanup:
+	if (rc)
+		respond_store_error(resp, rc);
+	json_decref(strag);
+	byte_buf_free(&profile);
+}
+
+void api_job_put(void *ctx, const struct http_request *req, struct http_response *resp)
+{
+	api_job_get(ctx, req, resp);
 }
 
 /* ---- health and metrics -------------------------------------------------------------------- */
@@ -2136,6 +2561,11 @@ size_t api_routes_build(struct api *api, struct ingest *in, struct symbols *symb
 		{ "GET", "/api/v1/flamegraph/diff", false, api_flamegraph_diff_get, api, 0 },
 		{ "GET", "/api/v1/jobs", false, api_jobs_get, api, 0 },
 		{ "GET", API_JOBS_PREFIX, true, api_job_get, api, 0 },
+		{ "PUT", API_JOBS_PREFIX, true, api_job_put, api, API_MAX_SETTINGS_BODY },
+		{ "POST", API_JOBS_PREFIX, true, api_job_put, api, 0 },
+		{ "GET", "/api/v1/diagnoses", false, api_diagnoses_get, api, 0 },
+		{ "GET", "/api/v1/diagnoses/", true, api_diagnoses_get, api, 0 },
+		{ "GET", "/api/v1/alerts", false, api_alerts_get, api, 0 },
 		{ "GET", "/healthz", false, api_healthz_get, api, 0 },
 		{ "GET", "/metrics", false, api_metrics_get, api, 0 },
 		/* The symbol repository (the last routes: left out without `symbols`). */

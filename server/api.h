@@ -32,10 +32,18 @@
 #define API_STRAGGLER_TOP_RANKS 16       /* ranks listed per group (most excess first) */
 #define API_MAX_GPU_ROWS 500000        /* stored rows of each GPU kind read by one gpu answer */
 #define API_JOBS_PREFIX "/api/v1/jobs/"
+#define API_DEFAULT_DIAGNOSIS_LIMIT 100
+#define API_MAX_DIAGNOSIS_LIMIT 10000
+#define API_MAX_SETTINGS_BODY 4096      /* PUT /api/v1/jobs/{job}/settings */
+
+struct alerts;
+struct monitor;
 
 struct api_options {
 	/* Current time in ms since the Unix epoch (NULL: the real clock); tests pin it. */
 	int64_t (*now_ms)(void);
+	struct alerts *alerts;     /* optional (borrowed): GET /api/v1/alerts, alert metrics */
+	struct monitor *monitor;   /* optional (borrowed): analysis metrics */
 	struct symbols *symbols;   /* optional (borrowed): repository gauges in /metrics */
 	struct upstream *upstream; /* optional (borrowed): upstream fetch counters in /metrics */
 };
@@ -78,6 +86,10 @@ int api_folded(struct api *api, const struct store_sample_filter *f, uint32_t li
 int api_diff_folded(struct api *api, const struct store_sample_filter *range, int32_t a, int32_t b,
 		    uint32_t limit, struct byte_buf *out);
 
+struct diagnosis_ctx;
+/* What the analysis needs from the API layer (the store and symbolised profiles). */
+void api_diagnosis_ctx(struct api *api, struct diagnosis_ctx *ctx);
+
 /* GET /api/v1/nodes (ctx: struct api). */
 void api_nodes_get(void *ctx, const struct http_request *req, struct http_response *resp);
 /* GET /api/v1/processes?node=&pid=&comm=&from=&to=&limit= */
@@ -89,6 +101,12 @@ void api_flamegraph_get(void *ctx, const struct http_request *req, struct http_r
 void api_jobs_get(void *ctx, const struct http_request *req, struct http_response *resp);
 /* GET /api/v1/jobs/{job} and /api/v1/jobs/{job}/collectives?comm=&op=&from=&to=&limit= */
 void api_job_get(void *ctx, const struct http_request *req, struct http_response *resp);
+/* PUT /api/v1/jobs/{job}/settings, POST /api/v1/jobs/{job}/baseline */
+void api_job_put(void *ctx, const struct http_request *req, struct http_response *resp);
+/* GET /api/v1/diagnoses?job=&from=&to=&status=&limit= and /api/v1/diagnoses/{id}?format= */
+void api_diagnoses_get(void *ctx, const struct http_request *req, struct http_response *resp);
+/* GET /api/v1/alerts?job= */
+void api_alerts_get(void *ctx, const struct http_request *req, struct http_response *resp);
 /* GET /healthz: 200 when the store answers, else 503. No authentication. */
 void api_healthz_get(void *ctx, const struct http_request *req, struct http_response *resp);
 /* GET /metrics: Prometheus text format 0.0.4. No authentication. */
@@ -101,7 +119,7 @@ struct api_route_limits {
 	size_t symbols_max_chunk; /* one chunk of a symbol file upload */
 };
 
-#define API_ROUTE_COUNT 15
+#define API_ROUTE_COUNT 20
 
 /*
  * Fills `out` with the server's routes (ingest, kernel symbols, queries, health, metrics and,

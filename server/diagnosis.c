@@ -30,6 +30,9 @@ struct strag_group {
 	struct straggler_group *g;
 	uint32_t *pid;      /* by rank, 0 unknown */
 	char **host;        /* by rank, NULL unknown */
+	uint32_t window;    /* instances kept: the requested window, or less for huge groups */
+	int64_t *t0;        /* earliest entry of the latest `window` complete instances (a ring) */
+	uint32_t nt0, t0_next;
 };
 
 struct strag_doc {
@@ -59,6 +62,7 @@ static void strag_doc_free(struct strag_doc *d)
 			free(g->host[r]);
 		free(g->host);
 		free(g->pid);
+		free(g->t0);
 	}
 	free(d->groups);
 	free(d->entry);
@@ -79,8 +83,14 @@ static int strag_group_of(struct strag_doc *d, uint64_t key, int32_t nranks,
 			*out = d->groups[i].nranks == nranks ? &d->groups[i] : NULL;
 			return 0;
 		}
+	/* The cell budget bounds memory: a group too large for the full window gets a shorter
+	 * one (reported as its "window"), down to DIAGNOSIS_MIN_WINDOW, then it is skipped. */
+	uint32_t window = d->window;
+	size_t left = d->cells < API_MAX_STRAGGLER_CELLS ? API_MAX_STRAGGLER_CELLS - d->cells : 0;
+	if (nranks >= 1 && (size_t)nranks * window > left)
+		window = (uint32_t)(left / (size_t)nranks);
 	if (nranks < 1 || nranks > STRAGGLER_MAX_RANKS ||
-	    d->cells + (size_t)nranks * d->window > API_MAX_STRAGGLER_CELLS) {
+	    window < (d->window < DIAGNOSIS_MIN_WINDOW ? d->window : DIAGNOSIS_MIN_WINDOW)) {
 		d->skipped++;
 		return 0;
 	}
@@ -98,13 +108,16 @@ static int strag_group_of(struct strag_doc *d, uint64_t key, int32_t nranks,
 	g->nranks = nranks;
 	g->pid = calloc((size_t)nranks, sizeof(*g->pid));
 	g->host = calloc((size_t)nranks, sizeof(*g->host));
-	if (!g->pid || !g->host || (rc = straggler_group_new(nranks, d->window, &g->g))) {
+	g->window = window;
+	g->t0 = calloc(window, sizeof(*g->t0));
+	if (!g->pid || !g->host || !g->t0 || (rc = straggler_group_new(nranks, window, &g->g))) {
 		free(g->pid);
 		free(g->host);
+		free(g->t0);
 		return -ENOMEM;
 	}
 	d->ngroups++;
-	d->cells += (size_t)nranks * d->window;
+	d->cells += (size_t)nranks * window;
 	*out = g;
 	return 0;
 }
@@ -113,9 +126,18 @@ static void strag_instance_end(struct strag_doc *d)
 {
 	if (!d->have || !d->cur)
 		return;
-	if (d->seen == d->nranks)
-		straggler_group_add(d->cur->g, d->entry);
-	else
+	if (d->seen == d->nranks) {
+		struct strag_group *g = d->cur;
+		int64_t t0 = d->entry[0];
+
+		for (int32_t r = 1; r < d->nranks; r++)
+			t0 = d->entry[r] < t0 ? d->entry[r] : t0;
+		straggler_group_add(g->g, d->entry);
+		g->t0[g->t0_next] = t0;
+		g->t0_next = (g->t0_next + 1) % g->window;
+		if (g->nt0 < g->window)
+			g->nt0++;
+	} else
 		straggler_group_add_incomplete(d->cur->g, d->present);
 }
 
@@ -368,16 +390,19 @@ static json_t *diagnose_cpu(const struct diagnosis_ctx *ctx, const struct store_
 	enough = totals[0] >= LAYERS_CPU_MIN_SAMPLES && totals[1] >= LAYERS_CPU_MIN_SAMPLES;
 	for (int i = 0; enough && i < n && i < DIAGNOSE_TOP; i++) {
 		double pp = 100 * (d[i].b_fraction - d[i].a_fraction);
+		double z = layers_cpu_z(d[i].a_fraction, d[i].b_fraction, totals[0], totals[1]);
 		if (pp <= 0)
 			break;
-		if (i == 0) {
+		/* The top function counts only when its difference is no accident of sampling. */
+		if (i == 0 && z >= LAYERS_CPU_MIN_Z) {
 			*top_pp = pp;
 			*top_fn = strdup(d[i].name);
 		}
-		json_array_append_new(fns, json_pack("{s:s,s:f,s:f,s:f}", "function", d[i].name,
+		json_array_append_new(fns, json_pack("{s:s,s:f,s:f,s:f,s:o}", "function", d[i].name,
 						     "straggler_pct", 100 * d[i].b_fraction,
 						     "healthy_pct", 100 * d[i].a_fraction,
-						     "delta_pp", pp));
+						     "delta_pp", pp, "z",
+						     isfinite(z) ? json_real(z) : json_null()));
 	}
 	out = json_pack("{s:i,s:I,s:I,s:b,s:O}", "compared_with_rank", h, "straggler_samples",
 			(json_int_t)totals[1], "healthy_samples", (json_int_t)totals[0],
@@ -389,10 +414,313 @@ cleanup:
 	return out;
 }
 
+/* ---- the OS layer: the straggler's threads and CPUs against the healthy ranks' ----------- */
+
+#define DIAGNOSE_TOP_IRQS 5
+
+/* One rank's OS signals summed over its processes' threads. */
+struct os_rank {
+	int32_t rank;
+	char *hostname;
+	uint64_t oncpu_ns, runq_wait_ns, runq_waits, invol, vol, migrations, numa_migrations;
+	uint64_t pages, hardirq_ns, softirq_ns;
+	uint64_t hist[SYSOM_RUNQ_HIST_BUCKETS];
+	uint64_t cpus[SYSOM_CPU_MASK_WORDS];
+};
+
+struct os_cpu {
+	char *hostname;
+	uint32_t cpu;
+	uint64_t window_ms, busy_ns, hardirq_ns, hardirq_count;
+	uint64_t softirq_ns[SYSOM_SOFTIRQ_COUNT], softirq_count[SYSOM_SOFTIRQ_COUNT];
+};
+
+struct os_irq {
+	char *hostname, *name;
+	uint32_t cpu, irq;
+	uint64_t count, ns;
+};
+
+struct os_rows {
+	struct os_rank *ranks;
+	size_t nranks, cap_ranks;
+	struct os_cpu *cpus;
+	size_t ncpus, cap_cpus;
+	struct os_irq *irqs;
+	size_t nirqs, cap_irqs;
+	bool loaded, truncated;
+};
+
+static int grow(void **arr, size_t *cap, size_t n, size_t size)
+{
+	if (n < *cap)
+		return 0;
+	size_t next = *cap ? *cap * 2 : 64;
+	void *grown = realloc(*arr, next * size);
+	if (!grown)
+		return -ENOMEM;
+	*arr = grown;
+	*cap = next;
+	return 0;
+}
+
+static int os_thread_take(void *arg, const struct store_os_thread_row *r)
+{
+	struct os_rows *o = arg;
+	struct os_rank *k = o->nranks ? &o->ranks[o->nranks - 1] : NULL;
+
+	if (r->who.job_rank < 0)
+		return 0;
+	if (!k || k->rank != r->who.job_rank) {
+		if (grow((void **)&o->ranks, &o->cap_ranks, o->nranks, sizeof(*o->ranks)))
+			return -ENOMEM;
+		k = &o->ranks[o->nranks++];
+		memset(k, 0, sizeof(*k));
+		k->rank = r->who.job_rank;
+		if (!(k->hostname = strdup(r->who.hostname ? r->who.hostname : "")))
+			return -ENOMEM;
+	}
+	k->oncpu_ns += r->oncpu_ns;
+	k->runq_wait_ns += r->runq_wait_ns;
+	k->runq_waits += r->runq_waits;
+	k->invol += r->involuntary_switches;
+	k->vol += r->voluntary_switches;
+	k->migrations += r->migrations;
+	k->numa_migrations += r->numa_migrations;
+	k->pages += r->pages_migrated;
+	k->hardirq_ns += r->hardirq_ns;
+	k->softirq_ns += r->softirq_ns;
+	for (int i = 0; i < SYSOM_RUNQ_HIST_BUCKETS; i++)
+		k->hist[i] += r->runq_hist[i];
+	for (int i = 0; i < SYSOM_CPU_MASK_WORDS; i++)
+		k->cpus[i] |= r->cpus[i];
+	return 0;
+}
+
+static int os_cpu_take(void *arg, const struct store_os_cpu_row *r)
+{
+	struct os_rows *o = arg;
+	struct os_cpu *c = o->ncpus ? &o->cpus[o->ncpus - 1] : NULL;
+
+	if (!c || c->cpu != r->cpu || strcmp(c->hostname, r->hostname ? r->hostname : "")) {
+		if (grow((void **)&o->cpus, &o->cap_cpus, o->ncpus, sizeof(*o->cpus)))
+			return -ENOMEM;
+		c = &o->cpus[o->ncpus++];
+		memset(c, 0, sizeof(*c));
+		c->cpu = r->cpu;
+		if (!(c->hostname = strdup(r->hostname ? r->hostname : "")))
+			return -ENOMEM;
+	}
+	c->window_ms += (uint64_t)(r->window_ms > 0 ? r->window_ms : 0);
+	c->busy_ns += r->busy_ns;
+	c->hardirq_ns += r->hardirq_ns;
+	c->hardirq_count += r->hardirq_count;
+	for (int i = 0; i < SYSOM_SOFTIRQ_COUNT; i++) {
+		c->softirq_ns[i] += r->softirq_ns[i];
+		c->softirq_count[i] += r->softirq_count[i];
+	}
+	return 0;
+}
+
+static int os_irq_take(void *arg, const struct store_os_irq_row *r)
+{
+	struct os_rows *o = arg;
+
+	if (grow((void **)&o->irqs, &o->cap_irqs, o->nirqs, sizeof(*o->irqs)))
+		return -ENOMEM;
+	struct os_irq *q = &o->irqs[o->nirqs];
+	*q = (struct os_irq){ strdup(r->hostname ? r->hostname : ""), strdup(r->name ? r->name : ""),
+			      r->cpu, r->irq, r->count, r->ns };
+	o->nirqs++;
+	return q->hostname && q->name ? 0 : -ENOMEM;
+}
+
+static void os_rows_free(struct os_rows *o)
+{
+	for (size_t i = 0; i < o->nranks; i++)
+		free(o->ranks[i].hostname);
+	for (size_t i = 0; i < o->ncpus; i++)
+		free(o->cpus[i].hostname);
+	for (size_t i = 0; i < o->nirqs; i++) {
+		free(o->irqs[i].hostname);
+		free(o->irqs[i].name);
+	}
+	free(o->ranks);
+	free(o->cpus);
+	free(o->irqs);
+}
+
+/* Seconds of OS data recorded for one CPU of one node (0: none). */
+static double os_cpu_secs(const struct os_rows *o, const char *hostname, uint32_t cpu)
+{
+	for (size_t j = 0; j < o->ncpus; j++)
+		if (o->cpus[j].cpu == cpu && !strcmp(o->cpus[j].hostname, hostname))
+			return (double)o->cpus[j].window_ms / 1e3;
+	return 0;
+}
+
+static const struct os_rank *os_rank_of(const struct os_rows *o, int32_t rank)
+{
+	for (size_t i = 0; i < o->nranks; i++)
+		if (o->ranks[i].rank == rank)
+			return &o->ranks[i];
+	return NULL;
+}
+
+static bool cpu_in(const uint64_t *mask, uint32_t cpu)
+{
+	return cpu < 64 * SYSOM_CPU_MASK_WORDS && (mask[cpu / 64] >> (cpu % 64)) & 1;
+}
+
+enum os_sig { OS_RUNQ, OS_IRQ_TIME, OS_INVOL, OS_NUMA, OS_PAGES, OS_NSIG };
+
+/* The rank's signal rates per second on a CPU. */
+static void os_rates(const struct os_rank *k, double out[OS_NSIG])
+{
+	double cpu_s = (double)k->oncpu_ns / 1e9;
+
+	out[OS_RUNQ] = (double)k->runq_wait_ns / 1e6 / cpu_s;
+	out[OS_IRQ_TIME] = (double)(k->hardirq_ns + k->softirq_ns) / 1e6 / cpu_s;
+	out[OS_INVOL] = (double)k->invol / cpu_s;
+	out[OS_NUMA] = (double)k->numa_migrations / cpu_s;
+	out[OS_PAGES] = (double)k->pages / cpu_s;
+}
+
+/* The upper bound of the bucket holding the 99th percentile run-queue latency, µs. */
+static double os_runq_p99_us(const struct os_rank *k)
+{
+	uint64_t total = 0, seen = 0;
+
+	for (int i = 0; i < SYSOM_RUNQ_HIST_BUCKETS; i++)
+		total += k->hist[i];
+	for (int i = 0; i < SYSOM_RUNQ_HIST_BUCKETS && total; i++) {
+		seen += k->hist[i];
+		if (seen * 100 >= total * 99)
+			return (double)(2ull << i);
+	}
+	return 0;
+}
+
+/*
+ * The OS layer for straggler `s`: its signal rates against the healthy ranks' medians, the
+ * interrupt lines and softirq vectors on the CPUs its threads ran on. *top gets the most
+ * implicated signal (index into `sig`) or -1, `cpus_text` the CPUs, *top_irq its busiest IRQ line.
+ */
+static json_t *diagnose_os(const struct diagnosis_ctx *ctx, const struct store_sample_filter *range,
+			   struct os_rows *o, const struct strag_group *g,
+			   const struct straggler_rank *ranks, int32_t s, struct os_signal_cmp *sig,
+			   int *top, char *cpus_text, size_t cpus_len, const struct os_irq **top_irq)
+{
+	static const char *const names[OS_NSIG] = { "run-queue wait", "interrupt time",
+						     "involuntary switches", "NUMA migrations",
+						     "pages migrated" };
+	static const char *const units[OS_NSIG] = { "ms/s", "ms/s", "/s", "/s", "/s" };
+	/* What matters at all, per second on a CPU: 2% of the time waiting or in interrupts,
+	 * 50 preemptions, 1 NUMA migration, 1,000 migrated pages (4 MB). */
+	static const double floors[OS_NSIG] = { 20, 20, 50, 1, 1000 };
+	double mine[OS_NSIG], rates[OS_NSIG], *healthy = NULL;
+	const struct os_rank *k;
+	json_t *signals = NULL, *irqs = NULL, *softirqs = NULL, *out = NULL;
+	size_t nh = 0, used = 0;
+
+	*top = -1;
+	*top_irq = NULL;
+	cpus_text[0] = '\0';
+	if (!o->loaded) {
+		struct store_os_filter f = { .job = range->job, .from_ms = range->from_ms,
+					     .to_ms = range->to_ms };
+		struct store_os_visitor v = { os_thread_take, os_cpu_take, os_irq_take, o };
+		o->loaded = true;
+		if (store_job_os(ctx->store, &f, API_MAX_GPU_ROWS, &v, &o->truncated))
+			return NULL;
+	}
+	if (!(k = os_rank_of(o, s)) || k->oncpu_ns == 0)
+		return json_pack("{s:s}", "verdict", "no-data");
+	if (!(healthy = calloc((size_t)g->nranks + 1, sizeof(*healthy))) ||
+	    !(signals = json_array()) || !(irqs = json_array()) || !(softirqs = json_array()))
+		goto cleanup;
+	os_rates(k, mine);
+	for (int i = 0; i < OS_NSIG; i++) {
+		nh = 0;
+		for (int32_t h = 0; h < g->nranks; h++) {
+			const struct os_rank *hk;
+			if (h == s || ranks[h].straggler || !(hk = os_rank_of(o, h)) || !hk->oncpu_ns)
+				continue;
+			os_rates(hk, rates);
+			healthy[nh++] = rates[i];
+		}
+		sig[i] = (struct os_signal_cmp){ names[i], units[i], mine[i],
+						 layers_median(healthy, nh), floors[i], false };
+	}
+	*top = layers_os_classify(sig, OS_NSIG, LAYERS_OS_FACTOR);
+	for (int i = 0; i < OS_NSIG; i++)
+		json_array_append_new(signals,
+				      json_pack("{s:s,s:s,s:f,s:o,s:b}", "signal", sig[i].name, "unit",
+						sig[i].unit, "straggler", sig[i].straggler,
+						"healthy_median", isnan(sig[i].healthy)
+									  ? json_null()
+									  : json_real(sig[i].healthy),
+						"implicated", sig[i].implicated));
+	/* The CPUs its threads ran on, with what interrupted them. */
+	for (uint32_t c = 0; c < 64 * SYSOM_CPU_MASK_WORDS; c++) {
+		if (!cpu_in(k->cpus, c))
+			continue;
+		int n = snprintf(cpus_text + used, cpus_len - used, "%s%u", used ? "," : "", c);
+		if (n < 0 || (size_t)n >= cpus_len - used)
+			break;
+		used += (size_t)n;
+	}
+	for (size_t i = 0; i < o->ncpus; i++) {
+		const struct os_cpu *c = &o->cpus[i];
+		double secs = (double)c->window_ms / 1e3;
+		if (strcmp(c->hostname, k->hostname) || !cpu_in(k->cpus, c->cpu) || secs <= 0)
+			continue;
+		json_t *vec = json_object();
+		for (int v = 0; vec && v < SYSOM_SOFTIRQ_COUNT; v++)
+			if (c->softirq_count[v])
+				json_object_set_new(vec, sysom_softirq_name((uint32_t)v),
+						    json_pack("{s:f,s:f}", "per_s",
+							      (double)c->softirq_count[v] / secs,
+							      "ms_per_s",
+							      (double)c->softirq_ns[v] / 1e6 / secs));
+		json_array_append_new(softirqs,
+				      json_pack("{s:i,s:f,s:f,s:f,s:o}", "cpu", (int)c->cpu, "busy_pct",
+						(double)c->busy_ns / 1e7 / secs, "hardirq_ms_per_s",
+						(double)c->hardirq_ns / 1e6 / secs, "hardirq_per_s",
+						(double)c->hardirq_count / secs, "softirqs",
+						vec ? vec : json_null()));
+	}
+	for (size_t i = 0; i < o->nirqs && json_array_size(irqs) < DIAGNOSE_TOP_IRQS; i++) {
+		const struct os_irq *q = &o->irqs[i]; /* largest time first */
+		double secs;
+		if (strcmp(q->hostname, k->hostname) || !cpu_in(k->cpus, q->cpu))
+			continue;
+		if ((secs = os_cpu_secs(o, q->hostname, q->cpu)) <= 0)
+			continue;
+		if (!*top_irq)
+			*top_irq = q;
+		json_array_append_new(irqs, json_pack("{s:i,s:s,s:i,s:f,s:f}", "irq", (int)q->irq,
+						      "name", q->name, "cpu", (int)q->cpu, "per_s",
+						      (double)q->count / secs, "ms_per_s",
+						      (double)q->ns / 1e6 / secs));
+	}
+	out = json_pack("{s:s,s:s,s:f,s:I,s:I,s:O,s:O,s:O,s:b}", "verdict",
+			*top >= 0 ? "implicated" : "normal", "cpus", cpus_text, "runq_p99_us",
+			os_runq_p99_us(k), "oncpu_ms", (json_int_t)(k->oncpu_ns / 1000000),
+			"runq_waits", (json_int_t)k->runq_waits, "signals", signals, "cpu_load",
+			softirqs, "irqs", irqs, "truncated", o->truncated);
+cleanup:
+	free(healthy);
+	json_decref(signals);
+	json_decref(irqs);
+	json_decref(softirqs);
+	return out;
+}
+
 /* The layered verdict for straggler `s` of group `g` (ranks by rank index). */
 static json_t *diagnose(const struct diagnosis_ctx *ctx, const struct diagnosis_params *p,
 			const struct store_sample_filter *range,
-			struct gk_rows *k, const struct strag_group *g,
+			struct gk_rows *k, struct os_rows *osr, const struct strag_group *g,
 			const struct straggler_rank *ranks, int32_t s)
 {
 	enum gpu_verdict gv = GPU_NO_DATA;
@@ -400,7 +728,11 @@ static json_t *diagnose(const struct diagnosis_ctx *ctx, const struct diagnosis_
 	char *top_fn = NULL, summary[512], action[512];
 	const char *layer = "unknown";
 	int32_t healthy = -1;
-	json_t *gpu, *cpu = json_null(), *out;
+	json_t *gpu, *cpu = json_null(), *out, *os;
+	struct os_signal_cmp sig[OS_NSIG];
+	const struct os_irq *top_irq = NULL;
+	char cpus[256];
+	int os_top = -1;
 
 	if (!k->loaded) {
 		struct store_gpu_filter f = { .job = range->job, .from_ms = range->from_ms,
@@ -420,6 +752,7 @@ static json_t *diagnose(const struct diagnosis_ctx *ctx, const struct diagnosis_
 		}
 	if (healthy >= 0)
 		cpu = diagnose_cpu(ctx, range, s, healthy, &top_pp, &top_fn);
+	os = diagnose_os(ctx, range, osr, g, ranks, s, sig, &os_top, cpus, sizeof(cpus), &top_irq);
 	if (gv == GPU_UNIFORM) {
 		layer = "gpu";
 		snprintf(summary, sizeof(summary),
@@ -444,21 +777,94 @@ static json_t *diagnose(const struct diagnosis_ctx *ctx, const struct diagnosis_
 		snprintf(action, sizeof(action),
 			 "find what makes rank %d run %s more (its input data, logging, checkpointing, "
 			 "garbage collection); the diff: sysomctl diff --a %d --b %d", s, top_fn, healthy, s);
+	} else if (os_top >= 0) {
+		const struct os_signal_cmp *t = &sig[os_top];
+		layer = "os";
+		if (os_top == OS_IRQ_TIME && top_irq)
+			snprintf(summary, sizeof(summary),
+				 "rank %d's threads lose %.1f ms per CPU-second to interrupts (healthy "
+				 "ranks: %.1f); IRQ %u (%s) takes %.1f ms/s on its CPU %u; GPU and CPU "
+				 "profiles are normal", s, t->straggler, t->healthy, top_irq->irq,
+				 top_irq->name[0] ? top_irq->name : "?",
+				 (double)top_irq->ns / 1e6 /
+					 fmax(1e-3, os_cpu_secs(osr, top_irq->hostname, top_irq->cpu)),
+				 top_irq->cpu);
+		else
+			snprintf(summary, sizeof(summary),
+				 "%s on rank %d is %.1f %s against %.1f %s on the healthy ranks (CPUs %s); "
+				 "GPU and CPU profiles are normal", t->name, s, t->straggler, t->unit,
+				 t->healthy, t->unit, cpus[0] ? cpus : "?");
+		switch (os_top) {
+		case OS_IRQ_TIME:
+			if (top_irq)
+				snprintf(action, sizeof(action),
+					 "move IRQ %u (%s) off CPU %u, where rank %d's threads run: write a "
+					 "mask without that CPU to /proc/irq/%u/smp_affinity (and exclude it "
+					 "from irqbalance), or pin the rank to other CPUs",
+					 top_irq->irq, top_irq->name, top_irq->cpu, s, top_irq->irq);
+			else
+				snprintf(action, sizeof(action),
+					 "find the interrupt or softirq source on CPUs %s (/proc/interrupts, "
+					 "/proc/softirqs) and steer it away from rank %d's threads",
+					 cpus[0] ? cpus : "?", s);
+			break;
+		case OS_NUMA:
+		case OS_PAGES:
+			snprintf(action, sizeof(action),
+				 "bind rank %d's CPUs and memory to its GPU's NUMA node (numactl "
+				 "--cpunodebind --membind) and keep NUMA balancing off for the job", s);
+			break;
+		default:
+			snprintf(action, sizeof(action),
+				 "another task competes for CPUs %s with rank %d: find it (perf sched "
+				 "latency, pidstat -t -u 1, top -H on those CPUs), then give the training "
+				 "threads dedicated CPUs (cpuset, isolcpus) or move the neighbour away",
+				 cpus[0] ? cpus : "?", s);
+		}
 	} else {
 		snprintf(summary, sizeof(summary),
-			 "rank %d is late but neither its GPU kernels nor its CPU profile differ from the "
-			 "healthy ranks'; the OS layer (interrupts, run-queue latency) is not measured yet",
-			 s);
+			 "rank %d is late but neither its GPU kernels, its CPU profile nor its OS signals "
+			 "(run-queue wait, interrupts, NUMA) differ from the healthy ranks'%s", s,
+			 os && json_is_object(os) && json_object_get(os, "signals")
+				 ? "" : "; no OS signals were recorded for it");
 		snprintf(action, sizeof(action),
-			 "check rank %d's CPUs for interrupt or softirq load and competing threads "
-			 "(/proc/interrupts, /proc/softirqs, pidstat -w)", s);
+			 "compare rank %d's network path (NCCL links: sysomctl gpu --rank %d), its input "
+			 "pipeline and storage with a healthy rank's", s, s);
 	}
-	out = json_pack("{s:s,s:s,s:s,s:o,s:o}", "layer", layer, "summary", summary, "action",
-			action, "gpu", gpu ? gpu : json_null(), "cpu", cpu ? cpu : json_null());
+	out = json_pack("{s:s,s:s,s:s,s:o,s:o,s:o}", "layer", layer, "summary", summary, "action",
+			action, "gpu", gpu ? gpu : json_null(), "cpu", cpu ? cpu : json_null(), "os",
+			os ? os : json_null());
 	free(top_fn);
 	return out;
 }
 
+
+static int i64_compare(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Median time between consecutive complete instances of the group (its iteration time when it
+ * runs one collective per iteration), ns; 0 with fewer than 3 instances. */
+static int64_t strag_period_ns(const struct strag_group *g)
+{
+	int64_t *t = malloc((g->nt0 + 1) * sizeof(*t)), period = 0;
+
+	if (!t || g->nt0 < 3) {
+		free(t);
+		return 0;
+	}
+	memcpy(t, g->t0, g->nt0 * sizeof(*t));
+	qsort(t, g->nt0, sizeof(*t), i64_compare);
+	for (uint32_t i = 0; i + 1 < g->nt0; i++)
+		t[i] = t[i + 1] - t[i];
+	qsort(t, g->nt0 - 1, sizeof(*t), i64_compare);
+	period = t[(g->nt0 - 1) / 2];
+	free(t);
+	return period;
+}
 
 int diagnosis_stragglers(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
 			 const struct diagnosis_params *p, json_t **out)
@@ -467,11 +873,15 @@ int diagnosis_stragglers(const struct diagnosis_ctx *ctx, const struct diagnosis
 					     .has_comm = scope->has_comm, .comm = scope->comm };
 	struct strag_doc d = { 0 };
 	struct gk_rows gk = { 0 };
+	struct os_rows osr = { 0 };
 	struct store_sample_filter range = { .job = scope->job, .from_ms = scope->from_ms,
 					     .to_ms = scope->to_ms };
 	int diagnosed = 0;
 	struct straggler_rank *ranks = NULL;
 	json_t *groups = NULL, *job_list = NULL;
+	uint32_t best_instances = 0;
+	int32_t best_nranks = 0;
+	int64_t iteration_ns = 0;
 	int rc = 0;
 
 	*out = NULL;
@@ -517,7 +927,7 @@ int diagnosis_stragglers(const struct diagnosis_ctx *ctx, const struct diagnosis
 			/* A new job-level straggler: which layer, with the evidence. */
 			if (rc == 1 && p->diagnose && diagnosed < DIAGNOSE_MAX_STRAGGLERS) {
 				json_t *e = json_array_get(job_list, json_array_size(job_list) - 1);
-				json_t *dg = diagnose(ctx, p, &range, &gk, g, ranks, r);
+				json_t *dg = diagnose(ctx, p, &range, &gk, &osr, g, ranks, r);
 				diagnosed++;
 				json_object_set_new(e, "diagnosis", dg ? dg : json_null());
 			}
@@ -526,17 +936,26 @@ int diagnosis_stragglers(const struct diagnosis_ctx *ctx, const struct diagnosis
 		qsort(ranks, (size_t)g->nranks, sizeof(*ranks), by_excess_desc);
 		for (int32_t r = 0; r < g->nranks && r < API_STRAGGLER_TOP_RANKS; r++)
 			json_array_append_new(top, strag_rank_json(g, &ranks[r]));
-		entry = json_pack("{s:o,s:i,s:I,s:I,s:o,s:o}", "comm", render_json_key(g->key),
-				  "nranks", g->nranks, "instances",
-				  (json_int_t)straggler_group_instances(g->g), "incomplete",
-				  (json_int_t)straggler_group_incomplete(g->g), "stragglers", names,
-				  "ranks", top);
+		int64_t period = strag_period_ns(g);
+		uint32_t held = straggler_group_instances(g->g);
+
+		/* The job's iteration time: the period of its busiest group. */
+		if (held > best_instances || (held == best_instances && g->nranks > best_nranks)) {
+			best_instances = held;
+			best_nranks = g->nranks;
+			iteration_ns = period;
+		}
+		entry = json_pack("{s:o,s:i,s:I,s:I,s:I,s:f,s:o,s:o}", "comm", render_json_key(g->key),
+				  "nranks", g->nranks, "window", (json_int_t)g->window, "instances",
+				  (json_int_t)held, "incomplete",
+				  (json_int_t)straggler_group_incomplete(g->g), "period_ms",
+				  (double)period / 1e6, "stragglers", names, "ranks", top);
 		if (!entry || json_array_append_new(groups, entry)) {
 			rc = -ENOMEM;
 			goto cleanup;
 		}
 	}
-	*out = json_pack("{s:o,s:o,s:o,s:{s:f,s:I,s:I,s:f,s:f,s:f},s:b,s:I,s:O,s:O}", "job",
+	*out = json_pack("{s:o,s:o,s:o,s:{s:f,s:I,s:I,s:f,s:f,s:f},s:b,s:I,s:f,s:O,s:O}", "job",
 			 render_json_string(scope->job), "from",
 			 render_json_time(scope->from_ms * 1000000), "to",
 			 render_json_time(scope->to_ms * 1000000), "params", "k", p->sp.k, "window",
@@ -544,7 +963,8 @@ int diagnosis_stragglers(const struct diagnosis_ctx *ctx, const struct diagnosis
 			 (json_int_t)(p->sp.min_excess_ns / 1000000), "persistent_fraction",
 			 p->sp.persistent_fraction, "gpu_threshold", p->gpu_threshold, "cpu_min_pp",
 			 p->cpu_min_pp, "truncated", d.instances > API_MAX_STRAGGLER_INSTANCES - 1,
-			 "skipped_instances", (json_int_t)d.skipped, "stragglers", job_list,
+			 "skipped_instances", (json_int_t)d.skipped, "iteration_ms",
+			 (double)iteration_ns / 1e6, "stragglers", job_list,
 			 "communicators", groups);
 	if (!*out)
 		rc = -ENOMEM;
@@ -554,5 +974,6 @@ cleanup:
 	free(ranks);
 	strag_doc_free(&d);
 	gk_free(&gk);
+	os_rows_free(&osr);
 	return rc;
 }

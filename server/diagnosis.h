@@ -20,6 +20,7 @@
 #include "server/analysis/straggler.h"
 #include "server/store/store.h"
 
+#define DIAGNOSIS_MIN_WINDOW 16 /* a group whose window the cell budget cuts below: skipped */
 #define DIAGNOSIS_DEFAULT_CPU_MIN_PP 5.0 /* a function this much more on the straggler's stacks */
 
 struct diagnosis_params {
@@ -31,13 +32,15 @@ struct diagnosis_params {
 
 void diagnosis_params_default(struct diagnosis_params *p);
 
-/* What the analysis reads: the store, and the symbolised CPU profiles of two ranks as folded
- * "stack count_a count_b" lines (api_diff_folded). */
+/* What the analysis reads: the store, and symbolised CPU profiles: of two ranks as folded
+ * "stack count_a count_b" lines (api_diff_folded), of a filter as "stack count" (api_folded). */
 struct diagnosis_ctx {
 	struct store *store;
 	int (*diff_folded)(void *arg, const struct store_sample_filter *range, int32_t a, int32_t b,
 			   uint32_t limit, struct byte_buf *out);
 	void *diff_arg;
+	int (*folded)(void *arg, const struct store_sample_filter *f, uint32_t limit,
+		      struct byte_buf *out);
 };
 
 struct diagnosis_scope {

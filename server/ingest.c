@@ -333,6 +333,8 @@ static int batch_ingest(struct ingest *in, const struct http_request *req,
 		render_json_respond(resp, 200, json_pack("{s:s}", "status", "duplicate"));
 		goto cleanup;
 	}
+	if (in->opts.on_stored)
+		in->opts.on_stored(in->opts.on_stored_arg, &batch);
 	metrics_counter_add(&m->samples_stored, res.samples);
 	metrics_counter_add(&m->sample_rows_stored, res.sample_rows);
 	metrics_counter_add(&m->stacks_created, res.new_stacks);

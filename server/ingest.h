@@ -27,6 +27,10 @@ struct ingest_options {
 	uint32_t max_ksym_lines;         /* symbol text lines (0: default 4,000,000) */
 	uint64_t max_sample_count;       /* largest count of one sample row (0: default) */
 	const struct sysom_wire_limits *wire_limits; /* NULL: sysom_wire_default_limits */
+	/* Called after a batch was stored (not for duplicates), on the thread that stored it: the
+	 * monitor learns which jobs have new data. Optional. */
+	void (*on_stored)(void *arg, const struct sysom_batch *b);
+	void *on_stored_arg;
 };
 
 struct ingest;

@@ -17,9 +17,11 @@
 #include "common/log.h"
 #include "common/token.h"
 #include "common/options.h"
+#include "server/alerts/alerts.h"
 #include "server/api.h"
 #include "server/auth.h"
 #include "server/http.h"
+#include "server/monitor.h"
 #include "server/ingest.h"
 #include "server/metrics.h"
 #include "server/store/store.h"
@@ -59,6 +61,11 @@ struct config {
 	double upload_expiry;
 	char *debuginfod_urls;
 	bool debuginfod_auth;
+	char *alertmanager_urls;
+	char *webhook_urls;
+	double alert_resend_interval;
+	double analysis_interval;
+	char *public_url;
 	bool help;
 	bool version;
 };
@@ -79,6 +86,8 @@ static struct config cfg = {
 	.max_symbol_chunk = SYMBOLS_DEFAULT_MAX_CHUNK,
 	.max_upload_sessions = SYMBOLS_DEFAULT_MAX_SESSIONS,
 	.upload_expiry = SYMBOLS_DEFAULT_UPLOAD_EXPIRY_S,
+	.alert_resend_interval = ALERTS_DEFAULT_RESEND_INTERVAL_MS / 1000.0,
+	.analysis_interval = MONITOR_DEFAULT_INTERVAL_MS / 1000.0,
 };
 
 #define MIB (1024.0 * 1024)
@@ -108,6 +117,11 @@ static const struct sysom_option options[] = {
 	{ "upload-expiry", SYSOM_OPT_DURATION, &cfg.upload_expiry, 1, 365 * 86400.0, "partial uploads idle this long are deleted (default 24h)", false },
 	{ "debuginfod-urls", SYSOM_OPT_STRING, &cfg.debuginfod_urls, 0, 0, "\"URL URL\": upstream debuginfod servers asked for Build IDs nobody uploaded", false },
 	{ "debuginfod-auth", SYSOM_OPT_BOOL, &cfg.debuginfod_auth, 0, 0, "require the bearer token on /buildid/... too (default: open, like /healthz)", false },
+	{ "alertmanager-url", SYSOM_OPT_STRING, &cfg.alertmanager_urls, 0, 0, "\"URL URL\": Alertmanagers the alerts are sent to (POST URL/api/v2/alerts)", false },
+	{ "webhook-url", SYSOM_OPT_STRING, &cfg.webhook_urls, 0, 0, "\"URL URL\": webhooks the alerts are sent to (Alertmanager's webhook format)", false },
+	{ "alert-resend-interval", SYSOM_OPT_DURATION, &cfg.alert_resend_interval, 0.1, 86400, "re-send firing alerts this often (default 60s)", false },
+	{ "analysis-interval", SYSOM_OPT_DURATION, &cfg.analysis_interval, 0.1, 3600, "evaluate each job with new data at most this often (default 5s)", false },
+	{ "public-url", SYSOM_OPT_STRING, &cfg.public_url, 0, 0, "this server's URL as users reach it, for links in alerts (generatorURL)", false },
 	{ "help", SYSOM_OPT_BOOL, &cfg.help, 0, 0, "print this help", true },
 	{ "version", SYSOM_OPT_BOOL, &cfg.version, 0, 0, "print the version", true },
 };
@@ -126,6 +140,8 @@ struct server {
 	struct symrepo *repo;
 	struct symbols *symbols;
 	struct upstream *upstream;
+	struct alerts *alerts; /* alert lifecycle and delivery: the analysis feeds it */
+	struct monitor *monitor; /* straggler detection and diagnosis as batches arrive */
 	struct server_metrics metrics;
 	struct ingest *ingest;
 	struct api *api;
@@ -352,6 +368,62 @@ static int symbols_create(struct server *s)
 	return 0;
 }
 
+/* ---- alerts --------------------------------------------------------------------------------- */
+
+/* A receiver failed or delivers again (on the alert sender thread). */
+static void on_alerts_event(void *ctx, const struct alerts_event *ev)
+{
+	const char *kind = ev->kind == ALERTS_ALERTMANAGER ? "Alertmanager" : "webhook";
+
+	(void)ctx;
+	if (ev->up)
+		log_info("alerts: %s %s accepts notifications again", kind, ev->receiver);
+	else
+		log_warn("alerts: %s %s: %s; retrying with backoff", kind, ev->receiver, ev->message);
+}
+
+/* The alert module, with the receivers of --alertmanager-url and --webhook-url. */
+static int alerts_create(struct server *s)
+{
+	struct alerts_config ac = {
+		.resend_interval_ms = (uint32_t)(cfg.alert_resend_interval * 1000),
+		.on_event = on_alerts_event,
+	};
+	char **am = NULL, **wh = NULL;
+	size_t nam = 0, nwh = 0;
+	int rc;
+
+	if ((rc = alerts_url_list_parse(cfg.alertmanager_urls, &am, &nam)) ||
+	    (rc = alerts_url_list_parse(cfg.webhook_urls, &wh, &nwh))) {
+		if (rc == -EINVAL)
+			log_error("--alertmanager-url, --webhook-url: more than %d URLs",
+				  ALERTS_MAX_RECEIVERS);
+		else
+			log_error("cannot start alerts: %s", sysom_strerror(rc));
+		goto cleanup;
+	}
+	ac.alertmanager_urls = (const char *const *)am;
+	ac.n_alertmanagers = nam;
+	ac.webhook_urls = (const char *const *)wh;
+	ac.n_webhooks = nwh;
+	if ((rc = alerts_new(&ac, &s->alerts))) {
+		if (rc == -EINVAL)
+			log_error("--alertmanager-url, --webhook-url: URLs must be http:// or https://"
+				  " (%d at most)", ALERTS_MAX_RECEIVERS);
+		else
+			log_error("cannot start alerts: %s", sysom_strerror(rc));
+		goto cleanup;
+	}
+	s->metrics.alerts = s->alerts;
+	if (nam + nwh)
+		log_info("alerts go to %zu Alertmanager(s) and %zu webhook(s), re-sent every %gs",
+			 nam, nwh, cfg.alert_resend_interval);
+cleanup:
+	alerts_url_list_free(am, nam);
+	alerts_url_list_free(wh, nwh);
+	return rc;
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
 	struct server *s = h->data;
@@ -405,6 +477,11 @@ static const char *error_reason(const char *err)
 	return last ? last + 2 : err;
 }
 
+static void on_batch_stored(void *arg, const struct sysom_batch *b)
+{
+	monitor_batch_stored(arg, b);
+}
+
 static int components_create(struct server *s)
 {
 	struct ingest_options io = {
@@ -418,6 +495,9 @@ static int components_create(struct server *s)
 		.symbols_max_chunk = cfg.max_symbol_chunk,
 	};
 	struct api_options ao = { 0 };
+	struct monitor_options mo = { .interval_ms = (uint32_t)(cfg.analysis_interval * 1000),
+				      .public_url = cfg.public_url };
+	struct diagnosis_ctx dc;
 	int rc;
 
 	server_metrics_init(&s->metrics);
@@ -431,9 +511,19 @@ static int components_create(struct server *s)
 		return -SYSOM_ECONFIG; /* logged */
 	ao.symbols = s->symbols;
 	ao.upstream = s->upstream;
-	s->ingest = ingest_new(s->store, s->auth, s->sym, &s->metrics, &io);
-	s->api = api_new(s->store, s->sym, s->auth, &s->metrics, &ao);
-	if (!s->ingest || !s->api)
+	ao.alerts = s->alerts;
+	if (!(s->api = api_new(s->store, s->sym, s->auth, &s->metrics, &ao)))
+		return -ENOMEM;
+	/* The monitor analyses what ingest stores, reading through the API's profiles. */
+	api_diagnosis_ctx(s->api, &dc);
+	if ((rc = monitor_new(&dc, s->alerts, &mo, &s->monitor))) {
+		log_error("cannot start the analysis: %s", sysom_strerror(rc));
+		return -SYSOM_ECONFIG;
+	}
+	s->metrics.monitor = s->monitor;
+	io.on_stored = on_batch_stored;
+	io.on_stored_arg = s->monitor;
+	if (!(s->ingest = ingest_new(s->store, s->auth, s->sym, &s->metrics, &io)))
 		return -ENOMEM;
 	s->nroutes = api_routes_build(s->api, s->ingest, s->symbols, &limits, s->routes);
 	return 0;
@@ -462,6 +552,8 @@ static int run(const char *host, uint16_t port)
 		log_error("%s", err);
 		goto cleanup;
 	}
+	if (alerts_create(&s))
+		goto cleanup; /* logged */
 	if ((rc = components_create(&s))) {
 		if (rc != -SYSOM_ECONFIG)
 			log_error("cannot start: %s", sysom_strerror(rc));
@@ -515,8 +607,10 @@ cleanup:
 		if (uv_loop_close(&s.loop))
 			log_warn("event loop closed with handles still open");
 	}
+	monitor_free(s.monitor); /* before the API it reads through and the alerts it feeds */
 	api_free(s.api);
 	ingest_free(s.ingest);
+	alerts_free(s.alerts); /* after its users; delivers pending resolutions (bounded wait) */
 	upstream_free(s.upstream); /* before the symbolizer: its events invalidate frames */
 	symbols_free(s.symbols);
 	symbolizer_free(s.sym);

@@ -99,6 +99,9 @@ enum debuginfod_type { DEBUGINFOD_EXECUTABLE, DEBUGINFOD_DEBUGINFO, DEBUGINFOD_O
 enum debuginfod_result { DEBUGINFOD_FOUND, DEBUGINFOD_NOT_FOUND, DEBUGINFOD_ERROR,
 			 DEBUGINFOD_RESULT_COUNT };
 
+struct alerts;
+struct monitor;
+
 /* What the server counts; zero-initialise, then server_metrics_init. */
 struct server_metrics {
 	struct metrics_counter batches[INGEST_RESULT_COUNT];
@@ -115,6 +118,10 @@ struct server_metrics {
 	struct metrics_counter symbol_missing_queries; /* POST /api/v1/symbols/missing answered */
 	struct metrics_counter debuginfod_requests[DEBUGINFOD_TYPE_COUNT][DEBUGINFOD_RESULT_COUNT];
 	struct metrics_counter debuginfod_bytes;     /* file bytes offered (Content-Length) */
+	/* Borrowed, or NULL. Set, it adds the sysom_alert* families (its own counts, read under
+	 * its lock); it must outlive every server_metrics_write. */
+	struct alerts *alerts;
+	struct monitor *monitor;  /* likewise: sysom_analysis_*, sysom_diagnoses_*, per-job gauges */
 };
 
 /* Prepares the histograms (counters start at zero). */
@@ -125,7 +132,8 @@ void server_metrics_reject(struct server_metrics *m, enum ingest_error_reason re
 			   struct metrics_counter *result_counter);
 
 /* Appends the server's own families (sysom_ingest_*, sysom_kernel_symbol_uploads_total,
- * sysom_symbol_uploads_total, sysom_symbol_upload_bytes_total, sysom_debuginfod_*). */
+ * sysom_symbol_uploads_total, sysom_symbol_upload_bytes_total, sysom_debuginfod_*, and
+ * sysom_alert* when m->alerts is set, the monitor's families when m->monitor is). */
 void server_metrics_write(const struct server_metrics *m, struct byte_buf *out);
 
 #endif

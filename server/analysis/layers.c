@@ -3,6 +3,7 @@
 #include "server/analysis/layers.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,4 +197,51 @@ cleanup:
 	hash_index_free(&index);
 	free(copy);
 	return rc;
+}
+
+static int double_compare(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+double layers_median(double *v, size_t n)
+{
+	if (n == 0)
+		return NAN;
+	qsort(v, n, sizeof(*v), double_compare);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+int layers_os_classify(struct os_signal_cmp *s, size_t n, double factor)
+{
+	double best = 0;
+	int top = -1;
+
+	for (size_t i = 0; i < n; i++) {
+		double h = isnan(s[i].healthy) ? 0 : s[i].healthy;
+		double excess = s[i].straggler - h;
+
+		s[i].implicated = !isnan(s[i].healthy) && isfinite(s[i].straggler) &&
+				  s[i].straggler >= factor * h && excess >= s[i].floor && s[i].floor > 0;
+		if (s[i].implicated && excess / s[i].floor > best) {
+			best = excess / s[i].floor;
+			top = (int)i;
+		}
+	}
+	return top;
+}
+
+double layers_cpu_z(double a_fraction, double b_fraction, uint64_t na, uint64_t nb)
+{
+	double p, se;
+
+	if (na == 0 || nb == 0)
+		return 0;
+	p = (a_fraction * (double)na + b_fraction * (double)nb) / (double)(na + nb);
+	se = sqrt(p * (1 - p) * (1.0 / (double)na + 1.0 / (double)nb));
+	if (se == 0) /* pooled share 0 or 1: both shares equal it */
+		return 0;
+	return (b_fraction - a_fraction) / se;
 }

@@ -16,11 +16,13 @@
 #ifndef SYSOM_SERVER_ANALYSIS_LAYERS_H
 #define SYSOM_SERVER_ANALYSIS_LAYERS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define LAYERS_GPU_THRESHOLD 1.15   /* 15% slower */
 #define LAYERS_CPU_MIN_SAMPLES 50    /* per side: fewer cannot tell a function's share */
+#define LAYERS_CPU_MIN_Z 3.0         /* a share difference must be this many standard errors */
 
 struct kernel_cmp {
 	const char *name;
@@ -57,5 +59,37 @@ struct cpu_delta {
  */
 int layers_cpu_deltas(const char *text, size_t len, struct cpu_delta **out, uint64_t totals[2]);
 void layers_cpu_deltas_free(struct cpu_delta *d, int n);
+
+/*
+ * How many standard errors apart two sample shares are (two-proportion z statistic with the
+ * pooled share): b − a over sqrt(p (1 − p) (1/na + 1/nb)). With a few hundred samples a side a
+ * share moves by several percentage points by chance alone; a difference is only evidence
+ * when z is large. 0 when a side has no samples or the shares are equal.
+ */
+double layers_cpu_z(double a_fraction, double b_fraction, uint64_t na, uint64_t nb);
+
+/*
+ * OS layer: per signal, the straggler's rate against the median of the healthy ranks' rates
+ * (rates per second the rank's threads were on a CPU, so busier ranks are not penalised). A
+ * signal is implicated when the straggler's rate is at least `factor` times the healthy median
+ * and above it by at least `floor` (an absolute amount that matters at all).
+ */
+#define LAYERS_OS_FACTOR 2.0
+
+struct os_signal_cmp {
+	const char *name;       /* "run-queue wait", "interrupt time", ... */
+	const char *unit;       /* "ms/s", "/s" */
+	double straggler;
+	double healthy;         /* median over the healthy ranks; NAN when none */
+	double floor;
+	bool implicated;        /* out */
+};
+
+/* Sets `implicated` on each signal; returns the index of the most implicated one (largest
+ * excess in units of its floor) or -1. */
+int layers_os_classify(struct os_signal_cmp *s, size_t n, double factor);
+
+/* Median of n values (sorted in place); NAN when n == 0. */
+double layers_median(double *v, size_t n);
 
 #endif

@@ -24,7 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define STRAGGLER_MAX_RANKS 65536
+#define STRAGGLER_MAX_RANKS (1 << 20) /* a million GPUs in one communicator */
 #define STRAGGLER_MAX_WINDOW 10000
 #define STRAGGLER_DEFAULT_K 2.0
 #define STRAGGLER_DEFAULT_WINDOW 100

@@ -2457,8 +2457,8 @@ static int sqlite_collectives_list(struct store *base, const struct store_collec
 
 	/* Instances first (bounded), then every call of the job's processes in them. A call
 	 * without its rank takes the process's rank in the communicator. */
-	byte_buf_printf(&sql, "WITH jp AS (SELECT process FROM job_ranks WHERE job = ?1),"
-			      " inst AS (SELECT c.comm_key AS k, c.op AS op, c.seq AS seq,"
+	byte_buf_printf(&sql, "WITH jp AS MATERIALIZED (SELECT process FROM job_ranks WHERE job = ?1),"
+			      " inst AS MATERIALIZED (SELECT c.comm_key AS k, c.op AS op, c.seq AS seq,"
 			      " min(c.entry_ns) AS first FROM nccl_calls c WHERE c.process IN jp"
 			      " AND c.comm_key != 0 AND c.op BETWEEN %d AND %d"
 			      " AND c.entry_ns BETWEEN ?2 AND ?3",
@@ -2470,10 +2470,14 @@ static int sqlite_collectives_list(struct store *base, const struct store_collec
 	byte_buf_printf(&sql, " GROUP BY c.comm_key, c.op, c.seq ORDER BY first %s, k %s, op %s, seq %s"
 			      " LIMIT ?6)", f->latest ? "DESC" : "", f->latest ? "DESC" : "",
 			f->latest ? "DESC" : "", f->latest ? "DESC" : "");
+	/* Communicator sizes once per key, not per call row: per row it is quadratic in the
+	 * job's size (every call scanning every rank's communicator record). */
+	byte_buf_printf(&sql, ", nr AS MATERIALIZED (SELECT m.key AS k, max(m.nranks) AS nranks FROM communicators m"
+			      " WHERE m.process IN jp AND m.key IN (SELECT DISTINCT k FROM inst)"
+			      " GROUP BY m.key)");
 	byte_buf_printf(&sql, " SELECT i.k, i.op, i.seq,"
 			      " min(c.entry_ns) OVER (PARTITION BY i.k, i.op, i.seq),"
-			      " coalesce((SELECT max(m.nranks) FROM communicators m"
-			      "  WHERE m.key = i.k AND m.process IN jp), -1),"
+			      " coalesce((SELECT nr.nranks FROM nr WHERE nr.k = i.k), -1),"
 			      " iif(c.rank >= 0, c.rank, coalesce((SELECT m.rank FROM communicators m"
 			      "  WHERE m.process = c.process AND m.key = c.comm_key), -1)) AS r,"
 			      " c.entry_ns, c.exit_ns, c.count, c.bytes, c.peer, c.result, p.tgid, c.tid,"

@@ -158,3 +158,47 @@ stored_total() {
 	ctl flamegraph --from -1d --to now --format json "$@" |
 		python3 -c "import json,sys; print(json.load(sys.stdin)['total'])"
 }
+
+# am_start NAME: starts a real Alertmanager (prometheus-alertmanager, else alertmanager) on a
+# free 127.0.0.1 port with a route to a null receiver, storage in $E2E_TMP/NAME.am and
+# clustering off; waits for /-/ready. Sets AM_PID, AM_PORT, AM_URL; returns 1 when there is no
+# binary (make deps installs it) or it does not start.
+am_start() {
+	local name=$1 bin dir=$E2E_TMP/$1.am attempt deadline
+	bin=$(command -v prometheus-alertmanager || command -v alertmanager) || {
+		echo "no prometheus-alertmanager or alertmanager binary: run make deps" >&2
+		return 1
+	}
+	mkdir -p "$dir/data"
+	printf '%s\n' 'route:' '  receiver: "null"' '  group_wait: 1s' 'receivers:' \
+		'  - name: "null"' >"$dir/alertmanager.yml"
+	# The port is free when chosen; another process may take it first: then try another.
+	for attempt in 1 2 3; do
+		AM_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+		AM_URL=http://127.0.0.1:$AM_PORT
+		"$bin" --config.file="$dir/alertmanager.yml" --storage.path="$dir/data" \
+			--web.listen-address="127.0.0.1:$AM_PORT" --cluster.listen-address= \
+			>>"$E2E_TMP/$name.log" 2>&1 &
+		AM_PID=$!
+		E2E_PIDS+=("$AM_PID")
+		deadline=$((SECONDS + 20))
+		while kill -0 "$AM_PID" 2>/dev/null && [ $SECONDS -lt $deadline ]; do
+			curl -sf -o /dev/null "$AM_URL/-/ready" && return 0
+			sleep 0.1
+		done
+		kill -KILL "$AM_PID" 2>/dev/null
+		wait "$AM_PID" 2>/dev/null
+	done
+	echo "Alertmanager $name did not start; log:" >&2
+	cat "$E2E_TMP/$name.log" >&2
+	return 1
+}
+
+# am_stop: stops the Alertmanager am_start started (SIGTERM, waits); returns its exit status.
+am_stop() {
+	[ -n "${AM_PID:-}" ] || return 0
+	stop_pid "$AM_PID"
+	local rc=$?
+	AM_PID=""
+	return $rc
+}

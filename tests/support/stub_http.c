@@ -177,12 +177,14 @@ static void *server_main(void *arg)
 	return NULL;
 }
 
-static struct stub_http *start(const struct stub_step *script, size_t n, struct stub_step dflt,
-			       stub_http_handler_fn handler, void *ctx)
+static struct stub_http *start(uint16_t port, const struct stub_step *script, size_t n,
+			       struct stub_step dflt, stub_http_handler_fn handler, void *ctx)
 {
 	struct stub_http *s = calloc(1, sizeof(*s));
-	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				    .sin_port = htons(port) };
 	socklen_t alen = sizeof(addr);
+	int one = 1;
 
 	assert_non_null(s);
 	assert_true(n <= STUB_HTTP_MAX_STEPS);
@@ -197,6 +199,9 @@ static struct stub_http *start(const struct stub_step *script, size_t n, struct 
 	assert_int_equal(pipe(s->wake), 0);
 	s->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	assert_true(s->listen_fd >= 0);
+	/* So a later stub can take this port while its closed connections linger (TIME_WAIT
+	 * sockets block the port unless they had the option too). */
+	assert_int_equal(setsockopt(s->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
 	assert_int_equal(bind(s->listen_fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
 	assert_int_equal(listen(s->listen_fd, 16), 0);
 	assert_int_equal(getsockname(s->listen_fd, (struct sockaddr *)&addr, &alen), 0);
@@ -207,14 +212,20 @@ static struct stub_http *start(const struct stub_step *script, size_t n, struct 
 
 struct stub_http *stub_http_start(const struct stub_step *script, size_t n, struct stub_step dflt)
 {
-	return start(script, n, dflt, NULL, NULL);
+	return start(0, script, n, dflt, NULL, NULL);
+}
+
+struct stub_http *stub_http_start_port(uint16_t port, const struct stub_step *script, size_t n,
+				       struct stub_step dflt)
+{
+	return start(port, script, n, dflt, NULL, NULL);
 }
 
 struct stub_http *stub_http_start_handler(stub_http_handler_fn handler, void *ctx)
 {
 	struct stub_step none = { 500, NULL, NULL, false };
 
-	return start(NULL, 0, none, handler, ctx);
+	return start(0, NULL, 0, none, handler, ctx);
 }
 
 void stub_http_stop(struct stub_http *s)

@@ -65,6 +65,11 @@ struct stub_http {
 /* Starts a server answering with `script` (n steps), then `dflt`. Asserts on failure. */
 struct stub_http *stub_http_start(const struct stub_step *script, size_t n, struct stub_step dflt);
 
+/* The same on 127.0.0.1:`port` (e.g. the port of a stub stopped to play a receiver that is
+ * down for a while). Asserts on failure. */
+struct stub_http *stub_http_start_port(uint16_t port, const struct stub_step *script, size_t n,
+				       struct stub_step dflt);
+
 /* Starts a server answering every request through `handler`. */
 struct stub_http *stub_http_start_handler(stub_http_handler_fn handler, void *ctx);
 

@@ -87,6 +87,11 @@ static void test_urls(void **state)
 	expect_url("stragglers --job j --comm abc --k 3 --window 50 --min-excess-ms 2", NULL,
 		   "http://127.0.0.1:8080/api/v1/jobs/j/stragglers?comm=abc&k=3&window=50"
 		   "&min_excess_ms=2");
+	expect_url("diagnose --job j --status open --from -1h --limit 5", NULL,
+		   "http://127.0.0.1:8080/api/v1/diagnoses?job=j&from=-1h&status=open&limit=5");
+	expect_url("diagnose --id 42", NULL, "http://127.0.0.1:8080/api/v1/diagnoses/42?format=text");
+	expect_url("diagnose --id 42 --format json", NULL,
+		   "http://127.0.0.1:8080/api/v1/diagnoses/42?format=json");
 	expect_url("diff --job j --a 0 --b 3 --from -5m", NULL,
 		   "http://127.0.0.1:8080/api/v1/flamegraph/diff?job=j&a=0&b=3&from=-5m");
 	expect_url("flamegraph --kind gpu-time --format folded", NULL,
@@ -159,6 +164,12 @@ static void test_errors(void **state)
 	expect_error("collectives --job j --pid 3", "unknown flag '--pid'");
 	expect_error("gpu", "gpu: --job is required");
 	expect_error("stragglers", "stragglers: --job is required");
+	expect_error("diagnose --id x", "--id 'x' is not a diagnosis id");
+	expect_error("diagnose --id 0", "is not a diagnosis id");
+	expect_error("diagnose --id 3 --job j", "--id takes no other filter");
+	expect_error("diagnose --status closed", "--status must be open or all");
+	expect_error("diagnose --id 3 --format table", "is not one of text, json");
+	expect_error("diagnose --format text", "is not one of table, json");
 	expect_error("diff --job j --a 0", "--b must be a rank");
 	expect_error("diff --job j --a x --b 1", "--a must be a rank");
 	expect_error("stragglers --job j --pid 3", "unknown flag '--pid'");

@@ -324,6 +324,30 @@ static void test_stragglers(void **state)
 	free(render(ctl_stragglers_render, "{\"communicators\":[]}", -EINVAL));
 }
 
+/* Diagnoses: a header, then each incident with its summary under it. */
+static void test_diagnoses(void **state)
+{
+	char *out;
+
+	(void)state;
+	out = render(ctl_diagnoses_render,
+		     "{\"diagnoses\":[{\"id\":7,\"status\":\"open\",\"opened\":\"2026-11-25T10:00:00.000Z\","
+		     "\"kind\":\"straggler\",\"rank\":3,\"layer\":\"os\",\"severity\":\"critical\","
+		     "\"job\":\"j1\",\"summary\":\"run-queue wait on rank 3\"},{\"id\":6,"
+		     "\"status\":\"resolved\",\"opened\":\"2026-11-25T09:00:00.000Z\",\"kind\":"
+		     "\"regression\",\"rank\":null,\"layer\":\"cpu\",\"severity\":\"warning\","
+		     "\"job\":\"j1\",\"summary\":\"iteration time rose\"}]}", 0);
+	assert_non_null(strstr(out, "ID      STATUS    OPENED"));
+	assert_non_null(strstr(out, "7       open      2026-11-25T10:00:00.000Z  straggler   3      os       critical  j1\n"
+				    "        run-queue wait on rank 3\n"));
+	assert_non_null(strstr(out, "6       resolved  2026-11-25T09:00:00.000Z  regression  -      cpu      warning   j1\n"));
+	free(out);
+	out = render(ctl_diagnoses_render, "{\"diagnoses\":[]}", 0);
+	assert_non_null(strstr(out, "No diagnosis in the range."));
+	free(out);
+	free(render(ctl_diagnoses_render, "{}", -EINVAL));
+}
+
 /* Two ranks' profiles: functions by the difference of their share of samples. */
 static void test_diff(void **state)
 {
@@ -375,6 +399,7 @@ int main(void)
 		cmocka_unit_test(test_tables),
 		cmocka_unit_test(test_gpu),
 		cmocka_unit_test(test_stragglers),
+		cmocka_unit_test(test_diagnoses),
 		cmocka_unit_test(test_diff),
 		cmocka_unit_test(test_error_text),
 	};

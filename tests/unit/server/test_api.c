@@ -414,13 +414,21 @@ static void test_routes(void **state)
 			assert_int_equal(routes[i].max_body,
 					 strcmp(routes[i].method, "PUT") == 0 ? 64u << 20 : 0);
 			seen |= strcmp(routes[i].method, "PUT") == 0 ? 2 : 4;
+		} else if (strcmp(routes[i].path, API_JOBS_PREFIX) == 0 &&
+			   strcmp(routes[i].method, "PUT") == 0) {
+			assert_int_equal(routes[i].max_body, API_MAX_SETTINGS_BODY); /* settings */
+			seen |= 16;
+		} else if (strcmp(routes[i].path, API_JOBS_PREFIX) == 0 &&
+			   strcmp(routes[i].method, "POST") == 0) {
+			assert_int_equal(routes[i].max_body, 0); /* baseline: parameters only */
+			seen |= 32;
 		} else {
 			assert_string_equal(routes[i].method, "GET");
 			assert_int_equal(routes[i].max_body, 0);
 			seen |= 8;
 		}
 	}
-	assert_int_equal(seen, 15);
+	assert_int_equal(seen, 63);
 	struct api_route_limits lim = { .ingest_max_body = 1000, .ksyms_max_body = 2000 };
 	api_routes_build(h->api, h->ingest, NULL, &lim, routes);
 	assert_int_equal(routes[0].max_body, 1000);
@@ -1096,15 +1104,19 @@ static void test_straggler_diagnosis(void **state)
 	assert_true(json_is_true(json_object_get(cpu, "enough_samples")));
 	json_decref(dg);
 
-	/* Late with nothing else different (and one window: too few samples to compare CPU
-	 * profiles): the OS layer is named as unmeasured. */
+	/* Late with nothing else different (one window: too few samples to compare CPU profiles,
+	 * and no OS signals recorded): no layer is named, and the summary says the OS data are
+	 * missing. */
 	js.job = "plain";
 	js.hot_rank = -1;
 	js.base.node = 4;
 	post_spec(h, &js, "\"stored\"");
 	dg = first_diagnosis(h, "plain");
 	assert_string_equal(json_string_value(json_object_get(dg, "layer")), "unknown");
-	assert_non_null(strstr(json_string_value(json_object_get(dg, "summary")), "OS layer"));
+	assert_non_null(strstr(json_string_value(json_object_get(dg, "summary")),
+			       "no OS signals were recorded"));
+	assert_string_equal(json_string_value(json_object_get(json_object_get(dg, "os"), "verdict")),
+			    "no-data");
 	json_decref(dg);
 
 	/* diagnose=0 leaves it out. */

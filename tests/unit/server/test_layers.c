@@ -72,11 +72,56 @@ static void test_cpu_deltas(void **state)
 	layers_cpu_deltas_free(d, 0);
 }
 
+/* OS signals: factor and floor both required; the largest excess in floors wins; no healthy
+ * data implicates nothing. */
+static void test_os_signals(void **state)
+{
+	(void)state;
+	struct os_signal_cmp s[] = {
+		{ "run-queue wait", "ms/s", 120, 20, 20, false },   /* 6x, +100 = 5 floors */
+		{ "interrupt time", "ms/s", 30, 2, 10, false },     /* 15x, +28 = 2.8 floors */
+		{ "involuntary switches", "/s", 90, 50, 50, false }, /* 1.8x: below the factor */
+		{ "NUMA migrations", "/s", 3, 0, 5, false },        /* below the floor */
+	};
+	double v[] = { 5, 1, 3, 2 }, e[] = { 0 };
+
+	assert_int_equal(layers_os_classify(s, 4, LAYERS_OS_FACTOR), 0);
+	assert_true(s[0].implicated);
+	assert_true(s[1].implicated);
+	assert_false(s[2].implicated);
+	assert_false(s[3].implicated);
+	s[0].straggler = 30; /* +10 = half a floor */
+	assert_int_equal(layers_os_classify(s, 4, LAYERS_OS_FACTOR), 1);
+	assert_false(s[0].implicated);
+	s[1].healthy = NAN;
+	assert_int_equal(layers_os_classify(s, 4, LAYERS_OS_FACTOR), -1);
+	assert_false(s[1].implicated);
+	assert_true(layers_median(v, 4) == 2.5);
+	assert_true(layers_median(v, 3) == 2);
+	assert_true(isnan(layers_median(e, 0)));
+}
+
+/* Share differences: 5 pp over ~100 samples a side is chance, 40 pp over 200 is not. */
+static void test_cpu_significance(void **state)
+{
+	(void)state;
+	double z = layers_cpu_z(0.245, 0.296, 102, 81);
+	assert_true(z > 0.5 && z < 1.0);
+	z = layers_cpu_z(0.0, 0.40, 200, 200);
+	assert_true(z > 8);
+	assert_true(layers_cpu_z(0.3, 0.2, 100, 100) < 0);
+	assert_true(layers_cpu_z(0.1, 0.2, 0, 100) == 0);
+	assert_true(layers_cpu_z(0, 0, 100, 100) == 0);
+	assert_true(layers_cpu_z(0, 1, 100, 100) > 10);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_gpu_verdicts),
 		cmocka_unit_test(test_cpu_deltas),
+		cmocka_unit_test(test_os_signals),
+		cmocka_unit_test(test_cpu_significance),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The monitor: automatic straggler detection and diagnosis as batches arrive.
+ *
+ * Ingest tells the monitor which jobs a stored batch carried data for (monitor_batch_stored).
+ * A background thread evaluates each such job at most once per `interval`: stragglers with
+ * their layered diagnosis over the job's latest collective instances (server/diagnosis.h), and,
+ * when there is no straggler but the iteration time rose, the temporal baseline comparison.
+ * Each finding is an incident in the store (one open diagnosis per job and identity, updated
+ * while it holds, resolved once it has not held for `resolve_after`), and the open incidents
+ * of a job are the alert set handed to the alert module (server/alerts/alerts.h).
+ *
+ * Per-job settings (GET/PUT /api/v1/jobs/{job}/settings) override every threshold.
+ */
+#ifndef SYSOM_SERVER_MONITOR_H
+#define SYSOM_SERVER_MONITOR_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/wire.h"
+#include "server/alerts/alerts.h"
+#include "server/diagnosis.h"
+#include "server/store/store.h"
+
+#define MONITOR_DEFAULT_INTERVAL_MS 5000u        /* a job is evaluated at most this often */
+#define MONITOR_DEFAULT_LOOKBACK_MS (600u * 1000) /* instances older than this are not read */
+#define MONITOR_DEFAULT_RESOLVE_AFTER_MS 60000u  /* an incident not seen this long resolves */
+#define MONITOR_MAX_JOBS 4096                    /* jobs tracked at once (oldest forgotten) */
+#define MONITOR_DEFAULT_REGRESSION 0.10          /* iteration time rise that starts a baseline diff */
+#define MONITOR_DEFAULT_BASELINE_DELTA_PP 0.5    /* δ: CPU-fraction rise that names a function */
+#define MONITOR_DEFAULT_BASELINE_AFTER_MS 120000u /* a job's baseline: its first healthy stretch this long */
+
+/* The thresholds of one job (defaults, then its stored settings). */
+struct monitor_job_settings {
+	struct diagnosis_params diag;
+	uint32_t lookback_ms;
+	uint32_t resolve_after_ms;
+	bool alert_intermittent;  /* alert on intermittent stragglers too (default: persistent only) */
+	bool alerts;              /* send alerts for this job at all */
+	double regression;        /* relative iteration-time rise, e.g. 0.10 */
+	double baseline_delta_pp; /* δ */
+	uint32_t baseline_after_ms;
+};
+
+void monitor_job_settings_default(struct monitor_job_settings *s);
+
+/*
+ * Applies a settings object ({"k": 2, "window": 100, ...}, documented in docs/http-api.md) on
+ * top of `s`. Unknown keys and out-of-range values are refused: -EINVAL with a message in
+ * `err`. Used for PUT validation and when loading stored settings.
+ */
+int monitor_job_settings_apply(struct monitor_job_settings *s, const json_t *obj, char *err,
+			       size_t errlen);
+
+/* The settings as the JSON object GET returns (every key). NULL when out of memory. */
+json_t *monitor_job_settings_json(const struct monitor_job_settings *s);
+
+struct monitor_options {
+	uint32_t interval_ms;      /* 0: default */
+	const char *public_url;    /* base of generatorURL ("http://sysom:8080"); NULL: none */
+	int64_t (*now_ms)(void);   /* NULL: the real clock */
+};
+
+struct monitor;
+
+/*
+ * Starts the monitor over borrowed objects (`alerts` may be NULL: incidents only). 0 or a
+ * negative errno.
+ */
+int monitor_new(const struct diagnosis_ctx *ctx, struct alerts *alerts,
+		const struct monitor_options *opts, struct monitor **out);
+
+/* Stops the thread (an evaluation in progress finishes) and frees. Accepts NULL. */
+void monitor_free(struct monitor *m);
+
+/* Notes that a stored batch carried data of the jobs in its JOB_RANKS (any thread). */
+void monitor_batch_stored(struct monitor *m, const struct sysom_batch *b);
+
+/* Evaluates `job` now, synchronously (tests; the thread does the same). 0 or -errno. */
+int monitor_evaluate(struct monitor *m, const char *job);
+
+struct monitor_stats {
+	uint64_t evaluations, evaluation_errors;
+	uint64_t incidents_opened, incidents_resolved;
+	uint64_t open_incidents;     /* gauge */
+	uint64_t jobs;               /* gauge: jobs tracked */
+	uint64_t last_evaluation_us; /* how long the last evaluation took */
+	uint64_t stragglers;         /* gauge: straggling ranks over the jobs' last evaluations */
+};
+
+void monitor_stats_get(struct monitor *m, struct monitor_stats *out);
+
+/* Appends the monitor's Prometheus families: evaluations, incidents opened/resolved/open, and
+ * per job (label job) the stragglers and open incidents of its last evaluation. */
+void monitor_metrics_write(struct monitor *m, struct byte_buf *out);
+
+#endif
