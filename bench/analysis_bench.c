@@ -4,8 +4,11 @@
 //
 //   core   straggler_group_add x W, then straggler_group_analyse (server/analysis/straggler.c):
 //          what one evaluation computes once the instances are in memory.
-//   store  the monitor's whole read path for one job: W instances x N ranks of NCCL calls in
-//          the SQLite store, read back (latest W), matched into instances and analysed
+//   live   the monitor's incremental path: every batch's calls folded into memory as it
+//          arrives (server/live.c), then one evaluation over the latest W instances in memory
+//          (diagnosis_stragglers_from + live_source).
+//   store  the fallback (and the API's) read path: W instances x N ranks of NCCL calls in the
+//          SQLite store, read back (latest W), matched into instances and analysed
 //          (diagnosis_stragglers, the layered diagnosis of the straggler included).
 //
 // Every run checks the answer (exactly the planted straggler) so a fast wrong result cannot
@@ -23,6 +26,7 @@
 #include "common/wire.h"
 #include "server/analysis/straggler.h"
 #include "server/diagnosis.h"
+#include "server/live.h"
 #include "server/store/store.h"
 
 #define WINDOW 100
@@ -132,8 +136,9 @@ static int no_folded(void *arg, const struct store_sample_filter *f, uint32_t li
 	return 0;
 }
 
-/* Ranks in batches of 8 per node, the way agents send them. */
-static int store_fill(struct store *s, int32_t n, int64_t t0_ns)
+/* Ranks in batches of 8 per node, the way agents send them; each batch goes to `sink`. */
+static int batches_make(int32_t n, int64_t t0_ns, int (*sink)(void *arg, struct sysom_batch *b),
+			void *arg)
 {
 	uint64_t rng = 7;
 	int rc = 0;
@@ -188,13 +193,94 @@ static int store_fill(struct store *s, int32_t n, int64_t t0_ns)
 				rc = sysom_batch_add_nccl_call(&b, &c);
 			}
 		}
-		if (!rc) {
-			struct store_put_result res;
-			rc = store_batch_put(s, &b, t0_ns, &res);
-		}
+		if (!rc)
+			rc = sink(arg, &b);
 next:
 		sysom_batch_free(&b);
 	}
+	return rc;
+}
+
+static int to_store(void *arg, struct sysom_batch *b)
+{
+	struct store_put_result res;
+
+	return store_batch_put(arg, b, (int64_t)b->window_end_ns, &res);
+}
+
+static int store_fill(struct store *s, int32_t n, int64_t t0_ns)
+{
+	return batches_make(n, t0_ns, to_store, s);
+}
+
+static uint32_t window_of(void *arg, const char *job)
+{
+	(void)arg, (void)job;
+	return WINDOW;
+}
+
+struct live_sink {
+	struct live *l;
+	struct live_add_stats st;
+	double seconds;
+};
+
+static int to_live(void *arg, struct sysom_batch *b)
+{
+	struct live_sink *k = arg;
+	double t = now_s();
+	int rc = live_batch_add(k->l, b, window_of, NULL, &k->st);
+
+	k->seconds += now_s() - t;
+	return rc;
+}
+
+/* The monitor's incremental path: batches folded into memory as they arrive, then one
+ * evaluation over the in-memory instances. */
+static int bench_live(int32_t n, int rounds)
+{
+	struct live_sink k = { 0 };
+	double *times = calloc((size_t)rounds, sizeof(*times));
+	int64_t t0_ns = 1700000000000000000ll;
+	int rc;
+
+	if (!times || (rc = live_new(0, &k.l))) {
+		free(times);
+		return -ENOMEM;
+	}
+	size_t before = heap_bytes();
+	if ((rc = batches_make(n, t0_ns, to_live, &k)))
+		goto cleanup;
+	size_t mem = heap_bytes() - before;
+	struct diagnosis_ctx ctx = { NULL, no_profile, NULL, no_folded };
+	struct diagnosis_params p;
+	struct diagnosis_scope scope = { .job = "bench-job", .from_ms = t0_ns / 1000000 - 1000,
+					 .to_ms = t0_ns / 1000000 + WINDOW * 100 + 1000 };
+	diagnosis_params_default(&p);
+	p.diagnose = false; /* no store here: the straggler's layers read the store */
+	for (int r = 0; r < rounds && !rc; r++) {
+		json_t *doc = NULL;
+		double t = now_s();
+		rc = diagnosis_stragglers_from(&ctx, &scope, &p, live_source, k.l, &doc);
+		times[r] = now_s() - t;
+		json_t *list = json_object_get(doc, "stragglers");
+		if (!rc && (json_array_size(list) != 1 ||
+			    json_integer_value(json_object_get(json_array_get(list, 0), "rank")) !=
+				    STRAGGLER_RANK)) {
+			fprintf(stderr, "live %d ranks: %zu stragglers\n", n, json_array_size(list));
+			rc = -EPROTO;
+		}
+		json_decref(doc);
+	}
+	if (!rc) {
+		qsort(times, (size_t)rounds, sizeof(*times), cmp_double);
+		printf("| live | %" PRId32 " | %.1f ms | %.0f ns per call folded in | %.1f MiB |\n", n,
+		       times[rounds / 2] * 1e3, k.seconds / (double)k.st.calls * 1e9,
+		       (double)mem / (1 << 20));
+	}
+cleanup:
+	live_free(k.l);
+	free(times);
 	return rc;
 }
 
@@ -291,6 +377,9 @@ int main(int argc, char **argv)
 	printf("|---|---|---|---|---|\n");
 	for (int i = 0; i < ncore; i++)
 		if (bench_core(core[i], rounds))
+			return 1;
+	for (int i = 0; i < ncore; i++)
+		if (bench_live(core[i], rounds))
 			return 1;
 	for (int i = 0; i < nstore; i++)
 		if (bench_store(store[i], rounds > 3 ? 3 : rounds))

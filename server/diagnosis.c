@@ -866,11 +866,28 @@ static int64_t strag_period_ns(const struct strag_group *g)
 	return period;
 }
 
-int diagnosis_stragglers(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
-			 const struct diagnosis_params *p, json_t **out)
+/* The store as the source of calls: the latest instances of the job in the scope's range. */
+static int store_source(void *arg, const struct diagnosis_scope *scope, store_collective_fn fn,
+			void *fn_arg)
 {
 	struct store_collective_filter f = { .job = scope->job, .latest = true,
 					     .has_comm = scope->has_comm, .comm = scope->comm };
+
+	f.from_ns = scope->from_ms > INT64_MAX / 1000000 ? INT64_MAX : scope->from_ms * 1000000;
+	f.to_ns = scope->to_ms > INT64_MAX / 1000000 - 1 ? INT64_MAX : scope->to_ms * 1000000 + 999999;
+	return store_collectives_list(arg, &f, API_MAX_STRAGGLER_INSTANCES, fn, fn_arg);
+}
+
+int diagnosis_stragglers(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
+			 const struct diagnosis_params *p, json_t **out)
+{
+	return diagnosis_stragglers_from(ctx, scope, p, store_source, ctx->store, out);
+}
+
+int diagnosis_stragglers_from(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
+			      const struct diagnosis_params *p, diagnosis_source_fn source,
+			      void *source_arg, json_t **out)
+{
 	struct strag_doc d = { 0 };
 	struct gk_rows gk = { 0 };
 	struct os_rows osr = { 0 };
@@ -886,9 +903,7 @@ int diagnosis_stragglers(const struct diagnosis_ctx *ctx, const struct diagnosis
 
 	*out = NULL;
 	d.window = p->sp.window;
-	f.from_ns = scope->from_ms > INT64_MAX / 1000000 ? INT64_MAX : scope->from_ms * 1000000;
-	f.to_ns = scope->to_ms > INT64_MAX / 1000000 - 1 ? INT64_MAX : scope->to_ms * 1000000 + 999999;
-	if ((rc = store_collectives_list(ctx->store, &f, API_MAX_STRAGGLER_INSTANCES, strag_call, &d)))
+	if ((rc = source(source_arg, scope, strag_call, &d)))
 		goto cleanup;
 	strag_instance_end(&d);
 	if (!(groups = json_array()) || !(job_list = json_array())) {

@@ -58,4 +58,17 @@ struct diagnosis_scope {
 int diagnosis_stragglers(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
 			 const struct diagnosis_params *p, json_t **out);
 
+/*
+ * Where the collective calls come from: calls `fn` for every call of the instances to analyse,
+ * grouped by instance (communicator key, op, seq), instances of a communicator in time order,
+ * as store_collectives_list does. Returns 0 or what `fn` returned / an error.
+ */
+typedef int (*diagnosis_source_fn)(void *arg, const struct diagnosis_scope *scope,
+				   store_collective_fn fn, void *fn_arg);
+
+/* The same over another source of calls (the monitor's in-memory instances). */
+int diagnosis_stragglers_from(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
+			      const struct diagnosis_params *p, diagnosis_source_fn source,
+			      void *source_arg, json_t **out);
+
 #endif

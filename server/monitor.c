@@ -15,6 +15,7 @@
 #include "server/analysis/folded.h"
 #include "server/analysis/layers.h"
 #include "server/api.h"
+#include "server/live.h"
 #include "server/metrics.h"
 
 #define MONITOR_MAX_INCIDENTS 64    /* open incidents of one job handled per evaluation */
@@ -28,6 +29,7 @@ struct job_entry {
 	int64_t last_eval_ms;   /* 0: never */
 	bool dirty;             /* data arrived since the last evaluation */
 	bool has_open;          /* it had open incidents after the last evaluation */
+	uint32_t window;        /* its W (settings), for the live instances */
 	uint32_t stragglers;    /* found by its last evaluation */
 	uint32_t open;          /* its open incidents after the last evaluation */
 };
@@ -47,6 +49,8 @@ struct monitor {
 	size_t njobs, cap;
 	struct monitor_stats stats;
 	uint64_t open_at_start;
+	struct live *live;      /* the jobs' latest collective instances, fed by ingest */
+	struct live_add_stats live_stats;
 };
 
 static int64_t real_now_ms(void)
@@ -576,6 +580,7 @@ static struct job_entry *job_track(struct monitor *m, const char *job, int64_t n
 		for (size_t i = 1; i < m->njobs; i++)
 			if (m->jobs[i].last_batch_ms < m->jobs[oldest].last_batch_ms)
 				oldest = i;
+		live_job_drop(m->live, m->jobs[oldest].job);
 		free(m->jobs[oldest].job);
 		m->jobs[oldest] = m->jobs[--m->njobs];
 	}
@@ -596,6 +601,27 @@ static struct job_entry *job_track(struct monitor *m, const char *job, int64_t n
 	return je;
 }
 
+/* A job's window for the live instances (locked: called from live_batch_add). */
+static uint32_t job_window(void *arg, const char *job)
+{
+	struct job_entry *je = job_find(arg, job);
+
+	return je && je->window ? je->window : STRAGGLER_DEFAULT_WINDOW;
+}
+
+/* The live instances as the analysis's source, read under the lock. */
+static int live_locked_source(void *arg, const struct diagnosis_scope *scope,
+			      store_collective_fn fn, void *fn_arg)
+{
+	struct monitor *m = arg;
+	int rc;
+
+	pthread_mutex_lock(&m->lock);
+	rc = live_source(m->live, scope, fn, fn_arg);
+	pthread_mutex_unlock(&m->lock);
+	return rc;
+}
+
 /* One evaluation of `job` (outside the lock; `je` is a snapshot of its entry). */
 static int evaluate(struct monitor *m, const char *job, struct job_entry *je, int64_t now,
 		    uint32_t *nopen, uint32_t *nstrag)
@@ -612,9 +638,25 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 	int rc;
 
 	job_settings_load(m, job, &s);
+	pthread_mutex_lock(&m->lock);
+	struct job_entry *live_je = job_find(m, job);
+	if (live_je)
+		live_je->window = s.diag.sp.window;
+	pthread_mutex_unlock(&m->lock);
 	scope.from_ms = now - s.lookback_ms;
 	scope.to_ms = now;
-	if ((rc = diagnosis_stragglers(&m->ctx, &scope, &s.diag, &doc)))
+	/* Incremental: the instances ingest folded in memory; the store when there are none (a
+	 * restart, a job over the memory budget). */
+	rc = diagnosis_stragglers_from(&m->ctx, &scope, &s.diag, live_locked_source, m, &doc);
+	if (rc == -ENOENT) {
+		json_decref(doc);
+		doc = NULL;
+		rc = diagnosis_stragglers(&m->ctx, &scope, &s.diag, &doc);
+		json_object_set_new(doc, "source", json_string("store"));
+	} else if (!rc) {
+		json_object_set_new(doc, "source", json_string("live"));
+	}
+	if (rc)
 		goto cleanup;
 	json_array_foreach(json_object_get(doc, "stragglers"), i, e) {
 		const char *p = json_string_value(json_object_get(e, "persistence"));
@@ -784,6 +826,8 @@ void monitor_batch_stored(struct monitor *m, const struct sysom_batch *b)
 		return;
 	now = m->now_ms();
 	pthread_mutex_lock(&m->lock);
+	if (live_batch_add(m->live, b, job_window, m, &m->live_stats))
+		m->live_stats.refused++; /* out of memory: part of this batch is missing */
 	for (uint32_t i = 0; i < b->job_rank_count; i++) {
 		const char *job = sysom_batch_string(b, b->job_ranks[i].job);
 		struct job_entry *je;
@@ -833,6 +877,9 @@ int monitor_new(const struct diagnosis_ctx *ctx, struct alerts *alerts,
 		while (len > 0 && m->public_url[len - 1] == '/')
 			m->public_url[--len] = '\0';
 	}
+	if ((rc = live_new(opts && opts->live_cells ? opts->live_cells : LIVE_DEFAULT_MAX_CELLS,
+			   &m->live)))
+		goto fail;
 	/* Jobs with open incidents are evaluated again, so a restart still resolves them. */
 	if ((rc = store_diagnoses_list(ctx->store, &of, MONITOR_MAX_JOBS, open_job, m)))
 		goto fail;
@@ -860,6 +907,7 @@ void monitor_free(struct monitor *m)
 	for (size_t i = 0; i < m->njobs; i++)
 		free(m->jobs[i].job);
 	free(m->jobs);
+	live_free(m->live);
 	free(m->public_url);
 	pthread_mutex_destroy(&m->lock);
 	pthread_cond_destroy(&m->wake);
@@ -873,6 +921,9 @@ void monitor_stats_get(struct monitor *m, struct monitor_stats *out)
 	out->stragglers = 0;
 	for (size_t i = 0; i < m->njobs; i++)
 		out->stragglers += m->jobs[i].stragglers;
+	out->live_calls = m->live_stats.calls;
+	out->live_skipped = m->live_stats.unknown_size + m->live_stats.refused + m->live_stats.stale;
+	out->live_cells = m->live ? live_cells(m->live) : 0;
 	out->open_incidents = m->open_at_start + m->stats.incidents_opened >
 					      m->stats.incidents_resolved
 				      ? m->open_at_start + m->stats.incidents_opened -
@@ -897,6 +948,16 @@ void monitor_metrics_write(struct monitor *m, struct byte_buf *out)
 			     "How long the last job evaluation took.");
 	metrics_sample_write(out, "sysom_analysis_last_evaluation_seconds", NULL,
 			     (double)st.last_evaluation_us / 1e6);
+	metrics_family_write(out, "sysom_analysis_live_calls_total", "counter",
+			     "Collective calls folded into the in-memory instances as batches arrived.");
+	metrics_sample_write(out, "sysom_analysis_live_calls_total", NULL, (double)st.live_calls);
+	metrics_family_write(out, "sysom_analysis_live_skipped_total", "counter",
+			     "Collective calls not folded in: unknown communicator size, over the "
+			     "memory budget, or older than the window.");
+	metrics_sample_write(out, "sysom_analysis_live_skipped_total", NULL, (double)st.live_skipped);
+	metrics_family_write(out, "sysom_analysis_live_cells", "gauge",
+			     "(rank, instance) cells held in memory for the analysis (16 bytes each).");
+	metrics_sample_write(out, "sysom_analysis_live_cells", NULL, (double)st.live_cells);
 	metrics_family_write(out, "sysom_diagnoses_opened_total", "counter",
 			     "Incidents (stragglers, regressions) the monitor opened.");
 	metrics_sample_write(out, "sysom_diagnoses_opened_total", NULL, (double)st.incidents_opened);

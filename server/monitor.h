@@ -3,6 +3,8 @@
  * The monitor: automatic straggler detection and diagnosis as batches arrive.
  *
  * Ingest tells the monitor which jobs a stored batch carried data for (monitor_batch_stored).
+ * The batch's collective calls are folded into in-memory instances as it arrives
+ * (server/live.h), so an evaluation reads the latest W instances from memory, not the store.
  * A background thread evaluates each such job at most once per `interval`: stragglers with
  * their layered diagnosis over the job's latest collective instances (server/diagnosis.h), and,
  * when there is no straggler but the iteration time rose, the temporal baseline comparison.
@@ -61,6 +63,7 @@ struct monitor_options {
 	uint32_t interval_ms;      /* 0: default */
 	const char *public_url;    /* base of generatorURL ("http://sysom:8080"); NULL: none */
 	int64_t (*now_ms)(void);   /* NULL: the real clock */
+	size_t live_cells;         /* in-memory instance budget (0: LIVE_DEFAULT_MAX_CELLS) */
 };
 
 struct monitor;
@@ -88,6 +91,9 @@ struct monitor_stats {
 	uint64_t jobs;               /* gauge: jobs tracked */
 	uint64_t last_evaluation_us; /* how long the last evaluation took */
 	uint64_t stragglers;         /* gauge: straggling ranks over the jobs' last evaluations */
+	uint64_t live_calls;         /* collective calls folded into the in-memory instances */
+	uint64_t live_skipped;       /* ... not folded in (unknown size, budget, too old) */
+	uint64_t live_cells;         /* gauge: (rank, instance) cells held */
 };
 
 void monitor_stats_get(struct monitor *m, struct monitor_stats *out);

@@ -161,6 +161,8 @@ ctl diagnose --from -1h >"$E2E_TMP/ctl-diagnose.txt"
 check "sysomctl diagnose lists the incidents of every scenario" \
 	bash -c "for j in e2e-cpu e2e-gpu e2e-kernel e2e-noise e2e-base; do grep -q \" \$j\$\" '$E2E_TMP/ctl-diagnose.txt' || exit 1; done"
 curl -sf "$SERVER_URL/metrics" >"$E2E_TMP/metrics.txt"
+check "/metrics: the monitor read the instances from memory, as batches arrived" \
+	grep -qE '^sysom_analysis_live_calls_total [1-9]' "$E2E_TMP/metrics.txt"
 check "/metrics: incidents opened, alerts fired and delivered to Alertmanager" \
 	bash -c "grep -qE '^sysom_diagnoses_opened_total [5-9]' '$E2E_TMP/metrics.txt' && grep -qE '^sysom_alerts_fired_total [1-9]' '$E2E_TMP/metrics.txt' && grep -qE '^sysom_alert_notifications_total\{receiver=\"alertmanager\",result=\"ok\"\} [1-9]' '$E2E_TMP/metrics.txt'"
 stop_pid "$AGENT_PID"
