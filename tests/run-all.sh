@@ -11,7 +11,7 @@ root=$(cd "$here/.." && pwd)
 build=$(cd "$build" && pwd)
 logdir="$build/test-logs"
 mkdir -p "$logdir"
-rm -f "$logdir"/*.log
+rm -f "$logdir"/*.log "$logdir"/measurements.txt
 
 passed=0 failed=0 skipped=0
 failures=()
@@ -88,6 +88,11 @@ for t in "$build"/fuzz/fuzz_*; do
 	selected "$name" && run_tap "$name" 300 "$here/fuzz/run.sh" --tap "$build" "${SYSOM_FUZZ_SMOKE_SECONDS:-20}" "$(basename "$t")"
 done
 
+if [ -s "$logdir/measurements.txt" ]; then
+	echo
+	echo "Measurements (tests that record one):"
+	sed 's/^/  /' "$logdir/measurements.txt"
+fi
 if [ ${#failures[@]} -gt 0 ]; then
 	echo
 	echo "Failed:"
