@@ -107,6 +107,16 @@ if $have_job; then
 	step "Who is slow, and why: sysomctl stragglers --job $job_id"
 	"$build/sysomctl" --server "$url" stragglers --job "$job_id" --from -10m --to now |
 		sed -n "1,8p" | cut -c1-160 | sed 's/^/   /'
+	step "What the server diagnosed by itself as the batches arrived: sysomctl diagnose"
+	"$build/sysomctl" --server "$url" diagnose --job "$job_id" --from -10m --to now |
+		sed -n "1,6p" | cut -c1-200 | sed 's/^/   /'
+	diag_id=$("$build/sysomctl" --server "$url" diagnose --job "$job_id" --from -10m --to now \
+		--format json | python3 -c 'import json,sys; d=json.load(sys.stdin)["diagnoses"]; print(d[0]["id"] if d else "")')
+	if [ -n "$diag_id" ]; then
+		step "Its report: sysomctl diagnose --id $diag_id (GET /api/v1/diagnoses/$diag_id?format=text)"
+		"$build/sysomctl" --server "$url" diagnose --id "$diag_id" | sed -n "1,24p" |
+			cut -c1-200 | sed 's/^/   /'
+	fi
 	step "Which rank did the others wait for: sysomctl collectives --job $job_id --op AllReduce"
 	"$build/sysomctl" --server "$url" collectives --job "$job_id" --op AllReduce --from -10m \
 		--to now --limit 5 | sed 's/^/   /'
@@ -126,6 +136,7 @@ cat <<EOF
    sysomctl --server URL flamegraph --comm NAME         one program's stacks (top summary)
    sysomctl --server URL jobs / gpu --job J             training jobs; per-rank GPU time
    sysomctl --server URL collectives --job J            who entered each collective last
+   sysomctl --server URL diagnose [--id N]              incidents the server found (and alerted)
    sysomctl ... flamegraph --format folded | flamegraph.pl > cpu.svg   an SVG flame graph
    curl URL/api/v1/flamegraph?format=json&pid=N        the same as JSON (docs/http-api.md)
    curl URL/metrics                                     Prometheus metrics of the server

@@ -1905,6 +1905,38 @@ static void job_stragglers(struct api *api, const char *job, const struct http_r
 		render_json_respond(resp, 200, doc);
 }
 
+/* GET /api/v1/jobs/{job}/waterline?comm=&from=&to=&k=&min_pp= */
+static void job_waterline(struct api *api, const char *job, const struct http_request *req,
+			  struct http_response *resp)
+{
+	struct diagnosis_ctx ctx;
+	struct diagnosis_scope scope = { .job = job };
+	double k = DIAGNOSIS_WATERLINE_K, min_pp = DIAGNOSIS_WATERLINE_MIN_PP;
+	json_t *doc = NULL;
+	struct query q;
+	int rc;
+
+	if (!query_parse(api, req, &q, resp) || !param_double(req, "k", 0.1, 100, &k, resp) ||
+	    !param_double(req, "min_pp", 0, 100, &min_pp, resp) ||
+	    !param_comm_key(req, &scope.has_comm, &scope.comm, resp))
+		return;
+	if (q.f.node || q.f.has_pid || q.f.job) {
+		http_response_error(resp, 400, "parameters 'node', 'pid' and 'job' do not apply here");
+		return;
+	}
+	api_diagnosis_ctx(api, &ctx);
+	scope.from_ms = q.f.from_ms;
+	scope.to_ms = q.f.to_ms;
+	rc = diagnosis_waterline(&ctx, &scope, k, min_pp, &doc);
+	if (rc == -E2BIG)
+		http_response_error(resp, 413, "more than %d ranks to profile: name one communicator",
+				    DIAGNOSIS_WATERLINE_MAX_RANKS);
+	else if (rc)
+		respond_store_error(resp, rc);
+	else
+		render_json_respond(resp, 200, doc);
+}
+
 static void job_settings_get(struct api *api, const char *job, struct http_response *resp);
 static void job_settings_put(struct api *api, const char *job, const struct http_request *req,
 			     struct http_response *resp);
@@ -1948,6 +1980,8 @@ void api_job_get(void *ctx, const struct http_request *req, struct http_response
 		job_gpu(api, job, req, resp);
 	else if (strcmp(slash, "/stragglers") == 0 && is_get)
 		job_stragglers(api, job, req, resp);
+	else if (strcmp(slash, "/waterline") == 0)
+		job_waterline(api, job, req, resp);
 	else if (strcmp(slash, "/settings") == 0)
 		is_get ? job_settings_get(api, job, resp) : job_settings_put(api, job, req, resp);
 	else if (strcmp(slash, "/baseline") == 0 && (is_get || strcmp(req->method, "POST") == 0))

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/analysis/folded.h"
 #include "server/analysis/layers.h"
 #include "server/api.h"
 #include "server/render.h"
@@ -990,5 +991,224 @@ cleanup:
 	strag_doc_free(&d);
 	gk_free(&gk);
 	os_rows_free(&osr);
+	return rc;
+}
+
+/* ---- CPU waterline per communication group --------------------------------------------- */
+
+#define WATERLINE_MAX_FUNCTIONS 20000
+#define WATERLINE_TOP_FLAGS 20
+
+struct wl_member {
+	int32_t job_rank;
+	uint32_t pid;
+};
+
+struct wl_group {
+	uint64_t key;
+	int32_t *ranks;   /* distinct job ranks of its members */
+	size_t n, cap;
+};
+
+struct wl_doc {
+	struct wl_group *groups;
+	size_t n, cap;
+	bool has_comm;
+	uint64_t comm;
+};
+
+static int wl_member(void *arg, const struct store_job_communicator *c)
+{
+	struct wl_doc *d = arg;
+	struct wl_group *g = NULL;
+
+	if (c->job_rank < 0 || (d->has_comm && c->key != d->comm))
+		return 0;
+	for (size_t i = 0; i < d->n && !g; i++)
+		if (d->groups[i].key == c->key)
+			g = &d->groups[i];
+	if (!g) {
+		if (grow((void **)&d->groups, &d->cap, d->n, sizeof(*d->groups)))
+			return -ENOMEM;
+		g = &d->groups[d->n++];
+		memset(g, 0, sizeof(*g));
+		g->key = c->key;
+	}
+	for (size_t i = 0; i < g->n; i++)
+		if (g->ranks[i] == c->job_rank)
+			return 0;
+	if (grow((void **)&g->ranks, &g->cap, g->n, sizeof(*g->ranks)))
+		return -ENOMEM;
+	g->ranks[g->n++] = c->job_rank;
+	return 0;
+}
+
+/* One rank's inclusive function shares. */
+struct wl_profile {
+	int32_t rank;
+	struct cpu_delta *fns; /* a_fraction: the share */
+	int nfns;
+	uint64_t samples;
+};
+
+static int wl_profile_load(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
+			   int32_t rank, struct wl_profile *p)
+{
+	struct store_sample_filter f = { .job = scope->job, .from_ms = scope->from_ms,
+					 .to_ms = scope->to_ms, .has_rank = true, .rank = rank };
+	struct byte_buf text = { 0 }, none = { 0 }, merged = { 0 };
+	uint64_t totals[2] = { 0, 0 };
+	int rc;
+
+	memset(p, 0, sizeof(*p));
+	p->rank = rank;
+	if (!(rc = ctx->folded(ctx->diff_arg, &f, API_DEFAULT_STACK_LIMIT, &text)) &&
+	    !(rc = folded_merge(&text, &none, &merged))) {
+		int n = layers_cpu_deltas((const char *)merged.data, merged.len, &p->fns, totals);
+		if (n < 0)
+			rc = n;
+		else
+			p->nfns = n;
+	}
+	p->samples = totals[0];
+	byte_buf_free(&text);
+	byte_buf_free(&merged);
+	return rc;
+}
+
+static int cpu_delta_by_name(const void *a, const void *b)
+{
+	return strcmp(((const struct cpu_delta *)a)->name, ((const struct cpu_delta *)b)->name);
+}
+
+/* The waterline of one group over the profiles of its ranks that have enough samples. */
+static json_t *wl_group_json(const struct wl_group *g, const struct wl_profile *profiles,
+			     size_t nprofiles, double k, double min_pp, int *rc)
+{
+	const struct wl_profile **members = calloc(g->n + 1, sizeof(*members));
+	struct cpu_delta *names = NULL;
+	struct waterline_flag *flags = NULL;
+	double *frac = NULL;
+	size_t nm = 0, nnames = 0, cap = 0;
+	json_t *out = NULL, *list = json_array();
+	int nflags = 0;
+
+	*rc = -ENOMEM;
+	if (!members || !list)
+		goto cleanup;
+	for (size_t i = 0; i < g->n; i++)
+		for (size_t j = 0; j < nprofiles; j++)
+			if (profiles[j].rank == g->ranks[i] && profiles[j].samples >= LAYERS_CPU_MIN_SAMPLES)
+				members[nm++] = &profiles[j];
+	/* The functions any member ran, sorted by name so each gets one column. */
+	for (size_t i = 0; i < nm; i++)
+		for (int f = 0; f < members[i]->nfns && nnames < WATERLINE_MAX_FUNCTIONS; f++) {
+			if (grow((void **)&names, &cap, nnames, sizeof(*names)))
+				goto cleanup;
+			names[nnames++] = (struct cpu_delta){ members[i]->fns[f].name, 0, 0 };
+		}
+	if (nnames > 1)
+		qsort(names, nnames, sizeof(*names), cpu_delta_by_name);
+	size_t u = 0;
+	for (size_t i = 0; i < nnames; i++)
+		if (!u || strcmp(names[u - 1].name, names[i].name))
+			names[u++] = names[i];
+	nnames = u;
+	if (!(frac = calloc(nm * nnames + 1, sizeof(*frac))))
+		goto cleanup;
+	for (size_t i = 0; i < nm; i++)
+		for (int f = 0; f < members[i]->nfns; f++) {
+			struct cpu_delta key = { members[i]->fns[f].name, 0, 0 };
+			struct cpu_delta *hit = bsearch(&key, names, nnames, sizeof(*names),
+							cpu_delta_by_name);
+			if (hit)
+				frac[i * nnames + (size_t)(hit - names)] = members[i]->fns[f].a_fraction;
+		}
+	if ((nflags = layers_waterline(frac, nm, nnames, k, min_pp / 100, &flags)) < 0) {
+		*rc = nflags;
+		nflags = 0;
+		goto cleanup;
+	}
+	for (int i = 0; i < nflags && i < WATERLINE_TOP_FLAGS; i++)
+		json_array_append_new(list, json_pack("{s:i,s:s,s:f,s:f,s:f,s:o}", "rank",
+						       members[flags[i].rank]->rank, "function",
+						       names[flags[i].fn].name, "pct",
+						       100 * flags[i].fraction, "mean_pct",
+						       100 * flags[i].mean, "std_pct", 100 * flags[i].std,
+						       "z", isfinite(flags[i].z) ? json_real(flags[i].z)
+										 : json_null()));
+	out = json_pack("{s:o,s:I,s:I,s:I,s:O}", "comm", render_json_key(g->key), "ranks",
+			(json_int_t)g->n, "ranks_analysed", (json_int_t)nm, "flags_total",
+			(json_int_t)nflags, "flags", list);
+	*rc = out ? 0 : -ENOMEM;
+cleanup:
+	free(members);
+	free(names);
+	free(frac);
+	free(flags);
+	json_decref(list);
+	return out;
+}
+
+int diagnosis_waterline(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
+			double k, double min_pp, json_t **out)
+{
+	struct wl_doc d = { .has_comm = scope->has_comm, .comm = scope->comm };
+	struct wl_profile *profiles = NULL;
+	size_t nprofiles = 0, cap = 0, skipped = 0;
+	json_t *groups = json_array();
+	int rc;
+
+	*out = NULL;
+	if (!groups) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	if ((rc = store_job_communicators_list(ctx->store, scope->job, API_MAX_JOB_ROWS, wl_member, &d)))
+		goto cleanup;
+	for (size_t i = 0; i < d.n; i++) {
+		struct wl_group *g = &d.groups[i];
+		json_t *gj;
+		if (g->n > DIAGNOSIS_WATERLINE_MAX_RANKS) {
+			skipped++;
+			continue;
+		}
+		/* Each rank's profile once, whatever groups it is in. */
+		for (size_t r = 0; r < g->n; r++) {
+			bool have = false;
+			for (size_t j = 0; j < nprofiles && !have; j++)
+				have = profiles[j].rank == g->ranks[r];
+			if (have)
+				continue;
+			if (nprofiles >= DIAGNOSIS_WATERLINE_MAX_RANKS) {
+				rc = -E2BIG;
+				goto cleanup;
+			}
+			if (grow((void **)&profiles, &cap, nprofiles, sizeof(*profiles))) {
+				rc = -ENOMEM;
+				goto cleanup;
+			}
+			rc = wl_profile_load(ctx, scope, g->ranks[r], &profiles[nprofiles]);
+			nprofiles++;
+			if (rc)
+				goto cleanup;
+		}
+		if (!(gj = wl_group_json(g, profiles, nprofiles, k, min_pp, &rc)) ||
+		    json_array_append_new(groups, gj))
+			goto cleanup;
+	}
+	*out = json_pack("{s:o,s:o,s:o,s:{s:f,s:f},s:I,s:O}", "job", render_json_string(scope->job),
+			 "from", render_json_time(scope->from_ms * 1000000), "to",
+			 render_json_time(scope->to_ms * 1000000), "params", "k", k, "min_pp", min_pp,
+			 "skipped_communicators", (json_int_t)skipped, "communicators", groups);
+	rc = *out ? 0 : -ENOMEM;
+cleanup:
+	for (size_t i = 0; i < nprofiles; i++)
+		layers_cpu_deltas_free(profiles[i].fns, profiles[i].nfns);
+	free(profiles);
+	for (size_t i = 0; i < d.n; i++)
+		free(d.groups[i].ranks);
+	free(d.groups);
+	json_decref(groups);
 	return rc;
 }

@@ -71,4 +71,18 @@ int diagnosis_stragglers_from(const struct diagnosis_ctx *ctx, const struct diag
 			      const struct diagnosis_params *p, diagnosis_source_fn source,
 			      void *source_arg, json_t **out);
 
+/*
+ * The CPU waterline of the job's communication groups (DESIGN.md): per group and function,
+ * mean and standard deviation of the CPU fraction across its ranks; ranks over mean + k σ
+ * (and over the mean by at least min_pp percentage points) are flagged. One profile per rank
+ * (ranks with fewer than LAYERS_CPU_MIN_SAMPLES samples are left out); groups of more than
+ * DIAGNOSIS_WATERLINE_MAX_RANKS ranks are skipped (counted). 0 or -errno.
+ */
+#define DIAGNOSIS_WATERLINE_MAX_RANKS 256
+#define DIAGNOSIS_WATERLINE_K 2.0
+#define DIAGNOSIS_WATERLINE_MIN_PP 2.0
+
+int diagnosis_waterline(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
+			double k, double min_pp, json_t **out);
+
 #endif

@@ -245,3 +245,57 @@ double layers_cpu_z(double a_fraction, double b_fraction, uint64_t na, uint64_t 
 		return 0;
 	return (b_fraction - a_fraction) / se;
 }
+
+static int flag_compare(const void *a, const void *b)
+{
+	const struct waterline_flag *x = a, *y = b;
+	double ex = x->fraction - x->mean, ey = y->fraction - y->mean;
+
+	if (ex != ey)
+		return ex < ey ? 1 : -1;
+	return x->rank != y->rank ? (x->rank < y->rank ? -1 : 1) : (x->fn < y->fn ? -1 : x->fn > y->fn);
+}
+
+int layers_waterline(const double *frac, size_t nranks, size_t nfns, double k,
+		     double min_fraction, struct waterline_flag **out)
+{
+	struct waterline_flag *flags = NULL;
+	size_t n = 0, cap = 0;
+
+	*out = NULL;
+	if (nranks < 2 || !(k > 0))
+		return nranks < 2 ? 0 : -EINVAL;
+	for (size_t f = 0; f < nfns; f++) {
+		double sum = 0, sq = 0;
+		for (size_t r = 0; r < nranks; r++) {
+			double x = frac[r * nfns + f];
+			sum += x;
+			sq += x * x;
+		}
+		for (size_t r = 0; r < nranks; r++) {
+			/* Leave-one-out: the others' mean and deviation (with all ranks counted, one
+			 * outlier among n can never be more than sqrt(n - 1) deviations out). */
+			double x = frac[r * nfns + f], m = (double)(nranks - 1);
+			double mean = (sum - x) / m, var = (sq - x * x) / m - mean * mean;
+			double std = var > 0 ? sqrt(var) : 0;
+			if (!(x > mean + k * std) || x - mean < min_fraction)
+				continue;
+			if (n == cap) {
+				size_t next = cap ? cap * 2 : 16;
+				struct waterline_flag *grown = realloc(flags, next * sizeof(*grown));
+				if (!grown) {
+					free(flags);
+					return -ENOMEM;
+				}
+				flags = grown;
+				cap = next;
+			}
+			flags[n++] = (struct waterline_flag){ r, f, x, mean, std,
+							      std > 0 ? (x - mean) / std : HUGE_VAL };
+		}
+	}
+	if (n > 1)
+		qsort(flags, n, sizeof(*flags), flag_compare);
+	*out = flags;
+	return (int)n;
+}

@@ -89,6 +89,26 @@ struct os_signal_cmp {
  * excess in units of its floor) or -1. */
 int layers_os_classify(struct os_signal_cmp *s, size_t n, double factor);
 
+/*
+ * CPU waterline of a communication group (DESIGN.md): per function f, the mean μ_f and standard
+ * deviation σ_f of its CPU fraction (inclusive share of samples) across the group's other ranks
+ * (leave one out, as for stragglers: over all ranks one outlier among n can never be more than
+ * sqrt(n − 1) deviations out, so small groups could never flag); rank r is flagged for f when
+ * its fraction exceeds μ_f + k σ_f and μ_f by at least `min_fraction` (so a function every rank
+ * runs alike, σ = 0, is not flagged for a rounding difference).
+ * `frac` is nranks x nfns, row-major. Returns the number of flags in *out (owned, free()),
+ * largest excess over μ first, or -ENOMEM / -EINVAL.
+ */
+struct waterline_flag {
+	size_t rank;      /* row index */
+	size_t fn;        /* column index */
+	double fraction, mean, std;
+	double z;         /* (fraction − mean) / std; HUGE_VAL when std == 0 */
+};
+
+int layers_waterline(const double *frac, size_t nranks, size_t nfns, double k,
+		     double min_fraction, struct waterline_flag **out);
+
 /* Median of n values (sorted in place); NAN when n == 0. */
 double layers_median(double *v, size_t n);
 

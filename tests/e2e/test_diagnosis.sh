@@ -92,6 +92,10 @@ top_cpu_function() {
 check "scenario 1: simjob_fault_extra_cpu at the top of the CPU diff" \
 	wait_until 20 bash -c "$(declare -f top_cpu_function json); top_cpu_function | grep -qx simjob_fault_extra_cpu"
 
+curl -sf "$SERVER_URL/api/v1/jobs/e2e-cpu/waterline?from=-1h&to=now" >"$E2E_TMP/waterline.json"
+check "scenario 1: the CPU waterline flags rank 2 first, for simjob_fault_extra_cpu" \
+	bash -c "json \"[f for c in d['communicators'] if c['ranks'] == 8 for f in c['flags']][0]\" <'$E2E_TMP/waterline.json' | grep -q \"'rank': 2, 'function': 'simjob_fault_extra_cpu'\""
+
 # The straggler alert reached Alertmanager with its labels and a link to the report.
 am_alert() {
 	curl -sf "$AM_URL/api/v2/alerts?active=true&silenced=false&inhibited=false" |

@@ -1030,6 +1030,40 @@ static void test_flamegraph_diff(void **state)
 	expect_status(h, api_flamegraph_diff_get, "job=job-42&a=x&b=1", 400, "'a'");
 }
 
+/* CPU waterline: per communicator, the rank whose share of a function stands above the
+ * others' mean + k sigma is flagged with that function. */
+static void test_waterline(void **state)
+{
+	struct harness *h = *state;
+	struct job_spec js = { .base = { .node = 1, .epoch = 1, .sequence = 2,
+					 .window_start_ns = HARNESS_T0 },
+			       .job = "wl", .first_rank = 0, .local_ranks = 4, .instances = 1,
+			       .skip_rank = -1, .samples = true, .hot_rank = 2 };
+
+	for (int w = 0; w < 5; w++) { /* 5 windows: 50 samples on each rank, 200 on rank 2 */
+		js.base.sequence = 20 + (uint64_t)w;
+		post_spec(h, &js, "\"stored\"");
+	}
+	json_t *doc = get_json(h, api_job_get, "/api/v1/jobs/wl/waterline", "");
+	json_t *c = json_array_get(json_object_get(doc, "communicators"), 0);
+	assert_non_null(c);
+	assert_int_equal(num(c, "ranks_analysed"), 4);
+	json_t *f = json_array_get(json_object_get(c, "flags"), 0);
+	assert_non_null(f);
+	assert_int_equal(num(f, "rank"), 2);
+	assert_string_equal(json_string_value(json_object_get(f, "function")), "python3.11+0x2000");
+	assert_true(fabs(num(f, "pct") - 75) < 1e-9);
+	assert_true(fabs(num(f, "mean_pct")) < 1e-9); /* the other ranks never run it */
+	/* Functions every rank runs alike are not flagged. */
+	size_t i;
+	json_t *x;
+	json_array_foreach(json_object_get(c, "flags"), i, x)
+		assert_int_equal(num(x, "rank"), 2);
+	json_decref(doc);
+	expect_job_status(h, "/api/v1/jobs/wl/waterline", "k=0", 400, "'k'");
+	expect_job_status(h, "/api/v1/jobs/wl/waterline", "pid=1", 400, "do not apply");
+}
+
 /* The layered verdict of a straggler: GPU (uniform or kernel-specific), else CPU. */
 static json_t *first_diagnosis(struct harness *h, const char *job)
 {
@@ -1135,6 +1169,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_stragglers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_flamegraph_diff, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_straggler_diagnosis, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_waterline, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_json, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_parameters, setup, teardown),
 		cmocka_unit_test(test_time_parse),

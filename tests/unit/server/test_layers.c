@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -101,6 +102,39 @@ static void test_os_signals(void **state)
 	assert_true(isnan(layers_median(e, 0)));
 }
 
+/* Waterline: the rank far above the others' mean for a function is flagged; a function every
+ * rank runs alike is not; the floor holds back tiny excesses. */
+static void test_waterline(void **state)
+{
+	(void)state;
+	/* 5 ranks x 3 functions: f0 alike, f1 hot on rank 3, f2 slightly higher on rank 1. */
+	const double frac[] = {
+		0.30, 0.05, 0.100,
+		0.30, 0.05, 0.115,
+		0.30, 0.06, 0.100,
+		0.30, 0.45, 0.100,
+		0.30, 0.04, 0.100,
+	};
+	struct waterline_flag *f = NULL;
+	int n = layers_waterline(frac, 5, 3, 1.5, 0.01, &f);
+
+	assert_int_equal(n, 2);
+	assert_int_equal(f[0].rank, 3);
+	assert_int_equal(f[0].fn, 1);
+	assert_true(fabs(f[0].mean - 0.05) < 1e-9); /* the others' mean */
+	assert_true(f[0].z > 50);
+	assert_int_equal(f[1].rank, 1); /* f2: 1.5 pp over the others, who run it alike */
+	assert_int_equal(f[1].fn, 2);
+	free(f);
+	/* A 2 pp floor keeps only rank 3. */
+	n = layers_waterline(frac, 5, 3, 1.5, 0.02, &f);
+	assert_int_equal(n, 1);
+	assert_int_equal(f[0].rank, 3);
+	free(f);
+	assert_int_equal(layers_waterline(frac, 1, 3, 2, 0.01, &f), 0);
+	assert_int_equal(layers_waterline(frac, 5, 3, 0, 0.01, &f), -EINVAL);
+}
+
 /* Share differences: 5 pp over ~100 samples a side is chance, 40 pp over 200 is not. */
 static void test_cpu_significance(void **state)
 {
@@ -122,6 +156,7 @@ int main(void)
 		cmocka_unit_test(test_cpu_deltas),
 		cmocka_unit_test(test_os_signals),
 		cmocka_unit_test(test_cpu_significance),
+		cmocka_unit_test(test_waterline),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
