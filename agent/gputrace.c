@@ -2,8 +2,6 @@
 /* NCCL / CUDA driver probe manager: library discovery, per-file attachment, event delivery. */
 #include "agent/gputrace.h"
 
-#include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -582,29 +580,28 @@ int gputrace_scan_process(struct gputrace *g, uint32_t pid)
 	return sc.attached;
 }
 
+struct scan_all {
+	struct gputrace *g;
+	int attached;
+};
+
+static void scan_one(void *arg, uint32_t pid)
+{
+	struct scan_all *a = arg;
+	int n;
+
+	if (pid == (uint32_t)getpid())
+		return;
+	if ((n = gputrace_scan_process(a->g, pid)) > 0)
+		a->attached += n;
+}
+
 int gputrace_scan_all(struct gputrace *g)
 {
-	DIR *d = opendir(g->opts.proc_root);
-	struct dirent *de;
-	int total = 0;
+	struct scan_all a = { g, 0 };
+	int rc = procmaps_each_pid(g->opts.proc_root, scan_one, &a);
 
-	if (!d)
-		return -errno;
-	while ((de = readdir(d))) {
-		char *end;
-		unsigned long pid;
-
-		if (!isdigit((unsigned char)de->d_name[0]))
-			continue;
-		pid = strtoul(de->d_name, &end, 10);
-		if (*end || pid == 0 || pid > UINT32_MAX || pid == (unsigned long)getpid())
-			continue;
-		int n = gputrace_scan_process(g, (uint32_t)pid);
-		if (n > 0)
-			total += n;
-	}
-	closedir(d);
-	return total;
+	return rc ? rc : a.attached;
 }
 
 void gputrace_forget_process(struct gputrace *g, uint32_t pid)

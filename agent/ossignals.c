@@ -28,9 +28,8 @@
  * is ahead until the next window.
  */
 #include "agent/ossignals.h"
+#include "agent/procmaps.h"
 
-#include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -642,29 +641,26 @@ void ossignals_forget(struct ossignals *os, uint32_t tgid, uint32_t generation)
 	ossignals_untrack(os, tgid);
 }
 
+struct offer_all {
+	struct ossignals *os;
+	int offered;
+};
+
+static void offer_one(void *arg, uint32_t pid)
+{
+	struct offer_all *o = arg;
+	uint32_t before = o->os->npending;
+
+	ossignals_offer(o->os, pid, 0);
+	o->offered += o->os->npending > before;
+}
+
 int ossignals_offer_all(struct ossignals *os)
 {
-	DIR *d = opendir(os->opts.proc_root);
-	struct dirent *de;
-	int n = 0;
+	struct offer_all o = { os, 0 };
+	int rc = procmaps_each_pid(os->opts.proc_root, offer_one, &o);
 
-	if (!d)
-		return -errno;
-	while ((de = readdir(d))) {
-		char *end;
-		unsigned long pid;
-
-		if (!isdigit((unsigned char)de->d_name[0]))
-			continue;
-		pid = strtoul(de->d_name, &end, 10);
-		if (*end || pid == 0 || pid > UINT32_MAX)
-			continue;
-		uint32_t before = os->npending;
-		ossignals_offer(os, (uint32_t)pid, 0);
-		n += os->npending > before;
-	}
-	closedir(d);
-	return n;
+	return rc ? rc : o.offered;
 }
 
 /* Forgets decisions about processes that are gone (the tracker may never have seen them: the

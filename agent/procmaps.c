@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Strict /proc/<pid>/maps line parser and a streaming reader with bounded memory. */
+/* Strict /proc/<pid>/maps line parser and a streaming reader with bounded memory; the walk
+ * over /proc's process directories. */
 #include "agent/procmaps.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -272,4 +275,27 @@ cleanup:
 	free(buf);
 	free(wk);
 	return err;
+}
+
+int procmaps_each_pid(const char *proc_root, void (*fn)(void *arg, uint32_t pid), void *arg)
+{
+	DIR *d = opendir(proc_root);
+	struct dirent *de;
+
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		char *end;
+		unsigned long pid;
+
+		if (!isdigit((unsigned char)de->d_name[0]))
+			continue;
+		errno = 0;
+		pid = strtoul(de->d_name, &end, 10);
+		if (*end || errno || pid == 0 || pid > UINT32_MAX)
+			continue;
+		fn(arg, (uint32_t)pid);
+	}
+	closedir(d);
+	return 0;
 }

@@ -47,4 +47,10 @@ typedef int (*procmaps_visit_fn)(void *ctx, const struct procmaps_entry *entry);
 int procmaps_read(int pid, const char *path, bool executable_only, uint32_t max_entries,
 		  procmaps_visit_fn visit, void *ctx, uint32_t *malformed);
 
+/*
+ * Calls fn(arg, pid) for every process directory of `proc_root` ("/proc", or a test's fake
+ * tree): names that are whole decimal numbers in [1, 2^32). Returns 0 or -errno of opendir.
+ */
+int procmaps_each_pid(const char *proc_root, void (*fn)(void *arg, uint32_t pid), void *arg);
+
 #endif

@@ -2117,10 +2117,11 @@ static double column_real_or_nan(sqlite3_stmt *st, int i)
 	return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
 }
 
-/* Runs one of the three row queries; `row` turns a result row into a callback. */
-static int gpu_rows(struct conn *c, const char *sql, const struct store_gpu_filter *f,
-		    uint32_t max_rows, int (*row)(sqlite3_stmt *st, const struct store_gpu_visitor *v),
-		    const struct store_gpu_visitor *v, bool *truncated)
+/* Runs one row query of a job's rows (GPU or OS: ?1 job, ?2 rank, ?3..?4 range, ?5 limit);
+ * `row` turns a result row into a call of the visitor `v`. */
+static int job_rows(struct conn *c, const char *sql, const struct store_gpu_filter *f,
+		    uint32_t max_rows, int (*row)(sqlite3_stmt *st, const void *v), const void *v,
+		    bool *truncated)
 {
 	sqlite3_stmt *st = NULL;
 	uint32_t n = 0;
@@ -2144,8 +2145,9 @@ cleanup:
 	return rc;
 }
 
-static int gpu_kernel_row(sqlite3_stmt *st, const struct store_gpu_visitor *v)
+static int gpu_kernel_row(sqlite3_stmt *st, const void *arg)
 {
+	const struct store_gpu_visitor *v = arg;
 	struct store_gpu_kernel_row r = {
 		.who = gpu_owner(st),
 		.name = column_text(st, 4),
@@ -2164,8 +2166,9 @@ static int gpu_kernel_row(sqlite3_stmt *st, const struct store_gpu_visitor *v)
 	return v->kernel ? v->kernel(v->arg, &r) : 0;
 }
 
-static int nccl_profile_row(sqlite3_stmt *st, const struct store_gpu_visitor *v)
+static int nccl_profile_row(sqlite3_stmt *st, const void *arg)
 {
+	const struct store_gpu_visitor *v = arg;
 	struct store_nccl_profile_row r = {
 		.who = gpu_owner(st),
 		.comm_id = as_u64(sqlite3_column_int64(st, 4)),
@@ -2189,8 +2192,9 @@ static int nccl_profile_row(sqlite3_stmt *st, const struct store_gpu_visitor *v)
 	return v->profile ? v->profile(v->arg, &r) : 0;
 }
 
-static int nccl_link_row(sqlite3_stmt *st, const struct store_gpu_visitor *v)
+static int nccl_link_row(sqlite3_stmt *st, const void *arg)
 {
+	const struct store_gpu_visitor *v = arg;
 	struct store_nccl_link_row r = {
 		.who = gpu_owner(st),
 		.comm_id = as_u64(sqlite3_column_int64(st, 4)),
@@ -2241,9 +2245,9 @@ static int sqlite_job_gpu(struct store *base, const struct store_gpu_filter *f, 
 	/* One read transaction: the three kinds come from the same snapshot. */
 	if ((rc = conn_exec(c, "BEGIN")))
 		goto cleanup;
-	if ((rc = gpu_rows(c, kernels_sql, f, max_rows, gpu_kernel_row, v, truncated)) ||
-	    (rc = gpu_rows(c, profiles_sql, f, max_rows, nccl_profile_row, v, truncated)) ||
-	    (rc = gpu_rows(c, links_sql, f, max_rows, nccl_link_row, v, truncated)))
+	if ((rc = job_rows(c, kernels_sql, f, max_rows, gpu_kernel_row, v, truncated)) ||
+	    (rc = job_rows(c, profiles_sql, f, max_rows, nccl_profile_row, v, truncated)) ||
+	    (rc = job_rows(c, links_sql, f, max_rows, nccl_link_row, v, truncated)))
 		goto cleanup;
 cleanup:
 	if (!sqlite3_get_autocommit(c->db))
@@ -2531,8 +2535,9 @@ cleanup:
 	" IN (SELECT DISTINCT j.node FROM job_ranks j WHERE j.job = ?1"                       \
 	" AND (?2 IS NULL OR j.rank = ?2))"
 
-static int os_thread_row(sqlite3_stmt *st, const struct store_os_visitor *v)
+static int os_thread_row(sqlite3_stmt *st, const void *arg)
 {
+	const struct store_os_visitor *v = arg;
 	struct store_os_thread_row r = {
 		.who = gpu_owner(st),
 		.tid = (uint32_t)sqlite3_column_int64(st, 4),
@@ -2557,8 +2562,9 @@ static int os_thread_row(sqlite3_stmt *st, const struct store_os_visitor *v)
 	return v->thread ? v->thread(v->arg, &r) : 0;
 }
 
-static int os_cpu_row(sqlite3_stmt *st, const struct store_os_visitor *v)
+static int os_cpu_row(sqlite3_stmt *st, const void *arg)
 {
+	const struct store_os_visitor *v = arg;
 	struct store_os_cpu_row r = {
 		.hostname = column_text(st, 0),
 		.time_ms = sqlite3_column_int64(st, 1),
@@ -2577,8 +2583,9 @@ static int os_cpu_row(sqlite3_stmt *st, const struct store_os_visitor *v)
 	return v->cpu ? v->cpu(v->arg, &r) : 0;
 }
 
-static int os_irq_row(sqlite3_stmt *st, const struct store_os_visitor *v)
+static int os_irq_row(sqlite3_stmt *st, const void *arg)
 {
+	const struct store_os_visitor *v = arg;
 	struct store_os_irq_row r = {
 		.hostname = column_text(st, 0),
 		.cpu = (uint32_t)sqlite3_column_int64(st, 1),
@@ -2589,35 +2596,6 @@ static int os_irq_row(sqlite3_stmt *st, const struct store_os_visitor *v)
 	};
 
 	return v->irq ? v->irq(v->arg, &r) : 0;
-}
-
-/* Runs one OS row query with the job filter bound (?1 job, ?2 rank, ?3..?4 range, ?5 limit). */
-static int os_rows(struct conn *c, const char *sql, const struct store_os_filter *f,
-		   uint32_t max_rows, int (*row)(sqlite3_stmt *st, const struct store_os_visitor *v),
-		   const struct store_os_visitor *v, bool *truncated)
-{
-	struct store_gpu_filter g = { .job = f->job, .has_rank = f->has_rank, .rank = f->rank,
-				      .from_ms = f->from_ms, .to_ms = f->to_ms };
-	sqlite3_stmt *st = NULL;
-	uint32_t n = 0;
-	int rc;
-
-	if ((rc = prepare_text(c, sql, &st)))
-		return rc;
-	gpu_bind(st, &g, max_rows);
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		if (++n > max_rows) {
-			*truncated = true;
-			rc = SQLITE_DONE;
-			break;
-		}
-		if ((rc = row(st, v)))
-			goto cleanup;
-	}
-	rc = rc == SQLITE_DONE ? 0 : sql_error(rc);
-cleanup:
-	sqlite3_finalize(st);
-	return rc;
 }
 
 static int sqlite_job_os(struct store *base, const struct store_os_filter *f, uint32_t max_rows,
@@ -2640,15 +2618,17 @@ static int sqlite_job_os(struct store *base, const struct store_os_filter *f, ui
 		" JOIN nodes n ON n.id = q.node WHERE q.node" OS_JOB_NODES
 		" AND q.time_ms BETWEEN ?3 AND ?4 GROUP BY q.node, q.cpu, q.irq, q.name"
 		" ORDER BY sum(q.ns) DESC, q.node, q.cpu, q.irq LIMIT ?5";
+	struct store_gpu_filter g = { .job = f->job, .has_rank = f->has_rank, .rank = f->rank,
+				      .from_ms = f->from_ms, .to_ms = f->to_ms };
 	struct sqlite_store *s = from_base(base);
 	struct conn *c = reader_acquire(s);
 	int rc;
 
 	if ((rc = conn_exec(c, "BEGIN")))
 		goto cleanup;
-	if ((rc = os_rows(c, threads_sql, f, max_rows, os_thread_row, v, truncated)) ||
-	    (rc = os_rows(c, cpus_sql, f, max_rows, os_cpu_row, v, truncated)) ||
-	    (rc = os_rows(c, irqs_sql, f, max_rows, os_irq_row, v, truncated)))
+	if ((rc = job_rows(c, threads_sql, &g, max_rows, os_thread_row, v, truncated)) ||
+	    (rc = job_rows(c, cpus_sql, &g, max_rows, os_cpu_row, v, truncated)) ||
+	    (rc = job_rows(c, irqs_sql, &g, max_rows, os_irq_row, v, truncated)))
 		goto cleanup;
 cleanup:
 	if (!sqlite3_get_autocommit(c->db))
