@@ -2244,21 +2244,21 @@ void api_alerts_get(void *ctx, const struct http_request *req, struct http_respo
 
 static void job_settings_get(struct api *api, const char *job, struct http_response *resp)
 {
-	struct monitor_job_settings s;
+	struct job_settings s;
 	char *text = NULL, err[160];
 	json_t *stored = NULL, *doc;
 	int rc;
 
-	monitor_job_settings_default(&s);
+	job_settings_default(&s);
 	if ((rc = store_job_settings_get(api->store, job, &text))) {
 		respond_store_error(resp, rc);
 		return;
 	}
 	if (text && (stored = json_loads(text, 0, NULL)))
-		monitor_job_settings_apply(&s, stored, err, sizeof(err));
+		job_settings_apply(&s, stored, err, sizeof(err));
 	free(text);
 	doc = json_pack("{s:o,s:o,s:o}", "job", render_json_string(job), "settings",
-			monitor_job_settings_json(&s), "overrides", stored ? stored : json_object());
+			job_settings_json(&s), "overrides", stored ? stored : json_object());
 	render_json_respond(resp, 200, doc);
 }
 
@@ -2267,19 +2267,19 @@ static void job_settings_get(struct api *api, const char *job, struct http_respo
 static void job_settings_put(struct api *api, const char *job, const struct http_request *req,
 			     struct http_response *resp)
 {
-	struct monitor_job_settings s;
+	struct job_settings s;
 	json_error_t jerr;
 	char err[160];
 	json_t *obj = req->body ? json_loadb((const char *)req->body, req->body_len, 0, &jerr) : NULL;
 	char *text = NULL;
 	int rc;
 
-	monitor_job_settings_default(&s);
+	job_settings_default(&s);
 	if (!obj) {
 		http_response_error(resp, 400, "body must be a JSON object of settings");
 		return;
 	}
-	if (monitor_job_settings_apply(&s, obj, err, sizeof(err))) {
+	if (job_settings_apply(&s, obj, err, sizeof(err))) {
 		http_response_error(resp, 400, "%s", err);
 		json_decref(obj);
 		return;

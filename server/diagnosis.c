@@ -13,14 +13,6 @@
 #include "server/api.h"
 #include "server/render.h"
 
-void diagnosis_params_default(struct diagnosis_params *p)
-{
-	memset(p, 0, sizeof(*p));
-	straggler_params_default(&p->sp);
-	p->diagnose = true;
-	p->gpu_threshold = LAYERS_GPU_THRESHOLD;
-	p->cpu_min_pp = DIAGNOSIS_DEFAULT_CPU_MIN_PP;
-}
 
 /* ---- gathering collective instances into communication groups --------------------------- */
 

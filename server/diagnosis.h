@@ -17,20 +17,12 @@
 #include <stdint.h>
 
 #include "common/bytes.h"
+#include "server/analysis/settings.h"
 #include "server/analysis/straggler.h"
 #include "server/store/store.h"
 
 #define DIAGNOSIS_MIN_WINDOW 16 /* a group whose window the cell budget cuts below: skipped */
-#define DIAGNOSIS_DEFAULT_CPU_MIN_PP 5.0 /* a function this much more on the straggler's stacks */
 
-struct diagnosis_params {
-	struct straggler_params sp;
-	bool diagnose;         /* add a layered diagnosis to each straggler */
-	double gpu_threshold;  /* per-kernel slowdown that implicates the GPU (1.15) */
-	double cpu_min_pp;     /* CPU layer: top function's excess share, percentage points */
-};
-
-void diagnosis_params_default(struct diagnosis_params *p);
 
 /* What the analysis reads: the store, and symbolised CPU profiles: of two ranks as folded
  * "stack count_a count_b" lines (api_diff_folded), of a filter as "stack count" (api_folded). */

@@ -69,141 +69,17 @@ static uint64_t mono_us(void)
 	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-/* ---- per-job settings ------------------------------------------------------------------------ */
-
-void monitor_job_settings_default(struct monitor_job_settings *s)
-{
-	memset(s, 0, sizeof(*s));
-	diagnosis_params_default(&s->diag);
-	s->lookback_ms = MONITOR_DEFAULT_LOOKBACK_MS;
-	s->resolve_after_ms = MONITOR_DEFAULT_RESOLVE_AFTER_MS;
-	s->alerts = true;
-	s->regression = MONITOR_DEFAULT_REGRESSION;
-	s->baseline_delta_pp = MONITOR_DEFAULT_BASELINE_DELTA_PP;
-	s->baseline_after_ms = MONITOR_DEFAULT_BASELINE_AFTER_MS;
-}
-
-/* One numeric setting: its key, range, and where it goes (double, u32, u64 or bool). */
-struct setting {
-	const char *key;
-	double min, max;
-	double scale; /* stored value = JSON value x scale */
-	enum { SET_DOUBLE, SET_U32, SET_U64, SET_BOOL } type;
-	size_t offset;
-};
-
-#define SET(k, lo, hi, sc, t, field) { k, lo, hi, sc, t, offsetof(struct monitor_job_settings, field) }
-
-static const struct setting settings[] = {
-	SET("k", 0.1, 100, 1, SET_DOUBLE, diag.sp.k),
-	SET("window", 2, STRAGGLER_MAX_WINDOW, 1, SET_U32, diag.sp.window),
-	SET("min_excess_ms", 0, 600000, 1e6, SET_U64, diag.sp.min_excess_ns),
-	SET("persistent_fraction", 0, 1, 1, SET_DOUBLE, diag.sp.persistent_fraction),
-	SET("gpu_threshold", 1.01, 100, 1, SET_DOUBLE, diag.gpu_threshold),
-	SET("cpu_min_pp", 0.1, 100, 1, SET_DOUBLE, diag.cpu_min_pp),
-	SET("lookback_s", 1, 86400, 1000, SET_U32, lookback_ms),
-	SET("resolve_after_s", 0, 86400, 1000, SET_U32, resolve_after_ms),
-	SET("alert_intermittent", 0, 1, 1, SET_BOOL, alert_intermittent),
-	SET("alerts", 0, 1, 1, SET_BOOL, alerts),
-	SET("regression", 0.01, 10, 1, SET_DOUBLE, regression),
-	SET("baseline_delta_pp", 0.01, 100, 1, SET_DOUBLE, baseline_delta_pp),
-	SET("baseline_after_s", 10, 86400 * 7, 1000, SET_U32, baseline_after_ms),
-};
-#define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
-
-int monitor_job_settings_apply(struct monitor_job_settings *s, const json_t *obj, char *err,
-			       size_t errlen)
-{
-	struct monitor_job_settings next = *s;
-	const char *key;
-	json_t *value;
-
-	if (!json_is_object(obj)) {
-		snprintf(err, errlen, "settings must be a JSON object");
-		return -EINVAL;
-	}
-	json_object_foreach((json_t *)obj, key, value) {
-		const struct setting *st = NULL;
-		double v;
-
-		for (size_t i = 0; i < NSETTINGS && !st; i++)
-			if (strcmp(settings[i].key, key) == 0)
-				st = &settings[i];
-		if (!st) {
-			snprintf(err, errlen, "unknown setting '%.64s'", key);
-			return -EINVAL;
-		}
-		if (st->type == SET_BOOL ? !json_is_boolean(value) : !json_is_number(value)) {
-			snprintf(err, errlen, "setting '%s' must be %s", key,
-				 st->type == SET_BOOL ? "true or false" : "a number");
-			return -EINVAL;
-		}
-		v = st->type == SET_BOOL ? json_is_true(value) : json_number_value(value);
-		if (!isfinite(v) || v < st->min || v > st->max) {
-			snprintf(err, errlen, "setting '%s' must be in [%g, %g]", key, st->min, st->max);
-			return -EINVAL;
-		}
-		char *field = (char *)&next + st->offset;
-		switch (st->type) {
-		case SET_DOUBLE:
-			*(double *)field = v * st->scale;
-			break;
-		case SET_U32:
-			*(uint32_t *)field = (uint32_t)llround(v * st->scale);
-			break;
-		case SET_U64:
-			*(uint64_t *)field = (uint64_t)llround(v * st->scale);
-			break;
-		case SET_BOOL:
-			*(bool *)field = v != 0;
-			break;
-		}
-	}
-	*s = next;
-	return 0;
-}
-
-json_t *monitor_job_settings_json(const struct monitor_job_settings *s)
-{
-	json_t *obj = json_object();
-
-	for (size_t i = 0; obj && i < NSETTINGS; i++) {
-		const char *field = (const char *)s + settings[i].offset;
-		json_t *v = NULL;
-
-		switch (settings[i].type) {
-		case SET_DOUBLE:
-			v = json_real(*(const double *)field / settings[i].scale);
-			break;
-		case SET_U32:
-			v = json_real(*(const uint32_t *)field / settings[i].scale);
-			break;
-		case SET_U64:
-			v = json_real((double)*(const uint64_t *)field / settings[i].scale);
-			break;
-		case SET_BOOL:
-			v = json_boolean(*(const bool *)field);
-			break;
-		}
-		if (json_object_set_new(obj, settings[i].key, v)) {
-			json_decref(obj);
-			return NULL;
-		}
-	}
-	return obj;
-}
-
 /* The job's settings: defaults, then what is stored (a stored object that no longer parses
  * is logged and ignored rather than stopping the job's analysis). */
-static void job_settings_load(struct monitor *m, const char *job, struct monitor_job_settings *s)
+static void job_settings_load(struct monitor *m, const char *job, struct job_settings *s)
 {
 	char *text = NULL, err[160];
 	json_t *obj;
 
-	monitor_job_settings_default(s);
+	job_settings_default(s);
 	if (store_job_settings_get(m->ctx.store, job, &text) || !text)
 		return;
-	if (!(obj = json_loads(text, 0, NULL)) || monitor_job_settings_apply(s, obj, err, sizeof(err)))
+	if (!(obj = json_loads(text, 0, NULL)) || job_settings_apply(s, obj, err, sizeof(err)))
 		log_warn("job %s: stored settings ignored: %s", job, obj ? err : "not JSON");
 	json_decref(obj);
 	free(text);
@@ -342,7 +218,7 @@ static int job_profile(struct monitor *m, const char *job, int64_t from_ms, int6
  * reported in `f`.
  */
 static int baseline_check(struct monitor *m, struct job_entry *je, const char *job,
-			  const struct monitor_job_settings *s, double iteration_ms, int64_t now,
+			  const struct job_settings *s, double iteration_ms, int64_t now,
 			  struct finding *f, bool *found)
 {
 	struct baseline_copy base = { 0 };
@@ -626,7 +502,7 @@ static int live_locked_source(void *arg, const struct diagnosis_scope *scope,
 static int evaluate(struct monitor *m, const char *job, struct job_entry *je, int64_t now,
 		    uint32_t *nopen, uint32_t *nstrag)
 {
-	struct monitor_job_settings s;
+	struct job_settings s;
 	struct diagnosis_scope scope = { .job = job };
 	struct finding found[MONITOR_MAX_INCIDENTS];
 	struct open_list open = { 0 };

@@ -23,41 +23,14 @@
 
 #include "common/wire.h"
 #include "server/alerts/alerts.h"
+#include "server/analysis/settings.h"
 #include "server/diagnosis.h"
 #include "server/store/store.h"
 
 #define MONITOR_DEFAULT_INTERVAL_MS 5000u        /* a job is evaluated at most this often */
-#define MONITOR_DEFAULT_LOOKBACK_MS (600u * 1000) /* instances older than this are not read */
-#define MONITOR_DEFAULT_RESOLVE_AFTER_MS 60000u  /* an incident not seen this long resolves */
 #define MONITOR_MAX_JOBS 4096                    /* jobs tracked at once (oldest forgotten) */
-#define MONITOR_DEFAULT_REGRESSION 0.10          /* iteration time rise that starts a baseline diff */
-#define MONITOR_DEFAULT_BASELINE_DELTA_PP 0.5    /* δ: CPU-fraction rise that names a function */
-#define MONITOR_DEFAULT_BASELINE_AFTER_MS 120000u /* a job's baseline: its first healthy stretch this long */
 
-/* The thresholds of one job (defaults, then its stored settings). */
-struct monitor_job_settings {
-	struct diagnosis_params diag;
-	uint32_t lookback_ms;
-	uint32_t resolve_after_ms;
-	bool alert_intermittent;  /* alert on intermittent stragglers too (default: persistent only) */
-	bool alerts;              /* send alerts for this job at all */
-	double regression;        /* relative iteration-time rise, e.g. 0.10 */
-	double baseline_delta_pp; /* δ */
-	uint32_t baseline_after_ms;
-};
 
-void monitor_job_settings_default(struct monitor_job_settings *s);
-
-/*
- * Applies a settings object ({"k": 2, "window": 100, ...}, documented in docs/http-api.md) on
- * top of `s`. Unknown keys and out-of-range values are refused: -EINVAL with a message in
- * `err`. Used for PUT validation and when loading stored settings.
- */
-int monitor_job_settings_apply(struct monitor_job_settings *s, const json_t *obj, char *err,
-			       size_t errlen);
-
-/* The settings as the JSON object GET returns (every key). NULL when out of memory. */
-json_t *monitor_job_settings_json(const struct monitor_job_settings *s);
 
 struct monitor_options {
 	uint32_t interval_ms;      /* 0: default */

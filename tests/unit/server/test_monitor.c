@@ -195,18 +195,18 @@ static void test_resolve_after(void **state)
 
 static void test_settings(void **state)
 {
-	struct monitor_job_settings s;
+	struct job_settings s;
 	char err[160];
 	json_t *o;
 
 	(void)state;
-	monitor_job_settings_default(&s);
+	job_settings_default(&s);
 	assert_true(s.diag.sp.k == 2);
 	assert_int_equal(s.diag.sp.window, 100);
 	assert_int_equal(s.diag.sp.min_excess_ns, 1000000);
 	assert_true(s.baseline_delta_pp == 0.5);
 	o = json_pack("{s:f,s:i,s:b,s:f}", "k", 3.0, "window", 50, "alerts", 0, "min_excess_ms", 2.5);
-	assert_int_equal(monitor_job_settings_apply(&s, o, err, sizeof(err)), 0);
+	assert_int_equal(job_settings_apply(&s, o, err, sizeof(err)), 0);
 	json_decref(o);
 	assert_true(s.diag.sp.k == 3);
 	assert_int_equal(s.diag.sp.window, 50);
@@ -214,21 +214,21 @@ static void test_settings(void **state)
 	assert_false(s.alerts);
 	/* Refused whole: unknown key, wrong type, out of range; nothing changes. */
 	o = json_pack("{s:f,s:i}", "k", 5.0, "bogus", 1);
-	assert_int_equal(monitor_job_settings_apply(&s, o, err, sizeof(err)), -EINVAL);
+	assert_int_equal(job_settings_apply(&s, o, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "bogus"));
 	assert_true(s.diag.sp.k == 3);
 	json_decref(o);
 	o = json_pack("{s:s}", "k", "2");
-	assert_int_equal(monitor_job_settings_apply(&s, o, err, sizeof(err)), -EINVAL);
+	assert_int_equal(job_settings_apply(&s, o, err, sizeof(err)), -EINVAL);
 	json_decref(o);
 	o = json_pack("{s:i}", "window", 1);
-	assert_int_equal(monitor_job_settings_apply(&s, o, err, sizeof(err)), -EINVAL);
+	assert_int_equal(job_settings_apply(&s, o, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "window"));
 	json_decref(o);
 	o = json_pack("[]");
-	assert_int_equal(monitor_job_settings_apply(&s, o, err, sizeof(err)), -EINVAL);
+	assert_int_equal(job_settings_apply(&s, o, err, sizeof(err)), -EINVAL);
 	json_decref(o);
-	o = monitor_job_settings_json(&s);
+	o = job_settings_json(&s);
 	assert_true(json_number_value(json_object_get(o, "k")) == 3);
 	assert_true(json_number_value(json_object_get(o, "min_excess_ms")) == 2.5);
 	json_decref(o);
