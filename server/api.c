@@ -2079,6 +2079,19 @@ static void diagnosis_text(const struct store_diagnosis *d, struct byte_buf *out
 					json_string_value(json_object_get(v, "function")) ?: "",
 					json_number_value(json_object_get(v, "straggler_pct")),
 					json_number_value(json_object_get(v, "healthy_pct")));
+		json_array_foreach(json_object_get(layer, "top_stacks"), i, v) {
+			const char *st = json_string_value(json_object_get(v, "stack"));
+			byte_buf_printf(out, "  stack (%.1f%% vs %.1f%%):\n",
+					json_number_value(json_object_get(v, "straggler_pct")),
+					json_number_value(json_object_get(v, "healthy_pct")));
+			/* Leaf last, one frame per line, outermost first. */
+			for (const char *f = st; f && *f;) {
+				const char *semi = strchr(f, ';');
+				size_t flen = semi ? (size_t)(semi - f) : strlen(f);
+				byte_buf_printf(out, "      %.*s\n", (int)flen, f);
+				f = semi ? semi + 1 : NULL;
+			}
+		}
 	}
 	if ((layer = json_object_get(dg, "os")) && json_is_object(layer)) {
 		byte_buf_printf(out, "\nOS layer: against the healthy ranks' median\n");

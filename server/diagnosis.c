@@ -231,6 +231,7 @@ static int strag_job_add(json_t *list, const struct strag_group *g, const struct
 
 #define DIAGNOSE_MAX_STRAGGLERS 4
 #define DIAGNOSE_TOP 5
+#define DIAGNOSE_TOP_STACKS 3
 
 struct gk_row {
 	int32_t rank;
@@ -368,14 +369,15 @@ static json_t *diagnose_cpu(const struct diagnosis_ctx *ctx, const struct store_
 {
 	struct byte_buf text = { 0 };
 	struct cpu_delta *d = NULL;
-	json_t *fns = json_array(), *out = NULL;
+	struct cpu_stack *stacks = NULL;
+	json_t *fns = json_array(), *stack_list = json_array(), *out = NULL;
 	uint64_t totals[2] = { 0, 0 };
 	bool enough;
-	int n = 0;
+	int n = 0, nstacks = 0;
 
 	*top_pp = 0;
 	*top_fn = NULL;
-	if (!fns || ctx->diff_folded(ctx->diff_arg, range, h, s, API_DEFAULT_STACK_LIMIT, &text))
+	if (!fns || !stack_list || ctx->diff_folded(ctx->diff_arg, range, h, s, API_DEFAULT_STACK_LIMIT, &text))
 		goto cleanup;
 	if ((n = layers_cpu_deltas((const char *)text.data, text.len, &d, totals)) < 0)
 		goto cleanup;
@@ -397,10 +399,20 @@ static json_t *diagnose_cpu(const struct diagnosis_ctx *ctx, const struct store_
 						     "delta_pp", pp, "z",
 						     isfinite(z) ? json_real(z) : json_null()));
 	}
-	out = json_pack("{s:i,s:I,s:I,s:b,s:O}", "compared_with_rank", h, "straggler_samples",
+	/* The full stacks through the top function, most of the difference first. */
+	if (*top_fn && (nstacks = layers_cpu_stacks((const char *)text.data, text.len, *top_fn,
+						    totals, DIAGNOSE_TOP_STACKS, &stacks)) > 0)
+		for (int i = 0; i < nstacks; i++)
+			json_array_append_new(stack_list,
+					      json_pack("{s:s,s:f,s:f}", "stack", stacks[i].stack,
+							"straggler_pct", 100 * stacks[i].b_fraction,
+							"healthy_pct", 100 * stacks[i].a_fraction));
+	out = json_pack("{s:i,s:I,s:I,s:b,s:O,s:O}", "compared_with_rank", h, "straggler_samples",
 			(json_int_t)totals[1], "healthy_samples", (json_int_t)totals[0],
-			"enough_samples", enough, "functions", fns);
+			"enough_samples", enough, "functions", fns, "top_stacks", stack_list);
 cleanup:
+	layers_cpu_stacks_free(stacks, nstacks > 0 ? nstacks : 0);
+	json_decref(stack_list);
 	layers_cpu_deltas_free(d, n > 0 ? n : 0);
 	byte_buf_free(&text);
 	json_decref(fns);

@@ -299,3 +299,86 @@ int layers_waterline(const double *frac, size_t nranks, size_t nfns, double k,
 	*out = flags;
 	return (int)n;
 }
+
+/* Whether the frames after the first of `stack` (len bytes, ';'-separated) include `fn`. */
+static bool stack_has_frame(const char *stack, size_t len, const char *fn, size_t fnlen)
+{
+	const char *p = memchr(stack, ';', len), *end = stack + len;
+
+	while (p && p < end) {
+		const char *frame = p + 1, *next = memchr(frame, ';', (size_t)(end - frame));
+		size_t flen = (size_t)((next ? next : end) - frame);
+		if (flen == fnlen && memcmp(frame, fn, fnlen) == 0)
+			return true;
+		p = next;
+	}
+	return false;
+}
+
+static int stack_by_excess(const void *x, const void *y)
+{
+	const struct cpu_stack *a = x, *b = y;
+	double ea = a->b_fraction - a->a_fraction, eb = b->b_fraction - b->a_fraction;
+
+	return ea < eb ? 1 : ea > eb ? -1 : strcmp(a->stack, b->stack);
+}
+
+void layers_cpu_stacks_free(struct cpu_stack *s, int n)
+{
+	for (int i = 0; i < n; i++)
+		free(s[i].stack);
+	free(s);
+}
+
+int layers_cpu_stacks(const char *text, size_t len, const char *function, const uint64_t totals[2],
+		      size_t max, struct cpu_stack **out)
+{
+	const char *p = text, *end = text + len;
+	size_t n = 0, cap = 0, fnlen = strlen(function);
+	struct cpu_stack *all = NULL;
+
+	*out = NULL;
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p)), *sp_b, *sp_a;
+		if (!nl)
+			nl = end;
+		/* "stack a b": the last two space-separated fields are the counts. */
+		for (sp_b = nl; sp_b > p && sp_b[-1] != ' '; sp_b--)
+			;
+		for (sp_a = sp_b > p ? sp_b - 1 : p; sp_a > p && sp_a[-1] != ' '; sp_a--)
+			;
+		if (sp_a > p + 1 && sp_b > sp_a &&
+		    stack_has_frame(p, (size_t)(sp_a - 1 - p), function, fnlen)) {
+			if (n == cap) {
+				size_t next = cap ? cap * 2 : 16;
+				struct cpu_stack *grown = realloc(all, next * sizeof(*grown));
+				if (!grown) {
+					layers_cpu_stacks_free(all, (int)n);
+					return -ENOMEM;
+				}
+				all = grown;
+				cap = next;
+			}
+			uint64_t a = strtoull(sp_a, NULL, 10), b = strtoull(sp_b, NULL, 10);
+			size_t slen = (size_t)(sp_a - 1 - p);
+			/* The text is not NUL-terminated: copy, do not strndup (which may read on). */
+			if ((all[n].stack = malloc(slen + 1))) {
+				memcpy(all[n].stack, p, slen);
+				all[n].stack[slen] = '\0';
+			}
+			all[n].a_fraction = totals[0] ? (double)a / (double)totals[0] : 0;
+			all[n].b_fraction = totals[1] ? (double)b / (double)totals[1] : 0;
+			if (!all[n++].stack) {
+				layers_cpu_stacks_free(all, (int)n - 1);
+				return -ENOMEM;
+			}
+		}
+		p = nl + 1;
+	}
+	if (n > 1)
+		qsort(all, n, sizeof(*all), stack_by_excess);
+	while (n > max)
+		free(all[--n].stack);
+	*out = all;
+	return (int)n;
+}

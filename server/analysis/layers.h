@@ -60,6 +60,22 @@ struct cpu_delta {
 int layers_cpu_deltas(const char *text, size_t len, struct cpu_delta **out, uint64_t totals[2]);
 void layers_cpu_deltas_free(struct cpu_delta *d, int n);
 
+/* One full stack of a folded diff with its share of each side's samples. */
+struct cpu_stack {
+	char *stack;        /* owned: "comm;frame;...;leaf" */
+	double a_fraction, b_fraction;
+};
+
+/*
+ * The stacks of folded diff text that have `function` as one of their frames (the first,
+ * the process comm, excluded), largest b − a share first, at most `max`; `totals` as
+ * layers_cpu_deltas gave them. Returns the count in *out (free with layers_cpu_stacks_free)
+ * or -ENOMEM.
+ */
+int layers_cpu_stacks(const char *text, size_t len, const char *function, const uint64_t totals[2],
+		      size_t max, struct cpu_stack **out);
+void layers_cpu_stacks_free(struct cpu_stack *s, int n);
+
 /*
  * How many standard errors apart two sample shares are (two-proportion z statistic with the
  * pooled share): b − a over sqrt(p (1 − p) (1/na + 1/nb)). With a few hundred samples a side a

@@ -1132,6 +1132,11 @@ static void test_straggler_diagnosis(void **state)
 	json_t *f0 = json_array_get(json_object_get(cpu, "functions"), 0);
 	assert_string_equal(json_string_value(json_object_get(f0, "function")), "python3.11+0x2000");
 	assert_true(fabs(num(f0, "delta_pp") - 75) < 1e-9);
+	/* With the full stack through it. */
+	json_t *st0 = json_array_get(json_object_get(cpu, "top_stacks"), 0);
+	assert_string_equal(json_string_value(json_object_get(st0, "stack")),
+			    "python3;python3.11+0x1000;libc.so.6+0x29d90;python3.11+0x2000");
+	assert_true(fabs(num(st0, "straggler_pct") - 75) < 1e-9);
 	assert_true(fabs(num(f0, "straggler_pct") - 75) < 1e-9);
 	assert_int_equal(json_array_size(json_object_get(cpu, "functions")), 1);
 	assert_int_equal(num(cpu, "straggler_samples"), 200);

@@ -135,6 +135,33 @@ static void test_waterline(void **state)
 	assert_int_equal(layers_waterline(frac, 5, 3, 0, 0.01, &f), -EINVAL);
 }
 
+/* Full stacks through a function, by how much more of the straggler's samples they hold. */
+static void test_cpu_stacks(void **state)
+{
+	static const char text[] = "py;main;step;hot 0 30\n"
+				   "py;main;step 10 10\n"
+				   "py;main;other;hot 5 10\n"
+				   "py;hotter;x 1 1\n"
+				   "hot;main 4 0\n";
+	const uint64_t totals[2] = { 20, 51 };
+	struct cpu_stack *s = NULL;
+	int n = layers_cpu_stacks(text, sizeof(text) - 1, "hot", totals, 5, &s);
+
+	(void)state;
+	assert_int_equal(n, 2); /* not "hotter", not the comm "hot" */
+	assert_string_equal(s[0].stack, "py;main;step;hot");
+	assert_true(fabs(s[0].b_fraction - 30.0 / 51) < 1e-12);
+	assert_string_equal(s[1].stack, "py;main;other;hot");
+	assert_true(fabs(s[1].a_fraction - 0.25) < 1e-12);
+	layers_cpu_stacks_free(s, n);
+	n = layers_cpu_stacks(text, sizeof(text) - 1, "hot", totals, 1, &s);
+	assert_int_equal(n, 1);
+	layers_cpu_stacks_free(s, n);
+	n = layers_cpu_stacks(text, sizeof(text) - 1, "absent", totals, 5, &s);
+	assert_int_equal(n, 0);
+	layers_cpu_stacks_free(s, n);
+}
+
 /* Share differences: 5 pp over ~100 samples a side is chance, 40 pp over 200 is not. */
 static void test_cpu_significance(void **state)
 {
@@ -157,6 +184,7 @@ int main(void)
 		cmocka_unit_test(test_os_signals),
 		cmocka_unit_test(test_cpu_significance),
 		cmocka_unit_test(test_waterline),
+		cmocka_unit_test(test_cpu_stacks),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
