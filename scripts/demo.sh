@@ -71,13 +71,18 @@ if $have_job; then
 	step "A simulated 8-rank training job with the in-process GPU timing (rank 3's GPU 2x slower)"
 	echo "   fake NCCL/CUDA (tests/fixtures/simjob) loading the real libnccl-profiler-sysom.so"
 	echo "   (NCCL_PROFILER_PLUGIN) and libsysom-cupti.so (CUDA_INJECTION64_PATH) over a fake CUPTI"
+	job_id=demo-$$
+	# The server's monitor diagnoses the job as its batches arrive; on this small machine the
+	# straggler is intermittent (scheduling noise hides it in some instances), so the demo asks
+	# it to open incidents for intermittent stragglers too (per-job settings).
+	curl -sf -X PUT --data '{"alert_intermittent": true}' \
+		"$url/api/v1/jobs/$job_id/settings" >/dev/null
 	SYSOM_SOCKET_PATH=$work/agent.sock NCCL_PROFILER_PLUGIN=$build/lib/libnccl-profiler-sysom.so \
 		CUDA_INJECTION64_PATH=$build/lib/libsysom-cupti.so \
 		SYSOM_CUPTI_LIBRARY=$simjob_dir/libcupti.so \
 		"$simjob_dir/simjob" --ranks 8 --iterations 200 --cpu-us 2000 --kernel-us 3000 \
-		--fault rank=3,kind=gpu,amount=2 --print-env >"$work/job.log" 2>&1 ||
+		--job-id "$job_id" --fault rank=3,kind=gpu,amount=2 --print-env >"$work/job.log" 2>&1 ||
 		{ cat "$work/job.log"; exit 1; }
-	job_id=$(sed -n 's/.*TORCHELASTIC_RUN_ID=\([^ ]*\).*/\1/p' "$work/job.log" | sed -n "1,1p")
 	grep -E "^rank [0-9]+ iterations" "$work/job.log" | sed -n "1,3p" | sed 's/^/   /'
 	echo "   ... job $job_id finished"
 fi

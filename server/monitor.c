@@ -111,6 +111,15 @@ static char *dup_or_empty(const char *s)
 	return strdup(s ? s : "");
 }
 
+static const char *article_persistence(const char *persistence)
+{
+	if (persistence && strcmp(persistence, "persistent") == 0)
+		return "a persistent";
+	if (persistence && strcmp(persistence, "intermittent") == 0)
+		return "an intermittent";
+	return "a";
+}
+
 /* A persistent (or, by setting, intermittent) straggler of the stragglers document. */
 static int finding_of_straggler(const json_t *e, const json_t *doc, struct finding *f)
 {
@@ -135,12 +144,12 @@ static int finding_of_straggler(const json_t *e, const json_t *doc, struct findi
 		used += (size_t)n;
 	}
 	if (dg && json_is_object(dg))
-		snprintf(summary, sizeof(summary), "rank %d is a %s straggler (%.1f ms late on average): %s",
-			 rank, persistence ? persistence : "", excess,
+		snprintf(summary, sizeof(summary), "rank %d is %s straggler (%.1f ms late on average): %s",
+			 rank, article_persistence(persistence), excess,
 			 json_string_value(json_object_get(dg, "summary")) ?: "");
 	else
-		snprintf(summary, sizeof(summary), "rank %d is a %s straggler (%.1f ms late on average)",
-			 rank, persistence ? persistence : "", excess);
+		snprintf(summary, sizeof(summary), "rank %d is %s straggler (%.1f ms late on average)",
+			 rank, article_persistence(persistence), excess);
 	report = json_pack("{s:O,s:O,s:O,s:O}", "straggler", e, "params",
 			   json_object_get(doc, "params"), "iteration_ms",
 			   json_object_get(doc, "iteration_ms"), "communicators",
