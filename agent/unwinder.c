@@ -442,7 +442,11 @@ uint32_t unwinder_work(struct unwinder *u, uint64_t budget_ns)
 	uint64_t started = host_monotonic_ns(), call = ++u->work_calls;
 	bool built = false, loaded = false;
 
-	for (uint32_t i = 0; i < u->nfiles && u->pending; i++) {
+	/* Newest first: the files of a process that just started (a training job being launched)
+	 * get their tables before the long tail of everything else the node mapped earlier, which
+	 * on a busy node (or a test process linking fifty libraries) would otherwise delay them by
+	 * a second or more; each file is built once, so the older ones still all get their turn. */
+	for (uint32_t i = u->nfiles; i-- > 0 && u->pending;) {
 		struct unwind_file *f = u->files[i];
 		if (f->state != FILE_PENDING || (!f->vdso && !f->src_tgid))
 			continue;

@@ -620,9 +620,12 @@ static json_t *diagnose_os(const struct diagnosis_ctx *ctx, const struct store_s
 						     "involuntary switches", "NUMA migrations",
 						     "pages migrated" };
 	static const char *const units[OS_NSIG] = { "ms/s", "ms/s", "/s", "/s", "/s" };
-	/* What matters at all, per second on a CPU: 2% of the time waiting or in interrupts,
-	 * 50 preemptions, 1 NUMA migration, 1,000 migrated pages (4 MB). */
-	static const double floors[OS_NSIG] = { 20, 20, 50, 1, 1000 };
+	/* What matters at all, per second on a CPU: 2% of the time waiting or in interrupts, 1
+	 * NUMA migration, 1,000 migrated pages (4 MB). Involuntary switches are evidence only
+	 * (floor 0: never implicated): a preemption costs nothing by itself, the time it costs
+	 * is in the run-queue wait — and a rank that sleeps (a delay in user space) is preempted
+	 * more often per CPU-second by the ranks spinning while they wait for it. */
+	static const double floors[OS_NSIG] = { 20, 20, 0, 1, 1000 };
 	double mine[OS_NSIG], rates[OS_NSIG], *healthy = NULL;
 	const struct os_rank *k;
 	json_t *signals = NULL, *irqs = NULL, *softirqs = NULL, *out = NULL;

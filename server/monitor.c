@@ -30,6 +30,7 @@ struct job_entry {
 	bool dirty;             /* data arrived since the last evaluation */
 	bool has_open;          /* it had open incidents after the last evaluation */
 	uint32_t window;        /* its W (settings), for the live instances */
+	int64_t regress_since_ms; /* its iteration time has been above the baseline's since (0: not) */
 	uint32_t stragglers;    /* found by its last evaluation */
 	uint32_t open;          /* its open incidents after the last evaluation */
 };
@@ -228,7 +229,7 @@ static int job_profile(struct monitor *m, const char *job, int64_t from_ms, int6
  */
 static int baseline_check(struct monitor *m, struct job_entry *je, const char *job,
 			  const struct job_settings *s, double iteration_ms, int64_t now,
-			  struct finding *f, bool *found)
+			  struct finding *f, bool *found, bool *rising)
 {
 	struct baseline_copy base = { 0 };
 	struct byte_buf current = { 0 }, merged = { 0 };
@@ -238,6 +239,7 @@ static int baseline_check(struct monitor *m, struct job_entry *je, const char *j
 	json_t *fns = NULL, *report = NULL;
 
 	*found = false;
+	*rising = false;
 	if (iteration_ms <= 0)
 		return 0;
 	rc = store_baseline_get(m->ctx.store, job, baseline_take, &base);
@@ -265,6 +267,11 @@ static int baseline_check(struct monitor *m, struct job_entry *je, const char *j
 	}
 	if (rc || !base.found || base.iteration_ns == 0 ||
 	    iteration_ms * 1e6 < (double)base.iteration_ns * (1 + s->regression))
+		goto cleanup;
+	/* Risen: a regression only once it has lasted regression_hold (a few seconds of a busy
+	 * node are no regression of the job). */
+	*rising = true;
+	if (!je->regress_since_ms || now - je->regress_since_ms < (int64_t)s->regression_hold_ms)
 		goto cleanup;
 	int64_t span = base.to_ms - base.from_ms > 0 ? base.to_ms - base.from_ms : 60000;
 	if (span > (int64_t)s->lookback_ms)
@@ -518,6 +525,7 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 	struct store_diagnosis_filter of = { .job = job, .from_ms = 0, .to_ms = INT64_MAX,
 					     .open_only = true };
 	size_t nfound = 0, nstragglers = 0;
+	bool rising = false;
 	json_t *doc = NULL, *e;
 	size_t i;
 	int rc;
@@ -557,7 +565,7 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 		bool regressed = false;
 		double iteration_ms = json_number_value(json_object_get(doc, "iteration_ms"));
 		if ((rc = baseline_check(m, je, job, &s, iteration_ms, now, &found[nfound],
-					 &regressed)))
+					 &regressed, &rising)))
 			goto cleanup;
 		nfound += regressed;
 	}
@@ -622,6 +630,11 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 		}
 	}
 	*nstrag = (uint32_t)nstragglers;
+	pthread_mutex_lock(&m->lock);
+	struct job_entry *cur = job_find(m, job);
+	if (cur)
+		cur->regress_since_ms = rising ? (cur->regress_since_ms ? cur->regress_since_ms : now) : 0;
+	pthread_mutex_unlock(&m->lock);
 cleanup:
 	for (i = 0; i < nfound; i++)
 		finding_free(&found[i]);

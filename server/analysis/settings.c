@@ -28,6 +28,7 @@ void job_settings_default(struct job_settings *s)
 	s->resolve_after_ms = SETTINGS_DEFAULT_RESOLVE_AFTER_MS;
 	s->alerts = true;
 	s->regression = SETTINGS_DEFAULT_REGRESSION;
+	s->regression_hold_ms = SETTINGS_DEFAULT_REGRESSION_HOLD_MS;
 	s->baseline_delta_pp = SETTINGS_DEFAULT_BASELINE_DELTA_PP;
 	s->baseline_after_ms = SETTINGS_DEFAULT_BASELINE_AFTER_MS;
 }
@@ -55,6 +56,7 @@ static const struct setting settings[] = {
 	SET("alert_intermittent", 0, 1, 1, SET_BOOL, alert_intermittent),
 	SET("alerts", 0, 1, 1, SET_BOOL, alerts),
 	SET("regression", 0.01, 10, 1, SET_DOUBLE, regression),
+	SET("regression_hold_s", 0, 86400, 1000, SET_U32, regression_hold_ms),
 	SET("baseline_delta_pp", 0.01, 100, 1, SET_DOUBLE, baseline_delta_pp),
 	SET("baseline_after_s", 10, 86400 * 7, 1000, SET_U32, baseline_after_ms),
 };

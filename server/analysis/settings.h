@@ -30,6 +30,7 @@ void diagnosis_params_default(struct diagnosis_params *p);
 #define SETTINGS_DEFAULT_RESOLVE_AFTER_MS 60000u  /* an incident not seen this long resolves */
 #define SETTINGS_DEFAULT_REGRESSION 0.10          /* iteration time rise that starts a baseline diff */
 #define SETTINGS_DEFAULT_BASELINE_DELTA_PP 0.5    /* δ: CPU-fraction rise that names a function */
+#define SETTINGS_DEFAULT_REGRESSION_HOLD_MS 60000u /* the rise must last this long */
 #define SETTINGS_DEFAULT_BASELINE_AFTER_MS 120000u /* a job's baseline: its first healthy stretch this long */
 
 /* The thresholds of one job (defaults, then its stored settings). */
@@ -40,6 +41,7 @@ struct job_settings {
 	bool alert_intermittent;  /* alert on intermittent stragglers too (default: persistent only) */
 	bool alerts;              /* send alerts for this job at all */
 	double regression;        /* relative iteration-time rise, e.g. 0.10 */
+	uint32_t regression_hold_ms; /* ... held this long (a transient slowdown is no regression) */
 	double baseline_delta_pp; /* δ */
 	uint32_t baseline_after_ms;
 };

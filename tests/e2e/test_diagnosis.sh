@@ -75,7 +75,7 @@ report_is() {
 for job in e2e-cpu e2e-gpu e2e-kernel e2e-noise; do
 	settings "$job" '{"lookback_s": 20, "resolve_after_s": 2}'
 done
-settings e2e-base '{"lookback_s": 20, "baseline_after_s": 10, "resolve_after_s": 2}'
+settings e2e-base '{"lookback_s": 20, "baseline_after_s": 10, "resolve_after_s": 2, "regression_hold_s": 3}'
 
 # 1. CPU layer.
 run_job e2e-cpu --seconds 10 --cpu-us 2000 --kernel-us 1000 --fault rank=2,kind=cpu,amount=3000
