@@ -2347,6 +2347,7 @@ static void job_baseline(struct api *api, const char *job, const struct http_req
 		if ((rc = diagnosis_stragglers(&ctx, &scope, &p, &strag)) ||
 		    (rc = api_folded(api, &f, 20000, &profile)))
 			goto cleanup;
+		uint64_t samples = folded_samples(&profile);
 		byte_buf_put_u8(&profile, 0);
 		if ((rc = byte_buf_error(&profile)))
 			goto cleanup;
@@ -2355,17 +2356,8 @@ static void job_baseline(struct api *api, const char *job, const struct http_req
 			.created_ms = api->now_ms(), .source = "api",
 			.iteration_ns = (uint64_t)(json_number_value(json_object_get(strag, "iteration_ms")) * 1e6),
 			.profile = (const char *)profile.data,
+			.samples = samples,
 		};
-		for (const char *p2 = b.profile; *p2;) {
-			const char *nl = strchr(p2, '\n'), *sp;
-			if (!nl)
-				nl = p2 + strlen(p2);
-			for (sp = nl; sp > p2 && sp[-1] != ' '; sp--)
-				;
-			if (sp > p2)
-				b.samples += strtoull(sp, NULL, 10);
-			p2 = *nl ? nl + 1 : nl;
-		}
 		if (b.samples == 0) {
 			http_response_error(resp, 409, "no CPU samples of job '%s' in that range", job);
 			goto cleanup;

@@ -193,25 +193,6 @@ static int baseline_take(void *arg, const struct store_baseline *b)
 	return byte_buf_error(&c->profile);
 }
 
-static uint64_t folded_total(const struct byte_buf *b)
-{
-	const char *p = (const char *)b->data, *end = p + b->len;
-	uint64_t total = 0;
-
-	while (p < end) {
-		const char *nl = memchr(p, '\n', (size_t)(end - p)), *sp;
-
-		if (!nl)
-			nl = end;
-		for (sp = nl; sp > p && sp[-1] != ' '; sp--)
-			;
-		if (sp > p)
-			total += strtoull(sp, NULL, 10);
-		p = nl + 1;
-	}
-	return total;
-}
-
 /* The job-wide CPU profile of [from, to]. */
 static int job_profile(struct monitor *m, const char *job, int64_t from_ms, int64_t to_ms,
 		       struct byte_buf *out)
@@ -253,7 +234,7 @@ static int baseline_check(struct monitor *m, struct job_entry *je, const char *j
 					    .iteration_ns = (uint64_t)(iteration_ms * 1e6) };
 		if ((rc = job_profile(m, job, b.from_ms, b.to_ms, &current)))
 			goto cleanup;
-		b.samples = folded_total(&current);
+		b.samples = folded_samples(&current);
 		if (b.samples < LAYERS_CPU_MIN_SAMPLES)
 			goto cleanup;
 		byte_buf_put_u8(&current, 0);
@@ -414,7 +395,7 @@ static int alerts_publish(struct monitor *m, const char *job, const struct open_
 			  bool enabled, int64_t now)
 {
 	struct alert_spec *specs = calloc(open->n + 1, sizeof(*specs));
-	char (*urls)[160] = calloc(open->n + 1, sizeof(*urls));
+	char (*urls)[ALERTS_URL_MAX] = calloc(open->n + 1, sizeof(*urls));
 	size_t n = 0;
 	int rc;
 
@@ -424,9 +405,13 @@ static int alerts_publish(struct monitor *m, const char *job, const struct open_
 	}
 	for (size_t i = 0; enabled && i < open->n; i++) {
 		const struct store_diagnosis *d = &open->d[i];
-		if (m->public_url)
-			snprintf(urls[n], sizeof(urls[n]), "%s/api/v1/diagnoses/%" PRId64 "?format=text",
-				 m->public_url, d->id);
+		bool linked = false;
+		if (m->public_url) {
+			int len = snprintf(urls[n], sizeof(urls[n]),
+					   "%s/api/v1/diagnoses/%" PRId64 "?format=text",
+					   m->public_url, d->id);
+			linked = len > 0 && (size_t)len < sizeof(urls[n]); /* never a cut link */
+		}
 		specs[n] = (struct alert_spec){
 			.alertname = strcmp(d->kind, "straggler") == 0 ? "SysomStraggler"
 								       : "SysomRegression",
@@ -439,7 +424,7 @@ static int alerts_publish(struct monitor *m, const char *job, const struct open_
 			.summary = d->summary,
 			.description = d->identity,
 			.action = d->action,
-			.generator_url = m->public_url ? urls[n] : NULL,
+			.generator_url = linked ? urls[n] : NULL,
 		};
 		n++;
 	}

@@ -122,3 +122,24 @@ cleanup:
 	diff_lines_free(&d);
 	return rc;
 }
+
+uint64_t folded_samples(const struct byte_buf *b)
+{
+	const char *p = (const char *)b->data, *end = p + b->len;
+	uint64_t total = 0;
+
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p)), *sp;
+		uint64_t count = 0;
+
+		if (!nl)
+			nl = end;
+		for (sp = nl; sp > p && sp[-1] != ' '; sp--)
+			;
+		for (const char *d = sp; sp > p && d < nl && *d >= '0' && *d <= '9'; d++)
+			count = count * 10 + (uint64_t)(*d - '0');
+		total += count;
+		p = nl + 1;
+	}
+	return total;
+}

@@ -7,6 +7,8 @@
 #ifndef SYSOM_SERVER_ANALYSIS_FOLDED_H
 #define SYSOM_SERVER_ANALYSIS_FOLDED_H
 
+#include <stdint.h>
+
 #include "common/bytes.h"
 
 /*
@@ -14,5 +16,9 @@
  * (repeated stacks add), stacks in byte order. Lines without a count are skipped. 0 or -ENOMEM.
  */
 int folded_merge(const struct byte_buf *a, const struct byte_buf *b, struct byte_buf *out);
+
+/* The sum of the counts of folded "stack count" lines (a line's last field), read within the
+ * buffer (it need not be NUL-terminated). */
+uint64_t folded_samples(const struct byte_buf *b);
 
 #endif
