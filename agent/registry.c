@@ -503,8 +503,13 @@ static void accept_one(struct registry *r, int fd)
 	r->handles++;
 	r->stats.connections++;
 	r->stats.clients = r->nconns;
-	if (uv_poll_start(&c->poll, UV_READABLE | UV_DISCONNECT, on_conn_event) != 0)
+	if (uv_poll_start(&c->poll, UV_READABLE | UV_DISCONNECT, on_conn_event) != 0) {
 		conn_close(c, false);
+		return;
+	}
+	/* A client sends its registration right after connecting: answer it in this turn of the
+	 * loop rather than the next (it waits for the ACK). */
+	on_conn_event(&c->poll, 0, UV_READABLE);
 }
 
 static void on_listen_event(uv_poll_t *p, int status, int events)

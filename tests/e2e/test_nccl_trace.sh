@@ -93,7 +93,10 @@ api /api/v1/jobs >"$E2E_TMP/jobs2.json"
 check "the late job is listed with world size 4" \
 	bash -c "json 'len([j for j in d[\"jobs\"] if j[\"world_size\"] == 4])' <'$E2E_TMP/jobs2.json' | grep -qx 1"
 # A rank that registers over the agent's socket with libsysom-client: its word (job, rank,
-# groups) is stored, marked as a registration.
+# groups) is stored, marked as a registration. It registers as soon as the agent is up, while
+# the agent is still compiling the unwind tables of every process on the machine: those builds
+# run off the agent's loop, so every ACK comes within the client's 100 ms (20 tries, 50 ms
+# apart, each a new connection as a newly launched rank's would be).
 CLIENT_LIB=$BUILD/lib/libsysom-client.so
 start_agent reg "$SERVER_URL" || exit 1
 SYSOM_SOCKET_PATH=$E2E_TMP/reg.sock python3 - "$CLIENT_LIB" >"$E2E_TMP/register.log" 2>&1 <<'PY' &
@@ -104,14 +107,26 @@ class Registration(ctypes.Structure):
                 ("world_size", ctypes.c_int), ("local_world_size", ctypes.c_int),
                 ("group_rank", ctypes.c_int), ("groups", ctypes.c_char_p)]
 r = Registration(b"registered-job", 3, 1, 4, 2, 1, b"tp=1,dp=0")
-rc = lib.sysom_client_register(ctypes.byref(r))
-print("register", rc, flush=True)
+codes, slowest = set(), 0.0
+for i in range(20):
+    if i:
+        lib.sysom_client_close()
+        time.sleep(0.05)
+    t = time.monotonic()
+    codes.add(lib.sysom_client_register(ctypes.byref(r)))
+    slowest = max(slowest, time.monotonic() - t)
+print("register", *sorted(codes), flush=True)
+print("slowest %.1f ms" % (slowest * 1000), flush=True)
 time.sleep(4)
 PY
 REG=$!
 E2E_PIDS+=("$REG")
 wait "$REG"
-check "sysom_client_register() returns 0 against the agent's socket" grep -qx "register 0" "$E2E_TMP/register.log"
+diag "registrations during the agent's start: $(tr '\n' ' ' <"$E2E_TMP/register.log")"
+check "sysom_client_register() returns 0 against the agent's socket, 20 of 20 times" \
+	grep -qx "register 0" "$E2E_TMP/register.log"
+sed -n 's/^slowest \([0-9.]*\) ms$/registration_ack_max_ms \1/p' "$E2E_TMP/register.log" \
+	>>"$BUILD/test-logs/measurements.txt"
 stop_pid "$AGENT_PID"
 check "registering agent exits 0" test $? -eq 0
 api /api/v1/jobs/registered-job >"$E2E_TMP/reg.json"
