@@ -37,8 +37,7 @@ struct agent {
 	char *const *argv;
 	uv_loop_t loop;
 	uv_timer_t drain_timer, batch_timer, duration_timer;
-	uv_work_t unwind_work;              /* compiles one queued unwind table off the loop */
-	struct unwinder_build *unwind_build; /* the one being built (NULL: none) */
+	uv_timer_t unwind_timer; /* continues compiling queued unwind tables */
 	uv_signal_t sig_term, sig_int, sig_hup;
 	uv_poll_t events_poll;
 	bool events_poll_started;
@@ -565,6 +564,7 @@ static void agent_shutdown(struct agent *a, const char *why)
 	uv_timer_stop(&a->drain_timer);
 	uv_timer_stop(&a->batch_timer);
 	uv_timer_stop(&a->duration_timer);
+	uv_timer_stop(&a->unwind_timer);
 	if (a->events_poll_started)
 		uv_poll_stop(&a->events_poll);
 	/* Symbols first: they can wait for the next start (resumable), batches should not. */
@@ -581,6 +581,7 @@ static void agent_shutdown(struct agent *a, const char *why)
 	uv_close((uv_handle_t *)&a->drain_timer, on_close_noop);
 	uv_close((uv_handle_t *)&a->batch_timer, on_close_noop);
 	uv_close((uv_handle_t *)&a->duration_timer, on_close_noop);
+	uv_close((uv_handle_t *)&a->unwind_timer, on_close_noop);
 	uv_close((uv_handle_t *)&a->sig_term, on_close_noop);
 	uv_close((uv_handle_t *)&a->sig_int, on_close_noop);
 	uv_close((uv_handle_t *)&a->sig_hup, on_close_noop);
@@ -606,48 +607,28 @@ static void on_duration_timer(uv_timer_t *t)
 	agent_shutdown(t->data, "duration reached");
 }
 
-static void on_unwind_built(uv_work_t *w, int status);
-
-static void run_unwind_build(uv_work_t *w)
-{
-	struct agent *a = w->data;
-
-	unwinder_build_run(a->unwind_build);
-}
-
 /*
- * Starts the next queued unwind table on the thread pool, one at a time: reading an ELF file,
- * compiling its CFI and the kernel's RCU grace period on each table published take 10-25 ms
- * a file (seconds for the largest CUDA libraries), during which the loop keeps answering
- * ranks that register and in-process components that report (clients wait 100 ms at most).
+ * Unwind tables are compiled on the loop one file per turn (then it yields for a millisecond):
+ * a file costs 8-25 ms even when small (the kernel waits for an RCU grace period on every
+ * map-in-map update), and ranks registering meanwhile wait for their ACK at most 100 ms, so a
+ * turn must not hold several. (Building on a worker thread instead stalled the whole loop
+ * for 0.5 s at times while a job started, losing short-lived ranks' identities: left for now.)
  */
+#define UNWIND_WORK_BUDGET_NS 0
+
+static void on_unwind_timer(uv_timer_t *t);
+
+/* Compiles queued unwind tables for a bounded time; schedules itself while some remain. */
 static void unwinder_step(struct agent *a)
 {
-	struct unwinder_build *b;
-
-	if (!a->unwinder || a->stopping || a->unwind_build)
-		return;
-	while ((b = unwinder_build_take(a->unwinder))) {
-		a->unwind_build = b;
-		a->unwind_work.data = a;
-		if (uv_queue_work(&a->loop, &a->unwind_work, run_unwind_build, on_unwind_built) == 0)
-			return;
-		/* No thread pool: build here, as before. */
-		unwinder_build_run(b);
-		a->unwind_build = NULL;
-		unwinder_build_finish(a->unwinder, b);
-	}
+	if (a->unwinder && !a->stopping && unwinder_work(a->unwinder, UNWIND_WORK_BUDGET_NS) > 0 &&
+	    !uv_is_active((uv_handle_t *)&a->unwind_timer))
+		uv_timer_start(&a->unwind_timer, on_unwind_timer, 1, 0);
 }
 
-static void on_unwind_built(uv_work_t *w, int status)
+static void on_unwind_timer(uv_timer_t *t)
 {
-	struct agent *a = w->data;
-	struct unwinder_build *b = a->unwind_build;
-
-	(void)status; /* a cancelled build (never asked for) puts its file back in the queue */
-	a->unwind_build = NULL;
-	unwinder_build_finish(a->unwinder, b);
-	unwinder_step(a);
+	unwinder_step(t->data);
 }
 
 static void on_events(uv_poll_t *p, int status, int events)
@@ -1045,7 +1026,9 @@ static int agent_loop_setup(struct agent *a)
 	uv_timer_init(&a->loop, &a->drain_timer);
 	uv_timer_init(&a->loop, &a->batch_timer);
 	uv_timer_init(&a->loop, &a->duration_timer);
+	uv_timer_init(&a->loop, &a->unwind_timer);
 	a->drain_timer.data = a->batch_timer.data = a->duration_timer.data = a;
+	a->unwind_timer.data = a;
 	uv_signal_init(&a->loop, &a->sig_term);
 	uv_signal_init(&a->loop, &a->sig_int);
 	uv_signal_init(&a->loop, &a->sig_hup);
@@ -1091,6 +1074,7 @@ int agent_daemon_run(struct agent_config *config, int argc, char *const argv[])
 		uv_close((uv_handle_t *)&a.drain_timer, on_close_noop);
 		uv_close((uv_handle_t *)&a.batch_timer, on_close_noop);
 		uv_close((uv_handle_t *)&a.duration_timer, on_close_noop);
+		uv_close((uv_handle_t *)&a.unwind_timer, on_close_noop);
 		uv_close((uv_handle_t *)&a.sig_term, on_close_noop);
 		uv_close((uv_handle_t *)&a.sig_int, on_close_noop);
 		uv_close((uv_handle_t *)&a.sig_hup, on_close_noop);

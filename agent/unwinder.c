@@ -30,9 +30,8 @@ struct load_segment {
 };
 
 enum file_state {
-	FILE_PENDING,  /* table not compiled yet */
-	FILE_BUILDING, /* an unwinder_build holds it (compiling, perhaps on another thread) */
-	FILE_READY,    /* compiled: file_id != 0 has a table, 0 means none possible */
+	FILE_PENDING, /* table not compiled yet (unwinder_work does it) */
+	FILE_READY,   /* compiled: file_id != 0 has a table, 0 means none possible */
 };
 
 /* One file (by Build ID or content hash), with or without a loaded table. */
@@ -50,41 +49,8 @@ struct unwind_file {
 	struct load_segment loads[MAX_LOADS];
 	uint32_t nloads;
 	uint32_t refs;      /* published processes mapping it */
-	bool rewrite;       /* its table just loaded: processes mapping it need new entries */
+	uint64_t loaded_in; /* the unwinder_work call that loaded its table (0: none) */
 	uint64_t unused_since;
-};
-
-enum build_outcome {
-	BUILD_NOT_RUN,     /* never ran (its work was cancelled): the file stays queued */
-	BUILD_SOURCE_GONE, /* the process it was to be read through exited */
-	BUILD_LOADED,
-	BUILD_NO_CFI,
-	BUILD_OVER_BUDGET,
-	BUILD_FAILED,
-};
-
-/*
- * One file's table being built. unwinder_build_take fills the inputs from the unwinder (on its
- * thread); unwinder_build_run reads only those and writes only the results, so it may run on
- * another thread while the owner goes on using the unwinder; unwinder_build_finish applies them.
- */
-struct unwinder_build {
-	struct unwind_file *file; /* held in FILE_BUILDING: sweeps keep it */
-	/* inputs */
-	bool vdso;
-	char source[PATH_MAX];    /* <proc_root>/<pid>/map_files/<start>-<end> */
-	char *path;               /* for logs (a copy) */
-	int tables_fd;
-	uint32_t template_flags;
-	uint32_t file_id;         /* reserved: ids are never reused */
-	uint64_t rows_loaded, max_rows;
-	bool tables_full;
-	/* results */
-	enum build_outcome outcome;
-	uint32_t nrows;
-	uint64_t fdes, table_base, build_ns;
-	struct load_segment loads[MAX_LOADS];
-	uint32_t nloads;
 };
 
 /* A mapping as published: enough to publish it again once its file's table is ready. */
@@ -112,7 +78,8 @@ struct unwinder {
 	struct unwind_process *procs;
 	uint32_t nprocs, procs_cap;
 	uint32_t next_file_id;
-	uint32_t pending;            /* files in FILE_PENDING or FILE_BUILDING */
+	uint32_t pending;            /* files in FILE_PENDING */
+	uint64_t work_calls;         /* unwinder_work calls so far */
 	struct unwind_proc *scratch; /* the BPF value being assembled (20 KiB) */
 	struct unwinder_stats stats;
 };
@@ -159,30 +126,29 @@ static struct unwind_file *find_file(const struct unwinder *u, const struct syso
 
 /* ---- building a table ------------------------------------------------------------------------ */
 
-static int read_loads(Elf *elf, struct unwinder_build *b)
+static int read_loads(Elf *elf, struct unwind_file *f)
 {
 	size_t n;
 
 	if (elf_getphdrnum(elf, &n))
 		return -SYSOM_ENOTELF;
-	for (size_t i = 0; i < n && b->nloads < MAX_LOADS; i++) {
+	for (size_t i = 0; i < n && f->nloads < MAX_LOADS; i++) {
 		GElf_Phdr ph;
 		if (!gelf_getphdr(elf, (int)i, &ph) || ph.p_type != PT_LOAD)
 			continue;
-		b->loads[b->nloads++] = (struct load_segment){
+		f->loads[f->nloads++] = (struct load_segment){
 			.offset = ph.p_offset, .vaddr = ph.p_vaddr, .filesz = ph.p_filesz
 		};
 	}
-	return b->nloads ? 0 : -SYSOM_ENOTELF;
+	return f->nloads ? 0 : -SYSOM_ENOTELF;
 }
 
-/* Copies the rows into a new BPF array and adds it to the tables map under the reserved id.
- * The update waits for an RCU grace period (the kernel does so for map-in-map updates), which
- * is why builds run off the agent's event loop. */
-static int load_table(struct unwinder_build *b, const struct cfi_table *t)
+/* Copies the rows into a new BPF array and adds it to the tables map under a new id. */
+static int load_table(struct unwinder *u, struct unwind_file *f, const struct cfi_table *t)
 {
-	LIBBPF_OPTS(bpf_map_create_opts, create, .map_flags = b->template_flags);
+	LIBBPF_OPTS(bpf_map_create_opts, create, .map_flags = (__u32)u->maps.table_template_flags);
 	size_t bytes = ((size_t)t->nrows * sizeof(struct unwind_row) + 4095) & ~(size_t)4095;
+	uint32_t file_id = u->next_file_id;
 	void *mem = MAP_FAILED;
 	int fd, rc = 0;
 
@@ -196,8 +162,16 @@ static int load_table(struct unwinder_build *b, const struct cfi_table *t)
 		goto cleanup;
 	}
 	memcpy(mem, t->rows, (size_t)t->nrows * sizeof(struct unwind_row));
-	if (bpf_map_update_elem(b->tables_fd, &b->file_id, &fd, BPF_NOEXIST))
+	if (bpf_map_update_elem(u->maps.tables, &file_id, &fd, BPF_NOEXIST)) {
 		rc = -errno;
+		goto cleanup;
+	}
+	/* Ids are never reused: markers of a dropped table can then never apply to another. */
+	u->next_file_id++;
+	f->file_id = file_id;
+	f->nrows = t->nrows;
+	f->table_base = t->base;
+	f->fdes = t->stats.fdes;
 cleanup:
 	if (mem != MAP_FAILED)
 		munmap(mem, bytes);
@@ -220,21 +194,29 @@ static Elf *open_vdso(void)
 	return elf_memory((char *)image, size);
 }
 
-void unwinder_build_run(struct unwinder_build *b)
+/*
+ * Compiles and loads the table of `f`, opened through the mapping of its source process (so a
+ * deleted or replaced file is read as mapped). Returns 0 when done (failures leave file_id 0),
+ * -ESRCH when the source process is gone (the file stays pending until another process that
+ * maps it is published).
+ */
+static int build_file(struct unwinder *u, struct unwind_file *f)
 {
-	char err[256] = "";
+	char path[PATH_MAX], err[256] = "";
 	struct cfi_table t = { 0 };
 	uint64_t started = host_monotonic_ns();
 	Elf *elf = NULL;
 	int fd = -1, rc;
 
-	if (b->vdso) {
+	if (f->vdso) {
 		elf = open_vdso();
 	} else {
-		fd = open(b->source, O_RDONLY | O_CLOEXEC);
+		snprintf(path, sizeof(path), "%s/%u/map_files/%lx-%lx", u->opts.proc_root,
+			 f->src_tgid, (unsigned long)f->src_start, (unsigned long)f->src_end);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0 && (errno == ENOENT || errno == ESRCH)) {
-			b->outcome = BUILD_SOURCE_GONE;
-			return;
+			f->src_tgid = 0;
+			return -ESRCH;
 		}
 		if (fd >= 0)
 			elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
@@ -244,7 +226,7 @@ void unwinder_build_run(struct unwinder_build *b)
 		snprintf(err, sizeof(err), "cannot open: %s", sysom_strerror(rc));
 		goto failed;
 	}
-	if ((rc = read_loads(elf, b))) {
+	if ((rc = read_loads(elf, f))) {
 		snprintf(err, sizeof(err), "no loadable segments");
 		goto failed;
 	}
@@ -252,37 +234,38 @@ void unwinder_build_run(struct unwinder_build *b)
 	if (rc)
 		goto failed;
 	if (t.nrows == 0) {
-		b->outcome = BUILD_NO_CFI;
+		u->stats.no_cfi++;
 		goto cleanup;
 	}
-	if (b->rows_loaded + t.nrows > b->max_rows || b->tables_full) {
-		b->outcome = BUILD_OVER_BUDGET;
+	if (u->stats.rows + t.nrows > u->opts.max_rows || u->stats.tables >= u->opts.max_tables) {
+		u->stats.over_budget++;
 		log_warn("unwinder: no room for the %u-row table of %s (%llu rows loaded, limit "
-			 "%llu): frame pointers only there", t.nrows, b->path,
-			 (unsigned long long)b->rows_loaded, (unsigned long long)b->max_rows);
+			 "%llu): frame pointers only there", t.nrows, f->path,
+			 (unsigned long long)u->stats.rows, (unsigned long long)u->opts.max_rows);
 		goto cleanup;
 	}
-	if ((rc = load_table(b, &t))) {
+	if ((rc = load_table(u, f, &t))) {
 		snprintf(err, sizeof(err), "cannot load into BPF: %s", sysom_strerror(rc));
 		goto failed;
 	}
-	b->outcome = BUILD_LOADED;
-	b->nrows = t.nrows;
-	b->table_base = t.base;
-	b->fdes = t.stats.fdes;
-	b->build_ns = host_monotonic_ns() - started;
-	log_debug("unwinder: %s: %u rows from %llu FDEs in %.1f ms", b->path, t.nrows,
-		  (unsigned long long)t.stats.fdes, b->build_ns / 1e6);
+	u->stats.tables++;
+	u->stats.rows += t.nrows;
+	u->stats.fdes += f->fdes;
+	u->stats.builds++;
+	u->stats.build_ns += host_monotonic_ns() - started;
+	log_debug("unwinder: %s: %u rows from %llu FDEs in %.1f ms", f->path, t.nrows,
+		  (unsigned long long)t.stats.fdes, (host_monotonic_ns() - started) / 1e6);
 	goto cleanup;
 failed:
-	b->outcome = BUILD_FAILED;
-	log_debug("unwinder: %s: %s (frame pointers only)", b->path, err);
+	u->stats.build_failures++;
+	log_debug("unwinder: %s: %s (frame pointers only)", f->path, err);
 cleanup:
 	cfi_table_free(&t);
 	if (elf)
 		elf_end(elf);
 	if (fd >= 0)
 		close(fd);
+	return 0;
 }
 
 static void set_source(struct unwind_file *f, uint32_t tgid, const struct pt_mapping *m)
@@ -454,127 +437,41 @@ int unwinder_publish(struct unwinder *u, const struct pt_process *proc)
 	return write_process(u, p);
 }
 
-struct unwinder_build *unwinder_build_take(struct unwinder *u)
+uint32_t unwinder_work(struct unwinder *u, uint64_t budget_ns)
 {
+	uint64_t started = host_monotonic_ns(), call = ++u->work_calls;
+	bool built = false, loaded = false;
+
 	/* Newest first: the files of a process that just started (a training job being launched)
 	 * get their tables before the long tail of everything else the node mapped earlier, which
 	 * on a busy node (or a test process linking fifty libraries) would otherwise delay them by
 	 * a second or more; each file is built once, so the older ones still all get their turn. */
 	for (uint32_t i = u->nfiles; i-- > 0 && u->pending;) {
 		struct unwind_file *f = u->files[i];
-		struct unwinder_build *b;
-
 		if (f->state != FILE_PENDING || (!f->vdso && !f->src_tgid))
 			continue;
-		b = calloc(1, sizeof(*b));
-		if (!b || !(b->path = strdup(f->path))) {
-			free(b);
-			return NULL; /* tried again at the next call */
+		if (built && host_monotonic_ns() - started >= budget_ns)
+			break;
+		if (build_file(u, f) == -ESRCH)
+			continue; /* its source process is gone: wait for another */
+		f->state = FILE_READY;
+		u->pending--;
+		built = true;
+		if (f->file_id) {
+			f->loaded_in = call;
+			loaded = true;
 		}
-		b->file = f;
-		b->vdso = f->vdso;
-		if (!f->vdso)
-			snprintf(b->source, sizeof(b->source), "%s/%u/map_files/%lx-%lx",
-				 u->opts.proc_root, f->src_tgid, (unsigned long)f->src_start,
-				 (unsigned long)f->src_end);
-		b->tables_fd = u->maps.tables;
-		b->template_flags = (uint32_t)u->maps.table_template_flags;
-		b->file_id = u->next_file_id++;
-		b->rows_loaded = u->stats.rows;
-		b->max_rows = u->opts.max_rows;
-		b->tables_full = u->stats.tables >= u->opts.max_tables;
-		f->state = FILE_BUILDING;
-		return b;
 	}
-	return NULL;
-}
-
-/* Applies a build's results to its file; true when a table was loaded. Frees `b`. */
-static bool apply_build(struct unwinder *u, struct unwinder_build *b)
-{
-	struct unwind_file *f = b->file;
-	bool loaded = false;
-
-	switch (b->outcome) {
-	case BUILD_NOT_RUN:
-		f->state = FILE_PENDING;
-		goto cleanup;
-	case BUILD_SOURCE_GONE:
-		/* Stays queued until another process that maps it is published. */
-		f->state = FILE_PENDING;
-		f->src_tgid = 0;
-		goto cleanup;
-	case BUILD_LOADED:
-		memcpy(f->loads, b->loads, sizeof(f->loads));
-		f->nloads = b->nloads;
-		f->file_id = b->file_id;
-		f->nrows = b->nrows;
-		f->table_base = b->table_base;
-		f->fdes = b->fdes;
-		f->rewrite = true;
-		u->stats.tables++;
-		u->stats.rows += b->nrows;
-		u->stats.fdes += b->fdes;
-		u->stats.builds++;
-		u->stats.build_ns += b->build_ns;
-		loaded = true;
-		break;
-	case BUILD_NO_CFI:
-		u->stats.no_cfi++;
-		break;
-	case BUILD_OVER_BUDGET:
-		u->stats.over_budget++;
-		break;
-	case BUILD_FAILED:
-		u->stats.build_failures++;
-		break;
-	}
-	f->state = FILE_READY;
-	u->pending--;
-cleanup:
-	free(b->path);
-	free(b);
-	return loaded;
-}
-
-/* One pass: every process mapping a file whose table just loaded gets its entry rewritten. */
-static void rewrite_processes(struct unwinder *u)
-{
-	for (uint32_t j = 0; j < u->nprocs; j++) {
+	/* One pass: every process mapping a file loaded by this call gets its entry rewritten. */
+	for (uint32_t j = 0; loaded && j < u->nprocs; j++) {
 		struct unwind_process *p = &u->procs[j];
 		for (uint32_t k = 0; k < p->nfiles; k++) {
-			if (p->files[k]->rewrite) {
+			if (p->files[k]->loaded_in == call) {
 				write_process(u, p);
 				break;
 			}
 		}
 	}
-	for (uint32_t i = 0; i < u->nfiles; i++)
-		u->files[i]->rewrite = false;
-}
-
-uint32_t unwinder_build_finish(struct unwinder *u, struct unwinder_build *b)
-{
-	if (apply_build(u, b))
-		rewrite_processes(u);
-	return u->pending;
-}
-
-uint32_t unwinder_work(struct unwinder *u, uint64_t budget_ns)
-{
-	uint64_t started = host_monotonic_ns();
-	bool built = false, loaded = false;
-	struct unwinder_build *b;
-
-	while ((!built || host_monotonic_ns() - started < budget_ns) &&
-	       (b = unwinder_build_take(u))) {
-		unwinder_build_run(b);
-		if (b->outcome != BUILD_SOURCE_GONE)
-			built = true; /* a vanished source does not count as the one file */
-		loaded |= apply_build(u, b);
-	}
-	if (loaded)
-		rewrite_processes(u);
 	return u->pending;
 }
 
@@ -598,8 +495,7 @@ void unwinder_sweep(struct unwinder *u, uint64_t now_ns)
 
 	for (uint32_t i = 0; i < u->nfiles; i++) {
 		struct unwind_file *f = u->files[i];
-		if (f->refs || f->state == FILE_BUILDING ||
-		    now_ns - f->unused_since < u->opts.unused_grace_ns) {
+		if (f->refs || now_ns - f->unused_since < u->opts.unused_grace_ns) {
 			u->files[kept++] = f;
 			continue;
 		}
@@ -641,7 +537,7 @@ int unwinder_file_info(const struct unwinder *u, const struct sysom_build_id *id
 		return -ENOENT;
 	*out = (struct unwinder_file_info){
 		.file_id = f->file_id, .nrows = f->nrows, .refs = f->refs,
-		.pending = f->state != FILE_READY,
+		.pending = f->state == FILE_PENDING,
 	};
 	return 0;
 }

@@ -59,27 +59,11 @@ int unwinder_publish(struct unwinder *u, const struct pt_process *proc);
 
 /*
  * Compiles and loads queued tables, newest first, until `budget_ns` has passed (at least one
- * file per call), then rewrites the BPF entries of the processes that map them. Returns the
- * number of files still queued (call again soon when non-zero). Synchronous: for tools and
- * tests; the daemon builds on a worker thread with the three calls below.
+ * file per call), then rewrites the BPF entries of the processes that map them. Keeps the
+ * agent's loop responsive when a process with hundreds of new libraries appears. Returns
+ * the number of files still queued (call again soon when non-zero).
  */
 uint32_t unwinder_work(struct unwinder *u, uint64_t budget_ns);
-
-/*
- * One file's table build, in three steps so that the slow part (reading the ELF file,
- * compiling its CFI, and the kernel's RCU grace period on every table published, 10-25 ms
- * each) runs off the caller's event loop:
- *   take   (owner's thread): the newest queued file with a readable source, or NULL;
- *   run    (any thread): touches nothing of the unwinder, so the owner may go on using it;
- *   finish (owner's thread): applies the result, rewrites the BPF entries of the processes
- *          mapping the file, frees the build, returns the number of files still queued.
- * Every taken build must be finished (a build never run puts its file back in the queue)
- * before unwinder_free. Builds may overlap; the daemon runs one at a time.
- */
-struct unwinder_build;
-struct unwinder_build *unwinder_build_take(struct unwinder *u);
-void unwinder_build_run(struct unwinder_build *b);
-uint32_t unwinder_build_finish(struct unwinder *u, struct unwinder_build *b);
 
 /* The process is gone: withdraws its mappings (if still this generation's) and releases its
  * tables. */

@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -509,79 +508,6 @@ static void test_table_builds_deferred(void **state)
 	unwind_session_close(&s);
 }
 
-static void *run_build(void *build)
-{
-	unwinder_build_run(build);
-	return NULL;
-}
-
-/*
- * The daemon's way: each table is built on another thread (take, run, finish) while the
- * owner goes on publishing processes, sweeping and sampling; a build taken and never run puts
- * its file back in the queue; a table built off the thread unwinds the workload fully.
- */
-static void test_table_builds_off_thread(void **state)
-{
-	struct unwind_session s;
-	struct nofp_workload n;
-	struct sysom_build_id lib;
-	struct unwinder_file_info info;
-	struct unwinder_stats st;
-	struct unwinder_build *b;
-	struct symtab t = { 0 };
-	pthread_t thread;
-	(void)state;
-
-	library_build_id(&lib);
-	open_session(&s, SYSOM_UNWINDER_HYBRID);
-	assert_int_equal(nofp_workload_start(&n, 3.0, NULL), 0);
-	assert_int_equal(symtab_load_process(&t, n.w.pid), 0);
-	uint64_t end = host_monotonic_ns() + 300000000ULL;
-	while (host_monotonic_ns() < end && unwinder_file_info(s.unwinder, &lib, &info) != 0) {
-		usleep(10000);
-		sampler_poll_events(s.sampler); /* events only: no build */
-	}
-	assert_int_equal(unwinder_file_info(s.unwinder, &lib, &info), 0);
-	assert_true(info.pending);
-	unwinder_stats_read(s.unwinder, &st);
-	uint32_t pending = st.pending, builds = 0;
-	uint64_t built_before = st.builds;
-
-	b = unwinder_build_take(s.unwinder);
-	assert_non_null(b);
-	assert_int_equal(unwinder_build_finish(s.unwinder, b), pending); /* never run: queued */
-	unwinder_stats_read(s.unwinder, &st);
-	assert_int_equal(st.builds, built_before);
-
-	while (unwinder_file_info(s.unwinder, &lib, &info) == 0 && info.pending) {
-		assert_true(builds++ < pending + 16);
-		b = unwinder_build_take(s.unwinder);
-		assert_non_null(b); /* the workload is alive: its library can be read */
-		assert_int_equal(pthread_create(&thread, NULL, run_build, b), 0);
-		/* Meanwhile: process events published, tables of processes gone for a minute
-		 * dropped; neither may touch the file being built. */
-		unwind_session_poll(&s);
-		unwinder_sweep(s.unwinder, host_monotonic_ns() + 61ULL * 1000000000ULL);
-		assert_int_equal(pthread_join(thread, NULL), 0);
-		unwinder_build_finish(s.unwinder, b);
-	}
-	assert_int_equal(unwinder_file_info(s.unwinder, &lib, &info), 0);
-	print_message("# the library's table built off the thread after %u builds: %u rows\n",
-		      builds, info.nrows);
-	assert_true(info.file_id != 0 && info.nrows > 0);
-	assert_true(info.refs >= 1);
-
-	/* What was sampled before the table loaded is drained away; the rest unwinds fully. */
-	unwind_session_drain(&s, ignore_entry, NULL);
-	struct observed o = { .n = &n, .t = &t, .acc.label = "off-thread" };
-	sample_workload(&s, &n, &o, 1.5);
-	print_accuracy("after an off-thread build", &o.acc);
-	assert_true(o.acc.samples >= 50);
-	assert_true(ratio(o.acc.full_chain, o.acc.samples) >= 0.95);
-	symtab_free(&t);
-	unwind_session_close(&s);
-}
-
 /* A binary with frame pointers but no .eh_frame at all still unwinds (validated frame
  * pointers, no table). */
 static void test_frame_pointers_without_eh_frame(void **state)
@@ -658,7 +584,6 @@ int main(void)
 		cmocka_unit_test(test_tables_shared_and_dropped),
 		cmocka_unit_test(test_frame_pointers_without_eh_frame),
 		cmocka_unit_test(test_table_builds_deferred),
-		cmocka_unit_test(test_table_builds_off_thread),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

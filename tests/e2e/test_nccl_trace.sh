@@ -94,9 +94,10 @@ check "the late job is listed with world size 4" \
 	bash -c "json 'len([j for j in d[\"jobs\"] if j[\"world_size\"] == 4])' <'$E2E_TMP/jobs2.json' | grep -qx 1"
 # A rank that registers over the agent's socket with libsysom-client: its word (job, rank,
 # groups) is stored, marked as a registration. It registers as soon as the agent is up, while
-# the agent is still compiling the unwind tables of every process on the machine: those builds
-# run off the agent's loop, so every ACK comes within the client's 100 ms (20 tries, 50 ms
-# apart, each a new connection as a newly launched rank's would be).
+# the agent is still compiling the unwind tables of every process on the machine: the loop
+# builds one file per turn and answers a registration in the turn that accepts it, so every
+# ACK comes within the client's 100 ms (20 tries, 50 ms apart, each a new connection as a
+# newly launched rank's would be).
 CLIENT_LIB=$BUILD/lib/libsysom-client.so
 start_agent reg "$SERVER_URL" || exit 1
 SYSOM_SOCKET_PATH=$E2E_TMP/reg.sock python3 - "$CLIENT_LIB" >"$E2E_TMP/register.log" 2>&1 <<'PY' &
