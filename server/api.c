@@ -964,6 +964,19 @@ int api_folded(struct api *api, const struct store_sample_filter *f, uint32_t li
 	return rc;
 }
 
+/* GPU kernel time by launching stack as folded lines (the gpu-time flame graph's). */
+static int api_gpu_time_folded(void *arg, const struct store_sample_filter *f, uint32_t limit,
+			       struct byte_buf *out)
+{
+	struct flame fl = { 0 };
+	int rc = flame_build(arg, f, limit, FLAME_GPU_TIME, &fl);
+
+	if (!rc)
+		rc = folded_render(&fl, out);
+	flame_free(&fl);
+	return rc;
+}
+
 int api_diff_folded(struct api *api, const struct store_sample_filter *base, int32_t a, int32_t b,
 		    uint32_t limit, struct byte_buf *out)
 {
@@ -1860,7 +1873,8 @@ static int api_folded_cb(void *arg, const struct store_sample_filter *f, uint32_
 
 void api_diagnosis_ctx(struct api *api, struct diagnosis_ctx *ctx)
 {
-	*ctx = (struct diagnosis_ctx){ api->store, api_diff_folded_cb, api, api_folded_cb };
+	*ctx = (struct diagnosis_ctx){ api->store, api_diff_folded_cb, api, api_folded_cb,
+				       api_gpu_time_folded };
 }
 
 static void job_stragglers(struct api *api, const char *job, const struct http_request *req,
@@ -2033,9 +2047,20 @@ struct diagnosis_one {
 };
 
 /* Plain-text report of one diagnosis: what an SRE reads in a terminal or an alert link. */
+/* A folded stack, one frame per line, outermost first. */
+static void render_frames(struct byte_buf *out, const char *stack)
+{
+	for (const char *f = stack; f && *f;) {
+		const char *semi = strchr(f, ';');
+		size_t flen = semi ? (size_t)(semi - f) : strlen(f);
+		byte_buf_printf(out, "      %.*s\n", (int)flen, f);
+		f = semi ? semi + 1 : NULL;
+	}
+}
+
 static void diagnosis_text(const struct store_diagnosis *d, struct byte_buf *out)
 {
-	json_t *r = json_loads(d->report, 0, NULL), *e, *dg, *layer, *v;
+	json_t *r = json_loads(d->report, 0, NULL), *e, *dg, *layer, *v, *ls;
 	char opened[48], resolved[48] = "";
 	size_t i;
 
@@ -2067,6 +2092,15 @@ static void diagnosis_text(const struct store_diagnosis *d, struct byte_buf *out
 					json_number_value(json_object_get(v, "healthy_median_ns")) / 1e3,
 					json_number_value(json_object_get(v, "ratio")),
 					json_integer_value(json_object_get(v, "count")));
+		/* The launching stacks of the kernel with the most excess, as the CPU stacks. */
+		v = json_array_get(json_object_get(layer, "kernels"), 0);
+		json_array_foreach(json_object_get(v, "launch_stacks"), i, ls) {
+			const char *st = json_string_value(json_object_get(ls, "stack"));
+			byte_buf_printf(out, "  launched from (%.0f%% of %s's GPU time there):\n",
+					100 * json_number_value(json_object_get(ls, "share")),
+					json_string_value(json_object_get(v, "name")) ?: "");
+			render_frames(out, st);
+		}
 	}
 	if ((layer = json_object_get(dg, "cpu")) && json_is_object(layer)) {
 		byte_buf_printf(out, "\nCPU layer: against rank %" JSON_INTEGER_FORMAT " (%" JSON_INTEGER_FORMAT " vs %" JSON_INTEGER_FORMAT " samples)\n",
@@ -2084,13 +2118,7 @@ static void diagnosis_text(const struct store_diagnosis *d, struct byte_buf *out
 			byte_buf_printf(out, "  stack (%.1f%% vs %.1f%%):\n",
 					json_number_value(json_object_get(v, "straggler_pct")),
 					json_number_value(json_object_get(v, "healthy_pct")));
-			/* Leaf last, one frame per line, outermost first. */
-			for (const char *f = st; f && *f;) {
-				const char *semi = strchr(f, ';');
-				size_t flen = semi ? (size_t)(semi - f) : strlen(f);
-				byte_buf_printf(out, "      %.*s\n", (int)flen, f);
-				f = semi ? semi + 1 : NULL;
-			}
+			render_frames(out, st);
 		}
 	}
 	if ((layer = json_object_get(dg, "os")) && json_is_object(layer)) {

@@ -305,11 +305,76 @@ static int kcmp_by_excess(const void *a, const void *b)
 	return ex < ey ? 1 : ex > ey ? -1 : strcmp(x->name, y->name);
 }
 
-/* The GPU layer: the straggler's kernels against the healthy ranks' medians. */
-static json_t *diagnose_gpu(const struct gk_rows *k, const struct strag_group *g,
+/* A launching stack of one kernel, from a "stack;[gpu] name ns" folded line. */
+struct launch_stack {
+	const char *stack; /* into the folded text: stack_len bytes, without the kernel frame */
+	size_t stack_len;
+	uint64_t ns;
+};
+
+static int launch_stack_cmp(const void *a, const void *b)
+{
+	const struct launch_stack *x = a, *y = b;
+
+	return x->ns < y->ns ? 1 : x->ns > y->ns ? -1 : 0;
+}
+
+/* The straggler's launching stacks of kernel `name` holding the most of its GPU time, from
+ * the gpu-time folded text: [{stack, gpu_ns, share}], most first (an empty list when the
+ * kernel's launches were not traced). */
+static json_t *launch_stacks_of(const struct byte_buf *folded, const char *name)
+{
+	struct launch_stack top[DIAGNOSE_TOP_STACKS + 1];
+	const char *p = (const char *)folded->data, *end = p + folded->len;
+	size_t n = 0, name_len = strlen(name);
+	uint64_t total = 0;
+	json_t *out = json_array();
+
+	while (out && p && p < end) {
+		const char *eol = memchr(p, '\n', (size_t)(end - p)), *space, *leaf;
+		size_t len = eol ? (size_t)(eol - p) : (size_t)(end - p);
+		char *tail;
+		unsigned long long ns;
+
+		space = memrchr(p, ' ', len);
+		leaf = space ? memrchr(p, ';', (size_t)(space - p)) : NULL;
+		leaf = leaf ? leaf + 1 : p;
+		/* "[gpu] name" exactly as the leaf frame */
+		if (space && (size_t)(space - leaf) == name_len + 6 && memcmp(leaf, "[gpu] ", 6) == 0 &&
+		    memcmp(leaf + 6, name, name_len) == 0 && leaf > p) {
+			static const char none[] = "[no launch stack]";
+			size_t stack_len = (size_t)(leaf - 1 - p);
+			bool unlaunched = stack_len >= sizeof(none) - 1 &&
+					  memcmp(leaf - sizeof(none), none, sizeof(none) - 1) == 0;
+			ns = strtoull(space + 1, &tail, 10);
+			if (!unlaunched && (tail == p + len || *tail == '\n')) {
+				top[n] = (struct launch_stack){ p, stack_len, ns };
+				total += ns;
+				if (++n > DIAGNOSE_TOP_STACKS) {
+					qsort(top, n, sizeof(*top), launch_stack_cmp);
+					n = DIAGNOSE_TOP_STACKS;
+				}
+			}
+		}
+		p = eol ? eol + 1 : NULL;
+	}
+	qsort(top, n, sizeof(*top), launch_stack_cmp);
+	for (size_t i = 0; out && i < n; i++)
+		json_array_append_new(out, json_pack("{s:s%,s:I,s:f}", "stack", top[i].stack,
+						     top[i].stack_len, "gpu_ns", (json_int_t)top[i].ns,
+						     "share", total ? (double)top[i].ns / (double)total
+								    : 0.0));
+	return out;
+}
+
+/* The GPU layer: the straggler's kernels against the healthy ranks' medians, each with the
+ * launching stacks that hold most of its GPU time on the straggler. */
+static json_t *diagnose_gpu(const struct diagnosis_ctx *ctx, const struct store_sample_filter *range,
+			    const struct gk_rows *k, const struct strag_group *g,
 			    const struct straggler_rank *ranks, int32_t s, double threshold,
 			    enum gpu_verdict *verdict, double *slowdown)
 {
+	struct byte_buf folded = { 0 };
 	struct kernel_cmp *cmp = calloc(k->n + 1, sizeof(*cmp));
 	double *means = calloc((size_t)g->nranks + 1, sizeof(*means));
 	json_t *kernels = json_array(), *out = NULL;
@@ -348,15 +413,24 @@ static json_t *diagnose_gpu(const struct gk_rows *k, const struct strag_group *g
 	}
 	*verdict = layers_gpu_classify(cmp, n, threshold, slowdown);
 	qsort(cmp, n, sizeof(*cmp), kcmp_by_excess);
+	if (n && ctx->gpu_time_folded) {
+		struct store_sample_filter f = *range;
+		f.has_rank = true;
+		f.rank = s;
+		if (ctx->gpu_time_folded(ctx->diff_arg, &f, API_DEFAULT_STACK_LIMIT, &folded))
+			byte_buf_free(&folded); /* the kernels without their stacks */
+	}
 	for (size_t i = 0; i < n && i < DIAGNOSE_TOP; i++)
 		json_array_append_new(kernels,
-				      json_pack("{s:s,s:I,s:f,s:f,s:f}", "name", cmp[i].name, "count",
+				      json_pack("{s:s,s:I,s:f,s:f,s:f,s:o}", "name", cmp[i].name, "count",
 						(json_int_t)cmp[i].count, "mean_ns", cmp[i].mean_ns,
 						"healthy_median_ns", cmp[i].healthy_ns, "ratio",
-						cmp[i].mean_ns / cmp[i].healthy_ns));
+						cmp[i].mean_ns / cmp[i].healthy_ns, "launch_stacks",
+						launch_stacks_of(&folded, cmp[i].name)));
 	out = json_pack("{s:s,s:f,s:O}", "verdict", layers_gpu_verdict_name(*verdict), "slowdown",
 			*slowdown, "kernels", kernels);
 cleanup:
+	byte_buf_free(&folded);
 	json_decref(kernels);
 	free(cmp);
 	free(means);
@@ -751,7 +825,7 @@ static json_t *diagnose(const struct diagnosis_ctx *ctx, const struct diagnosis_
 		if (store_job_gpu(ctx->store, &f, API_MAX_GPU_ROWS, &v, &truncated))
 			return NULL;
 	}
-	gpu = diagnose_gpu(k, g, ranks, s, p->gpu_threshold, &gv, &slowdown);
+	gpu = diagnose_gpu(ctx, range, k, g, ranks, s, p->gpu_threshold, &gv, &slowdown);
 	/* The healthy rank to compare CPU profiles with: the most typical one. */
 	for (int32_t r = 0; r < g->nranks; r++)
 		if (r != s && !ranks[r].straggler && fabs(ranks[r].excess_ns) < best) {

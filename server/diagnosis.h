@@ -33,6 +33,9 @@ struct diagnosis_ctx {
 	void *diff_arg;
 	int (*folded)(void *arg, const struct store_sample_filter *f, uint32_t limit,
 		      struct byte_buf *out);
+	/* GPU kernel time by launching stack, "stack;[gpu] kernel ns" lines (NULL: none). */
+	int (*gpu_time_folded)(void *arg, const struct store_sample_filter *f, uint32_t limit,
+			       struct byte_buf *out);
 };
 
 struct diagnosis_scope {

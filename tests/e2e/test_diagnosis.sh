@@ -137,6 +137,11 @@ diag "$(sed -n 1,14p "$E2E_TMP/e2e-kernel.txt")"
 check "scenario 3: rank 4, GPU layer, kernel-specific, sim_gemm_bwd named first (about 3x)" \
 	report_is e2e-kernel "d['rank'] == 4 and d['layer'] == 'gpu' and d['report']['straggler']['diagnosis']['gpu']['verdict'] == 'kernel-specific' and d['report']['straggler']['diagnosis']['gpu']['kernels'][0]['name'] == 'sim_gemm_bwd' and 2.5 < d['report']['straggler']['diagnosis']['gpu']['kernels'][0]['ratio'] < 3.5"
 
+check "scenario 3: with the stack that launched sim_gemm_bwd on rank 4 (the training loop)" \
+	report_is e2e-kernel "any('rank_main' in s['stack'] for s in d['report']['straggler']['diagnosis']['gpu']['kernels'][0]['launch_stacks'])"
+check "scenario 3: the text report shows where the kernel was launched from" \
+	grep -q "launched from (.*sim_gemm_bwd" "$E2E_TMP/e2e-kernel.txt"
+
 # 4. OS layer: kernel-side noise from a pinned neighbour.
 run_job e2e-noise --seconds 10 --cpu-us 300 --kernel-us 3000 --fault rank=1,kind=noise,amount=60
 check "scenario 4 job exits 0" test $? -eq 0

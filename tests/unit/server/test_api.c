@@ -1088,6 +1088,9 @@ static void test_straggler_diagnosis(void **state)
 			       .skip_rank = -1, .gpu_timing = true, .slow_rank = 3, .slow_all = true,
 			       .late_rank = 3, .late_ms = 30, .samples = true, .hot_rank = -1 };
 
+	size_t i;
+	json_t *x;
+
 	/* Every kernel of rank 3 twice as long: a uniform GPU slowdown. */
 	post_spec(h, &js, "\"stored\"");
 	json_t *dg = first_diagnosis(h, "uniform");
@@ -1105,6 +1108,7 @@ static void test_straggler_diagnosis(void **state)
 	/* Each job on its own node: processes (node, pid, start) are not shared between jobs. */
 	js.job = "specific";
 	js.slow_all = false;
+	js.launches = true;
 	js.base.node = 2;
 	post_spec(h, &js, "\"stored\"");
 	dg = first_diagnosis(h, "specific");
@@ -1112,7 +1116,21 @@ static void test_straggler_diagnosis(void **state)
 	gpu = json_object_get(dg, "gpu");
 	assert_string_equal(json_string_value(json_object_get(gpu, "verdict")), "kernel-specific");
 	assert_true(num(gpu, "slowdown") > 1.9);
+	/* The slower kernel with the stack that launched it on the straggler (all its time). */
+	k0 = json_array_get(json_object_get(gpu, "kernels"), 0);
+	assert_string_equal(json_string_value(json_object_get(k0, "name")), JOB_KERNEL);
+	json_t *ls = json_object_get(k0, "launch_stacks");
+	assert_int_equal(json_array_size(ls), 1);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(ls, 0), "stack")),
+			    "python3;python3.11+0x1000;libc.so.6+0x29d90");
+	assert_true(fabs(num(json_array_get(ls, 0), "share") - 1) < 1e-9);
+	assert_true(num(json_array_get(ls, 0), "gpu_ns") > 0);
+	/* A kernel never seen launched has no stack to show. */
+	json_array_foreach(json_object_get(gpu, "kernels"), i, x)
+		if (strcmp(json_string_value(json_object_get(x, "name")), JOB_UNLAUNCHED) == 0)
+			assert_int_equal(json_array_size(json_object_get(x, "launch_stacks")), 0);
 	json_decref(dg);
+	js.launches = false;
 
 	/* No GPU difference; rank 5's CPU samples are 75% in a function the others never run. */
 	js.job = "cpu";
