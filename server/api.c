@@ -952,11 +952,12 @@ cleanup:
 
 /* ---- differential flame graph ------------------------------------------------------------ */
 
-int api_folded(struct api *api, const struct store_sample_filter *f, uint32_t limit,
-	       struct byte_buf *out)
+/* A flame graph of `kind` as folded "stack count" lines. */
+static int folded_of_kind(struct api *api, const struct store_sample_filter *f, uint32_t limit,
+			  enum flame_kind kind, struct byte_buf *out)
 {
 	struct flame fl = { 0 };
-	int rc = flame_build(api, f, limit, FLAME_CPU, &fl);
+	int rc = flame_build(api, f, limit, kind, &fl);
 
 	if (!rc)
 		rc = folded_render(&fl, out);
@@ -964,17 +965,17 @@ int api_folded(struct api *api, const struct store_sample_filter *f, uint32_t li
 	return rc;
 }
 
+int api_folded(struct api *api, const struct store_sample_filter *f, uint32_t limit,
+	       struct byte_buf *out)
+{
+	return folded_of_kind(api, f, limit, FLAME_CPU, out);
+}
+
 /* GPU kernel time by launching stack as folded lines (the gpu-time flame graph's). */
 static int api_gpu_time_folded(void *arg, const struct store_sample_filter *f, uint32_t limit,
 			       struct byte_buf *out)
 {
-	struct flame fl = { 0 };
-	int rc = flame_build(arg, f, limit, FLAME_GPU_TIME, &fl);
-
-	if (!rc)
-		rc = folded_render(&fl, out);
-	flame_free(&fl);
-	return rc;
+	return folded_of_kind(arg, f, limit, FLAME_GPU_TIME, out);
 }
 
 int api_diff_folded(struct api *api, const struct store_sample_filter *base, int32_t a, int32_t b,
