@@ -119,7 +119,7 @@ if $have_job; then
 		--format json | python3 -c 'import json,sys; d=json.load(sys.stdin)["diagnoses"]; print(d[0]["id"] if d else "")')
 	if [ -n "$diag_id" ]; then
 		step "Its report: sysomctl diagnose --id $diag_id (GET /api/v1/diagnoses/$diag_id?format=text)"
-		"$build/sysomctl" --server "$url" diagnose --id "$diag_id" | sed -n "1,24p" |
+		"$build/sysomctl" --server "$url" diagnose --id "$diag_id" | sed -n "1,40p" |
 			cut -c1-200 | sed 's/^/   /'
 	fi
 	step "Which rank did the others wait for: sysomctl collectives --job $job_id --op AllReduce"

@@ -2097,7 +2097,7 @@ static void diagnosis_text(const struct store_diagnosis *d, struct byte_buf *out
 		v = json_array_get(json_object_get(layer, "kernels"), 0);
 		json_array_foreach(json_object_get(v, "launch_stacks"), i, ls) {
 			const char *st = json_string_value(json_object_get(ls, "stack"));
-			byte_buf_printf(out, "  launched from (%.0f%% of %s's GPU time there):\n",
+			byte_buf_printf(out, "  launched from (%.1f%% of %s's GPU time there):\n",
 					100 * json_number_value(json_object_get(ls, "share")),
 					json_string_value(json_object_get(v, "name")) ?: "");
 			render_frames(out, st);
