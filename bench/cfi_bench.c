@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench/bench_stats.h"
 #include "agent/cfi.h"
 
 static double now_s(void)
@@ -24,12 +25,6 @@ static double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int dbl_cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
 }
 
 /*
@@ -147,8 +142,8 @@ int main(int argc, char **argv)
 			disagree = baseline(argv[f], &t, &frames);
 			base[r] = (now_s() - t0) * 1e3;
 		}
-		qsort(ours, (size_t)rounds, sizeof(double), dbl_cmp);
-		qsort(base, (size_t)rounds, sizeof(double), dbl_cmp);
+		qsort(ours, (size_t)rounds, sizeof(double), bench_dbl_cmp);
+		qsort(base, (size_t)rounds, sizeof(double), bench_dbl_cmp);
 		double mo = ours[rounds / 2], mb = base[rounds / 2];
 		uint64_t bytes = (uint64_t)t.nrows * sizeof(struct unwind_row);
 		const char *name = strrchr(argv[f], '/') ? strrchr(argv[f], '/') + 1 : argv[f];

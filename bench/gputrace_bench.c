@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_stats.h"
 #include "agent/gputrace.h"
 #include "agent/nccltrack.h"
 
@@ -40,26 +41,6 @@ struct libs {
 	void *function;
 	char nccl_path[512], cuda_path[512];
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int dbl_cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), dbl_cmp);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static void *must_sym(void *lib, const char *name)
 {
@@ -106,22 +87,22 @@ static int load_libs(struct libs *l)
 /* ns per NCCL call (GroupStart + GroupEnd pairs, two traced calls each). */
 static double time_nccl(const struct libs *l, long calls)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = bench_now_ns();
 
 	for (long i = 0; i < calls / 2; i++) {
 		l->group_start();
 		l->group_end();
 	}
-	return (double)(now_ns() - t0) / (double)(calls / 2 * 2);
+	return (double)(bench_now_ns() - t0) / (double)(calls / 2 * 2);
 }
 
 static double time_launch(const struct libs *l, long calls)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = bench_now_ns();
 
 	for (long i = 0; i < calls; i++)
 		l->launch(l->function, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
-	return (double)(now_ns() - t0) / (double)calls;
+	return (double)(bench_now_ns() - t0) / (double)calls;
 }
 
 struct phdr_query {
@@ -323,24 +304,24 @@ int main(int argc, char **argv)
 		nd[r] = nt[r] - nb[r];
 		ld[r] = lt[r] - lb[r];
 	}
-	double mnb = median(nb, rounds), mnt = median(nt, rounds);
-	double mlb = median(lb, rounds), mlt = median(lt, rounds);
+	double mnb = bench_median(nb, rounds), mnt = bench_median(nt, rounds);
+	double mlb = bench_median(lb, rounds), mlt = bench_median(lt, rounds);
 	printf("| call (median of %d rounds, %ld calls each) | untraced ns | traced ns | added ns | "
 	       "ratio |\n|---|---:|---:|---:|---:|\n", rounds, calls);
 	if (nfloor) {
-		double f = median(fl, nfloor);
+		double f = bench_median(fl, nfloor);
 		printf("| NCCL API call, bare kernel uprobe on entry (tracefs, no BPF): the trap alone "
 		       "| %.0f | %.0f | %.0f | %.1fx |\n", mnb, f, f - mnb, f / mnb);
 	}
 	printf("| NCCL API call (GroupStart/GroupEnd; entry + return probe, 1 event) | %.0f | %.0f | "
-	       "%.0f | %.1fx |\n", mnb, mnt, median(nd, rounds), mnt / mnb);
+	       "%.0f | %.1fx |\n", mnb, mnt, bench_median(nd, rounds), mnt / mnb);
 	if (nlfloor) {
-		double f = median(fll, nlfloor);
+		double f = bench_median(fll, nlfloor);
 		printf("| cuLaunchKernel, bare kernel uprobe (tracefs, no BPF): the trap alone | %.0f | "
 		       "%.0f | %.0f | %.1fx |\n", mlb, f, f - mlb, f / mlb);
 	}
 	printf("| cuLaunchKernel (entry probe, user stack, in-kernel count) | %.0f | %.0f | %.0f | "
-	       "%.1fx |\n", mlb, mlt, median(ld, rounds), mlt / mlb);
+	       "%.1fx |\n", mlb, mlt, bench_median(ld, rounds), mlt / mlb);
 
 	/* Throughput: every CPU calls NCCL in a loop while this thread consumes the ring as the
 	 * agent does (epoll-driven, here polled every millisecond). */
@@ -351,7 +332,7 @@ int main(int argc, char **argv)
 	pthread_t tid[64];
 	struct load_arg args[64];
 	atomic_bool stop = false;
-	uint64_t t0 = now_ns(), produced = 0;
+	uint64_t t0 = bench_now_ns(), produced = 0;
 
 	if (threads > 64)
 		threads = 64;
@@ -360,7 +341,7 @@ int main(int argc, char **argv)
 		args[i] = (struct load_arg){ &l, &stop, 0 };
 		pthread_create(&tid[i], NULL, load_thread, &args[i]);
 	}
-	while (now_ns() - t0 < (uint64_t)(seconds * 1e9)) {
+	while (bench_now_ns() - t0 < (uint64_t)(seconds * 1e9)) {
 		gputrace_consume(g);
 		usleep(1000);
 	}
@@ -371,7 +352,7 @@ int main(int argc, char **argv)
 	}
 	while (gputrace_consume(g) > 0)
 		;
-	double elapsed = (double)(now_ns() - t0) / 1e9;
+	double elapsed = (double)(bench_now_ns() - t0) / 1e9;
 	gputrace_stats_read(g, &st);
 	printf("\n| load | threads | NCCL calls/s | events delivered/s | lost | ring |\n"
 	       "|---|---:|---:|---:|---:|---:|\n");

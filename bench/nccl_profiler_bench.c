@@ -33,31 +33,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_stats.h"
 #include "client/sysom_channel.h"
 #include "plugins/nccl/nccl_profiler_abi.h"
 
 #define BATCH 4096
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int dbl_cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), dbl_cmp);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* ---- a draining "agent" ---- */
 
@@ -162,7 +142,7 @@ static double round_steps(void *ctx)
 	o.u.proxyOp.isSend = 1;
 	p->startEvent(ctx, &oh, &o);
 	s.parentObj = oh;
-	t0 = now_ns();
+	t0 = bench_now_ns();
 	for (int i = 0; i < BATCH; i++) {
 		void *h = NULL;
 		s.u.proxyStep.step = i;
@@ -171,7 +151,7 @@ static double round_steps(void *ctx)
 		p->recordEventState(h, NCCL_PROF_STATE_PROXY_STEP_SEND_WAIT, &a);
 		p->stopEvent(h);
 	}
-	double ns = (double)(now_ns() - t0) / BATCH;
+	double ns = (double)(bench_now_ns() - t0) / BATCH;
 	p->stopEvent(oh);
 	return ns;
 }
@@ -190,7 +170,7 @@ static double round_kernel_ch(void *ctx)
 	p->startEvent(ctx, &ch, &c);
 	p->stopEvent(ch);
 	k.parentObj = ch;
-	t0 = now_ns();
+	t0 = bench_now_ns();
 	for (int i = 0; i < BATCH; i++) {
 		void *h = NULL;
 		k.u.kernelCh.channelId = (uint8_t)i;
@@ -199,7 +179,7 @@ static double round_kernel_ch(void *ctx)
 		p->recordEventState(h, NCCL_PROF_STATE_KERNEL_CH_STOP, &a);
 		p->stopEvent(h);
 	}
-	return (double)(now_ns() - t0) / BATCH;
+	return (double)(bench_now_ns() - t0) / BATCH;
 }
 
 static void pause_ms(int ms)
@@ -258,7 +238,7 @@ static int measure_hot(const char *lib_path, const char *sock, int rounds, struc
 			pause_ms(15); /* the window rolls over and is aggregated between rounds */
 		}
 		for (int i = 0; i < 4; i++)
-			h.v[i] = median(v[i], rounds);
+			h.v[i] = bench_median(v[i], rounds);
 		plugin->finalize(ctx);
 		if (write(fds[1], &h, sizeof(h)) != (ssize_t)sizeof(h))
 			_exit(1);
@@ -329,12 +309,12 @@ int main(int argc, char **argv)
 	sysom_channel_open(&o, &c);
 	sysom_channel_send(c, SYSOM_REC_STATS, payload, 16); /* connect */
 	pause_ms(20);
-	t0 = now_ns();
-	while (now_ns() - t0 < 1000000000ull) {
+	t0 = bench_now_ns();
+	while (bench_now_ns() - t0 < 1000000000ull) {
 		if (sysom_channel_send(c, SYSOM_REC_STATS, payload, sizeof(payload)) == 0)
 			n++;
 	}
-	double secs = (double)(now_ns() - t0) / 1e9;
+	double secs = (double)(bench_now_ns() - t0) / 1e9;
 	sysom_channel_stats(c, &st);
 	sysom_channel_close(c);
 
@@ -345,10 +325,10 @@ int main(int argc, char **argv)
 	unlink(sock);
 	struct sysom_channel *gone = NULL;
 	sysom_channel_open(&o, &gone);
-	t0 = now_ns();
+	t0 = bench_now_ns();
 	for (int i = 0; i < 100000; i++)
 		sysom_channel_send(gone, SYSOM_REC_STATS, payload, 64);
-	double absent_ns = (double)(now_ns() - t0) / 100000;
+	double absent_ns = (double)(bench_now_ns() - t0) / 100000;
 	sysom_channel_close(gone);
 
 	/* No agent configured: what NCCL would pay if it called with the NULL context. */
@@ -356,13 +336,13 @@ int main(int argc, char **argv)
 	{
 		const struct nccl_profiler_v5 *p = plugin;
 		struct nccl_prof_descr_v5 d = { .type = NCCL_PROF_PROXY_STEP };
-		t0 = now_ns();
+		t0 = bench_now_ns();
 		for (int i = 0; i < 1000000; i++) {
 			void *h = NULL;
 			p->startEvent(NULL, &h, &d);
 			p->stopEvent(h);
 		}
-		null_ns = (double)(now_ns() - t0) / 1000000;
+		null_ns = (double)(bench_now_ns() - t0) / 1000000;
 	}
 
 	printf("| measurement | baseline (no-op plugin) | libnccl-profiler-sysom | ratio |\n");

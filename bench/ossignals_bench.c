@@ -21,28 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_stats.h"
 #include "agent/ossignals.h"
 #include "common/error.h"
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int dbl_cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), dbl_cmp);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 struct side {
 	int in, out;      /* pipe ends */
@@ -100,12 +81,12 @@ static uint64_t run(long trips, int cpu_a, int cpu_b, uint64_t *switches)
 	}
 	struct side a = { .in = ba[0], .out = ab[1], .cpu = cpu_a, .trips = trips, .starts = true };
 	struct side b = { .in = ab[0], .out = ba[1], .cpu = cpu_b, .trips = trips };
-	uint64_t t0 = now_ns();
+	uint64_t t0 = bench_now_ns();
 	pthread_create(&tb, NULL, pingpong, &b);
 	pthread_create(&ta, NULL, pingpong, &a);
 	pthread_join(ta, NULL);
 	pthread_join(tb, NULL);
-	uint64_t elapsed = now_ns() - t0;
+	uint64_t elapsed = bench_now_ns() - t0;
 	*switches = a.switches + b.switches;
 	close(ab[0]);
 	close(ab[1]);
@@ -188,20 +169,20 @@ int main(int argc, char **argv)
 				added[m][r] = ((double)ns - (double)base_ns) / (double)base_sw;
 				if (os && m == TRACKED) {
 					/* The agent's side: one collect of the tracked window. */
-					uint64_t t0 = now_ns();
+					uint64_t t0 = bench_now_ns();
 					ossignals_collect(os, NULL, &w);
-					collect_ms = (double)(now_ns() - t0) / 1e6;
+					collect_ms = (double)(bench_now_ns() - t0) / 1e6;
 				}
 				ossignals_close(os);
 			}
 		}
-		double base = median(per_trip[BASE], rounds);
+		double base = bench_median(per_trip[BASE], rounds);
 		for (int m = BASE; m < MODES; m++) {
-			double t = median(per_trip[m], rounds);
+			double t = bench_median(per_trip[m], rounds);
 			printf("| %s | %s | %.0f | %.2f | %.0f | %+.0f | %.2fx |\n",
 			       layout ? "two CPUs (cross-CPU wakeups)" : "one CPU (thread to thread)",
-			       mode_names[m], t, median(sw[m], rounds), median(per_switch[m], rounds),
-			       m == BASE ? 0 : median(added[m], rounds), t / base);
+			       mode_names[m], t, bench_median(sw[m], rounds), bench_median(per_switch[m], rounds),
+			       m == BASE ? 0 : bench_median(added[m], rounds), t / base);
 		}
 		fprintf(stderr, "  (%s: last collect of the tracked window took %.2f ms, %u thread "
 			"rows, %u CPU rows)\n", layout ? "two CPUs" : "one CPU", collect_ms,
