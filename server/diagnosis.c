@@ -289,13 +289,6 @@ static double gk_mean(const struct gk_rows *k, int32_t rank, const char *name)
 	return count ? (double)total / (double)count : -1;
 }
 
-static int dbl_compare(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 static int kcmp_by_excess(const void *a, const void *b)
 {
 	const struct kernel_cmp *x = a, *y = b;
@@ -401,14 +394,13 @@ static json_t *diagnose_gpu(const struct diagnosis_ctx *ctx, const struct store_
 		}
 		if (!nh)
 			continue;
-		qsort(means, nh, sizeof(*means), dbl_compare);
 		cmp[n].name = r->name;
 		cmp[n].mean_ns = gk_mean(k, s, r->name);
 		cmp[n].count = 0;
 		for (size_t j = 0; j < k->n; j++)
 			if (k->rows[j].rank == s && strcmp(k->rows[j].name, r->name) == 0)
 				cmp[n].count += k->rows[j].count;
-		cmp[n].healthy_ns = nh % 2 ? means[nh / 2] : (means[nh / 2 - 1] + means[nh / 2]) / 2;
+		cmp[n].healthy_ns = layers_median(means, nh);
 		n++;
 	}
 	*verdict = layers_gpu_classify(cmp, n, threshold, slowdown);
