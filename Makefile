@@ -65,13 +65,18 @@ DEB_PACKAGES := make gcc clang llvm bpftool libbpf-dev libelf-dev libdw-dev zlib
   libstdc++-12-dev libdebuginfod-dev debuginfod libc6-dbg gcc prometheus-alertmanager
 
 # ---------------------------------------------------------------------------------------------
-# Sources, discovered per directory: a module is a directory, its main.c the executable.
+# Sources, discovered per directory tree: a program is a top-level directory whose
+# subdirectories are its components (agent/sampling, server/store, ...); its main.c is the
+# executable (the agent's in agent/daemon/, the daemon component).
 
-COMMON_SRCS := $(wildcard common/*.c)
-AGENT_SRCS := $(filter-out agent/main.c,$(wildcard agent/*.c))
-SERVER_SRCS := $(filter-out server/main.c,$(wildcard server/*.c server/*/*.c))
-CTL_SRCS := $(filter-out ctl/main.c,$(wildcard ctl/*.c))
-SYMREPO_SRCS := $(filter-out symrepo/main.c,$(wildcard symrepo/*.c))
+sources_under = $(sort $(shell find $(1) -name '*.c' 2>/dev/null))
+COMMON_SRCS := $(call sources_under,common)
+COMMON_HDRS := $(sort $(shell find common include -name '*.h'))
+AGENT_MAIN := agent/daemon/main.c
+AGENT_SRCS := $(filter-out $(AGENT_MAIN),$(call sources_under,agent))
+SERVER_SRCS := $(filter-out server/main.c,$(call sources_under,server))
+CTL_SRCS := $(filter-out ctl/main.c,$(call sources_under,ctl))
+SYMREPO_SRCS := $(filter-out symrepo/main.c,$(call sources_under,symrepo))
 BPF_SRCS := $(wildcard bpf/*.bpf.c)
 
 OBJ := $(BUILD)/obj
@@ -99,8 +104,9 @@ SERVER_LDLIBS := $(SERVER_LIB) $(SYMREPO_LIB) $(COMMON_LIB) $(LIB_UV) $(LIB_HTTP
   $(LIB_JSON) $(LIB_SYSTEMD) $(LIB_CURL) $(LIB_DEBUGINFOD) $(LIB_CXXABI) $(COMMON_LDLIBS)
 CTL_LDLIBS := $(CTL_LIB) $(COMMON_LIB) $(LIB_CURL) $(LIB_JSON) $(COMMON_LDLIBS)
 
-# Unit tests: tests/unit/<module>/test_<name>.c, linked against that module's library.
-UNIT_TEST_SRCS := $(wildcard tests/unit/*/test_*.c)
+# Unit tests: tests/unit/<program>/<component>/test_<name>.c, mirroring the source tree, linked
+# against that program's library.
+UNIT_TEST_SRCS := $(sort $(shell find tests/unit -name 'test_*.c'))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_TEST_SRCS))
 BPF_TEST_SRCS := $(wildcard tests/bpf/test_*.c)
 BPF_TESTS := $(patsubst tests/bpf/%.c,$(BUILD)/tests/bpf/%,$(BPF_TEST_SRCS))
@@ -206,7 +212,7 @@ $(BUILD)/lib/%.a:
 	$(Q)mkdir -p $(@D)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(AGENT_BIN): $(OBJ)/agent/main.o $(AGENT_LIB) $(COMMON_LIB)
+$(AGENT_BIN): $(OBJ)/agent/daemon/main.o $(AGENT_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(AGENT_LDLIBS)
@@ -229,7 +235,7 @@ $(SYMREPO_BIN): $(OBJ)/symrepo/main.o $(SYMREPO_LIB) $(COMMON_LIB)
 # ---------------------------------------------------------------------------------------------
 # Client library (client/): loaded into training processes, so it links libc only and is never
 # sanitized (position-independent objects of its own under $(OBJ)/pic/). The unit test that
-# drives it against agent/registry.c links the ordinary (sanitized in SAN=1) object instead.
+# drives it against agent/ranks/registry.c links the ordinary (sanitized in SAN=1) object instead.
 
 CLIENT_SRCS := $(wildcard client/*.c)
 CLIENT_PIC_OBJS := $(patsubst %.c,$(OBJ)/pic/%.o,$(CLIENT_SRCS))
@@ -300,13 +306,13 @@ $(BUILD)/tests/unit/plugins/%: $(OBJ)/tests/unit/plugins/%.o $(PLUGIN_OBJS) $(TE
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(PLUGIN_OBJS) $(TEST_SUPPORT_LIB) $(AGENT_LDLIBS) $(LIB_CMOCKA) $(PLUGIN_LDLIBS)
 
-$(BUILD)/tests/unit/agent/test_channel: $(OBJ)/tests/unit/agent/test_channel.o \
+$(BUILD)/tests/unit/agent/ranks/test_channel: $(OBJ)/tests/unit/agent/ranks/test_channel.o \
 		$(OBJ)/client/sysom_channel.o $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(TEST_SUPPORT_LIB) $(AGENT_LDLIBS) $(LIB_CMOCKA)
 
-$(BUILD)/tests/unit/agent/test_registry: $(OBJ)/tests/unit/agent/test_registry.o \
+$(BUILD)/tests/unit/agent/ranks/test_registry: $(OBJ)/tests/unit/agent/ranks/test_registry.o \
 		$(OBJ)/client/sysom_client.o $(OBJ)/client/sysom_channel.o $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
@@ -417,7 +423,7 @@ $(BUILD)/bench/%: $(OBJ)/bench/%.o $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(SYMREPO_LI
 # a `// fuzz-sources: a.c b.c` line of its own (those are prerequisites too).
 fuzz_sources = $(shell sed -n 's|^// fuzz-sources: ||p' $(1))
 .SECONDEXPANSION:
-$(BUILD)/fuzz/%: tests/fuzz/%.c $(COMMON_SRCS) $(wildcard common/*.h) \
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(COMMON_SRCS) $(COMMON_HDRS) \
 		$$(call fuzz_sources,tests/fuzz/$$*.c) | $(BPF_SKELS)
 	$(call msg,FUZZ,$@)
 	$(Q)mkdir -p $(@D)

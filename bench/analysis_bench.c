@@ -5,7 +5,7 @@
 //   core   straggler_group_add x W, then straggler_group_analyse (server/analysis/straggler.c):
 //          what one evaluation computes once the instances are in memory.
 //   live   the monitor's incremental path: every batch's calls folded into memory as it
-//          arrives (server/live.c), then one evaluation over the latest W instances in memory
+//          arrives (server/analysis/live.c), then one evaluation over the latest W instances in memory
 //          (diagnosis_stragglers_from + live_source).
 //   store  the fallback (and the API's) read path: W instances x N ranks of NCCL calls in the
 //          SQLite store, read back (latest W), matched into instances and analysed
@@ -23,10 +23,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/wire.h"
+#include "common/wire/wire.h"
 #include "server/analysis/straggler.h"
-#include "server/diagnosis.h"
-#include "server/live.h"
+#include "server/analysis/diagnosis.h"
+#include "server/analysis/live.h"
 #include "server/store/store.h"
 
 #define WINDOW 100

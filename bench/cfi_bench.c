@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "bench/bench_stats.h"
-#include "agent/cfi.h"
+#include "agent/sampling/cfi.h"
 
 static double now_s(void)
 {

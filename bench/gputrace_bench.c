@@ -23,8 +23,8 @@
 #include <unistd.h>
 
 #include "bench/bench_stats.h"
-#include "agent/gputrace.h"
-#include "agent/nccltrack.h"
+#include "agent/gpu/gputrace.h"
+#include "agent/gpu/nccltrack.h"
 
 typedef int (*group_fn)(void);
 typedef int (*cu_init_fn)(unsigned);

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "bench/bench_stats.h"
-#include "agent/ossignals.h"
+#include "agent/os/ossignals.h"
 #include "common/error.h"
 
 struct side {

@@ -23,8 +23,8 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
-#include "agent/host.h"
-#include "common/wire.h"
+#include "agent/node/host.h"
+#include "common/wire/wire.h"
 #include "tests/support/unwind_session.h"
 
 #define MAX_RUNS (1u << 20)

@@ -18,7 +18,7 @@
 #define GPUTRACE_COOKIE_SLOT(c) ((__u32)(((c) >> 8) & 0xff))
 #define GPUTRACE_MAX_LIBRARIES 64 /* library slots (files with probes), ever */
 
-/* Traced functions. NCCL ones equal enum sysom_nccl_op (common/wire.h) so values pass through. */
+/* Traced functions. NCCL ones equal enum sysom_nccl_op (common/wire/wire.h) so values pass through. */
 enum gputrace_fn {
 	GT_NCCL_ALL_REDUCE = 1,
 	GT_NCCL_REDUCE_SCATTER = 2,

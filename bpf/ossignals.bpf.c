@@ -3,7 +3,7 @@
  * OS signals per CPU and per thread of the tracked (training) processes: device interrupts and
  * softirqs, context switches and on-CPU time, run-queue latency, migrations (NUMA ones apart)
  * and page migrations. Everything is aggregated here, cumulatively; the agent reads per-window
- * differences (agent/ossignals.c). BTF tracepoints (tp_btf): typed arguments, no tracefs, and
+ * differences (agent/os/ossignals.c). BTF tracepoints (tp_btf): typed arguments, no tracefs, and
  * cheaper than classic tracepoints (no argument buffer is built).
  *
  * Run-queue latency comes from the scheduler's own accounting (task_struct.sched_info, kept

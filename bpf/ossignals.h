@@ -19,7 +19,7 @@
 
 /*
  * Everything below is cumulative since the programs were loaded: BPF only ever adds, the agent
- * takes per-window differences (agent/ossignals.c explains why: no value is ever reset or
+ * takes per-window differences (agent/os/ossignals.c explains why: no value is ever reset or
  * deleted under a running program, so an increment can be neither lost nor counted twice).
  */
 

@@ -26,7 +26,7 @@ struct unwind_regs {
 	__u8 pad[6];
 };
 
-/* ---- hybrid unwinder state (published by the agent, agent/unwinder.c) ---------------------- */
+/* ---- hybrid unwinder state (published by the agent, agent/sampling/unwinder.c) ---------------------- */
 
 /* file id → its rows (an array sized to the table; BPF_F_INNER_MAP lets sizes differ). */
 struct unwind_rows_map {

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client/sysom_frame.h"
+#include "include/sysom/frame.h"
 
 #define RETRY_INTERVAL_NS 1000000000LL /* one connect() attempt per second at most */
 #define SEND_BUFFER_BYTES (1 << 20)    /* room for a few windows of tables */

@@ -2,7 +2,7 @@
 /*
  * The telemetry channel of in-process components (NCCL profiler plugin, CUPTI library): one
  * SOCK_SEQPACKET connection to the agent's socket ($SYSOM_SOCKET_PATH), records framed as in
- * docs/registration-protocol.md, payloads from client/sysom_records.h.
+ * docs/registration-protocol.md, payloads from include/sysom/records.h.
  *
  * Never blocks and never breaks the host process: connects and sends are non-blocking
  * (MSG_DONTWAIT | MSG_NOSIGNAL); a record the socket cannot take now is dropped and counted;
@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "client/sysom_records.h"
+#include "include/sysom/records.h"
 
 #define SYSOM_CHANNEL_MAX_RECORD 65536u /* header included, as REGISTRY_MAX_MESSAGE */
 #define SYSOM_CHANNEL_HEADER_SIZE 16u

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libsysom-client: a rank registers its job identity with the local agent (libc only). */
 #include "client/sysom_client.h"
-#include "client/sysom_frame.h"
+#include "include/sysom/frame.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -20,7 +20,7 @@
 #define PUBLIC __attribute__((visibility("default")))
 
 /*
- * The wire format of docs/registration-protocol.md (agent/registry.h), repeated here so that
+ * The wire format of docs/registration-protocol.md (agent/ranks/registry.h), repeated here so that
  * this library needs nothing but libc. Little-endian: magic u32, version u16, type u16,
  * payload length u32, reserved u32, then the payload.
  */
@@ -309,7 +309,7 @@ static int env_number(const char *const *names, size_t n)
 
 PUBLIC int sysom_client_register_from_env(void)
 {
-	/* The same variables, in the same order, as the agent reads from /proc (agent/jobenv.c). */
+	/* The same variables, in the same order, as the agent reads from /proc (agent/ranks/jobenv.c). */
 	struct sysom_registration r = {
 		.rank = ENV_NUMBER("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"),
 		.world_size = ENV_NUMBER("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE",

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/wire.h"
+#include "common/wire/wire.h"
 
 /* An object identity: kind SYSOM_OBJECT_ELF (GNU build ID, 3..64 bytes) or
  * SYSOM_OBJECT_FILE_HASH (16-byte XXH3-128 of the file's content). */

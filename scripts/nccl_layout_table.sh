@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Derives the ncclComm offsets table of agent/nccl_layout.c from NCCL's sources: for each
+# Derives the ncclComm offsets table of agent/gpu/nccl_layout.c from NCCL's sources: for each
 # release tag, compiles offsetof(struct ncclComm, rank | nRanks | commHash) and sizeof with g++
 # against that tag's src/include and the CUDA headers, and prints one KNOWN(...) row.
 #   scripts/nccl_layout_table.sh NCCL_GIT_DIR [TAG_REGEX]     (default: v2.14 .. v2.28 tags)

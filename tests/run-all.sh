@@ -61,11 +61,11 @@ selected() {
 cd "$root" || exit 2
 
 echo "== unit tests (cmocka, $build)"
-for t in "$build"/tests/unit/*/test_*; do
+while IFS= read -r t; do
 	[ -x "$t" ] && [ -f "$t" ] || continue
-	name=unit/$(basename "$(dirname "$t")")/$(basename "$t")
+	name=unit/${t#"$build"/tests/unit/}
 	selected "$name" && run_tap "$name" 300 "$t"
-done
+done < <(find "$build/tests/unit" -type f -name 'test_*' -perm -u+x 2>/dev/null | sort)
 
 echo "== real-kernel BPF tests"
 for t in "$build"/tests/bpf/test_*; do

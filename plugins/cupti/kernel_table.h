@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "client/sysom_records.h"
+#include "include/sysom/records.h"
 
 #define KT_MAX_KEYS 4096
 #define KT_NAME_MAX 1023          /* longer names are cut (as the channel requires) */

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "common/elf_buildid.h"
-#include "common/wire.h"
+#include "common/wire/wire.h"
 
 /*
  * Errors every backend maps its failures to (the HTTP layer maps them to statuses):

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Real-kernel tests of the NCCL / CUDA uprobes (agent/gputrace.c + agent/nccltrack.c): the
+ * Real-kernel tests of the NCCL / CUDA uprobes (agent/gpu/gputrace.c + agent/gpu/nccltrack.c): the
  * simulated 8-rank job's calls, communicators and launches; library discovery in running
  * processes; the real libnccl.so.2 attached and called.
  */
@@ -19,9 +19,9 @@
 
 #include <cmocka.h>
 
-#include "agent/gputrace.h"
-#include "agent/nccltrack.h"
-#include "common/wire.h"
+#include "agent/gpu/gputrace.h"
+#include "agent/gpu/nccltrack.h"
+#include "common/wire/wire.h"
 #include "tests/support/unwind_session.h"
 #include "tests/support/workload.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Real-kernel tests of the OS signals (bpf/ossignals.bpf.c + agent/ossignals.c): run-queue
+ * Real-kernel tests of the OS signals (bpf/ossignals.bpf.c + agent/os/ossignals.c): run-queue
  * latency and involuntary switches of two threads sharing a CPU, on-CPU time against the
  * kernel's own schedstat, CPU masks, untracked processes left out, NET_RX softirqs from
  * loopback traffic, busy time within the window, migrations, and the batch round trip.
@@ -25,9 +25,9 @@
 
 #include <cmocka.h>
 
-#include "agent/ossignals.h"
+#include "agent/os/ossignals.h"
 #include "common/error.h"
-#include "common/wire.h"
+#include "common/wire/wire.h"
 
 #define MAX_FOREIGN 256
 

@@ -15,10 +15,10 @@
 
 #include <cmocka.h>
 
-#include "agent/host.h"
-#include "agent/kernel.h"
-#include "agent/proctrack.h"
-#include "agent/sampler.h"
+#include "agent/node/host.h"
+#include "agent/node/kernel.h"
+#include "agent/node/proctrack.h"
+#include "agent/sampling/sampler.h"
 #include "tests/support/workload.h"
 
 /* Samples of the workload, gathered over drains. */

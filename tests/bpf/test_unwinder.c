@@ -21,7 +21,7 @@
 
 #include <cmocka.h>
 
-#include "agent/host.h"
+#include "agent/node/host.h"
 #include "common/elf_buildid.h"
 #include "tests/support/batch_fixture.h"
 #include "tests/support/unwind_session.h"

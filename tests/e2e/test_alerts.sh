@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # sysom-server with alert receivers: a real Alertmanager (am_start/am_stop), the options, the
 # alert families of /metrics, refused receiver URLs and a clean stop. The alert lifecycle and
-# payloads are covered by tests/unit/server/test_alerts.c (also against a real Alertmanager).
+# payloads are covered by tests/unit/server/alerts/test_alerts.c (also against a real Alertmanager).
 . "$(dirname "$0")/lib.sh"
 [ -x "$SERVER_BIN" ] || { echo "missing $SERVER_BIN: build first" >&2; exit 1; }
 command -v prometheus-alertmanager >/dev/null || command -v alertmanager >/dev/null ||

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: one component telemetry payload (first byte: record type) → decoders. */
-// fuzz-sources: agent/channel.c
+// fuzz-sources: agent/ranks/channel.c
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/channel.h"
+#include "agent/ranks/channel.h"
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
 

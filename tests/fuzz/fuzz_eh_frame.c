@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: the CFI compiler on hostile .eh_frame / .debug_frame bytes, and on whole
  * hostile ELF files. Checks the table invariants the BPF unwinder relies on. */
-// fuzz-sources: agent/cfi.c tests/support/elf_build.c
+// fuzz-sources: agent/sampling/cfi.c tests/support/elf_build.c
 #include <elf.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -9,7 +9,7 @@
 #include <string.h>
 #include <libelf.h>
 
-#include "agent/cfi.h"
+#include "agent/sampling/cfi.h"
 #include "tests/support/elf_build.h"
 
 static void check(const struct cfi_table *t)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target: arbitrary bytes through the HTTP transport's request state machine, no socket. */
-// fuzz-sources: server/http.c server/http_message.c
+// fuzz-sources: server/http/http.c server/http/http_message.c
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "common/bytes.h"
-#include "server/http.h"
-#include "server/http_internal.h"
+#include "server/http/http.h"
+#include "server/http/http_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

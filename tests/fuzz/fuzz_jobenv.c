@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: a process environment block (as /proc/<pid>/environ) → job identity. */
-// fuzz-sources: agent/jobenv.c
+// fuzz-sources: agent/ranks/jobenv.c
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/jobenv.h"
+#include "agent/ranks/jobenv.h"
 
 static void check_text(const char *s)
 {

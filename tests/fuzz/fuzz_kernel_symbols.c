@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: the kernel symbol upload parser, with its invariants checked on success. */
-// fuzz-sources: server/ksyms.c
+// fuzz-sources: server/symbols/ksyms.c
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "server/ksyms.h"
+#include "server/symbols/ksyms.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

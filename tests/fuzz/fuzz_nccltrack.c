@@ -4,11 +4,11 @@
  * or corrupted) → nccltrack. Each event is a 1-byte size class (bit 7: prune after it, as at a
  * batch seal) followed by that many bytes.
  */
-// fuzz-sources: agent/nccltrack.c
+// fuzz-sources: agent/gpu/nccltrack.c
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/nccltrack.h"
+#include "agent/gpu/nccltrack.h"
 #include "bpf/gputrace.h"
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: /proc/<pid>/maps lines, and whole files through procmaps_read (memfd). */
-// fuzz-sources: agent/procmaps.c
+// fuzz-sources: agent/node/procmaps.c
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "agent/procmaps.h"
+#include "agent/node/procmaps.h"
 #include "common/error.h"
 
 static struct procmaps_entry entry;

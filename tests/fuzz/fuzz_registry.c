@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: one registration-socket record (header + REGISTER payload) → job identity. */
-// fuzz-sources: agent/registry.c
+// fuzz-sources: agent/ranks/registry.c
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/registry.h"
+#include "agent/ranks/registry.h"
 
 static void check_text(const char *s, size_t size)
 {

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target: arbitrary bytes through the spool file header decoder; re-encode round trip. */
-// fuzz-sources: agent/spool.c
+// fuzz-sources: agent/ship/spool.c
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "agent/spool.h"
+#include "agent/ship/spool.h"
 #include "common/error.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

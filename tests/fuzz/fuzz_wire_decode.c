@@ -7,7 +7,7 @@
 
 #include "common/compress.h"
 #include "common/error.h"
-#include "common/wire.h"
+#include "common/wire/wire.h"
 
 static void decode_and_check(const uint8_t *data, size_t size)
 {

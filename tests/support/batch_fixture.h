@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "common/bytes.h"
-#include "common/wire.h"
+#include "common/wire/wire.h"
 
 /*
  * The fixture batch (window of 30 s starting at `window_start_ns`):

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent/host.h"
+#include "agent/node/host.h"
 
 static void on_event(void *ctx, const struct sysom_proc_event *ev)
 {

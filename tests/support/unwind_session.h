@@ -10,9 +10,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "agent/proctrack.h"
-#include "agent/sampler.h"
-#include "agent/unwinder.h"
+#include "agent/node/proctrack.h"
+#include "agent/sampling/sampler.h"
+#include "agent/sampling/unwinder.h"
 #include "tests/support/symtab.h"
 #include "tests/support/workload.h"
 

@@ -15,7 +15,7 @@
 #include "common/bytes.h"
 #include "common/compress.h"
 #include "common/elf_buildid.h"
-#include "common/wire.h"
+#include "common/wire/wire.h"
 
 /* hash FILE: the XXH3-128 (canonical hex) the upload API wants in X-Sysom-Content-Hash. */
 static int cmd_hash(const char *path)

@@ -2,7 +2,7 @@
 /*
  * Test side of the component channel (header-only): a SOCK_SEQPACKET listening socket standing
  * in for the agent, and a receiver that validates every record with the agent's own decoders
- * (agent/channel.c) and merges the tables per key the way the agent's batches do.
+ * (agent/ranks/channel.c) and merges the tables per key the way the agent's batches do.
  */
 #ifndef SYSOM_TESTS_UNIT_PLUGINS_RECORD_RX_H
 #define SYSOM_TESTS_UNIT_PLUGINS_RECORD_RX_H
@@ -17,9 +17,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "agent/channel.h"
-#include "client/sysom_frame.h"
-#include "client/sysom_records.h"
+#include "agent/ranks/channel.h"
+#include "include/sysom/frame.h"
+#include "include/sysom/records.h"
 
 #define RX_MAX 256
 

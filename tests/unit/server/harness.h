@@ -12,13 +12,13 @@
 #include <jansson.h>
 #include <sqlite3.h>
 
-#include "server/api.h"
-#include "server/auth.h"
-#include "server/http.h"
-#include "server/ingest.h"
-#include "server/metrics.h"
+#include "server/api/api.h"
+#include "server/http/auth.h"
+#include "server/http/http.h"
+#include "server/ingest/ingest.h"
+#include "server/api/metrics.h"
 #include "server/store/store.h"
-#include "server/symbolize.h"
+#include "server/symbols/symbolize.h"
 #include "tests/support/batch_fixture.h"
 
 #define HARNESS_TOKEN "s3cret-token"

@@ -1,0 +1,443 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Training-job pipeline: gputrace events → nccltrack → batcher; job identity per process. */
+#include "agent/gpu/gpupipe.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+
+#include "agent/node/host.h"
+#include "agent/gpu/nccltrack.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/wire/wire.h"
+
+#define MAX_PROCS 4096
+#define MAX_PENDING_SCANS 4096
+#define GROUPS_MAX 256
+
+/* A process that maps a traced library or sent an event. */
+struct gp_proc {
+	uint32_t tgid, generation;
+	bool env_read;
+	struct job_identity env;
+	bool registered;
+	bool gone;               /* exited: forgotten after the next batch */
+	struct job_identity reg;
+	char groups[GROUPS_MAX];
+};
+
+struct pending_scan {
+	uint32_t tgid;
+	uint64_t due_ns;
+};
+
+struct gpupipe {
+	struct gpupipe_options opts;
+	struct gputrace *gt;
+	struct nccltrack *nt;
+	uv_poll_t poll;
+	bool poll_started;
+	struct gp_proc *procs;
+	uint32_t nprocs, procs_cap;
+	struct pending_scan scans[MAX_PENDING_SCANS];
+	uint32_t nscans;
+	struct gputrace_stats last; /* for counter deltas */
+	uint64_t last_corrupt;
+	uint64_t last_launch_ns;
+	uint64_t drains;
+	uint32_t launch_cycle;   /* launch probes on one drain interval in this many; 0: never */
+};
+
+static struct gp_proc *find_proc(struct gpupipe *gp, uint32_t tgid)
+{
+	for (uint32_t i = 0; i < gp->nprocs; i++)
+		if (gp->procs[i].tgid == tgid)
+			return &gp->procs[i];
+	return NULL;
+}
+
+/* The environment of a process, read once while it is alive (it does not change after exec;
+ * a short-lived rank may be gone by the time its batch is sealed). */
+static void read_env(struct gpupipe *gp, struct gp_proc *p)
+{
+	int rc = jobenv_read(gp->opts.proc_root ? gp->opts.proc_root : "/proc", p->tgid, &p->env);
+
+	if (rc)
+		memset(&p->env, 0, sizeof(p->env));
+	p->env_read = rc != -ESRCH || p->env_read;
+}
+
+static struct gp_proc *note_proc(struct gpupipe *gp, uint32_t tgid, uint32_t generation)
+{
+	struct gp_proc *p = find_proc(gp, tgid);
+
+	if (p && p->generation != generation && !p->registered) {
+		memset(p, 0, sizeof(*p));
+		p->tgid = tgid;
+		p->generation = generation;
+		read_env(gp, p); /* exec'd: a new environment */
+	}
+	if (p) {
+		p->generation = generation;
+		return p;
+	}
+	if (gp->nprocs >= MAX_PROCS)
+		return NULL;
+	if (gp->nprocs == gp->procs_cap) {
+		uint32_t cap = gp->procs_cap ? gp->procs_cap * 2 : 16;
+		struct gp_proc *grown = realloc(gp->procs, cap * sizeof(*grown));
+		if (!grown)
+			return NULL;
+		gp->procs = grown;
+		gp->procs_cap = cap;
+	}
+	p = &gp->procs[gp->nprocs++];
+	memset(p, 0, sizeof(*p));
+	p->tgid = tgid;
+	p->generation = generation;
+	read_env(gp, p);
+	return p;
+}
+
+static void on_gt_event(void *ctx, const void *data, size_t len)
+{
+	struct gpupipe *gp = ctx;
+	struct nccltrack_call out;
+	int64_t to_real = (int64_t)(host_realtime_ns() - host_monotonic_ns());
+	int rc = nccltrack_event(gp->nt, data, len, to_real, &out);
+
+	if (rc <= 0)
+		return;
+	note_proc(gp, out.tgid, out.generation);
+	rc = batcher_add_nccl_call(gp->opts.batcher, out.tgid, out.generation, &out.call);
+	if (rc)
+		log_debug("gputrace: NCCL call of pid %u not recorded: %s", out.tgid,
+			  sysom_strerror(rc));
+}
+
+static void on_poll(uv_poll_t *h, int status, int events)
+{
+	struct gpupipe *gp = h->data;
+
+	(void)events;
+	if (status < 0) {
+		log_warn("gputrace: event poll failed: %s", uv_strerror(status));
+		return;
+	}
+	gputrace_consume(gp->gt);
+}
+
+int gpupipe_open(uv_loop_t *loop, const struct gpupipe_options *o, struct gpupipe **out,
+		 char *err, size_t errlen)
+{
+	struct gpupipe *gp = calloc(1, sizeof(*gp));
+	struct gputrace_options go;
+	struct nccltrack_options no;
+	int rc, n;
+
+	if (!gp)
+		return -ENOMEM;
+	gp->opts = *o;
+	gputrace_options_default(&go);
+	go.proc_root = o->proc_root ? o->proc_root : "/proc";
+	go.exec_generation_fd = o->exec_generation_fd;
+	go.unwind_tables_fd = o->unwind_tables_fd;
+	go.unwind_procs_fd = o->unwind_procs_fd;
+	go.unwind_markers_fd = o->unwind_markers_fd;
+	if (o->ring_bytes)
+		go.ring_bytes = o->ring_bytes;
+	go.on_event = on_gt_event;
+	go.ctx = gp;
+	if (o->launch_duty > 0) {
+		double cycle = 1.0 / o->launch_duty + 0.5;
+		gp->launch_cycle = cycle > 1000 ? 1000 : (uint32_t)cycle;
+	}
+	go.launch_tracing = gp->launch_cycle != 0;
+	if ((rc = gputrace_open(&go, &gp->gt, err, errlen)))
+		goto cleanup;
+	nccltrack_options_default(&no);
+	if ((rc = nccltrack_new(&no, &gp->nt))) {
+		snprintf(err, errlen, "out of memory");
+		goto cleanup;
+	}
+	if ((rc = uv_poll_init(loop, &gp->poll, gputrace_event_fd(gp->gt))) ||
+	    (rc = uv_poll_start(&gp->poll, UV_READABLE, on_poll))) {
+		snprintf(err, errlen, "cannot poll the GPU event ring: %s", uv_strerror(rc));
+		rc = -EIO;
+		goto cleanup;
+	}
+	gp->poll.data = gp;
+	gp->poll_started = true;
+	for (const char *s = o->libraries; s && *s;) {
+		const char *end = strchr(s, ':');
+		size_t len = end ? (size_t)(end - s) : strlen(s);
+		char path[PATH_MAX];
+
+		if (len && len < sizeof(path)) {
+			memcpy(path, s, len);
+			path[len] = '\0';
+			rc = gputrace_attach_path(gp->gt, path);
+			if (rc < 0)
+				log_warn("gputrace: cannot trace %s: %s", path, sysom_strerror(rc));
+		}
+		s = end ? end + 1 : s + len;
+	}
+	n = gputrace_scan_all(gp->gt);
+	log_info("gputrace: NCCL/CUDA tracing on; %d library files traced at start", n > 0 ? n : 0);
+	*out = gp;
+	return 0;
+cleanup:
+	if (gp->poll_started)
+		uv_close((uv_handle_t *)&gp->poll, NULL);
+	gp->poll_started = false;
+	gpupipe_free(gp);
+	return rc;
+}
+
+void gpupipe_stop(struct gpupipe *gp)
+{
+	if (gp && gp->poll_started) {
+		uv_poll_stop(&gp->poll);
+		uv_close((uv_handle_t *)&gp->poll, NULL);
+		gp->poll_started = false;
+	}
+}
+
+void gpupipe_free(struct gpupipe *gp)
+{
+	if (!gp)
+		return;
+	gputrace_close(gp->gt);
+	nccltrack_free(gp->nt);
+	free(gp->procs);
+	free(gp);
+}
+
+void gpupipe_on_mappings(struct gpupipe *gp, const struct pt_process *proc)
+{
+	bool uses = false;
+
+	for (uint32_t i = 0; i < proc->mapping_count && !uses; i++)
+		uses = proc->mappings[i].object && proc->mappings[i].object->path &&
+		       gputrace_library_kind(proc->mappings[i].object->path);
+	if (!uses)
+		return;
+	note_proc(gp, proc->tgid, proc->generation);
+	int rc = gputrace_scan_process(gp->gt, proc->tgid);
+	if (rc < 0 && rc != -ESRCH)
+		log_debug("gputrace: cannot scan pid %u: %s", proc->tgid, sysom_strerror(rc));
+}
+
+void gpupipe_on_forget(struct gpupipe *gp, const struct pt_process *proc)
+{
+	struct gp_proc *p = find_proc(gp, proc->tgid);
+
+	gputrace_forget_process(gp->gt, proc->tgid);
+	/* Its identity and communicators still go into the next batch; forgotten after it. */
+	if (p && p->generation == proc->generation)
+		p->gone = true;
+}
+
+void gpupipe_on_exec(struct gpupipe *gp, uint32_t tgid)
+{
+	/* Libraries load during the first seconds after exec (DT_NEEDED, then dlopen). */
+	static const uint64_t delays_ms[] = { 500, 3000, 10000 };
+	uint64_t now = host_monotonic_ns();
+
+	for (size_t i = 0; i < sizeof(delays_ms) / sizeof(delays_ms[0]); i++) {
+		if (gp->nscans >= MAX_PENDING_SCANS)
+			return;
+		gp->scans[gp->nscans++] = (struct pending_scan){ tgid, now + delays_ms[i] * 1000000 };
+	}
+}
+
+/* The process's current incarnation number, from the sampler's map (0 when absent). */
+static uint32_t generation_of(const struct gpupipe *gp, uint32_t tgid)
+{
+	uint32_t gen = 0;
+
+	if (gp->opts.exec_generation_fd >= 0)
+		bpf_map_lookup_elem(gp->opts.exec_generation_fd, &tgid, &gen);
+	return gen;
+}
+
+void gpupipe_set_registration(struct gpupipe *gp, uint32_t tgid, const struct job_identity *id,
+			      const char *groups)
+{
+	struct gp_proc *p = note_proc(gp, tgid, generation_of(gp, tgid));
+
+	if (!p)
+		return;
+	p->registered = true;
+	p->reg = *id;
+	snprintf(p->groups, sizeof(p->groups), "%s", groups ? groups : "");
+}
+
+void gpupipe_clear_registration(struct gpupipe *gp, uint32_t tgid)
+{
+	struct gp_proc *p = find_proc(gp, tgid);
+
+	if (p) {
+		p->registered = false;
+		p->groups[0] = '\0';
+	}
+}
+
+struct launch_ctx {
+	struct gpupipe *gp;
+	uint64_t launches;
+};
+
+static void on_launch(void *ctx, const struct gt_launch_key *k, const struct gt_launch_value *v)
+{
+	struct launch_ctx *lc = ctx;
+	struct batcher_launch l = {
+		.function = k->function,
+		.kernel_name = nccltrack_kernel_name(lc->gp->nt, k->tgid, k->function),
+		.ips = (const uint64_t *)k->ips,
+		.nframes = k->nframes <= GT_LAUNCH_MAX_DEPTH ? k->nframes : GT_LAUNCH_MAX_DEPTH,
+		.count = v->count,
+		.shared_mem = v->shared_mem,
+		.flags = k->flags & (SYSOM_LAUNCH_EX | SYSOM_LAUNCH_PTSZ),
+	};
+	int rc;
+
+	memcpy(l.grid, v->grid, sizeof(l.grid));
+	memcpy(l.block, v->block, sizeof(l.block));
+	note_proc(lc->gp, k->tgid, k->generation);
+	if ((rc = batcher_add_launch(lc->gp->opts.batcher, k->tgid, k->generation, &l)))
+		log_debug("gputrace: launches of pid %u not recorded: %s", k->tgid,
+			  sysom_strerror(rc));
+	lc->launches += v->count;
+}
+
+static void run_due_scans(struct gpupipe *gp)
+{
+	uint64_t now = host_monotonic_ns();
+
+	for (uint32_t i = 0; i < gp->nscans;) {
+		if (gp->scans[i].due_ns > now) {
+			i++;
+			continue;
+		}
+		uint32_t tgid = gp->scans[i].tgid;
+		gp->scans[i] = gp->scans[--gp->nscans];
+		int rc = gputrace_scan_process(gp->gt, tgid);
+		if (rc > 0)
+			log_info("gputrace: pid %u loaded NCCL/CUDA: %d library files newly traced",
+				 tgid, rc);
+	}
+}
+
+void gpupipe_drain(struct gpupipe *gp)
+{
+	struct launch_ctx lc = { gp, 0 };
+	struct gputrace_stats now;
+	struct nccltrack_stats ns;
+	struct batcher *b = gp->opts.batcher;
+
+	gputrace_consume(gp->gt);
+	gputrace_drain_launches(gp->gt, on_launch, &lc);
+	/* Duty cycle of the launch probes: on for the interval after every launch_cycle-th drain. */
+	gp->drains++;
+	gputrace_set_launch_tracing(gp->gt, gp->launch_cycle &&
+						    gp->drains % gp->launch_cycle == 0);
+	uint64_t traced = gputrace_launch_traced_ns(gp->gt);
+	batcher_add_counter(b, SYSOM_COUNTER_LAUNCH_TRACED_MS,
+			    (traced - gp->last_launch_ns) / 1000000);
+	gp->last_launch_ns = traced - (traced - gp->last_launch_ns) % 1000000;
+	run_due_scans(gp);
+	gputrace_sweep(gp->gt, host_monotonic_ns());
+	gputrace_stats_read(gp->gt, &now);
+	nccltrack_stats_read(gp->nt, &ns);
+	batcher_add_counter(b, SYSOM_COUNTER_NCCL_CALLS, now.bpf.calls - gp->last.bpf.calls);
+	batcher_add_counter(b, SYSOM_COUNTER_NCCL_EVENTS_LOST,
+			    now.bpf.events_lost - gp->last.bpf.events_lost);
+	batcher_add_counter(b, SYSOM_COUNTER_NCCL_UNMATCHED,
+			    now.bpf.unmatched - gp->last.bpf.unmatched);
+	batcher_add_counter(b, SYSOM_COUNTER_LAUNCHES, now.bpf.launches - gp->last.bpf.launches);
+	batcher_add_counter(b, SYSOM_COUNTER_LAUNCH_MAP_FULL,
+			    now.bpf.launch_map_full - gp->last.bpf.launch_map_full);
+	batcher_add_counter(b, SYSOM_COUNTER_KERNEL_NAMES, now.bpf.names - gp->last.bpf.names);
+	batcher_add_counter(b, SYSOM_COUNTER_GPU_ATTACH_ERRORS,
+			    now.attach_errors - gp->last.attach_errors);
+	if (now.bpf.events_lost > gp->last.bpf.events_lost)
+		log_warn("gputrace: %llu NCCL events lost (ring buffer full)",
+			 (unsigned long long)(now.bpf.events_lost - gp->last.bpf.events_lost));
+	if (ns.corrupt_events > gp->last_corrupt)
+		log_warn("gputrace: %llu malformed events ignored",
+			 (unsigned long long)(ns.corrupt_events - gp->last_corrupt));
+	gp->last_corrupt = ns.corrupt_events;
+	gp->last = now;
+}
+
+static void on_comm(void *ctx, uint32_t tgid, uint32_t generation,
+		    const struct sysom_communicator *c)
+{
+	struct gpupipe *gp = ctx;
+	int rc = batcher_set_communicator(gp->opts.batcher, tgid, generation, c);
+
+	if (rc)
+		log_debug("gputrace: communicator of pid %u not recorded: %s", tgid,
+			  sysom_strerror(rc));
+}
+
+void gpupipe_before_seal(struct gpupipe *gp)
+{
+	struct gputrace_stats st;
+
+	gpupipe_drain(gp);
+	nccltrack_for_each_comm(gp->nt, on_comm, gp);
+	for (uint32_t i = 0; i < gp->nprocs; i++) {
+		struct gp_proc *p = &gp->procs[i];
+		const struct job_identity *id;
+		uint8_t source;
+
+		if (p->registered) {
+			id = &p->reg;
+			source = SYSOM_JOB_FROM_REGISTRATION;
+		} else {
+			if (!p->env_read)
+				read_env(gp, p);
+			id = &p->env;
+			source = SYSOM_JOB_FROM_ENVIRONMENT;
+		}
+		if (!id->has_rank && !id->job_id[0])
+			continue;
+		int rc = batcher_set_job_rank(gp->opts.batcher, p->tgid, p->generation, id, source,
+					      p->registered ? p->groups : NULL);
+		if (rc)
+			log_debug("gputrace: job identity of pid %u not recorded: %s", p->tgid,
+				  sysom_strerror(rc));
+	}
+	/* Processes that exited have had their last events drained and their identity and
+	 * communicators put in this batch: forget them (the tracker may never have seen them). */
+	for (uint32_t i = 0; i < gp->nprocs;) {
+		struct gp_proc *p = &gp->procs[i];
+		char dir[64];
+
+		snprintf(dir, sizeof(dir), "%s/%u", gp->opts.proc_root ? gp->opts.proc_root : "/proc",
+			 p->tgid);
+		if (!p->gone && (p->registered || access(dir, F_OK) == 0)) {
+			i++;
+			continue;
+		}
+		nccltrack_forget(gp->nt, p->tgid);
+		gputrace_forget_process(gp->gt, p->tgid);
+		*p = gp->procs[--gp->nprocs];
+	}
+	nccltrack_prune(gp->nt);
+	gputrace_stats_read(gp->gt, &st);
+	batcher_add_counter(gp->opts.batcher, SYSOM_COUNTER_GPU_LIBRARIES, st.libraries);
+}
+
+void gpupipe_stats_read(const struct gpupipe *gp, struct gputrace_stats *out)
+{
+	gputrace_stats_read(gp->gt, out);
+}

@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Job identity from the launcher's environment variables. */
+#include "agent/ranks/jobenv.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/bytes.h"
+
+/* Where each field may come from, most specific launcher first. */
+static const char *const rank_vars[] = { "RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK" };
+static const char *const world_vars[] = { "WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE",
+					  "PMI_SIZE" };
+static const char *const local_rank_vars[] = { "LOCAL_RANK", "SLURM_LOCALID",
+					       "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID" };
+static const char *const local_world_vars[] = { "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+						"MPI_LOCALNRANKS" };
+static const char *const group_rank_vars[] = { "GROUP_RANK", "SLURM_NODEID" };
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+/* A value found in the block: pointer into it and length (not NUL-terminated). */
+struct value {
+	const char *p;
+	size_t len;
+};
+
+/* The first entry NAME=... of the block (like getenv); false when absent. */
+static bool lookup(const char *block, size_t len, const char *name, struct value *out)
+{
+	size_t name_len = strlen(name);
+	size_t pos = 0;
+
+	while (pos < len) {
+		const char *entry = block + pos;
+		const char *nul = memchr(entry, '\0', len - pos);
+		size_t entry_len = nul ? (size_t)(nul - entry) : len - pos;
+
+		if (entry_len > name_len && memcmp(entry, name, name_len) == 0 &&
+		    entry[name_len] == '=') {
+			out->p = entry + name_len + 1;
+			out->len = entry_len - name_len - 1;
+			return true;
+		}
+		pos += entry_len + 1;
+	}
+	return false;
+}
+
+/* Plain decimal in [0, max]; -1 otherwise. */
+static int32_t parse_count(const struct value *v, int64_t max)
+{
+	int64_t n = 0;
+
+	if (v->len == 0 || v->len > 10)
+		return -1;
+	for (size_t i = 0; i < v->len; i++) {
+		if (v->p[i] < '0' || v->p[i] > '9')
+			return -1;
+		n = n * 10 + (v->p[i] - '0');
+	}
+	return n <= max ? (int32_t)n : -1;
+}
+
+/* The first variable of `names` present with a valid number, or -1. */
+static int32_t first_number(const char *block, size_t len, const char *const *names, size_t n,
+			    int64_t max)
+{
+	struct value v;
+
+	for (size_t i = 0; i < n; i++)
+		if (lookup(block, len, names[i], &v))
+			return parse_count(&v, max);
+	return -1;
+}
+
+static void copy_text(char *dst, const struct value *v)
+{
+	sysom_text_sanitize(dst, JOBENV_VALUE_MAX, v->p, v->len);
+}
+
+int jobenv_parse(const char *block, size_t len, struct job_identity *out)
+{
+	struct value v, step, port;
+
+	if (!block && len)
+		return -EINVAL;
+	*out = (struct job_identity){
+		.rank = -1, .world_size = -1, .local_rank = -1, .local_world_size = -1,
+		.group_rank = -1, .master_port = -1,
+	};
+	out->world_size = first_number(block, len, world_vars, COUNT(world_vars), JOBENV_MAX_RANKS);
+	out->rank = first_number(block, len, rank_vars, COUNT(rank_vars), JOBENV_MAX_RANKS - 1);
+	out->local_world_size = first_number(block, len, local_world_vars, COUNT(local_world_vars),
+					     JOBENV_MAX_RANKS);
+	out->local_rank = first_number(block, len, local_rank_vars, COUNT(local_rank_vars),
+				       JOBENV_MAX_RANKS - 1);
+	out->group_rank = first_number(block, len, group_rank_vars, COUNT(group_rank_vars),
+				       JOBENV_MAX_RANKS - 1);
+	if (lookup(block, len, "MASTER_ADDR", &v))
+		copy_text(out->master_addr, &v);
+	if (lookup(block, len, "MASTER_PORT", &port))
+		out->master_port = parse_count(&port, 65535);
+
+	out->has_rank = out->rank >= 0 && out->world_size > 0 && out->rank < out->world_size;
+	if (out->local_rank >= 0 && out->local_world_size > 0 &&
+	    out->local_rank >= out->local_world_size)
+		out->has_rank = false;
+
+	if (lookup(block, len, "TORCHELASTIC_RUN_ID", &v) && v.len) {
+		copy_text(out->job_id, &v);
+		out->job_id_source = "TORCHELASTIC_RUN_ID";
+	} else if (lookup(block, len, "SLURM_JOB_ID", &v) && v.len) {
+		/* One job runs several steps (srun calls): each is its own set of ranks. */
+		char id[JOBENV_VALUE_MAX], joined[2 * JOBENV_VALUE_MAX + 2];
+		copy_text(id, &v);
+		if (lookup(block, len, "SLURM_STEP_ID", &step) && step.len) {
+			char step_id[JOBENV_VALUE_MAX];
+			copy_text(step_id, &step);
+			snprintf(joined, sizeof(joined), "%s.%s", id, step_id);
+		} else {
+			snprintf(joined, sizeof(joined), "%s", id);
+		}
+		sysom_text_sanitize(out->job_id, sizeof(out->job_id), joined, strlen(joined));
+		out->job_id_source = "SLURM_JOB_ID";
+	} else if (out->master_addr[0] && out->master_port > 0) {
+		char joined[JOBENV_VALUE_MAX + 16];
+		snprintf(joined, sizeof(joined), "%s:%d", out->master_addr, (int)out->master_port);
+		sysom_text_sanitize(out->job_id, sizeof(out->job_id), joined, strlen(joined));
+		out->job_id_source = "MASTER_ADDR";
+	}
+	return 0;
+}
+
+int jobenv_read(const char *proc_root, uint32_t pid, struct job_identity *out)
+{
+	char path[256];
+	char *block = NULL;
+	size_t len = 0;
+	int fd, rc = 0;
+
+	snprintf(path, sizeof(path), "%s/%u/environ", proc_root ? proc_root : "/proc", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? -ESRCH : -errno;
+	block = malloc(JOBENV_MAX_BYTES);
+	if (!block) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	while (len < JOBENV_MAX_BYTES) {
+		ssize_t n = read(fd, block + len, JOBENV_MAX_BYTES - len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			rc = errno == ESRCH ? -ESRCH : -errno;
+			goto cleanup;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	rc = jobenv_parse(block, len, out);
+cleanup:
+	free(block);
+	close(fd);
+	return rc;
+}

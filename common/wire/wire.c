@@ -1,0 +1,1566 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Batch builder (de-duplicating) and encoder for wire format version 1. */
+#include "common/wire/wire.h"
+
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/wire/wire_internal.h"
+
+const struct sysom_wire_limits sysom_wire_default_limits = {
+	.max_strings = 1u << 20,
+	.max_string_len = 4096,
+	.max_objects = 1u << 16,
+	.max_processes = 1u << 16,
+	.max_mappings = 1u << 20,
+	.max_stacks = 1u << 20,
+	.max_frames_per_stack = 512,
+	.max_frames = 1u << 24,
+	.max_samples = 1u << 22,
+	.max_counters = SYSOM_COUNTER_MAX,
+	.max_job_ranks = 1u << 16,
+	.max_communicators = 1u << 18,
+	.max_nccl_calls = 1u << 22,
+	.max_launches = 1u << 20,
+	.max_gpu_kernels = 1u << 18,
+	.max_nccl_profiles = 1u << 18,
+	.max_nccl_links = 1u << 18,
+	.max_os_cpus = 4096,
+	.max_os_irqs = 1u << 16,
+	.max_os_threads = 1u << 16,
+};
+
+static const char *const counter_names[SYSOM_COUNTER_MAX] = {
+	[SYSOM_COUNTER_TICKS] = "ticks",
+	[SYSOM_COUNTER_GATED_OUT] = "gated_out",
+	[SYSOM_COUNTER_IDLE_SKIPPED] = "idle_skipped",
+	[SYSOM_COUNTER_SAMPLES] = "samples",
+	[SYSOM_COUNTER_KSTACK_ERRORS] = "kernel_stack_errors",
+	[SYSOM_COUNTER_USTACK_ERRORS] = "user_stack_errors",
+	[SYSOM_COUNTER_COUNT_MAP_FULL] = "count_map_full",
+	[SYSOM_COUNTER_STACK_MAP_FULL] = "stack_map_full",
+	[SYSOM_COUNTER_EVENTS_LOST] = "events_lost",
+	[SYSOM_COUNTER_FRAMES_UNMAPPED] = "frames_unmapped",
+	[SYSOM_COUNTER_PROCESSES_VANISHED] = "processes_vanished",
+	[SYSOM_COUNTER_SPOOL_DROPPED] = "spool_dropped",
+	[SYSOM_COUNTER_UPLOAD_RETRIES] = "upload_retries",
+	[SYSOM_COUNTER_DRAINS] = "drains",
+	[SYSOM_COUNTER_DISTINCT_KEYS] = "distinct_keys",
+	[SYSOM_COUNTER_BATCH_LIMIT_DROPS] = "batch_limit_drops",
+	[SYSOM_COUNTER_UNWIND_FRAMES] = "unwind_frames",
+	[SYSOM_COUNTER_UNWIND_FRAMES_DWARF] = "unwind_frames_dwarf",
+	[SYSOM_COUNTER_UNWIND_FRAMES_FP] = "unwind_frames_fp",
+	[SYSOM_COUNTER_UNWIND_FRAMES_CACHED] = "unwind_frames_cached",
+	[SYSOM_COUNTER_UNWIND_FALLBACK] = "unwind_fallback_fp",
+	[22] = "unwind_stop_depth",
+	[23] = "unwind_stop_read_fault",
+	[24] = "unwind_stop_no_mapping",
+	[25] = "unwind_stop_fp_invalid",
+	[26] = "unwind_stop_jit",
+	[27] = "unwind_stop_sp_order",
+	[28] = "unwind_stop_rbp_unknown",
+	[29] = "unwind_stop_tail_calls",
+	[30] = "unwind_stop_table",
+	[SYSOM_COUNTER_NCCL_CALLS] = "nccl_calls",
+	[SYSOM_COUNTER_NCCL_EVENTS_LOST] = "nccl_events_lost",
+	[SYSOM_COUNTER_NCCL_CALLS_DROPPED] = "nccl_calls_dropped",
+	[SYSOM_COUNTER_NCCL_UNMATCHED] = "nccl_unmatched_returns",
+	[SYSOM_COUNTER_LAUNCHES] = "gpu_launches",
+	[SYSOM_COUNTER_LAUNCH_MAP_FULL] = "gpu_launch_map_full",
+	[SYSOM_COUNTER_GPU_LIBRARIES] = "gpu_libraries_attached",
+	[SYSOM_COUNTER_GPU_ATTACH_ERRORS] = "gpu_attach_errors",
+	[SYSOM_COUNTER_KERNEL_NAMES] = "gpu_kernel_names",
+	[SYSOM_COUNTER_LAUNCH_TRACED_MS] = "gpu_launch_traced_ms",
+	[SYSOM_COUNTER_CHANNEL_RECORDS] = "channel_records",
+	[SYSOM_COUNTER_CHANNEL_REJECTED] = "channel_rejected",
+	[SYSOM_COUNTER_PROFILER_EVENTS] = "nccl_profiler_events",
+	[SYSOM_COUNTER_PROFILER_DROPPED] = "nccl_profiler_dropped",
+	[SYSOM_COUNTER_PROFILER_ORPHANS] = "nccl_profiler_orphans",
+	[SYSOM_COUNTER_PROFILER_FORCED] = "nccl_profiler_forced_closes",
+	[SYSOM_COUNTER_COMPONENT_SEND_DROPS] = "component_send_drops",
+	[SYSOM_COUNTER_CUPTI_RECORDS] = "cupti_records",
+	[SYSOM_COUNTER_CUPTI_DROPPED] = "cupti_dropped",
+	[SYSOM_COUNTER_GPU_STATS_DROPPED] = "gpu_stats_dropped",
+	[SYSOM_COUNTER_OS_THREADS_LOST] = "os_threads_lost",
+	[SYSOM_COUNTER_OS_IRQS_LOST] = "os_irqs_lost",
+	[SYSOM_COUNTER_OS_ROWS_DROPPED] = "os_rows_dropped",
+	[SYSOM_COUNTER_OS_ATTACH_ERRORS] = "os_attach_errors",
+	[SYSOM_COUNTER_OS_TRACKED] = "os_tracked_processes",
+};
+
+static const char *const softirq_names[SYSOM_SOFTIRQ_COUNT] = {
+	[SYSOM_SOFTIRQ_HI] = "HI",
+	[SYSOM_SOFTIRQ_TIMER] = "TIMER",
+	[SYSOM_SOFTIRQ_NET_TX] = "NET_TX",
+	[SYSOM_SOFTIRQ_NET_RX] = "NET_RX",
+	[SYSOM_SOFTIRQ_BLOCK] = "BLOCK",
+	[SYSOM_SOFTIRQ_IRQ_POLL] = "IRQ_POLL",
+	[SYSOM_SOFTIRQ_TASKLET] = "TASKLET",
+	[SYSOM_SOFTIRQ_SCHED] = "SCHED",
+	[SYSOM_SOFTIRQ_HRTIMER] = "HRTIMER",
+	[SYSOM_SOFTIRQ_RCU] = "RCU",
+};
+
+const char *sysom_softirq_name(uint32_t vec)
+{
+	return vec < SYSOM_SOFTIRQ_COUNT ? softirq_names[vec] : NULL;
+}
+
+static const char *const nccl_op_names[SYSOM_NCCL_OP_MAX + 1] = {
+	[SYSOM_NCCL_ALL_REDUCE] = "AllReduce",
+	[SYSOM_NCCL_REDUCE_SCATTER] = "ReduceScatter",
+	[SYSOM_NCCL_ALL_GATHER] = "AllGather",
+	[SYSOM_NCCL_BROADCAST] = "Broadcast",
+	[SYSOM_NCCL_REDUCE] = "Reduce",
+	[SYSOM_NCCL_ALL_TO_ALL] = "AlltoAll",
+	[SYSOM_NCCL_GATHER] = "Gather",
+	[SYSOM_NCCL_SCATTER] = "Scatter",
+	[SYSOM_NCCL_SEND] = "Send",
+	[SYSOM_NCCL_RECV] = "Recv",
+	[SYSOM_NCCL_GROUP_START] = "GroupStart",
+	[SYSOM_NCCL_GROUP_END] = "GroupEnd",
+	[SYSOM_NCCL_COMM_INIT_RANK] = "CommInitRank",
+	[SYSOM_NCCL_COMM_INIT_RANK_CONFIG] = "CommInitRankConfig",
+	[SYSOM_NCCL_COMM_INIT_ALL] = "CommInitAll",
+	[SYSOM_NCCL_COMM_INIT_RANK_SCALABLE] = "CommInitRankScalable",
+	[SYSOM_NCCL_COMM_SPLIT] = "CommSplit",
+	[SYSOM_NCCL_COMM_DESTROY] = "CommDestroy",
+	[SYSOM_NCCL_COMM_ABORT] = "CommAbort",
+	[SYSOM_NCCL_COMM_FINALIZE] = "CommFinalize",
+};
+
+const char *sysom_nccl_op_name(uint8_t op)
+{
+	return op <= SYSOM_NCCL_OP_MAX ? nccl_op_names[op] : NULL;
+}
+
+static const char *const stop_reason_names[] = {
+	[SYSOM_STOP_DEPTH_LIMIT] = "depth limit",
+	[SYSOM_STOP_READ_FAULT] = "read fault",
+	[SYSOM_STOP_STACK_LOST] = "stack lost",
+	[SYSOM_STOP_NO_MAPPING] = "no mapping",
+	[SYSOM_STOP_FP_INVALID] = "invalid frame pointer",
+	[SYSOM_STOP_JIT] = "JIT code",
+	[SYSOM_STOP_CFA_ORDER] = "stack pointer did not increase",
+	[SYSOM_STOP_RBP_UNKNOWN] = "RBP unknown",
+	[SYSOM_STOP_TAIL_CALLS] = "tail-call budget",
+	[SYSOM_STOP_TABLE] = "unwind table unreadable",
+};
+
+const char *sysom_stop_reason_name(uint8_t stop_reason)
+{
+	if (stop_reason >= sizeof(stop_reason_names) / sizeof(stop_reason_names[0]))
+		return NULL;
+	return stop_reason_names[stop_reason];
+}
+
+const char *sysom_counter_name(uint16_t id)
+{
+	return id < SYSOM_COUNTER_MAX ? counter_names[id] : NULL;
+}
+
+struct batch_dedup {
+	struct hash_index strings;
+	struct hash_index objects;
+	struct hash_index processes;
+	struct hash_index stacks;
+	struct hash_index samples;
+	struct hash_index launches;
+	struct hash_index gpu_kernels;
+	struct hash_index nccl_profiles;
+	struct hash_index nccl_links;
+	struct hash_index os_cpus;
+	struct hash_index os_irqs;
+	struct hash_index os_threads;
+};
+
+/* Grows an array to hold at least `need` elements (doubling). */
+static int grow(void **array, uint32_t *cap, uint32_t need, size_t elem_size)
+{
+	if (need <= *cap)
+		return 0;
+	uint64_t new_cap = *cap ? *cap : 16;
+	while (new_cap < need)
+		new_cap *= 2;
+	if (new_cap > UINT32_MAX || new_cap * elem_size > SIZE_MAX / 2)
+		return -E2BIG;
+	void *grown = realloc(*array, (size_t)new_cap * elem_size);
+	if (!grown)
+		return -ENOMEM;
+	*array = grown;
+	*cap = (uint32_t)new_cap;
+	return 0;
+}
+
+#define GROW(arr, cap, need) grow((void **)&(arr), &(cap), (need), sizeof(*(arr)))
+
+int sysom_batch_init(struct sysom_batch *b)
+{
+	uint32_t empty;
+
+	memset(b, 0, sizeof(*b));
+	b->major = SYSOM_WIRE_MAJOR;
+	b->minor = SYSOM_WIRE_MINOR;
+	b->node.kernel_object = SYSOM_WIRE_NONE;
+	b->dedup = calloc(1, sizeof(*b->dedup));
+	if (!b->dedup)
+		return -ENOMEM;
+	return sysom_batch_intern_string(b, "", 0, &empty);
+}
+
+void sysom_batch_free(struct sysom_batch *b)
+{
+	if (!b)
+		return;
+	if (b->dedup) {
+		hash_index_free(&b->dedup->strings);
+		hash_index_free(&b->dedup->objects);
+		hash_index_free(&b->dedup->processes);
+		hash_index_free(&b->dedup->stacks);
+		hash_index_free(&b->dedup->samples);
+		hash_index_free(&b->dedup->launches);
+		hash_index_free(&b->dedup->gpu_kernels);
+		hash_index_free(&b->dedup->nccl_profiles);
+		hash_index_free(&b->dedup->nccl_links);
+		hash_index_free(&b->dedup->os_cpus);
+		hash_index_free(&b->dedup->os_irqs);
+		hash_index_free(&b->dedup->os_threads);
+		free(b->dedup);
+	}
+	free(b->string_data);
+	free(b->strings);
+	free(b->objects);
+	free(b->processes);
+	free(b->mappings);
+	free(b->stacks);
+	free(b->frames);
+	free(b->samples);
+	free(b->counters);
+	free(b->job_ranks);
+	free(b->communicators);
+	free(b->nccl_calls);
+	free(b->launches);
+	free(b->gpu_kernels);
+	free(b->nccl_profiles);
+	free(b->nccl_links);
+	free(b->os_cpus);
+	free(b->os_irqs);
+	free(b->os_threads);
+	memset(b, 0, sizeof(*b));
+}
+
+const char *sysom_batch_string(const struct sysom_batch *b, uint32_t idx)
+{
+	if (idx >= b->string_count)
+		return "";
+	return b->string_data + b->strings[idx].offset;
+}
+
+int wire__append_string(struct sysom_batch *b, const char *s, size_t len, uint32_t *idx)
+{
+	int err;
+
+	if (len > UINT32_MAX - 1 || b->string_data_len + len + 1 > UINT32_MAX)
+		return -E2BIG;
+	if ((err = GROW(b->strings, b->string_cap, b->string_count + 1)))
+		return err;
+	if (b->string_data_len + len + 1 > b->string_data_cap) {
+		size_t cap = b->string_data_cap ? b->string_data_cap : 1024;
+		while (cap < b->string_data_len + len + 1)
+			cap *= 2;
+		char *data = realloc(b->string_data, cap);
+		if (!data)
+			return -ENOMEM;
+		b->string_data = data;
+		b->string_data_cap = cap;
+	}
+	b->strings[b->string_count].offset = (uint32_t)b->string_data_len;
+	b->strings[b->string_count].length = (uint32_t)len;
+	if (len)
+		memcpy(b->string_data + b->string_data_len, s, len);
+	b->string_data[b->string_data_len + len] = '\0';
+	b->string_data_len += len + 1;
+	*idx = b->string_count++;
+	return 0;
+}
+
+struct string_key {
+	const struct sysom_batch *b;
+	const char *s;
+	size_t len;
+};
+
+static bool string_eq(const void *ctx, uint32_t idx)
+{
+	const struct string_key *k = ctx;
+
+	return k->b->strings[idx].length == k->len &&
+	       memcmp(k->b->string_data + k->b->strings[idx].offset, k->s, k->len) == 0;
+}
+
+int sysom_batch_intern_string(struct sysom_batch *b, const char *s, size_t len, uint32_t *idx)
+{
+	struct string_key key = { b, s, len };
+	uint64_t h = sysom_hash64(s, len, 0);
+	uint32_t found;
+	int err;
+
+	if (!b->dedup)
+		return -EINVAL;
+	found = hash_index_find(&b->dedup->strings, h, string_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		*idx = found;
+		return 0;
+	}
+	if ((err = wire__append_string(b, s, len, &found)))
+		return err;
+	if ((err = hash_index_insert(&b->dedup->strings, h, found)))
+		return err;
+	*idx = found;
+	return 0;
+}
+
+int sysom_batch_intern_cstring(struct sysom_batch *b, const char *s, uint32_t *idx)
+{
+	return sysom_batch_intern_string(b, s ? s : "", s ? strlen(s) : 0, idx);
+}
+
+static bool kind_has_build_id(uint8_t kind)
+{
+	return kind == SYSOM_OBJECT_ELF || kind == SYSOM_OBJECT_FILE_HASH ||
+	       kind == SYSOM_OBJECT_KERNEL || kind == SYSOM_OBJECT_KMODULE;
+}
+
+struct object_key {
+	const struct sysom_batch *b;
+	uint8_t kind;
+	const uint8_t *build_id;
+	uint8_t build_id_len;
+	uint32_t name;
+};
+
+static bool object_eq(const void *ctx, uint32_t idx)
+{
+	const struct object_key *k = ctx;
+	const struct sysom_object *o = &k->b->objects[idx];
+
+	if (o->kind != k->kind)
+		return false;
+	if (kind_has_build_id(k->kind))
+		return o->build_id_len == k->build_id_len &&
+		       memcmp(o->build_id, k->build_id, k->build_id_len) == 0;
+	return o->name == k->name;
+}
+
+int sysom_batch_add_object(struct sysom_batch *b, uint8_t kind, const uint8_t *build_id,
+			   uint8_t build_id_len, const char *name, uint32_t *idx)
+{
+	struct object_key key = { b, kind, build_id, build_id_len, 0 };
+	uint64_t h;
+	uint32_t found;
+	int err;
+
+	if (!b->dedup || kind < SYSOM_OBJECT_ELF || kind > SYSOM_OBJECT_KIND_MAX ||
+	    build_id_len > SYSOM_BUILD_ID_MAX || (build_id_len && !build_id))
+		return -EINVAL;
+	if ((err = sysom_batch_intern_cstring(b, name, &key.name)))
+		return err;
+	h = sysom_hash_mix(kind, kind_has_build_id(kind) ? sysom_hash64(build_id, build_id_len, 1)
+							  : key.name);
+	found = hash_index_find(&b->dedup->objects, h, object_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		*idx = found;
+		return 0;
+	}
+	if ((err = GROW(b->objects, b->object_cap, b->object_count + 1)))
+		return err;
+	struct sysom_object *o = &b->objects[b->object_count];
+	memset(o, 0, sizeof(*o));
+	o->kind = kind;
+	o->build_id_len = build_id_len;
+	if (build_id_len)
+		memcpy(o->build_id, build_id, build_id_len);
+	o->name = key.name;
+	if ((err = hash_index_insert(&b->dedup->objects, h, b->object_count)))
+		return err;
+	*idx = b->object_count++;
+	return 0;
+}
+
+struct process_key {
+	const struct sysom_batch *b;
+	const struct sysom_process *p;
+};
+
+static bool process_eq(const void *ctx, uint32_t idx)
+{
+	const struct process_key *k = ctx;
+	const struct sysom_process *o = &k->b->processes[idx];
+
+	return o->tgid == k->p->tgid && o->start_time_ns == k->p->start_time_ns &&
+	       o->generation == k->p->generation;
+}
+
+int sysom_batch_add_process(struct sysom_batch *b, const struct sysom_process *p, uint32_t *idx)
+{
+	struct process_key key = { b, p };
+	uint64_t h = sysom_hash_mix(sysom_hash_mix(p->tgid, p->start_time_ns), p->generation);
+	uint32_t found;
+	int err;
+
+	if (!b->dedup)
+		return -EINVAL;
+	found = hash_index_find(&b->dedup->processes, h, process_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		*idx = found;
+		return 0;
+	}
+	if ((err = GROW(b->processes, b->process_cap, b->process_count + 1)))
+		return err;
+	b->processes[b->process_count] = *p;
+	if ((err = hash_index_insert(&b->dedup->processes, h, b->process_count)))
+		return err;
+	*idx = b->process_count++;
+	return 0;
+}
+
+int sysom_batch_add_mapping(struct sysom_batch *b, const struct sysom_mapping *m)
+{
+	int err;
+
+	if (m->process >= b->process_count || m->object >= b->object_count || m->end <= m->start)
+		return -EINVAL;
+	if ((err = GROW(b->mappings, b->mapping_cap, b->mapping_count + 1)))
+		return err;
+	b->mappings[b->mapping_count++] = *m;
+	return 0;
+}
+
+struct stack_key {
+	const struct sysom_batch *b;
+	uint8_t kind, stop_reason;
+	const struct sysom_frame *frames;
+	uint16_t nframes;
+};
+
+static bool stack_eq(const void *ctx, uint32_t idx)
+{
+	const struct stack_key *k = ctx;
+	const struct sysom_stack *s = &k->b->stacks[idx];
+	const struct sysom_frame *f = k->b->frames + s->first_frame;
+
+	if (s->kind != k->kind || s->stop_reason != k->stop_reason || s->nframes != k->nframes)
+		return false;
+	for (uint16_t i = 0; i < k->nframes; i++)
+		if (f[i].object != k->frames[i].object || f[i].offset != k->frames[i].offset)
+			return false;
+	return true;
+}
+
+int sysom_batch_add_stack(struct sysom_batch *b, uint8_t kind, uint8_t stop_reason,
+			  const struct sysom_frame *frames, uint16_t nframes, uint32_t *idx)
+{
+	struct stack_key key = { b, kind, stop_reason, frames, nframes };
+	uint64_t h = sysom_hash_mix(kind, (uint64_t)stop_reason << 16 | nframes);
+	uint32_t found;
+	int err;
+
+	if (!b->dedup || nframes == 0 || (kind != SYSOM_STACK_KERNEL && kind != SYSOM_STACK_USER) ||
+	    stop_reason > SYSOM_STOP_REASON_MAX)
+		return -EINVAL;
+	for (uint16_t i = 0; i < nframes; i++) {
+		if (frames[i].object >= b->object_count)
+			return -EINVAL;
+		h = sysom_hash_mix(sysom_hash_mix(h, frames[i].object), frames[i].offset);
+	}
+	found = hash_index_find(&b->dedup->stacks, h, stack_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		*idx = found;
+		return 0;
+	}
+	if ((err = GROW(b->frames, b->frame_cap, b->frame_count + nframes)) ||
+	    (err = GROW(b->stacks, b->stack_cap, b->stack_count + 1)))
+		return err;
+	memcpy(b->frames + b->frame_count, frames, nframes * sizeof(*frames));
+	b->stacks[b->stack_count] = (struct sysom_stack){
+		.nframes = nframes,
+		.kind = kind,
+		.stop_reason = stop_reason,
+		.first_frame = b->frame_count,
+	};
+	if ((err = hash_index_insert(&b->dedup->stacks, h, b->stack_count)))
+		return err;
+	b->frame_count += nframes;
+	*idx = b->stack_count++;
+	return 0;
+}
+
+struct sample_key {
+	const struct sysom_batch *b;
+	const struct sysom_sample *s;
+};
+
+static bool sample_eq(const void *ctx, uint32_t idx)
+{
+	const struct sample_key *k = ctx;
+	const struct sysom_sample *o = &k->b->samples[idx];
+
+	return o->process == k->s->process && o->tid == k->s->tid && o->cpu == k->s->cpu &&
+	       o->time_offset_ms == k->s->time_offset_ms &&
+	       o->kernel_stack == k->s->kernel_stack && o->user_stack == k->s->user_stack &&
+	       o->thread_comm == k->s->thread_comm;
+}
+
+int sysom_batch_add_sample(struct sysom_batch *b, const struct sysom_sample *s)
+{
+	struct sample_key key = { b, s };
+	uint64_t h;
+	uint32_t found;
+	int err;
+
+	if (!b->dedup || s->count == 0 || s->process >= b->process_count ||
+	    (s->kernel_stack != SYSOM_WIRE_NONE && s->kernel_stack >= b->stack_count) ||
+	    (s->user_stack != SYSOM_WIRE_NONE && s->user_stack >= b->stack_count) ||
+	    s->thread_comm >= b->string_count)
+		return -EINVAL;
+	h = sysom_hash_mix(sysom_hash_mix(s->process, (uint64_t)s->tid << 32 | s->cpu),
+			   sysom_hash_mix((uint64_t)s->kernel_stack << 32 | s->user_stack,
+					  (uint64_t)s->time_offset_ms << 32 | s->thread_comm));
+	found = hash_index_find(&b->dedup->samples, h, sample_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		uint64_t *count = &b->samples[found].count;
+		*count = *count > UINT64_MAX - s->count ? UINT64_MAX : *count + s->count;
+		return 0;
+	}
+	if ((err = GROW(b->samples, b->sample_cap, b->sample_count + 1)))
+		return err;
+	b->samples[b->sample_count] = *s;
+	if ((err = hash_index_insert(&b->dedup->samples, h, b->sample_count)))
+		return err;
+	b->sample_count++;
+	return 0;
+}
+
+int sysom_batch_add_counter(struct sysom_batch *b, uint16_t id, uint64_t delta)
+{
+	int err;
+
+	if (id == 0 || id >= SYSOM_COUNTER_MAX)
+		return -EINVAL;
+	for (uint32_t i = 0; i < b->counter_count; i++) {
+		if (b->counters[i].id == id) {
+			b->counters[i].value += delta;
+			return 0;
+		}
+	}
+	if ((err = GROW(b->counters, b->counter_cap, b->counter_count + 1)))
+		return err;
+	b->counters[b->counter_count++] = (struct sysom_counter){ .id = id, .value = delta };
+	return 0;
+}
+
+uint64_t sysom_batch_counter(const struct sysom_batch *b, uint16_t id)
+{
+	for (uint32_t i = 0; i < b->counter_count; i++)
+		if (b->counters[i].id == id)
+			return b->counters[i].value;
+	return 0;
+}
+
+/* Same rule as the decoder: -1 each when unknown, else 0 <= rank < size. */
+static bool rank_ok(int32_t rank, int32_t size)
+{
+	return rank >= -1 && size >= -1 && size != 0 && !(rank >= 0 && size > 0 && rank >= size);
+}
+
+/* A stack reference of the wanted kind, or none. */
+static bool stack_ref_ok(const struct sysom_batch *b, uint32_t stack, uint8_t kind)
+{
+	return stack == SYSOM_WIRE_NONE || (stack < b->stack_count && b->stacks[stack].kind == kind);
+}
+
+static bool strings_ok(const struct sysom_batch *b, const uint32_t *idx, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (idx[i] >= b->string_count)
+			return false;
+	return true;
+}
+
+int sysom_batch_set_job_rank(struct sysom_batch *b, const struct sysom_job_rank *j)
+{
+	const uint32_t strings[] = { j->job, j->job_id_source, j->master, j->groups };
+	int err;
+
+	if (j->process >= b->process_count || !strings_ok(b, strings, 4) ||
+	    (j->source != SYSOM_JOB_FROM_ENVIRONMENT && j->source != SYSOM_JOB_FROM_REGISTRATION) ||
+	    !rank_ok(j->rank, j->world_size) || !rank_ok(j->local_rank, j->local_world_size) ||
+	    j->group_rank < -1)
+		return -EINVAL;
+	for (uint32_t i = 0; i < b->job_rank_count; i++) {
+		if (b->job_ranks[i].process == j->process) {
+			b->job_ranks[i] = *j;
+			return 0;
+		}
+	}
+	if ((err = GROW(b->job_ranks, b->job_rank_cap, b->job_rank_count + 1)))
+		return err;
+	b->job_ranks[b->job_rank_count++] = *j;
+	return 0;
+}
+
+int sysom_batch_set_communicator(struct sysom_batch *b, const struct sysom_communicator *c)
+{
+	int err;
+
+	if (c->process >= b->process_count || c->key == 0 || c->key_source == 0 ||
+	    c->key_source > SYSOM_COMM_KEY_SOURCE_MAX || !rank_ok(c->rank, c->nranks) ||
+	    (c->flags & ~SYSOM_COMM_DESTROYED))
+		return -EINVAL;
+	for (uint32_t i = 0; i < b->communicator_count; i++) {
+		if (b->communicators[i].process == c->process && b->communicators[i].key == c->key) {
+			b->communicators[i] = *c;
+			return 0;
+		}
+	}
+	if ((err = GROW(b->communicators, b->communicator_cap, b->communicator_count + 1)))
+		return err;
+	b->communicators[b->communicator_count++] = *c;
+	return 0;
+}
+
+int sysom_batch_add_nccl_call(struct sysom_batch *b, const struct sysom_nccl_call *c)
+{
+	int err;
+
+	if (c->process >= b->process_count || c->op == 0 || c->op > SYSOM_NCCL_OP_MAX ||
+	    c->exit_ns < c->entry_ns || (c->flags & ~SYSOM_NCCL_IN_GROUP) || c->peer < -1 ||
+	    c->rank < -1)
+		return -EINVAL;
+	if ((err = GROW(b->nccl_calls, b->nccl_call_cap, b->nccl_call_count + 1)))
+		return err;
+	b->nccl_calls[b->nccl_call_count++] = *c;
+	return 0;
+}
+
+struct launch_key {
+	const struct sysom_batch *b;
+	const struct sysom_launch *l;
+};
+
+static bool launch_eq(const void *ctx, uint32_t idx)
+{
+	const struct launch_key *k = ctx;
+	const struct sysom_launch *o = &k->b->launches[idx];
+
+	return o->process == k->l->process && o->function == k->l->function &&
+	       o->user_stack == k->l->user_stack && o->kernel_stack == k->l->kernel_stack;
+}
+
+int sysom_batch_add_launch(struct sysom_batch *b, const struct sysom_launch *l)
+{
+	struct launch_key key = { b, l };
+	uint64_t h;
+	uint32_t found;
+	int err;
+
+	if (!b->dedup || l->count == 0 || l->process >= b->process_count ||
+	    l->kernel_name >= b->string_count ||
+	    !stack_ref_ok(b, l->user_stack, SYSOM_STACK_USER) ||
+	    !stack_ref_ok(b, l->kernel_stack, SYSOM_STACK_KERNEL) ||
+	    (l->flags & ~(SYSOM_LAUNCH_EX | SYSOM_LAUNCH_PTSZ)))
+		return -EINVAL;
+	h = sysom_hash_mix(sysom_hash_mix(l->process, l->function),
+			   (uint64_t)l->user_stack << 32 | l->kernel_stack);
+	found = hash_index_find(&b->dedup->launches, h, launch_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		struct sysom_launch *o = &b->launches[found];
+		uint32_t name = o->kernel_name ? o->kernel_name : l->kernel_name;
+
+		o->count = o->count > UINT64_MAX - l->count ? UINT64_MAX : o->count + l->count;
+		memcpy(o->grid, l->grid, sizeof(o->grid));
+		memcpy(o->block, l->block, sizeof(o->block));
+		o->shared_mem = l->shared_mem;
+		o->flags |= l->flags;
+		o->kernel_name = name;
+		return 0;
+	}
+	if ((err = GROW(b->launches, b->launch_cap, b->launch_count + 1)))
+		return err;
+	b->launches[b->launch_count] = *l;
+	if ((err = hash_index_insert(&b->dedup->launches, h, b->launch_count)))
+		return err;
+	b->launch_count++;
+	return 0;
+}
+
+/* ---- GPU-side timing (minor 2) ------------------------------------------------------------ */
+
+static bool string_ok(const struct sysom_batch *b, uint32_t idx)
+{
+	return idx < b->string_count;
+}
+
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+const char *sysom_gpu_kernel_problem(const struct sysom_batch *b, const struct sysom_gpu_kernel *k)
+{
+	uint64_t in_buckets = 0;
+
+	if (k->process >= b->process_count)
+		return "process out of range";
+	if (!string_ok(b, k->name) || k->name == 0)
+		return "kernel name missing or out of range";
+	if (k->count == 0)
+		return "zero count";
+	if (k->min_ns > k->max_ns || k->max_ns > k->total_ns)
+		return "min > max or max > total";
+	for (int i = 0; i < SYSOM_GPU_HIST_BUCKETS; i++)
+		in_buckets += k->hist[i];
+	if (in_buckets > k->count)
+		return "histogram holds more executions than count";
+	return NULL;
+}
+
+const char *sysom_nccl_profile_problem(const struct sysom_batch *b,
+				       const struct sysom_nccl_profile *p)
+{
+	if (p->process >= b->process_count)
+		return "process out of range";
+	if (p->comm_id == 0)
+		return "comm_id 0";
+	if (p->nranks < 1 || p->rank < 0 || p->rank >= p->nranks)
+		return "rank outside [0, nranks)";
+	if (p->peer < -1 || p->peer >= p->nranks)
+		return "peer outside [-1, nranks)";
+	if (!string_ok(b, p->comm_name) || !string_ok(b, p->func) || p->func == 0 ||
+	    !string_ok(b, p->algo) || !string_ok(b, p->proto) || !string_ok(b, p->datatype))
+		return "string out of range (or func empty)";
+	if (p->count == 0)
+		return "zero count";
+	if (p->kernel_timed > p->count || p->span_timed > p->count)
+		return "more timed operations than operations";
+	if (p->kernel_timed && p->kernel_ns_min > p->kernel_ns_max)
+		return "kernel_ns_min > kernel_ns_max";
+	if (p->first_seq > p->last_seq)
+		return "first_seq > last_seq";
+	return NULL;
+}
+
+const char *sysom_nccl_link_problem(const struct sysom_batch *b, const struct sysom_nccl_link *l)
+{
+	const double sums[] = { l->sx, l->sy, l->sxx, l->sxy, l->syy };
+
+	if (l->process >= b->process_count)
+		return "process out of range";
+	if (l->comm_id == 0)
+		return "comm_id 0";
+	if (l->rank < 0 || l->peer < 0 || l->channel < -1)
+		return "negative rank, peer or channel";
+	if (l->transfers == 0)
+		return "zero transfers";
+	for (size_t i = 0; i < sizeof(sums) / sizeof(sums[0]); i++)
+		if (!isfinite(sums[i]))
+			return "sufficient statistic not finite";
+	if (isinf(l->min_latency_ns) || isinf(l->min_bytes_per_ns) || isinf(l->min_r2))
+		return "MIN-mode fit infinite";
+	return NULL;
+}
+
+struct row_key {
+	const struct sysom_batch *b;
+	const void *row;
+};
+
+static bool gpu_kernel_eq(const void *ctx, uint32_t idx)
+{
+	const struct row_key *k = ctx;
+	const struct sysom_gpu_kernel *a = &k->b->gpu_kernels[idx], *n = k->row;
+
+	return a->process == n->process && a->name == n->name && a->device == n->device &&
+	       a->stream == n->stream;
+}
+
+int sysom_batch_add_gpu_kernel(struct sysom_batch *b, const struct sysom_gpu_kernel *k)
+{
+	struct row_key key = { b, k };
+	uint32_t found;
+	uint64_t h;
+	int err;
+
+	if (!b->dedup || sysom_gpu_kernel_problem(b, k))
+		return -EINVAL;
+	h = sysom_hash_mix(sysom_hash_mix(k->process, k->name),
+			   sysom_hash_mix(k->device, k->stream));
+	found = hash_index_find(&b->dedup->gpu_kernels, h, gpu_kernel_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		struct sysom_gpu_kernel *o = &b->gpu_kernels[found];
+
+		o->count = add_sat(o->count, k->count);
+		o->total_ns = add_sat(o->total_ns, k->total_ns);
+		o->min_ns = k->min_ns < o->min_ns ? k->min_ns : o->min_ns;
+		o->max_ns = k->max_ns > o->max_ns ? k->max_ns : o->max_ns;
+		for (int i = 0; i < SYSOM_GPU_HIST_BUCKETS; i++)
+			o->hist[i] = o->hist[i] > UINT32_MAX - k->hist[i] ? UINT32_MAX
+									  : o->hist[i] + k->hist[i];
+		return 0;
+	}
+	if ((err = GROW(b->gpu_kernels, b->gpu_kernel_cap, b->gpu_kernel_count + 1)))
+		return err;
+	b->gpu_kernels[b->gpu_kernel_count] = *k;
+	if ((err = hash_index_insert(&b->dedup->gpu_kernels, h, b->gpu_kernel_count)))
+		return err;
+	b->gpu_kernel_count++;
+	return 0;
+}
+
+static bool nccl_profile_eq(const void *ctx, uint32_t idx)
+{
+	const struct row_key *k = ctx;
+	const struct sysom_nccl_profile *a = &k->b->nccl_profiles[idx], *n = k->row;
+
+	return a->process == n->process && a->comm_id == n->comm_id && a->func == n->func &&
+	       a->algo == n->algo && a->proto == n->proto && a->datatype == n->datatype &&
+	       a->peer == n->peer;
+}
+
+int sysom_batch_add_nccl_profile(struct sysom_batch *b, const struct sysom_nccl_profile *p)
+{
+	struct row_key key = { b, p };
+	uint32_t found;
+	uint64_t h;
+	int err;
+
+	if (!b->dedup || sysom_nccl_profile_problem(b, p))
+		return -EINVAL;
+	h = sysom_hash_mix(sysom_hash_mix(p->process, p->comm_id),
+			   sysom_hash_mix((uint64_t)p->func << 32 | p->algo,
+					  sysom_hash_mix((uint64_t)p->proto << 32 | p->datatype,
+							 (uint32_t)p->peer)));
+	found = hash_index_find(&b->dedup->nccl_profiles, h, nccl_profile_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		struct sysom_nccl_profile *o = &b->nccl_profiles[found];
+
+		if (p->kernel_timed) {
+			o->kernel_ns_min = !o->kernel_timed || p->kernel_ns_min < o->kernel_ns_min
+						   ? p->kernel_ns_min : o->kernel_ns_min;
+			o->kernel_ns_max = p->kernel_ns_max > o->kernel_ns_max ? p->kernel_ns_max
+									      : o->kernel_ns_max;
+		}
+		o->first_seq = p->first_seq < o->first_seq ? p->first_seq : o->first_seq;
+		o->last_seq = p->last_seq > o->last_seq ? p->last_seq : o->last_seq;
+		o->nchannels = p->nchannels > o->nchannels ? p->nchannels : o->nchannels;
+		if (p->comm_name)
+			o->comm_name = p->comm_name;
+		o->count = add_sat(o->count, p->count);
+		o->bytes = add_sat(o->bytes, p->bytes);
+		o->kernel_timed = add_sat(o->kernel_timed, p->kernel_timed);
+		o->kernel_ns_total = add_sat(o->kernel_ns_total, p->kernel_ns_total);
+		o->span_timed = add_sat(o->span_timed, p->span_timed);
+		o->span_ns_total = add_sat(o->span_ns_total, p->span_ns_total);
+		o->enqueue_ns_total = add_sat(o->enqueue_ns_total, p->enqueue_ns_total);
+		o->transfers = add_sat(o->transfers, p->transfers);
+		o->transfer_bytes = add_sat(o->transfer_bytes, p->transfer_bytes);
+		/* Saturation could break the invariants the decoder checks: clamp. */
+		if (o->kernel_timed > o->count)
+			o->kernel_timed = o->count;
+		if (o->span_timed > o->count)
+			o->span_timed = o->count;
+		return 0;
+	}
+	if ((err = GROW(b->nccl_profiles, b->nccl_profile_cap, b->nccl_profile_count + 1)))
+		return err;
+	b->nccl_profiles[b->nccl_profile_count] = *p;
+	if ((err = hash_index_insert(&b->dedup->nccl_profiles, h, b->nccl_profile_count)))
+		return err;
+	b->nccl_profile_count++;
+	return 0;
+}
+
+static bool nccl_link_eq(const void *ctx, uint32_t idx)
+{
+	const struct row_key *k = ctx;
+	const struct sysom_nccl_link *a = &k->b->nccl_links[idx], *n = k->row;
+
+	return a->process == n->process && a->comm_id == n->comm_id && a->peer == n->peer &&
+	       a->channel == n->channel;
+}
+
+/* Adds finite sums; a sum that overflows to infinity keeps the largest finite value. */
+static double add_finite(double a, double b)
+{
+	double s = a + b;
+
+	return isfinite(s) ? s : (s > 0 ? DBL_MAX : -DBL_MAX);
+}
+
+int sysom_batch_add_nccl_link(struct sysom_batch *b, const struct sysom_nccl_link *l)
+{
+	struct row_key key = { b, l };
+	uint32_t found;
+	uint64_t h;
+	int err;
+
+	if (!b->dedup || sysom_nccl_link_problem(b, l))
+		return -EINVAL;
+	h = sysom_hash_mix(sysom_hash_mix(l->process, l->comm_id),
+			   (uint64_t)(uint32_t)l->peer << 32 | (uint32_t)l->channel);
+	found = hash_index_find(&b->dedup->nccl_links, h, nccl_link_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		struct sysom_nccl_link *o = &b->nccl_links[found];
+
+		o->rank = l->rank;
+		o->transfers = add_sat(o->transfers, l->transfers);
+		o->bytes = add_sat(o->bytes, l->bytes);
+		o->time_ns_total = add_sat(o->time_ns_total, l->time_ns_total);
+		o->sx = add_finite(o->sx, l->sx);
+		o->sy = add_finite(o->sy, l->sy);
+		o->sxx = add_finite(o->sxx, l->sxx);
+		o->sxy = add_finite(o->sxy, l->sxy);
+		o->syy = add_finite(o->syy, l->syy);
+		if (l->min_points > o->min_points) {
+			o->min_latency_ns = l->min_latency_ns;
+			o->min_bytes_per_ns = l->min_bytes_per_ns;
+			o->min_r2 = l->min_r2;
+			o->min_points = l->min_points;
+		}
+		return 0;
+	}
+	if ((err = GROW(b->nccl_links, b->nccl_link_cap, b->nccl_link_count + 1)))
+		return err;
+	b->nccl_links[b->nccl_link_count] = *l;
+	if ((err = hash_index_insert(&b->dedup->nccl_links, h, b->nccl_link_count)))
+		return err;
+	b->nccl_link_count++;
+	return 0;
+}
+
+/* ---- OS signals (minor 3) ------------------------------------------------------------------- */
+
+const char *sysom_os_cpu_problem(const struct sysom_os_cpu *c)
+{
+	if (c->cpu >= SYSOM_OS_CPU_LIMIT)
+		return "cpu out of range";
+	if (c->numa_node < -1)
+		return "NUMA node below -1";
+	if (c->hardirq_ns && !c->hardirq_count)
+		return "hard interrupt time without interrupts";
+	for (int v = 0; v < SYSOM_SOFTIRQ_COUNT; v++)
+		if (c->softirq_ns[v] && !c->softirq_count[v])
+			return "softirq time without softirqs";
+	return NULL;
+}
+
+const char *sysom_os_irq_problem(const struct sysom_batch *b, const struct sysom_os_irq *q)
+{
+	if (q->cpu >= SYSOM_OS_CPU_LIMIT)
+		return "cpu out of range";
+	if (!string_ok(b, q->name))
+		return "name out of range";
+	if (q->count == 0)
+		return "zero count";
+	return NULL;
+}
+
+const char *sysom_os_thread_problem(const struct sysom_batch *b, const struct sysom_os_thread *t)
+{
+	uint64_t in_buckets = 0;
+
+	if (t->process >= b->process_count)
+		return "process out of range";
+	if (t->tid == 0)
+		return "tid 0";
+	if (!string_ok(b, t->comm))
+		return "comm out of range";
+	for (int i = 0; i < SYSOM_RUNQ_HIST_BUCKETS; i++)
+		in_buckets += t->runq_hist[i];
+	if (in_buckets > t->runq_waits)
+		return "histogram holds more waits than runq_waits";
+	if (t->numa_migrations > t->migrations)
+		return "more NUMA migrations than migrations";
+	return NULL;
+}
+
+static bool os_cpu_eq(const void *ctx, uint32_t idx)
+{
+	const struct row_key *k = ctx;
+
+	return k->b->os_cpus[idx].cpu == ((const struct sysom_os_cpu *)k->row)->cpu;
+}
+
+int sysom_batch_add_os_cpu(struct sysom_batch *b, const struct sysom_os_cpu *c)
+{
+	struct row_key key = { b, c };
+	uint64_t h = sysom_hash_mix(0x05c9, c->cpu);
+	uint32_t found;
+	int err;
+
+	if (!b->dedup || sysom_os_cpu_problem(c))
+		return -EINVAL;
+	found = hash_index_find(&b->dedup->os_cpus, h, os_cpu_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		struct sysom_os_cpu *o = &b->os_cpus[found];
+
+		if (c->numa_node >= 0)
+			o->numa_node = c->numa_node;
+		o->busy_ns = add_sat(o->busy_ns, c->busy_ns);
+		o->hardirq_count = add_sat(o->hardirq_count, c->hardirq_count);
+		o->hardirq_ns = add_sat(o->hardirq_ns, c->hardirq_ns);
+		for (int v = 0; v < SYSOM_SOFTIRQ_COUNT; v++) {
+			o->softirq_count[v] = add_sat(o->softirq_count[v], c->softirq_count[v]);
+			o->softirq_ns[v] = add_sat(o->softirq_ns[v], c->softirq_ns[v]);
+		}
+		o->context_switches = add_sat(o->context_switches, c->context_switches);
+		o->runq_wait_ns = add_sat(o->runq_wait_ns, c->runq_wait_ns);
+		return 0;
+	}
+	if ((err = GROW(b->os_cpus, b->os_cpu_cap, b->os_cpu_count + 1)))
+		return err;
+	b->os_cpus[b->os_cpu_count] = *c;
+	if ((err = hash_index_insert(&b->dedup->os_cpus, h, b->os_cpu_count)))
+		return err;
+	b->os_cpu_count++;
+	return 0;
+}
+
+static bool os_irq_eq(const void *ctx, uint32_t idx)
+{
+	const struct row_key *k = ctx;
+	const struct sysom_os_irq *a = &k->b->os_irqs[idx], *n = k->row;
+
+	return a->cpu == n->cpu && a->irq == n->irq;
+}
+
+int sysom_batch_add_os_irq(struct sysom_batch *b, const struct sysom_os_irq *q)
+{
+	struct row_key key = { b, q };
+	uint64_t h = sysom_hash_mix(q->cpu, q->irq);
+	uint32_t found;
+	int err;
+
+	if (!b->dedup || sysom_os_irq_problem(b, q))
+		return -EINVAL;
+	found = hash_index_find(&b->dedup->os_irqs, h, os_irq_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		struct sysom_os_irq *o = &b->os_irqs[found];
+
+		o->count = add_sat(o->count, q->count);
+		o->ns = add_sat(o->ns, q->ns);
+		if (q->name)
+			o->name = q->name; /* the handler's latest name */
+		return 0;
+	}
+	if ((err = GROW(b->os_irqs, b->os_irq_cap, b->os_irq_count + 1)))
+		return err;
+	b->os_irqs[b->os_irq_count] = *q;
+	if ((err = hash_index_insert(&b->dedup->os_irqs, h, b->os_irq_count)))
+		return err;
+	b->os_irq_count++;
+	return 0;
+}
+
+static bool os_thread_eq(const void *ctx, uint32_t idx)
+{
+	const struct row_key *k = ctx;
+	const struct sysom_os_thread *a = &k->b->os_threads[idx], *n = k->row;
+
+	return a->process == n->process && a->tid == n->tid;
+}
+
+int sysom_batch_add_os_thread(struct sysom_batch *b, const struct sysom_os_thread *t)
+{
+	struct row_key key = { b, t };
+	uint64_t h = sysom_hash_mix(t->process, t->tid);
+	uint32_t found;
+	int err;
+
+	if (!b->dedup || sysom_os_thread_problem(b, t))
+		return -EINVAL;
+	found = hash_index_find(&b->dedup->os_threads, h, os_thread_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		struct sysom_os_thread *o = &b->os_threads[found];
+
+		o->comm = t->comm;
+		o->oncpu_ns = add_sat(o->oncpu_ns, t->oncpu_ns);
+		o->runq_wait_ns = add_sat(o->runq_wait_ns, t->runq_wait_ns);
+		o->runq_waits = add_sat(o->runq_waits, t->runq_waits);
+		/* A saturated bucket only lowers the histogram's sum: still <= runq_waits. */
+		for (int i = 0; i < SYSOM_RUNQ_HIST_BUCKETS; i++)
+			o->runq_hist[i] = o->runq_hist[i] > UINT32_MAX - t->runq_hist[i]
+						  ? UINT32_MAX
+						  : o->runq_hist[i] + t->runq_hist[i];
+		o->voluntary_switches = add_sat(o->voluntary_switches, t->voluntary_switches);
+		o->involuntary_switches = add_sat(o->involuntary_switches, t->involuntary_switches);
+		o->migrations = add_sat(o->migrations, t->migrations);
+		o->numa_migrations = add_sat(o->numa_migrations, t->numa_migrations);
+		if (o->numa_migrations > o->migrations) /* only after saturation */
+			o->numa_migrations = o->migrations;
+		o->pages_migrated = add_sat(o->pages_migrated, t->pages_migrated);
+		o->hardirq_ns = add_sat(o->hardirq_ns, t->hardirq_ns);
+		o->softirq_ns = add_sat(o->softirq_ns, t->softirq_ns);
+		for (int i = 0; i < SYSOM_CPU_MASK_WORDS; i++)
+			o->cpus[i] |= t->cpus[i];
+		return 0;
+	}
+	if ((err = GROW(b->os_threads, b->os_thread_cap, b->os_thread_count + 1)))
+		return err;
+	b->os_threads[b->os_thread_count] = *t;
+	if ((err = hash_index_insert(&b->dedup->os_threads, h, b->os_thread_count)))
+		return err;
+	b->os_thread_count++;
+	return 0;
+}
+
+/* ---- encoder ------------------------------------------------------------------------------ */
+
+struct section_entry {
+	uint16_t type;
+	uint32_t count;
+	size_t offset;
+	size_t size;
+};
+
+static void encode_strings(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->string_count; i++) {
+		byte_buf_put_u32(out, b->strings[i].length);
+		byte_buf_append(out, b->string_data + b->strings[i].offset, b->strings[i].length);
+	}
+}
+
+static void encode_node(const struct sysom_batch *b, struct byte_buf *out)
+{
+	const struct sysom_node_info *n = &b->node;
+
+	byte_buf_put_u32(out, n->hostname);
+	byte_buf_put_u32(out, n->kernel_release);
+	byte_buf_put_u32(out, n->machine);
+	byte_buf_put_u32(out, n->agent_version);
+	byte_buf_put_u32(out, n->kernel_object);
+	byte_buf_put_u32(out, n->sample_hz);
+	byte_buf_put_u32(out, n->sample_rate_ppm);
+	byte_buf_put_u32(out, n->drain_interval_ms);
+	byte_buf_put_u32(out, n->batch_interval_ms);
+	byte_buf_put_u32(out, n->online_cpus);
+	byte_buf_append(out, n->boot_id, sizeof(n->boot_id));
+	byte_buf_put_u64(out, 0); /* reserved */
+}
+
+static void encode_objects(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->object_count; i++) {
+		const struct sysom_object *o = &b->objects[i];
+		uint8_t id[SYSOM_BUILD_ID_MAX] = { 0 };
+
+		memcpy(id, o->build_id, o->build_id_len);
+		byte_buf_put_u8(out, o->kind);
+		byte_buf_put_u8(out, o->build_id_len);
+		byte_buf_put_u16(out, 0);
+		byte_buf_put_u32(out, o->name);
+		byte_buf_append(out, id, sizeof(id));
+	}
+}
+
+static void encode_processes(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->process_count; i++) {
+		const struct sysom_process *p = &b->processes[i];
+
+		byte_buf_put_u32(out, p->tgid);
+		byte_buf_put_u32(out, p->generation);
+		byte_buf_put_u64(out, p->start_time_ns);
+		byte_buf_put_u32(out, p->comm);
+		byte_buf_put_u32(out, p->exe);
+		byte_buf_put_u32(out, p->cmdline);
+		byte_buf_put_u32(out, p->ppid);
+	}
+}
+
+static void encode_mappings(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->mapping_count; i++) {
+		const struct sysom_mapping *m = &b->mappings[i];
+
+		byte_buf_put_u32(out, m->process);
+		byte_buf_put_u32(out, m->object);
+		byte_buf_put_u64(out, m->start);
+		byte_buf_put_u64(out, m->end);
+		byte_buf_put_u64(out, m->file_offset);
+	}
+}
+
+static void encode_stacks(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->stack_count; i++) {
+		const struct sysom_stack *s = &b->stacks[i];
+		const struct sysom_frame *f = b->frames + s->first_frame;
+
+		byte_buf_put_u16(out, s->nframes);
+		byte_buf_put_u8(out, s->kind);
+		byte_buf_put_u8(out, s->stop_reason);
+		byte_buf_put_u32(out, 0);
+		for (uint16_t j = 0; j < s->nframes; j++) {
+			byte_buf_put_u32(out, f[j].object);
+			byte_buf_put_u64(out, f[j].offset);
+		}
+	}
+}
+
+static void encode_samples(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->sample_count; i++) {
+		const struct sysom_sample *s = &b->samples[i];
+
+		byte_buf_put_u32(out, s->process);
+		byte_buf_put_u32(out, s->tid);
+		byte_buf_put_u32(out, s->cpu);
+		byte_buf_put_u32(out, s->time_offset_ms);
+		byte_buf_put_u32(out, s->kernel_stack);
+		byte_buf_put_u32(out, s->user_stack);
+		byte_buf_put_u32(out, s->thread_comm);
+		byte_buf_put_u32(out, 0);
+		byte_buf_put_u64(out, s->count);
+	}
+}
+
+static void encode_counters(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->counter_count; i++) {
+		byte_buf_put_u16(out, b->counters[i].id);
+		byte_buf_put_u16(out, 0);
+		byte_buf_put_u32(out, 0);
+		byte_buf_put_u64(out, b->counters[i].value);
+	}
+}
+
+static void encode_job_ranks(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->job_rank_count; i++) {
+		const struct sysom_job_rank *j = &b->job_ranks[i];
+
+		byte_buf_put_u32(out, j->process);
+		byte_buf_put_u32(out, j->job);
+		byte_buf_put_u32(out, (uint32_t)j->rank);
+		byte_buf_put_u32(out, (uint32_t)j->world_size);
+		byte_buf_put_u32(out, (uint32_t)j->local_rank);
+		byte_buf_put_u32(out, (uint32_t)j->local_world_size);
+		byte_buf_put_u32(out, (uint32_t)j->group_rank);
+		byte_buf_put_u8(out, j->source);
+		byte_buf_put_u8(out, 0);
+		byte_buf_put_u16(out, 0);
+		byte_buf_put_u32(out, j->job_id_source);
+		byte_buf_put_u32(out, j->master);
+		byte_buf_put_u32(out, j->groups);
+		byte_buf_put_u32(out, 0);
+	}
+}
+
+static void encode_communicators(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->communicator_count; i++) {
+		const struct sysom_communicator *c = &b->communicators[i];
+
+		byte_buf_put_u32(out, c->process);
+		byte_buf_put_u32(out, (uint32_t)c->rank);
+		byte_buf_put_u64(out, c->key);
+		byte_buf_put_u64(out, c->parent_key);
+		byte_buf_put_u64(out, c->nccl_comm_hash);
+		byte_buf_put_u32(out, (uint32_t)c->nranks);
+		byte_buf_put_u32(out, (uint32_t)c->split_color);
+		byte_buf_put_u32(out, c->split_ordinal);
+		byte_buf_put_u32(out, (uint32_t)c->split_key);
+		byte_buf_put_u32(out, 0);
+		byte_buf_put_u8(out, c->key_source);
+		byte_buf_put_u8(out, c->flags);
+		byte_buf_put_u16(out, 0);
+		byte_buf_put_u64(out, c->created_ns);
+		byte_buf_put_u64(out, c->handle);
+	}
+}
+
+static void encode_nccl_calls(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->nccl_call_count; i++) {
+		const struct sysom_nccl_call *c = &b->nccl_calls[i];
+
+		byte_buf_put_u32(out, c->process);
+		byte_buf_put_u32(out, c->tid);
+		byte_buf_put_u64(out, c->comm_key);
+		byte_buf_put_u64(out, c->seq);
+		byte_buf_put_u64(out, c->entry_ns);
+		byte_buf_put_u64(out, c->exit_ns);
+		byte_buf_put_u64(out, c->count);
+		byte_buf_put_u64(out, c->bytes);
+		byte_buf_put_u64(out, c->stream);
+		byte_buf_put_u8(out, c->op);
+		byte_buf_put_u8(out, c->datatype);
+		byte_buf_put_u8(out, c->redop);
+		byte_buf_put_u8(out, c->flags);
+		byte_buf_put_u32(out, (uint32_t)c->peer);
+		byte_buf_put_u32(out, (uint32_t)c->result);
+		byte_buf_put_u32(out, (uint32_t)c->rank);
+	}
+}
+
+static void encode_launches(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->launch_count; i++) {
+		const struct sysom_launch *l = &b->launches[i];
+
+		byte_buf_put_u32(out, l->process);
+		byte_buf_put_u32(out, l->kernel_name);
+		byte_buf_put_u64(out, l->function);
+		byte_buf_put_u32(out, l->user_stack);
+		byte_buf_put_u32(out, l->kernel_stack);
+		byte_buf_put_u64(out, l->count);
+		for (int k = 0; k < 3; k++)
+			byte_buf_put_u32(out, l->grid[k]);
+		for (int k = 0; k < 3; k++)
+			byte_buf_put_u32(out, l->block[k]);
+		byte_buf_put_u32(out, l->shared_mem);
+		byte_buf_put_u16(out, l->flags);
+		byte_buf_put_u16(out, 0);
+	}
+}
+
+static void encode_gpu_kernels(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->gpu_kernel_count; i++) {
+		const struct sysom_gpu_kernel *k = &b->gpu_kernels[i];
+
+		byte_buf_put_u32(out, k->process);
+		byte_buf_put_u32(out, k->name);
+		byte_buf_put_u32(out, k->device);
+		byte_buf_put_u32(out, 0);
+		byte_buf_put_u64(out, k->stream);
+		byte_buf_put_u64(out, k->count);
+		byte_buf_put_u64(out, k->total_ns);
+		byte_buf_put_u64(out, k->min_ns);
+		byte_buf_put_u64(out, k->max_ns);
+		for (int j = 0; j < SYSOM_GPU_HIST_BUCKETS; j++)
+			byte_buf_put_u32(out, k->hist[j]);
+	}
+}
+
+static void encode_nccl_profiles(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->nccl_profile_count; i++) {
+		const struct sysom_nccl_profile *p = &b->nccl_profiles[i];
+
+		byte_buf_put_u32(out, p->process);
+		byte_buf_put_u32(out, (uint32_t)p->rank);
+		byte_buf_put_u64(out, p->comm_id);
+		byte_buf_put_u32(out, p->comm_name);
+		byte_buf_put_u32(out, (uint32_t)p->nranks);
+		byte_buf_put_u32(out, p->func);
+		byte_buf_put_u32(out, p->algo);
+		byte_buf_put_u32(out, p->proto);
+		byte_buf_put_u32(out, p->datatype);
+		byte_buf_put_u32(out, (uint32_t)p->peer);
+		byte_buf_put_u32(out, p->nchannels);
+		byte_buf_put_u64(out, p->count);
+		byte_buf_put_u64(out, p->bytes);
+		byte_buf_put_u64(out, p->kernel_timed);
+		byte_buf_put_u64(out, p->kernel_ns_total);
+		byte_buf_put_u64(out, p->kernel_ns_min);
+		byte_buf_put_u64(out, p->kernel_ns_max);
+		byte_buf_put_u64(out, p->span_timed);
+		byte_buf_put_u64(out, p->span_ns_total);
+		byte_buf_put_u64(out, p->enqueue_ns_total);
+		byte_buf_put_u64(out, p->transfers);
+		byte_buf_put_u64(out, p->transfer_bytes);
+		byte_buf_put_u64(out, p->first_seq);
+		byte_buf_put_u64(out, p->last_seq);
+	}
+}
+
+static void put_double(struct byte_buf *out, double v)
+{
+	uint64_t bits;
+
+	memcpy(&bits, &v, sizeof(bits));
+	byte_buf_put_u64(out, bits);
+}
+
+static void encode_nccl_links(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->nccl_link_count; i++) {
+		const struct sysom_nccl_link *l = &b->nccl_links[i];
+
+		byte_buf_put_u32(out, l->process);
+		byte_buf_put_u32(out, (uint32_t)l->rank);
+		byte_buf_put_u64(out, l->comm_id);
+		byte_buf_put_u32(out, (uint32_t)l->peer);
+		byte_buf_put_u32(out, (uint32_t)l->channel);
+		byte_buf_put_u64(out, l->transfers);
+		byte_buf_put_u64(out, l->bytes);
+		byte_buf_put_u64(out, l->time_ns_total);
+		put_double(out, l->sx);
+		put_double(out, l->sy);
+		put_double(out, l->sxx);
+		put_double(out, l->sxy);
+		put_double(out, l->syy);
+		put_double(out, l->min_latency_ns);
+		put_double(out, l->min_bytes_per_ns);
+		put_double(out, l->min_r2);
+		byte_buf_put_u32(out, l->min_points);
+		byte_buf_put_u32(out, 0);
+	}
+}
+
+static void encode_os_cpus(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->os_cpu_count; i++) {
+		const struct sysom_os_cpu *c = &b->os_cpus[i];
+
+		byte_buf_put_u32(out, c->cpu);
+		byte_buf_put_u32(out, (uint32_t)c->numa_node);
+		byte_buf_put_u64(out, c->busy_ns);
+		byte_buf_put_u64(out, c->hardirq_count);
+		byte_buf_put_u64(out, c->hardirq_ns);
+		for (int v = 0; v < SYSOM_SOFTIRQ_COUNT; v++)
+			byte_buf_put_u64(out, c->softirq_count[v]);
+		for (int v = 0; v < SYSOM_SOFTIRQ_COUNT; v++)
+			byte_buf_put_u64(out, c->softirq_ns[v]);
+		byte_buf_put_u64(out, c->context_switches);
+		byte_buf_put_u64(out, c->runq_wait_ns);
+	}
+}
+
+static void encode_os_irqs(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->os_irq_count; i++) {
+		const struct sysom_os_irq *q = &b->os_irqs[i];
+
+		byte_buf_put_u32(out, q->cpu);
+		byte_buf_put_u32(out, q->irq);
+		byte_buf_put_u32(out, q->name);
+		byte_buf_put_u32(out, 0);
+		byte_buf_put_u64(out, q->count);
+		byte_buf_put_u64(out, q->ns);
+	}
+}
+
+static void encode_os_threads(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->os_thread_count; i++) {
+		const struct sysom_os_thread *t = &b->os_threads[i];
+
+		byte_buf_put_u32(out, t->process);
+		byte_buf_put_u32(out, t->tid);
+		byte_buf_put_u32(out, t->comm);
+		byte_buf_put_u32(out, 0);
+		byte_buf_put_u64(out, t->oncpu_ns);
+		byte_buf_put_u64(out, t->runq_wait_ns);
+		byte_buf_put_u64(out, t->runq_waits);
+		for (int k = 0; k < SYSOM_RUNQ_HIST_BUCKETS; k++)
+			byte_buf_put_u32(out, t->runq_hist[k]);
+		byte_buf_put_u64(out, t->voluntary_switches);
+		byte_buf_put_u64(out, t->involuntary_switches);
+		byte_buf_put_u64(out, t->migrations);
+		byte_buf_put_u64(out, t->numa_migrations);
+		byte_buf_put_u64(out, t->pages_migrated);
+		byte_buf_put_u64(out, t->hardirq_ns);
+		byte_buf_put_u64(out, t->softirq_ns);
+		for (int k = 0; k < SYSOM_CPU_MASK_WORDS; k++)
+			byte_buf_put_u64(out, t->cpus[k]);
+		byte_buf_put_u64(out, 0); /* reserved, 16 bytes */
+		byte_buf_put_u64(out, 0);
+	}
+}
+
+int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
+{
+	static const struct {
+		uint16_t type;
+		void (*encode)(const struct sysom_batch *, struct byte_buf *);
+	} order[] = {
+		{ SYSOM_SECTION_STRINGS, encode_strings },
+		{ SYSOM_SECTION_NODE, encode_node },
+		{ SYSOM_SECTION_OBJECTS, encode_objects },
+		{ SYSOM_SECTION_PROCESSES, encode_processes },
+		{ SYSOM_SECTION_MAPPINGS, encode_mappings },
+		{ SYSOM_SECTION_STACKS, encode_stacks },
+		{ SYSOM_SECTION_SAMPLES, encode_samples },
+		{ SYSOM_SECTION_COUNTERS, encode_counters },
+		{ SYSOM_SECTION_JOB_RANKS, encode_job_ranks },
+		{ SYSOM_SECTION_COMMUNICATORS, encode_communicators },
+		{ SYSOM_SECTION_NCCL_CALLS, encode_nccl_calls },
+		{ SYSOM_SECTION_LAUNCHES, encode_launches },
+		{ SYSOM_SECTION_GPU_KERNELS, encode_gpu_kernels },
+		{ SYSOM_SECTION_NCCL_PROFILES, encode_nccl_profiles },
+		{ SYSOM_SECTION_NCCL_LINKS, encode_nccl_links },
+		{ SYSOM_SECTION_OS_CPUS, encode_os_cpus },
+		{ SYSOM_SECTION_OS_IRQS, encode_os_irqs },
+		{ SYSOM_SECTION_OS_THREADS, encode_os_threads },
+	};
+	const size_t nsections = sizeof(order) / sizeof(order[0]);
+	struct section_entry entries[sizeof(order) / sizeof(order[0])];
+	size_t base = out->len;
+	uint8_t *header;
+
+	if (b->string_count == 0 || b->window_end_ns < b->window_start_ns)
+		return -EINVAL;
+	header = byte_buf_reserve(out, SYSOM_WIRE_HEADER_SIZE + nsections * SYSOM_WIRE_SECTION_ENTRY_SIZE);
+	if (!header)
+		return byte_buf_error(out);
+	out->len += SYSOM_WIRE_HEADER_SIZE + nsections * SYSOM_WIRE_SECTION_ENTRY_SIZE;
+
+	for (size_t i = 0; i < nsections; i++) {
+		entries[i].type = order[i].type;
+		entries[i].offset = out->len - base;
+		order[i].encode(b, out);
+		entries[i].size = out->len - base - entries[i].offset;
+	}
+	if (byte_buf_error(out))
+		return byte_buf_error(out);
+	if (out->len - base > UINT32_MAX)
+		return -E2BIG;
+	entries[0].count = b->string_count;
+	entries[1].count = 1;
+	entries[2].count = b->object_count;
+	entries[3].count = b->process_count;
+	entries[4].count = b->mapping_count;
+	entries[5].count = b->stack_count;
+	entries[6].count = b->sample_count;
+	entries[7].count = b->counter_count;
+	entries[8].count = b->job_rank_count;
+	entries[9].count = b->communicator_count;
+	entries[10].count = b->nccl_call_count;
+	entries[11].count = b->launch_count;
+	entries[12].count = b->gpu_kernel_count;
+	entries[13].count = b->nccl_profile_count;
+	entries[14].count = b->nccl_link_count;
+	entries[15].count = b->os_cpu_count;
+	entries[16].count = b->os_irq_count;
+	entries[17].count = b->os_thread_count;
+
+	header = out->data + base; /* the buffer may have moved */
+	memcpy(header, SYSOM_WIRE_MAGIC, 4);
+	store_le16(header + 4, SYSOM_WIRE_MAJOR);
+	store_le16(header + 6, SYSOM_WIRE_MINOR);
+	store_le16(header + 8, SYSOM_WIRE_HEADER_SIZE);
+	store_le16(header + 10, (uint16_t)nsections);
+	store_le32(header + 12, 0);
+	memcpy(header + 16, b->node_id, SYSOM_NODE_ID_SIZE);
+	store_le64(header + 32, b->agent_epoch);
+	store_le64(header + 40, b->sequence);
+	store_le64(header + 48, b->window_start_ns);
+	store_le64(header + 56, b->window_end_ns);
+	for (size_t i = 0; i < nsections; i++) {
+		uint8_t *e = header + SYSOM_WIRE_HEADER_SIZE + i * SYSOM_WIRE_SECTION_ENTRY_SIZE;
+		store_le16(e, entries[i].type);
+		store_le16(e + 2, 0);
+		store_le32(e + 4, entries[i].count);
+		store_le32(e + 8, (uint32_t)entries[i].offset);
+		store_le32(e + 12, (uint32_t)entries[i].size);
+	}
+	return 0;
+}

@@ -1,0 +1,731 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The agent → server batch: in-memory model, builder, encoder and bounded decoder. */
+#ifndef SYSOM_COMMON_WIRE_WIRE_H
+#define SYSOM_COMMON_WIRE_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/bytes.h"
+#include "common/hash.h"
+
+/*
+ * Wire format version 1.3 (docs/wire-format.md has the same tables, including the record
+ * layouts of the sections below). All integers little-endian.
+ *
+ * Header, 64 bytes:
+ *   OFFSET SIZE FIELD
+ *   0      4    magic "SYSB"
+ *   4      2    major version (1): a reader rejects any other major
+ *   6      2    minor version (1): minors only add section types; readers skip unknown types
+ *   8      2    header size in bytes (>= 64; a reader skips bytes it does not know)
+ *   10     2    section count (<= 64)
+ *   12     4    flags (0; a reader rejects unknown flags)
+ *   16     16   node id (machine id of the node)
+ *   32     8    agent epoch (random, fixed for the life of the agent's spool state)
+ *   40     8    batch sequence number (per epoch, strictly increasing)
+ *   48     8    window start, ns since the Unix epoch (CLOCK_REALTIME)
+ *   56     8    window end, ns since the Unix epoch (>= start)
+ *
+ * Section table at `header size`, `section count` entries of 16 bytes:
+ *   0      2    section type (enum sysom_section_type)
+ *   2      2    flags (0)
+ *   4      4    record count
+ *   8      4    offset of the section from the start of the batch
+ *   12     4    size of the section in bytes
+ * Sections lie after the table, in increasing offset order, without overlap; each known type
+ * appears at most once; STRINGS and NODE are required.
+ */
+#define SYSOM_WIRE_MAGIC "SYSB"
+#define SYSOM_WIRE_MAJOR 1
+#define SYSOM_WIRE_MINOR 3 /* 1.1 added JOB_RANKS, COMMUNICATORS, NCCL_CALLS, LAUNCHES;
+			     * 1.2 GPU_KERNELS, NCCL_PROFILES, NCCL_LINKS;
+			     * 1.3 OS_CPUS, OS_IRQS, OS_THREADS */
+#define SYSOM_WIRE_HEADER_SIZE 64
+#define SYSOM_WIRE_SECTION_ENTRY_SIZE 16
+#define SYSOM_WIRE_MAX_SECTIONS 64
+#define SYSOM_WIRE_NONE UINT32_MAX /* "no such entry" for optional indexes */
+#define SYSOM_BUILD_ID_MAX 64
+#define SYSOM_NODE_ID_SIZE 16
+
+enum sysom_section_type {
+	SYSOM_SECTION_STRINGS = 1,   /* u32 length + bytes, per string; string 0 is "" */
+	SYSOM_SECTION_NODE = 2,      /* one 64-byte record */
+	SYSOM_SECTION_OBJECTS = 3,   /* 72-byte records: executable files, kernel, anon regions */
+	SYSOM_SECTION_PROCESSES = 4, /* 32-byte records */
+	SYSOM_SECTION_MAPPINGS = 5,  /* 32-byte records */
+	SYSOM_SECTION_STACKS = 6,    /* 8-byte header + 12 bytes per frame */
+	SYSOM_SECTION_SAMPLES = 7,   /* 40-byte records */
+	SYSOM_SECTION_COUNTERS = 8,  /* 16-byte records */
+	/* Minor 1: training jobs, NCCL and CUDA (older readers skip these). */
+	SYSOM_SECTION_JOB_RANKS = 9,     /* 48-byte records: a process's place in a training job */
+	SYSOM_SECTION_COMMUNICATORS = 10, /* 72-byte records: NCCL communicators per process */
+	SYSOM_SECTION_NCCL_CALLS = 11,   /* 80-byte records: one per traced NCCL API call */
+	SYSOM_SECTION_LAUNCHES = 12,     /* 64-byte records: kernel launches per (kernel, stack) */
+	/* Minor 2: GPU-side timing from in-process components (docs/channel-records.md). */
+	SYSOM_SECTION_GPU_KERNELS = 13,   /* 136-byte records: GPU kernel time per (kernel, stream) */
+	SYSOM_SECTION_NCCL_PROFILES = 14, /* 152-byte records: NCCL profiler plugin per operation kind */
+	SYSOM_SECTION_NCCL_LINKS = 15,    /* 120-byte records: rank-to-rank transfer statistics */
+	/* Minor 3: OS signals per window (interrupts, softirqs, scheduling, NUMA). */
+	SYSOM_SECTION_OS_CPUS = 16,    /* 208-byte records: one per CPU */
+	SYSOM_SECTION_OS_IRQS = 17,    /* 32-byte records: hard interrupts per (CPU, IRQ) */
+	SYSOM_SECTION_OS_THREADS = 18, /* 224-byte records: one per thread of a tracked process */
+	SYSOM_SECTION_TYPE_MAX = SYSOM_SECTION_OS_THREADS,
+};
+
+#define SYSOM_NODE_RECORD_SIZE 64
+#define SYSOM_OBJECT_RECORD_SIZE 72
+#define SYSOM_PROCESS_RECORD_SIZE 32
+#define SYSOM_MAPPING_RECORD_SIZE 32
+#define SYSOM_STACK_HEADER_SIZE 8
+#define SYSOM_FRAME_RECORD_SIZE 12
+#define SYSOM_SAMPLE_RECORD_SIZE 40
+#define SYSOM_COUNTER_RECORD_SIZE 16
+#define SYSOM_JOB_RANK_RECORD_SIZE 48
+#define SYSOM_COMMUNICATOR_RECORD_SIZE 72
+#define SYSOM_NCCL_CALL_RECORD_SIZE 80
+#define SYSOM_LAUNCH_RECORD_SIZE 64
+#define SYSOM_GPU_KERNEL_RECORD_SIZE 136
+#define SYSOM_NCCL_PROFILE_RECORD_SIZE 152
+#define SYSOM_NCCL_LINK_RECORD_SIZE 120
+#define SYSOM_OS_CPU_RECORD_SIZE 208
+#define SYSOM_OS_IRQ_RECORD_SIZE 32
+#define SYSOM_OS_THREAD_RECORD_SIZE 224
+
+/* What an object (the thing a frame's offset is relative to) is. */
+enum sysom_object_kind {
+	SYSOM_OBJECT_ELF = 1,       /* ELF file identified by its GNU build ID note */
+	SYSOM_OBJECT_FILE_HASH = 2, /* file without a build ID: 16-byte XXH3-128 of its content */
+	SYSOM_OBJECT_KERNEL = 3,    /* running kernel image; offsets are relative to _text */
+	SYSOM_OBJECT_KMODULE = 4,   /* kernel module; offsets relative to its core base */
+	SYSOM_OBJECT_ANON = 5,      /* anonymous executable memory (JIT); offset = address */
+	SYSOM_OBJECT_UNKNOWN = 6,   /* address in no known mapping; offset = address */
+	SYSOM_OBJECT_KIND_MAX = SYSOM_OBJECT_UNKNOWN,
+};
+
+enum sysom_stack_kind {
+	SYSOM_STACK_KERNEL = 1,
+	SYSOM_STACK_USER = 2,
+};
+
+/* Why an unwind ended; 0 means it reached the outermost frame (or the kernel said so). */
+enum sysom_stack_stop {
+	SYSOM_STOP_COMPLETE = 0,
+	SYSOM_STOP_DEPTH_LIMIT = 1,  /* the depth limit was reached */
+	SYSOM_STOP_READ_FAULT = 2,   /* the stack could not be read */
+	SYSOM_STOP_STACK_LOST = 3,   /* the agent lost the stack (BPF stack store full) */
+	/* Hybrid unwinder (enum unwind_stop in bpf/unwind.h, shifted by one past STACK_LOST). */
+	SYSOM_STOP_NO_MAPPING = 4,   /* a pc in no executable mapping known to the unwinder */
+	SYSOM_STOP_FP_INVALID = 5,   /* no usable CFI and the frame pointer failed validation */
+	SYSOM_STOP_JIT = 6,          /* anonymous (JIT) code without a valid frame pointer */
+	SYSOM_STOP_CFA_ORDER = 7,    /* the caller's stack pointer did not increase */
+	SYSOM_STOP_RBP_UNKNOWN = 8,  /* a rule needed RBP, lost in a callee */
+	SYSOM_STOP_TAIL_CALLS = 9,   /* the BPF tail-call budget ran out */
+	SYSOM_STOP_TABLE = 10,       /* the unwind table was unreadable */
+	SYSOM_STOP_REASON_MAX = 31,  /* later unwinders add reasons below this */
+};
+
+/* Counters carried with each batch (agent health, drops). Ids are stable on the wire. */
+enum sysom_counter_id {
+	SYSOM_COUNTER_TICKS = 1,             /* timer ticks seen by the sampler */
+	SYSOM_COUNTER_GATED_OUT = 2,         /* ticks skipped by the sampling-rate gate */
+	SYSOM_COUNTER_IDLE_SKIPPED = 3,      /* ticks that hit the idle task */
+	SYSOM_COUNTER_SAMPLES = 4,           /* samples recorded */
+	SYSOM_COUNTER_KSTACK_ERRORS = 5,     /* kernel stack could not be collected */
+	SYSOM_COUNTER_USTACK_ERRORS = 6,     /* user stack could not be collected */
+	SYSOM_COUNTER_COUNT_MAP_FULL = 7,    /* samples lost: BPF count map full */
+	SYSOM_COUNTER_STACK_MAP_FULL = 8,    /* stacks lost: BPF stack store full */
+	SYSOM_COUNTER_EVENTS_LOST = 9,       /* process events lost: ring buffer full */
+	SYSOM_COUNTER_FRAMES_UNMAPPED = 10,  /* user frames in no known mapping */
+	SYSOM_COUNTER_PROCESSES_VANISHED = 11, /* sampled processes gone before their maps were read */
+	SYSOM_COUNTER_SPOOL_DROPPED = 12,    /* batches dropped by the spool's full policy */
+	SYSOM_COUNTER_UPLOAD_RETRIES = 13,   /* failed upload attempts (retried) */
+	SYSOM_COUNTER_DRAINS = 14,           /* drains of the BPF maps in this window */
+	SYSOM_COUNTER_DISTINCT_KEYS = 15,    /* distinct (process, thread, cpu, stacks) keys drained */
+	SYSOM_COUNTER_BATCH_LIMIT_DROPS = 16, /* samples dropped: batch reached a size limit */
+	/* Hybrid unwinder (struct unwind_stats in bpf/unwind.h). */
+	SYSOM_COUNTER_UNWIND_FRAMES = 17,      /* user frames it produced */
+	SYSOM_COUNTER_UNWIND_FRAMES_DWARF = 18, /* ... stepped by a CFI row */
+	SYSOM_COUNTER_UNWIND_FRAMES_FP = 19,   /* ... stepped by frame pointer */
+	SYSOM_COUNTER_UNWIND_FRAMES_CACHED = 20, /* ... whose rule came from a cached marker */
+	SYSOM_COUNTER_UNWIND_FALLBACK = 21,    /* stacks by kernel frame pointers: process unpublished */
+	SYSOM_COUNTER_UNWIND_STOP_FIRST = 22,  /* 22..30: stacks stopped early, per reason: */
+	/* depth, read fault, no mapping, invalid FP, JIT, SP order, RBP unknown, tail calls, table
+	 * (enum unwind_stop 1..9, counter = 21 + reason) */
+	SYSOM_COUNTER_UNWIND_STOP_LAST = 30,
+	/* NCCL and CUDA tracing (minor 1). */
+	SYSOM_COUNTER_NCCL_CALLS = 31,         /* NCCL API calls traced (entry and return seen) */
+	SYSOM_COUNTER_NCCL_EVENTS_LOST = 32,   /* NCCL calls lost: ring buffer full */
+	SYSOM_COUNTER_NCCL_CALLS_DROPPED = 33, /* NCCL calls dropped: batch reached its limit */
+	SYSOM_COUNTER_NCCL_UNMATCHED = 34,     /* returns without an entry (attached mid-call) */
+	SYSOM_COUNTER_LAUNCHES = 35,           /* GPU kernel launches counted */
+	SYSOM_COUNTER_LAUNCH_MAP_FULL = 36,    /* launches lost: BPF aggregation map full */
+	SYSOM_COUNTER_GPU_LIBRARIES = 37,      /* NCCL/CUDA library files with probes attached */
+	SYSOM_COUNTER_GPU_ATTACH_ERRORS = 38,  /* probe attachments that failed */
+	SYSOM_COUNTER_KERNEL_NAMES = 39,       /* kernel names learnt (function handle → name) */
+	SYSOM_COUNTER_LAUNCH_TRACED_MS = 40,   /* ms the launch probes were attached (duty cycle):
+						* LAUNCHES counts cover this much of the window */
+	/* In-process components over the agent's socket (minor 2). */
+	SYSOM_COUNTER_CHANNEL_RECORDS = 41,     /* telemetry records accepted from components */
+	SYSOM_COUNTER_CHANNEL_REJECTED = 42,    /* telemetry records rejected as malformed */
+	SYSOM_COUNTER_PROFILER_EVENTS = 43,     /* NCCL profiler plugin events recorded */
+	SYSOM_COUNTER_PROFILER_DROPPED = 44,    /* ... dropped: every window full or closed */
+	SYSOM_COUNTER_PROFILER_ORPHANS = 45,    /* ... whose parent's window was already processed */
+	SYSOM_COUNTER_PROFILER_FORCED = 46,     /* windows processed with operations still open */
+	SYSOM_COUNTER_COMPONENT_SEND_DROPS = 47, /* records components could not send (agent busy) */
+	SYSOM_COUNTER_CUPTI_RECORDS = 48,       /* CUPTI kernel activity records folded */
+	SYSOM_COUNTER_CUPTI_DROPPED = 49,       /* CUPTI records dropped (CUPTI or table full) */
+	SYSOM_COUNTER_GPU_STATS_DROPPED = 50,   /* GPU/NCCL statistics rows dropped: batch limit */
+	/* OS signals (minor 3). */
+	SYSOM_COUNTER_OS_THREADS_LOST = 51,     /* threads not measured: the BPF thread map was full */
+	SYSOM_COUNTER_OS_IRQS_LOST = 52,        /* interrupts not counted per (CPU, IRQ): BPF map full */
+	SYSOM_COUNTER_OS_ROWS_DROPPED = 53,     /* OS_CPUS/OS_IRQS/OS_THREADS rows dropped: batch
+						 * limit, or the thread's process is unknown */
+	SYSOM_COUNTER_OS_ATTACH_ERRORS = 54,    /* OS signal tracepoints that failed to attach */
+	SYSOM_COUNTER_OS_TRACKED = 55,          /* processes whose threads are measured, at the
+						 * end of the window (a level, not a count of
+						 * events; 0 with os-signals-all) */
+	SYSOM_COUNTER_MAX = 64,
+};
+
+/* NCCL API calls (NCCL_CALLS records); values are stable on the wire. */
+enum sysom_nccl_op {
+	SYSOM_NCCL_ALL_REDUCE = 1,
+	SYSOM_NCCL_REDUCE_SCATTER = 2,
+	SYSOM_NCCL_ALL_GATHER = 3,
+	SYSOM_NCCL_BROADCAST = 4,
+	SYSOM_NCCL_REDUCE = 5,
+	SYSOM_NCCL_ALL_TO_ALL = 6,
+	SYSOM_NCCL_GATHER = 7,
+	SYSOM_NCCL_SCATTER = 8,
+	SYSOM_NCCL_SEND = 9,
+	SYSOM_NCCL_RECV = 10,
+	SYSOM_NCCL_GROUP_START = 11,
+	SYSOM_NCCL_GROUP_END = 12,
+	SYSOM_NCCL_COMM_INIT_RANK = 13,
+	SYSOM_NCCL_COMM_INIT_RANK_CONFIG = 14,
+	SYSOM_NCCL_COMM_INIT_ALL = 15,
+	SYSOM_NCCL_COMM_INIT_RANK_SCALABLE = 16,
+	SYSOM_NCCL_COMM_SPLIT = 17,
+	SYSOM_NCCL_COMM_DESTROY = 18,
+	SYSOM_NCCL_COMM_ABORT = 19,
+	SYSOM_NCCL_COMM_FINALIZE = 20,
+	SYSOM_NCCL_OP_MAX = SYSOM_NCCL_COMM_FINALIZE,
+};
+
+/* Collectives and point-to-point operations carry a communicator and a sequence number. */
+static inline bool sysom_nccl_op_is_collective(uint8_t op)
+{
+	return op >= SYSOM_NCCL_ALL_REDUCE && op <= SYSOM_NCCL_RECV;
+}
+
+/* NCCL function name without the "nccl" prefix ("AllReduce", "CommInitRank"); NULL when
+ * unknown. */
+const char *sysom_nccl_op_name(uint8_t op);
+
+/* Why a stack stopped, in words ("depth limit", "no mapping", ...); NULL for COMPLETE or an
+ * unknown reason. */
+const char *sysom_stop_reason_name(uint8_t stop_reason);
+
+/* Name of a counter id for logs and metrics ("ticks", ...); NULL when unknown. */
+const char *sysom_counter_name(uint16_t id);
+
+/* NODE record (64 bytes; offsets in docs/wire-format.md). */
+struct sysom_node_info {
+	uint32_t hostname;       /* string */
+	uint32_t kernel_release; /* string, uname -r */
+	uint32_t machine;        /* string, uname -m */
+	uint32_t agent_version;  /* string */
+	uint32_t kernel_object;  /* object index of the running kernel, or SYSOM_WIRE_NONE */
+	uint32_t sample_hz;      /* timer frequency per CPU */
+	uint32_t sample_rate_ppm; /* fraction of ticks that collect a stack, parts per million */
+	uint32_t drain_interval_ms;
+	uint32_t batch_interval_ms;
+	uint32_t online_cpus;
+	uint8_t boot_id[16];     /* /proc/sys/kernel/random/boot_id */
+};
+
+/* OBJECTS record (72 bytes). */
+struct sysom_object {
+	uint8_t kind;                          /* enum sysom_object_kind */
+	uint8_t build_id_len;                  /* 0..64 */
+	uint8_t build_id[SYSOM_BUILD_ID_MAX];  /* zero beyond build_id_len */
+	uint32_t name;                         /* string: path, "[kernel.kallsyms]", "[vdso]" */
+};
+
+/* PROCESSES record (32 bytes). */
+struct sysom_process {
+	uint32_t tgid;
+	uint32_t generation;    /* execs the agent has seen for this tgid (identity across exec) */
+	uint64_t start_time_ns; /* since boot, from /proc/<pid>/stat (identity across pid reuse) */
+	uint32_t comm;          /* string */
+	uint32_t exe;           /* string: /proc/<pid>/exe target */
+	uint32_t cmdline;       /* string: arguments joined by spaces, truncated to 1 KiB */
+	uint32_t ppid;
+};
+
+/* MAPPINGS record (32 bytes): an executable mapping of a process. */
+struct sysom_mapping {
+	uint32_t process;
+	uint32_t object;
+	uint64_t start;
+	uint64_t end;
+	uint64_t file_offset;
+};
+
+/* One frame: an offset inside an object (file offset for ELF files, see the kind). */
+struct sysom_frame {
+	uint32_t object;
+	uint64_t offset;
+};
+
+/* STACKS record: 8-byte header then `nframes` 12-byte frames, leaf first. */
+struct sysom_stack {
+	uint16_t nframes;     /* 1..limit */
+	uint8_t kind;         /* enum sysom_stack_kind */
+	uint8_t stop_reason;  /* enum sysom_stack_stop */
+	uint32_t first_frame; /* in memory only: index into the batch's frame array */
+};
+
+/* SAMPLES record (40 bytes). Rows are unique per (process..user_stack). */
+struct sysom_sample {
+	uint32_t process;
+	uint32_t tid;
+	uint32_t cpu;
+	uint32_t time_offset_ms; /* end of the drain interval, relative to the window start */
+	uint32_t kernel_stack;   /* stack index or SYSOM_WIRE_NONE */
+	uint32_t user_stack;     /* stack index or SYSOM_WIRE_NONE */
+	uint32_t thread_comm;    /* string */
+	uint64_t count;          /* >= 1 */
+};
+
+/* COUNTERS record (16 bytes). */
+struct sysom_counter {
+	uint16_t id;
+	uint64_t value;
+};
+
+/* How a process's job identity was learnt. */
+enum sysom_job_source {
+	SYSOM_JOB_FROM_ENVIRONMENT = 1, /* launcher variables in /proc/<pid>/environ */
+	SYSOM_JOB_FROM_REGISTRATION = 2, /* the process registered over the agent's socket */
+};
+
+/* JOB_RANKS record (48 bytes): at most one per process. Unknown numbers are -1. */
+struct sysom_job_rank {
+	uint32_t process;
+	uint32_t job;               /* string: job id ("" unknown) */
+	int32_t rank, world_size;
+	int32_t local_rank, local_world_size;
+	int32_t group_rank;         /* node rank within the job */
+	uint8_t source;             /* enum sysom_job_source */
+	uint32_t job_id_source;     /* string: the variable the job id came from */
+	uint32_t master;            /* string: "addr:port" of the rendezvous, or "" */
+	uint32_t groups;            /* string: registered group names ("tp=0,dp=3"), or "" */
+};
+
+/* How a communicator key was derived (identical on every rank of the communicator). */
+enum sysom_comm_key_source {
+	SYSOM_COMM_KEY_UNIQUE_ID = 1, /* hash of the 128-byte ncclUniqueId passed to init */
+	SYSOM_COMM_KEY_SPLIT = 2,     /* hash of (parent key, split ordinal, color) */
+	SYSOM_COMM_KEY_COMM_HASH = 3, /* NCCL's own commHash read from the communicator */
+	SYSOM_COMM_KEY_LOCAL = 4,     /* only the process-local handle: not matched across ranks */
+	SYSOM_COMM_KEY_SOURCE_MAX = SYSOM_COMM_KEY_LOCAL,
+};
+
+#define SYSOM_COMM_DESTROYED 0x1 /* communicator flags: destroyed or aborted in the window */
+
+/* COMMUNICATORS record (72 bytes): a communicator as one process sees it. A CommSplit child's
+ * rank, when the library could not tell, follows from NCCL's rule: ranks of one color are
+ * ordered by (split key, rank in the parent). */
+struct sysom_communicator {
+	uint32_t process;
+	int32_t rank;          /* rank in the communicator, -1 unknown */
+	uint64_t key;          /* != 0 */
+	uint64_t parent_key;   /* CommSplit parent, 0 none */
+	uint64_t nccl_comm_hash; /* commHash read from the library, 0 unknown */
+	int32_t nranks;        /* -1 unknown, else >= 1 */
+	int32_t split_color;   /* CommSplit color, -1 none */
+	int32_t split_key;     /* CommSplit key argument, -1 none */
+	uint32_t split_ordinal; /* n-th split of the parent in this process (from 1), 0 none */
+	uint8_t key_source;    /* enum sysom_comm_key_source */
+	uint8_t flags;         /* SYSOM_COMM_* */
+	uint64_t created_ns;   /* init return, ns since the Unix epoch; 0 unknown */
+	uint64_t handle;       /* ncclComm_t in the process */
+};
+
+#define SYSOM_NCCL_IN_GROUP 0x1 /* NCCL_CALLS flags: called between GroupStart and GroupEnd */
+#define SYSOM_NCCL_NO_DATATYPE 0xff
+#define SYSOM_NCCL_NO_REDOP 0xff
+
+/* NCCL_CALLS record (80 bytes): one traced NCCL API call. */
+struct sysom_nccl_call {
+	uint32_t process;
+	uint32_t tid;
+	uint64_t comm_key;     /* 0 when the call has no communicator or it is unknown */
+	uint64_t seq;          /* per (process, communicator, op), from 0, as NCCL's seqNumber */
+	uint64_t entry_ns;     /* ns since the Unix epoch */
+	uint64_t exit_ns;      /* >= entry_ns */
+	uint64_t count;        /* element count argument */
+	uint64_t bytes;        /* count x datatype size */
+	uint64_t stream;       /* cudaStream_t */
+	uint8_t op;            /* enum sysom_nccl_op */
+	uint8_t datatype;      /* ncclDataType_t, SYSOM_NCCL_NO_DATATYPE when none */
+	uint8_t redop;         /* ncclRedOp_t, SYSOM_NCCL_NO_REDOP when none */
+	uint8_t flags;         /* SYSOM_NCCL_* */
+	int32_t peer;          /* root or peer rank, -1 none */
+	int32_t result;        /* ncclResult_t returned */
+	int32_t rank;          /* caller's rank in the communicator, -1 unknown */
+};
+
+#define SYSOM_LAUNCH_EX 0x1   /* LAUNCHES flags: cuLaunchKernelEx */
+#define SYSOM_LAUNCH_PTSZ 0x2 /* per-thread default stream variant */
+
+/* LAUNCHES record (64 bytes): GPU kernel launches aggregated per (process, kernel, stacks). */
+struct sysom_launch {
+	uint32_t process;
+	uint32_t kernel_name;  /* string, "" when unknown */
+	uint64_t function;     /* CUfunction handle */
+	uint32_t user_stack;   /* stack index or SYSOM_WIRE_NONE */
+	uint32_t kernel_stack; /* stack index or SYSOM_WIRE_NONE */
+	uint64_t count;        /* >= 1 */
+	uint32_t grid[3];      /* of the last launch counted */
+	uint32_t block[3];
+	uint32_t shared_mem;
+	uint16_t flags;        /* SYSOM_LAUNCH_* */
+};
+
+#define SYSOM_GPU_HIST_BUCKETS 20 /* bucket 0: < 1 µs; i: [2^(i-1), 2^i) µs; 19: >= 2^18 µs */
+
+/* The histogram bucket of a duration (the same rule as include/sysom/records.h). */
+static inline unsigned sysom_gpu_hist_bucket(uint64_t ns)
+{
+	uint64_t us = ns / 1000;
+	unsigned b = 0;
+
+	while (us && b < SYSOM_GPU_HIST_BUCKETS - 1) {
+		us >>= 1;
+		b++;
+	}
+	return b;
+}
+
+/* GPU_KERNELS record (136 bytes): GPU execution time of one kernel name on one device and
+ * stream, from a CUPTI activity library (or the simulated job's fake CUDA). Rows are unique
+ * per (process, name, device, stream). */
+struct sysom_gpu_kernel {
+	uint32_t process;
+	uint32_t name;       /* string: kernel name as CUPTI reports it (mangled), not "" */
+	uint32_t device;     /* CUDA device ordinal */
+	uint64_t stream;     /* CUPTI stream id */
+	uint64_t count;      /* >= 1 kernel executions */
+	uint64_t total_ns;   /* sum of end - start */
+	uint64_t min_ns;     /* <= max_ns */
+	uint64_t max_ns;
+	uint32_t hist[SYSOM_GPU_HIST_BUCKETS]; /* executions per duration bucket; sum <= count (a bucket saturates) */
+};
+
+/* NCCL_PROFILES record (152 bytes): what the NCCL profiler plugin measured for one kind of
+ * operation of one communicator in one process. Rows are unique per (process, comm_id, func,
+ * algo, proto, datatype, peer). Collectives have peer -1; Send/Recv have a peer and "" algo. */
+struct sysom_nccl_profile {
+	uint32_t process;
+	int32_t rank;           /* rank in the communicator */
+	uint64_t comm_id;       /* the commId NCCL gives the plugin (its commHash), != 0 */
+	uint32_t comm_name;     /* string: NCCL_COMM_NAME / config.commName, "" none */
+	int32_t nranks;         /* >= 1 */
+	uint32_t func;          /* string: "AllReduce", "Send", ... not "" */
+	uint32_t algo;          /* string: "Ring", "Tree", ... "" for P2P */
+	uint32_t proto;         /* string: "LL", "LL128", "Simple", "" */
+	uint32_t datatype;      /* string: "ncclFloat32", ... */
+	int32_t peer;           /* P2P peer rank, -1 for collectives */
+	uint32_t nchannels;     /* most channels one operation used */
+	uint64_t count;         /* operations, >= 1 */
+	uint64_t bytes;         /* sum of element count x datatype size */
+	uint64_t kernel_timed;  /* operations with GPU kernel timing (KernelCh), <= count */
+	uint64_t kernel_ns_total; /* GPU time: first channel start → last channel stop (GPU clock) */
+	uint64_t kernel_ns_min;   /* 0 when kernel_timed == 0 */
+	uint64_t kernel_ns_max;
+	uint64_t span_timed;    /* operations timed through the proxy, <= count */
+	uint64_t span_ns_total; /* CPU clock: operation start → last ProxyOp stop */
+	uint64_t enqueue_ns_total; /* CPU clock: operation start → stop (enqueue only) */
+	uint64_t transfers;     /* network transfer steps (ProxyStep in SendWait) */
+	uint64_t transfer_bytes;
+	uint64_t first_seq;     /* NCCL seqNumber range of the operations (P2P: 0) */
+	uint64_t last_seq;      /* >= first_seq */
+};
+
+/* NCCL_LINKS record (120 bytes): sends from one rank to a peer rank over one channel (or all,
+ * channel -1), with the sufficient statistics of the least-squares fit time = latency +
+ * bytes / bandwidth over every transfer (x = bytes, y = ns), which add across windows, and
+ * the plugin's fit through the fastest transfer per size ("MIN" mode). Rows are unique per
+ * (process, comm_id, peer, channel). */
+struct sysom_nccl_link {
+	uint32_t process;
+	int32_t rank;        /* sending rank */
+	uint64_t comm_id;
+	int32_t peer;        /* receiving rank, >= 0 */
+	int32_t channel;     /* -1: all channels */
+	uint64_t transfers;  /* >= 1 */
+	uint64_t bytes;
+	uint64_t time_ns_total;
+	double sx, sy, sxx, sxy, syy; /* finite; n = transfers */
+	double min_latency_ns;        /* MIN-mode fit; NaN when fewer than 2 distinct sizes */
+	double min_bytes_per_ns;
+	double min_r2;
+	uint32_t min_points;          /* distinct sizes in the MIN-mode fit */
+};
+
+/* Softirq vectors, in the kernel's order (include/linux/interrupt.h; stable since 2.6.35). */
+enum sysom_softirq {
+	SYSOM_SOFTIRQ_HI = 0,
+	SYSOM_SOFTIRQ_TIMER = 1,
+	SYSOM_SOFTIRQ_NET_TX = 2,
+	SYSOM_SOFTIRQ_NET_RX = 3,
+	SYSOM_SOFTIRQ_BLOCK = 4,
+	SYSOM_SOFTIRQ_IRQ_POLL = 5,
+	SYSOM_SOFTIRQ_TASKLET = 6,
+	SYSOM_SOFTIRQ_SCHED = 7,
+	SYSOM_SOFTIRQ_HRTIMER = 8,
+	SYSOM_SOFTIRQ_RCU = 9,
+	SYSOM_SOFTIRQ_COUNT = 10,
+};
+
+/* Softirq vector name as /proc/softirqs spells it ("NET_RX"); NULL when out of range. */
+const char *sysom_softirq_name(uint32_t vec);
+
+/* Run-queue latency histogram: bucket 0 < 2 µs, bucket i in [2^i, 2^(i+1)) µs, the last one
+ * everything from 2^(N-1) µs (about 0.5 s) up. */
+#define SYSOM_RUNQ_HIST_BUCKETS 20
+
+/* The run-queue histogram bucket of a wait: floor(log2(µs)), 0 below 2 µs, at most 19. */
+static inline unsigned sysom_runq_hist_bucket(uint64_t ns)
+{
+	uint64_t us = ns / 1000;
+	unsigned b = 0;
+
+	while (us > 1 && b < SYSOM_RUNQ_HIST_BUCKETS - 1) {
+		us >>= 1;
+		b++;
+	}
+	return b;
+}
+/* CPUs a thread ran on: a bitmap of the first 256 CPUs (CPUs beyond are not recorded). */
+#define SYSOM_CPU_MASK_WORDS 4
+
+/* CPU numbers in OS_CPUS and OS_IRQS are below this. */
+#define SYSOM_OS_CPU_LIMIT 65536
+
+/* OS_CPUS record (208 bytes): one CPU over the batch window. Rows are unique per cpu. */
+struct sysom_os_cpu {
+	uint32_t cpu;
+	int32_t numa_node;        /* -1 unknown */
+	uint64_t busy_ns;         /* time not in the idle task */
+	uint64_t hardirq_count;
+	uint64_t hardirq_ns;
+	uint64_t softirq_count[SYSOM_SOFTIRQ_COUNT];
+	uint64_t softirq_ns[SYSOM_SOFTIRQ_COUNT];
+	uint64_t context_switches;
+	uint64_t runq_wait_ns;    /* summed run-queue wait of every thread woken onto this CPU */
+};
+
+/* OS_IRQS record (32 bytes): one hard interrupt line on one CPU. Unique per (cpu, irq). */
+struct sysom_os_irq {
+	uint32_t cpu;
+	uint32_t irq;
+	uint32_t name;    /* string: the handler's name ("mlx5_comp3@pci:...", "eth0-TxRx-1"), may be "" */
+	uint64_t count;   /* >= 1 */
+	uint64_t ns;      /* handler time */
+};
+
+/* OS_THREADS record (224 bytes): one thread of a tracked (training) process over the window.
+ * Unique per (process, tid). Times are nanoseconds. */
+struct sysom_os_thread {
+	uint32_t process;          /* index into PROCESSES */
+	uint32_t tid;
+	uint32_t comm;             /* string: the thread's comm */
+	uint64_t oncpu_ns;         /* time it ran */
+	uint64_t runq_wait_ns;     /* time runnable but waiting for a CPU (wakeup or preemption → run) */
+	uint64_t runq_waits;       /* waits measured */
+	uint32_t runq_hist[SYSOM_RUNQ_HIST_BUCKETS]; /* waits per latency bucket; sum <= runq_waits */
+	uint64_t voluntary_switches;   /* it blocked */
+	uint64_t involuntary_switches; /* it was preempted while runnable */
+	uint64_t migrations;       /* moved between CPUs */
+	uint64_t numa_migrations;  /* ... to a CPU of another NUMA node */
+	uint64_t pages_migrated;   /* pages migrated while it was current (NUMA balancing, compaction) */
+	uint64_t hardirq_ns;       /* hard interrupt time taken while it was on the CPU */
+	uint64_t softirq_ns;       /* softirq time taken while it was on the CPU */
+	uint64_t cpus[SYSOM_CPU_MASK_WORDS]; /* CPUs it ran on (bit c of word c / 64); all zero
+					      * only when it ran on no CPU below 256 in the window */
+};
+
+/* Decoder limits: everything a peer controls is bounded. */
+struct sysom_wire_limits {
+	uint32_t max_strings;
+	uint32_t max_string_len;
+	uint32_t max_objects;
+	uint32_t max_processes;
+	uint32_t max_mappings;
+	uint32_t max_stacks;
+	uint32_t max_frames_per_stack;
+	uint32_t max_frames;
+	uint32_t max_samples;
+	uint32_t max_counters;
+	uint32_t max_job_ranks;
+	uint32_t max_communicators;
+	uint32_t max_nccl_calls;
+	uint32_t max_launches;
+	uint32_t max_gpu_kernels;
+	uint32_t max_nccl_profiles;
+	uint32_t max_nccl_links;
+	uint32_t max_os_cpus;
+	uint32_t max_os_irqs;
+	uint32_t max_os_threads;
+};
+
+/* The defaults: generous for one node's 30 s window, small enough to bound server memory. */
+extern const struct sysom_wire_limits sysom_wire_default_limits;
+
+/* Where and why decoding failed. */
+struct sysom_wire_error {
+	size_t offset;     /* byte offset in the batch where the problem was found */
+	char message[160]; /* e.g. "STACKS record 12: frame 3 object 99 out of range (72 objects)" */
+};
+
+/*
+ * A batch in memory: what the agent builds and the server decodes. Arrays are owned by the
+ * batch. Builder calls de-duplicate strings, objects, processes, stacks and sample rows.
+ */
+struct sysom_batch {
+	uint16_t major;
+	uint16_t minor;
+	uint8_t node_id[SYSOM_NODE_ID_SIZE];
+	uint64_t agent_epoch;
+	uint64_t sequence;
+	uint64_t window_start_ns;
+	uint64_t window_end_ns;
+	struct sysom_node_info node;
+
+	char *string_data; /* NUL-terminated strings back to back */
+	struct sysom_string_ref {
+		uint32_t offset; /* string i starts at string_data + strings[i].offset */
+		uint32_t length; /* bytes, without the NUL */
+	} *strings;
+	uint32_t string_count, string_cap;
+	size_t string_data_len, string_data_cap;
+
+	struct sysom_object *objects;
+	uint32_t object_count, object_cap;
+	struct sysom_process *processes;
+	uint32_t process_count, process_cap;
+	struct sysom_mapping *mappings;
+	uint32_t mapping_count, mapping_cap;
+	struct sysom_stack *stacks;
+	uint32_t stack_count, stack_cap;
+	struct sysom_frame *frames;
+	uint32_t frame_count, frame_cap;
+	struct sysom_sample *samples;
+	uint32_t sample_count, sample_cap;
+	struct sysom_counter *counters;
+	uint32_t counter_count, counter_cap;
+	struct sysom_job_rank *job_ranks;
+	uint32_t job_rank_count, job_rank_cap;
+	struct sysom_communicator *communicators;
+	uint32_t communicator_count, communicator_cap;
+	struct sysom_nccl_call *nccl_calls;
+	uint32_t nccl_call_count, nccl_call_cap;
+	struct sysom_launch *launches;
+	uint32_t launch_count, launch_cap;
+	struct sysom_gpu_kernel *gpu_kernels;
+	uint32_t gpu_kernel_count, gpu_kernel_cap;
+	struct sysom_nccl_profile *nccl_profiles;
+	uint32_t nccl_profile_count, nccl_profile_cap;
+	struct sysom_nccl_link *nccl_links;
+	uint32_t nccl_link_count, nccl_link_cap;
+	struct sysom_os_cpu *os_cpus;
+	uint32_t os_cpu_count, os_cpu_cap;
+	struct sysom_os_irq *os_irqs;
+	uint32_t os_irq_count, os_irq_cap;
+	struct sysom_os_thread *os_threads;
+	uint32_t os_thread_count, os_thread_cap;
+
+	struct batch_dedup *dedup; /* builder indexes; NULL in decoded batches */
+};
+
+/* Starts an empty batch for building (string 0 = ""); returns 0 or -ENOMEM. */
+int sysom_batch_init(struct sysom_batch *b);
+/* Frees everything the batch owns; accepts NULL; the struct may be re-initialised. */
+void sysom_batch_free(struct sysom_batch *b);
+
+/* String `idx` (NUL-terminated, borrowed from the batch); "" when out of range. */
+const char *sysom_batch_string(const struct sysom_batch *b, uint32_t idx);
+
+/* Builder: each returns 0 and writes the entry's index to *idx, or a negative errno. */
+int sysom_batch_intern_string(struct sysom_batch *b, const char *s, size_t len, uint32_t *idx);
+int sysom_batch_intern_cstring(struct sysom_batch *b, const char *s, uint32_t *idx);
+/* Objects are unique by (kind, build ID) — and by name for kinds without a build ID. */
+int sysom_batch_add_object(struct sysom_batch *b, uint8_t kind, const uint8_t *build_id,
+			   uint8_t build_id_len, const char *name, uint32_t *idx);
+/* Processes are unique by (tgid, start time, generation). String fields are indexes. */
+int sysom_batch_add_process(struct sysom_batch *b, const struct sysom_process *p, uint32_t *idx);
+int sysom_batch_add_mapping(struct sysom_batch *b, const struct sysom_mapping *m);
+/* Stacks are unique by (kind, stop reason, frames); `frames` is leaf first. */
+int sysom_batch_add_stack(struct sysom_batch *b, uint8_t kind, uint8_t stop_reason,
+			  const struct sysom_frame *frames, uint16_t nframes, uint32_t *idx);
+/* Adds s->count to the row with the same key, creating it if needed. */
+int sysom_batch_add_sample(struct sysom_batch *b, const struct sysom_sample *s);
+/* Adds `delta` to counter `id` (creating it). */
+int sysom_batch_add_counter(struct sysom_batch *b, uint16_t id, uint64_t delta);
+/* Value of counter `id`, 0 when absent. */
+uint64_t sysom_batch_counter(const struct sysom_batch *b, uint16_t id);
+
+/* One identity per process: a second call for the same process replaces the first. */
+int sysom_batch_set_job_rank(struct sysom_batch *b, const struct sysom_job_rank *j);
+/* One record per (process, key): a second call replaces the first. */
+int sysom_batch_set_communicator(struct sysom_batch *b, const struct sysom_communicator *c);
+/* Appends a call (no de-duplication). */
+int sysom_batch_add_nccl_call(struct sysom_batch *b, const struct sysom_nccl_call *c);
+/* Adds l->count to the row with the same (process, function, stacks), taking the name when
+ * the row has none and the last launch's dimensions. */
+int sysom_batch_add_launch(struct sysom_batch *b, const struct sysom_launch *l);
+
+/* Merges into the row with the same (process, name, device, stream): counts, totals and
+ * histogram add, min/max combine. -EINVAL for what the decoder would reject. */
+int sysom_batch_add_gpu_kernel(struct sysom_batch *b, const struct sysom_gpu_kernel *k);
+/* Merges into the row with the same (process, comm_id, func, algo, proto, datatype, peer):
+ * sums add, min/max and the seq range combine, nchannels takes the larger. -EINVAL as above. */
+int sysom_batch_add_nccl_profile(struct sysom_batch *b, const struct sysom_nccl_profile *p);
+/* Merges into the row with the same (process, comm_id, peer, channel): counts and sufficient
+ * statistics add; the MIN-mode fit with more points wins. -EINVAL as above. */
+int sysom_batch_add_nccl_link(struct sysom_batch *b, const struct sysom_nccl_link *l);
+
+/* Adds into the row of the same cpu (sums; numa_node taken when known). -EINVAL for what the
+ * decoder would reject. */
+int sysom_batch_add_os_cpu(struct sysom_batch *b, const struct sysom_os_cpu *c);
+/* Adds into the row of the same (cpu, irq); a non-empty name replaces the row's. -EINVAL as
+ * above. */
+int sysom_batch_add_os_irq(struct sysom_batch *b, const struct sysom_os_irq *q);
+/* Adds into the row of the same (process, tid): sums and histogram add, CPU masks OR, the
+ * comm is the latest. -EINVAL as above. */
+int sysom_batch_add_os_thread(struct sysom_batch *b, const struct sysom_os_thread *t);
+
+/* Frames of stack `idx` (borrowed). */
+static inline const struct sysom_frame *sysom_batch_stack_frames(const struct sysom_batch *b,
+								 uint32_t idx)
+{
+	return b->frames + b->stacks[idx].first_frame;
+}
+
+/* Encodes the batch; appends to `out` (check byte_buf_error). Returns 0 or negative errno. */
+int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out);
+
+/*
+ * Decodes and fully validates `len` bytes into `out` (which the caller frees with
+ * sysom_batch_free, also on failure). Returns 0, -SYSOM_ECORRUPT, -SYSOM_EVERSION,
+ * -SYSOM_ELIMIT or -ENOMEM; on failure `err` (optional) says where and why.
+ */
+int sysom_batch_decode(const void *data, size_t len, const struct sysom_wire_limits *limits,
+		       struct sysom_batch *out, struct sysom_wire_error *err);
+
+#endif

@@ -1,0 +1,1157 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Bounded, fully validating decoder for wire format version 1. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/wire/wire.h"
+#include "common/wire/wire_internal.h"
+
+struct decoder {
+	const uint8_t *data;
+	size_t len;
+	const struct sysom_wire_limits *limits;
+	struct sysom_batch *batch;
+	struct sysom_wire_error *err;
+};
+
+struct section {
+	uint16_t type;
+	uint32_t count;
+	uint32_t offset;
+	uint32_t size;
+	bool present;
+};
+
+__attribute__((format(printf, 4, 5))) static int fail(struct decoder *d, size_t offset, int code,
+						       const char *fmt, ...)
+{
+	if (d->err) {
+		va_list ap;
+
+		d->err->offset = offset;
+		va_start(ap, fmt);
+		vsnprintf(d->err->message, sizeof(d->err->message), fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+#define CORRUPT(d, off, ...) fail((d), (off), -SYSOM_ECORRUPT, __VA_ARGS__)
+
+static const char *section_name(uint16_t type)
+{
+	switch (type) {
+	case SYSOM_SECTION_STRINGS:
+		return "STRINGS";
+	case SYSOM_SECTION_NODE:
+		return "NODE";
+	case SYSOM_SECTION_OBJECTS:
+		return "OBJECTS";
+	case SYSOM_SECTION_PROCESSES:
+		return "PROCESSES";
+	case SYSOM_SECTION_MAPPINGS:
+		return "MAPPINGS";
+	case SYSOM_SECTION_STACKS:
+		return "STACKS";
+	case SYSOM_SECTION_SAMPLES:
+		return "SAMPLES";
+	case SYSOM_SECTION_COUNTERS:
+		return "COUNTERS";
+	case SYSOM_SECTION_JOB_RANKS:
+		return "JOB_RANKS";
+	case SYSOM_SECTION_COMMUNICATORS:
+		return "COMMUNICATORS";
+	case SYSOM_SECTION_NCCL_CALLS:
+		return "NCCL_CALLS";
+	case SYSOM_SECTION_LAUNCHES:
+		return "LAUNCHES";
+	case SYSOM_SECTION_GPU_KERNELS:
+		return "GPU_KERNELS";
+	case SYSOM_SECTION_NCCL_PROFILES:
+		return "NCCL_PROFILES";
+	case SYSOM_SECTION_NCCL_LINKS:
+		return "NCCL_LINKS";
+	case SYSOM_SECTION_OS_CPUS:
+		return "OS_CPUS";
+	case SYSOM_SECTION_OS_IRQS:
+		return "OS_IRQS";
+	case SYSOM_SECTION_OS_THREADS:
+		return "OS_THREADS";
+	}
+	return "unknown";
+}
+
+/* Checks a section's record count against its limit and, for fixed-size records, its size. */
+static int check_count(struct decoder *d, const struct section *s, uint32_t limit,
+		       size_t record_size)
+{
+	if (s->count > limit)
+		return fail(d, s->offset, -SYSOM_ELIMIT, "%s: %u records exceed the limit of %u",
+			    section_name(s->type), s->count, limit);
+	if (record_size && (uint64_t)s->count * record_size != s->size)
+		return CORRUPT(d, s->offset, "%s: size %u is not %u records of %zu bytes",
+			       section_name(s->type), s->size, s->count, record_size);
+	return 0;
+}
+
+/* Allocates `count` elements (count already bounded by the limits and the section size). */
+static int alloc_array(void **array, uint32_t *cap, uint32_t count, size_t elem_size)
+{
+	if (count == 0)
+		return 0;
+	*array = calloc(count, elem_size);
+	if (!*array)
+		return -ENOMEM;
+	*cap = count;
+	return 0;
+}
+
+static int decode_strings(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	struct byte_reader r;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_strings, 0)))
+		return err;
+	if (s->count == 0)
+		return CORRUPT(d, s->offset, "STRINGS: empty (string 0 must be \"\")");
+	if (s->count > s->size / 4)
+		return CORRUPT(d, s->offset, "STRINGS: %u strings cannot fit in %u bytes", s->count,
+			       s->size);
+	if ((err = alloc_array((void **)&b->strings, &b->string_cap, s->count, sizeof(*b->strings))))
+		return err;
+	/* Each string gains one NUL; the section size bounds the data. */
+	b->string_data_cap = (size_t)s->size + s->count;
+	b->string_data = malloc(b->string_data_cap);
+	if (!b->string_data)
+		return -ENOMEM;
+	byte_reader_init(&r, d->data, d->len);
+	r.pos = d->data + s->offset;
+	r.end = r.pos + s->size;
+	for (uint32_t i = 0; i < s->count; i++) {
+		uint32_t len, idx;
+		size_t at = byte_reader_offset(&r);
+
+		if (!byte_reader_u32(&r, &len))
+			return CORRUPT(d, at, "STRINGS: string %u: truncated length", i);
+		if (len > d->limits->max_string_len)
+			return fail(d, at, -SYSOM_ELIMIT,
+				    "STRINGS: string %u: length %u exceeds the limit of %u", i, len,
+				    d->limits->max_string_len);
+		if (byte_reader_left(&r) < len)
+			return CORRUPT(d, at, "STRINGS: string %u: length %u runs past the section",
+				       i, len);
+		if (memchr(r.pos, '\0', len))
+			return CORRUPT(d, at, "STRINGS: string %u contains a NUL byte", i);
+		if (i == 0 && len != 0)
+			return CORRUPT(d, at, "STRINGS: string 0 must be empty");
+		if ((err = wire__append_string(b, (const char *)r.pos, len, &idx)))
+			return err;
+		r.pos += len;
+	}
+	if (byte_reader_left(&r))
+		return CORRUPT(d, byte_reader_offset(&r), "STRINGS: %zu trailing bytes",
+			       byte_reader_left(&r));
+	return 0;
+}
+
+static int check_string(struct decoder *d, size_t at, const char *what, uint32_t idx)
+{
+	if (idx >= d->batch->string_count)
+		return CORRUPT(d, at, "%s: string index %u out of range (%u strings)", what, idx,
+			       d->batch->string_count);
+	return 0;
+}
+
+static bool kind_needs_build_id(uint8_t kind)
+{
+	return kind == SYSOM_OBJECT_ELF || kind == SYSOM_OBJECT_FILE_HASH ||
+	       kind == SYSOM_OBJECT_KERNEL || kind == SYSOM_OBJECT_KMODULE;
+}
+
+static int decode_objects(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_objects, SYSOM_OBJECT_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->objects, &b->object_cap, s->count, sizeof(*b->objects))))
+		return err;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_OBJECT_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_object *o = &b->objects[i];
+		char what[32];
+
+		snprintf(what, sizeof(what), "OBJECTS record %u", i);
+		o->kind = p[0];
+		o->build_id_len = p[1];
+		o->name = load_le32(p + 4);
+		if (o->kind < SYSOM_OBJECT_ELF || o->kind > SYSOM_OBJECT_KIND_MAX)
+			return CORRUPT(d, at, "%s: unknown kind %u", what, o->kind);
+		if (load_le16(p + 2) != 0)
+			return CORRUPT(d, at + 2, "%s: reserved field is not zero", what);
+		if (kind_needs_build_id(o->kind) ? (o->build_id_len < 3 || o->build_id_len > SYSOM_BUILD_ID_MAX)
+						 : o->build_id_len != 0)
+			return CORRUPT(d, at + 1, "%s: build ID length %u invalid for kind %u", what,
+				       o->build_id_len, o->kind);
+		memcpy(o->build_id, p + 8, SYSOM_BUILD_ID_MAX);
+		for (size_t j = o->build_id_len; j < SYSOM_BUILD_ID_MAX; j++)
+			if (o->build_id[j])
+				return CORRUPT(d, at + 8 + j, "%s: build ID padding is not zero", what);
+		if ((err = check_string(d, at + 4, what, o->name)))
+			return err;
+		b->object_count++;
+	}
+	return 0;
+}
+
+static int decode_node(struct decoder *d, const struct section *s)
+{
+	struct sysom_node_info *n = &d->batch->node;
+	const uint8_t *p = d->data + s->offset;
+	size_t at = s->offset;
+	int err;
+
+	if (s->count != 1 || s->size != SYSOM_NODE_RECORD_SIZE)
+		return CORRUPT(d, at, "NODE: expected one %d-byte record, got %u records in %u bytes",
+			       SYSOM_NODE_RECORD_SIZE, s->count, s->size);
+	n->hostname = load_le32(p);
+	n->kernel_release = load_le32(p + 4);
+	n->machine = load_le32(p + 8);
+	n->agent_version = load_le32(p + 12);
+	n->kernel_object = load_le32(p + 16);
+	n->sample_hz = load_le32(p + 20);
+	n->sample_rate_ppm = load_le32(p + 24);
+	n->drain_interval_ms = load_le32(p + 28);
+	n->batch_interval_ms = load_le32(p + 32);
+	n->online_cpus = load_le32(p + 36);
+	memcpy(n->boot_id, p + 40, sizeof(n->boot_id));
+	if ((err = check_string(d, at, "NODE hostname", n->hostname)) ||
+	    (err = check_string(d, at + 4, "NODE kernel release", n->kernel_release)) ||
+	    (err = check_string(d, at + 8, "NODE machine", n->machine)) ||
+	    (err = check_string(d, at + 12, "NODE agent version", n->agent_version)))
+		return err;
+	if (n->kernel_object != SYSOM_WIRE_NONE &&
+	    (n->kernel_object >= d->batch->object_count ||
+	     d->batch->objects[n->kernel_object].kind != SYSOM_OBJECT_KERNEL))
+		return CORRUPT(d, at + 16, "NODE: kernel object %u is not a kernel object",
+			       n->kernel_object);
+	if (n->sample_rate_ppm > 1000000)
+		return CORRUPT(d, at + 24, "NODE: sample rate %u ppm exceeds 1000000",
+			       n->sample_rate_ppm);
+	if (load_le64(p + 56) != 0)
+		return CORRUPT(d, at + 56, "NODE: reserved field is not zero");
+	return 0;
+}
+
+static int decode_processes(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_processes, SYSOM_PROCESS_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->processes, &b->process_cap, s->count,
+			       sizeof(*b->processes))))
+		return err;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_PROCESS_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_process *o = &b->processes[i];
+		char what[40];
+
+		snprintf(what, sizeof(what), "PROCESSES record %u", i);
+		o->tgid = load_le32(p);
+		o->generation = load_le32(p + 4);
+		o->start_time_ns = load_le64(p + 8);
+		o->comm = load_le32(p + 16);
+		o->exe = load_le32(p + 20);
+		o->cmdline = load_le32(p + 24);
+		o->ppid = load_le32(p + 28);
+		if ((err = check_string(d, at + 16, what, o->comm)) ||
+		    (err = check_string(d, at + 20, what, o->exe)) ||
+		    (err = check_string(d, at + 24, what, o->cmdline)))
+			return err;
+		b->process_count++;
+	}
+	return 0;
+}
+
+static int decode_mappings(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_mappings, SYSOM_MAPPING_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->mappings, &b->mapping_cap, s->count,
+			       sizeof(*b->mappings))))
+		return err;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_MAPPING_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_mapping *m = &b->mappings[i];
+
+		m->process = load_le32(p);
+		m->object = load_le32(p + 4);
+		m->start = load_le64(p + 8);
+		m->end = load_le64(p + 16);
+		m->file_offset = load_le64(p + 24);
+		if (m->process >= b->process_count)
+			return CORRUPT(d, at, "MAPPINGS record %u: process %u out of range (%u)", i,
+				       m->process, b->process_count);
+		if (m->object >= b->object_count)
+			return CORRUPT(d, at + 4, "MAPPINGS record %u: object %u out of range (%u)",
+				       i, m->object, b->object_count);
+		if (m->end <= m->start)
+			return CORRUPT(d, at + 8, "MAPPINGS record %u: empty range", i);
+		b->mapping_count++;
+	}
+	return 0;
+}
+
+static bool object_fits_stack(uint8_t object_kind, uint8_t stack_kind)
+{
+	if (object_kind == SYSOM_OBJECT_UNKNOWN)
+		return true;
+	if (stack_kind == SYSOM_STACK_KERNEL)
+		return object_kind == SYSOM_OBJECT_KERNEL || object_kind == SYSOM_OBJECT_KMODULE;
+	return object_kind == SYSOM_OBJECT_ELF || object_kind == SYSOM_OBJECT_FILE_HASH ||
+	       object_kind == SYSOM_OBJECT_ANON;
+}
+
+static int decode_stacks(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	struct byte_reader r;
+	uint64_t total_frames = 0;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_stacks, 0)))
+		return err;
+	if (s->count > s->size / (SYSOM_STACK_HEADER_SIZE + SYSOM_FRAME_RECORD_SIZE))
+		return CORRUPT(d, s->offset, "STACKS: %u stacks cannot fit in %u bytes", s->count,
+			       s->size);
+	if ((err = alloc_array((void **)&b->stacks, &b->stack_cap, s->count, sizeof(*b->stacks))))
+		return err;
+	/* The section size bounds the frame count, so this allocation is bounded too. */
+	uint32_t max_frames = s->size / SYSOM_FRAME_RECORD_SIZE;
+	if (max_frames > d->limits->max_frames)
+		max_frames = d->limits->max_frames;
+	if ((err = alloc_array((void **)&b->frames, &b->frame_cap, max_frames, sizeof(*b->frames))))
+		return err;
+	byte_reader_init(&r, d->data, d->len);
+	r.pos = d->data + s->offset;
+	r.end = r.pos + s->size;
+	for (uint32_t i = 0; i < s->count; i++) {
+		size_t at = byte_reader_offset(&r);
+		struct sysom_stack *st = &b->stacks[i];
+		uint32_t reserved;
+
+		if (!byte_reader_u16(&r, &st->nframes) || !byte_reader_u8(&r, &st->kind) ||
+		    !byte_reader_u8(&r, &st->stop_reason) || !byte_reader_u32(&r, &reserved))
+			return CORRUPT(d, at, "STACKS record %u: truncated header", i);
+		if (st->nframes == 0 || st->nframes > d->limits->max_frames_per_stack)
+			return fail(d, at, st->nframes ? -SYSOM_ELIMIT : -SYSOM_ECORRUPT,
+				    "STACKS record %u: %u frames (allowed 1..%u)", i, st->nframes,
+				    d->limits->max_frames_per_stack);
+		if (st->kind != SYSOM_STACK_KERNEL && st->kind != SYSOM_STACK_USER)
+			return CORRUPT(d, at + 2, "STACKS record %u: unknown kind %u", i, st->kind);
+		if (st->stop_reason > SYSOM_STOP_REASON_MAX)
+			return CORRUPT(d, at + 3, "STACKS record %u: unknown stop reason %u", i,
+				       st->stop_reason);
+		if (reserved)
+			return CORRUPT(d, at + 4, "STACKS record %u: reserved field is not zero", i);
+		total_frames += st->nframes;
+		if (total_frames > max_frames)
+			return fail(d, at, total_frames > d->limits->max_frames ? -SYSOM_ELIMIT : -SYSOM_ECORRUPT,
+				    "STACKS record %u: frames exceed the section or the limit of %u",
+				    i, d->limits->max_frames);
+		if (byte_reader_left(&r) < (size_t)st->nframes * SYSOM_FRAME_RECORD_SIZE)
+			return CORRUPT(d, at, "STACKS record %u: %u frames run past the section", i,
+				       st->nframes);
+		st->first_frame = b->frame_count;
+		for (uint16_t j = 0; j < st->nframes; j++) {
+			struct sysom_frame *f = &b->frames[b->frame_count];
+			size_t fat = byte_reader_offset(&r);
+
+			byte_reader_u32(&r, &f->object);
+			byte_reader_u64(&r, &f->offset);
+			if (f->object >= b->object_count)
+				return CORRUPT(d, fat,
+					       "STACKS record %u: frame %u object %u out of range (%u objects)",
+					       i, j, f->object, b->object_count);
+			if (!object_fits_stack(b->objects[f->object].kind, st->kind))
+				return CORRUPT(d, fat,
+					       "STACKS record %u: frame %u object kind %u cannot appear in a %s stack",
+					       i, j, b->objects[f->object].kind,
+					       st->kind == SYSOM_STACK_KERNEL ? "kernel" : "user");
+			b->frame_count++;
+		}
+		b->stack_count++;
+	}
+	if (byte_reader_left(&r))
+		return CORRUPT(d, byte_reader_offset(&r), "STACKS: %zu trailing bytes",
+			       byte_reader_left(&r));
+	return 0;
+}
+
+static int check_stack_ref(struct decoder *d, size_t at, const char *what, uint32_t stack,
+			   uint8_t want_kind)
+{
+	if (stack == SYSOM_WIRE_NONE)
+		return 0;
+	if (stack >= d->batch->stack_count)
+		return CORRUPT(d, at, "%s: stack %u out of range (%u stacks)", what,
+			       stack, d->batch->stack_count);
+	if (d->batch->stacks[stack].kind != want_kind)
+		return CORRUPT(d, at, "%s: stack %u is not a %s stack", what, stack,
+			       want_kind == SYSOM_STACK_KERNEL ? "kernel" : "user");
+	return 0;
+}
+
+static int decode_samples(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	uint64_t window_ms = (b->window_end_ns - b->window_start_ns + 999999) / 1000000;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_samples, SYSOM_SAMPLE_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->samples, &b->sample_cap, s->count, sizeof(*b->samples))))
+		return err;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_SAMPLE_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_sample *o = &b->samples[i];
+		char what[40];
+
+		snprintf(what, sizeof(what), "SAMPLES record %u", i);
+		o->process = load_le32(p);
+		o->tid = load_le32(p + 4);
+		o->cpu = load_le32(p + 8);
+		o->time_offset_ms = load_le32(p + 12);
+		o->kernel_stack = load_le32(p + 16);
+		o->user_stack = load_le32(p + 20);
+		o->thread_comm = load_le32(p + 24);
+		o->count = load_le64(p + 32);
+		if (o->process >= b->process_count)
+			return CORRUPT(d, at, "%s: process %u out of range (%u processes)", what,
+				       o->process, b->process_count);
+		if (o->time_offset_ms > window_ms)
+			return CORRUPT(d, at + 12, "%s: time offset %u ms beyond the %llu ms window",
+				       what, o->time_offset_ms, (unsigned long long)window_ms);
+		if (o->kernel_stack == SYSOM_WIRE_NONE && o->user_stack == SYSOM_WIRE_NONE)
+			return CORRUPT(d, at + 16, "%s: neither a kernel nor a user stack", what);
+		if ((err = check_stack_ref(d, at + 16, what, o->kernel_stack, SYSOM_STACK_KERNEL)) ||
+		    (err = check_stack_ref(d, at + 20, what, o->user_stack, SYSOM_STACK_USER)) ||
+		    (err = check_string(d, at + 24, what, o->thread_comm)))
+			return err;
+		if (load_le32(p + 28) != 0)
+			return CORRUPT(d, at + 28, "%s: reserved field is not zero", what);
+		if (o->count == 0)
+			return CORRUPT(d, at + 32, "%s: zero count", what);
+		b->sample_count++;
+	}
+	return 0;
+}
+
+static int decode_counters(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	uint64_t seen = 0;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_counters, SYSOM_COUNTER_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->counters, &b->counter_cap, s->count,
+			       sizeof(*b->counters))))
+		return err;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_COUNTER_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_counter *c = &b->counters[i];
+
+		c->id = load_le16(p);
+		c->value = load_le64(p + 8);
+		if (c->id == 0 || c->id >= SYSOM_COUNTER_MAX)
+			return CORRUPT(d, at, "COUNTERS record %u: id %u out of range", i, c->id);
+		if (load_le16(p + 2) || load_le32(p + 4))
+			return CORRUPT(d, at + 2, "COUNTERS record %u: reserved field is not zero", i);
+		if (seen & (1ULL << c->id))
+			return CORRUPT(d, at, "COUNTERS record %u: id %u repeated", i, c->id);
+		seen |= 1ULL << c->id;
+		b->counter_count++;
+	}
+	return 0;
+}
+
+static int check_process(struct decoder *d, size_t at, const char *what, uint32_t process)
+{
+	if (process >= d->batch->process_count)
+		return CORRUPT(d, at, "%s: process %u out of range (%u processes)", what, process,
+			       d->batch->process_count);
+	return 0;
+}
+
+/* A rank and its size: -1 each when unknown, else 0 <= rank < size. */
+static int check_rank(struct decoder *d, size_t at, const char *what, int32_t rank, int32_t size)
+{
+	if (rank < -1 || size < -1 || size == 0 || (rank >= 0 && size > 0 && rank >= size))
+		return CORRUPT(d, at, "%s: rank %d of %d is inconsistent", what, rank, size);
+	return 0;
+}
+
+static int decode_job_ranks(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	uint8_t *seen = NULL;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_job_ranks, SYSOM_JOB_RANK_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->job_ranks, &b->job_rank_cap, s->count,
+			       sizeof(*b->job_ranks))))
+		return err;
+	if (s->count && !(seen = calloc(b->process_count ? b->process_count : 1, 1)))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_JOB_RANK_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_job_rank *o = &b->job_ranks[i];
+		char what[40];
+
+		snprintf(what, sizeof(what), "JOB_RANKS record %u", i);
+		o->process = load_le32(p);
+		o->job = load_le32(p + 4);
+		o->rank = (int32_t)load_le32(p + 8);
+		o->world_size = (int32_t)load_le32(p + 12);
+		o->local_rank = (int32_t)load_le32(p + 16);
+		o->local_world_size = (int32_t)load_le32(p + 20);
+		o->group_rank = (int32_t)load_le32(p + 24);
+		o->source = p[28];
+		o->job_id_source = load_le32(p + 32);
+		o->master = load_le32(p + 36);
+		o->groups = load_le32(p + 40);
+		if ((err = check_process(d, at, what, o->process)) ||
+		    (err = check_string(d, at + 4, what, o->job)) ||
+		    (err = check_string(d, at + 32, what, o->job_id_source)) ||
+		    (err = check_string(d, at + 36, what, o->master)) ||
+		    (err = check_string(d, at + 40, what, o->groups)) ||
+		    (err = check_rank(d, at + 8, what, o->rank, o->world_size)) ||
+		    (err = check_rank(d, at + 16, what, o->local_rank, o->local_world_size)))
+			goto cleanup;
+		if (o->group_rank < -1) {
+			err = CORRUPT(d, at + 24, "%s: group rank %d", what, o->group_rank);
+			goto cleanup;
+		}
+		if (o->source != SYSOM_JOB_FROM_ENVIRONMENT && o->source != SYSOM_JOB_FROM_REGISTRATION) {
+			err = CORRUPT(d, at + 28, "%s: unknown source %u", what, o->source);
+			goto cleanup;
+		}
+		if (p[29] || load_le16(p + 30) || load_le32(p + 44)) {
+			err = CORRUPT(d, at + 29, "%s: reserved field is not zero", what);
+			goto cleanup;
+		}
+		if (seen[o->process]) {
+			err = CORRUPT(d, at, "%s: process %u repeated", what, o->process);
+			goto cleanup;
+		}
+		seen[o->process] = 1;
+		b->job_rank_count++;
+	}
+cleanup:
+	free(seen);
+	return err;
+}
+
+static int decode_communicators(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_communicators, SYSOM_COMMUNICATOR_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->communicators, &b->communicator_cap, s->count,
+			       sizeof(*b->communicators))))
+		return err;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_COMMUNICATOR_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_communicator *o = &b->communicators[i];
+		char what[40];
+
+		snprintf(what, sizeof(what), "COMMUNICATORS record %u", i);
+		o->process = load_le32(p);
+		o->rank = (int32_t)load_le32(p + 4);
+		o->key = load_le64(p + 8);
+		o->parent_key = load_le64(p + 16);
+		o->nccl_comm_hash = load_le64(p + 24);
+		o->nranks = (int32_t)load_le32(p + 32);
+		o->split_color = (int32_t)load_le32(p + 36);
+		o->split_ordinal = load_le32(p + 40);
+		o->split_key = (int32_t)load_le32(p + 44);
+		o->key_source = p[52];
+		o->flags = p[53];
+		o->created_ns = load_le64(p + 56);
+		o->handle = load_le64(p + 64);
+		if ((err = check_process(d, at, what, o->process)) ||
+		    (err = check_rank(d, at + 4, what, o->rank, o->nranks)))
+			return err;
+		if (o->key == 0)
+			return CORRUPT(d, at + 8, "%s: key 0", what);
+		if (o->key_source == 0 || o->key_source > SYSOM_COMM_KEY_SOURCE_MAX)
+			return CORRUPT(d, at + 52, "%s: unknown key source %u", what, o->key_source);
+		if (o->flags & ~SYSOM_COMM_DESTROYED)
+			return CORRUPT(d, at + 53, "%s: unknown flags 0x%x", what, o->flags);
+		if (load_le32(p + 48) || load_le16(p + 54))
+			return CORRUPT(d, at + 48, "%s: reserved field is not zero", what);
+		b->communicator_count++;
+	}
+	return 0;
+}
+
+static int decode_nccl_calls(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_nccl_calls, SYSOM_NCCL_CALL_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->nccl_calls, &b->nccl_call_cap, s->count,
+			       sizeof(*b->nccl_calls))))
+		return err;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_NCCL_CALL_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_nccl_call *o = &b->nccl_calls[i];
+		char what[40];
+
+		snprintf(what, sizeof(what), "NCCL_CALLS record %u", i);
+		o->process = load_le32(p);
+		o->tid = load_le32(p + 4);
+		o->comm_key = load_le64(p + 8);
+		o->seq = load_le64(p + 16);
+		o->entry_ns = load_le64(p + 24);
+		o->exit_ns = load_le64(p + 32);
+		o->count = load_le64(p + 40);
+		o->bytes = load_le64(p + 48);
+		o->stream = load_le64(p + 56);
+		o->op = p[64];
+		o->datatype = p[65];
+		o->redop = p[66];
+		o->flags = p[67];
+		o->peer = (int32_t)load_le32(p + 68);
+		o->result = (int32_t)load_le32(p + 72);
+		o->rank = (int32_t)load_le32(p + 76);
+		if ((err = check_process(d, at, what, o->process)))
+			return err;
+		if (o->op == 0 || o->op > SYSOM_NCCL_OP_MAX)
+			return CORRUPT(d, at + 64, "%s: unknown op %u", what, o->op);
+		if (o->flags & ~SYSOM_NCCL_IN_GROUP)
+			return CORRUPT(d, at + 67, "%s: unknown flags 0x%x", what, o->flags);
+		if (o->exit_ns < o->entry_ns)
+			return CORRUPT(d, at + 32, "%s: returns before it is entered", what);
+		if (o->peer < -1 || o->rank < -1)
+			return CORRUPT(d, at + 68, "%s: negative rank", what);
+		b->nccl_call_count++;
+	}
+	return 0;
+}
+
+static int decode_launches(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_launches, SYSOM_LAUNCH_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->launches, &b->launch_cap, s->count,
+			       sizeof(*b->launches))))
+		return err;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_LAUNCH_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_launch *o = &b->launches[i];
+		char what[40];
+
+		snprintf(what, sizeof(what), "LAUNCHES record %u", i);
+		o->process = load_le32(p);
+		o->kernel_name = load_le32(p + 4);
+		o->function = load_le64(p + 8);
+		o->user_stack = load_le32(p + 16);
+		o->kernel_stack = load_le32(p + 20);
+		o->count = load_le64(p + 24);
+		for (int k = 0; k < 3; k++) {
+			o->grid[k] = load_le32(p + 32 + 4 * k);
+			o->block[k] = load_le32(p + 44 + 4 * k);
+		}
+		o->shared_mem = load_le32(p + 56);
+		o->flags = load_le16(p + 60);
+		if ((err = check_process(d, at, what, o->process)) ||
+		    (err = check_string(d, at + 4, what, o->kernel_name)) ||
+		    (err = check_stack_ref(d, at + 16, what, o->user_stack, SYSOM_STACK_USER)) ||
+		    (err = check_stack_ref(d, at + 20, what, o->kernel_stack, SYSOM_STACK_KERNEL)))
+			return err;
+		if (o->count == 0)
+			return CORRUPT(d, at + 24, "%s: zero count", what);
+		if (o->flags & ~(SYSOM_LAUNCH_EX | SYSOM_LAUNCH_PTSZ))
+			return CORRUPT(d, at + 60, "%s: unknown flags 0x%x", what, o->flags);
+		if (load_le16(p + 62))
+			return CORRUPT(d, at + 62, "%s: reserved field is not zero", what);
+		b->launch_count++;
+	}
+	return 0;
+}
+
+static int decode_gpu_kernels(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_gpu_kernels, SYSOM_GPU_KERNEL_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->gpu_kernels, &b->gpu_kernel_cap, s->count,
+			       sizeof(*b->gpu_kernels))))
+		return err;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_GPU_KERNEL_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_gpu_kernel *o = &b->gpu_kernels[i];
+		const char *problem;
+
+		o->process = load_le32(p);
+		o->name = load_le32(p + 4);
+		o->device = load_le32(p + 8);
+		o->stream = load_le64(p + 16);
+		o->count = load_le64(p + 24);
+		o->total_ns = load_le64(p + 32);
+		o->min_ns = load_le64(p + 40);
+		o->max_ns = load_le64(p + 48);
+		for (int k = 0; k < SYSOM_GPU_HIST_BUCKETS; k++)
+			o->hist[k] = load_le32(p + 56 + 4 * k);
+		if (load_le32(p + 12))
+			return CORRUPT(d, at + 12, "GPU_KERNELS record %u: reserved field is not zero",
+				       i);
+		if ((problem = sysom_gpu_kernel_problem(b, o)))
+			return CORRUPT(d, at, "GPU_KERNELS record %u: %s", i, problem);
+		b->gpu_kernel_count++;
+	}
+	return 0;
+}
+
+static int decode_nccl_profiles(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_nccl_profiles,
+			       SYSOM_NCCL_PROFILE_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->nccl_profiles, &b->nccl_profile_cap, s->count,
+			       sizeof(*b->nccl_profiles))))
+		return err;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_NCCL_PROFILE_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_nccl_profile *o = &b->nccl_profiles[i];
+		const char *problem;
+
+		o->process = load_le32(p);
+		o->rank = (int32_t)load_le32(p + 4);
+		o->comm_id = load_le64(p + 8);
+		o->comm_name = load_le32(p + 16);
+		o->nranks = (int32_t)load_le32(p + 20);
+		o->func = load_le32(p + 24);
+		o->algo = load_le32(p + 28);
+		o->proto = load_le32(p + 32);
+		o->datatype = load_le32(p + 36);
+		o->peer = (int32_t)load_le32(p + 40);
+		o->nchannels = load_le32(p + 44);
+		o->count = load_le64(p + 48);
+		o->bytes = load_le64(p + 56);
+		o->kernel_timed = load_le64(p + 64);
+		o->kernel_ns_total = load_le64(p + 72);
+		o->kernel_ns_min = load_le64(p + 80);
+		o->kernel_ns_max = load_le64(p + 88);
+		o->span_timed = load_le64(p + 96);
+		o->span_ns_total = load_le64(p + 104);
+		o->enqueue_ns_total = load_le64(p + 112);
+		o->transfers = load_le64(p + 120);
+		o->transfer_bytes = load_le64(p + 128);
+		o->first_seq = load_le64(p + 136);
+		o->last_seq = load_le64(p + 144);
+		if ((problem = sysom_nccl_profile_problem(b, o)))
+			return CORRUPT(d, at, "NCCL_PROFILES record %u: %s", i, problem);
+		b->nccl_profile_count++;
+	}
+	return 0;
+}
+
+static double load_double(const uint8_t *p)
+{
+	uint64_t bits = load_le64(p);
+	double v;
+
+	memcpy(&v, &bits, sizeof(v));
+	return v;
+}
+
+static int decode_nccl_links(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_nccl_links, SYSOM_NCCL_LINK_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->nccl_links, &b->nccl_link_cap, s->count,
+			       sizeof(*b->nccl_links))))
+		return err;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_NCCL_LINK_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_nccl_link *o = &b->nccl_links[i];
+		const char *problem;
+
+		o->process = load_le32(p);
+		o->rank = (int32_t)load_le32(p + 4);
+		o->comm_id = load_le64(p + 8);
+		o->peer = (int32_t)load_le32(p + 16);
+		o->channel = (int32_t)load_le32(p + 20);
+		o->transfers = load_le64(p + 24);
+		o->bytes = load_le64(p + 32);
+		o->time_ns_total = load_le64(p + 40);
+		o->sx = load_double(p + 48);
+		o->sy = load_double(p + 56);
+		o->sxx = load_double(p + 64);
+		o->sxy = load_double(p + 72);
+		o->syy = load_double(p + 80);
+		o->min_latency_ns = load_double(p + 88);
+		o->min_bytes_per_ns = load_double(p + 96);
+		o->min_r2 = load_double(p + 104);
+		o->min_points = load_le32(p + 112);
+		if (load_le32(p + 116))
+			return CORRUPT(d, at + 116, "NCCL_LINKS record %u: reserved field is not zero",
+				       i);
+		if ((problem = sysom_nccl_link_problem(b, o)))
+			return CORRUPT(d, at, "NCCL_LINKS record %u: %s", i, problem);
+		b->nccl_link_count++;
+	}
+	return 0;
+}
+
+/* ---- OS signals (minor 3) ---- */
+
+static int decode_os_cpus(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	uint64_t *seen = NULL; /* bitmap of CPU numbers (they are < SYSOM_OS_CPU_LIMIT) */
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_os_cpus, SYSOM_OS_CPU_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->os_cpus, &b->os_cpu_cap, s->count,
+			       sizeof(*b->os_cpus))))
+		return err;
+	if (s->count && !(seen = calloc(SYSOM_OS_CPU_LIMIT / 64, sizeof(*seen))))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_OS_CPU_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_os_cpu *o = &b->os_cpus[i];
+		const char *problem;
+
+		o->cpu = load_le32(p);
+		o->numa_node = (int32_t)load_le32(p + 4);
+		o->busy_ns = load_le64(p + 8);
+		o->hardirq_count = load_le64(p + 16);
+		o->hardirq_ns = load_le64(p + 24);
+		for (int v = 0; v < SYSOM_SOFTIRQ_COUNT; v++) {
+			o->softirq_count[v] = load_le64(p + 32 + 8 * v);
+			o->softirq_ns[v] = load_le64(p + 112 + 8 * v);
+		}
+		o->context_switches = load_le64(p + 192);
+		o->runq_wait_ns = load_le64(p + 200);
+		if ((problem = sysom_os_cpu_problem(o))) {
+			err = CORRUPT(d, at, "OS_CPUS record %u: %s", i, problem);
+			goto cleanup;
+		}
+		if (seen[o->cpu / 64] & (1ull << (o->cpu % 64))) {
+			err = CORRUPT(d, at, "OS_CPUS record %u: cpu %u repeated", i, o->cpu);
+			goto cleanup;
+		}
+		seen[o->cpu / 64] |= 1ull << (o->cpu % 64);
+		b->os_cpu_count++;
+	}
+cleanup:
+	free(seen);
+	return err;
+}
+
+/* Uniqueness among the records decoded so far (hash_index values are record numbers). */
+struct seen_key {
+	const struct sysom_batch *b;
+	uint32_t a, c;
+};
+
+static bool irq_seen_eq(const void *ctx, uint32_t idx)
+{
+	const struct seen_key *k = ctx;
+
+	return k->b->os_irqs[idx].cpu == k->a && k->b->os_irqs[idx].irq == k->c;
+}
+
+static bool thread_seen_eq(const void *ctx, uint32_t idx)
+{
+	const struct seen_key *k = ctx;
+
+	return k->b->os_threads[idx].process == k->a && k->b->os_threads[idx].tid == k->c;
+}
+
+/* 1 when the key of record i was seen before, 0 after adding it, or -ENOMEM. */
+static int repeated(struct hash_index *seen, hash_index_eq_fn eq, const struct seen_key *k,
+		    uint32_t i)
+{
+	uint64_t h = sysom_hash_mix(k->a, k->c);
+
+	if (hash_index_find(seen, h, eq, k) != HASH_INDEX_NONE)
+		return 1;
+	return hash_index_insert(seen, h, i);
+}
+
+static int decode_os_irqs(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	struct hash_index seen = { 0 };
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_os_irqs, SYSOM_OS_IRQ_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->os_irqs, &b->os_irq_cap, s->count,
+			       sizeof(*b->os_irqs))))
+		return err;
+	if (s->count && hash_index_init(&seen, s->count))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_OS_IRQ_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_os_irq *o = &b->os_irqs[i];
+		const char *problem;
+
+		o->cpu = load_le32(p);
+		o->irq = load_le32(p + 4);
+		o->name = load_le32(p + 8);
+		o->count = load_le64(p + 16);
+		o->ns = load_le64(p + 24);
+		if (load_le32(p + 12)) {
+			err = CORRUPT(d, at + 12, "OS_IRQS record %u: reserved field is not zero", i);
+			goto cleanup;
+		}
+		if ((problem = sysom_os_irq_problem(b, o))) {
+			err = CORRUPT(d, at, "OS_IRQS record %u: %s", i, problem);
+			goto cleanup;
+		}
+		if ((err = repeated(&seen, irq_seen_eq, &(struct seen_key){ b, o->cpu, o->irq }, i))) {
+			if (err > 0)
+				err = CORRUPT(d, at, "OS_IRQS record %u: cpu %u irq %u repeated", i,
+					      o->cpu, o->irq);
+			goto cleanup;
+		}
+		b->os_irq_count++;
+	}
+cleanup:
+	hash_index_free(&seen);
+	return err;
+}
+
+static int decode_os_threads(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	struct hash_index seen = { 0 };
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_os_threads, SYSOM_OS_THREAD_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->os_threads, &b->os_thread_cap, s->count,
+			       sizeof(*b->os_threads))))
+		return err;
+	if (s->count && hash_index_init(&seen, s->count))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_OS_THREAD_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_os_thread *o = &b->os_threads[i];
+		const char *problem;
+
+		o->process = load_le32(p);
+		o->tid = load_le32(p + 4);
+		o->comm = load_le32(p + 8);
+		o->oncpu_ns = load_le64(p + 16);
+		o->runq_wait_ns = load_le64(p + 24);
+		o->runq_waits = load_le64(p + 32);
+		for (int k = 0; k < SYSOM_RUNQ_HIST_BUCKETS; k++)
+			o->runq_hist[k] = load_le32(p + 40 + 4 * k);
+		o->voluntary_switches = load_le64(p + 120);
+		o->involuntary_switches = load_le64(p + 128);
+		o->migrations = load_le64(p + 136);
+		o->numa_migrations = load_le64(p + 144);
+		o->pages_migrated = load_le64(p + 152);
+		o->hardirq_ns = load_le64(p + 160);
+		o->softirq_ns = load_le64(p + 168);
+		for (int k = 0; k < SYSOM_CPU_MASK_WORDS; k++)
+			o->cpus[k] = load_le64(p + 176 + 8 * k);
+		if (load_le32(p + 12)) {
+			err = CORRUPT(d, at + 12, "OS_THREADS record %u: reserved field is not zero",
+				      i);
+			goto cleanup;
+		}
+		if (load_le64(p + 208) || load_le64(p + 216)) {
+			err = CORRUPT(d, at + 208, "OS_THREADS record %u: reserved field is not zero",
+				      i);
+			goto cleanup;
+		}
+		if ((problem = sysom_os_thread_problem(b, o))) {
+			err = CORRUPT(d, at, "OS_THREADS record %u: %s", i, problem);
+			goto cleanup;
+		}
+		if ((err = repeated(&seen, thread_seen_eq, &(struct seen_key){ b, o->process, o->tid },
+				    i))) {
+			if (err > 0)
+				err = CORRUPT(d, at, "OS_THREADS record %u: process %u tid %u repeated",
+					      i, o->process, o->tid);
+			goto cleanup;
+		}
+		b->os_thread_count++;
+	}
+cleanup:
+	hash_index_free(&seen);
+	return err;
+}
+
+static int read_header(struct decoder *d, struct section *sections,
+		       size_t nknown)
+{
+	const uint8_t *p = d->data;
+	struct sysom_batch *b = d->batch;
+	uint16_t header_size, nsections;
+	size_t table_end, prev_end;
+
+	if (d->len < SYSOM_WIRE_HEADER_SIZE)
+		return CORRUPT(d, 0, "batch of %zu bytes is shorter than the %d-byte header", d->len,
+			       SYSOM_WIRE_HEADER_SIZE);
+	if (memcmp(p, SYSOM_WIRE_MAGIC, 4) != 0)
+		return CORRUPT(d, 0, "bad magic (not a sysom batch)");
+	b->major = load_le16(p + 4);
+	b->minor = load_le16(p + 6);
+	if (b->major != SYSOM_WIRE_MAJOR)
+		return fail(d, 4, -SYSOM_EVERSION, "format major version %u is not supported (want %d)",
+			    b->major, SYSOM_WIRE_MAJOR);
+	header_size = load_le16(p + 8);
+	nsections = load_le16(p + 10);
+	if (header_size < SYSOM_WIRE_HEADER_SIZE || header_size > d->len)
+		return CORRUPT(d, 8, "header size %u invalid", header_size);
+	if (nsections > SYSOM_WIRE_MAX_SECTIONS)
+		return fail(d, 10, -SYSOM_ELIMIT, "%u sections exceed the limit of %d", nsections,
+			    SYSOM_WIRE_MAX_SECTIONS);
+	if (load_le32(p + 12) != 0)
+		return CORRUPT(d, 12, "unknown header flags 0x%x", load_le32(p + 12));
+	memcpy(b->node_id, p + 16, SYSOM_NODE_ID_SIZE);
+	b->agent_epoch = load_le64(p + 32);
+	b->sequence = load_le64(p + 40);
+	b->window_start_ns = load_le64(p + 48);
+	b->window_end_ns = load_le64(p + 56);
+	if (b->window_end_ns < b->window_start_ns)
+		return CORRUPT(d, 56, "window ends before it starts");
+	if (b->window_end_ns - b->window_start_ns > 24ULL * 3600 * 1000000000ULL)
+		return fail(d, 56, -SYSOM_ELIMIT, "window longer than 24 hours");
+
+	table_end = (size_t)header_size + (size_t)nsections * SYSOM_WIRE_SECTION_ENTRY_SIZE;
+	if (table_end > d->len)
+		return CORRUPT(d, header_size, "section table runs past the end of the batch");
+	prev_end = table_end;
+	for (uint16_t i = 0; i < nsections; i++) {
+		const uint8_t *e = p + header_size + (size_t)i * SYSOM_WIRE_SECTION_ENTRY_SIZE;
+		size_t at = (size_t)(e - p);
+		struct section s = {
+			.type = load_le16(e),
+			.count = load_le32(e + 4),
+			.offset = load_le32(e + 8),
+			.size = load_le32(e + 12),
+			.present = true,
+		};
+
+		if (load_le16(e + 2) != 0)
+			return CORRUPT(d, at + 2, "section %u: unknown flags", i);
+		if (s.offset < prev_end || (uint64_t)s.offset + s.size > d->len)
+			return CORRUPT(d, at + 8,
+				       "section %u (%s): range [%u, +%u) overlaps or runs past the batch",
+				       i, section_name(s.type), s.offset, s.size);
+		prev_end = (size_t)s.offset + s.size;
+		if (s.type == 0)
+			return CORRUPT(d, at, "section %u: type 0", i);
+		if (s.type >= nknown)
+			continue; /* a newer minor version's section: skip it */
+		if (sections[s.type].present)
+			return CORRUPT(d, at, "section %u: %s repeated", i, section_name(s.type));
+		sections[s.type] = s;
+	}
+	if (!sections[SYSOM_SECTION_STRINGS].present || !sections[SYSOM_SECTION_NODE].present)
+		return CORRUPT(d, header_size, "required section %s missing",
+			       sections[SYSOM_SECTION_STRINGS].present ? "NODE" : "STRINGS");
+	return 0;
+}
+
+int sysom_batch_decode(const void *data, size_t len, const struct sysom_wire_limits *limits,
+		       struct sysom_batch *out, struct sysom_wire_error *err)
+{
+	struct section sections[SYSOM_SECTION_TYPE_MAX + 1];
+	struct decoder d = {
+		.data = data,
+		.len = len,
+		.limits = limits ? limits : &sysom_wire_default_limits,
+		.batch = out,
+		.err = err,
+	};
+	/* Dependency order: strings, then objects (node refers to the kernel object), ... */
+	static const struct {
+		uint16_t type;
+		int (*decode)(struct decoder *, const struct section *);
+	} order[] = {
+		{ SYSOM_SECTION_STRINGS, decode_strings },
+		{ SYSOM_SECTION_OBJECTS, decode_objects },
+		{ SYSOM_SECTION_NODE, decode_node },
+		{ SYSOM_SECTION_PROCESSES, decode_processes },
+		{ SYSOM_SECTION_MAPPINGS, decode_mappings },
+		{ SYSOM_SECTION_STACKS, decode_stacks },
+		{ SYSOM_SECTION_SAMPLES, decode_samples },
+		{ SYSOM_SECTION_COUNTERS, decode_counters },
+		{ SYSOM_SECTION_JOB_RANKS, decode_job_ranks },
+		{ SYSOM_SECTION_COMMUNICATORS, decode_communicators },
+		{ SYSOM_SECTION_NCCL_CALLS, decode_nccl_calls },
+		{ SYSOM_SECTION_LAUNCHES, decode_launches },
+		{ SYSOM_SECTION_GPU_KERNELS, decode_gpu_kernels },
+		{ SYSOM_SECTION_NCCL_PROFILES, decode_nccl_profiles },
+		{ SYSOM_SECTION_NCCL_LINKS, decode_nccl_links },
+		{ SYSOM_SECTION_OS_CPUS, decode_os_cpus },
+		{ SYSOM_SECTION_OS_IRQS, decode_os_irqs },
+		{ SYSOM_SECTION_OS_THREADS, decode_os_threads },
+	};
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	memset(sections, 0, sizeof(sections));
+	if (err) {
+		err->offset = 0;
+		err->message[0] = '\0';
+	}
+	if (!data && len)
+		return -EINVAL;
+	rc = read_header(&d, sections, sizeof(sections) / sizeof(sections[0]));
+	if (rc)
+		goto cleanup;
+	for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+		const struct section *s = &sections[order[i].type];
+
+		if (!s->present)
+			continue;
+		rc = order[i].decode(&d, s);
+		if (rc)
+			goto cleanup;
+	}
+cleanup:
+	if (rc == -ENOMEM && err)
+		snprintf(err->message, sizeof(err->message), "out of memory while decoding");
+	return rc;
+}

@@ -1,0 +1,1287 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Straggler detection and layered diagnosis of one training job (server/analysis/diagnosis.h). */
+#include "server/analysis/diagnosis.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/analysis/folded.h"
+#include "server/analysis/layers.h"
+#include "server/api/api.h"
+#include "server/api/render.h"
+
+
+/* ---- gathering collective instances into communication groups --------------------------- */
+
+/* One communication group being analysed. */
+struct strag_group {
+	uint64_t key;
+	int32_t nranks;
+	struct straggler_group *g;
+	uint32_t *pid;      /* by rank, 0 unknown */
+	char **host;        /* by rank, NULL unknown */
+	uint32_t window;    /* instances kept: the requested window, or less for huge groups */
+	int64_t *t0;        /* earliest entry of the latest `window` complete instances (a ring) */
+	uint32_t nt0, t0_next;
+};
+
+struct strag_doc {
+	struct strag_group *groups;
+	size_t ngroups, cap;
+	size_t cells;       /* window x nranks allocated */
+	uint32_t window;
+	size_t skipped;     /* instances of groups of unknown size or over the cell budget */
+	uint64_t instances; /* read from the store */
+	/* the instance being gathered */
+	bool have;
+	uint64_t key, seq;
+	uint8_t op;
+	int32_t nranks;
+	struct strag_group *cur; /* NULL: this instance is skipped */
+	int64_t *entry;     /* [nranks] */
+	bool *present;
+	int32_t seen;
+};
+
+static void strag_doc_free(struct strag_doc *d)
+{
+	for (size_t i = 0; i < d->ngroups; i++) {
+		struct strag_group *g = &d->groups[i];
+		straggler_group_free(g->g);
+		for (int32_t r = 0; g->host && r < g->nranks; r++)
+			free(g->host[r]);
+		free(g->host);
+		free(g->pid);
+		free(g->t0);
+	}
+	free(d->groups);
+	free(d->entry);
+	free(d->present);
+}
+
+/* The group of a communicator (created on first sight), or NULL when it cannot be analysed
+ * (size unknown, over the budget: counted). */
+static int strag_group_of(struct strag_doc *d, uint64_t key, int32_t nranks,
+			  struct strag_group **out)
+{
+	struct strag_group *g;
+	int rc;
+
+	*out = NULL;
+	for (size_t i = 0; i < d->ngroups; i++)
+		if (d->groups[i].key == key) {
+			*out = d->groups[i].nranks == nranks ? &d->groups[i] : NULL;
+			return 0;
+		}
+	/* The cell budget bounds memory: a group too large for the full window gets a shorter
+	 * one (reported as its "window"), down to DIAGNOSIS_MIN_WINDOW, then it is skipped. */
+	uint32_t window = d->window;
+	size_t left = d->cells < API_MAX_STRAGGLER_CELLS ? API_MAX_STRAGGLER_CELLS - d->cells : 0;
+	if (nranks >= 1 && (size_t)nranks * window > left)
+		window = (uint32_t)(left / (size_t)nranks);
+	if (nranks < 1 || nranks > STRAGGLER_MAX_RANKS ||
+	    window < (d->window < DIAGNOSIS_MIN_WINDOW ? d->window : DIAGNOSIS_MIN_WINDOW)) {
+		d->skipped++;
+		return 0;
+	}
+	if (d->ngroups == d->cap) {
+		size_t cap = d->cap ? d->cap * 2 : 8;
+		struct strag_group *grown = realloc(d->groups, cap * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		d->groups = grown;
+		d->cap = cap;
+	}
+	g = &d->groups[d->ngroups];
+	memset(g, 0, sizeof(*g));
+	g->key = key;
+	g->nranks = nranks;
+	g->pid = calloc((size_t)nranks, sizeof(*g->pid));
+	g->host = calloc((size_t)nranks, sizeof(*g->host));
+	g->window = window;
+	g->t0 = calloc(window, sizeof(*g->t0));
+	if (!g->pid || !g->host || !g->t0 || (rc = straggler_group_new(nranks, window, &g->g))) {
+		free(g->pid);
+		free(g->host);
+		free(g->t0);
+		return -ENOMEM;
+	}
+	d->ngroups++;
+	d->cells += (size_t)nranks * window;
+	*out = g;
+	return 0;
+}
+
+static void strag_instance_end(struct strag_doc *d)
+{
+	if (!d->have || !d->cur)
+		return;
+	if (d->seen == d->nranks) {
+		struct strag_group *g = d->cur;
+		int64_t t0 = d->entry[0];
+
+		for (int32_t r = 1; r < d->nranks; r++)
+			t0 = d->entry[r] < t0 ? d->entry[r] : t0;
+		straggler_group_add(g->g, d->entry);
+		g->t0[g->t0_next] = t0;
+		g->t0_next = (g->t0_next + 1) % g->window;
+		if (g->nt0 < g->window)
+			g->nt0++;
+	} else
+		straggler_group_add_incomplete(d->cur->g, d->present);
+}
+
+static int strag_call(void *arg, const struct store_collective_call *c)
+{
+	struct strag_doc *d = arg;
+	int rc;
+
+	if (!d->have || c->comm_key != d->key || c->op != d->op || c->seq != d->seq) {
+		strag_instance_end(d);
+		d->have = true;
+		d->key = c->comm_key;
+		d->op = c->op;
+		d->seq = c->seq;
+		d->nranks = c->nranks;
+		d->seen = 0;
+		d->cur = NULL;
+		d->instances++;
+		/* Collectives only: point-to-point sequence numbers do not make a barrier. */
+		if (c->op < SYSOM_NCCL_ALL_REDUCE || c->op > SYSOM_NCCL_SCATTER)
+			return 0;
+		if ((rc = strag_group_of(d, c->comm_key, c->nranks, &d->cur)))
+			return rc;
+		if (!d->cur)
+			return 0;
+		int64_t *e = realloc(d->entry, (size_t)c->nranks * sizeof(*e));
+		bool *p = e ? realloc(d->present, (size_t)c->nranks * sizeof(*p)) : NULL;
+		if (e)
+			d->entry = e;
+		if (!e || !p)
+			return -ENOMEM;
+		d->present = p;
+		memset(d->present, 0, (size_t)c->nranks * sizeof(*p));
+	}
+	if (!d->cur || c->rank < 0 || c->rank >= d->nranks || d->present[c->rank])
+		return 0;
+	d->present[c->rank] = true;
+	d->entry[c->rank] = c->entry_ns;
+	d->seen++;
+	struct strag_group *g = d->cur;
+	g->pid[c->rank] = c->pid;
+	if (!g->host[c->rank] || strcmp(g->host[c->rank], c->hostname ? c->hostname : "")) {
+		free(g->host[c->rank]);
+		if (!(g->host[c->rank] = strdup(c->hostname ? c->hostname : "")))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+static json_t *strag_rank_json(const struct strag_group *g, const struct straggler_rank *r)
+{
+	const char *verdict = !r->straggler ? NULL : r->persistent ? "persistent" : "intermittent";
+
+	return json_pack("{s:i,s:I,s:s,s:f,s:f,s:o,s:f,s:f,s:I,s:b,s:o}", "rank", r->rank, "pid",
+			 (json_int_t)g->pid[r->rank], "hostname",
+			 g->host[r->rank] ? g->host[r->rank] : "", "mean_lateness_ms",
+			 r->mean_lateness_ns / 1e6, "excess_ms", r->excess_ns / 1e6, "z",
+			 isfinite(r->z) ? json_real(r->z) : json_null(), "flagged_fraction",
+			 r->flagged_fraction, "last_to_enter_fraction", r->last_fraction, "missing",
+			 (json_int_t)r->missing, "straggler", r->straggler, "persistence",
+			 verdict ? json_string(verdict) : json_null());
+}
+
+static int by_excess_desc(const void *a, const void *b)
+{
+	const struct straggler_rank *x = a, *y = b;
+
+	return x->excess_ns < y->excess_ns ? 1 : x->excess_ns > y->excess_ns ? -1 : x->rank - y->rank;
+}
+
+/* Adds (or merges into) the job-level entry of a straggling rank; returns 1 when the entry is
+ * new (the caller diagnoses it), 0 when merged, or -ENOMEM. */
+static int strag_job_add(json_t *list, const struct strag_group *g, const struct straggler_rank *r)
+{
+	size_t i;
+	json_t *e;
+
+	json_array_foreach(list, i, e) {
+		if (json_integer_value(json_object_get(e, "rank")) == r->rank &&
+		    json_integer_value(json_object_get(e, "pid")) == (json_int_t)g->pid[r->rank]) {
+			json_array_append_new(json_object_get(e, "communicators"), render_json_key(g->key));
+			if (r->persistent)
+				json_object_set_new(e, "persistence", json_string("persistent"));
+			if (r->excess_ns / 1e6 > json_number_value(json_object_get(e, "max_excess_ms")))
+				json_object_set_new(e, "max_excess_ms", json_real(r->excess_ns / 1e6));
+			return 0;
+		}
+	}
+	e = json_pack("{s:i,s:I,s:s,s:[o],s:s,s:f}", "rank", r->rank, "pid",
+		      (json_int_t)g->pid[r->rank], "hostname", g->host[r->rank] ? g->host[r->rank] : "",
+		      "communicators", render_json_key(g->key), "persistence",
+		      r->persistent ? "persistent" : "intermittent", "max_excess_ms", r->excess_ns / 1e6);
+	return e && !json_array_append_new(list, e) ? 1 : -ENOMEM;
+}
+
+
+/* ---- layered diagnosis of a straggler (GPU, then CPU; server/analysis/layers.h) ---------- */
+
+#define DIAGNOSE_MAX_STRAGGLERS 4
+#define DIAGNOSE_TOP 5
+#define DIAGNOSE_TOP_STACKS 3
+
+struct gk_row {
+	int32_t rank;
+	char *name;
+	uint64_t count, total_ns;
+};
+
+struct gk_rows {
+	struct gk_row *rows;
+	size_t n, cap;
+	bool loaded;
+};
+
+static int gk_kernel(void *arg, const struct store_gpu_kernel_row *r)
+{
+	struct gk_rows *k = arg;
+	struct gk_row *last = k->n ? &k->rows[k->n - 1] : NULL;
+
+	if (r->who.job_rank < 0)
+		return 0;
+	if (last && last->rank == r->who.job_rank && strcmp(last->name, r->name) == 0) {
+		last->count += r->count;
+		last->total_ns += r->total_ns;
+		return 0;
+	}
+	if (k->n == k->cap) {
+		size_t cap = k->cap ? k->cap * 2 : 256;
+		struct gk_row *grown = realloc(k->rows, cap * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		k->rows = grown;
+		k->cap = cap;
+	}
+	k->rows[k->n] = (struct gk_row){ r->who.job_rank, strdup(r->name), r->count, r->total_ns };
+	return k->rows[k->n++].name ? 0 : -ENOMEM;
+}
+
+static void gk_free(struct gk_rows *k)
+{
+	for (size_t i = 0; i < k->n; i++)
+		free(k->rows[i].name);
+	free(k->rows);
+}
+
+/* Mean GPU ns per execution of `name` on `rank` (every row of it), or -1. */
+static double gk_mean(const struct gk_rows *k, int32_t rank, const char *name)
+{
+	uint64_t count = 0, total = 0;
+
+	for (size_t i = 0; i < k->n; i++)
+		if (k->rows[i].rank == rank && strcmp(k->rows[i].name, name) == 0) {
+			count += k->rows[i].count;
+			total += k->rows[i].total_ns;
+		}
+	return count ? (double)total / (double)count : -1;
+}
+
+static int kcmp_by_excess(const void *a, const void *b)
+{
+	const struct kernel_cmp *x = a, *y = b;
+	double ex = ((double)x->count) * (x->mean_ns - x->healthy_ns);
+	double ey = ((double)y->count) * (y->mean_ns - y->healthy_ns);
+
+	return ex < ey ? 1 : ex > ey ? -1 : strcmp(x->name, y->name);
+}
+
+/* A launching stack of one kernel, from a "stack;[gpu] name ns" folded line. */
+struct launch_stack {
+	const char *stack; /* into the folded text: stack_len bytes, without the kernel frame */
+	size_t stack_len;
+	uint64_t ns;
+};
+
+static int launch_stack_cmp(const void *a, const void *b)
+{
+	const struct launch_stack *x = a, *y = b;
+
+	return x->ns < y->ns ? 1 : x->ns > y->ns ? -1 : 0;
+}
+
+/* The straggler's launching stacks of kernel `name` holding the most of its GPU time, from
+ * the gpu-time folded text: [{stack, gpu_ns, share}], most first (an empty list when the
+ * kernel's launches were not traced). */
+static json_t *launch_stacks_of(const struct byte_buf *folded, const char *name)
+{
+	struct launch_stack top[DIAGNOSE_TOP_STACKS + 1];
+	const char *p = (const char *)folded->data, *end = p + folded->len;
+	size_t n = 0, name_len = strlen(name);
+	uint64_t total = 0;
+	json_t *out = json_array();
+
+	while (out && p && p < end) {
+		const char *eol = memchr(p, '\n', (size_t)(end - p)), *space, *leaf;
+		size_t len = eol ? (size_t)(eol - p) : (size_t)(end - p);
+		char *tail;
+		unsigned long long ns;
+
+		space = memrchr(p, ' ', len);
+		leaf = space ? memrchr(p, ';', (size_t)(space - p)) : NULL;
+		leaf = leaf ? leaf + 1 : p;
+		/* "[gpu] name" exactly as the leaf frame */
+		if (space && (size_t)(space - leaf) == name_len + 6 && memcmp(leaf, "[gpu] ", 6) == 0 &&
+		    memcmp(leaf + 6, name, name_len) == 0 && leaf > p) {
+			static const char none[] = "[no launch stack]";
+			size_t stack_len = (size_t)(leaf - 1 - p);
+			bool unlaunched = stack_len >= sizeof(none) - 1 &&
+					  memcmp(leaf - sizeof(none), none, sizeof(none) - 1) == 0;
+			ns = strtoull(space + 1, &tail, 10);
+			if (!unlaunched && (tail == p + len || *tail == '\n')) {
+				top[n] = (struct launch_stack){ p, stack_len, ns };
+				total += ns;
+				if (++n > DIAGNOSE_TOP_STACKS) {
+					qsort(top, n, sizeof(*top), launch_stack_cmp);
+					n = DIAGNOSE_TOP_STACKS;
+				}
+			}
+		}
+		p = eol ? eol + 1 : NULL;
+	}
+	qsort(top, n, sizeof(*top), launch_stack_cmp);
+	for (size_t i = 0; out && i < n; i++)
+		json_array_append_new(out, json_pack("{s:s%,s:I,s:f}", "stack", top[i].stack,
+						     top[i].stack_len, "gpu_ns", (json_int_t)top[i].ns,
+						     "share", total ? (double)top[i].ns / (double)total
+								    : 0.0));
+	return out;
+}
+
+/* The GPU layer: the straggler's kernels against the healthy ranks' medians, each with the
+ * launching stacks that hold most of its GPU time on the straggler. */
+static json_t *diagnose_gpu(const struct diagnosis_ctx *ctx, const struct store_sample_filter *range,
+			    const struct gk_rows *k, const struct strag_group *g,
+			    const struct straggler_rank *ranks, int32_t s, double threshold,
+			    enum gpu_verdict *verdict, double *slowdown)
+{
+	struct byte_buf folded = { 0 };
+	struct kernel_cmp *cmp = calloc(k->n + 1, sizeof(*cmp));
+	double *means = calloc((size_t)g->nranks + 1, sizeof(*means));
+	json_t *kernels = json_array(), *out = NULL;
+	size_t n = 0;
+
+	if (!cmp || !means || !kernels)
+		goto cleanup;
+	for (size_t i = 0; i < k->n; i++) {
+		const struct gk_row *r = &k->rows[i];
+		bool dup = false;
+		size_t nh = 0;
+
+		if (r->rank != s)
+			continue;
+		for (size_t j = 0; j < n && !dup; j++)
+			dup = strcmp(cmp[j].name, r->name) == 0;
+		if (dup)
+			continue;
+		for (int32_t h = 0; h < g->nranks; h++) {
+			double m;
+			if (h == s || ranks[h].straggler || (m = gk_mean(k, h, r->name)) < 0)
+				continue;
+			means[nh++] = m;
+		}
+		if (!nh)
+			continue;
+		cmp[n].name = r->name;
+		cmp[n].mean_ns = gk_mean(k, s, r->name);
+		cmp[n].count = 0;
+		for (size_t j = 0; j < k->n; j++)
+			if (k->rows[j].rank == s && strcmp(k->rows[j].name, r->name) == 0)
+				cmp[n].count += k->rows[j].count;
+		cmp[n].healthy_ns = layers_median(means, nh);
+		n++;
+	}
+	*verdict = layers_gpu_classify(cmp, n, threshold, slowdown);
+	qsort(cmp, n, sizeof(*cmp), kcmp_by_excess);
+	if (n && ctx->gpu_time_folded) {
+		struct store_sample_filter f = *range;
+		f.has_rank = true;
+		f.rank = s;
+		if (ctx->gpu_time_folded(ctx->diff_arg, &f, API_DEFAULT_STACK_LIMIT, &folded))
+			byte_buf_free(&folded); /* the kernels without their stacks */
+	}
+	for (size_t i = 0; i < n && i < DIAGNOSE_TOP; i++)
+		json_array_append_new(kernels,
+				      json_pack("{s:s,s:I,s:f,s:f,s:f,s:o}", "name", cmp[i].name, "count",
+						(json_int_t)cmp[i].count, "mean_ns", cmp[i].mean_ns,
+						"healthy_median_ns", cmp[i].healthy_ns, "ratio",
+						cmp[i].mean_ns / cmp[i].healthy_ns, "launch_stacks",
+						launch_stacks_of(&folded, cmp[i].name)));
+	out = json_pack("{s:s,s:f,s:O}", "verdict", layers_gpu_verdict_name(*verdict), "slowdown",
+			*slowdown, "kernels", kernels);
+cleanup:
+	byte_buf_free(&folded);
+	json_decref(kernels);
+	free(cmp);
+	free(means);
+	return out;
+}
+
+/* The CPU layer: functions on more of the straggler's stacks than of healthy rank `h`'s. */
+static json_t *diagnose_cpu(const struct diagnosis_ctx *ctx, const struct store_sample_filter *range,
+			    int32_t s, int32_t h, double *top_pp, char **top_fn)
+{
+	struct byte_buf text = { 0 };
+	struct cpu_delta *d = NULL;
+	struct cpu_stack *stacks = NULL;
+	json_t *fns = json_array(), *stack_list = json_array(), *out = NULL;
+	uint64_t totals[2] = { 0, 0 };
+	bool enough;
+	int n = 0, nstacks = 0;
+
+	*top_pp = 0;
+	*top_fn = NULL;
+	if (!fns || !stack_list || ctx->diff_folded(ctx->diff_arg, range, h, s, API_DEFAULT_STACK_LIMIT, &text))
+		goto cleanup;
+	if ((n = layers_cpu_deltas((const char *)text.data, text.len, &d, totals)) < 0)
+		goto cleanup;
+	/* Too few samples on a side and one sample is many percentage points: no verdict. */
+	enough = totals[0] >= LAYERS_CPU_MIN_SAMPLES && totals[1] >= LAYERS_CPU_MIN_SAMPLES;
+	for (int i = 0; enough && i < n && i < DIAGNOSE_TOP; i++) {
+		double pp = 100 * (d[i].b_fraction - d[i].a_fraction);
+		double z = layers_cpu_z(d[i].a_fraction, d[i].b_fraction, totals[0], totals[1]);
+		if (pp <= 0)
+			break;
+		/* The top function counts only when its difference is no accident of sampling. */
+		if (i == 0 && z >= LAYERS_CPU_MIN_Z) {
+			*top_pp = pp;
+			*top_fn = strdup(d[i].name);
+		}
+		json_array_append_new(fns, json_pack("{s:s,s:f,s:f,s:f,s:o}", "function", d[i].name,
+						     "straggler_pct", 100 * d[i].b_fraction,
+						     "healthy_pct", 100 * d[i].a_fraction,
+						     "delta_pp", pp, "z",
+						     isfinite(z) ? json_real(z) : json_null()));
+	}
+	/* The full stacks through the top function, most of the difference first. */
+	if (*top_fn && (nstacks = layers_cpu_stacks((const char *)text.data, text.len, *top_fn,
+						    totals, DIAGNOSE_TOP_STACKS, &stacks)) > 0)
+		for (int i = 0; i < nstacks; i++)
+			json_array_append_new(stack_list,
+					      json_pack("{s:s,s:f,s:f}", "stack", stacks[i].stack,
+							"straggler_pct", 100 * stacks[i].b_fraction,
+							"healthy_pct", 100 * stacks[i].a_fraction));
+	out = json_pack("{s:i,s:I,s:I,s:b,s:O,s:O}", "compared_with_rank", h, "straggler_samples",
+			(json_int_t)totals[1], "healthy_samples", (json_int_t)totals[0],
+			"enough_samples", enough, "functions", fns, "top_stacks", stack_list);
+cleanup:
+	layers_cpu_stacks_free(stacks, nstacks > 0 ? nstacks : 0);
+	json_decref(stack_list);
+	layers_cpu_deltas_free(d, n > 0 ? n : 0);
+	byte_buf_free(&text);
+	json_decref(fns);
+	return out;
+}
+
+/* ---- the OS layer: the straggler's threads and CPUs against the healthy ranks' ----------- */
+
+#define DIAGNOSE_TOP_IRQS 5
+
+/* One rank's OS signals summed over its processes' threads. */
+struct os_rank {
+	int32_t rank;
+	char *hostname;
+	uint64_t oncpu_ns, runq_wait_ns, runq_waits, invol, vol, migrations, numa_migrations;
+	uint64_t pages, hardirq_ns, softirq_ns;
+	uint64_t hist[SYSOM_RUNQ_HIST_BUCKETS];
+	uint64_t cpus[SYSOM_CPU_MASK_WORDS];
+};
+
+struct os_cpu {
+	char *hostname;
+	uint32_t cpu;
+	uint64_t window_ms, busy_ns, hardirq_ns, hardirq_count;
+	uint64_t softirq_ns[SYSOM_SOFTIRQ_COUNT], softirq_count[SYSOM_SOFTIRQ_COUNT];
+};
+
+struct os_irq {
+	char *hostname, *name;
+	uint32_t cpu, irq;
+	uint64_t count, ns;
+};
+
+struct os_rows {
+	struct os_rank *ranks;
+	size_t nranks, cap_ranks;
+	struct os_cpu *cpus;
+	size_t ncpus, cap_cpus;
+	struct os_irq *irqs;
+	size_t nirqs, cap_irqs;
+	bool loaded, truncated;
+};
+
+static int grow(void **arr, size_t *cap, size_t n, size_t size)
+{
+	if (n < *cap)
+		return 0;
+	size_t next = *cap ? *cap * 2 : 64;
+	void *grown = realloc(*arr, next * size);
+	if (!grown)
+		return -ENOMEM;
+	*arr = grown;
+	*cap = next;
+	return 0;
+}
+
+static int os_thread_take(void *arg, const struct store_os_thread_row *r)
+{
+	struct os_rows *o = arg;
+	struct os_rank *k = o->nranks ? &o->ranks[o->nranks - 1] : NULL;
+
+	if (r->who.job_rank < 0)
+		return 0;
+	if (!k || k->rank != r->who.job_rank) {
+		if (grow((void **)&o->ranks, &o->cap_ranks, o->nranks, sizeof(*o->ranks)))
+			return -ENOMEM;
+		k = &o->ranks[o->nranks++];
+		memset(k, 0, sizeof(*k));
+		k->rank = r->who.job_rank;
+		if (!(k->hostname = strdup(r->who.hostname ? r->who.hostname : "")))
+			return -ENOMEM;
+	}
+	k->oncpu_ns += r->oncpu_ns;
+	k->runq_wait_ns += r->runq_wait_ns;
+	k->runq_waits += r->runq_waits;
+	k->invol += r->involuntary_switches;
+	k->vol += r->voluntary_switches;
+	k->migrations += r->migrations;
+	k->numa_migrations += r->numa_migrations;
+	k->pages += r->pages_migrated;
+	k->hardirq_ns += r->hardirq_ns;
+	k->softirq_ns += r->softirq_ns;
+	for (int i = 0; i < SYSOM_RUNQ_HIST_BUCKETS; i++)
+		k->hist[i] += r->runq_hist[i];
+	for (int i = 0; i < SYSOM_CPU_MASK_WORDS; i++)
+		k->cpus[i] |= r->cpus[i];
+	return 0;
+}
+
+static int os_cpu_take(void *arg, const struct store_os_cpu_row *r)
+{
+	struct os_rows *o = arg;
+	struct os_cpu *c = o->ncpus ? &o->cpus[o->ncpus - 1] : NULL;
+
+	if (!c || c->cpu != r->cpu || strcmp(c->hostname, r->hostname ? r->hostname : "")) {
+		if (grow((void **)&o->cpus, &o->cap_cpus, o->ncpus, sizeof(*o->cpus)))
+			return -ENOMEM;
+		c = &o->cpus[o->ncpus++];
+		memset(c, 0, sizeof(*c));
+		c->cpu = r->cpu;
+		if (!(c->hostname = strdup(r->hostname ? r->hostname : "")))
+			return -ENOMEM;
+	}
+	c->window_ms += (uint64_t)(r->window_ms > 0 ? r->window_ms : 0);
+	c->busy_ns += r->busy_ns;
+	c->hardirq_ns += r->hardirq_ns;
+	c->hardirq_count += r->hardirq_count;
+	for (int i = 0; i < SYSOM_SOFTIRQ_COUNT; i++) {
+		c->softirq_ns[i] += r->softirq_ns[i];
+		c->softirq_count[i] += r->softirq_count[i];
+	}
+	return 0;
+}
+
+static int os_irq_take(void *arg, const struct store_os_irq_row *r)
+{
+	struct os_rows *o = arg;
+
+	if (grow((void **)&o->irqs, &o->cap_irqs, o->nirqs, sizeof(*o->irqs)))
+		return -ENOMEM;
+	struct os_irq *q = &o->irqs[o->nirqs];
+	*q = (struct os_irq){ strdup(r->hostname ? r->hostname : ""), strdup(r->name ? r->name : ""),
+			      r->cpu, r->irq, r->count, r->ns };
+	o->nirqs++;
+	return q->hostname && q->name ? 0 : -ENOMEM;
+}
+
+static void os_rows_free(struct os_rows *o)
+{
+	for (size_t i = 0; i < o->nranks; i++)
+		free(o->ranks[i].hostname);
+	for (size_t i = 0; i < o->ncpus; i++)
+		free(o->cpus[i].hostname);
+	for (size_t i = 0; i < o->nirqs; i++) {
+		free(o->irqs[i].hostname);
+		free(o->irqs[i].name);
+	}
+	free(o->ranks);
+	free(o->cpus);
+	free(o->irqs);
+}
+
+/* Seconds of OS data recorded for one CPU of one node (0: none). */
+static double os_cpu_secs(const struct os_rows *o, const char *hostname, uint32_t cpu)
+{
+	for (size_t j = 0; j < o->ncpus; j++)
+		if (o->cpus[j].cpu == cpu && !strcmp(o->cpus[j].hostname, hostname))
+			return (double)o->cpus[j].window_ms / 1e3;
+	return 0;
+}
+
+static const struct os_rank *os_rank_of(const struct os_rows *o, int32_t rank)
+{
+	for (size_t i = 0; i < o->nranks; i++)
+		if (o->ranks[i].rank == rank)
+			return &o->ranks[i];
+	return NULL;
+}
+
+static bool cpu_in(const uint64_t *mask, uint32_t cpu)
+{
+	return cpu < 64 * SYSOM_CPU_MASK_WORDS && (mask[cpu / 64] >> (cpu % 64)) & 1;
+}
+
+enum os_sig { OS_RUNQ, OS_IRQ_TIME, OS_INVOL, OS_NUMA, OS_PAGES, OS_NSIG };
+
+/* The rank's signal rates per second on a CPU. */
+static void os_rates(const struct os_rank *k, double out[OS_NSIG])
+{
+	double cpu_s = (double)k->oncpu_ns / 1e9;
+
+	out[OS_RUNQ] = (double)k->runq_wait_ns / 1e6 / cpu_s;
+	out[OS_IRQ_TIME] = (double)(k->hardirq_ns + k->softirq_ns) / 1e6 / cpu_s;
+	out[OS_INVOL] = (double)k->invol / cpu_s;
+	out[OS_NUMA] = (double)k->numa_migrations / cpu_s;
+	out[OS_PAGES] = (double)k->pages / cpu_s;
+}
+
+/* The upper bound of the bucket holding the 99th percentile run-queue latency, µs. */
+static double os_runq_p99_us(const struct os_rank *k)
+{
+	uint64_t total = 0, seen = 0;
+
+	for (int i = 0; i < SYSOM_RUNQ_HIST_BUCKETS; i++)
+		total += k->hist[i];
+	for (int i = 0; i < SYSOM_RUNQ_HIST_BUCKETS && total; i++) {
+		seen += k->hist[i];
+		if (seen * 100 >= total * 99)
+			return (double)(2ull << i);
+	}
+	return 0;
+}
+
+/*
+ * The OS layer for straggler `s`: its signal rates against the healthy ranks' medians, the
+ * interrupt lines and softirq vectors on the CPUs its threads ran on. *top gets the most
+ * implicated signal (index into `sig`) or -1, `cpus_text` the CPUs, *top_irq its busiest IRQ line.
+ */
+static json_t *diagnose_os(const struct diagnosis_ctx *ctx, const struct store_sample_filter *range,
+			   struct os_rows *o, const struct strag_group *g,
+			   const struct straggler_rank *ranks, int32_t s, struct os_signal_cmp *sig,
+			   int *top, char *cpus_text, size_t cpus_len, const struct os_irq **top_irq)
+{
+	static const char *const names[OS_NSIG] = { "run-queue wait", "interrupt time",
+						     "involuntary switches", "NUMA migrations",
+						     "pages migrated" };
+	static const char *const units[OS_NSIG] = { "ms/s", "ms/s", "/s", "/s", "/s" };
+	/* What matters at all, per second on a CPU: 2% of the time waiting or in interrupts, 1
+	 * NUMA migration, 1,000 migrated pages (4 MB). Involuntary switches are evidence only
+	 * (floor 0: never implicated): a preemption costs nothing by itself, the time it costs
+	 * is in the run-queue wait — and a rank that sleeps (a delay in user space) is preempted
+	 * more often per CPU-second by the ranks spinning while they wait for it. */
+	static const double floors[OS_NSIG] = { 20, 20, 0, 1, 1000 };
+	double mine[OS_NSIG], rates[OS_NSIG], *healthy = NULL;
+	const struct os_rank *k;
+	json_t *signals = NULL, *irqs = NULL, *softirqs = NULL, *out = NULL;
+	size_t nh = 0, used = 0;
+
+	*top = -1;
+	*top_irq = NULL;
+	cpus_text[0] = '\0';
+	if (!o->loaded) {
+		struct store_os_filter f = { .job = range->job, .from_ms = range->from_ms,
+					     .to_ms = range->to_ms };
+		struct store_os_visitor v = { os_thread_take, os_cpu_take, os_irq_take, o };
+		o->loaded = true;
+		if (store_job_os(ctx->store, &f, API_MAX_GPU_ROWS, &v, &o->truncated))
+			return NULL;
+	}
+	if (!(k = os_rank_of(o, s)) || k->oncpu_ns == 0)
+		return json_pack("{s:s}", "verdict", "no-data");
+	if (!(healthy = calloc((size_t)g->nranks + 1, sizeof(*healthy))) ||
+	    !(signals = json_array()) || !(irqs = json_array()) || !(softirqs = json_array()))
+		goto cleanup;
+	os_rates(k, mine);
+	for (int i = 0; i < OS_NSIG; i++) {
+		nh = 0;
+		for (int32_t h = 0; h < g->nranks; h++) {
+			const struct os_rank *hk;
+			if (h == s || ranks[h].straggler || !(hk = os_rank_of(o, h)) || !hk->oncpu_ns)
+				continue;
+			os_rates(hk, rates);
+			healthy[nh++] = rates[i];
+		}
+		sig[i] = (struct os_signal_cmp){ names[i], units[i], mine[i],
+						 layers_median(healthy, nh), floors[i], false };
+	}
+	*top = layers_os_classify(sig, OS_NSIG, LAYERS_OS_FACTOR);
+	for (int i = 0; i < OS_NSIG; i++)
+		json_array_append_new(signals,
+				      json_pack("{s:s,s:s,s:f,s:o,s:b}", "signal", sig[i].name, "unit",
+						sig[i].unit, "straggler", sig[i].straggler,
+						"healthy_median", isnan(sig[i].healthy)
+									  ? json_null()
+									  : json_real(sig[i].healthy),
+						"implicated", sig[i].implicated));
+	/* The CPUs its threads ran on, with what interrupted them. */
+	for (uint32_t c = 0; c < 64 * SYSOM_CPU_MASK_WORDS; c++) {
+		if (!cpu_in(k->cpus, c))
+			continue;
+		int n = snprintf(cpus_text + used, cpus_len - used, "%s%u", used ? "," : "", c);
+		if (n < 0 || (size_t)n >= cpus_len - used)
+			break;
+		used += (size_t)n;
+	}
+	for (size_t i = 0; i < o->ncpus; i++) {
+		const struct os_cpu *c = &o->cpus[i];
+		double secs = (double)c->window_ms / 1e3;
+		if (strcmp(c->hostname, k->hostname) || !cpu_in(k->cpus, c->cpu) || secs <= 0)
+			continue;
+		json_t *vec = json_object();
+		for (int v = 0; vec && v < SYSOM_SOFTIRQ_COUNT; v++)
+			if (c->softirq_count[v])
+				json_object_set_new(vec, sysom_softirq_name((uint32_t)v),
+						    json_pack("{s:f,s:f}", "per_s",
+							      (double)c->softirq_count[v] / secs,
+							      "ms_per_s",
+							      (double)c->softirq_ns[v] / 1e6 / secs));
+		json_array_append_new(softirqs,
+				      json_pack("{s:i,s:f,s:f,s:f,s:o}", "cpu", (int)c->cpu, "busy_pct",
+						(double)c->busy_ns / 1e7 / secs, "hardirq_ms_per_s",
+						(double)c->hardirq_ns / 1e6 / secs, "hardirq_per_s",
+						(double)c->hardirq_count / secs, "softirqs",
+						vec ? vec : json_null()));
+	}
+	for (size_t i = 0; i < o->nirqs && json_array_size(irqs) < DIAGNOSE_TOP_IRQS; i++) {
+		const struct os_irq *q = &o->irqs[i]; /* largest time first */
+		double secs;
+		if (strcmp(q->hostname, k->hostname) || !cpu_in(k->cpus, q->cpu))
+			continue;
+		if ((secs = os_cpu_secs(o, q->hostname, q->cpu)) <= 0)
+			continue;
+		if (!*top_irq)
+			*top_irq = q;
+		json_array_append_new(irqs, json_pack("{s:i,s:s,s:i,s:f,s:f}", "irq", (int)q->irq,
+						      "name", q->name, "cpu", (int)q->cpu, "per_s",
+						      (double)q->count / secs, "ms_per_s",
+						      (double)q->ns / 1e6 / secs));
+	}
+	out = json_pack("{s:s,s:s,s:f,s:I,s:I,s:O,s:O,s:O,s:b}", "verdict",
+			*top >= 0 ? "implicated" : "normal", "cpus", cpus_text, "runq_p99_us",
+			os_runq_p99_us(k), "oncpu_ms", (json_int_t)(k->oncpu_ns / 1000000),
+			"runq_waits", (json_int_t)k->runq_waits, "signals", signals, "cpu_load",
+			softirqs, "irqs", irqs, "truncated", o->truncated);
+cleanup:
+	free(healthy);
+	json_decref(signals);
+	json_decref(irqs);
+	json_decref(softirqs);
+	return out;
+}
+
+/* The layered verdict for straggler `s` of group `g` (ranks by rank index). */
+static json_t *diagnose(const struct diagnosis_ctx *ctx, const struct diagnosis_params *p,
+			const struct store_sample_filter *range,
+			struct gk_rows *k, struct os_rows *osr, const struct strag_group *g,
+			const struct straggler_rank *ranks, int32_t s)
+{
+	enum gpu_verdict gv = GPU_NO_DATA;
+	double slowdown = 1, top_pp = 0, best = HUGE_VAL;
+	char *top_fn = NULL, summary[512], action[512];
+	const char *layer = "unknown";
+	int32_t healthy = -1;
+	json_t *gpu, *cpu = json_null(), *out, *os;
+	struct os_signal_cmp sig[OS_NSIG];
+	const struct os_irq *top_irq = NULL;
+	char cpus[256];
+	int os_top = -1;
+
+	if (!k->loaded) {
+		struct store_gpu_filter f = { .job = range->job, .from_ms = range->from_ms,
+					      .to_ms = range->to_ms };
+		struct store_gpu_visitor v = { .kernel = gk_kernel, .arg = k };
+		bool truncated;
+		k->loaded = true;
+		if (store_job_gpu(ctx->store, &f, API_MAX_GPU_ROWS, &v, &truncated))
+			return NULL;
+	}
+	gpu = diagnose_gpu(ctx, range, k, g, ranks, s, p->gpu_threshold, &gv, &slowdown);
+	/* The healthy rank to compare CPU profiles with: the most typical one. */
+	for (int32_t r = 0; r < g->nranks; r++)
+		if (r != s && !ranks[r].straggler && fabs(ranks[r].excess_ns) < best) {
+			best = fabs(ranks[r].excess_ns);
+			healthy = r;
+		}
+	if (healthy >= 0)
+		cpu = diagnose_cpu(ctx, range, s, healthy, &top_pp, &top_fn);
+	os = diagnose_os(ctx, range, osr, g, ranks, s, sig, &os_top, cpus, sizeof(cpus), &top_irq);
+	if (gv == GPU_UNIFORM) {
+		layer = "gpu";
+		snprintf(summary, sizeof(summary),
+			 "every kernel runs %.2fx slower on rank %d than on the healthy ranks: a uniform "
+			 "GPU slowdown, hardware suspected", slowdown, s);
+		snprintf(action, sizeof(action),
+			 "check the GPU of rank %d: clocks and throttle reasons, temperature, power, ECC "
+			 "(nvidia-smi -q -d PERFORMANCE,CLOCK,TEMPERATURE,POWER,ECC)", s);
+	} else if (gv == GPU_KERNEL_SPECIFIC || gv == GPU_ONE_KERNEL) {
+		layer = "gpu";
+		snprintf(summary, sizeof(summary),
+			 "GPU time %.2fx the healthy ranks' on rank %d, concentrated in specific kernels "
+			 "(software suspected)", slowdown, s);
+		snprintf(action, sizeof(action),
+			 "look at the slower kernels' inputs on rank %d (shapes, data skew) and their "
+			 "implementation", s);
+	} else if (top_fn && top_pp >= p->cpu_min_pp) {
+		layer = "cpu";
+		snprintf(summary, sizeof(summary),
+			 "%s is on %.1f percentage points more of rank %d's CPU samples than of rank "
+			 "%d's; the GPU layer is normal", top_fn, top_pp, s, healthy);
+		snprintf(action, sizeof(action),
+			 "find what makes rank %d run %s more (its input data, logging, checkpointing, "
+			 "garbage collection); the diff: sysomctl diff --a %d --b %d", s, top_fn, healthy, s);
+	} else if (os_top >= 0) {
+		const struct os_signal_cmp *t = &sig[os_top];
+		layer = "os";
+		if (os_top == OS_IRQ_TIME && top_irq)
+			snprintf(summary, sizeof(summary),
+				 "rank %d's threads lose %.1f ms per CPU-second to interrupts (healthy "
+				 "ranks: %.1f); IRQ %u (%s) takes %.1f ms/s on its CPU %u; GPU and CPU "
+				 "profiles are normal", s, t->straggler, t->healthy, top_irq->irq,
+				 top_irq->name[0] ? top_irq->name : "?",
+				 (double)top_irq->ns / 1e6 /
+					 fmax(1e-3, os_cpu_secs(osr, top_irq->hostname, top_irq->cpu)),
+				 top_irq->cpu);
+		else
+			snprintf(summary, sizeof(summary),
+				 "%s on rank %d is %.1f %s against %.1f %s on the healthy ranks (CPUs %s); "
+				 "GPU and CPU profiles are normal", t->name, s, t->straggler, t->unit,
+				 t->healthy, t->unit, cpus[0] ? cpus : "?");
+		switch (os_top) {
+		case OS_IRQ_TIME:
+			if (top_irq)
+				snprintf(action, sizeof(action),
+					 "move IRQ %u (%s) off CPU %u, where rank %d's threads run: write a "
+					 "mask without that CPU to /proc/irq/%u/smp_affinity (and exclude it "
+					 "from irqbalance), or pin the rank to other CPUs",
+					 top_irq->irq, top_irq->name, top_irq->cpu, s, top_irq->irq);
+			else
+				snprintf(action, sizeof(action),
+					 "find the interrupt or softirq source on CPUs %s (/proc/interrupts, "
+					 "/proc/softirqs) and steer it away from rank %d's threads",
+					 cpus[0] ? cpus : "?", s);
+			break;
+		case OS_NUMA:
+		case OS_PAGES:
+			snprintf(action, sizeof(action),
+				 "bind rank %d's CPUs and memory to its GPU's NUMA node (numactl "
+				 "--cpunodebind --membind) and keep NUMA balancing off for the job", s);
+			break;
+		default:
+			snprintf(action, sizeof(action),
+				 "another task competes for CPUs %s with rank %d: find it (perf sched "
+				 "latency, pidstat -t -u 1, top -H on those CPUs), then give the training "
+				 "threads dedicated CPUs (cpuset, isolcpus) or move the neighbour away",
+				 cpus[0] ? cpus : "?", s);
+		}
+	} else {
+		snprintf(summary, sizeof(summary),
+			 "rank %d is late but neither its GPU kernels, its CPU profile nor its OS signals "
+			 "(run-queue wait, interrupts, NUMA) differ from the healthy ranks'%s", s,
+			 os && json_is_object(os) && json_object_get(os, "signals")
+				 ? "" : "; no OS signals were recorded for it");
+		snprintf(action, sizeof(action),
+			 "compare rank %d's network path (NCCL links: sysomctl gpu --rank %d), its input "
+			 "pipeline and storage with a healthy rank's", s, s);
+	}
+	out = json_pack("{s:s,s:s,s:s,s:o,s:o,s:o}", "layer", layer, "summary", summary, "action",
+			action, "gpu", gpu ? gpu : json_null(), "cpu", cpu ? cpu : json_null(), "os",
+			os ? os : json_null());
+	free(top_fn);
+	return out;
+}
+
+
+static int i64_compare(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Median time between consecutive complete instances of the group (its iteration time when it
+ * runs one collective per iteration), ns; 0 with fewer than 3 instances. */
+static int64_t strag_period_ns(const struct strag_group *g)
+{
+	int64_t *t = malloc((g->nt0 + 1) * sizeof(*t)), period = 0;
+
+	if (!t || g->nt0 < 3) {
+		free(t);
+		return 0;
+	}
+	memcpy(t, g->t0, g->nt0 * sizeof(*t));
+	qsort(t, g->nt0, sizeof(*t), i64_compare);
+	for (uint32_t i = 0; i + 1 < g->nt0; i++)
+		t[i] = t[i + 1] - t[i];
+	qsort(t, g->nt0 - 1, sizeof(*t), i64_compare);
+	period = t[(g->nt0 - 1) / 2];
+	free(t);
+	return period;
+}
+
+/* The store as the source of calls: the latest instances of the job in the scope's range. */
+static int store_source(void *arg, const struct diagnosis_scope *scope, store_collective_fn fn,
+			void *fn_arg)
+{
+	struct store_collective_filter f = { .job = scope->job, .latest = true,
+					     .has_comm = scope->has_comm, .comm = scope->comm };
+
+	f.from_ns = scope->from_ms > INT64_MAX / 1000000 ? INT64_MAX : scope->from_ms * 1000000;
+	f.to_ns = scope->to_ms > INT64_MAX / 1000000 - 1 ? INT64_MAX : scope->to_ms * 1000000 + 999999;
+	return store_collectives_list(arg, &f, API_MAX_STRAGGLER_INSTANCES, fn, fn_arg);
+}
+
+int diagnosis_stragglers(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
+			 const struct diagnosis_params *p, json_t **out)
+{
+	return diagnosis_stragglers_from(ctx, scope, p, store_source, ctx->store, out);
+}
+
+int diagnosis_stragglers_from(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
+			      const struct diagnosis_params *p, diagnosis_source_fn source,
+			      void *source_arg, json_t **out)
+{
+	struct strag_doc d = { 0 };
+	struct gk_rows gk = { 0 };
+	struct os_rows osr = { 0 };
+	struct store_sample_filter range = { .job = scope->job, .from_ms = scope->from_ms,
+					     .to_ms = scope->to_ms };
+	int diagnosed = 0;
+	struct straggler_rank *ranks = NULL;
+	json_t *groups = NULL, *job_list = NULL;
+	uint32_t best_instances = 0;
+	int32_t best_nranks = 0;
+	int64_t iteration_ns = 0;
+	int rc = 0;
+
+	*out = NULL;
+	d.window = p->sp.window;
+	if ((rc = source(source_arg, scope, strag_call, &d)))
+		goto cleanup;
+	strag_instance_end(&d);
+	if (!(groups = json_array()) || !(job_list = json_array())) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	for (size_t i = 0; i < d.ngroups; i++) {
+		struct strag_group *g = &d.groups[i];
+		json_t *top, *names, *entry;
+		int found;
+
+		free(ranks);
+		if (!(ranks = calloc((size_t)g->nranks, sizeof(*ranks)))) {
+			rc = -ENOMEM;
+			goto cleanup;
+		}
+		if ((found = straggler_group_analyse(g->g, &p->sp, ranks)) < 0) {
+			rc = found;
+			goto cleanup;
+		}
+		if (!(names = json_array()) || !(top = json_array())) {
+			json_decref(names);
+			rc = -ENOMEM;
+			goto cleanup;
+		}
+		for (int32_t r = 0; r < g->nranks; r++) {
+			if (!ranks[r].straggler)
+				continue;
+			if (json_array_append_new(names, json_integer(r)) ||
+			    (rc = strag_job_add(job_list, g, &ranks[r])) < 0) {
+				rc = rc < 0 ? rc : -ENOMEM;
+				json_decref(names);
+				json_decref(top);
+				goto cleanup;
+			}
+			/* A new job-level straggler: which layer, with the evidence. */
+			if (rc == 1 && p->diagnose && diagnosed < DIAGNOSE_MAX_STRAGGLERS) {
+				json_t *e = json_array_get(job_list, json_array_size(job_list) - 1);
+				json_t *dg = diagnose(ctx, p, &range, &gk, &osr, g, ranks, r);
+				diagnosed++;
+				json_object_set_new(e, "diagnosis", dg ? dg : json_null());
+			}
+			rc = 0;
+		}
+		qsort(ranks, (size_t)g->nranks, sizeof(*ranks), by_excess_desc);
+		for (int32_t r = 0; r < g->nranks && r < API_STRAGGLER_TOP_RANKS; r++)
+			json_array_append_new(top, strag_rank_json(g, &ranks[r]));
+		int64_t period = strag_period_ns(g);
+		uint32_t held = straggler_group_instances(g->g);
+
+		/* The job's iteration time: the period of its busiest group. */
+		if (held > best_instances || (held == best_instances && g->nranks > best_nranks)) {
+			best_instances = held;
+			best_nranks = g->nranks;
+			iteration_ns = period;
+		}
+		entry = json_pack("{s:o,s:i,s:I,s:I,s:I,s:f,s:o,s:o}", "comm", render_json_key(g->key),
+				  "nranks", g->nranks, "window", (json_int_t)g->window, "instances",
+				  (json_int_t)held, "incomplete",
+				  (json_int_t)straggler_group_incomplete(g->g), "period_ms",
+				  (double)period / 1e6, "stragglers", names, "ranks", top);
+		if (!entry || json_array_append_new(groups, entry)) {
+			rc = -ENOMEM;
+			goto cleanup;
+		}
+	}
+	*out = json_pack("{s:o,s:o,s:o,s:{s:f,s:I,s:I,s:f,s:f,s:f},s:b,s:I,s:f,s:O,s:O}", "job",
+			 render_json_string(scope->job), "from",
+			 render_json_time(scope->from_ms * 1000000), "to",
+			 render_json_time(scope->to_ms * 1000000), "params", "k", p->sp.k, "window",
+			 (json_int_t)p->sp.window, "min_excess_ms",
+			 (json_int_t)(p->sp.min_excess_ns / 1000000), "persistent_fraction",
+			 p->sp.persistent_fraction, "gpu_threshold", p->gpu_threshold, "cpu_min_pp",
+			 p->cpu_min_pp, "truncated", d.instances > API_MAX_STRAGGLER_INSTANCES - 1,
+			 "skipped_instances", (json_int_t)d.skipped, "iteration_ms",
+			 (double)iteration_ns / 1e6, "stragglers", job_list,
+			 "communicators", groups);
+	if (!*out)
+		rc = -ENOMEM;
+cleanup:
+	json_decref(groups);
+	json_decref(job_list);
+	free(ranks);
+	strag_doc_free(&d);
+	gk_free(&gk);
+	os_rows_free(&osr);
+	return rc;
+}
+
+/* ---- CPU waterline per communication group --------------------------------------------- */
+
+#define WATERLINE_MAX_FUNCTIONS 20000
+#define WATERLINE_TOP_FLAGS 20
+
+struct wl_member {
+	int32_t job_rank;
+	uint32_t pid;
+};
+
+struct wl_group {
+	uint64_t key;
+	int32_t *ranks;   /* distinct job ranks of its members */
+	size_t n, cap;
+};
+
+struct wl_doc {
+	struct wl_group *groups;
+	size_t n, cap;
+	bool has_comm;
+	uint64_t comm;
+};
+
+static int wl_member(void *arg, const struct store_job_communicator *c)
+{
+	struct wl_doc *d = arg;
+	struct wl_group *g = NULL;
+
+	if (c->job_rank < 0 || (d->has_comm && c->key != d->comm))
+		return 0;
+	for (size_t i = 0; i < d->n && !g; i++)
+		if (d->groups[i].key == c->key)
+			g = &d->groups[i];
+	if (!g) {
+		if (grow((void **)&d->groups, &d->cap, d->n, sizeof(*d->groups)))
+			return -ENOMEM;
+		g = &d->groups[d->n++];
+		memset(g, 0, sizeof(*g));
+		g->key = c->key;
+	}
+	for (size_t i = 0; i < g->n; i++)
+		if (g->ranks[i] == c->job_rank)
+			return 0;
+	if (grow((void **)&g->ranks, &g->cap, g->n, sizeof(*g->ranks)))
+		return -ENOMEM;
+	g->ranks[g->n++] = c->job_rank;
+	return 0;
+}
+
+/* One rank's inclusive function shares. */
+struct wl_profile {
+	int32_t rank;
+	struct cpu_delta *fns; /* a_fraction: the share */
+	int nfns;
+	uint64_t samples;
+};
+
+static int wl_profile_load(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
+			   int32_t rank, struct wl_profile *p)
+{
+	struct store_sample_filter f = { .job = scope->job, .from_ms = scope->from_ms,
+					 .to_ms = scope->to_ms, .has_rank = true, .rank = rank };
+	struct byte_buf text = { 0 }, none = { 0 }, merged = { 0 };
+	uint64_t totals[2] = { 0, 0 };
+	int rc;
+
+	memset(p, 0, sizeof(*p));
+	p->rank = rank;
+	if (!(rc = ctx->folded(ctx->diff_arg, &f, API_DEFAULT_STACK_LIMIT, &text)) &&
+	    !(rc = folded_merge(&text, &none, &merged))) {
+		int n = layers_cpu_deltas((const char *)merged.data, merged.len, &p->fns, totals);
+		if (n < 0)
+			rc = n;
+		else
+			p->nfns = n;
+	}
+	p->samples = totals[0];
+	byte_buf_free(&text);
+	byte_buf_free(&merged);
+	return rc;
+}
+
+static int cpu_delta_by_name(const void *a, const void *b)
+{
+	return strcmp(((const struct cpu_delta *)a)->name, ((const struct cpu_delta *)b)->name);
+}
+
+/* The waterline of one group over the profiles of its ranks that have enough samples. */
+static json_t *wl_group_json(const struct wl_group *g, const struct wl_profile *profiles,
+			     size_t nprofiles, double k, double min_pp, int *rc)
+{
+	const struct wl_profile **members = calloc(g->n + 1, sizeof(*members));
+	struct cpu_delta *names = NULL;
+	struct waterline_flag *flags = NULL;
+	double *frac = NULL;
+	size_t nm = 0, nnames = 0, cap = 0;
+	json_t *out = NULL, *list = json_array();
+	int nflags = 0;
+
+	*rc = -ENOMEM;
+	if (!members || !list)
+		goto cleanup;
+	for (size_t i = 0; i < g->n; i++)
+		for (size_t j = 0; j < nprofiles; j++)
+			if (profiles[j].rank == g->ranks[i] && profiles[j].samples >= LAYERS_CPU_MIN_SAMPLES)
+				members[nm++] = &profiles[j];
+	/* The functions any member ran, sorted by name so each gets one column. */
+	for (size_t i = 0; i < nm; i++)
+		for (int f = 0; f < members[i]->nfns && nnames < WATERLINE_MAX_FUNCTIONS; f++) {
+			if (grow((void **)&names, &cap, nnames, sizeof(*names)))
+				goto cleanup;
+			names[nnames++] = (struct cpu_delta){ members[i]->fns[f].name, 0, 0 };
+		}
+	if (nnames > 1)
+		qsort(names, nnames, sizeof(*names), cpu_delta_by_name);
+	size_t u = 0;
+	for (size_t i = 0; i < nnames; i++)
+		if (!u || strcmp(names[u - 1].name, names[i].name))
+			names[u++] = names[i];
+	nnames = u;
+	if (!(frac = calloc(nm * nnames + 1, sizeof(*frac))))
+		goto cleanup;
+	for (size_t i = 0; i < nm; i++)
+		for (int f = 0; f < members[i]->nfns; f++) {
+			struct cpu_delta key = { members[i]->fns[f].name, 0, 0 };
+			struct cpu_delta *hit = bsearch(&key, names, nnames, sizeof(*names),
+							cpu_delta_by_name);
+			if (hit)
+				frac[i * nnames + (size_t)(hit - names)] = members[i]->fns[f].a_fraction;
+		}
+	if ((nflags = layers_waterline(frac, nm, nnames, k, min_pp / 100, &flags)) < 0) {
+		*rc = nflags;
+		nflags = 0;
+		goto cleanup;
+	}
+	for (int i = 0; i < nflags && i < WATERLINE_TOP_FLAGS; i++)
+		json_array_append_new(list, json_pack("{s:i,s:s,s:f,s:f,s:f,s:o}", "rank",
+						       members[flags[i].rank]->rank, "function",
+						       names[flags[i].fn].name, "pct",
+						       100 * flags[i].fraction, "mean_pct",
+						       100 * flags[i].mean, "std_pct", 100 * flags[i].std,
+						       "z", isfinite(flags[i].z) ? json_real(flags[i].z)
+										 : json_null()));
+	out = json_pack("{s:o,s:I,s:I,s:I,s:O}", "comm", render_json_key(g->key), "ranks",
+			(json_int_t)g->n, "ranks_analysed", (json_int_t)nm, "flags_total",
+			(json_int_t)nflags, "flags", list);
+	*rc = out ? 0 : -ENOMEM;
+cleanup:
+	free(members);
+	free(names);
+	free(frac);
+	free(flags);
+	json_decref(list);
+	return out;
+}
+
+int diagnosis_waterline(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
+			double k, double min_pp, json_t **out)
+{
+	struct wl_doc d = { .has_comm = scope->has_comm, .comm = scope->comm };
+	struct wl_profile *profiles = NULL;
+	size_t nprofiles = 0, cap = 0, skipped = 0;
+	json_t *groups = json_array();
+	int rc;
+
+	*out = NULL;
+	if (!groups) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	if ((rc = store_job_communicators_list(ctx->store, scope->job, API_MAX_JOB_ROWS, wl_member, &d)))
+		goto cleanup;
+	for (size_t i = 0; i < d.n; i++) {
+		struct wl_group *g = &d.groups[i];
+		json_t *gj;
+		if (g->n > DIAGNOSIS_WATERLINE_MAX_RANKS) {
+			skipped++;
+			continue;
+		}
+		/* Each rank's profile once, whatever groups it is in. */
+		for (size_t r = 0; r < g->n; r++) {
+			bool have = false;
+			for (size_t j = 0; j < nprofiles && !have; j++)
+				have = profiles[j].rank == g->ranks[r];
+			if (have)
+				continue;
+			if (nprofiles >= DIAGNOSIS_WATERLINE_MAX_RANKS) {
+				rc = -E2BIG;
+				goto cleanup;
+			}
+			if (grow((void **)&profiles, &cap, nprofiles, sizeof(*profiles))) {
+				rc = -ENOMEM;
+				goto cleanup;
+			}
+			rc = wl_profile_load(ctx, scope, g->ranks[r], &profiles[nprofiles]);
+			nprofiles++;
+			if (rc)
+				goto cleanup;
+		}
+		if (!(gj = wl_group_json(g, profiles, nprofiles, k, min_pp, &rc)) ||
+		    json_array_append_new(groups, gj))
+			goto cleanup;
+	}
+	*out = json_pack("{s:o,s:o,s:o,s:{s:f,s:f},s:I,s:O}", "job", render_json_string(scope->job),
+			 "from", render_json_time(scope->from_ms * 1000000), "to",
+			 render_json_time(scope->to_ms * 1000000), "params", "k", k, "min_pp", min_pp,
+			 "skipped_communicators", (json_int_t)skipped, "communicators", groups);
+	rc = *out ? 0 : -ENOMEM;
+cleanup:
+	for (size_t i = 0; i < nprofiles; i++)
+		layers_cpu_deltas_free(profiles[i].fns, profiles[i].nfns);
+	free(profiles);
+	for (size_t i = 0; i < d.n; i++)
+		free(d.groups[i].ranks);
+	free(d.groups);
+	json_decref(groups);
+	return rc;
+}

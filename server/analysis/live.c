@@ -1,0 +1,293 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* In-memory collective instances fed by ingest (server/analysis/live.h). */
+#include "server/analysis/live.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One (job, communicator, op): the last `window` sequence numbers of every rank. */
+struct live_group {
+	char *job;
+	uint64_t key;
+	uint8_t op;
+	int32_t nranks;
+	uint32_t requested; /* the job's window when the group was made */
+	uint32_t window;    /* what the budget allowed */
+	bool refused;       /* over the budget: its job is read from the store */
+	int64_t *entry;     /* [rank * window + seq % window] */
+	uint64_t *tag;      /* seq + 1 of the slot's entry, 0 empty */
+	uint64_t *top;      /* per rank: highest seq seen + 1, 0 none */
+	uint32_t *pid;      /* per rank, latest */
+	char **host;        /* per rank, latest (owned) */
+};
+
+struct live {
+	size_t max_cells, cells;
+	struct live_group *groups;
+	size_t ngroups, cap;
+};
+
+int live_new(size_t max_cells, struct live **out)
+{
+	struct live *l = calloc(1, sizeof(*l));
+
+	*out = NULL;
+	if (!l)
+		return -ENOMEM;
+	l->max_cells = max_cells ? max_cells : LIVE_DEFAULT_MAX_CELLS;
+	*out = l;
+	return 0;
+}
+
+static void group_release(struct live *l, struct live_group *g)
+{
+	if (!g->refused)
+		l->cells -= (size_t)g->nranks * g->window;
+	for (int32_t r = 0; g->host && r < g->nranks; r++)
+		free(g->host[r]);
+	free(g->host);
+	free(g->pid);
+	free(g->top);
+	free(g->tag);
+	free(g->entry);
+	free(g->job);
+}
+
+void live_free(struct live *l)
+{
+	if (!l)
+		return;
+	for (size_t i = 0; i < l->ngroups; i++)
+		group_release(l, &l->groups[i]);
+	free(l->groups);
+	free(l);
+}
+
+size_t live_cells(const struct live *l)
+{
+	return l->cells;
+}
+
+void live_job_drop(struct live *l, const char *job)
+{
+	for (size_t i = 0; i < l->ngroups;) {
+		if (strcmp(l->groups[i].job, job) == 0) {
+			group_release(l, &l->groups[i]);
+			l->groups[i] = l->groups[--l->ngroups];
+		} else {
+			i++;
+		}
+	}
+}
+
+static struct live_group *group_find(struct live *l, const char *job, uint64_t key, uint8_t op)
+{
+	for (size_t i = 0; i < l->ngroups; i++) {
+		struct live_group *g = &l->groups[i];
+		if (g->key == key && g->op == op && strcmp(g->job, job) == 0)
+			return g;
+	}
+	return NULL;
+}
+
+/* A new group; over the budget it is kept as `refused` (so its job falls back to the store). */
+static int group_add(struct live *l, const char *job, uint64_t key, uint8_t op, int32_t nranks,
+		     uint32_t window, struct live_group **out)
+{
+	size_t left = l->cells < l->max_cells ? l->max_cells - l->cells : 0;
+	struct live_group *g;
+
+	if (l->ngroups == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 16;
+		struct live_group *grown = realloc(l->groups, cap * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		l->groups = grown;
+		l->cap = cap;
+	}
+	g = &l->groups[l->ngroups];
+	memset(g, 0, sizeof(*g));
+	if (!(g->job = strdup(job)))
+		return -ENOMEM;
+	g->key = key;
+	g->op = op;
+	g->nranks = nranks;
+	g->requested = window;
+	if ((size_t)nranks * window > left)
+		window = (uint32_t)(left / (size_t)nranks);
+	if (window < DIAGNOSIS_MIN_WINDOW) {
+		g->refused = true;
+		l->ngroups++;
+		*out = g;
+		return 0;
+	}
+	g->window = window;
+	g->entry = calloc((size_t)nranks * window, sizeof(*g->entry));
+	g->tag = calloc((size_t)nranks * window, sizeof(*g->tag));
+	g->top = calloc((size_t)nranks, sizeof(*g->top));
+	g->pid = calloc((size_t)nranks, sizeof(*g->pid));
+	g->host = calloc((size_t)nranks, sizeof(*g->host));
+	if (!g->entry || !g->tag || !g->top || !g->pid || !g->host) {
+		free(g->entry);
+		free(g->tag);
+		free(g->top);
+		free(g->pid);
+		free(g->host);
+		free(g->job);
+		return -ENOMEM;
+	}
+	l->cells += (size_t)nranks * window;
+	l->ngroups++;
+	*out = g;
+	return 0;
+}
+
+/* The communicator record of (process, key) in the batch, or NULL. */
+static const struct sysom_communicator *comm_of(const struct sysom_batch *b, uint32_t process,
+						uint64_t key)
+{
+	for (uint32_t i = 0; i < b->communicator_count; i++)
+		if (b->communicators[i].process == process && b->communicators[i].key == key)
+			return &b->communicators[i];
+	return NULL;
+}
+
+static const char *job_of(const struct sysom_batch *b, uint32_t process)
+{
+	for (uint32_t i = 0; i < b->job_rank_count; i++)
+		if (b->job_ranks[i].process == process)
+			return sysom_batch_string(b, b->job_ranks[i].job);
+	return NULL;
+}
+
+int live_batch_add(struct live *l, const struct sysom_batch *b,
+		   uint32_t (*window_of)(void *arg, const char *job), void *arg,
+		   struct live_add_stats *st)
+{
+	const char *host = sysom_batch_string(b, b->node.hostname);
+	struct live_group *last = NULL;
+	int rc;
+
+	for (uint32_t i = 0; i < b->nccl_call_count; i++) {
+		const struct sysom_nccl_call *c = &b->nccl_calls[i];
+		const struct sysom_communicator *m;
+		const char *job;
+		struct live_group *g = last;
+		int32_t rank;
+
+		/* Collectives only, as the store path: point-to-point sequences are no barrier. */
+		if (c->op < SYSOM_NCCL_ALL_REDUCE || c->op > SYSOM_NCCL_SCATTER || !c->comm_key ||
+		    c->process >= b->process_count || !(job = job_of(b, c->process)) || !job[0])
+			continue;
+		m = comm_of(b, c->process, c->comm_key);
+		if (!m || m->nranks < 1 || m->nranks > STRAGGLER_MAX_RANKS) {
+			st->unknown_size++;
+			continue;
+		}
+		rank = c->rank >= 0 ? c->rank : m->rank;
+		if (rank < 0 || rank >= m->nranks)
+			continue;
+		if (!g || g->key != c->comm_key || g->op != c->op || strcmp(g->job, job))
+			g = group_find(l, job, c->comm_key, c->op);
+		uint32_t window = window_of(arg, job);
+		if (g && (g->nranks != m->nranks || g->requested != window)) {
+			/* The communicator's size or the job's window changed: start the job over. */
+			live_job_drop(l, job);
+			g = NULL;
+		}
+		if (!g && (rc = group_add(l, job, c->comm_key, c->op, m->nranks, window, &g)))
+			return rc;
+		last = g;
+		if (g->refused) {
+			st->refused++;
+			continue;
+		}
+		uint64_t top = g->top[rank];
+		if (top > c->seq + g->window) { /* older than the window already holds */
+			st->stale++;
+			continue;
+		}
+		size_t slot = (size_t)rank * g->window + c->seq % g->window;
+		g->entry[slot] = (int64_t)c->entry_ns;
+		g->tag[slot] = c->seq + 1;
+		if (c->seq + 1 > top)
+			g->top[rank] = c->seq + 1;
+		g->pid[rank] = b->processes[c->process].tgid;
+		if (!g->host[rank] || strcmp(g->host[rank], host)) {
+			char *h = strdup(host);
+			if (!h)
+				return -ENOMEM;
+			free(g->host[rank]);
+			g->host[rank] = h;
+		}
+		st->calls++;
+	}
+	return 0;
+}
+
+/* Emits group g's complete instances (every rank's slot holds that seq) of the last window,
+ * ascending, those with their earliest entry in [from_ns, to_ns]. */
+static int group_emit(const struct live_group *g, int64_t from_ns, int64_t to_ns,
+		      store_collective_fn fn, void *arg)
+{
+	uint64_t low = UINT64_MAX;
+	int rc = 0;
+
+	for (int32_t r = 0; r < g->nranks; r++)
+		low = g->top[r] < low ? g->top[r] : low;
+	if (low == 0)
+		return 0; /* some rank has entered nothing yet */
+	uint64_t first = low > g->window ? low - g->window : 0;
+	for (uint64_t seq = first; seq < low && !rc; seq++) {
+		size_t col = seq % g->window;
+		int64_t t0 = INT64_MAX;
+		bool complete = true;
+		for (int32_t r = 0; r < g->nranks && complete; r++) {
+			size_t slot = (size_t)r * g->window + col;
+			complete = g->tag[slot] == seq + 1;
+			if (g->entry[slot] < t0)
+				t0 = g->entry[slot];
+		}
+		if (!complete || t0 < from_ns || t0 > to_ns)
+			continue;
+		for (int32_t r = 0; r < g->nranks && !rc; r++) {
+			size_t slot = (size_t)r * g->window + col;
+			struct store_collective_call k = {
+				.comm_key = g->key, .seq = seq, .op = g->op, .first_entry_ns = t0,
+				.nranks = g->nranks, .rank = r, .entry_ns = g->entry[slot],
+				.exit_ns = g->entry[slot], .peer = -1, .pid = g->pid[r],
+				.hostname = g->host[r] ? g->host[r] : "",
+			};
+			rc = fn(arg, &k);
+		}
+	}
+	return rc;
+}
+
+int live_source(void *arg, const struct diagnosis_scope *scope, store_collective_fn fn,
+		void *fn_arg)
+{
+	struct live *l = arg;
+	int64_t from_ns = scope->from_ms > INT64_MAX / 1000000 ? INT64_MAX : scope->from_ms * 1000000;
+	int64_t to_ns = scope->to_ms > INT64_MAX / 1000000 - 1 ? INT64_MAX
+							       : scope->to_ms * 1000000 + 999999;
+	bool any = false;
+	int rc = 0;
+
+	for (size_t i = 0; i < l->ngroups; i++)
+		if (strcmp(l->groups[i].job, scope->job) == 0) {
+			if (l->groups[i].refused)
+				return -ENOENT;
+			any = true;
+		}
+	if (!any)
+		return -ENOENT;
+	for (size_t i = 0; i < l->ngroups && !rc; i++) {
+		const struct live_group *g = &l->groups[i];
+		if (strcmp(g->job, scope->job) || (scope->has_comm && g->key != scope->comm))
+			continue;
+		rc = group_emit(g, from_ns, to_ns, fn, fn_arg);
+	}
+	return rc;
+}

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The monitor's in-memory collective instances: what makes its analysis incremental.
+ *
+ * Every stored batch's NCCL collective calls are folded in as they arrive (live_batch_add):
+ * per (job, communicator, op) a ring of the last W sequence numbers holds each rank's entry
+ * time, tagged with the sequence number it belongs to, so calls may arrive in any order and
+ * from any node, and a late batch fills its slots when it comes. An evaluation reads the
+ * latest W instances every rank has entered straight from memory (live_source), in the order
+ * the store would give them: its cost is O(ranks x W) per communicator and does not depend on
+ * how long the job has run or how many rows the store holds.
+ *
+ * Memory is bounded: at most `max_cells` (rank, slot) cells over every group, 16 bytes each; a
+ * group too large for the full window gets a shorter one (down to DIAGNOSIS_MIN_WINDOW), then
+ * is refused (counted; the monitor reads that job from the store instead).
+ *
+ * Not thread-safe: the monitor serialises calls under its lock.
+ */
+#ifndef SYSOM_SERVER_ANALYSIS_LIVE_H
+#define SYSOM_SERVER_ANALYSIS_LIVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/wire/wire.h"
+#include "server/analysis/diagnosis.h"
+
+#define LIVE_DEFAULT_MAX_CELLS (1u << 23) /* 128 MiB of entries and tags */
+
+struct live;
+
+int live_new(size_t max_cells, struct live **out);
+void live_free(struct live *l);
+
+struct live_add_stats {
+	uint64_t calls;        /* collective calls folded in */
+	uint64_t unknown_size; /* calls of communicators whose size no record gave: skipped */
+	uint64_t refused;      /* calls of groups over the memory budget: skipped */
+	uint64_t stale;        /* calls older than their group's window: skipped */
+};
+
+/*
+ * Folds the batch's collective calls into the groups of their jobs; `window_of(arg, job)`
+ * gives a job's window W (a changed W rebuilds its groups). -ENOMEM leaves what was added.
+ */
+int live_batch_add(struct live *l, const struct sysom_batch *b,
+		   uint32_t (*window_of)(void *arg, const char *job), void *arg,
+		   struct live_add_stats *st);
+
+/*
+ * A diagnosis_source_fn over the live instances (arg: struct live): the latest complete
+ * instances of scope->job (and scope->comm), those whose earliest entry is in the scope's
+ * range. -ENOENT when the job has no live group or one of its groups was refused (the caller
+ * reads the store instead).
+ */
+int live_source(void *arg, const struct diagnosis_scope *scope, store_collective_fn fn,
+		void *fn_arg);
+
+/* Forgets a job's groups. */
+void live_job_drop(struct live *l, const char *job);
+
+/* Cells allocated over every group. */
+size_t live_cells(const struct live *l);
+
+#endif

@@ -1,0 +1,873 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Automatic straggler detection, incidents and alerts as batches arrive (server/analysis/monitor.h). */
+#include "server/analysis/monitor.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "server/analysis/folded.h"
+#include "server/analysis/layers.h"
+#include "server/api/api.h"
+#include "server/analysis/live.h"
+#include "server/api/metrics.h"
+
+#define MONITOR_MAX_INCIDENTS 64    /* open incidents of one job handled per evaluation */
+#define MONITOR_TOP_FUNCTIONS 5
+#define MONITOR_PROFILE_LIMIT 20000 /* stacks in a job-wide profile */
+
+struct job_entry {
+	char *job;
+	int64_t first_batch_ms; /* first batch seen by this monitor */
+	int64_t last_batch_ms;
+	int64_t last_eval_ms;   /* 0: never */
+	bool dirty;             /* data arrived since the last evaluation */
+	bool has_open;          /* it had open incidents after the last evaluation */
+	uint32_t window;        /* its W (settings), for the live instances */
+	int64_t regress_since_ms; /* its iteration time has been above the baseline's since (0: not) */
+	uint32_t stragglers;    /* found by its last evaluation */
+	uint32_t open;          /* its open incidents after the last evaluation */
+};
+
+struct monitor {
+	struct diagnosis_ctx ctx;
+	struct alerts *alerts;
+	uint32_t interval_ms;
+	char *public_url;
+	int64_t (*now_ms)(void);
+
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	pthread_t thread;
+	bool thread_started, stopping;
+	struct job_entry *jobs;
+	size_t njobs, cap;
+	struct monitor_stats stats;
+	uint64_t open_at_start;
+	struct live *live;      /* the jobs' latest collective instances, fed by ingest */
+	struct live_add_stats live_stats;
+};
+
+static int64_t real_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static uint64_t mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* The job's settings: defaults, then what is stored (a stored object that no longer parses
+ * is logged and ignored rather than stopping the job's analysis). */
+static void job_settings_load(struct monitor *m, const char *job, struct job_settings *s)
+{
+	char *text = NULL, err[160];
+	json_t *obj;
+
+	job_settings_default(s);
+	if (store_job_settings_get(m->ctx.store, job, &text) || !text)
+		return;
+	if (!(obj = json_loads(text, 0, NULL)) || job_settings_apply(s, obj, err, sizeof(err)))
+		log_warn("job %s: stored settings ignored: %s", job, obj ? err : "not JSON");
+	json_decref(obj);
+	free(text);
+}
+
+/* ---- incidents --------------------------------------------------------------------------- */
+
+/* The incidents found by one evaluation. */
+struct finding {
+	char identity[64];
+	char kind[16];
+	int32_t rank;
+	char *hostname, *communicators, *layer, *severity, *summary, *action, *report;
+};
+
+static void finding_free(struct finding *f)
+{
+	free(f->hostname);
+	free(f->communicators);
+	free(f->layer);
+	free(f->severity);
+	free(f->summary);
+	free(f->action);
+	free(f->report);
+}
+
+static char *dup_or_empty(const char *s)
+{
+	return strdup(s ? s : "");
+}
+
+static const char *article_persistence(const char *persistence)
+{
+	if (persistence && strcmp(persistence, "persistent") == 0)
+		return "a persistent";
+	if (persistence && strcmp(persistence, "intermittent") == 0)
+		return "an intermittent";
+	return "a";
+}
+
+/* A persistent (or, by setting, intermittent) straggler of the stragglers document. */
+static int finding_of_straggler(const json_t *e, const json_t *doc, struct finding *f)
+{
+	const json_t *dg = json_object_get(e, "diagnosis");
+	const char *persistence = json_string_value(json_object_get(e, "persistence"));
+	int32_t rank = (int32_t)json_integer_value(json_object_get(e, "rank"));
+	double excess = json_number_value(json_object_get(e, "max_excess_ms"));
+	char summary[640], comms[512] = "";
+	size_t i, used = 0;
+	json_t *c, *report;
+
+	memset(f, 0, sizeof(*f));
+	snprintf(f->identity, sizeof(f->identity), "straggler rank=%d", rank);
+	snprintf(f->kind, sizeof(f->kind), "straggler");
+	f->rank = rank;
+	json_array_foreach(json_object_get(e, "communicators"), i, c) {
+		const char *key = json_string_value(c);
+		int n = snprintf(comms + used, sizeof(comms) - used, "%s%s", used ? " " : "",
+				 key ? key : "");
+		if (n < 0 || (size_t)n >= sizeof(comms) - used)
+			break;
+		used += (size_t)n;
+	}
+	if (dg && json_is_object(dg))
+		snprintf(summary, sizeof(summary), "rank %d is %s straggler (%.1f ms late on average): %s",
+			 rank, article_persistence(persistence), excess,
+			 json_string_value(json_object_get(dg, "summary")) ?: "");
+	else
+		snprintf(summary, sizeof(summary), "rank %d is %s straggler (%.1f ms late on average)",
+			 rank, article_persistence(persistence), excess);
+	report = json_pack("{s:O,s:O,s:O,s:O}", "straggler", e, "params",
+			   json_object_get(doc, "params"), "iteration_ms",
+			   json_object_get(doc, "iteration_ms"), "communicators",
+			   json_object_get(doc, "communicators"));
+	f->hostname = dup_or_empty(json_string_value(json_object_get(e, "hostname")));
+	f->communicators = strdup(comms);
+	f->layer = dup_or_empty(dg ? json_string_value(json_object_get(dg, "layer")) : "unknown");
+	f->severity = strdup(persistence && !strcmp(persistence, "persistent") ? "critical" : "warning");
+	f->summary = strdup(summary);
+	f->action = dup_or_empty(dg ? json_string_value(json_object_get(dg, "action")) : NULL);
+	f->report = report ? json_dumps(report, JSON_COMPACT) : NULL;
+	json_decref(report);
+	if (!f->hostname || !f->communicators || !f->layer || !f->severity || !f->summary ||
+	    !f->action || !f->report) {
+		finding_free(f);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* ---- temporal baseline --------------------------------------------------------------------- */
+
+struct baseline_copy {
+	int64_t from_ms, to_ms;
+	uint64_t iteration_ns, samples;
+	struct byte_buf profile;
+	bool found;
+};
+
+static int baseline_take(void *arg, const struct store_baseline *b)
+{
+	struct baseline_copy *c = arg;
+
+	c->from_ms = b->from_ms;
+	c->to_ms = b->to_ms;
+	c->iteration_ns = b->iteration_ns;
+	c->samples = b->samples;
+	c->found = true;
+	byte_buf_append(&c->profile, b->profile, strlen(b->profile));
+	return byte_buf_error(&c->profile);
+}
+
+/* The job-wide CPU profile of [from, to]. */
+static int job_profile(struct monitor *m, const char *job, int64_t from_ms, int64_t to_ms,
+		       struct byte_buf *out)
+{
+	struct store_sample_filter f = { .job = job, .from_ms = from_ms, .to_ms = to_ms };
+
+	return m->ctx.folded(m->ctx.diff_arg, &f, MONITOR_PROFILE_LIMIT, out);
+}
+
+/*
+ * No straggler: stores the first baseline once the job has run healthy for baseline_after, or,
+ * when the iteration time rose by `regression` over the baseline's, compares the current
+ * profile (a stretch as long as the baseline's) with it. *found is set when a regression is
+ * reported in `f`.
+ */
+static int baseline_check(struct monitor *m, struct job_entry *je, const char *job,
+			  const struct job_settings *s, double iteration_ms, int64_t now,
+			  struct finding *f, bool *found, bool *rising)
+{
+	struct baseline_copy base = { 0 };
+	struct byte_buf current = { 0 }, merged = { 0 };
+	struct cpu_delta *d = NULL;
+	uint64_t totals[2];
+	int n = 0, rc;
+	json_t *fns = NULL, *report = NULL;
+
+	*found = false;
+	*rising = false;
+	if (iteration_ms <= 0)
+		return 0;
+	rc = store_baseline_get(m->ctx.store, job, baseline_take, &base);
+	if (rc == -ENOENT) {
+		rc = 0;
+		if (now - je->first_batch_ms < (int64_t)s->baseline_after_ms)
+			goto cleanup;
+		/* The first healthy stretch becomes the baseline. */
+		struct store_baseline b = { .job = job, .from_ms = now - s->baseline_after_ms,
+					    .to_ms = now, .created_ms = now, .source = "auto",
+					    .iteration_ns = (uint64_t)(iteration_ms * 1e6) };
+		if ((rc = job_profile(m, job, b.from_ms, b.to_ms, &current)))
+			goto cleanup;
+		b.samples = folded_samples(&current);
+		if (b.samples < LAYERS_CPU_MIN_SAMPLES)
+			goto cleanup;
+		byte_buf_put_u8(&current, 0);
+		if ((rc = byte_buf_error(&current)))
+			goto cleanup;
+		b.profile = (const char *)current.data;
+		if (!(rc = store_baseline_put(m->ctx.store, &b)))
+			log_info("job %s: baseline stored (iteration %.1f ms, %" PRIu64 " samples)", job,
+				 iteration_ms, b.samples);
+		goto cleanup;
+	}
+	if (rc || !base.found || base.iteration_ns == 0 ||
+	    iteration_ms * 1e6 < (double)base.iteration_ns * (1 + s->regression))
+		goto cleanup;
+	/* Risen: a regression only once it has lasted regression_hold (a few seconds of a busy
+	 * node are no regression of the job). */
+	*rising = true;
+	if (!je->regress_since_ms || now - je->regress_since_ms < (int64_t)s->regression_hold_ms)
+		goto cleanup;
+	int64_t span = base.to_ms - base.from_ms > 0 ? base.to_ms - base.from_ms : 60000;
+	if (span > (int64_t)s->lookback_ms)
+		span = s->lookback_ms;
+	if ((rc = job_profile(m, job, now - span, now, &current)) ||
+	    (rc = folded_merge(&base.profile, &current, &merged)))
+		goto cleanup;
+	if ((n = layers_cpu_deltas((const char *)merged.data, merged.len, &d, totals)) < 0) {
+		rc = n;
+		n = 0;
+		goto cleanup;
+	}
+	if (!(fns = json_array())) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	for (int i = 0; i < n && json_array_size(fns) < MONITOR_TOP_FUNCTIONS; i++) {
+		double pp = 100 * (d[i].b_fraction - d[i].a_fraction);
+		if (pp <= s->baseline_delta_pp)
+			break;
+		json_array_append_new(fns, json_pack("{s:s,s:f,s:f,s:f}", "function", d[i].name,
+						     "current_pct", 100 * d[i].b_fraction,
+						     "baseline_pct", 100 * d[i].a_fraction,
+						     "delta_pp", pp));
+	}
+	double base_ms = (double)base.iteration_ns / 1e6, rise = iteration_ms / base_ms - 1;
+	char summary[640], action[512];
+	const json_t *top = json_array_get(fns, 0);
+	memset(f, 0, sizeof(*f));
+	snprintf(f->identity, sizeof(f->identity), "regression");
+	snprintf(f->kind, sizeof(f->kind), "regression");
+	f->rank = -1;
+	if (top) {
+		snprintf(summary, sizeof(summary),
+			 "iteration time rose from %.1f ms to %.1f ms (+%.0f%%) on every rank with no "
+			 "straggler; %s is on %.1f percentage points more of the job's CPU samples than "
+			 "in the baseline", base_ms, iteration_ms, 100 * rise,
+			 json_string_value(json_object_get(top, "function")),
+			 json_number_value(json_object_get(top, "delta_pp")));
+		snprintf(action, sizeof(action),
+			 "find what changed that makes every rank run %s more (code, configuration, "
+			 "input pipeline) since the baseline",
+			 json_string_value(json_object_get(top, "function")));
+	} else {
+		snprintf(summary, sizeof(summary),
+			 "iteration time rose from %.1f ms to %.1f ms (+%.0f%%) on every rank with no "
+			 "straggler; no function's CPU share rose by more than %.1f pp",
+			 base_ms, iteration_ms, 100 * rise, s->baseline_delta_pp);
+		snprintf(action, sizeof(action),
+			 "compare GPU kernel times with the baseline (sysomctl gpu) and the network "
+			 "(NCCL link bandwidth)");
+	}
+	report = json_pack("{s:f,s:f,s:f,s:{s:I,s:I,s:I},s:I,s:I,s:f,s:O}", "iteration_ms",
+			   iteration_ms, "baseline_iteration_ms", base_ms, "rise", rise, "baseline",
+			   "from_ms", (json_int_t)base.from_ms, "to_ms", (json_int_t)base.to_ms,
+			   "samples", (json_int_t)totals[0], "current_samples", (json_int_t)totals[1],
+			   "window_ms", (json_int_t)span, "delta_pp", s->baseline_delta_pp, "functions",
+			   fns);
+	f->hostname = strdup("");
+	f->communicators = strdup("");
+	f->layer = strdup(top ? "cpu" : "unknown");
+	f->severity = strdup("warning");
+	f->summary = strdup(summary);
+	f->action = strdup(action);
+	f->report = report ? json_dumps(report, JSON_COMPACT) : NULL;
+	if (!f->hostname || !f->communicators || !f->layer || !f->severity || !f->summary ||
+	    !f->action || !f->report) {
+		finding_free(f);
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	*found = true;
+cleanup:
+	json_decref(fns);
+	json_decref(report);
+	layers_cpu_deltas_free(d, n);
+	byte_buf_free(&base.profile);
+	byte_buf_free(&current);
+	byte_buf_free(&merged);
+	return rc;
+}
+
+/* ---- alerts -------------------------------------------------------------------------------- */
+
+struct open_list {
+	struct store_diagnosis *d;
+	size_t n, cap;
+};
+
+static int open_take(void *arg, const struct store_diagnosis *d)
+{
+	struct open_list *l = arg;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 8;
+		struct store_diagnosis *grown = realloc(l->d, cap * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		l->d = grown;
+		l->cap = cap;
+	}
+	struct store_diagnosis *c = &l->d[l->n];
+	*c = *d;
+	c->job = strdup(d->job);
+	c->identity = strdup(d->identity);
+	c->kind = strdup(d->kind);
+	c->hostname = strdup(d->hostname);
+	c->communicators = strdup(d->communicators);
+	c->layer = strdup(d->layer);
+	c->severity = strdup(d->severity);
+	c->summary = strdup(d->summary);
+	c->action = strdup(d->action);
+	c->report = NULL; /* not needed here */
+	l->n++;
+	if (!c->job || !c->identity || !c->kind || !c->hostname || !c->communicators ||
+	    !c->layer || !c->severity || !c->summary || !c->action)
+		return -ENOMEM;
+	return 0;
+}
+
+static void open_list_free(struct open_list *l)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		struct store_diagnosis *d = &l->d[i];
+		free((char *)d->job);
+		free((char *)d->identity);
+		free((char *)d->kind);
+		free((char *)d->hostname);
+		free((char *)d->communicators);
+		free((char *)d->layer);
+		free((char *)d->severity);
+		free((char *)d->summary);
+		free((char *)d->action);
+	}
+	free(l->d);
+}
+
+/* The job's open incidents become its alert set. */
+static int alerts_publish(struct monitor *m, const char *job, const struct open_list *open,
+			  bool enabled, int64_t now)
+{
+	struct alert_spec *specs = calloc(open->n + 1, sizeof(*specs));
+	char (*urls)[ALERTS_URL_MAX] = calloc(open->n + 1, sizeof(*urls));
+	size_t n = 0;
+	int rc;
+
+	if (!specs || !urls) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	for (size_t i = 0; enabled && i < open->n; i++) {
+		const struct store_diagnosis *d = &open->d[i];
+		bool linked = false;
+		if (m->public_url) {
+			int len = snprintf(urls[n], sizeof(urls[n]),
+					   "%s/api/v1/diagnoses/%" PRId64 "?format=text",
+					   m->public_url, d->id);
+			linked = len > 0 && (size_t)len < sizeof(urls[n]); /* never a cut link */
+		}
+		specs[n] = (struct alert_spec){
+			.alertname = strcmp(d->kind, "straggler") == 0 ? "SysomStraggler"
+								       : "SysomRegression",
+			.job = job,
+			.node = d->hostname,
+			.communicator = d->communicators,
+			.layer = d->layer,
+			.severity = d->severity,
+			.rank = d->rank,
+			.summary = d->summary,
+			.description = d->identity,
+			.action = d->action,
+			.generator_url = linked ? urls[n] : NULL,
+		};
+		n++;
+	}
+	rc = alerts_evaluate(m->alerts, job, specs, n, now);
+cleanup:
+	free(specs);
+	free(urls);
+	return rc;
+}
+
+/* ---- evaluation ----------------------------------------------------------------------------- */
+
+static struct job_entry *job_find(struct monitor *m, const char *job)
+{
+	for (size_t i = 0; i < m->njobs; i++)
+		if (strcmp(m->jobs[i].job, job) == 0)
+			return &m->jobs[i];
+	return NULL;
+}
+
+/* Tracks `job` (locked); forgets the least recently fed job at the limit. */
+static struct job_entry *job_track(struct monitor *m, const char *job, int64_t now)
+{
+	struct job_entry *je = job_find(m, job);
+
+	if (je)
+		return je;
+	if (m->njobs == MONITOR_MAX_JOBS) {
+		size_t oldest = 0;
+		for (size_t i = 1; i < m->njobs; i++)
+			if (m->jobs[i].last_batch_ms < m->jobs[oldest].last_batch_ms)
+				oldest = i;
+		live_job_drop(m->live, m->jobs[oldest].job);
+		free(m->jobs[oldest].job);
+		m->jobs[oldest] = m->jobs[--m->njobs];
+	}
+	if (m->njobs == m->cap) {
+		size_t cap = m->cap ? m->cap * 2 : 16;
+		struct job_entry *grown = realloc(m->jobs, cap * sizeof(*grown));
+		if (!grown)
+			return NULL;
+		m->jobs = grown;
+		m->cap = cap;
+	}
+	je = &m->jobs[m->njobs];
+	memset(je, 0, sizeof(*je));
+	if (!(je->job = strdup(job)))
+		return NULL;
+	je->first_batch_ms = now;
+	m->njobs++;
+	return je;
+}
+
+/* A job's window for the live instances (locked: called from live_batch_add). */
+static uint32_t job_window(void *arg, const char *job)
+{
+	struct job_entry *je = job_find(arg, job);
+
+	return je && je->window ? je->window : STRAGGLER_DEFAULT_WINDOW;
+}
+
+/* The live instances as the analysis's source, read under the lock. */
+static int live_locked_source(void *arg, const struct diagnosis_scope *scope,
+			      store_collective_fn fn, void *fn_arg)
+{
+	struct monitor *m = arg;
+	int rc;
+
+	pthread_mutex_lock(&m->lock);
+	rc = live_source(m->live, scope, fn, fn_arg);
+	pthread_mutex_unlock(&m->lock);
+	return rc;
+}
+
+/* One evaluation of `job` (outside the lock; `je` is a snapshot of its entry). */
+static int evaluate(struct monitor *m, const char *job, struct job_entry *je, int64_t now,
+		    uint32_t *nopen, uint32_t *nstrag)
+{
+	struct job_settings s;
+	struct diagnosis_scope scope = { .job = job };
+	struct finding found[MONITOR_MAX_INCIDENTS];
+	struct open_list open = { 0 };
+	struct store_diagnosis_filter of = { .job = job, .from_ms = 0, .to_ms = INT64_MAX,
+					     .open_only = true };
+	size_t nfound = 0, nstragglers = 0;
+	bool rising = false;
+	json_t *doc = NULL, *e;
+	size_t i;
+	int rc;
+
+	job_settings_load(m, job, &s);
+	pthread_mutex_lock(&m->lock);
+	struct job_entry *live_je = job_find(m, job);
+	if (live_je)
+		live_je->window = s.diag.sp.window;
+	pthread_mutex_unlock(&m->lock);
+	scope.from_ms = now - s.lookback_ms;
+	scope.to_ms = now;
+	/* Incremental: the instances ingest folded in memory; the store when there are none (a
+	 * restart, a job over the memory budget). */
+	rc = diagnosis_stragglers_from(&m->ctx, &scope, &s.diag, live_locked_source, m, &doc);
+	if (rc == -ENOENT) {
+		json_decref(doc);
+		doc = NULL;
+		rc = diagnosis_stragglers(&m->ctx, &scope, &s.diag, &doc);
+		json_object_set_new(doc, "source", json_string("store"));
+	} else if (!rc) {
+		json_object_set_new(doc, "source", json_string("live"));
+	}
+	if (rc)
+		goto cleanup;
+	json_array_foreach(json_object_get(doc, "stragglers"), i, e) {
+		const char *p = json_string_value(json_object_get(e, "persistence"));
+		nstragglers++;
+		if (nfound == MONITOR_MAX_INCIDENTS ||
+		    (!s.alert_intermittent && (!p || strcmp(p, "persistent"))))
+			continue;
+		if ((rc = finding_of_straggler(e, doc, &found[nfound])))
+			goto cleanup;
+		nfound++;
+	}
+	if (!nstragglers) {
+		bool regressed = false;
+		double iteration_ms = json_number_value(json_object_get(doc, "iteration_ms"));
+		if ((rc = baseline_check(m, je, job, &s, iteration_ms, now, &found[nfound],
+					 &regressed, &rising)))
+			goto cleanup;
+		nfound += regressed;
+	}
+	/* Incidents: found ones open or update; open ones not found for resolve_after resolve. */
+	for (i = 0; i < nfound; i++) {
+		struct finding *f = &found[i];
+		struct store_diagnosis d = { .job = job, .identity = f->identity, .kind = f->kind,
+					     .rank = f->rank, .hostname = f->hostname,
+					     .communicators = f->communicators, .layer = f->layer,
+					     .severity = f->severity, .summary = f->summary,
+					     .action = f->action, .report = f->report,
+					     .updated_ms = now };
+		int64_t id;
+		bool opened;
+		if ((rc = store_diagnosis_upsert(m->ctx.store, &d, &id, &opened)))
+			goto cleanup;
+		if (opened) {
+			log_warn("job %s: diagnosis %" PRId64 " opened: %s", job, id, f->summary);
+			pthread_mutex_lock(&m->lock);
+			m->stats.incidents_opened++;
+			pthread_mutex_unlock(&m->lock);
+		}
+	}
+	if ((rc = store_diagnoses_list(m->ctx.store, &of, MONITOR_MAX_INCIDENTS, open_take, &open)))
+		goto cleanup;
+	for (i = 0; i < open.n; i++) {
+		struct store_diagnosis *d = &open.d[i];
+		bool seen = false;
+		for (size_t j = 0; j < nfound && !seen; j++)
+			seen = strcmp(found[j].identity, d->identity) == 0;
+		if (seen || now - d->updated_ms < (int64_t)s.resolve_after_ms)
+			continue;
+		if ((rc = store_diagnosis_resolve(m->ctx.store, d->id, now)) && rc != -ENOENT)
+			goto cleanup;
+		rc = 0;
+		log_info("job %s: diagnosis %" PRId64 " resolved (%s)", job, d->id, d->identity);
+		pthread_mutex_lock(&m->lock);
+		m->stats.incidents_resolved++;
+		pthread_mutex_unlock(&m->lock);
+		open.d[i].id = 0; /* resolved: not an alert any more */
+	}
+	{
+		struct open_list still = { 0 };
+		for (i = 0; i < open.n; i++)
+			if (open.d[i].id)
+				still.n++;
+		*nopen = (uint32_t)still.n;
+		if (m->alerts) {
+			/* Compact the list to the ones still open. */
+			size_t k = 0;
+			for (i = 0; i < open.n; i++)
+				if (open.d[i].id) {
+					struct store_diagnosis t = open.d[k];
+					open.d[k] = open.d[i];
+					open.d[i] = t;
+					k++;
+				}
+			size_t total = open.n;
+			open.n = k;
+			rc = alerts_publish(m, job, &open, s.alerts, now);
+			open.n = total;
+		}
+	}
+	*nstrag = (uint32_t)nstragglers;
+	pthread_mutex_lock(&m->lock);
+	struct job_entry *cur = job_find(m, job);
+	if (cur)
+		cur->regress_since_ms = rising ? (cur->regress_since_ms ? cur->regress_since_ms : now) : 0;
+	pthread_mutex_unlock(&m->lock);
+cleanup:
+	for (i = 0; i < nfound; i++)
+		finding_free(&found[i]);
+	open_list_free(&open);
+	json_decref(doc);
+	return rc;
+}
+
+int monitor_evaluate(struct monitor *m, const char *job)
+{
+	int64_t now = m->now_ms();
+	struct job_entry snap;
+	uint32_t nopen = 0, nstrag = 0;
+	uint64_t start = mono_us();
+	int rc;
+
+	pthread_mutex_lock(&m->lock);
+	struct job_entry *je = job_track(m, job, now);
+	if (!je) {
+		pthread_mutex_unlock(&m->lock);
+		return -ENOMEM;
+	}
+	je->dirty = false;
+	je->last_eval_ms = now;
+	snap = *je;
+	pthread_mutex_unlock(&m->lock);
+
+	rc = evaluate(m, job, &snap, now, &nopen, &nstrag);
+
+	pthread_mutex_lock(&m->lock);
+	if ((je = job_find(m, job)) && !rc) {
+		je->has_open = nopen > 0;
+		je->open = nopen;
+		je->stragglers = nstrag;
+	}
+	m->stats.evaluations++;
+	m->stats.evaluation_errors += rc != 0;
+	m->stats.last_evaluation_us = mono_us() - start;
+	m->stats.jobs = m->njobs;
+	pthread_mutex_unlock(&m->lock);
+	if (rc)
+		log_warn("job %s: evaluation failed: %s", job, strerror(-rc));
+	return rc;
+}
+
+/* ---- the thread ------------------------------------------------------------------------------ */
+
+static void *monitor_thread(void *arg)
+{
+	struct monitor *m = arg;
+
+	pthread_mutex_lock(&m->lock);
+	while (!m->stopping) {
+		struct timespec until;
+		char *due = NULL;
+		int64_t now = m->now_ms();
+
+		/* The job most overdue: new data, or open incidents that may need resolving. */
+		for (size_t i = 0; i < m->njobs && !due; i++) {
+			struct job_entry *je = &m->jobs[i];
+			if ((je->dirty || je->has_open) &&
+			    now - je->last_eval_ms >= (int64_t)m->interval_ms)
+				due = strdup(je->job);
+		}
+		if (due) {
+			pthread_mutex_unlock(&m->lock);
+			monitor_evaluate(m, due);
+			free(due);
+			pthread_mutex_lock(&m->lock);
+			continue;
+		}
+		clock_gettime(CLOCK_REALTIME, &until);
+		uint64_t ns = (uint64_t)until.tv_nsec + (uint64_t)(m->interval_ms < 1000 ? m->interval_ms : 1000) * 1000000u;
+		until.tv_sec += (time_t)(ns / 1000000000u);
+		until.tv_nsec = (long)(ns % 1000000000u);
+		pthread_cond_timedwait(&m->wake, &m->lock, &until);
+	}
+	pthread_mutex_unlock(&m->lock);
+	return NULL;
+}
+
+void monitor_batch_stored(struct monitor *m, const struct sysom_batch *b)
+{
+	int64_t now;
+
+	if (!m || !b->job_rank_count)
+		return;
+	now = m->now_ms();
+	pthread_mutex_lock(&m->lock);
+	if (live_batch_add(m->live, b, job_window, m, &m->live_stats))
+		m->live_stats.refused++; /* out of memory: part of this batch is missing */
+	for (uint32_t i = 0; i < b->job_rank_count; i++) {
+		const char *job = sysom_batch_string(b, b->job_ranks[i].job);
+		struct job_entry *je;
+		if (!job[0] || !(je = job_track(m, job, now)))
+			continue;
+		je->dirty = true;
+		je->last_batch_ms = now;
+	}
+	m->stats.jobs = m->njobs;
+	pthread_cond_signal(&m->wake);
+	pthread_mutex_unlock(&m->lock);
+}
+
+static int open_job(void *arg, const struct store_diagnosis *d)
+{
+	struct monitor *m = arg;
+	struct job_entry *je = job_track(m, d->job, m->now_ms());
+
+	if (je)
+		je->has_open = true;
+	m->open_at_start++;
+	return je ? 0 : -ENOMEM;
+}
+
+int monitor_new(const struct diagnosis_ctx *ctx, struct alerts *alerts,
+		const struct monitor_options *opts, struct monitor **out)
+{
+	struct monitor *m = calloc(1, sizeof(*m));
+	struct store_diagnosis_filter of = { .from_ms = 0, .to_ms = INT64_MAX, .open_only = true };
+	int rc;
+
+	*out = NULL;
+	if (!m)
+		return -ENOMEM;
+	m->ctx = *ctx;
+	m->alerts = alerts;
+	m->interval_ms = opts && opts->interval_ms ? opts->interval_ms : MONITOR_DEFAULT_INTERVAL_MS;
+	m->now_ms = opts && opts->now_ms ? opts->now_ms : real_now_ms;
+	pthread_mutex_init(&m->lock, NULL);
+	pthread_cond_init(&m->wake, NULL);
+	if (opts && opts->public_url && opts->public_url[0]) {
+		size_t len = strlen(opts->public_url);
+		if (!(m->public_url = strdup(opts->public_url))) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+		while (len > 0 && m->public_url[len - 1] == '/')
+			m->public_url[--len] = '\0';
+	}
+	if ((rc = live_new(opts && opts->live_cells ? opts->live_cells : LIVE_DEFAULT_MAX_CELLS,
+			   &m->live)))
+		goto fail;
+	/* Jobs with open incidents are evaluated again, so a restart still resolves them. */
+	if ((rc = store_diagnoses_list(ctx->store, &of, MONITOR_MAX_JOBS, open_job, m)))
+		goto fail;
+	if ((rc = -pthread_create(&m->thread, NULL, monitor_thread, m)))
+		goto fail;
+	m->thread_started = true;
+	*out = m;
+	return 0;
+fail:
+	monitor_free(m);
+	return rc;
+}
+
+void monitor_free(struct monitor *m)
+{
+	if (!m)
+		return;
+	if (m->thread_started) {
+		pthread_mutex_lock(&m->lock);
+		m->stopping = true;
+		pthread_cond_signal(&m->wake);
+		pthread_mutex_unlock(&m->lock);
+		pthread_join(m->thread, NULL);
+	}
+	for (size_t i = 0; i < m->njobs; i++)
+		free(m->jobs[i].job);
+	free(m->jobs);
+	live_free(m->live);
+	free(m->public_url);
+	pthread_mutex_destroy(&m->lock);
+	pthread_cond_destroy(&m->wake);
+	free(m);
+}
+
+void monitor_stats_get(struct monitor *m, struct monitor_stats *out)
+{
+	pthread_mutex_lock(&m->lock);
+	*out = m->stats;
+	out->stragglers = 0;
+	for (size_t i = 0; i < m->njobs; i++)
+		out->stragglers += m->jobs[i].stragglers;
+	out->live_calls = m->live_stats.calls;
+	out->live_skipped = m->live_stats.unknown_size + m->live_stats.refused + m->live_stats.stale;
+	out->live_cells = m->live ? live_cells(m->live) : 0;
+	out->open_incidents = m->open_at_start + m->stats.incidents_opened >
+					      m->stats.incidents_resolved
+				      ? m->open_at_start + m->stats.incidents_opened -
+						m->stats.incidents_resolved
+				      : 0;
+	pthread_mutex_unlock(&m->lock);
+}
+
+void monitor_metrics_write(struct monitor *m, struct byte_buf *out)
+{
+	struct monitor_stats st;
+
+	monitor_stats_get(m, &st);
+	metrics_family_write(out, "sysom_analysis_evaluations_total", "counter",
+			     "Job evaluations by the monitor (straggler detection, diagnosis, baseline).");
+	metrics_sample_write(out, "sysom_analysis_evaluations_total", NULL, (double)st.evaluations);
+	metrics_family_write(out, "sysom_analysis_evaluation_errors_total", "counter",
+			     "Job evaluations that failed (store errors, out of memory).");
+	metrics_sample_write(out, "sysom_analysis_evaluation_errors_total", NULL,
+			     (double)st.evaluation_errors);
+	metrics_family_write(out, "sysom_analysis_last_evaluation_seconds", "gauge",
+			     "How long the last job evaluation took.");
+	metrics_sample_write(out, "sysom_analysis_last_evaluation_seconds", NULL,
+			     (double)st.last_evaluation_us / 1e6);
+	metrics_family_write(out, "sysom_analysis_live_calls_total", "counter",
+			     "Collective calls folded into the in-memory instances as batches arrived.");
+	metrics_sample_write(out, "sysom_analysis_live_calls_total", NULL, (double)st.live_calls);
+	metrics_family_write(out, "sysom_analysis_live_skipped_total", "counter",
+			     "Collective calls not folded in: unknown communicator size, over the "
+			     "memory budget, or older than the window.");
+	metrics_sample_write(out, "sysom_analysis_live_skipped_total", NULL, (double)st.live_skipped);
+	metrics_family_write(out, "sysom_analysis_live_cells", "gauge",
+			     "(rank, instance) cells held in memory for the analysis (16 bytes each).");
+	metrics_sample_write(out, "sysom_analysis_live_cells", NULL, (double)st.live_cells);
+	metrics_family_write(out, "sysom_diagnoses_opened_total", "counter",
+			     "Incidents (stragglers, regressions) the monitor opened.");
+	metrics_sample_write(out, "sysom_diagnoses_opened_total", NULL, (double)st.incidents_opened);
+	metrics_family_write(out, "sysom_diagnoses_resolved_total", "counter",
+			     "Incidents the monitor resolved.");
+	metrics_sample_write(out, "sysom_diagnoses_resolved_total", NULL,
+			     (double)st.incidents_resolved);
+	metrics_family_write(out, "sysom_diagnoses_open", "gauge", "Incidents open now.");
+	metrics_sample_write(out, "sysom_diagnoses_open", NULL, (double)st.open_incidents);
+	metrics_family_write(out, "sysom_job_stragglers", "gauge",
+			     "Straggling ranks found by the job's last evaluation.");
+	pthread_mutex_lock(&m->lock);
+	for (size_t i = 0; i < m->njobs; i++) {
+		const char *labels[] = { "job", m->jobs[i].job, NULL };
+		if (m->jobs[i].last_eval_ms)
+			metrics_sample_write(out, "sysom_job_stragglers", labels,
+					     (double)m->jobs[i].stragglers);
+	}
+	pthread_mutex_unlock(&m->lock);
+	metrics_family_write(out, "sysom_job_open_diagnoses", "gauge",
+			     "Open incidents of the job after its last evaluation.");
+	pthread_mutex_lock(&m->lock);
+	for (size_t i = 0; i < m->njobs; i++) {
+		const char *labels[] = { "job", m->jobs[i].job, NULL };
+		if (m->jobs[i].last_eval_ms)
+			metrics_sample_write(out, "sysom_job_open_diagnoses", labels,
+					     (double)m->jobs[i].open);
+	}
+	pthread_mutex_unlock(&m->lock);
+}

@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The monitor: automatic straggler detection and diagnosis as batches arrive.
+ *
+ * Ingest tells the monitor which jobs a stored batch carried data for (monitor_batch_stored).
+ * The batch's collective calls are folded into in-memory instances as it arrives
+ * (server/analysis/live.h), so an evaluation reads the latest W instances from memory, not the store.
+ * A background thread evaluates each such job at most once per `interval`: stragglers with
+ * their layered diagnosis over the job's latest collective instances (server/analysis/diagnosis.h), and,
+ * when there is no straggler but the iteration time rose, the temporal baseline comparison.
+ * Each finding is an incident in the store (one open diagnosis per job and identity, updated
+ * while it holds, resolved once it has not held for `resolve_after`), and the open incidents
+ * of a job are the alert set handed to the alert module (server/alerts/alerts.h).
+ *
+ * Per-job settings (GET/PUT /api/v1/jobs/{job}/settings) override every threshold.
+ */
+#ifndef SYSOM_SERVER_ANALYSIS_MONITOR_H
+#define SYSOM_SERVER_ANALYSIS_MONITOR_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/wire/wire.h"
+#include "server/alerts/alerts.h"
+#include "server/analysis/settings.h"
+#include "server/analysis/diagnosis.h"
+#include "server/store/store.h"
+
+#define MONITOR_DEFAULT_INTERVAL_MS 5000u        /* a job is evaluated at most this often */
+#define MONITOR_MAX_JOBS 4096                    /* jobs tracked at once (oldest forgotten) */
+
+
+
+struct monitor_options {
+	uint32_t interval_ms;      /* 0: default */
+	const char *public_url;    /* base of generatorURL ("http://sysom:8080"); NULL: none */
+	int64_t (*now_ms)(void);   /* NULL: the real clock */
+	size_t live_cells;         /* in-memory instance budget (0: LIVE_DEFAULT_MAX_CELLS) */
+};
+
+struct monitor;
+
+/*
+ * Starts the monitor over borrowed objects (`alerts` may be NULL: incidents only). 0 or a
+ * negative errno.
+ */
+int monitor_new(const struct diagnosis_ctx *ctx, struct alerts *alerts,
+		const struct monitor_options *opts, struct monitor **out);
+
+/* Stops the thread (an evaluation in progress finishes) and frees. Accepts NULL. */
+void monitor_free(struct monitor *m);
+
+/* Notes that a stored batch carried data of the jobs in its JOB_RANKS (any thread). */
+void monitor_batch_stored(struct monitor *m, const struct sysom_batch *b);
+
+/* Evaluates `job` now, synchronously (tests; the thread does the same). 0 or -errno. */
+int monitor_evaluate(struct monitor *m, const char *job);
+
+struct monitor_stats {
+	uint64_t evaluations, evaluation_errors;
+	uint64_t incidents_opened, incidents_resolved;
+	uint64_t open_incidents;     /* gauge */
+	uint64_t jobs;               /* gauge: jobs tracked */
+	uint64_t last_evaluation_us; /* how long the last evaluation took */
+	uint64_t stragglers;         /* gauge: straggling ranks over the jobs' last evaluations */
+	uint64_t live_calls;         /* collective calls folded into the in-memory instances */
+	uint64_t live_skipped;       /* ... not folded in (unknown size, budget, too old) */
+	uint64_t live_cells;         /* gauge: (rank, instance) cells held */
+};
+
+void monitor_stats_get(struct monitor *m, struct monitor_stats *out);
+
+/* Appends the monitor's Prometheus families: evaluations, incidents opened/resolved/open, and
+ * per job (label job) the stragglers and open incidents of its last evaluation. */
+void monitor_metrics_write(struct monitor *m, struct byte_buf *out);
+
+#endif

@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* HTTP/1.1 server on libuv + http-parser: transport only; handlers run on worker threads. */
+#ifndef SYSOM_SERVER_HTTP_HTTP_H
+#define SYSOM_SERVER_HTTP_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "common/bytes.h"
+
+struct http_header {
+	const char *name;  /* lower-cased */
+	const char *value; /* surrounding whitespace trimmed */
+};
+
+/* A complete request, valid for the duration of the handler call (borrowed). */
+struct http_request {
+	const char *method;      /* "GET", "POST", "PUT", "HEAD", ... */
+	const char *path;        /* percent-decoded path without the query ("/api/v1/nodes") */
+	const char *query;       /* raw query string after '?', "" when none */
+	const struct http_header *headers;
+	size_t header_count;
+	const uint8_t *body;     /* NULL when empty; not NUL-terminated */
+	size_t body_len;
+	const char *peer;        /* "127.0.0.1:53412" */
+};
+
+/* Value of header `lower_name` (first occurrence) or NULL. */
+const char *http_request_header(const struct http_request *req, const char *lower_name);
+
+/*
+ * Percent-decodes `len` bytes of `s` into `out` (NUL-terminated); '+' becomes a space when
+ * `plus_is_space` (query strings). Returns the decoded length, -EINVAL for a malformed escape
+ * or an encoded NUL, -E2BIG when `out` (outlen bytes) is too small.
+ */
+int http_percent_decode(const char *s, size_t len, bool plus_is_space, char *out, size_t outlen);
+
+/*
+ * Copies the percent-decoded value of query parameter `name` into `out`.
+ * Returns its length, -ENOENT when absent, -E2BIG when longer than outlen - 1,
+ * -EINVAL when the encoding is malformed.
+ */
+int http_query_param(const struct http_request *req, const char *name, char *out, size_t outlen);
+
+#define HTTP_MAX_EXTRA_HEADERS 8
+
+/* What a handler fills in. The transport adds Content-Length, Connection and Date. */
+struct http_response {
+	int status;                  /* 200 unless set */
+	char content_type[96];       /* "application/json" unless set */
+	struct byte_buf body;        /* owned by the response; freed by the transport */
+	struct {
+		char name[64];
+		char value[256];
+	} extra_headers[HTTP_MAX_EXTRA_HEADERS];
+	size_t extra_header_count;
+	/*
+	 * A file body instead of `body` (set with http_response_file; a zeroed response has
+	 * none): the transport sends [body_fd_offset, body_fd_offset + body_fd_length) of
+	 * body_fd, reading it in HTTP_FILE_CHUNK pieces off the loop thread, one piece in flight
+	 * (memory per connection stays bounded whatever the size), and closes body_fd when the
+	 * response is done, abandoned or not sent at all (HEAD, errors). Owned by the response.
+	 */
+	bool has_body_fd;
+	int body_fd;
+	uint64_t body_fd_offset, body_fd_length;
+};
+
+/* Bytes read from a file body per step (and the most a streaming connection buffers). */
+#define HTTP_FILE_CHUNK (256u * 1024u)
+
+/* Adds a response header (ignored beyond HTTP_MAX_EXTRA_HEADERS; values truncated to fit). */
+void http_response_header(struct http_response *resp, const char *name, const char *value);
+/* Sets status and a JSON body {"error": message} (message printf-formatted). */
+void http_response_error(struct http_response *resp, int status, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Sets status, content type and a body copied from `text`. */
+void http_response_text(struct http_response *resp, int status, const char *content_type,
+			const char *text, size_t len);
+
+/*
+ * Sets status, content type and a file body: `length` bytes of `fd` from `offset` (the
+ * response takes ownership of `fd`, also when it replaces an earlier file body, which it
+ * closes). Content-Length is `length`; a HEAD request gets the headers only. The file must
+ * not shrink while it is sent: a short read ends the connection (the peer sees a body
+ * shorter than its Content-Length, never other bytes).
+ */
+void http_response_file(struct http_response *resp, int status, const char *content_type, int fd,
+			uint64_t offset, uint64_t length);
+
+/* Frees the body buffer and closes a file body; the response can be reused. Accepts NULL. */
+void http_response_release(struct http_response *resp);
+
+/* An HTTP date ("Sun, 06 Nov 1994 08:49:37 GMT", RFC 9110 IMF-fixdate) of Unix seconds;
+ * `out` needs 30 bytes. Locale-independent. */
+void http_date_format(int64_t unix_seconds, char *out, size_t outlen);
+
+/* Called on a worker thread (never the loop thread); may block (storage, decoding). */
+typedef void (*http_handler_fn)(void *ctx, const struct http_request *req,
+				struct http_response *resp);
+
+struct http_route {
+	const char *method;    /* exact method; "GET" routes also answer HEAD without a body */
+	const char *path;      /* exact path, or a prefix when `prefix` (e.g. "/api/v1/kernel-symbols/") */
+	bool prefix;
+	http_handler_fn handler;
+	void *ctx;             /* passed to the handler (borrowed; outlives the server) */
+	size_t max_body;       /* bytes; larger bodies get 413 before being read (0: no body allowed) */
+};
+
+struct http_server_options {
+	const char *host;              /* "127.0.0.1", "::1", "0.0.0.0" */
+	uint16_t port;                 /* 0: an ephemeral port (see http_server_port) */
+	uint32_t max_connections;      /* beyond: accept and close with 503 (default 1024) */
+	uint32_t max_header_bytes;     /* request line + headers (default 64 KiB): 431 beyond */
+	uint32_t max_headers;          /* header count (default 100): 431 beyond */
+	uint32_t idle_timeout_ms;      /* keep-alive idle close (default 60000) */
+	uint32_t request_timeout_ms;   /* whole request must arrive within (default 30000): 408 */
+	uint32_t max_inflight;         /* handlers queued or running at once (default 64): 503 beyond */
+};
+
+/* Counters kept by the transport (read with http_server_stats; monotonically increasing). */
+struct http_server_stats {
+	uint64_t connections_accepted;
+	uint64_t connections_rejected; /* over max_connections */
+	uint64_t connections_open;     /* gauge */
+	uint64_t requests;
+	uint64_t responses_2xx, responses_3xx, responses_4xx, responses_5xx;
+	uint64_t bytes_received, bytes_sent;
+	uint64_t parse_errors;         /* malformed requests (400) */
+	uint64_t limit_rejections;     /* 408/413/431/503 answered by the transport itself */
+};
+
+struct http_server;
+
+/*
+ * Binds and starts listening on `loop`. `routes` is borrowed and must outlive the server.
+ * Returns NULL with a message in `err` when it cannot (address in use, bad address...).
+ * Unknown paths get 404, known paths with another method 405 (with Allow).
+ */
+struct http_server *http_server_start(uv_loop_t *loop, const struct http_server_options *opts,
+				      const struct http_route *routes, size_t nroutes, char *err,
+				      size_t errlen);
+
+/* The port actually bound (useful with port 0). */
+uint16_t http_server_port(const struct http_server *srv);
+
+/* A consistent snapshot of the counters; callable from any thread. */
+void http_server_stats(const struct http_server *srv, struct http_server_stats *out);
+
+/*
+ * Stops accepting, lets in-flight handlers finish, closes connections and frees the server
+ * once every handle is closed; `done` (optional) is called on the loop thread then.
+ */
+void http_server_stop(struct http_server *srv, void (*done)(void *arg), void *arg);
+
+#endif

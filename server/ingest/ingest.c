@@ -1,0 +1,510 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Ingest of agent batches and kernel symbol tables: auth, limits, decoding, idempotency. */
+#include "server/ingest/ingest.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "common/compress.h"
+#include "common/elf_buildid.h"
+#include "common/error.h"
+#include "server/symbols/ksyms.h"
+#include "server/api/render.h"
+
+/* Internal handler steps return an enum ingest_error_reason, or this when all went well. */
+#define REASON_NONE (-1)
+
+struct ingest {
+	struct store *store;
+	struct auth *auth;
+	struct symbolizer *sym;
+	struct server_metrics *metrics;
+	struct ingest_options opts;
+	struct sysom_wire_limits wire_limits;
+};
+
+struct ingest *ingest_new(struct store *store, struct auth *auth, struct symbolizer *sym,
+			  struct server_metrics *metrics, const struct ingest_options *opts)
+{
+	struct ingest *in = calloc(1, sizeof(*in));
+
+	if (!in)
+		return NULL;
+	in->store = store;
+	in->auth = auth;
+	in->sym = sym;
+	in->metrics = metrics;
+	if (opts)
+		in->opts = *opts;
+	if (!in->opts.max_decompressed)
+		in->opts.max_decompressed = INGEST_DEFAULT_MAX_DECOMPRESSED;
+	if (!in->opts.max_ksyms_decompressed)
+		in->opts.max_ksyms_decompressed = INGEST_DEFAULT_MAX_KSYMS_DECOMPRESSED;
+	if (!in->opts.max_ksym_lines)
+		in->opts.max_ksym_lines = KSYMS_DEFAULT_MAX_LINES;
+	if (!in->opts.max_sample_count)
+		in->opts.max_sample_count = INGEST_DEFAULT_MAX_SAMPLE_COUNT;
+	in->wire_limits = opts && opts->wire_limits ? *opts->wire_limits : sysom_wire_default_limits;
+	in->opts.wire_limits = &in->wire_limits;
+	return in;
+}
+
+void ingest_free(struct ingest *in)
+{
+	free(in);
+}
+
+static int64_t clock_ns(clockid_t clock)
+{
+	struct timespec ts;
+
+	clock_gettime(clock, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int hex_nibble(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	c = (char)tolower((unsigned char)c);
+	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* Parses exactly `n` hex digits into a big-endian integer or bytes. */
+static bool parse_hex_bytes(const char *s, uint8_t *out, size_t nbytes)
+{
+	for (size_t i = 0; i < nbytes; i++) {
+		int hi = hex_nibble(s[2 * i]), lo = hi < 0 ? -1 : hex_nibble(s[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return false;
+		out[i] = (uint8_t)(hi << 4 | lo);
+	}
+	return true;
+}
+
+struct batch_key {
+	uint8_t node_id[SYSOM_NODE_ID_SIZE];
+	uint64_t epoch;
+	uint64_t sequence;
+};
+
+/* "<node id: 32 hex>:<epoch: 16 hex>:<sequence: 1..20 decimal digits>". */
+static bool parse_key(const char *text, struct batch_key *out)
+{
+	struct batch_key k;
+	uint8_t epoch[8];
+	const char *p;
+	uint64_t seq = 0;
+	size_t digits = 0;
+
+	if (strlen(text) < 32 + 1 + 16 + 1 + 1 || text[32] != ':' || text[49] != ':')
+		return false;
+	if (!parse_hex_bytes(text, k.node_id, sizeof(k.node_id)) ||
+	    !parse_hex_bytes(text + 33, epoch, sizeof(epoch)))
+		return false;
+	k.epoch = 0;
+	for (size_t i = 0; i < sizeof(epoch); i++)
+		k.epoch = k.epoch << 8 | epoch[i];
+	for (p = text + 50; *p; p++, digits++) {
+		if (*p < '0' || *p > '9' || digits >= 20)
+			return false;
+		unsigned d = (unsigned)(*p - '0');
+		if (seq > (UINT64_MAX - d) / 10)
+			return false;
+		seq = seq * 10 + d;
+	}
+	k.sequence = seq;
+	*out = k;
+	return true;
+}
+
+enum body_encoding { ENCODING_IDENTITY, ENCODING_ZSTD, ENCODING_OTHER };
+
+static enum body_encoding body_encoding(const struct http_request *req)
+{
+	const char *ce = http_request_header(req, "content-encoding");
+
+	if (!ce || !*ce || strcasecmp(ce, "identity") == 0)
+		return ENCODING_IDENTITY;
+	if (strcasecmp(ce, "zstd") == 0)
+		return ENCODING_ZSTD;
+	return ENCODING_OTHER;
+}
+
+/*
+ * The request body as plain bytes in *data and *len: borrowed from the request (identity) or
+ * decompressed into `buf`. Returns REASON_NONE, or answers the request itself and returns the
+ * error reason.
+ */
+static int body_plain(struct ingest *in, const struct http_request *req, uint64_t limit,
+		      struct byte_buf *buf, const uint8_t **data, size_t *len,
+		      struct http_response *resp)
+{
+	const char *ce = http_request_header(req, "content-encoding");
+	int rc;
+
+	if (req->body_len == 0) {
+		http_response_error(resp, 400, "empty body");
+		return INGEST_ERR_BAD_REQUEST;
+	}
+	switch (body_encoding(req)) {
+	case ENCODING_IDENTITY:
+		if (req->body_len > limit) {
+			http_response_error(resp, 413, "body of %zu bytes exceeds the limit of %" PRIu64,
+					    req->body_len, limit);
+			return INGEST_ERR_TOO_LARGE;
+		}
+		*data = req->body;
+		*len = req->body_len;
+		return REASON_NONE;
+	case ENCODING_ZSTD:
+		break;
+	case ENCODING_OTHER:
+		http_response_error(resp, 415, "unsupported Content-Encoding '%s' (use zstd or identity)",
+				    ce);
+		http_response_header(resp, "Accept-Encoding", "zstd, identity");
+		return INGEST_ERR_ENCODING;
+	}
+	rc = sysom_zstd_decompress(req->body, req->body_len, (size_t)limit, buf);
+	if (rc == -SYSOM_ELIMIT) {
+		http_response_error(resp, 413,
+				    "decompressed body exceeds the limit of %" PRIu64
+				    " bytes (or uses a zstd window above 2^%d)",
+				    limit, SYSOM_ZSTD_WINDOW_LOG_MAX);
+		return INGEST_ERR_TOO_LARGE;
+	}
+	if (rc == -SYSOM_ECORRUPT) {
+		http_response_error(resp, 400, "body is not valid zstd data");
+		return INGEST_ERR_DECOMPRESS;
+	}
+	if (rc) {
+		http_response_error(resp, 503, "cannot decompress the body: %s", sysom_strerror(rc));
+		return INGEST_ERR_INTERNAL;
+	}
+	metrics_counter_add(&in->metrics->bytes_decompressed, buf->len);
+	*data = buf->data;
+	*len = buf->len;
+	return REASON_NONE;
+}
+
+/* Answers a store failure; returns the error reason. */
+static int respond_store_error(struct http_response *resp, int rc)
+{
+	if (rc == -ENOSPC || rc == -EIO) {
+		http_response_error(resp, 507, "storage unavailable (%s); retry later",
+				    sysom_strerror(rc));
+		http_response_header(resp, "Retry-After", "60");
+		return INGEST_ERR_STORAGE_FULL;
+	}
+	if (rc == -EBUSY || rc == -ENOMEM) {
+		http_response_error(resp, 503, "storage busy (%s); retry later", sysom_strerror(rc));
+		http_response_header(resp, "Retry-After", "5");
+		return rc == -EBUSY ? INGEST_ERR_STORAGE_BUSY : INGEST_ERR_INTERNAL;
+	}
+	http_response_error(resp, 500, "storage error: %s", sysom_strerror(rc));
+	return INGEST_ERR_INTERNAL;
+}
+
+static void respond_decode_error(struct http_response *resp, int rc,
+				 const struct sysom_wire_error *werr)
+{
+	char message[320];
+	json_t *doc;
+
+	if (rc == -SYSOM_EVERSION)
+		snprintf(message, sizeof(message),
+			 "unsupported batch format: %s; this server reads major version %d"
+			 " (any minor)",
+			 werr->message, SYSOM_WIRE_MAJOR);
+	else if (rc == -SYSOM_ELIMIT)
+		snprintf(message, sizeof(message), "batch exceeds a limit at byte %zu: %s",
+			 werr->offset, werr->message);
+	else
+		snprintf(message, sizeof(message), "malformed batch at byte %zu: %s", werr->offset,
+			 werr->message[0] ? werr->message : sysom_strerror(rc));
+	doc = json_pack("{s:o,s:I}", "error", render_json_string(message), "offset",
+			(json_int_t)werr->offset);
+	render_json_respond(resp, rc == -SYSOM_ELIMIT ? 413 : 400, doc);
+}
+
+/* Checks the batch against the key and the limits; returns an error reason or REASON_NONE. */
+static int batch_check(struct ingest *in, const struct sysom_batch *b, const struct batch_key *key,
+		       struct http_response *resp)
+{
+	char header_key[80];
+
+	if (memcmp(key->node_id, b->node_id, SYSOM_NODE_ID_SIZE) != 0 || key->epoch != b->agent_epoch ||
+	    key->sequence != b->sequence) {
+		struct sysom_build_id node = { .len = SYSOM_NODE_ID_SIZE };
+		char node_hex[33];
+
+		memcpy(node.bytes, b->node_id, SYSOM_NODE_ID_SIZE);
+		sysom_build_id_hex(&node, node_hex, sizeof(node_hex));
+		snprintf(header_key, sizeof(header_key), "%s:%016" PRIx64 ":%" PRIu64, node_hex,
+			 b->agent_epoch, b->sequence);
+		http_response_error(resp, 400,
+				    "Idempotency-Key does not match the batch header (expected %s)",
+				    header_key);
+		return INGEST_ERR_KEY_MISMATCH;
+	}
+	for (uint32_t i = 0; i < b->sample_count; i++) {
+		if (b->samples[i].count > in->opts.max_sample_count) {
+			http_response_error(resp, 400, "sample row %u: count %" PRIu64
+						       " exceeds the limit of %" PRIu64,
+					    i, b->samples[i].count, in->opts.max_sample_count);
+			return INGEST_ERR_CORRUPT;
+		}
+	}
+	return REASON_NONE;
+}
+
+/* Handles one ingest request; returns the error reason, or REASON_NONE. */
+static int batch_ingest(struct ingest *in, const struct http_request *req,
+			struct http_response *resp, bool *duplicate)
+{
+	struct server_metrics *m = in->metrics;
+	struct byte_buf plain = { 0 };
+	struct sysom_batch batch;
+	struct sysom_wire_error werr;
+	struct store_put_result res;
+	struct batch_key key;
+	const uint8_t *data = NULL;
+	const char *key_text = http_request_header(req, "idempotency-key");
+	bool exists = false;
+	size_t len = 0;
+	int reason = REASON_NONE, rc;
+
+	memset(&batch, 0, sizeof(batch));
+	if (!auth_request_check(in->auth, req)) {
+		auth_respond_unauthorized(resp);
+		reason = INGEST_ERR_UNAUTHORIZED;
+		goto cleanup;
+	}
+	metrics_counter_add(&m->bytes_compressed, req->body_len);
+	if (!key_text || !parse_key(key_text, &key)) {
+		http_response_error(resp, 400, "%s Idempotency-Key header (want"
+					       " <node id: 32 hex>:<epoch: 16 hex>:<sequence: decimal>)",
+				    key_text ? "malformed" : "missing");
+		reason = INGEST_ERR_BAD_REQUEST;
+		goto cleanup;
+	}
+	/* A replay is answered without decoding it again. */
+	if ((rc = store_batch_exists(in->store, key.node_id, key.epoch, key.sequence, &exists))) {
+		reason = respond_store_error(resp, rc);
+		goto cleanup;
+	}
+	if (exists) {
+		*duplicate = true;
+		render_json_respond(resp, 200, json_pack("{s:s}", "status", "duplicate"));
+		goto cleanup;
+	}
+	reason = body_plain(in, req, in->opts.max_decompressed, &plain, &data, &len, resp);
+	if (reason != REASON_NONE)
+		goto cleanup;
+	rc = sysom_batch_decode(data, len, &in->wire_limits, &batch, &werr);
+	/* The decoded batch owns copies of everything: drop the (up to 128 MiB) plain bytes. */
+	byte_buf_free(&plain);
+	data = NULL;
+	if (rc == -ENOMEM) {
+		reason = respond_store_error(resp, rc);
+		goto cleanup;
+	}
+	if (rc) {
+		respond_decode_error(resp, rc, &werr);
+		reason = rc == -SYSOM_EVERSION ? INGEST_ERR_VERSION
+			 : rc == -SYSOM_ELIMIT ? INGEST_ERR_TOO_LARGE
+					       : INGEST_ERR_CORRUPT;
+		goto cleanup;
+	}
+	if ((reason = batch_check(in, &batch, &key, resp)) != REASON_NONE)
+		goto cleanup;
+	if ((rc = store_batch_put(in->store, &batch, clock_ns(CLOCK_REALTIME), &res))) {
+		reason = respond_store_error(resp, rc);
+		goto cleanup;
+	}
+	if (res.duplicate) {
+		*duplicate = true; /* a concurrent upload of the same batch won */
+		render_json_respond(resp, 200, json_pack("{s:s}", "status", "duplicate"));
+		goto cleanup;
+	}
+	if (in->opts.on_stored)
+		in->opts.on_stored(in->opts.on_stored_arg, &batch);
+	metrics_counter_add(&m->samples_stored, res.samples);
+	metrics_counter_add(&m->sample_rows_stored, res.sample_rows);
+	metrics_counter_add(&m->stacks_created, res.new_stacks);
+	render_json_respond(resp, 200,
+			    json_pack("{s:s,s:I,s:I,s:I,s:I}", "status", "stored", "samples",
+				      (json_int_t)(res.samples > INT64_MAX ? INT64_MAX : res.samples),
+				      "sample_rows", (json_int_t)res.sample_rows, "new_stacks",
+				      (json_int_t)res.new_stacks, "processes",
+				      (json_int_t)res.processes));
+cleanup:
+	sysom_batch_free(&batch);
+	byte_buf_free(&plain);
+	return reason;
+}
+
+void ingest_batch_post(void *ctx, const struct http_request *req, struct http_response *resp)
+{
+	struct ingest *in = ctx;
+	int64_t start = clock_ns(CLOCK_MONOTONIC);
+	bool duplicate = false;
+	int reason = batch_ingest(in, req, resp, &duplicate);
+
+	if (reason != REASON_NONE)
+		server_metrics_reject(in->metrics, (enum ingest_error_reason)reason,
+				      &in->metrics->batches[INGEST_REJECTED]);
+	else
+		metrics_counter_add(&in->metrics->batches[duplicate ? INGEST_DUPLICATE : INGEST_STORED],
+				    1);
+	metrics_histogram_observe(&in->metrics->ingest_seconds,
+				  (uint64_t)(clock_ns(CLOCK_MONOTONIC) - start));
+}
+
+/* ---- kernel symbols ------------------------------------------------------------------------ */
+
+/* The build ID named by the path after INGEST_KSYMS_PREFIX; answers 400 when invalid. */
+static bool ksyms_build_id(const struct http_request *req, struct sysom_build_id *id,
+			   struct http_response *resp)
+{
+	const char *hex = req->path + strlen(INGEST_KSYMS_PREFIX);
+
+	if (strncmp(req->path, INGEST_KSYMS_PREFIX, strlen(INGEST_KSYMS_PREFIX)) != 0 ||
+	    sysom_build_id_parse_hex(hex, SYSOM_OBJECT_KERNEL, id)) {
+		http_response_error(resp, 400,
+				    "invalid build ID in the path (want 6..128 hex digits, even count)");
+		return false;
+	}
+	return true;
+}
+
+static void respond_ksyms(struct http_response *resp, const struct sysom_build_id *id,
+			  uint64_t symbols, const char *status)
+{
+	char hex[2 * SYSOM_BUILD_ID_MAX + 1];
+	json_t *doc;
+
+	sysom_build_id_hex(id, hex, sizeof(hex));
+	doc = json_pack("{s:s,s:I}", "build_id", hex, "symbols", (json_int_t)symbols);
+	if (doc && status)
+		json_object_set_new(doc, "status", json_string(status));
+	render_json_respond(resp, 200, doc);
+}
+
+static int ksyms_upload(struct ingest *in, const struct http_request *req,
+			struct http_response *resp, bool *unchanged)
+{
+	struct ksyms_limits limits = { .max_lines = in->opts.max_ksym_lines };
+	struct ksyms_table table = { 0 };
+	struct ksyms_error kerr;
+	struct byte_buf plain = { 0 };
+	struct sysom_build_id id;
+	const uint8_t *data = NULL;
+	size_t len = 0;
+	uint64_t count;
+	bool created = false;
+	int reason = REASON_NONE, rc;
+
+	if (!auth_request_check(in->auth, req)) {
+		auth_respond_unauthorized(resp);
+		reason = INGEST_ERR_UNAUTHORIZED;
+		goto cleanup;
+	}
+	if (!ksyms_build_id(req, &id, resp)) {
+		reason = INGEST_ERR_BAD_REQUEST;
+		goto cleanup;
+	}
+	rc = store_ksyms_count(in->store, id.bytes, id.len, &count);
+	if (rc == 0) {
+		*unchanged = true;
+		respond_ksyms(resp, &id, count, "unchanged");
+		goto cleanup;
+	}
+	if (rc != -ENOENT) {
+		reason = respond_store_error(resp, rc);
+		goto cleanup;
+	}
+	if ((reason = body_plain(in, req, in->opts.max_ksyms_decompressed, &plain, &data, &len,
+				 resp)) != REASON_NONE)
+		goto cleanup;
+	rc = ksyms_table_parse((const char *)data, len, &limits, &table, &kerr);
+	if (rc == -ENOMEM) {
+		reason = respond_store_error(resp, rc);
+		goto cleanup;
+	}
+	if (rc) {
+		json_t *doc = json_pack("{s:o}", "error", render_json_string(kerr.message));
+		if (doc && kerr.line)
+			json_object_set_new(doc, "line", json_integer((json_int_t)kerr.line));
+		render_json_respond(resp, rc == -SYSOM_ELIMIT ? 413 : 400, doc);
+		reason = rc == -SYSOM_ELIMIT ? INGEST_ERR_TOO_LARGE : INGEST_ERR_CORRUPT;
+		goto cleanup;
+	}
+	rc = store_ksyms_put(in->store, id.bytes, id.len, table.syms, table.count,
+			     clock_ns(CLOCK_REALTIME), &created);
+	if (rc) {
+		reason = respond_store_error(resp, rc);
+		goto cleanup;
+	}
+	/* Frames cached as "[kernel]+0x..." before the table arrived can now be named. */
+	if (created && in->sym)
+		symbolizer_cache_clear(in->sym);
+	*unchanged = !created;
+	if (created)
+		respond_ksyms(resp, &id, table.count, "stored");
+	else if ((rc = store_ksyms_count(in->store, id.bytes, id.len, &count)) == 0)
+		respond_ksyms(resp, &id, count, "unchanged");
+	else
+		reason = respond_store_error(resp, rc);
+cleanup:
+	ksyms_table_free(&table);
+	byte_buf_free(&plain);
+	return reason;
+}
+
+void ingest_ksyms_put(void *ctx, const struct http_request *req, struct http_response *resp)
+{
+	struct ingest *in = ctx;
+	bool unchanged = false;
+	int reason = ksyms_upload(in, req, resp, &unchanged);
+
+	if (reason != REASON_NONE)
+		server_metrics_reject(in->metrics, (enum ingest_error_reason)reason,
+				      &in->metrics->ksym_uploads[INGEST_REJECTED]);
+	else
+		metrics_counter_add(
+			&in->metrics->ksym_uploads[unchanged ? INGEST_DUPLICATE : INGEST_STORED], 1);
+}
+
+void ingest_ksyms_get(void *ctx, const struct http_request *req, struct http_response *resp)
+{
+	struct ingest *in = ctx;
+	struct sysom_build_id id;
+	char hex[2 * SYSOM_BUILD_ID_MAX + 1];
+	uint64_t count;
+	int rc;
+
+	if (!auth_request_check(in->auth, req)) {
+		auth_respond_unauthorized(resp);
+		return;
+	}
+	if (!ksyms_build_id(req, &id, resp))
+		return;
+	rc = store_ksyms_count(in->store, id.bytes, id.len, &count);
+	if (rc == -ENOENT) {
+		sysom_build_id_hex(&id, hex, sizeof(hex));
+		http_response_error(resp, 404, "no kernel symbols for build ID %s", hex);
+		return;
+	}
+	if (rc) {
+		respond_store_error(resp, rc);
+		return;
+	}
+	respond_ksyms(resp, &id, count, NULL);
+}

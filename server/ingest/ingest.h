@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Agent-facing handlers: batch ingest and kernel symbol uploads. */
+#ifndef SYSOM_SERVER_INGEST_INGEST_H
+#define SYSOM_SERVER_INGEST_INGEST_H
+
+#include <stdint.h>
+
+#include "common/wire/wire.h"
+#include "server/http/auth.h"
+#include "server/http/http.h"
+#include "server/api/metrics.h"
+#include "server/store/store.h"
+#include "server/symbols/symbolize.h"
+
+#define INGEST_PATH "/api/v1/ingest"
+#define INGEST_KSYMS_PREFIX "/api/v1/kernel-symbols/"
+
+#define INGEST_DEFAULT_MAX_BODY (16u << 20)            /* compressed batch (route limit) */
+#define INGEST_DEFAULT_MAX_DECOMPRESSED (128u << 20)   /* decompressed batch */
+#define INGEST_DEFAULT_MAX_KSYMS_BODY (64u << 20)      /* compressed symbol table (route limit) */
+#define INGEST_DEFAULT_MAX_KSYMS_DECOMPRESSED (64u << 20)
+#define INGEST_DEFAULT_MAX_SAMPLE_COUNT (1ULL << 32)   /* per sample row */
+
+struct ingest_options {
+	uint64_t max_decompressed;       /* batch bytes after zstd (0: default) */
+	uint64_t max_ksyms_decompressed; /* symbol text bytes after zstd (0: default) */
+	uint32_t max_ksym_lines;         /* symbol text lines (0: default 4,000,000) */
+	uint64_t max_sample_count;       /* largest count of one sample row (0: default) */
+	const struct sysom_wire_limits *wire_limits; /* NULL: sysom_wire_default_limits */
+	/* Called after a batch was stored (not for duplicates), on the thread that stored it: the
+	 * monitor learns which jobs have new data. Optional. */
+	void (*on_stored)(void *arg, const struct sysom_batch *b);
+	void *on_stored_arg;
+};
+
+struct ingest;
+
+/*
+ * Creates the handlers' context. Everything passed is borrowed and must outlive it; `sym`
+ * (optional) has its cache cleared when a new symbol table arrives; `opts` may be NULL.
+ * Returns NULL when out of memory.
+ */
+struct ingest *ingest_new(struct store *store, struct auth *auth, struct symbolizer *sym,
+			  struct server_metrics *metrics, const struct ingest_options *opts);
+
+/* Frees it; accepts NULL. */
+void ingest_free(struct ingest *in);
+
+/*
+ * POST /api/v1/ingest (ctx: struct ingest). Authenticates, decompresses (Content-Encoding
+ * zstd or identity) within the limit, decodes, checks the Idempotency-Key header
+ * ("<node id: 32 hex>:<epoch: 16 hex>:<sequence: decimal>") against the batch header and
+ * stores the batch once. 200 stored/duplicate; 400, 401, 413, 415, 503, 507 otherwise.
+ */
+void ingest_batch_post(void *ctx, const struct http_request *req, struct http_response *resp);
+
+/* PUT /api/v1/kernel-symbols/{build-id-hex}: stores a symbol table once (200 stored/unchanged). */
+void ingest_ksyms_put(void *ctx, const struct http_request *req, struct http_response *resp);
+
+/* GET /api/v1/kernel-symbols/{build-id-hex}: 200 {"build_id","symbols"} or 404. */
+void ingest_ksyms_get(void *ctx, const struct http_request *req, struct http_response *resp);
+
+#endif

@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Job identity from launcher environments: torchrun, SLURM, Open MPI, hostile blocks, /proc. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "agent/ranks/jobenv.h"
+#include "tests/support/batch_fixture.h"
+
+/* Builds a NUL-separated block from a NULL-terminated list of entries. */
+static size_t block_of(char *buf, size_t size, const char *const *entries)
+{
+	size_t len = 0;
+
+	for (int i = 0; entries[i]; i++) {
+		size_t n = strlen(entries[i]) + 1;
+		assert_true(len + n <= size);
+		memcpy(buf + len, entries[i], n);
+		len += n;
+	}
+	return len;
+}
+
+static void parse(const char *const *entries, struct job_identity *out)
+{
+	char buf[4096];
+	size_t len = block_of(buf, sizeof(buf), entries);
+
+	assert_int_equal(jobenv_parse(buf, len, out), 0);
+}
+
+static void test_torchrun(void **state)
+{
+	static const char *const env[] = {
+		"PATH=/usr/bin", "RANK=5", "LOCAL_RANK=1", "WORLD_SIZE=16", "LOCAL_WORLD_SIZE=8",
+		"GROUP_RANK=0", "MASTER_ADDR=10.0.0.7", "MASTER_PORT=29500",
+		"TORCHELASTIC_RUN_ID=llama-70b-run3", NULL
+	};
+	struct job_identity j;
+	(void)state;
+
+	parse(env, &j);
+	assert_true(j.has_rank);
+	assert_int_equal(j.rank, 5);
+	assert_int_equal(j.world_size, 16);
+	assert_int_equal(j.local_rank, 1);
+	assert_int_equal(j.local_world_size, 8);
+	assert_int_equal(j.group_rank, 0);
+	assert_string_equal(j.master_addr, "10.0.0.7");
+	assert_int_equal(j.master_port, 29500);
+	assert_string_equal(j.job_id, "llama-70b-run3");
+	assert_string_equal(j.job_id_source, "TORCHELASTIC_RUN_ID");
+}
+
+static void test_slurm_and_mpi(void **state)
+{
+	static const char *const slurm[] = { "SLURM_JOB_ID=81234", "SLURM_STEP_ID=2",
+					      "SLURM_PROCID=17", "SLURM_NTASKS=32",
+					      "SLURM_LOCALID=1", "SLURM_NODEID=8", NULL };
+	static const char *const mpi[] = { "OMPI_COMM_WORLD_RANK=3", "OMPI_COMM_WORLD_SIZE=4",
+					   "OMPI_COMM_WORLD_LOCAL_RANK=3",
+					   "OMPI_COMM_WORLD_LOCAL_SIZE=4", "MASTER_ADDR=head",
+					   "MASTER_PORT=1234", NULL };
+	/* torchrun inside a SLURM allocation: torchrun's own variables win. */
+	static const char *const both[] = { "SLURM_PROCID=0", "SLURM_NTASKS=2", "RANK=9",
+					    "WORLD_SIZE=16", "SLURM_JOB_ID=7",
+					    "TORCHELASTIC_RUN_ID=inner", NULL };
+	struct job_identity j;
+	(void)state;
+
+	parse(slurm, &j);
+	assert_true(j.has_rank);
+	assert_int_equal(j.rank, 17);
+	assert_int_equal(j.world_size, 32);
+	assert_int_equal(j.local_rank, 1);
+	assert_int_equal(j.group_rank, 8);
+	assert_string_equal(j.job_id, "81234.2");
+	assert_string_equal(j.job_id_source, "SLURM_JOB_ID");
+
+	parse(mpi, &j);
+	assert_true(j.has_rank);
+	assert_int_equal(j.rank, 3);
+	assert_int_equal(j.local_world_size, 4);
+	assert_string_equal(j.job_id, "head:1234");
+	assert_string_equal(j.job_id_source, "MASTER_ADDR");
+
+	parse(both, &j);
+	assert_int_equal(j.rank, 9);
+	assert_int_equal(j.world_size, 16);
+	assert_string_equal(j.job_id, "inner");
+}
+
+static void test_not_a_job(void **state)
+{
+	static const char *const plain[] = { "HOME=/root", "SHELL=/bin/bash", NULL };
+	struct job_identity j;
+	(void)state;
+
+	parse(plain, &j);
+	assert_false(j.has_rank);
+	assert_int_equal(j.rank, -1);
+	assert_int_equal(j.world_size, -1);
+	assert_string_equal(j.job_id, "");
+	assert_null(j.job_id_source);
+	assert_int_equal(jobenv_parse(NULL, 0, &j), 0);
+	assert_false(j.has_rank);
+	assert_int_equal(jobenv_parse(NULL, 5, &j), -EINVAL);
+}
+
+/* Whatever a process puts in its environment is untrusted: numbers strictly decimal and in
+ * range, ranks consistent, text printable and bounded, the first definition wins. */
+static void test_hostile_values(void **state)
+{
+	static const char *const bad_numbers[] = { "RANK=-1", "WORLD_SIZE=0x10", NULL };
+	static const char *const too_big[] = { "RANK=1", "WORLD_SIZE=99999999999", NULL };
+	static const char *const inconsistent[] = { "RANK=8", "WORLD_SIZE=8", NULL };
+	static const char *const local_inconsistent[] = { "RANK=1", "WORLD_SIZE=8",
+							  "LOCAL_RANK=4", "LOCAL_WORLD_SIZE=4", NULL };
+	static const char *const twice[] = { "RANK=2", "RANK=3", "WORLD_SIZE=4", NULL };
+	static const char *const bad_port[] = { "MASTER_ADDR=h", "MASTER_PORT=70000", NULL };
+	struct job_identity j;
+	char buf[4096];
+	(void)state;
+
+	parse(bad_numbers, &j);
+	assert_false(j.has_rank);
+	parse(too_big, &j);
+	assert_false(j.has_rank);
+	assert_int_equal(j.world_size, -1);
+	parse(inconsistent, &j);
+	assert_false(j.has_rank);
+	parse(local_inconsistent, &j);
+	assert_false(j.has_rank);
+	parse(twice, &j);
+	assert_int_equal(j.rank, 2);
+	parse(bad_port, &j);
+	assert_int_equal(j.master_port, -1);
+	assert_string_equal(j.job_id, ""); /* no usable master address:port */
+
+	/* Control characters and an over-long id: printable, truncated, terminated. */
+	size_t len = (size_t)snprintf(buf, sizeof(buf), "TORCHELASTIC_RUN_ID=a\nb\033c");
+	memset(buf + len, 'x', 1000);
+	len += 1000;
+	assert_int_equal(jobenv_parse(buf, len, &j), 0); /* last entry without its NUL */
+	assert_int_equal(strlen(j.job_id), JOBENV_VALUE_MAX - 1);
+	for (size_t i = 0; j.job_id[i]; i++)
+		assert_true(j.job_id[i] >= 0x20 && j.job_id[i] < 0x7f);
+	assert_int_equal(strncmp(j.job_id, "a b c", 5), 0);
+
+	/* A name that is a prefix of another, and entries without '='. */
+	static const char *const prefixes[] = { "RANKS=7", "RANK", "WORLD_SIZE_X=3", "RANK=1",
+						"WORLD_SIZE=2", NULL };
+	parse(prefixes, &j);
+	assert_true(j.has_rank);
+	assert_int_equal(j.rank, 1);
+	assert_int_equal(j.world_size, 2);
+}
+
+/* From /proc: a real process's environment, a fake proc root, and a vanished pid. */
+static void test_read_proc(void **state)
+{
+	char dir[] = "/tmp/sysom-jobenv-XXXXXX", path[512];
+	struct job_identity j;
+	int pipefd[2];
+	(void)state;
+
+	assert_int_equal(pipe2(pipefd, O_CLOEXEC), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char *const argv[] = { "sleep", "5", NULL };
+		char *const envp[] = { "RANK=3", "WORLD_SIZE=8", "TORCHELASTIC_RUN_ID=proc-test",
+				       NULL };
+		execve("/bin/sleep", argv, envp); /* closes the pipe: the parent sees EOF */
+		_exit(127);
+	}
+	close(pipefd[1]);
+	char c;
+	assert_int_equal(read(pipefd[0], &c, 1), 0); /* exec happened (close-on-exec pipe) */
+	close(pipefd[0]);
+	assert_int_equal(jobenv_read(NULL, (uint32_t)pid, &j), 0);
+	assert_true(j.has_rank);
+	assert_int_equal(j.rank, 3);
+	assert_int_equal(j.world_size, 8);
+	assert_string_equal(j.job_id, "proc-test");
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/42", dir);
+	assert_int_equal(mkdir(path, 0700), 0);
+	snprintf(path, sizeof(path), "%s/42/environ", dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fwrite("RANK=0\0WORLD_SIZE=1\0", 1, 20, f);
+	fclose(f);
+	assert_int_equal(jobenv_read(dir, 42, &j), 0);
+	assert_true(j.has_rank);
+	assert_int_equal(j.world_size, 1);
+	assert_int_equal(jobenv_read(dir, 43, &j), -ESRCH);
+	fixture_tmpdir_remove(dir);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_torchrun),
+		cmocka_unit_test(test_slurm_and_mpi),
+		cmocka_unit_test(test_not_a_job),
+		cmocka_unit_test(test_hostile_values),
+		cmocka_unit_test(test_read_proc),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,950 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* SQLite store: schema and migrations, batch round trips, dedupe, atomicity, disk full, busy. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+#include <sqlite3.h>
+
+#include "common/error.h"
+#include "server/store/store.h"
+#include "tests/support/batch_fixture.h"
+#include "tests/unit/server/job_fixture.h"
+
+#define T0 1700000000000000000ULL /* window start of the fixture batches, ns */
+
+/* What migration 4 added, dropped to fake an older database. */
+#define DROP_V4_TABLES                                                                       \
+	"DROP TABLE os_cpus; DROP TABLE os_irqs; DROP TABLE os_threads; DROP TABLE diagnoses;"  \
+	" DROP TABLE job_settings; DROP TABLE job_baselines;"
+
+struct ctx {
+	char dir[128];
+	struct store *store;
+};
+
+static int setup(void **state)
+{
+	struct ctx *c = calloc(1, sizeof(*c));
+	char err[256];
+
+	assert_non_null(c);
+	assert_int_equal(fixture_tmpdir_make(c->dir, sizeof(c->dir)), 0);
+	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
+	*state = c;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct ctx *c = *state;
+
+	store_close(c->store);
+	fixture_tmpdir_remove(c->dir);
+	free(c);
+	return 0;
+}
+
+/* Opens the database file directly (read-write, as another process would). */
+static sqlite3 *raw_open(const char *dir)
+{
+	char path[256];
+	sqlite3 *db = NULL;
+
+	snprintf(path, sizeof(path), "%s/sysom.db", dir);
+	assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+	sqlite3_busy_timeout(db, 5000);
+	return db;
+}
+
+static long long raw_int(sqlite3 *db, const char *sql)
+{
+	sqlite3_stmt *st;
+	long long v;
+
+	assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+	v = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	return v;
+}
+
+static long long rows(const char *dir, const char *table)
+{
+	char sql[128];
+	sqlite3 *db = raw_open(dir);
+	long long n;
+
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM %s", table);
+	n = raw_int(db, sql);
+	sqlite3_close(db);
+	return n;
+}
+
+static const char *const tables[] = { "nodes", "batches", "objects", "processes", "stacks",
+				      "samples", "node_counters", "job_ranks", "communicators",
+				      "nccl_calls", "launches" };
+#define NTABLES (sizeof(tables) / sizeof(tables[0]))
+
+static void all_rows(const char *dir, long long out[NTABLES])
+{
+	for (size_t i = 0; i < NTABLES; i++)
+		out[i] = rows(dir, tables[i]);
+}
+
+static void put_fixture(struct store *s, const struct fixture_spec *spec, int want_rc,
+			struct store_put_result *res)
+{
+	struct sysom_batch b;
+	struct store_put_result r = { .samples = 12345 };
+
+	assert_int_equal(fixture_batch_build(&b, spec), 0);
+	int rc = store_batch_put(s, &b, (int64_t)T0 + 31000000000LL, &r);
+	if (rc != want_rc)
+		fail_msg("store_batch_put: %d (%s), want %d", rc, sysom_strerror(rc), want_rc);
+	if (res)
+		*res = r;
+	sysom_batch_free(&b);
+}
+
+static void test_schema_created_and_reopened(void **state)
+{
+	struct ctx *c = *state;
+	char err[256];
+	sqlite3 *db;
+
+	assert_int_equal(store_schema_version(c->store), 4);
+	store_close(c->store);
+	c->store = NULL;
+	db = raw_open(c->dir);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 4);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
+				     " AND name IN ('nodes','batches','objects','processes','stacks',"
+				     "'samples','node_counters','kernel_symbol_tables','kernel_symbols',"
+				     "'job_ranks','communicators','nccl_calls','launches')"), 13);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'index'"
+				     " AND name IN ('nccl_calls_instance','nccl_calls_process_time',"
+				     "'job_ranks_job','communicators_key','launches_time',"
+				     "'launches_process_time')"), 6);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'index'"
+				     " AND name LIKE 'samples_%'"), 3);
+	assert_int_equal(raw_int(db, "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
+	sqlite3_close(db);
+	/* Reopening applies nothing and keeps the data. */
+	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
+	put_fixture(c->store, &(struct fixture_spec){ .node = 1, .epoch = 1, .sequence = 1,
+						       .window_start_ns = T0 }, 0, NULL);
+	store_close(c->store);
+	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
+	assert_int_equal(rows(c->dir, "samples"), 4);
+}
+
+static void test_newer_schema_refused(void **state)
+{
+	struct ctx *c = *state;
+	struct store *s = NULL;
+	char err[256] = "";
+	sqlite3 *db;
+
+	store_close(c->store);
+	c->store = NULL;
+	db = raw_open(c->dir);
+	assert_int_equal(sqlite3_exec(db, "PRAGMA user_version = 99", NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+	assert_int_equal(store_sqlite_open(c->dir, NULL, &s, err, sizeof(err)), -SYSOM_EVERSION);
+	assert_null(s);
+	assert_non_null(strstr(err, "schema version 99"));
+	assert_non_null(strstr(err, "newer"));
+	/* The refused database is left as it was. */
+	db = raw_open(c->dir);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 99);
+	sqlite3_close(db);
+}
+
+static void test_data_dir_errors(void **state)
+{
+	struct ctx *c = *state;
+	struct store *s = NULL;
+	char path[256], err[256] = "";
+	FILE *f;
+
+	/* A second server on the same directory is refused while the first runs. */
+	assert_int_equal(store_sqlite_open(c->dir, NULL, &s, err, sizeof(err)), -EBUSY);
+	assert_non_null(strstr(err, "in use"));
+	/* A data dir that is a file. */
+	snprintf(path, sizeof(path), "%s/plainfile", c->dir);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fclose(f);
+	assert_int_equal(store_sqlite_open(path, NULL, &s, err, sizeof(err)), -ENOTDIR);
+	assert_non_null(strstr(err, "not a directory"));
+	/* A data dir whose parent does not exist. */
+	snprintf(path, sizeof(path), "%s/missing/deeper", c->dir);
+	assert_int_equal(store_sqlite_open(path, NULL, &s, err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, "cannot create data directory"));
+	/* A file that is not a database. */
+	snprintf(path, sizeof(path), "%s/notdb", c->dir);
+	assert_int_equal(mkdir(path, 0700), 0);
+	snprintf(path, sizeof(path), "%s/notdb/sysom.db", c->dir);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("this is not an SQLite database, not even close; it has enough bytes to look", f);
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/notdb", c->dir);
+	assert_int_equal(store_sqlite_open(path, NULL, &s, err, sizeof(err)), -SYSOM_ECORRUPT);
+	assert_null(s);
+}
+
+struct collected {
+	int n;
+	char hostname[64];
+	uint64_t batches, last_sequence;
+	uint64_t samples[8];
+	uint32_t pids[8];
+	struct store_stack_count rows[8];
+};
+
+static int collect_node(void *arg, const struct store_node *n)
+{
+	struct collected *c = arg;
+
+	snprintf(c->hostname, sizeof(c->hostname), "%s", n->hostname);
+	c->batches = n->batches;
+	c->last_sequence = n->last_sequence;
+	c->n++;
+	return 0;
+}
+
+static int collect_process(void *arg, const struct store_process *p)
+{
+	struct collected *c = arg;
+
+	if (c->n < 8) {
+		c->pids[c->n] = p->pid;
+		c->samples[c->n] = p->samples;
+	}
+	c->n++;
+	return 0;
+}
+
+static int collect_row(void *arg, const struct store_stack_count *r)
+{
+	struct collected *c = arg;
+
+	if (c->n < 8) {
+		c->rows[c->n] = *r;
+		c->rows[c->n].comm = NULL; /* borrowed: not valid after the callback */
+	}
+	c->n++;
+	return 0;
+}
+
+static void test_round_trip(void **state)
+{
+	struct ctx *c = *state;
+	struct store_put_result res;
+	struct collected col = { 0 };
+	struct store_sample_filter all = { .from_ms = T0 / 1000000, .to_ms = T0 / 1000000 + 60000 };
+	uint64_t total = 0;
+
+	put_fixture(c->store, &(struct fixture_spec){ .node = 7, .epoch = 0xfeedULL << 48,
+						       .sequence = 3, .window_start_ns = T0,
+						       .hostname = "gpu-7" }, 0, &res);
+	assert_false(res.duplicate);
+	assert_int_equal(res.samples, FIXTURE_SAMPLES);
+	assert_int_equal(res.sample_rows, 4);
+	assert_int_equal(res.new_stacks, 3);
+	assert_int_equal(res.processes, 2);
+
+	assert_int_equal(store_nodes_list(c->store, collect_node, &col), 0);
+	assert_int_equal(col.n, 1);
+	assert_string_equal(col.hostname, "gpu-7");
+	assert_int_equal(col.batches, 1);
+	assert_int_equal(col.last_sequence, 3);
+
+	memset(&col, 0, sizeof(col));
+	assert_int_equal(store_processes_list(c->store, &all, 100, collect_process, &col), 0);
+	assert_int_equal(col.n, 2);
+	assert_int_equal(col.pids[0], FIXTURE_PID_PYTHON);
+	assert_int_equal(col.samples[0], 13);
+	assert_int_equal(col.pids[1], FIXTURE_PID_NCCL);
+	assert_int_equal(col.samples[1], 9);
+
+	memset(&col, 0, sizeof(col));
+	assert_int_equal(store_stacks_aggregate(c->store, &all, 100, collect_row, &col, &total), 0);
+	assert_int_equal(total, FIXTURE_SAMPLES);
+	assert_int_equal(col.n, 4);
+	assert_int_equal(col.rows[0].count, 10); /* ordered by count */
+	assert_int_equal(col.rows[0].pid, FIXTURE_PID_PYTHON);
+	assert_int_not_equal(col.rows[0].user_stack, STORE_STACK_NONE);
+	assert_int_not_equal(col.rows[0].kernel_stack, STORE_STACK_NONE);
+	assert_int_equal(col.rows[1].count, 5);
+	assert_int_equal(col.rows[1].user_stack, STORE_STACK_NONE);
+	assert_int_equal(col.rows[1].kernel_stack, col.rows[0].kernel_stack);
+
+	/* The stack reads back with store-wide object ids, leaf first. */
+	struct store_stack *stk = NULL;
+	struct store_object obj = { 0 };
+	assert_int_equal(store_stack_get(c->store, col.rows[0].user_stack, &stk), 0);
+	assert_int_equal(stk->kind, SYSOM_STACK_USER);
+	assert_int_equal(stk->nframes, 2);
+	assert_int_equal(stk->frames[0].offset, 0x29d90);
+	assert_int_equal(store_object_get(c->store, stk->frames[0].object, &obj), 0);
+	assert_int_equal(obj.id.kind, SYSOM_OBJECT_ELF);
+	assert_memory_equal(obj.id.bytes, FIXTURE_LIBC_ID, 20);
+	assert_string_equal(obj.name, "/usr/lib/x86_64-linux-gnu/libc.so.6");
+	store_object_release(&obj);
+	free(stk);
+	assert_int_equal(store_stack_get(c->store, 12345, &stk), -ENOENT);
+
+	/* Limit: the total still counts everything. */
+	memset(&col, 0, sizeof(col));
+	assert_int_equal(store_stacks_aggregate(c->store, &all, 1, collect_row, &col, &total), 0);
+	assert_int_equal(col.n, 1);
+	assert_int_equal(total, FIXTURE_SAMPLES);
+
+	/* Time filter: only the +10 s samples. */
+	struct store_sample_filter late = all;
+	late.from_ms = T0 / 1000000 + 7000;
+	memset(&col, 0, sizeof(col));
+	assert_int_equal(store_stacks_aggregate(c->store, &late, 100, collect_row, &col, &total), 0);
+	assert_int_equal(total, 9);
+	/* Node filter by hostname and by id; an unknown node matches nothing. */
+	struct store_sample_filter by_node = all;
+	by_node.node = "gpu-7";
+	assert_int_equal(store_stacks_aggregate(c->store, &by_node, 100, collect_row, &col, &total), 0);
+	assert_int_equal(total, FIXTURE_SAMPLES);
+	by_node.node = "07070707070707070707070707070707";
+	assert_int_equal(store_stacks_aggregate(c->store, &by_node, 100, collect_row, &col, &total), 0);
+	assert_int_equal(total, FIXTURE_SAMPLES);
+	by_node.node = "gpu-8";
+	assert_int_equal(store_stacks_aggregate(c->store, &by_node, 100, collect_row, &col, &total), 0);
+	assert_int_equal(total, 0);
+	/* comm matches the process comm or the thread comm. */
+	struct store_sample_filter by_comm = all;
+	by_comm.comm = "nccl-net";
+	assert_int_equal(store_stacks_aggregate(c->store, &by_comm, 100, collect_row, &col, &total), 0);
+	assert_int_equal(total, 9);
+	by_comm.comm = "python3";
+	assert_int_equal(store_stacks_aggregate(c->store, &by_comm, 100, collect_row, &col, &total), 0);
+	assert_int_equal(total, 13);
+	struct store_sample_filter by_pid = all;
+	by_pid.has_pid = true;
+	by_pid.pid = FIXTURE_PID_NCCL;
+	assert_int_equal(store_stacks_aggregate(c->store, &by_pid, 100, collect_row, &col, &total), 0);
+	assert_int_equal(total, 9);
+}
+
+
+/* A version 1 database (before jobs) is migrated to the current version and keeps its data. */
+static void test_migration_from_v1(void **state)
+{
+	struct ctx *c = *state;
+	char err[256];
+	sqlite3 *db;
+
+	put_fixture(c->store, &(struct fixture_spec){ .node = 1, .epoch = 1, .sequence = 1,
+						       .window_start_ns = T0 }, 0, NULL);
+	store_close(c->store);
+	c->store = NULL;
+	db = raw_open(c->dir);
+	assert_int_equal(sqlite3_exec(db, "DROP TABLE job_ranks; DROP TABLE communicators;"
+					  " DROP TABLE nccl_calls; DROP TABLE launches;"
+					  " DROP TABLE gpu_kernels; DROP TABLE nccl_profiles;"
+					  " DROP TABLE nccl_links; " DROP_V4_TABLES " PRAGMA user_version = 1;", NULL, NULL,
+				      NULL), SQLITE_OK);
+	sqlite3_close(db);
+	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
+	db = raw_open(c->dir);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 4);
+	sqlite3_close(db);
+	assert_int_equal(rows(c->dir, "samples"), 4);
+	assert_int_equal(rows(c->dir, "launches"), 0);
+	assert_int_equal(rows(c->dir, "gpu_kernels"), 0);
+}
+
+/* A version 2 database (before GPU-side timing) gains the three tables and stores them. */
+static void test_migration_from_v2(void **state)
+{
+	struct ctx *c = *state;
+	char err[256];
+	sqlite3 *db;
+	struct store_put_result res;
+
+	put_fixture(c->store, &(struct fixture_spec){ .node = 1, .epoch = 1, .sequence = 1,
+						       .window_start_ns = T0 }, 0, NULL);
+	store_close(c->store);
+	c->store = NULL;
+	db = raw_open(c->dir);
+	assert_int_equal(sqlite3_exec(db, "DROP TABLE gpu_kernels; DROP TABLE nccl_profiles;"
+					  " DROP TABLE nccl_links; " DROP_V4_TABLES " PRAGMA user_version = 2;", NULL,
+				      NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
+	assert_int_equal(store_schema_version(c->store), 4);
+	struct job_spec js = { .base = { .node = 2, .epoch = 1, .sequence = 1,
+					 .window_start_ns = T0 },
+			       .job = "job-42", .first_rank = 0, .local_ranks = 2, .instances = 1,
+			       .skip_rank = -1, .gpu_timing = true, .slow_rank = -1 };
+	struct sysom_batch b;
+	assert_int_equal(job_batch_build(&b, &js), 0);
+	assert_int_equal(store_batch_put(c->store, &b, (int64_t)T0, &res), 0);
+	sysom_batch_free(&b);
+	assert_int_equal(res.gpu_kernel_rows, 6);
+	assert_int_equal(res.nccl_profile_rows, 2);
+	assert_int_equal(res.nccl_link_rows, 2);
+	assert_int_equal(rows(c->dir, "gpu_kernels"), 6);
+	assert_int_equal(rows(c->dir, "nccl_links"), 2);
+}
+
+static void put_job(struct store *s, const struct job_spec *js, struct store_put_result *res)
+{
+	struct sysom_batch b;
+
+	assert_int_equal(job_batch_build(&b, js), 0);
+	assert_int_equal(store_batch_put(s, &b, (int64_t)T0 + 31000000000LL, res), 0);
+	sysom_batch_free(&b);
+}
+
+static struct job_spec job_node(uint8_t node, int skip_rank)
+{
+	return (struct job_spec){ .base = { .node = node, .epoch = 1, .sequence = 1,
+					    .window_start_ns = T0 },
+				  .job = "job-42", .first_rank = 4 * (node - 1), .local_ranks = 4,
+				  .instances = 3, .skip_rank = skip_rank, .launches = true };
+}
+
+struct job_rows {
+	int n;
+	struct store_job jobs[4];
+	char job[4][32];
+	int32_t ranks[16];
+	uint32_t pids[16];
+	uint64_t keys[16];
+	int32_t comm_ranks[16];
+	struct store_collective_call calls[32];
+	struct store_launch_count launches[8];
+	char kernels[8][64];
+};
+
+static int collect_job(void *arg, const struct store_job *j)
+{
+	struct job_rows *r = arg;
+
+	if (r->n < 4) {
+		r->jobs[r->n] = *j;
+		snprintf(r->job[r->n], sizeof(r->job[0]), "%s", j->job);
+	}
+	r->n++;
+	return 0;
+}
+
+static int collect_rank(void *arg, const struct store_job_rank *j)
+{
+	struct job_rows *r = arg;
+
+	if (r->n < 16) {
+		r->ranks[r->n] = j->rank;
+		r->pids[r->n] = j->pid;
+		assert_string_equal(j->groups[0] ? "ok" : "empty", "ok");
+		assert_string_equal(j->master, "10.0.0.1:29500");
+	}
+	r->n++;
+	return 0;
+}
+
+static int collect_comm(void *arg, const struct store_job_communicator *m)
+{
+	struct job_rows *r = arg;
+
+	if (r->n < 16) {
+		r->keys[r->n] = m->key;
+		r->comm_ranks[r->n] = m->rank;
+	}
+	r->n++;
+	return 0;
+}
+
+static int collect_call(void *arg, const struct store_collective_call *k)
+{
+	struct job_rows *r = arg;
+
+	if (r->n < 32) {
+		r->calls[r->n] = *k;
+		r->calls[r->n].hostname = NULL;
+	}
+	r->n++;
+	return 0;
+}
+
+static int collect_launch(void *arg, const struct store_launch_count *l)
+{
+	struct job_rows *r = arg;
+
+	if (r->n < 8) {
+		r->launches[r->n] = *l;
+		snprintf(r->kernels[r->n], sizeof(r->kernels[0]), "%s", l->kernel);
+		r->launches[r->n].comm = r->launches[r->n].kernel = NULL;
+	}
+	r->n++;
+	return 0;
+}
+
+static void test_jobs_round_trip(void **state)
+{
+	struct ctx *c = *state;
+	struct store_put_result res;
+	struct job_rows r;
+	long long before[NTABLES], after[NTABLES];
+	struct store_collective_filter f = { .job = "job-42", .from_ns = (int64_t)T0,
+					     .to_ns = (int64_t)T0 + 60000000000LL };
+	struct store_sample_filter all = { .from_ms = T0 / 1000000, .to_ms = T0 / 1000000 + 60000 };
+	struct job_spec n1 = job_node(1, -1);
+	uint64_t total = 0;
+
+	put_job(c->store, &n1, &res);
+	assert_false(res.duplicate);
+	assert_int_equal(res.job_ranks, 4);
+	assert_int_equal(res.communicators, 8);
+	assert_int_equal(res.nccl_calls, 4 * (3 + 2));
+	assert_int_equal(res.launch_rows, 12);
+	assert_int_equal(res.launches, 4 * 13);
+	struct job_spec n2 = job_node(2, 5);
+	put_job(c->store, &n2, &res);
+	assert_int_equal(rows(c->dir, "job_ranks"), 8);
+	assert_int_equal(rows(c->dir, "communicators"), 16);
+	assert_int_equal(rows(c->dir, "nccl_calls"), 8 * 5 - 1);
+	assert_int_equal(rows(c->dir, "launches"), 24);
+
+	/* A duplicate changes nothing. */
+	all_rows(c->dir, before);
+	put_job(c->store, &n1, &res);
+	assert_true(res.duplicate);
+	assert_int_equal(res.nccl_calls, 0);
+	all_rows(c->dir, after);
+	assert_memory_equal(before, after, sizeof(before));
+
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(store_jobs_list(c->store, 10, collect_job, &r), 0);
+	assert_int_equal(r.n, 1);
+	assert_string_equal(r.job[0], "job-42");
+	assert_int_equal(r.jobs[0].world_size, 8);
+	assert_int_equal(r.jobs[0].ranks, 8);
+	assert_int_equal(r.jobs[0].nodes, 2);
+	assert_int_equal(r.jobs[0].processes, 8);
+	assert_int_equal(r.jobs[0].first_seen_ns, (int64_t)T0);
+
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(store_job_ranks_list(c->store, "job-42", 100, collect_rank, &r), 0);
+	assert_int_equal(r.n, 8);
+	for (int i = 0; i < 8; i++) {
+		assert_int_equal(r.ranks[i], i);
+		assert_int_equal(r.pids[i], JOB_PID(i));
+	}
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(store_job_ranks_list(c->store, "job-43", 100, collect_rank, &r), 0);
+	assert_int_equal(r.n, 0);
+
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(store_job_communicators_list(c->store, "job-42", 100, collect_comm, &r), 0);
+	assert_int_equal(r.n, 16); /* 8 ranks of the world comm, 4 x 2 of the split children */
+	for (int i = 0; i < 8; i++) {
+		assert_int_equal(r.keys[i], JOB_COMM);
+		assert_int_equal(r.comm_ranks[i], i);
+	}
+	assert_int_equal(r.keys[8], JOB_TP_COMM(0));
+	assert_int_equal(r.comm_ranks[9], 1);
+
+	/* Instances: (comm, AllReduce, seq) across both nodes; rank 5 missed seq 1. */
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(store_collectives_list(c->store, &f, 100, collect_call, &r), 0);
+	assert_int_equal(r.n, 8 + 7 + 8);
+	assert_int_equal(r.calls[0].seq, 0);
+	assert_int_equal(r.calls[0].nranks, 8);
+	assert_int_equal(r.calls[0].op, SYSOM_NCCL_ALL_REDUCE);
+	assert_int_equal(r.calls[0].first_entry_ns, (int64_t)T0 + 1000000000LL);
+	assert_int_equal(r.calls[7].rank, 7);
+	assert_int_equal(r.calls[7].entry_ns, (int64_t)T0 + 1007000000LL);
+	assert_int_equal(r.calls[8].seq, 1);
+	assert_int_equal(r.calls[8 + 5].rank, 6);
+	assert_int_equal(r.calls[15].seq, 2);
+	/* Limits and filters. */
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(store_collectives_list(c->store, &f, 1, collect_call, &r), 0);
+	assert_int_equal(r.n, 8);
+	f.from_ns = (int64_t)T0 + 1500000000LL;
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(store_collectives_list(c->store, &f, 100, collect_call, &r), 0);
+	assert_int_equal(r.n, 7 + 8);
+	f.has_comm = true;
+	f.comm = JOB_TP_COMM(0);
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(store_collectives_list(c->store, &f, 100, collect_call, &r), 0);
+	assert_int_equal(r.n, 0);
+	f.comm = JOB_COMM;
+	f.op = SYSOM_NCCL_BROADCAST;
+	assert_int_equal(store_collectives_list(c->store, &f, 100, collect_call, &r), 0);
+	assert_int_equal(r.n, 0);
+	f.job = "job-43";
+	f.op = 0;
+	assert_int_equal(store_collectives_list(c->store, &f, 100, collect_call, &r), 0);
+	assert_int_equal(r.n, 0);
+
+	/* Launches: summed per (comm, user stack, kernel); the unnamed kernel by its handle. */
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(store_launches_aggregate(c->store, &all, 100, collect_launch, &r, &total), 0);
+	assert_int_equal(total, 8 * 13);
+	assert_int_equal(r.n, 3);
+	assert_string_equal(r.kernels[0], JOB_KERNEL);
+	assert_true(r.launches[0].named);
+	assert_int_equal(r.launches[0].count, 80);
+	assert_int_equal(r.launches[0].processes, 8);
+	assert_int_equal(r.launches[0].pid, -1);
+	assert_int_not_equal(r.launches[0].user_stack, STORE_STACK_NONE);
+	assert_string_equal(r.kernels[1], "0xdead");
+	assert_false(r.launches[1].named);
+	assert_int_equal(r.launches[1].count, 16);
+	assert_string_equal(r.kernels[2], "memcpyKernel");
+	assert_int_equal(r.launches[2].user_stack, STORE_STACK_NONE);
+	struct store_sample_filter by = all;
+	by.node = "02020202020202020202020202020202";
+	by.has_pid = true;
+	by.pid = JOB_PID(6);
+	assert_int_equal(store_launches_aggregate(c->store, &by, 100, collect_launch, &r, &total), 0);
+	assert_int_equal(total, 13);
+	by = all;
+	by.job = "job-43";
+	assert_int_equal(store_launches_aggregate(c->store, &by, 100, collect_launch, &r, &total), 0);
+	assert_int_equal(total, 0);
+	by.job = "job-42";
+	assert_int_equal(store_launches_aggregate(c->store, &by, 100, collect_launch, &r, &total), 0);
+	assert_int_equal(total, 8 * 13);
+	/* Launch rows are stamped with the window end. */
+	by = all;
+	by.to_ms = T0 / 1000000 + 29999;
+	assert_int_equal(store_launches_aggregate(c->store, &by, 100, collect_launch, &r, &total), 0);
+	assert_int_equal(total, 0);
+	/* The sample filter's job applies to CPU samples too: the fixture's processes are in none. */
+	by = all;
+	by.job = "job-42";
+	assert_int_equal(store_stacks_aggregate(c->store, &by, 100, collect_row, &r, &total), 0);
+	assert_int_equal(total, 0);
+}
+
+/* A later window updates a job rank and communicator; an earlier one does not undo it. */
+static void test_job_rank_updates(void **state)
+{
+	struct ctx *c = *state;
+	struct store_put_result res;
+	struct job_spec js = job_node(1, -1);
+	sqlite3 *db;
+
+	js.local_ranks = 1;
+	js.base.sequence = 2;
+	js.base.window_start_ns = T0 + 30000000000ULL;
+	put_job(c->store, &js, &res);
+	js.base.sequence = 1;
+	js.base.window_start_ns = T0;
+	js.job = "job-old";
+	put_job(c->store, &js, &res);
+	db = raw_open(c->dir);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM job_ranks WHERE job = 'job-42'"), 1);
+	assert_int_equal(raw_int(db, "SELECT first_seen_ns FROM job_ranks"), (long long)T0);
+	assert_int_equal(raw_int(db, "SELECT last_seen_ns FROM job_ranks"),
+			 (long long)T0 + 60000000000LL);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM communicators"), 2);
+	sqlite3_close(db);
+}
+
+struct diag_seen {
+	int n;
+	int64_t ids[8];
+	char layers[8][16];
+	int64_t resolved[8], opened[8];
+};
+
+static int diag_collect(void *arg, const struct store_diagnosis *d)
+{
+	struct diag_seen *s = arg;
+
+	if (s->n < 8) {
+		s->ids[s->n] = d->id;
+		snprintf(s->layers[s->n], sizeof(s->layers[0]), "%s", d->layer);
+		s->resolved[s->n] = d->resolved_ms;
+		s->opened[s->n] = d->opened_ms;
+	}
+	s->n++;
+	return 0;
+}
+
+static int baseline_check(void *arg, const struct store_baseline *b)
+{
+	(void)arg;
+	assert_string_equal(b->profile, "a;b 3\n");
+	assert_int_equal(b->iteration_ns, 5000000);
+	assert_int_equal(b->from_ms, 1000);
+	assert_string_equal(b->source, "api");
+	return 0;
+}
+
+/* Incidents: one open row per (job, identity), updated in place, resolved, then a new one;
+ * listing by job, time and openness; settings and baselines replace. */
+static void test_diagnoses_settings_baselines(void **state)
+{
+	struct ctx *c = *state;
+	struct store_diagnosis d = { .job = "j1", .identity = "straggler rank=3",
+				     .kind = "straggler", .rank = 3, .hostname = "h",
+				     .communicators = "00000000000000aa", .layer = "unknown",
+				     .severity = "warning", .summary = "s", .action = "a",
+				     .report = "{}", .updated_ms = 1000 };
+	struct store_diagnosis_filter all = { .job = "j1", .from_ms = 0, .to_ms = INT64_MAX };
+	struct diag_seen seen = { 0 };
+	int64_t id1, id2, id3;
+	bool opened;
+	char *json;
+
+	assert_int_equal(store_diagnosis_upsert(c->store, &d, &id1, &opened), 0);
+	assert_true(opened);
+	d.layer = "os";
+	d.updated_ms = 2000;
+	assert_int_equal(store_diagnosis_upsert(c->store, &d, &id2, &opened), 0);
+	assert_false(opened);
+	assert_int_equal(id1, id2);
+	d.job = "j2";
+	assert_int_equal(store_diagnosis_upsert(c->store, &d, &id3, &opened), 0);
+	assert_true(opened);
+	assert_int_not_equal(id3, id1);
+	assert_int_equal(store_diagnoses_list(c->store, &all, 100, diag_collect, &seen), 0);
+	assert_int_equal(seen.n, 1);
+	assert_string_equal(seen.layers[0], "os");
+	assert_int_equal(seen.opened[0], 1000);
+	assert_int_equal(store_diagnosis_resolve(c->store, id1, 3000), 0);
+	assert_int_equal(store_diagnosis_resolve(c->store, id1, 3500), -ENOENT);
+	d.job = "j1";
+	d.updated_ms = 4000;
+	assert_int_equal(store_diagnosis_upsert(c->store, &d, &id2, &opened), 0);
+	assert_true(opened);
+	assert_int_not_equal(id2, id1);
+	memset(&seen, 0, sizeof(seen));
+	assert_int_equal(store_diagnoses_list(c->store, &all, 100, diag_collect, &seen), 0);
+	assert_int_equal(seen.n, 2);
+	assert_int_equal(seen.ids[0], id2); /* newest first */
+	assert_int_equal(seen.resolved[1], 3000);
+	/* Open only; a range that ends before the second opened; one id. */
+	memset(&seen, 0, sizeof(seen));
+	all.open_only = true;
+	assert_int_equal(store_diagnoses_list(c->store, &all, 100, diag_collect, &seen), 0);
+	assert_int_equal(seen.n, 1);
+	memset(&seen, 0, sizeof(seen));
+	all.open_only = false;
+	all.to_ms = 3500;
+	assert_int_equal(store_diagnoses_list(c->store, &all, 100, diag_collect, &seen), 0);
+	assert_int_equal(seen.n, 1);
+	assert_int_equal(seen.ids[0], id1);
+	memset(&seen, 0, sizeof(seen));
+	assert_int_equal(store_diagnoses_list(c->store, &(struct store_diagnosis_filter){ .id = id3 },
+					      100, diag_collect, &seen), 0);
+	assert_int_equal(seen.n, 1);
+	assert_int_equal(seen.ids[0], id3);
+
+	assert_int_equal(store_job_settings_get(c->store, "j1", &json), 0);
+	assert_null(json);
+	assert_int_equal(store_job_settings_put(c->store, "j1", "{\"k\":3}", 10), 0);
+	assert_int_equal(store_job_settings_put(c->store, "j1", "{\"k\":4}", 11), 0);
+	assert_int_equal(store_job_settings_get(c->store, "j1", &json), 0);
+	assert_string_equal(json, "{\"k\":4}");
+	free(json);
+	assert_int_equal(store_job_settings_put(c->store, "j1", NULL, 12), 0);
+	assert_int_equal(store_job_settings_get(c->store, "j1", &json), 0);
+	assert_null(json);
+
+	assert_int_equal(store_baseline_get(c->store, "j1", baseline_check, NULL), -ENOENT);
+	struct store_baseline b = { .job = "j1", .from_ms = 1, .to_ms = 2, .iteration_ns = 1,
+				    .profile = "x 1\n", .created_ms = 3, .source = "auto" };
+	assert_int_equal(store_baseline_put(c->store, &b), 0);
+	b.from_ms = 1000;
+	b.iteration_ns = 5000000;
+	b.profile = "a;b 3\n";
+	b.source = "api";
+	assert_int_equal(store_baseline_put(c->store, &b), 0);
+	assert_int_equal(store_baseline_get(c->store, "j1", baseline_check, NULL), 0);
+}
+
+static void test_duplicate_and_stack_dedupe(void **state)
+{
+	struct ctx *c = *state;
+	struct fixture_spec spec = { .node = 1, .epoch = 42, .sequence = 1, .window_start_ns = T0 };
+	struct store_put_result res;
+	long long before[NTABLES], after[NTABLES];
+	bool exists = true;
+	uint8_t node[16];
+
+	memset(node, 1, sizeof(node));
+	assert_int_equal(store_batch_exists(c->store, node, 42, 1, &exists), 0);
+	assert_false(exists);
+	put_fixture(c->store, &spec, 0, &res);
+	assert_false(res.duplicate);
+	assert_int_equal(store_batch_exists(c->store, node, 42, 1, &exists), 0);
+	assert_true(exists);
+	all_rows(c->dir, before);
+	/* The same batch again: nothing changes. */
+	put_fixture(c->store, &spec, 0, &res);
+	assert_true(res.duplicate);
+	assert_int_equal(res.samples, 0);
+	all_rows(c->dir, after);
+	assert_memory_equal(before, after, sizeof(before));
+
+	/* Another batch of the same node and one of another node share all three stacks. */
+	spec.sequence = 2;
+	spec.window_start_ns = T0 + 30000000000ULL;
+	put_fixture(c->store, &spec, 0, &res);
+	assert_false(res.duplicate);
+	assert_int_equal(res.new_stacks, 0);
+	spec.node = 2;
+	put_fixture(c->store, &spec, 0, &res);
+	assert_int_equal(res.new_stacks, 0);
+	assert_int_equal(rows(c->dir, "stacks"), 3);
+	assert_int_equal(rows(c->dir, "objects"), 4);
+	assert_int_equal(rows(c->dir, "samples"), 12);
+	assert_int_equal(rows(c->dir, "batches"), 3);
+	assert_int_equal(rows(c->dir, "nodes"), 2);
+	assert_int_equal(rows(c->dir, "processes"), 4); /* per node */
+	sqlite3 *db = raw_open(c->dir);
+	assert_int_equal(raw_int(db, "SELECT batches FROM nodes WHERE node_id = '01010101010101010101010101010101'"), 2);
+	assert_int_equal(raw_int(db, "SELECT total FROM node_counters c JOIN nodes n ON n.id = c.node"
+				     " WHERE n.node_id = '01010101010101010101010101010101' AND c.counter = 1"), 1980);
+	sqlite3_close(db);
+}
+
+/* Disk full in the middle of a batch: -ENOSPC, nothing of it stored, the store still works. */
+static void test_disk_full_is_atomic(void **state)
+{
+	struct ctx *c = *state;
+	struct fixture_spec spec = { .node = 3, .epoch = 1, .sequence = 1, .window_start_ns = T0 };
+	struct fixture_spec big = { .node = 3, .epoch = 1, .sequence = 2,
+				    .window_start_ns = T0 + 30000000000ULL, .extra_stacks = 20000 };
+	long long before[NTABLES], after[NTABLES];
+	uint64_t size;
+	sqlite3 *db;
+
+	put_fixture(c->store, &spec, 0, NULL);
+	all_rows(c->dir, before);
+	assert_int_equal(store_size_get(c->store, &size), 0);
+	assert_true(size > 0);
+	/* Cap the database at its current size: the next batch's pages cannot be allocated. */
+	db = raw_open(c->dir);
+	long long pages = raw_int(db, "PRAGMA page_count"), page_size = raw_int(db, "PRAGMA page_size");
+	sqlite3_close(db);
+	assert_int_equal(store_size_limit_set(c->store, (uint64_t)(pages + 2) * (uint64_t)page_size), 0);
+	put_fixture(c->store, &big, -ENOSPC, NULL);
+	all_rows(c->dir, after);
+	assert_memory_equal(before, after, sizeof(before));
+	db = raw_open(c->dir);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM pragma_integrity_check WHERE integrity_check != 'ok'"), 0);
+	sqlite3_close(db);
+	/* Reads still work while full. */
+	assert_int_equal(store_ping(c->store), 0);
+	/* Space freed: the same batch goes in whole. */
+	assert_int_equal(store_size_limit_set(c->store, 0), 0);
+	put_fixture(c->store, &big, 0, NULL);
+	assert_int_equal(rows(c->dir, "samples"), before[5] + 4 + 20000);
+	assert_int_equal(rows(c->dir, "batches"), 2);
+}
+
+/* Another process holding the write lock: -EBUSY after the busy timeout, nothing stored. */
+static void test_busy(void **state)
+{
+	struct ctx *c = *state;
+	struct store *s = NULL;
+	struct store_sqlite_options o = { .busy_timeout_ms = 50, .read_connections = 1 };
+	char err[256];
+	sqlite3 *db;
+
+	store_close(c->store);
+	c->store = NULL;
+	assert_int_equal(store_sqlite_open(c->dir, &o, &s, err, sizeof(err)), 0);
+	db = raw_open(c->dir);
+	assert_int_equal(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+	put_fixture(s, &(struct fixture_spec){ .node = 4, .epoch = 1, .sequence = 1,
+						.window_start_ns = T0 }, -EBUSY, NULL);
+	assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM batches"), 0);
+	sqlite3_close(db);
+	put_fixture(s, &(struct fixture_spec){ .node = 4, .epoch = 1, .sequence = 1,
+						.window_start_ns = T0 }, 0, NULL);
+	assert_int_equal(rows(c->dir, "batches"), 1);
+	store_close(s);
+}
+
+static void test_kernel_symbols(void **state)
+{
+	struct ctx *c = *state;
+	const struct store_ksym syms[] = { { 0x1000, 'T', "_stext" }, { 0x1100, 't', "do_one" },
+					   { 0x2200, 'T', "do_syscall_64" }, { 0x3000, 'T', "_etext" } };
+	const struct store_ksym unsorted[] = { { 0x2000, 'T', "b" }, { 0x1000, 'T', "a" } };
+	struct store_ksym_range r;
+	uint64_t count = 0;
+	bool created = false;
+
+	assert_int_equal(store_ksyms_count(c->store, FIXTURE_KERNEL_ID, 20, &count), -ENOENT);
+	assert_int_equal(store_ksym_range_get(c->store, FIXTURE_KERNEL_ID, 20, 0x1200, &r), -ENOENT);
+	assert_int_equal(store_ksyms_put(c->store, FIXTURE_KERNEL_ID, 20, syms, 4, 1, &created), 0);
+	assert_true(created);
+	assert_int_equal(store_ksyms_count(c->store, FIXTURE_KERNEL_ID, 20, &count), 0);
+	assert_int_equal(count, 4);
+	/* Idempotent: a second upload changes nothing. */
+	assert_int_equal(store_ksyms_put(c->store, FIXTURE_KERNEL_ID, 20, syms, 2, 2, &created), 0);
+	assert_false(created);
+	assert_int_equal(store_ksyms_count(c->store, FIXTURE_KERNEL_ID, 20, &count), 0);
+	assert_int_equal(count, 4);
+	assert_int_equal(store_ksyms_put(c->store, FIXTURE_LIBC_ID, 20, unsorted, 2, 1, &created),
+			 -EINVAL);
+
+	assert_int_equal(store_ksym_range_get(c->store, FIXTURE_KERNEL_ID, 20, 0x2234, &r), 0);
+	assert_true(r.has_floor);
+	assert_int_equal(r.floor, 0x2200);
+	assert_string_equal(r.floor_name, "do_syscall_64");
+	assert_true(r.has_next);
+	assert_int_equal(r.next, 0x3000);
+	store_ksym_range_release(&r);
+	assert_int_equal(store_ksym_range_get(c->store, FIXTURE_KERNEL_ID, 20, 0x10, &r), 0);
+	assert_false(r.has_floor);
+	assert_true(r.has_next);
+	store_ksym_range_release(&r);
+	assert_int_equal(store_ksym_range_get(c->store, FIXTURE_KERNEL_ID, 20, 0x5000, &r), 0);
+	assert_true(r.has_floor);
+	assert_false(r.has_next);
+	store_ksym_range_release(&r);
+	assert_int_equal(store_ksym_range_get(c->store, FIXTURE_KERNEL_ID, 20, UINT64_MAX, &r), 0);
+	assert_false(r.has_floor);
+	assert_false(r.has_next);
+	store_ksym_range_release(&r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_schema_created_and_reopened, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_data_dir_errors, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_duplicate_and_stack_dedupe, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_disk_full_is_atomic, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_kernel_symbols, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_migration_from_v1, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_migration_from_v2, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_jobs_round_trip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_job_rank_updates, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_diagnoses_settings_baselines, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
