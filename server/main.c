@@ -2,6 +2,7 @@
 /* sysom-server: options, store, HTTP transport, signals (TERM/INT stop, HUP reloads the token). */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -477,6 +478,31 @@ static const char *error_reason(const char *err)
 	return last ? last + 2 : err;
 }
 
+/* The monitor's events, logged as the server always logged them. */
+static void on_monitor_event(void *arg, const struct monitor_event *ev)
+{
+	(void)arg;
+	switch (ev->kind) {
+	case MONITOR_SETTINGS_IGNORED:
+		log_warn("job %s: stored settings ignored: %s", ev->job, ev->text);
+		break;
+	case MONITOR_BASELINE_STORED:
+		log_info("job %s: baseline stored (iteration %.1f ms, %" PRIu64 " samples)", ev->job,
+			 ev->iteration_ms, ev->samples);
+		break;
+	case MONITOR_INCIDENT_OPENED:
+		log_warn("job %s: diagnosis %" PRId64 " opened: %s", ev->job, ev->incident_id, ev->text);
+		break;
+	case MONITOR_INCIDENT_RESOLVED:
+		log_info("job %s: diagnosis %" PRId64 " resolved (%s)", ev->job, ev->incident_id,
+			 ev->text);
+		break;
+	case MONITOR_EVALUATION_FAILED:
+		log_warn("job %s: evaluation failed: %s", ev->job, strerror(-ev->error));
+		break;
+	}
+}
+
 static void on_batch_stored(void *arg, const struct sysom_batch *b)
 {
 	monitor_batch_stored(arg, b);
@@ -496,7 +522,7 @@ static int components_create(struct server *s)
 	};
 	struct api_options ao = { 0 };
 	struct monitor_options mo = { .interval_ms = (uint32_t)(cfg.analysis_interval * 1000),
-				      .public_url = cfg.public_url };
+				      .public_url = cfg.public_url, .on_event = on_monitor_event };
 	struct diagnosis_ctx dc;
 	int rc;
 

@@ -11,7 +11,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/log.h"
 #include "server/analysis/folded.h"
 #include "server/analysis/layers.h"
 #include "server/api/api.h"
@@ -41,6 +40,8 @@ struct monitor {
 	uint32_t interval_ms;
 	char *public_url;
 	int64_t (*now_ms)(void);
+	monitor_event_fn on_event;
+	void *event_arg;
 
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
@@ -70,8 +71,15 @@ static uint64_t mono_us(void)
 	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
+/* Tells the owner (outside the lock). */
+static void event_emit(struct monitor *m, const struct monitor_event *ev)
+{
+	if (m->on_event)
+		m->on_event(m->event_arg, ev);
+}
+
 /* The job's settings: defaults, then what is stored (a stored object that no longer parses
- * is logged and ignored rather than stopping the job's analysis). */
+ * is reported and ignored rather than stopping the job's analysis). */
 static void job_settings_load(struct monitor *m, const char *job, struct job_settings *s)
 {
 	char *text = NULL, err[160];
@@ -81,7 +89,8 @@ static void job_settings_load(struct monitor *m, const char *job, struct job_set
 	if (store_job_settings_get(m->ctx.store, job, &text) || !text)
 		return;
 	if (!(obj = json_loads(text, 0, NULL)) || job_settings_apply(s, obj, err, sizeof(err)))
-		log_warn("job %s: stored settings ignored: %s", job, obj ? err : "not JSON");
+		event_emit(m, &(struct monitor_event){ .kind = MONITOR_SETTINGS_IGNORED, .job = job,
+						       .text = obj ? err : "not JSON" });
 	json_decref(obj);
 	free(text);
 }
@@ -242,8 +251,9 @@ static int baseline_check(struct monitor *m, struct job_entry *je, const char *j
 			goto cleanup;
 		b.profile = (const char *)current.data;
 		if (!(rc = store_baseline_put(m->ctx.store, &b)))
-			log_info("job %s: baseline stored (iteration %.1f ms, %" PRIu64 " samples)", job,
-				 iteration_ms, b.samples);
+			event_emit(m, &(struct monitor_event){ .kind = MONITOR_BASELINE_STORED,
+							       .job = job, .iteration_ms = iteration_ms,
+							       .samples = b.samples });
 		goto cleanup;
 	}
 	if (rc || !base.found || base.iteration_ns == 0 ||
@@ -568,7 +578,9 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 		if ((rc = store_diagnosis_upsert(m->ctx.store, &d, &id, &opened)))
 			goto cleanup;
 		if (opened) {
-			log_warn("job %s: diagnosis %" PRId64 " opened: %s", job, id, f->summary);
+			event_emit(m, &(struct monitor_event){ .kind = MONITOR_INCIDENT_OPENED,
+							       .job = job, .incident_id = id,
+							       .text = f->summary });
 			pthread_mutex_lock(&m->lock);
 			m->stats.incidents_opened++;
 			pthread_mutex_unlock(&m->lock);
@@ -586,7 +598,8 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 		if ((rc = store_diagnosis_resolve(m->ctx.store, d->id, now)) && rc != -ENOENT)
 			goto cleanup;
 		rc = 0;
-		log_info("job %s: diagnosis %" PRId64 " resolved (%s)", job, d->id, d->identity);
+		event_emit(m, &(struct monitor_event){ .kind = MONITOR_INCIDENT_RESOLVED, .job = job,
+						       .incident_id = d->id, .text = d->identity });
 		pthread_mutex_lock(&m->lock);
 		m->stats.incidents_resolved++;
 		pthread_mutex_unlock(&m->lock);
@@ -661,7 +674,8 @@ int monitor_evaluate(struct monitor *m, const char *job)
 	m->stats.jobs = m->njobs;
 	pthread_mutex_unlock(&m->lock);
 	if (rc)
-		log_warn("job %s: evaluation failed: %s", job, strerror(-rc));
+		event_emit(m, &(struct monitor_event){ .kind = MONITOR_EVALUATION_FAILED, .job = job,
+						       .error = rc });
 	return rc;
 }
 
@@ -749,6 +763,8 @@ int monitor_new(const struct diagnosis_ctx *ctx, struct alerts *alerts,
 	m->alerts = alerts;
 	m->interval_ms = opts && opts->interval_ms ? opts->interval_ms : MONITOR_DEFAULT_INTERVAL_MS;
 	m->now_ms = opts && opts->now_ms ? opts->now_ms : real_now_ms;
+	m->on_event = opts ? opts->on_event : NULL;
+	m->event_arg = opts ? opts->event_arg : NULL;
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_cond_init(&m->wake, NULL);
 	if (opts && opts->public_url && opts->public_url[0]) {

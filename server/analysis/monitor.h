@@ -30,13 +30,35 @@
 #define MONITOR_DEFAULT_INTERVAL_MS 5000u        /* a job is evaluated at most this often */
 #define MONITOR_MAX_JOBS 4096                    /* jobs tracked at once (oldest forgotten) */
 
+/* What the monitor tells its owner (for the server's log): it logs nothing itself. */
+enum monitor_event_kind {
+	MONITOR_SETTINGS_IGNORED,   /* a job's stored settings no longer parse: `text` says why */
+	MONITOR_BASELINE_STORED,    /* a job's first healthy stretch became its baseline */
+	MONITOR_INCIDENT_OPENED,    /* `incident_id` opened; `text` is its summary */
+	MONITOR_INCIDENT_RESOLVED,  /* `incident_id` resolved; `text` is its identity */
+	MONITOR_EVALUATION_FAILED,  /* `error` (a negative errno) */
+};
 
+struct monitor_event {
+	enum monitor_event_kind kind;
+	const char *job;
+	int64_t incident_id;
+	const char *text;
+	int error;
+	double iteration_ms;        /* baseline stored */
+	uint64_t samples;           /* baseline stored */
+};
+
+/* Called on the thread that evaluates (never under the monitor's lock); borrowed strings. */
+typedef void (*monitor_event_fn)(void *arg, const struct monitor_event *ev);
 
 struct monitor_options {
 	uint32_t interval_ms;      /* 0: default */
 	const char *public_url;    /* base of generatorURL ("http://sysom:8080"); NULL: none */
 	int64_t (*now_ms)(void);   /* NULL: the real clock */
 	size_t live_cells;         /* in-memory instance budget (0: LIVE_DEFAULT_MAX_CELLS) */
+	monitor_event_fn on_event; /* NULL: events are only counted */
+	void *event_arg;
 };
 
 struct monitor;
