@@ -1129,15 +1129,16 @@ static int wl_profile_load(const struct diagnosis_ctx *ctx, const struct diagnos
 {
 	struct store_sample_filter f = { .job = scope->job, .from_ms = scope->from_ms,
 					 .to_ms = scope->to_ms, .has_rank = true, .rank = rank };
-	struct byte_buf text = { 0 }, none = { 0 }, merged = { 0 };
+	struct byte_buf text = { 0 }, none = { 0 };
+	struct folded_diff diff = { 0 };
 	uint64_t totals[2] = { 0, 0 };
 	int rc;
 
 	memset(p, 0, sizeof(*p));
 	p->rank = rank;
 	if (!(rc = ctx->folded(ctx->diff_arg, &f, API_DEFAULT_STACK_LIMIT, &text)) &&
-	    !(rc = folded_merge(&text, &none, &merged))) {
-		int n = layers_cpu_deltas((const char *)merged.data, merged.len, &p->fns, totals);
+	    !(rc = folded_diff_build(&text, &none, &diff))) {
+		int n = layers_cpu_diff_deltas(&diff, &p->fns, totals);
 		if (n < 0)
 			rc = n;
 		else
@@ -1145,7 +1146,7 @@ static int wl_profile_load(const struct diagnosis_ctx *ctx, const struct diagnos
 	}
 	p->samples = totals[0];
 	byte_buf_free(&text);
-	byte_buf_free(&merged);
+	folded_diff_free(&diff);
 	return rc;
 }
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/hash.h"
+#include "server/analysis/folded.h"
 
 enum gpu_verdict layers_gpu_classify(const struct kernel_cmp *k, size_t n, double threshold,
 				     double *slowdown)
@@ -89,53 +90,33 @@ void layers_cpu_deltas_free(struct cpu_delta *d, int n)
 	free(d);
 }
 
-int layers_cpu_deltas(const char *text, size_t len, struct cpu_delta **out, uint64_t totals[2])
+int layers_cpu_diff_deltas(const struct folded_diff *diff, struct cpu_delta **out,
+			   uint64_t totals[2])
 {
 	struct hash_index index = { 0 };
 	struct fn_acc *fns = NULL;
 	size_t n = 0, cap = 0;
 	double total[2] = { 0, 0 };
-	/* A NUL-terminated copy: the text comes from a byte buffer, and the parsing below uses
-	 * string functions. */
-	char *copy = malloc(len + 1);
-	const char *p = copy, *end = copy + len;
 	struct cpu_delta *d = NULL;
 	int rc;
 
 	*out = NULL;
 	totals[0] = totals[1] = 0;
-	if (!copy)
-		return -ENOMEM;
-	if (len)
-		memcpy(copy, text, len);
-	copy[len] = '\0';
-	if ((rc = hash_index_init(&index, 1024))) {
-		free(copy);
+	if ((rc = hash_index_init(&index, 1024)))
 		return rc;
-	}
-	while (p < end) {
-		const char *nl = memchr(p, '\n', (size_t)(end - p)), *sp1, *sp2, *f;
-		unsigned long long c[2];
+	for (size_t s = 0; s < diff->n; s++) {
+		const struct folded_stack *st = &diff->stacks[s];
+		const char *end = st->stack + st->len, *f;
 		const char *seen[512];
 		size_t nseen = 0;
 
-		if (!nl)
-			nl = end;
-		for (sp2 = nl; sp2 > p && sp2[-1] != ' '; sp2--)
-			;
-		for (sp1 = sp2 - 1; sp1 > p && sp1[-1] != ' '; sp1--)
-			;
-		if (sp2 <= p + 1 || sp1 <= p + 1 || sscanf(sp1, "%llu %llu", &c[0], &c[1]) != 2) {
-			rc = -EINVAL;
-			goto cleanup;
-		}
-		total[0] += (double)c[0];
-		total[1] += (double)c[1];
-		/* Frames between the comm and the counts, each function once per stack. */
-		f = memchr(p, ';', (size_t)(sp1 - 1 - p));
-		while (f && f < sp1 - 1) {
-			const char *name = f + 1, *next = memchr(name, ';', (size_t)(sp1 - 1 - name));
-			size_t nlen = (size_t)((next ? next : sp1 - 1) - name);
+		total[0] += (double)st->count[0];
+		total[1] += (double)st->count[1];
+		/* Frames after the comm, each function once per stack. */
+		f = memchr(st->stack, ';', st->len);
+		while (f && f < end) {
+			const char *name = f + 1, *next = memchr(name, ';', (size_t)(end - name));
+			size_t nlen = (size_t)((next ? next : end) - name);
 			bool dup = false;
 
 			for (size_t i = 0; i < nseen && !dup; i++)
@@ -168,12 +149,11 @@ int layers_cpu_deltas(const char *text, size_t len, struct cpu_delta **out, uint
 				}
 				idx = (uint32_t)n++;
 			}
-			fns[idx].a += (double)c[0];
-			fns[idx].b += (double)c[1];
+			fns[idx].a += (double)st->count[0];
+			fns[idx].b += (double)st->count[1];
 			if (nseen < sizeof(seen) / sizeof(seen[0]))
 				seen[nseen++] = fns[idx].name;
 		}
-		p = nl + 1;
 	}
 	if (!(d = calloc(n + 1, sizeof(*d)))) {
 		rc = -ENOMEM;
@@ -195,7 +175,19 @@ cleanup:
 		free(fns[i].name);
 	free(fns);
 	hash_index_free(&index);
-	free(copy);
+	return rc;
+}
+
+int layers_cpu_deltas(const char *text, size_t len, struct cpu_delta **out, uint64_t totals[2])
+{
+	struct folded_diff diff;
+	int rc;
+
+	*out = NULL;
+	totals[0] = totals[1] = 0;
+	if (!(rc = folded_diff_parse(text, len, &diff)))
+		rc = layers_cpu_diff_deltas(&diff, out, totals);
+	folded_diff_free(&diff);
 	return rc;
 }
 
@@ -330,50 +322,35 @@ void layers_cpu_stacks_free(struct cpu_stack *s, int n)
 	free(s);
 }
 
-int layers_cpu_stacks(const char *text, size_t len, const char *function, const uint64_t totals[2],
-		      size_t max, struct cpu_stack **out)
+int layers_cpu_diff_stacks(const struct folded_diff *diff, const char *function,
+			   const uint64_t totals[2], size_t max, struct cpu_stack **out)
 {
-	const char *p = text, *end = text + len;
 	size_t n = 0, cap = 0, fnlen = strlen(function);
 	struct cpu_stack *all = NULL;
 
 	*out = NULL;
-	while (p < end) {
-		const char *nl = memchr(p, '\n', (size_t)(end - p)), *sp_b, *sp_a;
-		if (!nl)
-			nl = end;
-		/* "stack a b": the last two space-separated fields are the counts. */
-		for (sp_b = nl; sp_b > p && sp_b[-1] != ' '; sp_b--)
-			;
-		for (sp_a = sp_b > p ? sp_b - 1 : p; sp_a > p && sp_a[-1] != ' '; sp_a--)
-			;
-		if (sp_a > p + 1 && sp_b > sp_a &&
-		    stack_has_frame(p, (size_t)(sp_a - 1 - p), function, fnlen)) {
-			if (n == cap) {
-				size_t next = cap ? cap * 2 : 16;
-				struct cpu_stack *grown = realloc(all, next * sizeof(*grown));
-				if (!grown) {
-					layers_cpu_stacks_free(all, (int)n);
-					return -ENOMEM;
-				}
-				all = grown;
-				cap = next;
-			}
-			uint64_t a = strtoull(sp_a, NULL, 10), b = strtoull(sp_b, NULL, 10);
-			size_t slen = (size_t)(sp_a - 1 - p);
-			/* The text is not NUL-terminated: copy, do not strndup (which may read on). */
-			if ((all[n].stack = malloc(slen + 1))) {
-				memcpy(all[n].stack, p, slen);
-				all[n].stack[slen] = '\0';
-			}
-			all[n].a_fraction = totals[0] ? (double)a / (double)totals[0] : 0;
-			all[n].b_fraction = totals[1] ? (double)b / (double)totals[1] : 0;
-			if (!all[n++].stack) {
-				layers_cpu_stacks_free(all, (int)n - 1);
+	for (size_t i = 0; i < diff->n; i++) {
+		const struct folded_stack *st = &diff->stacks[i];
+
+		if (!stack_has_frame(st->stack, st->len, function, fnlen))
+			continue;
+		if (n == cap) {
+			size_t next = cap ? cap * 2 : 16;
+			struct cpu_stack *grown = realloc(all, next * sizeof(*grown));
+			if (!grown) {
+				layers_cpu_stacks_free(all, (int)n);
 				return -ENOMEM;
 			}
+			all = grown;
+			cap = next;
 		}
-		p = nl + 1;
+		all[n].stack = strdup(st->stack);
+		all[n].a_fraction = totals[0] ? (double)st->count[0] / (double)totals[0] : 0;
+		all[n].b_fraction = totals[1] ? (double)st->count[1] / (double)totals[1] : 0;
+		if (!all[n++].stack) {
+			layers_cpu_stacks_free(all, (int)n - 1);
+			return -ENOMEM;
+		}
 	}
 	if (n > 1)
 		qsort(all, n, sizeof(*all), stack_by_excess);
@@ -381,4 +358,17 @@ int layers_cpu_stacks(const char *text, size_t len, const char *function, const 
 		free(all[--n].stack);
 	*out = all;
 	return (int)n;
+}
+
+int layers_cpu_stacks(const char *text, size_t len, const char *function, const uint64_t totals[2],
+		      size_t max, struct cpu_stack **out)
+{
+	struct folded_diff diff;
+	int rc;
+
+	*out = NULL;
+	if (!(rc = folded_diff_parse(text, len, &diff)))
+		rc = layers_cpu_diff_stacks(&diff, function, totals, max, out);
+	folded_diff_free(&diff);
+	return rc;
 }

@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "server/analysis/folded.h"
+
 #define LAYERS_GPU_THRESHOLD 1.15   /* 15% slower */
 #define LAYERS_CPU_MIN_SAMPLES 50    /* per side: fewer cannot tell a function's share */
 #define LAYERS_CPU_MIN_Z 3.0         /* a share difference must be this many standard errors */
@@ -52,11 +54,16 @@ struct cpu_delta {
 };
 
 /*
- * Parses folded diff text ("stack count_a count_b" lines; the first frame is the process comm
- * and is skipped) and returns in *out (owned; free with layers_cpu_deltas_free) every function
- * with its inclusive share on each side, largest b − a first, and in totals[] each side's
- * sample total. Returns the count or -errno.
+ * Every function of a two-sided profile (the first frame of a stack is the process comm and
+ * is skipped) with its inclusive share on each side, in *out (owned; free with
+ * layers_cpu_deltas_free), largest b − a first, and in totals[] each side's sample total.
+ * Returns the count or -ENOMEM.
  */
+int layers_cpu_diff_deltas(const struct folded_diff *diff, struct cpu_delta **out,
+			   uint64_t totals[2]);
+
+/* The same over folded diff text ("stack count_a count_b" lines); -EINVAL when a line lacks
+ * its two counts. */
 int layers_cpu_deltas(const char *text, size_t len, struct cpu_delta **out, uint64_t totals[2]);
 void layers_cpu_deltas_free(struct cpu_delta *d, int n);
 
@@ -67,11 +74,15 @@ struct cpu_stack {
 };
 
 /*
- * The stacks of folded diff text that have `function` as one of their frames (the first,
+ * The stacks of a two-sided profile that have `function` as one of their frames (the first,
  * the process comm, excluded), largest b − a share first, at most `max`; `totals` as
- * layers_cpu_deltas gave them. Returns the count in *out (free with layers_cpu_stacks_free)
- * or -ENOMEM.
+ * layers_cpu_diff_deltas gave them. Returns the count in *out (free with
+ * layers_cpu_stacks_free) or -ENOMEM.
  */
+int layers_cpu_diff_stacks(const struct folded_diff *diff, const char *function,
+			   const uint64_t totals[2], size_t max, struct cpu_stack **out);
+
+/* The same over folded diff text; -EINVAL when a line lacks its two counts. */
 int layers_cpu_stacks(const char *text, size_t len, const char *function, const uint64_t totals[2],
 		      size_t max, struct cpu_stack **out);
 void layers_cpu_stacks_free(struct cpu_stack *s, int n);

@@ -222,7 +222,8 @@ static int baseline_check(struct monitor *m, struct job_entry *je, const char *j
 			  struct finding *f, bool *found, bool *rising)
 {
 	struct baseline_copy base = { 0 };
-	struct byte_buf current = { 0 }, merged = { 0 };
+	struct byte_buf current = { 0 };
+	struct folded_diff diff = { 0 };
 	struct cpu_delta *d = NULL;
 	uint64_t totals[2];
 	int n = 0, rc;
@@ -268,9 +269,9 @@ static int baseline_check(struct monitor *m, struct job_entry *je, const char *j
 	if (span > (int64_t)s->lookback_ms)
 		span = s->lookback_ms;
 	if ((rc = job_profile(m, job, now - span, now, &current)) ||
-	    (rc = folded_merge(&base.profile, &current, &merged)))
+	    (rc = folded_diff_build(&base.profile, &current, &diff)))
 		goto cleanup;
-	if ((n = layers_cpu_deltas((const char *)merged.data, merged.len, &d, totals)) < 0) {
+	if ((n = layers_cpu_diff_deltas(&diff, &d, totals)) < 0) {
 		rc = n;
 		n = 0;
 		goto cleanup;
@@ -341,7 +342,7 @@ cleanup:
 	layers_cpu_deltas_free(d, n);
 	byte_buf_free(&base.profile);
 	byte_buf_free(&current);
-	byte_buf_free(&merged);
+	folded_diff_free(&diff);
 	return rc;
 }
 
