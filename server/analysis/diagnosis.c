@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/analysis/diagnosis_render.h"
 #include "server/analysis/folded.h"
 #include "server/analysis/layers.h"
 #include "server/api/api.h"
@@ -180,19 +181,19 @@ static int strag_call(void *arg, const struct store_collective_call *c)
 	return 0;
 }
 
-static json_t *strag_rank_json(const struct strag_group *g, const struct straggler_rank *r)
+static int grow(void **arr, size_t *cap, size_t n, size_t size)
 {
-	const char *verdict = !r->straggler ? NULL : r->persistent ? "persistent" : "intermittent";
-
-	return json_pack("{s:i,s:I,s:s,s:f,s:f,s:o,s:f,s:f,s:I,s:b,s:o}", "rank", r->rank, "pid",
-			 (json_int_t)g->pid[r->rank], "hostname",
-			 g->host[r->rank] ? g->host[r->rank] : "", "mean_lateness_ms",
-			 r->mean_lateness_ns / 1e6, "excess_ms", r->excess_ns / 1e6, "z",
-			 isfinite(r->z) ? json_real(r->z) : json_null(), "flagged_fraction",
-			 r->flagged_fraction, "last_to_enter_fraction", r->last_fraction, "missing",
-			 (json_int_t)r->missing, "straggler", r->straggler, "persistence",
-			 verdict ? json_string(verdict) : json_null());
+	if (n < *cap)
+		return 0;
+	size_t next = *cap ? *cap * 2 : 64;
+	void *grown = realloc(*arr, next * size);
+	if (!grown)
+		return -ENOMEM;
+	*arr = grown;
+	*cap = next;
+	return 0;
 }
+
 
 static int by_excess_desc(const void *a, const void *b)
 {
@@ -203,35 +204,45 @@ static int by_excess_desc(const void *a, const void *b)
 
 /* Adds (or merges into) the job-level entry of a straggling rank; returns 1 when the entry is
  * new (the caller diagnoses it), 0 when merged, or -ENOMEM. */
-static int strag_job_add(json_t *list, const struct strag_group *g, const struct straggler_rank *r)
+static int strag_job_add(struct straggler_report *rep, size_t *cap, const struct strag_group *g,
+			 const struct straggler_rank *r)
 {
-	size_t i;
-	json_t *e;
+	struct straggler_entry *e;
+	uint64_t *comms;
 
-	json_array_foreach(list, i, e) {
-		if (json_integer_value(json_object_get(e, "rank")) == r->rank &&
-		    json_integer_value(json_object_get(e, "pid")) == (json_int_t)g->pid[r->rank]) {
-			json_array_append_new(json_object_get(e, "communicators"), render_json_key(g->key));
-			if (r->persistent)
-				json_object_set_new(e, "persistence", json_string("persistent"));
-			if (r->excess_ns / 1e6 > json_number_value(json_object_get(e, "max_excess_ms")))
-				json_object_set_new(e, "max_excess_ms", json_real(r->excess_ns / 1e6));
-			return 0;
-		}
+	for (size_t i = 0; i < rep->nstragglers; i++) {
+		e = &rep->stragglers[i];
+		if (e->rank != r->rank || e->pid != g->pid[r->rank])
+			continue;
+		if (!(comms = realloc(e->communicators, (e->ncommunicators + 1) * sizeof(*comms))))
+			return -ENOMEM;
+		e->communicators = comms;
+		e->communicators[e->ncommunicators++] = g->key;
+		if (r->persistent)
+			e->persistent = true;
+		if (r->excess_ns / 1e6 > e->max_excess_ms)
+			e->max_excess_ms = r->excess_ns / 1e6;
+		return 0;
 	}
-	e = json_pack("{s:i,s:I,s:s,s:[o],s:s,s:f}", "rank", r->rank, "pid",
-		      (json_int_t)g->pid[r->rank], "hostname", g->host[r->rank] ? g->host[r->rank] : "",
-		      "communicators", render_json_key(g->key), "persistence",
-		      r->persistent ? "persistent" : "intermittent", "max_excess_ms", r->excess_ns / 1e6);
-	return e && !json_array_append_new(list, e) ? 1 : -ENOMEM;
+	if (grow((void **)&rep->stragglers, cap, rep->nstragglers, sizeof(*rep->stragglers)))
+		return -ENOMEM;
+	e = &rep->stragglers[rep->nstragglers];
+	*e = (struct straggler_entry){ .rank = r->rank, .pid = g->pid[r->rank],
+				       .hostname = strdup(g->host[r->rank] ? g->host[r->rank] : ""),
+				       .communicators = malloc(sizeof(uint64_t)),
+				       .ncommunicators = 1, .persistent = r->persistent,
+				       .max_excess_ms = r->excess_ns / 1e6 };
+	rep->nstragglers++;
+	if (!e->hostname || !e->communicators)
+		return -ENOMEM;
+	e->communicators[0] = g->key;
+	return 1;
 }
 
 
 /* ---- layered diagnosis of a straggler (GPU, then CPU; server/analysis/layers.h) ---------- */
 
 #define DIAGNOSE_MAX_STRAGGLERS 4
-#define DIAGNOSE_TOP 5
-#define DIAGNOSE_TOP_STACKS 3
 
 struct gk_row {
 	int32_t rank;
@@ -311,19 +322,17 @@ static int launch_stack_cmp(const void *a, const void *b)
 
 	return x->ns < y->ns ? 1 : x->ns > y->ns ? -1 : 0;
 }
-
 /* The straggler's launching stacks of kernel `name` holding the most of its GPU time, from
- * the gpu-time folded text: [{stack, gpu_ns, share}], most first (an empty list when the
- * kernel's launches were not traced). */
-static json_t *launch_stacks_of(const struct byte_buf *folded, const char *name)
+ * the gpu-time folded text, most first (none when the kernel's launches were not traced). */
+static int launch_stacks_of(const struct byte_buf *folded, const char *name,
+			    struct diagnosis_kernel *out)
 {
-	struct launch_stack top[DIAGNOSE_TOP_STACKS + 1];
+	struct launch_stack top[DIAGNOSIS_TOP_STACKS + 1];
 	const char *p = (const char *)folded->data, *end = p + folded->len;
 	size_t n = 0, name_len = strlen(name);
 	uint64_t total = 0;
-	json_t *out = json_array();
 
-	while (out && p && p < end) {
+	while (p && p < end) {
 		const char *eol = memchr(p, '\n', (size_t)(end - p)), *space, *leaf;
 		size_t len = eol ? (size_t)(eol - p) : (size_t)(end - p);
 		char *tail;
@@ -343,37 +352,44 @@ static json_t *launch_stacks_of(const struct byte_buf *folded, const char *name)
 			if (!unlaunched && (tail == p + len || *tail == '\n')) {
 				top[n] = (struct launch_stack){ p, stack_len, ns };
 				total += ns;
-				if (++n > DIAGNOSE_TOP_STACKS) {
+				if (++n > DIAGNOSIS_TOP_STACKS) {
 					qsort(top, n, sizeof(*top), launch_stack_cmp);
-					n = DIAGNOSE_TOP_STACKS;
+					n = DIAGNOSIS_TOP_STACKS;
 				}
 			}
 		}
 		p = eol ? eol + 1 : NULL;
 	}
 	qsort(top, n, sizeof(*top), launch_stack_cmp);
-	for (size_t i = 0; out && i < n; i++)
-		json_array_append_new(out, json_pack("{s:s%,s:I,s:f}", "stack", top[i].stack,
-						     top[i].stack_len, "gpu_ns", (json_int_t)top[i].ns,
-						     "share", total ? (double)top[i].ns / (double)total
-								    : 0.0));
-	return out;
+	for (size_t i = 0; i < n; i++) {
+		struct diagnosis_launch_stack *ls = &out->stacks[out->nstacks];
+		/* The text is not NUL-terminated: copy, do not strndup (which may read on). */
+		if (!(ls->stack = malloc(top[i].stack_len + 1)))
+			return -ENOMEM;
+		memcpy(ls->stack, top[i].stack, top[i].stack_len);
+		ls->stack[top[i].stack_len] = '\0';
+		ls->gpu_ns = top[i].ns;
+		ls->share = total ? (double)top[i].ns / (double)total : 0.0;
+		out->nstacks++;
+	}
+	return 0;
 }
 
 /* The GPU layer: the straggler's kernels against the healthy ranks' medians, each with the
  * launching stacks that hold most of its GPU time on the straggler. */
-static json_t *diagnose_gpu(const struct diagnosis_ctx *ctx, const struct store_sample_filter *range,
-			    const struct gk_rows *k, const struct strag_group *g,
-			    const struct straggler_rank *ranks, int32_t s, double threshold,
-			    enum gpu_verdict *verdict, double *slowdown)
+static void diagnose_gpu(const struct diagnosis_ctx *ctx, const struct store_sample_filter *range,
+			 const struct gk_rows *k, const struct strag_group *g,
+			 const struct straggler_rank *ranks, int32_t s, double threshold,
+			 struct diagnosis_gpu *out)
 {
 	struct byte_buf folded = { 0 };
 	struct kernel_cmp *cmp = calloc(k->n + 1, sizeof(*cmp));
 	double *means = calloc((size_t)g->nranks + 1, sizeof(*means));
-	json_t *kernels = json_array(), *out = NULL;
 	size_t n = 0;
 
-	if (!cmp || !means || !kernels)
+	out->verdict = GPU_NO_DATA;
+	out->slowdown = 1;
+	if (!cmp || !means)
 		goto cleanup;
 	for (size_t i = 0; i < k->n; i++) {
 		const struct gk_row *r = &k->rows[i];
@@ -403,7 +419,7 @@ static json_t *diagnose_gpu(const struct diagnosis_ctx *ctx, const struct store_
 		cmp[n].healthy_ns = layers_median(means, nh);
 		n++;
 	}
-	*verdict = layers_gpu_classify(cmp, n, threshold, slowdown);
+	out->verdict = layers_gpu_classify(cmp, n, threshold, &out->slowdown);
 	qsort(cmp, n, sizeof(*cmp), kcmp_by_excess);
 	if (n && ctx->gpu_time_folded) {
 		struct store_sample_filter f = *range;
@@ -412,44 +428,58 @@ static json_t *diagnose_gpu(const struct diagnosis_ctx *ctx, const struct store_
 		if (ctx->gpu_time_folded(ctx->diff_arg, &f, API_DEFAULT_STACK_LIMIT, &folded))
 			byte_buf_free(&folded); /* the kernels without their stacks */
 	}
-	for (size_t i = 0; i < n && i < DIAGNOSE_TOP; i++)
-		json_array_append_new(kernels,
-				      json_pack("{s:s,s:I,s:f,s:f,s:f,s:o}", "name", cmp[i].name, "count",
-						(json_int_t)cmp[i].count, "mean_ns", cmp[i].mean_ns,
-						"healthy_median_ns", cmp[i].healthy_ns, "ratio",
-						cmp[i].mean_ns / cmp[i].healthy_ns, "launch_stacks",
-						launch_stacks_of(&folded, cmp[i].name)));
-	out = json_pack("{s:s,s:f,s:O}", "verdict", layers_gpu_verdict_name(*verdict), "slowdown",
-			*slowdown, "kernels", kernels);
+	for (size_t i = 0; i < n && i < DIAGNOSIS_TOP; i++) {
+		struct diagnosis_kernel *kr = &out->kernels[out->nkernels];
+		if (!(kr->name = strdup(cmp[i].name)))
+			goto cleanup;
+		out->nkernels++;
+		kr->count = cmp[i].count;
+		kr->mean_ns = cmp[i].mean_ns;
+		kr->healthy_ns = cmp[i].healthy_ns;
+		if (launch_stacks_of(&folded, cmp[i].name, kr))
+			goto cleanup;
+	}
+	out->present = true;
 cleanup:
 	byte_buf_free(&folded);
-	json_decref(kernels);
 	free(cmp);
 	free(means);
-	return out;
 }
 
-/* The CPU layer: functions on more of the straggler's stacks than of healthy rank `h`'s. */
-static json_t *diagnose_cpu(const struct diagnosis_ctx *ctx, const struct store_sample_filter *range,
-			    int32_t s, int32_t h, double *top_pp, char **top_fn)
+/* The CPU layer: functions on more of the straggler's stacks than of healthy rank `h`'s. The
+ * two ranks' profiles (the profile service's folded text) side by side as a typed diff. */
+static void diagnose_cpu(const struct diagnosis_ctx *ctx, const struct store_sample_filter *range,
+			 int32_t s, int32_t h, double *top_pp, char **top_fn, struct diagnosis_cpu *out)
 {
-	struct byte_buf text = { 0 };
+	const int32_t side_rank[2] = { h, s };
+	struct byte_buf text[2] = { { 0 }, { 0 } };
+	struct folded_diff diff = { 0 };
 	struct cpu_delta *d = NULL;
 	struct cpu_stack *stacks = NULL;
-	json_t *fns = json_array(), *stack_list = json_array(), *out = NULL;
 	uint64_t totals[2] = { 0, 0 };
-	bool enough;
 	int n = 0, nstacks = 0;
 
 	*top_pp = 0;
 	*top_fn = NULL;
-	if (!fns || !stack_list || ctx->diff_folded(ctx->diff_arg, range, h, s, API_DEFAULT_STACK_LIMIT, &text))
+	for (int side = 0; side < 2; side++) {
+		struct store_sample_filter f = *range;
+		f.has_rank = true;
+		f.rank = side_rank[side];
+		if (ctx->folded(ctx->diff_arg, &f, API_DEFAULT_STACK_LIMIT, &text[side]))
+			goto cleanup;
+	}
+	if (folded_diff_build(&text[0], &text[1], &diff))
 		goto cleanup;
-	if ((n = layers_cpu_deltas((const char *)text.data, text.len, &d, totals)) < 0)
+	if ((n = layers_cpu_diff_deltas(&diff, &d, totals)) < 0)
 		goto cleanup;
+	out->compared_with_rank = h;
+	out->straggler_samples = totals[1];
+	out->healthy_samples = totals[0];
 	/* Too few samples on a side and one sample is many percentage points: no verdict. */
-	enough = totals[0] >= LAYERS_CPU_MIN_SAMPLES && totals[1] >= LAYERS_CPU_MIN_SAMPLES;
-	for (int i = 0; enough && i < n && i < DIAGNOSE_TOP; i++) {
+	out->enough_samples = totals[0] >= LAYERS_CPU_MIN_SAMPLES &&
+			      totals[1] >= LAYERS_CPU_MIN_SAMPLES;
+	for (int i = 0; out->enough_samples && i < n && i < DIAGNOSIS_TOP; i++) {
+		struct diagnosis_cpu_function *fn = &out->functions[out->nfunctions];
 		double pp = 100 * (d[i].b_fraction - d[i].a_fraction);
 		double z = layers_cpu_z(d[i].a_fraction, d[i].b_fraction, totals[0], totals[1]);
 		if (pp <= 0)
@@ -459,35 +489,34 @@ static json_t *diagnose_cpu(const struct diagnosis_ctx *ctx, const struct store_
 			*top_pp = pp;
 			*top_fn = strdup(d[i].name);
 		}
-		json_array_append_new(fns, json_pack("{s:s,s:f,s:f,s:f,s:o}", "function", d[i].name,
-						     "straggler_pct", 100 * d[i].b_fraction,
-						     "healthy_pct", 100 * d[i].a_fraction,
-						     "delta_pp", pp, "z",
-						     isfinite(z) ? json_real(z) : json_null()));
+		if (!(fn->function = strdup(d[i].name)))
+			goto cleanup;
+		fn->healthy_fraction = d[i].a_fraction;
+		fn->straggler_fraction = d[i].b_fraction;
+		fn->z = z;
+		out->nfunctions++;
 	}
 	/* The full stacks through the top function, most of the difference first. */
-	if (*top_fn && (nstacks = layers_cpu_stacks((const char *)text.data, text.len, *top_fn,
-						    totals, DIAGNOSE_TOP_STACKS, &stacks)) > 0)
-		for (int i = 0; i < nstacks; i++)
-			json_array_append_new(stack_list,
-					      json_pack("{s:s,s:f,s:f}", "stack", stacks[i].stack,
-							"straggler_pct", 100 * stacks[i].b_fraction,
-							"healthy_pct", 100 * stacks[i].a_fraction));
-	out = json_pack("{s:i,s:I,s:I,s:b,s:O,s:O}", "compared_with_rank", h, "straggler_samples",
-			(json_int_t)totals[1], "healthy_samples", (json_int_t)totals[0],
-			"enough_samples", enough, "functions", fns, "top_stacks", stack_list);
+	if (*top_fn && (nstacks = layers_cpu_diff_stacks(&diff, *top_fn, totals,
+							 DIAGNOSIS_TOP_STACKS, &stacks)) > 0)
+		for (int i = 0; i < nstacks; i++) {
+			struct diagnosis_cpu_stack *st = &out->stacks[out->nstacks++];
+			st->stack = stacks[i].stack;
+			stacks[i].stack = NULL;
+			st->healthy_fraction = stacks[i].a_fraction;
+			st->straggler_fraction = stacks[i].b_fraction;
+		}
+	out->present = true;
 cleanup:
 	layers_cpu_stacks_free(stacks, nstacks > 0 ? nstacks : 0);
-	json_decref(stack_list);
 	layers_cpu_deltas_free(d, n > 0 ? n : 0);
-	byte_buf_free(&text);
-	json_decref(fns);
-	return out;
+	folded_diff_free(&diff);
+	byte_buf_free(&text[0]);
+	byte_buf_free(&text[1]);
 }
 
 /* ---- the OS layer: the straggler's threads and CPUs against the healthy ranks' ----------- */
 
-#define DIAGNOSE_TOP_IRQS 5
 
 /* One rank's OS signals summed over its processes' threads. */
 struct os_rank {
@@ -521,19 +550,6 @@ struct os_rows {
 	size_t nirqs, cap_irqs;
 	bool loaded, truncated;
 };
-
-static int grow(void **arr, size_t *cap, size_t n, size_t size)
-{
-	if (n < *cap)
-		return 0;
-	size_t next = *cap ? *cap * 2 : 64;
-	void *grown = realloc(*arr, next * size);
-	if (!grown)
-		return -ENOMEM;
-	*arr = grown;
-	*cap = next;
-	return 0;
-}
 
 static int os_thread_take(void *arg, const struct store_os_thread_row *r)
 {
@@ -643,7 +659,6 @@ static bool cpu_in(const uint64_t *mask, uint32_t cpu)
 	return cpu < 64 * SYSOM_CPU_MASK_WORDS && (mask[cpu / 64] >> (cpu % 64)) & 1;
 }
 
-enum os_sig { OS_RUNQ, OS_IRQ_TIME, OS_INVOL, OS_NUMA, OS_PAGES, OS_NSIG };
 
 /* The rank's signal rates per second on a CPU. */
 static void os_rates(const struct os_rank *k, double out[OS_NSIG])
@@ -671,16 +686,15 @@ static double os_runq_p99_us(const struct os_rank *k)
 	}
 	return 0;
 }
-
 /*
  * The OS layer for straggler `s`: its signal rates against the healthy ranks' medians, the
- * interrupt lines and softirq vectors on the CPUs its threads ran on. *top gets the most
- * implicated signal (index into `sig`) or -1, `cpus_text` the CPUs, *top_irq its busiest IRQ line.
+ * interrupt lines and softirq vectors on the CPUs its threads ran on. out->top gets the most
+ * implicated signal or -1, *top_irq its busiest IRQ line.
  */
-static json_t *diagnose_os(const struct diagnosis_ctx *ctx, const struct store_sample_filter *range,
-			   struct os_rows *o, const struct strag_group *g,
-			   const struct straggler_rank *ranks, int32_t s, struct os_signal_cmp *sig,
-			   int *top, char *cpus_text, size_t cpus_len, const struct os_irq **top_irq)
+static void diagnose_os(const struct diagnosis_ctx *ctx, const struct store_sample_filter *range,
+			struct os_rows *o, const struct strag_group *g,
+			const struct straggler_rank *ranks, int32_t s, struct diagnosis_os *out,
+			const struct os_irq **top_irq)
 {
 	static const char *const names[OS_NSIG] = { "run-queue wait", "interrupt time",
 						     "involuntary switches", "NUMA migrations",
@@ -694,24 +708,25 @@ static json_t *diagnose_os(const struct diagnosis_ctx *ctx, const struct store_s
 	static const double floors[OS_NSIG] = { 20, 20, 0, 1, 1000 };
 	double mine[OS_NSIG], rates[OS_NSIG], *healthy = NULL;
 	const struct os_rank *k;
-	json_t *signals = NULL, *irqs = NULL, *softirqs = NULL, *out = NULL;
-	size_t nh = 0, used = 0;
+	size_t nh = 0, used = 0, load_cap = 0;
 
-	*top = -1;
+	out->state = DIAGNOSIS_OS_ABSENT;
+	out->top = -1;
 	*top_irq = NULL;
-	cpus_text[0] = '\0';
+	out->cpus[0] = '\0';
 	if (!o->loaded) {
 		struct store_os_filter f = { .job = range->job, .from_ms = range->from_ms,
 					     .to_ms = range->to_ms };
 		struct store_os_visitor v = { os_thread_take, os_cpu_take, os_irq_take, o };
 		o->loaded = true;
 		if (store_job_os(ctx->store, &f, API_MAX_GPU_ROWS, &v, &o->truncated))
-			return NULL;
+			return;
 	}
-	if (!(k = os_rank_of(o, s)) || k->oncpu_ns == 0)
-		return json_pack("{s:s}", "verdict", "no-data");
-	if (!(healthy = calloc((size_t)g->nranks + 1, sizeof(*healthy))) ||
-	    !(signals = json_array()) || !(irqs = json_array()) || !(softirqs = json_array()))
+	if (!(k = os_rank_of(o, s)) || k->oncpu_ns == 0) {
+		out->state = DIAGNOSIS_OS_NO_DATA;
+		return;
+	}
+	if (!(healthy = calloc((size_t)g->nranks + 1, sizeof(*healthy))))
 		goto cleanup;
 	os_rates(k, mine);
 	for (int i = 0; i < OS_NSIG; i++) {
@@ -723,24 +738,16 @@ static json_t *diagnose_os(const struct diagnosis_ctx *ctx, const struct store_s
 			os_rates(hk, rates);
 			healthy[nh++] = rates[i];
 		}
-		sig[i] = (struct os_signal_cmp){ names[i], units[i], mine[i],
-						 layers_median(healthy, nh), floors[i], false };
+		out->signals[i] = (struct os_signal_cmp){ names[i], units[i], mine[i],
+							  layers_median(healthy, nh), floors[i], false };
 	}
-	*top = layers_os_classify(sig, OS_NSIG, LAYERS_OS_FACTOR);
-	for (int i = 0; i < OS_NSIG; i++)
-		json_array_append_new(signals,
-				      json_pack("{s:s,s:s,s:f,s:o,s:b}", "signal", sig[i].name, "unit",
-						sig[i].unit, "straggler", sig[i].straggler,
-						"healthy_median", isnan(sig[i].healthy)
-									  ? json_null()
-									  : json_real(sig[i].healthy),
-						"implicated", sig[i].implicated));
+	out->top = layers_os_classify(out->signals, OS_NSIG, LAYERS_OS_FACTOR);
 	/* The CPUs its threads ran on, with what interrupted them. */
 	for (uint32_t c = 0; c < 64 * SYSOM_CPU_MASK_WORDS; c++) {
 		if (!cpu_in(k->cpus, c))
 			continue;
-		int n = snprintf(cpus_text + used, cpus_len - used, "%s%u", used ? "," : "", c);
-		if (n < 0 || (size_t)n >= cpus_len - used)
+		int n = snprintf(out->cpus + used, sizeof(out->cpus) - used, "%s%u", used ? "," : "", c);
+		if (n < 0 || (size_t)n >= sizeof(out->cpus) - used)
 			break;
 		used += (size_t)n;
 	}
@@ -749,23 +756,25 @@ static json_t *diagnose_os(const struct diagnosis_ctx *ctx, const struct store_s
 		double secs = (double)c->window_ms / 1e3;
 		if (strcmp(c->hostname, k->hostname) || !cpu_in(k->cpus, c->cpu) || secs <= 0)
 			continue;
-		json_t *vec = json_object();
-		for (int v = 0; vec && v < SYSOM_SOFTIRQ_COUNT; v++)
-			if (c->softirq_count[v])
-				json_object_set_new(vec, sysom_softirq_name((uint32_t)v),
-						    json_pack("{s:f,s:f}", "per_s",
-							      (double)c->softirq_count[v] / secs,
-							      "ms_per_s",
-							      (double)c->softirq_ns[v] / 1e6 / secs));
-		json_array_append_new(softirqs,
-				      json_pack("{s:i,s:f,s:f,s:f,s:o}", "cpu", (int)c->cpu, "busy_pct",
-						(double)c->busy_ns / 1e7 / secs, "hardirq_ms_per_s",
-						(double)c->hardirq_ns / 1e6 / secs, "hardirq_per_s",
-						(double)c->hardirq_count / secs, "softirqs",
-						vec ? vec : json_null()));
+		if (grow((void **)&out->cpu_load, &load_cap, out->ncpu_load, sizeof(*out->cpu_load)))
+			goto cleanup;
+		struct diagnosis_os_cpu *l = &out->cpu_load[out->ncpu_load++];
+		memset(l, 0, sizeof(*l));
+		l->cpu = c->cpu;
+		l->busy_pct = (double)c->busy_ns / 1e7 / secs;
+		l->hardirq_ms_per_s = (double)c->hardirq_ns / 1e6 / secs;
+		l->hardirq_per_s = (double)c->hardirq_count / secs;
+		l->softirqs_present = true;
+		for (int v = 0; v < SYSOM_SOFTIRQ_COUNT; v++)
+			if (c->softirq_count[v]) {
+				l->softirq[v].present = true;
+				l->softirq[v].per_s = (double)c->softirq_count[v] / secs;
+				l->softirq[v].ms_per_s = (double)c->softirq_ns[v] / 1e6 / secs;
+			}
 	}
-	for (size_t i = 0; i < o->nirqs && json_array_size(irqs) < DIAGNOSE_TOP_IRQS; i++) {
+	for (size_t i = 0; i < o->nirqs && out->nirqs < DIAGNOSIS_TOP_IRQS; i++) {
 		const struct os_irq *q = &o->irqs[i]; /* largest time first */
+		struct diagnosis_os_irq *r = &out->irqs[out->nirqs];
 		double secs;
 		if (strcmp(q->hostname, k->hostname) || !cpu_in(k->cpus, q->cpu))
 			continue;
@@ -773,40 +782,37 @@ static json_t *diagnose_os(const struct diagnosis_ctx *ctx, const struct store_s
 			continue;
 		if (!*top_irq)
 			*top_irq = q;
-		json_array_append_new(irqs, json_pack("{s:i,s:s,s:i,s:f,s:f}", "irq", (int)q->irq,
-						      "name", q->name, "cpu", (int)q->cpu, "per_s",
-						      (double)q->count / secs, "ms_per_s",
-						      (double)q->ns / 1e6 / secs));
+		if (!(r->name = strdup(q->name)))
+			goto cleanup;
+		r->irq = q->irq;
+		r->cpu = q->cpu;
+		r->per_s = (double)q->count / secs;
+		r->ms_per_s = (double)q->ns / 1e6 / secs;
+		out->nirqs++;
 	}
-	out = json_pack("{s:s,s:s,s:f,s:I,s:I,s:O,s:O,s:O,s:b}", "verdict",
-			*top >= 0 ? "implicated" : "normal", "cpus", cpus_text, "runq_p99_us",
-			os_runq_p99_us(k), "oncpu_ms", (json_int_t)(k->oncpu_ns / 1000000),
-			"runq_waits", (json_int_t)k->runq_waits, "signals", signals, "cpu_load",
-			softirqs, "irqs", irqs, "truncated", o->truncated);
+	out->runq_p99_us = os_runq_p99_us(k);
+	out->oncpu_ms = k->oncpu_ns / 1000000;
+	out->runq_waits = k->runq_waits;
+	out->truncated = o->truncated;
+	out->state = DIAGNOSIS_OS_EVALUATED;
 cleanup:
 	free(healthy);
-	json_decref(signals);
-	json_decref(irqs);
-	json_decref(softirqs);
-	return out;
 }
 
-/* The layered verdict for straggler `s` of group `g` (ranks by rank index). */
-static json_t *diagnose(const struct diagnosis_ctx *ctx, const struct diagnosis_params *p,
-			const struct store_sample_filter *range,
-			struct gk_rows *k, struct os_rows *osr, const struct strag_group *g,
-			const struct straggler_rank *ranks, int32_t s)
+static struct diagnosis *diagnose(const struct diagnosis_ctx *ctx, const struct diagnosis_params *p,
+				   const struct store_sample_filter *range, struct gk_rows *k,
+				   struct os_rows *osr, const struct strag_group *g,
+				   const struct straggler_rank *ranks, int32_t s)
 {
-	enum gpu_verdict gv = GPU_NO_DATA;
-	double slowdown = 1, top_pp = 0, best = HUGE_VAL;
-	char *top_fn = NULL, summary[512], action[512];
-	const char *layer = "unknown";
+	enum gpu_verdict gv;
+	double slowdown, top_pp = 0, best = HUGE_VAL;
+	char *top_fn = NULL;
 	int32_t healthy = -1;
-	json_t *gpu, *cpu = json_null(), *out, *os;
-	struct os_signal_cmp sig[OS_NSIG];
 	const struct os_irq *top_irq = NULL;
-	char cpus[256];
-	int os_top = -1;
+	struct diagnosis *d;
+	char *summary, *action, *cpus;
+	const struct os_signal_cmp *sig;
+	int os_top;
 
 	if (!k->loaded) {
 		struct store_gpu_filter f = { .job = range->job, .from_ms = range->from_ms,
@@ -817,7 +823,16 @@ static json_t *diagnose(const struct diagnosis_ctx *ctx, const struct diagnosis_
 		if (store_job_gpu(ctx->store, &f, API_MAX_GPU_ROWS, &v, &truncated))
 			return NULL;
 	}
-	gpu = diagnose_gpu(ctx, range, k, g, ranks, s, p->gpu_threshold, &gv, &slowdown);
+	if (!(d = calloc(1, sizeof(*d))))
+		return NULL;
+	summary = d->summary;
+	action = d->action;
+	cpus = d->os.cpus;
+	sig = d->os.signals;
+	d->layer = DIAGNOSIS_LAYER_UNKNOWN;
+	diagnose_gpu(ctx, range, k, g, ranks, s, p->gpu_threshold, &d->gpu);
+	gv = d->gpu.verdict;
+	slowdown = d->gpu.slowdown;
 	/* The healthy rank to compare CPU profiles with: the most typical one. */
 	for (int32_t r = 0; r < g->nranks; r++)
 		if (r != s && !ranks[r].straggler && fabs(ranks[r].excess_ns) < best) {
@@ -825,37 +840,38 @@ static json_t *diagnose(const struct diagnosis_ctx *ctx, const struct diagnosis_
 			healthy = r;
 		}
 	if (healthy >= 0)
-		cpu = diagnose_cpu(ctx, range, s, healthy, &top_pp, &top_fn);
-	os = diagnose_os(ctx, range, osr, g, ranks, s, sig, &os_top, cpus, sizeof(cpus), &top_irq);
+		diagnose_cpu(ctx, range, s, healthy, &top_pp, &top_fn, &d->cpu);
+	diagnose_os(ctx, range, osr, g, ranks, s, &d->os, &top_irq);
+	os_top = d->os.top;
 	if (gv == GPU_UNIFORM) {
-		layer = "gpu";
-		snprintf(summary, sizeof(summary),
+		d->layer = DIAGNOSIS_LAYER_GPU;
+		snprintf(summary, sizeof(d->summary),
 			 "every kernel runs %.2fx slower on rank %d than on the healthy ranks: a uniform "
 			 "GPU slowdown, hardware suspected", slowdown, s);
-		snprintf(action, sizeof(action),
+		snprintf(action, sizeof(d->action),
 			 "check the GPU of rank %d: clocks and throttle reasons, temperature, power, ECC "
 			 "(nvidia-smi -q -d PERFORMANCE,CLOCK,TEMPERATURE,POWER,ECC)", s);
 	} else if (gv == GPU_KERNEL_SPECIFIC || gv == GPU_ONE_KERNEL) {
-		layer = "gpu";
-		snprintf(summary, sizeof(summary),
+		d->layer = DIAGNOSIS_LAYER_GPU;
+		snprintf(summary, sizeof(d->summary),
 			 "GPU time %.2fx the healthy ranks' on rank %d, concentrated in specific kernels "
 			 "(software suspected)", slowdown, s);
-		snprintf(action, sizeof(action),
+		snprintf(action, sizeof(d->action),
 			 "look at the slower kernels' inputs on rank %d (shapes, data skew) and their "
 			 "implementation", s);
 	} else if (top_fn && top_pp >= p->cpu_min_pp) {
-		layer = "cpu";
-		snprintf(summary, sizeof(summary),
+		d->layer = DIAGNOSIS_LAYER_CPU;
+		snprintf(summary, sizeof(d->summary),
 			 "%s is on %.1f percentage points more of rank %d's CPU samples than of rank "
 			 "%d's; the GPU layer is normal", top_fn, top_pp, s, healthy);
-		snprintf(action, sizeof(action),
+		snprintf(action, sizeof(d->action),
 			 "find what makes rank %d run %s more (its input data, logging, checkpointing, "
 			 "garbage collection); the diff: sysomctl diff --a %d --b %d", s, top_fn, healthy, s);
 	} else if (os_top >= 0) {
 		const struct os_signal_cmp *t = &sig[os_top];
-		layer = "os";
+		d->layer = DIAGNOSIS_LAYER_OS;
 		if (os_top == OS_IRQ_TIME && top_irq)
-			snprintf(summary, sizeof(summary),
+			snprintf(summary, sizeof(d->summary),
 				 "rank %d's threads lose %.1f ms per CPU-second to interrupts (healthy "
 				 "ranks: %.1f); IRQ %u (%s) takes %.1f ms/s on its CPU %u; GPU and CPU "
 				 "profiles are normal", s, t->straggler, t->healthy, top_irq->irq,
@@ -864,53 +880,52 @@ static json_t *diagnose(const struct diagnosis_ctx *ctx, const struct diagnosis_
 					 fmax(1e-3, os_cpu_secs(osr, top_irq->hostname, top_irq->cpu)),
 				 top_irq->cpu);
 		else
-			snprintf(summary, sizeof(summary),
+			snprintf(summary, sizeof(d->summary),
 				 "%s on rank %d is %.1f %s against %.1f %s on the healthy ranks (CPUs %s); "
 				 "GPU and CPU profiles are normal", t->name, s, t->straggler, t->unit,
 				 t->healthy, t->unit, cpus[0] ? cpus : "?");
 		switch (os_top) {
 		case OS_IRQ_TIME:
 			if (top_irq)
-				snprintf(action, sizeof(action),
+				snprintf(action, sizeof(d->action),
 					 "move IRQ %u (%s) off CPU %u, where rank %d's threads run: write a "
 					 "mask without that CPU to /proc/irq/%u/smp_affinity (and exclude it "
 					 "from irqbalance), or pin the rank to other CPUs",
 					 top_irq->irq, top_irq->name, top_irq->cpu, s, top_irq->irq);
 			else
-				snprintf(action, sizeof(action),
+				snprintf(action, sizeof(d->action),
 					 "find the interrupt or softirq source on CPUs %s (/proc/interrupts, "
 					 "/proc/softirqs) and steer it away from rank %d's threads",
 					 cpus[0] ? cpus : "?", s);
 			break;
 		case OS_NUMA:
 		case OS_PAGES:
-			snprintf(action, sizeof(action),
+			snprintf(action, sizeof(d->action),
 				 "bind rank %d's CPUs and memory to its GPU's NUMA node (numactl "
 				 "--cpunodebind --membind) and keep NUMA balancing off for the job", s);
 			break;
 		default:
-			snprintf(action, sizeof(action),
+			snprintf(action, sizeof(d->action),
 				 "another task competes for CPUs %s with rank %d: find it (perf sched "
 				 "latency, pidstat -t -u 1, top -H on those CPUs), then give the training "
 				 "threads dedicated CPUs (cpuset, isolcpus) or move the neighbour away",
 				 cpus[0] ? cpus : "?", s);
 		}
 	} else {
-		snprintf(summary, sizeof(summary),
+		snprintf(summary, sizeof(d->summary),
 			 "rank %d is late but neither its GPU kernels, its CPU profile nor its OS signals "
 			 "(run-queue wait, interrupts, NUMA) differ from the healthy ranks'%s", s,
-			 os && json_is_object(os) && json_object_get(os, "signals")
+			 d->os.state == DIAGNOSIS_OS_EVALUATED
 				 ? "" : "; no OS signals were recorded for it");
-		snprintf(action, sizeof(action),
+		snprintf(action, sizeof(d->action),
 			 "compare rank %d's network path (NCCL links: sysomctl gpu --rank %d), its input "
 			 "pipeline and storage with a healthy rank's", s, s);
 	}
-	out = json_pack("{s:s,s:s,s:s,s:o,s:o,s:o}", "layer", layer, "summary", summary, "action",
-			action, "gpu", gpu ? gpu : json_null(), "cpu", cpu ? cpu : json_null(), "os",
-			os ? os : json_null());
 	free(top_fn);
-	return out;
+	return d;
 }
+
+
 
 
 static int i64_compare(const void *a, const void *b)
@@ -952,15 +967,9 @@ static int store_source(void *arg, const struct diagnosis_scope *scope, store_co
 	return store_collectives_list(arg, &f, API_MAX_STRAGGLER_INSTANCES, fn, fn_arg);
 }
 
-int diagnosis_stragglers(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
-			 const struct diagnosis_params *p, json_t **out)
-{
-	return diagnosis_stragglers_from(ctx, scope, p, store_source, ctx->store, out);
-}
-
-int diagnosis_stragglers_from(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
-			      const struct diagnosis_params *p, diagnosis_source_fn source,
-			      void *source_arg, json_t **out)
+int diagnosis_report_build(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
+			   const struct diagnosis_params *p, diagnosis_source_fn source,
+			   void *source_arg, struct straggler_report **out)
 {
 	struct strag_doc d = { 0 };
 	struct gk_rows gk = { 0 };
@@ -969,24 +978,33 @@ int diagnosis_stragglers_from(const struct diagnosis_ctx *ctx, const struct diag
 					     .to_ms = scope->to_ms };
 	int diagnosed = 0;
 	struct straggler_rank *ranks = NULL;
-	json_t *groups = NULL, *job_list = NULL;
+	struct straggler_report *rep = NULL;
+	size_t cap_stragglers = 0;
 	uint32_t best_instances = 0;
 	int32_t best_nranks = 0;
-	int64_t iteration_ns = 0;
 	int rc = 0;
 
 	*out = NULL;
+	if (!source) {
+		source = store_source;
+		source_arg = ctx->store;
+	}
 	d.window = p->sp.window;
 	if ((rc = source(source_arg, scope, strag_call, &d)))
 		goto cleanup;
 	strag_instance_end(&d);
-	if (!(groups = json_array()) || !(job_list = json_array())) {
+	if (!(rep = calloc(1, sizeof(*rep))) ||
+	    (d.ngroups && !(rep->groups = calloc(d.ngroups, sizeof(*rep->groups)))) ||
+	    (scope->job && !(rep->job = strdup(scope->job)))) {
 		rc = -ENOMEM;
 		goto cleanup;
 	}
+	rep->from_ms = scope->from_ms;
+	rep->to_ms = scope->to_ms;
+	rep->params = *p;
 	for (size_t i = 0; i < d.ngroups; i++) {
 		struct strag_group *g = &d.groups[i];
-		json_t *top, *names, *entry;
+		struct straggler_group_report *gr = &rep->groups[rep->ngroups++];
 		int found;
 
 		free(ranks);
@@ -998,73 +1016,144 @@ int diagnosis_stragglers_from(const struct diagnosis_ctx *ctx, const struct diag
 			rc = found;
 			goto cleanup;
 		}
-		if (!(names = json_array()) || !(top = json_array())) {
-			json_decref(names);
+		gr->comm = g->key;
+		gr->nranks = g->nranks;
+		gr->window = g->window;
+		if (!(gr->stragglers = calloc((size_t)found + 1, sizeof(*gr->stragglers)))) {
 			rc = -ENOMEM;
 			goto cleanup;
 		}
 		for (int32_t r = 0; r < g->nranks; r++) {
 			if (!ranks[r].straggler)
 				continue;
-			if (json_array_append_new(names, json_integer(r)) ||
-			    (rc = strag_job_add(job_list, g, &ranks[r])) < 0) {
-				rc = rc < 0 ? rc : -ENOMEM;
-				json_decref(names);
-				json_decref(top);
+			gr->stragglers[gr->nstragglers++] = r;
+			if ((rc = strag_job_add(rep, &cap_stragglers, g, &ranks[r])) < 0)
 				goto cleanup;
-			}
 			/* A new job-level straggler: which layer, with the evidence. */
 			if (rc == 1 && p->diagnose && diagnosed < DIAGNOSE_MAX_STRAGGLERS) {
-				json_t *e = json_array_get(job_list, json_array_size(job_list) - 1);
-				json_t *dg = diagnose(ctx, p, &range, &gk, &osr, g, ranks, r);
+				struct straggler_entry *e = &rep->stragglers[rep->nstragglers - 1];
+				e->diagnosis = diagnose(ctx, p, &range, &gk, &osr, g, ranks, r);
+				e->diagnosed = true;
 				diagnosed++;
-				json_object_set_new(e, "diagnosis", dg ? dg : json_null());
 			}
 			rc = 0;
 		}
 		qsort(ranks, (size_t)g->nranks, sizeof(*ranks), by_excess_desc);
-		for (int32_t r = 0; r < g->nranks && r < API_STRAGGLER_TOP_RANKS; r++)
-			json_array_append_new(top, strag_rank_json(g, &ranks[r]));
-		int64_t period = strag_period_ns(g);
-		uint32_t held = straggler_group_instances(g->g);
-
-		/* The job's iteration time: the period of its busiest group. */
-		if (held > best_instances || (held == best_instances && g->nranks > best_nranks)) {
-			best_instances = held;
-			best_nranks = g->nranks;
-			iteration_ns = period;
-		}
-		entry = json_pack("{s:o,s:i,s:I,s:I,s:I,s:f,s:o,s:o}", "comm", render_json_key(g->key),
-				  "nranks", g->nranks, "window", (json_int_t)g->window, "instances",
-				  (json_int_t)held, "incomplete",
-				  (json_int_t)straggler_group_incomplete(g->g), "period_ms",
-				  (double)period / 1e6, "stragglers", names, "ranks", top);
-		if (!entry || json_array_append_new(groups, entry)) {
+		size_t ntop = g->nranks < API_STRAGGLER_TOP_RANKS ? (size_t)g->nranks
+								  : (size_t)API_STRAGGLER_TOP_RANKS;
+		if (!(gr->top = calloc(ntop + 1, sizeof(*gr->top)))) {
 			rc = -ENOMEM;
 			goto cleanup;
 		}
+		for (size_t r = 0; r < ntop; r++) {
+			struct straggler_rank_report *t = &gr->top[gr->ntop++];
+			t->stats = ranks[r];
+			t->pid = g->pid[ranks[r].rank];
+			if (!(t->hostname = strdup(g->host[ranks[r].rank] ? g->host[ranks[r].rank] : ""))) {
+				rc = -ENOMEM;
+				goto cleanup;
+			}
+		}
+		gr->period_ns = strag_period_ns(g);
+		gr->instances = straggler_group_instances(g->g);
+		gr->incomplete = straggler_group_incomplete(g->g);
+		/* The job's iteration time: the period of its busiest group. */
+		if (gr->instances > best_instances ||
+		    (gr->instances == best_instances && g->nranks > best_nranks)) {
+			best_instances = gr->instances;
+			best_nranks = g->nranks;
+			rep->iteration_ns = gr->period_ns;
+		}
 	}
-	*out = json_pack("{s:o,s:o,s:o,s:{s:f,s:I,s:I,s:f,s:f,s:f},s:b,s:I,s:f,s:O,s:O}", "job",
-			 render_json_string(scope->job), "from",
-			 render_json_time(scope->from_ms * 1000000), "to",
-			 render_json_time(scope->to_ms * 1000000), "params", "k", p->sp.k, "window",
-			 (json_int_t)p->sp.window, "min_excess_ms",
-			 (json_int_t)(p->sp.min_excess_ns / 1000000), "persistent_fraction",
-			 p->sp.persistent_fraction, "gpu_threshold", p->gpu_threshold, "cpu_min_pp",
-			 p->cpu_min_pp, "truncated", d.instances > API_MAX_STRAGGLER_INSTANCES - 1,
-			 "skipped_instances", (json_int_t)d.skipped, "iteration_ms",
-			 (double)iteration_ns / 1e6, "stragglers", job_list,
-			 "communicators", groups);
-	if (!*out)
-		rc = -ENOMEM;
+	rep->truncated = d.instances > API_MAX_STRAGGLER_INSTANCES - 1;
+	rep->skipped_instances = d.skipped;
+	*out = rep;
+	rep = NULL;
 cleanup:
-	json_decref(groups);
-	json_decref(job_list);
+	straggler_report_free(rep);
 	free(ranks);
 	strag_doc_free(&d);
 	gk_free(&gk);
 	os_rows_free(&osr);
 	return rc;
+}
+
+int diagnosis_stragglers(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
+			 const struct diagnosis_params *p, json_t **out)
+{
+	return diagnosis_stragglers_from(ctx, scope, p, NULL, NULL, out);
+}
+
+int diagnosis_stragglers_from(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
+			      const struct diagnosis_params *p, diagnosis_source_fn source,
+			      void *source_arg, json_t **out)
+{
+	struct straggler_report *rep;
+	int rc;
+
+	*out = NULL;
+	if ((rc = diagnosis_report_build(ctx, scope, p, source, source_arg, &rep)))
+		return rc;
+	if (!(*out = diagnosis_report_json(rep)))
+		rc = -ENOMEM;
+	straggler_report_free(rep);
+	return rc;
+}
+
+/* ---- freeing the typed results (server/analysis/report.h) ---------------------------------- */
+
+const char *diagnosis_layer_name(enum diagnosis_layer l)
+{
+	switch (l) {
+	case DIAGNOSIS_LAYER_GPU:
+		return "gpu";
+	case DIAGNOSIS_LAYER_CPU:
+		return "cpu";
+	case DIAGNOSIS_LAYER_OS:
+		return "os";
+	default:
+		return "unknown";
+	}
+}
+
+void diagnosis_free(struct diagnosis *d)
+{
+	if (!d)
+		return;
+	for (size_t i = 0; i < d->gpu.nkernels; i++) {
+		for (size_t j = 0; j < d->gpu.kernels[i].nstacks; j++)
+			free(d->gpu.kernels[i].stacks[j].stack);
+		free(d->gpu.kernels[i].name);
+	}
+	for (size_t i = 0; i < d->cpu.nfunctions; i++)
+		free(d->cpu.functions[i].function);
+	for (size_t i = 0; i < d->cpu.nstacks; i++)
+		free(d->cpu.stacks[i].stack);
+	free(d->os.cpu_load);
+	for (size_t i = 0; i < d->os.nirqs; i++)
+		free(d->os.irqs[i].name);
+	free(d);
+}
+
+void straggler_report_free(struct straggler_report *r)
+{
+	if (!r)
+		return;
+	for (size_t i = 0; i < r->nstragglers; i++) {
+		free(r->stragglers[i].hostname);
+		free(r->stragglers[i].communicators);
+		diagnosis_free(r->stragglers[i].diagnosis);
+	}
+	for (size_t i = 0; i < r->ngroups; i++) {
+		for (size_t j = 0; j < r->groups[i].ntop; j++)
+			free(r->groups[i].top[j].hostname);
+		free(r->groups[i].top);
+		free(r->groups[i].stragglers);
+	}
+	free(r->stragglers);
+	free(r->groups);
+	free(r->job);
+	free(r);
 }
 
 /* ---- CPU waterline per communication group --------------------------------------------- */

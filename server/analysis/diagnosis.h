@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "common/bytes.h"
+#include "server/analysis/report.h"
 #include "server/analysis/settings.h"
 #include "server/analysis/straggler.h"
 #include "server/store/store.h"
@@ -24,8 +25,9 @@
 #define DIAGNOSIS_MIN_WINDOW 16 /* a group whose window the cell budget cuts below: skipped */
 
 
-/* What the analysis reads: the store, and symbolised CPU profiles: of two ranks as folded
- * "stack count_a count_b" lines (api_diff_folded), of a filter as "stack count" (api_folded). */
+/* What the analysis reads: the store, and symbolised CPU profiles of a filter as folded
+ * "stack count" lines (api_folded). `diff_folded` (two ranks side by side as text, the HTTP
+ * diff endpoint's) is not read by the analysis: it builds its typed diffs from `folded`. */
 struct diagnosis_ctx {
 	struct store *store;
 	int (*diff_folded)(void *arg, const struct store_sample_filter *range, int32_t a, int32_t b,
@@ -45,13 +47,6 @@ struct diagnosis_scope {
 	uint64_t comm;
 };
 
-/*
- * The stragglers of `scope` with their diagnoses as the JSON document documented in
- * docs/http-api.md (owned by the caller in *out). Returns 0 or a negative errno (store errors
- * as the store returns them).
- */
-int diagnosis_stragglers(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
-			 const struct diagnosis_params *p, json_t **out);
 
 /*
  * Where the collective calls come from: calls `fn` for every call of the instances to analyse,
@@ -60,6 +55,23 @@ int diagnosis_stragglers(const struct diagnosis_ctx *ctx, const struct diagnosis
  */
 typedef int (*diagnosis_source_fn)(void *arg, const struct diagnosis_scope *scope,
 				   store_collective_fn fn, void *fn_arg);
+
+/*
+ * The stragglers of `scope` with their layered diagnoses, typed (owned by the caller in *out:
+ * free with straggler_report_free), from the calls `source` gives (NULL: the store's latest
+ * instances). Returns 0 or a negative errno (store errors as the store returns them; what
+ * `source` returned, such as -ENOENT from live_source).
+ */
+int diagnosis_report_build(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
+			   const struct diagnosis_params *p, diagnosis_source_fn source,
+			   void *source_arg, struct straggler_report **out);
+
+/*
+ * The same rendered as the JSON document documented in docs/http-api.md (owned by the caller
+ * in *out), from the store's instances: what GET /api/v1/jobs/{job}/stragglers serves.
+ */
+int diagnosis_stragglers(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
+			 const struct diagnosis_params *p, json_t **out);
 
 /* The same over another source of calls (the monitor's in-memory instances). */
 int diagnosis_stragglers_from(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,

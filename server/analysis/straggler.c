@@ -25,6 +25,18 @@ void straggler_params_default(struct straggler_params *p)
 	p->persistent_fraction = STRAGGLER_DEFAULT_PERSISTENT;
 }
 
+const char *straggler_verdict_name(enum straggler_verdict v)
+{
+	switch (v) {
+	case STRAGGLER_PERSISTENT:
+		return "persistent";
+	case STRAGGLER_INTERMITTENT:
+		return "intermittent";
+	default:
+		return NULL;
+	}
+}
+
 int straggler_group_new(int32_t nranks, uint32_t window, struct straggler_group **out)
 {
 	struct straggler_group *g;
@@ -167,6 +179,8 @@ int straggler_group_analyse(const struct straggler_group *g, const struct stragg
 		out[r].straggler = n > 1 && exceeds(excess, sigma, p);
 		out[r].persistent = out[r].straggler &&
 				    out[r].flagged_fraction >= p->persistent_fraction;
+		out[r].verdict = !out[r].straggler ? STRAGGLER_NONE
+				 : out[r].persistent ? STRAGGLER_PERSISTENT : STRAGGLER_INTERMITTENT;
 		found += out[r].straggler;
 	}
 	free(m);

@@ -52,6 +52,16 @@ void straggler_group_add(struct straggler_group *g, const int64_t *entry_ns);
 /* An instance some rank never entered (it is not analysed; the missing ranks are counted). */
 void straggler_group_add_incomplete(struct straggler_group *g, const bool *present);
 
+/* What the analysis concludes about one rank. */
+enum straggler_verdict {
+	STRAGGLER_NONE,          /* not a straggler */
+	STRAGGLER_INTERMITTENT,  /* a straggler, flagged in fewer than persistent_fraction instances */
+	STRAGGLER_PERSISTENT,    /* a straggler in at least persistent_fraction of the instances */
+};
+
+/* "persistent", "intermittent", or NULL for STRAGGLER_NONE. */
+const char *straggler_verdict_name(enum straggler_verdict v);
+
 struct straggler_rank {
 	int32_t rank;
 	double mean_lateness_ns;  /* m_r */
@@ -61,6 +71,7 @@ struct straggler_rank {
 	double last_fraction;     /* instances where it entered last */
 	uint64_t missing;         /* incomplete instances it did not enter */
 	bool straggler, persistent;
+	enum straggler_verdict verdict; /* the same, as one value */
 };
 
 /* Instances held (<= window) and incomplete instances seen. */

@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The analysis's typed results as JSON (server/analysis/diagnosis_render.h). */
+#include "server/analysis/diagnosis_render.h"
+
+#include <math.h>
+
+#include "server/api/render.h"
+
+static json_t *real_or_null(double v)
+{
+	return isfinite(v) ? json_real(v) : json_null();
+}
+
+static json_t *gpu_json(const struct diagnosis_gpu *g)
+{
+	json_t *kernels = json_array(), *out;
+
+	if (!g->present || !kernels) {
+		json_decref(kernels);
+		return json_null();
+	}
+	for (size_t i = 0; i < g->nkernels; i++) {
+		const struct diagnosis_kernel *k = &g->kernels[i];
+		json_t *stacks = json_array();
+		for (size_t j = 0; stacks && j < k->nstacks; j++)
+			json_array_append_new(stacks, json_pack("{s:s,s:I,s:f}", "stack",
+								k->stacks[j].stack, "gpu_ns",
+								(json_int_t)k->stacks[j].gpu_ns,
+								"share", k->stacks[j].share));
+		json_array_append_new(kernels,
+				      json_pack("{s:s,s:I,s:f,s:f,s:f,s:o}", "name", k->name, "count",
+						(json_int_t)k->count, "mean_ns", k->mean_ns,
+						"healthy_median_ns", k->healthy_ns, "ratio",
+						k->mean_ns / k->healthy_ns, "launch_stacks", stacks));
+	}
+	out = json_pack("{s:s,s:f,s:o}", "verdict", layers_gpu_verdict_name(g->verdict), "slowdown",
+			g->slowdown, "kernels", kernels);
+	return out ? out : json_null();
+}
+
+static json_t *cpu_json(const struct diagnosis_cpu *c)
+{
+	json_t *fns = json_array(), *stacks = json_array(), *out;
+
+	if (!c->present || !fns || !stacks) {
+		json_decref(fns);
+		json_decref(stacks);
+		return json_null();
+	}
+	for (size_t i = 0; i < c->nfunctions; i++) {
+		const struct diagnosis_cpu_function *f = &c->functions[i];
+		json_array_append_new(fns, json_pack("{s:s,s:f,s:f,s:f,s:o}", "function", f->function,
+						     "straggler_pct", 100 * f->straggler_fraction,
+						     "healthy_pct", 100 * f->healthy_fraction,
+						     "delta_pp",
+						     100 * (f->straggler_fraction - f->healthy_fraction),
+						     "z", real_or_null(f->z)));
+	}
+	for (size_t i = 0; i < c->nstacks; i++)
+		json_array_append_new(stacks, json_pack("{s:s,s:f,s:f}", "stack", c->stacks[i].stack,
+							"straggler_pct",
+							100 * c->stacks[i].straggler_fraction,
+							"healthy_pct",
+							100 * c->stacks[i].healthy_fraction));
+	out = json_pack("{s:i,s:I,s:I,s:b,s:o,s:o}", "compared_with_rank", c->compared_with_rank,
+			"straggler_samples", (json_int_t)c->straggler_samples, "healthy_samples",
+			(json_int_t)c->healthy_samples, "enough_samples", c->enough_samples,
+			"functions", fns, "top_stacks", stacks);
+	return out ? out : json_null();
+}
+
+static json_t *os_json(const struct diagnosis_os *o)
+{
+	json_t *signals, *load, *irqs, *out;
+
+	if (o->state == DIAGNOSIS_OS_ABSENT)
+		return json_null();
+	if (o->state == DIAGNOSIS_OS_NO_DATA)
+		return json_pack("{s:s}", "verdict", "no-data");
+	signals = json_array();
+	load = json_array();
+	irqs = json_array();
+	for (int i = 0; signals && i < OS_NSIG; i++) {
+		const struct os_signal_cmp *s = &o->signals[i];
+		json_array_append_new(signals,
+				      json_pack("{s:s,s:s,s:f,s:o,s:b}", "signal", s->name, "unit",
+						s->unit, "straggler", s->straggler, "healthy_median",
+						isnan(s->healthy) ? json_null() : json_real(s->healthy),
+						"implicated", s->implicated));
+	}
+	for (size_t i = 0; load && i < o->ncpu_load; i++) {
+		const struct diagnosis_os_cpu *c = &o->cpu_load[i];
+		json_t *vec = c->softirqs_present ? json_object() : NULL;
+		for (int v = 0; vec && v < SYSOM_SOFTIRQ_COUNT; v++)
+			if (c->softirq[v].present)
+				json_object_set_new(vec, sysom_softirq_name((uint32_t)v),
+						    json_pack("{s:f,s:f}", "per_s", c->softirq[v].per_s,
+							      "ms_per_s", c->softirq[v].ms_per_s));
+		json_array_append_new(load, json_pack("{s:i,s:f,s:f,s:f,s:o}", "cpu", (int)c->cpu,
+						      "busy_pct", c->busy_pct, "hardirq_ms_per_s",
+						      c->hardirq_ms_per_s, "hardirq_per_s",
+						      c->hardirq_per_s, "softirqs",
+						      vec ? vec : json_null()));
+	}
+	for (size_t i = 0; irqs && i < o->nirqs; i++)
+		json_array_append_new(irqs, json_pack("{s:i,s:s,s:i,s:f,s:f}", "irq",
+						      (int)o->irqs[i].irq, "name", o->irqs[i].name,
+						      "cpu", (int)o->irqs[i].cpu, "per_s",
+						      o->irqs[i].per_s, "ms_per_s", o->irqs[i].ms_per_s));
+	if (!signals || !load || !irqs) {
+		json_decref(signals);
+		json_decref(load);
+		json_decref(irqs);
+		return json_null();
+	}
+	out = json_pack("{s:s,s:s,s:f,s:I,s:I,s:o,s:o,s:o,s:b}", "verdict",
+			o->top >= 0 ? "implicated" : "normal", "cpus", o->cpus, "runq_p99_us",
+			o->runq_p99_us, "oncpu_ms", (json_int_t)o->oncpu_ms, "runq_waits",
+			(json_int_t)o->runq_waits, "signals", signals, "cpu_load", load, "irqs", irqs,
+			"truncated", o->truncated);
+	return out ? out : json_null();
+}
+
+json_t *diagnosis_json(const struct diagnosis *d)
+{
+	return json_pack("{s:s,s:s,s:s,s:o,s:o,s:o}", "layer", diagnosis_layer_name(d->layer),
+			 "summary", d->summary, "action", d->action, "gpu", gpu_json(&d->gpu), "cpu",
+			 cpu_json(&d->cpu), "os", os_json(&d->os));
+}
+
+json_t *diagnosis_straggler_json(const struct straggler_entry *e)
+{
+	json_t *comms = json_array(), *out;
+
+	for (size_t i = 0; comms && i < e->ncommunicators; i++)
+		json_array_append_new(comms, render_json_key(e->communicators[i]));
+	out = json_pack("{s:i,s:I,s:s,s:o,s:s,s:f}", "rank", e->rank, "pid", (json_int_t)e->pid,
+			"hostname", e->hostname, "communicators", comms, "persistence",
+			straggler_verdict_name(e->persistent ? STRAGGLER_PERSISTENT
+							     : STRAGGLER_INTERMITTENT),
+			"max_excess_ms", e->max_excess_ms);
+	if (out && e->diagnosed) {
+		json_t *dg = e->diagnosis ? diagnosis_json(e->diagnosis) : NULL;
+		json_object_set_new(out, "diagnosis", dg ? dg : json_null());
+	}
+	return out;
+}
+
+static json_t *rank_json(const struct straggler_rank_report *t)
+{
+	const struct straggler_rank *r = &t->stats;
+	const char *verdict = straggler_verdict_name(r->verdict);
+
+	return json_pack("{s:i,s:I,s:s,s:f,s:f,s:o,s:f,s:f,s:I,s:b,s:o}", "rank", r->rank, "pid",
+			 (json_int_t)t->pid, "hostname", t->hostname, "mean_lateness_ms",
+			 r->mean_lateness_ns / 1e6, "excess_ms", r->excess_ns / 1e6, "z",
+			 real_or_null(r->z), "flagged_fraction", r->flagged_fraction,
+			 "last_to_enter_fraction", r->last_fraction, "missing",
+			 (json_int_t)r->missing, "straggler", r->straggler, "persistence",
+			 verdict ? json_string(verdict) : json_null());
+}
+
+static json_t *group_json(const struct straggler_group_report *g)
+{
+	json_t *names = json_array(), *top = json_array();
+
+	for (size_t i = 0; names && i < g->nstragglers; i++)
+		json_array_append_new(names, json_integer(g->stragglers[i]));
+	for (size_t i = 0; top && i < g->ntop; i++)
+		json_array_append_new(top, rank_json(&g->top[i]));
+	return json_pack("{s:o,s:i,s:I,s:I,s:I,s:f,s:o,s:o}", "comm", render_json_key(g->comm),
+			 "nranks", g->nranks, "window", (json_int_t)g->window, "instances",
+			 (json_int_t)g->instances, "incomplete", (json_int_t)g->incomplete,
+			 "period_ms", (double)g->period_ns / 1e6, "stragglers", names, "ranks", top);
+}
+
+static json_t *params_json(const struct diagnosis_params *p)
+{
+	return json_pack("{s:f,s:I,s:I,s:f,s:f,s:f}", "k", p->sp.k, "window",
+			 (json_int_t)p->sp.window, "min_excess_ms",
+			 (json_int_t)(p->sp.min_excess_ns / 1000000), "persistent_fraction",
+			 p->sp.persistent_fraction, "gpu_threshold", p->gpu_threshold, "cpu_min_pp",
+			 p->cpu_min_pp);
+}
+
+static json_t *groups_json(const struct straggler_report *r)
+{
+	json_t *groups = json_array();
+
+	for (size_t i = 0; groups && i < r->ngroups; i++) {
+		json_t *g = group_json(&r->groups[i]);
+		if (!g || json_array_append_new(groups, g)) {
+			json_decref(groups);
+			return NULL;
+		}
+	}
+	return groups;
+}
+
+json_t *diagnosis_report_json(const struct straggler_report *r)
+{
+	json_t *list = json_array();
+
+	for (size_t i = 0; list && i < r->nstragglers; i++) {
+		json_t *e = diagnosis_straggler_json(&r->stragglers[i]);
+		if (!e || json_array_append_new(list, e)) {
+			json_decref(list);
+			return NULL;
+		}
+	}
+	return json_pack("{s:o,s:o,s:o,s:o,s:b,s:I,s:f,s:o,s:o}", "job", render_json_string(r->job),
+			 "from", render_json_time(r->from_ms * 1000000), "to",
+			 render_json_time(r->to_ms * 1000000), "params", params_json(&r->params),
+			 "truncated", r->truncated, "skipped_instances",
+			 (json_int_t)r->skipped_instances, "iteration_ms",
+			 (double)r->iteration_ns / 1e6, "stragglers", list, "communicators",
+			 groups_json(r));
+}
+
+json_t *diagnosis_straggler_incident_json(const struct straggler_report *r, size_t straggler)
+{
+	return json_pack("{s:o,s:o,s:f,s:o}", "straggler",
+			 diagnosis_straggler_json(&r->stragglers[straggler]), "params",
+			 params_json(&r->params), "iteration_ms", (double)r->iteration_ns / 1e6,
+			 "communicators", groups_json(r));
+}
+
+json_t *diagnosis_regression_json(const struct regression *g)
+{
+	json_t *fns = json_array();
+
+	for (size_t i = 0; fns && i < g->nfunctions; i++) {
+		const struct regression_function *f = &g->functions[i];
+		json_array_append_new(fns, json_pack("{s:s,s:f,s:f,s:f}", "function", f->function,
+						     "current_pct", 100 * f->current_fraction,
+						     "baseline_pct", 100 * f->baseline_fraction,
+						     "delta_pp",
+						     100 * (f->current_fraction - f->baseline_fraction)));
+	}
+	return json_pack("{s:f,s:f,s:f,s:{s:I,s:I,s:I},s:I,s:I,s:f,s:o}", "iteration_ms",
+			 g->iteration_ms, "baseline_iteration_ms", g->baseline_iteration_ms, "rise",
+			 g->rise, "baseline", "from_ms", (json_int_t)g->baseline_from_ms, "to_ms",
+			 (json_int_t)g->baseline_to_ms, "samples", (json_int_t)g->baseline_samples,
+			 "current_samples", (json_int_t)g->current_samples, "window_ms",
+			 (json_int_t)g->window_ms, "delta_pp", g->delta_pp, "functions", fns);
+}

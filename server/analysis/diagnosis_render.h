@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The analysis's typed results (server/analysis/report.h) as JSON, in one place: the document
+ * of GET /api/v1/jobs/{job}/stragglers (docs/http-api.md) and the report stored with each
+ * incident. Every function returns a new JSON value owned by the caller, or NULL when out of
+ * memory.
+ */
+#ifndef SYSOM_SERVER_ANALYSIS_DIAGNOSIS_RENDER_H
+#define SYSOM_SERVER_ANALYSIS_DIAGNOSIS_RENDER_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "server/analysis/report.h"
+
+/* The stragglers document: job, range, params, iteration time, stragglers, communicators. */
+json_t *diagnosis_report_json(const struct straggler_report *r);
+
+/* One job-level straggler: rank, pid, hostname, communicators, persistence, max_excess_ms
+ * and, when one was attempted, its diagnosis (null when it failed). */
+json_t *diagnosis_straggler_json(const struct straggler_entry *e);
+
+/* The layered diagnosis: layer, summary, action and each layer's evidence. */
+json_t *diagnosis_json(const struct diagnosis *d);
+
+/* What a straggler incident stores as its report: the straggler with the report's params,
+ * iteration time and communicators. */
+json_t *diagnosis_straggler_incident_json(const struct straggler_report *r, size_t straggler);
+
+/* What a regression incident stores as its report. */
+json_t *diagnosis_regression_json(const struct regression *g);
+
+#endif
