@@ -11,6 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "server/alerts/policy.h"
+#include "server/analysis/diagnosis_render.h"
 #include "server/analysis/folded.h"
 #include "server/analysis/layers.h"
 #include "server/api/api.h"
@@ -116,60 +118,44 @@ static void finding_free(struct finding *f)
 	free(f->report);
 }
 
-static char *dup_or_empty(const char *s)
+/* A persistent (or, by setting, intermittent) straggler `i` of the report. */
+static int finding_of_straggler(const struct straggler_report *r, size_t i, struct finding *f)
 {
-	return strdup(s ? s : "");
-}
-
-static const char *article_persistence(const char *persistence)
-{
-	if (persistence && strcmp(persistence, "persistent") == 0)
-		return "a persistent";
-	if (persistence && strcmp(persistence, "intermittent") == 0)
-		return "an intermittent";
-	return "a";
-}
-
-/* A persistent (or, by setting, intermittent) straggler of the stragglers document. */
-static int finding_of_straggler(const json_t *e, const json_t *doc, struct finding *f)
-{
-	const json_t *dg = json_object_get(e, "diagnosis");
-	const char *persistence = json_string_value(json_object_get(e, "persistence"));
-	int32_t rank = (int32_t)json_integer_value(json_object_get(e, "rank"));
-	double excess = json_number_value(json_object_get(e, "max_excess_ms"));
-	char summary[640], comms[512] = "";
-	size_t i, used = 0;
-	json_t *c, *report;
+	const struct straggler_entry *e = &r->stragglers[i];
+	const struct diagnosis *dg = e->diagnosis;
+	const char *article = e->persistent ? "a persistent" : "an intermittent";
+	char summary[640], comms[512] = "", key[32];
+	size_t used = 0;
+	json_t *report;
 
 	memset(f, 0, sizeof(*f));
-	snprintf(f->identity, sizeof(f->identity), "straggler rank=%d", rank);
+	snprintf(f->identity, sizeof(f->identity), "straggler rank=%d", e->rank);
 	snprintf(f->kind, sizeof(f->kind), "straggler");
-	f->rank = rank;
-	json_array_foreach(json_object_get(e, "communicators"), i, c) {
-		const char *key = json_string_value(c);
-		int n = snprintf(comms + used, sizeof(comms) - used, "%s%s", used ? " " : "",
-				 key ? key : "");
+	f->rank = e->rank;
+	for (size_t c = 0; c < e->ncommunicators; c++) {
+		snprintf(key, sizeof(key), "%016" PRIx64, e->communicators[c]);
+		int n = snprintf(comms + used, sizeof(comms) - used, "%s%s", used ? " " : "", key);
 		if (n < 0 || (size_t)n >= sizeof(comms) - used)
 			break;
 		used += (size_t)n;
 	}
-	if (dg && json_is_object(dg))
+	if (dg)
 		snprintf(summary, sizeof(summary), "rank %d is %s straggler (%.1f ms late on average): %s",
-			 rank, article_persistence(persistence), excess,
-			 json_string_value(json_object_get(dg, "summary")) ?: "");
+			 e->rank, article, e->max_excess_ms, dg->summary);
 	else
 		snprintf(summary, sizeof(summary), "rank %d is %s straggler (%.1f ms late on average)",
-			 rank, article_persistence(persistence), excess);
-	report = json_pack("{s:O,s:O,s:O,s:O}", "straggler", e, "params",
-			   json_object_get(doc, "params"), "iteration_ms",
-			   json_object_get(doc, "iteration_ms"), "communicators",
-			   json_object_get(doc, "communicators"));
-	f->hostname = dup_or_empty(json_string_value(json_object_get(e, "hostname")));
+			 e->rank, article, e->max_excess_ms);
+	report = diagnosis_straggler_incident_json(r, i);
+	f->hostname = strdup(e->hostname);
 	f->communicators = strdup(comms);
-	f->layer = dup_or_empty(dg ? json_string_value(json_object_get(dg, "layer")) : "unknown");
-	f->severity = strdup(persistence && !strcmp(persistence, "persistent") ? "critical" : "warning");
+	/* A diagnosis that failed names no layer; none attempted: "unknown". */
+	f->layer = strdup(e->diagnosed && !dg ? "" : diagnosis_layer_name(dg ? dg->layer
+										: DIAGNOSIS_LAYER_UNKNOWN));
+	f->severity = strdup(alerts_policy_severity(INCIDENT_STRAGGLER,
+						    dg ? dg->layer : DIAGNOSIS_LAYER_UNKNOWN,
+						    e->persistent));
 	f->summary = strdup(summary);
-	f->action = dup_or_empty(dg ? json_string_value(json_object_get(dg, "action")) : NULL);
+	f->action = strdup(dg ? dg->action : "");
 	f->report = report ? json_dumps(report, JSON_COMPACT) : NULL;
 	json_decref(report);
 	if (!f->hostname || !f->communicators || !f->layer || !f->severity || !f->summary ||
@@ -227,7 +213,9 @@ static int baseline_check(struct monitor *m, struct job_entry *je, const char *j
 	struct cpu_delta *d = NULL;
 	uint64_t totals[2];
 	int n = 0, rc;
-	json_t *fns = NULL, *report = NULL;
+	struct regression_function fns[MONITOR_TOP_FUNCTIONS];
+	size_t nfns = 0;
+	json_t *report = NULL;
 
 	*found = false;
 	*rising = false;
@@ -276,22 +264,21 @@ static int baseline_check(struct monitor *m, struct job_entry *je, const char *j
 		n = 0;
 		goto cleanup;
 	}
-	if (!(fns = json_array())) {
-		rc = -ENOMEM;
-		goto cleanup;
-	}
-	for (int i = 0; i < n && json_array_size(fns) < MONITOR_TOP_FUNCTIONS; i++) {
+	for (int i = 0; i < n && nfns < MONITOR_TOP_FUNCTIONS; i++) {
 		double pp = 100 * (d[i].b_fraction - d[i].a_fraction);
 		if (pp <= s->baseline_delta_pp)
 			break;
-		json_array_append_new(fns, json_pack("{s:s,s:f,s:f,s:f}", "function", d[i].name,
-						     "current_pct", 100 * d[i].b_fraction,
-						     "baseline_pct", 100 * d[i].a_fraction,
-						     "delta_pp", pp));
+		fns[nfns++] = (struct regression_function){ d[i].name, d[i].b_fraction,
+							    d[i].a_fraction };
 	}
 	double base_ms = (double)base.iteration_ns / 1e6, rise = iteration_ms / base_ms - 1;
 	char summary[640], action[512];
-	const json_t *top = json_array_get(fns, 0);
+	const struct regression_function *top = nfns ? &fns[0] : NULL;
+	struct regression g = { .iteration_ms = iteration_ms, .baseline_iteration_ms = base_ms,
+				.rise = rise, .baseline_from_ms = base.from_ms,
+				.baseline_to_ms = base.to_ms, .baseline_samples = totals[0],
+				.current_samples = totals[1], .window_ms = span,
+				.delta_pp = s->baseline_delta_pp, .functions = fns, .nfunctions = nfns };
 	memset(f, 0, sizeof(*f));
 	snprintf(f->identity, sizeof(f->identity), "regression");
 	snprintf(f->kind, sizeof(f->kind), "regression");
@@ -300,13 +287,11 @@ static int baseline_check(struct monitor *m, struct job_entry *je, const char *j
 		snprintf(summary, sizeof(summary),
 			 "iteration time rose from %.1f ms to %.1f ms (+%.0f%%) on every rank with no "
 			 "straggler; %s is on %.1f percentage points more of the job's CPU samples than "
-			 "in the baseline", base_ms, iteration_ms, 100 * rise,
-			 json_string_value(json_object_get(top, "function")),
-			 json_number_value(json_object_get(top, "delta_pp")));
+			 "in the baseline", base_ms, iteration_ms, 100 * rise, top->function,
+			 100 * (top->current_fraction - top->baseline_fraction));
 		snprintf(action, sizeof(action),
 			 "find what changed that makes every rank run %s more (code, configuration, "
-			 "input pipeline) since the baseline",
-			 json_string_value(json_object_get(top, "function")));
+			 "input pipeline) since the baseline", top->function);
 	} else {
 		snprintf(summary, sizeof(summary),
 			 "iteration time rose from %.1f ms to %.1f ms (+%.0f%%) on every rank with no "
@@ -316,16 +301,13 @@ static int baseline_check(struct monitor *m, struct job_entry *je, const char *j
 			 "compare GPU kernel times with the baseline (sysomctl gpu) and the network "
 			 "(NCCL link bandwidth)");
 	}
-	report = json_pack("{s:f,s:f,s:f,s:{s:I,s:I,s:I},s:I,s:I,s:f,s:O}", "iteration_ms",
-			   iteration_ms, "baseline_iteration_ms", base_ms, "rise", rise, "baseline",
-			   "from_ms", (json_int_t)base.from_ms, "to_ms", (json_int_t)base.to_ms,
-			   "samples", (json_int_t)totals[0], "current_samples", (json_int_t)totals[1],
-			   "window_ms", (json_int_t)span, "delta_pp", s->baseline_delta_pp, "functions",
-			   fns);
+	report = diagnosis_regression_json(&g);
 	f->hostname = strdup("");
 	f->communicators = strdup("");
-	f->layer = strdup(top ? "cpu" : "unknown");
-	f->severity = strdup("warning");
+	f->layer = strdup(diagnosis_layer_name(top ? DIAGNOSIS_LAYER_CPU : DIAGNOSIS_LAYER_UNKNOWN));
+	f->severity = strdup(alerts_policy_severity(INCIDENT_REGRESSION,
+						    top ? DIAGNOSIS_LAYER_CPU
+							: DIAGNOSIS_LAYER_UNKNOWN, false));
 	f->summary = strdup(summary);
 	f->action = strdup(action);
 	f->report = report ? json_dumps(report, JSON_COMPACT) : NULL;
@@ -337,7 +319,6 @@ static int baseline_check(struct monitor *m, struct job_entry *je, const char *j
 	}
 	*found = true;
 cleanup:
-	json_decref(fns);
 	json_decref(report);
 	layers_cpu_deltas_free(d, n);
 	byte_buf_free(&base.profile);
@@ -401,48 +382,34 @@ static void open_list_free(struct open_list *l)
 	free(l->d);
 }
 
-/* The job's open incidents become its alert set. */
+/* The job's open incidents, typed, are handed to the alert module, whose policy makes them
+ * its alert set. */
 static int alerts_publish(struct monitor *m, const char *job, const struct open_list *open,
 			  bool enabled, int64_t now)
 {
-	struct alert_spec *specs = calloc(open->n + 1, sizeof(*specs));
-	char (*urls)[ALERTS_URL_MAX] = calloc(open->n + 1, sizeof(*urls));
-	size_t n = 0;
+	struct alert_incident *inc = calloc(open->n + 1, sizeof(*inc));
 	int rc;
 
-	if (!specs || !urls) {
-		rc = -ENOMEM;
-		goto cleanup;
-	}
-	for (size_t i = 0; enabled && i < open->n; i++) {
+	if (!inc)
+		return -ENOMEM;
+	for (size_t i = 0; i < open->n; i++) {
 		const struct store_diagnosis *d = &open->d[i];
-		bool linked = false;
-		if (m->public_url) {
-			int len = snprintf(urls[n], sizeof(urls[n]),
-					   "%s/api/v1/diagnoses/%" PRId64 "?format=text",
-					   m->public_url, d->id);
-			linked = len > 0 && (size_t)len < sizeof(urls[n]); /* never a cut link */
-		}
-		specs[n] = (struct alert_spec){
-			.alertname = strcmp(d->kind, "straggler") == 0 ? "SysomStraggler"
-								       : "SysomRegression",
-			.job = job,
-			.node = d->hostname,
-			.communicator = d->communicators,
+		inc[i] = (struct alert_incident){
+			.id = d->id,
+			.kind = strcmp(d->kind, "straggler") == 0 ? INCIDENT_STRAGGLER
+								  : INCIDENT_REGRESSION,
+			.rank = d->rank,
+			.identity = d->identity,
+			.hostname = d->hostname,
+			.communicators = d->communicators,
 			.layer = d->layer,
 			.severity = d->severity,
-			.rank = d->rank,
 			.summary = d->summary,
-			.description = d->identity,
 			.action = d->action,
-			.generator_url = linked ? urls[n] : NULL,
 		};
-		n++;
 	}
-	rc = alerts_evaluate(m->alerts, job, specs, n, now);
-cleanup:
-	free(specs);
-	free(urls);
+	rc = alerts_incidents_publish(m->alerts, job, inc, open->n, enabled, m->public_url, now);
+	free(inc);
 	return rc;
 }
 
@@ -522,7 +489,7 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 					     .open_only = true };
 	size_t nfound = 0, nstragglers = 0;
 	bool rising = false;
-	json_t *doc = NULL, *e;
+	struct straggler_report *rep = NULL;
 	size_t i;
 	int rc;
 
@@ -536,30 +503,23 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 	scope.to_ms = now;
 	/* Incremental: the instances ingest folded in memory; the store when there are none (a
 	 * restart, a job over the memory budget). */
-	rc = diagnosis_stragglers_from(&m->ctx, &scope, &s.diag, live_locked_source, m, &doc);
-	if (rc == -ENOENT) {
-		json_decref(doc);
-		doc = NULL;
-		rc = diagnosis_stragglers(&m->ctx, &scope, &s.diag, &doc);
-		json_object_set_new(doc, "source", json_string("store"));
-	} else if (!rc) {
-		json_object_set_new(doc, "source", json_string("live"));
-	}
+	rc = diagnosis_report_build(&m->ctx, &scope, &s.diag, live_locked_source, m, &rep);
+	if (rc == -ENOENT)
+		rc = diagnosis_report_build(&m->ctx, &scope, &s.diag, NULL, NULL, &rep);
 	if (rc)
 		goto cleanup;
-	json_array_foreach(json_object_get(doc, "stragglers"), i, e) {
-		const char *p = json_string_value(json_object_get(e, "persistence"));
+	for (i = 0; i < rep->nstragglers; i++) {
 		nstragglers++;
 		if (nfound == MONITOR_MAX_INCIDENTS ||
-		    (!s.alert_intermittent && (!p || strcmp(p, "persistent"))))
+		    (!s.alert_intermittent && !rep->stragglers[i].persistent))
 			continue;
-		if ((rc = finding_of_straggler(e, doc, &found[nfound])))
+		if ((rc = finding_of_straggler(rep, i, &found[nfound])))
 			goto cleanup;
 		nfound++;
 	}
 	if (!nstragglers) {
 		bool regressed = false;
-		double iteration_ms = json_number_value(json_object_get(doc, "iteration_ms"));
+		double iteration_ms = (double)rep->iteration_ns / 1e6;
 		if ((rc = baseline_check(m, je, job, &s, iteration_ms, now, &found[nfound],
 					 &regressed, &rising)))
 			goto cleanup;
@@ -638,7 +598,7 @@ cleanup:
 	for (i = 0; i < nfound; i++)
 		finding_free(&found[i]);
 	open_list_free(&open);
-	json_decref(doc);
+	straggler_report_free(rep);
 	return rc;
 }
 

@@ -182,6 +182,14 @@ struct straggler_report {
 
 void straggler_report_free(struct straggler_report *r);
 
+/* ---- incidents ---- */
+
+/* What an incident (a stored finding of the monitor) is about. */
+enum incident_kind {
+	INCIDENT_STRAGGLER,     /* a straggling rank, with its diagnosis */
+	INCIDENT_REGRESSION,    /* the job's iteration time rose over its baseline's */
+};
+
 /* ---- baseline regression ---- */
 
 /* A function on more of the job's CPU samples than in the baseline. */

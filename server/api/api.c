@@ -2357,7 +2357,8 @@ static void job_baseline(struct api *api, const char *job, const struct http_req
 			 struct http_response *resp)
 {
 	struct byte_buf profile = { 0 };
-	json_t *doc = NULL, *strag = NULL;
+	json_t *doc = NULL;
+	struct straggler_report *strag = NULL;
 	struct query q;
 	int rc;
 
@@ -2373,7 +2374,7 @@ static void job_baseline(struct api *api, const char *job, const struct http_req
 		p.diagnose = false;
 		scope.from_ms = f.from_ms = q.f.from_ms;
 		scope.to_ms = f.to_ms = q.f.to_ms;
-		if ((rc = diagnosis_stragglers(&ctx, &scope, &p, &strag)) ||
+		if ((rc = diagnosis_report_build(&ctx, &scope, &p, NULL, NULL, &strag)) ||
 		    (rc = api_folded(api, &f, 20000, &profile)))
 			goto cleanup;
 		uint64_t samples = folded_samples(&profile);
@@ -2383,7 +2384,7 @@ static void job_baseline(struct api *api, const char *job, const struct http_req
 		struct store_baseline b = {
 			.job = job, .from_ms = f.from_ms, .to_ms = f.to_ms,
 			.created_ms = api->now_ms(), .source = "api",
-			.iteration_ns = (uint64_t)(json_number_value(json_object_get(strag, "iteration_ms")) * 1e6),
+			.iteration_ns = (uint64_t)((double)strag->iteration_ns / 1e6 * 1e6),
 			.profile = (const char *)profile.data,
 			.samples = samples,
 		};
@@ -2405,7 +2406,7 @@ static void job_baseline(struct api *api, const char *job, const struct http_req
 cleanup:
 	if (rc)
 		respond_store_error(resp, rc);
-	json_decref(strag);
+	straggler_report_free(strag);
 	byte_buf_free(&profile);
 }
 
