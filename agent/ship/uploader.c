@@ -14,6 +14,7 @@
 #include "agent/ship/http_client.h"
 #include "agent/ship/retry.h"
 #include "common/bytes.h"
+#include "common/clock.h"
 #include "common/error.h"
 
 #define NS_PER_S 1000000000ull
@@ -66,14 +67,6 @@ struct uploader {
 
 /* ---------------------------------------------------------------------------------------- */
 /* Time, randomness, events */
-
-static uint64_t realtime_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
-}
 
 static uint64_t now(struct uploader *u)
 {
@@ -190,7 +183,7 @@ static void deliver(struct uploader *u, struct current *cur)
 	if (r >= 200 && r < 300) {
 		u->stats.batches_sent++;
 		u->stats.bytes_sent += len;
-		u->stats.last_success_unix_ns = realtime_ns();
+		u->stats.last_success_unix_ns = sysom_realtime_ns();
 		u->failures = 0;
 		u->next_attempt_ns = 0;
 		pthread_mutex_unlock(&u->lock);
