@@ -16,6 +16,7 @@
 #include "common/bytes.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/hex.h"
 
 #define NS_PER_S 1000000000ull
 #define NS_PER_MS 1000000ull
@@ -342,8 +343,7 @@ int uploader_start(const struct uploader_options *opts, struct spool *spool,
 		goto cleanup;
 	u->spool = spool;
 	u->epoch = spool_epoch(spool);
-	for (int i = 0; i < 16; i++)
-		snprintf(u->node_hex + 2 * i, 3, "%02x", opts->node_id[i]);
+	sysom_hex_encode(opts->node_id, 16, u->node_hex, sizeof(u->node_hex));
 	u->memq_max = opts->memory_queue_max_bytes ? opts->memory_queue_max_bytes :
 						     UPLOADER_DEFAULT_MEMORY_QUEUE;
 	u->on_event = opts->on_event;

@@ -694,12 +694,6 @@ cleanup:
 	return rc;
 }
 
-static void hex16(const uint8_t b[16], char out[33])
-{
-	for (int i = 0; i < 16; i++)
-		snprintf(out + 2 * i, 3, "%02x", b[i]);
-}
-
 /* Writes the whole body at c->start; on failure cuts the file back to c->start. */
 static int chunk_write(int fd, const struct chunk *c, const uint8_t *data, size_t len)
 {
@@ -746,8 +740,8 @@ static enum symbol_upload_result chunk_finish(struct symbols *s, struct chunk *c
 		return respond_io_error(resp, rc, "cannot read the uploaded file");
 	}
 	if (memcmp(got, c->hash, 16) != 0) {
-		hex16(c->hash, want_hex);
-		hex16(got, got_hex);
+		sysom_hex_encode(c->hash, 16, want_hex, sizeof(want_hex));
+		sysom_hex_encode(got, 16, got_hex, sizeof(got_hex));
 		http_response_error(resp, 422, "content hash mismatch: X-Sysom-Content-Hash says %s%s,"
 					       " the %" PRIu64 " bytes received hash to %s%s; the"
 					       " upload is discarded, start again at byte 0",
