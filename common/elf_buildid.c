@@ -16,6 +16,8 @@
 
 #include "common/bytes.h"
 #include "common/error.h"
+#include "common/fileio.h"
+#include "common/hex.h"
 
 /* Limits on what a file's headers may ask of us (libelf allocates per header). */
 #define ELF_MAX_SECTIONS 65536u       /* section headers; linked objects have far fewer */
@@ -50,19 +52,10 @@ static int source_read(const struct source *src, uint64_t off, void *buf, size_t
 		memcpy(buf, src->mem + off, len);
 		return 0;
 	}
-	size_t done = 0;
-	while (done < len) {
-		ssize_t n = pread(src->fd, (uint8_t *)buf + done, len - done, (off_t)(off + done));
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -SYSOM_ECORRUPT; /* the file shrank under us */
-		done += (size_t)n;
-	}
-	return 0;
+	ssize_t n = sysom_pread_full(src->fd, buf, len, off);
+	if (n < 0)
+		return (int)n;
+	return (size_t)n < len ? -SYSOM_ECORRUPT : 0; /* short: the file shrank under us */
 }
 
 static uint16_t rd16(const uint8_t *p, bool big)
@@ -522,17 +515,13 @@ int sysom_object_identity(int fd, struct sysom_build_id *out)
 
 void sysom_build_id_hex(const struct sysom_build_id *id, char *out, size_t outlen)
 {
-	static const char digits[] = "0123456789abcdef";
 	size_t len = id->len <= SYSOM_BUILD_ID_MAX ? id->len : SYSOM_BUILD_ID_MAX;
-	size_t i;
 
 	if (outlen == 0)
 		return;
-	for (i = 0; i < len && 2 * i + 2 < outlen; i++) {
-		out[2 * i] = digits[id->bytes[i] >> 4];
-		out[2 * i + 1] = digits[id->bytes[i] & 0xf];
-	}
-	out[2 * i] = '\0';
+	if (len > (outlen - 1) / 2)
+		len = (outlen - 1) / 2; /* as many whole bytes as fit */
+	sysom_hex_encode(id->bytes, len, out, outlen);
 }
 
 int sysom_build_id_parse_hex(const char *hex, uint8_t kind, struct sysom_build_id *out)
@@ -545,12 +534,8 @@ int sysom_build_id_parse_hex(const char *hex, uint8_t kind, struct sysom_build_i
 	n = strnlen(hex, 2 * SYSOM_BUILD_ID_MAX + 1);
 	if (n < 6 || n > 2 * SYSOM_BUILD_ID_MAX || n % 2)
 		return -EINVAL;
-	for (size_t i = 0; i < n; i += 2) {
-		int hi = sysom_hex_digit(hex[i]), lo = sysom_hex_digit(hex[i + 1]);
-		if (hi < 0 || lo < 0)
-			return -EINVAL;
-		id.bytes[i / 2] = (uint8_t)(hi << 4 | lo);
-	}
+	if (sysom_hex_decode(hex, n, id.bytes, sizeof(id.bytes)) < 0)
+		return -EINVAL;
 	id.len = (uint8_t)(n / 2);
 	*out = id;
 	return 0;

@@ -15,8 +15,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/error.h"
+#include "common/fileio.h"
 #include "common/hash.h"
+#include "common/hex.h"
 #include "symrepo/repo.h"
 
 #define DEFAULT_MAX_OPEN 256
@@ -133,19 +136,6 @@ static bool file_exists(const char *path)
 	return lstat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-static int fsync_dir(const char *path)
-{
-	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int rc = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (fsync(fd) < 0)
-		rc = -errno;
-	close(fd);
-	return rc;
-}
-
 static int mkdir_one(const char *path, mode_t mode)
 {
 	if (mkdir(path, mode) == 0)
@@ -189,7 +179,7 @@ static int id_dir_ensure(const struct symrepo *r, const struct sysom_build_id *i
 	if (rc <= 0)
 		return rc;
 	rc = put_path(tree, sizeof(tree), snprintf(tree, sizeof(tree), "%s/%s", r->root, tree_of(id)));
-	return rc ? rc : fsync_dir(tree);
+	return rc ? rc : sysom_fsync_dir(tree);
 }
 
 /* Removes every non-directory entry of `dir` and then `dir`; counts the files removed. */
@@ -536,14 +526,6 @@ static int identity_check(const struct sysom_build_id *id, enum symrepo_kind kin
 /* ------------------------------------------------------------------------------------------ */
 /* The handle cache */
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 static uint32_t id_bucket(const struct symrepo *r, const struct sysom_build_id *id)
 {
 	return (uint32_t)sysom_hash64(id->bytes, id->len, id->kind) & (r->nbuckets - 1);
@@ -689,7 +671,7 @@ struct symfile *symrepo_symbols_acquire(struct symrepo *r, const struct sysom_bu
 		rc = -EINVAL;
 		goto cleanup;
 	}
-	now = now_ns();
+	now = sysom_clock_ns(CLOCK_MONOTONIC_COARSE);
 	pthread_mutex_lock(&r->mu);
 	e = cache_find(r, id);
 	if (e) {
@@ -890,7 +872,7 @@ static int place_locked(struct symrepo *r, const struct sysom_build_id *id,
 			goto cleanup;
 		}
 		close(fd);
-		rc = fsync_dir(dir);
+		rc = sysom_fsync_dir(dir);
 		if (rc) {
 			sysom_errorf(err, errlen, "fsync %s: %s", dir, strerror(-rc));
 			goto cleanup;
@@ -902,7 +884,7 @@ static int place_locked(struct symrepo *r, const struct sysom_build_id *id,
 			sysom_errorf(err, errlen, "rename %s to %s: %s", tmp, final, strerror(-rc));
 		goto cleanup;
 	}
-	rc = fsync_dir(dir);
+	rc = sysom_fsync_dir(dir);
 	if (rc)
 		sysom_errorf(err, errlen, "fsync %s: %s", dir, strerror(-rc));
 cleanup:
@@ -973,7 +955,7 @@ static int rebuild_locked(struct symrepo *r, const struct sysom_build_id *id,
 		goto cleanup;
 	}
 	made = false;
-	rc = fsync_dir(dir);
+	rc = sysom_fsync_dir(dir);
 	if (rc) {
 		sysom_errorf(err, errlen, "fsync %s: %s", dir, strerror(-rc));
 		goto cleanup;
@@ -1059,7 +1041,7 @@ static int copy_file(const char *src, const char *dst)
 {
 	struct stat st;
 	char *buf = NULL;
-	ssize_t n, w;
+	ssize_t n;
 	int in = -1, out = -1, rc = 0;
 
 	in = open(src, O_RDONLY | O_CLOEXEC);
@@ -1096,17 +1078,8 @@ static int copy_file(const char *src, const char *dst)
 			rc = -errno;
 			goto cleanup;
 		}
-		for (ssize_t off = 0; off < n; off += w) {
-			w = write(out, buf + off, (size_t)(n - off));
-			if (w < 0 && errno == EINTR) {
-				w = 0;
-				continue;
-			}
-			if (w < 0) {
-				rc = -errno;
-				goto cleanup;
-			}
-		}
+		if ((rc = sysom_write_full(out, buf, (size_t)n)))
+			goto cleanup;
 	}
 cleanup:
 	free(buf);
@@ -1302,14 +1275,6 @@ struct walk_item {
 typedef int (*walk_fn)(struct symrepo *r, void *ctx, const struct sysom_build_id *id,
 		       unsigned mask);
 
-static bool lower_hex(const char *s, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-			return false;
-	return true;
-}
-
 static int item_cmp(const void *a, const void *b)
 {
 	return strcmp(((const struct walk_item *)a)->rest, ((const struct walk_item *)b)->rest);
@@ -1322,7 +1287,8 @@ static bool item_parse(const char *name, uint8_t kind, struct walk_item *it)
 	size_t n = dot ? (size_t)(dot - name) : 0;
 	unsigned bit = 0;
 
-	if (!dot || !lower_hex(name, n) || n >= sizeof(it->rest) || (n + 2) % 2 || n + 2 < 6)
+	if (!dot || !sysom_hex_valid_lower(name, n) || n >= sizeof(it->rest) || (n + 2) % 2 ||
+	    n + 2 < 6)
 		return false;
 	if (kind == SYSOM_OBJECT_FILE_HASH && n + 2 != 32)
 		return false;
@@ -1416,7 +1382,7 @@ static int walk(struct symrepo *r, walk_fn fn, void *ctx)
 			continue;
 		}
 		while (!rc && (de = readdir(d)) != NULL) {
-			if (strlen(de->d_name) != 2 || !lower_hex(de->d_name, 2))
+			if (strlen(de->d_name) != 2 || !sysom_hex_valid_lower(de->d_name, 2))
 				continue;
 			rc = put_path(dir, sizeof(dir),
 				      snprintf(dir, sizeof(dir), "%s/%s", tree, de->d_name));
@@ -1501,7 +1467,7 @@ static int gc_one(struct symrepo *r, void *ctx, const struct sysom_build_id *id,
 			rc = identity_check(id, k, path[k], msg, sizeof(msg));
 		if (rc == -SYSOM_ECORRUPT) {
 			unlink(path[k]);
-			fsync_dir(dir);
+			sysom_fsync_dir(dir);
 			g->stats.corrupt_removed++;
 			have[k] = false;
 		} else if (rc) {
@@ -1528,7 +1494,7 @@ static int gc_one(struct symrepo *r, void *ctx, const struct sysom_build_id *id,
 	if (have[SYMREPO_SYMBOLS] && !sym_ok) {
 		/* Corrupt and nothing to rebuild it from: never serve it. */
 		unlink(path[SYMREPO_SYMBOLS]);
-		fsync_dir(dir);
+		sysom_fsync_dir(dir);
 		cache_forget(r, id);
 		g->stats.corrupt_removed++;
 		have[SYMREPO_SYMBOLS] = false;

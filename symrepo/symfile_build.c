@@ -15,6 +15,7 @@
 
 #include "common/bytes.h"
 #include "common/error.h"
+#include "common/fileio.h"
 #include "common/hash.h"
 #include "symrepo/symfile_format.h"
 
@@ -987,17 +988,10 @@ struct out {
 
 static int out_flush(struct out *o)
 {
-	size_t done = 0;
+	int rc = sysom_write_full(o->fd, o->buf, o->len);
 
-	while (done < o->len) {
-		ssize_t n = write(o->fd, o->buf + done, o->len - done);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return symb__fail(o->b, -errno, "write: %s", strerror(errno));
-		}
-		done += (size_t)n;
-	}
+	if (rc)
+		return symb__fail(o->b, rc, "write: %s", strerror(-rc));
 	o->len = 0;
 	return 0;
 }

@@ -29,6 +29,7 @@
 #include "agent/sampling/unwinder.h"
 #include "agent/ship/uploader.h"
 #include "common/error.h"
+#include "common/hex.h"
 #include "common/log.h"
 
 struct agent {
@@ -63,17 +64,6 @@ struct agent {
 	bool stopping;
 	int exit_code;
 };
-
-static void hex_encode(const uint8_t *bytes, size_t n, char *out)
-{
-	static const char digits[] = "0123456789abcdef";
-
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = digits[bytes[i] >> 4];
-		out[2 * i + 1] = digits[bytes[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
 
 /* ---- events from the library modules (they do not log; the daemon does) ------------------- */
 
@@ -904,7 +894,8 @@ static int agent_start(struct agent *a)
 		log_error("cannot read the node identity: %s", sysom_strerror(rc));
 		return rc;
 	}
-	hex_encode(a->host.node_id, sizeof(a->host.node_id), a->node_hex);
+	sysom_hex_encode(a->host.node_id, sizeof(a->host.node_id), a->node_hex,
+			 sizeof(a->node_hex));
 	if ((rc = kernel_info_read(NULL, &a->kernel))) {
 		log_error("cannot read the kernel's identity (/sys/kernel/notes, /proc/kallsyms): %s",
 			  sysom_strerror(rc));

@@ -19,6 +19,7 @@
 
 #include "agent/gpu/nccl_layout.h"
 #include "agent/node/procmaps.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "gputrace.skel.h"
@@ -101,14 +102,6 @@ struct gputrace {
 	uint64_t launch_on_total_ns;
 };
 
-static uint64_t monotonic_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void gputrace_options_default(struct gputrace_options *o)
 {
 	*o = (struct gputrace_options){
@@ -154,7 +147,7 @@ int gputrace_open(const struct gputrace_options *o, struct gputrace **out, char 
 		return -ENOMEM;
 	g->opts = *o;
 	g->launch_on = o->launch_tracing;
-	g->launch_on_since_ns = monotonic_ns();
+	g->launch_on_since_ns = sysom_monotonic_ns();
 	g->skel = gputrace_bpf__open();
 	if (!g->skel) {
 		rc = -errno;
@@ -372,7 +365,7 @@ static void set_layout(struct gputrace *g, struct library *l, const char *path)
 	struct nccl_comm_layout layout;
 	struct gt_comm_layout bl = { 0 };
 	uint32_t key = l->slot;
-	uint64_t t0 = monotonic_ns();
+	uint64_t t0 = sysom_monotonic_ns();
 	int rc;
 
 	rc = nccl_layout_resolve(path, &layout);
@@ -396,7 +389,7 @@ static void set_layout(struct gputrace *g, struct library *l, const char *path)
 		 l->version[0] ? l->version : "(version unknown)", l->path,
 		 rc == 0 ? (layout.source == NCCL_LAYOUT_DWARF ? "from DWARF" : "from the version table")
 			 : "unknown (keys from init arguments only)",
-		 (double)(monotonic_ns() - t0) / 1e6);
+		 (double)(sysom_monotonic_ns() - t0) / 1e6);
 }
 
 /* Attaches every probe the file has; a file with none of the symbols is still recorded (so it
@@ -451,7 +444,7 @@ static int attach_library(struct gputrace *g, struct library *l, const char *pat
 
 void gputrace_set_launch_tracing(struct gputrace *g, bool on)
 {
-	uint64_t now = monotonic_ns();
+	uint64_t now = sysom_monotonic_ns();
 
 	if (on == g->launch_on)
 		return;
@@ -472,7 +465,8 @@ void gputrace_set_launch_tracing(struct gputrace *g, bool on)
 
 uint64_t gputrace_launch_traced_ns(const struct gputrace *g)
 {
-	return g->launch_on_total_ns + (g->launch_on ? monotonic_ns() - g->launch_on_since_ns : 0);
+	return g->launch_on_total_ns +
+	       (g->launch_on ? sysom_monotonic_ns() - g->launch_on_since_ns : 0);
 }
 
 static int add_user(struct library *l, uint32_t pid)
@@ -606,7 +600,7 @@ int gputrace_scan_all(struct gputrace *g)
 
 void gputrace_forget_process(struct gputrace *g, uint32_t pid)
 {
-	uint64_t now = monotonic_ns();
+	uint64_t now = sysom_monotonic_ns();
 
 	for (uint32_t i = 0; i < g->nlibs; i++) {
 		struct library *l = &g->libs[i];

@@ -12,22 +12,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/hash.h"
 
 uint64_t host_monotonic_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+	return sysom_monotonic_ns();
 }
 
 uint64_t host_realtime_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+	return sysom_realtime_ns();
 }
 
 int host_read_text(const char *path, char *buf, size_t max)
@@ -181,7 +176,6 @@ int host_identity_read(const char *machine_id_path, struct host_identity *out)
 	struct host_identity id;
 	struct utsname uts;
 	char text[128];
-	struct timespec mono, real;
 
 	memset(&id, 0, sizeof(id));
 	if (uname(&uts))
@@ -205,10 +199,8 @@ int host_identity_read(const char *machine_id_path, struct host_identity *out)
 	if (host_read_text("/proc/sys/kernel/random/boot_id", text, sizeof(text)) >= 0)
 		host_parse_uuid(text, id.boot_id);
 
-	clock_gettime(CLOCK_BOOTTIME, &mono);
-	clock_gettime(CLOCK_REALTIME, &real);
-	uint64_t boot = (uint64_t)mono.tv_sec * 1000000000ULL + (uint64_t)mono.tv_nsec;
-	uint64_t now = (uint64_t)real.tv_sec * 1000000000ULL + (uint64_t)real.tv_nsec;
+	uint64_t boot = sysom_boottime_ns();
+	uint64_t now = sysom_realtime_ns();
 	id.boot_time_realtime_ns = now > boot ? now - boot : 0;
 	id.clock_ticks = sysconf(_SC_CLK_TCK);
 	if (id.clock_ticks <= 0)

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "common/error.h"
+#include "common/url.h"
 
 #define RETRY_AFTER_MAX_S (10ll * 365 * 24 * 3600) /* larger values are clamped */
 
@@ -70,30 +71,12 @@ static bool token_valid(const char *t)
 	return true;
 }
 
-static bool url_valid(const char *url)
-{
-	size_t n = strlen(url);
-	const char *host;
-
-	if (n == 0 || n >= HTTP_CLIENT_URL_MAX || !header_safe(url, HTTP_CLIENT_URL_MAX))
-		return false;
-	if (strncasecmp(url, "http://", 7) == 0)
-		host = url + 7;
-	else if (strncasecmp(url, "https://", 8) == 0)
-		host = url + 8;
-	else
-		return false;
-	if (*host == '\0' || *host == '/' || strchr(url, ' '))
-		return false;
-	return true;
-}
-
 int http_client_new(const struct http_client_options *opts, struct http_client **out)
 {
 	struct http_client *c = NULL;
 	int err = -ENOMEM;
 
-	if (!opts || !opts->base_url || !url_valid(opts->base_url) ||
+	if (!opts || !opts->base_url || !sysom_url_valid(opts->base_url, HTTP_CLIENT_URL_MAX - 1) ||
 	    (opts->token && !token_valid(opts->token)) ||
 	    (opts->user_agent && !header_safe(opts->user_agent, 256)))
 		return -SYSOM_ECONFIG;

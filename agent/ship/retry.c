@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Hookable clock, jitter, waits and backoff of the agent's background senders. */
 #include "agent/ship/retry.h"
+#include "common/clock.h"
 
 #include <sys/random.h>
 #include <time.h>
@@ -9,11 +10,8 @@
 
 static uint64_t monotonic_ns(void *ctx)
 {
-	struct timespec ts;
-
 	(void)ctx;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
+	return sysom_monotonic_ns();
 }
 
 void retry_clock_init(struct retry_clock *c, uint64_t (*now_ns)(void *ctx),

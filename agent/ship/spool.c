@@ -18,7 +18,9 @@
 #include <xxhash.h>
 
 #include "common/bytes.h"
+#include "common/clock.h"
 #include "common/error.h"
+#include "common/fileio.h"
 
 /*
  * State file "state", 32 bytes, little-endian:
@@ -160,11 +162,8 @@ void spool_header_encode(const struct spool_header *h, uint8_t out[SPOOL_HEADER_
 
 static uint64_t realtime_ns(void *ctx)
 {
-	struct timespec ts;
-
 	(void)ctx;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return sysom_realtime_ns();
 }
 
 static void emit(struct spool *s, enum spool_event_kind kind, const char *name, uint64_t epoch,
@@ -174,45 +173,6 @@ static void emit(struct spool *s, enum spool_event_kind kind, const char *name, 
 
 	if (s->on_event)
 		s->on_event(s->event_ctx, &ev);
-}
-
-static int write_full(int fd, const void *buf, size_t len)
-{
-	const uint8_t *p = buf;
-
-	while (len) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -EIO;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-/* Reads up to `len` bytes at `off`; returns the count (short only at end of file) or -errno. */
-static ssize_t pread_full(int fd, void *buf, size_t len, off_t off)
-{
-	uint8_t *p = buf;
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t n = pread(fd, p + done, len - done, off + (off_t)done);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			break;
-		done += (size_t)n;
-	}
-	return (ssize_t)done;
 }
 
 static void batch_name(char out[NAME_SIZE], uint64_t epoch, uint64_t sequence, bool tmp)
@@ -258,11 +218,6 @@ static bool has_suffix(const char *name, const char *suffix)
 	size_t n = strlen(name), k = strlen(suffix);
 
 	return n > k && strcmp(name + n - k, suffix) == 0;
-}
-
-static int fsync_dir(int fd)
-{
-	return fsync(fd) < 0 ? -errno : 0;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -385,7 +340,7 @@ static void prune_dir(int fd, size_t keep)
 		qsort(list, n, sizeof(*list), prune_cmp);
 		for (size_t i = 0; i < n - keep; i++)
 			unlinkat(fd, list[i].name, 0);
-		fsync_dir(fd);
+		sysom_fsync_dirfd(fd);
 	}
 cleanup:
 	if (list)
@@ -406,13 +361,13 @@ static int move_aside(struct spool *s, const char *name, int to_fd)
 
 	if (renameat(s->dirfd, name, to_fd, name) == 0) {
 		utimensat(to_fd, name, NULL, AT_SYMLINK_NOFOLLOW);
-		fsync_dir(to_fd);
+		sysom_fsync_dirfd(to_fd);
 		prune_dir(to_fd, SPOOL_KEEP_QUARANTINED);
 	} else if (unlinkat(s->dirfd, name, 0) < 0) {
 		err = -errno;
 	}
 	if (!err)
-		fsync_dir(s->dirfd);
+		sysom_fsync_dirfd(s->dirfd);
 	return err;
 }
 
@@ -467,7 +422,7 @@ static void enforce_age(struct spool *s, uint64_t now)
 	}
 	s->count = kept;
 	if (kept != n)
-		fsync_dir(s->dirfd);
+		sysom_fsync_dirfd(s->dirfd);
 }
 
 /* Drops oldest batches until `size` more bytes and `files` more files fit; false if impossible. */
@@ -490,7 +445,7 @@ static bool make_room(struct spool *s, uint64_t size, uint32_t files)
 		memmove(s->items, s->items + k, (s->count - k) * sizeof(s->items[0]));
 		s->count -= k;
 		s->bytes = bytes;
-		fsync_dir(s->dirfd);
+		sysom_fsync_dirfd(s->dirfd);
 	}
 	return fits;
 }
@@ -518,7 +473,7 @@ static int state_load(struct spool *s, uint64_t *epoch, uint64_t *next, const ch
 
 	if (fd < 0)
 		return -errno;
-	n = pread_full(fd, buf, sizeof(buf), 0);
+	n = sysom_pread_full(fd, buf, sizeof(buf), 0);
 	if (n < 0) {
 		err = (int)n;
 		goto cleanup;
@@ -595,14 +550,14 @@ static int state_store(struct spool *s, uint64_t epoch, uint64_t next, bool may_
 		err = -errno;
 		goto cleanup;
 	}
-	err = write_full(fd, buf, sizeof(buf));
+	err = sysom_write_full(fd, buf, sizeof(buf));
 	if (!err && fsync(fd) < 0)
 		err = -errno;
 	close(fd);
 	if (!err && renameat(s->dirfd, STATE_TMP_NAME, s->dirfd, STATE_NAME) < 0)
 		err = -errno;
 	if (!err)
-		return fsync_dir(s->dirfd);
+		return sysom_fsync_dirfd(s->dirfd);
 	unlinkat(s->dirfd, STATE_TMP_NAME, 0);
 cleanup:
 	if ((err == -ENOSPC || err == -EDQUOT) && may_overwrite)
@@ -675,7 +630,7 @@ static int check_file(struct spool *s, const char *name, uint64_t epoch, uint64_
 		*reason = "not a regular file";
 		goto cleanup;
 	}
-	n = pread_full(fd, buf, sizeof(buf), 0);
+	n = sysom_pread_full(fd, buf, sizeof(buf), 0);
 	if (n < 0) {
 		err = (int)n;
 		*reason = "cannot read batch header";
@@ -965,9 +920,9 @@ static int write_tmp(struct spool *s, const char *tmp, const uint8_t *header, co
 
 	if (fd < 0)
 		return -errno;
-	err = write_full(fd, header, SPOOL_HEADER_SIZE);
+	err = sysom_write_full(fd, header, SPOOL_HEADER_SIZE);
 	if (!err)
-		err = write_full(fd, body, len);
+		err = sysom_write_full(fd, body, len);
 	if (!err && fsync(fd) < 0)
 		err = -errno;
 	if (close(fd) < 0 && !err && errno != EINTR)
@@ -1041,7 +996,7 @@ int spool_batch_commit(struct spool *s, uint64_t sequence, uint64_t window_end_n
 		unlinkat(s->dirfd, tmp, 0);
 		goto cleanup;
 	}
-	err = fsync_dir(s->dirfd);
+	err = sysom_fsync_dirfd(s->dirfd);
 	if (err) {
 		/* Not known to be durable: do not claim it (the caller keeps the batch). */
 		unlinkat(s->dirfd, name, 0);
@@ -1082,7 +1037,7 @@ static int read_batch(int fd, const struct spool_item *it, struct spool_batch *o
 		*reason = "file size changed since it was indexed";
 		goto cleanup;
 	}
-	n = pread_full(fd, hbuf, (size_t)st.st_size < sizeof(hbuf) ? (size_t)st.st_size :
+	n = sysom_pread_full(fd, hbuf, (size_t)st.st_size < sizeof(hbuf) ? (size_t)st.st_size :
 				   sizeof(hbuf), 0);
 	if (n < 0) {
 		err = (int)n;
@@ -1106,7 +1061,7 @@ static int read_batch(int fd, const struct spool_item *it, struct spool_batch *o
 		*reason = "out of memory";
 		goto cleanup;
 	}
-	n = pread_full(fd, body, h.body_len, hs);
+	n = sysom_pread_full(fd, body, h.body_len, hs);
 	if (n < 0 || (uint64_t)n != h.body_len) {
 		err = n < 0 ? (int)n : -SYSOM_ECORRUPT;
 		*reason = "cannot read batch body";
@@ -1196,7 +1151,7 @@ int spool_batch_remove(struct spool *s, uint64_t epoch, uint64_t sequence)
 	item_delete(s, i);
 	/* Not required for correctness (a resurrected file is re-sent and de-duplicated by
 	 * its idempotency key), but keeps replays after a crash to a minimum. */
-	fsync_dir(s->dirfd);
+	sysom_fsync_dirfd(s->dirfd);
 cleanup:
 	pthread_mutex_unlock(&s->lock);
 	return err;

@@ -14,7 +14,9 @@
 #include "agent/ship/http_client.h"
 #include "agent/ship/retry.h"
 #include "common/bytes.h"
+#include "common/clock.h"
 #include "common/error.h"
+#include "common/hex.h"
 
 #define NS_PER_S 1000000000ull
 #define NS_PER_MS 1000000ull
@@ -66,14 +68,6 @@ struct uploader {
 
 /* ---------------------------------------------------------------------------------------- */
 /* Time, randomness, events */
-
-static uint64_t realtime_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
-}
 
 static uint64_t now(struct uploader *u)
 {
@@ -190,7 +184,7 @@ static void deliver(struct uploader *u, struct current *cur)
 	if (r >= 200 && r < 300) {
 		u->stats.batches_sent++;
 		u->stats.bytes_sent += len;
-		u->stats.last_success_unix_ns = realtime_ns();
+		u->stats.last_success_unix_ns = sysom_realtime_ns();
 		u->failures = 0;
 		u->next_attempt_ns = 0;
 		pthread_mutex_unlock(&u->lock);
@@ -349,8 +343,7 @@ int uploader_start(const struct uploader_options *opts, struct spool *spool,
 		goto cleanup;
 	u->spool = spool;
 	u->epoch = spool_epoch(spool);
-	for (int i = 0; i < 16; i++)
-		snprintf(u->node_hex + 2 * i, 3, "%02x", opts->node_id[i]);
+	sysom_hex_encode(opts->node_id, 16, u->node_hex, sizeof(u->node_hex));
 	u->memq_max = opts->memory_queue_max_bytes ? opts->memory_queue_max_bytes :
 						     UPLOADER_DEFAULT_MEMORY_QUEUE;
 	u->on_event = opts->on_event;

@@ -24,6 +24,8 @@
 #include <time.h>
 
 #include "common/bytes.h"
+#include "common/clock.h"
+#include "common/url.h"
 #include "server/api/render.h"
 
 #define IDLE_WAKE_MS 60000      /* the sender looks around at least this often */
@@ -121,19 +123,6 @@ static void curl_init_once(void)
 	curl_status = curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-static int64_t clock_ms(clockid_t id)
-{
-	struct timespec ts;
-
-	clock_gettime(id, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t mono_ms(void)
-{
-	return clock_ms(CLOCK_MONOTONIC);
-}
-
 static int64_t min64(int64_t x, int64_t y)
 {
 	return x < y ? x : y;
@@ -149,21 +138,6 @@ static bool printable_ascii(const char *s, size_t max)
 		if (n >= max || (unsigned char)*s <= 0x20 || (unsigned char)*s >= 0x7f)
 			return false;
 	return n > 0;
-}
-
-static bool url_valid(const char *url)
-{
-	const char *host;
-
-	if (!url || !printable_ascii(url, ALERTS_URL_MAX - 32))
-		return false;
-	if (strncasecmp(url, "http://", 7) == 0)
-		host = url + 7;
-	else if (strncasecmp(url, "https://", 8) == 0)
-		host = url + 8;
-	else
-		return false;
-	return *host && *host != '/';
 }
 
 /*
@@ -434,7 +408,7 @@ static void alert_resolve(struct alerts *a, struct alert *al, int64_t now_ms)
 	al->resolved = true;
 	/* Alertmanager refuses an alert that ends before it starts. */
 	al->ends_ms = now_ms > al->starts_ms ? now_ms : al->starts_ms;
-	al->resolved_mono_ms = mono_ms();
+	al->resolved_mono_ms = sysom_monotonic_ms();
 	al->version++;
 	for (size_t r = 0; r < a->nrx; r++) {
 		/* A receiver that never accepted it firing has nothing to resolve (unless the
@@ -865,7 +839,7 @@ static void collect_webhook(struct alerts *a, size_t ri, int64_t now, bool flush
 static int collect(struct alerts *a, size_t ri, int64_t now, bool flushing, int64_t *wake,
 		   struct batch *b)
 {
-	int64_t wall_now = clock_ms(CLOCK_REALTIME);
+	int64_t wall_now = sysom_realtime_ms();
 	size_t truncated = 0;
 	json_t *doc = NULL;
 
@@ -1051,7 +1025,7 @@ static void *sender_main(void *arg)
 
 	pthread_mutex_lock(&a->lock);
 	for (;;) {
-		int64_t now = mono_ms(), wake = now + IDLE_WAKE_MS;
+		int64_t now = sysom_monotonic_ms(), wake = now + IDLE_WAKE_MS;
 		bool flushing = a->stopping, sent = false;
 
 		if (flushing && (now >= a->flush_deadline_ms || a->stats.resolutions_pending == 0))
@@ -1080,7 +1054,7 @@ static void *sender_main(void *arg)
 			res = post(rx, b.body, timeout, &status, msg, sizeof(msg));
 			event_maybe(a, rx, res, status, msg);
 			pthread_mutex_lock(&a->lock);
-			now = mono_ms();
+			now = sysom_monotonic_ms();
 			apply(a, ri, &b, res, now);
 			sent = true;
 		}
@@ -1186,10 +1160,10 @@ static bool config_valid(const struct alerts_config *cfg)
 	    (cfg->n_webhooks && !cfg->webhook_urls))
 		return false;
 	for (size_t i = 0; i < cfg->n_alertmanagers; i++)
-		if (!url_valid(cfg->alertmanager_urls[i]))
+		if (!sysom_url_valid(cfg->alertmanager_urls[i], ALERTS_URL_MAX - 32))
 			return false;
 	for (size_t i = 0; i < cfg->n_webhooks; i++)
-		if (!url_valid(cfg->webhook_urls[i]))
+		if (!sysom_url_valid(cfg->webhook_urls[i], ALERTS_URL_MAX - 32))
 			return false;
 	return !cfg->bearer_token || printable_ascii(cfg->bearer_token, ALERTS_TOKEN_MAX);
 }
@@ -1281,7 +1255,7 @@ void alerts_free(struct alerts *a)
 		return;
 	pthread_mutex_lock(&a->lock);
 	a->stopping = true;
-	a->flush_deadline_ms = mono_ms() + a->cfg.flush_timeout_ms;
+	a->flush_deadline_ms = sysom_monotonic_ms() + a->cfg.flush_timeout_ms;
 	pthread_cond_signal(&a->cond);
 	pthread_mutex_unlock(&a->lock);
 	if (a->thread_started)

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "server/alerts/policy.h"
 #include "server/analysis/diagnosis_render.h"
 #include "server/analysis/folded.h"
@@ -56,22 +57,6 @@ struct monitor {
 	struct live *live;      /* the jobs' latest collective instances, fed by ingest */
 	struct live_add_stats live_stats;
 };
-
-static int64_t real_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static uint64_t mono_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
 
 /* Tells the owner (outside the lock). */
 static void event_emit(struct monitor *m, const struct monitor_event *ev)
@@ -607,7 +592,7 @@ int monitor_evaluate(struct monitor *m, const char *job)
 	int64_t now = m->now_ms();
 	struct job_entry snap;
 	uint32_t nopen = 0, nstrag = 0;
-	uint64_t start = mono_us();
+	uint64_t start = sysom_monotonic_ns() / SYSOM_NS_PER_US;
 	int rc;
 
 	pthread_mutex_lock(&m->lock);
@@ -631,7 +616,7 @@ int monitor_evaluate(struct monitor *m, const char *job)
 	}
 	m->stats.evaluations++;
 	m->stats.evaluation_errors += rc != 0;
-	m->stats.last_evaluation_us = mono_us() - start;
+	m->stats.last_evaluation_us = sysom_monotonic_ns() / SYSOM_NS_PER_US - start;
 	m->stats.jobs = m->njobs;
 	pthread_mutex_unlock(&m->lock);
 	if (rc)
@@ -723,7 +708,7 @@ int monitor_new(const struct diagnosis_ctx *ctx, struct alerts *alerts,
 	m->ctx = *ctx;
 	m->alerts = alerts;
 	m->interval_ms = opts && opts->interval_ms ? opts->interval_ms : MONITOR_DEFAULT_INTERVAL_MS;
-	m->now_ms = opts && opts->now_ms ? opts->now_ms : real_now_ms;
+	m->now_ms = opts && opts->now_ms ? opts->now_ms : sysom_realtime_ms;
 	m->on_event = opts ? opts->on_event : NULL;
 	m->event_arg = opts ? opts->event_arg : NULL;
 	pthread_mutex_init(&m->lock, NULL);

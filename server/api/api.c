@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/hash.h"
 #include "common/options.h"
@@ -35,14 +36,6 @@ struct api {
 	struct monitor *monitor;
 };
 
-static int64_t real_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 struct api *api_new(struct store *store, struct symbolizer *sym, struct auth *auth,
 		    struct server_metrics *metrics, const struct api_options *opts)
 {
@@ -54,7 +47,7 @@ struct api *api_new(struct store *store, struct symbolizer *sym, struct auth *au
 	api->sym = sym;
 	api->auth = auth;
 	api->metrics = metrics;
-	api->now_ms = opts && opts->now_ms ? opts->now_ms : real_now_ms;
+	api->now_ms = opts && opts->now_ms ? opts->now_ms : sysom_realtime_ms;
 	api->symbols = opts ? opts->symbols : NULL;
 	api->upstream = opts ? opts->upstream : NULL;
 	api->alerts = opts ? opts->alerts : NULL;

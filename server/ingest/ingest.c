@@ -11,9 +11,11 @@
 #include <strings.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/compress.h"
 #include "common/elf_buildid.h"
 #include "common/error.h"
+#include "common/hex.h"
 #include "server/symbols/ksyms.h"
 #include "server/api/render.h"
 
@@ -60,34 +62,6 @@ void ingest_free(struct ingest *in)
 	free(in);
 }
 
-static int64_t clock_ns(clockid_t clock)
-{
-	struct timespec ts;
-
-	clock_gettime(clock, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int hex_nibble(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	c = (char)tolower((unsigned char)c);
-	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-/* Parses exactly `n` hex digits into a big-endian integer or bytes. */
-static bool parse_hex_bytes(const char *s, uint8_t *out, size_t nbytes)
-{
-	for (size_t i = 0; i < nbytes; i++) {
-		int hi = hex_nibble(s[2 * i]), lo = hi < 0 ? -1 : hex_nibble(s[2 * i + 1]);
-		if (hi < 0 || lo < 0)
-			return false;
-		out[i] = (uint8_t)(hi << 4 | lo);
-	}
-	return true;
-}
-
 struct batch_key {
 	uint8_t node_id[SYSOM_NODE_ID_SIZE];
 	uint64_t epoch;
@@ -105,8 +79,8 @@ static bool parse_key(const char *text, struct batch_key *out)
 
 	if (strlen(text) < 32 + 1 + 16 + 1 + 1 || text[32] != ':' || text[49] != ':')
 		return false;
-	if (!parse_hex_bytes(text, k.node_id, sizeof(k.node_id)) ||
-	    !parse_hex_bytes(text + 33, epoch, sizeof(epoch)))
+	if (sysom_hex_decode(text, 2 * sizeof(k.node_id), k.node_id, sizeof(k.node_id)) < 0 ||
+	    sysom_hex_decode(text + 33, 2 * sizeof(epoch), epoch, sizeof(epoch)) < 0)
 		return false;
 	k.epoch = 0;
 	for (size_t i = 0; i < sizeof(epoch); i++)
@@ -324,7 +298,7 @@ static int batch_ingest(struct ingest *in, const struct http_request *req,
 	}
 	if ((reason = batch_check(in, &batch, &key, resp)) != REASON_NONE)
 		goto cleanup;
-	if ((rc = store_batch_put(in->store, &batch, clock_ns(CLOCK_REALTIME), &res))) {
+	if ((rc = store_batch_put(in->store, &batch, sysom_realtime_ns(), &res))) {
 		reason = respond_store_error(resp, rc);
 		goto cleanup;
 	}
@@ -353,7 +327,7 @@ cleanup:
 void ingest_batch_post(void *ctx, const struct http_request *req, struct http_response *resp)
 {
 	struct ingest *in = ctx;
-	int64_t start = clock_ns(CLOCK_MONOTONIC);
+	int64_t start = sysom_monotonic_ns();
 	bool duplicate = false;
 	int reason = batch_ingest(in, req, resp, &duplicate);
 
@@ -364,7 +338,7 @@ void ingest_batch_post(void *ctx, const struct http_request *req, struct http_re
 		metrics_counter_add(&in->metrics->batches[duplicate ? INGEST_DUPLICATE : INGEST_STORED],
 				    1);
 	metrics_histogram_observe(&in->metrics->ingest_seconds,
-				  (uint64_t)(clock_ns(CLOCK_MONOTONIC) - start));
+				  (uint64_t)(sysom_monotonic_ns() - start));
 }
 
 /* ---- kernel symbols ------------------------------------------------------------------------ */
@@ -447,7 +421,7 @@ static int ksyms_upload(struct ingest *in, const struct http_request *req,
 		goto cleanup;
 	}
 	rc = store_ksyms_put(in->store, id.bytes, id.len, table.syms, table.count,
-			     clock_ns(CLOCK_REALTIME), &created);
+			     sysom_realtime_ns(), &created);
 	if (rc) {
 		reason = respond_store_error(resp, rc);
 		goto cleanup;

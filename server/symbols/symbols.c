@@ -21,8 +21,10 @@
 #include <jansson.h>
 #include <xxhash.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/hash.h"
+#include "common/hex.h"
 #include "server/api/render.h"
 #include "server/symbols/symbols_internal.h"
 #include "symrepo/symfile.h"
@@ -50,25 +52,9 @@ static int kind_parse(const char *text, size_t len, enum symrepo_kind *out)
 	return 0;
 }
 
-static int64_t monotonic_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec;
-}
-
 static int64_t stat_mtime_ns(const struct stat *st)
 {
 	return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
-}
-
-static bool is_hex_string(const char *s, size_t len)
-{
-	for (size_t i = 0; i < len; i++)
-		if (!isxdigit((unsigned char)s[i]))
-			return false;
-	return true;
 }
 
 static void lower(char *s)
@@ -112,7 +98,7 @@ static int session_parse_name(const char *name, struct symbols_session *out)
 		return -EINVAL;
 	size_t idlen = len - slen - (size_t)(dot2 + 1 - name);
 	if (idlen < SYMBOLS_UPLOAD_ID_MIN || idlen > SYMBOLS_UPLOAD_ID_MAX ||
-	    !is_hex_string(dot2 + 1, idlen) ||
+	    !sysom_hex_valid(dot2 + 1, idlen) ||
 	    kind_parse(dot1 + 1, (size_t)(dot2 - dot1 - 1), &out->kind))
 		return -EINVAL;
 	memcpy(out->hex, name, (size_t)(dot1 - name));
@@ -349,7 +335,7 @@ static int count_visit(void *ctx, const struct sysom_build_id *id, bool executab
 
 int symbols_build_ids_count(struct symbols *s, uint64_t *count)
 {
-	int64_t now = monotonic_s();
+	int64_t now = sysom_monotonic_s();
 	uint64_t n = 0;
 	int rc;
 
@@ -608,7 +594,7 @@ static bool chunk_parse(struct symbols *s, const struct http_request *req, struc
 	}
 	upload_len = upload ? strlen(upload) : 0;
 	if (!upload || upload_len < SYMBOLS_UPLOAD_ID_MIN || upload_len > SYMBOLS_UPLOAD_ID_MAX ||
-	    !is_hex_string(upload, upload_len)) {
+	    !sysom_hex_valid(upload, upload_len)) {
 		http_response_error(resp, 400, "%s X-Sysom-Upload-Id header (want %d..%d hex digits)",
 				    upload ? "malformed" : "missing", SYMBOLS_UPLOAD_ID_MIN,
 				    SYMBOLS_UPLOAD_ID_MAX);
@@ -708,12 +694,6 @@ cleanup:
 	return rc;
 }
 
-static void hex16(const uint8_t b[16], char out[33])
-{
-	for (int i = 0; i < 16; i++)
-		snprintf(out + 2 * i, 3, "%02x", b[i]);
-}
-
 /* Writes the whole body at c->start; on failure cuts the file back to c->start. */
 static int chunk_write(int fd, const struct chunk *c, const uint8_t *data, size_t len)
 {
@@ -760,8 +740,8 @@ static enum symbol_upload_result chunk_finish(struct symbols *s, struct chunk *c
 		return respond_io_error(resp, rc, "cannot read the uploaded file");
 	}
 	if (memcmp(got, c->hash, 16) != 0) {
-		hex16(c->hash, want_hex);
-		hex16(got, got_hex);
+		sysom_hex_encode(c->hash, 16, want_hex, sizeof(want_hex));
+		sysom_hex_encode(got, 16, got_hex, sizeof(got_hex));
 		http_response_error(resp, 422, "content hash mismatch: X-Sysom-Content-Hash says %s%s,"
 					       " the %" PRIu64 " bytes received hash to %s%s; the"
 					       " upload is discarded, start again at byte 0",

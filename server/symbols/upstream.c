@@ -17,7 +17,9 @@
 
 #include <elfutils/debuginfod.h>
 
+#include "common/clock.h"
 #include "common/error.h"
+#include "common/fileio.h"
 #include "common/hash.h"
 #include "symrepo/repo.h"
 
@@ -58,14 +60,6 @@ struct upstream {
 	struct upstream_stats stats;
 };
 
-static int64_t now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec;
-}
-
 static bool slot_is(const struct slot *s, const struct sysom_build_id *id)
 {
 	return s->state != SLOT_EMPTY && s->len == id->len && memcmp(s->bytes, id->bytes, id->len) == 0;
@@ -77,7 +71,7 @@ static struct slot *slot_find(struct upstream *u, const struct sysom_build_id *i
 {
 	uint64_t h = sysom_hash64(id->bytes, id->len, 0);
 	struct slot *free_slot = NULL;
-	int64_t now = now_s();
+	int64_t now = sysom_monotonic_s();
 
 	for (uint32_t i = 0; i < PROBES; i++) {
 		struct slot *s = &u->slots[(h + i) & u->slot_mask];
@@ -109,7 +103,7 @@ void upstream_request(struct upstream *u, const struct sysom_build_id *id)
 		goto cleanup;
 	s = slot_find(u, id, false);
 	if (s && (s->state == SLOT_QUEUED || s->state == SLOT_FETCHING ||
-		  (s->state == SLOT_NEGATIVE && s->expires > now_s())))
+		  (s->state == SLOT_NEGATIVE && s->expires > sysom_monotonic_s())))
 		goto cleanup;
 	if (u->count >= u->opts.queue_max) {
 		u->stats.dropped++;
@@ -163,16 +157,8 @@ static int copy_fd(int fd, const char *path)
 		}
 		if (n == 0)
 			break;
-		for (ssize_t done = 0; done < n;) {
-			ssize_t w = write(out, buf + done, (size_t)(n - done));
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w < 0) {
-				rc = -errno;
-				goto cleanup;
-			}
-			done += w;
-		}
+		if ((rc = sysom_write_full(out, buf, (size_t)n)))
+			goto cleanup;
 		at += n;
 	}
 cleanup:
@@ -261,7 +247,7 @@ static void fetch(struct upstream *u, debuginfod_client *client, const struct sy
 		s->state = SLOT_EMPTY;
 	} else {
 		s->state = SLOT_NEGATIVE;
-		s->expires = now_s() + u->opts.negative_ttl_s;
+		s->expires = sysom_monotonic_s() + u->opts.negative_ttl_s;
 	}
 	u->stats.fetched += (uint64_t)((exe == 1) + (dbg == 1));
 	if (res.error == -ENOENT)
