@@ -24,7 +24,7 @@
 #include <time.h>
 
 #include "common/bytes.h"
-#include "server/api/render.h"
+#include "server/http/render.h"
 
 #define IDLE_WAKE_MS 60000      /* the sender looks around at least this often */
 #define MAX_BUCKETS (1u << 20)

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/analysis/folded.h"
+#include "server/query/folded.h"
 #include "server/analysis/layers.h"
-#include "server/api/api.h"
-#include "server/api/render.h"
+#include "server/query/limits.h"
+#include "server/http/render.h"
 
 
 /* ---- gathering collective instances into communication groups --------------------------- */
@@ -79,7 +79,7 @@ static int strag_group_of(struct strag_doc *d, uint64_t key, int32_t nranks,
 	/* The cell budget bounds memory: a group too large for the full window gets a shorter
 	 * one (reported as its "window"), down to DIAGNOSIS_MIN_WINDOW, then it is skipped. */
 	uint32_t window = d->window;
-	size_t left = d->cells < API_MAX_STRAGGLER_CELLS ? API_MAX_STRAGGLER_CELLS - d->cells : 0;
+	size_t left = d->cells < QUERY_MAX_STRAGGLER_CELLS ? QUERY_MAX_STRAGGLER_CELLS - d->cells : 0;
 	if (nranks >= 1 && (size_t)nranks * window > left)
 		window = (uint32_t)(left / (size_t)nranks);
 	if (nranks < 1 || nranks > STRAGGLER_MAX_RANKS ||
@@ -409,7 +409,7 @@ static json_t *diagnose_gpu(const struct diagnosis_ctx *ctx, const struct store_
 		struct store_sample_filter f = *range;
 		f.has_rank = true;
 		f.rank = s;
-		if (ctx->gpu_time_folded(ctx->diff_arg, &f, API_DEFAULT_STACK_LIMIT, &folded))
+		if (ctx->gpu_time_folded(ctx->diff_arg, &f, QUERY_DEFAULT_STACK_LIMIT, &folded))
 			byte_buf_free(&folded); /* the kernels without their stacks */
 	}
 	for (size_t i = 0; i < n && i < DIAGNOSE_TOP; i++)
@@ -443,7 +443,7 @@ static json_t *diagnose_cpu(const struct diagnosis_ctx *ctx, const struct store_
 
 	*top_pp = 0;
 	*top_fn = NULL;
-	if (!fns || !stack_list || ctx->diff_folded(ctx->diff_arg, range, h, s, API_DEFAULT_STACK_LIMIT, &text))
+	if (!fns || !stack_list || ctx->diff_folded(ctx->diff_arg, range, h, s, QUERY_DEFAULT_STACK_LIMIT, &text))
 		goto cleanup;
 	if ((n = layers_cpu_deltas((const char *)text.data, text.len, &d, totals)) < 0)
 		goto cleanup;
@@ -705,7 +705,7 @@ static json_t *diagnose_os(const struct diagnosis_ctx *ctx, const struct store_s
 					     .to_ms = range->to_ms };
 		struct store_os_visitor v = { os_thread_take, os_cpu_take, os_irq_take, o };
 		o->loaded = true;
-		if (store_job_os(ctx->store, &f, API_MAX_GPU_ROWS, &v, &o->truncated))
+		if (store_job_os(ctx->store, &f, QUERY_MAX_GPU_ROWS, &v, &o->truncated))
 			return NULL;
 	}
 	if (!(k = os_rank_of(o, s)) || k->oncpu_ns == 0)
@@ -814,7 +814,7 @@ static json_t *diagnose(const struct diagnosis_ctx *ctx, const struct diagnosis_
 		struct store_gpu_visitor v = { .kernel = gk_kernel, .arg = k };
 		bool truncated;
 		k->loaded = true;
-		if (store_job_gpu(ctx->store, &f, API_MAX_GPU_ROWS, &v, &truncated))
+		if (store_job_gpu(ctx->store, &f, QUERY_MAX_GPU_ROWS, &v, &truncated))
 			return NULL;
 	}
 	gpu = diagnose_gpu(ctx, range, k, g, ranks, s, p->gpu_threshold, &gv, &slowdown);
@@ -949,7 +949,7 @@ static int store_source(void *arg, const struct diagnosis_scope *scope, store_co
 
 	f.from_ns = scope->from_ms > INT64_MAX / 1000000 ? INT64_MAX : scope->from_ms * 1000000;
 	f.to_ns = scope->to_ms > INT64_MAX / 1000000 - 1 ? INT64_MAX : scope->to_ms * 1000000 + 999999;
-	return store_collectives_list(arg, &f, API_MAX_STRAGGLER_INSTANCES, fn, fn_arg);
+	return store_collectives_list(arg, &f, QUERY_MAX_STRAGGLER_INSTANCES, fn, fn_arg);
 }
 
 int diagnosis_stragglers(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
@@ -1023,7 +1023,7 @@ int diagnosis_stragglers_from(const struct diagnosis_ctx *ctx, const struct diag
 			rc = 0;
 		}
 		qsort(ranks, (size_t)g->nranks, sizeof(*ranks), by_excess_desc);
-		for (int32_t r = 0; r < g->nranks && r < API_STRAGGLER_TOP_RANKS; r++)
+		for (int32_t r = 0; r < g->nranks && r < QUERY_STRAGGLER_TOP_RANKS; r++)
 			json_array_append_new(top, strag_rank_json(g, &ranks[r]));
 		int64_t period = strag_period_ns(g);
 		uint32_t held = straggler_group_instances(g->g);
@@ -1051,7 +1051,7 @@ int diagnosis_stragglers_from(const struct diagnosis_ctx *ctx, const struct diag
 			 (json_int_t)p->sp.window, "min_excess_ms",
 			 (json_int_t)(p->sp.min_excess_ns / 1000000), "persistent_fraction",
 			 p->sp.persistent_fraction, "gpu_threshold", p->gpu_threshold, "cpu_min_pp",
-			 p->cpu_min_pp, "truncated", d.instances > API_MAX_STRAGGLER_INSTANCES - 1,
+			 p->cpu_min_pp, "truncated", d.instances > QUERY_MAX_STRAGGLER_INSTANCES - 1,
 			 "skipped_instances", (json_int_t)d.skipped, "iteration_ms",
 			 (double)iteration_ns / 1e6, "stragglers", job_list,
 			 "communicators", groups);
@@ -1135,7 +1135,7 @@ static int wl_profile_load(const struct diagnosis_ctx *ctx, const struct diagnos
 
 	memset(p, 0, sizeof(*p));
 	p->rank = rank;
-	if (!(rc = ctx->folded(ctx->diff_arg, &f, API_DEFAULT_STACK_LIMIT, &text)) &&
+	if (!(rc = ctx->folded(ctx->diff_arg, &f, QUERY_DEFAULT_STACK_LIMIT, &text)) &&
 	    !(rc = folded_merge(&text, &none, &merged))) {
 		int n = layers_cpu_deltas((const char *)merged.data, merged.len, &p->fns, totals);
 		if (n < 0)
@@ -1237,7 +1237,7 @@ int diagnosis_waterline(const struct diagnosis_ctx *ctx, const struct diagnosis_
 		rc = -ENOMEM;
 		goto cleanup;
 	}
-	if ((rc = store_job_communicators_list(ctx->store, scope->job, API_MAX_JOB_ROWS, wl_member, &d)))
+	if ((rc = store_job_communicators_list(ctx->store, scope->job, QUERY_MAX_JOB_ROWS, wl_member, &d)))
 		goto cleanup;
 	for (size_t i = 0; i < d.n; i++) {
 		struct wl_group *g = &d.groups[i];

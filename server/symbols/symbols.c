@@ -23,7 +23,7 @@
 
 #include "common/error.h"
 #include "common/hash.h"
-#include "server/api/render.h"
+#include "server/http/render.h"
 #include "server/symbols/symbols_internal.h"
 #include "symrepo/symfile.h"
 
