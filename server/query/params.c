@@ -132,10 +132,9 @@ int query_time_parse(const char *text, int64_t now_ms, int64_t *out_ms)
 	return 0;
 }
 
-
 /* Reads an optional parameter into `out`; false (and a 400 answered) when malformed. */
 bool query_param(const struct http_request *req, const char *name, char *out, size_t outlen,
-		  bool *present, struct http_response *resp)
+		 bool *present, struct http_response *resp)
 {
 	int rc = http_query_param(req, name, out, outlen);
 
@@ -148,7 +147,7 @@ bool query_param(const struct http_request *req, const char *name, char *out, si
 }
 
 bool query_param_uint(const struct http_request *req, const char *name, uint32_t min,
-		       uint32_t max, uint32_t *out, bool *present, struct http_response *resp)
+		      uint32_t max, uint32_t *out, bool *present, struct http_response *resp)
 {
 	char text[QUERY_PARAM_MAX];
 	char *end;
@@ -228,7 +227,6 @@ bool query_param_double(const struct http_request *req, const char *name, double
 	*out = v;
 	return true;
 }
-
 
 
 /* Parses `comm` as a communicator key (1 to 16 hex digits, optional 0x); 400 when malformed. */
