@@ -24,7 +24,7 @@
 #include "server/http/http.h"
 #include "server/analysis/monitor.h"
 #include "server/ingest/ingest.h"
-#include "server/api/metrics.h"
+#include "server/metrics/metrics.h"
 #include "server/store/store.h"
 #include "server/symbols/symbolize.h"
 #include "server/symbols/symbols.h"
@@ -508,6 +508,12 @@ static void on_batch_stored(void *arg, const struct sysom_batch *b)
 	monitor_batch_stored(arg, b);
 }
 
+/* The monitor's families in /metrics (a metrics source). */
+static void monitor_metrics_source(void *ctx, struct byte_buf *out)
+{
+	monitor_metrics_write(ctx, out);
+}
+
 static int components_create(struct server *s)
 {
 	struct ingest_options io = {
@@ -546,7 +552,8 @@ static int components_create(struct server *s)
 		log_error("cannot start the analysis: %s", sysom_strerror(rc));
 		return -SYSOM_ECONFIG;
 	}
-	s->metrics.monitor = s->monitor;
+	if ((rc = server_metrics_source_add(&s->metrics, monitor_metrics_source, s->monitor)))
+		return rc;
 	io.on_stored = on_batch_stored;
 	io.on_stored_arg = s->monitor;
 	if (!(s->ingest = ingest_new(s->store, s->auth, s->sym, &s->metrics, &io)))

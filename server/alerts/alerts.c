@@ -26,7 +26,7 @@
 #include "common/bytes.h"
 #include "common/clock.h"
 #include "common/url.h"
-#include "server/api/render.h"
+#include "server/http/render.h"
 
 #define IDLE_WAKE_MS 60000      /* the sender looks around at least this often */
 #define MAX_BUCKETS (1u << 20)

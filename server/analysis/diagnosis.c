@@ -9,10 +9,10 @@
 #include <string.h>
 
 #include "server/analysis/diagnosis_render.h"
-#include "server/analysis/folded.h"
+#include "server/query/folded.h"
 #include "server/analysis/layers.h"
-#include "server/api/api.h"
-#include "server/api/render.h"
+#include "server/query/limits.h"
+#include "server/http/render.h"
 
 
 /* ---- gathering collective instances into communication groups --------------------------- */
@@ -80,7 +80,7 @@ static int strag_group_of(struct strag_doc *d, uint64_t key, int32_t nranks,
 	/* The cell budget bounds memory: a group too large for the full window gets a shorter
 	 * one (reported as its "window"), down to DIAGNOSIS_MIN_WINDOW, then it is skipped. */
 	uint32_t window = d->window;
-	size_t left = d->cells < API_MAX_STRAGGLER_CELLS ? API_MAX_STRAGGLER_CELLS - d->cells : 0;
+	size_t left = d->cells < QUERY_MAX_STRAGGLER_CELLS ? QUERY_MAX_STRAGGLER_CELLS - d->cells : 0;
 	if (nranks >= 1 && (size_t)nranks * window > left)
 		window = (uint32_t)(left / (size_t)nranks);
 	if (nranks < 1 || nranks > STRAGGLER_MAX_RANKS ||
@@ -425,7 +425,7 @@ static void diagnose_gpu(const struct diagnosis_ctx *ctx, const struct store_sam
 		struct store_sample_filter f = *range;
 		f.has_rank = true;
 		f.rank = s;
-		if (ctx->gpu_time_folded(ctx->diff_arg, &f, API_DEFAULT_STACK_LIMIT, &folded))
+		if (ctx->gpu_time_folded(ctx->diff_arg, &f, QUERY_DEFAULT_STACK_LIMIT, &folded))
 			byte_buf_free(&folded); /* the kernels without their stacks */
 	}
 	for (size_t i = 0; i < n && i < DIAGNOSIS_TOP; i++) {
@@ -465,7 +465,7 @@ static void diagnose_cpu(const struct diagnosis_ctx *ctx, const struct store_sam
 		struct store_sample_filter f = *range;
 		f.has_rank = true;
 		f.rank = side_rank[side];
-		if (ctx->folded(ctx->diff_arg, &f, API_DEFAULT_STACK_LIMIT, &text[side]))
+		if (ctx->folded(ctx->diff_arg, &f, QUERY_DEFAULT_STACK_LIMIT, &text[side]))
 			goto cleanup;
 	}
 	if (folded_diff_build(&text[0], &text[1], &diff))
@@ -719,7 +719,7 @@ static void diagnose_os(const struct diagnosis_ctx *ctx, const struct store_samp
 					     .to_ms = range->to_ms };
 		struct store_os_visitor v = { os_thread_take, os_cpu_take, os_irq_take, o };
 		o->loaded = true;
-		if (store_job_os(ctx->store, &f, API_MAX_GPU_ROWS, &v, &o->truncated))
+		if (store_job_os(ctx->store, &f, QUERY_MAX_GPU_ROWS, &v, &o->truncated))
 			return;
 	}
 	if (!(k = os_rank_of(o, s)) || k->oncpu_ns == 0) {
@@ -820,7 +820,7 @@ static struct diagnosis *diagnose(const struct diagnosis_ctx *ctx, const struct 
 		struct store_gpu_visitor v = { .kernel = gk_kernel, .arg = k };
 		bool truncated;
 		k->loaded = true;
-		if (store_job_gpu(ctx->store, &f, API_MAX_GPU_ROWS, &v, &truncated))
+		if (store_job_gpu(ctx->store, &f, QUERY_MAX_GPU_ROWS, &v, &truncated))
 			return NULL;
 	}
 	if (!(d = calloc(1, sizeof(*d))))
@@ -964,7 +964,7 @@ static int store_source(void *arg, const struct diagnosis_scope *scope, store_co
 
 	f.from_ns = scope->from_ms > INT64_MAX / 1000000 ? INT64_MAX : scope->from_ms * 1000000;
 	f.to_ns = scope->to_ms > INT64_MAX / 1000000 - 1 ? INT64_MAX : scope->to_ms * 1000000 + 999999;
-	return store_collectives_list(arg, &f, API_MAX_STRAGGLER_INSTANCES, fn, fn_arg);
+	return store_collectives_list(arg, &f, QUERY_MAX_STRAGGLER_INSTANCES, fn, fn_arg);
 }
 
 int diagnosis_report_build(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
@@ -1039,8 +1039,8 @@ int diagnosis_report_build(const struct diagnosis_ctx *ctx, const struct diagnos
 			rc = 0;
 		}
 		qsort(ranks, (size_t)g->nranks, sizeof(*ranks), by_excess_desc);
-		size_t ntop = g->nranks < API_STRAGGLER_TOP_RANKS ? (size_t)g->nranks
-								  : (size_t)API_STRAGGLER_TOP_RANKS;
+		size_t ntop = g->nranks < QUERY_STRAGGLER_TOP_RANKS ? (size_t)g->nranks
+								  : (size_t)QUERY_STRAGGLER_TOP_RANKS;
 		if (!(gr->top = calloc(ntop + 1, sizeof(*gr->top)))) {
 			rc = -ENOMEM;
 			goto cleanup;
@@ -1065,7 +1065,7 @@ int diagnosis_report_build(const struct diagnosis_ctx *ctx, const struct diagnos
 			rep->iteration_ns = gr->period_ns;
 		}
 	}
-	rep->truncated = d.instances > API_MAX_STRAGGLER_INSTANCES - 1;
+	rep->truncated = d.instances > QUERY_MAX_STRAGGLER_INSTANCES - 1;
 	rep->skipped_instances = d.skipped;
 	*out = rep;
 	rep = NULL;
@@ -1225,7 +1225,7 @@ static int wl_profile_load(const struct diagnosis_ctx *ctx, const struct diagnos
 
 	memset(p, 0, sizeof(*p));
 	p->rank = rank;
-	if (!(rc = ctx->folded(ctx->diff_arg, &f, API_DEFAULT_STACK_LIMIT, &text)) &&
+	if (!(rc = ctx->folded(ctx->diff_arg, &f, QUERY_DEFAULT_STACK_LIMIT, &text)) &&
 	    !(rc = folded_diff_build(&text, &none, &diff))) {
 		int n = layers_cpu_diff_deltas(&diff, &p->fns, totals);
 		if (n < 0)
@@ -1327,7 +1327,7 @@ int diagnosis_waterline(const struct diagnosis_ctx *ctx, const struct diagnosis_
 		rc = -ENOMEM;
 		goto cleanup;
 	}
-	if ((rc = store_job_communicators_list(ctx->store, scope->job, API_MAX_JOB_ROWS, wl_member, &d)))
+	if ((rc = store_job_communicators_list(ctx->store, scope->job, QUERY_MAX_JOB_ROWS, wl_member, &d)))
 		goto cleanup;
 	for (size_t i = 0; i < d.n; i++) {
 		struct wl_group *g = &d.groups[i];

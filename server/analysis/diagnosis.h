@@ -5,7 +5,7 @@
  * monitor (server/analysis/monitor.h) evaluates as batches arrive.
  *
  * Bounded work: per communication group only the latest `window` complete collective
- * instances are read (an indexed query, at most API_MAX_STRAGGLER_INSTANCES over all groups),
+ * instances are read (an indexed query, at most QUERY_MAX_STRAGGLER_INSTANCES over all groups),
  * and at most DIAGNOSE_MAX_STRAGGLERS stragglers are diagnosed per evaluation, so the cost of
  * one evaluation does not grow with the job's history.
  */

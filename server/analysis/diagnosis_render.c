@@ -4,7 +4,7 @@
 
 #include <math.h>
 
-#include "server/api/render.h"
+#include "server/http/render.h"
 
 static json_t *real_or_null(double v)
 {

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "common/hash.h"
-#include "server/analysis/folded.h"
+#include "server/query/folded.h"
 
 enum gpu_verdict layers_gpu_classify(const struct kernel_cmp *k, size_t n, double threshold,
 				     double *slowdown)

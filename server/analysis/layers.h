@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "server/analysis/folded.h"
+#include "server/query/folded.h"
 
 #define LAYERS_GPU_THRESHOLD 1.15   /* 15% slower */
 #define LAYERS_CPU_MIN_SAMPLES 50    /* per side: fewer cannot tell a function's share */

@@ -14,11 +14,10 @@
 #include "common/clock.h"
 #include "server/alerts/policy.h"
 #include "server/analysis/diagnosis_render.h"
-#include "server/analysis/folded.h"
+#include "server/query/folded.h"
 #include "server/analysis/layers.h"
-#include "server/api/api.h"
 #include "server/analysis/live.h"
-#include "server/api/metrics.h"
+#include "server/metrics/metrics.h"
 
 #define MONITOR_MAX_INCIDENTS 64    /* open incidents of one job handled per evaluation */
 #define MONITOR_TOP_FUNCTIONS 5

@@ -384,35 +384,11 @@ static int target_parse(struct http_conn *c)
 	return byte_buf_error(&c->target);
 }
 
-static bool route_path_matches(const struct http_route *r, const char *path)
-{
-	if (r->prefix)
-		return strncmp(path, r->path, strlen(r->path)) == 0;
-	return strcmp(path, r->path) == 0;
-}
-
-/*
- * The first route (in table order) for the method and path; for HEAD a GET route when no
- * HEAD route exists. *path_known says whether any route has the path.
- */
+/* The first route for the method and path (see http_route_find). */
 static const struct http_route *route_find(const struct http_config *cfg, const char *method,
 					   const char *path, bool *path_known)
 {
-	const struct http_route *get_route = NULL;
-	bool head = strcmp(method, "HEAD") == 0;
-
-	*path_known = false;
-	for (size_t i = 0; i < cfg->nroutes; i++) {
-		const struct http_route *r = &cfg->routes[i];
-		if (!route_path_matches(r, path))
-			continue;
-		*path_known = true;
-		if (strcmp(r->method, method) == 0)
-			return r;
-		if (head && !get_route && strcmp(r->method, "GET") == 0)
-			get_route = r;
-	}
-	return get_route;
+	return http_route_find(cfg->routes, cfg->nroutes, method, path, path_known);
 }
 
 /* Adds "Allow: A, B" listing the methods of the routes with the request's path. */
@@ -428,10 +404,10 @@ static void add_allow_header(struct http_conn *c)
 	for (size_t i = 0; i < cfg->nroutes; i++) {
 		const struct http_route *r = &cfg->routes[i];
 		bool seen = false;
-		if (!route_path_matches(r, path))
+		if (!http_route_path_matches(r, path))
 			continue;
 		for (size_t j = 0; j < i && !seen; j++)
-			seen = route_path_matches(&cfg->routes[j], path) &&
+			seen = http_route_path_matches(&cfg->routes[j], path) &&
 			       strcmp(cfg->routes[j].method, r->method) == 0;
 		if (seen)
 			continue;

@@ -103,12 +103,34 @@ typedef void (*http_handler_fn)(void *ctx, const struct http_request *req,
 
 struct http_route {
 	const char *method;    /* exact method; "GET" routes also answer HEAD without a body */
-	const char *path;      /* exact path, or a prefix when `prefix` (e.g. "/api/v1/kernel-symbols/") */
+	/*
+	 * An exact path; a pattern whose "{name}" segments each match one non-empty path segment
+	 * ("/api/v1/jobs/{job}/gpu"); or, when `prefix`, a prefix ("/api/v1/kernel-symbols/").
+	 */
+	const char *path;
 	bool prefix;
 	http_handler_fn handler;
 	void *ctx;             /* passed to the handler (borrowed; outlives the server) */
 	size_t max_body;       /* bytes; larger bodies get 413 before being read (0: no body allowed) */
 };
+
+/*
+ * Whether `path` matches `pattern`: characters compare equal, and each "{name}" of the pattern
+ * matches one non-empty segment of the path (no '/').
+ */
+bool http_path_match(const char *pattern, const char *path);
+
+/* Whether route `r` answers `path` (exact, pattern or prefix, as its fields say). */
+bool http_route_path_matches(const struct http_route *r, const char *path);
+
+/*
+ * The first route of `routes` (in table order) for `method` and `path`; for HEAD a GET route
+ * when no HEAD route exists; NULL when none. Sets *path_known when any route has the path
+ * (the caller answers 405 rather than 404). The server routes requests with it; handlers
+ * that dispatch a sub-table can too.
+ */
+const struct http_route *http_route_find(const struct http_route *routes, size_t nroutes,
+					 const char *method, const char *path, bool *path_known);
 
 struct http_server_options {
 	const char *host;              /* "127.0.0.1", "::1", "0.0.0.0" */

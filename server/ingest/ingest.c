@@ -17,7 +17,7 @@
 #include "common/error.h"
 #include "common/hex.h"
 #include "server/symbols/ksyms.h"
-#include "server/api/render.h"
+#include "server/http/render.h"
 
 /* Internal handler steps return an enum ingest_error_reason, or this when all went well. */
 #define REASON_NONE (-1)
@@ -481,4 +481,19 @@ void ingest_ksyms_get(void *ctx, const struct http_request *req, struct http_res
 		return;
 	}
 	respond_ksyms(resp, &id, count, NULL);
+}
+
+size_t ingest_routes_get(struct ingest *in, size_t max_body, size_t ksyms_max_body,
+			 struct http_route out[INGEST_ROUTE_COUNT])
+{
+	const struct http_route routes[INGEST_ROUTE_COUNT] = {
+		{ "POST", INGEST_PATH, false, ingest_batch_post, in,
+		  max_body ? max_body : INGEST_DEFAULT_MAX_BODY },
+		{ "PUT", INGEST_KSYMS_PREFIX, true, ingest_ksyms_put, in,
+		  ksyms_max_body ? ksyms_max_body : INGEST_DEFAULT_MAX_KSYMS_BODY },
+		{ "GET", INGEST_KSYMS_PREFIX, true, ingest_ksyms_get, in, 0 },
+	};
+
+	memcpy(out, routes, sizeof(routes));
+	return INGEST_ROUTE_COUNT;
 }

@@ -3,12 +3,13 @@
 #ifndef SYSOM_SERVER_INGEST_INGEST_H
 #define SYSOM_SERVER_INGEST_INGEST_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/wire/wire.h"
 #include "server/http/auth.h"
 #include "server/http/http.h"
-#include "server/api/metrics.h"
+#include "server/metrics/metrics.h"
 #include "server/store/store.h"
 #include "server/symbols/symbolize.h"
 
@@ -59,5 +60,15 @@ void ingest_ksyms_put(void *ctx, const struct http_request *req, struct http_res
 
 /* GET /api/v1/kernel-symbols/{build-id-hex}: 200 {"build_id","symbols"} or 404. */
 void ingest_ksyms_get(void *ctx, const struct http_request *req, struct http_response *resp);
+
+#define INGEST_ROUTE_COUNT 3
+
+/*
+ * Writes the agent-facing routes (POST INGEST_PATH, then PUT and GET INGEST_KSYMS_PREFIX) over
+ * `in` (borrowed) to `out` and returns INGEST_ROUTE_COUNT. `max_body` and `ksyms_max_body`
+ * bound the compressed bodies (0: INGEST_DEFAULT_MAX_BODY, INGEST_DEFAULT_MAX_KSYMS_BODY).
+ */
+size_t ingest_routes_get(struct ingest *in, size_t max_body, size_t ksyms_max_body,
+			 struct http_route out[INGEST_ROUTE_COUNT]);
 
 #endif

@@ -25,7 +25,7 @@
 #include "common/error.h"
 #include "common/hash.h"
 #include "common/hex.h"
-#include "server/api/render.h"
+#include "server/http/render.h"
 #include "server/symbols/symbols_internal.h"
 #include "symrepo/symfile.h"
 

@@ -10,7 +10,7 @@
 
 #include "server/http/auth.h"
 #include "server/http/http.h"
-#include "server/api/metrics.h"
+#include "server/metrics/metrics.h"
 #include "server/symbols/symbolize.h"
 
 struct symrepo;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target: arbitrary bytes through the HTTP transport's request state machine, no socket. */
-// fuzz-sources: server/http/http.c server/http/http_message.c
+// fuzz-sources: server/http/http.c server/http/http_message.c server/http/router.c
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>

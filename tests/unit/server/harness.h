@@ -16,7 +16,7 @@
 #include "server/http/auth.h"
 #include "server/http/http.h"
 #include "server/ingest/ingest.h"
-#include "server/api/metrics.h"
+#include "server/metrics/metrics.h"
 #include "server/store/store.h"
 #include "server/symbols/symbolize.h"
 #include "tests/support/batch_fixture.h"

@@ -32,7 +32,7 @@
 
 #include "common/bytes.h"
 #include "server/alerts/alerts.h"
-#include "server/api/metrics.h"
+#include "server/metrics/metrics.h"
 #include "tests/support/batch_fixture.h"
 #include "tests/support/stub_http.h"
 

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "server/api/render.h"
+#include "server/http/render.h"
 #include "tests/unit/server/harness.h"
 #include "tests/unit/server/job_fixture.h"
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Output helpers for handlers: UTF-8 sanitising, JSON responses and times. */
-#ifndef SYSOM_SERVER_API_RENDER_H
-#define SYSOM_SERVER_API_RENDER_H
+#ifndef SYSOM_SERVER_HTTP_RENDER_H
+#define SYSOM_SERVER_HTTP_RENDER_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -4,8 +4,8 @@
  * by side into "stack count_a count_b" lines (difffolded's format), the input of differential
  * flame graphs and of the CPU-layer and baseline comparisons.
  */
-#ifndef SYSOM_SERVER_ANALYSIS_FOLDED_H
-#define SYSOM_SERVER_ANALYSIS_FOLDED_H
+#ifndef SYSOM_SERVER_QUERY_FOLDED_H
+#define SYSOM_SERVER_QUERY_FOLDED_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Two folded profiles side by side (server/analysis/folded.h). */
-#include "server/analysis/folded.h"
+/* Two folded profiles side by side (server/query/folded.h). */
+#include "server/query/folded.h"
 
 #include <errno.h>
 #include <inttypes.h>

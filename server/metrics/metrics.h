@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Thread-safe counters and histograms, and their Prometheus text (0.0.4) rendering. */
-#ifndef SYSOM_SERVER_API_METRICS_H
-#define SYSOM_SERVER_API_METRICS_H
+#ifndef SYSOM_SERVER_METRICS_METRICS_H
+#define SYSOM_SERVER_METRICS_METRICS_H
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -100,7 +100,15 @@ enum debuginfod_result { DEBUGINFOD_FOUND, DEBUGINFOD_NOT_FOUND, DEBUGINFOD_ERRO
 			 DEBUGINFOD_RESULT_COUNT };
 
 struct alerts;
-struct monitor;
+
+/*
+ * Appends a module's own families to `out` (ctx: the module, borrowed). Modules that keep their
+ * own statistics (the analysis monitor, ...) are wired in by the composition root (server/main.c)
+ * with server_metrics_source_add, so this module depends on none of them.
+ */
+typedef void (*metrics_source_fn)(void *ctx, struct byte_buf *out);
+
+#define SERVER_METRICS_MAX_SOURCES 8
 
 /* What the server counts; zero-initialise, then server_metrics_init. */
 struct server_metrics {
@@ -121,7 +129,12 @@ struct server_metrics {
 	/* Borrowed, or NULL. Set, it adds the sysom_alert* families (its own counts, read under
 	 * its lock); it must outlive every server_metrics_write. */
 	struct alerts *alerts;
-	struct monitor *monitor;  /* likewise: sysom_analysis_*, sysom_diagnoses_*, per-job gauges */
+	/* More families, written after the above in the order added (server_metrics_source_add). */
+	struct {
+		metrics_source_fn write;
+		void *ctx; /* borrowed; outlives every server_metrics_write */
+	} sources[SERVER_METRICS_MAX_SOURCES];
+	size_t nsources;
 };
 
 /* Prepares the histograms (counters start at zero). */
@@ -131,9 +144,15 @@ void server_metrics_init(struct server_metrics *m);
 void server_metrics_reject(struct server_metrics *m, enum ingest_error_reason reason,
 			   struct metrics_counter *result_counter);
 
+/*
+ * Adds a source of families written by server_metrics_write (call before the server serves).
+ * Returns 0, or -ENOSPC beyond SERVER_METRICS_MAX_SOURCES.
+ */
+int server_metrics_source_add(struct server_metrics *m, metrics_source_fn write, void *ctx);
+
 /* Appends the server's own families (sysom_ingest_*, sysom_kernel_symbol_uploads_total,
  * sysom_symbol_uploads_total, sysom_symbol_upload_bytes_total, sysom_debuginfod_*, and
- * sysom_alert* when m->alerts is set, the monitor's families when m->monitor is). */
+ * sysom_alert* when m->alerts is set), then those of the sources added. */
 void server_metrics_write(const struct server_metrics *m, struct byte_buf *out);
 
 #endif

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* UTF-8 sanitising, JSON responses and RFC 3339 times for the HTTP handlers. */
-#include "server/api/render.h"
+#include "server/http/render.h"
 
 #include <inttypes.h>
 #include <stdbool.h>

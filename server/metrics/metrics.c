@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Atomic counters and histograms rendered as Prometheus text exposition format 0.0.4. */
-#include "server/api/metrics.h"
+#include "server/metrics/metrics.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "server/alerts/alerts.h"
-#include "server/analysis/monitor.h"
-#include "server/api/render.h"
+#include "server/http/render.h"
 
 static const double ingest_bounds[] = { 0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
 					0.25,  0.5,   1,    2.5,   5,    10 };
@@ -201,6 +201,16 @@ void server_metrics_reject(struct server_metrics *m, enum ingest_error_reason re
 		metrics_counter_add(result_counter, 1);
 }
 
+int server_metrics_source_add(struct server_metrics *m, metrics_source_fn write, void *ctx)
+{
+	if (m->nsources == SERVER_METRICS_MAX_SOURCES)
+		return -ENOSPC;
+	m->sources[m->nsources].write = write;
+	m->sources[m->nsources].ctx = ctx;
+	m->nsources++;
+	return 0;
+}
+
 static void write_results(struct byte_buf *out, const char *name, const char *help,
 			  const struct metrics_counter *c, const char *const names[INGEST_RESULT_COUNT])
 {
@@ -280,6 +290,6 @@ void server_metrics_write(const struct server_metrics *m, struct byte_buf *out)
 		      &m->debuginfod_bytes);
 	if (m->alerts)
 		alerts_metrics_write(m->alerts, out);
-	if (m->monitor)
-		monitor_metrics_write(m->monitor, out);
+	for (size_t i = 0; i < m->nsources; i++)
+		m->sources[i].write(m->sources[i].ctx, out);
 }
