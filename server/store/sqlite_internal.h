@@ -249,7 +249,7 @@ int store__batch_write_os(struct conn *c, const struct sysom_batch *b,
 void store__u64_blob(uint8_t *buf, const uint64_t *v, size_t n);
 void store__column_u64_blob(sqlite3_stmt *st, int col, uint64_t *v, size_t n);
 
-/* ---- the vtable entries, by file ---------------------------------------------------------- */
+/* ---- the vtable entries by file; semantics as documented in store.h ---------------------- */
 
 /* sqlite_write_batch.c */
 int store__sqlite_batch_put(struct store *s, const struct sysom_batch *b, int64_t received_ns,

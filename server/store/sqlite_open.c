@@ -67,7 +67,7 @@ static int sqlite_ping(struct store *base)
 			     &(struct store__query){ .sql = ping_sql, .row = ignore_row,
 						     .max_rows = 1, .rows = &rows });
 
-	return !rc && !rows ? store__errno(SQLITE_ERROR) : rc;
+	return !rc && !rows ? -EPROTO : rc; /* count(*) always returns a row */
 }
 
 static int sqlite_size_get(struct store *base, uint64_t *bytes)
