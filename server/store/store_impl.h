@@ -64,4 +64,25 @@ struct store {
 	const struct store_ops *ops;
 };
 
+/* ---- what every backend does the same way (store_backend.c) ------------------------------- */
+
+/* Content-hash collisions a backend tolerates per stack before -EOVERFLOW (never seen). */
+#define STORE__STACK_PROBES 16
+
+/* Lower-case hex of `len` bytes (at most SYSOM_BUILD_ID_MAX) into out[outlen]. */
+void store__hex(const uint8_t *bytes, size_t len, char *out, size_t outlen);
+
+/* The batch's counters as a JSON object {"name": value}; caller frees; NULL: out of memory. */
+char *store__counters_json(const struct sysom_batch *b);
+
+/* Whether objects of this kind are keyed by their build ID (else by their name). */
+bool store__object_by_build_id(uint8_t kind);
+
+/* The first candidate id of a stack whose frames, as stored, are `frames` (len bytes); a
+ * collision probes the following ids, skipping STORE_STACK_NONE. */
+uint64_t store__stack_hash(uint8_t kind, uint8_t stop_reason, const void *frames, size_t len);
+
+/* Checks the arguments of store_ksyms_put: 0 or -EINVAL. */
+int store__ksyms_check(size_t build_id_len, const struct store_ksym *syms, size_t count);
+
 #endif

@@ -1,0 +1,325 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Reading profiles from SQLite: objects, stacks, and sample/launch/GPU-time aggregates. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "common/error.h"
+#include "server/store/sqlite_internal.h"
+
+static const char object_get_sql[] = "SELECT kind, build_id, name FROM objects WHERE id = ?1";
+static const char stack_get_sql[] =
+	"SELECT kind, stop_reason, nframes, frames FROM stacks WHERE id = ?1";
+
+static int object_row(void *ctx, sqlite3_stmt *st)
+{
+	struct store_object *o = ctx;
+	int len = sqlite3_column_bytes(st, 1);
+
+	o->id.kind = (uint8_t)sqlite3_column_int(st, 0);
+	if (len > SYSOM_BUILD_ID_MAX)
+		return -SYSOM_ECORRUPT;
+	if (len)
+		memcpy(o->id.bytes, sqlite3_column_blob(st, 1), (size_t)len);
+	o->id.len = (uint8_t)len;
+	o->name = strdup(store__text(st, 2));
+	return o->name ? 0 : -ENOMEM;
+}
+
+int store__sqlite_object_get(struct store *base, int64_t id, struct store_object *out)
+{
+	struct store_object o = { 0 };
+	uint64_t rows = 0;
+	int rc = store__read(store__sqlite(base),
+			     &(struct store__query){ .sql = object_get_sql,
+						     .args = STORE__ARGS(STORE__INT(id)),
+						     .row = object_row, .ctx = &o, .max_rows = 1,
+						     .rows = &rows });
+
+	if (!rc && !rows)
+		rc = -ENOENT;
+	if (!rc)
+		*out = o;
+	return rc;
+}
+
+struct stack_get {
+	int64_t id;
+	struct store_stack *stk;
+};
+
+static int stack_row(void *ctx, sqlite3_stmt *st)
+{
+	struct stack_get *g = ctx;
+	int nframes = sqlite3_column_int(st, 2);
+	const uint8_t *blob = sqlite3_column_blob(st, 3);
+	int bytes = sqlite3_column_bytes(st, 3);
+	struct store_stack *stk;
+
+	if (nframes < 1 || nframes > UINT16_MAX || bytes != nframes * 16)
+		return -SYSOM_ECORRUPT;
+	stk = malloc(sizeof(*stk) + (size_t)nframes * sizeof(stk->frames[0]));
+	if (!stk)
+		return -ENOMEM;
+	stk->id = g->id;
+	stk->kind = (uint8_t)sqlite3_column_int(st, 0);
+	stk->stop_reason = (uint8_t)sqlite3_column_int(st, 1);
+	stk->nframes = (uint16_t)nframes;
+	for (int i = 0; i < nframes; i++) {
+		stk->frames[i].object = (int64_t)load_le64(blob + 16 * i);
+		stk->frames[i].offset = load_le64(blob + 16 * i + 8);
+	}
+	g->stk = stk;
+	return 0;
+}
+
+int store__sqlite_stack_get(struct store *base, int64_t id, struct store_stack **out)
+{
+	struct stack_get g = { .id = id };
+	uint64_t rows = 0;
+	int rc = store__read(store__sqlite(base),
+			     &(struct store__query){ .sql = stack_get_sql,
+						     .args = STORE__ARGS(STORE__INT(id)),
+						     .row = stack_row, .ctx = &g, .max_rows = 1,
+						     .rows = &rows });
+
+	if (!rc && !rows)
+		rc = -ENOENT;
+	if (rc) {
+		free(g.stk);
+		return rc;
+	}
+	*out = g.stk;
+	return 0;
+}
+
+/*
+ * Appends the WHERE conditions of a sample filter over table alias `t` (samples `s`, which
+ * have thread comms, or launches `l`); parameters ?1 .. ?5 and ?7 (see filter_run).
+ */
+static void filter_sql_on(struct byte_buf *sql, const struct store_sample_filter *f, char t)
+{
+	byte_buf_printf(sql, " WHERE %c.time_ms BETWEEN ?1 AND ?2", t);
+	if (f->node)
+		byte_buf_printf(sql, " AND %c.node IN (SELECT id FROM nodes"
+				     " WHERE node_id = lower(?3) OR hostname = ?3)", t);
+	if (f->has_pid)
+		byte_buf_printf(sql, " AND p.tgid = ?4");
+	if (f->comm)
+		byte_buf_printf(sql, t == 's' ? " AND (p.comm = ?5 OR s.thread_comm = ?5)"
+					      : " AND p.comm = ?5");
+	if (f->job)
+		byte_buf_printf(sql, " AND %c.process IN (SELECT process FROM job_ranks"
+				     " WHERE job = ?7%s)", t, f->has_rank ? " AND rank = ?8" : "");
+}
+
+/*
+ * Runs a query built in `sql` (filters change its shape, so the planner sees only live terms)
+ * with the filter's parameters and ?6 = `limit`, calling `row` per row.
+ */
+static int filter_run(struct sqlite_store *s, struct byte_buf *sql,
+		      const struct store_sample_filter *f, uint32_t limit, store__row_fn row,
+		      void *ctx)
+{
+	int rc = store__sql_end(sql);
+
+	if (rc)
+		return rc;
+	return store__read(s, &(struct store__query){
+		.sql = (const char *)sql->data, .once = true,
+		.args = STORE__ARGS(STORE__INT(f->from_ms), STORE__INT(f->to_ms),
+				    f->node ? STORE__TEXT(f->node) : STORE__SKIP,
+				    f->has_pid ? STORE__INT(f->pid) : STORE__SKIP,
+				    f->comm ? STORE__TEXT(f->comm) : STORE__SKIP, STORE__INT(limit),
+				    f->job ? STORE__TEXT(f->job) : STORE__SKIP,
+				    f->job && f->has_rank ? STORE__INT(f->rank) : STORE__SKIP),
+		.row = row, .ctx = ctx });
+}
+
+struct process_visit {
+	store_process_fn fn;
+	void *arg;
+};
+
+static int process_row(void *ctx, sqlite3_stmt *st)
+{
+	const struct process_visit *v = ctx;
+	struct store_process p = {
+		.hostname = store__text(st, 1),
+		.pid = (uint32_t)sqlite3_column_int64(st, 2),
+		.ppid = (uint32_t)sqlite3_column_int64(st, 3),
+		.generation = (uint32_t)sqlite3_column_int64(st, 4),
+		.start_time_ns = store__u64(sqlite3_column_int64(st, 5)),
+		.comm = store__text(st, 6),
+		.exe = store__text(st, 7),
+		.cmdline = store__text(st, 8),
+		.first_seen_ns = sqlite3_column_int64(st, 9),
+		.last_seen_ns = sqlite3_column_int64(st, 10),
+		.samples = (uint64_t)sqlite3_column_int64(st, 11),
+	};
+
+	store__text_copy(st, 0, p.node_id, sizeof(p.node_id));
+	return v->fn(v->arg, &p);
+}
+
+int store__sqlite_processes_list(struct store *base, const struct store_sample_filter *f,
+				 uint32_t limit, store_process_fn fn, void *arg)
+{
+	struct process_visit v = { fn, arg };
+	struct byte_buf sql = { 0 };
+	int rc;
+
+	byte_buf_printf(&sql, "SELECT n.node_id, n.hostname, p.tgid, p.ppid, p.generation,"
+			      " p.start_time_ns, p.comm, p.exe, p.cmdline, p.first_seen_ns,"
+			      " p.last_seen_ns, sum(s.count) AS c"
+			      " FROM samples s JOIN processes p ON p.id = s.process"
+			      " JOIN nodes n ON n.id = p.node");
+	filter_sql_on(&sql, f, 's');
+	byte_buf_printf(&sql, " GROUP BY s.process ORDER BY c DESC, s.process LIMIT ?6");
+	rc = filter_run(store__sqlite(base), &sql, f, limit, process_row, &v);
+	byte_buf_free(&sql);
+	return rc;
+}
+
+/* An aggregate's visitor and the window total of its last row. */
+struct aggregate_visit {
+	union {
+		store_stack_count_fn stacks;
+		store_launch_count_fn launches;
+		store_gpu_time_fn gpu_time;
+	} fn;
+	void *arg;
+	uint64_t total;
+};
+
+static int stack_count_row(void *ctx, sqlite3_stmt *st)
+{
+	struct aggregate_visit *v = ctx;
+	sqlite3_int64 lo = sqlite3_column_int64(st, 1), hi = sqlite3_column_int64(st, 2);
+	struct store_stack_count row = {
+		.comm = store__text(st, 0),
+		.pid = lo == hi ? lo : -1,
+		.processes = (uint64_t)sqlite3_column_int64(st, 3),
+		.user_stack = sqlite3_column_int64(st, 4),
+		.kernel_stack = sqlite3_column_int64(st, 5),
+		.count = (uint64_t)sqlite3_column_int64(st, 6),
+	};
+
+	v->total = (uint64_t)sqlite3_column_int64(st, 7);
+	return v->fn.stacks(v->arg, &row);
+}
+
+int store__sqlite_stacks_aggregate(struct store *base, const struct store_sample_filter *f,
+				   uint32_t limit, store_stack_count_fn fn, void *arg,
+				   uint64_t *total)
+{
+	struct aggregate_visit v = { .fn.stacks = fn, .arg = arg };
+	struct byte_buf sql = { 0 };
+	int rc;
+
+	/* The window sum runs over every group before LIMIT: the total counts everything. */
+	byte_buf_printf(&sql, "SELECT p.comm, min(p.tgid), max(p.tgid), count(DISTINCT s.process),"
+			      " coalesce(s.user_stack, 0) AS u, coalesce(s.kernel_stack, 0) AS k,"
+			      " sum(s.count) AS c, sum(sum(s.count)) OVER () AS total"
+			      " FROM samples s JOIN processes p ON p.id = s.process");
+	filter_sql_on(&sql, f, 's');
+	byte_buf_printf(&sql, " GROUP BY p.comm, u, k ORDER BY c DESC, p.comm, u, k LIMIT ?6");
+	rc = filter_run(store__sqlite(base), &sql, f, limit, stack_count_row, &v);
+	byte_buf_free(&sql);
+	if (!rc)
+		*total = v.total;
+	return rc;
+}
+
+static int launch_count_row(void *ctx, sqlite3_stmt *st)
+{
+	struct aggregate_visit *v = ctx;
+	sqlite3_int64 lo = sqlite3_column_int64(st, 1), hi = sqlite3_column_int64(st, 2);
+	struct store_launch_count row = {
+		.comm = store__text(st, 0),
+		.pid = lo == hi ? lo : -1,
+		.processes = (uint64_t)sqlite3_column_int64(st, 3),
+		.user_stack = sqlite3_column_int64(st, 4),
+		.named = sqlite3_column_int(st, 5) != 0,
+		.kernel = store__text(st, 6),
+		.count = (uint64_t)sqlite3_column_int64(st, 7),
+	};
+
+	v->total = (uint64_t)sqlite3_column_int64(st, 8);
+	return v->fn.launches(v->arg, &row);
+}
+
+int store__sqlite_launches_aggregate(struct store *base, const struct store_sample_filter *f,
+				     uint32_t limit, store_launch_count_fn fn, void *arg,
+				     uint64_t *total)
+{
+	struct aggregate_visit v = { .fn.launches = fn, .arg = arg };
+	struct byte_buf sql = { 0 };
+	int rc;
+
+	/* Rows repeating a key (the decoder allows it) are summed like any other rows. */
+	byte_buf_printf(&sql, "SELECT p.comm, min(p.tgid), max(p.tgid), count(DISTINCT l.process),"
+			      " coalesce(l.user_stack, 0) AS u, l.kernel_name != '' AS named,"
+			      " iif(l.kernel_name != '', l.kernel_name, printf('0x%%x', l.function)) AS kn,"
+			      " sum(l.count) AS c, sum(sum(l.count)) OVER () AS total"
+			      " FROM launches l JOIN processes p ON p.id = l.process");
+	filter_sql_on(&sql, f, 'l');
+	byte_buf_printf(&sql, " GROUP BY p.comm, u, named, kn ORDER BY c DESC, p.comm, u, kn LIMIT ?6");
+	rc = filter_run(store__sqlite(base), &sql, f, limit, launch_count_row, &v);
+	byte_buf_free(&sql);
+	if (!rc)
+		*total = v.total;
+	return rc;
+}
+
+static int gpu_time_row(void *ctx, sqlite3_stmt *st)
+{
+	struct aggregate_visit *v = ctx;
+	sqlite3_int64 lo = sqlite3_column_int64(st, 1), hi = sqlite3_column_int64(st, 2);
+	struct store_gpu_time row = {
+		.comm = store__text(st, 0),
+		.pid = lo == hi ? lo : -1,
+		.processes = (uint64_t)sqlite3_column_int64(st, 3),
+		.user_stack = sqlite3_column_int64(st, 4),
+		.launch_seen = sqlite3_column_int(st, 5) != 0,
+		.kernel = store__text(st, 6),
+		.ns = (uint64_t)sqlite3_column_int64(st, 7),
+	};
+
+	v->total = (uint64_t)sqlite3_column_int64(st, 8);
+	return v->fn.gpu_time(v->arg, &row);
+}
+
+int store__sqlite_gpu_time_aggregate(struct store *base, const struct store_sample_filter *f,
+				     uint32_t limit, store_gpu_time_fn fn, void *arg,
+				     uint64_t *total)
+{
+	struct aggregate_visit v = { .fn.gpu_time = fn, .arg = arg };
+	struct byte_buf sql = { 0 };
+	int rc;
+
+	/* Per (process, kernel): its GPU time in the range, its launches per user stack and in
+	 * all; each stack gets the share of the time its launches had. */
+	byte_buf_printf(&sql,
+			"SELECT p.comm, min(p.tgid), max(p.tgid), count(DISTINCT g.process),"
+			" coalesce(l.u, 0) AS u, l.c IS NOT NULL AS seen, g.name AS kn,"
+			" CAST(sum(iif(l.c IS NULL, g.ns, g.ns * 1.0 * l.c / lt.c)) AS INTEGER) AS t,"
+			" CAST(sum(sum(iif(l.c IS NULL, g.ns, g.ns * 1.0 * l.c / lt.c))) OVER ()"
+			"  AS INTEGER)"
+			" FROM (SELECT process, node, name, min(time_ms) AS time_ms,"
+			"   sum(total_ns) AS ns FROM gpu_kernels WHERE time_ms BETWEEN ?1 AND ?2"
+			"   GROUP BY process, name) g"
+			" JOIN processes p ON p.id = g.process"
+			" LEFT JOIN (SELECT process, kernel_name AS name, coalesce(user_stack, 0) AS u,"
+			"   sum(count) AS c FROM launches WHERE time_ms BETWEEN ?1 AND ?2"
+			"   GROUP BY process, kernel_name, u) l ON l.process = g.process AND l.name = g.name"
+			" LEFT JOIN (SELECT process, kernel_name AS name, sum(count) AS c FROM launches"
+			"   WHERE time_ms BETWEEN ?1 AND ?2 GROUP BY process, kernel_name) lt"
+			"   ON lt.process = g.process AND lt.name = g.name");
+	filter_sql_on(&sql, f, 'g');
+	byte_buf_printf(&sql, " GROUP BY p.comm, u, seen, kn ORDER BY t DESC, p.comm, u, kn LIMIT ?6");
+	rc = filter_run(store__sqlite(base), &sql, f, limit, gpu_time_row, &v);
+	byte_buf_free(&sql);
+	if (!rc)
+		*total = v.total;
+	return rc;
+}

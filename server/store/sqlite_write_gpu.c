@@ -1,0 +1,249 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Storing a batch's training-job rows in SQLite: ranks, communicators, NCCL, GPU kernels. */
+#include "server/store/sqlite_internal.h"
+
+/* Attributes follow the newest window (batches may arrive out of order). */
+static const char job_rank_upsert_sql[] =
+	"INSERT INTO job_ranks (process, node, job, rank, world_size, local_rank,"
+	" local_world_size, group_rank, source, job_id_source, master, groups, first_seen_ns,"
+	" last_seen_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+	" ON CONFLICT (process) DO UPDATE SET"
+	" job = iif(excluded.last_seen_ns >= last_seen_ns, excluded.job, job),"
+	" rank = iif(excluded.last_seen_ns >= last_seen_ns, excluded.rank, rank),"
+	" world_size = iif(excluded.last_seen_ns >= last_seen_ns, excluded.world_size, world_size),"
+	" local_rank = iif(excluded.last_seen_ns >= last_seen_ns, excluded.local_rank, local_rank),"
+	" local_world_size = iif(excluded.last_seen_ns >= last_seen_ns,"
+	"   excluded.local_world_size, local_world_size),"
+	" group_rank = iif(excluded.last_seen_ns >= last_seen_ns, excluded.group_rank, group_rank),"
+	" source = iif(excluded.last_seen_ns >= last_seen_ns, excluded.source, source),"
+	" job_id_source = iif(excluded.last_seen_ns >= last_seen_ns, excluded.job_id_source,"
+	"   job_id_source),"
+	" master = iif(excluded.last_seen_ns >= last_seen_ns, excluded.master, master),"
+	" groups = iif(excluded.last_seen_ns >= last_seen_ns, excluded.groups, groups),"
+	" first_seen_ns = min(first_seen_ns, excluded.first_seen_ns),"
+	" last_seen_ns = max(last_seen_ns, excluded.last_seen_ns)";
+static const char communicator_upsert_sql[] =
+	"INSERT INTO communicators (process, key, node, rank, nranks, parent_key, split_color,"
+	" split_key, split_ordinal, key_source, comm_hash, handle, created_ns, destroyed,"
+	" first_seen_ns, last_seen_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
+	" ?12, ?13, ?14, ?15, ?16)"
+	" ON CONFLICT (process, key) DO UPDATE SET"
+	" rank = iif(excluded.rank >= 0, excluded.rank, rank),"
+	" nranks = iif(excluded.nranks >= 1, excluded.nranks, nranks),"
+	" parent_key = iif(excluded.parent_key != 0, excluded.parent_key, parent_key),"
+	" split_color = iif(excluded.split_color != -1, excluded.split_color, split_color),"
+	" split_key = iif(excluded.split_key != -1, excluded.split_key, split_key),"
+	" split_ordinal = iif(excluded.split_ordinal != 0, excluded.split_ordinal, split_ordinal),"
+	" key_source = excluded.key_source,"
+	" comm_hash = iif(excluded.comm_hash != 0, excluded.comm_hash, comm_hash),"
+	" handle = excluded.handle,"
+	" created_ns = iif(excluded.created_ns != 0, excluded.created_ns, created_ns),"
+	" destroyed = max(destroyed, excluded.destroyed),"
+	" first_seen_ns = min(first_seen_ns, excluded.first_seen_ns),"
+	" last_seen_ns = max(last_seen_ns, excluded.last_seen_ns)";
+static const char nccl_call_insert_sql[] =
+	"INSERT INTO nccl_calls (node, process, tid, comm_key, op, seq, entry_ns, exit_ns,"
+	" count, bytes, peer, result, rank, datatype, redop, flags, stream) VALUES (?1, ?2,"
+	" ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
+static const char launch_insert_sql[] =
+	"INSERT INTO launches (time_ms, node, process, function, kernel_name, user_stack,"
+	" kernel_stack, count, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_mem,"
+	" flags) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)";
+static const char gpu_kernel_insert_sql[] =
+	"INSERT INTO gpu_kernels (time_ms, node, process, name, device, stream, count, total_ns,"
+	" min_ns, max_ns, hist) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+static const char nccl_profile_insert_sql[] =
+	"INSERT INTO nccl_profiles (time_ms, node, process, comm_id, comm_name, rank, nranks,"
+	" func, algo, proto, datatype, peer, nchannels, count, bytes, kernel_timed,"
+	" kernel_ns_total, kernel_ns_min, kernel_ns_max, span_timed, span_ns_total,"
+	" enqueue_ns_total, transfers, transfer_bytes, first_seq, last_seq) VALUES (?1, ?2,"
+	" ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,"
+	" ?21, ?22, ?23, ?24, ?25, ?26)";
+static const char nccl_link_insert_sql[] =
+	"INSERT INTO nccl_links (time_ms, node, process, comm_id, rank, peer, channel,"
+	" transfers, bytes, time_ns_total, sx, sy, sxx, sxy, syy, min_latency_ns,"
+	" min_bytes_per_ns, min_r2, min_points) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
+	" ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)";
+
+/* The batch window end in ms: the time of per-window rows. */
+static sqlite3_int64 window_end_ms(const struct sysom_batch *b)
+{
+	return store__clamp(b->window_end_ns / 1000000);
+}
+
+static int job_rank_upsert(struct conn *c, const struct sysom_batch *b, const struct sysom_job_rank *j,
+			   const struct store__batch_ids *ids)
+{
+	return store__query(c, &(struct store__query){
+		.sql = job_rank_upsert_sql,
+		.args = STORE__ARGS(
+			STORE__INT(ids->processes[j->process]), STORE__INT(ids->node),
+			STORE__TEXT(sysom_batch_string(b, j->job)), STORE__INT(j->rank),
+			STORE__INT(j->world_size), STORE__INT(j->local_rank),
+			STORE__INT(j->local_world_size), STORE__INT(j->group_rank),
+			STORE__INT(j->source), STORE__TEXT(sysom_batch_string(b, j->job_id_source)),
+			STORE__TEXT(sysom_batch_string(b, j->master)),
+			STORE__TEXT(sysom_batch_string(b, j->groups)),
+			STORE__INT(store__clamp(b->window_start_ns)),
+			STORE__INT(store__clamp(b->window_end_ns))) });
+}
+
+static int communicator_upsert(struct conn *c, const struct sysom_batch *b,
+			       const struct sysom_communicator *m, const struct store__batch_ids *ids)
+{
+	return store__query(c, &(struct store__query){
+		.sql = communicator_upsert_sql,
+		.args = STORE__ARGS(
+			STORE__INT(ids->processes[m->process]), STORE__INT(store__i64(m->key)),
+			STORE__INT(ids->node), STORE__INT(m->rank), STORE__INT(m->nranks),
+			STORE__INT(store__i64(m->parent_key)), STORE__INT(m->split_color),
+			STORE__INT(m->split_key), STORE__INT(m->split_ordinal),
+			STORE__INT(m->key_source), STORE__INT(store__i64(m->nccl_comm_hash)),
+			STORE__INT(store__i64(m->handle)), STORE__INT(store__clamp(m->created_ns)),
+			STORE__INT((m->flags & SYSOM_COMM_DESTROYED) ? 1 : 0),
+			STORE__INT(store__clamp(b->window_start_ns)),
+			STORE__INT(store__clamp(b->window_end_ns))) });
+}
+
+static int nccl_call_insert(struct conn *c, const struct sysom_nccl_call *k,
+			    const struct store__batch_ids *ids)
+{
+	return store__query(c, &(struct store__query){
+		.sql = nccl_call_insert_sql,
+		.args = STORE__ARGS(
+			STORE__INT(ids->node), STORE__INT(ids->processes[k->process]),
+			STORE__INT(k->tid), STORE__INT(store__i64(k->comm_key)), STORE__INT(k->op),
+			STORE__INT(store__i64(k->seq)), STORE__INT(store__clamp(k->entry_ns)),
+			STORE__INT(store__clamp(k->exit_ns)), STORE__INT(store__clamp(k->count)),
+			STORE__INT(store__clamp(k->bytes)), STORE__INT(k->peer), STORE__INT(k->result),
+			STORE__INT(k->rank), STORE__INT(k->datatype), STORE__INT(k->redop),
+			STORE__INT(k->flags), STORE__INT(store__i64(k->stream))) });
+}
+
+static int launch_insert(struct conn *c, const struct sysom_batch *b, const struct sysom_launch *l,
+			 const struct store__batch_ids *ids)
+{
+	return store__query(c, &(struct store__query){
+		.sql = launch_insert_sql,
+		.args = STORE__ARGS(
+			STORE__INT(window_end_ms(b)), STORE__INT(ids->node),
+			STORE__INT(ids->processes[l->process]), STORE__INT(store__i64(l->function)),
+			STORE__TEXT(sysom_batch_string(b, l->kernel_name)),
+			l->user_stack != SYSOM_WIRE_NONE ? STORE__INT(ids->stacks[l->user_stack])
+							 : STORE__SKIP,
+			l->kernel_stack != SYSOM_WIRE_NONE ? STORE__INT(ids->stacks[l->kernel_stack])
+							   : STORE__SKIP,
+			STORE__INT(store__clamp(l->count)), STORE__INT(l->grid[0]),
+			STORE__INT(l->grid[1]), STORE__INT(l->grid[2]), STORE__INT(l->block[0]),
+			STORE__INT(l->block[1]), STORE__INT(l->block[2]), STORE__INT(l->shared_mem),
+			STORE__INT(l->flags)) });
+}
+
+static int gpu_kernel_insert(struct conn *c, const struct sysom_batch *b,
+			     const struct sysom_gpu_kernel *k, const struct store__batch_ids *ids)
+{
+	uint8_t hist[4 * SYSOM_GPU_HIST_BUCKETS];
+
+	for (int i = 0; i < SYSOM_GPU_HIST_BUCKETS; i++)
+		store_le32(hist + 4 * i, k->hist[i]);
+	return store__query(c, &(struct store__query){
+		.sql = gpu_kernel_insert_sql,
+		.args = STORE__ARGS(
+			STORE__INT(window_end_ms(b)), STORE__INT(ids->node),
+			STORE__INT(ids->processes[k->process]),
+			STORE__TEXT(sysom_batch_string(b, k->name)), STORE__INT(k->device),
+			STORE__INT(store__i64(k->stream)), STORE__INT(store__clamp(k->count)),
+			STORE__INT(store__clamp(k->total_ns)), STORE__INT(store__clamp(k->min_ns)),
+			STORE__INT(store__clamp(k->max_ns)), STORE__BLOB(hist, sizeof(hist))) });
+}
+
+static int nccl_profile_insert(struct conn *c, const struct sysom_batch *b,
+			       const struct sysom_nccl_profile *p, const struct store__batch_ids *ids)
+{
+	return store__query(c, &(struct store__query){
+		.sql = nccl_profile_insert_sql,
+		.args = STORE__ARGS(
+			STORE__INT(window_end_ms(b)), STORE__INT(ids->node),
+			STORE__INT(ids->processes[p->process]), STORE__INT(store__i64(p->comm_id)),
+			STORE__TEXT(sysom_batch_string(b, p->comm_name)), STORE__INT(p->rank),
+			STORE__INT(p->nranks), STORE__TEXT(sysom_batch_string(b, p->func)),
+			STORE__TEXT(sysom_batch_string(b, p->algo)),
+			STORE__TEXT(sysom_batch_string(b, p->proto)),
+			STORE__TEXT(sysom_batch_string(b, p->datatype)), STORE__INT(p->peer),
+			STORE__INT(p->nchannels), STORE__INT(store__clamp(p->count)),
+			STORE__INT(store__clamp(p->bytes)), STORE__INT(store__clamp(p->kernel_timed)),
+			STORE__INT(store__clamp(p->kernel_ns_total)),
+			STORE__INT(store__clamp(p->kernel_ns_min)),
+			STORE__INT(store__clamp(p->kernel_ns_max)),
+			STORE__INT(store__clamp(p->span_timed)),
+			STORE__INT(store__clamp(p->span_ns_total)),
+			STORE__INT(store__clamp(p->enqueue_ns_total)),
+			STORE__INT(store__clamp(p->transfers)),
+			STORE__INT(store__clamp(p->transfer_bytes)),
+			STORE__INT(store__clamp(p->first_seq)),
+			STORE__INT(store__clamp(p->last_seq))) });
+}
+
+/* NaN (no MIN-mode fit) is stored as NULL. */
+static struct store__arg real_or_null(double v)
+{
+	return v == v ? STORE__REAL(v) : STORE__NULL;
+}
+
+static int nccl_link_insert(struct conn *c, const struct sysom_batch *b,
+			    const struct sysom_nccl_link *l, const struct store__batch_ids *ids)
+{
+	return store__query(c, &(struct store__query){
+		.sql = nccl_link_insert_sql,
+		.args = STORE__ARGS(
+			STORE__INT(window_end_ms(b)), STORE__INT(ids->node),
+			STORE__INT(ids->processes[l->process]), STORE__INT(store__i64(l->comm_id)),
+			STORE__INT(l->rank), STORE__INT(l->peer), STORE__INT(l->channel),
+			STORE__INT(store__clamp(l->transfers)), STORE__INT(store__clamp(l->bytes)),
+			STORE__INT(store__clamp(l->time_ns_total)), STORE__REAL(l->sx),
+			STORE__REAL(l->sy), STORE__REAL(l->sxx), STORE__REAL(l->sxy),
+			STORE__REAL(l->syy), real_or_null(l->min_latency_ns),
+			real_or_null(l->min_bytes_per_ns), real_or_null(l->min_r2),
+			STORE__INT(l->min_points)) });
+}
+
+int store__batch_write_gpu(struct conn *c, const struct sysom_batch *b,
+			   const struct store__batch_ids *ids, struct store_put_result *r)
+{
+	int rc;
+
+	for (uint32_t i = 0; i < b->job_rank_count; i++)
+		if ((rc = job_rank_upsert(c, b, &b->job_ranks[i], ids)))
+			return rc;
+	r->job_ranks = b->job_rank_count;
+	/* A repeated (process, key) updates the row: the last record wins. */
+	for (uint32_t i = 0; i < b->communicator_count; i++)
+		if ((rc = communicator_upsert(c, b, &b->communicators[i], ids)))
+			return rc;
+	r->communicators = b->communicator_count;
+	for (uint32_t i = 0; i < b->nccl_call_count; i++)
+		if ((rc = nccl_call_insert(c, &b->nccl_calls[i], ids)))
+			return rc;
+	r->nccl_calls = b->nccl_call_count;
+	for (uint32_t i = 0; i < b->launch_count; i++) {
+		const struct sysom_launch *l = &b->launches[i];
+
+		if ((rc = launch_insert(c, b, l, ids)))
+			return rc;
+		r->launches = l->count > UINT64_MAX - r->launches ? UINT64_MAX : r->launches + l->count;
+	}
+	r->launch_rows = b->launch_count;
+	for (uint32_t i = 0; i < b->gpu_kernel_count; i++)
+		if ((rc = gpu_kernel_insert(c, b, &b->gpu_kernels[i], ids)))
+			return rc;
+	r->gpu_kernel_rows = b->gpu_kernel_count;
+	for (uint32_t i = 0; i < b->nccl_profile_count; i++)
+		if ((rc = nccl_profile_insert(c, b, &b->nccl_profiles[i], ids)))
+			return rc;
+	r->nccl_profile_rows = b->nccl_profile_count;
+	for (uint32_t i = 0; i < b->nccl_link_count; i++)
+		if ((rc = nccl_link_insert(c, b, &b->nccl_links[i], ids)))
+			return rc;
+	r->nccl_link_rows = b->nccl_link_count;
+	return 0;
+}
