@@ -19,6 +19,7 @@
 #include "common/token.h"
 #include "common/options.h"
 #include "server/alerts/alerts.h"
+#include "server/alerts/policy.h"
 #include "server/api/api.h"
 #include "server/http/auth.h"
 #include "server/http/http.h"
@@ -415,7 +416,8 @@ static int alerts_create(struct server *s)
 			log_error("cannot start alerts: %s", sysom_strerror(rc));
 		goto cleanup;
 	}
-	s->metrics.alerts = s->alerts;
+	if ((rc = server_metrics_source_add(&s->metrics, alerts_metrics_write, s->alerts)))
+		goto cleanup;
 	if (nam + nwh)
 		log_info("alerts go to %zu Alertmanager(s) and %zu webhook(s), re-sent every %gs",
 			 nam, nwh, cfg.alert_resend_interval);
@@ -548,7 +550,10 @@ static int components_create(struct server *s)
 		return -ENOMEM;
 	/* The monitor analyses what ingest stores, reading through the API's profiles. */
 	api_diagnosis_ctx(s->api, &dc);
-	if ((rc = monitor_new(&dc, s->alerts, &mo, &s->monitor))) {
+	mo.alerting = (struct monitor_alerting){ .severity = alerts_policy_severity,
+						 .publish = alerts_incidents_publish,
+						 .arg = s->alerts };
+	if ((rc = monitor_new(&dc, &mo, &s->monitor))) {
 		log_error("cannot start the analysis: %s", sysom_strerror(rc));
 		return -SYSOM_ECONFIG;
 	}

@@ -120,6 +120,12 @@ int alerts_evaluate(struct alerts *a, const char *scope, const struct alert_spec
 /* Counters and gauges for /metrics. */
 void alerts_stats_get(struct alerts *a, struct alerts_stats *out);
 
+struct byte_buf;
+
+/* Appends the sysom_alert* families of `alerts` (a struct alerts *, borrowed) to `out`: a
+ * metrics_source_fn, wired into server/metrics by the composition root. */
+void alerts_metrics_write(void *alerts, struct byte_buf *out);
+
 /*
  * The firing alerts (of `scope_or_null`, or all) as a new JSON array, oldest first per scope:
  * [{scope, fingerprint, status: "firing", labels, annotations, startsAt, generatorURL?}].

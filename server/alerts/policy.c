@@ -19,7 +19,7 @@ const char *alerts_policy_name(enum incident_kind kind)
 	return kind == INCIDENT_STRAGGLER ? "SysomStraggler" : "SysomRegression";
 }
 
-int alerts_incidents_publish(struct alerts *a, const char *job, const struct alert_incident *open,
+int alerts_incidents_publish(void *alerts, const char *job, const struct incident_summary *open,
 			     size_t n, bool enabled, const char *public_url, int64_t now_ms)
 {
 	struct alert_spec *specs = calloc(n + 1, sizeof(*specs));
@@ -32,7 +32,7 @@ int alerts_incidents_publish(struct alerts *a, const char *job, const struct ale
 		goto cleanup;
 	}
 	for (size_t i = 0; enabled && i < n; i++) {
-		const struct alert_incident *d = &open[i];
+		const struct incident_summary *d = &open[i];
 		bool linked = false;
 		if (public_url && public_url[0]) {
 			int len = snprintf(urls[k], sizeof(urls[k]),
@@ -55,7 +55,7 @@ int alerts_incidents_publish(struct alerts *a, const char *job, const struct ale
 		};
 		k++;
 	}
-	rc = alerts_evaluate(a, job, specs, k, now_ms);
+	rc = alerts_evaluate(alerts, job, specs, k, now_ms);
 cleanup:
 	free(specs);
 	free(urls);

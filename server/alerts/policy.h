@@ -14,15 +14,6 @@
 #include "server/alerts/alerts.h"
 #include "server/analysis/report.h"
 
-/* An open incident of a job as the policy reads it. Strings are borrowed for the call. */
-struct alert_incident {
-	int64_t id;                 /* the incident's id (links to its report) */
-	enum incident_kind kind;
-	int32_t rank;               /* < 0: the whole job */
-	const char *identity;       /* "straggler rank=3", "regression" */
-	const char *hostname, *communicators, *layer, *severity, *summary, *action;
-};
-
 /* The severity of an incident: a persistent straggler is "critical"; an intermittent one and
  * a regression are "warning" (whatever the layer). A static string. */
 const char *alerts_policy_severity(enum incident_kind kind, enum diagnosis_layer layer,
@@ -36,7 +27,7 @@ const char *alerts_policy_name(enum incident_kind kind);
  * linked to its text report under `public_url` (NULL or "": no link; a link that would not
  * fit ALERTS_URL_MAX is left out). 0 or what alerts_evaluate returns.
  */
-int alerts_incidents_publish(struct alerts *a, const char *job, const struct alert_incident *open,
+int alerts_incidents_publish(void *alerts, const char *job, const struct incident_summary *open,
 			     size_t n, bool enabled, const char *public_url, int64_t now_ms);
 
 #endif

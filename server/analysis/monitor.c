@@ -12,7 +12,6 @@
 #include <time.h>
 
 #include "common/clock.h"
-#include "server/alerts/policy.h"
 #include "server/analysis/diagnosis_render.h"
 #include "server/query/folded.h"
 #include "server/analysis/layers.h"
@@ -38,7 +37,7 @@ struct job_entry {
 
 struct monitor {
 	struct diagnosis_ctx ctx;
-	struct alerts *alerts;
+	struct monitor_alerting alerting;
 	uint32_t interval_ms;
 	char *public_url;
 	int64_t (*now_ms)(void);
@@ -103,7 +102,8 @@ static void finding_free(struct finding *f)
 }
 
 /* A persistent (or, by setting, intermittent) straggler `i` of the report. */
-static int finding_of_straggler(const struct straggler_report *r, size_t i, struct finding *f)
+static int finding_of_straggler(const struct monitor *m, const struct straggler_report *r, size_t i,
+				struct finding *f)
 {
 	const struct straggler_entry *e = &r->stragglers[i];
 	const struct diagnosis *dg = e->diagnosis;
@@ -135,7 +135,7 @@ static int finding_of_straggler(const struct straggler_report *r, size_t i, stru
 	/* A diagnosis that failed names no layer; none attempted: "unknown". */
 	f->layer = strdup(e->diagnosed && !dg ? "" : diagnosis_layer_name(dg ? dg->layer
 										: DIAGNOSIS_LAYER_UNKNOWN));
-	f->severity = strdup(alerts_policy_severity(INCIDENT_STRAGGLER,
+	f->severity = strdup(m->alerting.severity(INCIDENT_STRAGGLER,
 						    dg ? dg->layer : DIAGNOSIS_LAYER_UNKNOWN,
 						    e->persistent));
 	f->summary = strdup(summary);
@@ -289,7 +289,7 @@ static int baseline_check(struct monitor *m, struct job_entry *je, const char *j
 	f->hostname = strdup("");
 	f->communicators = strdup("");
 	f->layer = strdup(diagnosis_layer_name(top ? DIAGNOSIS_LAYER_CPU : DIAGNOSIS_LAYER_UNKNOWN));
-	f->severity = strdup(alerts_policy_severity(INCIDENT_REGRESSION,
+	f->severity = strdup(m->alerting.severity(INCIDENT_REGRESSION,
 						    top ? DIAGNOSIS_LAYER_CPU
 							: DIAGNOSIS_LAYER_UNKNOWN, false));
 	f->summary = strdup(summary);
@@ -371,14 +371,14 @@ static void open_list_free(struct open_list *l)
 static int alerts_publish(struct monitor *m, const char *job, const struct open_list *open,
 			  bool enabled, int64_t now)
 {
-	struct alert_incident *inc = calloc(open->n + 1, sizeof(*inc));
+	struct incident_summary *inc = calloc(open->n + 1, sizeof(*inc));
 	int rc;
 
 	if (!inc)
 		return -ENOMEM;
 	for (size_t i = 0; i < open->n; i++) {
 		const struct store_diagnosis *d = &open->d[i];
-		inc[i] = (struct alert_incident){
+		inc[i] = (struct incident_summary){
 			.id = d->id,
 			.kind = strcmp(d->kind, "straggler") == 0 ? INCIDENT_STRAGGLER
 								  : INCIDENT_REGRESSION,
@@ -392,7 +392,7 @@ static int alerts_publish(struct monitor *m, const char *job, const struct open_
 			.action = d->action,
 		};
 	}
-	rc = alerts_incidents_publish(m->alerts, job, inc, open->n, enabled, m->public_url, now);
+	rc = m->alerting.publish(m->alerting.arg, job, inc, open->n, enabled, m->public_url, now);
 	free(inc);
 	return rc;
 }
@@ -497,7 +497,7 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 		if (nfound == MONITOR_MAX_INCIDENTS ||
 		    (!s.alert_intermittent && !rep->stragglers[i].persistent))
 			continue;
-		if ((rc = finding_of_straggler(rep, i, &found[nfound])))
+		if ((rc = finding_of_straggler(m, rep, i, &found[nfound])))
 			goto cleanup;
 		nfound++;
 	}
@@ -556,7 +556,7 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 			if (open.d[i].id)
 				still.n++;
 		*nopen = (uint32_t)still.n;
-		if (m->alerts) {
+		if (m->alerting.publish) {
 			/* Compact the list to the ones still open. */
 			size_t k = 0;
 			for (i = 0; i < open.n; i++)
@@ -694,18 +694,22 @@ static int open_job(void *arg, const struct store_diagnosis *d)
 	return je ? 0 : -ENOMEM;
 }
 
-int monitor_new(const struct diagnosis_ctx *ctx, struct alerts *alerts,
-		const struct monitor_options *opts, struct monitor **out)
+int monitor_new(const struct diagnosis_ctx *ctx, const struct monitor_options *opts,
+		struct monitor **out)
 {
 	struct monitor *m = calloc(1, sizeof(*m));
 	struct store_diagnosis_filter of = { .from_ms = 0, .to_ms = INT64_MAX, .open_only = true };
 	int rc;
 
 	*out = NULL;
+	if (!opts || !opts->alerting.severity) {
+		free(m);
+		return -EINVAL;
+	}
 	if (!m)
 		return -ENOMEM;
 	m->ctx = *ctx;
-	m->alerts = alerts;
+	m->alerting = opts->alerting;
 	m->interval_ms = opts && opts->interval_ms ? opts->interval_ms : MONITOR_DEFAULT_INTERVAL_MS;
 	m->now_ms = opts && opts->now_ms ? opts->now_ms : sysom_realtime_ms;
 	m->on_event = opts ? opts->on_event : NULL;

@@ -22,9 +22,9 @@
 #include <stdint.h>
 
 #include "common/wire/wire.h"
-#include "server/alerts/alerts.h"
 #include "server/analysis/settings.h"
 #include "server/analysis/diagnosis.h"
+#include "server/analysis/report.h"
 #include "server/store/store.h"
 
 #define MONITOR_DEFAULT_INTERVAL_MS 5000u        /* a job is evaluated at most this often */
@@ -52,6 +52,19 @@ struct monitor_event {
 /* Called on the thread that evaluates (never under the monitor's lock); borrowed strings. */
 typedef void (*monitor_event_fn)(void *arg, const struct monitor_event *ev);
 
+/*
+ * Alert policy and delivery, which live in server/alerts/: the composition root (server/main.c)
+ * wires them in, so the analysis depends on no alert code. `severity` is required; `publish`
+ * (NULL: incidents only) receives a job's open incidents after each evaluation, on the
+ * evaluating thread; `arg` is its first argument (borrowed, outlives the monitor).
+ */
+struct monitor_alerting {
+	const char *(*severity)(enum incident_kind kind, enum diagnosis_layer layer, bool persistent);
+	int (*publish)(void *arg, const char *job, const struct incident_summary *open, size_t n,
+		       bool enabled, const char *public_url, int64_t now_ms);
+	void *arg;
+};
+
 struct monitor_options {
 	uint32_t interval_ms;      /* 0: default */
 	const char *public_url;    /* base of generatorURL ("http://sysom:8080"); NULL: none */
@@ -59,16 +72,17 @@ struct monitor_options {
 	size_t live_cells;         /* in-memory instance budget (0: LIVE_DEFAULT_MAX_CELLS) */
 	monitor_event_fn on_event; /* NULL: events are only counted */
 	void *event_arg;
+	struct monitor_alerting alerting; /* copied; see struct monitor_alerting */
 };
 
 struct monitor;
 
 /*
- * Starts the monitor over borrowed objects (`alerts` may be NULL: incidents only). 0 or a
- * negative errno.
+ * Starts the monitor over borrowed objects. 0, -EINVAL without opts->alerting.severity, or
+ * another negative errno.
  */
-int monitor_new(const struct diagnosis_ctx *ctx, struct alerts *alerts,
-		const struct monitor_options *opts, struct monitor **out);
+int monitor_new(const struct diagnosis_ctx *ctx, const struct monitor_options *opts,
+		struct monitor **out);
 
 /* Stops the thread (an evaluation in progress finishes) and frees. Accepts NULL. */
 void monitor_free(struct monitor *m);

@@ -190,6 +190,16 @@ enum incident_kind {
 	INCIDENT_REGRESSION,    /* the job's iteration time rose over its baseline's */
 };
 
+/* An open incident of a job, as the alert policy reads it (monitor_alerting.publish). Strings
+ * are borrowed for the call. */
+struct incident_summary {
+	int64_t id;                 /* the incident's id (links to its report) */
+	enum incident_kind kind;
+	int32_t rank;               /* < 0: the whole job */
+	const char *identity;       /* "straggler rank=3", "regression" */
+	const char *hostname, *communicators, *layer, *severity, *summary, *action;
+};
+
 /* ---- baseline regression ---- */
 
 /* A function on more of the job's CPU samples than in the baseline. */

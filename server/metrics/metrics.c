@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server/alerts/alerts.h"
 #include "server/http/render.h"
 
 static const double ingest_bounds[] = { 0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -142,49 +141,16 @@ void metrics_histogram_write(struct byte_buf *out, const char *name, const char 
 	metrics_sample_write(out, series, NULL, (double)cumulative);
 }
 
-static void write_gauge(struct byte_buf *out, const char *name, const char *help, uint64_t v)
+void metrics_gauge_write(struct byte_buf *out, const char *name, const char *help, uint64_t v)
 {
 	metrics_family_write(out, name, "gauge", help);
 	metrics_sample_write(out, name, NULL, (double)v);
 }
 
-static void write_total(struct byte_buf *out, const char *name, const char *help, uint64_t v)
+void metrics_total_write(struct byte_buf *out, const char *name, const char *help, uint64_t v)
 {
 	metrics_family_write(out, name, "counter", help);
 	metrics_sample_write(out, name, NULL, (double)v);
-}
-
-/* The alert lifecycle and its deliveries (server/alerts/). */
-static void alerts_metrics_write(struct alerts *alerts, struct byte_buf *out)
-{
-	static const char *const kinds[ALERTS_RECEIVER_KINDS] = {
-		[ALERTS_ALERTMANAGER] = "alertmanager",
-		[ALERTS_WEBHOOK] = "webhook",
-	};
-	struct alerts_stats st;
-
-	alerts_stats_get(alerts, &st);
-	write_gauge(out, "sysom_alerts_active", "Alerts firing now.", st.active);
-	write_total(out, "sysom_alerts_fired_total", "Alerts that started firing.", st.fired_total);
-	write_total(out, "sysom_alerts_resolved_total", "Alerts that resolved.", st.resolved_total);
-	write_total(out, "sysom_alerts_dropped_total",
-		    "Alerts not kept because the most alerts (max_alerts) were firing.",
-		    st.dropped_total);
-	write_gauge(out, "sysom_alert_resolutions_pending",
-		    "Resolved alerts not yet delivered to every receiver.", st.resolutions_pending);
-	write_total(out, "sysom_alert_resolutions_abandoned_total",
-		    "Resolutions a receiver never accepted (retry bound, refused, or memory bound).",
-		    st.resolutions_abandoned_total);
-	metrics_family_write(out, "sysom_alert_notifications_total", "counter",
-			     "Notification requests to Alertmanager and webhooks, by result.");
-	for (int k = 0; k < ALERTS_RECEIVER_KINDS; k++) {
-		const char *ok[] = { "receiver", kinds[k], "result", "ok", NULL };
-		const char *err[] = { "receiver", kinds[k], "result", "error", NULL };
-		metrics_sample_write(out, "sysom_alert_notifications_total", ok,
-				     (double)st.notifications_ok[k]);
-		metrics_sample_write(out, "sysom_alert_notifications_total", err,
-				     (double)st.notifications_error[k]);
-	}
 }
 
 void server_metrics_init(struct server_metrics *m)
@@ -288,8 +254,6 @@ void server_metrics_write(const struct server_metrics *m, struct byte_buf *out)
 	write_counter(out, "sysom_debuginfod_sent_bytes_total",
 		      "File bytes offered by debuginfod answers (their Content-Length).",
 		      &m->debuginfod_bytes);
-	if (m->alerts)
-		alerts_metrics_write(m->alerts, out);
 	for (size_t i = 0; i < m->nsources; i++)
 		m->sources[i].write(m->sources[i].ctx, out);
 }

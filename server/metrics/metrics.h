@@ -99,8 +99,6 @@ enum debuginfod_type { DEBUGINFOD_EXECUTABLE, DEBUGINFOD_DEBUGINFO, DEBUGINFOD_O
 enum debuginfod_result { DEBUGINFOD_FOUND, DEBUGINFOD_NOT_FOUND, DEBUGINFOD_ERROR,
 			 DEBUGINFOD_RESULT_COUNT };
 
-struct alerts;
-
 /*
  * Appends a module's own families to `out` (ctx: the module, borrowed). Modules that keep their
  * own statistics (the analysis monitor, ...) are wired in by the composition root (server/main.c)
@@ -126,9 +124,6 @@ struct server_metrics {
 	struct metrics_counter symbol_missing_queries; /* POST /api/v1/symbols/missing answered */
 	struct metrics_counter debuginfod_requests[DEBUGINFOD_TYPE_COUNT][DEBUGINFOD_RESULT_COUNT];
 	struct metrics_counter debuginfod_bytes;     /* file bytes offered (Content-Length) */
-	/* Borrowed, or NULL. Set, it adds the sysom_alert* families (its own counts, read under
-	 * its lock); it must outlive every server_metrics_write. */
-	struct alerts *alerts;
 	/* More families, written after the above in the order added (server_metrics_source_add). */
 	struct {
 		metrics_source_fn write;
@@ -136,6 +131,10 @@ struct server_metrics {
 	} sources[SERVER_METRICS_MAX_SOURCES];
 	size_t nsources;
 };
+
+/* Appends a family of one unlabelled gauge (counter) sample `v`. */
+void metrics_gauge_write(struct byte_buf *out, const char *name, const char *help, uint64_t v);
+void metrics_total_write(struct byte_buf *out, const char *name, const char *help, uint64_t v);
 
 /* Prepares the histograms (counters start at zero). */
 void server_metrics_init(struct server_metrics *m);
@@ -151,8 +150,8 @@ void server_metrics_reject(struct server_metrics *m, enum ingest_error_reason re
 int server_metrics_source_add(struct server_metrics *m, metrics_source_fn write, void *ctx);
 
 /* Appends the server's own families (sysom_ingest_*, sysom_kernel_symbol_uploads_total,
- * sysom_symbol_uploads_total, sysom_symbol_upload_bytes_total, sysom_debuginfod_*, and
- * sysom_alert* when m->alerts is set), then those of the sources added. */
+ * sysom_symbol_uploads_total, sysom_symbol_upload_bytes_total, sysom_debuginfod_*), then those
+ * of the sources added (the alert module, the analysis monitor, ...). */
 void server_metrics_write(const struct server_metrics *m, struct byte_buf *out);
 
 #endif

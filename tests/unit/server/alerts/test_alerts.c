@@ -998,7 +998,7 @@ static void test_metrics(void **state)
 
 	(void)state;
 	server_metrics_init(&m);
-	m.alerts = a;
+	assert_int_equal(server_metrics_source_add(&m, alerts_metrics_write, a), 0);
 	assert_int_equal(alerts_evaluate(a, SCOPE, spec, 2, wall_ms()), 0);
 	WAIT_STAT(a, notifications_ok[ALERTS_ALERTMANAGER], 1);
 	assert_int_equal(alerts_evaluate(a, SCOPE, spec, 1, wall_ms()), 0);
@@ -1019,7 +1019,7 @@ static void test_metrics(void **state)
 	byte_buf_free(&out);
 
 	/* Without the module: no alert families. */
-	m.alerts = NULL;
+	m.nsources = 0;
 	server_metrics_write(&m, &out);
 	byte_buf_append(&out, "", 1);
 	assert_null(strstr((const char *)out.data, "sysom_alert"));

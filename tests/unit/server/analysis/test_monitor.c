@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "server/alerts/policy.h"
 #include "server/analysis/monitor.h"
 #include "tests/unit/server/harness.h"
 #include "tests/unit/server/job_fixture.h"
@@ -40,7 +41,10 @@ static int setup(void **state)
 	assert_non_null(c->h = harness_new(HARNESS_TOKEN, NULL));
 	assert_int_equal(alerts_new(&ac, &c->alerts), 0);
 	api_diagnosis_ctx(c->h->api, &dc);
-	assert_int_equal(monitor_new(&dc, c->alerts, &mo, &c->m), 0);
+	mo.alerting = (struct monitor_alerting){ .severity = alerts_policy_severity,
+						 .publish = alerts_incidents_publish,
+						 .arg = c->alerts };
+	assert_int_equal(monitor_new(&dc, &mo, &c->m), 0);
 	/* The fixture's data lie an hour before the harness's "now". */
 	assert_int_equal(store_job_settings_put(c->h->store, JOB, "{\"lookback_s\":7200}", 1), 0);
 	*state = c;
