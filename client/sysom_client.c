@@ -2,6 +2,7 @@
 /* libsysom-client: a rank registers its job identity with the local agent (libc only). */
 #include "client/sysom_client.h"
 #include "include/sysom/frame.h"
+#include "include/sysom/jobenv_vars.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -283,11 +284,12 @@ PUBLIC int sysom_client_register(const struct sysom_registration *r)
 	return rc;
 }
 
-/* Plain decimal within [0, INT_MAX] from the first variable of `names` present; else -1. */
-static int env_number(const char *const *names, size_t n)
+/* Plain decimal within [0, INT_MAX] from the first variable for `field` present
+ * (sysom_jobenv_vars); else -1. */
+static int env_number(enum sysom_jobenv_field field)
 {
-	for (size_t i = 0; i < n; i++) {
-		const char *v = getenv(names[i]);
+	for (const char *const *name = sysom_jobenv_vars[field]; *name; name++) {
+		const char *v = getenv(*name);
 		long long x = 0;
 
 		if (!v)
@@ -304,26 +306,20 @@ static int env_number(const char *const *names, size_t n)
 	return -1;
 }
 
-#define ENV_NUMBER(...)                                                         \
-	env_number((const char *const[]){ __VA_ARGS__ },                        \
-		   sizeof((const char *const[]){ __VA_ARGS__ }) / sizeof(const char *))
-
 PUBLIC int sysom_client_register_from_env(void)
 {
-	/* The same variables, in the same order, as the agent reads from /proc (agent/ranks/jobenv.c). */
+	/* The same variables, in the same order, as the agent reads from /proc
+	 * (include/sysom/jobenv_vars.h). */
 	struct sysom_registration r = {
-		.rank = ENV_NUMBER("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"),
-		.world_size = ENV_NUMBER("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE",
-					 "PMI_SIZE"),
-		.local_rank = ENV_NUMBER("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK",
-					 "MPI_LOCALRANKID"),
-		.local_world_size = ENV_NUMBER("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
-					       "MPI_LOCALNRANKS"),
-		.group_rank = ENV_NUMBER("GROUP_RANK", "SLURM_NODEID"),
+		.rank = env_number(SYSOM_JOBENV_RANK),
+		.world_size = env_number(SYSOM_JOBENV_WORLD_SIZE),
+		.local_rank = env_number(SYSOM_JOBENV_LOCAL_RANK),
+		.local_world_size = env_number(SYSOM_JOBENV_LOCAL_WORLD_SIZE),
+		.group_rank = env_number(SYSOM_JOBENV_GROUP_RANK),
 	};
-	const char *run_id = getenv("TORCHELASTIC_RUN_ID");
-	const char *slurm_job = getenv("SLURM_JOB_ID");
-	const char *slurm_step = getenv("SLURM_STEP_ID");
+	const char *run_id = getenv(SYSOM_JOBENV_RUN_ID);
+	const char *slurm_job = getenv(SYSOM_JOBENV_SLURM_JOB_ID);
+	const char *slurm_step = getenv(SYSOM_JOBENV_SLURM_STEP_ID);
 	char job[2 * (SYSOM_CLIENT_JOB_MAX + 1)] = "";
 
 	if (run_id && run_id[0])

@@ -110,34 +110,6 @@ const char *sysom_softirq_name(uint32_t vec)
 	return vec < SYSOM_SOFTIRQ_COUNT ? softirq_names[vec] : NULL;
 }
 
-static const char *const nccl_op_names[SYSOM_NCCL_OP_MAX + 1] = {
-	[SYSOM_NCCL_ALL_REDUCE] = "AllReduce",
-	[SYSOM_NCCL_REDUCE_SCATTER] = "ReduceScatter",
-	[SYSOM_NCCL_ALL_GATHER] = "AllGather",
-	[SYSOM_NCCL_BROADCAST] = "Broadcast",
-	[SYSOM_NCCL_REDUCE] = "Reduce",
-	[SYSOM_NCCL_ALL_TO_ALL] = "AlltoAll",
-	[SYSOM_NCCL_GATHER] = "Gather",
-	[SYSOM_NCCL_SCATTER] = "Scatter",
-	[SYSOM_NCCL_SEND] = "Send",
-	[SYSOM_NCCL_RECV] = "Recv",
-	[SYSOM_NCCL_GROUP_START] = "GroupStart",
-	[SYSOM_NCCL_GROUP_END] = "GroupEnd",
-	[SYSOM_NCCL_COMM_INIT_RANK] = "CommInitRank",
-	[SYSOM_NCCL_COMM_INIT_RANK_CONFIG] = "CommInitRankConfig",
-	[SYSOM_NCCL_COMM_INIT_ALL] = "CommInitAll",
-	[SYSOM_NCCL_COMM_INIT_RANK_SCALABLE] = "CommInitRankScalable",
-	[SYSOM_NCCL_COMM_SPLIT] = "CommSplit",
-	[SYSOM_NCCL_COMM_DESTROY] = "CommDestroy",
-	[SYSOM_NCCL_COMM_ABORT] = "CommAbort",
-	[SYSOM_NCCL_COMM_FINALIZE] = "CommFinalize",
-};
-
-const char *sysom_nccl_op_name(uint8_t op)
-{
-	return op <= SYSOM_NCCL_OP_MAX ? nccl_op_names[op] : NULL;
-}
-
 static const char *const stop_reason_names[] = {
 	[SYSOM_STOP_DEPTH_LIMIT] = "depth limit",
 	[SYSOM_STOP_READ_FAULT] = "read fault",
