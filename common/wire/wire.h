@@ -20,7 +20,7 @@
  *   OFFSET SIZE FIELD
  *   0      4    magic "SYSB"
  *   4      2    major version (1): a reader rejects any other major
- *   6      2    minor version (1): minors only add section types; readers skip unknown types
+ *   6      2    minor version (3): minors only add section types; readers skip unknown types
  *   8      2    header size in bytes (>= 64; a reader skips bytes it does not know)
  *   10     2    section count (<= 64)
  *   12     4    flags (0; a reader rejects unknown flags)
@@ -117,7 +117,8 @@ enum sysom_stack_stop {
 	SYSOM_STOP_DEPTH_LIMIT = 1,  /* the depth limit was reached */
 	SYSOM_STOP_READ_FAULT = 2,   /* the stack could not be read */
 	SYSOM_STOP_STACK_LOST = 3,   /* the agent lost the stack (BPF stack store full) */
-	/* Hybrid unwinder (enum unwind_stop in bpf/unwind.h, shifted by one past STACK_LOST). */
+	/* Hybrid unwinder (enum unwind_stop in bpf/unwind.h; the agent maps them in one table,
+	 * agent/sampling/sampler.c). */
 	SYSOM_STOP_NO_MAPPING = 4,   /* a pc in no executable mapping known to the unwinder */
 	SYSOM_STOP_FP_INVALID = 5,   /* no usable CFI and the frame pointer failed validation */
 	SYSOM_STOP_JIT = 6,          /* anonymous (JIT) code without a valid frame pointer */
