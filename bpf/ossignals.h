@@ -8,9 +8,11 @@
 #include <linux/types.h>
 #endif
 
-#define OS_SOFTIRQS 10          /* softirq vectors (HI .. RCU), as enum sysom_softirq */
-#define OS_HIST_BUCKETS 20      /* SYSOM_RUNQ_HIST_BUCKETS */
-#define OS_CPU_MASK_WORDS 4     /* SYSOM_CPU_MASK_WORDS: the first 256 CPUs */
+#include "include/sysom/histogram.h"
+
+#define OS_SOFTIRQS 10          /* softirq vectors (HI .. RCU): SYSOM_SOFTIRQ_COUNT, asserted */
+#define OS_HIST_BUCKETS SYSOM_RUNQ_HIST_BUCKETS /* include/sysom/histogram.h */
+#define OS_CPU_MASK_WORDS 4     /* the first 256 CPUs: SYSOM_CPU_MASK_WORDS, asserted */
 #define OS_MAX_CPUS 4096        /* cpu → NUMA node entries (CPUs beyond have no node) */
 #define OS_MAX_TRACKED 16384    /* tracked processes (tgids) */
 #define OS_MAX_THREADS 16384    /* threads measured at once (default; the agent may resize) */

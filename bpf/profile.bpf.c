@@ -11,9 +11,6 @@
 char LICENSE[] SEC("license") = "GPL";
 
 #define PF_KTHREAD 0x00200000
-#define STOP_COMPLETE 0
-#define STOP_DEPTH_LIMIT 1
-#define STOP_READ_FAULT 2
 
 /* Settings fixed at load time (set between __open() and __load()). */
 const volatile bool include_idle = false;   /* record ticks that hit the idle task */
@@ -187,7 +184,8 @@ static __always_inline int capture_stack(struct bpf_perf_event_data *ctx,
 		return 0;
 	}
 	st->nframes = (__u16)(bytes / sizeof(__u64));
-	st->stop_reason = st->nframes >= SYSOM_PROFILE_MAX_DEPTH ? STOP_DEPTH_LIMIT : STOP_COMPLETE;
+	st->stop_reason =
+		st->nframes >= SYSOM_PROFILE_MAX_DEPTH ? UNWIND_STOP_DEPTH : UNWIND_STOP_COMPLETE;
 	return st->nframes;
 }
 
@@ -228,7 +226,7 @@ static __always_inline void finish_sample(struct sample_scratch *sc, struct syso
 		/* Neither side could be read: keep the sample, attributed to a fault marker. */
 		sc->user.nframes = 1;
 		sc->user.side = SYSOM_SIDE_USER;
-		sc->user.stop_reason = STOP_READ_FAULT;
+		sc->user.stop_reason = UNWIND_STOP_READ_FAULT;
 		sc->user.ips[0] = 0;
 	}
 	sc->key.kernel_stack = store_stack(stack_map, &sc->kernel, cs);
@@ -266,9 +264,7 @@ static __always_inline void unwind_finish(struct sample_scratch *sc, struct syso
 {
 	if (reason < UNWIND_STOP_REASONS)
 		cs->unwind.stops[reason]++;
-	/* Wire stop reasons: COMPLETE, DEPTH, READ_FAULT keep their values; the unwinder's own
-	 * reasons come after SYSOM_STOP_STACK_LOST (3). */
-	sc->user.stop_reason = reason <= UNWIND_STOP_READ_FAULT ? reason : reason + 1;
+	sc->user.stop_reason = reason; /* the agent translates it to the wire's code */
 	finish_sample(sc, cs);
 }
 
@@ -355,7 +351,7 @@ static __always_inline void start_hybrid_unwind(struct bpf_perf_event_data *ctx,
 	sc->user.nframes = 0;
 	sc->user.side = SYSOM_SIDE_USER;
 	sc->user.pad = 0;
-	sc->user.stop_reason = 0;
+	sc->user.stop_reason = UNWIND_STOP_COMPLETE;
 	bpf_tail_call(ctx, &unwind_progs, 0);
 	/* The tail call failed: nothing was unwound yet, let the caller use frame pointers. */
 	cs->unwind.stops[UNWIND_STOP_TAIL_CALLS]++;

@@ -43,7 +43,7 @@ enum sysom_stack_side {
 struct sysom_stack_trace {
 	__u16 nframes;
 	__u8 side;        /* enum sysom_stack_side */
-	__u8 stop_reason; /* enum sysom_stack_stop in common/wire/wire.h */
+	__u8 stop_reason; /* enum unwind_stop (bpf/unwind.h); the sampler translates it */
 	__u32 pad;
 	__u64 ips[SYSOM_PROFILE_MAX_DEPTH];
 };

@@ -102,7 +102,10 @@ struct unwind_marker {
 	__u32 state; /* enum unwind_marker_state */
 };
 
-/* Why the BPF unwinder stopped, counted per CPU (index into unwind_stats.stops). */
+/* Why a stack ended (also for the kernel's frame-pointer walk: COMPLETE, DEPTH, READ_FAULT):
+ * counted per CPU (index into unwind_stats.stops) and stored in sysom_stack_trace.stop_reason.
+ * The agent maps these to the wire's enum sysom_stack_stop in one table
+ * (agent/sampling/sampler.c: sampler_stop_reason_to_wire). */
 enum unwind_stop {
 	UNWIND_STOP_COMPLETE = 0,    /* outermost frame reached (RA undefined or zero, RBP 0) */
 	UNWIND_STOP_DEPTH = 1,       /* SYSOM_PROFILE_MAX_DEPTH frames collected */

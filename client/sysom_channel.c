@@ -18,8 +18,6 @@
 #define SEND_BUFFER_BYTES (1 << 20)    /* room for a few windows of tables */
 #define STRING_CUT 1023                /* bytes of one table string */
 
-_Static_assert(SYSOM_CHANNEL_HEADER_SIZE == SYSOM_FRAME_HEADER_SIZE, "one framing");
-
 struct sysom_channel {
 	pthread_mutex_t lock;
 	int fd;            /* -1 while not connected */
@@ -201,13 +199,17 @@ void sysom_channel_poll(struct sysom_channel *c)
 				break;
 			}
 			/* Only well-formed MASK records count; anything else is skipped. */
-			if ((size_t)n == SYSOM_FRAME_HEADER_SIZE + sizeof(struct sysom_rec_mask) &&
-			    sysom_frame_get_le32(buf) == SYSOM_FRAME_MAGIC &&
-			    (buf[4] | buf[5] << 8) == SYSOM_FRAME_VERSION &&
-			    (buf[6] | buf[7] << 8) == SYSOM_REC_MASK &&
-			    sysom_frame_get_le32(buf + 8) == sizeof(struct sysom_rec_mask) &&
-			    nmasks < sizeof(masks) / sizeof(masks[0]))
-				masks[nmasks++] = sysom_frame_get_le32(buf + SYSOM_FRAME_HEADER_SIZE);
+			if ((size_t)n == SYSOM_FRAME_HEADER_SIZE + sizeof(struct sysom_rec_mask)) {
+				struct sysom_frame_header h;
+
+				sysom_frame_get_header(buf, &h);
+				if (h.magic == SYSOM_FRAME_MAGIC && h.version == SYSOM_FRAME_VERSION &&
+				    h.type == SYSOM_REC_MASK &&
+				    h.length == sizeof(struct sysom_rec_mask) &&
+				    nmasks < sizeof(masks) / sizeof(masks[0]))
+					masks[nmasks++] =
+						sysom_frame_get_le32(buf + SYSOM_FRAME_HEADER_SIZE);
+			}
 		}
 	}
 	pthread_mutex_unlock(&c->lock);

@@ -16,10 +16,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "include/sysom/frame.h"
 #include "include/sysom/records.h"
 
-#define SYSOM_CHANNEL_MAX_RECORD 65536u /* header included, as REGISTRY_MAX_MESSAGE */
-#define SYSOM_CHANNEL_HEADER_SIZE 16u
+#define SYSOM_CHANNEL_MAX_RECORD SYSOM_FRAME_MAX_RECORD   /* bytes of a record, header included */
 
 struct sysom_channel_options {
 	uint16_t component;       /* enum sysom_component */

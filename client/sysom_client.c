@@ -2,6 +2,7 @@
 /* libsysom-client: a rank registers its job identity with the local agent (libc only). */
 #include "client/sysom_client.h"
 #include "include/sysom/frame.h"
+#include "include/sysom/jobenv_vars.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -19,14 +20,11 @@
 
 #define PUBLIC __attribute__((visibility("default")))
 
-/*
- * The wire format of docs/registration-protocol.md (agent/ranks/registry.h), repeated here so that
- * this library needs nothing but libc. Little-endian: magic u32, version u16, type u16,
- * payload length u32, reserved u32, then the payload.
- */
-#define WIRE_HEADER_SIZE SYSOM_FRAME_HEADER_SIZE
-#define WIRE_REGISTER 1
-#define WIRE_ACK 2
+/* The framing, REGISTER keys and limits are include/sysom/frame.h's (shared with the agent);
+ * the public header repeats the limits so that it stands alone. */
+_Static_assert(SYSOM_CLIENT_JOB_MAX == SYSOM_REGISTER_JOB_MAX, "the agent's job id limit");
+_Static_assert(SYSOM_CLIENT_GROUPS_MAX == SYSOM_REGISTER_GROUPS_MAX, "the agent's groups limit");
+
 #define ACK_TIMEOUT_NS (100 * 1000000LL)
 #define PAYLOAD_MAX 1024       /* the largest REGISTER this library sends is under 600 bytes */
 #define ERRNO_MAX 4095         /* ACK statuses are 0 or -1..-4095 */
@@ -65,10 +63,10 @@ static int64_t now_ns(void)
 /* Appends "key=value\0" to the message; false when it does not fit. */
 static bool append(uint8_t *msg, size_t *len, const char *key, const char *value)
 {
-	int n = snprintf((char *)msg + *len, WIRE_HEADER_SIZE + PAYLOAD_MAX - *len, "%s=%s", key,
-			 value);
+	int n = snprintf((char *)msg + *len, SYSOM_FRAME_HEADER_SIZE + PAYLOAD_MAX - *len, "%s=%s",
+			 key, value);
 
-	if (n < 0 || (size_t)n + 1 > WIRE_HEADER_SIZE + PAYLOAD_MAX - *len)
+	if (n < 0 || (size_t)n + 1 > SYSOM_FRAME_HEADER_SIZE + PAYLOAD_MAX - *len)
 		return false;
 	*len += (size_t)n + 1;
 	return true;
@@ -84,12 +82,12 @@ static bool append_int(uint8_t *msg, size_t *len, const char *key, int value)
 	return append(msg, len, key, text);
 }
 
-/* The REGISTER record for `r` into `msg` (WIRE_HEADER_SIZE + PAYLOAD_MAX bytes). */
+/* The REGISTER record for `r` into `msg` (SYSOM_FRAME_HEADER_SIZE + PAYLOAD_MAX bytes). */
 static int encode_register(const struct sysom_registration *r, uint8_t *msg, size_t *out_len)
 {
 	const int numbers[] = { r->rank, r->local_rank, r->world_size, r->local_world_size,
 				r->group_rank };
-	size_t len = WIRE_HEADER_SIZE;
+	size_t len = SYSOM_FRAME_HEADER_SIZE;
 	bool ok = true;
 
 	for (size_t i = 0; i < sizeof(numbers) / sizeof(numbers[0]); i++)
@@ -99,18 +97,18 @@ static int encode_register(const struct sysom_registration *r, uint8_t *msg, siz
 	    (r->groups && strlen(r->groups) > SYSOM_CLIENT_GROUPS_MAX))
 		return -EMSGSIZE;
 	if (r->job && r->job[0])
-		ok = ok && append(msg, &len, "job", r->job);
-	ok = ok && append_int(msg, &len, "rank", r->rank);
-	ok = ok && append_int(msg, &len, "local_rank", r->local_rank);
-	ok = ok && append_int(msg, &len, "world_size", r->world_size);
-	ok = ok && append_int(msg, &len, "local_world_size", r->local_world_size);
-	ok = ok && append_int(msg, &len, "group_rank", r->group_rank);
+		ok = ok && append(msg, &len, SYSOM_REGISTER_KEY_JOB, r->job);
+	ok = ok && append_int(msg, &len, SYSOM_REGISTER_KEY_RANK, r->rank);
+	ok = ok && append_int(msg, &len, SYSOM_REGISTER_KEY_LOCAL_RANK, r->local_rank);
+	ok = ok && append_int(msg, &len, SYSOM_REGISTER_KEY_WORLD_SIZE, r->world_size);
+	ok = ok && append_int(msg, &len, SYSOM_REGISTER_KEY_LOCAL_WORLD_SIZE, r->local_world_size);
+	ok = ok && append_int(msg, &len, SYSOM_REGISTER_KEY_GROUP_RANK, r->group_rank);
 	if (r->groups && r->groups[0])
-		ok = ok && append(msg, &len, "groups", r->groups);
-	ok = ok && append_int(msg, &len, "pid", (int)getpid());
+		ok = ok && append(msg, &len, SYSOM_REGISTER_KEY_GROUPS, r->groups);
+	ok = ok && append_int(msg, &len, SYSOM_REGISTER_KEY_PID, (int)getpid());
 	if (!ok)
 		return -EMSGSIZE;
-	sysom_frame_put_header(msg, WIRE_REGISTER, (uint32_t)(len - WIRE_HEADER_SIZE));
+	sysom_frame_put_header(msg, SYSOM_FRAME_REGISTER, (uint32_t)(len - SYSOM_FRAME_HEADER_SIZE));
 	*out_len = len;
 	return 0;
 }
@@ -220,11 +218,15 @@ static int wait_ack(int64_t deadline)
 				continue;
 			return -errno;
 		}
-		if ((size_t)n == WIRE_HEADER_SIZE + 4 && sysom_frame_get_le32(buf) == SYSOM_FRAME_MAGIC &&
-		    (buf[4] | buf[5] << 8) == SYSOM_FRAME_VERSION && (buf[6] | buf[7] << 8) == WIRE_ACK &&
-		    sysom_frame_get_le32(buf + 8) == 4) {
-			int32_t status = (int32_t)sysom_frame_get_le32(buf + WIRE_HEADER_SIZE);
-			return status <= 0 && status >= -ERRNO_MAX ? status : -EPROTO;
+		if ((size_t)n == SYSOM_FRAME_HEADER_SIZE + 4) {
+			struct sysom_frame_header h;
+
+			sysom_frame_get_header(buf, &h);
+			if (h.magic == SYSOM_FRAME_MAGIC && h.version == SYSOM_FRAME_VERSION &&
+			    h.type == SYSOM_FRAME_ACK && h.length == 4) {
+				int32_t status = (int32_t)sysom_frame_get_le32(buf + SYSOM_FRAME_HEADER_SIZE);
+				return status <= 0 && status >= -ERRNO_MAX ? status : -EPROTO;
+			}
 		}
 		/* another record type: not for us */
 	}
@@ -233,7 +235,7 @@ static int wait_ack(int64_t deadline)
 PUBLIC int sysom_client_register(const struct sysom_registration *r)
 {
 	int64_t deadline = now_ns() + ACK_TIMEOUT_NS;
-	uint8_t msg[WIRE_HEADER_SIZE + PAYLOAD_MAX];
+	uint8_t msg[SYSOM_FRAME_HEADER_SIZE + PAYLOAD_MAX];
 	const char *path;
 	size_t len = 0;
 	int rc;
@@ -282,11 +284,12 @@ PUBLIC int sysom_client_register(const struct sysom_registration *r)
 	return rc;
 }
 
-/* Plain decimal within [0, INT_MAX] from the first variable of `names` present; else -1. */
-static int env_number(const char *const *names, size_t n)
+/* Plain decimal within [0, INT_MAX] from the first variable for `field` present
+ * (sysom_jobenv_vars); else -1. */
+static int env_number(enum sysom_jobenv_field field)
 {
-	for (size_t i = 0; i < n; i++) {
-		const char *v = getenv(names[i]);
+	for (const char *const *name = sysom_jobenv_vars[field]; *name; name++) {
+		const char *v = getenv(*name);
 		long long x = 0;
 
 		if (!v)
@@ -303,26 +306,20 @@ static int env_number(const char *const *names, size_t n)
 	return -1;
 }
 
-#define ENV_NUMBER(...)                                                         \
-	env_number((const char *const[]){ __VA_ARGS__ },                        \
-		   sizeof((const char *const[]){ __VA_ARGS__ }) / sizeof(const char *))
-
 PUBLIC int sysom_client_register_from_env(void)
 {
-	/* The same variables, in the same order, as the agent reads from /proc (agent/ranks/jobenv.c). */
+	/* The same variables, in the same order, as the agent reads from /proc
+	 * (include/sysom/jobenv_vars.h). */
 	struct sysom_registration r = {
-		.rank = ENV_NUMBER("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"),
-		.world_size = ENV_NUMBER("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE",
-					 "PMI_SIZE"),
-		.local_rank = ENV_NUMBER("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK",
-					 "MPI_LOCALRANKID"),
-		.local_world_size = ENV_NUMBER("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
-					       "MPI_LOCALNRANKS"),
-		.group_rank = ENV_NUMBER("GROUP_RANK", "SLURM_NODEID"),
+		.rank = env_number(SYSOM_JOBENV_RANK),
+		.world_size = env_number(SYSOM_JOBENV_WORLD_SIZE),
+		.local_rank = env_number(SYSOM_JOBENV_LOCAL_RANK),
+		.local_world_size = env_number(SYSOM_JOBENV_LOCAL_WORLD_SIZE),
+		.group_rank = env_number(SYSOM_JOBENV_GROUP_RANK),
 	};
-	const char *run_id = getenv("TORCHELASTIC_RUN_ID");
-	const char *slurm_job = getenv("SLURM_JOB_ID");
-	const char *slurm_step = getenv("SLURM_STEP_ID");
+	const char *run_id = getenv(SYSOM_JOBENV_RUN_ID);
+	const char *slurm_job = getenv(SYSOM_JOBENV_SLURM_JOB_ID);
+	const char *slurm_step = getenv(SYSOM_JOBENV_SLURM_STEP_ID);
 	char job[2 * (SYSOM_CLIENT_JOB_MAX + 1)] = "";
 
 	if (run_id && run_id[0])

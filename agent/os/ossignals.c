@@ -51,6 +51,10 @@
 #include "common/log.h"
 #include "ossignals.skel.h"
 
+/* bpf/ossignals.h keeps BPF-side copies of these wire constants (common/wire/wire.h). */
+_Static_assert(OS_SOFTIRQS == SYSOM_SOFTIRQ_COUNT, "softirq vectors: BPF and wire");
+_Static_assert(OS_CPU_MASK_WORDS == SYSOM_CPU_MASK_WORDS, "CPU mask words: BPF and wire");
+
 #define MAX_PENDING 4096          /* processes waiting for their environment to be read */
 #define MAX_DECIDED 65536         /* incarnations whose job identity was looked at */
 #define MAX_IRQ_NAME 128          /* bytes of a handler name kept */

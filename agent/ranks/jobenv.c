@@ -10,18 +10,7 @@
 #include <unistd.h>
 
 #include "common/bytes.h"
-
-/* Where each field may come from, most specific launcher first. */
-static const char *const rank_vars[] = { "RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK" };
-static const char *const world_vars[] = { "WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE",
-					  "PMI_SIZE" };
-static const char *const local_rank_vars[] = { "LOCAL_RANK", "SLURM_LOCALID",
-					       "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID" };
-static const char *const local_world_vars[] = { "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
-						"MPI_LOCALNRANKS" };
-static const char *const group_rank_vars[] = { "GROUP_RANK", "SLURM_NODEID" };
-
-#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+#include "include/sysom/jobenv_vars.h"
 
 /* A value found in the block: pointer into it and length (not NUL-terminated). */
 struct value {
@@ -66,14 +55,15 @@ static int32_t parse_count(const struct value *v, int64_t max)
 	return n <= max ? (int32_t)n : -1;
 }
 
-/* The first variable of `names` present with a valid number, or -1. */
-static int32_t first_number(const char *block, size_t len, const char *const *names, size_t n,
+/* The number of the first variable for `field` present (sysom_jobenv_vars), or -1 when none
+ * is or its value is not a valid number. */
+static int32_t first_number(const char *block, size_t len, enum sysom_jobenv_field field,
 			    int64_t max)
 {
 	struct value v;
 
-	for (size_t i = 0; i < n; i++)
-		if (lookup(block, len, names[i], &v))
+	for (const char *const *name = sysom_jobenv_vars[field]; *name; name++)
+		if (lookup(block, len, *name, &v))
 			return parse_count(&v, max);
 	return -1;
 }
@@ -93,17 +83,15 @@ int jobenv_parse(const char *block, size_t len, struct job_identity *out)
 		.rank = -1, .world_size = -1, .local_rank = -1, .local_world_size = -1,
 		.group_rank = -1, .master_port = -1,
 	};
-	out->world_size = first_number(block, len, world_vars, COUNT(world_vars), JOBENV_MAX_RANKS);
-	out->rank = first_number(block, len, rank_vars, COUNT(rank_vars), JOBENV_MAX_RANKS - 1);
-	out->local_world_size = first_number(block, len, local_world_vars, COUNT(local_world_vars),
+	out->world_size = first_number(block, len, SYSOM_JOBENV_WORLD_SIZE, JOBENV_MAX_RANKS);
+	out->rank = first_number(block, len, SYSOM_JOBENV_RANK, JOBENV_MAX_RANKS - 1);
+	out->local_world_size = first_number(block, len, SYSOM_JOBENV_LOCAL_WORLD_SIZE,
 					     JOBENV_MAX_RANKS);
-	out->local_rank = first_number(block, len, local_rank_vars, COUNT(local_rank_vars),
-				       JOBENV_MAX_RANKS - 1);
-	out->group_rank = first_number(block, len, group_rank_vars, COUNT(group_rank_vars),
-				       JOBENV_MAX_RANKS - 1);
-	if (lookup(block, len, "MASTER_ADDR", &v))
+	out->local_rank = first_number(block, len, SYSOM_JOBENV_LOCAL_RANK, JOBENV_MAX_RANKS - 1);
+	out->group_rank = first_number(block, len, SYSOM_JOBENV_GROUP_RANK, JOBENV_MAX_RANKS - 1);
+	if (lookup(block, len, SYSOM_JOBENV_MASTER_ADDR, &v))
 		copy_text(out->master_addr, &v);
-	if (lookup(block, len, "MASTER_PORT", &port))
+	if (lookup(block, len, SYSOM_JOBENV_MASTER_PORT, &port))
 		out->master_port = parse_count(&port, 65535);
 
 	out->has_rank = out->rank >= 0 && out->world_size > 0 && out->rank < out->world_size;
@@ -111,14 +99,14 @@ int jobenv_parse(const char *block, size_t len, struct job_identity *out)
 	    out->local_rank >= out->local_world_size)
 		out->has_rank = false;
 
-	if (lookup(block, len, "TORCHELASTIC_RUN_ID", &v) && v.len) {
+	if (lookup(block, len, SYSOM_JOBENV_RUN_ID, &v) && v.len) {
 		copy_text(out->job_id, &v);
-		out->job_id_source = "TORCHELASTIC_RUN_ID";
-	} else if (lookup(block, len, "SLURM_JOB_ID", &v) && v.len) {
+		out->job_id_source = SYSOM_JOBENV_RUN_ID;
+	} else if (lookup(block, len, SYSOM_JOBENV_SLURM_JOB_ID, &v) && v.len) {
 		/* One job runs several steps (srun calls): each is its own set of ranks. */
 		char id[JOBENV_VALUE_MAX], joined[2 * JOBENV_VALUE_MAX + 2];
 		copy_text(id, &v);
-		if (lookup(block, len, "SLURM_STEP_ID", &step) && step.len) {
+		if (lookup(block, len, SYSOM_JOBENV_SLURM_STEP_ID, &step) && step.len) {
 			char step_id[JOBENV_VALUE_MAX];
 			copy_text(step_id, &step);
 			snprintf(joined, sizeof(joined), "%s.%s", id, step_id);
@@ -126,12 +114,12 @@ int jobenv_parse(const char *block, size_t len, struct job_identity *out)
 			snprintf(joined, sizeof(joined), "%s", id);
 		}
 		sysom_text_sanitize(out->job_id, sizeof(out->job_id), joined, strlen(joined));
-		out->job_id_source = "SLURM_JOB_ID";
+		out->job_id_source = SYSOM_JOBENV_SLURM_JOB_ID;
 	} else if (out->master_addr[0] && out->master_port > 0) {
 		char joined[JOBENV_VALUE_MAX + 16];
 		snprintf(joined, sizeof(joined), "%s:%d", out->master_addr, (int)out->master_port);
 		sysom_text_sanitize(out->job_id, sizeof(out->job_id), joined, strlen(joined));
-		out->job_id_source = "MASTER_ADDR";
+		out->job_id_source = SYSOM_JOBENV_MASTER_ADDR;
 	}
 	return 0;
 }

@@ -26,20 +26,15 @@
 /* ---------------------------------------------------------------------------------------- */
 /* Decoding (pure) */
 
-int registry_decode_header(const void *msg, size_t len, struct registry_header *out)
+int registry_decode_header(const void *msg, size_t len, struct sysom_frame_header *out)
 {
-	const uint8_t *p = msg;
-	struct registry_header h;
+	struct sysom_frame_header h;
 
 	if (!msg || len < REGISTRY_HEADER_SIZE)
 		return -SYSOM_ECORRUPT;
 	if (len > REGISTRY_MAX_MESSAGE)
 		return -SYSOM_ELIMIT;
-	h.magic = load_le32(p);
-	h.version = load_le16(p + 4);
-	h.type = load_le16(p + 6);
-	h.length = load_le32(p + 8);
-	h.reserved = load_le32(p + 12);
+	sysom_frame_get_header(msg, &h);
 	if (h.magic != REGISTRY_MAGIC)
 		return -SYSOM_ECORRUPT;
 	if (h.version != REGISTRY_VERSION)
@@ -54,11 +49,7 @@ int registry_encode_header(uint8_t out[REGISTRY_HEADER_SIZE], uint16_t type, siz
 {
 	if (payload_len > REGISTRY_MAX_MESSAGE - REGISTRY_HEADER_SIZE)
 		return -SYSOM_ELIMIT;
-	store_le32(out, REGISTRY_MAGIC);
-	store_le16(out + 4, REGISTRY_VERSION);
-	store_le16(out + 6, type);
-	store_le32(out + 8, (uint32_t)payload_len);
-	store_le32(out + 12, 0);
+	sysom_frame_put_header(out, type, (uint32_t)payload_len);
 	return 0;
 }
 
@@ -81,9 +72,14 @@ enum reg_key { KEY_JOB, KEY_RANK, KEY_LOCAL_RANK, KEY_WORLD, KEY_LOCAL_WORLD, KE
 	       KEY_GROUPS, KEY_PID, KEY_COUNT };
 
 static const char *const key_names[KEY_COUNT] = {
-	[KEY_JOB] = "job", [KEY_RANK] = "rank", [KEY_LOCAL_RANK] = "local_rank",
-	[KEY_WORLD] = "world_size", [KEY_LOCAL_WORLD] = "local_world_size",
-	[KEY_GROUP_RANK] = "group_rank", [KEY_GROUPS] = "groups", [KEY_PID] = "pid",
+	[KEY_JOB] = SYSOM_REGISTER_KEY_JOB,
+	[KEY_RANK] = SYSOM_REGISTER_KEY_RANK,
+	[KEY_LOCAL_RANK] = SYSOM_REGISTER_KEY_LOCAL_RANK,
+	[KEY_WORLD] = SYSOM_REGISTER_KEY_WORLD_SIZE,
+	[KEY_LOCAL_WORLD] = SYSOM_REGISTER_KEY_LOCAL_WORLD_SIZE,
+	[KEY_GROUP_RANK] = SYSOM_REGISTER_KEY_GROUP_RANK,
+	[KEY_GROUPS] = SYSOM_REGISTER_KEY_GROUPS,
+	[KEY_PID] = SYSOM_REGISTER_KEY_PID,
 };
 
 static int find_key(const char *p, size_t len)
@@ -97,7 +93,7 @@ static int find_key(const char *p, size_t len)
 int registry_decode_register(const void *msg, size_t len, struct job_identity *out, char *groups,
 			     size_t groups_len, int32_t *claimed_pid)
 {
-	struct registry_header h;
+	struct sysom_frame_header h;
 	struct job_identity id = {
 		.rank = -1, .world_size = -1, .local_rank = -1, .local_world_size = -1,
 		.group_rank = -1, .master_port = -1, .job_id_source = "registration",
@@ -367,7 +363,7 @@ static void send_mask(struct conn *c, uint32_t mask)
 /* A telemetry record from an in-process component: HELLO names the component (and gets the
  * profiler its mask), everything goes to the consumer, which validates the payload. A bad
  * payload is counted but keeps the connection: the framing is intact. */
-static void handle_telemetry(struct conn *c, const struct registry_header *h)
+static void handle_telemetry(struct conn *c, const struct sysom_frame_header *h)
 {
 	struct registry *r = c->r;
 	const uint8_t *payload = r->buf + REGISTRY_HEADER_SIZE;
@@ -408,7 +404,7 @@ static void handle_telemetry(struct conn *c, const struct registry_header *h)
 static bool handle_message(struct conn *c, size_t len)
 {
 	struct registry *r = c->r;
-	struct registry_header h;
+	struct sysom_frame_header h;
 	int rc;
 
 	rc = registry_decode_header(r->buf, len, &h);

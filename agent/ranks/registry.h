@@ -3,19 +3,8 @@
  * The agent's registration socket: training processes (ranks) connect to a SOCK_SEQPACKET
  * Unix socket and tell the agent their job identity (docs/registration-protocol.md).
  *
- * Every message is one SEQPACKET record: a 16-byte header, then `length` bytes of payload.
- * All integers are little-endian.
- *
- * | Offset | Size | Field    | Notes                                                        |
- * |-------:|-----:|----------|--------------------------------------------------------------|
- * |      0 |    4 | magic    | ASCII "SYRG" (0x47525953 read as a little-endian u32)        |
- * |      4 |    2 | version  | 1; other versions are rejected and the connection closed     |
- * |      6 |    2 | type     | REGISTRY_MSG_*; unknown types are skipped and counted         |
- * |      8 |    4 | length   | payload bytes; header + payload == the record's size exactly |
- * |     12 |    4 | reserved | 0; other values are rejected                                 |
- * |     16 |    n | payload  | per type, below                                              |
- *
- * A record is at most REGISTRY_MAX_MESSAGE bytes, header included.
+ * Every message is one SEQPACKET record framed as in include/sysom/frame.h (the one definition
+ * of the 16-byte header: magic "SYRG", version, type, length, reserved); the payloads follow.
  *
  * REGISTER (1), client → agent: NUL-separated "key=value" entries (the last NUL optional):
  * job (≤ 127 bytes), rank, local_rank, world_size, local_world_size, group_rank (plain
@@ -34,28 +23,21 @@
 #include <uv.h>
 
 #include "agent/ranks/jobenv.h"
+#include "include/sysom/frame.h"
 
-#define REGISTRY_MAGIC 0x47525953u          /* "SYRG" */
-#define REGISTRY_VERSION 1
-#define REGISTRY_HEADER_SIZE 16
-#define REGISTRY_MAX_MESSAGE (64u * 1024)   /* header included */
-#define REGISTRY_JOB_MAX 127                /* bytes of a job id */
-#define REGISTRY_GROUPS_MAX 256             /* groups text, NUL included (255 bytes of text) */
+/* The framing's constants under the registry's names (defined once in include/sysom/frame.h). */
+#define REGISTRY_MAGIC SYSOM_FRAME_MAGIC
+#define REGISTRY_VERSION SYSOM_FRAME_VERSION
+#define REGISTRY_HEADER_SIZE SYSOM_FRAME_HEADER_SIZE
+#define REGISTRY_MAX_MESSAGE SYSOM_FRAME_MAX_RECORD /* header included */
+#define REGISTRY_JOB_MAX SYSOM_REGISTER_JOB_MAX /* bytes of a job id */
+#define REGISTRY_GROUPS_MAX (SYSOM_REGISTER_GROUPS_MAX + 1) /* groups text, NUL included */
 #define REGISTRY_DEFAULT_MAX_CLIENTS 4096
 #define REGISTRY_MAX_CLIENTS_LIMIT (1u << 20)
 
 enum registry_msg_type {
-	REGISTRY_MSG_REGISTER = 1, /* client → agent: identity entries */
-	REGISTRY_MSG_ACK = 2,      /* agent → client: i32 status */
-};
-
-/* A decoded message header (fields as in the table above). */
-struct registry_header {
-	uint32_t magic;    /* REGISTRY_MAGIC */
-	uint16_t version;  /* REGISTRY_VERSION */
-	uint16_t type;     /* enum registry_msg_type, or a type this agent does not know */
-	uint32_t length;   /* payload bytes following the header */
-	uint32_t reserved; /* 0 */
+	REGISTRY_MSG_REGISTER = SYSOM_FRAME_REGISTER, /* client → agent: identity entries */
+	REGISTRY_MSG_ACK = SYSOM_FRAME_ACK,           /* agent → client: i32 status */
 };
 
 /*
@@ -65,7 +47,7 @@ struct registry_header {
  * version; -SYSOM_ELIMIT for a record over REGISTRY_MAX_MESSAGE. `out` is written only on
  * success.
  */
-int registry_decode_header(const void *msg, size_t len, struct registry_header *out);
+int registry_decode_header(const void *msg, size_t len, struct sysom_frame_header *out);
 
 /*
  * Decodes a whole REGISTER record (header included) of `len` bytes. On success fills `out`

@@ -16,6 +16,7 @@
 
 #include "agent/node/host.h"
 #include "common/hash.h"
+#include "common/wire/wire.h"
 #include "profile.skel.h"
 
 /* How long a drain waits for programs in flight on the old buffer before giving up. */
@@ -43,6 +44,31 @@ struct sampler {
 	uint32_t stacks_cap;
 	struct hash_index stack_index;      /* hash → index into stacks */
 };
+
+/* BPF stop reasons (enum unwind_stop) → wire stop reasons (enum sysom_stack_stop). */
+static const uint8_t wire_stop_reasons[UNWIND_STOP_REASONS] = {
+	[UNWIND_STOP_COMPLETE] = SYSOM_STOP_COMPLETE,
+	[UNWIND_STOP_DEPTH] = SYSOM_STOP_DEPTH_LIMIT,
+	[UNWIND_STOP_READ_FAULT] = SYSOM_STOP_READ_FAULT,
+	[UNWIND_STOP_NO_MAPPING] = SYSOM_STOP_NO_MAPPING,
+	[UNWIND_STOP_FP_INVALID] = SYSOM_STOP_FP_INVALID,
+	[UNWIND_STOP_JIT] = SYSOM_STOP_JIT,
+	[UNWIND_STOP_CFA_ORDER] = SYSOM_STOP_CFA_ORDER,
+	[UNWIND_STOP_RBP_UNKNOWN] = SYSOM_STOP_RBP_UNKNOWN,
+	[UNWIND_STOP_TAIL_CALLS] = SYSOM_STOP_TAIL_CALLS,
+	[UNWIND_STOP_TABLE] = SYSOM_STOP_TABLE,
+};
+_Static_assert(UNWIND_STOP_REASONS == 10, "a new BPF stop reason needs a wire stop reason");
+/* The daemon reports stops per BPF reason 1..9 as counters UNWIND_STOP_FIRST..LAST. */
+_Static_assert(SYSOM_COUNTER_UNWIND_STOP_LAST - SYSOM_COUNTER_UNWIND_STOP_FIRST + 1 ==
+		       UNWIND_STOP_REASONS - 1,
+	       "one counter per BPF stop reason");
+
+uint8_t sampler_stop_reason_to_wire(uint8_t bpf_reason)
+{
+	return bpf_reason < UNWIND_STOP_REASONS ? wire_stop_reasons[bpf_reason]
+						: SYSOM_STOP_REASON_MAX;
+}
 
 void sampler_options_default(struct sampler_options *opts)
 {
@@ -434,6 +460,8 @@ static int collect_stacks(struct sampler *s, int fd, struct sampler_drain_stats 
 			s->stacks[n] = s->stack_values[i];
 			if (s->stacks[n].nframes > SYSOM_PROFILE_MAX_DEPTH)
 				s->stacks[n].nframes = SYSOM_PROFILE_MAX_DEPTH;
+			s->stacks[n].stop_reason =
+				sampler_stop_reason_to_wire(s->stacks[n].stop_reason);
 			int err = hash_index_insert(&s->stack_index, s->stack_keys[i], n);
 			if (err)
 				return err;

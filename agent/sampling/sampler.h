@@ -37,7 +37,15 @@ struct sampler_unwind_maps {
 	int table_template_flags; /* map_flags every rows array must be created with */
 };
 
-/* One drained aggregation entry; pointers are valid only during the callback. */
+/*
+ * The wire's stop reason (enum sysom_stack_stop, common/wire/wire.h) of a stack the BPF
+ * program ended with `bpf_reason` (enum unwind_stop, bpf/unwind.h): the one table between the
+ * two numberings. An unknown reason gives SYSOM_STOP_REASON_MAX.
+ */
+uint8_t sampler_stop_reason_to_wire(uint8_t bpf_reason);
+
+/* One drained aggregation entry; pointers are valid only during the callback. Stacks carry
+ * the wire's stop reasons (sampler_stop_reason_to_wire). */
 struct sampler_entry {
 	const struct sysom_sample_key *key;
 	uint64_t count;

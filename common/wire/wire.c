@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/wire/wire_internal.h"
+#include "common/wire/wire_layout.h"
 
 const struct sysom_wire_limits sysom_wire_default_limits = {
 	.max_strings = 1u << 20,
@@ -108,34 +109,6 @@ static const char *const softirq_names[SYSOM_SOFTIRQ_COUNT] = {
 const char *sysom_softirq_name(uint32_t vec)
 {
 	return vec < SYSOM_SOFTIRQ_COUNT ? softirq_names[vec] : NULL;
-}
-
-static const char *const nccl_op_names[SYSOM_NCCL_OP_MAX + 1] = {
-	[SYSOM_NCCL_ALL_REDUCE] = "AllReduce",
-	[SYSOM_NCCL_REDUCE_SCATTER] = "ReduceScatter",
-	[SYSOM_NCCL_ALL_GATHER] = "AllGather",
-	[SYSOM_NCCL_BROADCAST] = "Broadcast",
-	[SYSOM_NCCL_REDUCE] = "Reduce",
-	[SYSOM_NCCL_ALL_TO_ALL] = "AlltoAll",
-	[SYSOM_NCCL_GATHER] = "Gather",
-	[SYSOM_NCCL_SCATTER] = "Scatter",
-	[SYSOM_NCCL_SEND] = "Send",
-	[SYSOM_NCCL_RECV] = "Recv",
-	[SYSOM_NCCL_GROUP_START] = "GroupStart",
-	[SYSOM_NCCL_GROUP_END] = "GroupEnd",
-	[SYSOM_NCCL_COMM_INIT_RANK] = "CommInitRank",
-	[SYSOM_NCCL_COMM_INIT_RANK_CONFIG] = "CommInitRankConfig",
-	[SYSOM_NCCL_COMM_INIT_ALL] = "CommInitAll",
-	[SYSOM_NCCL_COMM_INIT_RANK_SCALABLE] = "CommInitRankScalable",
-	[SYSOM_NCCL_COMM_SPLIT] = "CommSplit",
-	[SYSOM_NCCL_COMM_DESTROY] = "CommDestroy",
-	[SYSOM_NCCL_COMM_ABORT] = "CommAbort",
-	[SYSOM_NCCL_COMM_FINALIZE] = "CommFinalize",
-};
-
-const char *sysom_nccl_op_name(uint8_t op)
-{
-	return op <= SYSOM_NCCL_OP_MAX ? nccl_op_names[op] : NULL;
 }
 
 static const char *const stop_reason_names[] = {
@@ -1120,6 +1093,8 @@ int sysom_batch_add_os_thread(struct sysom_batch *b, const struct sysom_os_threa
 
 /* ---- encoder ------------------------------------------------------------------------------ */
 
+/* Field offsets: common/wire/wire_layout.h, shared with the decoder. */
+
 struct section_entry {
 	uint16_t type;
 	uint32_t count;
@@ -1127,10 +1102,35 @@ struct section_entry {
 	size_t size;
 };
 
+/* Appends `size` zeroed bytes for one record and returns them; NULL when the buffer failed
+ * (the error sticks to `out`, which sysom_batch_encode checks). */
+static uint8_t *put_record(struct byte_buf *out, size_t size)
+{
+	uint8_t *p = byte_buf_reserve(out, size);
+
+	if (!p)
+		return NULL;
+	memset(p, 0, size);
+	out->len += size;
+	return p;
+}
+
+static void store_double(uint8_t *p, double v)
+{
+	uint64_t bits;
+
+	memcpy(&bits, &v, sizeof(bits));
+	store_le64(p, bits);
+}
+
 static void encode_strings(const struct sysom_batch *b, struct byte_buf *out)
 {
 	for (uint32_t i = 0; i < b->string_count; i++) {
-		byte_buf_put_u32(out, b->strings[i].length);
+		uint8_t *p = put_record(out, WIRE_STRING_LENGTH_SIZE);
+
+		if (!p)
+			return;
+		store_le32(p, b->strings[i].length);
 		byte_buf_append(out, b->string_data + b->strings[i].offset, b->strings[i].length);
 	}
 }
@@ -1138,48 +1138,53 @@ static void encode_strings(const struct sysom_batch *b, struct byte_buf *out)
 static void encode_node(const struct sysom_batch *b, struct byte_buf *out)
 {
 	const struct sysom_node_info *n = &b->node;
+	uint8_t *p = put_record(out, SYSOM_NODE_RECORD_SIZE);
 
-	byte_buf_put_u32(out, n->hostname);
-	byte_buf_put_u32(out, n->kernel_release);
-	byte_buf_put_u32(out, n->machine);
-	byte_buf_put_u32(out, n->agent_version);
-	byte_buf_put_u32(out, n->kernel_object);
-	byte_buf_put_u32(out, n->sample_hz);
-	byte_buf_put_u32(out, n->sample_rate_ppm);
-	byte_buf_put_u32(out, n->drain_interval_ms);
-	byte_buf_put_u32(out, n->batch_interval_ms);
-	byte_buf_put_u32(out, n->online_cpus);
-	byte_buf_append(out, n->boot_id, sizeof(n->boot_id));
-	byte_buf_put_u64(out, 0); /* reserved */
+	if (!p)
+		return;
+	store_le32(p + WIRE_NODE_HOSTNAME, n->hostname);
+	store_le32(p + WIRE_NODE_KERNEL_RELEASE, n->kernel_release);
+	store_le32(p + WIRE_NODE_MACHINE, n->machine);
+	store_le32(p + WIRE_NODE_AGENT_VERSION, n->agent_version);
+	store_le32(p + WIRE_NODE_KERNEL_OBJECT, n->kernel_object);
+	store_le32(p + WIRE_NODE_SAMPLE_HZ, n->sample_hz);
+	store_le32(p + WIRE_NODE_SAMPLE_RATE_PPM, n->sample_rate_ppm);
+	store_le32(p + WIRE_NODE_DRAIN_INTERVAL_MS, n->drain_interval_ms);
+	store_le32(p + WIRE_NODE_BATCH_INTERVAL_MS, n->batch_interval_ms);
+	store_le32(p + WIRE_NODE_ONLINE_CPUS, n->online_cpus);
+	memcpy(p + WIRE_NODE_BOOT_ID, n->boot_id, sizeof(n->boot_id));
 }
 
 static void encode_objects(const struct sysom_batch *b, struct byte_buf *out)
 {
 	for (uint32_t i = 0; i < b->object_count; i++) {
 		const struct sysom_object *o = &b->objects[i];
-		uint8_t id[SYSOM_BUILD_ID_MAX] = { 0 };
+		uint8_t *p = put_record(out, SYSOM_OBJECT_RECORD_SIZE);
 
-		memcpy(id, o->build_id, o->build_id_len);
-		byte_buf_put_u8(out, o->kind);
-		byte_buf_put_u8(out, o->build_id_len);
-		byte_buf_put_u16(out, 0);
-		byte_buf_put_u32(out, o->name);
-		byte_buf_append(out, id, sizeof(id));
+		if (!p)
+			return;
+		p[WIRE_OBJECT_KIND] = o->kind;
+		p[WIRE_OBJECT_BUILD_ID_LEN] = o->build_id_len;
+		store_le32(p + WIRE_OBJECT_NAME, o->name);
+		memcpy(p + WIRE_OBJECT_BUILD_ID, o->build_id, o->build_id_len); /* zero beyond */
 	}
 }
 
 static void encode_processes(const struct sysom_batch *b, struct byte_buf *out)
 {
 	for (uint32_t i = 0; i < b->process_count; i++) {
-		const struct sysom_process *p = &b->processes[i];
+		const struct sysom_process *o = &b->processes[i];
+		uint8_t *p = put_record(out, SYSOM_PROCESS_RECORD_SIZE);
 
-		byte_buf_put_u32(out, p->tgid);
-		byte_buf_put_u32(out, p->generation);
-		byte_buf_put_u64(out, p->start_time_ns);
-		byte_buf_put_u32(out, p->comm);
-		byte_buf_put_u32(out, p->exe);
-		byte_buf_put_u32(out, p->cmdline);
-		byte_buf_put_u32(out, p->ppid);
+		if (!p)
+			return;
+		store_le32(p + WIRE_PROCESS_TGID, o->tgid);
+		store_le32(p + WIRE_PROCESS_GENERATION, o->generation);
+		store_le64(p + WIRE_PROCESS_START_TIME, o->start_time_ns);
+		store_le32(p + WIRE_PROCESS_COMM, o->comm);
+		store_le32(p + WIRE_PROCESS_EXE, o->exe);
+		store_le32(p + WIRE_PROCESS_CMDLINE, o->cmdline);
+		store_le32(p + WIRE_PROCESS_PPID, o->ppid);
 	}
 }
 
@@ -1187,12 +1192,15 @@ static void encode_mappings(const struct sysom_batch *b, struct byte_buf *out)
 {
 	for (uint32_t i = 0; i < b->mapping_count; i++) {
 		const struct sysom_mapping *m = &b->mappings[i];
+		uint8_t *p = put_record(out, SYSOM_MAPPING_RECORD_SIZE);
 
-		byte_buf_put_u32(out, m->process);
-		byte_buf_put_u32(out, m->object);
-		byte_buf_put_u64(out, m->start);
-		byte_buf_put_u64(out, m->end);
-		byte_buf_put_u64(out, m->file_offset);
+		if (!p)
+			return;
+		store_le32(p + WIRE_MAPPING_PROCESS, m->process);
+		store_le32(p + WIRE_MAPPING_OBJECT, m->object);
+		store_le64(p + WIRE_MAPPING_START, m->start);
+		store_le64(p + WIRE_MAPPING_END, m->end);
+		store_le64(p + WIRE_MAPPING_FILE_OFFSET, m->file_offset);
 	}
 }
 
@@ -1201,14 +1209,18 @@ static void encode_stacks(const struct sysom_batch *b, struct byte_buf *out)
 	for (uint32_t i = 0; i < b->stack_count; i++) {
 		const struct sysom_stack *s = &b->stacks[i];
 		const struct sysom_frame *f = b->frames + s->first_frame;
+		uint8_t *p = put_record(out, SYSOM_STACK_HEADER_SIZE);
 
-		byte_buf_put_u16(out, s->nframes);
-		byte_buf_put_u8(out, s->kind);
-		byte_buf_put_u8(out, s->stop_reason);
-		byte_buf_put_u32(out, 0);
+		if (!p)
+			return;
+		store_le16(p + WIRE_STACK_NFRAMES, s->nframes);
+		p[WIRE_STACK_KIND] = s->kind;
+		p[WIRE_STACK_STOP_REASON] = s->stop_reason;
 		for (uint16_t j = 0; j < s->nframes; j++) {
-			byte_buf_put_u32(out, f[j].object);
-			byte_buf_put_u64(out, f[j].offset);
+			if (!(p = put_record(out, SYSOM_FRAME_RECORD_SIZE)))
+				return;
+			store_le32(p + WIRE_FRAME_OBJECT, f[j].object);
+			store_le64(p + WIRE_FRAME_OFFSET, f[j].offset);
 		}
 	}
 }
@@ -1217,26 +1229,30 @@ static void encode_samples(const struct sysom_batch *b, struct byte_buf *out)
 {
 	for (uint32_t i = 0; i < b->sample_count; i++) {
 		const struct sysom_sample *s = &b->samples[i];
+		uint8_t *p = put_record(out, SYSOM_SAMPLE_RECORD_SIZE);
 
-		byte_buf_put_u32(out, s->process);
-		byte_buf_put_u32(out, s->tid);
-		byte_buf_put_u32(out, s->cpu);
-		byte_buf_put_u32(out, s->time_offset_ms);
-		byte_buf_put_u32(out, s->kernel_stack);
-		byte_buf_put_u32(out, s->user_stack);
-		byte_buf_put_u32(out, s->thread_comm);
-		byte_buf_put_u32(out, 0);
-		byte_buf_put_u64(out, s->count);
+		if (!p)
+			return;
+		store_le32(p + WIRE_SAMPLE_PROCESS, s->process);
+		store_le32(p + WIRE_SAMPLE_TID, s->tid);
+		store_le32(p + WIRE_SAMPLE_CPU, s->cpu);
+		store_le32(p + WIRE_SAMPLE_TIME_OFFSET_MS, s->time_offset_ms);
+		store_le32(p + WIRE_SAMPLE_KERNEL_STACK, s->kernel_stack);
+		store_le32(p + WIRE_SAMPLE_USER_STACK, s->user_stack);
+		store_le32(p + WIRE_SAMPLE_THREAD_COMM, s->thread_comm);
+		store_le64(p + WIRE_SAMPLE_COUNT, s->count);
 	}
 }
 
 static void encode_counters(const struct sysom_batch *b, struct byte_buf *out)
 {
 	for (uint32_t i = 0; i < b->counter_count; i++) {
-		byte_buf_put_u16(out, b->counters[i].id);
-		byte_buf_put_u16(out, 0);
-		byte_buf_put_u32(out, 0);
-		byte_buf_put_u64(out, b->counters[i].value);
+		uint8_t *p = put_record(out, SYSOM_COUNTER_RECORD_SIZE);
+
+		if (!p)
+			return;
+		store_le16(p + WIRE_COUNTER_ID, b->counters[i].id);
+		store_le64(p + WIRE_COUNTER_VALUE, b->counters[i].value);
 	}
 }
 
@@ -1244,21 +1260,21 @@ static void encode_job_ranks(const struct sysom_batch *b, struct byte_buf *out)
 {
 	for (uint32_t i = 0; i < b->job_rank_count; i++) {
 		const struct sysom_job_rank *j = &b->job_ranks[i];
+		uint8_t *p = put_record(out, SYSOM_JOB_RANK_RECORD_SIZE);
 
-		byte_buf_put_u32(out, j->process);
-		byte_buf_put_u32(out, j->job);
-		byte_buf_put_u32(out, (uint32_t)j->rank);
-		byte_buf_put_u32(out, (uint32_t)j->world_size);
-		byte_buf_put_u32(out, (uint32_t)j->local_rank);
-		byte_buf_put_u32(out, (uint32_t)j->local_world_size);
-		byte_buf_put_u32(out, (uint32_t)j->group_rank);
-		byte_buf_put_u8(out, j->source);
-		byte_buf_put_u8(out, 0);
-		byte_buf_put_u16(out, 0);
-		byte_buf_put_u32(out, j->job_id_source);
-		byte_buf_put_u32(out, j->master);
-		byte_buf_put_u32(out, j->groups);
-		byte_buf_put_u32(out, 0);
+		if (!p)
+			return;
+		store_le32(p + WIRE_JOB_RANK_PROCESS, j->process);
+		store_le32(p + WIRE_JOB_RANK_JOB, j->job);
+		store_le32(p + WIRE_JOB_RANK_RANK, (uint32_t)j->rank);
+		store_le32(p + WIRE_JOB_RANK_WORLD_SIZE, (uint32_t)j->world_size);
+		store_le32(p + WIRE_JOB_RANK_LOCAL_RANK, (uint32_t)j->local_rank);
+		store_le32(p + WIRE_JOB_RANK_LOCAL_WORLD_SIZE, (uint32_t)j->local_world_size);
+		store_le32(p + WIRE_JOB_RANK_GROUP_RANK, (uint32_t)j->group_rank);
+		p[WIRE_JOB_RANK_SOURCE] = j->source;
+		store_le32(p + WIRE_JOB_RANK_JOB_ID_SOURCE, j->job_id_source);
+		store_le32(p + WIRE_JOB_RANK_MASTER, j->master);
+		store_le32(p + WIRE_JOB_RANK_GROUPS, j->groups);
 	}
 }
 
@@ -1266,22 +1282,23 @@ static void encode_communicators(const struct sysom_batch *b, struct byte_buf *o
 {
 	for (uint32_t i = 0; i < b->communicator_count; i++) {
 		const struct sysom_communicator *c = &b->communicators[i];
+		uint8_t *p = put_record(out, SYSOM_COMMUNICATOR_RECORD_SIZE);
 
-		byte_buf_put_u32(out, c->process);
-		byte_buf_put_u32(out, (uint32_t)c->rank);
-		byte_buf_put_u64(out, c->key);
-		byte_buf_put_u64(out, c->parent_key);
-		byte_buf_put_u64(out, c->nccl_comm_hash);
-		byte_buf_put_u32(out, (uint32_t)c->nranks);
-		byte_buf_put_u32(out, (uint32_t)c->split_color);
-		byte_buf_put_u32(out, c->split_ordinal);
-		byte_buf_put_u32(out, (uint32_t)c->split_key);
-		byte_buf_put_u32(out, 0);
-		byte_buf_put_u8(out, c->key_source);
-		byte_buf_put_u8(out, c->flags);
-		byte_buf_put_u16(out, 0);
-		byte_buf_put_u64(out, c->created_ns);
-		byte_buf_put_u64(out, c->handle);
+		if (!p)
+			return;
+		store_le32(p + WIRE_COMM_PROCESS, c->process);
+		store_le32(p + WIRE_COMM_RANK, (uint32_t)c->rank);
+		store_le64(p + WIRE_COMM_KEY, c->key);
+		store_le64(p + WIRE_COMM_PARENT_KEY, c->parent_key);
+		store_le64(p + WIRE_COMM_NCCL_COMM_HASH, c->nccl_comm_hash);
+		store_le32(p + WIRE_COMM_NRANKS, (uint32_t)c->nranks);
+		store_le32(p + WIRE_COMM_SPLIT_COLOR, (uint32_t)c->split_color);
+		store_le32(p + WIRE_COMM_SPLIT_ORDINAL, c->split_ordinal);
+		store_le32(p + WIRE_COMM_SPLIT_KEY, (uint32_t)c->split_key);
+		p[WIRE_COMM_KEY_SOURCE] = c->key_source;
+		p[WIRE_COMM_FLAGS] = c->flags;
+		store_le64(p + WIRE_COMM_CREATED, c->created_ns);
+		store_le64(p + WIRE_COMM_HANDLE, c->handle);
 	}
 }
 
@@ -1289,23 +1306,26 @@ static void encode_nccl_calls(const struct sysom_batch *b, struct byte_buf *out)
 {
 	for (uint32_t i = 0; i < b->nccl_call_count; i++) {
 		const struct sysom_nccl_call *c = &b->nccl_calls[i];
+		uint8_t *p = put_record(out, SYSOM_NCCL_CALL_RECORD_SIZE);
 
-		byte_buf_put_u32(out, c->process);
-		byte_buf_put_u32(out, c->tid);
-		byte_buf_put_u64(out, c->comm_key);
-		byte_buf_put_u64(out, c->seq);
-		byte_buf_put_u64(out, c->entry_ns);
-		byte_buf_put_u64(out, c->exit_ns);
-		byte_buf_put_u64(out, c->count);
-		byte_buf_put_u64(out, c->bytes);
-		byte_buf_put_u64(out, c->stream);
-		byte_buf_put_u8(out, c->op);
-		byte_buf_put_u8(out, c->datatype);
-		byte_buf_put_u8(out, c->redop);
-		byte_buf_put_u8(out, c->flags);
-		byte_buf_put_u32(out, (uint32_t)c->peer);
-		byte_buf_put_u32(out, (uint32_t)c->result);
-		byte_buf_put_u32(out, (uint32_t)c->rank);
+		if (!p)
+			return;
+		store_le32(p + WIRE_NCCL_CALL_PROCESS, c->process);
+		store_le32(p + WIRE_NCCL_CALL_TID, c->tid);
+		store_le64(p + WIRE_NCCL_CALL_COMM_KEY, c->comm_key);
+		store_le64(p + WIRE_NCCL_CALL_SEQ, c->seq);
+		store_le64(p + WIRE_NCCL_CALL_ENTRY, c->entry_ns);
+		store_le64(p + WIRE_NCCL_CALL_EXIT, c->exit_ns);
+		store_le64(p + WIRE_NCCL_CALL_COUNT, c->count);
+		store_le64(p + WIRE_NCCL_CALL_BYTES, c->bytes);
+		store_le64(p + WIRE_NCCL_CALL_STREAM, c->stream);
+		p[WIRE_NCCL_CALL_OP] = c->op;
+		p[WIRE_NCCL_CALL_DATATYPE] = c->datatype;
+		p[WIRE_NCCL_CALL_REDOP] = c->redop;
+		p[WIRE_NCCL_CALL_FLAGS] = c->flags;
+		store_le32(p + WIRE_NCCL_CALL_PEER, (uint32_t)c->peer);
+		store_le32(p + WIRE_NCCL_CALL_RESULT, (uint32_t)c->result);
+		store_le32(p + WIRE_NCCL_CALL_RANK, (uint32_t)c->rank);
 	}
 }
 
@@ -1313,20 +1333,22 @@ static void encode_launches(const struct sysom_batch *b, struct byte_buf *out)
 {
 	for (uint32_t i = 0; i < b->launch_count; i++) {
 		const struct sysom_launch *l = &b->launches[i];
+		uint8_t *p = put_record(out, SYSOM_LAUNCH_RECORD_SIZE);
 
-		byte_buf_put_u32(out, l->process);
-		byte_buf_put_u32(out, l->kernel_name);
-		byte_buf_put_u64(out, l->function);
-		byte_buf_put_u32(out, l->user_stack);
-		byte_buf_put_u32(out, l->kernel_stack);
-		byte_buf_put_u64(out, l->count);
-		for (int k = 0; k < 3; k++)
-			byte_buf_put_u32(out, l->grid[k]);
-		for (int k = 0; k < 3; k++)
-			byte_buf_put_u32(out, l->block[k]);
-		byte_buf_put_u32(out, l->shared_mem);
-		byte_buf_put_u16(out, l->flags);
-		byte_buf_put_u16(out, 0);
+		if (!p)
+			return;
+		store_le32(p + WIRE_LAUNCH_PROCESS, l->process);
+		store_le32(p + WIRE_LAUNCH_KERNEL_NAME, l->kernel_name);
+		store_le64(p + WIRE_LAUNCH_FUNCTION, l->function);
+		store_le32(p + WIRE_LAUNCH_USER_STACK, l->user_stack);
+		store_le32(p + WIRE_LAUNCH_KERNEL_STACK, l->kernel_stack);
+		store_le64(p + WIRE_LAUNCH_COUNT, l->count);
+		for (int k = 0; k < 3; k++) {
+			store_le32(p + WIRE_LAUNCH_GRID + 4 * k, l->grid[k]);
+			store_le32(p + WIRE_LAUNCH_BLOCK + 4 * k, l->block[k]);
+		}
+		store_le32(p + WIRE_LAUNCH_SHARED_MEM, l->shared_mem);
+		store_le16(p + WIRE_LAUNCH_FLAGS, l->flags);
 	}
 }
 
@@ -1334,84 +1356,83 @@ static void encode_gpu_kernels(const struct sysom_batch *b, struct byte_buf *out
 {
 	for (uint32_t i = 0; i < b->gpu_kernel_count; i++) {
 		const struct sysom_gpu_kernel *k = &b->gpu_kernels[i];
+		uint8_t *p = put_record(out, SYSOM_GPU_KERNEL_RECORD_SIZE);
 
-		byte_buf_put_u32(out, k->process);
-		byte_buf_put_u32(out, k->name);
-		byte_buf_put_u32(out, k->device);
-		byte_buf_put_u32(out, 0);
-		byte_buf_put_u64(out, k->stream);
-		byte_buf_put_u64(out, k->count);
-		byte_buf_put_u64(out, k->total_ns);
-		byte_buf_put_u64(out, k->min_ns);
-		byte_buf_put_u64(out, k->max_ns);
+		if (!p)
+			return;
+		store_le32(p + WIRE_GPU_KERNEL_PROCESS, k->process);
+		store_le32(p + WIRE_GPU_KERNEL_NAME, k->name);
+		store_le32(p + WIRE_GPU_KERNEL_DEVICE, k->device);
+		store_le64(p + WIRE_GPU_KERNEL_STREAM, k->stream);
+		store_le64(p + WIRE_GPU_KERNEL_COUNT, k->count);
+		store_le64(p + WIRE_GPU_KERNEL_TOTAL_NS, k->total_ns);
+		store_le64(p + WIRE_GPU_KERNEL_MIN_NS, k->min_ns);
+		store_le64(p + WIRE_GPU_KERNEL_MAX_NS, k->max_ns);
 		for (int j = 0; j < SYSOM_GPU_HIST_BUCKETS; j++)
-			byte_buf_put_u32(out, k->hist[j]);
+			store_le32(p + WIRE_GPU_KERNEL_HIST + 4 * j, k->hist[j]);
 	}
 }
 
 static void encode_nccl_profiles(const struct sysom_batch *b, struct byte_buf *out)
 {
 	for (uint32_t i = 0; i < b->nccl_profile_count; i++) {
-		const struct sysom_nccl_profile *p = &b->nccl_profiles[i];
+		const struct sysom_nccl_profile *o = &b->nccl_profiles[i];
+		uint8_t *p = put_record(out, SYSOM_NCCL_PROFILE_RECORD_SIZE);
 
-		byte_buf_put_u32(out, p->process);
-		byte_buf_put_u32(out, (uint32_t)p->rank);
-		byte_buf_put_u64(out, p->comm_id);
-		byte_buf_put_u32(out, p->comm_name);
-		byte_buf_put_u32(out, (uint32_t)p->nranks);
-		byte_buf_put_u32(out, p->func);
-		byte_buf_put_u32(out, p->algo);
-		byte_buf_put_u32(out, p->proto);
-		byte_buf_put_u32(out, p->datatype);
-		byte_buf_put_u32(out, (uint32_t)p->peer);
-		byte_buf_put_u32(out, p->nchannels);
-		byte_buf_put_u64(out, p->count);
-		byte_buf_put_u64(out, p->bytes);
-		byte_buf_put_u64(out, p->kernel_timed);
-		byte_buf_put_u64(out, p->kernel_ns_total);
-		byte_buf_put_u64(out, p->kernel_ns_min);
-		byte_buf_put_u64(out, p->kernel_ns_max);
-		byte_buf_put_u64(out, p->span_timed);
-		byte_buf_put_u64(out, p->span_ns_total);
-		byte_buf_put_u64(out, p->enqueue_ns_total);
-		byte_buf_put_u64(out, p->transfers);
-		byte_buf_put_u64(out, p->transfer_bytes);
-		byte_buf_put_u64(out, p->first_seq);
-		byte_buf_put_u64(out, p->last_seq);
+		if (!p)
+			return;
+		store_le32(p + WIRE_NCCL_PROFILE_PROCESS, o->process);
+		store_le32(p + WIRE_NCCL_PROFILE_RANK, (uint32_t)o->rank);
+		store_le64(p + WIRE_NCCL_PROFILE_COMM_ID, o->comm_id);
+		store_le32(p + WIRE_NCCL_PROFILE_COMM_NAME, o->comm_name);
+		store_le32(p + WIRE_NCCL_PROFILE_NRANKS, (uint32_t)o->nranks);
+		store_le32(p + WIRE_NCCL_PROFILE_FUNC, o->func);
+		store_le32(p + WIRE_NCCL_PROFILE_ALGO, o->algo);
+		store_le32(p + WIRE_NCCL_PROFILE_PROTO, o->proto);
+		store_le32(p + WIRE_NCCL_PROFILE_DATATYPE, o->datatype);
+		store_le32(p + WIRE_NCCL_PROFILE_PEER, (uint32_t)o->peer);
+		store_le32(p + WIRE_NCCL_PROFILE_NCHANNELS, o->nchannels);
+		store_le64(p + WIRE_NCCL_PROFILE_COUNT, o->count);
+		store_le64(p + WIRE_NCCL_PROFILE_BYTES, o->bytes);
+		store_le64(p + WIRE_NCCL_PROFILE_KERNEL_TIMED, o->kernel_timed);
+		store_le64(p + WIRE_NCCL_PROFILE_KERNEL_NS_TOTAL, o->kernel_ns_total);
+		store_le64(p + WIRE_NCCL_PROFILE_KERNEL_NS_MIN, o->kernel_ns_min);
+		store_le64(p + WIRE_NCCL_PROFILE_KERNEL_NS_MAX, o->kernel_ns_max);
+		store_le64(p + WIRE_NCCL_PROFILE_SPAN_TIMED, o->span_timed);
+		store_le64(p + WIRE_NCCL_PROFILE_SPAN_NS_TOTAL, o->span_ns_total);
+		store_le64(p + WIRE_NCCL_PROFILE_ENQUEUE_NS_TOTAL, o->enqueue_ns_total);
+		store_le64(p + WIRE_NCCL_PROFILE_TRANSFERS, o->transfers);
+		store_le64(p + WIRE_NCCL_PROFILE_TRANSFER_BYTES, o->transfer_bytes);
+		store_le64(p + WIRE_NCCL_PROFILE_FIRST_SEQ, o->first_seq);
+		store_le64(p + WIRE_NCCL_PROFILE_LAST_SEQ, o->last_seq);
 	}
-}
-
-static void put_double(struct byte_buf *out, double v)
-{
-	uint64_t bits;
-
-	memcpy(&bits, &v, sizeof(bits));
-	byte_buf_put_u64(out, bits);
 }
 
 static void encode_nccl_links(const struct sysom_batch *b, struct byte_buf *out)
 {
 	for (uint32_t i = 0; i < b->nccl_link_count; i++) {
 		const struct sysom_nccl_link *l = &b->nccl_links[i];
+		uint8_t *p = put_record(out, SYSOM_NCCL_LINK_RECORD_SIZE);
 
-		byte_buf_put_u32(out, l->process);
-		byte_buf_put_u32(out, (uint32_t)l->rank);
-		byte_buf_put_u64(out, l->comm_id);
-		byte_buf_put_u32(out, (uint32_t)l->peer);
-		byte_buf_put_u32(out, (uint32_t)l->channel);
-		byte_buf_put_u64(out, l->transfers);
-		byte_buf_put_u64(out, l->bytes);
-		byte_buf_put_u64(out, l->time_ns_total);
-		put_double(out, l->sx);
-		put_double(out, l->sy);
-		put_double(out, l->sxx);
-		put_double(out, l->sxy);
-		put_double(out, l->syy);
-		put_double(out, l->min_latency_ns);
-		put_double(out, l->min_bytes_per_ns);
-		put_double(out, l->min_r2);
-		byte_buf_put_u32(out, l->min_points);
-		byte_buf_put_u32(out, 0);
+		if (!p)
+			return;
+		store_le32(p + WIRE_NCCL_LINK_PROCESS, l->process);
+		store_le32(p + WIRE_NCCL_LINK_RANK, (uint32_t)l->rank);
+		store_le64(p + WIRE_NCCL_LINK_COMM_ID, l->comm_id);
+		store_le32(p + WIRE_NCCL_LINK_PEER, (uint32_t)l->peer);
+		store_le32(p + WIRE_NCCL_LINK_CHANNEL, (uint32_t)l->channel);
+		store_le64(p + WIRE_NCCL_LINK_TRANSFERS, l->transfers);
+		store_le64(p + WIRE_NCCL_LINK_BYTES, l->bytes);
+		store_le64(p + WIRE_NCCL_LINK_TIME_NS_TOTAL, l->time_ns_total);
+		store_double(p + WIRE_NCCL_LINK_SX, l->sx);
+		store_double(p + WIRE_NCCL_LINK_SY, l->sy);
+		store_double(p + WIRE_NCCL_LINK_SXX, l->sxx);
+		store_double(p + WIRE_NCCL_LINK_SXY, l->sxy);
+		store_double(p + WIRE_NCCL_LINK_SYY, l->syy);
+		store_double(p + WIRE_NCCL_LINK_MIN_LATENCY_NS, l->min_latency_ns);
+		store_double(p + WIRE_NCCL_LINK_MIN_BYTES_PER_NS, l->min_bytes_per_ns);
+		store_double(p + WIRE_NCCL_LINK_MIN_R2, l->min_r2);
+		store_le32(p + WIRE_NCCL_LINK_MIN_POINTS, l->min_points);
 	}
 }
 
@@ -1419,18 +1440,21 @@ static void encode_os_cpus(const struct sysom_batch *b, struct byte_buf *out)
 {
 	for (uint32_t i = 0; i < b->os_cpu_count; i++) {
 		const struct sysom_os_cpu *c = &b->os_cpus[i];
+		uint8_t *p = put_record(out, SYSOM_OS_CPU_RECORD_SIZE);
 
-		byte_buf_put_u32(out, c->cpu);
-		byte_buf_put_u32(out, (uint32_t)c->numa_node);
-		byte_buf_put_u64(out, c->busy_ns);
-		byte_buf_put_u64(out, c->hardirq_count);
-		byte_buf_put_u64(out, c->hardirq_ns);
-		for (int v = 0; v < SYSOM_SOFTIRQ_COUNT; v++)
-			byte_buf_put_u64(out, c->softirq_count[v]);
-		for (int v = 0; v < SYSOM_SOFTIRQ_COUNT; v++)
-			byte_buf_put_u64(out, c->softirq_ns[v]);
-		byte_buf_put_u64(out, c->context_switches);
-		byte_buf_put_u64(out, c->runq_wait_ns);
+		if (!p)
+			return;
+		store_le32(p + WIRE_OS_CPU_CPU, c->cpu);
+		store_le32(p + WIRE_OS_CPU_NUMA_NODE, (uint32_t)c->numa_node);
+		store_le64(p + WIRE_OS_CPU_BUSY_NS, c->busy_ns);
+		store_le64(p + WIRE_OS_CPU_HARDIRQ_COUNT, c->hardirq_count);
+		store_le64(p + WIRE_OS_CPU_HARDIRQ_NS, c->hardirq_ns);
+		for (int v = 0; v < SYSOM_SOFTIRQ_COUNT; v++) {
+			store_le64(p + WIRE_OS_CPU_SOFTIRQ_COUNT + 8 * v, c->softirq_count[v]);
+			store_le64(p + WIRE_OS_CPU_SOFTIRQ_NS + 8 * v, c->softirq_ns[v]);
+		}
+		store_le64(p + WIRE_OS_CPU_CONTEXT_SWITCHES, c->context_switches);
+		store_le64(p + WIRE_OS_CPU_RUNQ_WAIT_NS, c->runq_wait_ns);
 	}
 }
 
@@ -1438,13 +1462,15 @@ static void encode_os_irqs(const struct sysom_batch *b, struct byte_buf *out)
 {
 	for (uint32_t i = 0; i < b->os_irq_count; i++) {
 		const struct sysom_os_irq *q = &b->os_irqs[i];
+		uint8_t *p = put_record(out, SYSOM_OS_IRQ_RECORD_SIZE);
 
-		byte_buf_put_u32(out, q->cpu);
-		byte_buf_put_u32(out, q->irq);
-		byte_buf_put_u32(out, q->name);
-		byte_buf_put_u32(out, 0);
-		byte_buf_put_u64(out, q->count);
-		byte_buf_put_u64(out, q->ns);
+		if (!p)
+			return;
+		store_le32(p + WIRE_OS_IRQ_CPU, q->cpu);
+		store_le32(p + WIRE_OS_IRQ_IRQ, q->irq);
+		store_le32(p + WIRE_OS_IRQ_NAME, q->name);
+		store_le64(p + WIRE_OS_IRQ_COUNT, q->count);
+		store_le64(p + WIRE_OS_IRQ_NS, q->ns);
 	}
 }
 
@@ -1452,27 +1478,27 @@ static void encode_os_threads(const struct sysom_batch *b, struct byte_buf *out)
 {
 	for (uint32_t i = 0; i < b->os_thread_count; i++) {
 		const struct sysom_os_thread *t = &b->os_threads[i];
+		uint8_t *p = put_record(out, SYSOM_OS_THREAD_RECORD_SIZE);
 
-		byte_buf_put_u32(out, t->process);
-		byte_buf_put_u32(out, t->tid);
-		byte_buf_put_u32(out, t->comm);
-		byte_buf_put_u32(out, 0);
-		byte_buf_put_u64(out, t->oncpu_ns);
-		byte_buf_put_u64(out, t->runq_wait_ns);
-		byte_buf_put_u64(out, t->runq_waits);
+		if (!p)
+			return;
+		store_le32(p + WIRE_OS_THREAD_PROCESS, t->process);
+		store_le32(p + WIRE_OS_THREAD_TID, t->tid);
+		store_le32(p + WIRE_OS_THREAD_COMM, t->comm);
+		store_le64(p + WIRE_OS_THREAD_ONCPU_NS, t->oncpu_ns);
+		store_le64(p + WIRE_OS_THREAD_RUNQ_WAIT_NS, t->runq_wait_ns);
+		store_le64(p + WIRE_OS_THREAD_RUNQ_WAITS, t->runq_waits);
 		for (int k = 0; k < SYSOM_RUNQ_HIST_BUCKETS; k++)
-			byte_buf_put_u32(out, t->runq_hist[k]);
-		byte_buf_put_u64(out, t->voluntary_switches);
-		byte_buf_put_u64(out, t->involuntary_switches);
-		byte_buf_put_u64(out, t->migrations);
-		byte_buf_put_u64(out, t->numa_migrations);
-		byte_buf_put_u64(out, t->pages_migrated);
-		byte_buf_put_u64(out, t->hardirq_ns);
-		byte_buf_put_u64(out, t->softirq_ns);
+			store_le32(p + WIRE_OS_THREAD_RUNQ_HIST + 4 * k, t->runq_hist[k]);
+		store_le64(p + WIRE_OS_THREAD_VOLUNTARY_SWITCHES, t->voluntary_switches);
+		store_le64(p + WIRE_OS_THREAD_INVOLUNTARY_SWITCHES, t->involuntary_switches);
+		store_le64(p + WIRE_OS_THREAD_MIGRATIONS, t->migrations);
+		store_le64(p + WIRE_OS_THREAD_NUMA_MIGRATIONS, t->numa_migrations);
+		store_le64(p + WIRE_OS_THREAD_PAGES_MIGRATED, t->pages_migrated);
+		store_le64(p + WIRE_OS_THREAD_HARDIRQ_NS, t->hardirq_ns);
+		store_le64(p + WIRE_OS_THREAD_SOFTIRQ_NS, t->softirq_ns);
 		for (int k = 0; k < SYSOM_CPU_MASK_WORDS; k++)
-			byte_buf_put_u64(out, t->cpus[k]);
-		byte_buf_put_u64(out, 0); /* reserved, 16 bytes */
-		byte_buf_put_u64(out, 0);
+			store_le64(p + WIRE_OS_THREAD_CPUS + 8 * k, t->cpus[k]);
 	}
 }
 
@@ -1543,24 +1569,24 @@ int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 	entries[17].count = b->os_thread_count;
 
 	header = out->data + base; /* the buffer may have moved */
-	memcpy(header, SYSOM_WIRE_MAGIC, 4);
-	store_le16(header + 4, SYSOM_WIRE_MAJOR);
-	store_le16(header + 6, SYSOM_WIRE_MINOR);
-	store_le16(header + 8, SYSOM_WIRE_HEADER_SIZE);
-	store_le16(header + 10, (uint16_t)nsections);
-	store_le32(header + 12, 0);
-	memcpy(header + 16, b->node_id, SYSOM_NODE_ID_SIZE);
-	store_le64(header + 32, b->agent_epoch);
-	store_le64(header + 40, b->sequence);
-	store_le64(header + 48, b->window_start_ns);
-	store_le64(header + 56, b->window_end_ns);
+	memcpy(header + WIRE_HDR_MAGIC, SYSOM_WIRE_MAGIC, 4);
+	store_le16(header + WIRE_HDR_MAJOR, SYSOM_WIRE_MAJOR);
+	store_le16(header + WIRE_HDR_MINOR, SYSOM_WIRE_MINOR);
+	store_le16(header + WIRE_HDR_HEADER_SIZE, SYSOM_WIRE_HEADER_SIZE);
+	store_le16(header + WIRE_HDR_SECTION_COUNT, (uint16_t)nsections);
+	store_le32(header + WIRE_HDR_FLAGS, 0);
+	memcpy(header + WIRE_HDR_NODE_ID, b->node_id, SYSOM_NODE_ID_SIZE);
+	store_le64(header + WIRE_HDR_AGENT_EPOCH, b->agent_epoch);
+	store_le64(header + WIRE_HDR_SEQUENCE, b->sequence);
+	store_le64(header + WIRE_HDR_WINDOW_START, b->window_start_ns);
+	store_le64(header + WIRE_HDR_WINDOW_END, b->window_end_ns);
 	for (size_t i = 0; i < nsections; i++) {
 		uint8_t *e = header + SYSOM_WIRE_HEADER_SIZE + i * SYSOM_WIRE_SECTION_ENTRY_SIZE;
-		store_le16(e, entries[i].type);
-		store_le16(e + 2, 0);
-		store_le32(e + 4, entries[i].count);
-		store_le32(e + 8, (uint32_t)entries[i].offset);
-		store_le32(e + 12, (uint32_t)entries[i].size);
+		store_le16(e + WIRE_SEC_TYPE, entries[i].type);
+		store_le16(e + WIRE_SEC_FLAGS, 0);
+		store_le32(e + WIRE_SEC_COUNT, entries[i].count);
+		store_le32(e + WIRE_SEC_OFFSET, (uint32_t)entries[i].offset);
+		store_le32(e + WIRE_SEC_SIZE, (uint32_t)entries[i].size);
 	}
 	return 0;
 }

@@ -9,6 +9,8 @@
 
 #include "common/bytes.h"
 #include "common/hash.h"
+#include "include/sysom/histogram.h"
+#include "include/sysom/nccl_ops.h"
 
 /*
  * Wire format version 1.3 (docs/wire-format.md has the same tables, including the record
@@ -18,7 +20,7 @@
  *   OFFSET SIZE FIELD
  *   0      4    magic "SYSB"
  *   4      2    major version (1): a reader rejects any other major
- *   6      2    minor version (1): minors only add section types; readers skip unknown types
+ *   6      2    minor version (3): minors only add section types; readers skip unknown types
  *   8      2    header size in bytes (>= 64; a reader skips bytes it does not know)
  *   10     2    section count (<= 64)
  *   12     4    flags (0; a reader rejects unknown flags)
@@ -115,7 +117,8 @@ enum sysom_stack_stop {
 	SYSOM_STOP_DEPTH_LIMIT = 1,  /* the depth limit was reached */
 	SYSOM_STOP_READ_FAULT = 2,   /* the stack could not be read */
 	SYSOM_STOP_STACK_LOST = 3,   /* the agent lost the stack (BPF stack store full) */
-	/* Hybrid unwinder (enum unwind_stop in bpf/unwind.h, shifted by one past STACK_LOST). */
+	/* Hybrid unwinder (enum unwind_stop in bpf/unwind.h; the agent maps them in one table,
+	 * agent/sampling/sampler.c). */
 	SYSOM_STOP_NO_MAPPING = 4,   /* a pc in no executable mapping known to the unwinder */
 	SYSOM_STOP_FP_INVALID = 5,   /* no usable CFI and the frame pointer failed validation */
 	SYSOM_STOP_JIT = 6,          /* anonymous (JIT) code without a valid frame pointer */
@@ -189,40 +192,8 @@ enum sysom_counter_id {
 	SYSOM_COUNTER_MAX = 64,
 };
 
-/* NCCL API calls (NCCL_CALLS records); values are stable on the wire. */
-enum sysom_nccl_op {
-	SYSOM_NCCL_ALL_REDUCE = 1,
-	SYSOM_NCCL_REDUCE_SCATTER = 2,
-	SYSOM_NCCL_ALL_GATHER = 3,
-	SYSOM_NCCL_BROADCAST = 4,
-	SYSOM_NCCL_REDUCE = 5,
-	SYSOM_NCCL_ALL_TO_ALL = 6,
-	SYSOM_NCCL_GATHER = 7,
-	SYSOM_NCCL_SCATTER = 8,
-	SYSOM_NCCL_SEND = 9,
-	SYSOM_NCCL_RECV = 10,
-	SYSOM_NCCL_GROUP_START = 11,
-	SYSOM_NCCL_GROUP_END = 12,
-	SYSOM_NCCL_COMM_INIT_RANK = 13,
-	SYSOM_NCCL_COMM_INIT_RANK_CONFIG = 14,
-	SYSOM_NCCL_COMM_INIT_ALL = 15,
-	SYSOM_NCCL_COMM_INIT_RANK_SCALABLE = 16,
-	SYSOM_NCCL_COMM_SPLIT = 17,
-	SYSOM_NCCL_COMM_DESTROY = 18,
-	SYSOM_NCCL_COMM_ABORT = 19,
-	SYSOM_NCCL_COMM_FINALIZE = 20,
-	SYSOM_NCCL_OP_MAX = SYSOM_NCCL_COMM_FINALIZE,
-};
-
-/* Collectives and point-to-point operations carry a communicator and a sequence number. */
-static inline bool sysom_nccl_op_is_collective(uint8_t op)
-{
-	return op >= SYSOM_NCCL_ALL_REDUCE && op <= SYSOM_NCCL_RECV;
-}
-
-/* NCCL function name without the "nccl" prefix ("AllReduce", "CommInitRank"); NULL when
- * unknown. */
-const char *sysom_nccl_op_name(uint8_t op);
+/* NCCL API calls (NCCL_CALLS records): enum sysom_nccl_op, sysom_nccl_op_name and
+ * sysom_nccl_op_is_collective are in include/sysom/nccl_ops.h. */
 
 /* Why a stack stopped, in words ("depth limit", "no mapping", ...); NULL for COMPLETE or an
  * unknown reason. */
@@ -396,20 +367,7 @@ struct sysom_launch {
 	uint16_t flags;        /* SYSOM_LAUNCH_* */
 };
 
-#define SYSOM_GPU_HIST_BUCKETS 20 /* bucket 0: < 1 µs; i: [2^(i-1), 2^i) µs; 19: >= 2^18 µs */
-
-/* The histogram bucket of a duration (the same rule as include/sysom/records.h). */
-static inline unsigned sysom_gpu_hist_bucket(uint64_t ns)
-{
-	uint64_t us = ns / 1000;
-	unsigned b = 0;
-
-	while (us && b < SYSOM_GPU_HIST_BUCKETS - 1) {
-		us >>= 1;
-		b++;
-	}
-	return b;
-}
+/* SYSOM_GPU_HIST_BUCKETS and sysom_gpu_hist_bucket: include/sysom/histogram.h. */
 
 /* GPU_KERNELS record (136 bytes): GPU execution time of one kernel name on one device and
  * stream, from a CUPTI activity library (or the simulated job's fake CUDA). Rows are unique
@@ -495,22 +453,8 @@ enum sysom_softirq {
 /* Softirq vector name as /proc/softirqs spells it ("NET_RX"); NULL when out of range. */
 const char *sysom_softirq_name(uint32_t vec);
 
-/* Run-queue latency histogram: bucket 0 < 2 µs, bucket i in [2^i, 2^(i+1)) µs, the last one
- * everything from 2^(N-1) µs (about 0.5 s) up. */
-#define SYSOM_RUNQ_HIST_BUCKETS 20
+/* SYSOM_RUNQ_HIST_BUCKETS and sysom_runq_hist_bucket: include/sysom/histogram.h. */
 
-/* The run-queue histogram bucket of a wait: floor(log2(µs)), 0 below 2 µs, at most 19. */
-static inline unsigned sysom_runq_hist_bucket(uint64_t ns)
-{
-	uint64_t us = ns / 1000;
-	unsigned b = 0;
-
-	while (us > 1 && b < SYSOM_RUNQ_HIST_BUCKETS - 1) {
-		us >>= 1;
-		b++;
-	}
-	return b;
-}
 /* CPUs a thread ran on: a bitmap of the first 256 CPUs (CPUs beyond are not recorded). */
 #define SYSOM_CPU_MASK_WORDS 4
 

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/wire/wire.h"
 #include "common/wire/wire_internal.h"
+#include "common/wire/wire_layout.h"
 
 struct decoder {
 	const uint8_t *data;
@@ -41,6 +42,17 @@ __attribute__((format(printf, 4, 5))) static int fail(struct decoder *d, size_t 
 }
 
 #define CORRUPT(d, off, ...) fail((d), (off), -SYSOM_ECORRUPT, __VA_ARGS__)
+
+/* Field offsets: common/wire/wire_layout.h, shared with the encoder. */
+
+/* Whether the `n` bytes at `p` (a reserved field) are all zero. */
+static bool all_zero(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i])
+			return false;
+	return true;
+}
 
 static const char *section_name(uint16_t type)
 {
@@ -137,8 +149,10 @@ static int decode_strings(struct decoder *d, const struct section *s)
 		uint32_t len, idx;
 		size_t at = byte_reader_offset(&r);
 
-		if (!byte_reader_u32(&r, &len))
+		if (byte_reader_left(&r) < WIRE_STRING_LENGTH_SIZE)
 			return CORRUPT(d, at, "STRINGS: string %u: truncated length", i);
+		len = load_le32(r.pos);
+		r.pos += WIRE_STRING_LENGTH_SIZE;
 		if (len > d->limits->max_string_len)
 			return fail(d, at, -SYSOM_ELIMIT,
 				    "STRINGS: string %u: length %u exceeds the limit of %u", i, len,
@@ -189,22 +203,25 @@ static int decode_objects(struct decoder *d, const struct section *s)
 		char what[32];
 
 		snprintf(what, sizeof(what), "OBJECTS record %u", i);
-		o->kind = p[0];
-		o->build_id_len = p[1];
-		o->name = load_le32(p + 4);
+		o->kind = p[WIRE_OBJECT_KIND];
+		o->build_id_len = p[WIRE_OBJECT_BUILD_ID_LEN];
+		o->name = load_le32(p + WIRE_OBJECT_NAME);
 		if (o->kind < SYSOM_OBJECT_ELF || o->kind > SYSOM_OBJECT_KIND_MAX)
 			return CORRUPT(d, at, "%s: unknown kind %u", what, o->kind);
-		if (load_le16(p + 2) != 0)
-			return CORRUPT(d, at + 2, "%s: reserved field is not zero", what);
+		if (load_le16(p + WIRE_OBJECT_RESERVED) != 0)
+			return CORRUPT(d, at + WIRE_OBJECT_RESERVED, "%s: reserved field is not zero",
+				       what);
 		if (kind_needs_build_id(o->kind) ? (o->build_id_len < 3 || o->build_id_len > SYSOM_BUILD_ID_MAX)
 						 : o->build_id_len != 0)
-			return CORRUPT(d, at + 1, "%s: build ID length %u invalid for kind %u", what,
+			return CORRUPT(d, at + WIRE_OBJECT_BUILD_ID_LEN,
+				       "%s: build ID length %u invalid for kind %u", what,
 				       o->build_id_len, o->kind);
-		memcpy(o->build_id, p + 8, SYSOM_BUILD_ID_MAX);
+		memcpy(o->build_id, p + WIRE_OBJECT_BUILD_ID, SYSOM_BUILD_ID_MAX);
 		for (size_t j = o->build_id_len; j < SYSOM_BUILD_ID_MAX; j++)
 			if (o->build_id[j])
-				return CORRUPT(d, at + 8 + j, "%s: build ID padding is not zero", what);
-		if ((err = check_string(d, at + 4, what, o->name)))
+				return CORRUPT(d, at + WIRE_OBJECT_BUILD_ID + j,
+					       "%s: build ID padding is not zero", what);
+		if ((err = check_string(d, at + WIRE_OBJECT_NAME, what, o->name)))
 			return err;
 		b->object_count++;
 	}
@@ -221,32 +238,35 @@ static int decode_node(struct decoder *d, const struct section *s)
 	if (s->count != 1 || s->size != SYSOM_NODE_RECORD_SIZE)
 		return CORRUPT(d, at, "NODE: expected one %d-byte record, got %u records in %u bytes",
 			       SYSOM_NODE_RECORD_SIZE, s->count, s->size);
-	n->hostname = load_le32(p);
-	n->kernel_release = load_le32(p + 4);
-	n->machine = load_le32(p + 8);
-	n->agent_version = load_le32(p + 12);
-	n->kernel_object = load_le32(p + 16);
-	n->sample_hz = load_le32(p + 20);
-	n->sample_rate_ppm = load_le32(p + 24);
-	n->drain_interval_ms = load_le32(p + 28);
-	n->batch_interval_ms = load_le32(p + 32);
-	n->online_cpus = load_le32(p + 36);
-	memcpy(n->boot_id, p + 40, sizeof(n->boot_id));
-	if ((err = check_string(d, at, "NODE hostname", n->hostname)) ||
-	    (err = check_string(d, at + 4, "NODE kernel release", n->kernel_release)) ||
-	    (err = check_string(d, at + 8, "NODE machine", n->machine)) ||
-	    (err = check_string(d, at + 12, "NODE agent version", n->agent_version)))
+	n->hostname = load_le32(p + WIRE_NODE_HOSTNAME);
+	n->kernel_release = load_le32(p + WIRE_NODE_KERNEL_RELEASE);
+	n->machine = load_le32(p + WIRE_NODE_MACHINE);
+	n->agent_version = load_le32(p + WIRE_NODE_AGENT_VERSION);
+	n->kernel_object = load_le32(p + WIRE_NODE_KERNEL_OBJECT);
+	n->sample_hz = load_le32(p + WIRE_NODE_SAMPLE_HZ);
+	n->sample_rate_ppm = load_le32(p + WIRE_NODE_SAMPLE_RATE_PPM);
+	n->drain_interval_ms = load_le32(p + WIRE_NODE_DRAIN_INTERVAL_MS);
+	n->batch_interval_ms = load_le32(p + WIRE_NODE_BATCH_INTERVAL_MS);
+	n->online_cpus = load_le32(p + WIRE_NODE_ONLINE_CPUS);
+	memcpy(n->boot_id, p + WIRE_NODE_BOOT_ID, sizeof(n->boot_id));
+	if ((err = check_string(d, at + WIRE_NODE_HOSTNAME, "NODE hostname", n->hostname)) ||
+	    (err = check_string(d, at + WIRE_NODE_KERNEL_RELEASE, "NODE kernel release",
+				n->kernel_release)) ||
+	    (err = check_string(d, at + WIRE_NODE_MACHINE, "NODE machine", n->machine)) ||
+	    (err = check_string(d, at + WIRE_NODE_AGENT_VERSION, "NODE agent version",
+				n->agent_version)))
 		return err;
 	if (n->kernel_object != SYSOM_WIRE_NONE &&
 	    (n->kernel_object >= d->batch->object_count ||
 	     d->batch->objects[n->kernel_object].kind != SYSOM_OBJECT_KERNEL))
-		return CORRUPT(d, at + 16, "NODE: kernel object %u is not a kernel object",
+		return CORRUPT(d, at + WIRE_NODE_KERNEL_OBJECT,
+			       "NODE: kernel object %u is not a kernel object",
 			       n->kernel_object);
 	if (n->sample_rate_ppm > 1000000)
-		return CORRUPT(d, at + 24, "NODE: sample rate %u ppm exceeds 1000000",
+		return CORRUPT(d, at + WIRE_NODE_SAMPLE_RATE_PPM, "NODE: sample rate %u ppm exceeds 1000000",
 			       n->sample_rate_ppm);
-	if (load_le64(p + 56) != 0)
-		return CORRUPT(d, at + 56, "NODE: reserved field is not zero");
+	if (load_le64(p + WIRE_NODE_RESERVED) != 0)
+		return CORRUPT(d, at + WIRE_NODE_RESERVED, "NODE: reserved field is not zero");
 	return 0;
 }
 
@@ -266,16 +286,16 @@ static int decode_processes(struct decoder *d, const struct section *s)
 		char what[40];
 
 		snprintf(what, sizeof(what), "PROCESSES record %u", i);
-		o->tgid = load_le32(p);
-		o->generation = load_le32(p + 4);
-		o->start_time_ns = load_le64(p + 8);
-		o->comm = load_le32(p + 16);
-		o->exe = load_le32(p + 20);
-		o->cmdline = load_le32(p + 24);
-		o->ppid = load_le32(p + 28);
-		if ((err = check_string(d, at + 16, what, o->comm)) ||
-		    (err = check_string(d, at + 20, what, o->exe)) ||
-		    (err = check_string(d, at + 24, what, o->cmdline)))
+		o->tgid = load_le32(p + WIRE_PROCESS_TGID);
+		o->generation = load_le32(p + WIRE_PROCESS_GENERATION);
+		o->start_time_ns = load_le64(p + WIRE_PROCESS_START_TIME);
+		o->comm = load_le32(p + WIRE_PROCESS_COMM);
+		o->exe = load_le32(p + WIRE_PROCESS_EXE);
+		o->cmdline = load_le32(p + WIRE_PROCESS_CMDLINE);
+		o->ppid = load_le32(p + WIRE_PROCESS_PPID);
+		if ((err = check_string(d, at + WIRE_PROCESS_COMM, what, o->comm)) ||
+		    (err = check_string(d, at + WIRE_PROCESS_EXE, what, o->exe)) ||
+		    (err = check_string(d, at + WIRE_PROCESS_CMDLINE, what, o->cmdline)))
 			return err;
 		b->process_count++;
 	}
@@ -296,19 +316,21 @@ static int decode_mappings(struct decoder *d, const struct section *s)
 		size_t at = (size_t)(p - d->data);
 		struct sysom_mapping *m = &b->mappings[i];
 
-		m->process = load_le32(p);
-		m->object = load_le32(p + 4);
-		m->start = load_le64(p + 8);
-		m->end = load_le64(p + 16);
-		m->file_offset = load_le64(p + 24);
+		m->process = load_le32(p + WIRE_MAPPING_PROCESS);
+		m->object = load_le32(p + WIRE_MAPPING_OBJECT);
+		m->start = load_le64(p + WIRE_MAPPING_START);
+		m->end = load_le64(p + WIRE_MAPPING_END);
+		m->file_offset = load_le64(p + WIRE_MAPPING_FILE_OFFSET);
 		if (m->process >= b->process_count)
-			return CORRUPT(d, at, "MAPPINGS record %u: process %u out of range (%u)", i,
-				       m->process, b->process_count);
+			return CORRUPT(d, at + WIRE_MAPPING_PROCESS,
+				       "MAPPINGS record %u: process %u out of range (%u)", i, m->process,
+				       b->process_count);
 		if (m->object >= b->object_count)
-			return CORRUPT(d, at + 4, "MAPPINGS record %u: object %u out of range (%u)",
+			return CORRUPT(d, at + WIRE_MAPPING_OBJECT,
+				       "MAPPINGS record %u: object %u out of range (%u)",
 				       i, m->object, b->object_count);
 		if (m->end <= m->start)
-			return CORRUPT(d, at + 8, "MAPPINGS record %u: empty range", i);
+			return CORRUPT(d, at + WIRE_MAPPING_START, "MAPPINGS record %u: empty range", i);
 		b->mapping_count++;
 	}
 	return 0;
@@ -350,22 +372,29 @@ static int decode_stacks(struct decoder *d, const struct section *s)
 	for (uint32_t i = 0; i < s->count; i++) {
 		size_t at = byte_reader_offset(&r);
 		struct sysom_stack *st = &b->stacks[i];
+		const uint8_t *p = r.pos;
 		uint32_t reserved;
 
-		if (!byte_reader_u16(&r, &st->nframes) || !byte_reader_u8(&r, &st->kind) ||
-		    !byte_reader_u8(&r, &st->stop_reason) || !byte_reader_u32(&r, &reserved))
+		if (!byte_reader_skip(&r, SYSOM_STACK_HEADER_SIZE))
 			return CORRUPT(d, at, "STACKS record %u: truncated header", i);
+		st->nframes = load_le16(p + WIRE_STACK_NFRAMES);
+		st->kind = p[WIRE_STACK_KIND];
+		st->stop_reason = p[WIRE_STACK_STOP_REASON];
+		reserved = load_le32(p + WIRE_STACK_RESERVED);
 		if (st->nframes == 0 || st->nframes > d->limits->max_frames_per_stack)
 			return fail(d, at, st->nframes ? -SYSOM_ELIMIT : -SYSOM_ECORRUPT,
 				    "STACKS record %u: %u frames (allowed 1..%u)", i, st->nframes,
 				    d->limits->max_frames_per_stack);
 		if (st->kind != SYSOM_STACK_KERNEL && st->kind != SYSOM_STACK_USER)
-			return CORRUPT(d, at + 2, "STACKS record %u: unknown kind %u", i, st->kind);
+			return CORRUPT(d, at + WIRE_STACK_KIND, "STACKS record %u: unknown kind %u", i,
+				       st->kind);
 		if (st->stop_reason > SYSOM_STOP_REASON_MAX)
-			return CORRUPT(d, at + 3, "STACKS record %u: unknown stop reason %u", i,
+			return CORRUPT(d, at + WIRE_STACK_STOP_REASON,
+				       "STACKS record %u: unknown stop reason %u", i,
 				       st->stop_reason);
 		if (reserved)
-			return CORRUPT(d, at + 4, "STACKS record %u: reserved field is not zero", i);
+			return CORRUPT(d, at + WIRE_STACK_RESERVED,
+				       "STACKS record %u: reserved field is not zero", i);
 		total_frames += st->nframes;
 		if (total_frames > max_frames)
 			return fail(d, at, total_frames > d->limits->max_frames ? -SYSOM_ELIMIT : -SYSOM_ECORRUPT,
@@ -378,9 +407,11 @@ static int decode_stacks(struct decoder *d, const struct section *s)
 		for (uint16_t j = 0; j < st->nframes; j++) {
 			struct sysom_frame *f = &b->frames[b->frame_count];
 			size_t fat = byte_reader_offset(&r);
+			const uint8_t *fp = r.pos;
 
-			byte_reader_u32(&r, &f->object);
-			byte_reader_u64(&r, &f->offset);
+			r.pos += SYSOM_FRAME_RECORD_SIZE; /* the frames fit: checked above */
+			f->object = load_le32(fp + WIRE_FRAME_OBJECT);
+			f->offset = load_le64(fp + WIRE_FRAME_OFFSET);
 			if (f->object >= b->object_count)
 				return CORRUPT(d, fat,
 					       "STACKS record %u: frame %u object %u out of range (%u objects)",
@@ -430,30 +461,36 @@ static int decode_samples(struct decoder *d, const struct section *s)
 		char what[40];
 
 		snprintf(what, sizeof(what), "SAMPLES record %u", i);
-		o->process = load_le32(p);
-		o->tid = load_le32(p + 4);
-		o->cpu = load_le32(p + 8);
-		o->time_offset_ms = load_le32(p + 12);
-		o->kernel_stack = load_le32(p + 16);
-		o->user_stack = load_le32(p + 20);
-		o->thread_comm = load_le32(p + 24);
-		o->count = load_le64(p + 32);
+		o->process = load_le32(p + WIRE_SAMPLE_PROCESS);
+		o->tid = load_le32(p + WIRE_SAMPLE_TID);
+		o->cpu = load_le32(p + WIRE_SAMPLE_CPU);
+		o->time_offset_ms = load_le32(p + WIRE_SAMPLE_TIME_OFFSET_MS);
+		o->kernel_stack = load_le32(p + WIRE_SAMPLE_KERNEL_STACK);
+		o->user_stack = load_le32(p + WIRE_SAMPLE_USER_STACK);
+		o->thread_comm = load_le32(p + WIRE_SAMPLE_THREAD_COMM);
+		o->count = load_le64(p + WIRE_SAMPLE_COUNT);
 		if (o->process >= b->process_count)
-			return CORRUPT(d, at, "%s: process %u out of range (%u processes)", what,
-				       o->process, b->process_count);
+			return CORRUPT(d, at + WIRE_SAMPLE_PROCESS,
+				       "%s: process %u out of range (%u processes)", what, o->process,
+				       b->process_count);
 		if (o->time_offset_ms > window_ms)
-			return CORRUPT(d, at + 12, "%s: time offset %u ms beyond the %llu ms window",
-				       what, o->time_offset_ms, (unsigned long long)window_ms);
+			return CORRUPT(d, at + WIRE_SAMPLE_TIME_OFFSET_MS,
+				       "%s: time offset %u ms beyond the %llu ms window", what,
+				       o->time_offset_ms, (unsigned long long)window_ms);
 		if (o->kernel_stack == SYSOM_WIRE_NONE && o->user_stack == SYSOM_WIRE_NONE)
-			return CORRUPT(d, at + 16, "%s: neither a kernel nor a user stack", what);
-		if ((err = check_stack_ref(d, at + 16, what, o->kernel_stack, SYSOM_STACK_KERNEL)) ||
-		    (err = check_stack_ref(d, at + 20, what, o->user_stack, SYSOM_STACK_USER)) ||
-		    (err = check_string(d, at + 24, what, o->thread_comm)))
+			return CORRUPT(d, at + WIRE_SAMPLE_KERNEL_STACK,
+				       "%s: neither a kernel nor a user stack", what);
+		if ((err = check_stack_ref(d, at + WIRE_SAMPLE_KERNEL_STACK, what, o->kernel_stack,
+					   SYSOM_STACK_KERNEL)) ||
+		    (err = check_stack_ref(d, at + WIRE_SAMPLE_USER_STACK, what, o->user_stack,
+					   SYSOM_STACK_USER)) ||
+		    (err = check_string(d, at + WIRE_SAMPLE_THREAD_COMM, what, o->thread_comm)))
 			return err;
-		if (load_le32(p + 28) != 0)
-			return CORRUPT(d, at + 28, "%s: reserved field is not zero", what);
+		if (load_le32(p + WIRE_SAMPLE_RESERVED) != 0)
+			return CORRUPT(d, at + WIRE_SAMPLE_RESERVED, "%s: reserved field is not zero",
+				       what);
 		if (o->count == 0)
-			return CORRUPT(d, at + 32, "%s: zero count", what);
+			return CORRUPT(d, at + WIRE_SAMPLE_COUNT, "%s: zero count", what);
 		b->sample_count++;
 	}
 	return 0;
@@ -474,14 +511,17 @@ static int decode_counters(struct decoder *d, const struct section *s)
 		size_t at = (size_t)(p - d->data);
 		struct sysom_counter *c = &b->counters[i];
 
-		c->id = load_le16(p);
-		c->value = load_le64(p + 8);
+		c->id = load_le16(p + WIRE_COUNTER_ID);
+		c->value = load_le64(p + WIRE_COUNTER_VALUE);
 		if (c->id == 0 || c->id >= SYSOM_COUNTER_MAX)
-			return CORRUPT(d, at, "COUNTERS record %u: id %u out of range", i, c->id);
-		if (load_le16(p + 2) || load_le32(p + 4))
-			return CORRUPT(d, at + 2, "COUNTERS record %u: reserved field is not zero", i);
+			return CORRUPT(d, at + WIRE_COUNTER_ID, "COUNTERS record %u: id %u out of range",
+				       i, c->id);
+		if (!all_zero(p + WIRE_COUNTER_RESERVED, WIRE_COUNTER_RESERVED_SIZE))
+			return CORRUPT(d, at + WIRE_COUNTER_RESERVED,
+				       "COUNTERS record %u: reserved field is not zero", i);
 		if (seen & (1ULL << c->id))
-			return CORRUPT(d, at, "COUNTERS record %u: id %u repeated", i, c->id);
+			return CORRUPT(d, at + WIRE_COUNTER_ID, "COUNTERS record %u: id %u repeated", i,
+				       c->id);
 		seen |= 1ULL << c->id;
 		b->counter_count++;
 	}
@@ -523,39 +563,46 @@ static int decode_job_ranks(struct decoder *d, const struct section *s)
 		char what[40];
 
 		snprintf(what, sizeof(what), "JOB_RANKS record %u", i);
-		o->process = load_le32(p);
-		o->job = load_le32(p + 4);
-		o->rank = (int32_t)load_le32(p + 8);
-		o->world_size = (int32_t)load_le32(p + 12);
-		o->local_rank = (int32_t)load_le32(p + 16);
-		o->local_world_size = (int32_t)load_le32(p + 20);
-		o->group_rank = (int32_t)load_le32(p + 24);
-		o->source = p[28];
-		o->job_id_source = load_le32(p + 32);
-		o->master = load_le32(p + 36);
-		o->groups = load_le32(p + 40);
-		if ((err = check_process(d, at, what, o->process)) ||
-		    (err = check_string(d, at + 4, what, o->job)) ||
-		    (err = check_string(d, at + 32, what, o->job_id_source)) ||
-		    (err = check_string(d, at + 36, what, o->master)) ||
-		    (err = check_string(d, at + 40, what, o->groups)) ||
-		    (err = check_rank(d, at + 8, what, o->rank, o->world_size)) ||
-		    (err = check_rank(d, at + 16, what, o->local_rank, o->local_world_size)))
+		o->process = load_le32(p + WIRE_JOB_RANK_PROCESS);
+		o->job = load_le32(p + WIRE_JOB_RANK_JOB);
+		o->rank = (int32_t)load_le32(p + WIRE_JOB_RANK_RANK);
+		o->world_size = (int32_t)load_le32(p + WIRE_JOB_RANK_WORLD_SIZE);
+		o->local_rank = (int32_t)load_le32(p + WIRE_JOB_RANK_LOCAL_RANK);
+		o->local_world_size = (int32_t)load_le32(p + WIRE_JOB_RANK_LOCAL_WORLD_SIZE);
+		o->group_rank = (int32_t)load_le32(p + WIRE_JOB_RANK_GROUP_RANK);
+		o->source = p[WIRE_JOB_RANK_SOURCE];
+		o->job_id_source = load_le32(p + WIRE_JOB_RANK_JOB_ID_SOURCE);
+		o->master = load_le32(p + WIRE_JOB_RANK_MASTER);
+		o->groups = load_le32(p + WIRE_JOB_RANK_GROUPS);
+		if ((err = check_process(d, at + WIRE_JOB_RANK_PROCESS, what, o->process)) ||
+		    (err = check_string(d, at + WIRE_JOB_RANK_JOB, what, o->job)) ||
+		    (err = check_string(d, at + WIRE_JOB_RANK_JOB_ID_SOURCE, what,
+					o->job_id_source)) ||
+		    (err = check_string(d, at + WIRE_JOB_RANK_MASTER, what, o->master)) ||
+		    (err = check_string(d, at + WIRE_JOB_RANK_GROUPS, what, o->groups)) ||
+		    (err = check_rank(d, at + WIRE_JOB_RANK_RANK, what, o->rank, o->world_size)) ||
+		    (err = check_rank(d, at + WIRE_JOB_RANK_LOCAL_RANK, what, o->local_rank,
+				      o->local_world_size)))
 			goto cleanup;
 		if (o->group_rank < -1) {
-			err = CORRUPT(d, at + 24, "%s: group rank %d", what, o->group_rank);
+			err = CORRUPT(d, at + WIRE_JOB_RANK_GROUP_RANK, "%s: group rank %d", what,
+				      o->group_rank);
 			goto cleanup;
 		}
 		if (o->source != SYSOM_JOB_FROM_ENVIRONMENT && o->source != SYSOM_JOB_FROM_REGISTRATION) {
-			err = CORRUPT(d, at + 28, "%s: unknown source %u", what, o->source);
+			err = CORRUPT(d, at + WIRE_JOB_RANK_SOURCE, "%s: unknown source %u", what,
+				      o->source);
 			goto cleanup;
 		}
-		if (p[29] || load_le16(p + 30) || load_le32(p + 44)) {
-			err = CORRUPT(d, at + 29, "%s: reserved field is not zero", what);
+		if (!all_zero(p + WIRE_JOB_RANK_RESERVED, WIRE_JOB_RANK_RESERVED_SIZE) ||
+		    load_le32(p + WIRE_JOB_RANK_RESERVED2)) {
+			err = CORRUPT(d, at + WIRE_JOB_RANK_RESERVED, "%s: reserved field is not zero",
+				      what);
 			goto cleanup;
 		}
 		if (seen[o->process]) {
-			err = CORRUPT(d, at, "%s: process %u repeated", what, o->process);
+			err = CORRUPT(d, at + WIRE_JOB_RANK_PROCESS, "%s: process %u repeated", what,
+				      o->process);
 			goto cleanup;
 		}
 		seen[o->process] = 1;
@@ -582,30 +629,33 @@ static int decode_communicators(struct decoder *d, const struct section *s)
 		char what[40];
 
 		snprintf(what, sizeof(what), "COMMUNICATORS record %u", i);
-		o->process = load_le32(p);
-		o->rank = (int32_t)load_le32(p + 4);
-		o->key = load_le64(p + 8);
-		o->parent_key = load_le64(p + 16);
-		o->nccl_comm_hash = load_le64(p + 24);
-		o->nranks = (int32_t)load_le32(p + 32);
-		o->split_color = (int32_t)load_le32(p + 36);
-		o->split_ordinal = load_le32(p + 40);
-		o->split_key = (int32_t)load_le32(p + 44);
-		o->key_source = p[52];
-		o->flags = p[53];
-		o->created_ns = load_le64(p + 56);
-		o->handle = load_le64(p + 64);
-		if ((err = check_process(d, at, what, o->process)) ||
-		    (err = check_rank(d, at + 4, what, o->rank, o->nranks)))
+		o->process = load_le32(p + WIRE_COMM_PROCESS);
+		o->rank = (int32_t)load_le32(p + WIRE_COMM_RANK);
+		o->key = load_le64(p + WIRE_COMM_KEY);
+		o->parent_key = load_le64(p + WIRE_COMM_PARENT_KEY);
+		o->nccl_comm_hash = load_le64(p + WIRE_COMM_NCCL_COMM_HASH);
+		o->nranks = (int32_t)load_le32(p + WIRE_COMM_NRANKS);
+		o->split_color = (int32_t)load_le32(p + WIRE_COMM_SPLIT_COLOR);
+		o->split_ordinal = load_le32(p + WIRE_COMM_SPLIT_ORDINAL);
+		o->split_key = (int32_t)load_le32(p + WIRE_COMM_SPLIT_KEY);
+		o->key_source = p[WIRE_COMM_KEY_SOURCE];
+		o->flags = p[WIRE_COMM_FLAGS];
+		o->created_ns = load_le64(p + WIRE_COMM_CREATED);
+		o->handle = load_le64(p + WIRE_COMM_HANDLE);
+		if ((err = check_process(d, at + WIRE_COMM_PROCESS, what, o->process)) ||
+		    (err = check_rank(d, at + WIRE_COMM_RANK, what, o->rank, o->nranks)))
 			return err;
 		if (o->key == 0)
-			return CORRUPT(d, at + 8, "%s: key 0", what);
+			return CORRUPT(d, at + WIRE_COMM_KEY, "%s: key 0", what);
 		if (o->key_source == 0 || o->key_source > SYSOM_COMM_KEY_SOURCE_MAX)
-			return CORRUPT(d, at + 52, "%s: unknown key source %u", what, o->key_source);
+			return CORRUPT(d, at + WIRE_COMM_KEY_SOURCE, "%s: unknown key source %u", what,
+				       o->key_source);
 		if (o->flags & ~SYSOM_COMM_DESTROYED)
-			return CORRUPT(d, at + 53, "%s: unknown flags 0x%x", what, o->flags);
-		if (load_le32(p + 48) || load_le16(p + 54))
-			return CORRUPT(d, at + 48, "%s: reserved field is not zero", what);
+			return CORRUPT(d, at + WIRE_COMM_FLAGS, "%s: unknown flags 0x%x", what,
+				       o->flags);
+		if (load_le32(p + WIRE_COMM_RESERVED) || load_le16(p + WIRE_COMM_RESERVED2))
+			return CORRUPT(d, at + WIRE_COMM_RESERVED, "%s: reserved field is not zero",
+				       what);
 		b->communicator_count++;
 	}
 	return 0;
@@ -627,32 +677,34 @@ static int decode_nccl_calls(struct decoder *d, const struct section *s)
 		char what[40];
 
 		snprintf(what, sizeof(what), "NCCL_CALLS record %u", i);
-		o->process = load_le32(p);
-		o->tid = load_le32(p + 4);
-		o->comm_key = load_le64(p + 8);
-		o->seq = load_le64(p + 16);
-		o->entry_ns = load_le64(p + 24);
-		o->exit_ns = load_le64(p + 32);
-		o->count = load_le64(p + 40);
-		o->bytes = load_le64(p + 48);
-		o->stream = load_le64(p + 56);
-		o->op = p[64];
-		o->datatype = p[65];
-		o->redop = p[66];
-		o->flags = p[67];
-		o->peer = (int32_t)load_le32(p + 68);
-		o->result = (int32_t)load_le32(p + 72);
-		o->rank = (int32_t)load_le32(p + 76);
-		if ((err = check_process(d, at, what, o->process)))
+		o->process = load_le32(p + WIRE_NCCL_CALL_PROCESS);
+		o->tid = load_le32(p + WIRE_NCCL_CALL_TID);
+		o->comm_key = load_le64(p + WIRE_NCCL_CALL_COMM_KEY);
+		o->seq = load_le64(p + WIRE_NCCL_CALL_SEQ);
+		o->entry_ns = load_le64(p + WIRE_NCCL_CALL_ENTRY);
+		o->exit_ns = load_le64(p + WIRE_NCCL_CALL_EXIT);
+		o->count = load_le64(p + WIRE_NCCL_CALL_COUNT);
+		o->bytes = load_le64(p + WIRE_NCCL_CALL_BYTES);
+		o->stream = load_le64(p + WIRE_NCCL_CALL_STREAM);
+		o->op = p[WIRE_NCCL_CALL_OP];
+		o->datatype = p[WIRE_NCCL_CALL_DATATYPE];
+		o->redop = p[WIRE_NCCL_CALL_REDOP];
+		o->flags = p[WIRE_NCCL_CALL_FLAGS];
+		o->peer = (int32_t)load_le32(p + WIRE_NCCL_CALL_PEER);
+		o->result = (int32_t)load_le32(p + WIRE_NCCL_CALL_RESULT);
+		o->rank = (int32_t)load_le32(p + WIRE_NCCL_CALL_RANK);
+		if ((err = check_process(d, at + WIRE_NCCL_CALL_PROCESS, what, o->process)))
 			return err;
 		if (o->op == 0 || o->op > SYSOM_NCCL_OP_MAX)
-			return CORRUPT(d, at + 64, "%s: unknown op %u", what, o->op);
+			return CORRUPT(d, at + WIRE_NCCL_CALL_OP, "%s: unknown op %u", what, o->op);
 		if (o->flags & ~SYSOM_NCCL_IN_GROUP)
-			return CORRUPT(d, at + 67, "%s: unknown flags 0x%x", what, o->flags);
+			return CORRUPT(d, at + WIRE_NCCL_CALL_FLAGS, "%s: unknown flags 0x%x", what,
+				       o->flags);
 		if (o->exit_ns < o->entry_ns)
-			return CORRUPT(d, at + 32, "%s: returns before it is entered", what);
+			return CORRUPT(d, at + WIRE_NCCL_CALL_EXIT, "%s: returns before it is entered",
+				       what);
 		if (o->peer < -1 || o->rank < -1)
-			return CORRUPT(d, at + 68, "%s: negative rank", what);
+			return CORRUPT(d, at + WIRE_NCCL_CALL_PEER, "%s: negative rank", what);
 		b->nccl_call_count++;
 	}
 	return 0;
@@ -674,29 +726,33 @@ static int decode_launches(struct decoder *d, const struct section *s)
 		char what[40];
 
 		snprintf(what, sizeof(what), "LAUNCHES record %u", i);
-		o->process = load_le32(p);
-		o->kernel_name = load_le32(p + 4);
-		o->function = load_le64(p + 8);
-		o->user_stack = load_le32(p + 16);
-		o->kernel_stack = load_le32(p + 20);
-		o->count = load_le64(p + 24);
+		o->process = load_le32(p + WIRE_LAUNCH_PROCESS);
+		o->kernel_name = load_le32(p + WIRE_LAUNCH_KERNEL_NAME);
+		o->function = load_le64(p + WIRE_LAUNCH_FUNCTION);
+		o->user_stack = load_le32(p + WIRE_LAUNCH_USER_STACK);
+		o->kernel_stack = load_le32(p + WIRE_LAUNCH_KERNEL_STACK);
+		o->count = load_le64(p + WIRE_LAUNCH_COUNT);
 		for (int k = 0; k < 3; k++) {
-			o->grid[k] = load_le32(p + 32 + 4 * k);
-			o->block[k] = load_le32(p + 44 + 4 * k);
+			o->grid[k] = load_le32(p + WIRE_LAUNCH_GRID + 4 * k);
+			o->block[k] = load_le32(p + WIRE_LAUNCH_BLOCK + 4 * k);
 		}
-		o->shared_mem = load_le32(p + 56);
-		o->flags = load_le16(p + 60);
-		if ((err = check_process(d, at, what, o->process)) ||
-		    (err = check_string(d, at + 4, what, o->kernel_name)) ||
-		    (err = check_stack_ref(d, at + 16, what, o->user_stack, SYSOM_STACK_USER)) ||
-		    (err = check_stack_ref(d, at + 20, what, o->kernel_stack, SYSOM_STACK_KERNEL)))
+		o->shared_mem = load_le32(p + WIRE_LAUNCH_SHARED_MEM);
+		o->flags = load_le16(p + WIRE_LAUNCH_FLAGS);
+		if ((err = check_process(d, at + WIRE_LAUNCH_PROCESS, what, o->process)) ||
+		    (err = check_string(d, at + WIRE_LAUNCH_KERNEL_NAME, what, o->kernel_name)) ||
+		    (err = check_stack_ref(d, at + WIRE_LAUNCH_USER_STACK, what, o->user_stack,
+					   SYSOM_STACK_USER)) ||
+		    (err = check_stack_ref(d, at + WIRE_LAUNCH_KERNEL_STACK, what, o->kernel_stack,
+					   SYSOM_STACK_KERNEL)))
 			return err;
 		if (o->count == 0)
-			return CORRUPT(d, at + 24, "%s: zero count", what);
+			return CORRUPT(d, at + WIRE_LAUNCH_COUNT, "%s: zero count", what);
 		if (o->flags & ~(SYSOM_LAUNCH_EX | SYSOM_LAUNCH_PTSZ))
-			return CORRUPT(d, at + 60, "%s: unknown flags 0x%x", what, o->flags);
-		if (load_le16(p + 62))
-			return CORRUPT(d, at + 62, "%s: reserved field is not zero", what);
+			return CORRUPT(d, at + WIRE_LAUNCH_FLAGS, "%s: unknown flags 0x%x", what,
+				       o->flags);
+		if (load_le16(p + WIRE_LAUNCH_RESERVED))
+			return CORRUPT(d, at + WIRE_LAUNCH_RESERVED, "%s: reserved field is not zero",
+				       what);
 		b->launch_count++;
 	}
 	return 0;
@@ -717,19 +773,19 @@ static int decode_gpu_kernels(struct decoder *d, const struct section *s)
 		struct sysom_gpu_kernel *o = &b->gpu_kernels[i];
 		const char *problem;
 
-		o->process = load_le32(p);
-		o->name = load_le32(p + 4);
-		o->device = load_le32(p + 8);
-		o->stream = load_le64(p + 16);
-		o->count = load_le64(p + 24);
-		o->total_ns = load_le64(p + 32);
-		o->min_ns = load_le64(p + 40);
-		o->max_ns = load_le64(p + 48);
+		o->process = load_le32(p + WIRE_GPU_KERNEL_PROCESS);
+		o->name = load_le32(p + WIRE_GPU_KERNEL_NAME);
+		o->device = load_le32(p + WIRE_GPU_KERNEL_DEVICE);
+		o->stream = load_le64(p + WIRE_GPU_KERNEL_STREAM);
+		o->count = load_le64(p + WIRE_GPU_KERNEL_COUNT);
+		o->total_ns = load_le64(p + WIRE_GPU_KERNEL_TOTAL_NS);
+		o->min_ns = load_le64(p + WIRE_GPU_KERNEL_MIN_NS);
+		o->max_ns = load_le64(p + WIRE_GPU_KERNEL_MAX_NS);
 		for (int k = 0; k < SYSOM_GPU_HIST_BUCKETS; k++)
-			o->hist[k] = load_le32(p + 56 + 4 * k);
-		if (load_le32(p + 12))
-			return CORRUPT(d, at + 12, "GPU_KERNELS record %u: reserved field is not zero",
-				       i);
+			o->hist[k] = load_le32(p + WIRE_GPU_KERNEL_HIST + 4 * k);
+		if (load_le32(p + WIRE_GPU_KERNEL_RESERVED))
+			return CORRUPT(d, at + WIRE_GPU_KERNEL_RESERVED,
+				       "GPU_KERNELS record %u: reserved field is not zero", i);
 		if ((problem = sysom_gpu_kernel_problem(b, o)))
 			return CORRUPT(d, at, "GPU_KERNELS record %u: %s", i, problem);
 		b->gpu_kernel_count++;
@@ -753,30 +809,30 @@ static int decode_nccl_profiles(struct decoder *d, const struct section *s)
 		struct sysom_nccl_profile *o = &b->nccl_profiles[i];
 		const char *problem;
 
-		o->process = load_le32(p);
-		o->rank = (int32_t)load_le32(p + 4);
-		o->comm_id = load_le64(p + 8);
-		o->comm_name = load_le32(p + 16);
-		o->nranks = (int32_t)load_le32(p + 20);
-		o->func = load_le32(p + 24);
-		o->algo = load_le32(p + 28);
-		o->proto = load_le32(p + 32);
-		o->datatype = load_le32(p + 36);
-		o->peer = (int32_t)load_le32(p + 40);
-		o->nchannels = load_le32(p + 44);
-		o->count = load_le64(p + 48);
-		o->bytes = load_le64(p + 56);
-		o->kernel_timed = load_le64(p + 64);
-		o->kernel_ns_total = load_le64(p + 72);
-		o->kernel_ns_min = load_le64(p + 80);
-		o->kernel_ns_max = load_le64(p + 88);
-		o->span_timed = load_le64(p + 96);
-		o->span_ns_total = load_le64(p + 104);
-		o->enqueue_ns_total = load_le64(p + 112);
-		o->transfers = load_le64(p + 120);
-		o->transfer_bytes = load_le64(p + 128);
-		o->first_seq = load_le64(p + 136);
-		o->last_seq = load_le64(p + 144);
+		o->process = load_le32(p + WIRE_NCCL_PROFILE_PROCESS);
+		o->rank = (int32_t)load_le32(p + WIRE_NCCL_PROFILE_RANK);
+		o->comm_id = load_le64(p + WIRE_NCCL_PROFILE_COMM_ID);
+		o->comm_name = load_le32(p + WIRE_NCCL_PROFILE_COMM_NAME);
+		o->nranks = (int32_t)load_le32(p + WIRE_NCCL_PROFILE_NRANKS);
+		o->func = load_le32(p + WIRE_NCCL_PROFILE_FUNC);
+		o->algo = load_le32(p + WIRE_NCCL_PROFILE_ALGO);
+		o->proto = load_le32(p + WIRE_NCCL_PROFILE_PROTO);
+		o->datatype = load_le32(p + WIRE_NCCL_PROFILE_DATATYPE);
+		o->peer = (int32_t)load_le32(p + WIRE_NCCL_PROFILE_PEER);
+		o->nchannels = load_le32(p + WIRE_NCCL_PROFILE_NCHANNELS);
+		o->count = load_le64(p + WIRE_NCCL_PROFILE_COUNT);
+		o->bytes = load_le64(p + WIRE_NCCL_PROFILE_BYTES);
+		o->kernel_timed = load_le64(p + WIRE_NCCL_PROFILE_KERNEL_TIMED);
+		o->kernel_ns_total = load_le64(p + WIRE_NCCL_PROFILE_KERNEL_NS_TOTAL);
+		o->kernel_ns_min = load_le64(p + WIRE_NCCL_PROFILE_KERNEL_NS_MIN);
+		o->kernel_ns_max = load_le64(p + WIRE_NCCL_PROFILE_KERNEL_NS_MAX);
+		o->span_timed = load_le64(p + WIRE_NCCL_PROFILE_SPAN_TIMED);
+		o->span_ns_total = load_le64(p + WIRE_NCCL_PROFILE_SPAN_NS_TOTAL);
+		o->enqueue_ns_total = load_le64(p + WIRE_NCCL_PROFILE_ENQUEUE_NS_TOTAL);
+		o->transfers = load_le64(p + WIRE_NCCL_PROFILE_TRANSFERS);
+		o->transfer_bytes = load_le64(p + WIRE_NCCL_PROFILE_TRANSFER_BYTES);
+		o->first_seq = load_le64(p + WIRE_NCCL_PROFILE_FIRST_SEQ);
+		o->last_seq = load_le64(p + WIRE_NCCL_PROFILE_LAST_SEQ);
 		if ((problem = sysom_nccl_profile_problem(b, o)))
 			return CORRUPT(d, at, "NCCL_PROFILES record %u: %s", i, problem);
 		b->nccl_profile_count++;
@@ -808,26 +864,26 @@ static int decode_nccl_links(struct decoder *d, const struct section *s)
 		struct sysom_nccl_link *o = &b->nccl_links[i];
 		const char *problem;
 
-		o->process = load_le32(p);
-		o->rank = (int32_t)load_le32(p + 4);
-		o->comm_id = load_le64(p + 8);
-		o->peer = (int32_t)load_le32(p + 16);
-		o->channel = (int32_t)load_le32(p + 20);
-		o->transfers = load_le64(p + 24);
-		o->bytes = load_le64(p + 32);
-		o->time_ns_total = load_le64(p + 40);
-		o->sx = load_double(p + 48);
-		o->sy = load_double(p + 56);
-		o->sxx = load_double(p + 64);
-		o->sxy = load_double(p + 72);
-		o->syy = load_double(p + 80);
-		o->min_latency_ns = load_double(p + 88);
-		o->min_bytes_per_ns = load_double(p + 96);
-		o->min_r2 = load_double(p + 104);
-		o->min_points = load_le32(p + 112);
-		if (load_le32(p + 116))
-			return CORRUPT(d, at + 116, "NCCL_LINKS record %u: reserved field is not zero",
-				       i);
+		o->process = load_le32(p + WIRE_NCCL_LINK_PROCESS);
+		o->rank = (int32_t)load_le32(p + WIRE_NCCL_LINK_RANK);
+		o->comm_id = load_le64(p + WIRE_NCCL_LINK_COMM_ID);
+		o->peer = (int32_t)load_le32(p + WIRE_NCCL_LINK_PEER);
+		o->channel = (int32_t)load_le32(p + WIRE_NCCL_LINK_CHANNEL);
+		o->transfers = load_le64(p + WIRE_NCCL_LINK_TRANSFERS);
+		o->bytes = load_le64(p + WIRE_NCCL_LINK_BYTES);
+		o->time_ns_total = load_le64(p + WIRE_NCCL_LINK_TIME_NS_TOTAL);
+		o->sx = load_double(p + WIRE_NCCL_LINK_SX);
+		o->sy = load_double(p + WIRE_NCCL_LINK_SY);
+		o->sxx = load_double(p + WIRE_NCCL_LINK_SXX);
+		o->sxy = load_double(p + WIRE_NCCL_LINK_SXY);
+		o->syy = load_double(p + WIRE_NCCL_LINK_SYY);
+		o->min_latency_ns = load_double(p + WIRE_NCCL_LINK_MIN_LATENCY_NS);
+		o->min_bytes_per_ns = load_double(p + WIRE_NCCL_LINK_MIN_BYTES_PER_NS);
+		o->min_r2 = load_double(p + WIRE_NCCL_LINK_MIN_R2);
+		o->min_points = load_le32(p + WIRE_NCCL_LINK_MIN_POINTS);
+		if (load_le32(p + WIRE_NCCL_LINK_RESERVED))
+			return CORRUPT(d, at + WIRE_NCCL_LINK_RESERVED,
+				       "NCCL_LINKS record %u: reserved field is not zero", i);
 		if ((problem = sysom_nccl_link_problem(b, o)))
 			return CORRUPT(d, at, "NCCL_LINKS record %u: %s", i, problem);
 		b->nccl_link_count++;
@@ -855,17 +911,17 @@ static int decode_os_cpus(struct decoder *d, const struct section *s)
 		struct sysom_os_cpu *o = &b->os_cpus[i];
 		const char *problem;
 
-		o->cpu = load_le32(p);
-		o->numa_node = (int32_t)load_le32(p + 4);
-		o->busy_ns = load_le64(p + 8);
-		o->hardirq_count = load_le64(p + 16);
-		o->hardirq_ns = load_le64(p + 24);
+		o->cpu = load_le32(p + WIRE_OS_CPU_CPU);
+		o->numa_node = (int32_t)load_le32(p + WIRE_OS_CPU_NUMA_NODE);
+		o->busy_ns = load_le64(p + WIRE_OS_CPU_BUSY_NS);
+		o->hardirq_count = load_le64(p + WIRE_OS_CPU_HARDIRQ_COUNT);
+		o->hardirq_ns = load_le64(p + WIRE_OS_CPU_HARDIRQ_NS);
 		for (int v = 0; v < SYSOM_SOFTIRQ_COUNT; v++) {
-			o->softirq_count[v] = load_le64(p + 32 + 8 * v);
-			o->softirq_ns[v] = load_le64(p + 112 + 8 * v);
+			o->softirq_count[v] = load_le64(p + WIRE_OS_CPU_SOFTIRQ_COUNT + 8 * v);
+			o->softirq_ns[v] = load_le64(p + WIRE_OS_CPU_SOFTIRQ_NS + 8 * v);
 		}
-		o->context_switches = load_le64(p + 192);
-		o->runq_wait_ns = load_le64(p + 200);
+		o->context_switches = load_le64(p + WIRE_OS_CPU_CONTEXT_SWITCHES);
+		o->runq_wait_ns = load_le64(p + WIRE_OS_CPU_RUNQ_WAIT_NS);
 		if ((problem = sysom_os_cpu_problem(o))) {
 			err = CORRUPT(d, at, "OS_CPUS record %u: %s", i, problem);
 			goto cleanup;
@@ -931,13 +987,14 @@ static int decode_os_irqs(struct decoder *d, const struct section *s)
 		struct sysom_os_irq *o = &b->os_irqs[i];
 		const char *problem;
 
-		o->cpu = load_le32(p);
-		o->irq = load_le32(p + 4);
-		o->name = load_le32(p + 8);
-		o->count = load_le64(p + 16);
-		o->ns = load_le64(p + 24);
-		if (load_le32(p + 12)) {
-			err = CORRUPT(d, at + 12, "OS_IRQS record %u: reserved field is not zero", i);
+		o->cpu = load_le32(p + WIRE_OS_IRQ_CPU);
+		o->irq = load_le32(p + WIRE_OS_IRQ_IRQ);
+		o->name = load_le32(p + WIRE_OS_IRQ_NAME);
+		o->count = load_le64(p + WIRE_OS_IRQ_COUNT);
+		o->ns = load_le64(p + WIRE_OS_IRQ_NS);
+		if (load_le32(p + WIRE_OS_IRQ_RESERVED)) {
+			err = CORRUPT(d, at + WIRE_OS_IRQ_RESERVED,
+				      "OS_IRQS record %u: reserved field is not zero", i);
 			goto cleanup;
 		}
 		if ((problem = sysom_os_irq_problem(b, o))) {
@@ -975,31 +1032,31 @@ static int decode_os_threads(struct decoder *d, const struct section *s)
 		struct sysom_os_thread *o = &b->os_threads[i];
 		const char *problem;
 
-		o->process = load_le32(p);
-		o->tid = load_le32(p + 4);
-		o->comm = load_le32(p + 8);
-		o->oncpu_ns = load_le64(p + 16);
-		o->runq_wait_ns = load_le64(p + 24);
-		o->runq_waits = load_le64(p + 32);
+		o->process = load_le32(p + WIRE_OS_THREAD_PROCESS);
+		o->tid = load_le32(p + WIRE_OS_THREAD_TID);
+		o->comm = load_le32(p + WIRE_OS_THREAD_COMM);
+		o->oncpu_ns = load_le64(p + WIRE_OS_THREAD_ONCPU_NS);
+		o->runq_wait_ns = load_le64(p + WIRE_OS_THREAD_RUNQ_WAIT_NS);
+		o->runq_waits = load_le64(p + WIRE_OS_THREAD_RUNQ_WAITS);
 		for (int k = 0; k < SYSOM_RUNQ_HIST_BUCKETS; k++)
-			o->runq_hist[k] = load_le32(p + 40 + 4 * k);
-		o->voluntary_switches = load_le64(p + 120);
-		o->involuntary_switches = load_le64(p + 128);
-		o->migrations = load_le64(p + 136);
-		o->numa_migrations = load_le64(p + 144);
-		o->pages_migrated = load_le64(p + 152);
-		o->hardirq_ns = load_le64(p + 160);
-		o->softirq_ns = load_le64(p + 168);
+			o->runq_hist[k] = load_le32(p + WIRE_OS_THREAD_RUNQ_HIST + 4 * k);
+		o->voluntary_switches = load_le64(p + WIRE_OS_THREAD_VOLUNTARY_SWITCHES);
+		o->involuntary_switches = load_le64(p + WIRE_OS_THREAD_INVOLUNTARY_SWITCHES);
+		o->migrations = load_le64(p + WIRE_OS_THREAD_MIGRATIONS);
+		o->numa_migrations = load_le64(p + WIRE_OS_THREAD_NUMA_MIGRATIONS);
+		o->pages_migrated = load_le64(p + WIRE_OS_THREAD_PAGES_MIGRATED);
+		o->hardirq_ns = load_le64(p + WIRE_OS_THREAD_HARDIRQ_NS);
+		o->softirq_ns = load_le64(p + WIRE_OS_THREAD_SOFTIRQ_NS);
 		for (int k = 0; k < SYSOM_CPU_MASK_WORDS; k++)
-			o->cpus[k] = load_le64(p + 176 + 8 * k);
-		if (load_le32(p + 12)) {
-			err = CORRUPT(d, at + 12, "OS_THREADS record %u: reserved field is not zero",
-				      i);
+			o->cpus[k] = load_le64(p + WIRE_OS_THREAD_CPUS + 8 * k);
+		if (load_le32(p + WIRE_OS_THREAD_RESERVED)) {
+			err = CORRUPT(d, at + WIRE_OS_THREAD_RESERVED,
+				      "OS_THREADS record %u: reserved field is not zero", i);
 			goto cleanup;
 		}
-		if (load_le64(p + 208) || load_le64(p + 216)) {
-			err = CORRUPT(d, at + 208, "OS_THREADS record %u: reserved field is not zero",
-				      i);
+		if (!all_zero(p + WIRE_OS_THREAD_RESERVED2, WIRE_OS_THREAD_RESERVED2_SIZE)) {
+			err = CORRUPT(d, at + WIRE_OS_THREAD_RESERVED2,
+				      "OS_THREADS record %u: reserved field is not zero", i);
 			goto cleanup;
 		}
 		if ((problem = sysom_os_thread_problem(b, o))) {
@@ -1031,31 +1088,33 @@ static int read_header(struct decoder *d, struct section *sections,
 	if (d->len < SYSOM_WIRE_HEADER_SIZE)
 		return CORRUPT(d, 0, "batch of %zu bytes is shorter than the %d-byte header", d->len,
 			       SYSOM_WIRE_HEADER_SIZE);
-	if (memcmp(p, SYSOM_WIRE_MAGIC, 4) != 0)
-		return CORRUPT(d, 0, "bad magic (not a sysom batch)");
-	b->major = load_le16(p + 4);
-	b->minor = load_le16(p + 6);
+	if (memcmp(p + WIRE_HDR_MAGIC, SYSOM_WIRE_MAGIC, 4) != 0)
+		return CORRUPT(d, WIRE_HDR_MAGIC, "bad magic (not a sysom batch)");
+	b->major = load_le16(p + WIRE_HDR_MAJOR);
+	b->minor = load_le16(p + WIRE_HDR_MINOR);
 	if (b->major != SYSOM_WIRE_MAJOR)
-		return fail(d, 4, -SYSOM_EVERSION, "format major version %u is not supported (want %d)",
-			    b->major, SYSOM_WIRE_MAJOR);
-	header_size = load_le16(p + 8);
-	nsections = load_le16(p + 10);
+		return fail(d, WIRE_HDR_MAJOR, -SYSOM_EVERSION,
+			    "format major version %u is not supported (want %d)", b->major,
+			    SYSOM_WIRE_MAJOR);
+	header_size = load_le16(p + WIRE_HDR_HEADER_SIZE);
+	nsections = load_le16(p + WIRE_HDR_SECTION_COUNT);
 	if (header_size < SYSOM_WIRE_HEADER_SIZE || header_size > d->len)
-		return CORRUPT(d, 8, "header size %u invalid", header_size);
+		return CORRUPT(d, WIRE_HDR_HEADER_SIZE, "header size %u invalid", header_size);
 	if (nsections > SYSOM_WIRE_MAX_SECTIONS)
-		return fail(d, 10, -SYSOM_ELIMIT, "%u sections exceed the limit of %d", nsections,
-			    SYSOM_WIRE_MAX_SECTIONS);
-	if (load_le32(p + 12) != 0)
-		return CORRUPT(d, 12, "unknown header flags 0x%x", load_le32(p + 12));
-	memcpy(b->node_id, p + 16, SYSOM_NODE_ID_SIZE);
-	b->agent_epoch = load_le64(p + 32);
-	b->sequence = load_le64(p + 40);
-	b->window_start_ns = load_le64(p + 48);
-	b->window_end_ns = load_le64(p + 56);
+		return fail(d, WIRE_HDR_SECTION_COUNT, -SYSOM_ELIMIT,
+			    "%u sections exceed the limit of %d", nsections, SYSOM_WIRE_MAX_SECTIONS);
+	if (load_le32(p + WIRE_HDR_FLAGS) != 0)
+		return CORRUPT(d, WIRE_HDR_FLAGS, "unknown header flags 0x%x",
+			       load_le32(p + WIRE_HDR_FLAGS));
+	memcpy(b->node_id, p + WIRE_HDR_NODE_ID, SYSOM_NODE_ID_SIZE);
+	b->agent_epoch = load_le64(p + WIRE_HDR_AGENT_EPOCH);
+	b->sequence = load_le64(p + WIRE_HDR_SEQUENCE);
+	b->window_start_ns = load_le64(p + WIRE_HDR_WINDOW_START);
+	b->window_end_ns = load_le64(p + WIRE_HDR_WINDOW_END);
 	if (b->window_end_ns < b->window_start_ns)
-		return CORRUPT(d, 56, "window ends before it starts");
+		return CORRUPT(d, WIRE_HDR_WINDOW_END, "window ends before it starts");
 	if (b->window_end_ns - b->window_start_ns > 24ULL * 3600 * 1000000000ULL)
-		return fail(d, 56, -SYSOM_ELIMIT, "window longer than 24 hours");
+		return fail(d, WIRE_HDR_WINDOW_END, -SYSOM_ELIMIT, "window longer than 24 hours");
 
 	table_end = (size_t)header_size + (size_t)nsections * SYSOM_WIRE_SECTION_ENTRY_SIZE;
 	if (table_end > d->len)
@@ -1065,17 +1124,17 @@ static int read_header(struct decoder *d, struct section *sections,
 		const uint8_t *e = p + header_size + (size_t)i * SYSOM_WIRE_SECTION_ENTRY_SIZE;
 		size_t at = (size_t)(e - p);
 		struct section s = {
-			.type = load_le16(e),
-			.count = load_le32(e + 4),
-			.offset = load_le32(e + 8),
-			.size = load_le32(e + 12),
+			.type = load_le16(e + WIRE_SEC_TYPE),
+			.count = load_le32(e + WIRE_SEC_COUNT),
+			.offset = load_le32(e + WIRE_SEC_OFFSET),
+			.size = load_le32(e + WIRE_SEC_SIZE),
 			.present = true,
 		};
 
-		if (load_le16(e + 2) != 0)
-			return CORRUPT(d, at + 2, "section %u: unknown flags", i);
+		if (load_le16(e + WIRE_SEC_FLAGS) != 0)
+			return CORRUPT(d, at + WIRE_SEC_FLAGS, "section %u: unknown flags", i);
 		if (s.offset < prev_end || (uint64_t)s.offset + s.size > d->len)
-			return CORRUPT(d, at + 8,
+			return CORRUPT(d, at + WIRE_SEC_OFFSET,
 				       "section %u (%s): range [%u, +%u) overlaps or runs past the batch",
 				       i, section_name(s.type), s.offset, s.size);
 		prev_end = (size_t)s.offset + s.size;

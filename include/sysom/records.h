@@ -13,6 +13,8 @@
 
 #include <stdint.h>
 
+#include "include/sysom/histogram.h"
+
 /* Record types in the 16-byte registry header (1 REGISTER and 2 ACK are the registration's). */
 enum sysom_record_type {
 	SYSOM_REC_HELLO = 3,        /* component → agent, first record of a connection */
@@ -113,7 +115,7 @@ struct sysom_rec_link {
 };
 _Static_assert(sizeof(struct sysom_rec_link) == 104, "link layout");
 
-#define SYSOM_REC_HIST_BUCKETS 20 /* bucket 0: < 1 µs; i: [2^(i-1), 2^i) µs; 19: >= 2^18 µs */
+#define SYSOM_REC_HIST_BUCKETS SYSOM_GPU_HIST_BUCKETS /* include/sysom/histogram.h */
 
 /* GPU_KERNEL entry: one (kernel name, device, stream) in one window. */
 struct sysom_rec_kernel {
@@ -145,16 +147,11 @@ enum sysom_rec_stat_id {
 	SYSOM_STAT_CUPTI_DROPPED = 9,   /* CUPTI records dropped (by CUPTI, or a full table) */
 };
 
-/* Histogram bucket of a duration in ns (shared by producers and tests). */
+/* Histogram bucket of a duration in ns (shared by producers and tests): the GPU rule of
+ * include/sysom/histogram.h, which the agent forwards to the wire unchanged. */
 static inline unsigned sysom_rec_hist_bucket(uint64_t ns)
 {
-	uint64_t us = ns / 1000;
-	unsigned b = 0;
-	while (us && b < SYSOM_REC_HIST_BUCKETS - 1) {
-		us >>= 1;
-		b++;
-	}
-	return b;
+	return sysom_gpu_hist_bucket(ns);
 }
 
 #endif

@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
-	struct registry_header h;
+	struct sysom_frame_header h;
 	struct job_identity id;
 	char groups[REGISTRY_GROUPS_MAX];
 	int32_t pid;

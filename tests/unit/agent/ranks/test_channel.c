@@ -49,10 +49,10 @@ static void listener_close(struct listener *l)
 }
 
 /* One record from `fd` (blocking, 2 s at most) into buf; returns its header. */
-static struct registry_header recv_record(int fd, uint8_t *buf, size_t size, size_t *len)
+static struct sysom_frame_header recv_record(int fd, uint8_t *buf, size_t size, size_t *len)
 {
 	struct timeval tv = { .tv_sec = 2 };
-	struct registry_header h;
+	struct sysom_frame_header h;
 	ssize_t n;
 
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -122,7 +122,7 @@ static void test_hello_record_and_mask(void **state)
 		char name[8];
 	} rc = { { .comm_id = 0xabcdef, .rank = 3, .nranks = 8, .nnodes = 2 }, "tp0" };
 	uint8_t buf[REGISTRY_MAX_MESSAGE], mask_msg[REGISTRY_HEADER_SIZE + 8] = { 0 };
-	struct registry_header h;
+	struct sysom_frame_header h;
 	size_t len;
 	int peer;
 
@@ -201,7 +201,7 @@ static void test_tables_split_and_decode(void **state)
 	assert_true(peer >= 0);
 	for (;;) {
 		struct channel_table tab;
-		struct registry_header h;
+		struct sysom_frame_header h;
 		size_t len;
 
 		h = recv_record(peer, buf, sizeof(buf), &len);

@@ -198,7 +198,7 @@ static void test_decode_header(void **state)
 	static const char payload[] = "rank=0\0world_size=1";
 	uint8_t buf[64];
 	uint8_t *big;
-	struct registry_header h;
+	struct sysom_frame_header h;
 	struct job_identity id;
 	char groups[REGISTRY_GROUPS_MAX];
 	int32_t pid;
@@ -449,7 +449,7 @@ static int raw_ack(int fd, int32_t *status)
 {
 	uint8_t buf[64];
 	ssize_t n = recv(fd, buf, sizeof(buf), 0);
-	struct registry_header h;
+	struct sysom_frame_header h;
 
 	if (n <= 0)
 		return n == 0 ? 0 : -errno;
