@@ -95,6 +95,7 @@ struct gputrace {
 	struct library libs[GPUTRACE_MAX_LIBRARIES];
 	uint32_t nlibs;          /* slots used, ever (slots are not reused) */
 	uint64_t attach_errors;
+	uint64_t read_errors;    /* files unreadable: changed while read, or over a limit */
 	bool hybrid;             /* launch stacks by the sampler's unwinder */
 	bool launch_on;          /* kernel launch probes attached */
 	uint64_t launch_on_since_ns;
@@ -243,7 +244,25 @@ void gputrace_close(struct gputrace *g)
 	free(g);
 }
 
-/* File offsets of the wanted symbols (0 when absent), from .dynsym, else .symtab. */
+/* The symbol table (and its string table) is read whole into memory: bounded. */
+#define MAX_SYMTAB_BYTES (256u << 20)
+
+/* Section data of `scn` no larger than MAX_SYMTAB_BYTES: 0, -SYSOM_ELIMIT, -EIO (short read:
+ * the file changed while read). */
+static int read_section(Elf_Scn *scn, Elf_Data **out)
+{
+	GElf_Shdr sh;
+
+	if (!scn || !gelf_getshdr(scn, &sh))
+		return -SYSOM_ECORRUPT;
+	if (sh.sh_size > MAX_SYMTAB_BYTES)
+		return -SYSOM_ELIMIT;
+	*out = elf_getdata(scn, NULL);
+	return *out || sh.sh_size == 0 || sh.sh_type == SHT_NOBITS ? 0 : -EIO;
+}
+
+/* File offsets of the wanted symbols (0 when absent), from .dynsym, else .symtab. Read with
+ * pread (ELF_C_READ), never mmap: a file truncated meanwhile is -EIO, not SIGBUS. */
 static int find_symbols(const char *path, int kind, uint64_t offsets[NSPECS])
 {
 	Elf *elf = NULL;
@@ -256,7 +275,7 @@ static int find_symbols(const char *path, int kind, uint64_t offsets[NSPECS])
 	if (fd < 0)
 		return -errno;
 	elf_version(EV_CURRENT);
-	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	elf = elf_begin(fd, ELF_C_READ, NULL);
 	if (!elf || elf_kind(elf) != ELF_K_ELF) {
 		rc = -SYSOM_ECORRUPT;
 		goto cleanup;
@@ -268,12 +287,17 @@ static int find_symbols(const char *path, int kind, uint64_t offsets[NSPECS])
 	}
 	while ((scn = elf_nextscn(elf, scn))) {
 		GElf_Shdr sh;
-		Elf_Data *data;
+		Elf_Data *data, *strs;
+		int err;
 
 		if (!gelf_getshdr(scn, &sh) ||
 		    sh.sh_type != (have_dynsym ? SHT_DYNSYM : SHT_SYMTAB) || sh.sh_entsize == 0)
 			continue;
-		data = elf_getdata(scn, NULL);
+		if ((err = read_section(scn, &data)) ||
+		    (err = read_section(elf_getscn(elf, sh.sh_link), &strs))) {
+			rc = err;
+			goto cleanup;
+		}
 		if (!data)
 			continue;
 		size_t n = sh.sh_size / sh.sh_entsize;
@@ -307,6 +331,23 @@ cleanup:
 		elf_end(elf);
 	close(fd);
 	return rc;
+}
+
+int gputrace_library_symbols(const char *path)
+{
+	uint64_t offsets[NSPECS];
+	int kind = gputrace_library_kind(path), n = 0, rc;
+
+	if (!kind)
+		return -EINVAL;
+	if (access(path, R_OK))
+		return -errno; /* find_symbols' -ENOENT means no symbols */
+	rc = find_symbols(path, kind, offsets);
+	if (rc)
+		return rc == -ENOENT ? 0 : rc;
+	for (size_t k = 0; k < NSPECS; k++)
+		n += offsets[k] != 0;
+	return n;
 }
 
 static int add_link(struct bpf_link ***links, uint32_t *n, struct bpf_link *link)
@@ -376,6 +417,8 @@ static void set_layout(struct gputrace *g, struct library *l, const char *path)
 	int rc;
 
 	rc = nccl_layout_resolve(path, &layout);
+	if (rc == -EIO)
+		g->read_errors++;
 	if (rc == 0) {
 		bl.valid = 1;
 		bl.rank_offset = layout.rank_offset;
@@ -436,6 +479,8 @@ static int attach_library(struct gputrace *g, struct library *l, const char *pat
 	}
 	rc = find_symbols(path, l->kind, l->offsets);
 	if (rc) {
+		if (rc != -ENOENT)
+			g->read_errors++;
 		log_warn("gputrace: %s: no traceable symbols (%s)", l->path, sysom_strerror(rc));
 		return rc;
 	}
@@ -732,6 +777,7 @@ void gputrace_stats_read(const struct gputrace *g, struct gputrace_stats *out)
 		out->processes += g->libs[i].nusers;
 	}
 	out->attach_errors = g->attach_errors;
+	out->read_errors = g->read_errors;
 	out->hybrid_launch_stacks = g->hybrid;
 }
 

@@ -42,6 +42,15 @@ void gputrace_close(struct gputrace *g);
 int gputrace_library_kind(const char *path);
 
 /*
+ * How many of the traced functions the library file at `path` (kind from its name) defines,
+ * read as gputrace_scan_process reads it: with pread, never mmap, so a file truncated while it
+ * is read fails cleanly. Returns the count (>= 0), -EINVAL for a name that is neither NCCL nor
+ * CUDA, -EIO (the file changed while read), -SYSOM_ELIMIT (a symbol table over 256 MiB),
+ * -SYSOM_ECORRUPT (not ELF), -errno from open.
+ */
+int gputrace_library_symbols(const char *path);
+
+/*
  * Reads the executable mappings of `pid` and attaches probes to every NCCL or CUDA driver
  * file it maps that has none yet; records that `pid` uses the files. Returns the number of
  * files newly attached (>= 0), -ESRCH when the process is gone, or another -errno.
@@ -92,6 +101,7 @@ struct gputrace_stats {
 	uint32_t libraries;       /* files with probes now */
 	uint32_t probes;          /* probes attached now */
 	uint64_t attach_errors;   /* probes that failed to attach (cumulative) */
+	uint64_t read_errors;     /* library files that could not be read (changed meanwhile) */
 	uint32_t processes;       /* processes known to map a traced file */
 };
 void gputrace_stats_read(const struct gputrace *g, struct gputrace_stats *out);

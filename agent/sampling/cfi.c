@@ -761,9 +761,24 @@ static int add_section(struct builder *b, Elf *elf, Elf_Scn *scn, bool eh_frame,
 
 	if (!gelf_getshdr(scn, &shdr) || shdr.sh_type == SHT_NOBITS)
 		return 0;
-	if ((shdr.sh_flags & SHF_COMPRESSED) && elf_compress(scn, 0, 0) < 0)
-		return 0; /* an undecodable optional section: FDE-less, frame pointers remain */
+	/* The ELF is read with pread (ELF_C_READ): a section is read whole into memory. */
+	if (shdr.sh_size > CFI_MAX_SECTION_BYTES) {
+		sysom_errorf(b->err, b->errlen, "a %llu-byte CFI section (limit %u)",
+			     (unsigned long long)shdr.sh_size, CFI_MAX_SECTION_BYTES);
+		return -SYSOM_ELIMIT;
+	}
+	if (shdr.sh_flags & SHF_COMPRESSED) {
+		GElf_Chdr ch;
+		if (!gelf_getchdr(scn, &ch) || ch.ch_size > CFI_MAX_SECTION_BYTES ||
+		    elf_compress(scn, 0, 0) < 0)
+			return 0; /* undecodable or oversized optional section: frame pointers remain */
+	}
 	sec.data = elf_getdata(scn, NULL);
+	if (!sec.data && shdr.sh_size) {
+		/* A short read: the file changed (truncated) while being read. */
+		sysom_errorf(b->err, b->errlen, "cannot read a CFI section: %s", elf_errmsg(-1));
+		return -EIO;
+	}
 	if (!sec.data || !sec.data->d_buf || sec.data->d_size == 0)
 		return 0;
 	sec.bytes = sec.data->d_buf;
@@ -1023,7 +1038,8 @@ int cfi_table_build_path(const char *path, struct cfi_table *out, char *err, siz
 		sysom_errorf(err, errlen, "%s: %s", path, strerror(-rc));
 		return rc;
 	}
-	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	/* pread, not mmap: a file truncated meanwhile is a read error, not SIGBUS. */
+	elf = elf_begin(fd, ELF_C_READ, NULL);
 	if (!elf) {
 		sysom_errorf(err, errlen, "%s: %s", path, elf_errmsg(-1));
 		rc = -SYSOM_ENOTELF;

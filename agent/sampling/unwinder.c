@@ -218,8 +218,9 @@ static int build_file(struct unwinder *u, struct unwind_file *f)
 			f->src_tgid = 0;
 			return -ESRCH;
 		}
+		/* pread, not mmap: a file truncated meanwhile is a failed build, not SIGBUS. */
 		if (fd >= 0)
-			elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+			elf = elf_begin(fd, ELF_C_READ, NULL);
 	}
 	if (!elf) {
 		rc = fd < 0 && errno ? -errno : -SYSOM_ENOTELF;
