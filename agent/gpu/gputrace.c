@@ -20,7 +20,7 @@
 #include "agent/gpu/nccl_layout.h"
 #include "agent/node/procmaps.h"
 #include "common/error.h"
-#include "common/log.h"
+#include "common/report.h"
 #include "gputrace.skel.h"
 
 #define LIB_NCCL 1
@@ -394,8 +394,9 @@ static int attach_one(struct gputrace *g, struct library *l, const char *path, u
 		if (!link) {
 			rc = -errno;
 			g->attach_errors++;
-			log_warn("gputrace: cannot attach %s%s in %s: %s", spec->symbol,
-				 pass ? " (return)" : "", l->path, sysom_strerror(rc));
+			sysom_report(&g->opts.report, SYSOM_REPORT_WARN,
+				     "gputrace: cannot attach %s%s in %s: %s", spec->symbol,
+				     pass ? " (return)" : "", l->path, sysom_strerror(rc));
 			return rc;
 		}
 		if (spec->prog == PROG_LAUNCH)
@@ -435,11 +436,13 @@ static void set_layout(struct gputrace *g, struct library *l, const char *path)
 			snprintf(l->version, sizeof(l->version), "%u.%u.%u", v.major, v.minor,
 				 v.patch);
 	}
-	log_info("gputrace: NCCL %s at %s: communicator fields %s (%.1f ms)",
-		 l->version[0] ? l->version : "(version unknown)", l->path,
-		 rc == 0 ? (layout.source == NCCL_LAYOUT_DWARF ? "from DWARF" : "from the version table")
-			 : "unknown (keys from init arguments only)",
-		 (double)(monotonic_ns() - t0) / 1e6);
+	sysom_report(&g->opts.report, SYSOM_REPORT_INFO,
+		     "gputrace: NCCL %s at %s: communicator fields %s (%.1f ms)",
+		     l->version[0] ? l->version : "(version unknown)", l->path,
+		     rc == 0 ? (layout.source == NCCL_LAYOUT_DWARF ? "from DWARF"
+							    : "from the version table")
+			     : "unknown (keys from init arguments only)",
+		     (double)(monotonic_ns() - t0) / 1e6);
 }
 
 /* Attaches every probe the file has; a file with none of the symbols is still recorded (so it
@@ -474,14 +477,17 @@ static int attach_library(struct gputrace *g, struct library *l, const char *pat
 	l->fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (l->fd < 0) {
 		rc = -errno;
-		log_warn("gputrace: cannot open %s: %s", l->path, sysom_strerror(rc));
+		sysom_report(&g->opts.report, SYSOM_REPORT_WARN, "gputrace: cannot open %s: %s",
+			     l->path, sysom_strerror(rc));
 		return rc;
 	}
 	rc = find_symbols(path, l->kind, l->offsets);
 	if (rc) {
 		if (rc != -ENOENT)
 			g->read_errors++;
-		log_warn("gputrace: %s: no traceable symbols (%s)", l->path, sysom_strerror(rc));
+		sysom_report(&g->opts.report, SYSOM_REPORT_WARN,
+			     "gputrace: %s: no traceable symbols (%s)", l->path,
+			     sysom_strerror(rc));
 		return rc;
 	}
 	if (l->kind == LIB_NCCL)
@@ -489,8 +495,9 @@ static int attach_library(struct gputrace *g, struct library *l, const char *pat
 	attached = attach_specs(g, l, false);
 	if (g->launch_on)
 		attached += attach_specs(g, l, true);
-	log_info("gputrace: %s: %d functions traced (%u probes)", l->path, attached,
-		 l->nlinks + l->nlaunch_links);
+	sysom_report(&g->opts.report, SYSOM_REPORT_INFO,
+		     "gputrace: %s: %d functions traced (%u probes)", l->path, attached,
+		     l->nlinks + l->nlaunch_links);
 	return 0;
 }
 
@@ -567,8 +574,9 @@ static int scan_visit(void *ctx, const struct procmaps_entry *e)
 	if (!l) {
 		if (g->nlibs >= GPUTRACE_MAX_LIBRARIES) {
 			g->attach_errors++;
-			log_warn("gputrace: %s not traced: %d library files already traced", e->path,
-				 GPUTRACE_MAX_LIBRARIES);
+			sysom_report(&g->opts.report, SYSOM_REPORT_WARN,
+				     "gputrace: %s not traced: %d library files already traced",
+				     e->path, GPUTRACE_MAX_LIBRARIES);
 			return 0;
 		}
 		l = &g->libs[g->nlibs];
@@ -685,7 +693,8 @@ void gputrace_sweep(struct gputrace *g, uint64_t now_ns)
 		if (l->detached || l->nusers || !l->unused_since_ns ||
 		    now_ns - l->unused_since_ns < g->opts.detach_grace_ns)
 			continue;
-		log_info("gputrace: %s: no process maps it any more, probes detached", l->path);
+		sysom_report(&g->opts.report, SYSOM_REPORT_INFO,
+			     "gputrace: %s: no process maps it any more, probes detached", l->path);
 		detach_library(l);
 	}
 }

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "bpf/gputrace.h"
+#include "common/report.h"
 
 struct gputrace;
 
@@ -28,6 +29,8 @@ struct gputrace_options {
 	 * gt_name_event, told apart by their first u32), valid during the call only. */
 	void (*on_event)(void *ctx, const void *data, size_t len);
 	void *ctx;
+	/* Messages for the log (attachments, missing probes, ...): the daemon logs them. */
+	struct sysom_reporter report;
 };
 
 void gputrace_options_default(struct gputrace_options *o);

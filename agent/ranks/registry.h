@@ -34,6 +34,7 @@
 #include <uv.h>
 
 #include "agent/ranks/jobenv.h"
+#include "common/report.h"
 
 #define REGISTRY_MAGIC 0x47525953u          /* "SYRG" */
 #define REGISTRY_VERSION 1
@@ -107,6 +108,8 @@ struct registry_options {
 	void (*on_conn_close)(void *ctx, uint32_t tgid, void *state);
 	uint32_t profiler_mask; /* MASK sent to each NCCL profiler after its HELLO; 0 none */
 	void *ctx;            /* passed to the callbacks */
+	/* Rate-limited warnings about peers (malformed records, ...): the daemon logs them. */
+	struct sysom_reporter report;
 };
 
 struct registry_stats {

@@ -17,7 +17,7 @@ struct file_truncator {
 	uint8_t *bytes;
 	size_t len;
 	atomic_bool stop;
-	uint64_t truncations;
+	_Atomic uint64_t truncations;
 };
 
 static int write_all(int fd, const uint8_t *p, size_t len)
@@ -89,6 +89,8 @@ int file_truncator_start(const char *src, const char *dst, struct file_truncator
 		goto cleanup;
 	if ((rc = -pthread_create(&t->thread, NULL, run, t)))
 		goto cleanup;
+	while (atomic_load(&t->truncations) == 0)
+		usleep(100); /* the file changes from the reader's first read on */
 	*out = t;
 	t = NULL;
 cleanup:

@@ -11,7 +11,8 @@ struct file_truncator;
 /*
  * Copies `src` to `dst` (created 0755, replaced if present) and starts a thread that, until
  * file_truncator_stop, truncates `dst` in place (to 0, to a varying length) and writes its
- * bytes back, so readers holding it open or mapped see it shrink and grow. Returns 0 or -errno;
+ * bytes back, so readers holding it open or mapped see it shrink and grow. Returns once the
+ * first truncation is done: 0, or -errno;
  * `*out` is owned by the caller (file_truncator_stop frees it).
  */
 int file_truncator_start(const char *src, const char *dst, struct file_truncator **out);
