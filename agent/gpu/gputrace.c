@@ -244,6 +244,17 @@ void gputrace_close(struct gputrace *g)
 	free(g);
 }
 
+/* True when the ELF header names section headers that libelf could not read: the file is
+ * shorter than its header says (truncated while being read, or being rewritten). libelf then
+ * reports no sections at all rather than an error. */
+static bool sections_missing(Elf *elf)
+{
+	GElf_Ehdr eh;
+	size_t n;
+
+	return gelf_getehdr(elf, &eh) && eh.e_shoff && (elf_getshdrnum(elf, &n) || n == 0);
+}
+
 /* The symbol table (and its string table) is read whole into memory: bounded. */
 #define MAX_SYMTAB_BYTES (256u << 20)
 
@@ -280,9 +291,17 @@ static int find_symbols(const char *path, int kind, uint64_t offsets[NSPECS])
 		rc = -SYSOM_ECORRUPT;
 		goto cleanup;
 	}
+	if (sections_missing(elf)) {
+		rc = -EIO;
+		goto cleanup;
+	}
 	while ((scn = elf_nextscn(elf, scn)))  {
 		GElf_Shdr sh;
-		if (gelf_getshdr(scn, &sh) && sh.sh_type == SHT_DYNSYM)
+		if (!gelf_getshdr(scn, &sh)) {
+			rc = -EIO; /* the section headers are read on demand: a short read */
+			goto cleanup;
+		}
+		if (sh.sh_type == SHT_DYNSYM)
 			have_dynsym = true;
 	}
 	while ((scn = elf_nextscn(elf, scn))) {

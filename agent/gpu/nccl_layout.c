@@ -75,6 +75,17 @@ const struct nccl_comm_layout *nccl_layout_known(const struct nccl_version *v)
 	return NULL;
 }
 
+/* True when the ELF header names section headers that libelf could not read: the file is
+ * shorter than its header says (truncated while being read, or being rewritten). libelf then
+ * reports no sections at all rather than an error. */
+static bool sections_missing(Elf *elf)
+{
+	GElf_Ehdr eh;
+	size_t n;
+
+	return gelf_getehdr(elf, &eh) && eh.e_shoff && (elf_getshdrnum(elf, &n) || n == 0);
+}
+
 static int parse_version(const char *s, size_t len, struct nccl_version *out)
 {
 	unsigned long part[3];
@@ -115,12 +126,20 @@ int nccl_version_read(const char *path, struct nccl_version *out)
 		rc = -SYSOM_ECORRUPT;
 		goto cleanup;
 	}
+	if (sections_missing(elf)) {
+		rc = -EIO;
+		goto cleanup;
+	}
 	while ((scn = elf_nextscn(elf, scn))) {
 		GElf_Shdr sh;
 		Elf_Data *data;
 		const char *name;
 
-		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_PROGBITS ||
+		if (!gelf_getshdr(scn, &sh)) {
+			rc = -EIO; /* the section headers are read on demand: a short read */
+			goto cleanup;
+		}
+		if (sh.sh_type != SHT_PROGBITS ||
 		    !(name = elf_strptr(elf, shstrndx, sh.sh_name)) || strcmp(name, ".rodata") ||
 		    sh.sh_size > MAX_RODATA_BYTES)
 			continue;
@@ -276,6 +295,10 @@ int nccl_layout_from_dwarf(const char *path, struct nccl_comm_layout *out)
 	elf = elf_begin(fd, ELF_C_READ, NULL);
 	if (!elf || elf_kind(elf) != ELF_K_ELF)
 		goto cleanup; /* not ELF: -ENOENT */
+	if (sections_missing(elf)) {
+		rc = -EIO;
+		goto cleanup;
+	}
 	uint64_t bytes = dwarf_bytes(elf);
 	if (bytes > MAX_DWARF_BYTES) {
 		rc = bytes == UINT64_MAX ? -EIO : -SYSOM_ELIMIT;

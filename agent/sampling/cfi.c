@@ -966,6 +966,17 @@ static bool is_x86_64(Elf *elf, bool need_loadable)
 	return !need_loadable || eh.e_type == ET_EXEC || eh.e_type == ET_DYN;
 }
 
+/* True when the ELF header names section headers that libelf could not read: the file is
+ * shorter than its header says (truncated while being read, or being rewritten). libelf then
+ * reports no sections at all rather than an error. */
+static bool sections_missing(Elf *elf)
+{
+	GElf_Ehdr eh;
+	size_t n;
+
+	return gelf_getehdr(elf, &eh) && eh.e_shoff && (elf_getshdrnum(elf, &n) || n == 0);
+}
+
 /* Adds the CFI sections of `elf`: .eh_frame (when `eh_frame`) and .debug_frame. */
 static int add_file(struct builder *b, Elf *elf, bool eh_frame)
 {
@@ -973,17 +984,31 @@ static int add_file(struct builder *b, Elf *elf, bool eh_frame)
 	Elf_Scn *scn = NULL;
 	Elf_Scn *eh = NULL, *debug = NULL;
 
+	size_t sections = 0, named = 0;
+
+	if (sections_missing(elf)) {
+		sysom_errorf(b->err, b->errlen, "section headers past the end of the file");
+		return -EIO;
+	}
 	if (elf_getshdrstrndx(elf, &shstrndx) != 0)
 		return 0; /* no section headers: nothing to read (frame pointers remain) */
 	while ((scn = elf_nextscn(elf, scn))) {
 		GElf_Shdr shdr;
 		const char *name;
+		sections++;
 		if (!gelf_getshdr(scn, &shdr) || !(name = elf_strptr(elf, shstrndx, shdr.sh_name)))
 			continue;
+		named++;
 		if (!eh && strcmp(name, ".eh_frame") == 0)
 			eh = scn;
 		else if (!debug && strcmp(name, ".debug_frame") == 0)
 			debug = scn;
+	}
+	if (sections && !named) {
+		/* Headers or their names unreadable: a short read (the file changed while read). */
+		sysom_errorf(b->err, b->errlen, "cannot read the section headers: %s",
+			     elf_errmsg(-1));
+		return -EIO;
 	}
 	int err = 0;
 	if (eh_frame && eh)
