@@ -31,6 +31,7 @@
 #include "common/error.h"
 #include "common/hex.h"
 #include "common/log.h"
+#include "common/report.h"
 
 struct agent {
 	struct agent_config *cfg;
@@ -853,6 +854,16 @@ static int make_parent_dirs(const char *dir)
 	return 0;
 }
 
+/* The library modules' messages (struct sysom_reporter): logged here, at their level. */
+static void log_report(void *ctx, enum sysom_report_level level, const char *text)
+{
+	(void)ctx;
+	if (sysom_log_enabled((enum sysom_log_level)level))
+		sysom_log((enum sysom_log_level)level, "%s", text);
+}
+
+static const struct sysom_reporter daemon_reporter = { log_report, NULL };
+
 /* Loads the OS signal programs; a failure leaves the agent running without them. */
 static void start_ossignals(struct agent *a)
 {
@@ -863,6 +874,7 @@ static void start_ossignals(struct agent *a)
 
 	ossignals_options_default(&oo);
 	oo.track_all = a->cfg->os_signals_all;
+	oo.report = daemon_reporter;
 	if ((rc = ossignals_open(&oo, &a->os, err, sizeof(err)))) {
 		log_warn("OS signals off: %s", err);
 		return;
@@ -931,6 +943,7 @@ static int agent_start(struct agent *a)
 		struct sampler_unwind_maps maps;
 		unwinder_options_default(&uo);
 		uo.max_rows = a->cfg->unwind_table_bytes / sizeof(struct unwind_row);
+		uo.report = daemon_reporter;
 		sampler_unwind_maps(a->sampler, &maps);
 		if ((rc = unwinder_new(&uo, &maps, &a->unwinder))) {
 			log_error("cannot create the unwinder: %s", sysom_strerror(rc));
@@ -967,6 +980,7 @@ static int agent_start(struct agent *a)
 			.ring_bytes = (uint32_t)a->cfg->gpu_event_ring_bytes,
 			.libraries = a->cfg->gpu_libraries,
 			.launch_duty = a->cfg->gpu_launch_duty,
+			.report = daemon_reporter,
 		};
 		/* CPU profiling is worth running without it (e.g. a kernel without uprobes). */
 		if ((rc = gpupipe_open(&a->loop, &go, &a->gpu, err, sizeof(err))))
@@ -1096,9 +1110,11 @@ int agent_daemon_run(struct agent_config *config, int argc, char *const argv[])
 					       .on_disconnect = on_rank_disconnect,
 					       .on_record = on_component_record,
 					       .on_conn_close = on_component_close,
-					       .profiler_mask = config->nccl_profiler_mask, .ctx = &a };
+					       .profiler_mask = config->nccl_profiler_mask, .ctx = &a,
+					       .report = daemon_reporter };
 		struct gpustats_options gso = { .batcher = a.batcher,
-						.generation_of = exec_generation_of, .ctx = &a };
+						.generation_of = exec_generation_of, .ctx = &a,
+						.report = daemon_reporter };
 		char rerr[256] = "";
 
 		if (gpustats_new(&gso, &a.gpustats))

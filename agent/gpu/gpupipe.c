@@ -14,7 +14,7 @@
 #include "agent/node/host.h"
 #include "agent/gpu/nccltrack.h"
 #include "common/error.h"
-#include "common/log.h"
+#include "common/report.h"
 #include "common/wire/wire.h"
 
 #define MAX_PROCS 4096
@@ -117,8 +117,9 @@ static void on_gt_event(void *ctx, const void *data, size_t len)
 	note_proc(gp, out.tgid, out.generation);
 	rc = batcher_add_nccl_call(gp->opts.batcher, out.tgid, out.generation, &out.call);
 	if (rc)
-		log_debug("gputrace: NCCL call of pid %u not recorded: %s", out.tgid,
-			  sysom_strerror(rc));
+		sysom_report(&gp->opts.report, SYSOM_REPORT_DEBUG,
+			     "gputrace: NCCL call of pid %u not recorded: %s", out.tgid,
+			     sysom_strerror(rc));
 }
 
 static void on_poll(uv_poll_t *h, int status, int events)
@@ -127,7 +128,8 @@ static void on_poll(uv_poll_t *h, int status, int events)
 
 	(void)events;
 	if (status < 0) {
-		log_warn("gputrace: event poll failed: %s", uv_strerror(status));
+		sysom_report(&gp->opts.report, SYSOM_REPORT_WARN, "gputrace: event poll failed: %s",
+			     uv_strerror(status));
 		return;
 	}
 	gputrace_consume(gp->gt);
@@ -154,6 +156,7 @@ int gpupipe_open(uv_loop_t *loop, const struct gpupipe_options *o, struct gpupip
 		go.ring_bytes = o->ring_bytes;
 	go.on_event = on_gt_event;
 	go.ctx = gp;
+	go.report = o->report;
 	if (o->launch_duty > 0) {
 		double cycle = 1.0 / o->launch_duty + 0.5;
 		gp->launch_cycle = cycle > 1000 ? 1000 : (uint32_t)cycle;
@@ -184,12 +187,16 @@ int gpupipe_open(uv_loop_t *loop, const struct gpupipe_options *o, struct gpupip
 			path[len] = '\0';
 			rc = gputrace_attach_path(gp->gt, path);
 			if (rc < 0)
-				log_warn("gputrace: cannot trace %s: %s", path, sysom_strerror(rc));
+				sysom_report(&gp->opts.report, SYSOM_REPORT_WARN,
+					     "gputrace: cannot trace %s: %s", path,
+					     sysom_strerror(rc));
 		}
 		s = end ? end + 1 : s + len;
 	}
 	n = gputrace_scan_all(gp->gt);
-	log_info("gputrace: NCCL/CUDA tracing on; %d library files traced at start", n > 0 ? n : 0);
+	sysom_report(&gp->opts.report, SYSOM_REPORT_INFO,
+		     "gputrace: NCCL/CUDA tracing on; %d library files traced at start",
+		     n > 0 ? n : 0);
 	*out = gp;
 	return 0;
 cleanup:
@@ -231,7 +238,8 @@ void gpupipe_on_mappings(struct gpupipe *gp, const struct pt_process *proc)
 	note_proc(gp, proc->tgid, proc->generation);
 	int rc = gputrace_scan_process(gp->gt, proc->tgid);
 	if (rc < 0 && rc != -ESRCH)
-		log_debug("gputrace: cannot scan pid %u: %s", proc->tgid, sysom_strerror(rc));
+		sysom_report(&gp->opts.report, SYSOM_REPORT_DEBUG,
+			     "gputrace: cannot scan pid %u: %s", proc->tgid, sysom_strerror(rc));
 }
 
 void gpupipe_on_forget(struct gpupipe *gp, const struct pt_process *proc)
@@ -312,8 +320,9 @@ static void on_launch(void *ctx, const struct gt_launch_key *k, const struct gt_
 	memcpy(l.block, v->block, sizeof(l.block));
 	note_proc(lc->gp, k->tgid, k->generation);
 	if ((rc = batcher_add_launch(lc->gp->opts.batcher, k->tgid, k->generation, &l)))
-		log_debug("gputrace: launches of pid %u not recorded: %s", k->tgid,
-			  sysom_strerror(rc));
+		sysom_report(&lc->gp->opts.report, SYSOM_REPORT_DEBUG,
+			     "gputrace: launches of pid %u not recorded: %s", k->tgid,
+			     sysom_strerror(rc));
 	lc->launches += v->count;
 }
 
@@ -330,8 +339,9 @@ static void run_due_scans(struct gpupipe *gp)
 		gp->scans[i] = gp->scans[--gp->nscans];
 		int rc = gputrace_scan_process(gp->gt, tgid);
 		if (rc > 0)
-			log_info("gputrace: pid %u loaded NCCL/CUDA: %d library files newly traced",
-				 tgid, rc);
+			sysom_report(&gp->opts.report, SYSOM_REPORT_INFO,
+				     "gputrace: pid %u loaded NCCL/CUDA: %d library files newly traced",
+				     tgid, rc);
 	}
 }
 
@@ -368,11 +378,13 @@ void gpupipe_drain(struct gpupipe *gp)
 	batcher_add_counter(b, SYSOM_COUNTER_GPU_ATTACH_ERRORS,
 			    now.attach_errors - gp->last.attach_errors);
 	if (now.bpf.events_lost > gp->last.bpf.events_lost)
-		log_warn("gputrace: %llu NCCL events lost (ring buffer full)",
-			 (unsigned long long)(now.bpf.events_lost - gp->last.bpf.events_lost));
+		sysom_report(&gp->opts.report, SYSOM_REPORT_WARN,
+			     "gputrace: %llu NCCL events lost (ring buffer full)",
+			     (unsigned long long)(now.bpf.events_lost - gp->last.bpf.events_lost));
 	if (ns.corrupt_events > gp->last_corrupt)
-		log_warn("gputrace: %llu malformed events ignored",
-			 (unsigned long long)(ns.corrupt_events - gp->last_corrupt));
+		sysom_report(&gp->opts.report, SYSOM_REPORT_WARN,
+			     "gputrace: %llu malformed events ignored",
+			     (unsigned long long)(ns.corrupt_events - gp->last_corrupt));
 	gp->last_corrupt = ns.corrupt_events;
 	gp->last = now;
 }
@@ -384,8 +396,9 @@ static void on_comm(void *ctx, uint32_t tgid, uint32_t generation,
 	int rc = batcher_set_communicator(gp->opts.batcher, tgid, generation, c);
 
 	if (rc)
-		log_debug("gputrace: communicator of pid %u not recorded: %s", tgid,
-			  sysom_strerror(rc));
+		sysom_report(&gp->opts.report, SYSOM_REPORT_DEBUG,
+			     "gputrace: communicator of pid %u not recorded: %s", tgid,
+			     sysom_strerror(rc));
 }
 
 void gpupipe_before_seal(struct gpupipe *gp)
@@ -413,8 +426,9 @@ void gpupipe_before_seal(struct gpupipe *gp)
 		int rc = batcher_set_job_rank(gp->opts.batcher, p->tgid, p->generation, id, source,
 					      p->registered ? p->groups : NULL);
 		if (rc)
-			log_debug("gputrace: job identity of pid %u not recorded: %s", p->tgid,
-				  sysom_strerror(rc));
+			sysom_report(&gp->opts.report, SYSOM_REPORT_DEBUG,
+				     "gputrace: job identity of pid %u not recorded: %s", p->tgid,
+				     sysom_strerror(rc));
 	}
 	/* Processes that exited have had their last events drained and their identity and
 	 * communicators put in this batch: forget them (the tracker may never have seen them). */

@@ -15,6 +15,7 @@
 #include "agent/gpu/gputrace.h"
 #include "agent/ranks/jobenv.h"
 #include "agent/node/proctrack.h"
+#include "common/report.h"
 
 struct gpupipe;
 
@@ -27,6 +28,9 @@ struct gpupipe_options {
 	uint32_t ring_bytes;     /* 0: default */
 	const char *libraries;   /* colon-separated files to attach at start, or NULL */
 	double launch_duty;      /* fraction of drain intervals with launch probes on, 0..1 */
+	/* Messages for the log (libraries traced, events lost, ...), the tracer's included: the
+	 * daemon logs them. */
+	struct sysom_reporter report;
 };
 
 /* Loads the probes' BPF programs, scans running processes for NCCL/CUDA libraries and starts

@@ -9,7 +9,7 @@
 
 #include "agent/ranks/channel.h"
 #include "common/error.h"
-#include "common/log.h"
+#include "common/report.h"
 
 /* What one connection (one component in one process) told us so far. */
 struct gs_conn {
@@ -262,9 +262,10 @@ static int handle(struct gpustats *g, struct gs_conn *c, uint16_t type, const ui
 			g->stats.components++;
 		c->said_hello = true;
 		/* One line per component per process: which in-process timing is live. */
-		log_info("pid %u: component connected: %s (kind %u, interface %u, mask %#x)",
-			 c->tgid, c->hello.name, c->hello.component, c->hello.interface,
-			 c->hello.activation_mask);
+		sysom_report(&g->o.report, SYSOM_REPORT_INFO,
+			     "pid %u: component connected: %s (kind %u, interface %u, mask %#x)",
+			     c->tgid, c->hello.name, c->hello.component, c->hello.interface,
+			     c->hello.activation_mask);
 		return 0;
 	case SYSOM_REC_NCCL_COMM:
 		if ((rc = channel_decode_comm(payload, len, &comm)))

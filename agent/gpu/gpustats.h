@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "agent/ship/batcher.h"
+#include "common/report.h"
 
 #define GPUSTATS_MAX_COMMS 256 /* communicators per connection; more are refused */
 
@@ -20,6 +21,8 @@ struct gpustats_options {
 	/* The process's current incarnation (the sampler's exec generation); may be NULL (0). */
 	uint32_t (*generation_of)(void *ctx, uint32_t tgid);
 	void *ctx;
+	/* Messages for the log (components connected): the daemon logs them. */
+	struct sysom_reporter report;
 };
 
 struct gpustats_stats {

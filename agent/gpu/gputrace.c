@@ -21,7 +21,7 @@
 #include "agent/node/procmaps.h"
 #include "common/clock.h"
 #include "common/error.h"
-#include "common/log.h"
+#include "common/report.h"
 #include "gputrace.skel.h"
 
 #define LIB_NCCL 1
@@ -96,6 +96,7 @@ struct gputrace {
 	struct library libs[GPUTRACE_MAX_LIBRARIES];
 	uint32_t nlibs;          /* slots used, ever (slots are not reused) */
 	uint64_t attach_errors;
+	uint64_t read_errors;    /* files unreadable: changed while read, or over a limit */
 	bool hybrid;             /* launch stacks by the sampler's unwinder */
 	bool launch_on;          /* kernel launch probes attached */
 	uint64_t launch_on_since_ns;
@@ -236,7 +237,36 @@ void gputrace_close(struct gputrace *g)
 	free(g);
 }
 
-/* File offsets of the wanted symbols (0 when absent), from .dynsym, else .symtab. */
+/* True when the ELF header names section headers that libelf could not read: the file is
+ * shorter than its header says (truncated while being read, or being rewritten). libelf then
+ * reports no sections at all rather than an error. */
+static bool sections_missing(Elf *elf)
+{
+	GElf_Ehdr eh;
+	size_t n;
+
+	return gelf_getehdr(elf, &eh) && eh.e_shoff && (elf_getshdrnum(elf, &n) || n == 0);
+}
+
+/* The symbol table (and its string table) is read whole into memory: bounded. */
+#define MAX_SYMTAB_BYTES (256u << 20)
+
+/* Section data of `scn` no larger than MAX_SYMTAB_BYTES: 0, -SYSOM_ELIMIT, -EIO (short read:
+ * the file changed while read). */
+static int read_section(Elf_Scn *scn, Elf_Data **out)
+{
+	GElf_Shdr sh;
+
+	if (!scn || !gelf_getshdr(scn, &sh))
+		return -SYSOM_ECORRUPT;
+	if (sh.sh_size > MAX_SYMTAB_BYTES)
+		return -SYSOM_ELIMIT;
+	*out = elf_getdata(scn, NULL);
+	return *out || sh.sh_size == 0 || sh.sh_type == SHT_NOBITS ? 0 : -EIO;
+}
+
+/* File offsets of the wanted symbols (0 when absent), from .dynsym, else .symtab. Read with
+ * pread (ELF_C_READ), never mmap: a file truncated meanwhile is -EIO, not SIGBUS. */
 static int find_symbols(const char *path, int kind, uint64_t offsets[NSPECS])
 {
 	Elf *elf = NULL;
@@ -249,24 +279,37 @@ static int find_symbols(const char *path, int kind, uint64_t offsets[NSPECS])
 	if (fd < 0)
 		return -errno;
 	elf_version(EV_CURRENT);
-	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	elf = elf_begin(fd, ELF_C_READ, NULL);
 	if (!elf || elf_kind(elf) != ELF_K_ELF) {
 		rc = -SYSOM_ECORRUPT;
 		goto cleanup;
 	}
+	if (sections_missing(elf)) {
+		rc = -EIO;
+		goto cleanup;
+	}
 	while ((scn = elf_nextscn(elf, scn)))  {
 		GElf_Shdr sh;
-		if (gelf_getshdr(scn, &sh) && sh.sh_type == SHT_DYNSYM)
+		if (!gelf_getshdr(scn, &sh)) {
+			rc = -EIO; /* the section headers are read on demand: a short read */
+			goto cleanup;
+		}
+		if (sh.sh_type == SHT_DYNSYM)
 			have_dynsym = true;
 	}
 	while ((scn = elf_nextscn(elf, scn))) {
 		GElf_Shdr sh;
-		Elf_Data *data;
+		Elf_Data *data, *strs;
+		int err;
 
 		if (!gelf_getshdr(scn, &sh) ||
 		    sh.sh_type != (have_dynsym ? SHT_DYNSYM : SHT_SYMTAB) || sh.sh_entsize == 0)
 			continue;
-		data = elf_getdata(scn, NULL);
+		if ((err = read_section(scn, &data)) ||
+		    (err = read_section(elf_getscn(elf, sh.sh_link), &strs))) {
+			rc = err;
+			goto cleanup;
+		}
 		if (!data)
 			continue;
 		size_t n = sh.sh_size / sh.sh_entsize;
@@ -300,6 +343,23 @@ cleanup:
 		elf_end(elf);
 	close(fd);
 	return rc;
+}
+
+int gputrace_library_symbols(const char *path)
+{
+	uint64_t offsets[NSPECS];
+	int kind = gputrace_library_kind(path), n = 0, rc;
+
+	if (!kind)
+		return -EINVAL;
+	if (access(path, R_OK))
+		return -errno; /* find_symbols' -ENOENT means no symbols */
+	rc = find_symbols(path, kind, offsets);
+	if (rc)
+		return rc == -ENOENT ? 0 : rc;
+	for (size_t k = 0; k < NSPECS; k++)
+		n += offsets[k] != 0;
+	return n;
 }
 
 static int add_link(struct bpf_link ***links, uint32_t *n, struct bpf_link *link)
@@ -346,8 +406,9 @@ static int attach_one(struct gputrace *g, struct library *l, const char *path, u
 		if (!link) {
 			rc = -errno;
 			g->attach_errors++;
-			log_warn("gputrace: cannot attach %s%s in %s: %s", spec->symbol,
-				 pass ? " (return)" : "", l->path, sysom_strerror(rc));
+			sysom_report(&g->opts.report, SYSOM_REPORT_WARN,
+				     "gputrace: cannot attach %s%s in %s: %s", spec->symbol,
+				     pass ? " (return)" : "", l->path, sysom_strerror(rc));
 			return rc;
 		}
 		if (spec->prog == PROG_LAUNCH)
@@ -369,6 +430,8 @@ static void set_layout(struct gputrace *g, struct library *l, const char *path)
 	int rc;
 
 	rc = nccl_layout_resolve(path, &layout);
+	if (rc == -EIO)
+		g->read_errors++;
 	if (rc == 0) {
 		bl.valid = 1;
 		bl.rank_offset = layout.rank_offset;
@@ -385,11 +448,13 @@ static void set_layout(struct gputrace *g, struct library *l, const char *path)
 			snprintf(l->version, sizeof(l->version), "%u.%u.%u", v.major, v.minor,
 				 v.patch);
 	}
-	log_info("gputrace: NCCL %s at %s: communicator fields %s (%.1f ms)",
-		 l->version[0] ? l->version : "(version unknown)", l->path,
-		 rc == 0 ? (layout.source == NCCL_LAYOUT_DWARF ? "from DWARF" : "from the version table")
-			 : "unknown (keys from init arguments only)",
-		 (double)(sysom_monotonic_ns() - t0) / 1e6);
+	sysom_report(&g->opts.report, SYSOM_REPORT_INFO,
+		     "gputrace: NCCL %s at %s: communicator fields %s (%.1f ms)",
+		     l->version[0] ? l->version : "(version unknown)", l->path,
+		     rc == 0 ? (layout.source == NCCL_LAYOUT_DWARF ? "from DWARF"
+							    : "from the version table")
+			     : "unknown (keys from init arguments only)",
+		     (double)(sysom_monotonic_ns() - t0) / 1e6);
 }
 
 /* Attaches every probe the file has; a file with none of the symbols is still recorded (so it
@@ -424,12 +489,17 @@ static int attach_library(struct gputrace *g, struct library *l, const char *pat
 	l->fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (l->fd < 0) {
 		rc = -errno;
-		log_warn("gputrace: cannot open %s: %s", l->path, sysom_strerror(rc));
+		sysom_report(&g->opts.report, SYSOM_REPORT_WARN, "gputrace: cannot open %s: %s",
+			     l->path, sysom_strerror(rc));
 		return rc;
 	}
 	rc = find_symbols(path, l->kind, l->offsets);
 	if (rc) {
-		log_warn("gputrace: %s: no traceable symbols (%s)", l->path, sysom_strerror(rc));
+		if (rc != -ENOENT)
+			g->read_errors++;
+		sysom_report(&g->opts.report, SYSOM_REPORT_WARN,
+			     "gputrace: %s: no traceable symbols (%s)", l->path,
+			     sysom_strerror(rc));
 		return rc;
 	}
 	if (l->kind == LIB_NCCL)
@@ -437,8 +507,9 @@ static int attach_library(struct gputrace *g, struct library *l, const char *pat
 	attached = attach_specs(g, l, false);
 	if (g->launch_on)
 		attached += attach_specs(g, l, true);
-	log_info("gputrace: %s: %d functions traced (%u probes)", l->path, attached,
-		 l->nlinks + l->nlaunch_links);
+	sysom_report(&g->opts.report, SYSOM_REPORT_INFO,
+		     "gputrace: %s: %d functions traced (%u probes)", l->path, attached,
+		     l->nlinks + l->nlaunch_links);
 	return 0;
 }
 
@@ -516,8 +587,9 @@ static int scan_visit(void *ctx, const struct procmaps_entry *e)
 	if (!l) {
 		if (g->nlibs >= GPUTRACE_MAX_LIBRARIES) {
 			g->attach_errors++;
-			log_warn("gputrace: %s not traced: %d library files already traced", e->path,
-				 GPUTRACE_MAX_LIBRARIES);
+			sysom_report(&g->opts.report, SYSOM_REPORT_WARN,
+				     "gputrace: %s not traced: %d library files already traced",
+				     e->path, GPUTRACE_MAX_LIBRARIES);
 			return 0;
 		}
 		l = &g->libs[g->nlibs];
@@ -634,7 +706,8 @@ void gputrace_sweep(struct gputrace *g, uint64_t now_ns)
 		if (l->detached || l->nusers || !l->unused_since_ns ||
 		    now_ns - l->unused_since_ns < g->opts.detach_grace_ns)
 			continue;
-		log_info("gputrace: %s: no process maps it any more, probes detached", l->path);
+		sysom_report(&g->opts.report, SYSOM_REPORT_INFO,
+			     "gputrace: %s: no process maps it any more, probes detached", l->path);
 		detach_library(l);
 	}
 }
@@ -726,6 +799,7 @@ void gputrace_stats_read(const struct gputrace *g, struct gputrace_stats *out)
 		out->processes += g->libs[i].nusers;
 	}
 	out->attach_errors = g->attach_errors;
+	out->read_errors = g->read_errors;
 	out->hybrid_launch_stacks = g->hybrid;
 }
 

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "bpf/gputrace.h"
+#include "common/report.h"
 
 struct gputrace;
 
@@ -28,6 +29,8 @@ struct gputrace_options {
 	 * gt_name_event, told apart by their first u32), valid during the call only. */
 	void (*on_event)(void *ctx, const void *data, size_t len);
 	void *ctx;
+	/* Messages for the log (attachments, missing probes, ...): the daemon logs them. */
+	struct sysom_reporter report;
 };
 
 void gputrace_options_default(struct gputrace_options *o);
@@ -40,6 +43,15 @@ void gputrace_close(struct gputrace *g);
 
 /* Which library a path names: 1 NCCL (libnccl.so*), 2 CUDA driver (libcuda.so*), 0 neither. */
 int gputrace_library_kind(const char *path);
+
+/*
+ * How many of the traced functions the library file at `path` (kind from its name) defines,
+ * read as gputrace_scan_process reads it: with pread, never mmap, so a file truncated while it
+ * is read fails cleanly. Returns the count (>= 0), -EINVAL for a name that is neither NCCL nor
+ * CUDA, -EIO (the file changed while read), -SYSOM_ELIMIT (a symbol table over 256 MiB),
+ * -SYSOM_ECORRUPT (not ELF), -errno from open.
+ */
+int gputrace_library_symbols(const char *path);
 
 /*
  * Reads the executable mappings of `pid` and attaches probes to every NCCL or CUDA driver
@@ -92,6 +104,7 @@ struct gputrace_stats {
 	uint32_t libraries;       /* files with probes now */
 	uint32_t probes;          /* probes attached now */
 	uint64_t attach_errors;   /* probes that failed to attach (cumulative) */
+	uint64_t read_errors;     /* library files that could not be read (changed meanwhile) */
 	uint32_t processes;       /* processes known to map a traced file */
 };
 void gputrace_stats_read(const struct gputrace *g, struct gputrace_stats *out);

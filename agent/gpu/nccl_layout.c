@@ -16,6 +16,7 @@
 
 #define MAX_RODATA_BYTES (256u << 20) /* larger read-only sections are not searched */
 #define MAX_MEMBERS 4096              /* members examined per candidate struct */
+#define MAX_DWARF_BYTES (1024u << 20) /* debug sections libdw reads into memory, in all */
 
 #define KNOWN(ma, mi, pa, rank, nranks, hash, hash_size, size)                                  \
 	{ .version = { ma, mi, pa }, .struct_size = size, .rank_offset = rank,                    \
@@ -74,6 +75,17 @@ const struct nccl_comm_layout *nccl_layout_known(const struct nccl_version *v)
 	return NULL;
 }
 
+/* True when the ELF header names section headers that libelf could not read: the file is
+ * shorter than its header says (truncated while being read, or being rewritten). libelf then
+ * reports no sections at all rather than an error. */
+static bool sections_missing(Elf *elf)
+{
+	GElf_Ehdr eh;
+	size_t n;
+
+	return gelf_getehdr(elf, &eh) && eh.e_shoff && (elf_getshdrnum(elf, &n) || n == 0);
+}
+
 static int parse_version(const char *s, size_t len, struct nccl_version *out)
 {
 	unsigned long part[3];
@@ -108,9 +120,14 @@ int nccl_version_read(const char *path, struct nccl_version *out)
 	if (fd < 0)
 		return -errno;
 	elf_version(EV_CURRENT);
-	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	/* pread, not mmap: a file truncated meanwhile is -EIO, not SIGBUS. */
+	elf = elf_begin(fd, ELF_C_READ, NULL);
 	if (!elf || elf_kind(elf) != ELF_K_ELF || elf_getshdrstrndx(elf, &shstrndx)) {
 		rc = -SYSOM_ECORRUPT;
+		goto cleanup;
+	}
+	if (sections_missing(elf)) {
+		rc = -EIO;
 		goto cleanup;
 	}
 	while ((scn = elf_nextscn(elf, scn))) {
@@ -118,11 +135,19 @@ int nccl_version_read(const char *path, struct nccl_version *out)
 		Elf_Data *data;
 		const char *name;
 
-		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_PROGBITS ||
+		if (!gelf_getshdr(scn, &sh)) {
+			rc = -EIO; /* the section headers are read on demand: a short read */
+			goto cleanup;
+		}
+		if (sh.sh_type != SHT_PROGBITS ||
 		    !(name = elf_strptr(elf, shstrndx, sh.sh_name)) || strcmp(name, ".rodata") ||
 		    sh.sh_size > MAX_RODATA_BYTES)
 			continue;
 		data = elf_rawdata(scn, NULL);
+		if (!data && sh.sh_size) {
+			rc = -EIO; /* a short read: the file changed while read */
+			goto cleanup;
+		}
 		if (!data || !data->d_buf)
 			continue;
 		const char *p = data->d_buf, *end = p + data->d_size;
@@ -218,8 +243,43 @@ static bool is_definition(Dwarf_Die *die)
 	return !decl && dwarf_hasattr(die, DW_AT_byte_size);
 }
 
+/* Bytes libdw would read into memory for the debug sections of `elf` (compressed ones at
+ * their decompressed size); UINT64_MAX when a header cannot be read. */
+static uint64_t dwarf_bytes(Elf *elf)
+{
+	Elf_Scn *scn = NULL;
+	size_t shstrndx;
+	uint64_t total = 0;
+
+	if (elf_getshdrstrndx(elf, &shstrndx))
+		return 0;
+	while ((scn = elf_nextscn(elf, scn))) {
+		GElf_Shdr sh;
+		GElf_Chdr ch;
+		const char *name;
+
+		if (!gelf_getshdr(scn, &sh))
+			return UINT64_MAX;
+		if (sh.sh_type == SHT_NOBITS || !(name = elf_strptr(elf, shstrndx, sh.sh_name)) ||
+		    (strncmp(name, ".debug_", 7) && strncmp(name, ".zdebug_", 8)))
+			continue;
+		if (sh.sh_size > MAX_DWARF_BYTES)
+			return UINT64_MAX;
+		total += sh.sh_size;
+		if (sh.sh_flags & SHF_COMPRESSED) {
+			if (!gelf_getchdr(scn, &ch))
+				return UINT64_MAX;
+			total += ch.ch_size;
+		}
+		if (total > MAX_DWARF_BYTES)
+			return total;
+	}
+	return total;
+}
+
 int nccl_layout_from_dwarf(const char *path, struct nccl_comm_layout *out)
 {
+	Elf *elf = NULL;
 	Dwarf *dw = NULL;
 	Dwarf_Off off = 0, next;
 	size_t header;
@@ -229,9 +289,24 @@ int nccl_layout_from_dwarf(const char *path, struct nccl_comm_layout *out)
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	dw = dwarf_begin(fd, DWARF_C_READ);
+	elf_version(EV_CURRENT);
+	/* Not dwarf_begin(fd): it maps the file (ELF_C_READ_MMAP), and a file truncated meanwhile
+	 * raises SIGBUS. pread instead, with the debug sections it reads whole bounded. */
+	elf = elf_begin(fd, ELF_C_READ, NULL);
+	if (!elf || elf_kind(elf) != ELF_K_ELF)
+		goto cleanup; /* not ELF: -ENOENT */
+	if (sections_missing(elf)) {
+		rc = -EIO;
+		goto cleanup;
+	}
+	uint64_t bytes = dwarf_bytes(elf);
+	if (bytes > MAX_DWARF_BYTES) {
+		rc = bytes == UINT64_MAX ? -EIO : -SYSOM_ELIMIT;
+		goto cleanup;
+	}
+	dw = dwarf_begin_elf(elf, DWARF_C_READ, NULL);
 	if (!dw)
-		goto cleanup; /* no DWARF (or not ELF): -ENOENT */
+		goto cleanup; /* no DWARF: -ENOENT */
 	/* Top-level DIEs of every unit (structs defined in namespaces are not NCCL's). */
 	while (rc == -ENOENT && dwarf_nextcu(dw, off, &next, &header, NULL, NULL, NULL) == 0) {
 		Dwarf_Die cu, die;
@@ -251,6 +326,8 @@ int nccl_layout_from_dwarf(const char *path, struct nccl_comm_layout *out)
 cleanup:
 	if (dw)
 		dwarf_end(dw);
+	if (elf)
+		elf_end(elf);
 	close(fd);
 	return rc;
 }
@@ -260,9 +337,15 @@ int nccl_layout_resolve(const char *path, struct nccl_comm_layout *out)
 	const struct nccl_comm_layout *known;
 	struct nccl_version v;
 
-	if (nccl_layout_from_dwarf(path, out) == 0)
+	int rc = nccl_layout_from_dwarf(path, out);
+
+	if (rc == 0)
 		return 0;
-	if (nccl_version_read(path, &v) || !(known = nccl_layout_known(&v)))
+	if (rc == -EIO)
+		return rc;
+	if ((rc = nccl_version_read(path, &v)))
+		return rc == -EIO ? rc : -ENOENT;
+	if (!(known = nccl_layout_known(&v)))
 		return -ENOENT;
 	*out = *known;
 	out->version = v;

@@ -26,21 +26,25 @@ struct nccl_comm_layout {
 
 /*
  * The library's version from its "NCCL version X.Y.Z" banner in the read-only data (bounded
- * read of one section). 0, -ENOENT (no banner), -SYSOM_ECORRUPT (not ELF), -errno.
+ * read of one section, with pread: never mmap). 0, -ENOENT (no banner), -SYSOM_ECORRUPT (not
+ * ELF), -EIO (the file changed while read), -errno.
  */
 int nccl_version_read(const char *path, struct nccl_version *out);
 
 /*
  * Offsets from the library's DWARF (libdw): the complete definition of `struct ncclComm`, its
  * members rank and nRanks (4-byte signed) and commHash (8-byte). 0, -ENOENT (no DWARF or no
- * such struct), -SYSOM_ECORRUPT (members missing or of the wrong size), -errno.
+ * such struct), -SYSOM_ECORRUPT (members missing or of the wrong size), -SYSOM_ELIMIT (debug
+ * sections over 1 GiB: libdw reads them whole), -EIO (the file changed while read), -errno.
+ * Read with pread (libelf ELF_C_READ), never mmap: a file truncated meanwhile is not SIGBUS.
  */
 int nccl_layout_from_dwarf(const char *path, struct nccl_comm_layout *out);
 
 /* The built-in entry for a release (exact major.minor.patch), NULL when unknown. */
 const struct nccl_comm_layout *nccl_layout_known(const struct nccl_version *v);
 
-/* DWARF first, else the table for the library's version; -ENOENT when neither. */
+/* DWARF first, else the table for the library's version; -ENOENT when neither, -EIO when the
+ * file changed while read. */
 int nccl_layout_resolve(const char *path, struct nccl_comm_layout *out);
 
 #endif

@@ -48,7 +48,7 @@
 #include "common/bytes.h"
 #include "common/error.h"
 #include "common/hash.h"
-#include "common/log.h"
+#include "common/report.h"
 #include "ossignals.skel.h"
 
 /* bpf/ossignals.h keeps BPF-side copies of these wire constants (common/wire/wire.h). */
@@ -384,8 +384,9 @@ static void skip_missing_tracepoints(struct ossignals *os)
 		bpf_program__set_autoload(p->prog, false);
 		os->attach_errors++;
 		add_failed(os, p->tracepoint);
-		log_warn("os-signals: this kernel has no %s tracepoint (its signals are missing)",
-			 p->tracepoint);
+		sysom_report(&os->opts.report, SYSOM_REPORT_WARN,
+			     "os-signals: this kernel has no %s tracepoint (its signals are missing)",
+			     p->tracepoint);
 	}
 	btf__free(vmlinux);
 }
@@ -501,8 +502,9 @@ int ossignals_open(const struct ossignals_options *o, struct ossignals **out, ch
 			rc = -errno;
 			os->attach_errors++;
 			add_failed(os, p->tracepoint);
-			log_warn("os-signals: cannot attach %s: %s (its signals are missing)",
-				 p->tracepoint, sysom_strerror(rc));
+			sysom_report(&os->opts.report, SYSOM_REPORT_WARN,
+				     "os-signals: cannot attach %s: %s (its signals are missing)",
+				     p->tracepoint, sysom_strerror(rc));
 			continue;
 		}
 		os->attached++;
@@ -706,7 +708,9 @@ int ossignals_refresh(struct ossignals *os, uint32_t budget)
 			bool before = u32_map_find(&os->tracked, tgid) != NULL;
 			rc = track_source(os, tgid, SRC_ENV);
 			if (rc)
-				log_debug("os-signals: pid %u not tracked: %s", tgid, sysom_strerror(rc));
+				sysom_report(&os->opts.report, SYSOM_REPORT_DEBUG,
+					     "os-signals: pid %u not tracked: %s", tgid,
+					     sysom_strerror(rc));
 			else if (!before)
 				added++;
 		} else {

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "common/wire/wire.h"
+#include "common/report.h"
 
 struct ossignals;
 
@@ -24,6 +25,8 @@ struct ossignals_options {
 	const char *sys_root;   /* "/sys": NUMA nodes' CPU lists, IRQ handler names */
 	bool track_all;         /* every user thread, not only the processes of training jobs */
 	uint32_t max_threads;   /* threads measured at once (BPF map entries), default 16384 */
+	/* Messages for the log (tracepoints missing, processes not tracked): the daemon logs them. */
+	struct sysom_reporter report;
 };
 
 void ossignals_options_default(struct ossignals_options *o);

@@ -16,7 +16,7 @@
 
 #include "common/bytes.h"
 #include "common/error.h"
-#include "common/log.h"
+#include "common/report.h"
 #include "include/sysom/records.h"
 
 #define MESSAGES_PER_WAKEUP 32 /* records read from one connection per poll callback */
@@ -214,6 +214,7 @@ struct registry {
 			 const uint8_t *payload, size_t len);
 	void (*on_conn_close)(void *ctx, uint32_t tgid, void *state);
 	void *ctx;
+	struct sysom_reporter report;
 	uint32_t profiler_mask;    /* sent to NCCL profilers after their HELLO; 0: none */
 	struct conn **conns;       /* open connections, [0, nconns) */
 	uint32_t nconns;
@@ -244,10 +245,11 @@ static void warn_limited(struct registry *r, const char *fmt, ...)
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
 	if (r->warn_suppressed)
-		log_warn("registry: %s (%llu similar messages suppressed)", line,
-			 (unsigned long long)r->warn_suppressed);
+		sysom_report(&r->report, SYSOM_REPORT_WARN,
+			     "registry: %s (%llu similar messages suppressed)", line,
+			     (unsigned long long)r->warn_suppressed);
 	else
-		log_warn("registry: %s", line);
+		sysom_report(&r->report, SYSOM_REPORT_WARN, "registry: %s", line);
 	r->warned = true;
 	r->warn_last_ms = now;
 	r->warn_suppressed = 0;
@@ -646,6 +648,7 @@ int registry_open(uv_loop_t *loop, const struct registry_options *o, struct regi
 	r->loop = loop;
 	r->max_clients = o->max_clients ? o->max_clients : REGISTRY_DEFAULT_MAX_CLIENTS;
 	r->on_register = o->on_register;
+	r->report = o->report;
 	r->on_disconnect = o->on_disconnect;
 	r->on_record = o->on_record;
 	r->on_conn_close = o->on_conn_close;

@@ -23,6 +23,7 @@
 #include <uv.h>
 
 #include "agent/ranks/jobenv.h"
+#include "common/report.h"
 #include "include/sysom/frame.h"
 
 /* The framing's constants under the registry's names (defined once in include/sysom/frame.h). */
@@ -89,6 +90,8 @@ struct registry_options {
 	void (*on_conn_close)(void *ctx, uint32_t tgid, void *state);
 	uint32_t profiler_mask; /* MASK sent to each NCCL profiler after its HELLO; 0 none */
 	void *ctx;            /* passed to the callbacks */
+	/* Rate-limited warnings about peers (malformed records, ...): the daemon logs them. */
+	struct sysom_reporter report;
 };
 
 struct registry_stats {

@@ -761,9 +761,24 @@ static int add_section(struct builder *b, Elf *elf, Elf_Scn *scn, bool eh_frame,
 
 	if (!gelf_getshdr(scn, &shdr) || shdr.sh_type == SHT_NOBITS)
 		return 0;
-	if ((shdr.sh_flags & SHF_COMPRESSED) && elf_compress(scn, 0, 0) < 0)
-		return 0; /* an undecodable optional section: FDE-less, frame pointers remain */
+	/* The ELF is read with pread (ELF_C_READ): a section is read whole into memory. */
+	if (shdr.sh_size > CFI_MAX_SECTION_BYTES) {
+		sysom_errorf(b->err, b->errlen, "a %llu-byte CFI section (limit %u)",
+			     (unsigned long long)shdr.sh_size, CFI_MAX_SECTION_BYTES);
+		return -SYSOM_ELIMIT;
+	}
+	if (shdr.sh_flags & SHF_COMPRESSED) {
+		GElf_Chdr ch;
+		if (!gelf_getchdr(scn, &ch) || ch.ch_size > CFI_MAX_SECTION_BYTES ||
+		    elf_compress(scn, 0, 0) < 0)
+			return 0; /* undecodable or oversized optional section: frame pointers remain */
+	}
 	sec.data = elf_getdata(scn, NULL);
+	if (!sec.data && shdr.sh_size) {
+		/* A short read: the file changed (truncated) while being read. */
+		sysom_errorf(b->err, b->errlen, "cannot read a CFI section: %s", elf_errmsg(-1));
+		return -EIO;
+	}
 	if (!sec.data || !sec.data->d_buf || sec.data->d_size == 0)
 		return 0;
 	sec.bytes = sec.data->d_buf;
@@ -951,6 +966,17 @@ static bool is_x86_64(Elf *elf, bool need_loadable)
 	return !need_loadable || eh.e_type == ET_EXEC || eh.e_type == ET_DYN;
 }
 
+/* True when the ELF header names section headers that libelf could not read: the file is
+ * shorter than its header says (truncated while being read, or being rewritten). libelf then
+ * reports no sections at all rather than an error. */
+static bool sections_missing(Elf *elf)
+{
+	GElf_Ehdr eh;
+	size_t n;
+
+	return gelf_getehdr(elf, &eh) && eh.e_shoff && (elf_getshdrnum(elf, &n) || n == 0);
+}
+
 /* Adds the CFI sections of `elf`: .eh_frame (when `eh_frame`) and .debug_frame. */
 static int add_file(struct builder *b, Elf *elf, bool eh_frame)
 {
@@ -958,17 +984,31 @@ static int add_file(struct builder *b, Elf *elf, bool eh_frame)
 	Elf_Scn *scn = NULL;
 	Elf_Scn *eh = NULL, *debug = NULL;
 
+	size_t sections = 0, named = 0;
+
+	if (sections_missing(elf)) {
+		sysom_errorf(b->err, b->errlen, "section headers past the end of the file");
+		return -EIO;
+	}
 	if (elf_getshdrstrndx(elf, &shstrndx) != 0)
 		return 0; /* no section headers: nothing to read (frame pointers remain) */
 	while ((scn = elf_nextscn(elf, scn))) {
 		GElf_Shdr shdr;
 		const char *name;
+		sections++;
 		if (!gelf_getshdr(scn, &shdr) || !(name = elf_strptr(elf, shstrndx, shdr.sh_name)))
 			continue;
+		named++;
 		if (!eh && strcmp(name, ".eh_frame") == 0)
 			eh = scn;
 		else if (!debug && strcmp(name, ".debug_frame") == 0)
 			debug = scn;
+	}
+	if (sections && !named) {
+		/* Headers or their names unreadable: a short read (the file changed while read). */
+		sysom_errorf(b->err, b->errlen, "cannot read the section headers: %s",
+			     elf_errmsg(-1));
+		return -EIO;
 	}
 	int err = 0;
 	if (eh_frame && eh)
@@ -1023,7 +1063,8 @@ int cfi_table_build_path(const char *path, struct cfi_table *out, char *err, siz
 		sysom_errorf(err, errlen, "%s: %s", path, strerror(-rc));
 		return rc;
 	}
-	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	/* pread, not mmap: a file truncated meanwhile is a read error, not SIGBUS. */
+	elf = elf_begin(fd, ELF_C_READ, NULL);
 	if (!elf) {
 		sysom_errorf(err, errlen, "%s: %s", path, elf_errmsg(-1));
 		rc = -SYSOM_ENOTELF;

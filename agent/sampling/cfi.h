@@ -14,6 +14,7 @@
 #define CFI_MAX_FDES (4u << 20)       /* FDEs per file */
 #define CFI_MAX_STATE_DEPTH 16        /* DW_CFA_remember_state nesting */
 #define CFI_MAX_SPAN UINT32_MAX       /* covered pc range: row pcs are 32-bit */
+#define CFI_MAX_SECTION_BYTES (512u << 20) /* .eh_frame / .debug_frame read into memory */
 
 /* What the compiler met: sizes, and every FDE or row it could not express exactly. */
 struct cfi_stats {
@@ -50,11 +51,13 @@ struct cfi_table {
  * gives an empty table (frame pointers alone unwind it). FDEs that cannot be decoded are
  * dropped and counted (their pcs fall back to validated frame pointers), not fatal. Returns 0,
  * -SYSOM_ENOTELF (not an x86-64 executable or shared object), -SYSOM_ELIMIT (a limit above),
- * -ENOMEM; `err` (may be NULL) says what went wrong.
+ * -EIO (a section could not be read: the file changed while being read), -ENOMEM; `err` (may
+ * be NULL) says what went wrong. Open `elf` with ELF_C_READ (pread), never ELF_C_READ_MMAP:
+ * a mapped file truncated by another process raises SIGBUS.
  */
 int cfi_table_build(Elf *elf, Elf *debug_elf, struct cfi_table *out, char *err, size_t errlen);
 
-/* Opens `path` and compiles it as above (no separate debug file). */
+/* Opens `path` (ELF_C_READ) and compiles it as above (no separate debug file). */
 int cfi_table_build_path(const char *path, struct cfi_table *out, char *err, size_t errlen);
 
 /* The row in effect at ELF vaddr `vaddr`, or NULL outside [base, end). */

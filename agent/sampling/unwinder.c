@@ -19,7 +19,7 @@
 #include "agent/node/host.h"
 #include "common/error.h"
 #include "common/hash.h"
-#include "common/log.h"
+#include "common/report.h"
 
 #define MAX_LOADS 16
 #define PAGE_MASK_4K (~(uint64_t)0xfff)
@@ -218,8 +218,9 @@ static int build_file(struct unwinder *u, struct unwind_file *f)
 			f->src_tgid = 0;
 			return -ESRCH;
 		}
+		/* pread, not mmap: a file truncated meanwhile is a failed build, not SIGBUS. */
 		if (fd >= 0)
-			elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+			elf = elf_begin(fd, ELF_C_READ, NULL);
 	}
 	if (!elf) {
 		rc = fd < 0 && errno ? -errno : -SYSOM_ENOTELF;
@@ -239,9 +240,11 @@ static int build_file(struct unwinder *u, struct unwind_file *f)
 	}
 	if (u->stats.rows + t.nrows > u->opts.max_rows || u->stats.tables >= u->opts.max_tables) {
 		u->stats.over_budget++;
-		log_warn("unwinder: no room for the %u-row table of %s (%llu rows loaded, limit "
-			 "%llu): frame pointers only there", t.nrows, f->path,
-			 (unsigned long long)u->stats.rows, (unsigned long long)u->opts.max_rows);
+		sysom_report(&u->opts.report, SYSOM_REPORT_WARN,
+			     "unwinder: no room for the %u-row table of %s (%llu rows loaded, limit "
+			     "%llu): frame pointers only there",
+			     t.nrows, f->path, (unsigned long long)u->stats.rows,
+			     (unsigned long long)u->opts.max_rows);
 		goto cleanup;
 	}
 	if ((rc = load_table(u, f, &t))) {
@@ -253,12 +256,14 @@ static int build_file(struct unwinder *u, struct unwind_file *f)
 	u->stats.fdes += f->fdes;
 	u->stats.builds++;
 	u->stats.build_ns += host_monotonic_ns() - started;
-	log_debug("unwinder: %s: %u rows from %llu FDEs in %.1f ms", f->path, t.nrows,
-		  (unsigned long long)t.stats.fdes, (host_monotonic_ns() - started) / 1e6);
+	sysom_report(&u->opts.report, SYSOM_REPORT_DEBUG,
+		     "unwinder: %s: %u rows from %llu FDEs in %.1f ms", f->path, t.nrows,
+		     (unsigned long long)t.stats.fdes, (host_monotonic_ns() - started) / 1e6);
 	goto cleanup;
 failed:
 	u->stats.build_failures++;
-	log_debug("unwinder: %s: %s (frame pointers only)", f->path, err);
+	sysom_report(&u->opts.report, SYSOM_REPORT_DEBUG, "unwinder: %s: %s (frame pointers only)",
+		     f->path, err);
 cleanup:
 	cfi_table_free(&t);
 	if (elf)

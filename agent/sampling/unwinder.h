@@ -12,12 +12,15 @@
 
 #include "agent/node/proctrack.h"
 #include "agent/sampling/sampler.h"
+#include "common/report.h"
 
 struct unwinder_options {
 	const char *proc_root;    /* "/proc" */
 	uint64_t max_rows;        /* rows over all loaded tables, 8 bytes each (default 8 Mi) */
 	uint32_t max_tables;      /* loaded tables (default 4096; the BPF map holds 8192) */
 	uint64_t unused_grace_ns; /* a table no process maps is dropped after this (60 s) */
+	/* Messages for the log (tables built, files that failed, over budget): the daemon logs them. */
+	struct sysom_reporter report;
 };
 
 void unwinder_options_default(struct unwinder_options *opts);

@@ -20,6 +20,11 @@ typedef int nccl_result_t; /* ncclResult_t: 0 is ncclSuccess */
 typedef void (*nccl_debug_logger_t)(int level, unsigned long flags, const char *file, int line,
 				    const char *fmt, ...);
 
+/* ncclDebugLogLevel values and the ncclDebugLogSubSys flag a profiler plugin logs under. */
+#define NCCL_LOG_LEVEL_WARN 2
+#define NCCL_LOG_LEVEL_INFO 3
+#define NCCL_LOG_SUBSYS_PROFILE 0x4000ul
+
 /* Event type bits (the activation mask uses the same bits). */
 enum nccl_prof_event {
 	NCCL_PROF_GROUP = 1 << 0,

@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,28 @@ static void clock_refine(void)
 #endif
 }
 
+/* NCCL's logger, from the first init that gave one (NULL: stderr). Written under `lock`. */
+static nccl_debug_logger_t logger;
+
+static void plugin_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* One message through NCCL's logger (shown per NCCL_DEBUG / NCCL_DEBUG_SUBSYS=PROFILE), or on
+ * stderr when NCCL gave none; stderr only for warnings, as before there was a logger. */
+static void plugin_log(int level, const char *fmt, ...)
+{
+	char text[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	if (logger)
+		logger(level, NCCL_LOG_SUBSYS_PROFILE, __FILE__, __LINE__, "sysom NCCL profiler: %s",
+		       text);
+	else if (level <= NCCL_LOG_LEVEL_WARN)
+		fprintf(stderr, "sysom NCCL profiler: %s\n", text);
+}
+
 static uint64_t env_u64(const char *name, uint64_t dflt, uint64_t lo, uint64_t hi)
 {
 	const char *s = getenv(name);
@@ -136,8 +159,8 @@ static uint64_t env_u64(const char *name, uint64_t dflt, uint64_t lo, uint64_t h
 	errno = 0;
 	v = strtoull(s, &end, 0);
 	if (errno || *end || v < lo || v > hi) {
-		fprintf(stderr, "sysom NCCL profiler: ignoring %s=%s (want %llu..%llu)\n", name, s,
-			(unsigned long long)lo, (unsigned long long)hi);
+		plugin_log(NCCL_LOG_LEVEL_WARN, "ignoring %s=%s (want %llu..%llu)", name, s,
+			   (unsigned long long)lo, (unsigned long long)hi);
 		return dflt;
 	}
 	return v;
@@ -666,10 +689,13 @@ static void channel_setup(int version)
 	channel_tried = true;
 	if (sysom_channel_open(&o, &channel))
 		channel = NULL;
+
 	if (channel && !scratch && !(scratch = malloc(sizeof(*scratch)))) {
 		sysom_channel_close(channel);
 		channel = NULL;
 	}
+	plugin_log(NCCL_LOG_LEVEL_INFO, "%s",
+		   channel ? "reporting to the sysom agent" : "no sysom agent: no events");
 	owner_pid = getpid();
 	if (!atfork_registered) {
 		atfork_registered = true;
@@ -678,7 +704,8 @@ static void channel_setup(int version)
 }
 
 static nccl_result_t init_common(void **context, uint64_t comm_id, int *mask,
-				 const char *name, int nnodes, int nranks, int rank, int version)
+				 const char *name, int nnodes, int nranks, int rank, int version,
+				 nccl_debug_logger_t logfn)
 {
 	struct prof_context *ctx = NULL;
 	int rc;
@@ -687,6 +714,8 @@ static nccl_result_t init_common(void **context, uint64_t comm_id, int *mask,
 		return 0;
 	*context = NULL;
 	pthread_mutex_lock(&lock);
+	if (!logger && logfn)
+		logger = logfn;
 	settings_load();
 	channel_setup(version);
 	if (mask) {
@@ -723,15 +752,13 @@ cleanup:
 static nccl_result_t init_v5(void **context, uint64_t comm_id, int *mask, const char *name,
 			     int nnodes, int nranks, int rank, nccl_debug_logger_t logfn)
 {
-	(void)logfn;
-	return init_common(context, comm_id, mask, name, nnodes, nranks, rank, 5);
+	return init_common(context, comm_id, mask, name, nnodes, nranks, rank, 5, logfn);
 }
 
 static nccl_result_t init_v4(void **context, int *mask, const char *name, uint64_t comm_hash,
 			     int nnodes, int nranks, int rank, nccl_debug_logger_t logfn)
 {
-	(void)logfn;
-	return init_common(context, comm_hash, mask, name, nnodes, nranks, rank, 4);
+	return init_common(context, comm_hash, mask, name, nnodes, nranks, rank, 4, logfn);
 }
 
 static nccl_result_t prof_finalize(void *context)

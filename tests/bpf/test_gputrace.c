@@ -22,6 +22,7 @@
 #include "agent/gpu/gputrace.h"
 #include "agent/gpu/nccltrack.h"
 #include "common/wire/wire.h"
+#include "tests/support/file_truncator.h"
 #include "tests/support/unwind_session.h"
 #include "tests/support/workload.h"
 
@@ -512,6 +513,46 @@ static void test_real_libnccl(void **state)
 	close_tracer(g);
 }
 
+/* NCCL library files truncated and restored by another thread while the tracer reads their
+ * symbols and layout and attaches: the tracer survives (no SIGBUS: pread, not mmap), counts the
+ * files it could not read, and traces the ones it read whole. */
+static void test_library_truncated_while_attached(void **state)
+{
+	char dir[] = "/tmp/sysom-gputrace-trunc-XXXXXX", path[128];
+	struct gputrace *g;
+	struct gputrace_stats st;
+	int attached = 0, files = 0;
+
+	(void)state;
+	if (skip_without_simjob())
+		skip();
+	assert_non_null(mkdtemp(dir));
+	g = open_tracer();
+	/* A new file (inode) each round: the tracer reads a file once. */
+	for (int i = 0; i < 48; i++) {
+		struct file_truncator *tr;
+		snprintf(path, sizeof(path), "%s/libnccl.so.2.%d", dir, i);
+		assert_int_equal(file_truncator_start(simjob_path("libnccl.so.2"), path, &tr), 0);
+		usleep((useconds_t)(i % 8) * 100); /* met at varying points of the cycle */
+		int rc = gputrace_attach_path(g, path);
+		assert_true(file_truncator_stop(tr) > 0);
+		assert_true(rc == 1 || rc < 0);
+		attached += rc == 1;
+		files++;
+	}
+	gputrace_stats_read(g, &st);
+	print_message("# %d library files attached while truncated: %llu could not be read, "
+		      "%u have probes\n", files, (unsigned long long)st.read_errors, st.libraries);
+	assert_true(st.read_errors > 0);
+	assert_true(st.read_errors <= (uint64_t)attached * 2); /* symbols, layout: once each */
+	close_tracer(g);
+	for (int i = 0; i < files; i++) {
+		snprintf(path, sizeof(path), "%s/libnccl.so.2.%d", dir, i);
+		unlink(path);
+	}
+	rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -519,6 +560,7 @@ int main(void)
 		cmocka_unit_test(test_discovery_in_running_processes),
 		cmocka_unit_test(test_real_libnccl),
 		cmocka_unit_test(test_launch_stacks_hybrid),
+		cmocka_unit_test(test_library_truncated_while_attached),
 	};
 
 	if (geteuid() != 0) {

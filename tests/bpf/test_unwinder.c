@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -24,6 +25,7 @@
 #include "agent/node/host.h"
 #include "common/elf_buildid.h"
 #include "tests/support/batch_fixture.h"
+#include "tests/support/file_truncator.h"
 #include "tests/support/unwind_session.h"
 
 #define DRAIN_PERIOD_US 250000
@@ -572,6 +574,104 @@ static void test_fixture_uses_rbp_as_register(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* Gives the ELF file at `path` a Build ID of its own (new to the unwinder): `salt` xored in. */
+static void fresh_build_id(const char *path, uint32_t salt, struct sysom_build_id *out)
+{
+	struct sysom_build_id id;
+	struct stat st;
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	uint8_t *buf, *at;
+
+	assert_true(fd >= 0 && fstat(fd, &st) == 0);
+	assert_int_equal(sysom_elf_build_id(fd, &id), 0);
+	buf = malloc((size_t)st.st_size);
+	assert_non_null(buf);
+	assert_int_equal(pread(fd, buf, (size_t)st.st_size, 0), st.st_size);
+	at = memmem(buf, (size_t)st.st_size, id.bytes, id.len);
+	assert_non_null(at);
+	for (int k = 0; k < 4; k++)
+		id.bytes[k] ^= (uint8_t)(salt >> (8 * k)) ^ 0x5a;
+	assert_int_equal(pwrite(fd, id.bytes, id.len, at - buf), id.len);
+	assert_int_equal(sysom_elf_build_id(fd, out), 0);
+	assert_memory_equal(out->bytes, id.bytes, id.len);
+	free(buf);
+	close(fd);
+}
+
+/* A process maps a library (a fresh Build ID each round) that another thread truncates and
+ * restores in a loop while the unwinder compiles its table from it: the unwinder survives (no
+ * SIGBUS: pread, not mmap), and each file ends with a table or counted as a failed build. */
+static void test_library_truncated_while_built(void **state)
+{
+	char dir[] = "/tmp/sysom-unwind-trunc-XXXXXX", src[128], lib[128];
+	struct unwind_session s;
+	struct unwinder_stats before, after;
+	unsigned seen = 0, built = 0, failed = 0;
+	(void)state;
+
+	assert_non_null(mkdtemp(dir));
+	open_session(&s, SYSOM_UNWINDER_HYBRID);
+	unwinder_stats_read(s.unwinder, &before);
+	for (uint32_t i = 0; i < 12; i++) {
+		struct sysom_build_id id;
+		struct unwinder_file_info info;
+		struct file_truncator *tr;
+		struct stat st;
+
+		snprintf(src, sizeof(src), "%s/src%u.so", dir, i);
+		snprintf(lib, sizeof(lib), "%s/libtrunc%u.so", dir, i);
+		copy_file(fixture_path("libsysom_nofp.so"), src);
+		fresh_build_id(src, i + 1, &id);
+		assert_int_equal(stat(src, &st), 0);
+		assert_int_equal(file_truncator_start(src, lib, &tr), 0);
+		pid_t pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			/* Maps it executable and never touches it (so the truncation cannot fault
+			 * here), spinning in the test's own code so that it is sampled. */
+			int fd = open(lib, O_RDONLY);
+			if (fd < 0 || mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_EXEC, MAP_PRIVATE,
+					   fd, 0) == MAP_FAILED)
+				_exit(1);
+			uint64_t end = host_monotonic_ns() + 600000000ULL;
+			while (host_monotonic_ns() < end)
+				;
+			_exit(0);
+		}
+		for (uint64_t end = host_monotonic_ns() + 600000000ULL; host_monotonic_ns() < end;) {
+			usleep(20000);
+			unwind_session_drain(&s, ignore_entry, NULL);
+		}
+		int status;
+		assert_int_equal(waitpid(pid, &status, 0), pid);
+		assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+		assert_true(file_truncator_stop(tr) > 0);
+		/* Builds left pending are done now (the file is whole again: they may succeed). */
+		if (unwinder_file_info(s.unwinder, &id, &info) == 0 && info.pending)
+			continue;
+		if (unwinder_file_info(s.unwinder, &id, &info) != 0)
+			continue; /* not identified while truncated: never reached the unwinder */
+		seen++;
+		if (info.file_id)
+			built++;
+		else
+			failed++;
+	}
+	unwinder_stats_read(s.unwinder, &after);
+	print_message("# %u truncated libraries reached the unwinder: %u tables, %u without "
+		      "(build failures %llu, no CFI %llu, over budget %llu)\n", seen, built, failed,
+		      (unsigned long long)(after.build_failures - before.build_failures),
+		      (unsigned long long)(after.no_cfi - before.no_cfi),
+		      (unsigned long long)(after.over_budget - before.over_budget));
+	assert_true(seen > 0);
+	/* A file without a table failed a build (counted) or had no CFI / no room. */
+	assert_true(after.build_failures - before.build_failures + after.no_cfi - before.no_cfi +
+		    after.over_budget - before.over_budget >= failed);
+	unwind_session_close(&s);
+	snprintf(src, sizeof(src), "rm -rf '%s'", dir);
+	assert_int_equal(system(src), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -584,6 +684,7 @@ int main(void)
 		cmocka_unit_test(test_tables_shared_and_dropped),
 		cmocka_unit_test(test_frame_pointers_without_eh_frame),
 		cmocka_unit_test(test_table_builds_deferred),
+		cmocka_unit_test(test_library_truncated_while_built),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -733,6 +733,81 @@ static void scenario_agent_absent(void)
 	CHECK(mono_ns() - t0 < 5000000000ull);
 }
 
+/* What NCCL's logger received. */
+static struct {
+	int warns, infos, other_flags;
+	char warn[512], info[512];
+} logged;
+
+static void capture_logger(int level, unsigned long flags, const char *file, int line,
+			   const char *fmt, ...)
+{
+	char text[512];
+	va_list ap;
+
+	(void)file;
+	(void)line;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	if (flags != NCCL_LOG_SUBSYS_PROFILE)
+		logged.other_flags++;
+	if (level == NCCL_LOG_LEVEL_WARN) {
+		logged.warns++;
+		snprintf(logged.warn, sizeof(logged.warn), "%s", text);
+	} else if (level == NCCL_LOG_LEVEL_INFO) {
+		logged.infos++;
+		snprintf(logged.info, sizeof(logged.info), "%s", text);
+	}
+}
+
+/* Runs init (v5) with `logfn` and stderr captured; returns the bytes written to stderr. */
+static long init_capturing_stderr(nccl_debug_logger_t logfn)
+{
+	void *lib = load_plugin(), *ctx = (void *)1;
+	const struct nccl_profiler_v5 *p;
+	char path[] = "/tmp/sysom-nccl-stderr-XXXXXX";
+	int mask = -1, fd = mkstemp(path), saved = dup(2);
+	long len;
+
+	CHECK(lib && fd >= 0 && saved >= 0);
+	unlink(path);
+	p = dlsym(lib, "ncclProfiler_v5");
+	CHECK(dup2(fd, 2) == 2);
+	CHECK(p->init(&ctx, 1, &mask, NULL, 1, 1, 0, logfn) == 0);
+	CHECK(dup2(saved, 2) == 2);
+	CHECK(ctx == NULL && mask == 0);
+	CHECK(p->finalize(ctx) == 0);
+	len = lseek(fd, 0, SEEK_END);
+	close(fd);
+	close(saved);
+	return len;
+}
+
+/* A bad setting is a warning through the logger NCCL gave init (subsystem PROFILE), and
+ * whether events flow is an INFO line; nothing on stderr. */
+static void scenario_logger(void)
+{
+	CHECK(init_capturing_stderr(capture_logger) == 0);
+	CHECK(logged.warns == 1 && logged.other_flags == 0);
+	CHECK(strstr(logged.warn, "sysom NCCL profiler: ignoring SYSOM_NCCL_WINDOW_EVENTS=bogus"));
+	CHECK(logged.infos == 1 && strstr(logged.info, "no sysom agent"));
+}
+
+/* Without a logger the warning goes to stderr, as before. */
+static void scenario_no_logger(void)
+{
+	CHECK(init_capturing_stderr(NULL) > 0);
+	CHECK(logged.warns == 0 && logged.infos == 0);
+}
+
+static void test_logger(void **state)
+{
+	(void)state;
+	run_child(scenario_logger, "bogus", false);
+	run_child(scenario_no_logger, "bogus", false);
+}
+
 static void test_aggregates(void **state)
 {
 	(void)state;
@@ -793,6 +868,7 @@ int main(void)
 		cmocka_unit_test(test_fork),
 		cmocka_unit_test(test_v4),
 		cmocka_unit_test(test_no_agent),
+		cmocka_unit_test(test_logger),
 	};
 	char dir[] = "/tmp/sysom-nccl-prof-XXXXXX";
 	int rc;

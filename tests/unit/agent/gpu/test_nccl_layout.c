@@ -10,12 +10,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "agent/gpu/nccl_layout.h"
 #include "common/error.h"
+#include "tests/support/file_truncator.h"
 
 #define REAL_NCCL "/usr/local/cuda/lib/libnccl.so.2"
 
@@ -148,6 +150,64 @@ static void test_hostile_files(void **state)
 	nccl_version_read(p, &v); /* any error is fine */
 }
 
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A library with DWARF (the simulated job's libnccl.so.2, whose ncclComm lacks nRanks) and
+ * one without (libc) truncated and restored by another thread while read: every read gives
+ * the whole file's answer or fails cleanly with a negative errno; never SIGBUS (pread, not
+ * mmap). */
+static void truncated_while_read(const char *src, const char *name)
+{
+	struct nccl_comm_layout l;
+	struct nccl_version v;
+	struct file_truncator *tr;
+	char path[256];
+	int dwarf_whole, version_whole;
+	unsigned reads = 0, failures = 0;
+
+	dwarf_whole = nccl_layout_from_dwarf(src, &l);
+	version_whole = nccl_version_read(src, &v);
+	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+	assert_int_equal(file_truncator_start(src, path, &tr), 0);
+	for (double end = now_s() + 10; now_s() < end && (reads < 2000 || !failures); reads++) {
+		int rc = reads % 2 ? nccl_version_read(path, &v) : nccl_layout_from_dwarf(path, &l);
+		int whole = reads % 2 ? version_whole : dwarf_whole;
+		if (rc != whole) {
+			assert_true(rc < 0);
+			failures++;
+		}
+		rc = nccl_layout_resolve(path, &l);
+		assert_true(rc == 0 || rc < 0);
+	}
+	assert_true(file_truncator_stop(tr) > 0);
+	print_message("%s: %u reads while truncated, %u failed cleanly\n", name, reads, failures);
+	assert_true(failures > 0);
+	assert_int_equal(nccl_layout_from_dwarf(path, &l), dwarf_whole);
+	assert_int_equal(nccl_version_read(path, &v), version_whole);
+	unlink(path);
+}
+
+static void test_file_truncated_while_read(void **state)
+{
+	const char *build = getenv("SYSOM_BUILD");
+	char fake[256];
+
+	(void)state;
+	truncated_while_read("/lib/x86_64-linux-gnu/libc.so.6", "libc.so.6");
+	snprintf(fake, sizeof(fake), "%s/tests/fixtures/simjob/libnccl.so.2", build ? build : "build");
+	if (access(fake, R_OK) != 0) {
+		print_message("%s missing\n", fake);
+		skip();
+	}
+	truncated_while_read(fake, "libnccl.so.2");
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -170,6 +230,7 @@ int main(void)
 		cmocka_unit_test(test_dwarf_matches_table),
 		cmocka_unit_test(test_table),
 		cmocka_unit_test(test_hostile_files),
+		cmocka_unit_test(test_file_truncated_while_read),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -22,6 +23,7 @@
 #include "agent/sampling/cfi.h"
 #include "common/error.h"
 #include "tests/support/elf_build.h"
+#include "tests/support/file_truncator.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* readelf as the oracle */
@@ -662,6 +664,55 @@ static void test_truncated_sections_keep_what_came_before(void **state)
 	cfi_table_free(&t);
 }
 
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A library truncated and restored by another thread while its CFI is compiled: each build
+ * fails cleanly (a read error, counted by the caller) or gives the whole table; never SIGBUS
+ * (the file is read with pread, not mapped). */
+static void test_file_truncated_while_read(void **state)
+{
+	char dir[] = "/tmp/sysom-cfi-trunc-XXXXXX", path[64], err[256];
+	struct file_truncator *tr;
+	struct cfi_table t;
+	uint32_t whole;
+	unsigned builds = 0, failures = 0;
+
+	(void)state;
+	assert_int_equal(cfi_table_build_path("/lib/x86_64-linux-gnu/libc.so.6", &t, err,
+					      sizeof(err)), 0);
+	whole = t.nrows;
+	cfi_table_free(&t);
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/libc.so.6", dir);
+	assert_int_equal(file_truncator_start("/lib/x86_64-linux-gnu/libc.so.6", path, &tr), 0);
+	/* Until the reads have met the truncations (a loaded machine may starve either). */
+	for (double end = now_s() + 10; now_s() < end && (builds < 400 || !failures); builds++) {
+		int rc = cfi_table_build_path(path, &t, err, sizeof(err));
+		if (rc == 0) {
+			assert_int_equal(t.nrows, whole); /* never a partial (or empty) table */
+			cfi_table_free(&t);
+			continue;
+		}
+		assert_true(rc < 0);
+		failures++;
+	}
+	assert_true(file_truncator_stop(tr) > 0);
+	print_message("%u builds while truncated, %u failed cleanly\n", builds, failures);
+	assert_true(failures > 0);
+	/* Whole again: the same table as the original file. */
+	assert_int_equal(cfi_table_build_path(path, &t, err, sizeof(err)), 0);
+	assert_int_equal(t.nrows, whole);
+	cfi_table_free(&t);
+	unlink(path);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -678,6 +729,7 @@ int main(void)
 		cmocka_unit_test(test_debug_frame_only),
 		cmocka_unit_test(test_files_without_cfi_or_not_ours),
 		cmocka_unit_test(test_truncated_sections_keep_what_came_before),
+		cmocka_unit_test(test_file_truncated_while_read),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
