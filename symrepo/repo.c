@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/list.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/fileio.h"
@@ -555,26 +556,12 @@ static struct entry **ptr_slot(struct symrepo *r, const struct symfile *f)
 
 static void lru_unlink(struct symrepo *r, struct entry *e)
 {
-	if (e->lru_prev)
-		e->lru_prev->lru_next = e->lru_next;
-	else
-		r->lru_head = e->lru_next;
-	if (e->lru_next)
-		e->lru_next->lru_prev = e->lru_prev;
-	else
-		r->lru_tail = e->lru_prev;
-	e->lru_prev = e->lru_next = NULL;
+	SYSOM_DLIST_UNLINK(r->lru_head, r->lru_tail, e, lru_prev, lru_next);
 }
 
 static void lru_push_front(struct symrepo *r, struct entry *e)
 {
-	e->lru_prev = NULL;
-	e->lru_next = r->lru_head;
-	if (r->lru_head)
-		r->lru_head->lru_prev = e;
-	else
-		r->lru_tail = e;
-	r->lru_head = e;
+	SYSOM_DLIST_PUSH_FRONT(r->lru_head, r->lru_tail, e, lru_prev, lru_next);
 }
 
 /* Takes `e` out of the id table and the LRU. Returns true when nobody holds it: the caller

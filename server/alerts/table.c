@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The alert table: scopes, alerts by label set, and their lifecycle (firing, resolved, freed). */
+#include "common/list.h"
 #include "common/clock.h"
 #include "server/alerts/alerts_internal.h"
 
@@ -48,12 +49,7 @@ void alerts__alert_insert(struct alerts *a, struct scope *sc, struct alert *al)
 	al->scope = sc;
 	al->hnext = a->buckets[b];
 	a->buckets[b] = al;
-	al->prev = sc->tail;
-	if (sc->tail)
-		sc->tail->next = al;
-	else
-		sc->head = al;
-	sc->tail = al;
+	SYSOM_DLIST_PUSH_BACK(sc->head, sc->tail, al, prev, next);
 	a->stats.active++;
 	a->stats.fired_total++;
 }
@@ -68,15 +64,7 @@ void alerts__alert_destroy(struct alert *al)
 
 static void resolved_unlink(struct alerts *a, struct alert *al)
 {
-	if (al->rprev)
-		al->rprev->rnext = al->rnext;
-	else
-		a->rhead = al->rnext;
-	if (al->rnext)
-		al->rnext->rprev = al->rprev;
-	else
-		a->rtail = al->rprev;
-	al->rprev = al->rnext = NULL;
+	SYSOM_DLIST_UNLINK(a->rhead, a->rtail, al, rprev, rnext);
 	a->stats.resolutions_pending--;
 }
 
@@ -101,14 +89,7 @@ void alerts__alert_remove(struct alerts *a, struct alert *al)
 	while (*pp != al)
 		pp = &(*pp)->hnext;
 	*pp = al->hnext;
-	if (al->prev)
-		al->prev->next = al->next;
-	else
-		sc->head = al->next;
-	if (al->next)
-		al->next->prev = al->prev;
-	else
-		sc->tail = al->prev;
+	SYSOM_DLIST_UNLINK(sc->head, sc->tail, al, prev, next);
 	if (al->resolved)
 		resolved_unlink(a, al);
 	else
@@ -145,13 +126,7 @@ void alerts__alert_resolve(struct alerts *a, struct alert *al, int64_t now_ms)
 	a->stats.active--;
 	a->stats.resolved_total++;
 	a->stats.resolutions_pending++;
-	al->rprev = a->rtail;
-	al->rnext = NULL;
-	if (a->rtail)
-		a->rtail->rnext = al;
-	else
-		a->rhead = al;
-	a->rtail = al;
+	SYSOM_DLIST_PUSH_BACK(a->rhead, a->rtail, al, rprev, rnext);
 	if (alerts__resolution_settled(a, al))
 		alerts__alert_remove(a, al);
 }

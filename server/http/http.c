@@ -19,6 +19,8 @@
 
 #include <http_parser.h>
 
+#include "common/list.h"
+#include "common/array.h"
 #include "common/bytes.h"
 #include "server/http/http_internal.h"
 
@@ -475,16 +477,9 @@ static int on_header_field(http_parser *p, const char *at, size_t len)
 		byte_buf_put_u8(&c->head, 0);
 		if (c->nspans >= c->cfg->max_headers)
 			return parse_abort(c, 431, "too many request headers");
-		if (c->nspans == c->spans_cap) {
-			size_t cap = c->spans_cap ? c->spans_cap * 2 : 16;
-			if (cap > c->cfg->max_headers)
-				cap = c->cfg->max_headers;
-			struct header_span *grown = realloc(c->spans, cap * sizeof(*grown));
-			if (!grown)
-				return parse_abort(c, 500, "out of memory");
-			c->spans = grown;
-			c->spans_cap = cap;
-		}
+		if (sysom_array_reserve((void **)&c->spans, &c->spans_cap, c->nspans,
+					sizeof(*c->spans), 16, c->cfg->max_headers))
+			return parse_abort(c, 500, "out of memory");
 		c->spans[c->nspans].name = c->head.len;
 		c->spans[c->nspans].value = SIZE_MAX;
 		c->nspans++;
@@ -890,12 +885,7 @@ static void conn_maybe_free(struct http_conn *c)
 
 	if (c->open_handles > 0 || c->work_pending || c->stream.read_pending)
 		return;
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		srv->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	SYSOM_LIST_UNLINK(srv->conns, c, prev, next);
 	conn_free(c);
 	srv_maybe_finish(srv);
 }
@@ -1451,10 +1441,7 @@ static void on_connection(uv_stream_t *listener, int status)
 	c->tcp.data = c;
 	c->timer.data = c;
 	c->open_handles = 2;
-	c->next = srv->conns;
-	if (srv->conns)
-		srv->conns->prev = c;
-	srv->conns = c;
+	SYSOM_LIST_PUSH_FRONT(srv->conns, c, prev, next);
 	if (uv_accept(listener, (uv_stream_t *)&c->tcp) < 0) {
 		conn_close(c);
 		return;

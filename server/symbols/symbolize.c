@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/list.h"
 #include "common/elf_buildid.h"
 #include "common/hash.h"
 #include "symrepo/repo.h"
@@ -146,26 +147,12 @@ static size_t bucket_of(const struct symbolizer *sym, int64_t object, uint64_t o
 
 static void lru_unlink(struct symbolizer *sym, struct entry *e)
 {
-	if (e->newer)
-		e->newer->older = e->older;
-	else
-		sym->newest = e->older;
-	if (e->older)
-		e->older->newer = e->newer;
-	else
-		sym->oldest = e->newer;
-	e->newer = e->older = NULL;
+	SYSOM_DLIST_UNLINK(sym->newest, sym->oldest, e, newer, older);
 }
 
 static void lru_push(struct symbolizer *sym, struct entry *e)
 {
-	e->older = sym->newest;
-	e->newer = NULL;
-	if (sym->newest)
-		sym->newest->newer = e;
-	sym->newest = e;
-	if (!sym->oldest)
-		sym->oldest = e;
+	SYSOM_DLIST_PUSH_FRONT(sym->newest, sym->oldest, e, newer, older);
 }
 
 /* Removes an entry from its bucket and the LRU list and frees it. */
