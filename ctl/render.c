@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "common/hash.h"
+
+#include "common/array.h"
 #include "ctl/ctl.h"
 
 /* A function's samples: self (leaf) and total (inclusive, once per stack). */
@@ -45,14 +47,8 @@ static struct func *func_get(struct funcs *fs, const char *name, bool kernel)
 
 	if (idx != HASH_INDEX_NONE)
 		return &fs->items[idx];
-	if (fs->count == fs->cap) {
-		size_t cap = fs->cap ? fs->cap * 2 : 256;
-		struct func *grown = realloc(fs->items, cap * sizeof(*grown));
-		if (!grown)
-			return NULL;
-		fs->items = grown;
-		fs->cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(fs->items, fs->cap, fs->count, 256))
+		return NULL;
 	if (hash_index_insert(&fs->index, h, (uint32_t)fs->count))
 		return NULL;
 	fs->items[fs->count] = (struct func){ .name = name, .kernel = kernel };

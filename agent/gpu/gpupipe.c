@@ -11,6 +11,7 @@
 
 #include <bpf/bpf.h>
 
+#include "common/array.h"
 #include "agent/node/host.h"
 #include "agent/gpu/nccltrack.h"
 #include "common/error.h"
@@ -89,14 +90,8 @@ static struct gp_proc *note_proc(struct gpupipe *gp, uint32_t tgid, uint32_t gen
 	}
 	if (gp->nprocs >= MAX_PROCS)
 		return NULL;
-	if (gp->nprocs == gp->procs_cap) {
-		uint32_t cap = gp->procs_cap ? gp->procs_cap * 2 : 16;
-		struct gp_proc *grown = realloc(gp->procs, cap * sizeof(*grown));
-		if (!grown)
-			return NULL;
-		gp->procs = grown;
-		gp->procs_cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(gp->procs, gp->procs_cap, gp->nprocs, 16))
+		return NULL;
 	p = &gp->procs[gp->nprocs++];
 	memset(p, 0, sizeof(*p));
 	p->tgid = tgid;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "agent/ranks/channel.h"
+#include "common/array.h"
 #include "common/error.h"
 #include "common/report.h"
 
@@ -92,15 +93,8 @@ static int note_comm(struct gs_conn *c, const struct channel_comm *comm)
 	}
 	if (c->ncomms >= GPUSTATS_MAX_COMMS)
 		return -SYSOM_ELIMIT;
-	if (c->ncomms == c->comms_cap) {
-		uint32_t cap = c->comms_cap ? c->comms_cap * 2 : 8;
-		struct channel_comm *n = realloc(c->comms, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		c->comms = n;
-		c->comms_cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(c->comms, c->comms_cap, c->ncomms, 8))
+		return -ENOMEM;
 	c->comms[c->ncomms++] = *comm;
 	return 0;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "bpf/gputrace.h"
+#include "common/array.h"
 #include "common/error.h"
 #include "common/hash.h"
 
@@ -114,14 +115,8 @@ static struct proc *get_proc(struct nccltrack *nt, uint32_t tgid, uint32_t gener
 		return p;
 	if (nt->nprocs >= nt->opts.max_processes)
 		return NULL;
-	if (nt->nprocs == nt->procs_cap) {
-		uint32_t cap = nt->procs_cap ? nt->procs_cap * 2 : 16;
-		struct proc *grown = realloc(nt->procs, cap * sizeof(*grown));
-		if (!grown)
-			return NULL;
-		nt->procs = grown;
-		nt->procs_cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(nt->procs, nt->procs_cap, nt->nprocs, 16))
+		return NULL;
 	p = &nt->procs[nt->nprocs++];
 	memset(p, 0, sizeof(*p));
 	p->tgid = tgid;
@@ -152,14 +147,8 @@ static struct comm *add_comm(struct nccltrack *nt, struct proc *p, uint64_t hand
 		memmove(&p->comms[i], &p->comms[i + 1], (p->ncomms - i - 1) * sizeof(*p->comms));
 		p->ncomms--;
 	}
-	if (p->ncomms == p->comms_cap) {
-		uint32_t cap = p->comms_cap ? p->comms_cap * 2 : 8;
-		struct comm *grown = realloc(p->comms, cap * sizeof(*grown));
-		if (!grown)
-			return NULL;
-		p->comms = grown;
-		p->comms_cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(p->comms, p->comms_cap, p->ncomms, 8))
+		return NULL;
 	c = &p->comms[p->ncomms++];
 	memset(c, 0, sizeof(*c));
 	c->handle = handle;
@@ -305,14 +294,8 @@ static int add_name(struct nccltrack *nt, struct proc *p, uint64_t handle, const
 	}
 	if (p->nnames >= nt->opts.max_names)
 		return -ENOSPC;
-	if (p->nnames == p->names_cap) {
-		uint32_t cap = p->names_cap ? p->names_cap * 2 : 64;
-		struct name *grown = realloc(p->names, cap * sizeof(*grown));
-		if (!grown)
-			return -ENOMEM;
-		p->names = grown;
-		p->names_cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(p->names, p->names_cap, p->nnames, 64))
+		return -ENOMEM;
 	/* `text` need not be NUL-terminated within `len` bytes (a ring event's name buffer). */
 	if (!(copy = malloc(len + 1)))
 		return -ENOMEM;

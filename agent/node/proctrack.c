@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/array.h"
 #include "agent/node/host.h"
 #include "agent/node/procmaps.h"
 #include "common/error.h"
@@ -121,14 +122,8 @@ static bool object_eq(const void *ctx, uint32_t idx)
 
 static struct object_entry *object_add(struct proctrack *pt, uint64_t hash, struct object_entry *e)
 {
-	if (pt->object_count == pt->object_cap) {
-		uint32_t cap = pt->object_cap ? pt->object_cap * 2 : 64;
-		struct object_entry **grown = realloc(pt->objects, cap * sizeof(*grown));
-		if (!grown)
-			return NULL;
-		pt->objects = grown;
-		pt->object_cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(pt->objects, pt->object_cap, pt->object_count, 64))
+		return NULL;
 	struct object_entry *copy = malloc(sizeof(*copy));
 	if (!copy)
 		return NULL;
@@ -312,16 +307,11 @@ static int scan_visit(void *ctx, const struct procmaps_entry *m)
 		sc->error = -ENOMEM;
 		return -ENOMEM;
 	}
-	if (sc->count == sc->cap) {
-		uint32_t cap = sc->cap ? sc->cap * 2 : 32;
-		struct pt_mapping *grown = realloc(sc->maps, cap * sizeof(*grown));
-		if (!grown) {
+	if (SYSOM_ARRAY_RESERVE(sc->maps, sc->cap, sc->count,
+					32)) {
 			sc->error = -ENOMEM;
 			return -ENOMEM;
 		}
-		sc->maps = grown;
-		sc->cap = cap;
-	}
 	sc->maps[sc->count++] = (struct pt_mapping){
 		.start = m->start,
 		.end = m->end,
@@ -461,14 +451,8 @@ static struct pt_process *process_create(struct proctrack *pt, uint32_t tgid, ui
 
 	if (pt->proc_count >= pt->opts.max_processes)
 		return NULL;
-	if (pt->proc_count == pt->proc_cap) {
-		uint32_t cap = pt->proc_cap ? pt->proc_cap * 2 : 64;
-		struct pt_process **grown = realloc(pt->procs, cap * sizeof(*grown));
-		if (!grown)
-			return NULL;
-		pt->procs = grown;
-		pt->proc_cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(pt->procs, pt->proc_cap, pt->proc_count, 64))
+		return NULL;
 	proc = calloc(1, sizeof(*proc));
 	if (!proc)
 		return NULL;

@@ -15,6 +15,7 @@
 
 #include <bpf/bpf.h>
 
+#include "common/array.h"
 #include "agent/sampling/cfi.h"
 #include "agent/node/host.h"
 #include "common/error.h"
@@ -291,14 +292,8 @@ static struct unwind_file *get_file(struct unwinder *u, const struct pt_object *
 			set_source(f, tgid, m);
 		return f;
 	}
-	if (u->nfiles == u->files_cap) {
-		uint32_t cap = u->files_cap ? u->files_cap * 2 : 64;
-		struct unwind_file **grown = realloc(u->files, cap * sizeof(*grown));
-		if (!grown)
-			return NULL;
-		u->files = grown;
-		u->files_cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(u->files, u->files_cap, u->nfiles, 64))
+		return NULL;
 	f = calloc(1, sizeof(*f));
 	if (!f)
 		return NULL;
@@ -379,14 +374,8 @@ static int write_process(struct unwinder *u, struct unwind_process *p)
 
 static struct unwind_process *add_process(struct unwinder *u, uint32_t tgid)
 {
-	if (u->nprocs == u->procs_cap) {
-		uint32_t cap = u->procs_cap ? u->procs_cap * 2 : 64;
-		struct unwind_process *grown = realloc(u->procs, cap * sizeof(*grown));
-		if (!grown)
-			return NULL;
-		u->procs = grown;
-		u->procs_cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(u->procs, u->procs_cap, u->nprocs, 64))
+		return NULL;
 	struct unwind_process *p = &u->procs[u->nprocs++];
 	*p = (struct unwind_process){ .tgid = tgid };
 	return p;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/array.h"
 #include "common/compress.h"
 #include "common/hash.h"
 #include "common/wire/wire.h"
@@ -202,14 +203,8 @@ static int process_index(struct batcher *b, struct pt_process *p, uint32_t *idx)
 		    (rc = sysom_batch_add_mapping(bt, &wm)))
 			return rc;
 	}
-	if (b->proc_count == b->proc_cap) {
-		uint32_t cap = b->proc_cap ? b->proc_cap * 2 : 64;
-		struct process_cache_entry *grown = realloc(b->procs, cap * sizeof(*grown));
-		if (!grown)
-			return -ENOMEM;
-		b->procs = grown;
-		b->proc_cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(b->procs, b->proc_cap, b->proc_count, 64))
+		return -ENOMEM;
 	b->procs[b->proc_count] = (struct process_cache_entry){ p->tgid, p->generation, *idx };
 	if ((rc = hash_index_insert(&b->process_cache, h, b->proc_count)))
 		return rc;
@@ -299,14 +294,8 @@ static int stack_index(struct batcher *b, struct pt_process *p, uint8_t side, ui
 	}
 	if ((rc = sysom_batch_add_stack(&b->batch, kind, stop, b->frames, n, idx)))
 		return rc;
-	if (b->stack_count == b->stack_cap) {
-		uint32_t cap = b->stack_cap ? b->stack_cap * 2 : 256;
-		struct stack_cache_entry *grown = realloc(b->stacks, cap * sizeof(*grown));
-		if (!grown)
-			return -ENOMEM;
-		b->stacks = grown;
-		b->stack_cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(b->stacks, b->stack_cap, b->stack_count, 256))
+		return -ENOMEM;
 	want.stack_idx = *idx;
 	b->stacks[b->stack_count] = want;
 	if ((rc = hash_index_insert(&b->stack_cache, h, b->stack_count)))

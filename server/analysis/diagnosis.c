@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "server/analysis/diagnosis_render.h"
 #include "server/query/folded.h"
 #include "server/analysis/layers.h"
@@ -88,14 +89,8 @@ static int strag_group_of(struct strag_doc *d, uint64_t key, int32_t nranks,
 		d->skipped++;
 		return 0;
 	}
-	if (d->ngroups == d->cap) {
-		size_t cap = d->cap ? d->cap * 2 : 8;
-		struct strag_group *grown = realloc(d->groups, cap * sizeof(*grown));
-		if (!grown)
-			return -ENOMEM;
-		d->groups = grown;
-		d->cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(d->groups, d->cap, d->ngroups, 8))
+		return -ENOMEM;
 	g = &d->groups[d->ngroups];
 	memset(g, 0, sizeof(*g));
 	g->key = key;
@@ -183,15 +178,7 @@ static int strag_call(void *arg, const struct store_collective_call *c)
 
 static int grow(void **arr, size_t *cap, size_t n, size_t size)
 {
-	if (n < *cap)
-		return 0;
-	size_t next = *cap ? *cap * 2 : 64;
-	void *grown = realloc(*arr, next * size);
-	if (!grown)
-		return -ENOMEM;
-	*arr = grown;
-	*cap = next;
-	return 0;
+	return sysom_array_reserve(arr, cap, n, size, 64, SIZE_MAX);
 }
 
 
@@ -268,14 +255,8 @@ static int gk_kernel(void *arg, const struct store_gpu_kernel_row *r)
 		last->total_ns += r->total_ns;
 		return 0;
 	}
-	if (k->n == k->cap) {
-		size_t cap = k->cap ? k->cap * 2 : 256;
-		struct gk_row *grown = realloc(k->rows, cap * sizeof(*grown));
-		if (!grown)
-			return -ENOMEM;
-		k->rows = grown;
-		k->cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(k->rows, k->cap, k->n, 256))
+		return -ENOMEM;
 	k->rows[k->n] = (struct gk_row){ r->who.job_rank, strdup(r->name), r->count, r->total_ns };
 	return k->rows[k->n++].name ? 0 : -ENOMEM;
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "common/hash.h"
 #include "server/query/folded.h"
 
@@ -128,16 +129,11 @@ int layers_cpu_diff_deltas(const struct folded_diff *diff, struct cpu_delta **ou
 			struct fn_match m = { fns, name, nlen };
 			uint32_t idx = hash_index_find(&index, h, fn_eq, &m);
 			if (idx == HASH_INDEX_NONE) {
-				if (n == cap) {
-					size_t nc = cap ? cap * 2 : 256;
-					struct fn_acc *g = realloc(fns, nc * sizeof(*g));
-					if (!g) {
+				if (SYSOM_ARRAY_RESERVE(fns, cap, n,
+								256)) {
 						rc = -ENOMEM;
 						goto cleanup;
 					}
-					fns = g;
-					cap = nc;
-				}
 				if (!(fns[n].name = strndup(name, nlen))) {
 					rc = -ENOMEM;
 					goto cleanup;
@@ -272,16 +268,11 @@ int layers_waterline(const double *frac, size_t nranks, size_t nfns, double k,
 			double std = var > 0 ? sqrt(var) : 0;
 			if (!(x > mean + k * std) || x - mean < min_fraction)
 				continue;
-			if (n == cap) {
-				size_t next = cap ? cap * 2 : 16;
-				struct waterline_flag *grown = realloc(flags, next * sizeof(*grown));
-				if (!grown) {
+			if (SYSOM_ARRAY_RESERVE(flags, cap, n,
+							16)) {
 					free(flags);
 					return -ENOMEM;
 				}
-				flags = grown;
-				cap = next;
-			}
 			flags[n++] = (struct waterline_flag){ r, f, x, mean, std,
 							      std > 0 ? (x - mean) / std : HUGE_VAL };
 		}
@@ -334,16 +325,11 @@ int layers_cpu_diff_stacks(const struct folded_diff *diff, const char *function,
 
 		if (!stack_has_frame(st->stack, st->len, function, fnlen))
 			continue;
-		if (n == cap) {
-			size_t next = cap ? cap * 2 : 16;
-			struct cpu_stack *grown = realloc(all, next * sizeof(*grown));
-			if (!grown) {
+		if (SYSOM_ARRAY_RESERVE(all, cap, n,
+						16)) {
 				layers_cpu_stacks_free(all, (int)n);
 				return -ENOMEM;
 			}
-			all = grown;
-			cap = next;
-		}
 		all[n].stack = strdup(st->stack);
 		all[n].a_fraction = totals[0] ? (double)st->count[0] / (double)totals[0] : 0;
 		all[n].b_fraction = totals[1] ? (double)st->count[1] / (double)totals[1] : 0;

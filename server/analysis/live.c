@@ -2,6 +2,8 @@
 /* In-memory collective instances fed by ingest (server/analysis/live.h). */
 #include "server/analysis/live.h"
 
+#include "common/array.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,14 +100,8 @@ static int group_add(struct live *l, const char *job, uint64_t key, uint8_t op, 
 	size_t left = l->cells < l->max_cells ? l->max_cells - l->cells : 0;
 	struct live_group *g;
 
-	if (l->ngroups == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 16;
-		struct live_group *grown = realloc(l->groups, cap * sizeof(*grown));
-		if (!grown)
-			return -ENOMEM;
-		l->groups = grown;
-		l->cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(l->groups, l->cap, l->ngroups, 16))
+		return -ENOMEM;
 	g = &l->groups[l->ngroups];
 	memset(g, 0, sizeof(*g));
 	if (!(g->job = strdup(job)))

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/array.h"
 #include "common/clock.h"
 #include "server/analysis/diagnosis_render.h"
 #include "server/query/folded.h"
@@ -322,14 +323,8 @@ static int open_take(void *arg, const struct store_diagnosis *d)
 {
 	struct open_list *l = arg;
 
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 8;
-		struct store_diagnosis *grown = realloc(l->d, cap * sizeof(*grown));
-		if (!grown)
-			return -ENOMEM;
-		l->d = grown;
-		l->cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(l->d, l->cap, l->n, 8))
+		return -ENOMEM;
 	struct store_diagnosis *c = &l->d[l->n];
 	*c = *d;
 	c->job = strdup(d->job);
@@ -423,14 +418,8 @@ static struct job_entry *job_track(struct monitor *m, const char *job, int64_t n
 		free(m->jobs[oldest].job);
 		m->jobs[oldest] = m->jobs[--m->njobs];
 	}
-	if (m->njobs == m->cap) {
-		size_t cap = m->cap ? m->cap * 2 : 16;
-		struct job_entry *grown = realloc(m->jobs, cap * sizeof(*grown));
-		if (!grown)
-			return NULL;
-		m->jobs = grown;
-		m->cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(m->jobs, m->cap, m->njobs, 16))
+		return NULL;
 	je = &m->jobs[m->njobs];
 	memset(je, 0, sizeof(*je));
 	if (!(je->job = strdup(job)))

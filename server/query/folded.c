@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "common/hash.h"
 
 
@@ -30,14 +31,8 @@ static int stack_append(struct folded_diff *d, const char *text, size_t len, uin
 {
 	struct folded_stack *l;
 
-	if (d->n == d->cap) {
-		size_t cap = d->cap ? d->cap * 2 : 1024;
-		struct folded_stack *grown = realloc(d->stacks, cap * sizeof(*grown));
-		if (!grown)
-			return -ENOMEM;
-		d->stacks = grown;
-		d->cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(d->stacks, d->cap, d->n, 1024))
+		return -ENOMEM;
 	l = &d->stacks[d->n];
 	if (!(l->stack = malloc(len + 1)))
 		return -ENOMEM;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "common/hash.h"
 #include "server/http/render.h"
 #include "server/query/folded.h"
@@ -67,14 +68,8 @@ static void flame_free(struct query_profile *fl)
 /* A new zeroed group at the end of fl->groups, or NULL when out of memory. */
 static struct group *group_add(struct query_profile *fl, const char *comm)
 {
-	if (fl->ngroups == fl->groups_cap) {
-		size_t cap = fl->groups_cap ? fl->groups_cap * 2 : 256;
-		struct group *grown = realloc(fl->groups, cap * sizeof(*grown));
-		if (!grown)
-			return NULL;
-		fl->groups = grown;
-		fl->groups_cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(fl->groups, fl->groups_cap, fl->ngroups, 256))
+		return NULL;
 	struct group *g = &fl->groups[fl->ngroups];
 	memset(g, 0, sizeof(*g));
 	g->comm = strdup(comm);

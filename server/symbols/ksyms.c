@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "common/bytes.h"
 #include "common/error.h"
 
@@ -162,16 +163,11 @@ int ksyms_table_parse(const char *text, size_t len, const struct ksyms_limits *l
 			goto cleanup;
 		}
 		if (line_end > p) {
-			if (t.count == cap) {
-				size_t ncap = cap ? cap * 2 : 1024;
-				struct store_ksym *grown = realloc(t.syms, ncap * sizeof(*grown));
-				if (!grown) {
+			if (SYSOM_ARRAY_RESERVE(t.syms, cap, t.count,
+							1024)) {
 					rc = -ENOMEM;
 					goto cleanup;
 				}
-				t.syms = grown;
-				cap = ncap;
-			}
 			if ((rc = parse_line(p, line_end, lineno, &t.syms[t.count], err)))
 				goto cleanup;
 			t.count++;

@@ -21,6 +21,7 @@
 #include <jansson.h>
 #include <xxhash.h>
 
+#include "common/array.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/hash.h"
@@ -128,14 +129,8 @@ static ssize_t session_find(const struct symbols *s, const struct symbols_sessio
 /* Adds a session (not busy). Under the lock. 0 or -ENOMEM. */
 static int session_add(struct symbols *s, const struct symbols_session *ss)
 {
-	if (s->nsessions == s->sessions_cap) {
-		size_t cap = s->sessions_cap ? s->sessions_cap * 2 : 16;
-		struct symbols_session *grown = realloc(s->sessions, cap * sizeof(*grown));
-		if (!grown)
-			return -ENOMEM;
-		s->sessions = grown;
-		s->sessions_cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(s->sessions, s->sessions_cap, s->nsessions, 16))
+		return -ENOMEM;
 	s->sessions[s->nsessions++] = *ss;
 	return 0;
 }
