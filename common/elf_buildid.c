@@ -540,3 +540,32 @@ int sysom_build_id_parse_hex(const char *hex, uint8_t kind, struct sysom_build_i
 	*out = id;
 	return 0;
 }
+
+bool sysom_elf_sections_missing(Elf *elf)
+{
+	GElf_Ehdr eh;
+	size_t n;
+
+	return gelf_getehdr(elf, &eh) && eh.e_shoff && (elf_getshdrnum(elf, &n) || n == 0);
+}
+
+int sysom_elf_open_read(int fd, Elf **out)
+{
+	Elf *elf;
+
+	*out = NULL;
+	pthread_once(&elf_version_once, elf_version_init);
+	if (!elf_version_ok)
+		return -ENOSYS;
+	elf = elf_begin(fd, ELF_C_READ, NULL);
+	if (!elf || elf_kind(elf) != ELF_K_ELF) {
+		elf_end(elf);
+		return -SYSOM_ECORRUPT;
+	}
+	if (sysom_elf_sections_missing(elf)) {
+		elf_end(elf);
+		return -EIO;
+	}
+	*out = elf;
+	return 0;
+}

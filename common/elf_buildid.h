@@ -3,6 +3,7 @@
 #ifndef SYSOM_COMMON_ELF_BUILDID_H
 #define SYSOM_COMMON_ELF_BUILDID_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,6 +33,25 @@ struct sysom_build_id {
  * file -EINVAL. `out` is written only on success (kind SYSOM_OBJECT_ELF).
  */
 int sysom_elf_build_id(int fd, struct sysom_build_id *out);
+
+struct Elf;
+
+/*
+ * True when the ELF header of `elf` (libelf, opened with ELF_C_READ) names section headers that
+ * libelf could not read: the file is shorter than its header says (truncated while being read,
+ * or being rewritten). libelf then reports no sections at all rather than an error, so readers
+ * call this and treat the file as a failed read (-EIO).
+ */
+bool sysom_elf_sections_missing(struct Elf *elf);
+
+/*
+ * Opens `fd` (borrowed) for reading its sections with libelf's pread reader (ELF_C_READ, never
+ * mapped: a file truncated while it is read gives read errors, not SIGBUS). On success *out
+ * is the handle (the caller elf_end()s it). Returns 0, -SYSOM_ECORRUPT (not an ELF file), -EIO
+ * (its section headers could not be read: sysom_elf_sections_missing) or -ENOSYS (libelf
+ * unusable).
+ */
+int sysom_elf_open_read(int fd, struct Elf **out);
 
 /*
  * XXH3-128 of the whole file on `fd` (streamed with pread, bounded memory); kind

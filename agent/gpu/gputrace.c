@@ -17,6 +17,8 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "common/elf_buildid.h"
+#include "common/array.h"
 #include "agent/gpu/nccl_layout.h"
 #include "agent/node/procmaps.h"
 #include "common/clock.h"
@@ -237,17 +239,6 @@ void gputrace_close(struct gputrace *g)
 	free(g);
 }
 
-/* True when the ELF header names section headers that libelf could not read: the file is
- * shorter than its header says (truncated while being read, or being rewritten). libelf then
- * reports no sections at all rather than an error. */
-static bool sections_missing(Elf *elf)
-{
-	GElf_Ehdr eh;
-	size_t n;
-
-	return gelf_getehdr(elf, &eh) && eh.e_shoff && (elf_getshdrnum(elf, &n) || n == 0);
-}
-
 /* The symbol table (and its string table) is read whole into memory: bounded. */
 #define MAX_SYMTAB_BYTES (256u << 20)
 
@@ -278,16 +269,9 @@ static int find_symbols(const char *path, int kind, uint64_t offsets[NSPECS])
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	elf_version(EV_CURRENT);
-	elf = elf_begin(fd, ELF_C_READ, NULL);
-	if (!elf || elf_kind(elf) != ELF_K_ELF) {
-		rc = -SYSOM_ECORRUPT;
+	if ((rc = sysom_elf_open_read(fd, &elf)))
 		goto cleanup;
-	}
-	if (sections_missing(elf)) {
-		rc = -EIO;
-		goto cleanup;
-	}
+	rc = -ENOENT; /* until a probed symbol is found */
 	while ((scn = elf_nextscn(elf, scn)))  {
 		GElf_Shdr sh;
 		if (!gelf_getshdr(scn, &sh)) {
@@ -547,14 +531,8 @@ static int add_user(struct library *l, uint32_t pid)
 			return 0;
 	if (l->nusers >= MAX_LIBRARY_USERS)
 		return -E2BIG;
-	if (l->nusers == l->users_cap) {
-		uint32_t cap = l->users_cap ? l->users_cap * 2 : 16;
-		uint32_t *grown = realloc(l->users, cap * sizeof(*grown));
-		if (!grown)
-			return -ENOMEM;
-		l->users = grown;
-		l->users_cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(l->users, l->users_cap, l->nusers, 16))
+		return -ENOMEM;
 	l->users[l->nusers++] = pid;
 	l->unused_since_ns = 0;
 	return 0;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/elf_buildid.h"
 #include "common/error.h"
 
 #define MAX_RODATA_BYTES (256u << 20) /* larger read-only sections are not searched */
@@ -75,17 +76,6 @@ const struct nccl_comm_layout *nccl_layout_known(const struct nccl_version *v)
 	return NULL;
 }
 
-/* True when the ELF header names section headers that libelf could not read: the file is
- * shorter than its header says (truncated while being read, or being rewritten). libelf then
- * reports no sections at all rather than an error. */
-static bool sections_missing(Elf *elf)
-{
-	GElf_Ehdr eh;
-	size_t n;
-
-	return gelf_getehdr(elf, &eh) && eh.e_shoff && (elf_getshdrnum(elf, &n) || n == 0);
-}
-
 static int parse_version(const char *s, size_t len, struct nccl_version *out)
 {
 	unsigned long part[3];
@@ -119,17 +109,14 @@ int nccl_version_read(const char *path, struct nccl_version *out)
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	elf_version(EV_CURRENT);
 	/* pread, not mmap: a file truncated meanwhile is -EIO, not SIGBUS. */
-	elf = elf_begin(fd, ELF_C_READ, NULL);
-	if (!elf || elf_kind(elf) != ELF_K_ELF || elf_getshdrstrndx(elf, &shstrndx)) {
+	if ((rc = sysom_elf_open_read(fd, &elf)))
+		goto cleanup;
+	if (elf_getshdrstrndx(elf, &shstrndx)) {
 		rc = -SYSOM_ECORRUPT;
 		goto cleanup;
 	}
-	if (sections_missing(elf)) {
-		rc = -EIO;
-		goto cleanup;
-	}
+	rc = -ENOENT; /* until the banner is found */
 	while ((scn = elf_nextscn(elf, scn))) {
 		GElf_Shdr sh;
 		Elf_Data *data;
@@ -289,16 +276,14 @@ int nccl_layout_from_dwarf(const char *path, struct nccl_comm_layout *out)
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	elf_version(EV_CURRENT);
 	/* Not dwarf_begin(fd): it maps the file (ELF_C_READ_MMAP), and a file truncated meanwhile
 	 * raises SIGBUS. pread instead, with the debug sections it reads whole bounded. */
-	elf = elf_begin(fd, ELF_C_READ, NULL);
-	if (!elf || elf_kind(elf) != ELF_K_ELF)
-		goto cleanup; /* not ELF: -ENOENT */
-	if (sections_missing(elf)) {
-		rc = -EIO;
+	if ((rc = sysom_elf_open_read(fd, &elf))) {
+		if (rc == -SYSOM_ECORRUPT)
+			rc = -ENOENT; /* not ELF */
 		goto cleanup;
 	}
+	rc = -ENOENT; /* what the jumps below return */
 	uint64_t bytes = dwarf_bytes(elf);
 	if (bytes > MAX_DWARF_BYTES) {
 		rc = bytes == UINT64_MAX ? -EIO : -SYSOM_ELIMIT;

@@ -13,6 +13,8 @@
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 
+#include "common/elf_buildid.h"
+#include "common/array.h"
 #include "common/error.h"
 
 /* DWARF register numbers on x86-64 (System V psABI, figure 3.36). */
@@ -657,14 +659,8 @@ static int add_cie(struct builder *b, struct section *sec, const Dwarf_CIE *e, u
 		b->stats.bad_cies++;
 	if (sec->ncies && sec->cies[sec->ncies - 1].offset >= offset)
 		return 0; /* out of order (cannot happen with dwarf_next_cfi): looked up on demand */
-	if (sec->ncies == sec->cies_cap) {
-		size_t cap = sec->cies_cap ? sec->cies_cap * 2 : 8;
-		struct cie *n = realloc(sec->cies, cap * sizeof(*n));
-		if (!n)
-			return -ENOMEM;
-		sec->cies = n;
-		sec->cies_cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(sec->cies, sec->cies_cap, sec->ncies, 8))
+		return -ENOMEM;
 	sec->cies[sec->ncies++] = c;
 	return 0;
 }
@@ -675,14 +671,8 @@ static int add_span(struct builder *b, const struct fde_span *span)
 		sysom_errorf(b->err, b->errlen, "more than %u FDEs", CFI_MAX_FDES);
 		return -SYSOM_ELIMIT;
 	}
-	if (b->nfdes == b->fdes_cap) {
-		size_t cap = b->fdes_cap ? b->fdes_cap * 2 : 1024;
-		struct fde_span *n = realloc(b->fdes, cap * sizeof(*n));
-		if (!n)
-			return -ENOMEM;
-		b->fdes = n;
-		b->fdes_cap = cap;
-	}
+	if (SYSOM_ARRAY_RESERVE(b->fdes, b->fdes_cap, b->nfdes, 1024))
+		return -ENOMEM;
 	b->fdes[b->nfdes++] = *span;
 	return 0;
 }
@@ -966,17 +956,6 @@ static bool is_x86_64(Elf *elf, bool need_loadable)
 	return !need_loadable || eh.e_type == ET_EXEC || eh.e_type == ET_DYN;
 }
 
-/* True when the ELF header names section headers that libelf could not read: the file is
- * shorter than its header says (truncated while being read, or being rewritten). libelf then
- * reports no sections at all rather than an error. */
-static bool sections_missing(Elf *elf)
-{
-	GElf_Ehdr eh;
-	size_t n;
-
-	return gelf_getehdr(elf, &eh) && eh.e_shoff && (elf_getshdrnum(elf, &n) || n == 0);
-}
-
 /* Adds the CFI sections of `elf`: .eh_frame (when `eh_frame`) and .debug_frame. */
 static int add_file(struct builder *b, Elf *elf, bool eh_frame)
 {
@@ -986,7 +965,7 @@ static int add_file(struct builder *b, Elf *elf, bool eh_frame)
 
 	size_t sections = 0, named = 0;
 
-	if (sections_missing(elf)) {
+	if (sysom_elf_sections_missing(elf)) {
 		sysom_errorf(b->err, b->errlen, "section headers past the end of the file");
 		return -EIO;
 	}
