@@ -25,13 +25,15 @@ int sysom_write_full(int fd, const void *buf, size_t len)
 	return 0;
 }
 
-ssize_t sysom_pread_full(int fd, void *buf, size_t len, uint64_t off)
+/* Reads up to `len` bytes, with pread at `off` or (off == UINT64_MAX) read. */
+static ssize_t read_full_at(int fd, void *buf, size_t len, uint64_t off)
 {
 	uint8_t *p = buf;
 	size_t done = 0;
 
 	while (done < len) {
-		ssize_t n = pread(fd, p + done, len - done, (off_t)(off + done));
+		ssize_t n = off == UINT64_MAX ? read(fd, p + done, len - done)
+					      : pread(fd, p + done, len - done, (off_t)(off + done));
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -42,6 +44,18 @@ ssize_t sysom_pread_full(int fd, void *buf, size_t len, uint64_t off)
 		done += (size_t)n;
 	}
 	return (ssize_t)done;
+}
+
+ssize_t sysom_pread_full(int fd, void *buf, size_t len, uint64_t off)
+{
+	if (off == UINT64_MAX)
+		return -EINVAL;
+	return read_full_at(fd, buf, len, off);
+}
+
+ssize_t sysom_read_full(int fd, void *buf, size_t len)
+{
+	return read_full_at(fd, buf, len, UINT64_MAX);
 }
 
 int sysom_fsync_dirfd(int dirfd)

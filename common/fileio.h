@@ -20,6 +20,10 @@ int sysom_write_full(int fd, const void *buf, size_t len);
  */
 ssize_t sysom_pread_full(int fd, void *buf, size_t len, uint64_t off);
 
+/* As sysom_pread_full from the file position (read(2)): the count read, short only at end of
+ * file, or -errno. */
+ssize_t sysom_read_full(int fd, void *buf, size_t len);
+
 /*
  * Makes the entries of directory `path` durable (after a create or rename in it): opens it
  * and fsyncs it. Returns 0 or -errno.

@@ -38,6 +38,21 @@ static const struct sysom_option *find(const struct sysom_option *table, size_t 
 	return NULL;
 }
 
+bool sysom_seconds_option(double value, double dflt, double max, uint64_t *out)
+{
+	uint64_t ns;
+
+	if (value == 0)
+		value = dflt;
+	if (!isfinite(value) || value <= 0 || value > max)
+		return false;
+	ns = (uint64_t)(value * 1e9);
+	if (ns == 0)
+		return false;
+	*out = ns;
+	return true;
+}
+
 int sysom_parse_duration(const char *text, double *seconds)
 {
 	static const struct {

@@ -66,5 +66,8 @@ void sysom_options_free(const struct sysom_option *table, size_t n);
 int sysom_parse_duration(const char *text, double *seconds);
 /* Parses a size ("1048576", "64k", "256M", "2G", case-insensitive, optional "iB"/"B"). */
 int sysom_parse_size(const char *text, uint64_t *bytes);
+/* A seconds setting as nanoseconds: `value` (0: `dflt`) must be finite and in (0, max], and
+ * come to at least 1 ns. True and *out written, or false. */
+bool sysom_seconds_option(double value, double dflt, double max, uint64_t *out);
 
 #endif

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fileio.h"
 #include "common/clock.h"
 #include "common/hash.h"
 
@@ -35,18 +36,12 @@ int host_read_text(const char *path, char *buf, size_t max)
 		return -EINVAL;
 	if (fd < 0)
 		return -errno;
-	while (len < max - 1) {
-		ssize_t n = read(fd, buf + len, max - 1 - len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = -errno;
-			goto cleanup;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
+	ssize_t n = sysom_read_full(fd, buf, max - 1);
+	if (n < 0) {
+		rc = (int)n;
+		goto cleanup;
 	}
+	len = (size_t)n;
 	buf[len] = '\0';
 	rc = (int)len;
 cleanup:
@@ -83,16 +78,14 @@ long host_read_file(const char *path, size_t max, char **out)
 			buf = grown;
 			cap = grown_cap;
 		}
-		ssize_t n = read(fd, buf + len, cap - len);
-		if (n < 0 && errno == EINTR)
-			continue;
+		ssize_t n = sysom_read_full(fd, buf + len, cap - len);
 		if (n < 0) {
-			rc = -errno;
+			rc = n;
 			goto cleanup;
 		}
-		if (n == 0)
-			break;
 		len += (size_t)n;
+		if (len < cap)
+			break; /* end of file */
 	}
 	buf[len] = '\0';
 	*out = buf;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "common/array.h"
 #include "common/bytes.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -251,15 +252,8 @@ static int item_reserve(struct spool *s)
 		return 0;
 	if (s->count >= SPOOL_MAX_FILES_LIMIT)
 		return -SYSOM_ELIMIT;
-	size_t cap = s->cap ? s->cap * 2 : 64;
-	if (cap > SPOOL_MAX_FILES_LIMIT)
-		cap = SPOOL_MAX_FILES_LIMIT;
-	struct spool_item *grown = realloc(s->items, cap * sizeof(*grown));
-	if (!grown)
-		return -ENOMEM;
-	s->items = grown;
-	s->cap = cap;
-	return 0;
+	return sysom_array_reserve((void **)&s->items, &s->cap, s->count, sizeof(*s->items), 64,
+				   SPOOL_MAX_FILES_LIMIT);
 }
 
 /* Inserts in order; the caller made room with item_reserve. */
@@ -1132,7 +1126,9 @@ void spool_batch_release(struct spool_batch *b)
 	b->body_len = 0;
 }
 
-int spool_batch_remove(struct spool *s, uint64_t epoch, uint64_t sequence)
+/* Takes a batch out of the spool once the server answered: deleted when it was stored
+ * (`rejected` false), moved aside to REJECTED_DIR when it was refused. 0 or -errno. */
+static int batch_retire(struct spool *s, uint64_t epoch, uint64_t sequence, bool rejected)
 {
 	char name[NAME_SIZE];
 	int err = 0;
@@ -1144,41 +1140,35 @@ int spool_batch_remove(struct spool *s, uint64_t epoch, uint64_t sequence)
 		goto cleanup;
 	}
 	batch_name(name, epoch, sequence, false);
-	if (unlinkat(s->dirfd, name, 0) < 0 && errno != ENOENT) {
+	if (rejected)
+		err = move_aside(s, name, s->rejected_fd);
+	else if (unlinkat(s->dirfd, name, 0) < 0 && errno != ENOENT)
 		err = -errno;
+	if (err)
 		goto cleanup;
-	}
 	item_delete(s, i);
-	/* Not required for correctness (a resurrected file is re-sent and de-duplicated by
-	 * its idempotency key), but keeps replays after a crash to a minimum. */
-	sysom_fsync_dirfd(s->dirfd);
+	if (rejected) {
+		s->stats.rejected++;
+		emit(s, SPOOL_EVENT_REJECTED, name, epoch, sequence, 0,
+		     "server rejected the batch: moved to " REJECTED_DIR "/");
+	} else {
+		/* Not required for correctness (a resurrected file is re-sent and de-duplicated by
+		 * its idempotency key), but keeps replays after a crash to a minimum. */
+		sysom_fsync_dirfd(s->dirfd);
+	}
 cleanup:
 	pthread_mutex_unlock(&s->lock);
 	return err;
 }
 
+int spool_batch_remove(struct spool *s, uint64_t epoch, uint64_t sequence)
+{
+	return batch_retire(s, epoch, sequence, false);
+}
+
 int spool_batch_reject(struct spool *s, uint64_t epoch, uint64_t sequence)
 {
-	char name[NAME_SIZE];
-	int err = 0;
-
-	pthread_mutex_lock(&s->lock);
-	size_t i = item_find(s, epoch, sequence);
-	if (i == SIZE_MAX) {
-		err = -ENOENT;
-		goto cleanup;
-	}
-	batch_name(name, epoch, sequence, false);
-	err = move_aside(s, name, s->rejected_fd);
-	if (err)
-		goto cleanup;
-	item_delete(s, i);
-	s->stats.rejected++;
-	emit(s, SPOOL_EVENT_REJECTED, name, epoch, sequence, 0,
-	     "server rejected the batch: moved to " REJECTED_DIR "/");
-cleanup:
-	pthread_mutex_unlock(&s->lock);
-	return err;
+	return batch_retire(s, epoch, sequence, true);
 }
 
 void spool_stats(struct spool *s, struct spool_stats *out)

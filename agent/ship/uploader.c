@@ -13,6 +13,7 @@
 
 #include "agent/ship/http_client.h"
 #include "agent/ship/retry.h"
+#include "common/options.h"
 #include "common/bytes.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -295,17 +296,6 @@ static void *upload_thread(void *arg)
 /* ---------------------------------------------------------------------------------------- */
 /* Public API */
 
-/* Converts a seconds option (0: default) to ns; false when out of (0, max]. */
-static bool seconds_option(double value, double dflt, double max, uint64_t *out)
-{
-	if (value == 0)
-		value = dflt;
-	if (!isfinite(value) || value <= 0 || value > max)
-		return false;
-	*out = (uint64_t)(value * (double)NS_PER_S);
-	return *out > 0;
-}
-
 int uploader_start(const struct uploader_options *opts, struct spool *spool,
 		   struct uploader **out)
 {
@@ -319,13 +309,13 @@ int uploader_start(const struct uploader_options *opts, struct spool *spool,
 	u = calloc(1, sizeof(*u));
 	if (!u)
 		return -ENOMEM;
-	if (!seconds_option(opts->backoff_initial_s, UPLOADER_DEFAULT_BACKOFF_INITIAL_S,
+	if (!sysom_seconds_option(opts->backoff_initial_s, UPLOADER_DEFAULT_BACKOFF_INITIAL_S,
 			    UPLOADER_MAX_BACKOFF_S, &u->backoff_initial_ns) ||
-	    !seconds_option(opts->backoff_max_s, UPLOADER_DEFAULT_BACKOFF_MAX_S,
+	    !sysom_seconds_option(opts->backoff_max_s, UPLOADER_DEFAULT_BACKOFF_MAX_S,
 			    UPLOADER_MAX_BACKOFF_S, &u->backoff_max_ns) ||
-	    !seconds_option(opts->request_timeout_s, UPLOADER_DEFAULT_REQUEST_TIMEOUT_S,
+	    !sysom_seconds_option(opts->request_timeout_s, UPLOADER_DEFAULT_REQUEST_TIMEOUT_S,
 			    UPLOADER_MAX_TIMEOUT_S, &u->request_timeout_ns) ||
-	    !seconds_option(opts->connect_timeout_s, UPLOADER_DEFAULT_CONNECT_TIMEOUT_S,
+	    !sysom_seconds_option(opts->connect_timeout_s, UPLOADER_DEFAULT_CONNECT_TIMEOUT_S,
 			    UPLOADER_MAX_TIMEOUT_S, &connect_ns) ||
 	    u->backoff_initial_ns > u->backoff_max_ns || u->request_timeout_ns < NS_PER_MS ||
 	    connect_ns < NS_PER_MS)

@@ -18,6 +18,7 @@
 #include "agent/ship/http_client.h"
 #include "agent/ship/retry.h"
 #include "agent/symbols/symupload_internal.h"
+#include "common/options.h"
 #include "common/bytes.h"
 #include "common/error.h"
 #include "common/hash.h"
@@ -731,16 +732,6 @@ static void *symupload_thread(void *arg)
 /* ---------------------------------------------------------------------------------------- */
 /* Public API */
 
-static bool seconds_option(double value, double dflt, double max, uint64_t *out)
-{
-	if (value == 0)
-		value = dflt;
-	if (!isfinite(value) || value <= 0 || value > max)
-		return false;
-	*out = (uint64_t)(value * (double)NS_PER_S);
-	return *out > 0;
-}
-
 static char *copy_or(const char *s, const char *dflt)
 {
 	return strdup(s ? s : dflt);
@@ -771,15 +762,15 @@ int symupload_new(const struct symupload_options *opts, struct symupload **out)
 	if (u->chunk < SYMUPLOAD_CHUNK_MIN || u->chunk > SYMUPLOAD_CHUNK_MAX ||
 	    u->queue_max > (1u << 20) || seen_max > (1u << 24) || u->uploaded_max < 16 ||
 	    u->uploaded_max > (1u << 24) || u->query_batch > SYMUPLOAD_QUERY_MAX ||
-	    !seconds_option(opts->query_interval_s, SYMUPLOAD_DEFAULT_QUERY_INTERVAL_S, 86400,
+	    !sysom_seconds_option(opts->query_interval_s, SYMUPLOAD_DEFAULT_QUERY_INTERVAL_S, 86400,
 			    &u->query_interval_ns) ||
-	    !seconds_option(opts->backoff_initial_s, SYMUPLOAD_DEFAULT_BACKOFF_INITIAL_S, 86400,
+	    !sysom_seconds_option(opts->backoff_initial_s, SYMUPLOAD_DEFAULT_BACKOFF_INITIAL_S, 86400,
 			    &u->backoff_initial_ns) ||
-	    !seconds_option(opts->backoff_max_s, SYMUPLOAD_DEFAULT_BACKOFF_MAX_S, 86400,
+	    !sysom_seconds_option(opts->backoff_max_s, SYMUPLOAD_DEFAULT_BACKOFF_MAX_S, 86400,
 			    &u->backoff_max_ns) ||
-	    !seconds_option(opts->request_timeout_s, SYMUPLOAD_DEFAULT_REQUEST_TIMEOUT_S, 3600,
+	    !sysom_seconds_option(opts->request_timeout_s, SYMUPLOAD_DEFAULT_REQUEST_TIMEOUT_S, 3600,
 			    &u->request_timeout_ns) ||
-	    !seconds_option(opts->connect_timeout_s, SYMUPLOAD_DEFAULT_CONNECT_TIMEOUT_S, 3600,
+	    !sysom_seconds_option(opts->connect_timeout_s, SYMUPLOAD_DEFAULT_CONNECT_TIMEOUT_S, 3600,
 			    &connect_ns) ||
 	    u->backoff_initial_ns > u->backoff_max_ns)
 		goto cleanup;

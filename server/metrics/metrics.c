@@ -177,12 +177,14 @@ int server_metrics_source_add(struct server_metrics *m, metrics_source_fn write,
 	return 0;
 }
 
-static void write_results(struct byte_buf *out, const char *name, const char *help,
-			  const struct metrics_counter *c, const char *const names[INGEST_RESULT_COUNT])
+/* A counter family with one sample per label value: `label`="names[i]" → c[i], i < n. */
+static void write_labelled(struct byte_buf *out, const char *name, const char *help,
+			   const char *label, const struct metrics_counter *c,
+			   const char *const *names, size_t n)
 {
 	metrics_family_write(out, name, "counter", help);
-	for (int i = 0; i < INGEST_RESULT_COUNT; i++) {
-		const char *labels[] = { "result", names[i], NULL };
+	for (size_t i = 0; i < n; i++) {
+		const char *labels[] = { label, names[i], NULL };
 		metrics_sample_write(out, name, labels, (double)metrics_counter_get(&c[i]));
 	}
 }
@@ -199,8 +201,8 @@ void server_metrics_write(const struct server_metrics *m, struct byte_buf *out)
 	static const char *const batch_results[] = { "stored", "duplicate", "rejected" };
 	static const char *const upload_results[] = { "stored", "unchanged", "rejected" };
 
-	write_results(out, "sysom_ingest_batches_total", "Batches received, by result.",
-		      m->batches, batch_results);
+	write_labelled(out, "sysom_ingest_batches_total", "Batches received, by result.", "result",
+		       m->batches, batch_results, INGEST_RESULT_COUNT);
 	metrics_family_write(out, "sysom_ingest_bytes_total", "counter",
 			     "Ingest body bytes, compressed as received and decompressed.");
 	{
@@ -217,24 +219,17 @@ void server_metrics_write(const struct server_metrics *m, struct byte_buf *out)
 		      &m->sample_rows_stored);
 	write_counter(out, "sysom_ingest_new_stacks_total", "Distinct stacks added to the store.",
 		      &m->stacks_created);
-	metrics_family_write(out, "sysom_ingest_errors_total", "counter",
-			     "Refused ingest and symbol upload requests, by reason.");
-	for (int i = 0; i < INGEST_ERR_COUNT; i++) {
-		const char *labels[] = { "reason", reason_names[i], NULL };
-		metrics_sample_write(out, "sysom_ingest_errors_total", labels,
-				     (double)metrics_counter_get(&m->errors[i]));
-	}
+	write_labelled(out, "sysom_ingest_errors_total",
+		       "Refused ingest and symbol upload requests, by reason.", "reason", m->errors,
+		       reason_names, INGEST_ERR_COUNT);
 	metrics_histogram_write(out, "sysom_ingest_duration_seconds",
 				"Time to handle an ingest request.", &m->ingest_seconds);
-	write_results(out, "sysom_kernel_symbol_uploads_total",
-		      "Kernel symbol table uploads, by result.", m->ksym_uploads, upload_results);
-	metrics_family_write(out, "sysom_symbol_uploads_total", "counter",
-			     "Symbol file upload requests (one per chunk), by result.");
-	for (int i = 0; i < SYMBOL_UPLOAD_RESULT_COUNT; i++) {
-		const char *labels[] = { "result", symbol_upload_names[i], NULL };
-		metrics_sample_write(out, "sysom_symbol_uploads_total", labels,
-				     (double)metrics_counter_get(&m->symbol_uploads[i]));
-	}
+	write_labelled(out, "sysom_kernel_symbol_uploads_total",
+		       "Kernel symbol table uploads, by result.", "result", m->ksym_uploads,
+		       upload_results, INGEST_RESULT_COUNT);
+	write_labelled(out, "sysom_symbol_uploads_total",
+		       "Symbol file upload requests (one per chunk), by result.", "result",
+		       m->symbol_uploads, symbol_upload_names, SYMBOL_UPLOAD_RESULT_COUNT);
 	write_counter(out, "sysom_symbol_upload_bytes_total",
 		      "Symbol file bytes received in upload chunks.", &m->symbol_upload_bytes);
 	write_counter(out, "sysom_symbol_missing_queries_total",

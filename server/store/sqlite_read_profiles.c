@@ -191,6 +191,25 @@ struct aggregate_visit {
 	uint64_t total;
 };
 
+/* Runs one aggregate: `select` (the columns and FROM), the sample filter on table `alias`,
+ * then `tail` (GROUP BY, ORDER BY, LIMIT ?6); each row to `row`, the window total to *total. */
+static int aggregate_run(struct store *base, const struct store_sample_filter *f, uint32_t limit,
+			 const char *select, char alias, const char *tail, store__row_fn row,
+			 struct aggregate_visit *v, uint64_t *total)
+{
+	struct byte_buf sql = { 0 };
+	int rc;
+
+	byte_buf_printf(&sql, "%s", select);
+	filter_sql_on(&sql, f, alias);
+	byte_buf_printf(&sql, "%s", tail);
+	rc = filter_run(store__sqlite(base), &sql, f, limit, row, v);
+	byte_buf_free(&sql);
+	if (!rc)
+		*total = v->total;
+	return rc;
+}
+
 static int stack_count_row(void *ctx, sqlite3_stmt *st)
 {
 	struct aggregate_visit *v = ctx;
@@ -213,21 +232,15 @@ int store__sqlite_stacks_aggregate(struct store *base, const struct store_sample
 				   uint64_t *total)
 {
 	struct aggregate_visit v = { .fn.stacks = fn, .arg = arg };
-	struct byte_buf sql = { 0 };
-	int rc;
 
 	/* The window sum runs over every group before LIMIT: the total counts everything. */
-	byte_buf_printf(&sql, "SELECT p.comm, min(p.tgid), max(p.tgid), count(DISTINCT s.process),"
-			      " coalesce(s.user_stack, 0) AS u, coalesce(s.kernel_stack, 0) AS k,"
-			      " sum(s.count) AS c, sum(sum(s.count)) OVER () AS total"
-			      " FROM samples s JOIN processes p ON p.id = s.process");
-	filter_sql_on(&sql, f, 's');
-	byte_buf_printf(&sql, " GROUP BY p.comm, u, k ORDER BY c DESC, p.comm, u, k LIMIT ?6");
-	rc = filter_run(store__sqlite(base), &sql, f, limit, stack_count_row, &v);
-	byte_buf_free(&sql);
-	if (!rc)
-		*total = v.total;
-	return rc;
+	return aggregate_run(base, f, limit,
+			     "SELECT p.comm, min(p.tgid), max(p.tgid), count(DISTINCT s.process),"
+			     " coalesce(s.user_stack, 0) AS u, coalesce(s.kernel_stack, 0) AS k,"
+			     " sum(s.count) AS c, sum(sum(s.count)) OVER () AS total"
+			     " FROM samples s JOIN processes p ON p.id = s.process",
+			     's', " GROUP BY p.comm, u, k ORDER BY c DESC, p.comm, u, k LIMIT ?6",
+			     stack_count_row, &v, total);
 }
 
 static int launch_count_row(void *ctx, sqlite3_stmt *st)
@@ -253,22 +266,16 @@ int store__sqlite_launches_aggregate(struct store *base, const struct store_samp
 				     uint64_t *total)
 {
 	struct aggregate_visit v = { .fn.launches = fn, .arg = arg };
-	struct byte_buf sql = { 0 };
-	int rc;
 
 	/* Rows repeating a key (the decoder allows it) are summed like any other rows. */
-	byte_buf_printf(&sql, "SELECT p.comm, min(p.tgid), max(p.tgid), count(DISTINCT l.process),"
-			      " coalesce(l.user_stack, 0) AS u, l.kernel_name != '' AS named,"
-			      " iif(l.kernel_name != '', l.kernel_name, printf('0x%%x', l.function)) AS kn,"
-			      " sum(l.count) AS c, sum(sum(l.count)) OVER () AS total"
-			      " FROM launches l JOIN processes p ON p.id = l.process");
-	filter_sql_on(&sql, f, 'l');
-	byte_buf_printf(&sql, " GROUP BY p.comm, u, named, kn ORDER BY c DESC, p.comm, u, kn LIMIT ?6");
-	rc = filter_run(store__sqlite(base), &sql, f, limit, launch_count_row, &v);
-	byte_buf_free(&sql);
-	if (!rc)
-		*total = v.total;
-	return rc;
+	return aggregate_run(base, f, limit,
+			     "SELECT p.comm, min(p.tgid), max(p.tgid), count(DISTINCT l.process),"
+			     " coalesce(l.user_stack, 0) AS u, l.kernel_name != '' AS named,"
+			     " iif(l.kernel_name != '', l.kernel_name, printf('0x%x', l.function)) AS kn,"
+			     " sum(l.count) AS c, sum(sum(l.count)) OVER () AS total"
+			     " FROM launches l JOIN processes p ON p.id = l.process",
+			     'l', " GROUP BY p.comm, u, named, kn ORDER BY c DESC, p.comm, u, kn LIMIT ?6",
+			     launch_count_row, &v, total);
 }
 
 static int gpu_time_row(void *ctx, sqlite3_stmt *st)
@@ -294,32 +301,25 @@ int store__sqlite_gpu_time_aggregate(struct store *base, const struct store_samp
 				     uint64_t *total)
 {
 	struct aggregate_visit v = { .fn.gpu_time = fn, .arg = arg };
-	struct byte_buf sql = { 0 };
-	int rc;
 
 	/* Per (process, kernel): its GPU time in the range, its launches per user stack and in
 	 * all; each stack gets the share of the time its launches had. */
-	byte_buf_printf(&sql,
-			"SELECT p.comm, min(p.tgid), max(p.tgid), count(DISTINCT g.process),"
-			" coalesce(l.u, 0) AS u, l.c IS NOT NULL AS seen, g.name AS kn,"
-			" CAST(sum(iif(l.c IS NULL, g.ns, g.ns * 1.0 * l.c / lt.c)) AS INTEGER) AS t,"
-			" CAST(sum(sum(iif(l.c IS NULL, g.ns, g.ns * 1.0 * l.c / lt.c))) OVER ()"
-			"  AS INTEGER)"
-			" FROM (SELECT process, node, name, min(time_ms) AS time_ms,"
-			"   sum(total_ns) AS ns FROM gpu_kernels WHERE time_ms BETWEEN ?1 AND ?2"
-			"   GROUP BY process, name) g"
-			" JOIN processes p ON p.id = g.process"
-			" LEFT JOIN (SELECT process, kernel_name AS name, coalesce(user_stack, 0) AS u,"
-			"   sum(count) AS c FROM launches WHERE time_ms BETWEEN ?1 AND ?2"
-			"   GROUP BY process, kernel_name, u) l ON l.process = g.process AND l.name = g.name"
-			" LEFT JOIN (SELECT process, kernel_name AS name, sum(count) AS c FROM launches"
-			"   WHERE time_ms BETWEEN ?1 AND ?2 GROUP BY process, kernel_name) lt"
-			"   ON lt.process = g.process AND lt.name = g.name");
-	filter_sql_on(&sql, f, 'g');
-	byte_buf_printf(&sql, " GROUP BY p.comm, u, seen, kn ORDER BY t DESC, p.comm, u, kn LIMIT ?6");
-	rc = filter_run(store__sqlite(base), &sql, f, limit, gpu_time_row, &v);
-	byte_buf_free(&sql);
-	if (!rc)
-		*total = v.total;
-	return rc;
+	return aggregate_run(base, f, limit,
+			     "SELECT p.comm, min(p.tgid), max(p.tgid), count(DISTINCT g.process),"
+			     " coalesce(l.u, 0) AS u, l.c IS NOT NULL AS seen, g.name AS kn,"
+			     " CAST(sum(iif(l.c IS NULL, g.ns, g.ns * 1.0 * l.c / lt.c)) AS INTEGER) AS t,"
+			     " CAST(sum(sum(iif(l.c IS NULL, g.ns, g.ns * 1.0 * l.c / lt.c))) OVER ()"
+			     "  AS INTEGER)"
+			     " FROM (SELECT process, node, name, min(time_ms) AS time_ms,"
+			     "   sum(total_ns) AS ns FROM gpu_kernels WHERE time_ms BETWEEN ?1 AND ?2"
+			     "   GROUP BY process, name) g"
+			     " JOIN processes p ON p.id = g.process"
+			     " LEFT JOIN (SELECT process, kernel_name AS name, coalesce(user_stack, 0) AS u,"
+			     "   sum(count) AS c FROM launches WHERE time_ms BETWEEN ?1 AND ?2"
+			     "   GROUP BY process, kernel_name, u) l ON l.process = g.process AND l.name = g.name"
+			     " LEFT JOIN (SELECT process, kernel_name AS name, sum(count) AS c FROM launches"
+			     "   WHERE time_ms BETWEEN ?1 AND ?2 GROUP BY process, kernel_name) lt"
+			     "   ON lt.process = g.process AND lt.name = g.name",
+			     'g', " GROUP BY p.comm, u, seen, kn ORDER BY t DESC, p.comm, u, kn LIMIT ?6",
+			     gpu_time_row, &v, total);
 }

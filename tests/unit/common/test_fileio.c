@@ -20,7 +20,7 @@
 #include "common/fileio.h"
 
 /*
- * write(2) and pread(2) are interposed for one chosen descriptor so that the kernel behaviours
+ * write(2), read(2) and pread(2) are interposed for one chosen descriptor so that the kernel behaviours
  * the helpers must survive (EINTR, one byte at a time, a zero-byte write) happen on demand;
  * every other call goes to the next definition (the sanitizer's or libc's).
  */
@@ -66,6 +66,24 @@ ssize_t pread(int fd, void *buf, size_t len, off_t off)
 			len = 1;
 	}
 	return next(fd, buf, len, off);
+}
+
+ssize_t read(int fd, void *buf, size_t len)
+{
+	static ssize_t (*next)(int, void *, size_t);
+
+	if (!next)
+		next = (ssize_t (*)(int, void *, size_t))dlsym(RTLD_NEXT, "read");
+	if (fd == fault_fd && fault_kind != FAULT_NONE) {
+		fault_calls++;
+		if (fault_kind == FAULT_EINTR_ONCE && fault_calls == 1) {
+			errno = EINTR;
+			return -1;
+		}
+		if (fault_kind == FAULT_ONE_BYTE && len > 1)
+			len = 1;
+	}
+	return next(fd, buf, len);
 }
 
 static void fault(int fd, enum fault kind)
@@ -220,6 +238,37 @@ static void test_pread_full(void **state)
 	unlink(path);
 }
 
+static void test_read_full(void **state)
+{
+	char path[64], buf[32];
+	int fd = tmp_file(path, sizeof(path));
+
+	(void)state;
+	assert_int_equal(sysom_write_full(fd, "0123456789", 10), 0);
+	/* From the file position, short only at the end of the file. */
+	assert_int_equal(lseek(fd, 2, SEEK_SET), 2);
+	assert_int_equal(sysom_read_full(fd, buf, 3), 3);
+	assert_memory_equal(buf, "234", 3);
+	assert_int_equal(sysom_read_full(fd, buf, sizeof(buf)), 5);
+	assert_memory_equal(buf, "56789", 5);
+	assert_int_equal(sysom_read_full(fd, buf, sizeof(buf)), 0);
+	/* One byte per call and an interrupted call still read everything. */
+	assert_int_equal(lseek(fd, 0, SEEK_SET), 0);
+	fault(fd, FAULT_ONE_BYTE);
+	assert_int_equal(sysom_read_full(fd, buf, 10), 10);
+	assert_memory_equal(buf, "0123456789", 10);
+	assert_true(fault_calls >= 10);
+	assert_int_equal(lseek(fd, 4, SEEK_SET), 4);
+	fault(fd, FAULT_EINTR_ONCE);
+	assert_int_equal(sysom_read_full(fd, buf, 20), 6);
+	assert_memory_equal(buf, "456789", 6);
+	fault(-1, FAULT_NONE);
+	assert_int_equal(sysom_read_full(-1, buf, 1), -EBADF);
+	assert_int_equal(sysom_pread_full(fd, buf, 1, UINT64_MAX), -EINVAL);
+	close(fd);
+	unlink(path);
+}
+
 static void test_fsync_dir(void **state)
 {
 	char dir[] = "/tmp/sysom-test-fsyncdir-XXXXXX";
@@ -253,6 +302,7 @@ int main(void)
 		cmocka_unit_test(test_write_full_errors),
 		cmocka_unit_test(test_write_full_pipe_larger_than_buffer),
 		cmocka_unit_test(test_pread_full),
+		cmocka_unit_test(test_read_full),
 		cmocka_unit_test(test_fsync_dir),
 	};
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Option tables: flags, config text, precedence, typed values and their bounds. */
 #include <errno.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -158,6 +159,25 @@ static void test_units(void **state)
 	assert_int_equal(sysom_parse_size("99999999999T", &b), -EINVAL);
 }
 
+static void test_seconds_option(void **state)
+{
+	uint64_t ns = 7;
+
+	(void)state;
+	assert_true(sysom_seconds_option(0, 2.5, 10, &ns));
+	assert_int_equal(ns, 2500000000ull);
+	assert_true(sysom_seconds_option(0.001, 1, 10, &ns));
+	assert_int_equal(ns, 1000000);
+	assert_true(sysom_seconds_option(10, 1, 10, &ns)); /* the bound itself is allowed */
+	ns = 7;
+	assert_false(sysom_seconds_option(10.5, 1, 10, &ns));
+	assert_false(sysom_seconds_option(-1, 1, 10, &ns));
+	assert_false(sysom_seconds_option(1e-12, 1, 10, &ns)); /* rounds to 0 ns */
+	assert_false(sysom_seconds_option(NAN, 1, 10, &ns));
+	assert_false(sysom_seconds_option(INFINITY, 1, 1e300, &ns));
+	assert_int_equal(ns, 7); /* untouched on failure */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -166,6 +186,7 @@ int main(void)
 		cmocka_unit_test(test_config_text),
 		cmocka_unit_test(test_peek),
 		cmocka_unit_test(test_units),
+		cmocka_unit_test(test_seconds_option),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
