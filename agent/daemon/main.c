@@ -1,13 +1,40 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* sysom-agent: configuration, --check, then the daemon. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include <bpf/libbpf.h>
 
 #include "agent/daemon/config.h"
 #include "agent/daemon/daemon.h"
 #include "agent/daemon/preflight.h"
 #include "common/error.h"
 #include "common/log.h"
+
+/* libbpf's warnings, into the agent's log (the errors it returns say the rest); with
+ * SYSOM_LIBBPF_DEBUG=1 everything it prints, the verifier log included, raw to stderr. */
+static int libbpf_log(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	static int debug = -1;
+	char msg[1024];
+	int n;
+
+	if (debug < 0)
+		debug = getenv("SYSOM_LIBBPF_DEBUG") != NULL;
+	if (debug)
+		return vfprintf(stderr, fmt, args);
+	if (level != LIBBPF_WARN)
+		return 0;
+	n = vsnprintf(msg, sizeof(msg), fmt, args);
+	if (n < 0)
+		return n;
+	for (size_t len = strlen(msg); len && msg[len - 1] == '\n'; len--)
+		msg[len - 1] = '\0';
+	log_warn("libbpf: %s", msg);
+	return n;
+}
 
 int main(int argc, char *argv[])
 {
@@ -44,6 +71,7 @@ int main(int argc, char *argv[])
 		goto cleanup;
 	}
 	sysom_log_setup("sysom-agent", level);
+	libbpf_set_print(libbpf_log);
 	if (cfg.check) {
 		status = agent_preflight_run(&cfg, stdout) ? 1 : 0;
 		goto cleanup;

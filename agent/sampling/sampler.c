@@ -15,6 +15,7 @@
 #include <bpf/libbpf.h>
 
 #include "agent/node/host.h"
+#include "common/clock.h"
 #include "common/hash.h"
 #include "common/wire/wire.h"
 #include "profile.skel.h"
@@ -90,17 +91,6 @@ static uint32_t rate_threshold(double rate)
 	if (t >= 4294967295.0)
 		return UINT32_MAX;
 	return t <= 0 ? 0 : (uint32_t)t;
-}
-
-static int libbpf_quiet(enum libbpf_print_level level, const char *fmt, va_list args)
-{
-	/* libbpf warnings reach the agent's log through its own error returns; keep the
-	 * verifier log available when debugging with SYSOM_LIBBPF_DEBUG=1. */
-	if (level == LIBBPF_DEBUG && !getenv("SYSOM_LIBBPF_DEBUG"))
-		return 0;
-	if (level != LIBBPF_WARN && !getenv("SYSOM_LIBBPF_DEBUG"))
-		return 0;
-	return vfprintf(stderr, fmt, args);
 }
 
 static int open_perf_event(uint32_t hz, uint32_t cpu)
@@ -224,7 +214,6 @@ int sampler_open(const struct sampler_options *opts, sampler_event_fn on_event, 
 		snprintf(err, errlen, "invalid sampler options (hz 10..999, rate (0,1], map sizes >= 64)");
 		return -EINVAL;
 	}
-	libbpf_set_print(libbpf_quiet);
 	ncpus = libbpf_num_possible_cpus();
 	if (ncpus <= 0) {
 		snprintf(err, errlen, "cannot determine the number of possible CPUs");
@@ -395,7 +384,7 @@ int sampler_counters_read(struct sampler *s, struct sampler_counters *out)
 static int wait_quiescent(struct sampler *s, uint64_t *waited_ns)
 {
 	uint64_t *pending = NULL;
-	uint64_t start = host_monotonic_ns();
+	uint64_t start = sysom_monotonic_ns();
 	int rc;
 
 	*waited_ns = 0;
@@ -412,7 +401,7 @@ static int wait_quiescent(struct sampler *s, uint64_t *waited_ns)
 	while (any) {
 		struct timespec pause = { 0, 20000 };
 
-		if (host_monotonic_ns() - start > QUIESCE_TIMEOUT_NS) {
+		if (sysom_monotonic_ns() - start > QUIESCE_TIMEOUT_NS) {
 			rc = -ETIMEDOUT;
 			goto cleanup;
 		}
@@ -424,7 +413,7 @@ static int wait_quiescent(struct sampler *s, uint64_t *waited_ns)
 			if ((pending[cpu] & 1) && s->cpu_values[cpu].inflight == pending[cpu])
 				any = true;
 	}
-	*waited_ns = host_monotonic_ns() - start;
+	*waited_ns = sysom_monotonic_ns() - start;
 cleanup:
 	free(pending);
 	return rc;
