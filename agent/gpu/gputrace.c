@@ -256,6 +256,20 @@ static int read_section(Elf_Scn *scn, Elf_Data **out)
 	return *out || sh.sh_size == 0 || sh.sh_type == SHT_NOBITS ? 0 : -EIO;
 }
 
+/* True when every NCCL probe's symbol is "nccl" + the name include/sysom/nccl_ops.h gives
+ * its op: the table spells the symbols out, the header numbers and names them once. */
+static bool nccl_specs_match_ops(void)
+{
+	for (size_t k = 0; k < NSPECS; k++) {
+		const char *name = sysom_nccl_op_name((unsigned)probe_specs[k].fn);
+		if (probe_specs[k].library == LIB_NCCL &&
+		    (!name || strncmp(probe_specs[k].symbol, "nccl", 4) ||
+		     strcmp(probe_specs[k].symbol + 4, name)))
+			return false;
+	}
+	return true;
+}
+
 /* File offsets of the wanted symbols (0 when absent), from .dynsym, else .symtab. Read with
  * pread (ELF_C_READ), never mmap: a file truncated meanwhile is -EIO, not SIGBUS. */
 static int find_symbols(const char *path, int kind, uint64_t offsets[NSPECS])
@@ -266,6 +280,8 @@ static int find_symbols(const char *path, int kind, uint64_t offsets[NSPECS])
 	bool have_dynsym = false;
 
 	memset(offsets, 0, NSPECS * sizeof(offsets[0]));
+	if (kind == LIB_NCCL && !nccl_specs_match_ops())
+		return -EINVAL; /* a probe table out of step with nccl_ops.h: caught by the tests */
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
