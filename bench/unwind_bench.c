@@ -24,6 +24,7 @@
 #include <bpf/libbpf.h>
 
 #include "agent/node/host.h"
+#include "common/clock.h"
 #include "common/wire/wire.h"
 #include "tests/support/unwind_session.h"
 
@@ -181,9 +182,9 @@ static double throughput(int mode, double seconds)
 		return -1;
 	}
 	if (nofp_workload_start(&n, seconds, args) == 0) {
-		uint64_t end = host_monotonic_ns() + (uint64_t)((seconds + 10) * 1e9);
+		uint64_t end = sysom_monotonic_ns() + (uint64_t)((seconds + 10) * 1e9);
 		/* Events every 100 ms: enough to publish the workload, little CPU of our own. */
-		while (mode >= 0 && waitpid(n.w.pid, NULL, WNOHANG) == 0 && host_monotonic_ns() < end) {
+		while (mode >= 0 && waitpid(n.w.pid, NULL, WNOHANG) == 0 && sysom_monotonic_ns() < end) {
 			usleep(100000);
 			unwind_session_poll(&s);
 		}
@@ -250,9 +251,9 @@ static int accuracy_run(double seconds, int stack_kb, bool use_perf, struct accu
 	struct collector cfp = { .n = &n, .t = &t }, chy = { .n = &n, .t = &t };
 	struct sampler_counters before, now;
 	sampler_counters_read(hybrid.sampler, &before);
-	uint64_t start = host_monotonic_ns(), next_drain = start + DRAIN_PERIOD_NS;
+	uint64_t start = sysom_monotonic_ns(), next_drain = start + DRAIN_PERIOD_NS;
 	uint64_t end = start + (uint64_t)(seconds * 1e9), ticks = 0;
-	while (host_monotonic_ns() < end) {
+	while (sysom_monotonic_ns() < end) {
 		usleep(1000);
 		poll_run_times(&fp, &out->rt_fp);
 		poll_run_times(&hybrid, &out->rt_hy);
@@ -260,7 +261,7 @@ static int accuracy_run(double seconds, int stack_kb, bool use_perf, struct accu
 			unwind_session_poll(&fp);
 			unwind_session_poll(&hybrid);
 		}
-		if (host_monotonic_ns() >= next_drain) {
+		if (sysom_monotonic_ns() >= next_drain) {
 			next_drain += DRAIN_PERIOD_NS;
 			unwind_session_drain(&fp, collect, &cfp);
 			unwind_session_drain(&hybrid, collect, &chy);

@@ -28,6 +28,7 @@
 #include "agent/symbols/symupload.h"
 #include "agent/sampling/unwinder.h"
 #include "agent/ship/uploader.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/hex.h"
 #include "common/log.h"
@@ -462,7 +463,7 @@ static void agent_drain(struct agent *a)
 
 	/* Process events first, so incarnations seen since the last drain are known. */
 	sampler_poll_events(a->sampler);
-	batcher_begin_drain(a->batcher, host_realtime_ns());
+	batcher_begin_drain(a->batcher, sysom_realtime_ns());
 	rc = sampler_drain(a->sampler, batcher_add_entry, a->batcher, &st);
 	if (rc < 0)
 		log_warn("drain incomplete: %s (undrained samples stay for the next drain)",
@@ -475,7 +476,7 @@ static void agent_drain(struct agent *a)
 	fold_counters(a);
 	proctrack_after_drain(a->pt);
 	if (a->unwinder) {
-		unwinder_sweep(a->unwinder, host_monotonic_ns());
+		unwinder_sweep(a->unwinder, sysom_monotonic_ns());
 		unwinder_step(a);
 	}
 	rc = sampler_sync_cpus(a->sampler);
@@ -519,7 +520,7 @@ static void agent_seal(struct agent *a)
 			  sysom_strerror(rc));
 		return;
 	}
-	rc = batcher_seal(a->batcher, a->host.node_id, spool_epoch(a->spool), seq, host_realtime_ns(),
+	rc = batcher_seal(a->batcher, a->host.node_id, spool_epoch(a->spool), seq, sysom_realtime_ns(),
 			  &out, &info);
 	if (rc) {
 		log_error("cannot seal batch %llu: %s (the window stays open)",

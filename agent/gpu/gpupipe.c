@@ -11,6 +11,7 @@
 
 #include <bpf/bpf.h>
 
+#include "common/clock.h"
 #include "common/array.h"
 #include "agent/node/host.h"
 #include "agent/gpu/nccltrack.h"
@@ -104,7 +105,7 @@ static void on_gt_event(void *ctx, const void *data, size_t len)
 {
 	struct gpupipe *gp = ctx;
 	struct nccltrack_call out;
-	int64_t to_real = (int64_t)(host_realtime_ns() - host_monotonic_ns());
+	int64_t to_real = (int64_t)(sysom_realtime_ns() - sysom_monotonic_ns());
 	int rc = nccltrack_event(gp->nt, data, len, to_real, &out);
 
 	if (rc <= 0)
@@ -251,7 +252,7 @@ void gpupipe_on_exec(struct gpupipe *gp, uint32_t tgid)
 {
 	/* Libraries load during the first seconds after exec (DT_NEEDED, then dlopen). */
 	static const uint64_t delays_ms[] = { 500, 3000, 10000 };
-	uint64_t now = host_monotonic_ns();
+	uint64_t now = sysom_monotonic_ns();
 
 	for (size_t i = 0; i < sizeof(delays_ms) / sizeof(delays_ms[0]); i++) {
 		if (gp->nscans >= MAX_PENDING_SCANS)
@@ -323,7 +324,7 @@ static void on_launch(void *ctx, const struct gt_launch_key *k, const struct gt_
 
 static void run_due_scans(struct gpupipe *gp)
 {
-	uint64_t now = host_monotonic_ns();
+	uint64_t now = sysom_monotonic_ns();
 
 	for (uint32_t i = 0; i < gp->nscans;) {
 		if (gp->scans[i].due_ns > now) {
@@ -358,7 +359,7 @@ void gpupipe_drain(struct gpupipe *gp)
 			    (traced - gp->last_launch_ns) / 1000000);
 	gp->last_launch_ns = traced - (traced - gp->last_launch_ns) % 1000000;
 	run_due_scans(gp);
-	gputrace_sweep(gp->gt, host_monotonic_ns());
+	gputrace_sweep(gp->gt, sysom_monotonic_ns());
 	gputrace_stats_read(gp->gt, &now);
 	nccltrack_stats_read(gp->nt, &ns);
 	batcher_add_counter(b, SYSOM_COUNTER_NCCL_CALLS, now.bpf.calls - gp->last.bpf.calls);

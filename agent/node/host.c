@@ -16,16 +16,6 @@
 #include "common/clock.h"
 #include "common/hash.h"
 
-uint64_t host_monotonic_ns(void)
-{
-	return sysom_monotonic_ns();
-}
-
-uint64_t host_realtime_ns(void)
-{
-	return sysom_realtime_ns();
-}
-
 int host_read_text(const char *path, char *buf, size_t max)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);

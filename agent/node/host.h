@@ -42,8 +42,4 @@ int host_read_text(const char *path, char *buf, size_t max);
  * -E2BIG when the file is larger than `max`. */
 long host_read_file(const char *path, size_t max, char **out);
 
-/* Monotonic and realtime clocks in ns. */
-uint64_t host_monotonic_ns(void);
-uint64_t host_realtime_ns(void);
-
 #endif

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/array.h"
 #include "agent/node/host.h"
 #include "agent/node/procmaps.h"
@@ -335,7 +336,7 @@ static int scan_mappings(struct proctrack *pt, struct pt_process *proc)
 	char path[PATH_MAX];
 	int rc;
 
-	proc->last_scan_ns = host_monotonic_ns();
+	proc->last_scan_ns = sysom_monotonic_ns();
 	pt->stats.scans++;
 	snprintf(path, sizeof(path), "%s/%u/maps", pt->opts.proc_root, proc->tgid);
 	rc = procmaps_read((int)proc->tgid, path, true, pt->opts.max_mappings, scan_visit, &sc, NULL);
@@ -571,7 +572,7 @@ void proctrack_resolve(struct proctrack *pt, struct pt_process *proc, uint64_t a
 		/* Not mapped when we last looked: maybe dlopen'ed since. Rescan a live process,
 		 * at most once per rescan interval. */
 		if (attempt == 0 && !proc->vanished && !proc->exited &&
-		    host_monotonic_ns() - proc->last_scan_ns >= pt->opts.rescan_interval_ns) {
+		    sysom_monotonic_ns() - proc->last_scan_ns >= pt->opts.rescan_interval_ns) {
 			scan_mappings(pt, proc);
 			continue;
 		}
@@ -587,7 +588,7 @@ bool proctrack_rescan(struct proctrack *pt, uint32_t tgid, uint32_t generation)
 	struct pt_process *proc = find_process(pt, tgid, generation);
 
 	if (!proc || proc->vanished || proc->exited ||
-	    host_monotonic_ns() - proc->last_scan_ns < pt->opts.rescan_interval_ns)
+	    sysom_monotonic_ns() - proc->last_scan_ns < pt->opts.rescan_interval_ns)
 		return false;
 	return scan_mappings(pt, proc) == 0;
 }
@@ -622,7 +623,7 @@ void proctrack_after_drain(struct proctrack *pt)
 {
 	uint32_t kept = 0;
 	bool removed = false;
-	uint64_t now = host_monotonic_ns();
+	uint64_t now = sysom_monotonic_ns();
 
 	pt->drains++;
 	for (uint32_t i = 0; i < pt->proc_count; i++) {

@@ -45,6 +45,7 @@
 #include "agent/node/host.h"
 #include "agent/ranks/jobenv.h"
 #include "bpf/ossignals.h"
+#include "common/clock.h"
 #include "common/bytes.h"
 #include "common/error.h"
 #include "common/hash.h"
@@ -316,7 +317,7 @@ int32_t ossignals_cpu_node(const struct ossignals *os, uint32_t cpu)
 
 const char *ossignals_irq_name(struct ossignals *os, uint32_t irq)
 {
-	uint64_t now = host_monotonic_ns();
+	uint64_t now = sysom_monotonic_ns();
 	char path[512], raw[512];
 	struct irq_name *n;
 
@@ -519,7 +520,7 @@ int ossignals_open(const struct ossignals_options *o, struct ossignals **out, ch
 		snprintf(err, errlen, "cannot read the per-CPU counters: %s", sysom_strerror(rc));
 		goto cleanup;
 	}
-	os->last_collect_ns = host_monotonic_ns();
+	os->last_collect_ns = sysom_monotonic_ns();
 	*out = os;
 	return 0;
 cleanup:
@@ -1041,7 +1042,7 @@ int ossignals_collect(struct ossignals *os, const struct ossignals_visitor *v,
 	__atomic_store_n(&os->skel->bss->window, os->window, __ATOMIC_SEQ_CST);
 	if ((rc = flush_cpus(os)))
 		return rc;
-	now = host_monotonic_ns();
+	now = sysom_monotonic_ns();
 	w.duration_ns = now - os->last_collect_ns;
 	os->last_collect_ns = now;
 	if (!os->opts.track_all)

@@ -15,6 +15,7 @@
 
 #include <bpf/bpf.h>
 
+#include "common/clock.h"
 #include "common/array.h"
 #include "agent/sampling/cfi.h"
 #include "agent/node/host.h"
@@ -205,7 +206,7 @@ static int build_file(struct unwinder *u, struct unwind_file *f)
 {
 	char path[PATH_MAX], err[256] = "";
 	struct cfi_table t = { 0 };
-	uint64_t started = host_monotonic_ns();
+	uint64_t started = sysom_monotonic_ns();
 	Elf *elf = NULL;
 	int fd = -1, rc;
 
@@ -256,10 +257,10 @@ static int build_file(struct unwinder *u, struct unwind_file *f)
 	u->stats.rows += t.nrows;
 	u->stats.fdes += f->fdes;
 	u->stats.builds++;
-	u->stats.build_ns += host_monotonic_ns() - started;
+	u->stats.build_ns += sysom_monotonic_ns() - started;
 	sysom_report(&u->opts.report, SYSOM_REPORT_DEBUG,
 		     "unwinder: %s: %u rows from %llu FDEs in %.1f ms", f->path, t.nrows,
-		     (unsigned long long)t.stats.fdes, (host_monotonic_ns() - started) / 1e6);
+		     (unsigned long long)t.stats.fdes, (sysom_monotonic_ns() - started) / 1e6);
 	goto cleanup;
 failed:
 	u->stats.build_failures++;
@@ -324,7 +325,7 @@ static struct unwind_process *find_process(struct unwinder *u, uint32_t tgid)
 
 static void release_files(struct unwind_process *p)
 {
-	uint64_t now = host_monotonic_ns();
+	uint64_t now = sysom_monotonic_ns();
 
 	for (uint32_t i = 0; i < p->nfiles; i++)
 		if (p->files[i]->refs && --p->files[i]->refs == 0)
@@ -433,7 +434,7 @@ int unwinder_publish(struct unwinder *u, const struct pt_process *proc)
 
 uint32_t unwinder_work(struct unwinder *u, uint64_t budget_ns)
 {
-	uint64_t started = host_monotonic_ns(), call = ++u->work_calls;
+	uint64_t started = sysom_monotonic_ns(), call = ++u->work_calls;
 	bool built = false, loaded = false;
 
 	/* Newest first: the files of a process that just started (a training job being launched)
@@ -444,7 +445,7 @@ uint32_t unwinder_work(struct unwinder *u, uint64_t budget_ns)
 		struct unwind_file *f = u->files[i];
 		if (f->state != FILE_PENDING || (!f->vdso && !f->src_tgid))
 			continue;
-		if (built && host_monotonic_ns() - started >= budget_ns)
+		if (built && sysom_monotonic_ns() - started >= budget_ns)
 			break;
 		if (build_file(u, f) == -ESRCH)
 			continue; /* its source process is gone: wait for another */

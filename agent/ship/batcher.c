@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/array.h"
 #include "common/compress.h"
 #include "common/hash.h"
@@ -104,7 +105,7 @@ int batcher_new(const struct batcher_options *opts, struct proctrack *pt, struct
 		batcher_free(b);
 		return rc;
 	}
-	b->window_start_ns = host_realtime_ns();
+	b->window_start_ns = sysom_realtime_ns();
 	*out = b;
 	return 0;
 }

@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "common/clock.h"
 #include "agent/node/host.h"
 #include "agent/node/kernel.h"
 #include "agent/node/proctrack.h"
@@ -242,8 +243,8 @@ static void test_drain_exactly_once(void **state)
 	c.samples = 0;
 	assert_int_equal(sampler_counters_read(s, &before), 0);
 	assert_int_equal(workload_start(&w, 3.0, args), 0);
-	uint64_t end = host_monotonic_ns() + 3000000000ULL;
-	while (host_monotonic_ns() < end) {
+	uint64_t end = sysom_monotonic_ns() + 3000000000ULL;
+	while (sysom_monotonic_ns() < end) {
 		struct timespec pause = { 0, 3000000 };
 		assert_int_equal(sampler_drain(s, count_entry, &c, NULL), 0);
 		drains++;
@@ -320,8 +321,8 @@ static void test_exec_and_exit_events(void **state)
 	}
 	log.tgid = (uint32_t)pid;
 	int status;
-	uint64_t deadline = host_monotonic_ns() + 20000000000ULL;
-	while (waitpid(pid, &status, WNOHANG) == 0 && host_monotonic_ns() < deadline) {
+	uint64_t deadline = sysom_monotonic_ns() + 20000000000ULL;
+	while (waitpid(pid, &status, WNOHANG) == 0 && sysom_monotonic_ns() < deadline) {
 		struct timespec pause = { 0, 5000000 };
 		sampler_poll_events(s);
 		nanosleep(&pause, NULL);
@@ -350,9 +351,9 @@ static pid_t spawn_busy_child(int ms)
 	pid_t pid = fork();
 
 	if (pid == 0) {
-		uint64_t end = host_monotonic_ns() + (uint64_t)ms * 1000000ULL;
+		uint64_t end = sysom_monotonic_ns() + (uint64_t)ms * 1000000ULL;
 		volatile uint64_t x = 0;
-		while (host_monotonic_ns() < end)
+		while (sysom_monotonic_ns() < end)
 			x++;
 		_exit(0);
 	}

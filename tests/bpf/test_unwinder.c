@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "agent/node/host.h"
+#include "common/clock.h"
 #include "common/elf_buildid.h"
 #include "tests/support/batch_fixture.h"
 #include "tests/support/file_truncator.h"
@@ -59,16 +60,16 @@ static int collect(void *ctx, const struct sampler_entry *e)
 static void run_sessions(struct unwind_session *const *sessions, struct observed *const *obs,
 			 int count, double seconds)
 {
-	uint64_t end = host_monotonic_ns() + (uint64_t)(seconds * 1e9);
+	uint64_t end = sysom_monotonic_ns() + (uint64_t)(seconds * 1e9);
 
-	while (host_monotonic_ns() < end) {
+	while (sysom_monotonic_ns() < end) {
 		for (int slice = 0; slice < DRAIN_PERIOD_US / 10000; slice++) {
 			usleep(10000);
 			for (int i = 0; i < count; i++)
 				unwind_session_poll(sessions[i]);
 		}
 		for (int i = 0; i < count; i++) {
-			obs[i]->drain_ns = host_monotonic_ns();
+			obs[i]->drain_ns = sysom_monotonic_ns();
 			assert_int_equal(unwind_session_drain(sessions[i], collect, obs[i]), 0);
 		}
 	}
@@ -106,8 +107,8 @@ static void open_session(struct unwind_session *s, enum sysom_unwinder mode)
 	 * the workload would delay the workload's publication (its samples then take frame
 	 * pointers). The test process predates the sampler: generation 0. */
 	proctrack_on_new(s->pt, (uint32_t)getpid(), 0);
-	uint64_t end = host_monotonic_ns() + 500000000ULL;
-	while (host_monotonic_ns() < end) {
+	uint64_t end = sysom_monotonic_ns() + 500000000ULL;
+	while (sysom_monotonic_ns() < end) {
 		usleep(10000);
 		unwind_session_poll(s);
 	}
@@ -151,11 +152,11 @@ static double wait_workload_tables(struct unwind_session *s, struct unwind_sessi
 {
 	struct sysom_build_id exe, lib;
 	struct unwinder_file_info ie, il;
-	uint64_t start = host_monotonic_ns(), end = start + 3000000000ULL;
+	uint64_t start = sysom_monotonic_ns(), end = start + 3000000000ULL;
 
 	fixture_build_id("nofp_workload", &exe);
 	library_build_id(&lib);
-	while (host_monotonic_ns() < end &&
+	while (sysom_monotonic_ns() < end &&
 	       !(unwinder_file_info(s->unwinder, &exe, &ie) == 0 && ie.file_id &&
 		 unwinder_file_info(s->unwinder, &lib, &il) == 0 && il.file_id)) {
 		usleep(10000);
@@ -166,7 +167,7 @@ static double wait_workload_tables(struct unwind_session *s, struct unwind_sessi
 	assert_int_equal(unwinder_file_info(s->unwinder, &exe, &ie), 0);
 	assert_int_equal(unwinder_file_info(s->unwinder, &lib, &il), 0);
 	assert_true(ie.file_id != 0 && il.file_id != 0);
-	return (host_monotonic_ns() - start) / 1e9;
+	return (sysom_monotonic_ns() - start) / 1e9;
 }
 
 /* The linked workload, sampled by a frame-pointer session and a hybrid one at once. */
@@ -255,7 +256,7 @@ static void test_dlopen_found(void **state)
 	/* Sample the executable-only phase, so the process is published before the dlopen. */
 	run_sessions(ss, os, 1, 1.0);
 	assert_int_equal(nofp_workload_expect(&n, "loaded ", line, sizeof(line), 5000), 0);
-	uint64_t loaded_ns = host_monotonic_ns();
+	uint64_t loaded_ns = sysom_monotonic_ns();
 	assert_int_equal(symtab_load_process(&t, n.w.pid), 0);
 	run_sessions(ss, os, 1, 4.0);
 	workload_wait(&n.w);
@@ -422,10 +423,10 @@ static void test_tables_shared_and_dropped(void **state)
 	assert_int_equal(gone.refs, 0);
 	/* Within the grace period the table stays (a restarting process finds it)... */
 	unwinder_stats_read(s.unwinder, &before);
-	unwinder_sweep(s.unwinder, host_monotonic_ns());
+	unwinder_sweep(s.unwinder, sysom_monotonic_ns());
 	assert_int_equal(unwinder_file_info(s.unwinder, &lib, &gone), 0);
 	/* ... after it, it is dropped from BPF. */
-	unwinder_sweep(s.unwinder, host_monotonic_ns() + 61ULL * 1000000000ULL);
+	unwinder_sweep(s.unwinder, sysom_monotonic_ns() + 61ULL * 1000000000ULL);
 	unwinder_stats_read(s.unwinder, &after);
 	print_message("# tables %u → %u after the grace period (%llu dropped)\n", before.tables,
 		      after.tables, (unsigned long long)after.tables_dropped);
@@ -478,8 +479,8 @@ static void test_table_builds_deferred(void **state)
 	open_session(&s, SYSOM_UNWINDER_HYBRID);
 	/* Each test opens its own session: nothing of the workload is known to it yet. */
 	assert_int_equal(nofp_workload_start(&n, 2.0, NULL), 0);
-	uint64_t end = host_monotonic_ns() + 300000000ULL;
-	while (host_monotonic_ns() < end && unwinder_file_info(s.unwinder, &lib, &info) != 0) {
+	uint64_t end = sysom_monotonic_ns() + 300000000ULL;
+	while (sysom_monotonic_ns() < end && unwinder_file_info(s.unwinder, &lib, &info) != 0) {
 		usleep(10000);
 		sampler_poll_events(s.sampler); /* events only: no build slice */
 	}
@@ -540,8 +541,8 @@ static void test_frame_pointers_without_eh_frame(void **state)
 	assert_int_equal(rc, 0);
 	assert_int_equal(symtab_load_process(&t, w.pid), 0);
 	struct fp_chain_tally tally = { .pid = w.pid, .t = &t };
-	uint64_t end = host_monotonic_ns() + 2500000000ULL;
-	while (host_monotonic_ns() < end) {
+	uint64_t end = sysom_monotonic_ns() + 2500000000ULL;
+	while (sysom_monotonic_ns() < end) {
 		for (int i = 0; i < 25; i++) {
 			usleep(10000);
 			unwind_session_poll(&s);
@@ -633,12 +634,12 @@ static void test_library_truncated_while_built(void **state)
 			if (fd < 0 || mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_EXEC, MAP_PRIVATE,
 					   fd, 0) == MAP_FAILED)
 				_exit(1);
-			uint64_t end = host_monotonic_ns() + 600000000ULL;
-			while (host_monotonic_ns() < end)
+			uint64_t end = sysom_monotonic_ns() + 600000000ULL;
+			while (sysom_monotonic_ns() < end)
 				;
 			_exit(0);
 		}
-		for (uint64_t end = host_monotonic_ns() + 600000000ULL; host_monotonic_ns() < end;) {
+		for (uint64_t end = sysom_monotonic_ns() + 600000000ULL; sysom_monotonic_ns() < end;) {
 			usleep(20000);
 			unwind_session_drain(&s, ignore_entry, NULL);
 		}

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Sampler + tracker + unwinder wiring, the no-frame-pointer workload, and chain accuracy. */
+#include "common/clock.h"
 #include "tests/support/unwind_session.h"
 
 #include <errno.h>
@@ -102,7 +103,7 @@ int unwind_session_drain(struct unwind_session *s, sampler_drain_fn fn, void *ct
 	rc = sampler_drain(s->sampler, fn, ctx, NULL);
 	proctrack_after_drain(s->pt);
 	if (s->unwinder) {
-		unwinder_sweep(s->unwinder, host_monotonic_ns());
+		unwinder_sweep(s->unwinder, sysom_monotonic_ns());
 		unwinder_work(s->unwinder, WORK_BUDGET_NS);
 	}
 	return rc;
@@ -121,10 +122,10 @@ void unwind_session_close(struct unwind_session *s)
 int nofp_workload_expect(struct nofp_workload *n, const char *prefix, char *line, size_t size,
 			 int timeout_ms)
 {
-	uint64_t deadline = host_monotonic_ns() + (uint64_t)timeout_ms * 1000000ULL;
+	uint64_t deadline = sysom_monotonic_ns() + (uint64_t)timeout_ms * 1000000ULL;
 
 	for (;;) {
-		uint64_t now = host_monotonic_ns();
+		uint64_t now = sysom_monotonic_ns();
 		if (now >= deadline)
 			return -ETIMEDOUT;
 		int rc = workload_read_line(n->w.stdout_fd, line, size,
@@ -181,7 +182,7 @@ void chain_accuracy_add_names(struct chain_accuracy *a, const struct nofp_worklo
 		a->full_chain += count;
 	else if (a->label && getenv("SYSOM_DEBUG_CHAIN")) {
 		fprintf(stderr, "%s: partial (%llu, stop %u) at %.3f:", a->label,
-			(unsigned long long)count, stop_reason, host_monotonic_ns() / 1e9);
+			(unsigned long long)count, stop_reason, sysom_monotonic_ns() / 1e9);
 		for (int i = 0; i < nframes; i++)
 			fprintf(stderr, " %s", names[i] ? names[i] : "?");
 		fprintf(stderr, "\n");
