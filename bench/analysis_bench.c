@@ -122,13 +122,6 @@ static int bench_core(int32_t n, int rounds)
 }
 
 /* No profiles in this store: the CPU layer gets empty text. */
-static int no_profile(void *arg, const struct store_sample_filter *range, int32_t a, int32_t b,
-		      uint32_t limit, struct byte_buf *out)
-{
-	(void)arg, (void)range, (void)a, (void)b, (void)limit, (void)out;
-	return 0;
-}
-
 static int no_folded(void *arg, const struct store_sample_filter *f, uint32_t limit,
 		     struct byte_buf *out)
 {
@@ -252,7 +245,7 @@ static int bench_live(int32_t n, int rounds)
 	if ((rc = batches_make(n, t0_ns, to_live, &k)))
 		goto cleanup;
 	size_t mem = heap_bytes() - before;
-	struct diagnosis_ctx ctx = { NULL, no_profile, NULL, no_folded, NULL };
+	struct diagnosis_ctx ctx = { .folded = no_folded };
 	struct diagnosis_params p;
 	struct diagnosis_scope scope = { .job = "bench-job", .from_ms = t0_ns / 1000000 - 1000,
 					 .to_ms = t0_ns / 1000000 + WINDOW * 100 + 1000 };
@@ -304,7 +297,7 @@ static int bench_store(int32_t n, int rounds)
 	if ((rc = store_fill(s, n, t0_ns)))
 		goto cleanup;
 	fill_s = now_s() - f0;
-	struct diagnosis_ctx ctx = { s, no_profile, NULL, no_folded, NULL };
+	struct diagnosis_ctx ctx = { .store = s, .folded = no_folded };
 	struct diagnosis_params p;
 	struct diagnosis_scope scope = { .job = "bench-job", .from_ms = t0_ns / 1000000 - 1000,
 					 .to_ms = t0_ns / 1000000 + WINDOW * 100 + 1000 };

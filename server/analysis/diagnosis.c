@@ -406,7 +406,7 @@ static void diagnose_gpu(const struct diagnosis_ctx *ctx, const struct store_sam
 		struct store_sample_filter f = *range;
 		f.has_rank = true;
 		f.rank = s;
-		if (ctx->gpu_time_folded(ctx->diff_arg, &f, QUERY_DEFAULT_STACK_LIMIT, &folded))
+		if (ctx->gpu_time_folded(ctx->profiles_arg, &f, QUERY_DEFAULT_STACK_LIMIT, &folded))
 			byte_buf_free(&folded); /* the kernels without their stacks */
 	}
 	for (size_t i = 0; i < n && i < DIAGNOSIS_TOP; i++) {
@@ -446,7 +446,7 @@ static void diagnose_cpu(const struct diagnosis_ctx *ctx, const struct store_sam
 		struct store_sample_filter f = *range;
 		f.has_rank = true;
 		f.rank = side_rank[side];
-		if (ctx->folded(ctx->diff_arg, &f, QUERY_DEFAULT_STACK_LIMIT, &text[side]))
+		if (ctx->folded(ctx->profiles_arg, &f, QUERY_DEFAULT_STACK_LIMIT, &text[side]))
 			goto cleanup;
 	}
 	if (folded_diff_build(&text[0], &text[1], &diff))
@@ -1206,7 +1206,7 @@ static int wl_profile_load(const struct diagnosis_ctx *ctx, const struct diagnos
 
 	memset(p, 0, sizeof(*p));
 	p->rank = rank;
-	if (!(rc = ctx->folded(ctx->diff_arg, &f, QUERY_DEFAULT_STACK_LIMIT, &text)) &&
+	if (!(rc = ctx->folded(ctx->profiles_arg, &f, QUERY_DEFAULT_STACK_LIMIT, &text)) &&
 	    !(rc = folded_diff_build(&text, &none, &diff))) {
 		int n = layers_cpu_diff_deltas(&diff, &p->fns, totals);
 		if (n < 0)

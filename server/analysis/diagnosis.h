@@ -25,14 +25,11 @@
 #define DIAGNOSIS_MIN_WINDOW 16 /* a group whose window the cell budget cuts below: skipped */
 
 
-/* What the analysis reads: the store, and symbolised CPU profiles of a filter as folded
- * "stack count" lines (api_folded). `diff_folded` (two ranks side by side as text, the HTTP
- * diff endpoint's) is not read by the analysis: it builds its typed diffs from `folded`. */
+/* What the analysis reads: the store, and symbolised profiles of a filter as folded
+ * "stack count" lines (server/query/profile.h), through callbacks over `profiles_arg`. */
 struct diagnosis_ctx {
 	struct store *store;
-	int (*diff_folded)(void *arg, const struct store_sample_filter *range, int32_t a, int32_t b,
-			   uint32_t limit, struct byte_buf *out);
-	void *diff_arg;
+	void *profiles_arg;
 	int (*folded)(void *arg, const struct store_sample_filter *f, uint32_t limit,
 		      struct byte_buf *out);
 	/* GPU kernel time by launching stack, "stack;[gpu] kernel ns" lines (NULL: none). */

@@ -179,7 +179,7 @@ static int job_profile(struct monitor *m, const char *job, int64_t from_ms, int6
 {
 	struct store_sample_filter f = { .job = job, .from_ms = from_ms, .to_ms = to_ms };
 
-	return m->ctx.folded(m->ctx.diff_arg, &f, MONITOR_PROFILE_LIMIT, out);
+	return m->ctx.folded(m->ctx.profiles_arg, &f, MONITOR_PROFILE_LIMIT, out);
 }
 
 /*

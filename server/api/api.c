@@ -80,12 +80,6 @@ json_t *api__json_int_or_null(int64_t v)
 }
 
 /* The diagnosis context's callbacks: the query module's profiles (arg: struct query_profiles). */
-static int diff_folded_cb(void *arg, const struct store_sample_filter *range, int32_t a,
-			  int32_t b, uint32_t limit, struct byte_buf *out)
-{
-	return query_diff_folded(arg, range, a, b, limit, out);
-}
-
 static int folded_cb(void *arg, const struct store_sample_filter *f, uint32_t limit,
 		     struct byte_buf *out)
 {
@@ -101,6 +95,6 @@ static int gpu_time_folded_cb(void *arg, const struct store_sample_filter *f, ui
 
 void api_diagnosis_ctx(struct api *api, struct diagnosis_ctx *ctx)
 {
-	*ctx = (struct diagnosis_ctx){ api->store, diff_folded_cb, &api->profiles, folded_cb,
-				       gpu_time_folded_cb };
+	*ctx = (struct diagnosis_ctx){ .store = api->store, .profiles_arg = &api->profiles,
+				       .folded = folded_cb, .gpu_time_folded = gpu_time_folded_cb };
 }
