@@ -1149,6 +1149,9 @@ static int read_header(struct decoder *d, struct section *sections,
 	if (!sections[SYSOM_SECTION_STRINGS].present || !sections[SYSOM_SECTION_NODE].present)
 		return CORRUPT(d, header_size, "required section %s missing",
 			       sections[SYSOM_SECTION_STRINGS].present ? "NODE" : "STRINGS");
+	/* A batch is exactly its header, table and sections: bytes after them are nobody's. */
+	if (prev_end != d->len)
+		return CORRUPT(d, prev_end, "%zu bytes after the last section", d->len - prev_end);
 	return 0;
 }
 

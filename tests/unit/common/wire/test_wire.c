@@ -207,6 +207,36 @@ static void test_truncation(void **state)
 	sysom_batch_free(&b);
 }
 
+/* A batch is exactly its sections: one byte or a second copy after it is refused, and says
+ * where the batch should have ended. */
+static void test_trailing_bytes(void **state)
+{
+	struct sysom_batch b, d;
+	struct byte_buf buf;
+	struct sysom_wire_error err;
+
+	(void)state;
+	build_sample_batch(&b);
+	encode(&b, &buf);
+	size_t len = buf.len;
+	assert_int_equal(sysom_batch_decode(buf.data, len, NULL, &d, &err), 0);
+	sysom_batch_free(&d);
+	for (size_t extra = 1; extra <= len; extra = extra * 2 + 1) {
+		uint8_t *copy = calloc(1, len + extra);
+		assert_non_null(copy);
+		memcpy(copy, buf.data, len);
+		if (extra >= len)
+			memcpy(copy + len, buf.data, len); /* the same batch twice */
+		assert_int_equal(sysom_batch_decode(copy, len + extra, NULL, &d, &err), -SYSOM_ECORRUPT);
+		assert_non_null(strstr(err.message, "after the last section"));
+		assert_int_equal(err.offset, len);
+		sysom_batch_free(&d);
+		free(copy);
+	}
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
+}
+
 /* Flipping any single byte either decodes to a valid batch or fails cleanly. */
 static void test_bit_flips(void **state)
 {
@@ -1448,6 +1478,7 @@ int main(void)
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_dedup),
 		cmocka_unit_test(test_truncation),
+		cmocka_unit_test(test_trailing_bytes),
 		cmocka_unit_test(test_bit_flips),
 		cmocka_unit_test(test_specific_corruptions),
 		cmocka_unit_test(test_limits),
