@@ -170,6 +170,44 @@ static int data_dir_lock(const char *dir, int *lock_fd, char *err, size_t errlen
 	return 0;
 }
 
+/*
+ * The database holds every node's stacks and hostnames: its files are the owner's only. A new
+ * sysom.db is created 0600 before SQLite opens it (SQLite gives its -wal and -shm files the
+ * database file's mode); files an older server created group- or world-readable are tightened.
+ */
+static int db_files_private(const struct sqlite_store *s, char *err, size_t errlen)
+{
+	const char *suffixes[] = { "", "-wal", "-shm" };
+	char path[PATH_MAX];
+	struct stat st;
+	int fd, rc;
+
+	for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
+		if ((size_t)snprintf(path, sizeof(path), "%s%s", s->db_path, suffixes[i]) >=
+		    sizeof(path)) {
+			snprintf(err, errlen, "data directory path too long");
+			return -ENAMETOOLONG;
+		}
+		fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | (i == 0 ? O_CREAT : 0), 0600);
+		if (fd < 0) {
+			if (i > 0 && errno == ENOENT)
+				continue;
+			rc = -errno;
+			snprintf(err, errlen, "cannot open %s: %s", path, sysom_strerror(rc));
+			return rc;
+		}
+		rc = fstat(fd, &st) ? -errno : 0;
+		if (!rc && (st.st_mode & 077) && fchmod(fd, st.st_mode & 0700))
+			rc = -errno;
+		close(fd);
+		if (rc) {
+			snprintf(err, errlen, "cannot make %s private: %s", path, sysom_strerror(rc));
+			return rc;
+		}
+	}
+	return 0;
+}
+
 static int text_row(void *ctx, sqlite3_stmt *st)
 {
 	store__text_copy(st, 0, ctx, JOURNAL_MODE_LEN);
@@ -256,7 +294,8 @@ int store_sqlite_open(const char *data_dir, const struct store_sqlite_options *o
 		rc = -ENOMEM;
 		goto cleanup;
 	}
-	if ((rc = data_dir_lock(data_dir, &s->lock_fd, err, errlen)))
+	if ((rc = data_dir_lock(data_dir, &s->lock_fd, err, errlen)) ||
+	    (rc = db_files_private(s, err, errlen)))
 		goto cleanup;
 	rc = open_connections(s, &o, err, errlen);
 cleanup:

@@ -146,6 +146,36 @@ static void test_schema_created_and_reopened(void **state)
 	assert_int_equal(rows(c->dir, "samples"), 4);
 }
 
+static int file_mode(const char *dir, const char *name)
+{
+	char path[256];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return stat(path, &st) ? -1 : (int)(st.st_mode & 0777);
+}
+
+/* The database files are the owner's only (they hold every node's stacks and hostnames),
+ * also when an older server left them readable by others. */
+static void test_db_files_private(void **state)
+{
+	struct ctx *c = *state;
+	char err[256], path[256];
+
+	put_fixture(c->store, &(struct fixture_spec){ .node = 1, .epoch = 1, .sequence = 1,
+						       .window_start_ns = T0 }, 0, NULL);
+	assert_int_equal(file_mode(c->dir, "sysom.db"), 0600);
+	assert_int_equal(file_mode(c->dir, "sysom.db-wal"), 0600);
+	assert_int_equal(file_mode(c->dir, "sysom.db-shm"), 0600);
+	store_close(c->store);
+	c->store = NULL;
+	snprintf(path, sizeof(path), "%s/sysom.db", c->dir);
+	assert_int_equal(chmod(path, 0644), 0);
+	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
+	assert_int_equal(file_mode(c->dir, "sysom.db"), 0600);
+	assert_int_equal(rows(c->dir, "samples"), 4);
+}
+
 static void test_newer_schema_refused(void **state)
 {
 	struct ctx *c = *state;
@@ -932,6 +962,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_schema_created_and_reopened, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_db_files_private, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_data_dir_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
