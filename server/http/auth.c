@@ -93,6 +93,9 @@ bool auth_request_check(struct auth *a, const struct http_request *req)
 		ok = equal_constant_time(given, strlen(given), a->token, a->token_len);
 	}
 	pthread_rwlock_unlock(&a->lock);
+	/* The transport keeps room for connections whose requests pass (with no token: all). */
+	if (ok)
+		http_request_mark_authenticated(req);
 	return ok;
 }
 

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 #include "common/list.h"
 #include "common/array.h"
 #include "common/bytes.h"
+#include "common/hash.h"
 #include "server/http/http_internal.h"
 
 /*
@@ -29,6 +31,12 @@
  * transport's own constants.
  */
 #define DEFAULT_MAX_CONNECTIONS 1024u
+/* An agent holds one connection; a host running a few tools a handful more. */
+#define DEFAULT_MAX_CONNECTIONS_PER_PEER 32u
+/* A client sends its request as soon as it is connected: seconds are generous. */
+#define DEFAULT_FIRST_BYTE_TIMEOUT_MS 5000u
+/* A head is at most 64 KiB; real clients send it in one write. */
+#define DEFAULT_HEADER_TIMEOUT_MS 10000u
 #define DEFAULT_MAX_HEADER_BYTES (64u * 1024u)
 #define DEFAULT_MAX_HEADERS 100u
 #define DEFAULT_IDLE_TIMEOUT_MS 60000u
@@ -46,6 +54,8 @@
 #define KEEP_BUFFER_BYTES (64u * 1024u)
 /* At most this much of an announced Content-Length is allocated before the body arrives. */
 #define BODY_RESERVE_MAX (256u * 1024u)
+/* Peer table buckets: at most this many (chains grow beyond; entries are one per peer). */
+#define PEER_BUCKETS_MAX 65536u
 
 /*
  * Counters, for the record:
@@ -54,12 +64,19 @@
  *   responses_Nxx     every final response, including 503s to rejected connections
  *   parse_errors      400 answers (malformed requests and invalid paths)
  *   limit_rejections  408, 413, 431 and 503 answered by the transport
+ *   connections_rejected  refused with nothing evictable; peer_rejections refused over the
+ *                     per-peer limit (both 503 while at most max_refusing are being answered,
+ *                     a silent close beyond)
  *   bytes_sent        counted when a write completes (100 Continue and every piece of a
  *                     file body included)
  */
 
 struct http_config {
 	uint32_t max_connections;
+	uint32_t max_connections_per_peer; /* HTTP_UNLIMITED: none */
+	uint32_t max_refusing;             /* refused connections answered with 503 at once */
+	uint32_t first_byte_timeout_ms;
+	uint32_t header_timeout_ms;
 	uint32_t max_header_bytes;
 	uint32_t max_headers;
 	uint32_t idle_timeout_ms;
@@ -79,10 +96,46 @@ enum conn_state {
 
 enum timer_mode {
 	TIMER_OFF,
-	TIMER_IDLE,    /* no request in progress: close silently */
-	TIMER_REQUEST, /* a request started but is not complete: 408 */
-	TIMER_WRITE,   /* the peer does not take the response: close */
-	TIMER_LINGER,  /* end of the lingering close */
+	TIMER_IDLE,       /* trusted, no request in progress: close silently */
+	TIMER_FIRST_BYTE, /* untrusted, no request in progress: close silently (counted) */
+	TIMER_HEAD,       /* a request's head is not complete: 408 */
+	TIMER_REQUEST,    /* a request's head arrived, its body is not complete: 408 */
+	TIMER_WRITE,      /* the peer does not take the response: close */
+	TIMER_LINGER,     /* end of the lingering close */
+};
+
+/*
+ * Eviction queues, in the order a full connection table takes its victim from them (the
+ * first connection of the first non-empty queue). Only counted connections are queued.
+ */
+enum evict_tier {
+	TIER_LINGERING,    /* its last response sent, the connection closing */
+	TIER_WAITING,      /* untrusted, no request begun: by when it began waiting */
+	TIER_PARTIAL,      /* untrusted, a request part-way in: by when its last bytes came */
+	TIER_TRUSTED_IDLE, /* trusted, idle between requests: by when it began waiting */
+	TIER_COUNT,
+	TIER_NONE = TIER_COUNT, /* not evictable: handling, writing, trusted mid-request, closed */
+};
+
+struct conn_queue {
+	struct http_conn *first, *last;
+};
+
+/*
+ * Untrusted connections per peer (one IPv4 address or IPv6 /64; see http__peer_key). An
+ * entry lives while it counts a connection. Buckets are picked by a hash keyed with a random
+ * seed, so peers cannot aim at one chain.
+ */
+struct peer {
+	struct peer *next;             /* hash chain */
+	uint8_t key[HTTP_PEER_KEY_LEN];
+	uint32_t untrusted;            /* counted, untrusted connections of this peer (>= 1) */
+};
+
+struct peer_table {
+	struct peer **buckets;
+	uint32_t mask;                 /* bucket count - 1 (a power of two less one) */
+	uint64_t seed;
 };
 
 /* Which parser callback ran last while the request head was being collected. */
@@ -128,10 +181,21 @@ struct http_conn {
 	bool work_pending;             /* uv_queue_work issued, after-work not run yet */
 	bool reading;
 	bool counted;                  /* counted in srv->served and connections_open */
-	bool rejected;                 /* over max_connections: 503, then close */
+	bool rejected;                 /* refused (table or peer limit): 503, then close */
+	/*
+	 * Set by http_request_mark_authenticated on the handler's thread while the handler
+	 * runs; read on the loop thread only after the handler returned (uv_queue_work's
+	 * completion orders the two), when it makes the connection trusted.
+	 */
+	bool handler_authenticated;
+	bool trusted;                  /* a request passed authentication (loop thread) */
 	enum conn_state state;
 	enum timer_mode timer_mode;
 	uint64_t req_deadline;         /* loop time by which the current request must be complete */
+	uint64_t head_deadline;        /* ... and its head */
+	enum evict_tier tier;          /* the eviction queue it is on (TIER_NONE: none) */
+	struct http_conn *tier_prev, *tier_next;
+	struct peer *peer_entry;       /* counted against while untrusted (NULL: not counted) */
 	char peer[64];
 
 	http_parser parser;
@@ -180,6 +244,8 @@ struct http_server {
 	struct http_conn *conns;       /* every connection object not freed yet */
 	uint32_t served;               /* connections counted against max_connections */
 	uint32_t rejecting;            /* rejected connections still answering or lingering */
+	struct conn_queue tiers[TIER_COUNT]; /* evictable connections, see enum evict_tier */
+	struct peer_table peers;
 	uint32_t inflight;             /* handlers queued or running */
 	bool stopping;
 	bool listener_closed;
@@ -201,6 +267,15 @@ static void config_init(struct http_config *cfg, const struct http_server_option
 			const struct http_route *routes, size_t nroutes)
 {
 	cfg->max_connections = o->max_connections ? o->max_connections : DEFAULT_MAX_CONNECTIONS;
+	cfg->max_connections_per_peer = o->max_connections_per_peer
+						? o->max_connections_per_peer
+						: DEFAULT_MAX_CONNECTIONS_PER_PEER;
+	/* Turning away costs a descriptor and a little memory for up to LINGER_MS each. */
+	cfg->max_refusing = cfg->max_connections / 4 + 16;
+	cfg->first_byte_timeout_ms =
+		o->first_byte_timeout_ms ? o->first_byte_timeout_ms : DEFAULT_FIRST_BYTE_TIMEOUT_MS;
+	cfg->header_timeout_ms =
+		o->header_timeout_ms ? o->header_timeout_ms : DEFAULT_HEADER_TIMEOUT_MS;
 	cfg->max_header_bytes = o->max_header_bytes ? o->max_header_bytes : DEFAULT_MAX_HEADER_BYTES;
 	cfg->max_headers = o->max_headers ? o->max_headers : DEFAULT_MAX_HEADERS;
 	cfg->idle_timeout_ms = o->idle_timeout_ms ? o->idle_timeout_ms : DEFAULT_IDLE_TIMEOUT_MS;
@@ -249,6 +324,93 @@ static void count_response(struct http_conn *c, int status)
 		break;
 	}
 	pthread_mutex_unlock(&srv->stats_lock);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Peers: untrusted connections per address */
+
+int http__peer_key(const struct sockaddr *sa, uint8_t key[HTTP_PEER_KEY_LEN])
+{
+	static const uint8_t v4mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+	if (sa->sa_family == AF_INET) {
+		memcpy(key, v4mapped, sizeof(v4mapped));
+		memcpy(key + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+		return 0;
+	}
+	if (sa->sa_family == AF_INET6) {
+		const uint8_t *a = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+		memcpy(key, a, HTTP_PEER_KEY_LEN);
+		if (memcmp(a, v4mapped, sizeof(v4mapped)) != 0)
+			memset(key + 8, 0, 8);
+		return 0;
+	}
+	return -EAFNOSUPPORT;
+}
+
+static int peer_table_init(struct peer_table *t, uint32_t max_connections)
+{
+	uint32_t n = 16;
+
+	while (n < max_connections && n < PEER_BUCKETS_MAX)
+		n *= 2;
+	t->buckets = calloc(n, sizeof(*t->buckets));
+	if (!t->buckets)
+		return -ENOMEM;
+	t->mask = n - 1;
+	if (getrandom(&t->seed, sizeof(t->seed), GRND_NONBLOCK) != (ssize_t)sizeof(t->seed))
+		t->seed = uv_hrtime() ^ (uint64_t)(uintptr_t)t;
+	return 0;
+}
+
+/* Frees the buckets; every entry must have been released. */
+static void peer_table_free(struct peer_table *t)
+{
+	free(t->buckets);
+	t->buckets = NULL;
+}
+
+static struct peer **peer_slot(struct peer_table *t, const uint8_t *key)
+{
+	struct peer **slot = &t->buckets[sysom_hash64(key, HTTP_PEER_KEY_LEN, t->seed) & t->mask];
+
+	while (*slot && memcmp((*slot)->key, key, HTTP_PEER_KEY_LEN) != 0)
+		slot = &(*slot)->next;
+	return slot;
+}
+
+/* Untrusted connections counted for the peer `key` now. */
+static uint32_t peer_untrusted(struct peer_table *t, const uint8_t *key)
+{
+	struct peer *p = *peer_slot(t, key);
+
+	return p ? p->untrusted : 0;
+}
+
+/* Counts one more connection for `key`; the entry (NULL when out of memory). */
+static struct peer *peer_acquire(struct peer_table *t, const uint8_t *key)
+{
+	struct peer **slot = peer_slot(t, key);
+
+	if (!*slot) {
+		struct peer *p = calloc(1, sizeof(*p));
+		if (!p)
+			return NULL;
+		memcpy(p->key, key, HTTP_PEER_KEY_LEN);
+		*slot = p;
+	}
+	(*slot)->untrusted++;
+	return *slot;
+}
+
+/* Counts one connection less; the entry goes with its last connection. */
+static void peer_release(struct peer_table *t, struct peer *p)
+{
+	if (--p->untrusted > 0)
+		return;
+	struct peer **slot = peer_slot(t, p->key);
+	*slot = p->next;
+	free(p);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -451,8 +613,11 @@ static int on_message_begin(http_parser *p)
 	struct http_conn *c = p->data;
 
 	c->in_message = true;
-	if (c->srv)
-		c->req_deadline = uv_now(c->srv->loop) + c->cfg->request_timeout_ms;
+	if (c->srv) {
+		uint64_t now = uv_now(c->srv->loop);
+		c->req_deadline = now + c->cfg->request_timeout_ms;
+		c->head_deadline = now + c->cfg->header_timeout_ms;
+	}
 	return 0;
 }
 
@@ -789,6 +954,74 @@ static void timer_stop(struct http_conn *c)
 		uv_timer_stop(&c->timer);
 }
 
+/* The eviction queue c belongs on now. */
+static enum evict_tier tier_of(const struct http_conn *c)
+{
+	if (!c->counted)
+		return TIER_NONE;
+	switch (c->state) {
+	case CONN_LINGERING:
+		return TIER_LINGERING;
+	case CONN_READING:
+		if (!c->in_message)
+			return c->trusted ? TIER_TRUSTED_IDLE : TIER_WAITING;
+		return c->trusted ? TIER_NONE : TIER_PARTIAL;
+	case CONN_HANDLING:
+	case CONN_WRITING:
+	case CONN_CLOSED:
+		break;
+	}
+	return TIER_NONE;
+}
+
+/*
+ * Moves c to the queue its state calls for (to the back when it changes queue); `active`
+ * (request bytes just arrived) also sends a partial request to the back of its queue.
+ */
+static void tier_update(struct http_conn *c, bool active)
+{
+	struct http_server *srv = c->srv;
+	enum evict_tier t;
+
+	if (!srv)
+		return;
+	t = tier_of(c);
+	if (t == c->tier && !(active && t == TIER_PARTIAL))
+		return;
+	if (c->tier != TIER_NONE)
+		SYSOM_DLIST_UNLINK(srv->tiers[c->tier].first, srv->tiers[c->tier].last, c, tier_prev,
+				   tier_next);
+	c->tier = t;
+	if (t != TIER_NONE)
+		SYSOM_DLIST_PUSH_BACK(srv->tiers[t].first, srv->tiers[t].last, c, tier_prev, tier_next);
+}
+
+/* The connection a full table gives up for a new one; NULL when none may go. */
+static struct http_conn *evict_victim(struct http_server *srv)
+{
+	for (int t = 0; t < TIER_COUNT; t++)
+		if (srv->tiers[t].first)
+			return srv->tiers[t].first;
+	return NULL;
+}
+
+/* After a handler: a request that passed authentication makes the connection trusted. */
+static void conn_trust_update(struct http_conn *c)
+{
+	if (c->trusted || !c->handler_authenticated)
+		return;
+	c->trusted = true;
+	if (!c->srv)
+		return;
+	if (c->peer_entry) {
+		peer_release(&c->srv->peers, c->peer_entry);
+		c->peer_entry = NULL;
+	}
+	if (c->counted)
+		STAT_ADD(c, connections_trusted, 1);
+	tier_update(c, false);
+}
+
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
 	struct http_conn *c = h->data;
@@ -827,6 +1060,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 	if (c->state == CONN_LINGERING)
 		return; /* discarded */
 	c->in.len += (size_t)nread;
+	tier_update(c, true);
 	conn_drive(c);
 }
 
@@ -873,6 +1107,7 @@ static void srv_maybe_finish(struct http_server *srv)
 	if (!srv->stopping || !srv->listener_closed || srv->conns)
 		return;
 	pthread_mutex_destroy(&srv->stats_lock);
+	peer_table_free(&srv->peers);
 	free(srv);
 	if (done)
 		done(arg);
@@ -907,10 +1142,17 @@ static void conn_close(struct http_conn *c)
 	c->timer_mode = TIMER_OFF;
 	if (!c->srv)
 		return;
+	tier_update(c, false); /* off its queue: CONN_CLOSED is on none */
 	if (c->counted) {
 		c->counted = false;
 		c->srv->served--;
 		STAT_ADD(c, connections_open, (uint64_t)-1);
+		if (c->trusted)
+			STAT_ADD(c, connections_trusted, (uint64_t)-1);
+	}
+	if (c->peer_entry) {
+		peer_release(&c->srv->peers, c->peer_entry);
+		c->peer_entry = NULL;
 	}
 	if (c->rejected)
 		c->srv->rejecting--;
@@ -942,6 +1184,7 @@ static void conn_linger(struct http_conn *c)
 	byte_buf_free(&c->in);
 	c->in_off = 0;
 	timer_arm(c, TIMER_LINGER, LINGER_MS);
+	tier_update(c, false);
 	read_start(c);
 }
 
@@ -1055,6 +1298,7 @@ static void conn_write(struct http_conn *c, const uv_buf_t *bufs, unsigned n, bo
 		return;
 	}
 	read_stop(c);
+	tier_update(c, false);
 	/* Once stopping, the grace armed at the stop (or by the first write since) is not
 	 * extended by each piece of a file body. */
 	if (!c->srv->stopping || c->timer_mode != TIMER_WRITE)
@@ -1230,6 +1474,7 @@ static void work_done(uv_work_t *w, int status)
 		conn_maybe_free(c);
 		return;
 	}
+	conn_trust_update(c);
 	if (status < 0)
 		answer(c, 503, false, "request cancelled");
 	response_send(c);
@@ -1257,6 +1502,7 @@ static int request_build(struct http_conn *c)
 		.body = c->body.len ? c->body.data : NULL,
 		.body_len = c->body.len,
 		.peer = c->peer,
+		.conn = c,
 	};
 	http_response_release(&c->resp);
 	memset(&c->resp, 0, sizeof(c->resp));
@@ -1275,6 +1521,7 @@ static void conn_dispatch(struct http_conn *c)
 	}
 	if (!srv) {
 		c->route->handler(c->route->ctx, &c->request, &c->resp);
+		conn_trust_update(c);
 		response_send(c);
 		return;
 	}
@@ -1286,6 +1533,7 @@ static void conn_dispatch(struct http_conn *c)
 	c->state = CONN_HANDLING;
 	read_stop(c);
 	timer_stop(c);
+	tier_update(c, false);
 	c->work.data = c;
 	if (uv_queue_work(srv->loop, &c->work, work_run, work_done) < 0) {
 		c->state = CONN_READING;
@@ -1295,6 +1543,19 @@ static void conn_dispatch(struct http_conn *c)
 	}
 	srv->inflight++;
 	c->work_pending = true;
+}
+
+/*
+ * The timer a reading connection runs: between requests the idle timeout (trusted) or the
+ * first-byte timeout (untrusted); during a request's head the head deadline (and the
+ * request's), then the request deadline. Re-armed only when the mode changes, so bytes that
+ * trickle in do not extend a deadline.
+ */
+static enum timer_mode conn_timer_mode(const struct http_conn *c)
+{
+	if (c->in_message)
+		return c->headers_done ? TIMER_REQUEST : TIMER_HEAD;
+	return c->trusted ? TIMER_IDLE : TIMER_FIRST_BYTE;
 }
 
 /* Parses what has been received and acts on it until input runs out or the state changes. */
@@ -1321,24 +1582,49 @@ static void conn_drive(struct http_conn *c)
 		conn_close(c);
 		return;
 	}
-	if (c->in_message) {
-		if (c->timer_mode != TIMER_REQUEST) {
-			uint64_t now = uv_now(c->srv->loop);
-			timer_arm(c, TIMER_REQUEST, c->req_deadline > now ? c->req_deadline - now : 0);
+	enum timer_mode want = conn_timer_mode(c);
+	if (c->timer_mode != want) {
+		uint64_t now = uv_now(c->srv->loop), deadline;
+		switch (want) {
+		case TIMER_HEAD:
+			deadline = c->head_deadline < c->req_deadline ? c->head_deadline
+								       : c->req_deadline;
+			break;
+		case TIMER_REQUEST:
+			deadline = c->req_deadline;
+			break;
+		case TIMER_FIRST_BYTE:
+			deadline = now + (c->cfg->first_byte_timeout_ms < c->cfg->idle_timeout_ms
+						  ? c->cfg->first_byte_timeout_ms
+						  : c->cfg->idle_timeout_ms);
+			break;
+		default:
+			deadline = now + c->cfg->idle_timeout_ms;
+			break;
 		}
-	} else if (c->timer_mode != TIMER_IDLE) {
-		timer_arm(c, TIMER_IDLE, c->cfg->idle_timeout_ms);
+		timer_arm(c, want, deadline > now ? deadline - now : 0);
 	}
+	tier_update(c, false);
 	read_start(c);
 }
 
 static void conn_expire(struct http_conn *c, enum timer_mode mode)
 {
-	if (mode == TIMER_REQUEST && c->state == CONN_READING) {
-		answer(c, 408, true, "request not complete within %u ms", c->cfg->request_timeout_ms);
+	if ((mode == TIMER_REQUEST || mode == TIMER_HEAD) && c->state == CONN_READING) {
+		/* The head deadline is the earlier one unless the request timeout is shorter. */
+		if (mode == TIMER_HEAD && c->cfg->header_timeout_ms < c->cfg->request_timeout_ms) {
+			STAT_ADD(c, header_timeouts, 1);
+			answer(c, 408, true, "request line and headers not complete within %u ms",
+			       c->cfg->header_timeout_ms);
+		} else {
+			answer(c, 408, true, "request not complete within %u ms",
+			       c->cfg->request_timeout_ms);
+		}
 		response_send(c);
 		return;
 	}
+	if (mode == TIMER_FIRST_BYTE)
+		STAT_ADD(c, first_byte_timeouts, 1);
 	conn_close(c);
 }
 
@@ -1360,6 +1646,7 @@ static struct http_conn *conn_alloc(struct http_server *srv, const struct http_c
 	c->srv = srv;
 	c->cfg = cfg;
 	c->state = CONN_READING;
+	c->tier = TIER_NONE;
 	http_parser_init(&c->parser, HTTP_REQUEST);
 	c->parser.data = c;
 	/* Bounds memory within one parser call; the precise check counts consumed bytes. */
@@ -1408,8 +1695,13 @@ int http__conn_expire(struct http_conn *c)
 {
 	if (c->state == CONN_CLOSED)
 		return 1;
-	conn_expire(c, c->in_message ? TIMER_REQUEST : TIMER_IDLE);
+	conn_expire(c, conn_timer_mode(c));
 	return c->state == CONN_CLOSED;
+}
+
+bool http__conn_trusted(const struct http_conn *c)
+{
+	return c->trusted;
 }
 
 void http__conn_free(struct http_conn *c)
@@ -1420,12 +1712,38 @@ void http__conn_free(struct http_conn *c)
 /* ---------------------------------------------------------------------------------------- */
 /* Server */
 
+void http_request_mark_authenticated(const struct http_request *req)
+{
+	if (req && req->conn)
+		req->conn->handler_authenticated = true;
+}
+
+/*
+ * Turns a new connection away: 503 and a lingering close while fewer than max_refusing are
+ * being turned away, a silent close beyond (answering costs a descriptor and memory too).
+ */
+static void conn_refuse(struct http_conn *c, const char *why)
+{
+	struct http_server *srv = c->srv;
+
+	if (srv->rejecting >= srv->cfg.max_refusing) {
+		conn_close(c);
+		return;
+	}
+	c->rejected = true;
+	srv->rejecting++;
+	answer(c, 503, true, "%s", why);
+	response_send(c);
+}
+
 static void on_connection(uv_stream_t *listener, int status)
 {
 	struct http_server *srv = listener->data;
 	struct sockaddr_storage ss;
 	int sslen = sizeof(ss);
 	char ip[INET6_ADDRSTRLEN] = "";
+	uint8_t key[HTTP_PEER_KEY_LEN];
+	bool peer_known = false;
 	struct http_conn *c;
 
 	if (status < 0 || srv->stopping)
@@ -1448,6 +1766,7 @@ static void on_connection(uv_stream_t *listener, int status)
 	}
 	snprintf(c->peer, sizeof(c->peer), "unknown");
 	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sslen) == 0) {
+		peer_known = http__peer_key((const struct sockaddr *)&ss, key) == 0;
 		if (ss.ss_family == AF_INET6) {
 			const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)&ss;
 			uv_ip6_name(a6, ip, sizeof(ip));
@@ -1459,17 +1778,27 @@ static void on_connection(uv_stream_t *listener, int status)
 		}
 	}
 	uv_tcp_nodelay(&c->tcp, 1);
+	/* A peer at its limit is refused before it can push anybody else out. A peer that
+	 * cannot be named (gone already) is not limited: it cannot hold a connection either. */
+	bool peer_limited = peer_known && srv->cfg.max_connections_per_peer != HTTP_UNLIMITED;
+	if (peer_limited &&
+	    peer_untrusted(&srv->peers, key) >= srv->cfg.max_connections_per_peer) {
+		STAT_ADD(c, peer_rejections, 1);
+		conn_refuse(c, "too many connections from this address");
+		return;
+	}
 	if (srv->served >= srv->cfg.max_connections) {
-		STAT_ADD(c, connections_rejected, 1);
-		/* Turning away costs memory too: beyond as many again, close without a word. */
-		if (srv->rejecting >= srv->cfg.max_connections) {
-			conn_close(c);
+		struct http_conn *victim = evict_victim(srv);
+		if (!victim) {
+			STAT_ADD(c, connections_rejected, 1);
+			conn_refuse(c, "too many connections");
 			return;
 		}
-		c->rejected = true;
-		srv->rejecting++;
-		answer(c, 503, true, "too many connections");
-		response_send(c);
+		STAT_ADD(victim, connections_evicted, 1);
+		conn_close(victim);
+	}
+	if (peer_limited && !(c->peer_entry = peer_acquire(&srv->peers, key))) {
+		conn_close(c);
 		return;
 	}
 	srv->served++;
@@ -1544,11 +1873,17 @@ struct http_server *http_server_start(uv_loop_t *loop, const struct http_server_
 	}
 	srv->loop = loop;
 	config_init(&srv->cfg, opts, routes, nroutes);
+	if (peer_table_init(&srv->peers, srv->cfg.max_connections) < 0) {
+		snprintf(err, errlen, "http: out of memory");
+		free(srv);
+		return NULL;
+	}
 	pthread_mutex_init(&srv->stats_lock, NULL);
 	rc = uv_tcp_init(loop, &srv->listener);
 	if (rc < 0) {
 		snprintf(err, errlen, "http: %s", uv_strerror(rc));
 		pthread_mutex_destroy(&srv->stats_lock);
+		peer_table_free(&srv->peers);
 		free(srv);
 		return NULL;
 	}
@@ -1573,6 +1908,14 @@ struct http_server *http_server_start(uv_loop_t *loop, const struct http_server_
 	if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL)
 		signal(SIGPIPE, SIG_IGN);
 	return srv;
+}
+
+uint64_t http_server_descriptors_needed(const struct http_server_options *opts)
+{
+	struct http_config cfg;
+
+	config_init(&cfg, opts, NULL, 0);
+	return (uint64_t)cfg.max_connections + cfg.max_refusing + 1;
 }
 
 uint16_t http_server_port(const struct http_server *srv)

@@ -10,6 +10,8 @@
 
 #include "common/bytes.h"
 
+struct http_conn;
+
 struct http_header {
 	const char *name;  /* lower-cased */
 	const char *value; /* surrounding whitespace trimmed */
@@ -25,7 +27,19 @@ struct http_request {
 	const uint8_t *body;     /* NULL when empty; not NUL-terminated */
 	size_t body_len;
 	const char *peer;        /* "127.0.0.1:53412" */
+	struct http_conn *conn;  /* the transport's connection (opaque); NULL for a request
+				    built elsewhere */
 };
+
+/*
+ * Records that `req` passed authentication (its credential was accepted). Call it from the
+ * handler, during the handler call (a worker thread); the transport reads it on its own
+ * thread once the handler has returned. From then on the connection is *trusted*: it is
+ * evicted last when the connection table is full, it no longer counts against its peer's
+ * limit, and between requests it may stay idle for the idle timeout instead of the
+ * first-byte timeout. A request with no connection (conn NULL) is ignored.
+ */
+void http_request_mark_authenticated(const struct http_request *req);
 
 /* Value of header `lower_name` (first occurrence) or NULL. */
 const char *http_request_header(const struct http_request *req, const char *lower_name);
@@ -132,10 +146,35 @@ bool http_route_path_matches(const struct http_route *r, const char *path);
 const struct http_route *http_route_find(const struct http_route *routes, size_t nroutes,
 					 const char *method, const char *path, bool *path_known);
 
+/* max_connections_per_peer: no limit. */
+#define HTTP_UNLIMITED UINT32_MAX
+
+/*
+ * Connection fairness (docs/operations.md, "Connection fairness"): when max_connections are
+ * open, a new connection evicts the least valuable one instead of being refused: first a
+ * connection lingering after its last response, then an untrusted one waiting for a request
+ * (longest waiting first), then an untrusted one part-way through a request (longest silent
+ * first), then a trusted one idle between requests (longest idle first). A handler running,
+ * a response being written or a trusted connection's request in progress is never evicted;
+ * when nothing can be, the new connection gets 503.
+ */
 struct http_server_options {
 	const char *host;              /* "127.0.0.1", "::1", "0.0.0.0" */
 	uint16_t port;                 /* 0: an ephemeral port (see http_server_port) */
-	uint32_t max_connections;      /* beyond: accept and close with 503 (default 1024) */
+	uint32_t max_connections;      /* open at once (default 1024); beyond: evict, else 503 */
+	/*
+	 * Untrusted connections (no authenticated request yet) from one peer: one IPv4 address
+	 * or one IPv6 /64 (default 32; HTTP_UNLIMITED: none). Beyond: 503, then close.
+	 */
+	uint32_t max_connections_per_peer;
+	/*
+	 * The first byte of a request must arrive within this (default 5000) on a new
+	 * connection, and between requests on an untrusted one; silent close otherwise.
+	 * Trusted connections wait idle_timeout_ms between requests.
+	 */
+	uint32_t first_byte_timeout_ms;
+	uint32_t header_timeout_ms;    /* request line + headers within this of the request's
+					  first byte (default 10000): 408 */
 	uint32_t max_header_bytes;     /* request line + headers (default 64 KiB): 431 beyond */
 	uint32_t max_headers;          /* header count (default 100): 431 beyond */
 	uint32_t idle_timeout_ms;      /* keep-alive idle close (default 60000) */
@@ -146,13 +185,19 @@ struct http_server_options {
 /* Counters kept by the transport (read with http_server_stats; monotonically increasing). */
 struct http_server_stats {
 	uint64_t connections_accepted;
-	uint64_t connections_rejected; /* over max_connections */
+	uint64_t connections_rejected; /* refused: max_connections open, none evictable */
 	uint64_t connections_open;     /* gauge */
 	uint64_t requests;
 	uint64_t responses_2xx, responses_3xx, responses_4xx, responses_5xx;
 	uint64_t bytes_received, bytes_sent;
 	uint64_t parse_errors;         /* malformed requests (400) */
 	uint64_t limit_rejections;     /* 408/413/431/503 answered by the transport itself */
+	uint64_t connections_evicted;  /* closed to make room for a new connection */
+	uint64_t peer_rejections;      /* refused over max_connections_per_peer */
+	uint64_t first_byte_timeouts;  /* closed: no request began within first_byte_timeout */
+	uint64_t header_timeouts;      /* 408: the head did not arrive within header_timeout */
+	uint64_t connections_trusted;  /* gauge: open connections that made an authenticated
+					  request */
 };
 
 struct http_server;
@@ -165,6 +210,13 @@ struct http_server;
 struct http_server *http_server_start(uv_loop_t *loop, const struct http_server_options *opts,
 				      const struct http_route *routes, size_t nroutes, char *err,
 				      size_t errlen);
+
+/*
+ * The most file descriptors a server started with `opts` holds at once: its connections,
+ * the refused connections it is still answering, the listener (each file body being sent
+ * adds one more). For sizing RLIMIT_NOFILE.
+ */
+uint64_t http_server_descriptors_needed(const struct http_server_options *opts);
 
 /* The port actually bound (useful with port 0). */
 uint16_t http_server_port(const struct http_server *srv);

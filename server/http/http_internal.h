@@ -3,7 +3,10 @@
 #ifndef SYSOM_SERVER_HTTP_HTTP_INTERNAL_H
 #define SYSOM_SERVER_HTTP_HTTP_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
 
 #include "common/bytes.h"
 #include "server/http/http.h"
@@ -32,6 +35,19 @@ int http__conn_feed(struct http_conn *c, const void *data, size_t len);
  * connection is closed. Returns what http__conn_feed returns.
  */
 int http__conn_expire(struct http_conn *c);
+
+/* Whether a request on the connection passed authentication (http_request_mark_authenticated). */
+bool http__conn_trusted(const struct http_conn *c);
+
+#define HTTP_PEER_KEY_LEN 16
+
+/*
+ * The key peers are counted under for max_connections_per_peer: an IPv4 address as its
+ * IPv4-mapped IPv6 address (so ::ffff:a.b.c.d from a dual-stack listener is the same peer),
+ * an IPv6 address with its low 64 bits cleared (its /64). Returns 0, or -EAFNOSUPPORT for
+ * another family.
+ */
+int http__peer_key(const struct sockaddr *sa, uint8_t key[HTTP_PEER_KEY_LEN]);
 
 /* Frees a detached connection; accepts NULL. */
 void http__conn_free(struct http_conn *c);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* HTTP transport over real sockets: routing, keep-alive, pipelining, limits, timeouts, stop. */
+/* HTTP transport over real sockets: routing, keep-alive, pipelining, limits, timeouts, stop,
+ * connection fairness (eviction order, per-peer limit, first-byte and head deadlines). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -15,6 +16,7 @@
 #include <strings.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -25,6 +27,7 @@
 #include <uv.h>
 
 #include "server/http/http.h"
+#include "server/http/http_internal.h"
 
 #define WAIT_SECONDS 5 /* upper bound on every wait; tests normally finish far sooner */
 
@@ -108,6 +111,14 @@ static void echo_handler(void *ctx, const struct http_request *req, struct http_
 	copy_str(s->peer, sizeof(s->peer), req->peer);
 	pthread_mutex_unlock(&f->mu);
 	byte_buf_printf(&resp->body, "%s %s %s", req->method, req->path, rc >= 0 ? a : "-");
+}
+
+/* Stands for a handler whose authentication check passed. */
+static void auth_handler(void *ctx, const struct http_request *req, struct http_response *resp)
+{
+	(void)ctx;
+	http_request_mark_authenticated(req);
+	http_response_text(resp, 200, "text/plain", "trusted", 7);
 }
 
 static void created_handler(void *ctx, const struct http_request *req, struct http_response *resp)
@@ -265,6 +276,7 @@ static struct fixture *server_start(const struct http_server_options *opts)
 		{ "GET", "/created", false, created_handler, f, 0 },
 		{ "GET", "/nocontent", false, nocontent_handler, f, 0 },
 		{ "GET", "/file", false, file_handler, f, 0 },
+		{ "GET", "/auth", false, auth_handler, f, 0 },
 	};
 	memcpy(f->routes, routes, sizeof(routes));
 	f->nroutes = sizeof(routes) / sizeof(routes[0]);
@@ -313,8 +325,16 @@ static struct http_server_stats stats_of(struct fixture *f)
 	return s;
 }
 
-/* Waits (re-checking after every loop iteration) until connections_open is `want`. */
-static void wait_open_connections(struct fixture *f, uint64_t want)
+static uint64_t stat_field(const struct http_server_stats *s, size_t offset)
+{
+	uint64_t v;
+
+	memcpy(&v, (const char *)s + offset, sizeof(v));
+	return v;
+}
+
+/* Waits (re-checking after every loop iteration) until the counter at `offset` is `want`. */
+static void wait_stat(struct fixture *f, size_t offset, uint64_t want)
 {
 	struct timespec deadline;
 	struct http_server_stats s;
@@ -323,13 +343,21 @@ static void wait_open_connections(struct fixture *f, uint64_t want)
 	pthread_mutex_lock(&f->mu);
 	for (;;) {
 		http_server_stats(f->srv, &s);
-		if (s.connections_open == want ||
+		if (stat_field(&s, offset) == want ||
 		    pthread_cond_timedwait(&f->cv, &f->mu, &deadline) != 0)
 			break;
 	}
 	http_server_stats(f->srv, &s);
 	pthread_mutex_unlock(&f->mu);
-	assert_int_equal(s.connections_open, want);
+	assert_int_equal(stat_field(&s, offset), want);
+}
+
+#define WAIT_STAT(f, field, want) wait_stat((f), offsetof(struct http_server_stats, field), (want))
+
+/* Waits until connections_open is `want`. */
+static void wait_open_connections(struct fixture *f, uint64_t want)
+{
+	WAIT_STAT(f, connections_open, want);
 }
 
 static void gate_wait_entered(struct fixture *f, int n)
@@ -414,6 +442,26 @@ static struct client *client_open_family(int family, uint16_t port)
 static struct client *client_open(struct fixture *f)
 {
 	return client_open_family(AF_INET, f->port);
+}
+
+/* An IPv4 client whose source address is `source` (any of 127/8 is loopback on Linux). */
+static struct client *client_open_from(struct fixture *f, const char *source)
+{
+	struct client *c = calloc(1, sizeof(*c));
+	struct timeval tv = { .tv_sec = WAIT_SECONDS };
+	struct sockaddr_in from = { .sin_family = AF_INET };
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(f->port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+
+	assert_non_null(c);
+	assert_int_equal(inet_pton(AF_INET, source, &from.sin_addr), 1);
+	c->fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(c->fd >= 0);
+	assert_int_equal(setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+	assert_int_equal(setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)), 0);
+	assert_int_equal(bind(c->fd, (struct sockaddr *)&from, sizeof(from)), 0);
+	assert_int_equal(connect(c->fd, (struct sockaddr *)&to, sizeof(to)), 0);
+	return c;
 }
 
 static void client_close(struct client *c)
@@ -546,6 +594,22 @@ static bool client_sees_close(struct client *c)
 	if (n == 0 || (n < 0 && errno == ECONNRESET))
 		return true;
 	return false;
+}
+
+/* True when nothing (no byte, no close) arrives from the server within `ms`. */
+static bool client_quiet_for(struct client *c, int ms)
+{
+	struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
+
+	return c->len == 0 && poll(&pfd, 1, ms) == 0;
+}
+
+static uint64_t monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 static struct reply *reply_new(void)
@@ -1040,15 +1104,16 @@ static void test_max_connections(void **state)
 	struct client *a = client_open(f), *b, *c;
 	struct reply *r = reply_new();
 
-	client_sendf(a, "GET /echo HTTP/1.1\r\n\r\n");
-	assert_true(client_read_reply(a, r, false));
-	assert_int_equal(r->status, 200);
-
+	/* A's handler runs: A cannot be evicted, so B is refused. */
+	client_sendf(a, "GET /block HTTP/1.1\r\n\r\n");
+	gate_wait_entered(f, 1);
 	b = client_open(f);
 	assert_true(client_read_reply(b, r, false));
 	assert_int_equal(r->status, 503);
 	expect_framing(r, false);
 	expect_header(r, "Connection", "close");
+	expect_header(r, "Retry-After", "1");
+	assert_non_null(strstr(r->body, "too many connections"));
 	assert_true(client_sees_close(b));
 	client_close(b);
 
@@ -1056,17 +1121,363 @@ static void test_max_connections(void **state)
 	assert_int_equal(s.connections_rejected, 1);
 	assert_int_equal(s.connections_accepted, 1);
 	assert_int_equal(s.connections_open, 1);
+	assert_int_equal(s.connections_evicted, 0);
 
-	/* The slot frees when A goes. */
-	client_close(a);
-	wait_open_connections(f, 0);
+	/* Answered, A waits for its next request, untrusted: C takes its place. */
+	gate_open(f);
+	assert_true(client_read_reply(a, r, false));
+	assert_int_equal(r->status, 200);
 	c = client_open(f);
 	client_sendf(c, "GET /echo HTTP/1.1\r\n\r\n");
 	assert_true(client_read_reply(c, r, false));
 	assert_int_equal(r->status, 200);
+	assert_true(client_sees_close(a));
+	s = stats_of(f);
+	assert_int_equal(s.connections_evicted, 1);
+	assert_int_equal(s.connections_rejected, 1);
+	assert_int_equal(s.connections_open, 1);
+	client_close(a);
 	client_close(c);
 	free(r);
 	server_stop(f);
+}
+
+/*
+ * A full table evicts, in order: untrusted connections waiting for a request (longest
+ * waiting first), untrusted ones part-way through a request (longest silent first), and
+ * trusted ones only when no untrusted one is left.
+ */
+static void test_eviction_order(void **state)
+{
+	(void)state;
+	struct http_server_options opts = { .max_connections = 3 };
+	struct fixture *f = server_start(&opts);
+	struct client *t = client_open(f), *p, *w, *n1, *n2, *n3;
+	struct reply *r = reply_new();
+	static const char partial[] = "GET /echo HTTP/1.1\r\nX-Test: ";
+	uint64_t received;
+
+	client_sendf(t, "GET /auth HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(t, r, false));
+	assert_string_equal(r->body, "trusted");
+	WAIT_STAT(f, connections_trusted, 1);
+	received = stats_of(f).bytes_received;
+	p = client_open(f);
+	client_sendf(p, "%s", partial);
+	received += strlen(partial);
+	WAIT_STAT(f, bytes_received, received);
+	w = client_open(f);
+	wait_open_connections(f, 3);
+
+	/* The waiting one goes first. */
+	n1 = client_open(f);
+	WAIT_STAT(f, connections_evicted, 1);
+	assert_true(client_sees_close(w));
+	assert_true(client_quiet_for(p, 0));
+	assert_true(client_quiet_for(t, 0));
+
+	/* N1 starts a request after P: P has been silent longer and goes next. */
+	client_sendf(n1, "GET /echo?a=n1 HTTP/1.1\r\n");
+	received += strlen("GET /echo?a=n1 HTTP/1.1\r\n");
+	WAIT_STAT(f, bytes_received, received);
+	n2 = client_open(f);
+	WAIT_STAT(f, connections_evicted, 2);
+	assert_true(client_sees_close(p));
+	assert_true(client_quiet_for(n1, 0));
+
+	/* A waiting connection goes before a partial one, however new it is. */
+	n3 = client_open(f);
+	WAIT_STAT(f, connections_evicted, 3);
+	assert_true(client_sees_close(n2));
+	assert_true(client_quiet_for(n1, 0));
+	assert_true(client_quiet_for(t, 0));
+
+	/* The survivors are served. */
+	client_sendf(n1, "\r\n");
+	assert_true(client_read_reply(n1, r, false));
+	assert_string_equal(r->body, "GET /echo n1");
+	client_sendf(t, "GET /echo?a=t HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(t, r, false));
+	assert_string_equal(r->body, "GET /echo t");
+	struct http_server_stats s = stats_of(f);
+	assert_int_equal(s.connections_rejected, 0);
+	assert_int_equal(s.connections_open, 3);
+	assert_int_equal(s.connections_trusted, 1);
+	client_close(t);
+	client_close(p);
+	client_close(w);
+	client_close(n1);
+	client_close(n2);
+	client_close(n3);
+	free(r);
+	server_stop(f);
+}
+
+/* Trusted connections idle between requests go last, longest idle first; one in the middle
+ * of a request never goes. */
+static void test_eviction_trusted_last(void **state)
+{
+	(void)state;
+	struct http_server_options opts = { .max_connections = 2 };
+	struct fixture *f = server_start(&opts);
+	struct client *a = client_open(f), *b = client_open(f), *c, *d, *e;
+	struct reply *r = reply_new();
+
+	client_sendf(a, "GET /auth HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(a, r, false));
+	client_sendf(b, "GET /auth HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(b, r, false));
+	WAIT_STAT(f, connections_trusted, 2);
+
+	/* Nothing untrusted to take: A, idle longest, makes room. */
+	c = client_open(f);
+	WAIT_STAT(f, connections_evicted, 1);
+	assert_true(client_sees_close(a));
+	assert_true(client_quiet_for(b, 0));
+	assert_int_equal(stats_of(f).connections_trusted, 1);
+
+	/* The untrusted newcomer goes before trusted B. */
+	d = client_open(f);
+	WAIT_STAT(f, connections_evicted, 2);
+	assert_true(client_sees_close(c));
+	assert_true(client_quiet_for(b, 0));
+
+	/* B part-way through a request and D's handler running: nothing may go, E is refused. */
+	uint64_t received = stats_of(f).bytes_received;
+	client_sendf(b, "GET /echo?a=b HTTP/1.1\r\n");
+	received += strlen("GET /echo?a=b HTTP/1.1\r\n");
+	WAIT_STAT(f, bytes_received, received);
+	client_sendf(d, "GET /block HTTP/1.1\r\n\r\n");
+	gate_wait_entered(f, 1);
+	e = client_open(f);
+	assert_true(client_read_reply(e, r, false));
+	assert_int_equal(r->status, 503);
+	assert_true(client_sees_close(e));
+	assert_int_equal(stats_of(f).connections_rejected, 1);
+	assert_int_equal(stats_of(f).connections_evicted, 2);
+	client_sendf(b, "\r\n");
+	assert_true(client_read_reply(b, r, false));
+	assert_string_equal(r->body, "GET /echo b");
+	gate_open(f);
+	assert_true(client_read_reply(d, r, false));
+	assert_string_equal(r->body, "released");
+	client_close(a);
+	client_close(b);
+	client_close(c);
+	client_close(d);
+	client_close(e);
+	free(r);
+	server_stop(f);
+}
+
+/* Untrusted connections per address are limited; trusted ones do not count. */
+static void test_per_peer_limit(void **state)
+{
+	(void)state;
+	struct http_server_options opts = { .max_connections_per_peer = 2 };
+	struct fixture *f = server_start(&opts);
+	struct client *a1 = client_open_from(f, "127.0.0.1"), *a2, *a3, *a4, *b1;
+	struct reply *r = reply_new();
+
+	a2 = client_open_from(f, "127.0.0.1");
+	wait_open_connections(f, 2);
+	a3 = client_open_from(f, "127.0.0.1");
+	assert_true(client_read_reply(a3, r, false));
+	assert_int_equal(r->status, 503);
+	assert_non_null(strstr(r->body, "too many connections from this address"));
+	expect_header(r, "Retry-After", "1");
+	assert_true(client_sees_close(a3));
+	struct http_server_stats s = stats_of(f);
+	assert_int_equal(s.peer_rejections, 1);
+	assert_int_equal(s.connections_rejected, 0);
+	assert_int_equal(s.connections_open, 2);
+
+	/* Another address has its own count. */
+	b1 = client_open_from(f, "127.0.0.2");
+	client_sendf(b1, "GET /echo?a=b1 HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(b1, r, false));
+	assert_int_equal(r->status, 200);
+	assert_non_null(strstr(seen_of(f).peer, "127.0.0.2"));
+
+	/* A1 authenticates: it no longer counts, so 127.0.0.1 may open another. */
+	client_sendf(a1, "GET /auth HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(a1, r, false));
+	WAIT_STAT(f, connections_trusted, 1);
+	a4 = client_open_from(f, "127.0.0.1");
+	client_sendf(a4, "GET /echo?a=a4 HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(a4, r, false));
+	assert_int_equal(r->status, 200);
+	assert_int_equal(stats_of(f).peer_rejections, 1);
+
+	/* A connection that closes gives its place back. */
+	client_close(a2);
+	wait_open_connections(f, 3);
+	a2 = client_open_from(f, "127.0.0.1");
+	client_sendf(a2, "GET /echo HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(a2, r, false));
+	assert_int_equal(r->status, 200);
+	assert_int_equal(stats_of(f).peer_rejections, 1);
+	client_close(a1);
+	client_close(a2);
+	client_close(a3);
+	client_close(a4);
+	client_close(b1);
+	free(r);
+	server_stop(f);
+}
+
+static void test_peer_key(void **state)
+{
+	(void)state;
+	uint8_t k1[HTTP_PEER_KEY_LEN], k2[HTTP_PEER_KEY_LEN];
+	struct sockaddr_in a4 = { .sin_family = AF_INET };
+	struct sockaddr_in6 a6 = { .sin6_family = AF_INET6 };
+	struct sockaddr sa = { .sa_family = AF_UNIX };
+
+	/* IPv4, and the same address IPv4-mapped from a dual-stack listener. */
+	assert_int_equal(inet_pton(AF_INET, "192.0.2.7", &a4.sin_addr), 1);
+	assert_int_equal(http__peer_key((struct sockaddr *)&a4, k1), 0);
+	assert_int_equal(inet_pton(AF_INET6, "::ffff:192.0.2.7", &a6.sin6_addr), 1);
+	assert_int_equal(http__peer_key((struct sockaddr *)&a6, k2), 0);
+	assert_memory_equal(k1, k2, HTTP_PEER_KEY_LEN);
+	assert_int_equal(inet_pton(AF_INET, "192.0.2.8", &a4.sin_addr), 1);
+	assert_int_equal(http__peer_key((struct sockaddr *)&a4, k1), 0);
+	assert_memory_not_equal(k1, k2, HTTP_PEER_KEY_LEN);
+
+	/* IPv6: one /64 is one peer. */
+	assert_int_equal(inet_pton(AF_INET6, "2001:db8:1:2::1", &a6.sin6_addr), 1);
+	assert_int_equal(http__peer_key((struct sockaddr *)&a6, k1), 0);
+	assert_int_equal(inet_pton(AF_INET6, "2001:db8:1:2:ffff:eeee:dddd:cccc", &a6.sin6_addr), 1);
+	assert_int_equal(http__peer_key((struct sockaddr *)&a6, k2), 0);
+	assert_memory_equal(k1, k2, HTTP_PEER_KEY_LEN);
+	assert_int_equal(inet_pton(AF_INET6, "2001:db8:1:3::1", &a6.sin6_addr), 1);
+	assert_int_equal(http__peer_key((struct sockaddr *)&a6, k2), 0);
+	assert_memory_not_equal(k1, k2, HTTP_PEER_KEY_LEN);
+
+	assert_int_equal(http__peer_key(&sa, k1), -EAFNOSUPPORT);
+}
+
+/*
+ * A new connection must begin a request within the first-byte timeout, and so must an
+ * untrusted one between requests; a trusted one keeps the idle timeout (keep-alive reuse).
+ */
+static void test_first_byte_timeout(void **state)
+{
+	(void)state;
+	struct http_server_options opts = { .first_byte_timeout_ms = 150 };
+	struct fixture *f = server_start(&opts);
+	struct client *c = client_open(f);
+	struct reply *r = reply_new();
+	uint64_t start = monotonic_ms();
+
+	assert_true(client_sees_close(c));
+	uint64_t waited = monotonic_ms() - start;
+	assert_true(waited >= 140 && waited < 3000); /* the idle timeout is 60 s */
+	assert_int_equal(stats_of(f).first_byte_timeouts, 1);
+	assert_int_equal(stats_of(f).requests, 0);
+	client_close(c);
+
+	/* Untrusted after a request: the same short wait. */
+	c = client_open(f);
+	client_sendf(c, "GET /echo HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 200);
+	start = monotonic_ms();
+	assert_true(client_sees_close(c));
+	assert_true(monotonic_ms() - start < 3000);
+	assert_int_equal(stats_of(f).first_byte_timeouts, 2);
+	client_close(c);
+
+	/* Trusted: still open at four times the first-byte timeout, and reused. */
+	c = client_open(f);
+	client_sendf(c, "GET /auth HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 200);
+	assert_true(client_quiet_for(c, 600));
+	client_sendf(c, "GET /echo?a=again HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(c, r, false));
+	assert_string_equal(r->body, "GET /echo again");
+	assert_int_equal(stats_of(f).first_byte_timeouts, 2);
+	client_close(c);
+	free(r);
+	server_stop(f);
+}
+
+/* A head trickled in (slowloris) gets 408 at the head deadline, not the request timeout;
+ * a body is bounded by the request timeout only. */
+static void test_header_timeout(void **state)
+{
+	(void)state;
+	struct http_server_options opts = { .header_timeout_ms = 200 };
+	struct fixture *f = server_start(&opts);
+	struct client *c = client_open(f);
+	struct reply *r = reply_new();
+	uint64_t start = monotonic_ms();
+
+	/* A header line every 50 ms: bytes keep coming, the deadline does not move. */
+	client_sendf(c, "GET /echo HTTP/1.1\r\n");
+	for (int i = 0; client_quiet_for(c, 50); i++) {
+		assert_true(i < 60); /* 3 s */
+		client_sendf(c, "X-Slow-%d: y\r\n", i);
+	}
+	assert_true(client_read_reply(c, r, false));
+	uint64_t waited = monotonic_ms() - start;
+	assert_int_equal(r->status, 408);
+	assert_non_null(strstr(r->body, "headers not complete within 200 ms"));
+	assert_true(waited >= 190 && waited < 2000); /* the request timeout is 30 s */
+	assert_true(client_sees_close(c));
+	client_close(c);
+	struct http_server_stats s = stats_of(f);
+	assert_int_equal(s.header_timeouts, 1);
+	assert_int_equal(s.limit_rejections, 1);
+
+	/* The head in time, the body slower than the head deadline: served. */
+	c = client_open(f);
+	client_sendf(c, "POST /echo HTTP/1.1\r\nContent-Length: 5\r\n\r\n12");
+	assert_true(client_quiet_for(c, 400));
+	client_sendf(c, "345");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 200);
+	assert_string_equal(seen_of(f).body, "12345");
+	assert_int_equal(stats_of(f).header_timeouts, 1);
+	client_close(c);
+	free(r);
+	server_stop(f);
+}
+
+static void mark_handler(void *ctx, const struct http_request *req, struct http_response *resp)
+{
+	(void)ctx;
+	(void)resp;
+	http_request_mark_authenticated(req);
+}
+
+/* Detached connections: the mark reaches the connection; a request built elsewhere is
+ * ignored. */
+static void test_mark_authenticated_detached(void **state)
+{
+	(void)state;
+	static const struct http_route routes[] = {
+		{ "GET", "/open", false, nocontent_handler, NULL, 0 },
+		{ "GET", "/mark", false, mark_handler, NULL, 0 },
+	};
+	struct byte_buf out = { 0 };
+	struct http_conn *c = http__conn_new(NULL, routes, 2, &out);
+	struct http_request loose = { .method = "GET", .path = "/" };
+	static const char open_req[] = "GET /open HTTP/1.1\r\n\r\n";
+	static const char mark_req[] = "GET /mark HTTP/1.1\r\n\r\n";
+
+	assert_non_null(c);
+	assert_int_equal(http__conn_feed(c, open_req, strlen(open_req)), 0);
+	assert_false(http__conn_trusted(c));
+	assert_int_equal(http__conn_feed(c, mark_req, strlen(mark_req)), 0);
+	assert_true(http__conn_trusted(c));
+	assert_int_equal(http__conn_feed(c, open_req, strlen(open_req)), 0);
+	assert_true(http__conn_trusted(c));
+	http_request_mark_authenticated(&loose);
+	http_request_mark_authenticated(NULL);
+	http__conn_free(c);
+	byte_buf_free(&out);
 }
 
 static void test_max_inflight(void **state)
@@ -1629,6 +2040,13 @@ int main(void)
 		cmocka_unit_test(test_slowloris_gets_408),
 		cmocka_unit_test(test_idle_close),
 		cmocka_unit_test(test_max_connections),
+		cmocka_unit_test(test_eviction_order),
+		cmocka_unit_test(test_eviction_trusted_last),
+		cmocka_unit_test(test_per_peer_limit),
+		cmocka_unit_test(test_peer_key),
+		cmocka_unit_test(test_first_byte_timeout),
+		cmocka_unit_test(test_header_timeout),
+		cmocka_unit_test(test_mark_authenticated_detached),
 		cmocka_unit_test(test_max_inflight),
 		cmocka_unit_test(test_malformed_requests),
 		cmocka_unit_test(test_path_traversal),
