@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <systemd/sd-daemon.h>
@@ -53,9 +54,12 @@ struct config {
 	uint32_t read_connections;
 	uint32_t symbol_cache_entries;
 	uint32_t max_connections;
+	uint32_t max_connections_per_peer;
 	uint32_t max_inflight;
 	double request_timeout;
 	double idle_timeout;
+	double first_byte_timeout;
+	double header_timeout;
 	char *symbols_dir;
 	uint64_t max_symbol_file_size;
 	uint64_t max_symbol_chunk;
@@ -81,9 +85,12 @@ static struct config cfg = {
 	.read_connections = 4,
 	.symbol_cache_entries = SYMBOLIZER_DEFAULT_ENTRIES,
 	.max_connections = 1024,
+	.max_connections_per_peer = 32,
 	.max_inflight = 64,
 	.request_timeout = 30,
 	.idle_timeout = 60,
+	.first_byte_timeout = 5,
+	.header_timeout = 10,
 	.max_symbol_file_size = SYMBOLS_DEFAULT_MAX_FILE,
 	.max_symbol_chunk = SYMBOLS_DEFAULT_MAX_CHUNK,
 	.max_upload_sessions = SYMBOLS_DEFAULT_MAX_SESSIONS,
@@ -112,6 +119,9 @@ static const struct sysom_option options[] = {
 	{ "max-inflight", SYSOM_OPT_UINT, &cfg.max_inflight, 1, 100000, "requests handled at once; 503 beyond (default 64)", false },
 	{ "request-timeout", SYSOM_OPT_DURATION, &cfg.request_timeout, 1, 3600, "time to receive a whole request (default 30s)", false },
 	{ "idle-timeout", SYSOM_OPT_DURATION, &cfg.idle_timeout, 1, 86400, "keep-alive idle time (default 60s)", false },
+	{ "max-connections-per-peer", SYSOM_OPT_UINT, &cfg.max_connections_per_peer, 0, 1000000, "unauthenticated connections per IPv4 address or IPv6 /64; 0: no limit (default 32)", false },
+	{ "first-byte-timeout", SYSOM_OPT_DURATION, &cfg.first_byte_timeout, 0.1, 3600, "time for a request to begin on a new or unauthenticated connection (default 5s)", false },
+	{ "header-timeout", SYSOM_OPT_DURATION, &cfg.header_timeout, 0.1, 3600, "time for a request's line and headers to arrive (default 10s)", false },
 	{ "symbols-dir", SYSOM_OPT_STRING, &cfg.symbols_dir, 0, 0, "the Build-ID symbol repository (default DATA-DIR/symbols)", false },
 	{ "max-symbol-file-size", SYSOM_OPT_SIZE, &cfg.max_symbol_file_size, 1024, 64 * 1024 * MIB, "largest uploaded executable or debug file (default 4G)", false },
 	{ "max-symbol-chunk", SYSOM_OPT_SIZE, &cfg.max_symbol_chunk, 4096, 1024 * MIB, "largest chunk of a symbol file upload (default 64M)", false },
@@ -567,6 +577,42 @@ static int components_create(struct server *s)
 	return 0;
 }
 
+/* Descriptors the server needs besides the transport's: database, logs, symbol files. */
+#define FD_MARGIN 256
+
+/*
+ * Raises the soft RLIMIT_NOFILE to the hard one (systemd's LimitNOFILE, ulimit -Hn) so
+ * that --max-connections can be reached, and warns when even that is short: connections
+ * beyond the limit fail in accept and are dropped unanswered.
+ */
+static void nofile_limit_raise(const struct http_server_options *ho)
+{
+	uint64_t need = http_server_descriptors_needed(ho) + FD_MARGIN;
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+		log_warn("cannot read the open-file limit: %s", sysom_strerror(-errno));
+		return;
+	}
+	if (rl.rlim_cur < rl.rlim_max) {
+		rlim_t old = rl.rlim_cur;
+		/* An infinite hard limit cannot be the soft one (the kernel's nr_open caps it). */
+		rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? (rlim_t)need : rl.rlim_max;
+		if (rl.rlim_cur > old && setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+			log_warn("cannot raise the open-file limit from %llu to %llu: %s",
+				 (unsigned long long)old, (unsigned long long)rl.rlim_cur,
+				 sysom_strerror(-errno));
+			rl.rlim_cur = old;
+		}
+	}
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
+		log_warn("the open-file limit (%llu) is below the %llu that --max-connections %u "
+			 "needs: connections beyond it are dropped; raise LimitNOFILE (ulimit -n) or "
+			 "lower --max-connections",
+			 (unsigned long long)rl.rlim_cur, (unsigned long long)need,
+			 ho->max_connections);
+}
+
 static int run(const char *host, uint16_t port)
 {
 	static struct server s;
@@ -579,6 +625,10 @@ static int run(const char *host, uint16_t port)
 		.max_inflight = cfg.max_inflight,
 		.request_timeout_ms = (uint32_t)(cfg.request_timeout * 1000),
 		.idle_timeout_ms = (uint32_t)(cfg.idle_timeout * 1000),
+		.max_connections_per_peer = cfg.max_connections_per_peer ? cfg.max_connections_per_peer
+									 : HTTP_UNLIMITED,
+		.first_byte_timeout_ms = (uint32_t)(cfg.first_byte_timeout * 1000),
+		.header_timeout_ms = (uint32_t)(cfg.header_timeout * 1000),
 	};
 	char err[512];
 	bool loop_open = false;
@@ -586,6 +636,7 @@ static int run(const char *host, uint16_t port)
 
 	/* libuv sizes its threadpool at first use; an operator's UV_THREADPOOL_SIZE wins. */
 	setenv("UV_THREADPOOL_SIZE", DEFAULT_THREADPOOL_SIZE, 0);
+	nofile_limit_raise(&ho);
 	if ((rc = store_sqlite_open(cfg.data_dir, &so, &s.store, err, sizeof(err)))) {
 		log_error("%s", err);
 		goto cleanup;
