@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,6 +55,11 @@
 #define KEEP_BUFFER_BYTES (64u * 1024u)
 /* At most this much of an announced Content-Length is allocated before the body arrives. */
 #define BODY_RESERVE_MAX (256u * 1024u)
+/*
+ * Waiting connections a full table looks past, per new connection, because their request
+ * has arrived but not been read yet (accepting in a burst comes before reading).
+ */
+#define EVICT_PROBES_MAX 8
 /* Peer table buckets: at most this many (chains grow beyond; entries are one per peer). */
 #define PEER_BUCKETS_MAX 65536u
 
@@ -996,12 +1002,36 @@ static void tier_update(struct http_conn *c, bool active)
 		SYSOM_DLIST_PUSH_BACK(srv->tiers[t].first, srv->tiers[t].last, c, tier_prev, tier_next);
 }
 
-/* The connection a full table gives up for a new one; NULL when none may go. */
+/* Whether bytes the peer sent wait in the socket, not read yet. */
+static bool conn_has_unread(struct http_conn *c)
+{
+	uv_os_fd_t fd;
+	int pending = 0;
+
+	return uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 && ioctl(fd, FIONREAD, &pending) == 0 &&
+	       pending > 0;
+}
+
+/*
+ * The connection a full table gives up for a new one; NULL when none may go. A waiting one
+ * whose request already arrived unread (a client that sent it right after connecting, still
+ * behind the accept burst) goes to the back of its queue instead, a few times at most, so
+ * the choice stays O(1) and peers that send a byte cannot push the choice past their tier.
+ */
 static struct http_conn *evict_victim(struct http_server *srv)
 {
-	for (int t = 0; t < TIER_COUNT; t++)
-		if (srv->tiers[t].first)
-			return srv->tiers[t].first;
+	for (int t = 0; t < TIER_COUNT; t++) {
+		struct conn_queue *q = &srv->tiers[t];
+		for (int probes = 0; q->first; probes++) {
+			struct http_conn *c = q->first;
+			bool waiting = t == TIER_WAITING || t == TIER_TRUSTED_IDLE;
+			if (!waiting || probes >= EVICT_PROBES_MAX || q->first == q->last ||
+			    !conn_has_unread(c))
+				return c;
+			SYSOM_DLIST_UNLINK(q->first, q->last, c, tier_prev, tier_next);
+			SYSOM_DLIST_PUSH_BACK(q->first, q->last, c, tier_prev, tier_next);
+		}
+	}
 	return NULL;
 }
 
