@@ -25,8 +25,16 @@ struct api {
 	struct monitor *monitor;
 };
 
-/* True when the request carries the token; otherwise answers 401 and returns false. */
-bool api__authorized(struct api *api, const struct http_request *req, struct http_response *resp);
+/*
+ * True when the request's credential has one of `scopes` (enum auth_scope; admin always
+ * qualifies); otherwise answers 401 (no valid token) or 403 (scope) and returns false.
+ */
+bool api__authorized(struct api *api, const struct http_request *req, unsigned scopes,
+		     struct http_response *resp);
+
+/* The scope a request under the query API needs by its method: read for GET and HEAD, admin
+ * for the writes (PUT settings, POST baseline). */
+unsigned api__method_scopes(const struct http_request *req);
 
 /* Answers a storage error `rc` (negative errno): 503 when busy or out of memory, else 500. */
 void api__store_error(struct http_response *resp, int rc);
