@@ -50,7 +50,8 @@ void api__diagnosis_text(const struct store_diagnosis *d, struct byte_buf *out);
 
 /*
  * The views under /api/v1/jobs/{job}: `job` is the decoded id from the path (at most
- * API_MAX_JOB_ID bytes); the route (routes.c) has checked the token.
+ * API_MAX_JOB_ID bytes); the route (routes.c) has checked the credential
+ * (read for GET, admin for PUT and POST).
  */
 typedef void (*api__job_view_fn)(struct api *api, const char *job, const struct http_request *req,
 				 struct http_response *resp);
