@@ -56,13 +56,14 @@ LIB_SYSTEMD := -lsystemd
 LIB_CMOCKA := -lcmocka
 LIB_CXXABI := -lstdc++ # __cxa_demangle for C++ symbol names
 LIB_DEBUGINFOD := -ldebuginfod
+LIB_CRYPTO := -lcrypto # SHA-256 of bearer tokens (credentials files hold hashes)
 
 # Debian packages needed to build, test and demo (installed by `make deps`).
 DEB_PACKAGES := make gcc clang llvm bpftool libbpf-dev libelf-dev libdw-dev zlib1g-dev \
   libcurl4-openssl-dev libjansson-dev libuv1-dev libzstd-dev libsqlite3-dev \
   libhttp-parser-dev libcmocka-dev libxxhash-dev libsystemd-dev pkg-config \
   libclang-rt-14-dev curl binutils procps util-linux zstd python3 elfutils linux-perf \
-  libstdc++-12-dev libdebuginfod-dev debuginfod libc6-dbg gcc prometheus-alertmanager
+  libstdc++-12-dev libdebuginfod-dev debuginfod libc6-dbg gcc prometheus-alertmanager libssl-dev
 
 # ---------------------------------------------------------------------------------------------
 # Sources, discovered per directory tree: a program is a top-level directory whose
@@ -101,7 +102,7 @@ COMMON_LDLIBS := $(LIB_XXHASH) $(LIB_ZSTD) $(LIB_ELF) -lm
 AGENT_LDLIBS := $(AGENT_LIB) $(COMMON_LIB) $(LIB_BPF) $(LIB_CURL) $(LIB_UV) $(LIB_SYSTEMD) $(LIB_JSON) $(COMMON_LDLIBS)
 SYMREPO_LDLIBS := $(SYMREPO_LIB) $(COMMON_LIB) $(LIB_CXXABI) $(COMMON_LDLIBS)
 SERVER_LDLIBS := $(SERVER_LIB) $(SYMREPO_LIB) $(COMMON_LIB) $(LIB_UV) $(LIB_HTTP) $(LIB_SQLITE) \
-  $(LIB_JSON) $(LIB_SYSTEMD) $(LIB_CURL) $(LIB_DEBUGINFOD) $(LIB_CXXABI) $(COMMON_LDLIBS)
+  $(LIB_JSON) $(LIB_SYSTEMD) $(LIB_CURL) $(LIB_DEBUGINFOD) $(LIB_CRYPTO) $(LIB_CXXABI) $(COMMON_LDLIBS)
 CTL_LDLIBS := $(CTL_LIB) $(COMMON_LIB) $(LIB_CURL) $(LIB_JSON) $(COMMON_LDLIBS)
 
 # Unit tests: tests/unit/<program>/<component>/test_<name>.c, mirroring the source tree, linked

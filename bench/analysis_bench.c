@@ -198,7 +198,7 @@ static int to_store(void *arg, struct sysom_batch *b)
 {
 	struct store_put_result res;
 
-	return store_batch_put(arg, b, (int64_t)b->window_end_ns, &res);
+	return store_batch_put(arg, b, 0, (int64_t)b->window_end_ns, &res);
 }
 
 static int store_fill(struct store *s, int32_t n, int64_t t0_ns)

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* sysom-server: options, store, HTTP transport, signals (TERM/INT stop, HUP reloads the token). */
+/* sysom-server: options, store, HTTP transport, signals (TERM/INT stop, HUP reloads the token
+ * and the credentials), issuing credentials. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -16,6 +17,7 @@
 #include <uv.h>
 
 #include "common/error.h"
+#include "common/hex.h"
 #include "common/log.h"
 #include "common/token.h"
 #include "common/options.h"
@@ -42,6 +44,7 @@ struct config {
 	char *listen;
 	char *data_dir;
 	char *token_file;
+	char *credentials_file;
 	char *config_file;
 	char *log_level;
 	char *port_file;
@@ -72,6 +75,7 @@ struct config {
 	double alert_resend_interval;
 	double analysis_interval;
 	char *public_url;
+	bool new_credential;
 	bool help;
 	bool version;
 };
@@ -103,7 +107,8 @@ static struct config cfg = {
 static const struct sysom_option options[] = {
 	{ "listen", SYSOM_OPT_STRING, &cfg.listen, 0, 0, "HOST:PORT to serve on (default 127.0.0.1:8080)", false },
 	{ "data-dir", SYSOM_OPT_STRING, &cfg.data_dir, 0, 0, "directory of the database (required)", false },
-	{ "token-file", SYSOM_OPT_STRING, &cfg.token_file, 0, 0, "file whose first line is the bearer token the API requires", false },
+	{ "token-file", SYSOM_OPT_STRING, &cfg.token_file, 0, 0, "file whose first line is the shared bearer token (every scope)", false },
+	{ "credentials-file", SYSOM_OPT_STRING, &cfg.credentials_file, 0, 0, "scoped credentials, one 'SCOPE NAME sha256:HEX [NODES]' a line (docs/operations.md)", false },
 	{ "config", SYSOM_OPT_STRING, &cfg.config_file, 0, 0, "config file of 'key = value' lines (flags override it)", true },
 	{ "log-level", SYSOM_OPT_STRING, &cfg.log_level, 0, 0, "error, warn, info or debug (default info)", false },
 	{ "port-file", SYSOM_OPT_STRING, &cfg.port_file, 0, 0, "write the bound port here once listening", false },
@@ -134,6 +139,7 @@ static const struct sysom_option options[] = {
 	{ "alert-resend-interval", SYSOM_OPT_DURATION, &cfg.alert_resend_interval, 0.1, 86400, "re-send firing alerts this often (default 60s)", false },
 	{ "analysis-interval", SYSOM_OPT_DURATION, &cfg.analysis_interval, 0.1, 3600, "evaluate each job with new data at most this often (default 5s)", false },
 	{ "public-url", SYSOM_OPT_STRING, &cfg.public_url, 0, 0, "this server's URL as users reach it, for links in alerts (generatorURL)", false },
+	{ "new-credential", SYSOM_OPT_BOOL, &cfg.new_credential, 0, 0, "with SCOPE NAME [NODES] after the options: print a new token and its credentials-file line, then exit", true },
 	{ "help", SYSOM_OPT_BOOL, &cfg.help, 0, 0, "print this help", true },
 	{ "version", SYSOM_OPT_BOOL, &cfg.version, 0, 0, "print the version", true },
 };
@@ -207,9 +213,99 @@ static int token_load(struct auth *auth, const char *path)
 	rc = auth_token_set(auth, token);
 	explicit_bzero(token, strlen(token));
 	free(token);
-	if (rc)
+	if (rc == -EEXIST)
+		log_error("token file %s: a credential of --credentials-file has the same token;"
+			  " give the shared token a token of its own", path);
+	else if (rc)
 		log_error("cannot set the token: %s", sysom_strerror(rc));
 	return rc;
+}
+
+#define NAMES_LOGGED_MAX 20 /* names listed per line when credentials change */
+
+/* Logs the names of one kind of change ("added", "removed", "new token") in one line. */
+static void credentials_changes_log(const char *what, const struct auth_credentials *from,
+				    const struct auth_credentials *other, bool token_changes)
+{
+	char line[1024];
+	size_t len = 0, n = 0;
+
+	for (size_t i = 0; i < auth_credentials_count(from); i++) {
+		const struct auth_credential *c = auth_credentials_at(from, i);
+		const struct auth_credential *o = auth_credentials_by_name(other, c->name);
+		bool listed = token_changes ? o && memcmp(o->token_sha256, c->token_sha256,
+							  AUTH_SHA256_SIZE) != 0
+					    : !o;
+		if (!listed)
+			continue;
+		if (n++ < NAMES_LOGGED_MAX && len < sizeof(line)) {
+			int w = snprintf(line + len, sizeof(line) - len, "%s%s", len ? ", " : "",
+					 c->name);
+			len += w > 0 ? (size_t)w : 0;
+		}
+	}
+	if (n > NAMES_LOGGED_MAX)
+		log_info("credentials %s: %s and %zu more", what, line, n - NAMES_LOGGED_MAX);
+	else if (n)
+		log_info("credentials %s: %s", what, line);
+}
+
+/*
+ * Loads the credentials file into the authenticator (replacing the installed set only when
+ * the whole file is valid); logs what happened and, after a reload, which names came, went
+ * or got a new token. 0 or a negative error.
+ */
+static int credentials_load(struct auth *auth, const char *path)
+{
+	struct auth_credentials *set = NULL, *old = NULL;
+	size_t scopes[3] = { 0 };
+	char err[512];
+	int rc = auth_credentials_load(path, &set, err, sizeof(err));
+
+	if (rc) {
+		log_error("%s", err);
+		return rc;
+	}
+	for (size_t i = 0; i < auth_credentials_count(set); i++) {
+		enum auth_scope s = auth_credentials_at(set, i)->scope;
+		scopes[s == AUTH_SCOPE_AGENT ? 0 : s == AUTH_SCOPE_READ ? 1 : 2]++;
+	}
+	if ((rc = auth_credentials_set(auth, set, &old))) {
+		log_error("credentials file %s: a credential has the same token as --token-file;"
+			  " give it a token of its own", path);
+		auth_credentials_free(set);
+		return -SYSOM_ECONFIG;
+	}
+	log_info("credentials from %s: %zu agent, %zu read, %zu admin", path, scopes[0], scopes[1],
+		 scopes[2]);
+	if (old) {
+		credentials_changes_log("added", set, old, false);
+		credentials_changes_log("removed", old, set, false);
+		credentials_changes_log("with a new token", set, old, true);
+	}
+	auth_credentials_free(old);
+	return 0;
+}
+
+/* Ingest's refusals worth a line: wrong credential for a node, conflicting batches. */
+static void on_ingest_event(void *arg, const struct ingest_event *ev)
+{
+	char node[2 * SYSOM_NODE_ID_SIZE + 1];
+
+	(void)arg;
+	switch (ev->kind) {
+	case INGEST_EVENT_FORBIDDEN:
+		log_warn("ingest from %s refused (403): %s", ev->peer ? ev->peer : "?", ev->message);
+		break;
+	case INGEST_EVENT_CONFLICT:
+		sysom_hex_encode(ev->node_id, sizeof(ev->node_id), node, sizeof(node));
+		log_error("ingest from %s (credential '%s'): conflict (409): node %s epoch %016" PRIx64
+			  " sequence %" PRIu64 " is stored with content hash %016" PRIx64
+			  ", this upload has %016" PRIx64 "; not stored (two writers use this"
+			  " identity)", ev->peer ? ev->peer : "?", ev->credential, node, ev->epoch,
+			  ev->sequence, ev->stored_hash, ev->received_hash);
+		break;
+	}
 }
 
 /* Writes the port to `path` atomically (temporary file + rename). */
@@ -442,13 +538,16 @@ static void on_signal(uv_signal_t *h, int signum)
 	struct server *s = h->data;
 
 	if (signum == SIGHUP) {
-		if (!cfg.token_file) {
-			log_info("SIGHUP: no --token-file to reload");
-		} else if (token_load(s->auth, cfg.token_file) == 0) {
-			log_info("SIGHUP: reloaded the token from %s", cfg.token_file);
-		} else {
-			log_warn("SIGHUP: keeping the previous token");
+		if (!cfg.token_file && !cfg.credentials_file)
+			log_info("SIGHUP: no --token-file or --credentials-file to reload");
+		if (cfg.token_file) {
+			if (token_load(s->auth, cfg.token_file) == 0)
+				log_info("SIGHUP: reloaded the token from %s", cfg.token_file);
+			else
+				log_warn("SIGHUP: keeping the previous token");
 		}
+		if (cfg.credentials_file && credentials_load(s->auth, cfg.credentials_file))
+			log_warn("SIGHUP: keeping the previous credentials");
 		return;
 	}
 	if (s->stopping)
@@ -526,6 +625,12 @@ static void monitor_metrics_source(void *ctx, struct byte_buf *out)
 	monitor_metrics_write(ctx, out);
 }
 
+/* Its per-job families (a detail source: read credentials only). */
+static void monitor_job_metrics_source(void *ctx, struct byte_buf *out)
+{
+	monitor_job_metrics_write(ctx, out);
+}
+
 static int components_create(struct server *s)
 {
 	struct ingest_options io = {
@@ -551,6 +656,10 @@ static int components_create(struct server *s)
 		return -ENOMEM;
 	if (cfg.token_file && token_load(s->auth, cfg.token_file))
 		return -SYSOM_ECONFIG;
+	if (cfg.credentials_file && credentials_load(s->auth, cfg.credentials_file))
+		return -SYSOM_ECONFIG;
+	if (!auth_enabled(s->auth))
+		log_warn("no --token-file or --credentials-file: every request is allowed");
 	if ((rc = symbols_create(s)))
 		return -SYSOM_ECONFIG; /* logged */
 	ao.symbols = s->symbols;
@@ -567,10 +676,13 @@ static int components_create(struct server *s)
 		log_error("cannot start the analysis: %s", sysom_strerror(rc));
 		return -SYSOM_ECONFIG;
 	}
-	if ((rc = server_metrics_source_add(&s->metrics, monitor_metrics_source, s->monitor)))
+	if ((rc = server_metrics_source_add(&s->metrics, monitor_metrics_source, s->monitor)) ||
+	    (rc = server_metrics_detail_source_add(&s->metrics, monitor_job_metrics_source,
+						   s->monitor)))
 		return rc;
 	io.on_stored = on_batch_stored;
 	io.on_stored_arg = s->monitor;
+	io.on_event = on_ingest_event;
 	if (!(s->ingest = ingest_new(s->store, s->auth, s->sym, &s->metrics, &io)))
 		return -ENOMEM;
 	s->nroutes = api_routes_build(s->api, s->ingest, s->symbols, &limits, s->routes);
@@ -712,8 +824,62 @@ cleanup:
 static void usage(FILE *out)
 {
 	fprintf(out, "usage: sysom-server --data-dir DIR [--listen HOST:PORT] [--token-file F]"
-		     " [--config F] [options]\n\noptions:\n");
+		     " [--credentials-file F] [--config F] [options]\n"
+		     "       sysom-server --new-credential agent|read|admin NAME [NODE-ID,...|*]\n"
+		     "\noptions:\n");
 	sysom_options_print_help(options, NOPTIONS, out);
+}
+
+/*
+ * --new-credential SCOPE NAME [NODES]: prints a new token (line 1: give it to the client as
+ * its token file) and the credentials-file line with the token's hash (line 2), after
+ * checking that line as the server will. Returns the exit status.
+ */
+static int credential_issue(int argc, char **argv)
+{
+	char token[AUTH_TOKEN_LEN + 1], hex[2 * AUTH_SHA256_SIZE + 1], line[1024];
+	uint8_t sha256[AUTH_SHA256_SIZE];
+	struct auth_credentials *check = NULL;
+	struct auth_credentials_error err;
+	int n, rc, status = EXIT_USAGE;
+
+	if (argc < 2 || argc > 3) {
+		fprintf(stderr, "sysom-server: --new-credential wants SCOPE NAME [NODES]: e.g."
+				" 'agent gpu-node-17 <node id>' or 'read grafana'\n");
+		return EXIT_USAGE;
+	}
+	for (int i = 0; i < argc; i++) {
+		if (strpbrk(argv[i], " \t\r\n#")) {
+			fprintf(stderr, "sysom-server: --new-credential: '%s' has a space or '#'\n",
+				argv[i]);
+			return EXIT_USAGE;
+		}
+	}
+	if ((rc = auth_token_generate(token, sizeof(token))) ||
+	    (rc = auth_token_sha256(token, strlen(token), sha256))) {
+		fprintf(stderr, "sysom-server: cannot make a token: %s\n", sysom_strerror(rc));
+		status = EXIT_FAILURE;
+		goto cleanup;
+	}
+	sysom_hex_encode(sha256, sizeof(sha256), hex, sizeof(hex));
+	n = snprintf(line, sizeof(line), "%s %s " AUTH_TOKEN_SPEC_PREFIX "%s%s%s", argv[0], argv[1],
+		     hex, argc == 3 ? " " : "", argc == 3 ? argv[2] : "");
+	if (n < 0 || (size_t)n >= sizeof(line)) {
+		fprintf(stderr, "sysom-server: --new-credential: the node list is too long for one"
+				" command line; write the line by hand (docs/operations.md)\n");
+		goto cleanup;
+	}
+	rc = auth_credentials_parse(line, (size_t)n, &check, &err);
+	if (rc) {
+		fprintf(stderr, "sysom-server: --new-credential: %s\n", err.message);
+		goto cleanup;
+	}
+	printf("%s\n%s\n", token, line);
+	status = fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+cleanup:
+	auth_credentials_free(check);
+	explicit_bzero(token, sizeof(token));
+	return status;
 }
 
 int main(int argc, char **argv)
@@ -734,7 +900,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "sysom-server: %s\n", err);
 		goto cleanup;
 	}
-	if (rc < argc) {
+	if (rc < argc && !cfg.new_credential) {
 		fprintf(stderr, "sysom-server: unexpected argument '%s' (see --help)\n", argv[rc]);
 		goto cleanup;
 	}
@@ -746,6 +912,10 @@ int main(int argc, char **argv)
 	if (cfg.version) {
 		printf("sysom-server %s\n", SYSOM_VERSION);
 		status = EXIT_SUCCESS;
+		goto cleanup;
+	}
+	if (cfg.new_credential) {
+		status = credential_issue(argc - rc, argv + rc);
 		goto cleanup;
 	}
 	if (cfg.log_level && sysom_log_level_parse(cfg.log_level, &level)) {

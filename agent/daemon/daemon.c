@@ -213,9 +213,22 @@ static void on_upload_event(void *ctx, const struct uploader_event *ev)
 		break;
 	}
 	case UPLOADER_EVENT_REJECTED:
-		log_error("batch %llu rejected by the server (HTTP %d): %s; kept in the spool's "
-			  "rejected/ directory", (unsigned long long)ev->sequence, ev->http_status,
-			  ev->message);
+		if (ev->http_status == 409)
+			log_error("batch %llu (epoch %016llx) CONFLICTS with a different batch the"
+				  " server stored under the same node id, epoch and sequence: its"
+				  " samples are NOT stored. Something else writes as this node: a"
+				  " machine with the same machine id (--machine-id-file) and a copy"
+				  " of this spool directory, or a holder of this node's token."
+				  " Server: %s; %s",
+				  (unsigned long long)ev->sequence, (unsigned long long)ev->epoch,
+				  ev->message, ev->kept ? "the batch is kept in the spool's rejected/"
+							  " directory"
+						       : "the batch could not be kept");
+		else
+			log_error("batch %llu rejected by the server (HTTP %d): %s; %s",
+				  (unsigned long long)ev->sequence, ev->http_status, ev->message,
+				  ev->kept ? "kept in the spool's rejected/ directory"
+					   : "it could not be kept");
 		break;
 	case UPLOADER_EVENT_MEMORY_QUEUED:
 		log_warn("batch %llu held in memory: the spool cannot store it (%s)",

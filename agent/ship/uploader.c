@@ -80,7 +80,19 @@ static void emit(struct uploader *u, enum uploader_event_kind kind, uint64_t epo
 		 const char *message)
 {
 	struct uploader_event ev = { kind, epoch, sequence, status, error, delay_ns / NS_PER_MS,
-				     attempt, message ? message : "" };
+				     attempt, message ? message : "", false };
+
+	if (u->on_event)
+		u->on_event(u->event_ctx, &ev);
+}
+
+/* Reports a rejected batch; `kept`: it is in the spool's rejected/ directory. */
+static void emit_rejected(struct uploader *u, uint64_t epoch, uint64_t sequence, int status,
+			  const char *message, bool kept)
+{
+	struct uploader_event ev = { .kind = UPLOADER_EVENT_REJECTED, .epoch = epoch,
+				     .sequence = sequence, .http_status = status,
+				     .error = -SYSOM_EHTTP, .message = message, .kept = kept };
 
 	if (u->on_event)
 		u->on_event(u->event_ctx, &ev);
@@ -88,6 +100,21 @@ static void emit(struct uploader *u, enum uploader_event_kind kind, uint64_t epo
 
 /* ---------------------------------------------------------------------------------------- */
 /* Delivery */
+
+/*
+ * Sets a refused batch aside in the spool's rejected/ directory, for an operator to look at
+ * (a 409 means the server holds other content under its identity: these samples are not
+ * stored). A memory-held batch is committed to the spool first, which may work again by now.
+ * Returns whether the batch was kept.
+ */
+static bool reject_keep(struct uploader *u, const struct current *cur, uint64_t epoch,
+			uint64_t seq)
+{
+	if (cur->mem && spool_batch_commit(u->spool, seq, cur->mem->window_end_ns, cur->mem->body,
+					   cur->mem->len) != 0)
+		return false;
+	return spool_batch_reject(u->spool, epoch, seq) == 0;
+}
 
 static bool should_abort(void *ctx)
 {
@@ -208,14 +235,14 @@ static void deliver(struct uploader *u, struct current *cur)
 		     r > 0 ? -SYSOM_EHTTP : r, delay, attempt, message);
 	} else {
 		u->stats.rejected++;
+		u->stats.conflicts += r == 409;
 		u->failures = 0;
 		u->next_attempt_ns = 0;
 		set_last_error(u, r, message);
 		pthread_mutex_unlock(&u->lock);
-		if (!cur->mem)
-			spool_batch_reject(u->spool, epoch, seq);
+		bool kept = reject_keep(u, cur, epoch, seq);
 		current_done(u, cur);
-		emit(u, UPLOADER_EVENT_REJECTED, epoch, seq, r, -SYSOM_EHTTP, 0, 0, message);
+		emit_rejected(u, epoch, seq, r, message, kept);
 	}
 	http_client_response_free(&resp);
 }

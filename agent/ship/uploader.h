@@ -27,9 +27,12 @@ enum uploader_event_kind {
 	UPLOADER_EVENT_DELIVERED = 1, /* the server acknowledged a batch (2xx); it was removed */
 	UPLOADER_EVENT_RETRY,         /* an attempt failed (network error, 408, 429, 5xx, 401,
 					 403, 1xx/3xx); the same batch is retried after delay_ms */
-	UPLOADER_EVENT_REJECTED,      /* any other 4xx: the batch was set aside in rejected/
-					 (memory-held ones are dropped) and is not retried;
-					 message holds the server's error body */
+	UPLOADER_EVENT_REJECTED,      /* any other 4xx: the batch is set aside in the spool's
+					 rejected/ (a memory-held one is written there first; `kept`
+					 says whether that worked) and is not retried; message holds
+					 the server's error body. 409: the server stored other content
+					 under this batch's identity (another writer uses this node
+					 id): the batch's samples are not in the server */
 	UPLOADER_EVENT_MEMORY_QUEUED, /* the spool could not store a batch (error): it is held in
 					 the memory queue and still delivered */
 	UPLOADER_EVENT_LOST,          /* a batch could be kept neither on disk nor in memory
@@ -47,6 +50,7 @@ struct uploader_event {
 	uint32_t attempt;    /* consecutive failed attempts, this one included */
 	const char *message; /* borrowed for the call, never NULL: transport error text or the
 				server's body (control characters replaced, truncated) */
+	bool kept;           /* REJECTED: the batch is in the spool's rejected/ directory */
 };
 
 /*
@@ -81,6 +85,7 @@ struct uploader_stats {
 	uint64_t bytes_sent;           /* body bytes of those */
 	uint64_t retries;              /* failed attempts that were retried */
 	uint64_t rejected;             /* batches refused for good (4xx) */
+	uint64_t conflicts;            /* of those, 409: other content stored under the identity */
 	uint64_t memory_queued;        /* batches that went to the memory queue */
 	uint64_t lost;                 /* batches lost (see UPLOADER_EVENT_LOST) */
 	uint64_t pending;              /* batches waiting: spool files + memory queue */

@@ -804,6 +804,10 @@ void monitor_metrics_write(struct monitor *m, struct byte_buf *out)
 			     (double)st.incidents_resolved);
 	metrics_family_write(out, "sysom_diagnoses_open", "gauge", "Incidents open now.");
 	metrics_sample_write(out, "sysom_diagnoses_open", NULL, (double)st.open_incidents);
+}
+
+void monitor_job_metrics_write(struct monitor *m, struct byte_buf *out)
+{
 	metrics_family_write(out, "sysom_job_stragglers", "gauge",
 			     "Straggling ranks found by the job's last evaluation.");
 	pthread_mutex_lock(&m->lock);

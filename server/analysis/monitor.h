@@ -107,8 +107,12 @@ struct monitor_stats {
 
 void monitor_stats_get(struct monitor *m, struct monitor_stats *out);
 
-/* Appends the monitor's Prometheus families: evaluations, incidents opened/resolved/open, and
- * per job (label job) the stragglers and open incidents of its last evaluation. */
+/* Appends the monitor's Prometheus families without per-job series: evaluations, live
+ * folding, incidents opened/resolved/open. */
 void monitor_metrics_write(struct monitor *m, struct byte_buf *out);
+
+/* Appends the per-job families (label job): the stragglers and open incidents of each job's
+ * last evaluation. /metrics shows them to read credentials only (job ids are data). */
+void monitor_job_metrics_write(struct monitor *m, struct byte_buf *out);
 
 #endif

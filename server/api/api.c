@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "common/clock.h"
@@ -51,12 +52,17 @@ int api_time_parse(const char *text, int64_t now_ms, int64_t *out_ms)
 	return query_time_parse(text, now_ms, out_ms);
 }
 
-bool api__authorized(struct api *api, const struct http_request *req, struct http_response *resp)
+bool api__authorized(struct api *api, const struct http_request *req, unsigned scopes,
+		     struct http_response *resp)
 {
-	if (auth_request_check(api->auth, req))
-		return true;
-	auth_respond_unauthorized(resp);
-	return false;
+	return auth_request_allow(api->auth, req, scopes, resp);
+}
+
+unsigned api__method_scopes(const struct http_request *req)
+{
+	return strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0
+		       ? AUTH_SCOPE_READ
+		       : AUTH_SCOPE_ADMIN;
 }
 
 void api__store_error(struct http_response *resp, int rc)

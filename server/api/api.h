@@ -79,7 +79,8 @@ void api_flamegraph_get(void *ctx, const struct http_request *req, struct http_r
 void api_jobs_get(void *ctx, const struct http_request *req, struct http_response *resp);
 /*
  * Any request under /api/v1/jobs/{job}: dispatched through the route table (routes.c) to the
- * view of its method and path; 401 without the token, 404 for an unknown resource, 405 for a
+ * view of its method and path; 401 without a valid token, 403 for a credential without the
+ * scope (read for GET, admin for PUT and POST), 404 for an unknown resource, 405 for a
  * known one with another method. The server routes PUT and POST there (GET routes are in the
  * table one by one).
  */
@@ -92,7 +93,12 @@ void api_diagnoses_get(void *ctx, const struct http_request *req, struct http_re
 void api_alerts_get(void *ctx, const struct http_request *req, struct http_response *resp);
 /* GET /healthz: 200 when the store answers, else 503. No authentication. */
 void api_healthz_get(void *ctx, const struct http_request *req, struct http_response *resp);
-/* GET /metrics: Prometheus text format 0.0.4. No authentication. */
+/*
+ * GET /metrics: Prometheus text format 0.0.4. No token needed; the series per node (agent
+ * counters) and per job come only with a read or admin credential or without authentication
+ * configured, otherwise the agent counters are summed over nodes. A presented token that is
+ * not valid gets 401.
+ */
 void api_metrics_get(void *ctx, const struct http_request *req, struct http_response *resp);
 
 /* Body limits of the routes that take a body (0: the defaults in ingest.h and symbols.h). */

@@ -25,8 +25,16 @@ struct api {
 	struct monitor *monitor;
 };
 
-/* True when the request carries the token; otherwise answers 401 and returns false. */
-bool api__authorized(struct api *api, const struct http_request *req, struct http_response *resp);
+/*
+ * True when the request's credential has one of `scopes` (enum auth_scope; admin always
+ * qualifies); otherwise answers 401 (no valid token) or 403 (scope) and returns false.
+ */
+bool api__authorized(struct api *api, const struct http_request *req, unsigned scopes,
+		     struct http_response *resp);
+
+/* The scope a request under the query API needs by its method: read for GET and HEAD, admin
+ * for the writes (PUT settings, POST baseline). */
+unsigned api__method_scopes(const struct http_request *req);
 
 /* Answers a storage error `rc` (negative errno): 503 when busy or out of memory, else 500. */
 void api__store_error(struct http_response *resp, int rc);
@@ -42,7 +50,8 @@ void api__diagnosis_text(const struct store_diagnosis *d, struct byte_buf *out);
 
 /*
  * The views under /api/v1/jobs/{job}: `job` is the decoded id from the path (at most
- * API_MAX_JOB_ID bytes); the route (routes.c) has checked the token.
+ * API_MAX_JOB_ID bytes); the route (routes.c) has checked the credential
+ * (read for GET, admin for PUT and POST).
  */
 typedef void (*api__job_view_fn)(struct api *api, const char *job, const struct http_request *req,
 				 struct http_response *resp);

@@ -13,7 +13,8 @@
 
 #define JOB_PATH API_JOBS_PREFIX "{job}"
 
-/* Checks the token, takes the job id from the path and runs the view. */
+/* Checks the credential (read for GET, admin for writes), takes the job id from the path and
+ * runs the view. */
 static void job_route(void *ctx, const struct http_request *req, struct http_response *resp,
 		      api__job_view_fn view)
 {
@@ -23,7 +24,7 @@ static void job_route(void *ctx, const struct http_request *req, struct http_res
 	const char *rest;
 	size_t len;
 
-	if (!api__authorized(api, req, resp))
+	if (!api__authorized(api, req, api__method_scopes(req), resp))
 		return;
 	rest = strncmp(req->path, prefix, sizeof(prefix) - 1) == 0 ? req->path + sizeof(prefix) - 1
 								    : "";
@@ -88,7 +89,7 @@ void api_job_get(void *ctx, const struct http_request *req, struct http_response
 	size_t len;
 	bool known;
 
-	if (!api__authorized(api, req, resp))
+	if (!api__authorized(api, req, api__method_scopes(req), resp))
 		return;
 	memcpy(routes, query_routes, sizeof(routes));
 	for (size_t i = 0; i < QUERY_ROUTE_COUNT; i++)

@@ -160,7 +160,7 @@ void api_diagnoses_get(void *ctx, const struct http_request *req, struct http_re
 	struct query_filter q;
 	int rc;
 
-	if (!api__authorized(api, req, resp))
+	if (!api__authorized(api, req, AUTH_SCOPE_READ, resp))
 		return;
 	if (strncmp(req->path, prefix, sizeof(prefix) - 1) == 0) {
 		const char *id_text = req->path + sizeof(prefix) - 1;
@@ -238,7 +238,7 @@ void api_alerts_get(void *ctx, const struct http_request *req, struct http_respo
 	bool has;
 	json_t *list;
 
-	if (!api__authorized(api, req, resp) || !query_param(req, "job", job, sizeof(job), &has, resp))
+	if (!api__authorized(api, req, AUTH_SCOPE_READ, resp) || !query_param(req, "job", job, sizeof(job), &has, resp))
 		return;
 	list = api->alerts ? alerts_active_json(api->alerts, has ? job : NULL) : json_array();
 	if (!list) {

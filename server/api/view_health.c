@@ -29,12 +29,26 @@ void api_healthz_get(void *ctx, const struct http_request *req, struct http_resp
 		render_json_respond(resp, 200, json_pack("{s:s}", "status", "ok"));
 }
 
-/* Renders the agents' counters: one family per counter id, one sample per node. */
+/*
+ * Renders the agents' counters: one family per counter id, and in it one sample per node
+ * (labels node and node_id) when `per_node`, else one sample summed over the nodes. The rows
+ * come ordered by counter id.
+ */
 struct counter_render {
 	struct byte_buf *out;
+	bool per_node;
 	int last_counter;
+	double sum;          /* !per_node: the current counter's total so far */
 	char family[96];
 };
+
+/* !per_node: writes the summed sample of the counter before the current one. */
+static void counter_sum_flush(struct counter_render *r)
+{
+	if (!r->per_node && r->last_counter >= 0)
+		metrics_sample_write(r->out, r->family, NULL, r->sum);
+	r->sum = 0;
+}
 
 static int counter_write(void *arg, const struct store_counter_total *c)
 {
@@ -43,19 +57,24 @@ static int counter_write(void *arg, const struct store_counter_total *c)
 
 	if (c->counter != r->last_counter) {
 		const char *name = sysom_counter_name(c->counter);
-		char help[160];
+		char help[200];
 
+		counter_sum_flush(r);
 		if (name)
 			snprintf(r->family, sizeof(r->family), "sysom_agent_%s_total", name);
 		else
 			snprintf(r->family, sizeof(r->family), "sysom_agent_counter_%u_total",
 				 c->counter);
-		snprintf(help, sizeof(help), "Agent counter %s (id %u) summed over stored batches.",
-			 name ? name : "without a name", c->counter);
+		snprintf(help, sizeof(help), "Agent counter %s (id %u) summed over stored batches%s.",
+			 name ? name : "without a name", c->counter,
+			 r->per_node ? "" : " and nodes (per node with a read credential)");
 		metrics_family_write(r->out, r->family, "counter", help);
 		r->last_counter = c->counter;
 	}
-	metrics_sample_write(r->out, r->family, labels, (double)c->total);
+	if (r->per_node)
+		metrics_sample_write(r->out, r->family, labels, (double)c->total);
+	else
+		r->sum += (double)c->total;
 	return byte_buf_error(r->out);
 }
 
@@ -178,10 +197,21 @@ void api_metrics_get(void *ctx, const struct http_request *req, struct http_resp
 	struct byte_buf out = { 0 };
 	struct counter_render cr = { .out = &out, .last_counter = -1 };
 	struct symbolizer_stats ss;
+	struct auth_decision who;
 	uint64_t size;
 	int rc;
 
-	(void)req;
+	/*
+	 * Open to scrapers without a token, but then without series per node or job (hostnames,
+	 * node ids, job ids): those need a read (or admin) credential, or no authentication
+	 * configured at all. A token that is presented must be valid.
+	 */
+	if (auth_request_identify(api->auth, req, &who) != AUTH_ALLOWED && who.token_presented) {
+		auth_respond(resp, &who);
+		return;
+	}
+	cr.per_node = who.result == AUTH_ALLOWED &&
+		      (who.scopes & (AUTH_SCOPE_READ | AUTH_SCOPE_ADMIN)) != 0;
 	{
 		const char *labels[] = { "version", SYSOM_VERSION, NULL };
 		metrics_family_write(&out, "sysom_build_info", "gauge", "Build of this sysom-server.");
@@ -209,9 +239,13 @@ void api_metrics_get(void *ctx, const struct http_request *req, struct http_resp
 		http_server_stats(srv, &st);
 		http_stats_write(&out, &st);
 	}
+	if (cr.per_node)
+		server_metrics_detail_write(api->metrics, &out);
 	rc = store_counters_list(api->store, counter_write, &cr);
-	if (!rc)
+	if (!rc) {
+		counter_sum_flush(&cr);
 		rc = byte_buf_error(&out);
+	}
 	if (rc) {
 		byte_buf_free(&out);
 		api__store_error(resp, rc);

@@ -36,7 +36,7 @@ void api_nodes_get(void *ctx, const struct http_request *req, struct http_respon
 	json_t *nodes;
 	int rc;
 
-	if (!api__authorized(api, req, resp))
+	if (!api__authorized(api, req, AUTH_SCOPE_READ, resp))
 		return;
 	nodes = json_array();
 	if (!nodes) {
@@ -74,7 +74,7 @@ void api_processes_get(void *ctx, const struct http_request *req, struct http_re
 	json_t *list;
 	int rc;
 
-	if (!api__authorized(api, req, resp) || !query_filter_parse(req, api->now_ms(), &q, resp) ||
+	if (!api__authorized(api, req, AUTH_SCOPE_READ, resp) || !query_filter_parse(req, api->now_ms(), &q, resp) ||
 	    !query_param_uint(req, "limit", 1, API_MAX_PROCESS_LIMIT, &limit, &has_limit, resp))
 		return;
 	list = json_array();
@@ -139,7 +139,7 @@ void api_jobs_get(void *ctx, const struct http_request *req, struct http_respons
 	json_t *jobs;
 	int rc;
 
-	if (!api__authorized(api, req, resp) ||
+	if (!api__authorized(api, req, AUTH_SCOPE_READ, resp) ||
 	    !query_param_uint(req, "limit", 1, API_MAX_JOB_LIMIT, &limit, &has_limit, resp))
 		return;
 	if (!(jobs = json_array())) {

@@ -95,7 +95,7 @@ void api_flamegraph_get(void *ctx, const struct http_request *req, struct http_r
 	json_t *doc = NULL;
 	int rc;
 
-	if (!api__authorized(api, req, resp) || !query_filter_parse(req, api->now_ms(), &q, resp) ||
+	if (!api__authorized(api, req, AUTH_SCOPE_READ, resp) || !query_filter_parse(req, api->now_ms(), &q, resp) ||
 	    !query_param_uint(req, "limit", 1, API_MAX_STACK_LIMIT, &limit, &has_limit, resp) ||
 	    !query_param(req, "format", format, sizeof(format), &has_format, resp))
 		return;
@@ -146,7 +146,7 @@ void api_flamegraph_diff_get(void *ctx, const struct http_request *req, struct h
 	bool has[2], has_limit;
 	int rc;
 
-	if (!api__authorized(api, req, resp) || !query_filter_parse(req, api->now_ms(), &q, resp) ||
+	if (!api__authorized(api, req, AUTH_SCOPE_READ, resp) || !query_filter_parse(req, api->now_ms(), &q, resp) ||
 	    !query_param_uint(req, "a", 0, INT32_MAX, &ranks[0], &has[0], resp) ||
 	    !query_param_uint(req, "b", 0, INT32_MAX, &ranks[1], &has[1], resp) ||
 	    !query_param_uint(req, "limit", 1, API_MAX_STACK_LIMIT, &limit, &has_limit, resp))

@@ -15,6 +15,7 @@
 #include "common/compress.h"
 #include "common/elf_buildid.h"
 #include "common/error.h"
+#include "common/hash.h"
 #include "common/hex.h"
 #include "server/symbols/ksyms.h"
 #include "server/http/render.h"
@@ -238,6 +239,56 @@ static int batch_check(struct ingest *in, const struct sysom_batch *b, const str
 	return REASON_NONE;
 }
 
+/*
+ * Authorizes the request for the agent scope and, when `node_id` is not NULL, for writing
+ * that node; answers a refusal (reporting a 403) and returns its reason, or REASON_NONE.
+ * `who` receives the decision (the credential's name).
+ */
+static int authorize(struct ingest *in, const struct http_request *req, const uint8_t *node_id,
+		     struct auth_decision *who, struct http_response *resp)
+{
+	if (auth_request_authorize(in->auth, req, AUTH_SCOPE_AGENT, node_id, who) == AUTH_ALLOWED)
+		return REASON_NONE;
+	auth_respond(resp, who);
+	if (who->result != AUTH_FORBIDDEN)
+		return INGEST_ERR_UNAUTHORIZED;
+	if (in->opts.on_event) {
+		struct ingest_event ev = { .kind = INGEST_EVENT_FORBIDDEN, .peer = req->peer,
+					   .credential = who->name, .message = who->message };
+		if (node_id)
+			memcpy(ev.node_id, node_id, SYSOM_NODE_ID_SIZE);
+		in->opts.on_event(in->opts.on_event_arg, &ev);
+	}
+	return INGEST_ERR_FORBIDDEN;
+}
+
+/* Answers 409 for a batch identity stored with other content, and reports it. */
+static int respond_conflict(struct ingest *in, const struct http_request *req,
+			    const struct batch_key *key, const struct auth_decision *who,
+			    uint64_t stored_hash, uint64_t received_hash, struct http_response *resp)
+{
+	char node_hex[2 * SYSOM_NODE_ID_SIZE + 1], stored[20], received[20], message[320];
+
+	sysom_hex_encode(key->node_id, SYSOM_NODE_ID_SIZE, node_hex, sizeof(node_hex));
+	snprintf(stored, sizeof(stored), "%016" PRIx64, stored_hash);
+	snprintf(received, sizeof(received), "%016" PRIx64, received_hash);
+	snprintf(message, sizeof(message),
+		 "batch %s:%016" PRIx64 ":%" PRIu64 " was already stored with different content"
+		 " (stored xxh3 %s, received %s): two writers use this identity; not stored",
+		 node_hex, key->epoch, key->sequence, stored, received);
+	render_json_respond(resp, 409, json_pack("{s:s,s:s,s:s}", "error", message, "stored_hash",
+						 stored, "received_hash", received));
+	if (in->opts.on_event) {
+		struct ingest_event ev = { .kind = INGEST_EVENT_CONFLICT, .peer = req->peer,
+					   .credential = who->name, .epoch = key->epoch,
+					   .sequence = key->sequence, .stored_hash = stored_hash,
+					   .received_hash = received_hash };
+		memcpy(ev.node_id, key->node_id, SYSOM_NODE_ID_SIZE);
+		in->opts.on_event(in->opts.on_event_arg, &ev);
+	}
+	return INGEST_ERR_CONFLICT;
+}
+
 /* Handles one ingest request; returns the error reason, or REASON_NONE. */
 static int batch_ingest(struct ingest *in, const struct http_request *req,
 			struct http_response *resp, bool *duplicate)
@@ -247,19 +298,18 @@ static int batch_ingest(struct ingest *in, const struct http_request *req,
 	struct sysom_batch batch;
 	struct sysom_wire_error werr;
 	struct store_put_result res;
+	struct store_batch_record stored;
+	struct auth_decision who;
 	struct batch_key key;
 	const uint8_t *data = NULL;
 	const char *key_text = http_request_header(req, "idempotency-key");
-	bool exists = false;
+	uint64_t content_hash;
 	size_t len = 0;
 	int reason = REASON_NONE, rc;
 
 	memset(&batch, 0, sizeof(batch));
-	if (!auth_request_check(in->auth, req)) {
-		auth_respond_unauthorized(resp);
-		reason = INGEST_ERR_UNAUTHORIZED;
+	if ((reason = authorize(in, req, NULL, &who, resp)) != REASON_NONE)
 		goto cleanup;
-	}
 	metrics_counter_add(&m->bytes_compressed, req->body_len);
 	if (!key_text || !parse_key(key_text, &key)) {
 		http_response_error(resp, 400, "%s Idempotency-Key header (want"
@@ -268,12 +318,19 @@ static int batch_ingest(struct ingest *in, const struct http_request *req,
 		reason = INGEST_ERR_BAD_REQUEST;
 		goto cleanup;
 	}
-	/* A replay is answered without decoding it again. */
-	if ((rc = store_batch_exists(in->store, key.node_id, key.epoch, key.sequence, &exists))) {
+	/*
+	 * The credential must cover the key's node before anything about that node is looked
+	 * up; batch_check then holds the batch header to the key, so the node written is the
+	 * one authorized.
+	 */
+	if ((reason = authorize(in, req, key.node_id, &who, resp)) != REASON_NONE)
+		goto cleanup;
+	if ((rc = store_batch_find(in->store, key.node_id, key.epoch, key.sequence, &stored))) {
 		reason = respond_store_error(resp, rc);
 		goto cleanup;
 	}
-	if (exists) {
+	/* Stored before content hashes existed: nothing to compare, a duplicate as it was. */
+	if (stored.exists && !stored.hash_known) {
 		*duplicate = true;
 		render_json_respond(resp, 200, json_pack("{s:s}", "status", "duplicate"));
 		goto cleanup;
@@ -281,6 +338,19 @@ static int batch_ingest(struct ingest *in, const struct http_request *req,
 	reason = body_plain(in, req, in->opts.max_decompressed, &plain, &data, &len, resp);
 	if (reason != REASON_NONE)
 		goto cleanup;
+	/* The agent re-sends the exact bytes it spooled: equal plain bytes, equal hash. */
+	content_hash = sysom_hash64(data, len, 0);
+	/* A replay is answered without decoding it again. */
+	if (stored.exists) {
+		if (stored.content_hash != content_hash) {
+			reason = respond_conflict(in, req, &key, &who, stored.content_hash,
+						  content_hash, resp);
+			goto cleanup;
+		}
+		*duplicate = true;
+		render_json_respond(resp, 200, json_pack("{s:s}", "status", "duplicate"));
+		goto cleanup;
+	}
 	rc = sysom_batch_decode(data, len, &in->wire_limits, &batch, &werr);
 	/* The decoded batch owns copies of everything: drop the (up to 128 MiB) plain bytes. */
 	byte_buf_free(&plain);
@@ -298,8 +368,14 @@ static int batch_ingest(struct ingest *in, const struct http_request *req,
 	}
 	if ((reason = batch_check(in, &batch, &key, resp)) != REASON_NONE)
 		goto cleanup;
-	if ((rc = store_batch_put(in->store, &batch, sysom_realtime_ns(), &res))) {
+	if ((rc = store_batch_put(in->store, &batch, content_hash, sysom_realtime_ns(), &res))) {
 		reason = respond_store_error(resp, rc);
+		goto cleanup;
+	}
+	if (res.conflict) {
+		/* A concurrent upload of other content under the same identity won. */
+		reason = respond_conflict(in, req, &key, &who, res.existing.content_hash,
+					  content_hash, resp);
 		goto cleanup;
 	}
 	if (res.duplicate) {
@@ -383,13 +459,12 @@ static int ksyms_upload(struct ingest *in, const struct http_request *req,
 	size_t len = 0;
 	uint64_t count;
 	bool created = false;
+	struct auth_decision who;
 	int reason = REASON_NONE, rc;
 
-	if (!auth_request_check(in->auth, req)) {
-		auth_respond_unauthorized(resp);
-		reason = INGEST_ERR_UNAUTHORIZED;
+	/* Kernel symbol tables are keyed by Build ID, not by node: any agent may upload one. */
+	if ((reason = authorize(in, req, NULL, &who, resp)) != REASON_NONE)
 		goto cleanup;
-	}
 	if (!ksyms_build_id(req, &id, resp)) {
 		reason = INGEST_ERR_BAD_REQUEST;
 		goto cleanup;
@@ -464,10 +539,8 @@ void ingest_ksyms_get(void *ctx, const struct http_request *req, struct http_res
 	uint64_t count;
 	int rc;
 
-	if (!auth_request_check(in->auth, req)) {
-		auth_respond_unauthorized(resp);
+	if (!auth_request_allow(in->auth, req, AUTH_SCOPE_AGENT | AUTH_SCOPE_READ, resp))
 		return;
-	}
 	if (!ksyms_build_id(req, &id, resp))
 		return;
 	rc = store_ksyms_count(in->store, id.bytes, id.len, &count);

@@ -22,6 +22,25 @@
 #define INGEST_DEFAULT_MAX_KSYMS_DECOMPRESSED (64u << 20)
 #define INGEST_DEFAULT_MAX_SAMPLE_COUNT (1ULL << 32)   /* per sample row */
 
+/* What ingest reports through its event callback (library code does not log). */
+enum ingest_event_kind {
+	INGEST_EVENT_FORBIDDEN = 1, /* 403: a credential without the scope or for another node */
+	INGEST_EVENT_CONFLICT,      /* 409: a batch identity stored with other content */
+};
+
+struct ingest_event {
+	enum ingest_event_kind kind;
+	const char *peer;       /* the client's address (borrowed for the call) */
+	const char *credential; /* the credential's name (borrowed), "" when off; never a token */
+	const char *message;    /* FORBIDDEN: why (borrowed for the call) */
+	/* CONFLICT: the identity and both content hashes (XXH3-64 of the plain wire bytes). */
+	uint8_t node_id[SYSOM_NODE_ID_SIZE];
+	uint64_t epoch;
+	uint64_t sequence;
+	uint64_t stored_hash;
+	uint64_t received_hash;
+};
+
 struct ingest_options {
 	uint64_t max_decompressed;       /* batch bytes after zstd (0: default) */
 	uint64_t max_ksyms_decompressed; /* symbol text bytes after zstd (0: default) */
@@ -32,6 +51,10 @@ struct ingest_options {
 	 * monitor learns which jobs have new data. Optional. */
 	void (*on_stored)(void *arg, const struct sysom_batch *b);
 	void *on_stored_arg;
+	/* Called for refusals worth a log line (struct ingest_event), on the handler's thread.
+	 * Optional. */
+	void (*on_event)(void *arg, const struct ingest_event *ev);
+	void *on_event_arg;
 };
 
 struct ingest;
@@ -48,17 +71,22 @@ struct ingest *ingest_new(struct store *store, struct auth *auth, struct symboli
 void ingest_free(struct ingest *in);
 
 /*
- * POST /api/v1/ingest (ctx: struct ingest). Authenticates, decompresses (Content-Encoding
- * zstd or identity) within the limit, decodes, checks the Idempotency-Key header
- * ("<node id: 32 hex>:<epoch: 16 hex>:<sequence: decimal>") against the batch header and
- * stores the batch once. 200 stored/duplicate; 400, 401, 413, 415, 503, 507 otherwise.
+ * POST /api/v1/ingest (ctx: struct ingest). Authenticates (agent or admin scope), checks the
+ * Idempotency-Key header ("<node id: 32 hex>:<epoch: 16 hex>:<sequence: decimal>") and that
+ * the credential may write that node, decompresses (Content-Encoding zstd or identity) within
+ * the limit, hashes the plain bytes (XXH3-64), decodes, checks the key against the batch
+ * header and stores the batch once. A stored identity is a duplicate (200) when its content
+ * hash is the same or unknown, a conflict (409) when it differs. 200 stored/duplicate; 400,
+ * 401, 403, 409, 413, 415, 503, 507 otherwise.
  */
 void ingest_batch_post(void *ctx, const struct http_request *req, struct http_response *resp);
 
-/* PUT /api/v1/kernel-symbols/{build-id-hex}: stores a symbol table once (200 stored/unchanged). */
+/* PUT /api/v1/kernel-symbols/{build-id-hex} (agent scope): stores a symbol table once (200
+ * stored/unchanged). */
 void ingest_ksyms_put(void *ctx, const struct http_request *req, struct http_response *resp);
 
-/* GET /api/v1/kernel-symbols/{build-id-hex}: 200 {"build_id","symbols"} or 404. */
+/* GET /api/v1/kernel-symbols/{build-id-hex} (agent or read scope): 200 {"build_id","symbols"}
+ * or 404. */
 void ingest_ksyms_get(void *ctx, const struct http_request *req, struct http_response *resp);
 
 #define INGEST_ROUTE_COUNT 3

@@ -14,6 +14,7 @@ static const double ingest_bounds[] = { 0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
 
 static const char *const reason_names[INGEST_ERR_COUNT] = {
 	[INGEST_ERR_UNAUTHORIZED] = "unauthorized",
+	[INGEST_ERR_FORBIDDEN] = "forbidden",
 	[INGEST_ERR_BAD_REQUEST] = "bad_request",
 	[INGEST_ERR_ENCODING] = "unsupported_encoding",
 	[INGEST_ERR_DECOMPRESS] = "bad_compression",
@@ -21,6 +22,7 @@ static const char *const reason_names[INGEST_ERR_COUNT] = {
 	[INGEST_ERR_CORRUPT] = "corrupt",
 	[INGEST_ERR_VERSION] = "unsupported_version",
 	[INGEST_ERR_KEY_MISMATCH] = "idempotency_key_mismatch",
+	[INGEST_ERR_CONFLICT] = "conflict",
 	[INGEST_ERR_STORAGE_FULL] = "storage_full",
 	[INGEST_ERR_STORAGE_BUSY] = "storage_busy",
 	[INGEST_ERR_INTERNAL] = "internal",
@@ -167,14 +169,26 @@ void server_metrics_reject(struct server_metrics *m, enum ingest_error_reason re
 		metrics_counter_add(result_counter, 1);
 }
 
-int server_metrics_source_add(struct server_metrics *m, metrics_source_fn write, void *ctx)
+static int source_add(struct server_metrics *m, metrics_source_fn write, void *ctx, bool detail)
 {
 	if (m->nsources == SERVER_METRICS_MAX_SOURCES)
 		return -ENOSPC;
 	m->sources[m->nsources].write = write;
 	m->sources[m->nsources].ctx = ctx;
+	m->sources[m->nsources].detail = detail;
 	m->nsources++;
 	return 0;
+}
+
+int server_metrics_source_add(struct server_metrics *m, metrics_source_fn write, void *ctx)
+{
+	return source_add(m, write, ctx, false);
+}
+
+int server_metrics_detail_source_add(struct server_metrics *m, metrics_source_fn write,
+				     void *ctx)
+{
+	return source_add(m, write, ctx, true);
 }
 
 /* A counter family with one sample per label value: `label`="names[i]" → c[i], i < n. */
@@ -250,5 +264,13 @@ void server_metrics_write(const struct server_metrics *m, struct byte_buf *out)
 		      "File bytes offered by debuginfod answers (their Content-Length).",
 		      &m->debuginfod_bytes);
 	for (size_t i = 0; i < m->nsources; i++)
-		m->sources[i].write(m->sources[i].ctx, out);
+		if (!m->sources[i].detail)
+			m->sources[i].write(m->sources[i].ctx, out);
+}
+
+void server_metrics_detail_write(const struct server_metrics *m, struct byte_buf *out)
+{
+	for (size_t i = 0; i < m->nsources; i++)
+		if (m->sources[i].detail)
+			m->sources[i].write(m->sources[i].ctx, out);
 }

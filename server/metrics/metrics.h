@@ -4,6 +4,7 @@
 #define SYSOM_SERVER_METRICS_METRICS_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,6 +62,7 @@ void metrics_histogram_write(struct byte_buf *out, const char *name, const char 
 /* Why an ingest or symbol upload request was refused (label "reason"). */
 enum ingest_error_reason {
 	INGEST_ERR_UNAUTHORIZED,   /* missing or wrong bearer token */
+	INGEST_ERR_FORBIDDEN,      /* valid credential without the scope, or for another node */
 	INGEST_ERR_BAD_REQUEST,    /* missing/malformed idempotency key, bad build ID, ... */
 	INGEST_ERR_ENCODING,       /* unsupported Content-Encoding */
 	INGEST_ERR_DECOMPRESS,     /* malformed zstd */
@@ -68,6 +70,7 @@ enum ingest_error_reason {
 	INGEST_ERR_CORRUPT,        /* malformed batch or symbol text */
 	INGEST_ERR_VERSION,        /* unsupported wire format version */
 	INGEST_ERR_KEY_MISMATCH,   /* idempotency key differs from the batch header */
+	INGEST_ERR_CONFLICT,       /* identity already stored with different content (409) */
 	INGEST_ERR_STORAGE_FULL,   /* disk full or I/O error */
 	INGEST_ERR_STORAGE_BUSY,   /* database locked */
 	INGEST_ERR_INTERNAL,       /* out of memory, unexpected store error */
@@ -124,10 +127,12 @@ struct server_metrics {
 	struct metrics_counter symbol_missing_queries; /* POST /api/v1/symbols/missing answered */
 	struct metrics_counter debuginfod_requests[DEBUGINFOD_TYPE_COUNT][DEBUGINFOD_RESULT_COUNT];
 	struct metrics_counter debuginfod_bytes;     /* file bytes offered (Content-Length) */
-	/* More families, written after the above in the order added (server_metrics_source_add). */
+	/* More families, written after the above in the order added (server_metrics_source_add,
+	 * server_metrics_detail_source_add). */
 	struct {
 		metrics_source_fn write;
 		void *ctx; /* borrowed; outlives every server_metrics_write */
+		bool detail; /* series per node, job, ...: server_metrics_detail_write only */
 	} sources[SERVER_METRICS_MAX_SOURCES];
 	size_t nsources;
 };
@@ -149,9 +154,20 @@ void server_metrics_reject(struct server_metrics *m, enum ingest_error_reason re
  */
 int server_metrics_source_add(struct server_metrics *m, metrics_source_fn write, void *ctx);
 
+/*
+ * Adds a source of families with one series per node, job or other entity of the data,
+ * written by server_metrics_detail_write only (/metrics shows them to read credentials).
+ * Returns 0, or -ENOSPC beyond SERVER_METRICS_MAX_SOURCES.
+ */
+int server_metrics_detail_source_add(struct server_metrics *m, metrics_source_fn write,
+				     void *ctx);
+
 /* Appends the server's own families (sysom_ingest_*, sysom_kernel_symbol_uploads_total,
  * sysom_symbol_uploads_total, sysom_symbol_upload_bytes_total, sysom_debuginfod_*), then those
  * of the sources added (the alert module, the analysis monitor, ...). */
 void server_metrics_write(const struct server_metrics *m, struct byte_buf *out);
+
+/* Appends the families of the detail sources (server_metrics_detail_source_add). */
+void server_metrics_detail_write(const struct server_metrics *m, struct byte_buf *out);
 
 #endif

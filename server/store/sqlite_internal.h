@@ -252,10 +252,10 @@ void store__column_u64_blob(sqlite3_stmt *st, int col, uint64_t *v, size_t n);
 /* ---- the vtable entries by file; semantics as documented in store.h ---------------------- */
 
 /* sqlite_write_batch.c */
-int store__sqlite_batch_put(struct store *s, const struct sysom_batch *b, int64_t received_ns,
-			    struct store_put_result *res);
-int store__sqlite_batch_exists(struct store *s, const uint8_t node_id[SYSOM_NODE_ID_SIZE],
-			       uint64_t epoch, uint64_t sequence, bool *exists);
+int store__sqlite_batch_put(struct store *s, const struct sysom_batch *b, uint64_t content_hash,
+			    int64_t received_ns, struct store_put_result *res);
+int store__sqlite_batch_find(struct store *s, const uint8_t node_id[SYSOM_NODE_ID_SIZE],
+			     uint64_t epoch, uint64_t sequence, struct store_batch_record *out);
 /* sqlite_ksyms.c */
 int store__sqlite_ksyms_put(struct store *s, const uint8_t *build_id, size_t build_id_len,
 			    const struct store_ksym *syms, size_t count, int64_t uploaded_ns,

@@ -342,6 +342,10 @@ static const char *const migrations[] = {
 	"  created_ms INTEGER NOT NULL,"
 	"  source TEXT NOT NULL"                   /* auto | api */
 	");",
+	/* 5: the content hash of each batch, so that a batch re-sent under a stored identity with
+	 * other content is a conflict rather than a duplicate: XXH3-64 (seed 0) of the plain wire
+	 * bytes, as the signed 64-bit value with the same bits; NULL for batches stored before. */
+	"ALTER TABLE batches ADD COLUMN content_hash INTEGER;",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

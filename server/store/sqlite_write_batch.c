@@ -7,7 +7,7 @@
 #include "server/store/sqlite_internal.h"
 
 static const char batch_find_sql[] =
-	"SELECT 1 FROM batches b JOIN nodes n ON n.id = b.node"
+	"SELECT b.content_hash FROM batches b JOIN nodes n ON n.id = b.node"
 	" WHERE n.node_id = ?1 AND b.epoch = ?2 AND b.sequence = ?3";
 static const char node_upsert_sql[] =
 	"INSERT INTO nodes (node_id, hostname, kernel_release, machine, agent_version, boot_id,"
@@ -27,8 +27,8 @@ static const char node_upsert_sql[] =
 	" RETURNING id";
 static const char batch_insert_sql[] =
 	"INSERT INTO batches (node, epoch, sequence, received_ns, window_start_ns,"
-	" window_end_ns, samples, sample_rows, counters)"
-	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+	" window_end_ns, samples, sample_rows, counters, content_hash)"
+	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
 	" ON CONFLICT (node, epoch, sequence) DO NOTHING";
 static const char object_find_sql[] = "SELECT id FROM objects WHERE kind = ?1 AND key = ?2";
 static const char object_insert_sql[] =
@@ -117,7 +117,8 @@ static int node_upsert(struct conn *c, const struct sysom_batch *b, const char *
 }
 
 static int batch_insert(struct conn *c, const struct sysom_batch *b, sqlite3_int64 node,
-			int64_t received_ns, uint64_t samples, const char *counters, bool *inserted)
+			uint64_t content_hash, int64_t received_ns, uint64_t samples,
+			const char *counters, bool *inserted)
 {
 	int rc = store__query(c, &(struct store__query){
 		.sql = batch_insert_sql,
@@ -126,7 +127,7 @@ static int batch_insert(struct conn *c, const struct sysom_batch *b, sqlite3_int
 				    STORE__INT(store__clamp(b->window_start_ns)),
 				    STORE__INT(store__clamp(b->window_end_ns)),
 				    STORE__INT(store__clamp(samples)), STORE__INT(b->sample_count),
-				    STORE__TEXT(counters)) });
+				    STORE__TEXT(counters), STORE__INT(store__i64(content_hash))) });
 
 	if (!rc)
 		*inserted = sqlite3_changes(c->db) == 1;
@@ -239,18 +240,31 @@ static int counter_add(struct conn *c, sqlite3_int64 node, const struct sysom_co
 				    STORE__INT(store__clamp(ctr->value))) });
 }
 
-static int batch_find(struct conn *c, const char *node_hex, uint64_t epoch, uint64_t sequence,
-		      bool *exists)
+/* The content hash column: NULL for batches stored before schema version 5. */
+static int batch_record_row(void *ctx, sqlite3_stmt *st)
 {
-	const struct store__arg args[] = { STORE__TEXT(node_hex), STORE__INT(store__i64(epoch)),
-					   STORE__INT(store__i64(sequence)) };
-	sqlite3_int64 one;
-	int rc = query_id(c, batch_find_sql, args, 3, &one);
+	struct store_batch_record *r = ctx;
 
-	if (rc && rc != -ENOENT)
-		return rc;
-	*exists = rc == 0;
+	r->exists = true;
+	r->hash_known = sqlite3_column_type(st, 0) != SQLITE_NULL;
+	r->content_hash = r->hash_known ? (uint64_t)sqlite3_column_int64(st, 0) : 0;
 	return 0;
+}
+
+static int batch_find(struct conn *c, const char *node_hex, uint64_t epoch, uint64_t sequence,
+		      struct store_batch_record *out)
+{
+	struct store_batch_record r = { 0 };
+	uint64_t rows = 0;
+	int rc = store__query(c, &(struct store__query){
+		.sql = batch_find_sql,
+		.args = STORE__ARGS(STORE__TEXT(node_hex), STORE__INT(store__i64(epoch)),
+				    STORE__INT(store__i64(sequence))),
+		.row = batch_record_row, .ctx = &r, .max_rows = 1, .rows = &rows });
+
+	if (!rc)
+		*out = r;
+	return rc;
 }
 
 /* Maps the batch's stacks to content-addressed stack ids, counting new ones. */
@@ -284,7 +298,7 @@ cleanup:
 
 /* Everything of a batch after the duplicate check, inside the open transaction. */
 static int batch_write(struct conn *c, const struct sysom_batch *b, const char *node_hex,
-		       int64_t received_ns, struct store_put_result *r)
+		       uint64_t content_hash, int64_t received_ns, struct store_put_result *r)
 {
 	sqlite3_int64 *objects = calloc(b->object_count + 1, sizeof(*objects));
 	sqlite3_int64 *processes = calloc(b->process_count + 1, sizeof(*processes));
@@ -308,7 +322,8 @@ static int batch_write(struct conn *c, const struct sysom_batch *b, const char *
 	if (b->node.kernel_object != SYSOM_WIRE_NONE && b->node.kernel_object < b->object_count)
 		kernel_object = objects[b->node.kernel_object];
 	if ((rc = node_upsert(c, b, node_hex, kernel_object, received_ns, &ids.node)) ||
-	    (rc = batch_insert(c, b, ids.node, received_ns, r->samples, counters, &inserted)))
+	    (rc = batch_insert(c, b, ids.node, content_hash, received_ns, r->samples, counters,
+				&inserted)))
 		goto cleanup;
 	if (!inserted) {
 		rc = -EPROTO; /* the duplicate check ran in this transaction: cannot happen */
@@ -337,35 +352,36 @@ cleanup:
 	return rc;
 }
 
-int store__sqlite_batch_put(struct store *base, const struct sysom_batch *b, int64_t received_ns,
-			    struct store_put_result *res)
+int store__sqlite_batch_put(struct store *base, const struct sysom_batch *b, uint64_t content_hash,
+			    int64_t received_ns, struct store_put_result *res)
 {
 	struct sqlite_store *s = store__sqlite(base);
 	struct store_put_result r = { 0 };
 	char node_hex[2 * SYSOM_NODE_ID_SIZE + 1];
-	bool exists = false;
 	struct conn *c;
 	int rc;
 
 	store__hex(b->node_id, SYSOM_NODE_ID_SIZE, node_hex, sizeof(node_hex));
 	if ((rc = store__write_begin(s, &c)))
 		return rc;
-	if ((rc = batch_find(c, node_hex, b->agent_epoch, b->sequence, &exists)))
+	if ((rc = batch_find(c, node_hex, b->agent_epoch, b->sequence, &r.existing)))
 		goto cleanup;
-	if (exists) {
-		r.duplicate = true;
+	if (r.existing.exists) {
+		/* An unknown hash (stored before schema 5) cannot be compared: a duplicate. */
+		r.conflict = r.existing.hash_known && r.existing.content_hash != content_hash;
+		r.duplicate = !r.conflict;
 		goto cleanup; /* rc == 0: nothing to commit, the read-only transaction is rolled back */
 	}
-	rc = batch_write(c, b, node_hex, received_ns, &r);
+	rc = batch_write(c, b, node_hex, content_hash, received_ns, &r);
 cleanup:
-	rc = store__write_end(s, c, rc, !exists);
+	rc = store__write_end(s, c, rc, !r.existing.exists);
 	if (!rc)
 		*res = r;
 	return rc;
 }
 
-int store__sqlite_batch_exists(struct store *base, const uint8_t node_id[SYSOM_NODE_ID_SIZE],
-			       uint64_t epoch, uint64_t sequence, bool *exists)
+int store__sqlite_batch_find(struct store *base, const uint8_t node_id[SYSOM_NODE_ID_SIZE],
+			     uint64_t epoch, uint64_t sequence, struct store_batch_record *out)
 {
 	struct sqlite_store *s = store__sqlite(base);
 	char node_hex[2 * SYSOM_NODE_ID_SIZE + 1];
@@ -373,7 +389,7 @@ int store__sqlite_batch_exists(struct store *base, const uint8_t node_id[SYSOM_N
 	int rc;
 
 	store__hex(node_id, SYSOM_NODE_ID_SIZE, node_hex, sizeof(node_hex));
-	rc = batch_find(c, node_hex, epoch, sequence, exists);
+	rc = batch_find(c, node_hex, epoch, sequence, out);
 	store__reader_release(s, c);
 	return rc;
 }

@@ -16,16 +16,16 @@ int store_schema_version(struct store *s)
 	return s->ops->schema_version(s);
 }
 
-int store_batch_put(struct store *s, const struct sysom_batch *b, int64_t received_ns,
-		    struct store_put_result *res)
+int store_batch_put(struct store *s, const struct sysom_batch *b, uint64_t content_hash,
+		    int64_t received_ns, struct store_put_result *res)
 {
-	return s->ops->batch_put(s, b, received_ns, res);
+	return s->ops->batch_put(s, b, content_hash, received_ns, res);
 }
 
-int store_batch_exists(struct store *s, const uint8_t node_id[SYSOM_NODE_ID_SIZE], uint64_t epoch,
-		       uint64_t sequence, bool *exists)
+int store_batch_find(struct store *s, const uint8_t node_id[SYSOM_NODE_ID_SIZE], uint64_t epoch,
+		     uint64_t sequence, struct store_batch_record *out)
 {
-	return s->ops->batch_exists(s, node_id, epoch, sequence, exists);
+	return s->ops->batch_find(s, node_id, epoch, sequence, out);
 }
 
 int store_ksyms_put(struct store *s, const uint8_t *build_id, size_t build_id_len,

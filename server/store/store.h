@@ -50,9 +50,23 @@ void store_close(struct store *s);
 /* The schema version of the open database (the newest this build knows after open). */
 int store_schema_version(struct store *s);
 
+/*
+ * What the store holds under a batch identity (node id, epoch, sequence). The content hash is
+ * XXH3-64 (seed 0) of the batch's plain wire bytes (after decompression), as ingest computes
+ * it; batches stored before schema version 5 have none.
+ */
+struct store_batch_record {
+	bool exists;           /* a batch with this identity is stored */
+	bool hash_known;       /* it was stored with its content hash */
+	uint64_t content_hash; /* that hash, when hash_known */
+};
+
 /* What store_batch_put did. */
 struct store_put_result {
-	bool duplicate;       /* a batch with the same (node, epoch, sequence) was already stored */
+	bool duplicate;       /* a batch with the same (node, epoch, sequence) was already stored
+				 with the same content hash, or with none (stored before schema 5) */
+	bool conflict;        /* one was stored with a different content hash: nothing stored */
+	struct store_batch_record existing; /* the stored one, when duplicate or conflict */
 	uint64_t samples;     /* sum of sample counts stored (0 for a duplicate) */
 	uint32_t sample_rows; /* sample rows stored */
 	uint32_t new_stacks;  /* stacks not seen before in the store */
@@ -69,17 +83,18 @@ struct store_put_result {
 /*
  * Stores a decoded batch in one transaction: the node, the batch record, objects, processes,
  * content-addressed stacks, sample rows, the agent counters, job ranks, communicators, NCCL
- * calls, GPU launch rows and GPU-side timing rows, or nothing at all. A batch
- * whose (node id, epoch, sequence) is already stored changes nothing and reports duplicate.
- * `received_ns` is the server's receive time (ns since the Unix epoch). Writes *res on success.
- * Returns 0 or a negative error (see the table above).
+ * calls, GPU launch rows and GPU-side timing rows, or nothing at all; the batch record keeps
+ * `content_hash` (struct store_batch_record). A batch whose (node id, epoch, sequence) is
+ * already stored changes nothing and reports duplicate (same or unknown hash) or conflict
+ * (different hash). `received_ns` is the server's receive time (ns since the Unix epoch).
+ * Writes *res on success. Returns 0 or a negative error (see the table above).
  */
-int store_batch_put(struct store *s, const struct sysom_batch *b, int64_t received_ns,
-		    struct store_put_result *res);
+int store_batch_put(struct store *s, const struct sysom_batch *b, uint64_t content_hash,
+		    int64_t received_ns, struct store_put_result *res);
 
-/* Sets *exists to whether batch (node id, epoch, sequence) is stored. Returns 0 or -errno. */
-int store_batch_exists(struct store *s, const uint8_t node_id[SYSOM_NODE_ID_SIZE], uint64_t epoch,
-		       uint64_t sequence, bool *exists);
+/* What is stored under batch identity (node id, epoch, sequence), in *out. 0 or -errno. */
+int store_batch_find(struct store *s, const uint8_t node_id[SYSOM_NODE_ID_SIZE], uint64_t epoch,
+		     uint64_t sequence, struct store_batch_record *out);
 
 /* One kernel symbol: offset relative to the kernel's _text (or the module's base). */
 struct store_ksym {

@@ -9,10 +9,10 @@
 struct store_ops {
 	void (*close)(struct store *s);
 	int (*schema_version)(struct store *s);
-	int (*batch_put)(struct store *s, const struct sysom_batch *b, int64_t received_ns,
-			 struct store_put_result *res);
-	int (*batch_exists)(struct store *s, const uint8_t node_id[SYSOM_NODE_ID_SIZE],
-			    uint64_t epoch, uint64_t sequence, bool *exists);
+	int (*batch_put)(struct store *s, const struct sysom_batch *b, uint64_t content_hash,
+			 int64_t received_ns, struct store_put_result *res);
+	int (*batch_find)(struct store *s, const uint8_t node_id[SYSOM_NODE_ID_SIZE],
+			  uint64_t epoch, uint64_t sequence, struct store_batch_record *out);
 	int (*ksyms_put)(struct store *s, const uint8_t *build_id, size_t build_id_len,
 			 const struct store_ksym *syms, size_t count, int64_t uploaded_ns,
 			 bool *created);

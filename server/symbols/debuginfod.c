@@ -65,8 +65,8 @@ void symbols_debuginfod_get(void *ctx, const struct http_request *req,
 	struct stat sb;
 	int fd = -ENOENT;
 
-	if (s->opts.debuginfod_auth && !auth_request_check(s->auth, req)) {
-		auth_respond_unauthorized(resp);
+	/* With --debuginfod-auth the files are read like the query API: read scope. */
+	if (s->opts.debuginfod_auth && !auth_request_allow(s->auth, req, AUTH_SCOPE_READ, resp)) {
 		result = DEBUGINFOD_ERROR;
 		goto cleanup;
 	}

@@ -64,12 +64,13 @@ static void lower(char *s)
 		*s = (char)tolower((unsigned char)*s);
 }
 
-static bool authorized(struct symbols *s, const struct http_request *req, struct http_response *resp)
+/* Uploads (and the missing-file query that precedes them) need the agent scope; reading what
+ * the repository holds for a Build ID, agent or read. Symbol files are keyed by Build ID, not
+ * by node: any agent credential may upload any. */
+static bool authorized(struct symbols *s, const struct http_request *req, unsigned scopes,
+		       struct http_response *resp)
 {
-	if (auth_request_check(s->auth, req))
-		return true;
-	auth_respond_unauthorized(resp);
-	return false;
+	return auth_request_allow(s->auth, req, scopes, resp);
 }
 
 /* ---- sessions ------------------------------------------------------------------------------ */
@@ -408,7 +409,7 @@ void symbols_missing_post(void *ctx, const struct http_request *req, struct http
 	struct sysom_build_id *ids = NULL;
 	size_t n;
 
-	if (!authorized(s, req, resp))
+	if (!authorized(s, req, AUTH_SCOPE_AGENT, resp))
 		return;
 	if (!req->body_len) {
 		http_response_error(resp, 400, "empty body (want {\"objects\":[...]})");
@@ -808,7 +809,7 @@ static enum symbol_upload_result chunk_put(struct symbols *s, const struct http_
 	bool held = false, keep = true;
 	int fd = -1, rc;
 
-	if (!authorized(s, req, resp) || !chunk_parse(s, req, &c, resp))
+	if (!authorized(s, req, AUTH_SCOPE_AGENT, resp) || !chunk_parse(s, req, &c, resp))
 		return SYMBOL_UPLOAD_INVALID;
 	if (session_path(s, &c.session, path, sizeof(path))) {
 		http_response_error(resp, 400, "upload path too long");
@@ -956,7 +957,7 @@ void symbols_get(void *ctx, const struct http_request *req, struct http_response
 	char text[2 * SYSOM_BUILD_ID_MAX + 1];
 	json_t *exe, *dbg, *syms, *uploads;
 
-	if (!authorized(s, req, resp))
+	if (!authorized(s, req, AUTH_SCOPE_AGENT | AUTH_SCOPE_READ, resp))
 		return;
 	if (strcmp(req->path, SYMBOLS_MISSING_PATH) == 0) {
 		http_response_error(resp, 405, "method %s not allowed here", req->method);

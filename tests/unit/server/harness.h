@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <sqlite3.h>
 
+#include "common/hex.h"
 #include "server/api/api.h"
 #include "server/http/auth.h"
 #include "server/http/http.h"
@@ -71,6 +72,40 @@ static inline void harness_free(struct harness *h)
 	store_close(h->store);
 	fixture_tmpdir_remove(h->dir);
 	free(h);
+}
+
+/*
+ * Installs a credentials set in `a` from lines "SCOPE NAME TOKEN [NODES]" where TOKEN is the
+ * token itself (replaced by its sha256: spec, as an operator's file would hold). Returns 0,
+ * or the parse error (its message printed).
+ */
+static inline int harness_credentials(struct auth *a, const char *lines)
+{
+	struct auth_credentials *set = NULL;
+	struct auth_credentials_error err;
+	char text[4096], *copy = strdup(lines), *save = NULL;
+	size_t len = 0;
+	int rc;
+
+	if (!copy)
+		return -1;
+	for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char scope[16], name[80], token[128], nodes[1024] = "", hex[65];
+		uint8_t h[32];
+		if (sscanf(line, "%15s %79s %127s %1023s", scope, name, token, nodes) < 3 ||
+		    auth_token_sha256(token, strlen(token), h))
+			break;
+		sysom_hex_encode(h, sizeof(h), hex, sizeof(hex));
+		len += (size_t)snprintf(text + len, sizeof(text) - len, "%s %s sha256:%s %s\n", scope,
+					name, hex, nodes);
+	}
+	free(copy);
+	rc = auth_credentials_parse(text, len, &set, &err);
+	if (rc)
+		fprintf(stderr, "harness_credentials: line %zu: %s\n", err.line, err.message);
+	else if ((rc = auth_credentials_set(a, set, NULL)))
+		auth_credentials_free(set);
+	return rc;
 }
 
 /* A request as the transport would hand it over. */

@@ -84,6 +84,7 @@ struct recorded_event {
 	int status;
 	int error;
 	uint64_t delay_ms;
+	bool kept;
 	char message[256];
 };
 
@@ -108,6 +109,7 @@ static void on_event(void *ctx, const struct uploader_event *ev)
 		r->status = ev->http_status;
 		r->error = ev->error;
 		r->delay_ms = ev->delay_ms;
+		r->kept = ev->kept;
 		snprintf(r->message, sizeof(r->message), "%s", ev->message ? ev->message : "(null)");
 	}
 	if (ev->kind < 8)
@@ -562,6 +564,68 @@ static void test_client_error_rejected_not_retried(void **state)
 	assert_int_equal(count_files(f->dir, ".batch"), 0);
 }
 
+/* 409 (the server holds other content under the identity): not retried, counted as a
+ * conflict, the batch kept in rejected/ whether it came from the spool or from memory. */
+static void test_conflict_kept_as_rejected(void **state)
+{
+	struct fixture *f = *state;
+	static const char conflict_body[] =
+		"{\"error\":\"batch ... was already stored with different content\"}";
+	struct stub_step script[] = {
+		{ 409, "Content-Type: application/json\r\n", conflict_body, false },
+		OK,
+	};
+	struct uploader_stats st;
+	char rejected[300];
+
+	open_spool(f, 0);
+	start_server(f, script, 2, OK);
+	struct uploader_options o = fake_options(f);
+	struct uploader *u = start_uploader(f, &o);
+	uint64_t first = submit(f, u, 10, 0);
+	submit(f, u, 20, 0);
+	assert_true(events_wait(&f->events, UPLOADER_EVENT_DELIVERED, 1));
+	assert_int_equal(uploader_stop(u, 1), 0);
+	const struct recorded_event *ev = find_event(&f->events, UPLOADER_EVENT_REJECTED);
+	assert_non_null(ev);
+	assert_int_equal(ev->sequence, first);
+	assert_int_equal(ev->status, 409);
+	assert_true(ev->kept);
+	assert_string_equal(ev->message, conflict_body);
+	assert_int_equal(f->events.count[UPLOADER_EVENT_RETRY], 0);
+	uploader_stats(u, &st);
+	assert_int_equal(st.rejected, 1);
+	assert_int_equal(st.conflicts, 1);
+	free_uploader(f, u);
+	snprintf(rejected, sizeof(rejected), "%s/rejected", f->dir);
+	assert_int_equal(count_files(rejected, ".batch"), 1);
+	assert_int_equal(count_files(f->dir, ".batch"), 0);
+	spool_close(f->spool);
+	f->spool = NULL;
+	stub_http_stop(f->server);
+
+	/* A memory-held batch (the spool refused it: too small) is not dropped either: once the
+	 * spool takes it, it goes to rejected/. Here the spool still refuses: reported not kept. */
+	snprintf(f->dir, sizeof(f->dir), "%s/spool-small", f->base);
+	open_spool(f, 100);
+	start_server(f, script, 1, OK);
+	memset(&f->events.count, 0, sizeof(f->events.count));
+	f->events.n = 0;
+	o = fake_options(f);
+	u = start_uploader(f, &o);
+	uint64_t held = submit(f, u, 1000, 1);
+	assert_true(events_wait(&f->events, UPLOADER_EVENT_REJECTED, 1));
+	ev = find_event(&f->events, UPLOADER_EVENT_REJECTED);
+	assert_int_equal(ev->sequence, held);
+	assert_int_equal(ev->status, 409);
+	assert_false(ev->kept);
+	assert_int_equal(uploader_stop(u, 0), 0);
+	uploader_stats(u, &st);
+	assert_int_equal(st.conflicts, 1);
+	assert_int_equal(st.pending_memory, 0);
+	free_uploader(f, u);
+}
+
 static void test_connection_closed_without_answer(void **state)
 {
 	struct fixture *f = *state;
@@ -922,6 +986,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_retry_after_honoured, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_backoff_grows_with_full_jitter, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_client_error_rejected_not_retried, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_conflict_kept_as_rejected, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_connection_closed_without_answer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stop_keeps_pending_for_next_start, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stop_aborts_request_in_flight, setup, teardown),

@@ -151,6 +151,23 @@ static void test_incident_lifecycle(void **state)
 			    url);
 	json_decref(a);
 
+	/* Its metrics: per-job series only in the detail families (read credentials). */
+	{
+		struct byte_buf agg = { 0 }, detail = { 0 };
+		monitor_metrics_write(c->m, &agg);
+		monitor_job_metrics_write(c->m, &detail);
+		byte_buf_append(&agg, "", 1);
+		byte_buf_append(&detail, "", 1);
+		assert_null(strstr((const char *)agg.data, JOB));
+		assert_non_null(strstr((const char *)agg.data, "sysom_diagnoses_open 1\n"));
+		assert_non_null(strstr((const char *)detail.data,
+				       "sysom_job_stragglers{job=\"" JOB "\"} 1\n"));
+		assert_non_null(strstr((const char *)detail.data,
+				       "sysom_job_open_diagnoses{job=\"" JOB "\"} 1\n"));
+		byte_buf_free(&agg);
+		byte_buf_free(&detail);
+	}
+
 	/* Evaluating again updates the same incident: no second one, no second alert. */
 	int64_t first = s.id;
 	assert_int_equal(monitor_evaluate(c->m, JOB), 0);

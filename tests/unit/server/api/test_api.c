@@ -395,6 +395,143 @@ static void test_metrics(void **state)
 	free(body);
 }
 
+#define TOKEN_AGENT "agent-node-1"
+#define TOKEN_READ "dashboard"
+#define TOKEN_ADMIN "operator"
+
+/* Calls a handler with `token` (NULL: none); returns the status, frees the body unless `out`. */
+static int call_as(struct harness *h, http_handler_fn fn, void *ctx, const char *method,
+		   const char *path, const char *token, const char *body, char **out)
+{
+	struct test_request t;
+	struct http_response resp;
+	char *got = NULL;
+	int status;
+
+	request_init(&t, method, path, "");
+	if (token)
+		request_token(&t, token);
+	if (body)
+		request_body(&t, body, strlen(body));
+	status = call(fn, ctx ? ctx : h->api, &t, &resp, &got);
+	if (out)
+		*out = got;
+	else
+		free(got);
+	return status;
+}
+
+/* Read credentials get every GET and no write; agent credentials no query; admin everything. */
+static void test_scopes(void **state)
+{
+	struct harness *h = *state;
+	static const struct {
+		http_handler_fn fn;
+		const char *method, *path;
+		const char *body;
+		int agent, read, admin; /* statuses */
+	} cases[] = {
+		{ api_nodes_get, "GET", "/api/v1/nodes", NULL, 403, 200, 200 },
+		{ api_processes_get, "GET", "/api/v1/processes", NULL, 403, 200, 200 },
+		{ api_flamegraph_get, "GET", "/api/v1/flamegraph", NULL, 403, 200, 200 },
+		{ api_jobs_get, "GET", "/api/v1/jobs", NULL, 403, 200, 200 },
+		{ api_diagnoses_get, "GET", "/api/v1/diagnoses", NULL, 403, 200, 200 },
+		{ api_job_get, "GET", "/api/v1/jobs/job-9/settings", NULL, 403, 200, 200 },
+		{ api_job_put, "PUT", "/api/v1/jobs/job-9/settings", "{\"k\":4}", 403, 403, 200 },
+		{ api_job_put, "POST", "/api/v1/jobs/job-9/baseline", NULL, 403, 403, 0 },
+		{ ingest_batch_post, "POST", INGEST_PATH, NULL, 400, 403, 400 }, /* no key: 400 */
+	};
+	char *body;
+
+	assert_int_equal(harness_credentials(h->auth, "agent node-1 " TOKEN_AGENT
+						 " 01010101010101010101010101010101\n"
+						 "read grafana " TOKEN_READ "\n"
+						 "admin ops " TOKEN_ADMIN "\n"),
+			 0);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *tokens[] = { TOKEN_AGENT, TOKEN_READ, TOKEN_ADMIN };
+		const int want[] = { cases[i].agent, cases[i].read, cases[i].admin };
+		void *ctx = cases[i].fn == ingest_batch_post ? (void *)h->ingest : NULL;
+		for (int k = 0; k < 3; k++) {
+			int got = call_as(h, cases[i].fn, ctx, cases[i].method, cases[i].path, tokens[k],
+					  cases[i].body, &body);
+			/* 0: anything past authorization (the view's own answer) */
+			if (want[k] ? got != want[k] : got == 401 || got == 403)
+				fail_msg("%s %s as %s: %d %s (want %d)", cases[i].method, cases[i].path,
+					 tokens[k], got, body, want[k]);
+			if (got == 403)
+				assert_non_null(strstr(body, k == 0 ? "'node-1'" : "'grafana'"));
+			free(body);
+		}
+		/* No token, or an unknown one: 401. */
+		assert_int_equal(call_as(h, cases[i].fn, ctx, cases[i].method, cases[i].path, NULL,
+					 cases[i].body, NULL), 401);
+		assert_int_equal(call_as(h, cases[i].fn, ctx, cases[i].method, cases[i].path, "nope",
+					 cases[i].body, NULL), 401);
+	}
+	/* The shared token keeps every scope. */
+	assert_int_equal(call_as(h, api_job_put, NULL, "PUT", "/api/v1/jobs/job-9/settings",
+				 HARNESS_TOKEN, "{\"k\":5}", NULL), 200);
+	/* Only admin wrote: the read credential sees the admin's last value. */
+	assert_int_equal(call_as(h, api_job_get, NULL, "GET", "/api/v1/jobs/job-9/settings",
+				 TOKEN_READ, NULL, &body), 200);
+	assert_non_null(strstr(body, "\"k\":5"));
+	free(body);
+}
+
+/* /metrics: without a token (or with an agent's) no hostname, node id or job id, the agent
+ * counters summed; with read or admin, per node; a wrong token 401. */
+static void test_metrics_scopes(void **state)
+{
+	struct harness *h = *state;
+	const char *node_series = "sysom_agent_ticks_total{node=\"node-1\",node_id=\"01010101010101010101010101010101\"} 990\n";
+	char *body;
+
+	assert_int_equal(harness_post_fixture(h, &(struct fixture_spec){ .node = 2, .epoch = 1,
+									  .sequence = 1, .hostname = "gpu-b",
+									  .window_start_ns = HARNESS_T0 }),
+			 200);
+	assert_int_equal(harness_credentials(h->auth, "agent node-1 " TOKEN_AGENT
+						 " 01010101010101010101010101010101\n"
+						 "read grafana " TOKEN_READ "\n"
+						 "admin ops " TOKEN_ADMIN "\n"),
+			 0);
+	const char *aggregate_as[] = { NULL, TOKEN_AGENT };
+	for (size_t i = 0; i < 2; i++) {
+		assert_int_equal(call_as(h, api_metrics_get, NULL, "GET", "/metrics", aggregate_as[i],
+					 NULL, &body), 200);
+		assert_null(strstr(body, "node-1"));
+		assert_null(strstr(body, "gpu-b"));
+		assert_null(strstr(body, "0101010101010101"));
+		assert_null(strstr(body, "0202020202020202"));
+		assert_null(strstr(body, "node_id="));
+		assert_null(strstr(body, "job="));
+		/* Two nodes of 990 ticks each: the sum, unlabelled, once. */
+		assert_non_null(strstr(body, "\nsysom_agent_ticks_total 1980\n"));
+		assert_non_null(strstr(body, "\nsysom_agent_samples_total 44\n"));
+		assert_non_null(strstr(body, "sysom_ingest_batches_total{result=\"stored\"} 2\n"));
+		free(body);
+	}
+	const char *detailed_as[] = { TOKEN_READ, TOKEN_ADMIN, HARNESS_TOKEN };
+	for (size_t i = 0; i < 3; i++) {
+		assert_int_equal(call_as(h, api_metrics_get, NULL, "GET", "/metrics", detailed_as[i],
+					 NULL, &body), 200);
+		assert_non_null(strstr(body, node_series));
+		assert_non_null(strstr(body, "sysom_agent_ticks_total{node=\"gpu-b\""));
+		assert_null(strstr(body, "\nsysom_agent_ticks_total 1980\n"));
+		free(body);
+	}
+	assert_int_equal(call_as(h, api_metrics_get, NULL, "GET", "/metrics", "wrong", NULL, &body),
+			 401);
+	free(body);
+	/* Without authentication configured, everything (as before credentials existed). */
+	assert_int_equal(auth_token_set(h->auth, NULL), 0);
+	assert_int_equal(auth_credentials_set(h->auth, NULL, NULL), 0);
+	assert_int_equal(call_as(h, api_metrics_get, NULL, "GET", "/metrics", NULL, NULL, &body), 200);
+	assert_non_null(strstr(body, node_series));
+	free(body);
+}
+
 static void test_routes(void **state)
 {
 	struct harness *h = *state;
@@ -1199,6 +1336,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_nodes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_processes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_metrics, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_scopes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_metrics_scopes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_routes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_utf8, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_jobs, setup, teardown),

@@ -3,6 +3,7 @@
  * storage failures, and kernel symbol uploads; nothing is ever partially stored. */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +22,8 @@
 #include "common/error.h"
 #include "common/token.h"
 #include "common/compress.h"
+#include "common/hash.h"
+#include "common/hex.h"
 #include "common/wire/wire.h"
 #include "tests/unit/server/harness.h"
 
@@ -198,6 +201,189 @@ static void test_auth(void **state)
 	assert_int_equal(post(s, s->compressed.data, s->compressed.len, s->key, "rotated", "zstd",
 			      &resp, &body), 200);
 	free(body);
+}
+
+/* Tokens of the scoped credentials installed by install_credentials. */
+#define TOKEN_AGENT_9 "agent-node-9-token"      /* agent for the fixture's node (09...09) */
+#define TOKEN_AGENT_OTHER "agent-node-7-token"  /* agent for node 07...07 */
+#define TOKEN_READ "dashboard-token"
+#define TOKEN_ADMIN "admin-token"
+#define NODE_9 "09090909090909090909090909090909"
+
+/* Installs agent, read and admin credentials next to the shared token. */
+static void install_credentials(struct auth *a)
+{
+	assert_int_equal(harness_credentials(a, "agent node-9 " TOKEN_AGENT_9 " " NODE_9 "\n"
+						"agent node-7 " TOKEN_AGENT_OTHER
+						" 07070707070707070707070707070707,"
+						"0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a\n"
+						"read grafana " TOKEN_READ "\n"
+						"admin ops " TOKEN_ADMIN "\n"),
+			 0);
+}
+
+/* An agent credential writes batches for its own nodes only; read credentials write none. */
+static void test_credentials_scope_and_node(void **state)
+{
+	struct state *s = *state;
+	struct http_response resp;
+	char *body;
+
+	install_credentials(s->h->auth);
+	/* Another node's agent: 403 before anything is looked up or stored. */
+	assert_int_equal(post(s, s->compressed.data, s->compressed.len, s->key, TOKEN_AGENT_OTHER,
+			      "zstd", &resp, &body), 403);
+	assert_non_null(strstr(body, "credential 'node-7' may not write batches for node " NODE_9));
+	assert_null(response_header(&resp, "WWW-Authenticate"));
+	free(body);
+	/* A read credential may not post at all. */
+	assert_int_equal(post(s, s->compressed.data, s->compressed.len, s->key, TOKEN_READ, "zstd",
+			      &resp, &body), 403);
+	assert_non_null(strstr(body, "'grafana' (scope read)"));
+	free(body);
+	expect_nothing_stored(s);
+	assert_int_equal(metric(&s->h->metrics.errors[INGEST_ERR_FORBIDDEN]), 2);
+	assert_int_equal(metric(&s->h->metrics.batches[INGEST_REJECTED]), 2);
+	/* A bad key is a 400 for any agent (the key is read before the node is checked). */
+	assert_int_equal(post(s, s->compressed.data, s->compressed.len, "nonsense",
+			      TOKEN_AGENT_OTHER, "zstd", &resp, &body), 400);
+	free(body);
+	/* No or an unknown token: 401 as before. */
+	assert_int_equal(post(s, s->compressed.data, s->compressed.len, s->key, "nope", "zstd",
+			      &resp, &body), 401);
+	free(body);
+	/* The node's own agent: stored; its replay: duplicate. */
+	assert_int_equal(post(s, s->compressed.data, s->compressed.len, s->key, TOKEN_AGENT_9,
+			      "zstd", &resp, &body), 200);
+	assert_non_null(strstr(body, "\"stored\""));
+	free(body);
+	assert_int_equal(post(s, s->compressed.data, s->compressed.len, s->key, TOKEN_AGENT_9,
+			      "zstd", &resp, &body), 200);
+	assert_string_equal(body, "{\"status\":\"duplicate\"}\n");
+	free(body);
+	/* Another node's agent cannot even learn that the batch exists. */
+	assert_int_equal(post(s, s->compressed.data, s->compressed.len, s->key, TOKEN_AGENT_OTHER,
+			      "zstd", &resp, &body), 403);
+	free(body);
+	/* Admin and the shared token write any node. */
+	struct fixture_spec spec = { .node = 9, .epoch = 0x1122334455667788ULL, .sequence = 42,
+				     .window_start_ns = HARNESS_T0 + 30000000000ULL };
+	struct sysom_batch b;
+	struct byte_buf z;
+	char key[96];
+	assert_int_equal(fixture_batch_build(&b, &spec), 0);
+	assert_int_equal(fixture_batch_encode(&b, true, &z), 0);
+	fixture_batch_key(&b, key, sizeof(key));
+	assert_int_equal(post(s, z.data, z.len, key, TOKEN_ADMIN, "zstd", &resp, &body), 200);
+	assert_non_null(strstr(body, "\"stored\""));
+	free(body);
+	byte_buf_free(&z);
+	sysom_batch_free(&b);
+	assert_int_equal(harness_rows(s->h, "batches"), 2);
+	assert_int_equal(metric(&s->h->metrics.errors[INGEST_ERR_FORBIDDEN]), 3);
+}
+
+struct events {
+	int forbidden, conflicts;
+	struct ingest_event last;
+	char credential[80];
+};
+
+static void on_event(void *arg, const struct ingest_event *ev)
+{
+	struct events *e = arg;
+
+	e->last = *ev;
+	snprintf(e->credential, sizeof(e->credential), "%s", ev->credential);
+	e->last.credential = e->last.peer = e->last.message = NULL; /* borrowed for the call */
+	if (ev->kind == INGEST_EVENT_FORBIDDEN)
+		e->forbidden++;
+	else if (ev->kind == INGEST_EVENT_CONFLICT)
+		e->conflicts++;
+}
+
+/* The same identity with other content: 409, counted and reported with both hashes, nothing
+ * stored; the same content again (compressed or not) is still a duplicate. */
+static void test_conflict(void **state)
+{
+	struct state *s = *state;
+	struct events ev = { 0 };
+	struct ingest_options io = { .on_event = on_event, .on_event_arg = &ev };
+	struct ingest *in = ingest_new(s->h->store, s->h->auth, s->h->sym, &s->h->metrics, &io);
+	struct fixture_spec other = { .node = 9, .epoch = 0x1122334455667788ULL, .sequence = 41,
+				      .window_start_ns = HARNESS_T0 + 5000000000ULL };
+	struct sysom_batch b;
+	struct byte_buf z;
+	struct http_response resp;
+	struct test_request t;
+	long long rows;
+	char *body, want[40];
+	json_t *doc;
+
+	assert_non_null(in);
+	install_credentials(s->h->auth);
+	assert_int_equal(post_fixture(s, &resp, &body), 200);
+	free(body);
+	rows = harness_all_rows(s->h);
+	/* Same identity (the key is the same), different content. */
+	assert_int_equal(fixture_batch_build(&b, &other), 0);
+	assert_int_equal(fixture_batch_encode(&b, true, &z), 0);
+	request_init(&t, "POST", INGEST_PATH, NULL);
+	request_token(&t, TOKEN_AGENT_9);
+	request_header(&t, "content-encoding", "zstd");
+	request_header(&t, "idempotency-key", s->key);
+	request_body(&t, z.data, z.len);
+	assert_int_equal(call(ingest_batch_post, in, &t, &resp, &body), 409);
+	doc = json_loads(body, 0, NULL);
+	assert_non_null(doc);
+	snprintf(want, sizeof(want), "%016" PRIx64, sysom_hash64(s->raw.data, s->raw.len, 0));
+	assert_string_equal(json_string_value(json_object_get(doc, "stored_hash")), want);
+	assert_non_null(strstr(json_string_value(json_object_get(doc, "error")), want));
+	json_decref(doc);
+	free(body);
+	assert_int_equal(harness_all_rows(s->h), rows);
+	assert_int_equal(metric(&s->h->metrics.errors[INGEST_ERR_CONFLICT]), 1);
+	assert_int_equal(metric(&s->h->metrics.batches[INGEST_REJECTED]), 1);
+	assert_int_equal(metric(&s->h->metrics.batches[INGEST_DUPLICATE]), 0);
+	assert_int_equal(ev.conflicts, 1);
+	assert_string_equal(ev.credential, "node-9");
+	assert_int_equal(ev.last.sequence, 41);
+	assert_int_equal(ev.last.epoch, 0x1122334455667788ULL);
+	assert_true(ev.last.stored_hash == sysom_hash64(s->raw.data, s->raw.len, 0));
+	assert_true(ev.last.received_hash != ev.last.stored_hash);
+	/* The stored batch's content again, plain this time: the same plain bytes, a duplicate. */
+	assert_int_equal(post(s, s->raw.data, s->raw.len, s->key, TOKEN_AGENT_9, NULL, &resp, &body),
+			 200);
+	assert_string_equal(body, "{\"status\":\"duplicate\"}\n");
+	free(body);
+	/* A batch stored before content hashes existed (hash NULL) cannot be compared: duplicate. */
+	{
+		char path[256];
+		sqlite3 *db = NULL;
+		snprintf(path, sizeof(path), "%s/sysom.db", s->h->dir);
+		assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+		sqlite3_busy_timeout(db, 5000);
+		assert_int_equal(sqlite3_exec(db, "UPDATE batches SET content_hash = NULL", NULL, NULL,
+					      NULL), SQLITE_OK);
+		sqlite3_close(db);
+	}
+	assert_int_equal(call(ingest_batch_post, in, &t, &resp, &body), 200);
+	assert_string_equal(body, "{\"status\":\"duplicate\"}\n");
+	free(body);
+	assert_int_equal(harness_all_rows(s->h), rows);
+	assert_int_equal(ev.conflicts, 1);
+	/* A refused node is reported too (with the credential's name, never its token). */
+	request_init(&t, "POST", INGEST_PATH, NULL);
+	request_token(&t, TOKEN_AGENT_OTHER);
+	request_header(&t, "idempotency-key", s->key);
+	request_body(&t, z.data, z.len);
+	assert_int_equal(call(ingest_batch_post, in, &t, &resp, &body), 403);
+	free(body);
+	assert_int_equal(ev.forbidden, 1);
+	assert_string_equal(ev.credential, "node-7");
+	byte_buf_free(&z);
+	sysom_batch_free(&b);
+	ingest_free(in);
 }
 
 static void test_bad_encodings(void **state)
@@ -517,6 +703,18 @@ static void test_kernel_symbols_upload(void **state)
 	assert_int_equal(ksyms(s, "GET", KERNEL_HEX, NULL, 0, NULL, HARNESS_TOKEN, &resp, &body), 200);
 	assert_string_equal(body, "{\"build_id\":\"" KERNEL_HEX "\",\"symbols\":4}\n");
 	free(body);
+	/* Scopes: any agent uploads (tables are keyed by Build ID, not node); read may look. */
+	install_credentials(s->h->auth);
+	assert_int_equal(ksyms(s, "PUT", KERNEL_HEX, z.data, z.len, "zstd", TOKEN_READ, &resp, &body),
+			 403);
+	free(body);
+	assert_int_equal(ksyms(s, "PUT", KERNEL_HEX, z.data, z.len, "zstd", TOKEN_AGENT_OTHER, &resp,
+			       &body), 200);
+	free(body);
+	assert_int_equal(ksyms(s, "GET", KERNEL_HEX, NULL, 0, NULL, TOKEN_READ, &resp, &body), 200);
+	free(body);
+	assert_int_equal(ksyms(s, "GET", KERNEL_HEX, NULL, 0, NULL, TOKEN_AGENT_9, &resp, &body), 200);
+	free(body);
 	/* Upper-case hex names the same table; a re-upload changes nothing. */
 	assert_int_equal(ksyms(s, "PUT", "ABF9EC0EC5946600C90641CF5DB998472FAC410B", text, 14, NULL,
 			       HARNESS_TOKEN, &resp, &body), 200);
@@ -525,7 +723,8 @@ static void test_kernel_symbols_upload(void **state)
 	free(body);
 	assert_int_equal(harness_rows(s->h, "kernel_symbols"), 4);
 	assert_int_equal(metric(&s->h->metrics.ksym_uploads[INGEST_STORED]), 1);
-	assert_int_equal(metric(&s->h->metrics.ksym_uploads[INGEST_DUPLICATE]), 1);
+	assert_int_equal(metric(&s->h->metrics.ksym_uploads[INGEST_DUPLICATE]), 2); /* agent's too */
+	assert_int_equal(metric(&s->h->metrics.errors[INGEST_ERR_FORBIDDEN]), 1);
 	byte_buf_free(&z);
 
 	/* Malformed: 400 naming the line; nothing stored. */
@@ -586,6 +785,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_valid_batch_stored, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_duplicate_counted_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_auth, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_credentials_scope_and_node, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_conflict, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_encodings, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_malformed_batches, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_idempotency_key, setup, teardown),

@@ -23,7 +23,11 @@
 /* What migration 4 added, dropped to fake an older database. */
 #define DROP_V4_TABLES                                                                       \
 	"DROP TABLE os_cpus; DROP TABLE os_irqs; DROP TABLE os_threads; DROP TABLE diagnoses;"  \
-	" DROP TABLE job_settings; DROP TABLE job_baselines;"
+	" DROP TABLE job_settings; DROP TABLE job_baselines;" DROP_V5_COLUMNS
+/* What migration 5 added: the batches' content hash. */
+#define DROP_V5_COLUMNS " ALTER TABLE batches DROP COLUMN content_hash;"
+/* The content hash put_fixture stores batches with (the store takes it as given). */
+#define FIXTURE_HASH 0x5eed5eed5eed5eedULL
 
 struct ctx {
 	char dir[128];
@@ -106,7 +110,7 @@ static void put_fixture(struct store *s, const struct fixture_spec *spec, int wa
 	struct store_put_result r = { .samples = 12345 };
 
 	assert_int_equal(fixture_batch_build(&b, spec), 0);
-	int rc = store_batch_put(s, &b, (int64_t)T0 + 31000000000LL, &r);
+	int rc = store_batch_put(s, &b, FIXTURE_HASH, (int64_t)T0 + 31000000000LL, &r);
 	if (rc != want_rc)
 		fail_msg("store_batch_put: %d (%s), want %d", rc, sysom_strerror(rc), want_rc);
 	if (res)
@@ -120,11 +124,11 @@ static void test_schema_created_and_reopened(void **state)
 	char err[256];
 	sqlite3 *db;
 
-	assert_int_equal(store_schema_version(c->store), 4);
+	assert_int_equal(store_schema_version(c->store), 5);
 	store_close(c->store);
 	c->store = NULL;
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 4);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 5);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
 				     " AND name IN ('nodes','batches','objects','processes','stacks',"
 				     "'samples','node_counters','kernel_symbol_tables','kernel_symbols',"
@@ -393,7 +397,7 @@ static void test_migration_from_v1(void **state)
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 4);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 5);
 	sqlite3_close(db);
 	assert_int_equal(rows(c->dir, "samples"), 4);
 	assert_int_equal(rows(c->dir, "launches"), 0);
@@ -418,14 +422,14 @@ static void test_migration_from_v2(void **state)
 				      NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 4);
+	assert_int_equal(store_schema_version(c->store), 5);
 	struct job_spec js = { .base = { .node = 2, .epoch = 1, .sequence = 1,
 					 .window_start_ns = T0 },
 			       .job = "job-42", .first_rank = 0, .local_ranks = 2, .instances = 1,
 			       .skip_rank = -1, .gpu_timing = true, .slow_rank = -1 };
 	struct sysom_batch b;
 	assert_int_equal(job_batch_build(&b, &js), 0);
-	assert_int_equal(store_batch_put(c->store, &b, (int64_t)T0, &res), 0);
+	assert_int_equal(store_batch_put(c->store, &b, FIXTURE_HASH, (int64_t)T0, &res), 0);
 	sysom_batch_free(&b);
 	assert_int_equal(res.gpu_kernel_rows, 6);
 	assert_int_equal(res.nccl_profile_rows, 2);
@@ -439,7 +443,7 @@ static void put_job(struct store *s, const struct job_spec *js, struct store_put
 	struct sysom_batch b;
 
 	assert_int_equal(job_batch_build(&b, js), 0);
-	assert_int_equal(store_batch_put(s, &b, (int64_t)T0 + 31000000000LL, res), 0);
+	assert_int_equal(store_batch_put(s, &b, FIXTURE_HASH, (int64_t)T0 + 31000000000LL, res), 0);
 	sysom_batch_free(&b);
 }
 
@@ -812,21 +816,26 @@ static void test_duplicate_and_stack_dedupe(void **state)
 	struct ctx *c = *state;
 	struct fixture_spec spec = { .node = 1, .epoch = 42, .sequence = 1, .window_start_ns = T0 };
 	struct store_put_result res;
+	struct store_batch_record rec = { .exists = true };
 	long long before[NTABLES], after[NTABLES];
-	bool exists = true;
 	uint8_t node[16];
 
 	memset(node, 1, sizeof(node));
-	assert_int_equal(store_batch_exists(c->store, node, 42, 1, &exists), 0);
-	assert_false(exists);
+	assert_int_equal(store_batch_find(c->store, node, 42, 1, &rec), 0);
+	assert_false(rec.exists);
 	put_fixture(c->store, &spec, 0, &res);
 	assert_false(res.duplicate);
-	assert_int_equal(store_batch_exists(c->store, node, 42, 1, &exists), 0);
-	assert_true(exists);
+	assert_false(res.conflict);
+	assert_int_equal(store_batch_find(c->store, node, 42, 1, &rec), 0);
+	assert_true(rec.exists);
+	assert_true(rec.hash_known);
+	assert_true(rec.content_hash == FIXTURE_HASH);
 	all_rows(c->dir, before);
 	/* The same batch again: nothing changes. */
 	put_fixture(c->store, &spec, 0, &res);
 	assert_true(res.duplicate);
+	assert_false(res.conflict);
+	assert_true(res.existing.exists && res.existing.content_hash == FIXTURE_HASH);
 	assert_int_equal(res.samples, 0);
 	all_rows(c->dir, after);
 	assert_memory_equal(before, after, sizeof(before));
@@ -851,6 +860,74 @@ static void test_duplicate_and_stack_dedupe(void **state)
 	assert_int_equal(raw_int(db, "SELECT total FROM node_counters c JOIN nodes n ON n.id = c.node"
 				     " WHERE n.node_id = '01010101010101010101010101010101' AND c.counter = 1"), 1980);
 	sqlite3_close(db);
+}
+
+/* The same identity with another content hash is a conflict: nothing changes, and the stored
+ * hash is reported; the store keeps the first batch. */
+static void test_conflicting_duplicate(void **state)
+{
+	struct ctx *c = *state;
+	struct fixture_spec spec = { .node = 1, .epoch = 42, .sequence = 7, .window_start_ns = T0 };
+	struct store_put_result res;
+	struct store_batch_record rec;
+	long long before[NTABLES], after[NTABLES];
+	struct sysom_batch b;
+	uint8_t node[16];
+
+	memset(node, 1, sizeof(node));
+	put_fixture(c->store, &spec, 0, &res);
+	all_rows(c->dir, before);
+	assert_int_equal(fixture_batch_build(&b, &spec), 0);
+	assert_int_equal(store_batch_put(c->store, &b, FIXTURE_HASH + 1, (int64_t)T0, &res), 0);
+	sysom_batch_free(&b);
+	assert_true(res.conflict);
+	assert_false(res.duplicate);
+	assert_true(res.existing.exists && res.existing.hash_known);
+	assert_true(res.existing.content_hash == FIXTURE_HASH);
+	assert_int_equal(res.samples, 0);
+	all_rows(c->dir, after);
+	assert_memory_equal(before, after, sizeof(before));
+	assert_int_equal(store_batch_find(c->store, node, 42, 7, &rec), 0);
+	assert_true(rec.content_hash == FIXTURE_HASH);
+}
+
+/* A version 4 database: its batches have no content hash, so a re-sent batch with any content
+ * is a duplicate (it cannot be compared); batches stored after the migration have one. */
+static void test_migration_from_v4(void **state)
+{
+	struct ctx *c = *state;
+	struct fixture_spec spec = { .node = 1, .epoch = 1, .sequence = 1, .window_start_ns = T0 };
+	struct store_put_result res;
+	struct store_batch_record rec;
+	struct sysom_batch b;
+	char err[256];
+	uint8_t node[16];
+	sqlite3 *db;
+
+	memset(node, 1, sizeof(node));
+	put_fixture(c->store, &spec, 0, NULL);
+	store_close(c->store);
+	c->store = NULL;
+	db = raw_open(c->dir);
+	assert_int_equal(sqlite3_exec(db, DROP_V5_COLUMNS " PRAGMA user_version = 4;", NULL, NULL,
+				      NULL), SQLITE_OK);
+	sqlite3_close(db);
+	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
+	assert_int_equal(store_schema_version(c->store), 5);
+	assert_int_equal(store_batch_find(c->store, node, 1, 1, &rec), 0);
+	assert_true(rec.exists);
+	assert_false(rec.hash_known);
+	assert_int_equal(fixture_batch_build(&b, &spec), 0);
+	assert_int_equal(store_batch_put(c->store, &b, 0xabcdefULL, (int64_t)T0, &res), 0);
+	assert_true(res.duplicate);
+	assert_false(res.conflict);
+	assert_false(res.existing.hash_known);
+	sysom_batch_free(&b);
+	spec.sequence = 2;
+	put_fixture(c->store, &spec, 0, &res);
+	assert_false(res.duplicate);
+	assert_int_equal(store_batch_find(c->store, node, 1, 2, &rec), 0);
+	assert_true(rec.hash_known && rec.content_hash == FIXTURE_HASH);
 }
 
 /* Disk full in the middle of a batch: -ENOSPC, nothing of it stored, the store still works. */
@@ -967,6 +1044,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_data_dir_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_duplicate_and_stack_dedupe, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_conflicting_duplicate, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_migration_from_v4, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_disk_full_is_atomic, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kernel_symbols, setup, teardown),

@@ -190,7 +190,7 @@ static void test_unknown_frames(void **state)
 				    .thread_comm = comm };
 	assert_int_equal(sysom_batch_add_sample(&b, &smp), 0);
 	struct store_put_result res;
-	assert_int_equal(store_batch_put(s->h->store, &b, 1, &res), 0);
+	assert_int_equal(store_batch_put(s->h->store, &b, 0, 1, &res), 0);
 	sysom_batch_free(&b);
 	int64_t id = object_id(s->h, "kind = 6");
 	expect_frame(s, SYSOM_STACK_KERNEL, id, 0xffffffff81000000ULL, "[unknown]+0xffffffff81000000",

@@ -1154,7 +1154,7 @@ static void store_user_stack(struct state *s, const struct sysom_build_id *const
 	struct sysom_sample smp = { .process = proc, .user_stack = u, .kernel_stack = SYSOM_WIRE_NONE,
 				    .count = count, .thread_comm = comm, .time_offset_ms = 5000 };
 	assert_int_equal(sysom_batch_add_sample(&b, &smp), 0);
-	assert_int_equal(store_batch_put(s->h->store, &b, 1, &res), 0);
+	assert_int_equal(store_batch_put(s->h->store, &b, 0, 1, &res), 0);
 	sysom_batch_free(&b);
 }
 
