@@ -60,6 +60,7 @@ struct config {
 	uint64_t max_symbol_file_size;
 	uint64_t max_symbol_chunk;
 	uint32_t max_upload_sessions;
+	uint64_t max_upload_reserve;
 	double upload_expiry;
 	char *debuginfod_urls;
 	bool debuginfod_auth;
@@ -116,6 +117,7 @@ static const struct sysom_option options[] = {
 	{ "max-symbol-file-size", SYSOM_OPT_SIZE, &cfg.max_symbol_file_size, 1024, 64 * 1024 * MIB, "largest uploaded executable or debug file (default 4G)", false },
 	{ "max-symbol-chunk", SYSOM_OPT_SIZE, &cfg.max_symbol_chunk, 4096, 1024 * MIB, "largest chunk of a symbol file upload (default 64M)", false },
 	{ "max-upload-sessions", SYSOM_OPT_UINT, &cfg.max_upload_sessions, 1, 100000, "partial symbol uploads at once; 503 beyond (default 64)", false },
+	{ "max-upload-reserve", SYSOM_OPT_SIZE, &cfg.max_upload_reserve, 0, 1e15, "total declared size of partial symbol uploads; 503 beyond (default 0: 4 x max-symbol-file-size)", false },
 	{ "upload-expiry", SYSOM_OPT_DURATION, &cfg.upload_expiry, 1, 365 * 86400.0, "partial uploads idle this long are deleted (default 24h)", false },
 	{ "debuginfod-urls", SYSOM_OPT_STRING, &cfg.debuginfod_urls, 0, 0, "\"URL URL\": upstream debuginfod servers asked for Build IDs nobody uploaded", false },
 	{ "debuginfod-auth", SYSOM_OPT_BOOL, &cfg.debuginfod_auth, 0, 0, "require the bearer token on /buildid/... too (default: open, like /healthz)", false },
@@ -326,6 +328,7 @@ static int symbols_create(struct server *s)
 	struct symbols_options so = {
 		.max_file_size = cfg.max_symbol_file_size,
 		.max_sessions = cfg.max_upload_sessions,
+		.max_reserved_bytes = cfg.max_upload_reserve,
 		.upload_expiry_s = cfg.upload_expiry,
 		.debuginfod_auth = cfg.debuginfod_auth,
 	};

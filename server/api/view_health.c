@@ -135,6 +135,10 @@ static void symbols_metrics_write(struct api *api, const struct symbolizer_stats
 				     "Partial symbol file uploads in progress.");
 		metrics_sample_write(out, "sysom_symbol_upload_sessions", NULL,
 				     (double)symbols_sessions_count(api->symbols));
+		metrics_family_write(out, "sysom_symbol_upload_reserved_bytes", "gauge",
+				     "Bytes partial symbol file uploads reserve (their declared sizes).");
+		metrics_sample_write(out, "sysom_symbol_upload_reserved_bytes", NULL,
+				     (double)symbols_reserved_bytes(api->symbols));
 	}
 	if (api->upstream) {
 		struct upstream_stats us;
