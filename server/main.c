@@ -49,6 +49,7 @@ struct config {
 	uint64_t max_symbols_body;
 	uint64_t max_symbols_decompressed;
 	uint32_t max_symbol_lines;
+	uint32_t max_kernel_symbols;
 	uint64_t max_db_size;
 	uint32_t read_connections;
 	uint32_t symbol_cache_entries;
@@ -79,6 +80,7 @@ static struct config cfg = {
 	.max_symbols_body = INGEST_DEFAULT_MAX_KSYMS_BODY,
 	.max_symbols_decompressed = INGEST_DEFAULT_MAX_KSYMS_DECOMPRESSED,
 	.max_symbol_lines = 4000000,
+	.max_kernel_symbols = 8000000,
 	.read_connections = 4,
 	.symbol_cache_entries = SYMBOLIZER_DEFAULT_ENTRIES,
 	.max_connections = 1024,
@@ -106,6 +108,7 @@ static const struct sysom_option options[] = {
 	{ "max-symbols-body", SYSOM_OPT_SIZE, &cfg.max_symbols_body, 1024, 1024 * MIB, "largest compressed kernel symbol upload (default 64M)", false },
 	{ "max-symbols-decompressed", SYSOM_OPT_SIZE, &cfg.max_symbols_decompressed, 1024, 1024 * MIB, "largest decompressed kernel symbol upload (default 64M)", false },
 	{ "max-symbol-lines", SYSOM_OPT_UINT, &cfg.max_symbol_lines, 1, 100000000, "most lines in a kernel symbol upload (default 4000000)", false },
+	{ "max-kernel-symbols", SYSOM_OPT_UINT, &cfg.max_kernel_symbols, 0, 1000000000, "kernel symbols of all uploaded tables; tables not used for a day are evicted, least recently used first, beyond (default 8000000; 0: no limit)", false },
 	{ "max-db-size", SYSOM_OPT_SIZE, &cfg.max_db_size, 0, 1e15, "cap of the database size; ingest answers 507 beyond (default 0: none)", false },
 	{ "read-connections", SYSOM_OPT_UINT, &cfg.read_connections, 1, 64, "database connections for queries (default 4)", false },
 	{ "symbol-cache-entries", SYSOM_OPT_UINT, &cfg.symbol_cache_entries, 16, 1 << 24, "frames the symbolizer caches (default 65536)", false },
@@ -574,7 +577,8 @@ static int run(const char *host, uint16_t port)
 {
 	static struct server s;
 	struct store_sqlite_options so = { .read_connections = cfg.read_connections,
-					   .max_size = cfg.max_db_size };
+					   .max_size = cfg.max_db_size,
+					   .max_kernel_symbols = cfg.max_kernel_symbols };
 	struct http_server_options ho = {
 		.host = host,
 		.port = port,

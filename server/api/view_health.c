@@ -105,6 +105,26 @@ static void http_stats_write(struct byte_buf *out, const struct http_server_stat
 
 /* The symbol repository's families: symbolization results, repository and upload gauges,
  * upstream fetches. */
+/* The kernel symbol tables and what --max-kernel-symbols evicted. */
+static void kernel_symbols_metrics_write(struct api *api, struct byte_buf *out)
+{
+	struct store_ksyms_usage u;
+
+	if (store_ksyms_usage_get(api->store, &u))
+		return;
+	metrics_family_write(out, "sysom_kernel_symbol_tables", "gauge",
+			     "Kernel and module symbol tables stored.");
+	metrics_sample_write(out, "sysom_kernel_symbol_tables", NULL, (double)u.tables);
+	metrics_family_write(out, "sysom_kernel_symbols", "gauge",
+			     "Symbols in all kernel symbol tables (--max-kernel-symbols bounds them).");
+	metrics_sample_write(out, "sysom_kernel_symbols", NULL, (double)u.rows);
+	metrics_family_write(out, "sysom_kernel_symbol_tables_evicted_total", "counter",
+			     "Kernel symbol tables evicted, least recently used first, to make room"
+			     " under --max-kernel-symbols (since the server started).");
+	metrics_sample_write(out, "sysom_kernel_symbol_tables_evicted_total", NULL,
+			     (double)u.evicted_tables);
+}
+
 static void symbols_metrics_write(struct api *api, const struct symbolizer_stats *ss,
 				  struct byte_buf *out)
 {
@@ -182,6 +202,7 @@ void api_metrics_get(void *ctx, const struct http_request *req, struct http_resp
 				     "Bytes the store occupies on disk.");
 		metrics_sample_write(&out, "sysom_store_size_bytes", NULL, (double)size);
 	}
+	kernel_symbols_metrics_write(api, &out);
 	symbolizer_stats_get(api->sym, &ss);
 	metrics_family_write(&out, "sysom_symbol_cache_lookups_total", "counter",
 			     "Symbolizer cache lookups, by result.");
