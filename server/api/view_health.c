@@ -112,17 +112,15 @@ static void kernel_symbols_metrics_write(struct api *api, struct byte_buf *out)
 
 	if (store_ksyms_usage_get(api->store, &u))
 		return;
-	metrics_family_write(out, "sysom_kernel_symbol_tables", "gauge",
-			     "Kernel and module symbol tables stored.");
-	metrics_sample_write(out, "sysom_kernel_symbol_tables", NULL, (double)u.tables);
-	metrics_family_write(out, "sysom_kernel_symbols", "gauge",
-			     "Symbols in all kernel symbol tables (--max-kernel-symbols bounds them).");
-	metrics_sample_write(out, "sysom_kernel_symbols", NULL, (double)u.rows);
-	metrics_family_write(out, "sysom_kernel_symbol_tables_evicted_total", "counter",
-			     "Kernel symbol tables evicted, least recently used first, to make room"
-			     " under --max-kernel-symbols (since the server started).");
-	metrics_sample_write(out, "sysom_kernel_symbol_tables_evicted_total", NULL,
-			     (double)u.evicted_tables);
+	metrics_gauge_write(out, "sysom_kernel_symbol_tables",
+			    "Kernel and module symbol tables stored.", u.tables);
+	metrics_gauge_write(out, "sysom_kernel_symbols",
+			    "Symbols in all kernel symbol tables (--max-kernel-symbols bounds them).",
+			    u.rows);
+	metrics_total_write(out, "sysom_kernel_symbol_tables_evicted_total",
+			    "Kernel symbol tables evicted, least recently used first, to make room"
+			    " under --max-kernel-symbols (since the server started).",
+			    u.evicted_tables);
 }
 
 static void symbols_metrics_write(struct api *api, const struct symbolizer_stats *ss,
@@ -155,10 +153,9 @@ static void symbols_metrics_write(struct api *api, const struct symbolizer_stats
 				     "Partial symbol file uploads in progress.");
 		metrics_sample_write(out, "sysom_symbol_upload_sessions", NULL,
 				     (double)symbols_sessions_count(api->symbols));
-		metrics_family_write(out, "sysom_symbol_upload_reserved_bytes", "gauge",
-				     "Bytes partial symbol file uploads reserve (their declared sizes).");
-		metrics_sample_write(out, "sysom_symbol_upload_reserved_bytes", NULL,
-				     (double)symbols_reserved_bytes(api->symbols));
+		metrics_gauge_write(out, "sysom_symbol_upload_reserved_bytes",
+				    "Bytes partial symbol file uploads reserve (their declared sizes).",
+				    symbols_reserved_bytes(api->symbols));
 	}
 	if (api->upstream) {
 		struct upstream_stats us;
