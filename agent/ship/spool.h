@@ -157,10 +157,11 @@ int spool_sequence_next(struct spool *s, uint64_t *out);
  * Stores a batch body (copied; `body` is borrowed) under the spool's epoch and `sequence`
  * (which must have come from spool_sequence_next). The file is complete and durable
  * (written to *.tmp, fsynced, renamed, directory fsynced) when this returns 0. Makes room
- * first by deleting the oldest batches (age limit, then size and file-count limits; counted
- * and reported). Returns 0, -EINVAL (bad sequence), -EEXIST (sequence already stored),
- * -SYSOM_ELIMIT (larger than SPOOL_MAX_BODY or than max_bytes), -ENOSPC / -EDQUOT (disk
- * full: nothing is left behind) or another -errno.
+ * first by deleting the oldest batches but the pinned one (age limit, then size and
+ * file-count limits; counted and reported). Returns 0, -EINVAL (bad sequence), -EEXIST
+ * (sequence already stored), -SYSOM_ELIMIT (larger than SPOOL_MAX_BODY or than max_bytes, or
+ * no room even without every batch but the pinned one and commits in flight: then nothing
+ * is deleted), -ENOSPC / -EDQUOT (disk full: nothing is left behind) or another -errno.
  */
 int spool_batch_commit(struct spool *s, uint64_t sequence, uint64_t window_end_ns,
 		       const void *body, size_t len);
