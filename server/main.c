@@ -53,6 +53,7 @@ struct config {
 	uint64_t max_symbols_body;
 	uint64_t max_symbols_decompressed;
 	uint32_t max_symbol_lines;
+	uint32_t max_kernel_symbols;
 	uint64_t max_db_size;
 	uint32_t read_connections;
 	uint32_t symbol_cache_entries;
@@ -67,6 +68,7 @@ struct config {
 	uint64_t max_symbol_file_size;
 	uint64_t max_symbol_chunk;
 	uint32_t max_upload_sessions;
+	uint64_t max_upload_reserve;
 	double upload_expiry;
 	char *debuginfod_urls;
 	bool debuginfod_auth;
@@ -86,6 +88,7 @@ static struct config cfg = {
 	.max_symbols_body = INGEST_DEFAULT_MAX_KSYMS_BODY,
 	.max_symbols_decompressed = INGEST_DEFAULT_MAX_KSYMS_DECOMPRESSED,
 	.max_symbol_lines = 4000000,
+	.max_kernel_symbols = 8000000,
 	.read_connections = 4,
 	.symbol_cache_entries = SYMBOLIZER_DEFAULT_ENTRIES,
 	.max_connections = 1024,
@@ -117,6 +120,7 @@ static const struct sysom_option options[] = {
 	{ "max-symbols-body", SYSOM_OPT_SIZE, &cfg.max_symbols_body, 1024, 1024 * MIB, "largest compressed kernel symbol upload (default 64M)", false },
 	{ "max-symbols-decompressed", SYSOM_OPT_SIZE, &cfg.max_symbols_decompressed, 1024, 1024 * MIB, "largest decompressed kernel symbol upload (default 64M)", false },
 	{ "max-symbol-lines", SYSOM_OPT_UINT, &cfg.max_symbol_lines, 1, 100000000, "most lines in a kernel symbol upload (default 4000000)", false },
+	{ "max-kernel-symbols", SYSOM_OPT_UINT, &cfg.max_kernel_symbols, 0, 1000000000, "kernel symbols of all uploaded tables; tables not used for a day are evicted, least recently used first, beyond (default 8000000; 0: no limit)", false },
 	{ "max-db-size", SYSOM_OPT_SIZE, &cfg.max_db_size, 0, 1e15, "cap of the database size; ingest answers 507 beyond (default 0: none)", false },
 	{ "read-connections", SYSOM_OPT_UINT, &cfg.read_connections, 1, 64, "database connections for queries (default 4)", false },
 	{ "symbol-cache-entries", SYSOM_OPT_UINT, &cfg.symbol_cache_entries, 16, 1 << 24, "frames the symbolizer caches (default 65536)", false },
@@ -131,6 +135,7 @@ static const struct sysom_option options[] = {
 	{ "max-symbol-file-size", SYSOM_OPT_SIZE, &cfg.max_symbol_file_size, 1024, 64 * 1024 * MIB, "largest uploaded executable or debug file (default 4G)", false },
 	{ "max-symbol-chunk", SYSOM_OPT_SIZE, &cfg.max_symbol_chunk, 4096, 1024 * MIB, "largest chunk of a symbol file upload (default 64M)", false },
 	{ "max-upload-sessions", SYSOM_OPT_UINT, &cfg.max_upload_sessions, 1, 100000, "partial symbol uploads at once; 503 beyond (default 64)", false },
+	{ "max-upload-reserve", SYSOM_OPT_SIZE, &cfg.max_upload_reserve, 0, 1e15, "total declared size of partial symbol uploads; 503 beyond (default 0: 4 x max-symbol-file-size)", false },
 	{ "upload-expiry", SYSOM_OPT_DURATION, &cfg.upload_expiry, 1, 365 * 86400.0, "partial uploads idle this long are deleted (default 24h)", false },
 	{ "debuginfod-urls", SYSOM_OPT_STRING, &cfg.debuginfod_urls, 0, 0, "\"URL URL\": upstream debuginfod servers asked for Build IDs nobody uploaded", false },
 	{ "debuginfod-auth", SYSOM_OPT_BOOL, &cfg.debuginfod_auth, 0, 0, "require the bearer token on /buildid/... too (default: open, like /healthz)", false },
@@ -432,6 +437,7 @@ static int symbols_create(struct server *s)
 	struct symbols_options so = {
 		.max_file_size = cfg.max_symbol_file_size,
 		.max_sessions = cfg.max_upload_sessions,
+		.max_reserved_bytes = cfg.max_upload_reserve,
 		.upload_expiry_s = cfg.upload_expiry,
 		.debuginfod_auth = cfg.debuginfod_auth,
 	};
@@ -729,7 +735,8 @@ static int run(const char *host, uint16_t port)
 {
 	static struct server s;
 	struct store_sqlite_options so = { .read_connections = cfg.read_connections,
-					   .max_size = cfg.max_db_size };
+					   .max_size = cfg.max_db_size,
+					   .max_kernel_symbols = cfg.max_kernel_symbols };
 	struct http_server_options ho = {
 		.host = host,
 		.port = port,

@@ -77,6 +77,11 @@ struct spool {
 	uint64_t bytes;          /* sum of items[].size */
 	uint64_t reserved_bytes; /* commits writing their file outside the lock */
 	uint32_t reserved_files;
+	/* The batch last handed out by spool_batch_oldest, until it is removed, rejected or
+	 * unpinned: the limits do not delete it (it counts toward them), so a batch being
+	 * delivered is never also counted as dropped. */
+	bool pinned;
+	uint64_t pin_epoch, pin_sequence;
 	struct spool_stats stats; /* counters; files and bytes filled in at snapshot */
 };
 
@@ -274,8 +279,15 @@ static void item_insert(struct spool *s, const struct spool_item *it)
 	s->bytes += it->size;
 }
 
+static bool item_pinned(const struct spool *s, const struct spool_item *it)
+{
+	return s->pinned && it->epoch == s->pin_epoch && it->sequence == s->pin_sequence;
+}
+
 static void item_delete(struct spool *s, size_t i)
 {
+	if (item_pinned(s, &s->items[i]))
+		s->pinned = false;
 	s->bytes -= s->items[i].size;
 	memmove(&s->items[i], &s->items[i + 1], (s->count - i - 1) * sizeof(s->items[0]));
 	s->count--;
@@ -400,14 +412,16 @@ static void drop_file(struct spool *s, const struct spool_item *it, enum spool_e
 	}
 }
 
-/* Deletes every batch older than the age limit, compacting the index in one pass. */
+/* Deletes every batch older than the age limit but the pinned one, compacting the index in
+ * one pass. */
 static void enforce_age(struct spool *s, uint64_t now)
 {
 	size_t kept = 0, n = s->count;
 
 	for (size_t i = 0; i < n; i++) {
 		struct spool_item it = s->items[i];
-		if (now > it.created_ns && now - it.created_ns > s->max_age_ns) {
+		if (now > it.created_ns && now - it.created_ns > s->max_age_ns &&
+		    !item_pinned(s, &it)) {
 			s->bytes -= it.size;
 			drop_file(s, &it, SPOOL_EVENT_DROPPED_AGE);
 		} else {
@@ -419,25 +433,42 @@ static void enforce_age(struct spool *s, uint64_t now)
 		sysom_fsync_dirfd(s->dirfd);
 }
 
-/* Drops oldest batches until `size` more bytes and `files` more files fit; false if impossible. */
+/*
+ * Drops oldest batches, passing over the pinned one, until `size` more bytes and `files` more
+ * files fit; false, with nothing dropped, when even dropping all the others would not do.
+ */
 static bool make_room(struct spool *s, uint64_t size, uint32_t files)
 {
-	size_t k = 0; /* items[0, k) are dropped */
-	uint64_t bytes = s->bytes;
+	size_t i = 0, kept = 0, dropped = 0; /* items[0, i) looked at, kept ones moved down */
+	uint64_t bytes = s->bytes, least_bytes = 0;
+	uint32_t least_files = 0;
 	bool fits;
 
+	for (size_t k = 0; s->pinned && k < s->count; k++)
+		if (item_pinned(s, &s->items[k])) {
+			least_bytes = s->items[k].size;
+			least_files = 1;
+		}
+	if (least_files + s->reserved_files + files > s->max_files ||
+	    least_bytes + s->reserved_bytes + size > s->max_bytes)
+		return false;
 	for (;;) {
-		fits = s->count - k + s->reserved_files + files <= s->max_files &&
+		fits = s->count - dropped + s->reserved_files + files <= s->max_files &&
 		       bytes + s->reserved_bytes + size <= s->max_bytes;
-		if (fits || k == s->count)
+		if (fits || i == s->count)
 			break;
-		bytes -= s->items[k].size;
-		drop_file(s, &s->items[k], SPOOL_EVENT_DROPPED_FULL);
-		k++;
+		struct spool_item it = s->items[i++];
+		if (item_pinned(s, &it)) {
+			s->items[kept++] = it;
+			continue;
+		}
+		bytes -= it.size;
+		drop_file(s, &it, SPOOL_EVENT_DROPPED_FULL);
+		dropped++;
 	}
-	if (k) {
-		memmove(s->items, s->items + k, (s->count - k) * sizeof(s->items[0]));
-		s->count -= k;
+	if (dropped) {
+		memmove(s->items + kept, s->items + i, (s->count - i) * sizeof(s->items[0]));
+		s->count -= dropped;
 		s->bytes = bytes;
 		sysom_fsync_dirfd(s->dirfd);
 	}
@@ -1082,6 +1113,7 @@ int spool_batch_oldest(struct spool *s, struct spool_batch *out)
 		int fd, err;
 
 		pthread_mutex_lock(&s->lock);
+		s->pinned = false; /* one pin at a time: the reader is done with the last batch */
 		enforce_age(s, s->now_ns(s->clock_ctx));
 		if (s->count == 0) {
 			pthread_mutex_unlock(&s->lock);
@@ -1100,20 +1132,27 @@ int spool_batch_oldest(struct spool *s, struct spool_batch *out)
 			pthread_mutex_unlock(&s->lock);
 			return err;
 		}
+		/* Pinned from here: the limits leave it alone while it is read and delivered. */
+		s->pinned = true;
+		s->pin_epoch = it.epoch;
+		s->pin_sequence = it.sequence;
 		pthread_mutex_unlock(&s->lock);
 
-		/* Read unlocked: a concurrent drop unlinks the name, the open file stays valid. */
+		/* Read unlocked: the pin keeps the limits from deleting it meanwhile. */
 		err = read_batch(fd, &it, out, &reason);
 		close(fd);
-		if (err == 0 || err == -ENOMEM)
-			return err;
+		if (err == 0)
+			return 0;
 
-		/* Corrupt or unreadable (EIO): set it aside so it cannot block the spool. */
 		pthread_mutex_lock(&s->lock);
+		s->pinned = false;
 		size_t i = item_find(s, it.epoch, it.sequence);
-		if (i != SIZE_MAX)
+		/* Corrupt or unreadable (EIO): set it aside so it cannot block the spool. */
+		if (i != SIZE_MAX && err != -ENOMEM)
 			quarantine_item(s, i, err, reason);
 		pthread_mutex_unlock(&s->lock);
+		if (err == -ENOMEM)
+			return err;
 	}
 }
 
@@ -1169,6 +1208,14 @@ int spool_batch_remove(struct spool *s, uint64_t epoch, uint64_t sequence)
 int spool_batch_reject(struct spool *s, uint64_t epoch, uint64_t sequence)
 {
 	return batch_retire(s, epoch, sequence, true);
+}
+
+void spool_batch_unpin(struct spool *s, uint64_t epoch, uint64_t sequence)
+{
+	pthread_mutex_lock(&s->lock);
+	if (s->pinned && s->pin_epoch == epoch && s->pin_sequence == sequence)
+		s->pinned = false;
+	pthread_mutex_unlock(&s->lock);
 }
 
 void spool_stats(struct spool *s, struct spool_stats *out)

@@ -157,10 +157,11 @@ int spool_sequence_next(struct spool *s, uint64_t *out);
  * Stores a batch body (copied; `body` is borrowed) under the spool's epoch and `sequence`
  * (which must have come from spool_sequence_next). The file is complete and durable
  * (written to *.tmp, fsynced, renamed, directory fsynced) when this returns 0. Makes room
- * first by deleting the oldest batches (age limit, then size and file-count limits; counted
- * and reported). Returns 0, -EINVAL (bad sequence), -EEXIST (sequence already stored),
- * -SYSOM_ELIMIT (larger than SPOOL_MAX_BODY or than max_bytes), -ENOSPC / -EDQUOT (disk
- * full: nothing is left behind) or another -errno.
+ * first by deleting the oldest batches but the pinned one (age limit, then size and
+ * file-count limits; counted and reported). Returns 0, -EINVAL (bad sequence), -EEXIST
+ * (sequence already stored), -SYSOM_ELIMIT (larger than SPOOL_MAX_BODY or than max_bytes, or
+ * no room even without every batch but the pinned one and commits in flight: then nothing
+ * is deleted), -ENOSPC / -EDQUOT (disk full: nothing is left behind) or another -errno.
  */
 int spool_batch_commit(struct spool *s, uint64_t sequence, uint64_t window_end_ns,
 		       const void *body, size_t len);
@@ -171,21 +172,35 @@ int spool_batch_commit(struct spool *s, uint64_t sequence, uint64_t window_end_n
  * the body checksum; a file that fails is moved to corrupt/ (counted, reported) and the next
  * one is tried. Returns 0 with *out filled (caller releases it), -ENOENT when the spool is
  * empty, -ENOMEM or -errno.
+ *
+ * The batch returned is pinned: until spool_batch_remove, spool_batch_reject or
+ * spool_batch_unpin ends the pin (or the next spool_batch_oldest call, which ends any pin
+ * first), neither limit deletes it. It still counts toward the limits, so newer batches are
+ * deleted in its place when room is needed. This keeps a batch that is being delivered from
+ * also being counted as dropped: a dropped batch is one that will never be delivered. A
+ * caller holds a batch only while an attempt is in flight, and unpins it while it waits.
  */
 int spool_batch_oldest(struct spool *s, struct spool_batch *out);
+
+/*
+ * Ends the pin of batch (epoch, sequence) set by spool_batch_oldest (the caller will read the
+ * oldest batch again before its next attempt); the limits may delete it from now on. Does
+ * nothing when that batch is not pinned.
+ */
+void spool_batch_unpin(struct spool *s, uint64_t epoch, uint64_t sequence);
 
 /* Frees a batch's body and clears it; accepts NULL and an already released batch. */
 void spool_batch_release(struct spool_batch *b);
 
 /*
- * Deletes the file of batch (epoch, sequence), e.g. after the server acknowledged it.
- * Returns 0, -ENOENT when the spool does not hold it (already dropped), or -errno.
+ * Deletes the file of batch (epoch, sequence), e.g. after the server acknowledged it, and
+ * ends its pin. Returns 0, -ENOENT when the spool does not hold it (already dropped), or -errno.
  */
 int spool_batch_remove(struct spool *s, uint64_t epoch, uint64_t sequence);
 
 /*
  * Moves the file of batch (epoch, sequence) into rejected/ (the server refused it for good),
- * keeping only the newest SPOOL_KEEP_QUARANTINED files there. Returns 0, -ENOENT when the
+ * ending its pin and keeping only the newest SPOOL_KEEP_QUARANTINED files there. Returns 0, -ENOENT when the
  * spool does not hold it, or -errno.
  */
 int spool_batch_reject(struct spool *s, uint64_t epoch, uint64_t sequence);

@@ -31,7 +31,10 @@ struct mem_batch {
 	uint8_t body[]; /* len bytes */
 };
 
-/* The batch the thread is delivering (owned by the thread while it holds it). */
+/* The batch the thread is delivering (owned by the thread while it holds it). A spooled batch
+ * is held only for one attempt (pinned in the spool meanwhile) and read again for the next:
+ * while the thread backs off, the spool's limits may delete it, and then it counts as dropped
+ * and is not sent again. A memory-held batch is held until it is delivered or rejected. */
 struct current {
 	bool have;
 	struct mem_batch *mem;  /* when it came from the memory queue */
@@ -163,6 +166,17 @@ static void current_done(struct uploader *u, struct current *cur)
 	cur->have = false;
 }
 
+/* After an attempt that did not settle a spooled batch: unpins and forgets it (the next
+ * attempt reads the oldest batch again). A memory-held batch stays current. */
+static void current_put_back(struct uploader *u, struct current *cur)
+{
+	if (cur->mem)
+		return;
+	spool_batch_unpin(u->spool, cur->sb.epoch, cur->sb.sequence);
+	spool_batch_release(&cur->sb);
+	cur->have = false;
+}
+
 /* One attempt at delivering `cur`; updates stats and schedules the next attempt. */
 static void deliver(struct uploader *u, struct current *cur)
 {
@@ -217,12 +231,13 @@ static void deliver(struct uploader *u, struct current *cur)
 		u->next_attempt_ns = 0;
 		pthread_mutex_unlock(&u->lock);
 		if (!cur->mem)
-			spool_batch_remove(u->spool, epoch, seq); /* -ENOENT: dropped meanwhile */
+			spool_batch_remove(u->spool, epoch, seq); /* pinned: the limits left it */
 		current_done(u, cur);
 		emit(u, UPLOADER_EVENT_DELIVERED, epoch, seq, r, 0, 0, 0, "");
 	} else if (r == -ECANCELED) {
 		/* Aborted by uploader_stop at its deadline: not a failure of the server. */
 		pthread_mutex_unlock(&u->lock);
+		current_put_back(u, cur);
 	} else if (is_retryable(r)) {
 		attempt = ++u->failures;
 		uint64_t delay = retry_backoff_ns(&u->clock, u->backoff_initial_ns, u->backoff_max_ns,
@@ -231,6 +246,7 @@ static void deliver(struct uploader *u, struct current *cur)
 		u->stats.retries++;
 		set_last_error(u, r, message);
 		pthread_mutex_unlock(&u->lock);
+		current_put_back(u, cur); /* before the event: from now on it may be dropped */
 		emit(u, UPLOADER_EVENT_RETRY, epoch, seq, r > 0 ? r : 0,
 		     r > 0 ? -SYSOM_EHTTP : r, delay, attempt, message);
 	} else {
@@ -305,18 +321,17 @@ static void *upload_thread(void *arg)
 		deliver(u, &cur);
 		pthread_mutex_lock(&u->lock);
 	}
-	if (cur.have) {
-		if (cur.mem) {
-			/* Back to the front, in order, for uploader_stop to spool. */
-			cur.mem->next = u->mq_head;
-			u->mq_head = cur.mem;
-			if (!u->mq_tail)
-				u->mq_tail = cur.mem;
-		} else {
-			spool_batch_release(&cur.sb);
-		}
+	if (cur.have && cur.mem) {
+		/* Back to the front, in order, for uploader_stop to spool. */
+		cur.mem->next = u->mq_head;
+		u->mq_head = cur.mem;
+		if (!u->mq_tail)
+			u->mq_tail = cur.mem;
+		cur.have = false;
 	}
 	pthread_mutex_unlock(&u->lock);
+	if (cur.have)
+		current_put_back(u, &cur); /* stays in the spool for the next start */
 	return NULL;
 }
 

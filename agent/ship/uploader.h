@@ -26,7 +26,9 @@
 enum uploader_event_kind {
 	UPLOADER_EVENT_DELIVERED = 1, /* the server acknowledged a batch (2xx); it was removed */
 	UPLOADER_EVENT_RETRY,         /* an attempt failed (network error, 408, 429, 5xx, 401,
-					 403, 1xx/3xx); the same batch is retried after delay_ms */
+					 403, 1xx/3xx); retried after delay_ms (a spooled batch
+					 is unpinned meanwhile: if the spool's limits delete it,
+					 it counts as dropped and the next oldest goes instead) */
 	UPLOADER_EVENT_REJECTED,      /* any other 4xx: the batch is set aside in the spool's
 					 rejected/ (a memory-held one is written there first; `kept`
 					 says whether that worked) and is not retried; message holds

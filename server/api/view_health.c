@@ -139,6 +139,24 @@ static void http_stats_write(struct byte_buf *out, const struct http_server_stat
 
 /* The symbol repository's families: symbolization results, repository and upload gauges,
  * upstream fetches. */
+/* The kernel symbol tables and what --max-kernel-symbols evicted. */
+static void kernel_symbols_metrics_write(struct api *api, struct byte_buf *out)
+{
+	struct store_ksyms_usage u;
+
+	if (store_ksyms_usage_get(api->store, &u))
+		return;
+	metrics_gauge_write(out, "sysom_kernel_symbol_tables",
+			    "Kernel and module symbol tables stored.", u.tables);
+	metrics_gauge_write(out, "sysom_kernel_symbols",
+			    "Symbols in all kernel symbol tables (--max-kernel-symbols bounds them).",
+			    u.rows);
+	metrics_total_write(out, "sysom_kernel_symbol_tables_evicted_total",
+			    "Kernel symbol tables evicted, least recently used first, to make room"
+			    " under --max-kernel-symbols (since the server started).",
+			    u.evicted_tables);
+}
+
 static void symbols_metrics_write(struct api *api, const struct symbolizer_stats *ss,
 				  struct byte_buf *out)
 {
@@ -169,6 +187,9 @@ static void symbols_metrics_write(struct api *api, const struct symbolizer_stats
 				     "Partial symbol file uploads in progress.");
 		metrics_sample_write(out, "sysom_symbol_upload_sessions", NULL,
 				     (double)symbols_sessions_count(api->symbols));
+		metrics_gauge_write(out, "sysom_symbol_upload_reserved_bytes",
+				    "Bytes partial symbol file uploads reserve (their declared sizes).",
+				    symbols_reserved_bytes(api->symbols));
 	}
 	if (api->upstream) {
 		struct upstream_stats us;
@@ -223,6 +244,7 @@ void api_metrics_get(void *ctx, const struct http_request *req, struct http_resp
 				     "Bytes the store occupies on disk.");
 		metrics_sample_write(&out, "sysom_store_size_bytes", NULL, (double)size);
 	}
+	kernel_symbols_metrics_write(api, &out);
 	symbolizer_stats_get(api->sym, &ss);
 	metrics_family_write(&out, "sysom_symbol_cache_lookups_total", "counter",
 			     "Symbolizer cache lookups, by result.");

@@ -447,6 +447,35 @@ static void respond_ksyms(struct http_response *resp, const struct sysom_build_i
 	render_json_respond(resp, 200, doc);
 }
 
+/* store_ksyms_put refused a table under the kernel symbol limit: 413 when the table alone
+ * exceeds it, else 507 with Retry-After when the least recently used table could leave. */
+static int respond_ksyms_full(struct ingest *in, struct http_response *resp, uint64_t count)
+{
+	struct store_ksyms_usage u;
+	char retry[24];
+	int rc = store_ksyms_usage_get(in->store, &u);
+
+	if (rc)
+		return respond_store_error(resp, rc);
+	if (count > u.max_rows) {
+		http_response_error(resp, 413, "%" PRIu64 " symbols exceed the limit of %" PRIu64
+					       " kernel symbols in all tables", count, u.max_rows);
+		return INGEST_ERR_TOO_LARGE;
+	}
+	/* Waiting helps only if tables fall out of use: the earliest is the least recently
+	 * used one, unless a batch names it again. */
+	int64_t now = sysom_realtime_ns(), free_at = u.oldest_use_ns + u.in_use_ns;
+	int64_t wait_s = free_at > now ? (free_at - now) / 1000000000 + 1 : 60;
+	snprintf(retry, sizeof(retry), "%lld", (long long)(wait_s < 60 ? 60 : wait_s));
+	http_response_error(resp, 507, "kernel symbol tables are full: %" PRIu64 " tables hold %"
+				       PRIu64 " of %" PRIu64 " symbols, and every table that would"
+				       " have to go to make room for %" PRIu64 " was used within"
+				       " the last %lld s", u.tables, u.rows, u.max_rows, count,
+			    (long long)(u.in_use_ns / 1000000000));
+	http_response_header(resp, "Retry-After", retry);
+	return INGEST_ERR_STORAGE_FULL;
+}
+
 static int ksyms_upload(struct ingest *in, const struct http_request *req,
 			struct http_response *resp, bool *unchanged)
 {
@@ -497,6 +526,10 @@ static int ksyms_upload(struct ingest *in, const struct http_request *req,
 	}
 	rc = store_ksyms_put(in->store, id.bytes, id.len, table.syms, table.count,
 			     sysom_realtime_ns(), &created);
+	if (rc == -SYSOM_ELIMIT) {
+		reason = respond_ksyms_full(in, resp, table.count);
+		goto cleanup;
+	}
 	if (rc) {
 		reason = respond_store_error(resp, rc);
 		goto cleanup;

@@ -32,7 +32,8 @@ static const char *const symbol_upload_names[SYMBOL_UPLOAD_RESULT_COUNT] = {
 	[SYMBOL_UPLOAD_STORED] = "stored",     [SYMBOL_UPLOAD_PRESENT] = "present",
 	[SYMBOL_UPLOAD_PARTIAL] = "partial",   [SYMBOL_UPLOAD_CONFLICT] = "conflict",
 	[SYMBOL_UPLOAD_INVALID] = "rejected",  [SYMBOL_UPLOAD_BUSY] = "busy",
-	[SYMBOL_UPLOAD_FAILED] = "failed",
+	[SYMBOL_UPLOAD_FAILED] = "failed",     [SYMBOL_UPLOAD_OVER_BUDGET] = "over_budget",
+	[SYMBOL_UPLOAD_NO_SPACE] = "no_space",
 };
 
 static const char *const debuginfod_type_names[DEBUGINFOD_TYPE_COUNT] = {

@@ -93,6 +93,8 @@ enum symbol_upload_result {
 	SYMBOL_UPLOAD_INVALID,  /* malformed request, too large, hash or identity mismatch (4xx) */
 	SYMBOL_UPLOAD_BUSY,     /* too many upload sessions (503) */
 	SYMBOL_UPLOAD_FAILED,   /* server-side failure: disk full, I/O, install error (5xx) */
+	SYMBOL_UPLOAD_OVER_BUDGET, /* partial uploads reserve too many bytes (503) */
+	SYMBOL_UPLOAD_NO_SPACE, /* the disk lacks room for what partial uploads reserve (507) */
 	SYMBOL_UPLOAD_RESULT_COUNT
 };
 

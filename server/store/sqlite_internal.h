@@ -4,6 +4,7 @@
 #define SYSOM_SERVER_STORE_SQLITE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -42,6 +43,9 @@ struct sqlite_store {
 	struct conn *readers;
 	uint32_t reader_count;
 	struct conn *free_readers;
+	uint64_t ksyms_max_rows;   /* max_kernel_symbols, 0: none */
+	int64_t ksyms_in_use_ns;   /* kernel_symbols_in_use_ns */
+	atomic_uint_least64_t ksyms_evicted_tables, ksyms_evicted_rows;
 };
 
 static inline struct sqlite_store *store__sqlite(struct store *s)
@@ -264,6 +268,10 @@ int store__sqlite_ksyms_count(struct store *s, const uint8_t *build_id, size_t b
 			      uint64_t *count);
 int store__sqlite_ksym_range_get(struct store *s, const uint8_t *build_id, size_t build_id_len,
 				 uint64_t offset, struct store_ksym_range *out);
+int store__sqlite_ksyms_usage_get(struct store *s, struct store_ksyms_usage *out);
+/* Marks the kernel symbol tables of the batch's kernel and module objects used at `used_ns`
+ * (inside the batch's write transaction). 0 or a negative error. */
+int store__ksyms_touch(struct conn *c, const struct sysom_batch *b, int64_t used_ns);
 /* sqlite_read_profiles.c */
 int store__sqlite_object_get(struct store *s, int64_t id, struct store_object *out);
 int store__sqlite_stack_get(struct store *s, int64_t id, struct store_stack **out);

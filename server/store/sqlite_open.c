@@ -130,6 +130,7 @@ static const struct store_ops sqlite_ops = {
 	.ping = sqlite_ping,
 	.size_get = sqlite_size_get,
 	.size_limit_set = sqlite_size_limit_set,
+	.ksyms_usage_get = store__sqlite_ksyms_usage_get,
 };
 
 /* Makes sure `dir` is a directory (creating it) and locks it for this process. */
@@ -242,6 +243,9 @@ static int open_connections(struct sqlite_store *s, const struct store_sqlite_op
 		return rc ? rc : -EPROTO;
 	}
 	s->page_size = (uint32_t)page_size;
+	s->ksyms_max_rows = o->max_kernel_symbols;
+	s->ksyms_in_use_ns = o->kernel_symbols_in_use_ns > 0 ? o->kernel_symbols_in_use_ns
+							     : STORE_KSYMS_IN_USE_NS;
 	if (o->max_size && (rc = store__size_limit_apply(s, o->max_size))) {
 		snprintf(err, errlen, "cannot limit the size of %s: %s", s->db_path,
 			 sqlite3_errmsg(s->writer.db));

@@ -346,6 +346,12 @@ static const char *const migrations[] = {
 	 * other content is a conflict rather than a duplicate: XXH3-64 (seed 0) of the plain wire
 	 * bytes, as the signed 64-bit value with the same bits; NULL for batches stored before. */
 	"ALTER TABLE batches ADD COLUMN content_hash INTEGER;",
+	/* 6: when each kernel symbol table was last used (stored, or named by a stored batch as
+	 * its kernel or a module), so that a bound on the kernel symbols evicts the least
+	 * recently used tables first and never one in use. */
+	"ALTER TABLE kernel_symbol_tables ADD COLUMN last_used_ns INTEGER NOT NULL DEFAULT 0;"
+	"UPDATE kernel_symbol_tables SET last_used_ns = uploaded_ns;"
+	"CREATE INDEX kernel_symbol_tables_last_used ON kernel_symbol_tables(last_used_ns);",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

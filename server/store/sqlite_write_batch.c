@@ -321,6 +321,8 @@ static int batch_write(struct conn *c, const struct sysom_batch *b, const char *
 			goto cleanup;
 	if (b->node.kernel_object != SYSOM_WIRE_NONE && b->node.kernel_object < b->object_count)
 		kernel_object = objects[b->node.kernel_object];
+	if ((rc = store__ksyms_touch(c, b, received_ns)))
+		goto cleanup;
 	if ((rc = node_upsert(c, b, node_hex, kernel_object, received_ns, &ids.node)) ||
 	    (rc = batch_insert(c, b, ids.node, content_hash, received_ns, r->samples, counters,
 				&inserted)))

@@ -54,6 +54,11 @@ void store_ksym_range_release(struct store_ksym_range *r)
 	r->floor_name = NULL;
 }
 
+int store_ksyms_usage_get(struct store *s, struct store_ksyms_usage *out)
+{
+	return s->ops->ksyms_usage_get(s, out);
+}
+
 int store_object_get(struct store *s, int64_t id, struct store_object *out)
 {
 	return s->ops->object_get(s, id, out);

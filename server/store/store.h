@@ -31,7 +31,13 @@ struct store_sqlite_options {
 	uint32_t read_connections; /* pooled reader connections (default 4) */
 	uint32_t busy_timeout_ms;  /* wait this long for a lock before -EBUSY (default 5000) */
 	uint64_t max_size;         /* database size cap in bytes, 0 = none (writes beyond: -ENOSPC) */
+	/* Kernel symbols of all tables together, 0 = no limit; see store_ksyms_put. */
+	uint64_t max_kernel_symbols;
+	/* A kernel symbol table used this recently is never evicted (0: STORE_KSYMS_IN_USE_NS). */
+	int64_t kernel_symbols_in_use_ns;
 };
+
+#define STORE_KSYMS_IN_USE_NS (24 * 3600 * 1000000000LL)
 
 /*
  * Opens (creating when needed) `<data_dir>/sysom.db`, creating `data_dir` itself (mode 0750)
@@ -107,6 +113,14 @@ struct store_ksym {
  * Stores the symbol table of kernel (or module) build ID `build_id`; `syms` must be sorted by
  * offset with unique offsets. An existing table for the build ID is left unchanged and *created
  * is false. Returns 0 or a negative error (nothing stored on failure).
+ *
+ * With max_kernel_symbols (struct store_sqlite_options), a new table that would take the total
+ * beyond it first evicts whole tables not in use, least recently used first: a table is used
+ * when it is stored (at `uploaded_ns`) and when a stored batch names its build ID as its kernel
+ * or as a module (at the batch's receive time, to the minute), and in use while its last use is
+ * less than kernel_symbols_in_use_ns before `uploaded_ns`. When evicting every table not in
+ * use would not make room (or the table alone is larger than the limit) nothing is evicted or
+ * stored and the call returns -SYSOM_ELIMIT; store_ksyms_usage_get says why.
  */
 int store_ksyms_put(struct store *s, const uint8_t *build_id, size_t build_id_len,
 		    const struct store_ksym *syms, size_t count, int64_t uploaded_ns, bool *created);
@@ -132,6 +146,20 @@ int store_ksym_range_get(struct store *s, const uint8_t *build_id, size_t build_
 			 uint64_t offset, struct store_ksym_range *out);
 /* Frees what a range owns; accepts NULL. */
 void store_ksym_range_release(struct store_ksym_range *r);
+
+/* What the kernel symbol tables hold, the limit on them, and what it evicted. */
+struct store_ksyms_usage {
+	uint64_t tables;         /* tables stored */
+	uint64_t rows;           /* their symbols */
+	int64_t oldest_use_ns;   /* the last use of the least recently used table; 0: none */
+	uint64_t max_rows;       /* max_kernel_symbols, 0 = none */
+	int64_t in_use_ns;       /* kernel_symbols_in_use_ns */
+	uint64_t evicted_tables; /* tables evicted by the limit since the store was opened */
+	uint64_t evicted_rows;   /* their symbols */
+};
+
+/* Fills *out. Returns 0 or a negative error. */
+int store_ksyms_usage_get(struct store *s, struct store_ksyms_usage *out);
 
 /* A stored object (the thing a frame's offset is relative to). */
 struct store_object {

@@ -57,6 +57,7 @@ struct store_ops {
 	int (*ping)(struct store *s);
 	int (*size_get)(struct store *s, uint64_t *bytes);
 	int (*size_limit_set)(struct store *s, uint64_t max_bytes); /* NULL: -ENOTSUP */
+	int (*ksyms_usage_get)(struct store *s, struct store_ksyms_usage *out);
 };
 
 /* Every backend's state starts with this. */

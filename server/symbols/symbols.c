@@ -15,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,6 +36,7 @@
 #define PART_SUFFIX ".part"
 #define BUILD_IDS_REFRESH_S 60
 #define RETRY_AFTER_BUSY "30"
+#define RETRY_AFTER_NO_SPACE "60" /* as for a write that finds the disk full */
 
 const char *symbols__kind_name(enum symrepo_kind kind)
 {
@@ -127,18 +129,22 @@ static ssize_t session_find(const struct symbols *s, const struct symbols_sessio
 	return -1;
 }
 
-/* Adds a session (not busy). Under the lock. 0 or -ENOMEM. */
+/* Adds a session with what it reserves and holds. Under the lock. 0 or -ENOMEM. */
 static int session_add(struct symbols *s, const struct symbols_session *ss)
 {
 	if (SYSOM_ARRAY_RESERVE(s->sessions, s->sessions_cap, s->nsessions, 16))
 		return -ENOMEM;
 	s->sessions[s->nsessions++] = *ss;
+	s->reserved_bytes += ss->reserved;
+	s->received_bytes += ss->received;
 	return 0;
 }
 
-/* Removes session `i`. Under the lock. */
+/* Removes session `i`, releasing its reservation. Under the lock. */
 static void session_remove_at(struct symbols *s, size_t i)
 {
+	s->reserved_bytes -= s->sessions[i].reserved;
+	s->received_bytes -= s->sessions[i].received;
 	s->sessions[i] = s->sessions[--s->nsessions];
 }
 
@@ -156,34 +162,107 @@ static void session_drop(struct symbols *s, const struct symbols_session *key, b
 	pthread_mutex_unlock(&s->lock);
 }
 
-/* Ends a request's hold on a session that stays. */
-static void session_release(struct symbols *s, const struct symbols_session *key)
+/* Ends a request's hold on a session that stays; `received` is its file's size now
+ * (UINT64_MAX: unknown, unchanged). */
+static void session_release(struct symbols *s, const struct symbols_session *key,
+			    uint64_t received)
 {
 	ssize_t i;
 
 	pthread_mutex_lock(&s->lock);
-	if ((i = session_find(s, key)) >= 0)
-		s->sessions[i].busy = false;
+	if ((i = session_find(s, key)) >= 0) {
+		struct symbols_session *ss = &s->sessions[i];
+		ss->busy = false;
+		if (received != UINT64_MAX) {
+			received = received < ss->reserved ? received : ss->reserved;
+			s->received_bytes = s->received_bytes - ss->received + received;
+			ss->received = received;
+		}
+	}
 	pthread_mutex_unlock(&s->lock);
 }
 
-enum acquire_result { ACQUIRED_EXISTING, ACQUIRED_NEW, ACQUIRE_BUSY, ACQUIRE_FULL, ACQUIRE_NOMEM };
+enum acquire_result {
+	ACQUIRED_EXISTING,
+	ACQUIRED_NEW,
+	ACQUIRE_BUSY,        /* another request holds the session */
+	ACQUIRE_FULL,        /* max_sessions partial uploads exist */
+	ACQUIRE_OVER_BUDGET, /* the reservation would exceed max_reserved_bytes */
+	ACQUIRE_NO_SPACE,    /* the disk has not the room the reservations promise */
+	ACQUIRE_STATFS_FAILED,
+	ACQUIRE_NOMEM,
+};
 
-/* Takes the session for one request, creating it when the sessions limit allows. */
-static enum acquire_result session_acquire(struct symbols *s, const struct symbols_session *key)
+/* What a refused reservation met, for the answer. */
+struct reserve_refusal {
+	uint64_t want;        /* bytes the session would reserve */
+	uint64_t reserved;    /* bytes the other sessions reserve */
+	uint64_t outstanding; /* bytes reserved but not yet received, this upload's included */
+	uint64_t free;        /* bytes free on the uploads' filesystem (for unprivileged users) */
+	int error;            /* ACQUIRE_STATFS_FAILED: -errno */
+};
+
+/*
+ * Grows (or shrinks) session `i`'s reservation, or a new session's (i < 0, holding nothing),
+ * to `want` bytes when the budget and the disk allow: the sum of reservations stays within
+ * max_reserved_bytes, and what they still await fits in the free space. Under the lock.
+ */
+static enum acquire_result reserve(struct symbols *s, ssize_t i, uint64_t want,
+				   struct reserve_refusal *why)
+{
+	uint64_t cur = i >= 0 ? s->sessions[i].reserved : 0;
+	struct statvfs fs;
+
+	why->want = want;
+	why->reserved = s->reserved_bytes - cur;
+	if (want > cur) {
+		if (s->reserved_bytes - cur + want > s->opts.max_reserved_bytes)
+			return ACQUIRE_OVER_BUDGET;
+		if (statvfs(s->uploads, &fs) != 0) {
+			why->error = -errno;
+			return ACQUIRE_STATFS_FAILED;
+		}
+		why->free = (uint64_t)fs.f_bavail * fs.f_frsize;
+		/* Everything reserved but not yet on disk, with this session's new share. */
+		why->outstanding = s->reserved_bytes - s->received_bytes + (want - cur);
+		if (why->outstanding > why->free)
+			return ACQUIRE_NO_SPACE;
+	}
+	if (i >= 0) {
+		s->reserved_bytes = s->reserved_bytes - cur + want;
+		s->sessions[i].reserved = want;
+	}
+	return ACQUIRED_EXISTING;
+}
+
+/*
+ * Takes the session for one request whose file is `total` bytes, creating it when the
+ * sessions limit allows, and makes its reservation cover `total` (see reserve).
+ */
+static enum acquire_result session_acquire(struct symbols *s, const struct symbols_session *key,
+					   uint64_t total, struct reserve_refusal *why)
 {
 	enum acquire_result r;
 	struct symbols_session ss = *key;
 	ssize_t i;
 
+	memset(why, 0, sizeof(*why));
 	pthread_mutex_lock(&s->lock);
 	if ((i = session_find(s, key)) >= 0) {
-		r = s->sessions[i].busy ? ACQUIRE_BUSY : ACQUIRED_EXISTING;
-		s->sessions[i].busy = true;
+		struct symbols_session *cur = &s->sessions[i];
+		if (cur->busy) {
+			r = ACQUIRE_BUSY;
+		} else {
+			/* Never below what it holds: a shorter TOTAL is answered with a 409. */
+			r = reserve(s, i, total > cur->received ? total : cur->received, why);
+			cur->busy = r == ACQUIRED_EXISTING;
+		}
 	} else if (s->nsessions >= s->opts.max_sessions) {
 		r = ACQUIRE_FULL;
-	} else {
+	} else if ((r = reserve(s, -1, total, why)) == ACQUIRED_EXISTING) {
 		ss.busy = true;
+		ss.reserved = total;
+		ss.received = 0;
 		r = session_add(s, &ss) ? ACQUIRE_NOMEM : ACQUIRED_NEW;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -200,8 +279,19 @@ uint32_t symbols_sessions_count(struct symbols *s)
 	return n;
 }
 
+uint64_t symbols_reserved_bytes(struct symbols *s)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&s->lock);
+	n = s->reserved_bytes;
+	pthread_mutex_unlock(&s->lock);
+	return n;
+}
+
 /* Takes over the partial uploads found in the uploads directory (well-formed *.part names;
- * anything else there is left alone). */
+ * anything else there is left alone). The reservations of the last run are gone with it:
+ * each reserves its size on disk until its next chunk declares the file's size again. */
 static int sessions_load(struct symbols *s, char *err, size_t errlen)
 {
 	DIR *d = opendir(s->uploads);
@@ -215,8 +305,12 @@ static int sessions_load(struct symbols *s, char *err, size_t errlen)
 	}
 	while ((de = readdir(d))) {
 		struct symbols_session ss;
+		struct stat sb;
 		if (session_parse_name(de->d_name, &ss))
 			continue;
+		if (fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISREG(sb.st_mode))
+			ss.reserved = ss.received = (uint64_t)sb.st_size;
 		if ((rc = session_add(s, &ss))) {
 			snprintf(err, errlen, "out of memory");
 			break;
@@ -803,6 +897,7 @@ static enum symbol_upload_result chunk_put(struct symbols *s, const struct http_
 {
 	enum symbol_upload_result result = SYMBOL_UPLOAD_INVALID;
 	enum acquire_result acq;
+	struct reserve_refusal why;
 	struct chunk c;
 	char path[PATH_MAX];
 	struct stat sb;
@@ -817,13 +912,13 @@ static enum symbol_upload_result chunk_put(struct symbols *s, const struct http_
 	}
 	if (symrepo_has(s->repo, &c.id, c.session.kind)) {
 		/* This upload's partial file is of no use now (unless a request still writes it). */
-		acq = session_acquire(s, &c.session);
+		acq = session_acquire(s, &c.session, 0, &why);
 		if (acq == ACQUIRED_NEW || acq == ACQUIRED_EXISTING)
 			session_drop(s, &c.session, true);
 		respond_present(resp, &c);
 		return SYMBOL_UPLOAD_PRESENT;
 	}
-	acq = session_acquire(s, &c.session);
+	acq = session_acquire(s, &c.session, c.total, &why);
 	switch (acq) {
 	case ACQUIRE_BUSY:
 		respond_conflict(resp, stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0,
@@ -834,6 +929,23 @@ static enum symbol_upload_result chunk_put(struct symbols *s, const struct http_
 				    s->opts.max_sessions);
 		http_response_header(resp, "Retry-After", RETRY_AFTER_BUSY);
 		return SYMBOL_UPLOAD_BUSY;
+	case ACQUIRE_OVER_BUDGET:
+		/* Waiting helps: the other uploads finish or expire and release their share. */
+		http_response_error(resp, 503, "partial uploads reserve %" PRIu64 " of %" PRIu64
+					       " bytes; this file needs %" PRIu64 "; retry later",
+				    why.reserved, s->opts.max_reserved_bytes, why.want);
+		http_response_header(resp, "Retry-After", RETRY_AFTER_BUSY);
+		return SYMBOL_UPLOAD_OVER_BUDGET;
+	case ACQUIRE_NO_SPACE:
+		/* Waiting alone does not help (finished uploads keep their bytes): the disk needs
+		 * room made on it. Retry-After as for a write that finds the disk full. */
+		http_response_error(resp, 507, "the symbols disk has %" PRIu64 " bytes free, the"
+					       " partial uploads with this one still need %" PRIu64,
+				    why.free, why.outstanding);
+		http_response_header(resp, "Retry-After", RETRY_AFTER_NO_SPACE);
+		return SYMBOL_UPLOAD_NO_SPACE;
+	case ACQUIRE_STATFS_FAILED:
+		return respond_io_error(resp, why.error, "cannot tell the free space for the upload");
 	case ACQUIRE_NOMEM:
 		http_response_error(resp, 503, "out of memory");
 		http_response_header(resp, "Retry-After", RETRY_AFTER_BUSY);
@@ -886,14 +998,14 @@ static enum symbol_upload_result chunk_put(struct symbols *s, const struct http_
 	}
 	result = chunk_finish(s, &c, fd, path, resp, &keep);
 cleanup:
+	if (held && keep) {
+		uint64_t received = fd >= 0 && fstat(fd, &sb) == 0 ? (uint64_t)sb.st_size : UINT64_MAX;
+		session_release(s, &c.session, received);
+	} else if (held) {
+		session_drop(s, &c.session, true);
+	}
 	if (fd >= 0)
 		close(fd);
-	if (held) {
-		if (keep)
-			session_release(s, &c.session);
-		else
-			session_drop(s, &c.session, true);
-	}
 	return result;
 }
 
@@ -1033,9 +1145,21 @@ int symbols_new(struct symrepo *repo, struct auth *auth, struct symbolizer *sym,
 		s->opts.max_file_size = SYMBOLS_DEFAULT_MAX_FILE;
 	if (!s->opts.max_sessions)
 		s->opts.max_sessions = SYMBOLS_DEFAULT_MAX_SESSIONS;
+	if (!s->opts.max_reserved_bytes)
+		s->opts.max_reserved_bytes =
+			s->opts.max_file_size > UINT64_MAX / SYMBOLS_DEFAULT_RESERVE_FILES ?
+				UINT64_MAX : s->opts.max_file_size * SYMBOLS_DEFAULT_RESERVE_FILES;
 	if (!(s->opts.upload_expiry_s > 0))
 		s->opts.upload_expiry_s = SYMBOLS_DEFAULT_UPLOAD_EXPIRY_S;
 	pthread_mutex_init(&s->lock, NULL);
+	if (s->opts.max_reserved_bytes < s->opts.max_file_size) {
+		rc = -EINVAL;
+		snprintf(err, errlen, "max-upload-reserve (%" PRIu64 " bytes) is below"
+				      " max-symbol-file-size (%" PRIu64 " bytes): a file of that size"
+				      " could never be uploaded", s->opts.max_reserved_bytes,
+			 s->opts.max_file_size);
+		goto cleanup;
+	}
 	elf_version(EV_CURRENT);
 	if ((size_t)snprintf(s->uploads, sizeof(s->uploads), "%s/uploads", opts->dir) >=
 	    sizeof(s->uploads)) {

@@ -22,6 +22,7 @@ struct symrepo;
 #define SYMBOLS_DEFAULT_MAX_FILE (4ULL << 30)    /* whole file (Content-Range TOTAL) */
 #define SYMBOLS_DEFAULT_MAX_CHUNK (64u << 20)    /* one chunk: the PUT route's body limit */
 #define SYMBOLS_DEFAULT_MAX_SESSIONS 64          /* partial uploads at once */
+#define SYMBOLS_DEFAULT_RESERVE_FILES 4          /* default reserve: this many largest files */
 #define SYMBOLS_DEFAULT_UPLOAD_EXPIRY_S (24.0 * 3600) /* idle partial uploads are deleted */
 #define SYMBOLS_MAX_MISSING_OBJECTS 4096         /* objects in one "missing" query */
 #define SYMBOLS_MISSING_MAX_BODY (1u << 20)      /* body of a "missing" query */
@@ -32,6 +33,9 @@ struct symbols_options {
 	const char *dir;          /* the repository root (partial uploads go to <dir>/uploads) */
 	uint64_t max_file_size;   /* 0: SYMBOLS_DEFAULT_MAX_FILE */
 	uint32_t max_sessions;    /* 0: SYMBOLS_DEFAULT_MAX_SESSIONS */
+	/* Total bytes the partial uploads may reserve (their declared sizes); at least
+	 * max_file_size; 0: SYMBOLS_DEFAULT_RESERVE_FILES x max_file_size. */
+	uint64_t max_reserved_bytes;
 	double upload_expiry_s;   /* 0: SYMBOLS_DEFAULT_UPLOAD_EXPIRY_S */
 	bool debuginfod_auth;     /* /buildid/... requires the bearer token too */
 };
@@ -42,7 +46,8 @@ struct symbols;
  * Creates the handlers' context over borrowed objects that must outlive it: `repo` (open),
  * `auth`, `sym` (optional: told to forget a Build ID's cached frames when a file for it is
  * installed) and `metrics`. Creates <dir>/uploads and takes over the partial uploads found
- * there (their sizes are the resume points). Returns 0 or -errno with `err` saying why.
+ * there (their sizes are the resume points, and what they reserve until their next chunk).
+ * Returns 0 or -errno with `err` saying why (-EINVAL: max_reserved_bytes below max_file_size).
  */
 int symbols_new(struct symrepo *repo, struct auth *auth, struct symbolizer *sym,
 		struct server_metrics *metrics, const struct symbols_options *opts,
@@ -69,7 +74,8 @@ void symbols_missing_post(void *ctx, const struct http_request *req, struct http
  * PUT /api/v1/symbols/{hex}/{executable|debuginfo}: one chunk (Content-Range, X-Sysom-Upload-Id,
  * X-Sysom-Content-Hash, X-Sysom-Identity). 200 present, 201 stored, 202 partial, 409 with
  * resume_at, 413, 422 (hash or identity mismatch: the partial file is deleted), 503 too many
- * sessions; see docs/http-api.md.
+ * sessions or reserved bytes, 507 not enough free disk for the declared size; see
+ * docs/http-api.md.
  */
 void symbols_put(void *ctx, const struct http_request *req, struct http_response *resp);
 
@@ -102,6 +108,9 @@ int symbols_build_ids_count(struct symbols *s, uint64_t *count);
 
 /* Partial upload sessions now (gauge). Thread-safe. */
 uint32_t symbols_sessions_count(struct symbols *s);
+
+/* Bytes the partial uploads reserve now (gauge; see max_reserved_bytes). Thread-safe. */
+uint64_t symbols_reserved_bytes(struct symbols *s);
 
 /*
  * Whether the installed executable of `id` carries DWARF (.debug_info), checked once per

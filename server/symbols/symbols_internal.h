@@ -19,6 +19,10 @@ struct symbols_session {
 	enum symrepo_kind kind;                    /* SYMREPO_EXECUTABLE or SYMREPO_DEBUGINFO */
 	char upload_id[SYMBOLS_UPLOAD_ID_MAX + 1]; /* lower-case hex */
 	bool busy;                                 /* a request is writing or verifying it */
+	/* Disk promised to it: the file's declared size (Content-Range TOTAL of its latest
+	 * chunk), or for one found at start its size on disk until its next chunk says more. */
+	uint64_t reserved;
+	uint64_t received;                         /* its size on disk, <= reserved */
 };
 
 /* Remembered answers of symbols_executable_has_dwarf (a lossy table: a collision forgets). */
@@ -43,6 +47,8 @@ struct symbols {
 	pthread_mutex_t lock;             /* sessions, dwarf slots, the Build ID count */
 	struct symbols_session *sessions;
 	size_t nsessions, sessions_cap;
+	uint64_t reserved_bytes;          /* sum of sessions[].reserved */
+	uint64_t received_bytes;          /* sum of sessions[].received */
 	struct symbols_dwarf_slot dwarf[SYMBOLS_DWARF_SLOTS];
 	bool build_ids_valid;
 	uint64_t build_ids;

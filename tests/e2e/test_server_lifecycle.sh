@@ -60,6 +60,7 @@ check "the new token works" test "$(curl -s -o /dev/null -w '%{http_code}' -H 'A
 curl -s "$SERVER_URL/metrics" >"$E2E_TMP/metrics.txt"
 check "/metrics includes the transport's counters" grep -q '^sysom_http_requests_total ' "$E2E_TMP/metrics.txt"
 check "/metrics counts the symbol upload" grep -q '^sysom_kernel_symbol_uploads_total{result="stored"} 1$' "$E2E_TMP/metrics.txt"
+check "... and the symbols stored" grep -q '^sysom_kernel_symbols 3$' "$E2E_TMP/metrics.txt"
 
 "$SERVER_BIN" --listen "127.0.0.1:$SERVER_PORT" --data-dir "$E2E_TMP/other.data" 2>"$E2E_TMP/err.txt"
 check "a second server on the same port exits 1" test $? -eq 1
@@ -84,8 +85,17 @@ check "a newer schema exits 1" test $? -eq 1
 check "... with a clear message" grep -q "schema version 99, newer than" "$E2E_TMP/err.txt"
 
 chmod 644 "$E2E_TMP/token"
-start_server open --token-file "$E2E_TMP/token" || exit 1
+start_server open --token-file "$E2E_TMP/token" --max-kernel-symbols 4 || exit 1
 check "a world-readable token file is used with a warning" grep -q "readable by every user" "$E2E_TMP/open.log"
+# --max-kernel-symbols: the second table would need the first evicted, which is in use.
+AUTH=(-H "Authorization: Bearer lifecycle-token-2")
+printf '1000 T a\n2000 T b\n3000 T c\n' >"$E2E_TMP/three.txt"
+check "a table within --max-kernel-symbols → 200" \
+	test "$(ks -X PUT --data-binary @"$E2E_TMP/three.txt" "$SERVER_URL/api/v1/kernel-symbols/0a0a0a0a0a0a")" = 200
+check "one more that would evict a table in use → 507" \
+	test "$(ks -D "$E2E_TMP/headers" -X PUT --data-binary @"$E2E_TMP/three.txt" "$SERVER_URL/api/v1/kernel-symbols/0b0b0b0b0b0b")" = 507
+check "... saying why" grep -q 'kernel symbol tables are full: 1 tables hold 3 of 4 symbols' "$E2E_TMP/resp"
+check "... with Retry-After" grep -qi '^Retry-After: [0-9]' "$E2E_TMP/headers"
 stop_pid "$SERVER_PID"
 check "... and that server stops cleanly too" test $? -eq 0
 finish

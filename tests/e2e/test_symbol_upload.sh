@@ -113,6 +113,43 @@ check "... no symbol file refused by the server" \
 	bash -c "! grep -q 'not retried until restart' '$E2E_TMP/agent.log' '$E2E_TMP/agent2.log'"
 check "... and none of the workload's, the copy's or libc's skipped" \
 	bash -c "! grep -h 'not uploaded' '$E2E_TMP/agent.log' '$E2E_TMP/agent2.log' | grep -q 'chain_workload\|chain_copy\|libc.so.6'"
+metric() {
+	awk -v name="$1" '$1 == name { print $2 }' "$E2E_TMP/metrics.txt"
+}
+curl -s "$SERVER_URL/metrics" >"$E2E_TMP/metrics.txt"
+SESSIONS=$(metric sysom_symbol_upload_sessions)
+RESERVED=$(metric sysom_symbol_upload_reserved_bytes)
+diag "$SESSIONS partial uploads reserving $RESERVED bytes after the agents stopped"
+check "/metrics reports the partial uploads' reservation" test -n "$RESERVED"
+if [ "$SESSIONS" = 0 ]; then
+	check "... none once every upload is stored" test "$RESERVED" = 0
+fi
+check "... and no upload refused for want of room" \
+	bash -c "! grep -Eq '^sysom_symbol_uploads_total\{result=\"(over_budget|no_space)\"\} [1-9]' '$E2E_TMP/metrics.txt'"
+stop_pid "$SERVER_PID"
+check "server exits 0 after SIGTERM" test $? -eq 0
+
+# Partial uploads reserve their declared sizes: within --max-upload-reserve in total (503 and
+# Retry-After beyond), released when an upload is stored.
+start_server srv2 --token-file "$E2E_TMP/token" --max-symbol-file-size 1M \
+	--max-upload-reserve 1M || exit 1
+put_declared() { # BUILD_ID UPLOAD_ID TOTAL FILE: the first 100 bytes of FILE declared as TOTAL
+	head -c 100 "$4" >"$E2E_TMP/chunk"
+	curl -s -o "$E2E_TMP/put.body" -D "$E2E_TMP/put.headers" -w '%{http_code}' -X PUT \
+		"$SERVER_URL/api/v1/symbols/$1/executable" -H "Authorization: Bearer $(cat "$E2E_TMP/token")" \
+		-H "Content-Range: bytes 0-99/$3" -H "X-Sysom-Upload-Id: $2" \
+		-H "X-Sysom-Content-Hash: xxh3-128:00000000000000000000000000000000" \
+		--data-binary @"$E2E_TMP/chunk"
+}
+check "a partial upload declaring 600 KiB is accepted" \
+	test "$(put_declared 0102030405060708 00112233445566778899aabbccddeeff 614400 "$WORKLOAD_BIN")" = 202
+check "a second declaring 600 KiB more is refused: 503" \
+	test "$(put_declared 0a0b0c0d0e0f1011 ffeeddccbbaa99887766554433221100 614400 "$WORKLOAD_BIN")" = 503
+check "... with Retry-After" grep -qi '^Retry-After: 30' "$E2E_TMP/put.headers"
+check "... saying why" grep -q 'partial uploads reserve 614400 of 1048576 bytes' "$E2E_TMP/put.body"
+curl -s "$SERVER_URL/metrics" >"$E2E_TMP/metrics.txt"
+check "/metrics counts it" grep -q '^sysom_symbol_uploads_total{result="over_budget"} 1$' "$E2E_TMP/metrics.txt"
+check "... and shows the reservation" test "$(metric sysom_symbol_upload_reserved_bytes)" = 614400
 stop_pid "$SERVER_PID"
 check "server exits 0 after SIGTERM" test $? -eq 0
 finish

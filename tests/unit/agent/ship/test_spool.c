@@ -95,7 +95,7 @@ static uint64_t commit_one(struct spool *s, size_t len)
 	return seq;
 }
 
-/* Checks that the oldest batch is `seq` with the body commit_one wrote; returns it removed. */
+/* Checks that the oldest batch is `seq` with the body commit_one wrote, and unpins it. */
 static void expect_oldest(struct spool *s, uint64_t epoch, uint64_t seq, size_t len)
 {
 	struct spool_batch b = { 0 };
@@ -109,6 +109,7 @@ static void expect_oldest(struct spool *s, uint64_t epoch, uint64_t seq, size_t 
 	assert_int_equal(b.window_end_ns, T0 + seq * 30 * NS);
 	assert_int_equal(b.body_len, len);
 	assert_memory_equal(b.body, want, len);
+	spool_batch_unpin(s, b.epoch, b.sequence);
 	spool_batch_release(&b);
 	assert_null(b.body);
 	free(want);
@@ -538,6 +539,89 @@ static void test_size_limit_drops_oldest(void **state)
 	spool_close(s);
 }
 
+/* The batch handed out for delivery is pinned: neither limit deletes it (so it is never both
+ * delivered and counted as dropped); newer batches go in its place. */
+static void test_pinned_batch_not_dropped(void **state)
+{
+	struct fixture *f = *state;
+	struct spool_options o = options(f);
+	struct spool_batch b;
+	struct spool_stats st;
+	uint64_t seq[6];
+
+	o.max_bytes = 3 * (SPOOL_HEADER_SIZE + 1000);
+	o.max_age_s = 3600;
+	struct spool *s = open_spool(&o);
+	uint64_t epoch = spool_epoch(s);
+	for (int i = 0; i < 3; i++)
+		seq[i] = commit_one(s, 1000);
+	assert_int_equal(spool_batch_oldest(s, &b), 0);
+	assert_int_equal(b.sequence, seq[0]);
+
+	/* Full: the commits delete the batches after the pinned one, oldest first. */
+	seq[3] = commit_one(s, 1000);
+	seq[4] = commit_one(s, 1000);
+	spool_stats(s, &st);
+	assert_int_equal(st.files, 3);
+	assert_int_equal(st.bytes, o.max_bytes);
+	assert_int_equal(st.dropped_full, 2);
+	assert_int_equal(f->last_sequence[SPOOL_EVENT_DROPPED_FULL], seq[2]);
+	/* Past the age limit while pinned: kept; the other old ones go. */
+	f->now += 3601 * NS;
+	seq[5] = commit_one(s, 1000);
+	spool_stats(s, &st);
+	assert_int_equal(st.dropped_age, 2);
+	assert_int_equal(st.files, 2);
+	/* One that cannot fit beside the pinned batch even alone: refused, nothing deleted in
+	 * vain. One that fits once the others are gone: they are deleted. */
+	uint8_t big[2 * 1000 + SPOOL_HEADER_SIZE + 1] = { 0 };
+	uint64_t extra;
+	assert_int_equal(spool_sequence_next(s, &extra), 0);
+	assert_int_equal(spool_batch_commit(s, extra, 0, big, sizeof(big)), -SYSOM_ELIMIT);
+	spool_stats(s, &st);
+	assert_int_equal(st.dropped_full, 2);
+	assert_int_equal(st.files, 2);
+	assert_int_equal(spool_batch_commit(s, extra, 0, big, sizeof(big) - 1), 0);
+	spool_stats(s, &st);
+	assert_int_equal(st.dropped_full, 3);
+	assert_int_equal(f->last_sequence[SPOOL_EVENT_DROPPED_FULL], seq[5]);
+	assert_int_equal(st.files, 2);
+	assert_int_equal(st.bytes, o.max_bytes);
+	/* Delivered: removed, and counted only as that. */
+	assert_int_equal(spool_batch_remove(s, epoch, seq[0]), 0);
+	spool_batch_release(&b);
+	assert_int_equal(spool_batch_remove(s, epoch, extra), 0);
+	spool_stats(s, &st);
+	assert_int_equal(st.files, 0);
+	assert_int_equal(st.dropped_full + st.dropped_age, 5);
+
+	/* Unpinned (the reader waits before its next attempt): the limits may take it again. */
+	seq[0] = commit_one(s, 1000);
+	seq[1] = commit_one(s, 1000);
+	seq[2] = commit_one(s, 1000);
+	assert_int_equal(spool_batch_oldest(s, &b), 0);
+	assert_int_equal(b.sequence, seq[0]);
+	spool_batch_unpin(s, epoch, seq[1]); /* not the pinned one: no effect */
+	seq[3] = commit_one(s, 1000);
+	spool_stats(s, &st);
+	assert_int_equal(f->last_sequence[SPOOL_EVENT_DROPPED_FULL], seq[1]);
+	spool_batch_unpin(s, b.epoch, b.sequence);
+	spool_batch_release(&b);
+	seq[4] = commit_one(s, 1000);
+	assert_int_equal(f->last_sequence[SPOOL_EVENT_DROPPED_FULL], seq[0]);
+	/* A new read ends the previous pin too. */
+	assert_int_equal(spool_batch_oldest(s, &b), 0);
+	assert_int_equal(b.sequence, seq[2]);
+	spool_batch_release(&b);
+	assert_int_equal(spool_batch_oldest(s, &b), 0);
+	assert_int_equal(b.sequence, seq[2]);
+	spool_batch_release(&b);
+	spool_stats(s, &st);
+	assert_int_equal(st.dropped_full, 5);
+	assert_int_equal(st.files, 3);
+	spool_close(s);
+}
+
 static void test_age_limit_drops_old(void **state)
 {
 	struct fixture *f = *state;
@@ -735,6 +819,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_foreign_epoch_delivered_first, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_size_limit_drops_oldest, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_age_limit_drops_old, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pinned_batch_not_dropped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reject_keeps_newest, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_concurrent_commit_and_consume, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_full_disk, setup, teardown),

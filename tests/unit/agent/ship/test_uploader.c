@@ -38,6 +38,8 @@
 
 struct hooks {
 	pthread_mutex_t lock;
+	pthread_cond_t gate_cond; /* the gate opened */
+	bool gate_closed;         /* sleeps wait for the gate (at most WAIT_S) */
 	uint64_t now;
 	uint64_t sleeps[64];
 	size_t nsleeps;
@@ -58,8 +60,14 @@ static uint64_t hook_now(void *ctx)
 static void hook_sleep(void *ctx, uint64_t ns)
 {
 	struct hooks *h = ctx;
+	struct timespec deadline;
+	bool waited = true;
 
+	stub_http_deadline(&deadline, WAIT_S);
 	pthread_mutex_lock(&h->lock);
+	/* A closed gate holds the thread in its backoff until the test opens it. */
+	while (h->gate_closed && waited)
+		waited = pthread_cond_timedwait(&h->gate_cond, &h->lock, &deadline) == 0;
 	if (h->nsleeps < 64)
 		h->sleeps[h->nsleeps++] = ns;
 	h->now += ns;
@@ -170,6 +178,7 @@ static int setup(void **state)
 	snprintf(f->dir, sizeof(f->dir), "%s/spool", f->base);
 	snprintf(f->mnt, sizeof(f->mnt), "%s/tmpfs", f->base);
 	pthread_mutex_init(&f->hooks.lock, NULL);
+	pthread_cond_init(&f->hooks.gate_cond, NULL);
 	f->hooks.now = 1000 * NS;
 	f->hooks.rng = 0x9e3779b97f4a7c15ull;
 	pthread_mutex_init(&f->events.lock, NULL);
@@ -187,6 +196,7 @@ static int teardown(void **state)
 	stub_http_stop(f->server);
 	umount2(f->mnt, MNT_DETACH);
 	fixture_tmpdir_remove(f->base);
+	pthread_cond_destroy(&f->hooks.gate_cond);
 	pthread_mutex_destroy(&f->hooks.lock);
 	pthread_cond_destroy(&f->events.cond);
 	pthread_mutex_destroy(&f->events.lock);
@@ -857,6 +867,157 @@ static void test_full_disk_memory_queue_delivers(void **state)
 	assert_int_equal(count_files(f->dir, ".batch"), 0);
 }
 
+/* A receiver that is down (503) or up (200) and can hold a request until the test lets go. */
+struct outage {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool down;    /* answer 503 */
+	bool hold;    /* keep the next request until hold is cleared (at most WAIT_S) */
+	bool holding; /* a request is being held */
+};
+
+static void outage_handler(void *ctx, const struct stub_request *req, struct stub_reply *reply)
+{
+	struct outage *o = ctx;
+	struct timespec deadline;
+	bool waited = true;
+
+	(void)req;
+	stub_http_deadline(&deadline, WAIT_S);
+	pthread_mutex_lock(&o->lock);
+	if (o->hold) {
+		o->holding = true;
+		pthread_cond_broadcast(&o->cond);
+		while (o->hold && waited)
+			waited = pthread_cond_timedwait(&o->cond, &o->lock, &deadline) == 0;
+		o->holding = false;
+	}
+	reply->status = o->down ? 503 : 200;
+	pthread_mutex_unlock(&o->lock);
+	reply->body = strdup("{}");
+}
+
+static bool outage_wait_holding(struct outage *o)
+{
+	struct timespec deadline;
+	bool waited = true;
+
+	stub_http_deadline(&deadline, WAIT_S);
+	pthread_mutex_lock(&o->lock);
+	while (!o->holding && waited)
+		waited = pthread_cond_timedwait(&o->cond, &o->lock, &deadline) == 0;
+	bool holding = o->holding;
+	pthread_mutex_unlock(&o->lock);
+	return holding;
+}
+
+/* Sequences the spool deleted by its limits, from its event callback. */
+struct drops {
+	uint64_t seq[64];
+	size_t n;
+};
+
+static void on_spool_drop(void *ctx, const struct spool_event *ev)
+{
+	struct drops *d = ctx;
+
+	/* The spool's lock is held; events come from the thread that commits or reads. */
+	if ((ev->kind == SPOOL_EVENT_DROPPED_FULL || ev->kind == SPOOL_EVENT_DROPPED_AGE) &&
+	    d->n < 64)
+		d->seq[d->n++] = ev->sequence;
+}
+
+/* The sequences the receiver acknowledged (2xx), in order; returns how many. */
+static size_t acknowledged(struct fixture *f, uint64_t *out, size_t max)
+{
+	size_t n = 0, total = stub_http_count(f->server);
+	char key[128];
+
+	for (size_t i = 0; i < total && i < STUB_HTTP_MAX_RECORDED; i++) {
+		if (f->server->reqs[i].status < 200 || f->server->reqs[i].status >= 300)
+			continue;
+		assert_true(stub_http_header(f->server, i, "Idempotency-Key", key, sizeof(key)));
+		assert_true(n < max);
+		out[n++] = strtoull(strrchr(key, ':') + 1, NULL, 10);
+	}
+	return n;
+}
+
+static void test_outage_accounting_exact(void **state)
+{
+	struct fixture *f = *state;
+	struct outage srv = { .down = true };
+	struct drops drops = { 0 };
+	struct uploader_stats us;
+	struct spool_stats ss;
+	uint64_t seq[7], acked[16];
+
+	pthread_mutex_init(&srv.lock, NULL);
+	pthread_cond_init(&srv.cond, NULL);
+	/* Room for three batches of 1000 bytes. */
+	struct spool_options so = { .dir = f->dir, .max_bytes = 3 * (SPOOL_HEADER_SIZE + 1000),
+				    .on_event = on_spool_drop, .event_ctx = &drops };
+	assert_int_equal(spool_open(&so, &f->spool), 0);
+	f->server = stub_http_start_handler(outage_handler, &srv);
+	snprintf(f->url, sizeof(f->url), "http://127.0.0.1:%u", f->server->port);
+	f->hooks.gate_closed = true;
+	struct uploader_options o = fake_options(f);
+	struct uploader *u = start_uploader(f, &o);
+
+	/* The outage: the first batch's attempt fails, and while the thread backs off four more
+	 * batches arrive; the full spool deletes the two oldest, the outage's first among them. */
+	seq[0] = submit(f, u, 1000, 0);
+	assert_true(events_wait(&f->events, UPLOADER_EVENT_RETRY, 1));
+	for (int i = 1; i < 5; i++)
+		seq[i] = submit(f, u, 1000, 0);
+	assert_int_equal(drops.n, 2);
+	assert_int_equal(drops.seq[0], seq[0]);
+	assert_int_equal(drops.seq[1], seq[1]);
+
+	/* The receiver is back but holds the next attempt; two batches arrive meanwhile. The one
+	 * in flight is not deleted (it is about to be delivered): the two after it are. */
+	pthread_mutex_lock(&srv.lock);
+	srv.down = false;
+	srv.hold = true;
+	pthread_mutex_unlock(&srv.lock);
+	pthread_mutex_lock(&f->hooks.lock);
+	f->hooks.gate_closed = false;
+	pthread_cond_broadcast(&f->hooks.gate_cond);
+	pthread_mutex_unlock(&f->hooks.lock);
+	assert_true(outage_wait_holding(&srv));
+	seq[5] = submit(f, u, 1000, 0);
+	seq[6] = submit(f, u, 1000, 0);
+	pthread_mutex_lock(&srv.lock);
+	srv.hold = false;
+	pthread_cond_broadcast(&srv.cond);
+	pthread_mutex_unlock(&srv.lock);
+	assert_true(events_wait(&f->events, UPLOADER_EVENT_DELIVERED, 3));
+	assert_int_equal(uploader_stop(u, 1), 0);
+
+	/* Every batch produced is delivered, dropped or pending: exactly one of them. */
+	uploader_stats(u, &us);
+	spool_stats(f->spool, &ss);
+	assert_int_equal(us.lost, 0);
+	assert_int_equal(us.rejected, 0);
+	assert_int_equal(us.pending, 0);
+	assert_int_equal(us.batches_sent + ss.dropped_full + ss.dropped_age + us.pending, 7);
+	assert_int_equal(us.batches_sent, 3);
+	assert_int_equal(ss.dropped_full, 4);
+	assert_int_equal(f->events.count[UPLOADER_EVENT_DELIVERED], 3);
+	/* The receiver acknowledged each delivered batch once, and none that was dropped. */
+	assert_int_equal(acknowledged(f, acked, 16), 3);
+	assert_int_equal(acked[0], seq[2]);
+	assert_int_equal(acked[1], seq[5]);
+	assert_int_equal(acked[2], seq[6]);
+	assert_int_equal(drops.n, 4);
+	assert_int_equal(drops.seq[2], seq[3]);
+	assert_int_equal(drops.seq[3], seq[4]);
+	free_uploader(f, u);
+	assert_int_equal(count_files(f->dir, ".batch"), 0);
+	pthread_cond_destroy(&srv.cond);
+	pthread_mutex_destroy(&srv.lock);
+}
+
 static void test_bad_options(void **state)
 {
 	struct fixture *f = *state;
@@ -992,6 +1153,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_stop_aborts_request_in_flight, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_memory_queue_when_spool_refuses, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_full_disk_memory_queue_delivers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_outage_accounting_exact, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -777,6 +777,81 @@ static void test_kernel_symbols_limits(void **state)
 	ingest_free(small);
 }
 
+/* Uploads `text` as build ID `hex` through `in`; returns the status. */
+static int ksyms_put_via(struct ingest *in, const char *hex, const char *text, char *retry_after,
+			 size_t ralen, char **body)
+{
+	struct http_response resp;
+	struct test_request t;
+	char path[256];
+
+	snprintf(path, sizeof(path), "%s%s", INGEST_KSYMS_PREFIX, hex);
+	request_init(&t, "PUT", path, NULL);
+	request_token(&t, HARNESS_TOKEN);
+	request_body(&t, text, strlen(text));
+	int status = call(ingest_ksyms_put, in, &t, &resp, body);
+	const char *ra = response_header(&resp, "Retry-After");
+	snprintf(retry_after, ralen, "%s", ra ? ra : "");
+	return status;
+}
+
+/* Under --max-kernel-symbols: a new table evicts one not in use, or when every table is in use
+ * the upload is refused with 507 and Retry-After (waiting helps only if tables fall out of
+ * use); a table larger than the limit alone is 413. */
+static void test_kernel_symbols_total_bound(void **state)
+{
+	struct state *s = *state;
+	const char three[] = "1000 T a\n2000 T b\n3000 T c\n";
+	const char two[] = "1000 T a\n2000 T b\n";
+	struct store_sqlite_options in_use = { .max_kernel_symbols = 5 };
+	struct store_sqlite_options idle = { .max_kernel_symbols = 5, .kernel_symbols_in_use_ns = 1 };
+	struct store *store = NULL;
+	char dir[128], err[256], ra[32], *body;
+
+	/* Every table counts as in use for a day after its upload. */
+	assert_int_equal(fixture_tmpdir_make(dir, sizeof(dir)), 0);
+	assert_int_equal(store_sqlite_open(dir, &in_use, &store, err, sizeof(err)), 0);
+	struct ingest *in = ingest_new(store, s->h->auth, NULL, &s->h->metrics, NULL);
+	assert_non_null(in);
+	assert_int_equal(ksyms_put_via(in, "0a0a0a0a0a0a", three, ra, sizeof(ra), &body), 200);
+	free(body);
+	assert_int_equal(ksyms_put_via(in, "0b0b0b0b0b0b", three, ra, sizeof(ra), &body), 507);
+	assert_non_null(strstr(body, "kernel symbol tables are full: 1 tables hold 3 of 5"));
+	assert_non_null(strstr(body, "within the last 86400 s"));
+	long wait_s = strtol(ra, NULL, 10);
+	assert_true(wait_s > 86000 && wait_s <= 86401);
+	free(body);
+	assert_int_equal(metric(&s->h->metrics.errors[INGEST_ERR_STORAGE_FULL]), 1);
+	assert_int_equal(ksyms_put_via(in, "0c0c0c0c0c0c", "1 T a\n2 T b\n3 T c\n4 T d\n5 T e\n6 T f\n",
+				       ra, sizeof(ra), &body), 413);
+	assert_non_null(strstr(body, "6 symbols exceed the limit of 5 kernel symbols"));
+	free(body);
+	assert_int_equal(ksyms_put_via(in, "0d0d0d0d0d0d", two, ra, sizeof(ra), &body), 200);
+	free(body);
+	ingest_free(in);
+	store_close(store);
+
+	/* With tables out of use as soon as they are stored, the least recently used goes. */
+	assert_int_equal(store_sqlite_open(dir, &idle, &store, err, sizeof(err)), 0);
+	in = ingest_new(store, s->h->auth, NULL, &s->h->metrics, NULL);
+	assert_non_null(in);
+	assert_int_equal(ksyms_put_via(in, "0b0b0b0b0b0b", three, ra, sizeof(ra), &body), 200);
+	assert_non_null(strstr(body, "\"stored\""));
+	free(body);
+	struct store_ksyms_usage u;
+	assert_int_equal(store_ksyms_usage_get(store, &u), 0);
+	assert_int_equal(u.tables, 2);
+	assert_int_equal(u.rows, 5);
+	assert_int_equal(u.evicted_tables, 1);
+	assert_int_equal(ksyms_put_via(in, "0a0a0a0a0a0a", two, ra, sizeof(ra), &body), 200);
+	free(body);
+	assert_int_equal(store_ksyms_usage_get(store, &u), 0);
+	assert_int_equal(u.evicted_tables, 2); /* 0d (older) went, then 5 - 3 + 2 fits */
+	ingest_free(in);
+	store_close(store);
+	fixture_tmpdir_remove(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -795,6 +870,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_token_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kernel_symbols_upload, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kernel_symbols_limits, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_kernel_symbols_total_bound, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -24,8 +24,12 @@
 #define DROP_V4_TABLES                                                                       \
 	"DROP TABLE os_cpus; DROP TABLE os_irqs; DROP TABLE os_threads; DROP TABLE diagnoses;"  \
 	" DROP TABLE job_settings; DROP TABLE job_baselines;" DROP_V5_COLUMNS
-/* What migration 5 added: the batches' content hash. */
-#define DROP_V5_COLUMNS " ALTER TABLE batches DROP COLUMN content_hash;"
+/* What migration 6 added: when each kernel symbol table was last used. */
+#define DROP_V6_COLUMNS                                                                      \
+	" DROP INDEX kernel_symbol_tables_last_used;"                                         \
+	" ALTER TABLE kernel_symbol_tables DROP COLUMN last_used_ns;"
+/* What migrations 5 and later added: the batches' content hash, then the above. */
+#define DROP_V5_COLUMNS DROP_V6_COLUMNS " ALTER TABLE batches DROP COLUMN content_hash;"
 /* The content hash put_fixture stores batches with (the store takes it as given). */
 #define FIXTURE_HASH 0x5eed5eed5eed5eedULL
 
@@ -124,11 +128,11 @@ static void test_schema_created_and_reopened(void **state)
 	char err[256];
 	sqlite3 *db;
 
-	assert_int_equal(store_schema_version(c->store), 5);
+	assert_int_equal(store_schema_version(c->store), 6);
 	store_close(c->store);
 	c->store = NULL;
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 5);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 6);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
 				     " AND name IN ('nodes','batches','objects','processes','stacks',"
 				     "'samples','node_counters','kernel_symbol_tables','kernel_symbols',"
@@ -397,7 +401,7 @@ static void test_migration_from_v1(void **state)
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 5);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 6);
 	sqlite3_close(db);
 	assert_int_equal(rows(c->dir, "samples"), 4);
 	assert_int_equal(rows(c->dir, "launches"), 0);
@@ -422,7 +426,7 @@ static void test_migration_from_v2(void **state)
 				      NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 5);
+	assert_int_equal(store_schema_version(c->store), 6);
 	struct job_spec js = { .base = { .node = 2, .epoch = 1, .sequence = 1,
 					 .window_start_ns = T0 },
 			       .job = "job-42", .first_rank = 0, .local_ranks = 2, .instances = 1,
@@ -913,7 +917,7 @@ static void test_migration_from_v4(void **state)
 				      NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 5);
+	assert_int_equal(store_schema_version(c->store), 6);
 	assert_int_equal(store_batch_find(c->store, node, 1, 1, &rec), 0);
 	assert_true(rec.exists);
 	assert_false(rec.hash_known);
@@ -1035,6 +1039,153 @@ static void test_kernel_symbols(void **state)
 	store_ksym_range_release(&r);
 }
 
+/* ---- the bound on kernel symbols ----------------------------------------------------------- */
+
+#define S_NS 1000000000LL
+
+/* Stores a table of `n` symbols for build ID 20 x `id` at T0 + at_s; returns the store's code. */
+static int ksyms_put_at(struct store *s, uint8_t id, size_t n, int64_t at_s, bool *created)
+{
+	struct store_ksym syms[16];
+	uint8_t bid[20];
+
+	assert_true(n <= 16);
+	memset(bid, id, sizeof(bid));
+	for (size_t i = 0; i < n; i++)
+		syms[i] = (struct store_ksym){ 0x1000 * (i + 1), 'T', "f" };
+	return store_ksyms_put(s, bid, sizeof(bid), syms, n, (int64_t)T0 + at_s * S_NS, created);
+}
+
+static bool ksyms_present(struct store *s, uint8_t id)
+{
+	uint8_t bid[20];
+	uint64_t count;
+
+	memset(bid, id, sizeof(bid));
+	int rc = store_ksyms_count(s, bid, sizeof(bid), &count);
+	assert_true(rc == 0 || rc == -ENOENT);
+	return rc == 0;
+}
+
+/* Stores a batch, received at T0 + at_s, whose kernel object is build ID 20 x `id`. */
+static void ksyms_use_at(struct store *s, uint8_t id, uint64_t sequence, int64_t at_s)
+{
+	struct sysom_batch b;
+	struct store_put_result r;
+	bool found = false;
+
+	assert_int_equal(fixture_batch_build(&b, &(struct fixture_spec){
+				 .node = 7, .epoch = 1, .sequence = sequence,
+				 .window_start_ns = T0 }), 0);
+	for (uint32_t i = 0; i < b.object_count; i++)
+		if (b.objects[i].kind == SYSOM_OBJECT_KERNEL) {
+			memset(b.objects[i].build_id, id, 20);
+			b.objects[i].build_id_len = 20;
+			found = true;
+		}
+	assert_true(found);
+	assert_int_equal(store_batch_put(s, &b, FIXTURE_HASH + sequence,
+					 (int64_t)T0 + at_s * S_NS, &r), 0);
+	sysom_batch_free(&b);
+}
+
+/* Under max_kernel_symbols, a new table evicts the least recently used tables that no batch
+ * named within the in-use window (uploads count as a use); when only tables in use would have
+ * to go, nothing is evicted or stored. */
+static void test_kernel_symbols_bounded(void **state)
+{
+	struct ctx *c = *state;
+	struct store_sqlite_options o = { .max_kernel_symbols = 10,
+					  .kernel_symbols_in_use_ns = 1000 * S_NS };
+	struct store_ksyms_usage u;
+	bool created;
+	char err[256];
+
+	store_close(c->store);
+	assert_int_equal(store_sqlite_open(c->dir, &o, &c->store, err, sizeof(err)), 0);
+	struct store *s = c->store;
+	assert_int_equal(ksyms_put_at(s, 0xa, 4, 0, &created), 0);
+	assert_int_equal(ksyms_put_at(s, 0xb, 4, 1, &created), 0);
+	/* Much later a node reports kernel A: A is in use, B is not. */
+	ksyms_use_at(s, 0xa, 1, 2000);
+	assert_int_equal(ksyms_put_at(s, 0xc, 4, 2001, &created), 0);
+	assert_true(created);
+	assert_true(ksyms_present(s, 0xa));
+	assert_false(ksyms_present(s, 0xb));
+	assert_true(ksyms_present(s, 0xc));
+	assert_int_equal(store_ksyms_usage_get(s, &u), 0);
+	assert_int_equal(u.tables, 2);
+	assert_int_equal(u.rows, 8);
+	assert_int_equal(u.evicted_tables, 1);
+	assert_int_equal(u.evicted_rows, 4);
+	assert_int_equal(u.max_rows, 10);
+	assert_int_equal(u.oldest_use_ns, (int64_t)T0 + 2000 * S_NS);
+
+	/* Room only by evicting tables in use (A named 2 s ago, C stored 1 s ago): refused,
+	 * nothing evicted. A table larger than the whole limit is refused too. */
+	assert_int_equal(ksyms_put_at(s, 0xd, 3, 2002, &created), -SYSOM_ELIMIT);
+	assert_int_equal(ksyms_put_at(s, 0xe, 11, 2002, &created), -SYSOM_ELIMIT);
+	assert_false(ksyms_present(s, 0xd));
+	assert_true(ksyms_present(s, 0xa));
+	assert_true(ksyms_present(s, 0xc));
+	assert_int_equal(store_ksyms_usage_get(s, &u), 0);
+	assert_int_equal(u.rows, 8);
+	assert_int_equal(u.evicted_tables, 1);
+	/* A table already stored is still answered (unchanged), full or not. */
+	assert_int_equal(ksyms_put_at(s, 0xa, 4, 2002, &created), 0);
+	assert_false(created);
+
+	/* A is named again later; a batch within the same minute records nothing new. */
+	ksyms_use_at(s, 0xa, 2, 2900);
+	ksyms_use_at(s, 0xa, 3, 2930);
+	/* Past the window of C's upload, but not of A's use: C goes, A stays. */
+	assert_int_equal(ksyms_put_at(s, 0xd, 3, 3002, &created), 0);
+	assert_true(created);
+	assert_true(ksyms_present(s, 0xa));
+	assert_false(ksyms_present(s, 0xc));
+	assert_true(ksyms_present(s, 0xd));
+	assert_int_equal(store_ksyms_usage_get(s, &u), 0);
+	assert_int_equal(u.oldest_use_ns, (int64_t)T0 + 2900 * S_NS);
+	assert_int_equal(u.evicted_tables, 2);
+	assert_int_equal(u.evicted_rows, 8);
+	assert_int_equal(rows(c->dir, "kernel_symbols"), 7);
+
+	/* The last uses survive a restart; no limit: nothing is evicted. */
+	store_close(s);
+	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
+	s = c->store;
+	assert_int_equal(store_ksyms_usage_get(s, &u), 0);
+	assert_int_equal(u.oldest_use_ns, (int64_t)T0 + 2900 * S_NS);
+	assert_int_equal(u.max_rows, 0);
+	assert_int_equal(u.evicted_tables, 0);
+	assert_int_equal(ksyms_put_at(s, 0xe, 11, 9000, &created), 0);
+	assert_int_equal(store_ksyms_usage_get(s, &u), 0);
+	assert_int_equal(u.tables, 3);
+	assert_int_equal(u.rows, 18);
+}
+
+/* Migration 5 starts every table's last use at its upload. */
+static void test_migration_kernel_symbols_last_use(void **state)
+{
+	struct ctx *c = *state;
+	bool created;
+	char err[256];
+	sqlite3 *db;
+
+	assert_int_equal(ksyms_put_at(c->store, 0xa, 2, 5, &created), 0);
+	store_close(c->store);
+	c->store = NULL;
+	db = raw_open(c->dir);
+	assert_int_equal(sqlite3_exec(db, DROP_V5_COLUMNS " PRAGMA user_version = 4;", NULL, NULL,
+				      NULL), SQLITE_OK);
+	sqlite3_close(db);
+	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
+	db = raw_open(c->dir);
+	assert_int_equal(raw_int(db, "SELECT last_used_ns FROM kernel_symbol_tables"),
+			 (long long)(T0 + 5 * S_NS));
+	sqlite3_close(db);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1049,6 +1200,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_disk_full_is_atomic, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kernel_symbols, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_kernel_symbols_bounded, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_migration_kernel_symbols_last_use, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_migration_from_v1, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_migration_from_v2, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_jobs_round_trip, setup, teardown),

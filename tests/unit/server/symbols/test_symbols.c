@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -73,6 +74,7 @@ struct state {
 	struct symrepo *repo;
 	struct symbols *sy;
 	char symdir[256];
+	bool mounted; /* symdir is a tmpfs of this test's */
 };
 
 static const char prog_c[] =
@@ -313,17 +315,32 @@ static int group_teardown(void **state)
 
 /* ---- per-test server side -------------------------------------------------------------------- */
 
-static struct state *state_new(const struct symbols_options *base)
+static void state_free(struct state *s);
+
+/* A server side over a fresh repository; with `tmpfs_size` ("1m"), the repository is on a
+ * tmpfs of that size (NULL where mounting is not allowed: the caller skips). */
+static struct state *state_new_on(const struct symbols_options *base, const char *tmpfs_size)
 {
 	struct state *s = calloc(1, sizeof(*s));
 	struct symrepo_options ro;
 	struct symbols_options so = base ? *base : (struct symbols_options){ 0 };
-	char err[256];
+	char err[256], opts[64];
 
 	assert_non_null(s);
 	s->h = harness_new(HARNESS_TOKEN, NULL);
 	assert_non_null(s->h);
 	snprintf(s->symdir, sizeof(s->symdir), "%s/symbols", s->h->dir);
+	if (tmpfs_size) {
+		assert_int_equal(mkdir(s->symdir, 0750), 0);
+		snprintf(opts, sizeof(opts), "size=%s", tmpfs_size);
+		if (mount("tmpfs", s->symdir, "tmpfs", 0, opts) != 0) {
+			print_message("# cannot mount a tmpfs (%s): this test needs root and "
+				      "CAP_SYS_ADMIN\n", strerror(errno));
+			state_free(s);
+			return NULL;
+		}
+		s->mounted = true;
+	}
 	symrepo_options_default(&ro, s->symdir);
 	assert_int_equal(symrepo_open(&ro, &s->repo), 0);
 	so.dir = s->symdir;
@@ -334,10 +351,17 @@ static struct state *state_new(const struct symbols_options *base)
 	return s;
 }
 
+static struct state *state_new(const struct symbols_options *base)
+{
+	return state_new_on(base, NULL);
+}
+
 static void state_free(struct state *s)
 {
 	symbols_free(s->sy);
 	symrepo_close(s->repo);
+	if (s->mounted)
+		umount2(s->symdir, MNT_DETACH);
 	harness_free(s->h);
 	free(s);
 }
@@ -877,6 +901,185 @@ static void test_upload_sessions_and_sweep(void **state)
 	symbols_put(s->sy, &t.req, &resp);
 	assert_int_equal(resp.status, 202);
 	http_response_release(&resp);
+	state_free(s);
+}
+
+/* A chunk of an upload that declares a file of `total` bytes (never completed: the bytes
+ * are not a file of that size). Returns the status; *retry_after gets the header (or ""). */
+static int put_declared(struct state *s, const char *hex, const char *upload_id, uint64_t start,
+			uint64_t total, char *retry_after, size_t ralen, char **body)
+{
+	static uint8_t zeros[100];
+	struct test_request t;
+	struct http_response resp;
+	char path[256], range[96];
+
+	snprintf(path, sizeof(path), SYMBOLS_PREFIX "%s/" EXE, hex);
+	snprintf(range, sizeof(range), "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, start,
+		 start + sizeof(zeros) - 1, total);
+	request_init(&t, "PUT", path, NULL);
+	request_token(&t, HARNESS_TOKEN);
+	request_header(&t, "content-range", range);
+	request_header(&t, "x-sysom-upload-id", upload_id);
+	request_header(&t, "x-sysom-content-hash", g.prog.hash);
+	request_body(&t, zeros, sizeof(zeros));
+	int status = call(symbols_put, s->sy, &t, &resp, body);
+	const char *ra = response_header(&resp, "Retry-After");
+	snprintf(retry_after, ralen, "%s", ra ? ra : "");
+	return status;
+}
+
+#define KIB 1024ull
+#define FAKE_X "0102030405060708"
+#define FAKE_Y "a1a2a3a4a5a6a7a8"
+
+/* The partial uploads' reservations (declared sizes) stay within max_reserved_bytes: beyond,
+ * 503 with Retry-After (the others finish or expire); released on completion, abort, expiry;
+ * after a restart a partial upload reserves what it holds until its next chunk. */
+static void test_upload_reservations(void **state)
+{
+	const struct prog *p = &g.prog;
+	struct symbols_options so = { .max_file_size = 1024 * KIB,
+				      .max_reserved_bytes = 1536 * KIB, .upload_expiry_s = 3600 };
+	struct state *s = state_new(&so);
+	struct metrics_counter *over = &s->h->metrics.symbol_uploads[SYMBOL_UPLOAD_OVER_BUDGET];
+	char ra[32], *body, err[256], path[512];
+	struct symbols_sweep_stats st;
+
+	(void)state;
+	assert_true(p->len < 256 * KIB);
+	assert_int_equal(put_declared(s, FAKE_X, UPLOAD_A, 0, 1024 * KIB, ra, sizeof(ra), &body),
+			 202);
+	free(body);
+	assert_int_equal(symbols_reserved_bytes(s->sy), 1024 * KIB);
+	assert_int_equal(put_chunk(s, p->hex, EXE, UPLOAD_A, p->hash, NULL, p->data, 0, 99, p->len,
+				   &body), 202);
+	free(body);
+	assert_int_equal(symbols_reserved_bytes(s->sy), 1024 * KIB + p->len);
+	/* 1024 KiB + the program + 512 KiB > 1536 KiB: refused, nothing written. */
+	assert_int_equal(put_declared(s, FAKE_Y, UPLOAD_B, 0, 512 * KIB, ra, sizeof(ra), &body),
+			 503);
+	assert_string_equal(ra, "30");
+	assert_non_null(strstr(body, "retry later"));
+	free(body);
+	assert_int_equal(metrics_counter_get(over), 1);
+	assert_int_equal(part_files(s), 2);
+	assert_int_equal(symbols_sessions_count(s->sy), 2);
+	/* Completion releases the program's share: now it fits exactly. */
+	assert_int_equal(put_chunk(s, p->hex, EXE, UPLOAD_A, p->hash, NULL, p->data, 100,
+				   p->len - 1, p->len, &body), 201);
+	free(body);
+	assert_int_equal(symbols_reserved_bytes(s->sy), 1024 * KIB);
+	assert_int_equal(put_declared(s, FAKE_Y, UPLOAD_B, 0, 512 * KIB, ra, sizeof(ra), &body),
+			 202);
+	free(body);
+	assert_int_equal(symbols_reserved_bytes(s->sy), 1536 * KIB);
+	/* A later chunk cannot declare a larger file beyond the budget either. */
+	assert_int_equal(put_declared(s, FAKE_Y, UPLOAD_B, 100, 513 * KIB, ra, sizeof(ra), &body),
+			 503);
+	free(body);
+	assert_int_equal(metrics_counter_get(over), 2);
+	assert_int_equal(symbols_reserved_bytes(s->sy), 1536 * KIB);
+	struct byte_buf text = { 0 };
+	server_metrics_write(&s->h->metrics, &text);
+	byte_buf_append(&text, "", 1);
+	assert_int_equal(text.error, 0);
+	assert_non_null(strstr((const char *)text.data,
+			       "sysom_symbol_uploads_total{result=\"over_budget\"} 2\n"));
+	assert_non_null(strstr((const char *)text.data,
+			       "sysom_symbol_uploads_total{result=\"no_space\"} 0\n"));
+	byte_buf_free(&text);
+
+	/* Abort (the complete file fails its hash check) releases it. */
+	assert_int_equal(put_declared(s, FAKE_Y, UPLOAD_B, 100, 200, ra, sizeof(ra), &body), 422);
+	free(body);
+	assert_int_equal(symbols_reserved_bytes(s->sy), 1024 * KIB);
+
+	/* A restart forgets the reservations: X reserves the 100 bytes it holds... */
+	symbols_free(s->sy);
+	so.dir = s->symdir;
+	assert_int_equal(symbols_new(s->repo, s->h->auth, s->h->sym, &s->h->metrics, &so, &s->sy,
+				     err, sizeof(err)), 0);
+	assert_int_equal(symbols_sessions_count(s->sy), 1);
+	assert_int_equal(symbols_reserved_bytes(s->sy), 100);
+	assert_int_equal(put_declared(s, FAKE_Y, UPLOAD_B, 0, 1024 * KIB, ra, sizeof(ra), &body),
+			 202);
+	free(body);
+	/* ...and its next chunk must find room for the whole file again. */
+	assert_int_equal(put_declared(s, FAKE_X, UPLOAD_A, 100, 1024 * KIB, ra, sizeof(ra), &body),
+			 503);
+	free(body);
+	assert_int_equal(symbols_reserved_bytes(s->sy), 1024 * KIB + 100);
+
+	/* Expiry releases: Y idle for longer than the expiry is swept; X's chunk fits. */
+	snprintf(path, sizeof(path), "%s/uploads/%s.executable.%s.part", s->symdir, FAKE_Y,
+		 UPLOAD_B);
+	struct timespec old[2] = { { .tv_sec = time(NULL) - 7200 }, { .tv_sec = time(NULL) - 7200 } };
+	assert_int_equal(utimensat(AT_FDCWD, path, old, 0), 0);
+	assert_int_equal(symbols_sweep(s->sy, &st), 0);
+	assert_int_equal(st.removed, 1);
+	assert_int_equal(symbols_reserved_bytes(s->sy), 100);
+	assert_int_equal(put_declared(s, FAKE_X, UPLOAD_A, 100, 1024 * KIB, ra, sizeof(ra), &body),
+			 202);
+	free(body);
+	assert_int_equal(symbols_reserved_bytes(s->sy), 1024 * KIB);
+	state_free(s);
+
+	/* A reserve below the largest file is refused at start; 0 means four largest files. */
+	struct symrepo *repo = NULL;
+	struct symbols *sy = NULL;
+	struct harness *h = harness_new(HARNESS_TOKEN, NULL);
+	struct symrepo_options ro;
+	char dir[300];
+	snprintf(dir, sizeof(dir), "%s/symbols", h->dir);
+	symrepo_options_default(&ro, dir);
+	assert_int_equal(symrepo_open(&ro, &repo), 0);
+	so = (struct symbols_options){ .dir = dir, .max_file_size = 4096,
+				       .max_reserved_bytes = 4095 };
+	assert_int_equal(symbols_new(repo, h->auth, NULL, &h->metrics, &so, &sy, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "never be uploaded"));
+	so.max_reserved_bytes = 0;
+	assert_int_equal(symbols_new(repo, h->auth, NULL, &h->metrics, &so, &sy, err, sizeof(err)),
+			 0);
+	symbols_free(sy);
+	symrepo_close(repo);
+	harness_free(h);
+}
+
+/* A reservation never promises disk that is not there: what the partial uploads still await
+ * must fit in the free space, else 507 (waiting alone does not make room). */
+static void test_upload_reservation_disk(void **state)
+{
+	struct state *s = state_new_on(NULL, "1m");
+	char ra[32], *body;
+
+	(void)state;
+	if (!s)
+		skip();
+	/* Far larger than the disk, though within the size and reserve limits. */
+	assert_int_equal(put_declared(s, FAKE_X, UPLOAD_A, 0, 2048 * KIB, ra, sizeof(ra), &body),
+			 507);
+	assert_string_equal(ra, "60");
+	assert_non_null(strstr(body, "bytes free"));
+	free(body);
+	assert_int_equal(metrics_counter_get(
+				 &s->h->metrics.symbol_uploads[SYMBOL_UPLOAD_NO_SPACE]), 1);
+	assert_int_equal(part_files(s), 0);
+	assert_int_equal(symbols_sessions_count(s->sy), 0);
+	/* Half the disk: fine. Another 600 KiB would overcommit it; 300 KiB fits. */
+	assert_int_equal(put_declared(s, FAKE_X, UPLOAD_A, 0, 512 * KIB, ra, sizeof(ra), &body),
+			 202);
+	free(body);
+	assert_int_equal(put_declared(s, FAKE_Y, UPLOAD_B, 0, 600 * KIB, ra, sizeof(ra), &body),
+			 507);
+	free(body);
+	assert_int_equal(put_declared(s, FAKE_Y, UPLOAD_B, 0, 300 * KIB, ra, sizeof(ra), &body),
+			 202);
+	free(body);
+	assert_int_equal(symbols_reserved_bytes(s->sy), 812 * KIB);
+	assert_int_equal(metrics_counter_get(
+				 &s->h->metrics.symbol_uploads[SYMBOL_UPLOAD_NO_SPACE]), 2);
 	state_free(s);
 }
 
@@ -1464,6 +1667,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_upload_file_hash, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_upload_malformed_and_limits, setup, teardown),
 		cmocka_unit_test(test_upload_sessions_and_sweep),
+		cmocka_unit_test(test_upload_reservations),
+		cmocka_unit_test(test_upload_reservation_disk),
 		cmocka_unit_test_setup_teardown(test_concurrent_uploads, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_info, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_want_debuginfo, setup, teardown),
