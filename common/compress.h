@@ -15,10 +15,37 @@
 int sysom_zstd_compress(const void *data, size_t len, int level, struct byte_buf *out);
 
 /*
- * Decompresses one or more zstd frames from untrusted input into `out`, refusing to produce
- * more than `max_output` bytes (-SYSOM_ELIMIT) or to use a window above
- * 2^SYSOM_ZSTD_WINDOW_LOG_MAX (-SYSOM_ELIMIT). Malformed input gives -SYSOM_ECORRUPT.
+ * Told, before a decompression's memory grows, how many bytes it is about to hold at once:
+ * its zstd context, the output buffer's capacity and, while the buffer moves to a larger one,
+ * the old one too. Returns 0 to go on, or a negative errno that ends the decompression with
+ * that code. Also told when the count falls (that call's result is ignored).
  */
+typedef int (*sysom_zstd_account_fn)(void *ctx, uint64_t bytes);
+
+struct sysom_zstd_bounds {
+	size_t max_output;             /* most bytes the input may decompress to */
+	sysom_zstd_account_fn account; /* optional */
+	void *account_ctx;             /* passed to `account` (borrowed) */
+};
+
+/*
+ * Decompresses one or more zstd frames of untrusted input, appending to `out`. Before
+ * allocating anything it walks the frame headers: a frame with a window above
+ * 2^SYSOM_ZSTD_WINDOW_LOG_MAX, or frames that declare more than `max_output` bytes in all,
+ * give -SYSOM_ELIMIT; a malformed or truncated frame (or a legacy-format one) gives
+ * -SYSOM_ECORRUPT. When every frame declares its content size the output buffer is
+ * allocated once, at that size; otherwise it doubles as output arrives. Producing more than
+ * `max_output` bytes gives -SYSOM_ELIMIT, a failure of `account` its code. When it returns,
+ * `account` was last told what `out` still holds (its capacity; the context is freed).
+ */
+int sysom_zstd_decompress_bounded(const void *data, size_t len,
+				  const struct sysom_zstd_bounds *bounds, struct byte_buf *out);
+
+/* sysom_zstd_decompress_bounded without accounting. */
 int sysom_zstd_decompress(const void *data, size_t len, size_t max_output, struct byte_buf *out);
+
+/* The most a decompression's zstd context needs (a frame with the largest window allowed),
+ * to size memory budgets: one decompression holds this plus its output. */
+uint64_t sysom_zstd_context_max(void);
 
 #endif
