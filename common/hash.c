@@ -29,14 +29,25 @@ static int table_alloc(struct hash_index *t, uint32_t capacity)
 	return 0;
 }
 
-int hash_index_init(struct hash_index *t, uint32_t expected)
+/* Slots for `expected` entries: a power of two at least twice as many (load <= 1/2). */
+static uint32_t capacity_for(uint32_t expected)
 {
 	uint32_t capacity = 16;
 
-	while (capacity < expected * 2u && capacity < (1u << 30))
+	while ((uint64_t)capacity < (uint64_t)expected * 2u && capacity < (1u << 30))
 		capacity <<= 1;
+	return capacity;
+}
+
+int hash_index_init(struct hash_index *t, uint32_t expected)
+{
 	memset(t, 0, sizeof(*t));
-	return table_alloc(t, capacity);
+	return table_alloc(t, capacity_for(expected));
+}
+
+uint64_t hash_index_memory(uint32_t expected)
+{
+	return (uint64_t)capacity_for(expected) * (sizeof(uint64_t) + sizeof(uint32_t));
 }
 
 uint32_t hash_index_find(const struct hash_index *t, uint64_t hash, hash_index_eq_fn eq,

@@ -38,6 +38,8 @@ typedef bool (*hash_index_eq_fn)(const void *ctx, uint32_t value);
 
 /* Prepares an empty table sized for `expected` entries; returns 0 or -ENOMEM. */
 int hash_index_init(struct hash_index *t, uint32_t expected);
+/* Heap bytes hash_index_init allocates for `expected` entries (no growth up to that many). */
+uint64_t hash_index_memory(uint32_t expected);
 /* Returns the value stored under `hash` for which eq(ctx, value) holds, or HASH_INDEX_NONE. */
 uint32_t hash_index_find(const struct hash_index *t, uint64_t hash, hash_index_eq_fn eq,
 			 const void *ctx);

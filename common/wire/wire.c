@@ -185,6 +185,28 @@ int sysom_batch_init(struct sysom_batch *b)
 	return sysom_batch_intern_string(b, "", 0, &empty);
 }
 
+uint64_t sysom_batch_memory(const struct sysom_batch *b)
+{
+	return b->string_data_cap + (uint64_t)b->string_cap * sizeof(*b->strings) +
+	       (uint64_t)b->object_cap * sizeof(*b->objects) +
+	       (uint64_t)b->process_cap * sizeof(*b->processes) +
+	       (uint64_t)b->mapping_cap * sizeof(*b->mappings) +
+	       (uint64_t)b->stack_cap * sizeof(*b->stacks) +
+	       (uint64_t)b->frame_cap * sizeof(*b->frames) +
+	       (uint64_t)b->sample_cap * sizeof(*b->samples) +
+	       (uint64_t)b->counter_cap * sizeof(*b->counters) +
+	       (uint64_t)b->job_rank_cap * sizeof(*b->job_ranks) +
+	       (uint64_t)b->communicator_cap * sizeof(*b->communicators) +
+	       (uint64_t)b->nccl_call_cap * sizeof(*b->nccl_calls) +
+	       (uint64_t)b->launch_cap * sizeof(*b->launches) +
+	       (uint64_t)b->gpu_kernel_cap * sizeof(*b->gpu_kernels) +
+	       (uint64_t)b->nccl_profile_cap * sizeof(*b->nccl_profiles) +
+	       (uint64_t)b->nccl_link_cap * sizeof(*b->nccl_links) +
+	       (uint64_t)b->os_cpu_cap * sizeof(*b->os_cpus) +
+	       (uint64_t)b->os_irq_cap * sizeof(*b->os_irqs) +
+	       (uint64_t)b->os_thread_cap * sizeof(*b->os_threads);
+}
+
 void sysom_batch_free(struct sysom_batch *b)
 {
 	if (!b)

@@ -672,4 +672,17 @@ int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out);
 int sysom_batch_decode(const void *data, size_t len, const struct sysom_wire_limits *limits,
 		       struct sysom_batch *out, struct sysom_wire_error *err);
 
+/*
+ * The most heap memory sysom_batch_decode allocates at once for these `len` bytes under
+ * `limits` (NULL: the defaults), whether it then succeeds or fails: the batch's arrays as the
+ * section table sizes them, plus the largest temporary index. Reads only the header and the
+ * section table (0 when they are malformed: the decoder then allocates nothing). For
+ * reserving memory before decoding untrusted input.
+ */
+uint64_t sysom_batch_decode_memory(const void *data, size_t len,
+				   const struct sysom_wire_limits *limits);
+
+/* Heap bytes the batch's arrays take (their capacities; builder indexes not included). */
+uint64_t sysom_batch_memory(const struct sysom_batch *b);
+
 #endif

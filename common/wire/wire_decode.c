@@ -1155,6 +1155,104 @@ static int read_header(struct decoder *d, struct section *sections,
 	return 0;
 }
 
+/* ---- memory the decoder will allocate (mirrors the decode_* functions above) ---- */
+
+/* Bytes of the batch array a section of fixed-size records becomes, or 0 when the decoder
+ * refuses the section before allocating (count over the limit, size not count records). */
+static uint64_t fixed_array(const struct section *s, uint32_t limit, size_t record_size,
+			    size_t elem_size)
+{
+	if (s->count > limit || (uint64_t)s->count * record_size != s->size)
+		return 0;
+	return (uint64_t)s->count * elem_size;
+}
+
+uint64_t sysom_batch_decode_memory(const void *data, size_t len,
+				   const struct sysom_wire_limits *limits)
+{
+	struct section sections[SYSOM_SECTION_TYPE_MAX + 1];
+	struct sysom_batch scratch;
+	struct decoder d = {
+		.data = data,
+		.len = len,
+		.limits = limits ? limits : &sysom_wire_default_limits,
+		.batch = &scratch,
+	};
+	const struct sysom_wire_limits *l = d.limits;
+	const struct sysom_batch *b = &scratch; /* for sizeof of the array elements only */
+	const struct section *s;
+	uint64_t arrays = 0, temporary = 0, t;
+
+	memset(&scratch, 0, sizeof(scratch));
+	memset(sections, 0, sizeof(sections));
+	/* The decoder allocates nothing before the header and the section table check out. */
+	if (!data || read_header(&d, sections, sizeof(sections) / sizeof(sections[0])))
+		return 0;
+	s = &sections[SYSOM_SECTION_STRINGS];
+	if (s->count && s->count <= l->max_strings && s->count <= s->size / 4)
+		arrays += (uint64_t)s->count * sizeof(*b->strings) + (uint64_t)s->size + s->count;
+	arrays += fixed_array(&sections[SYSOM_SECTION_OBJECTS], l->max_objects,
+			      SYSOM_OBJECT_RECORD_SIZE, sizeof(*b->objects));
+	arrays += fixed_array(&sections[SYSOM_SECTION_PROCESSES], l->max_processes,
+			      SYSOM_PROCESS_RECORD_SIZE, sizeof(*b->processes));
+	arrays += fixed_array(&sections[SYSOM_SECTION_MAPPINGS], l->max_mappings,
+			      SYSOM_MAPPING_RECORD_SIZE, sizeof(*b->mappings));
+	s = &sections[SYSOM_SECTION_STACKS];
+	if (s->count <= l->max_stacks &&
+	    s->count <= s->size / (SYSOM_STACK_HEADER_SIZE + SYSOM_FRAME_RECORD_SIZE)) {
+		uint32_t max_frames = s->size / SYSOM_FRAME_RECORD_SIZE;
+		if (max_frames > l->max_frames)
+			max_frames = l->max_frames;
+		arrays += (uint64_t)s->count * sizeof(*b->stacks) +
+			  (uint64_t)max_frames * sizeof(*b->frames);
+	}
+	arrays += fixed_array(&sections[SYSOM_SECTION_SAMPLES], l->max_samples,
+			      SYSOM_SAMPLE_RECORD_SIZE, sizeof(*b->samples));
+	arrays += fixed_array(&sections[SYSOM_SECTION_COUNTERS], l->max_counters,
+			      SYSOM_COUNTER_RECORD_SIZE, sizeof(*b->counters));
+	t = fixed_array(&sections[SYSOM_SECTION_JOB_RANKS], l->max_job_ranks,
+			SYSOM_JOB_RANK_RECORD_SIZE, sizeof(*b->job_ranks));
+	if (t) { /* plus a byte per decoded process (at least one), to find repeats */
+		arrays += t;
+		t = sections[SYSOM_SECTION_PROCESSES].count ? sections[SYSOM_SECTION_PROCESSES].count
+							    : 1;
+		temporary = t > temporary ? t : temporary;
+	}
+	arrays += fixed_array(&sections[SYSOM_SECTION_COMMUNICATORS], l->max_communicators,
+			      SYSOM_COMMUNICATOR_RECORD_SIZE, sizeof(*b->communicators));
+	arrays += fixed_array(&sections[SYSOM_SECTION_NCCL_CALLS], l->max_nccl_calls,
+			      SYSOM_NCCL_CALL_RECORD_SIZE, sizeof(*b->nccl_calls));
+	arrays += fixed_array(&sections[SYSOM_SECTION_LAUNCHES], l->max_launches,
+			      SYSOM_LAUNCH_RECORD_SIZE, sizeof(*b->launches));
+	arrays += fixed_array(&sections[SYSOM_SECTION_GPU_KERNELS], l->max_gpu_kernels,
+			      SYSOM_GPU_KERNEL_RECORD_SIZE, sizeof(*b->gpu_kernels));
+	arrays += fixed_array(&sections[SYSOM_SECTION_NCCL_PROFILES], l->max_nccl_profiles,
+			      SYSOM_NCCL_PROFILE_RECORD_SIZE, sizeof(*b->nccl_profiles));
+	arrays += fixed_array(&sections[SYSOM_SECTION_NCCL_LINKS], l->max_nccl_links,
+			      SYSOM_NCCL_LINK_RECORD_SIZE, sizeof(*b->nccl_links));
+	if ((t = fixed_array(&sections[SYSOM_SECTION_OS_CPUS], l->max_os_cpus,
+			     SYSOM_OS_CPU_RECORD_SIZE, sizeof(*b->os_cpus)))) {
+		arrays += t; /* plus a bitmap of CPU numbers */
+		t = SYSOM_OS_CPU_LIMIT / 64 * sizeof(uint64_t);
+		temporary = t > temporary ? t : temporary;
+	}
+	s = &sections[SYSOM_SECTION_OS_IRQS];
+	if ((t = fixed_array(s, l->max_os_irqs, SYSOM_OS_IRQ_RECORD_SIZE, sizeof(*b->os_irqs)))) {
+		arrays += t; /* plus an index of (cpu, irq) */
+		t = hash_index_memory(s->count);
+		temporary = t > temporary ? t : temporary;
+	}
+	s = &sections[SYSOM_SECTION_OS_THREADS];
+	if ((t = fixed_array(s, l->max_os_threads, SYSOM_OS_THREAD_RECORD_SIZE,
+			     sizeof(*b->os_threads)))) {
+		arrays += t; /* plus an index of (process, tid) */
+		t = hash_index_memory(s->count);
+		temporary = t > temporary ? t : temporary;
+	}
+	/* Temporaries live one section at a time, after that section's array. */
+	return arrays + temporary;
+}
+
 int sysom_batch_decode(const void *data, size_t len, const struct sysom_wire_limits *limits,
 		       struct sysom_batch *out, struct sysom_wire_error *err)
 {
