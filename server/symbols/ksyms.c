@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/array.h"
 #include "common/bytes.h"
 #include "common/error.h"
 
@@ -127,12 +126,43 @@ static int parse_line(char *p, char *end, size_t lineno, struct store_ksym *sym,
 	return 0;
 }
 
+static size_t max_lines_of(const struct ksyms_limits *limits)
+{
+	return limits && limits->max_lines ? limits->max_lines : KSYMS_DEFAULT_MAX_LINES;
+}
+
+/* Non-empty lines among the first `max_lines`: the symbols the parser may keep. */
+static size_t symbol_lines(const char *text, size_t len, size_t max_lines)
+{
+	const char *p = text, *end = len ? text + len : text;
+	size_t lines = 0, symbols = 0;
+
+	while (len && p < end && lines < max_lines) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		const char *line_end = nl ? nl : end;
+
+		lines++;
+		symbols += line_end > p;
+		p = nl ? nl + 1 : end;
+	}
+	return symbols;
+}
+
+uint64_t ksyms_parse_memory(const char *text, size_t len, const struct ksyms_limits *limits)
+{
+	if (len && (!text || memchr(text, '\0', len)))
+		return 0; /* refused before anything is allocated */
+	/* The text's copy, the symbol array and qsort's scratch copy of it (glibc's merge sort). */
+	return (uint64_t)len + 1 +
+	       2 * (uint64_t)symbol_lines(text, len, max_lines_of(limits)) * sizeof(struct store_ksym);
+}
+
 int ksyms_table_parse(const char *text, size_t len, const struct ksyms_limits *limits,
 		      struct ksyms_table *out, struct ksyms_error *err)
 {
-	size_t max_lines = limits && limits->max_lines ? limits->max_lines : KSYMS_DEFAULT_MAX_LINES;
+	size_t max_lines = max_lines_of(limits);
 	struct ksyms_table t = { 0 };
-	size_t cap = 0, lineno = 0, kept = 0;
+	size_t cap, lineno = 0, kept = 0;
 	char *p, *end;
 	int rc = 0;
 
@@ -148,9 +178,13 @@ int ksyms_table_parse(const char *text, size_t len, const struct ksyms_limits *l
 			line += text[i] == '\n';
 		return fail(err, line, -SYSOM_ECORRUPT, "NUL byte");
 	}
+	/* Sized once from a first pass, so the memory is known before parsing (no doubling). */
+	cap = symbol_lines(text, len, max_lines);
 	t.text = malloc(len + 1);
-	if (!t.text)
+	if (!t.text || (cap && !(t.syms = malloc(cap * sizeof(*t.syms))))) {
+		free(t.text);
 		return -ENOMEM;
+	}
 	if (len)
 		memcpy(t.text, text, len);
 	t.text[len] = '\0';
@@ -163,11 +197,6 @@ int ksyms_table_parse(const char *text, size_t len, const struct ksyms_limits *l
 			goto cleanup;
 		}
 		if (line_end > p) {
-			if (SYSOM_ARRAY_RESERVE(t.syms, cap, t.count,
-							1024)) {
-					rc = -ENOMEM;
-					goto cleanup;
-				}
 			if ((rc = parse_line(p, line_end, lineno, &t.syms[t.count], err)))
 				goto cleanup;
 			t.count++;

@@ -43,6 +43,13 @@ struct ksyms_error {
 int ksyms_table_parse(const char *text, size_t len, const struct ksyms_limits *limits,
 		      struct ksyms_table *out, struct ksyms_error *err);
 
+/*
+ * The most heap memory ksyms_table_parse allocates at once for this input (the text's copy,
+ * the symbol array and the sort's scratch space), whether it then succeeds or fails; one pass
+ * over the text. For reserving memory before parsing untrusted input.
+ */
+uint64_t ksyms_parse_memory(const char *text, size_t len, const struct ksyms_limits *limits);
+
 /* Frees what a table owns; accepts NULL. */
 void ksyms_table_free(struct ksyms_table *t);
 
