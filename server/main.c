@@ -16,9 +16,11 @@
 #include <systemd/sd-daemon.h>
 #include <uv.h>
 
+#include "common/compress.h"
 #include "common/error.h"
 #include "common/hex.h"
 #include "common/log.h"
+#include "common/membudget.h"
 #include "common/token.h"
 #include "common/options.h"
 #include "server/alerts/alerts.h"
@@ -54,6 +56,8 @@ struct config {
 	uint64_t max_symbols_decompressed;
 	uint32_t max_symbol_lines;
 	uint32_t max_kernel_symbols;
+	uint64_t decode_memory_budget;
+	double decode_memory_wait;
 	uint64_t max_db_size;
 	uint32_t read_connections;
 	uint32_t symbol_cache_entries;
@@ -89,6 +93,8 @@ static struct config cfg = {
 	.max_symbols_decompressed = INGEST_DEFAULT_MAX_KSYMS_DECOMPRESSED,
 	.max_symbol_lines = 4000000,
 	.max_kernel_symbols = 8000000,
+	.decode_memory_budget = 512ull << 20,
+	.decode_memory_wait = 1,
 	.read_connections = 4,
 	.symbol_cache_entries = SYMBOLIZER_DEFAULT_ENTRIES,
 	.max_connections = 1024,
@@ -121,6 +127,8 @@ static const struct sysom_option options[] = {
 	{ "max-symbols-decompressed", SYSOM_OPT_SIZE, &cfg.max_symbols_decompressed, 1024, 1024 * MIB, "largest decompressed kernel symbol upload (default 64M)", false },
 	{ "max-symbol-lines", SYSOM_OPT_UINT, &cfg.max_symbol_lines, 1, 100000000, "most lines in a kernel symbol upload (default 4000000)", false },
 	{ "max-kernel-symbols", SYSOM_OPT_UINT, &cfg.max_kernel_symbols, 0, 1000000000, "kernel symbols of all uploaded tables; tables not used for a day are evicted, least recently used first, beyond (default 8000000; 0: no limit)", false },
+	{ "decode-memory-budget", SYSOM_OPT_SIZE, &cfg.decode_memory_budget, 16 * MIB, 1e15, "memory that decompressing and decoding uploads may reserve at once (default 512M)", false },
+	{ "decode-memory-wait", SYSOM_OPT_DURATION, &cfg.decode_memory_wait, 0, 60, "longest an upload waits for decode memory before a 503 (default 1s)", false },
 	{ "max-db-size", SYSOM_OPT_SIZE, &cfg.max_db_size, 0, 1e15, "cap of the database size; ingest answers 507 beyond (default 0: none)", false },
 	{ "read-connections", SYSOM_OPT_UINT, &cfg.read_connections, 1, 64, "database connections for queries (default 4)", false },
 	{ "symbol-cache-entries", SYSOM_OPT_UINT, &cfg.symbol_cache_entries, 16, 1 << 24, "frames the symbolizer caches (default 65536)", false },
@@ -167,6 +175,7 @@ struct server {
 	struct monitor *monitor; /* straggler detection and diagnosis as batches arrive */
 	struct server_metrics metrics;
 	struct ingest *ingest;
+	struct membudget *decode_memory; /* shared by decompression and decoding of uploads */
 	struct api *api;
 	struct http_route routes[API_ROUTE_COUNT];
 	size_t nroutes;
@@ -689,6 +698,15 @@ static int components_create(struct server *s)
 	io.on_stored = on_batch_stored;
 	io.on_stored_arg = s->monitor;
 	io.on_event = on_ingest_event;
+	struct membudget_options mbo = {
+		.capacity = cfg.decode_memory_budget,
+		.max_wait_ms = (uint32_t)(cfg.decode_memory_wait * 1000),
+	};
+	if ((rc = membudget_new(&mbo, &s->decode_memory)) ||
+	    (rc = server_metrics_source_add(&s->metrics, ingest_memory_metrics_write,
+					    s->decode_memory)))
+		return rc;
+	io.memory_budget = s->decode_memory;
 	if (!(s->ingest = ingest_new(s->store, s->auth, s->sym, &s->metrics, &io)))
 		return -ENOMEM;
 	s->nroutes = api_routes_build(s->api, s->ingest, s->symbols, &limits, s->routes);
@@ -818,6 +836,7 @@ cleanup:
 	monitor_free(s.monitor); /* before the API it reads through and the alerts it feeds */
 	api_free(s.api);
 	ingest_free(s.ingest);
+	membudget_free(s.decode_memory); /* after its users */
 	alerts_free(s.alerts); /* after its users; delivers pending resolutions (bounded wait) */
 	upstream_free(s.upstream); /* before the symbolizer: its events invalidate frames */
 	symbols_free(s.symbols);
@@ -826,6 +845,29 @@ cleanup:
 	auth_free(s.auth);
 	store_close(s.store);
 	return status;
+}
+
+/*
+ * The decode memory budget must hold one largest decompression (its output, the byte that
+ * proves an excess and the zstd context), or such an upload could never be served. Returns 0,
+ * or -SYSOM_ECONFIG with `err` saying why.
+ */
+static int decode_memory_check(char *err, size_t errlen)
+{
+	uint64_t largest = cfg.max_ingest_decompressed > cfg.max_symbols_decompressed
+				   ? cfg.max_ingest_decompressed
+				   : cfg.max_symbols_decompressed;
+	uint64_t need = largest + 1 + sysom_zstd_context_max();
+
+	if (cfg.decode_memory_budget >= need)
+		return 0;
+	snprintf(err, errlen,
+		 "--decode-memory-budget %" PRIu64 " is below what one largest upload needs to be"
+		 " decompressed (%" PRIu64 " bytes: --max-%s-decompressed %" PRIu64 " plus the zstd"
+		 " context); raise the budget or lower that limit",
+		 cfg.decode_memory_budget, need,
+		 largest == cfg.max_ingest_decompressed ? "ingest" : "symbols", largest);
+	return -SYSOM_ECONFIG;
 }
 
 static void usage(FILE *out)
@@ -942,6 +984,10 @@ int main(int argc, char **argv)
 	if (listen_parse(cfg.listen, host, sizeof(host), &port)) {
 		fprintf(stderr, "sysom-server: --listen: '%s' is not HOST:PORT (e.g. 127.0.0.1:8080,"
 				" [::1]:8080)\n", cfg.listen);
+		goto cleanup;
+	}
+	if (decode_memory_check(err, sizeof(err))) {
+		fprintf(stderr, "sysom-server: %s\n", err);
 		goto cleanup;
 	}
 	sysom_log_setup("sysom-server", level);

@@ -112,15 +112,62 @@ static enum body_encoding body_encoding(const struct http_request *req)
 	return ENCODING_OTHER;
 }
 
+/* A request's share of the decode memory budget. */
+struct reservation {
+	struct membudget_hold hold;
+	uint64_t wanted; /* bytes the last step asked for (for the 413 message) */
+};
+
+static void reservation_init(struct reservation *r, struct ingest *in)
+{
+	membudget_hold_init(&r->hold, in->opts.memory_budget);
+	r->wanted = 0;
+}
+
+/* Makes the request hold `bytes` in all: 0, -EAGAIN (budget full in time) or -E2BIG (never). */
+static int reserve(struct reservation *r, uint64_t bytes)
+{
+	r->wanted = bytes;
+	return membudget_hold_resize(&r->hold, bytes);
+}
+
+/* The decompression's accounting (a sysom_zstd_account_fn over a struct reservation). */
+static int reserve_for_zstd(void *ctx, uint64_t bytes)
+{
+	return reserve(ctx, bytes);
+}
+
+/* Answers a reservation the budget refused (rc -EAGAIN or -E2BIG); returns the reason. */
+static int respond_memory(struct http_response *resp, int rc, const struct reservation *r)
+{
+	char seconds[16];
+
+	if (rc == -E2BIG) {
+		http_response_error(resp, 413,
+				    "decoding this body needs %" PRIu64 " bytes of memory, more than the"
+				    " server's whole decode memory budget",
+				    r->wanted);
+		return INGEST_ERR_TOO_LARGE;
+	}
+	snprintf(seconds, sizeof(seconds), "%d", INGEST_MEMORY_RETRY_AFTER_S);
+	http_response_error(resp, 503, "the server's decode memory is in use by other uploads;"
+				       " retry later");
+	http_response_header(resp, "Retry-After", seconds);
+	return INGEST_ERR_MEMORY_BUSY;
+}
+
 /*
  * The request body as plain bytes in *data and *len: borrowed from the request (identity) or
- * decompressed into `buf`. Returns REASON_NONE, or answers the request itself and returns the
- * error reason.
+ * decompressed into `buf`, whose memory `r` reserves as it grows. Returns REASON_NONE, or
+ * answers the request itself and returns the error reason.
  */
 static int body_plain(struct ingest *in, const struct http_request *req, uint64_t limit,
-		      struct byte_buf *buf, const uint8_t **data, size_t *len,
-		      struct http_response *resp)
+		      struct reservation *r, struct byte_buf *buf, const uint8_t **data,
+		      size_t *len, struct http_response *resp)
 {
+	const struct sysom_zstd_bounds bounds = { .max_output = (size_t)limit,
+						  .account = reserve_for_zstd,
+						  .account_ctx = r };
 	const char *ce = http_request_header(req, "content-encoding");
 	int rc;
 
@@ -146,7 +193,9 @@ static int body_plain(struct ingest *in, const struct http_request *req, uint64_
 		http_response_header(resp, "Accept-Encoding", "zstd, identity");
 		return INGEST_ERR_ENCODING;
 	}
-	rc = sysom_zstd_decompress(req->body, req->body_len, (size_t)limit, buf);
+	rc = sysom_zstd_decompress_bounded(req->body, req->body_len, &bounds, buf);
+	if (rc == -EAGAIN || rc == -E2BIG)
+		return respond_memory(resp, rc, r);
 	if (rc == -SYSOM_ELIMIT) {
 		http_response_error(resp, 413,
 				    "decompressed body exceeds the limit of %" PRIu64
@@ -289,12 +338,21 @@ static int respond_conflict(struct ingest *in, const struct http_request *req,
 	return INGEST_ERR_CONFLICT;
 }
 
+/* What store_batch_put allocates besides SQLite's own (bounded) cache: a row id per object,
+ * process and stack of the batch, plus one each (server/store/sqlite_write_batch.c). */
+static uint64_t store_put_memory(const struct sysom_batch *b)
+{
+	return sizeof(int64_t) *
+	       ((uint64_t)b->object_count + b->process_count + b->stack_count + 3);
+}
+
 /* Handles one ingest request; returns the error reason, or REASON_NONE. */
 static int batch_ingest(struct ingest *in, const struct http_request *req,
 			struct http_response *resp, bool *duplicate)
 {
 	struct server_metrics *m = in->metrics;
 	struct byte_buf plain = { 0 };
+	struct reservation mem;
 	struct sysom_batch batch;
 	struct sysom_wire_error werr;
 	struct store_put_result res;
@@ -308,6 +366,7 @@ static int batch_ingest(struct ingest *in, const struct http_request *req,
 	int reason = REASON_NONE, rc;
 
 	memset(&batch, 0, sizeof(batch));
+	reservation_init(&mem, in);
 	if ((reason = authorize(in, req, NULL, &who, resp)) != REASON_NONE)
 		goto cleanup;
 	metrics_counter_add(&m->bytes_compressed, req->body_len);
@@ -335,7 +394,7 @@ static int batch_ingest(struct ingest *in, const struct http_request *req,
 		render_json_respond(resp, 200, json_pack("{s:s}", "status", "duplicate"));
 		goto cleanup;
 	}
-	reason = body_plain(in, req, in->opts.max_decompressed, &plain, &data, &len, resp);
+	reason = body_plain(in, req, in->opts.max_decompressed, &mem, &plain, &data, &len, resp);
 	if (reason != REASON_NONE)
 		goto cleanup;
 	/* The agent re-sends the exact bytes it spooled: equal plain bytes, equal hash. */
@@ -351,10 +410,22 @@ static int batch_ingest(struct ingest *in, const struct http_request *req,
 		render_json_respond(resp, 200, json_pack("{s:s}", "status", "duplicate"));
 		goto cleanup;
 	}
+	/* The plain bytes (when decompressed) and everything the decoder will allocate. */
+	rc = reserve(&mem, plain.cap + sysom_batch_decode_memory(data, len, &in->wire_limits));
+	if (rc) {
+		reason = respond_memory(resp, rc, &mem);
+		goto cleanup;
+	}
 	rc = sysom_batch_decode(data, len, &in->wire_limits, &batch, &werr);
 	/* The decoded batch owns copies of everything: drop the (up to 128 MiB) plain bytes. */
 	byte_buf_free(&plain);
 	data = NULL;
+	/* From here on the request holds the batch and what storing it allocates: no more than
+	 * it reserved for decoding (each array entry outweighs its id), so this only shrinks. */
+	if (rc == 0 && (rc = reserve(&mem, sysom_batch_memory(&batch) + store_put_memory(&batch)))) {
+		reason = respond_memory(resp, rc, &mem);
+		goto cleanup;
+	}
 	if (rc == -ENOMEM) {
 		reason = respond_store_error(resp, rc);
 		goto cleanup;
@@ -397,6 +468,7 @@ static int batch_ingest(struct ingest *in, const struct http_request *req,
 cleanup:
 	sysom_batch_free(&batch);
 	byte_buf_free(&plain);
+	membudget_hold_release(&mem.hold);
 	return reason;
 }
 
@@ -483,14 +555,16 @@ static int ksyms_upload(struct ingest *in, const struct http_request *req,
 	struct ksyms_table table = { 0 };
 	struct ksyms_error kerr;
 	struct byte_buf plain = { 0 };
+	struct reservation mem;
 	struct sysom_build_id id;
 	const uint8_t *data = NULL;
 	size_t len = 0;
-	uint64_t count;
+	uint64_t count, parse_memory;
 	bool created = false;
 	struct auth_decision who;
 	int reason = REASON_NONE, rc;
 
+	reservation_init(&mem, in);
 	/* Kernel symbol tables are keyed by Build ID, not by node: any agent may upload one. */
 	if ((reason = authorize(in, req, NULL, &who, resp)) != REASON_NONE)
 		goto cleanup;
@@ -508,10 +582,19 @@ static int ksyms_upload(struct ingest *in, const struct http_request *req,
 		reason = respond_store_error(resp, rc);
 		goto cleanup;
 	}
-	if ((reason = body_plain(in, req, in->opts.max_ksyms_decompressed, &plain, &data, &len,
-				 resp)) != REASON_NONE)
+	if ((reason = body_plain(in, req, in->opts.max_ksyms_decompressed, &mem, &plain, &data,
+				 &len, resp)) != REASON_NONE)
 		goto cleanup;
+	parse_memory = ksyms_parse_memory((const char *)data, len, &limits);
+	if ((rc = reserve(&mem, plain.cap + parse_memory))) {
+		reason = respond_memory(resp, rc, &mem);
+		goto cleanup;
+	}
 	rc = ksyms_table_parse((const char *)data, len, &limits, &table, &kerr);
+	/* The table owns a copy of the text: the plain bytes can go. */
+	byte_buf_free(&plain);
+	data = NULL;
+	reserve(&mem, parse_memory); /* shrinks: cannot fail */
 	if (rc == -ENOMEM) {
 		reason = respond_store_error(resp, rc);
 		goto cleanup;
@@ -547,6 +630,7 @@ static int ksyms_upload(struct ingest *in, const struct http_request *req,
 cleanup:
 	ksyms_table_free(&table);
 	byte_buf_free(&plain);
+	membudget_hold_release(&mem.hold);
 	return reason;
 }
 
@@ -602,4 +686,30 @@ size_t ingest_routes_get(struct ingest *in, size_t max_body, size_t ksyms_max_bo
 
 	memcpy(out, routes, sizeof(routes));
 	return INGEST_ROUTE_COUNT;
+}
+
+void ingest_memory_metrics_write(void *budget, struct byte_buf *out)
+{
+	struct membudget_stats st;
+
+	membudget_stats_get(budget, &st);
+	metrics_gauge_write(out, "sysom_decode_memory_budget_bytes",
+			    "Memory that decompression and decoding of uploads may reserve at once.",
+			    st.capacity);
+	metrics_gauge_write(out, "sysom_decode_memory_reserved_bytes",
+			    "Memory reserved by uploads being decompressed or decoded now.",
+			    st.reserved);
+	metrics_gauge_write(out, "sysom_decode_memory_reserved_peak_bytes",
+			    "Most memory reserved at once since the server started.",
+			    st.reserved_peak);
+	metrics_gauge_write(out, "sysom_decode_memory_waiting",
+			    "Uploads waiting for decode memory now.", st.waiting);
+	metrics_total_write(out, "sysom_decode_memory_waits_total",
+			    "Reservations that had to wait for memory.", st.waits);
+	metrics_total_write(out, "sysom_decode_memory_timeouts_total",
+			    "Uploads answered 503 because the decode memory stayed in use.",
+			    st.timeouts);
+	metrics_total_write(out, "sysom_decode_memory_oversized_total",
+			    "Uploads answered 413 because they need more than the whole budget.",
+			    st.oversized);
 }

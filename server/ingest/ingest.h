@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/membudget.h"
 #include "common/wire/wire.h"
 #include "server/http/auth.h"
 #include "server/http/http.h"
@@ -21,6 +22,8 @@
 #define INGEST_DEFAULT_MAX_KSYMS_BODY (64u << 20)      /* compressed symbol table (route limit) */
 #define INGEST_DEFAULT_MAX_KSYMS_DECOMPRESSED (64u << 20)
 #define INGEST_DEFAULT_MAX_SAMPLE_COUNT (1ULL << 32)   /* per sample row */
+/* Retry-After (seconds) of a 503 when the decode memory budget stayed full. */
+#define INGEST_MEMORY_RETRY_AFTER_S 2
 
 /* What ingest reports through its event callback (library code does not log). */
 enum ingest_event_kind {
@@ -47,6 +50,10 @@ struct ingest_options {
 	uint32_t max_ksym_lines;         /* symbol text lines (0: default 4,000,000) */
 	uint64_t max_sample_count;       /* largest count of one sample row (0: default) */
 	const struct sysom_wire_limits *wire_limits; /* NULL: sysom_wire_default_limits */
+	/* Decompression and decoding reserve what they allocate from it first; a request it
+	 * cannot serve in time gets 503 + Retry-After, one it could never serve 413. Shared
+	 * with the other users of the server's budget (borrowed; NULL: nothing is reserved). */
+	struct membudget *memory_budget;
 	/* Called after a batch was stored (not for duplicates), on the thread that stored it: the
 	 * monitor learns which jobs have new data. Optional. */
 	void (*on_stored)(void *arg, const struct sysom_batch *b);
@@ -77,7 +84,8 @@ void ingest_free(struct ingest *in);
  * the limit, hashes the plain bytes (XXH3-64), decodes, checks the key against the batch
  * header and stores the batch once. A stored identity is a duplicate (200) when its content
  * hash is the same or unknown, a conflict (409) when it differs. 200 stored/duplicate; 400,
- * 401, 403, 409, 413, 415, 503, 507 otherwise.
+ * 401, 403, 409, 413, 415, 503, 507 otherwise (503 with Retry-After
+ * INGEST_MEMORY_RETRY_AFTER_S when the decode memory budget stays full).
  */
 void ingest_batch_post(void *ctx, const struct http_request *req, struct http_response *resp);
 
@@ -88,6 +96,12 @@ void ingest_ksyms_put(void *ctx, const struct http_request *req, struct http_res
 /* GET /api/v1/kernel-symbols/{build-id-hex} (agent or read scope): 200 {"build_id","symbols"}
  * or 404. */
 void ingest_ksyms_get(void *ctx, const struct http_request *req, struct http_response *resp);
+
+/*
+ * Appends the decode memory budget's families (sysom_decode_memory_*) to `out`: a metrics
+ * source over `budget` (a struct membudget, borrowed).
+ */
+void ingest_memory_metrics_write(void *budget, struct byte_buf *out);
 
 #define INGEST_ROUTE_COUNT 3
 

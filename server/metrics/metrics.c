@@ -26,6 +26,7 @@ static const char *const reason_names[INGEST_ERR_COUNT] = {
 	[INGEST_ERR_STORAGE_FULL] = "storage_full",
 	[INGEST_ERR_STORAGE_BUSY] = "storage_busy",
 	[INGEST_ERR_INTERNAL] = "internal",
+	[INGEST_ERR_MEMORY_BUSY] = "memory_busy",
 };
 
 static const char *const symbol_upload_names[SYMBOL_UPLOAD_RESULT_COUNT] = {

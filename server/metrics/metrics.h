@@ -74,6 +74,7 @@ enum ingest_error_reason {
 	INGEST_ERR_STORAGE_FULL,   /* disk full or I/O error */
 	INGEST_ERR_STORAGE_BUSY,   /* database locked */
 	INGEST_ERR_INTERNAL,       /* out of memory, unexpected store error */
+	INGEST_ERR_MEMORY_BUSY,    /* the decode memory budget stayed full (503, Retry-After) */
 	INGEST_ERR_COUNT
 };
 
