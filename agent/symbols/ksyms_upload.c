@@ -66,11 +66,13 @@ static bool wait_or_stop(struct ksyms_upload *u, double seconds)
 
 enum attempt_result { ATTEMPT_DONE, ATTEMPT_RETRY, ATTEMPT_GIVE_UP };
 
-/* One GET-then-maybe-PUT attempt for one object. */
+/* One GET-then-maybe-PUT attempt for one object; *retry_after_s is the server's Retry-After
+ * of the last answer (seconds, -1 when none). */
 static enum attempt_result upload_object(struct ksyms_upload *u, struct http_client *client,
 					 const struct kernel_module *module, const char *kallsyms,
 					 size_t kallsyms_len, const char *name, const char *hex,
-					 char *why, size_t whylen, int *status)
+					 char *why, size_t whylen, int *status,
+					 int64_t *retry_after_s)
 {
 	char path[256];
 	struct http_client_response resp = { 0 };
@@ -87,6 +89,7 @@ static enum attempt_result upload_object(struct ksyms_upload *u, struct http_cli
 	snprintf(path, sizeof(path), "/api/v1/kernel-symbols/%s", hex);
 	rc = http_client_request(client, &req, &resp);
 	*status = resp.status;
+	*retry_after_s = resp.status ? resp.retry_after_s : -1;
 	if (rc < 0 && resp.status == 0) {
 		snprintf(why, whylen, "%s", resp.error[0] ? resp.error : sysom_strerror(rc));
 		goto cleanup;
@@ -126,6 +129,7 @@ static enum attempt_result upload_object(struct ksyms_upload *u, struct http_cli
 	req.body_len = compressed.len;
 	rc = http_client_request(client, &req, &resp);
 	*status = resp.status;
+	*retry_after_s = resp.status ? resp.retry_after_s : -1;
 	if (resp.status >= 200 && resp.status < 300) {
 		result = ATTEMPT_DONE;
 		emit(u, KSYMS_UPLOAD_DONE, name, hex, count, resp.status, 0, NULL);
@@ -184,18 +188,26 @@ static void *upload_thread(void *arg)
 		while (!atomic_load(&u->stopping)) {
 			char why[320] = "";
 			int status = 0;
+			int64_t retry_after = -1;
 			enum attempt_result r = upload_object(u, client, module, kallsyms, (size_t)len,
-							      name, hex, why, sizeof(why), &status);
+							      name, hex, why, sizeof(why), &status,
+							      &retry_after);
 			if (r == ATTEMPT_DONE)
 				break;
 			if (r == ATTEMPT_GIVE_UP) {
 				emit(u, KSYMS_UPLOAD_GIVEN_UP, name, hex, 0, status, 0, why);
 				break;
 			}
-			emit(u, KSYMS_UPLOAD_RETRY, name, hex, 0, status, (uint64_t)(delay * 1000), why);
-			if (wait_or_stop(u, delay))
+			/* The server's Retry-After (a 503 while its decode memory is busy) wins
+			 * over the backoff, within the longest delay. */
+			double wait = retry_after < 0 ? delay
+				      : (double)retry_after < max_delay ? (double)retry_after
+									: max_delay;
+			emit(u, KSYMS_UPLOAD_RETRY, name, hex, 0, status, (uint64_t)(wait * 1000), why);
+			if (wait_or_stop(u, wait))
 				break;
-			delay = delay * 2 > max_delay ? max_delay : delay * 2;
+			if (retry_after < 0)
+				delay = delay * 2 > max_delay ? max_delay : delay * 2;
 		}
 	}
 cleanup:

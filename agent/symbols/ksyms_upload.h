@@ -32,8 +32,9 @@ struct ksyms_upload_options {
 	const char *ca_file;      /* copied, may be NULL */
 	const struct kernel_info *kernel; /* borrowed; outlives the uploader */
 	const char *kallsyms_path; /* NULL: /proc/kallsyms */
-	double retry_initial_s;   /* 0: 5 s */
-	double retry_max_s;       /* 0: 300 s */
+	double retry_initial_s;   /* 0: 5 s; doubles per failure. A server's Retry-After (a
+				     503 while its decode memory is busy) replaces it */
+	double retry_max_s;       /* 0: 300 s; bounds Retry-After too */
 	ksyms_upload_event_fn on_event;
 	void *event_ctx;
 };
