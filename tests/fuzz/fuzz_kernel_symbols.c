@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* libFuzzer target: the kernel symbol upload parser, with its invariants checked on success. */
-// fuzz-sources: server/symbols/ksyms.c
+/* libFuzzer target: the kernel symbol upload parser, with its invariants checked on success
+ * and its allocations (ASan's hooks) within ksyms_parse_memory. */
+// fuzz-sources: server/symbols/ksyms.c tests/support/heap_peak.c
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -9,6 +10,7 @@
 
 #include "common/error.h"
 #include "server/symbols/ksyms.h"
+#include "tests/support/heap_peak.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -17,8 +19,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct ksyms_limits limits = { .max_lines = 10000 };
 	struct ksyms_table t = { 0 };
 	struct ksyms_error err;
-	int rc = ksyms_table_parse((const char *)data, size, &limits, &t, &err);
+	uint64_t bound = ksyms_parse_memory((const char *)data, size, &limits);
+	int rc;
 
+	heap_peak_begin();
+	rc = ksyms_table_parse((const char *)data, size, &limits, &t, &err);
+	if (heap_peak_end() > bound + 1024)
+		abort(); /* allocated more than ksyms_parse_memory announced */
 	if (rc != 0) {
 		if (rc != -SYSOM_ECORRUPT && rc != -SYSOM_ELIMIT && rc != -ENOMEM)
 			abort();
