@@ -16,13 +16,16 @@ struct waiter {
 	struct waiter *prev, *next;
 	pthread_cond_t wake;
 	uint64_t need;  /* extra bytes wanted */
+	uint64_t held;  /* what its hold reserves while it waits */
 	bool granted;   /* the bytes were reserved for it by the thread that freed them */
+	bool refused;   /* it was failed to break a wait cycle (see break_cycle) */
 };
 
 struct membudget {
 	pthread_mutex_t lock;
 	uint64_t max_wait_ns;
 	uint64_t reserved;
+	uint64_t waiting_held;       /* bytes reserved by holds that are waiting */
 	struct waiter *first, *last; /* oldest first */
 	struct membudget_stats stats; /* reserved and waiting kept in sync with the fields above */
 };
@@ -79,6 +82,35 @@ static void take(struct membudget *b, uint64_t n)
 	b->stats.grants++;
 }
 
+/* Takes `w` off the queue (lock held). */
+static void unqueue(struct membudget *b, struct waiter *w)
+{
+	SYSOM_DLIST_UNLINK(b->first, b->last, w, prev, next);
+	b->stats.waiting--;
+	b->waiting_held -= w->held;
+}
+
+/*
+ * When every reserved byte belongs to a waiting hold, nothing will be freed until one of them
+ * gives up: they wait on one another (each grew part way, a decompressed body waiting for its
+ * decoder's share, say). Rather than let all of them wait out their bound, the newest waiter
+ * that holds memory fails at once, and its request frees what it holds (lock held).
+ */
+static void break_cycle(struct membudget *b)
+{
+	struct waiter *w;
+
+	if (!b->first || b->waiting_held != b->reserved)
+		return;
+	for (w = b->last; w && !w->held; w = w->prev)
+		;
+	if (!w)
+		return;
+	w->refused = true;
+	unqueue(b, w);
+	pthread_cond_signal(&w->wake);
+}
+
 /* Hands free bytes to the waiters that fit, oldest first (lock held). */
 static void grant_waiters(struct membudget *b)
 {
@@ -90,21 +122,20 @@ static void grant_waiters(struct membudget *b)
 			continue; /* too large for now: it does not hold back smaller ones behind it */
 		take(b, w->need);
 		w->granted = true;
-		SYSOM_DLIST_UNLINK(b->first, b->last, w, prev, next);
-		b->stats.waiting--;
+		unqueue(b, w);
 		pthread_cond_signal(&w->wake);
 	}
+	break_cycle(b);
 }
 
-/* Waits (lock held) until `w` is granted or `deadline_ns` passes; returns whether granted. */
-static bool wait_granted(struct membudget *b, struct waiter *w, uint64_t deadline_ns)
+/* Waits (lock held) until `w` is granted or refused, or `deadline_ns` passes. */
+static void wait_answer(struct membudget *b, struct waiter *w, uint64_t deadline_ns)
 {
 	struct timespec ts = { .tv_sec = (time_t)(deadline_ns / SYSOM_NS_PER_S),
 			       .tv_nsec = (long)(deadline_ns % SYSOM_NS_PER_S) };
 
-	while (!w->granted && sysom_monotonic_ns() < deadline_ns)
+	while (!w->granted && !w->refused && sysom_monotonic_ns() < deadline_ns)
 		pthread_cond_timedwait(&w->wake, &b->lock, &ts); /* spurious wakes loop */
-	return w->granted;
 }
 
 int membudget_hold_resize(struct membudget_hold *h, uint64_t bytes)
@@ -154,15 +185,19 @@ int membudget_hold_resize(struct membudget_hold *h, uint64_t bytes)
 	if (rc)
 		goto unlock;
 	w.need = need;
+	w.held = h->bytes;
 	SYSOM_DLIST_PUSH_BACK(b->first, b->last, &w, prev, next);
 	b->stats.waiting++;
 	b->stats.waits++;
+	b->waiting_held += w.held;
+	break_cycle(b);
 	start = sysom_monotonic_ns();
-	if (wait_granted(b, &w, start + (b->max_wait_ns - h->waited_ns))) {
+	wait_answer(b, &w, start + (b->max_wait_ns - h->waited_ns));
+	if (w.granted) {
 		h->bytes = bytes;
 	} else {
-		SYSOM_DLIST_UNLINK(b->first, b->last, &w, prev, next);
-		b->stats.waiting--;
+		if (!w.refused)
+			unqueue(b, &w); /* timed out */
 		b->stats.timeouts++;
 		rc = -EAGAIN;
 	}

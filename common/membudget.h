@@ -19,6 +19,11 @@
  * starved by large ones that wait. A large step may wait out its bound while small ones pass;
  * it then fails and is retried by its client (the wait is bounded either way). A step that
  * would take a hold past the whole capacity can never succeed and fails at once with -E2BIG.
+ *
+ * Holds that grew part way and wait for more can wait on one another: when every reserved
+ * byte belongs to a waiting hold, nothing will be freed, so the newest of them that holds
+ * memory fails at once with -EAGAIN instead of waiting out its bound (its caller then frees
+ * what it holds and the others go on).
  */
 
 struct membudget_options {
@@ -34,7 +39,8 @@ struct membudget_stats {
 	uint64_t waiting;       /* steps waiting now (gauge) */
 	uint64_t grants;        /* steps that grew a hold */
 	uint64_t waits;         /* ... of which had to wait first */
-	uint64_t timeouts;      /* steps that failed with -EAGAIN (waited out their bound) */
+	uint64_t timeouts;      /* steps that failed with -EAGAIN (waited out their bound, or
+				   were failed to break a cycle of holds waiting on one another) */
 	uint64_t oversized;     /* steps that failed with -E2BIG (past the whole capacity) */
 };
 

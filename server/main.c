@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -40,6 +41,7 @@
 #define EXIT_USAGE 2
 /* Handlers may build symbol files for minutes; file bodies are read on the same pool. */
 #define DEFAULT_THREADPOOL_SIZE "16"
+#define DECODE_MMAP_THRESHOLD (1 << 20) /* bytes; see run() */
 #define SWEEP_INTERVAL_MAX_S 3600.0
 
 struct config {
@@ -774,6 +776,11 @@ static int run(const char *host, uint16_t port)
 	/* libuv sizes its threadpool at first use; an operator's UV_THREADPOOL_SIZE wins. */
 	setenv("UV_THREADPOOL_SIZE", DEFAULT_THREADPOOL_SIZE, 0);
 	nofile_limit_raise(&ho);
+	/* Decode buffers come and go in many threads: a fixed mmap threshold keeps every large
+	 * one an mmap of its own, returned on free. glibc's default raises the threshold to the
+	 * last freed size (up to 32 MiB), after which such buffers land in per-thread arenas
+	 * that keep their pages, so RSS would drift above what the decode memory budget holds. */
+	mallopt(M_MMAP_THRESHOLD, DECODE_MMAP_THRESHOLD);
 	if ((rc = store_sqlite_open(cfg.data_dir, &so, &s.store, err, sizeof(err)))) {
 		log_error("%s", err);
 		goto cleanup;

@@ -272,6 +272,77 @@ static void test_growing_hold_waits_for_the_difference(void **state)
 	membudget_free(b);
 }
 
+static void test_holds_waiting_on_one_another(void **state)
+{
+	struct membudget *b = budget_new(100, 30000);
+	struct grower older, newer;
+
+	(void)state;
+	/* Two requests grew part way: 60 + 40 = everything. */
+	membudget_hold_init(&older.hold, b);
+	membudget_hold_init(&newer.hold, b);
+	assert_int_equal(membudget_hold_resize(&older.hold, 60), 0);
+	assert_int_equal(membudget_hold_resize(&newer.hold, 40), 0);
+	older.bytes = 90;
+	older.rc = 1;
+	assert_int_equal(pthread_create(&older.thread, NULL, grow_main, &older), 0);
+	wait_for_waiting(b, 1);
+	/* The newer one wanting more closes the cycle: it fails at once, not after 30 s. */
+	uint64_t t0 = sysom_monotonic_ns();
+	assert_int_equal(membudget_hold_resize(&newer.hold, 60), -EAGAIN);
+	assert_true(sysom_monotonic_ns() - t0 < 10 * SYSOM_NS_PER_S);
+	assert_int_equal(newer.hold.bytes, 40);
+	assert_int_equal(older.rc, 1); /* the older still waits */
+	membudget_hold_release(&newer.hold); /* its request gives up: the older goes on */
+	assert_int_equal(grower_join(&older), 0);
+	assert_int_equal(older.hold.bytes, 90);
+	struct membudget_stats st = stats_of(b);
+	assert_int_equal(st.timeouts, 1);
+	assert_int_equal(st.waits, 2);
+	assert_int_equal(st.waiting, 0);
+	membudget_hold_release(&older.hold);
+	assert_int_equal(stats_of(b).reserved, 0);
+	membudget_free(b);
+}
+
+static void test_cycle_closed_by_a_release(void **state)
+{
+	struct membudget *b = budget_new(100, 30000);
+	struct membudget_hold running;
+	struct grower w1, w2;
+
+	(void)state;
+	membudget_hold_init(&running, b);
+	membudget_hold_init(&w1.hold, b);
+	membudget_hold_init(&w2.hold, b);
+	assert_int_equal(membudget_hold_resize(&running, 20), 0);
+	assert_int_equal(membudget_hold_resize(&w1.hold, 50), 0);
+	assert_int_equal(membudget_hold_resize(&w2.hold, 30), 0);
+	w1.bytes = 90;
+	w1.rc = 1;
+	assert_int_equal(pthread_create(&w1.thread, NULL, grow_main, &w1), 0);
+	wait_for_waiting(b, 1);
+	w2.bytes = 60;
+	w2.rc = 1;
+	assert_int_equal(pthread_create(&w2.thread, NULL, grow_main, &w2), 0);
+	wait_for_waiting(b, 2);
+	/* The running request ends: 20 free fits neither (40 and 30 wanted), and all 80 reserved
+	 * now belong to waiters. The newer one is failed at once... */
+	uint64_t t0 = sysom_monotonic_ns();
+	membudget_hold_release(&running);
+	assert_int_equal(grower_join(&w2), -EAGAIN);
+	assert_true(sysom_monotonic_ns() - t0 < 10 * SYSOM_NS_PER_S); /* not its 30 s bound */
+	assert_int_equal(w1.rc, 1);
+	/* ... and once its request gives its 30 back, the older one goes on. */
+	membudget_hold_release(&w2.hold);
+	assert_int_equal(grower_join(&w1), 0);
+	assert_int_equal(w1.hold.bytes, 90);
+	membudget_hold_release(&w1.hold);
+	assert_int_equal(stats_of(b).reserved, 0);
+	assert_int_equal(stats_of(b).timeouts, 1);
+	membudget_free(b);
+}
+
 static void test_null_budget_accounts_nothing(void **state)
 {
 	struct membudget_hold h;
@@ -361,6 +432,8 @@ int main(void)
 		cmocka_unit_test(test_small_steps_pass_a_large_waiter),
 		cmocka_unit_test(test_released_bytes_go_to_the_oldest),
 		cmocka_unit_test(test_growing_hold_waits_for_the_difference),
+		cmocka_unit_test(test_holds_waiting_on_one_another),
+		cmocka_unit_test(test_cycle_closed_by_a_release),
 		cmocka_unit_test(test_null_budget_accounts_nothing),
 		cmocka_unit_test(test_threads),
 	};
