@@ -33,9 +33,12 @@ check "a budget below one largest decompression (128M + context) is refused at s
 check "... saying which limit it must hold" grep -q "max-ingest-decompressed" "$E2E_TMP/small.log"
 
 # Freed memory must leave the process for RSS to mean what is live: no ASan quarantine here.
+# Every upload comes from 127.0.0.1 (one peer standing for a fleet): no per-peer limit, so
+# each 503 is the budget's.
 ASAN_OPTIONS="$ASAN_OPTIONS:quarantine_size_mb=0" start_server srv \
 	--token-file "$E2E_TMP/token" --max-ingest-decompressed ${LIMIT_MIB}M \
-	--decode-memory-budget ${BUDGET_MIB}M --decode-memory-wait 1s || exit 1
+	--decode-memory-budget ${BUDGET_MIB}M --decode-memory-wait 1s \
+	--max-connections-per-peer 0 || exit 1
 
 # run_load NAME ARGS...: runs the tool; its "key value" lines land in $E2E_TMP/NAME.out.
 run_load() {
@@ -82,6 +85,8 @@ check "the decode memory high-water mark is within the budget" \
 	test "$(metric sysom_decode_memory_reserved_peak_bytes)" -le $((BUDGET_MIB << 20))
 check "nothing stays reserved" test "$(metric sysom_decode_memory_reserved_bytes)" = 0
 check "503s for memory are counted" test "$(metric sysom_decode_memory_timeouts_total)" -gt 0
+check "no answer came from the transport's limits" \
+	test "$(metric sysom_http_limit_rejections_total)" = 0
 check "no accepted batch is lost ($expected samples)" test "$(stored_total)" = "$expected"
 check "the server still answers" curl -sf "$SERVER_URL/healthz" -o /dev/null
 stop_pid "$SERVER_PID"
