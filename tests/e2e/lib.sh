@@ -108,17 +108,25 @@ start_server() {
 	SERVER_URL=http://127.0.0.1:$SERVER_PORT
 }
 
+# log_count_above FILE PATTERN N: whether more than N lines of FILE match PATTERN (for
+# wait_until, which would expand a $(grep -c ...) argument only once).
+log_count_above() {
+	[ "$(grep -c -- "$2" "$1" 2>/dev/null)" -gt "$3" ]
+}
+
 # start_agent NAME SERVER_URL [ARGS...]: starts an agent with fast intervals and a spool in
-# $E2E_TMP/NAME.spool; waits for its "attached" line; sets AGENT_PID.
+# $E2E_TMP/NAME.spool; waits for its "attached" line (a new one when NAME ran before: the log
+# is appended to); sets AGENT_PID.
 start_agent() {
-	local name=$1 url=$2
+	local name=$1 url=$2 attached
 	shift 2
+	attached=$(grep -c "attached to" "$E2E_TMP/$name.log" 2>/dev/null)
 	"$AGENT_BIN" --server "$url" --spool-dir "$E2E_TMP/$name.spool" --socket "$E2E_TMP/$name.sock" \
 		--drain-interval 0.5s --batch-interval 2s --backoff-max 1s --shutdown-timeout 15s \
 		"$@" >>"$E2E_TMP/$name.log" 2>&1 &
 	AGENT_PID=$!
 	E2E_PIDS+=("$AGENT_PID")
-	if ! wait_until 30 grep -q "attached to" "$E2E_TMP/$name.log"; then
+	if ! wait_until 30 log_count_above "$E2E_TMP/$name.log" "attached to" "${attached:-0}"; then
 		echo "agent $name did not attach; log:" >&2
 		cat "$E2E_TMP/$name.log" >&2
 		return 1
