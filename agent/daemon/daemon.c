@@ -1016,6 +1016,11 @@ static int agent_start(struct agent *a)
 		log_error("cannot open the spool %s: %s", a->cfg->spool_dir, sysom_strerror(rc));
 		return rc;
 	}
+	struct spool_stats spooled;
+	spool_stats(a->spool, &spooled);
+	if (spooled.files)
+		log_info("spool: %llu batches (%llu bytes) left by an earlier run, delivered first",
+			 (unsigned long long)spooled.files, (unsigned long long)spooled.bytes);
 	if ((rc = start_uploader(a))) {
 		log_error("cannot start the uploader for %s: %s", a->cfg->server, sysom_strerror(rc));
 		return rc;
