@@ -11,6 +11,9 @@ fi
 python3 "$here/overhead.py" "$build" --rounds "${BENCH_ROUNDS:-3}" --seconds "${BENCH_SECONDS:-30}" \
 	--markdown "$build/bench-overhead.md"
 echo "table written to $build/bench-overhead.md"
+python3 "$here/agent_churn.py" "$build" --storm "${BENCH_CHURN_SECONDS:-150}" \
+	--markdown "$build/bench-agent-churn.md"
+echo "table written to $build/bench-agent-churn.md"
 "$here/symrepo.sh" "$build"
 libs=()
 for f in /lib/x86_64-linux-gnu/libc.so.6 /usr/lib/x86_64-linux-gnu/libstdc++.so.6 \
