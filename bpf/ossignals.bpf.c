@@ -172,7 +172,10 @@ static __always_inline __u64 pcount_of(struct task_struct *p)
 }
 
 /* The thread's entry, created on first use (not for an exiting thread: its entry may already
- * have been read for the last time). A full map is counted once per thread. */
+ * have been read for the last time). A full map is counted once per thread; a failure for a
+ * moment (-ENOMEM: no free element at hand on this CPU; -EBUSY: the bucket is held by the
+ * program this one interrupted) is retried at the thread's next event, and counted at its exit
+ * only if no insert ever succeeded. */
 static __always_inline struct os_thread *thread_of(struct task_struct *p, struct os_task *ts,
 						   struct os_cpu *c)
 {
@@ -187,10 +190,12 @@ static __always_inline struct os_thread *thread_of(struct task_struct *p, struct
 	rc = bpf_map_update_elem(&threads, &key, &zero_thread, BPF_NOEXIST);
 	t = bpf_map_lookup_elem(&threads, &key);
 	if (!t) {
-		if (rc && c && (!ts || !(ts->flags & OS_THREAD_LOST))) {
+		if (rc == -7 /* E2BIG: full */ && c && (!ts || !(ts->flags & OS_THREAD_LOST))) {
 			c->threads_lost++;
 			if (ts)
 				ts->flags |= OS_THREAD_LOST;
+		} else if (rc && ts) {
+			ts->flags |= OS_THREAD_INSERT_FAILED;
 		}
 		return NULL;
 	}
@@ -386,8 +391,16 @@ int BPF_PROG(os_process_exit, struct task_struct *p)
 	struct os_thread_key key = { .tid = p->pid, .start_ns = p->start_time };
 	struct os_thread *t = bpf_map_lookup_elem(&threads, &key);
 
-	if (t)
+	if (t) {
 		t->flags |= OS_THREAD_EXITED; /* only the exiting thread itself writes `flags` */
+	} else {
+		/* Never measured: every insert of its entry failed for a moment. */
+		struct os_task *ts = task_state(p, false);
+		struct os_cpu *c = this_cpu();
+		if (ts && c && (ts->flags & (OS_THREAD_INSERT_FAILED | OS_THREAD_LOST)) ==
+				       OS_THREAD_INSERT_FAILED)
+			__sync_fetch_and_add(&c->threads_lost, 1); /* preemptible here */
+	}
 	/* The last thread of the group: signal->live has dropped to zero by now. */
 	if (p->signal->live.counter == 0) {
 		__u32 tgid = p->tgid;

@@ -35,7 +35,8 @@ struct os_cpu {
 	__u64 context_switches;
 	__u64 runq_wait_ns;     /* waits of every task that ran here (charged when it stops) */
 	/* Losses (cumulative, per CPU). */
-	__u64 threads_lost;     /* tracked threads that found the thread map full (once each) */
+	__u64 threads_lost;     /* tracked threads not measured (once each): the thread map was
+				 * full, or it exited before an insert succeeded */
 	__u64 irqs_lost;        /* interrupts not counted per (CPU, IRQ): irq map full */
 	/* State of the CPU (not statistics). */
 	__u64 switch_ns;        /* when the current task was switched in (or the last flush) */
@@ -58,6 +59,10 @@ struct os_thread_key {
 
 #define OS_THREAD_EXITED 0x1 /* sched_process_exit seen: the agent removes it after a last read */
 #define OS_THREAD_LOST 0x2   /* (task storage flag) the thread map was full for it: counted */
+/* (task storage flag) an insert of its entry failed for a moment (the map is not preallocated:
+ * the kernel's per-CPU cache of free elements can run dry in a burst of new threads); retried
+ * at its next event, and counted lost at its exit if none succeeded. */
+#define OS_THREAD_INSERT_FAILED 0x8
 
 /* Per tracked thread (HASH keyed by struct os_thread_key). */
 struct os_thread {
@@ -105,7 +110,7 @@ struct os_task {
 	__u64 last_run_delay;
 	__u32 epoch;       /* track_epoch when `tracked` was decided (0: never) */
 	__u8 tracked;
-	__u8 flags;        /* OS_THREAD_LOST, OS_TASK_BASELINE */
+	__u8 flags;        /* OS_THREAD_LOST, OS_TASK_BASELINE, OS_THREAD_INSERT_FAILED */
 	__u16 pad;
 };
 

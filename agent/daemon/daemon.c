@@ -465,8 +465,8 @@ static void drain_ossignals(struct agent *a)
 		a->os_attach_reported = true;
 	}
 	if (w.threads_lost)
-		log_warn("os-signals: %llu threads not measured: the thread map is full",
-			 (unsigned long long)w.threads_lost);
+		log_warn("os-signals: %llu threads not measured: the thread map is full (or had no "
+			 "room until they exited)", (unsigned long long)w.threads_lost);
 }
 
 static void agent_drain(struct agent *a)

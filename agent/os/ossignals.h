@@ -83,7 +83,8 @@ struct ossignals_visitor {
 struct ossignals_window {
 	uint64_t duration_ns;   /* since the previous collect (or the open) */
 	uint32_t cpus, irqs, threads; /* rows visited */
-	uint64_t threads_lost;  /* tracked threads that found the BPF thread map full */
+	uint64_t threads_lost;  /* tracked threads not measured: the BPF thread map was full, or
+				   they exited before their entry could be made */
 	uint64_t irqs_lost;     /* interrupts not counted per (CPU, IRQ): BPF map full */
 	uint32_t threads_removed; /* exited threads whose entries were removed */
 };
