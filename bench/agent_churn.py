@@ -368,8 +368,16 @@ def run(args):
         nodes = json.loads(http_get(f"{url}/api/v1/nodes"))["nodes"]
         counters = agent_counters(url)
         text = open(agent_log).read()
+        units = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+        uploads = [sum(float(n) * units[u] for n, u in re.findall(r"([0-9.]+) (B|KiB|MiB|GiB)\b",
+                                                                  line.split("): ", 1)[-1]))
+                   for line in text.splitlines() if "uploaded symbols of " in line]
         result["agent"] = {
             "exit_status": agent_rc,
+            # Files the symbol uploader sent (any process sampled on the machine): its chunk
+            # buffers are the large allocations of the agent, and steps in its RSS follow them.
+            "symbol_uploads": len(uploads),
+            "symbol_upload_bytes": int(sum(uploads)),
             "batches_stored": sum(nd["batches"] for nd in nodes),
             "batches_logged": len(re.findall(r"\bbatch \d+: \d+ samples", text)),
             "warnings": len(re.findall(r"\b(warn|error)\b", text, re.I)),
@@ -430,6 +438,9 @@ def markdown(r):
         "",
         "Agent loss counters (sum over stored batches): " +
         ", ".join(f"{k} {v}" for k, v in a["losses"].items()) + ".",
+        f"Symbol uploads during the run (every process sampled on the machine): "
+        f"{a['symbol_uploads']} files, {mib(a['symbol_upload_bytes'])}; steps in the agent's RSS "
+        "follow the large ones (the upload's buffers).",
     ]
     return "\n".join(lines)
 

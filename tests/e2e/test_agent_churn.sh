@@ -9,9 +9,12 @@
 require_root
 [ -x "$BUILD/tests/fixtures/churn_workload" ] || { echo "missing churn_workload: build first" >&2; exit 1; }
 
-# Sanitizer builds: no quarantine, so that RSS follows the live heap (freed blocks are reused at
-# once) rather than filling ASan's 256 MiB quarantine; leaks are still reported at exit.
+# So that RSS follows the live heap: in sanitizer builds no quarantine (freed blocks are reused
+# at once rather than filling ASan's 256 MiB quarantine; leaks are still reported at exit); in
+# release builds a fixed mmap threshold (glibc raises it after a large free, then keeps freed
+# symbol upload buffers resident: a step in RSS, not growth).
 export ASAN_OPTIONS="$ASAN_OPTIONS:quarantine_size_mb=0:thread_local_quarantine_size_kb=0"
+export GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072
 
 # Rates below the benchmark's (300 execs/s over 150 s): a 2-core machine with sanitized daemons
 # and other tests just before must keep up. Assertions have wide margins; none is on timing.
@@ -72,8 +75,10 @@ check "every batch the agent sealed is stored ($(field agent.batches_stored))" \
 for counter in count_map_full stack_map_full events_lost batch_limit_drops spool_dropped; do
 	check "agent counter $counter is 0" test "$(field "agent.losses.$counter")" -eq 0
 done
-diag "thread measurements lost: $(field agent.losses.os_threads_lost) of 10000;" \
-	"processes gone before their maps were read: $(field agent.losses.processes_vanished)"
+# A thread is counted lost only when it was never measured (its one insert failed for a moment).
+check "threads not measured: $(field agent.losses.os_threads_lost) of 10000 (at most 1%)" \
+	test "$(field agent.losses.os_threads_lost)" -le 100
+diag "processes gone before their mappings were read: $(field agent.losses.processes_vanished)"
 check "the agent exits 0 after SIGTERM (no leak report)" test "$(field agent.exit_status)" -eq 0
 [ "$TAP_FAILED" -eq 0 ] || cp "$E2E_TMP"/churn/*.log "$E2E_TMP"/
 finish
