@@ -135,7 +135,7 @@ def flamegraph(server, pid, t0, t1, limit=1):
 def agent_counters(server):
     totals = {}
     for line in http_get(f"{server}/metrics").splitlines():
-        m = re.match(r"sysom_agent_(\w+)_total\{[^}]*\} (\d+)", line)
+        m = re.match(r"sysom_agent_(\w+)_total(?:\{[^}]*\})? (\d+)$", line)
         if m:
             totals[m.group(1)] = totals.get(m.group(1), 0) + int(m.group(2))
     return totals

@@ -72,6 +72,8 @@ check "stacks hold the whole known chain: $CHAINED of the samples (at least 0.8)
 	python3 -c "import sys; sys.exit(not float(sys.argv[1]) >= 0.8)" "$CHAINED"
 check "every batch the agent sealed is stored ($(field agent.batches_stored))" \
 	test "$(field agent.batches_stored)" -eq "$(field agent.batches_logged)"
+check "the server reports the agent's counters ($(field agent.counters.samples) samples)" \
+	test "$(field agent.counters.samples)" -gt 0
 for counter in count_map_full stack_map_full events_lost batch_limit_drops spool_dropped; do
 	check "agent counter $counter is 0" test "$(field "agent.losses.$counter")" -eq 0
 done
