@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* sysom-agent: configuration, --check, then the daemon. */
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,9 @@ static int libbpf_log(enum libbpf_print_level level, const char *fmt, va_list ar
 	return n;
 }
 
+/* Allocations of at least this many bytes are mmap()ed and returned to the kernel on free. */
+#define AGENT_MMAP_THRESHOLD (1 << 20)
+
 int main(int argc, char *argv[])
 {
 	struct agent_config cfg;
@@ -44,6 +48,13 @@ int main(int argc, char *argv[])
 	int status;
 
 	sysom_log_setup("sysom-agent", SYSOM_LOG_INFO);
+	/*
+	 * Large buffers (symbol upload chunks of 8 MiB, batch encodings, CFI tables) get an mmap
+	 * of their own, returned on free. glibc's default raises the threshold to the last freed
+	 * size (up to 32 MiB), after which such buffers land in arenas that keep their pages: the
+	 * always-on agent's RSS then stepped up by tens of MiB after each burst of uploads.
+	 */
+	mallopt(M_MMAP_THRESHOLD, AGENT_MMAP_THRESHOLD);
 	if (agent_config_defaults(&cfg)) {
 		log_error("out of memory");
 		return 1;
