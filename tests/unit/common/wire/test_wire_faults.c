@@ -256,11 +256,19 @@ static void test_decode_allocation_faults(void **state)
 	decode_loops(FAULT_ALLOC, false);
 }
 
+/* As ingest: bounded decompression, then decoding; zstd's own allocations fail too. */
+static void test_decompress_and_decode_allocation_faults(void **state)
+{
+	(void)state;
+	decode_loops(FAULT_ALLOC | FAULT_ZSTD, true);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_seeds_cover_every_section),
 		cmocka_unit_test(test_decode_allocation_faults),
+		cmocka_unit_test(test_decompress_and_decode_allocation_faults),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
