@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@ static struct {
 	bool armed;
 	struct fault_plan plan;
 	struct fault_stats stats;
+	bool trap; /* SYSOM_FAULT_TRAP set: raise SIGTRAP at each failed call */
 } injector = { .lock = PTHREAD_MUTEX_INITIALIZER, .stats = { .first_failed = "" } };
 
 void fault_arm(const struct fault_plan *plan)
@@ -32,6 +34,7 @@ void fault_arm(const struct fault_plan *plan)
 	if (!injector.plan.error)
 		injector.plan.error = EIO;
 	injector.stats = (struct fault_stats){ .first_failed = "" };
+	injector.trap = getenv("SYSOM_FAULT_TRAP") != NULL;
 	__atomic_store_n(&injector.armed, plan->classes != 0, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&injector.lock);
 }
@@ -84,7 +87,21 @@ bool fault_should_fail(unsigned cls, const char *what)
 		}
 	}
 	pthread_mutex_unlock(&injector.lock);
+	if (fail && injector.trap)
+		raise(SIGTRAP); /* SYSOM_FAULT_TRAP: stop a debugger at each failed call */
 	return fail;
+}
+
+uint64_t fault_first_step(void)
+{
+	const char *v = getenv("SYSOM_FAULT_FIRST");
+	char *end;
+	unsigned long long n;
+
+	if (!v || !*v)
+		return 1;
+	n = strtoull(v, &end, 10);
+	return *end || n == 0 ? 1 : n;
 }
 
 bool fault_leaks_found(void)

@@ -84,6 +84,11 @@ int fault_error(void);
  * tests that link jansson); memory it returns is still released with free(). */
 void fault_jansson_install(void);
 
+/* Where a fault loop starts: $SYSOM_FAULT_FIRST (to go straight to the step a failure names;
+ * the steps before it warm caches, so a later step may differ a little), else 1. With
+ * $SYSOM_FAULT_TRAP set, every failed call raises SIGTRAP (a debugger stops there). */
+uint64_t fault_first_step(void);
+
 /*
  * Runs LeakSanitizer now (under ASan; otherwise does nothing and returns false): true when it
  * found memory leaked since the last check (it prints the report). Lets a loop name the
