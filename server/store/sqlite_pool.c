@@ -80,6 +80,13 @@ int store__write_begin(struct sqlite_store *s, struct conn **c)
 	int rc;
 
 	pthread_mutex_lock(&s->write_lock);
+	/* A ROLLBACK that failed (it needs memory too) left the last transaction open: end it
+	 * now, or every later write would fail to begin. */
+	if (!sqlite3_get_autocommit(s->writer.db) &&
+	    (rc = store__conn_exec(&s->writer, "ROLLBACK"))) {
+		pthread_mutex_unlock(&s->write_lock);
+		return rc;
+	}
 	if ((rc = store__conn_exec(&s->writer, "BEGIN IMMEDIATE"))) {
 		rollback(&s->writer);
 		pthread_mutex_unlock(&s->write_lock);

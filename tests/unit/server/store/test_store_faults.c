@@ -435,6 +435,7 @@ static const int full_errors[] = { -ENOSPC, -EIO, 0 }; /* a failed fsync is EIO 
 static void test_put_allocation_faults(void **state)
 {
 	put_loop(*state, "allocation", FAULT_ALLOC, 0, false, alloc_errors);
+	put_loop(*state, "allocation", FAULT_ALLOC, 0, true, alloc_errors);
 }
 
 static void test_put_io_faults(void **state)
