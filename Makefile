@@ -106,11 +106,13 @@ SERVER_LDLIBS := $(SERVER_LIB) $(SYMREPO_LIB) $(COMMON_LIB) $(LIB_UV) $(LIB_HTTP
 CTL_LDLIBS := $(CTL_LIB) $(COMMON_LIB) $(LIB_CURL) $(LIB_JSON) $(COMMON_LDLIBS)
 
 # Unit tests: tests/unit/<program>/<component>/test_<name>.c, mirroring the source tree, linked
-# against that program's library.
+# against that program's library, plus the flags of a `// test-ldflags: ...` line in the test's
+# source (the fault injection tests' -Wl,--wrap=..., tests/support/fault_inject.h).
 UNIT_TEST_SRCS := $(sort $(shell find tests/unit -name 'test_*.c'))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_TEST_SRCS))
 BPF_TEST_SRCS := $(wildcard tests/bpf/test_*.c)
 BPF_TESTS := $(patsubst tests/bpf/%.c,$(BUILD)/tests/bpf/%,$(BPF_TEST_SRCS))
+test_ldflags = $(shell sed -n 's|^// test-ldflags: ||p' $(1))
 TEST_SUPPORT_SRCS := $(wildcard tests/support/*.c)
 TEST_SUPPORT_OBJS := $(call obj_of,$(TEST_SUPPORT_SRCS))
 # An archive, so each test pulls only the helpers it uses (and only their libraries).
@@ -325,27 +327,27 @@ $(BUILD)/tests/unit/agent/ranks/test_registry: $(OBJ)/tests/unit/agent/ranks/tes
 $(BUILD)/tests/unit/common/%: $(OBJ)/tests/unit/common/%.o $(TEST_SUPPORT_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_LIB) $(COMMON_LIB) $(LIB_CMOCKA) $(COMMON_LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) $(call test_ldflags,tests/unit/common/$*.c) -o $@ $< $(TEST_SUPPORT_LIB) $(COMMON_LIB) $(LIB_CMOCKA) $(COMMON_LDLIBS)
 
 $(BUILD)/tests/unit/agent/%: $(OBJ)/tests/unit/agent/%.o $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_LIB) $(AGENT_LDLIBS) $(LIB_CMOCKA)
+	$(Q)$(CC) $(LDFLAGS) $(call test_ldflags,tests/unit/agent/$*.c) -o $@ $< $(TEST_SUPPORT_LIB) $(AGENT_LDLIBS) $(LIB_CMOCKA)
 
 $(BUILD)/tests/unit/server/%: $(OBJ)/tests/unit/server/%.o $(TEST_SUPPORT_LIB) $(SERVER_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_LIB) $(SERVER_LDLIBS) $(LIB_CMOCKA)
+	$(Q)$(CC) $(LDFLAGS) $(call test_ldflags,tests/unit/server/$*.c) -o $@ $< $(TEST_SUPPORT_LIB) $(SERVER_LDLIBS) $(LIB_CMOCKA)
 
 $(BUILD)/tests/unit/symrepo/%: $(OBJ)/tests/unit/symrepo/%.o $(TEST_SUPPORT_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_LIB) $(SYMREPO_LDLIBS) $(LIB_CMOCKA)
+	$(Q)$(CC) $(LDFLAGS) $(call test_ldflags,tests/unit/symrepo/$*.c) -o $@ $< $(TEST_SUPPORT_LIB) $(SYMREPO_LDLIBS) $(LIB_CMOCKA)
 
 $(BUILD)/tests/unit/ctl/%: $(OBJ)/tests/unit/ctl/%.o $(TEST_SUPPORT_LIB) $(CTL_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_LIB) $(CTL_LDLIBS) $(LIB_CMOCKA)
+	$(Q)$(CC) $(LDFLAGS) $(call test_ldflags,tests/unit/ctl/$*.c) -o $@ $< $(TEST_SUPPORT_LIB) $(CTL_LDLIBS) $(LIB_CMOCKA)
 
 $(BUILD)/tests/bpf/%: $(OBJ)/tests/bpf/%.o $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)

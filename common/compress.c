@@ -193,9 +193,16 @@ int sysom_zstd_decompress_bounded(const void *data, size_t len,
 		ZSTD_outBuffer ob = { out->data + out->len, room, 0 };
 		size_t ret = ZSTD_decompressStream(dctx, &ob, &in);
 		if (ZSTD_isError(ret)) {
-			rc = ZSTD_getErrorCode(ret) == ZSTD_error_frameParameter_windowTooLarge
-				     ? -SYSOM_ELIMIT
-				     : -SYSOM_ECORRUPT;
+			switch (ZSTD_getErrorCode(ret)) {
+			case ZSTD_error_frameParameter_windowTooLarge:
+				rc = -SYSOM_ELIMIT;
+				break;
+			case ZSTD_error_memory_allocation:
+				rc = -ENOMEM; /* our memory, not the input: worth a retry */
+				break;
+			default:
+				rc = -SYSOM_ECORRUPT;
+			}
 			goto cleanup;
 		}
 		produced += ob.pos;

@@ -35,7 +35,8 @@ struct sysom_zstd_bounds {
  * give -SYSOM_ELIMIT; a malformed or truncated frame (or a legacy-format one) gives
  * -SYSOM_ECORRUPT. When every frame declares its content size the output buffer is
  * allocated once, at that size; otherwise it doubles as output arrives. Producing more than
- * `max_output` bytes gives -SYSOM_ELIMIT, a failure of `account` its code. When it returns,
+ * `max_output` bytes gives -SYSOM_ELIMIT, a failure of `account` its code; running out of
+ * memory (here or inside zstd) gives -ENOMEM, never -SYSOM_ECORRUPT. When it returns,
  * `account` was last told what `out` still holds (its capacity; the context is freed).
  */
 int sysom_zstd_decompress_bounded(const void *data, size_t len,

@@ -666,8 +666,9 @@ int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out);
 
 /*
  * Decodes and fully validates `len` bytes into `out` (which the caller frees with
- * sysom_batch_free, also on failure). Returns 0, -SYSOM_ECORRUPT, -SYSOM_EVERSION,
- * -SYSOM_ELIMIT or -ENOMEM; on failure `err` (optional) says where and why.
+ * sysom_batch_free). Returns 0, -SYSOM_ECORRUPT, -SYSOM_EVERSION, -SYSOM_ELIMIT or -ENOMEM;
+ * on failure `out` is left empty (all zero, owning nothing; freeing it again is harmless) and
+ * `err` (optional) says where and why.
  */
 int sysom_batch_decode(const void *data, size_t len, const struct sysom_wire_limits *limits,
 		       struct sysom_batch *out, struct sysom_wire_error *err);

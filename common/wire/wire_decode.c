@@ -1311,7 +1311,11 @@ int sysom_batch_decode(const void *data, size_t len, const struct sysom_wire_lim
 			goto cleanup;
 	}
 cleanup:
-	if (rc == -ENOMEM && err)
-		snprintf(err->message, sizeof(err->message), "out of memory while decoding");
+	if (rc) {
+		/* Nothing half-decoded leaves the decoder: a failed decode yields an empty batch. */
+		sysom_batch_free(out);
+		if (rc == -ENOMEM && err)
+			snprintf(err->message, sizeof(err->message), "out of memory while decoding");
+	}
 	return rc;
 }

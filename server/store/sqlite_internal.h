@@ -28,6 +28,8 @@ struct conn {
 		sqlite3_stmt *st;
 	} stmts[STORE__STMT_CACHE];
 	struct conn *next_free;
+	bool in_write;   /* inside a transaction of store__write_begin (store__query checks it holds) */
+	bool committing; /* store__write_end's COMMIT runs: the only commit allowed while in_write */
 };
 
 struct sqlite_store {

@@ -21,6 +21,20 @@ void store__conn_close(struct conn *c)
 	c->db = NULL;
 }
 
+/*
+ * Commit hook: inside a write transaction only its own COMMIT commits. SQLite can abandon a
+ * transaction by itself and go on running the statement, or let the following statements run,
+ * each committing on its own: seen when an allocation fails while a statement is re-prepared
+ * after a schema change (another process's CREATE INDEX or ANALYZE does that). Vetoing those
+ * commits (they roll back, the statement fails) keeps a failed batch wholly absent.
+ */
+static int commit_guard(void *ctx)
+{
+	const struct conn *c = ctx;
+
+	return c->in_write && !c->committing;
+}
+
 int store__conn_open(struct conn *c, const char *path, uint32_t busy_timeout_ms, bool reader,
 		     char *err, size_t errlen)
 {
@@ -34,6 +48,7 @@ int store__conn_open(struct conn *c, const char *path, uint32_t busy_timeout_ms,
 		goto cleanup;
 	}
 	sqlite3_extended_result_codes(c->db, 1);
+	sqlite3_commit_hook(c->db, commit_guard, c);
 	sqlite3_busy_timeout(c->db, (int)busy_timeout_ms);
 	rc = store__conn_exec(c, reader ? "PRAGMA foreign_keys = ON; PRAGMA query_only = ON;"
 				       : "PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;"
@@ -80,20 +95,32 @@ int store__write_begin(struct sqlite_store *s, struct conn **c)
 	int rc;
 
 	pthread_mutex_lock(&s->write_lock);
+	/* A ROLLBACK that failed (it needs memory too) left the last transaction open: end it
+	 * now, or every later write would fail to begin. */
+	if (!sqlite3_get_autocommit(s->writer.db) &&
+	    (rc = store__conn_exec(&s->writer, "ROLLBACK"))) {
+		pthread_mutex_unlock(&s->write_lock);
+		return rc;
+	}
 	if ((rc = store__conn_exec(&s->writer, "BEGIN IMMEDIATE"))) {
 		rollback(&s->writer);
 		pthread_mutex_unlock(&s->write_lock);
 		return rc;
 	}
+	s->writer.in_write = true;
 	*c = &s->writer;
 	return 0;
 }
 
 int store__write_end(struct sqlite_store *s, struct conn *c, int rc, bool commit)
 {
-	if (!rc && commit)
+	if (!rc && commit) {
+		c->committing = true;
 		rc = store__conn_exec(c, "COMMIT");
+		c->committing = false;
+	}
 	rollback(c);
+	c->in_write = false;
 	pthread_mutex_unlock(&s->write_lock);
 	return rc;
 }

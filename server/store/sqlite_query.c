@@ -37,6 +37,16 @@ int store__errno(int rc)
 	return -EPROTO; /* anything else is a bug or an unexpected database state */
 }
 
+/* The error of a write transaction SQLite abandoned without saying why (or with the commit
+ * guard's veto): what it recorded if that is a storage error, else -EIO (every cause SQLite
+ * rolls back for, I/O, full disk, out of memory, is worth a retry). */
+static int transaction_lost(struct conn *c)
+{
+	int rc = store__errno(sqlite3_errcode(c->db));
+
+	return rc && rc != -EPROTO ? rc : -EIO;
+}
+
 int store__sql_end(struct byte_buf *sql)
 {
 	byte_buf_append(sql, "", 1);
@@ -144,12 +154,22 @@ int store__query(struct conn *c, const struct store__query *q)
 	}
 	rc = store__errno(rc);
 cleanup:
-	if (cached) {
-		sqlite3_reset(st);
-		sqlite3_clear_bindings(st);
-	} else {
-		sqlite3_finalize(st);
+	/*
+	 * Ending a statement can fail too (one stopped early at max_rows ends here). And SQLite
+	 * may abandon a write transaction without failing the statement that was running
+	 * (sqlite_pool.c, commit_guard): then the statements that follow would run outside it,
+	 * so a write transaction must still be open once a statement is done.
+	 */
+	if (st) {
+		int end_rc = cached ? sqlite3_reset(st) : sqlite3_finalize(st);
+
+		if (!rc)
+			rc = store__errno(end_rc);
+		if (cached)
+			sqlite3_clear_bindings(st);
 	}
+	if (c->in_write && sqlite3_get_autocommit(c->db) && (!rc || rc == -EPROTO))
+		rc = transaction_lost(c);
 	if (q->rows)
 		*q->rows = rows;
 	return rc;

@@ -13,7 +13,8 @@
 /*
  * Errors every backend maps its failures to (the HTTP layer maps them to statuses):
  *   -ENOSPC  storage full (SQLite: SQLITE_FULL)           → 507, the agent retries later
- *   -EIO     storage I/O error (SQLite: SQLITE_IOERR)      → 507, the agent retries later
+ *   -EIO     storage I/O error (SQLite: SQLITE_IOERR; also a write transaction SQLite
+ *            abandoned without saying why)                 → 507, the agent retries later
  *   -EBUSY   storage locked by someone else for too long   → 503, the agent retries
  *   -ENOENT  no such entry (lookups)
  *   -SYSOM_EVERSION  the database has a newer schema than this server knows (open)
