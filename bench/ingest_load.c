@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -43,7 +44,9 @@
 #include <uv.h>
 #include <xxhash.h>
 
+#include "agent/ship/retry.h"
 #include "agent/ship/spool.h"
+#include "agent/ship/uploader.h"
 #include "bench/bench_stats.h"
 #include "common/bytes.h"
 #include "common/compress.h"
@@ -76,6 +79,7 @@ static struct {
 	double timeout;
 	double report_every;
 	double max_rss_slope;
+	double backoff_max;
 	uint32_t zstd_level;
 	uint32_t server_pid;
 	uint32_t seed;
@@ -97,7 +101,8 @@ static struct {
 	.timeout = 30,
 	.report_every = 30,
 	.max_rss_slope = 1.0,
-	.zstd_level = 3,
+	.backoff_max = 60,
+	.zstd_level = 1,
 	.seed = 1,
 	.bind_sources = true,
 };
@@ -110,9 +115,10 @@ static const struct sysom_option options[] = {
 	{ "jitter", SYSOM_OPT_DOUBLE, &opt.jitter, 0, 0.9, "each gap is interval x (1 +- jitter x U(0,1)) (default 0.1); first posts are spread over one interval", true },
 	{ "warmup", SYSOM_OPT_DURATION, &opt.warmup, 0, 86400, "RSS 'after warm-up' is taken this far in (default: one interval, at most half the run)", true },
 	{ "timeout", SYSOM_OPT_DURATION, &opt.timeout, 0.1, 3600, "request timeout; then the connection is closed and the batch retried (default 30s)", true },
+	{ "backoff-max", SYSOM_OPT_DURATION, &opt.backoff_max, 0.01, 3600, "longest wait between retries of a batch, as the agent's --backoff-max (default 60s)", true },
 	{ "report-every", SYSOM_OPT_DURATION, &opt.report_every, 1, 3600, "progress line period (default 30s)", true },
 	{ "max-rss-slope", SYSOM_OPT_DOUBLE, &opt.max_rss_slope, 0, 1e6, "memory is flat when the RSS slope over the second half is at most this, MiB/min (default 1)", true },
-	{ "zstd-level", SYSOM_OPT_UINT, &opt.zstd_level, 1, 19, "compression level of the batches (default 3, the agent's)", true },
+	{ "zstd-level", SYSOM_OPT_UINT, &opt.zstd_level, 1, 19, "compression level of the batches (default 1: as small as the agent's level 3 on captured batches, at half the CPU)", true },
 	{ "seed", SYSOM_OPT_UINT, &opt.seed, 0, UINT32_MAX, "seed of the phases and jitter (default 1)", true },
 	{ "url", SYSOM_OPT_STRING, &opt.url, 0, 0, "http://IPv4:PORT of a running server (default: start one)", true },
 	{ "server-pid", SYSOM_OPT_UINT, &opt.server_pid, 1, 4194304, "with --url: the server's pid, for its memory and CPU", true },
@@ -314,9 +320,13 @@ struct agent {
 	enum batch_state batch;
 	uint32_t backlog;          /* windows sealed while the previous batch was undelivered */
 	uint32_t attempts;         /* of the current batch */
+	uint32_t failures;         /* consecutive failed attempts (the agent's backoff counter) */
+	int64_t retry_after_s;     /* the response's Retry-After, -1 none */
+	bool header_retry_after;   /* parsing: the current header is Retry-After */
 	uint64_t request_id;       /* increases with every request sent */
 	uint64_t sequence;         /* of the current batch */
 	uint64_t window_end_ns;
+	uint64_t sealed_ns;        /* when the current batch's window was sealed */
 	int build_rc;
 	struct byte_buf body;      /* the current batch, compressed */
 	char header[640];
@@ -357,15 +367,20 @@ static struct {
 	uv_signal_t sigint, sigterm;
 	bool interrupted;
 	uint64_t rng;
+	struct retry_clock retry_clock; /* the agent's backoff with full jitter */
 
 	/* results */
 	uint64_t generated, requests, stored, duplicate, unsent_at_end;
 	uint64_t status_count[STATUS_SLOTS];
 	uint64_t failures[FAIL_KINDS];
 	uint64_t connects, idle_closes, server_closes, late_windows;
-	char error_examples[ERROR_EXAMPLES][160]; /* the first distinct error answers */
+	char error_examples[ERROR_EXAMPLES][160]; /* the first answer of each error status */
+	unsigned error_example_status[ERROR_EXAMPLES];
 	uint32_t nerror_examples;
 	uint64_t build_ns_total, builds;
+	uint64_t sent_bytes;           /* bodies of the requests sent */
+	double *build_wait_ms;         /* per batch: window sealed -> ready to send */
+	size_t nbuild_wait, build_wait_cap;
 	double *lat_ms, *lat_t;        /* per response: latency and when it arrived */
 	size_t nlat, lat_cap;
 	size_t report_lat_from;        /* responses before the last progress line */
@@ -439,17 +454,23 @@ static void batch_done(struct agent *a)
 
 static void on_request_timer(uv_timer_t *t);
 
-static void retry_later(struct agent *a)
+/* The agent's uploader: after a failure the same batch is retried after full-jitter
+ * exponential backoff (1 s doubling up to --backoff-max), or the server's Retry-After. */
+static void retry_later(struct agent *a, int64_t retry_after_s)
 {
-	double backoff = fmin(opt.interval, (double)(1u << (a->attempts < 6 ? a->attempts - 1 : 5)));
+	uint64_t delay_ns;
 
 	if (L.stopping) {
 		L.unsent_at_end++;
 		batch_done(a);
 		return;
 	}
+	a->failures++;
+	delay_ns = retry_backoff_ns(&L.retry_clock,
+				    (uint64_t)(UPLOADER_DEFAULT_BACKOFF_INITIAL_S * 1e9),
+				    (uint64_t)(opt.backoff_max * 1e9), a->failures, retry_after_s);
 	a->batch = BATCH_BACKOFF;
-	uv_timer_start(&a->request_timer, on_request_timer, ms_of(backoff), 0);
+	uv_timer_start(&a->request_timer, on_request_timer, delay_ns / 1000000 + 1, 0);
 }
 
 static void request_failed(struct agent *a, enum failure f)
@@ -459,10 +480,31 @@ static void request_failed(struct agent *a, enum failure f)
 	uv_timer_stop(&a->request_timer);
 	count_failure(f);
 	conn_close(a);
-	retry_later(a);
+	retry_later(a, -1);
 }
 
 /* ---- response handling ---- */
+
+static int on_response_header_field(http_parser *p, const char *at, size_t len)
+{
+	struct agent *a = p->data;
+
+	a->header_retry_after = len == 11 && strncasecmp(at, "Retry-After", 11) == 0;
+	return 0;
+}
+
+static int on_response_header_value(http_parser *p, const char *at, size_t len)
+{
+	struct agent *a = p->data;
+	int64_t v = 0;
+
+	if (!a->header_retry_after)
+		return 0;
+	for (size_t i = 0; i < len && at[i] >= '0' && at[i] <= '9' && v < 86400; i++)
+		v = v * 10 + (at[i] - '0');
+	a->retry_after_s = len && at[0] >= '0' && at[0] <= '9' ? v : -1;
+	return 0;
+}
 
 static int on_response_body(http_parser *p, const char *at, size_t len)
 {
@@ -486,6 +528,8 @@ static int on_response_complete(http_parser *p)
 }
 
 static const http_parser_settings response_settings = {
+	.on_header_field = on_response_header_field,
+	.on_header_value = on_response_header_value,
 	.on_body = on_response_body,
 	.on_message_complete = on_response_complete,
 };
@@ -523,18 +567,20 @@ static const char *ingest_status(const struct agent *a)
 	return out;
 }
 
-/* Keeps the first answers of each kind of error, for the report. */
+/* Keeps the first answer of each error status, for the report. */
 static void error_example(const struct agent *a, unsigned status)
 {
-	char text[160], body[128];
+	char body[128];
 
-	sysom_text_sanitize(body, sizeof(body), a->response_body, a->response_len);
-	snprintf(text, sizeof(text), "%u %s", status, body);
 	for (uint32_t i = 0; i < L.nerror_examples; i++)
-		if (strcmp(L.error_examples[i], text) == 0)
+		if (L.error_example_status[i] == status)
 			return;
-	if (L.nerror_examples < ERROR_EXAMPLES)
-		memcpy(L.error_examples[L.nerror_examples++], text, sizeof(text));
+	if (L.nerror_examples == ERROR_EXAMPLES)
+		return;
+	sysom_text_sanitize(body, sizeof(body), a->response_body, a->response_len);
+	L.error_example_status[L.nerror_examples] = status;
+	snprintf(L.error_examples[L.nerror_examples++], sizeof(L.error_examples[0]), "%u %s",
+		 status, body);
 }
 
 static void response_done(struct agent *a)
@@ -562,10 +608,13 @@ static void response_done(struct agent *a)
 			L.stored++;
 		else
 			count_failure(FAIL_PROTOCOL);
+		a->failures = 0;
 		batch_done(a);
-	} else if (status >= 500 || status == 408 || status == 429) {
+	} else if (status < 200 || (status >= 300 && status < 400) || status == 401 ||
+		   status == 403 || status == 408 || status == 429 || status >= 500) {
+		/* What the agent retries (agent/ship/uploader.c, is_retryable). */
 		error_example(a, status);
-		retry_later(a); /* the agent retries these with a backoff */
+		retry_later(a, a->retry_after_s);
 	} else {
 		error_example(a, status);
 		batch_done(a); /* the agent sets a refused batch aside */
@@ -642,6 +691,7 @@ static void request_send(struct agent *a)
 	a->batch = BATCH_IN_FLIGHT;
 	L.in_flight++;
 	L.requests++;
+	L.sent_bytes += a->body.len;
 	if (!o) {
 		request_failed(a, FAIL_BUILD);
 		return;
@@ -657,6 +707,8 @@ static void request_send(struct agent *a)
 	a->parser.data = a;
 	a->response_complete = false;
 	a->response_len = 0;
+	a->retry_after_s = -1;
+	a->header_retry_after = false;
 	a->sent_ns = bench_now_ns();
 	if (uv_write(&o->req, (uv_stream_t *)&a->tcp, &buf, 1, on_written) < 0) {
 		free(o);
@@ -700,7 +752,7 @@ static void on_connected(uv_connect_t *req, int status)
 		a->conn = CONN_CLOSING;
 		uv_close((uv_handle_t *)&a->tcp, on_tcp_closed);
 		if (a->batch == BATCH_READY)
-			retry_later(a);
+			retry_later(a, -1);
 		return;
 	}
 	a->conn = CONN_OPEN;
@@ -772,12 +824,28 @@ static void build_run(uv_work_t *w)
 	__atomic_add_fetch(&L.build_ns_total, bench_now_ns() - t0, __ATOMIC_RELAXED);
 }
 
+/* How long a sealed window waited for its batch to be built: when the threadpool cannot keep
+ * up the bench, not the server, sets the pace, and the report says so. */
+static void build_wait_record(double ms)
+{
+	if (L.nbuild_wait == L.build_wait_cap) {
+		size_t cap = L.build_wait_cap ? 2 * L.build_wait_cap : 65536;
+		double *p = realloc(L.build_wait_ms, cap * sizeof(*p));
+		if (!p)
+			return;
+		L.build_wait_ms = p;
+		L.build_wait_cap = cap;
+	}
+	L.build_wait_ms[L.nbuild_wait++] = ms;
+}
+
 static void build_done(uv_work_t *w, int status)
 {
 	struct agent *a = w->data;
 	int n;
 
 	L.builds++;
+	build_wait_record((double)(bench_now_ns() - a->sealed_ns) / 1e6);
 	if (status < 0 || a->build_rc) {
 		count_failure(FAIL_BUILD);
 		batch_done(a);
@@ -814,6 +882,7 @@ static void build_start(struct agent *a)
 	a->batch = BATCH_BUILDING;
 	a->sequence = a->next_sequence++;
 	a->window_end_ns = realtime_ns();
+	a->sealed_ns = bench_now_ns();
 	a->work.data = a;
 	L.generated++;
 	if (uv_queue_work(L.loop, &a->work, build_run, build_done) < 0) {
@@ -1304,6 +1373,33 @@ static int url_parse(const char *url)
 
 /* ---- report ------------------------------------------------------------------------------ */
 
+/* Prints the last `lines` lines of a file (the server's log when something failed). */
+static void log_tail(const char *path, int lines)
+{
+	char buf[16384];
+	FILE *f = fopen(path, "re");
+	long size, from;
+	size_t n;
+	int seen = 0;
+
+	if (!f)
+		return;
+	fseek(f, 0, SEEK_END);
+	size = ftell(f);
+	from = size > (long)sizeof(buf) - 1 ? size - (long)sizeof(buf) + 1 : 0;
+	fseek(f, from, SEEK_SET);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	for (size_t i = n; i > 0; i--) {
+		if (buf[i - 1] == '\n' && i != n && ++seen == lines) {
+			memmove(buf, buf + i, n - i + 1);
+			break;
+		}
+	}
+	printf("  server log (%s), last lines:\n%s", path, buf);
+}
+
 /* Least-squares slope of RSS (MiB) over time (minutes) for samples with t in [from, to]. */
 static double rss_slope(double from, double to)
 {
@@ -1338,7 +1434,7 @@ static int report(void)
 {
 	double run_s = (double)(L.end_ns - L.start_ns) / 1e9;
 	double warm = opt.warmup > 0 ? opt.warmup : fmin(opt.interval, run_s / 2);
-	double p50, p90, p99, pmax, slope, cpu_pct = NAN, bench_cpu_pct;
+	double p50, p90, p99, pmax, slope, cpu_pct = NAN, bench_cpu_pct, build_p99;
 	double *sorted = NULL;
 	uint64_t http_errors = 0, other_errors = 0, rss_max = 0;
 	const struct sample *first = L.nsamples ? &L.samples[0] : NULL;
@@ -1347,6 +1443,11 @@ static int report(void)
 	struct rusage ru;
 	bool flat, failed = false;
 	char row[1024];
+	const char *header = "| agents | seconds | interval s | batch KiB (zstd) | batches/s | stored |"
+			     " duplicate | errors | p50 ms | p90 ms | p99 ms | max ms |"
+			     " RSS MiB start / warm / end / max | RSS slope MiB/min | server CPU % |"
+			     " DB growth MiB |";
+	const char *rule = "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|";
 	long hz = sysconf(_SC_CLK_TCK);
 
 	/* The last sample taken up to the end of the load (run_stop takes one at the end). */
@@ -1429,9 +1530,17 @@ static int report(void)
 		       (double)L.db_start / MIB, (double)last->db_bytes / MIB,
 		       ((double)last->db_bytes - (double)L.db_start) / MIB,
 		       ((double)last->db_bytes - (double)L.db_start) / MIB / (run_s / 60));
-	printf("  bench: %.0f%% CPU, %.1f ms per batch built (stamp + encode + zstd -%u)\n",
+	if (L.nbuild_wait)
+		qsort(L.build_wait_ms, L.nbuild_wait, sizeof(*L.build_wait_ms), bench_dbl_cmp);
+	build_p99 = L.nbuild_wait ? percentile(L.build_wait_ms, L.nbuild_wait, 0.99) : 0;
+	printf("  bench: %.0f%% CPU, %.1f ms per batch built (stamp + encode + zstd -%u, %.0f KiB"
+	       " sent on average), sealed -> built p99 %.0f ms%s\n",
 	       bench_cpu_pct, L.builds ? (double)L.build_ns_total / (double)L.builds / 1e6 : 0.0,
-	       opt.zstd_level);
+	       opt.zstd_level, L.requests ? (double)L.sent_bytes / (double)L.requests / 1024 : 0.0,
+	       build_p99,
+	       build_p99 > 1000 ? ": BENCH-LIMITED (its threads could not build batches as fast"
+				  " as the agents seal them; give it more cores or fewer agents)"
+				: "");
 	if (L.server_ours && L.server_exited)
 		printf("  server exit: %s %d\n",
 		       WIFEXITED(L.server_status) ? "status" : "signal",
@@ -1447,14 +1556,13 @@ static int report(void)
 		 warm_s ? (double)warm_s->rss / MIB : 0, last ? (double)last->rss / MIB : 0,
 		 (double)rss_max / MIB, slope, cpu_pct,
 		 last ? ((double)last->db_bytes - (double)L.db_start) / MIB : 0);
-	printf("\n| agents | seconds | interval s | batch KiB (zstd) | batches/s | stored | duplicate |"
-	       " errors | p50 ms | p90 ms | p99 ms | max ms | RSS MiB start / warm / end / max |"
-	       " RSS slope MiB/min | server CPU %% | DB growth MiB |\n");
-	printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n");
-	printf("%s\n", row);
+	printf("\n%s\n%s\n%s\n", header, rule, row);
 	if (opt.markdown) {
 		FILE *f = fopen(opt.markdown, "ae");
 		if (f) {
+			fseek(f, 0, SEEK_END);
+			if (ftell(f) == 0) /* a new file: the header first */
+				fprintf(f, "%s\n%s\n", header, rule);
 			fprintf(f, "%s\n", row);
 			fclose(f);
 		} else {
@@ -1469,10 +1577,8 @@ static int report(void)
 		failed = true;
 	if (L.stored == 0)
 		failed = true;
-	if (failed && L.server_log[0]) {
-		printf("  server log: %s\n", L.server_log);
-		opt.keep = true;
-	}
+	if (failed && L.server_log[0])
+		log_tail(L.server_log, 20);
 	fflush(stdout);
 	return opt.strict && failed ? 1 : 0;
 }
@@ -1513,6 +1619,7 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	signal(SIGPIPE, SIG_IGN);
 	L.rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)opt.seed << 1 | 1);
+	retry_clock_init(&L.retry_clock, NULL, NULL, NULL, NULL);
 	if (templates_load(opt.batches))
 		goto out;
 	/* Every agent's connection, the server's end of each, and room for files. */
@@ -1600,6 +1707,7 @@ out:
 	free(L.agents);
 	free(L.lat_ms);
 	free(L.lat_t);
+	free(L.build_wait_ms);
 	free(L.samples);
 	sysom_options_free(options, NOPTIONS);
 	return rc;
