@@ -1006,8 +1006,15 @@ static void server_check_exit(void)
 {
 	int status;
 
-	if (!L.server_ours || L.server_exited)
+	if (L.server_exited || !L.server_pid)
 		return;
+	if (!L.server_ours) { /* --server-pid: gone when the pid is */
+		if (kill(L.server_pid, 0) && errno == ESRCH) {
+			L.server_exited = true;
+			L.server_exit_t = since_start_s();
+		}
+		return;
+	}
 	if (waitpid(L.server_pid, &status, WNOHANG) == L.server_pid) {
 		L.server_exited = true;
 		L.server_status = status;
@@ -1158,8 +1165,9 @@ static void on_sampler(uv_timer_t *t)
 	(void)t;
 	sample_take();
 	if (L.server_exited) {
-		fprintf(stderr, "ingest_load: the server exited at t=%.1fs (status 0x%x)\n",
-			L.server_exit_t, L.server_status);
+		if (!L.stopping)
+			fprintf(stderr, "ingest_load: the server exited at t=%.1fs: stopping\n",
+				L.server_exit_t);
 		run_stop();
 		return;
 	}
@@ -1575,6 +1583,10 @@ static int report(void)
 	if (L.server_ours && L.server_exited &&
 	    (!WIFEXITED(L.server_status) || WEXITSTATUS(L.server_status) != 0))
 		failed = true;
+	if (!L.server_ours && L.server_exited) {
+		printf("  server (pid %d) gone at t=%.0f s\n", (int)L.server_pid, L.server_exit_t);
+		failed = true;
+	}
 	if (L.stored == 0)
 		failed = true;
 	if (failed && L.server_log[0])
