@@ -2,7 +2,7 @@
 // The server under a fleet: N simulated agents (default 5,000), each its own keep-alive TCP
 // connection from its own source address in 127.0.0.0/8, posting real agent batches at the
 // agent's cadence (every 30 s, jittered) for --seconds (default 600). Reports ingest latency
-// (request written -> response read), throughput, errors by status, and the server's memory
+// (request written -> 2xx response read), throughput, errors by status, and the server's memory
 // (RSS at start, after warm-up, at the end, max, and its slope over the second half), CPU and
 // database growth.
 //
