@@ -415,6 +415,14 @@ $(BUILD)/bench/analysis_bench: $(OBJ)/bench/analysis_bench.o $(SERVER_LIB) $(SYM
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(SERVER_LDLIBS)
 
+# The ingest load generator: batch templates (test support), spool files (agent), libuv and
+# http-parser for the simulated agents' connections.
+$(BUILD)/bench/ingest_load: $(OBJ)/bench/ingest_load.o $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(COMMON_LIB) $(LIB_UV) \
+	    $(LIB_HTTP) $(LIB_JSON) $(COMMON_LDLIBS)
+
 # Benchmark programs link every library (each uses what it needs).
 $(BUILD)/bench/%: $(OBJ)/bench/%.o $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)

@@ -27,3 +27,15 @@ SYSOM_BUILD="$build" "$build/bench/gputrace_bench" --rounds 7 --calls 200000 --s
 SYSOM_BUILD="$build" "$build/bench/nccl_profiler_bench" --rounds 31
 "$build/bench/ossignals_bench" --trips 200000 --rounds 7
 "$build/bench/analysis_bench" --rounds 5
+# The server under a fleet: real batches from the agent watching the simulated GPU job (30 s
+# windows), then BENCH_LOAD_AGENTS simulated agents posting them for BENCH_LOAD_SECONDS.
+# BENCH_LOAD_WORKLOAD=cpu captures a node without a training job instead.
+load_batches=$(mktemp -d /tmp/sysom-load-batches.XXXXXX)
+trap 'rm -rf "$load_batches"' EXIT
+"$here/capture_batches.sh" "$build" "$load_batches" 30 65 "${BENCH_LOAD_WORKLOAD:-gpu}"
+# Each agent holds a connection in the bench and one in the server; ingest_load raises its own
+# limit (and the server's, which it starts), this covers shells with a low hard limit.
+ulimit -n $((2 * ${BENCH_LOAD_AGENTS:-5000} + 1024)) 2>/dev/null || true
+"$build/bench/ingest_load" --batches "$load_batches" --agents "${BENCH_LOAD_AGENTS:-5000}" \
+	--seconds "${BENCH_LOAD_SECONDS:-600}" --markdown "$build/bench-ingest-load.md"
+echo "ingest load row appended to $build/bench-ingest-load.md"

@@ -87,18 +87,20 @@ int retry_cond_init(pthread_cond_t *cond)
 uint64_t retry_backoff_ns(struct retry_clock *c, uint64_t initial_ns, uint64_t max_ns,
 			  uint32_t failures, int64_t retry_after_s)
 {
-	uint64_t cap = initial_ns;
+	uint64_t cap = initial_ns, ra = 0, jitter, delay;
 
-	if (retry_after_s >= 0) {
-		uint64_t ra = (uint64_t)retry_after_s > UINT64_MAX / NS_PER_S
-				      ? UINT64_MAX
-				      : (uint64_t)retry_after_s * NS_PER_S;
-		return ra < max_ns ? ra : max_ns;
-	}
 	for (uint32_t i = 1; i < failures && cap < max_ns; i++)
 		cap = cap > UINT64_MAX / 2 ? UINT64_MAX : cap * 2;
 	if (cap > max_ns)
 		cap = max_ns;
 	/* Multiply-shift maps the 64-bit value onto [0, cap] without modulo bias. */
-	return (uint64_t)(((unsigned __int128)retry_clock_random(c) * ((unsigned __int128)cap + 1)) >> 64);
+	jitter = (uint64_t)(((unsigned __int128)retry_clock_random(c) * ((unsigned __int128)cap + 1)) >> 64);
+	if (retry_after_s >= 0)
+		ra = (uint64_t)retry_after_s > UINT64_MAX / NS_PER_S ? UINT64_MAX
+								   : (uint64_t)retry_after_s * NS_PER_S;
+	/* Retry-After is the least wait, not the wait: every agent the overloaded server answers
+	 * gets the same value, and without the jitter on top a whole fleet would come back in
+	 * the same second, again and again. */
+	delay = retry_sat_add(ra, jitter);
+	return delay < max_ns ? delay : max_ns;
 }

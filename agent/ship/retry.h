@@ -39,9 +39,10 @@ void retry_clock_wait_until(const struct retry_clock *c, pthread_mutex_t *lock,
 			    pthread_cond_t *cond, uint64_t until);
 
 /*
- * Delay before the next attempt after `failures` consecutive failures: the server's
- * Retry-After (seconds, >= 0) when it sent one, capped at `max_ns`; else full jitter, uniform
- * in [0, min(max_ns, initial_ns * 2^(failures - 1))].
+ * Delay before the next attempt after `failures` consecutive failures: full jitter, uniform in
+ * [0, min(max_ns, initial_ns * 2^(failures - 1))], added to the server's Retry-After (seconds,
+ * >= 0; -1 when it sent none), the sum capped at `max_ns`. Retry-After is a floor, so that a
+ * fleet told the same value spreads out instead of returning together.
  */
 uint64_t retry_backoff_ns(struct retry_clock *c, uint64_t initial_ns, uint64_t max_ns,
 			  uint32_t failures, int64_t retry_after_s);

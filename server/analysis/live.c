@@ -162,7 +162,9 @@ int live_batch_add(struct live *l, const struct sysom_batch *b,
 		   struct live_add_stats *st)
 {
 	const char *host = sysom_batch_string(b, b->node.hostname);
+	const char *window_job = NULL; /* the job `window` belongs to (a string of the batch) */
 	struct live_group *last = NULL;
+	uint32_t window = 0;
 	int rc;
 
 	for (uint32_t i = 0; i < b->nccl_call_count; i++) {
@@ -186,7 +188,12 @@ int live_batch_add(struct live *l, const struct sysom_batch *b,
 			continue;
 		if (!g || g->key != c->comm_key || g->op != c->op || strcmp(g->job, job))
 			g = group_find(l, job, c->comm_key, c->op);
-		uint32_t window = window_of(arg, job);
+		/* Asked once per job of the batch, not per call: the monitor's lookup walks every
+		 * job it tracks, and a node sends tens of thousands of calls per batch. */
+		if (job != window_job) {
+			window = window_of(arg, job);
+			window_job = job;
+		}
 		if (g && (g->nranks != m->nranks || g->requested != window)) {
 			/* The communicator's size or the job's window changed: start the job over. */
 			live_job_drop(l, job);

@@ -42,7 +42,8 @@ struct live_add_stats {
 
 /*
  * Folds the batch's collective calls into the groups of their jobs; `window_of(arg, job)`
- * gives a job's window W (a changed W rebuilds its groups). -ENOMEM leaves what was added.
+ * gives a job's window W (a changed W rebuilds its groups), asked once per job of the batch.
+ * -ENOMEM leaves what was added.
  */
 int live_batch_add(struct live *l, const struct sysom_batch *b,
 		   uint32_t (*window_of)(void *arg, const char *job), void *arg,

@@ -66,16 +66,54 @@ static void test_backoff_bounds(void **state)
 
 static void test_retry_after(void **state)
 {
-	struct fake f = { .next_random = UINT64_MAX };
+	struct fake f = { .next_random = 0 };
 	struct retry_clock c;
 
 	(void)state;
 	retry_clock_init(&c, fake_now, fake_sleep, fake_random, &f);
-	/* The server's Retry-After wins over jitter but never exceeds the maximum. */
+	/* The server's Retry-After is the least wait... */
 	assert_int_equal(retry_backoff_ns(&c, 1 * S, 60 * S, 9, 0), 0);
 	assert_int_equal(retry_backoff_ns(&c, 1 * S, 60 * S, 1, 7), 7 * S);
+	/* ... with the backoff's jitter on top ... */
+	f.next_random = UINT64_MAX;
+	assert_int_equal(retry_backoff_ns(&c, 1 * S, 60 * S, 1, 7), 8 * S);
+	assert_int_equal(retry_backoff_ns(&c, 1 * S, 60 * S, 4, 1), 9 * S);
+	f.next_random = UINT64_MAX / 2 + 1;
+	assert_int_equal(retry_backoff_ns(&c, 1 * S, 60 * S, 3, 1), 3 * S);
+	/* ... and never more than the maximum. */
+	f.next_random = 0;
 	assert_int_equal(retry_backoff_ns(&c, 1 * S, 60 * S, 1, 3600), 60 * S);
 	assert_int_equal(retry_backoff_ns(&c, 1 * S, 60 * S, 1, INT64_MAX), 60 * S);
+	f.next_random = UINT64_MAX;
+	assert_int_equal(retry_backoff_ns(&c, 1 * S, 60 * S, 30, 59), 60 * S);
+}
+
+/* The overload answer of the server's transport ("too many requests in progress",
+ * Retry-After: 1) to a fleet: 5,000 agents refused at the same moment come back spread over
+ * the seconds after it, fewer and fewer per second as their refusals repeat, where honouring
+ * Retry-After exactly sent all 5,000 again one second later, every second. */
+static void test_retry_after_spreads_a_fleet(void **state)
+{
+	struct retry_clock c;
+	uint32_t second[8] = { 0 }, late = 0;
+
+	(void)state;
+	retry_clock_init(&c, NULL, NULL, NULL, NULL);
+	for (int agent = 0; agent < 5000; agent++) {
+		uint64_t d = retry_backoff_ns(&c, 1 * S, 60 * S, 1, 1);
+		assert_true(d >= 1 * S && d <= 2 * S);
+		d = retry_backoff_ns(&c, 1 * S, 60 * S, 4, 1); /* the fourth refusal in a row */
+		assert_true(d >= 1 * S && d <= 9 * S);
+		if (d / S < 8)
+			second[d / S]++;
+		else
+			late++;
+	}
+	/* Uniform over [1 s, 9 s]: about 625 per second (binomial, 6 sigma), none before 1 s. */
+	assert_int_equal(second[0], 0);
+	for (int s = 1; s < 8; s++)
+		assert_in_range(second[s], 625 - 140, 625 + 140);
+	assert_in_range(late, 625 - 140, 625 + 140);
 }
 
 static void test_default_random_spreads(void **state)
@@ -191,6 +229,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_backoff_bounds),
 		cmocka_unit_test(test_retry_after),
+		cmocka_unit_test(test_retry_after_spreads_a_fleet),
 		cmocka_unit_test(test_default_random_spreads),
 		cmocka_unit_test(test_sat_add),
 		cmocka_unit_test(test_hooked_wait),

@@ -448,9 +448,11 @@ static void test_retry_after_honoured(void **state)
 	for (size_t i = 0; i < 5; i++)
 		expect_key(f, i, seq);
 	assert_int_equal(f->hooks.nsleeps, 4);
-	assert_int_equal(f->hooks.sleeps[0], 7 * NS);
+	/* Retry-After is the least wait, the (here maximal) jitter comes on top: 7 s + 1 s. */
+	assert_int_equal(f->hooks.sleeps[0], 8 * NS);
 	assert_int_equal(f->hooks.sleeps[1], 30 * NS);
-	assert_true(f->hooks.sleeps[2] >= 17 * NS && f->hooks.sleeps[2] <= 20 * NS);
+	/* About 20 s from the date, plus the third failure's jitter of 4 s. */
+	assert_true(f->hooks.sleeps[2] >= 21 * NS && f->hooks.sleeps[2] <= 24 * NS);
 	/* Fourth consecutive failure: cap 1 s * 2^3 = 8 s, maximal jitter. */
 	assert_int_equal(f->hooks.sleeps[3], 8 * NS);
 	assert_int_equal(find_event(&f->events, UPLOADER_EVENT_RETRY)->status, 429);

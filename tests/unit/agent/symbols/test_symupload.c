@@ -972,9 +972,9 @@ static void test_transient_errors_back_off(void **state)
 	symupload_stop(u);
 	expect_stored(f, &e.id, 0, e.bytes, e.len, "elf");
 	/* Full jitter at its cap: 1 s, 2 s for the query; the counter restarts after the good
-	 * answer: 1 s, 2 s, then the server's 7 s. */
+	 * answer: 1 s, 2 s, then the server's 7 s with the third failure's jitter (4 s) on top. */
 	assert_int_equal(f->hooks.nsleeps, 5);
-	const uint64_t want[] = { 1, 2, 1, 2, 7 };
+	const uint64_t want[] = { 1, 2, 1, 2, 11 };
 	for (size_t i = 0; i < 5; i++)
 		assert_int_equal(f->hooks.sleeps[i], want[i] * NS);
 	assert_int_equal(events_count(&f->events, SYMUPLOAD_EVENT_RETRY), 5);
