@@ -40,9 +40,9 @@ void ctl_usage(FILE *out)
 	      "  processes [--node N] [--pid P] [--comm C] [--from T] [--to T] [--limit N]\n"
 	      "            [--format table|json]\n"
 	      "      processes with their sample counts in the time range\n"
-	      "  flamegraph [--node N] [--pid P] [--comm C] [--from T] [--to T] [--kind K]\n"
-	      "             [--format top|folded|json|pprof|speedscope] [--limit N] [--top N]\n"
-	      "             [-o FILE]\n"
+	      "  flamegraph [--node N] [--pid P] [--comm C] [--job J] [--from T] [--to T]\n"
+	      "             [--kind K] [--format top|folded|json|pprof|speedscope] [--limit N]\n"
+	      "             [--top N] [-o FILE]\n"
 	      "      CPU stacks over the range (--kind cpu, the default), GPU kernel launches by\n"
 	      "      launching stack (--kind gpu-launch) or GPU kernel time by launching stack\n"
 	      "      (--kind gpu-time): a terminal summary (top, the default), folded stacks for\n"
@@ -202,7 +202,7 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 	const struct sysom_option processes[] = { OPT_FORMAT, OPT_HELP, OPT_FILTERS };
 	const struct sysom_option flamegraph[] = { OPT_FORMAT, OPT_HELP, OPT_FILTERS,
 						   { "top", SYSOM_OPT_UINT, &a->top, 1, 1000, "", true },
-						   OPT_STR("kind", kind) };
+						   OPT_STR("kind", kind), OPT_STR("job", job) };
 	const struct sysom_option collectives[] = {
 		OPT_FORMAT, OPT_HELP, OPT_STR("job", job), OPT_STR("comm", communicator),
 		OPT_STR("op", op), OPT_STR("from", from), OPT_STR("to", to),
@@ -507,6 +507,7 @@ int ctl_url_build(const struct ctl_args *a, struct byte_buf *url)
 		}
 	}
 	if (a->command == CTL_FLAMEGRAPH) {
+		query_add(url, &first, "job", a->job);
 		query_add(url, &first, "format",
 			  a->format == CTL_FORMAT_FOLDED	   ? "folded"
 			  : a->format == CTL_FORMAT_PPROF	   ? "pprof"

@@ -50,10 +50,11 @@ int query_speedscope_render(const struct query_profile *p, const struct query_ex
 
 /*
  * A Chrome trace event document of a job's NCCL calls, written as the calls arrive (in the
- * order of store_collectives_list): a process per (node, pid) named by its rank and host, a
- * thread per communicator, one complete ("X") event per call (name the op; args op, comm,
- * seq, instance "comm/op/seq", bytes, count, rank, nranks, peer, result, pid, tid,
- * entry_delay_ns). Times are µs since `origin_ns` (the range's start, in otherData).
+ * order of store_collectives_list): a process per (node, pid) named by its job rank and host,
+ * a thread per communicator (the same tid in every process), one complete ("X") event per
+ * call (name the op; args op, comm, seq, instance "comm/op/seq", bytes, count, result, pid,
+ * tid, entry_delay_ns, and rank, nranks, peer in the communicator, null when unknown). Times
+ * are µs since the range's start (time_origin_ns in otherData).
  */
 struct query_trace;
 
@@ -61,6 +62,11 @@ struct query_trace;
  * calls. *out: free with query_trace_free. 0 or -ENOMEM. */
 int query_trace_new(const char *job, int64_t from_ns, int64_t to_ns, uint32_t max_events,
 		    struct query_trace **out);
+
+/* Makes process (node_id, pid) known with its rank in the job (before its calls arrive):
+ * processes are numbered in the order they become known. 0 or -ENOMEM. */
+int query_trace_process_add(struct query_trace *t, const char *node_id, uint32_t pid,
+			    int32_t job_rank, const char *hostname);
 
 /* Adds a call. 0, -ENOMEM, or -ENOSPC when the document is full (it says it is truncated). */
 int query_trace_add(struct query_trace *t, const struct store_collective_call *c);

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/array.h"
@@ -195,7 +196,9 @@ cleanup:
 struct trace_process {
 	char node_id[2 * SYSOM_NODE_ID_SIZE + 1];
 	uint32_t pid;
-	int32_t rank;
+	int32_t job_rank; /* -1 unknown */
+	char *hostname;
+	bool named;       /* its metadata events are written */
 };
 
 struct query_trace {
@@ -242,6 +245,8 @@ void query_trace_free(struct query_trace *t)
 		return;
 	byte_buf_free(&t->body);
 	free(t->job);
+	for (size_t i = 0; i < t->nprocs; i++)
+		free(t->procs[i].hostname);
 	free(t->procs);
 	free(t->comms);
 	free(t->threads);
@@ -253,7 +258,8 @@ void query_trace_free(struct query_trace *t)
 
 struct proc_match {
 	const struct query_trace *t;
-	const struct store_collective_call *c;
+	const char *node_id;
+	uint32_t pid;
 };
 
 static bool proc_eq(const void *ctx, uint32_t idx)
@@ -261,7 +267,12 @@ static bool proc_eq(const void *ctx, uint32_t idx)
 	const struct proc_match *m = ctx;
 	const struct trace_process *p = &m->t->procs[idx];
 
-	return p->pid == m->c->pid && strcmp(p->node_id, m->c->node_id) == 0;
+	return p->pid == m->pid && strcmp(p->node_id, m->node_id) == 0;
+}
+
+static uint64_t proc_hash(const char *node_id, uint32_t pid)
+{
+	return sysom_hash_mix(sysom_hash64(node_id, strlen(node_id), 0), pid);
 }
 
 /* Writes a comma before every event but the first. */
@@ -271,42 +282,78 @@ static void event_start(struct query_trace *t)
 		byte_buf_append(&t->body, ",", 1);
 }
 
-/* The Chrome pid (index + 1) of the call's process; names it on first sight. -ENOMEM. */
-static int64_t trace_process(struct query_trace *t, const struct store_collective_call *c)
+/* The index of process (node, pid), added (not yet named) when new; -ENOMEM. */
+static int64_t process_index(struct query_trace *t, const char *node_id, uint32_t pid,
+			     int32_t job_rank, const char *hostname)
 {
-	struct proc_match m = { t, c };
-	uint64_t h = sysom_hash_mix(sysom_hash64(c->node_id, strlen(c->node_id), 0), c->pid);
+	struct proc_match m = { t, node_id, pid };
+	uint64_t h = proc_hash(node_id, pid);
 	uint32_t idx = hash_index_find(&t->proc_index, h, proc_eq, &m);
 	struct trace_process *p;
-	struct byte_buf name = { 0 };
 
 	if (idx != HASH_INDEX_NONE)
-		return idx + 1;
+		return idx;
 	if (SYSOM_ARRAY_RESERVE(t->procs, t->procs_cap, t->nprocs, 64))
 		return -ENOMEM;
 	p = &t->procs[t->nprocs];
-	memcpy(p->node_id, c->node_id, sizeof(p->node_id));
-	p->pid = c->pid;
-	p->rank = c->rank;
-	if (hash_index_insert(&t->proc_index, h, (uint32_t)t->nprocs))
+	memset(p, 0, sizeof(*p));
+	snprintf(p->node_id, sizeof(p->node_id), "%s", node_id);
+	p->pid = pid;
+	p->job_rank = job_rank;
+	if (!(p->hostname = strdup(hostname ? hostname : "")) ||
+	    hash_index_insert(&t->proc_index, h, (uint32_t)t->nprocs)) {
+		free(p->hostname);
 		return -ENOMEM;
-	idx = (uint32_t)t->nprocs++;
-	if (c->rank >= 0)
-		byte_buf_printf(&name, "rank %d (%s pid %u)", c->rank, c->hostname ? c->hostname : "",
-				c->pid);
+	}
+	return (int64_t)t->nprocs++;
+}
+
+int query_trace_process_add(struct query_trace *t, const char *node_id, uint32_t pid,
+			    int32_t job_rank, const char *hostname)
+{
+	int64_t idx = process_index(t, node_id, pid, job_rank, hostname);
+
+	return idx < 0 ? (int)idx : 0;
+}
+
+/* The Chrome pid (index + 1) of the call's process; names it on first use. -ENOMEM. */
+static int64_t trace_process(struct query_trace *t, const struct store_collective_call *c)
+{
+	int64_t idx = process_index(t, c->node_id, c->pid, -1, c->hostname);
+	struct trace_process *p;
+	struct byte_buf name = { 0 };
+	int rc;
+
+	if (idx < 0)
+		return idx;
+	p = &t->procs[idx];
+	if (p->named)
+		return idx + 1;
+	if (p->job_rank >= 0)
+		byte_buf_printf(&name, "rank %d (%s pid %u)", p->job_rank, p->hostname, p->pid);
 	else
-		byte_buf_printf(&name, "rank ? (%s pid %u)", c->hostname ? c->hostname : "", c->pid);
+		byte_buf_printf(&name, "rank ? (%s pid %u)", p->hostname, p->pid);
 	byte_buf_append(&name, "", 1);
 	event_start(t);
-	byte_buf_printf(&t->body, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%u,\"tid\":0,"
-				  "\"args\":{\"name\":", idx + 1);
+	byte_buf_printf(&t->body, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%" PRId64
+				  ",\"tid\":0,\"args\":{\"name\":", idx + 1);
 	query_json_string_append(&t->body, name.data ? (const char *)name.data : "");
-	byte_buf_printf(&t->body, "}},{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%u,"
-				  "\"tid\":0,\"args\":{\"sort_index\":%d}}",
-			idx + 1, c->rank >= 0 ? c->rank : INT32_MAX);
-	int rc = byte_buf_error(&name);
+	byte_buf_printf(&t->body, "}},{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%" PRId64
+				  ",\"tid\":0,\"args\":{\"sort_index\":%d}}",
+			idx + 1, p->job_rank >= 0 ? p->job_rank : INT32_MAX);
+	rc = byte_buf_error(&name);
 	byte_buf_free(&name);
-	return rc ? rc : (int64_t)idx + 1;
+	p->named = true;
+	return rc ? rc : idx + 1;
+}
+
+/* Appends ",\"name\":v" with v null when negative (unknown). */
+static void int_or_null(struct byte_buf *out, const char *name, int64_t v)
+{
+	if (v < 0)
+		byte_buf_printf(out, ",\"%s\":null", name);
+	else
+		byte_buf_printf(out, ",\"%s\":%" PRId64, name, v);
 }
 
 struct key_match {
@@ -374,11 +421,14 @@ int query_trace_add(struct query_trace *t, const struct store_collective_call *c
 	byte_buf_printf(&t->body, ",\"pid\":%" PRId64 ",\"tid\":%" PRId64 ",\"args\":{\"op\":\"%s\","
 				  "\"comm\":\"%016" PRIx64 "\",\"seq\":%" PRIu64 ",\"instance\":\"%016"
 				  PRIx64 "/%s/%" PRIu64 "\",\"bytes\":%" PRIu64 ",\"count\":%" PRIu64
-				  ",\"rank\":%d,\"nranks\":%d,\"peer\":%d,\"result\":%d,"
-				  "\"pid\":%u,\"tid\":%u,\"entry_delay_ns\":%" PRId64 "}}",
+				  ",\"result\":%d,\"pid\":%u,\"tid\":%u,\"entry_delay_ns\":%" PRId64,
 			pid, comm + 1, op ? op : "unknown", c->comm_key, c->seq, c->comm_key,
-			op ? op : "unknown", c->seq, c->bytes, c->count, c->rank, c->nranks, c->peer,
-			c->result, c->pid, c->tid, c->entry_ns - c->first_entry_ns);
+			op ? op : "unknown", c->seq, c->bytes, c->count, c->result, c->pid, c->tid,
+			c->entry_ns - c->first_entry_ns);
+	int_or_null(&t->body, "rank", c->rank);
+	int_or_null(&t->body, "nranks", c->nranks);
+	int_or_null(&t->body, "peer", c->peer);
+	byte_buf_append(&t->body, "}}", 2);
 	t->events++;
 	return byte_buf_error(&t->body);
 }

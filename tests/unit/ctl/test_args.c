@@ -97,8 +97,8 @@ static void test_urls(void **state)
 	expect_url("flamegraph --kind gpu-time --format folded", NULL,
 		   "http://127.0.0.1:8080/api/v1/flamegraph?format=folded&kind=gpu-time");
 	/* Exports: the format travels as is; -o is the client's business. */
-	expect_url("flamegraph --format pprof -o /tmp/p.pb.gz --pid 7", NULL,
-		   "http://127.0.0.1:8080/api/v1/flamegraph?format=pprof&pid=7");
+	expect_url("flamegraph --format pprof -o /tmp/p.pb.gz --pid 7 --job j", NULL,
+		   "http://127.0.0.1:8080/api/v1/flamegraph?job=j&format=pprof&pid=7");
 	expect_url("flamegraph --kind gpu-launch --format speedscope --output x.json", NULL,
 		   "http://127.0.0.1:8080/api/v1/flamegraph?format=speedscope&kind=gpu-launch");
 	/* The trace's job: an argument (before or after flags) or --job. */

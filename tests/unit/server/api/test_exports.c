@@ -495,6 +495,8 @@ static void test_trace_writer(void **state)
 
 	(void)state;
 	assert_int_equal(query_trace_new("j\"1", 1000000, 2000000, 2, &t), 0);
+	/* pid 10 is rank 3 of the job (rank 1 in this communicator); pid 12 is unknown. */
+	assert_int_equal(query_trace_process_add(t, "0101", 10, 3, "a\"b\\\n"), 0);
 	assert_int_equal(query_trace_add(t, &c), 0);
 	c.rank = 0;
 	c.pid = 12;
@@ -528,7 +530,23 @@ static void test_trace_writer(void **state)
 	}
 	assert_int_equal(n, 2);
 	json_t *pname = json_object_get(json_object_get(json_array_get(events, 0), "args"), "name");
-	assert_string_equal(json_string_value(pname), "rank 1 (a\"b\\\n pid 10)");
+	assert_string_equal(json_string_value(pname), "rank 3 (a\"b\\\n pid 10)");
+	size_t unknown = 0;
+	json_array_foreach(events, i, e) {
+		json_t *args = json_object_get(e, "args");
+		if (strcmp(json_string_value(json_object_get(e, "name")), "process_name") == 0 &&
+		    json_integer_value(json_object_get(e, "pid")) == 2) {
+			assert_string_equal(json_string_value(json_object_get(args, "name")),
+					    "rank ? (a\"b\\\n pid 12)");
+			unknown++;
+		}
+		if (json_integer_value(json_object_get(e, "pid")) == 1 &&
+		    json_object_get(args, "peer")) {
+			assert_int_equal(json_integer_value(json_object_get(args, "rank")), 1);
+			assert_true(json_is_null(json_object_get(args, "peer")));
+		}
+	}
+	assert_int_equal(unknown, 1);
 	json_t *other = json_object_get(doc, "otherData");
 	assert_string_equal(json_string_value(json_object_get(other, "job")), "j\"1");
 	assert_true(json_is_true(json_object_get(other, "truncated")));
