@@ -222,7 +222,8 @@ $(OBJ)/proto/%.o: $(PROTO_GEN)/%.c $(PROTO_H)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
-$(call obj_of,$(SERVER_SRCS) server/main.c $(filter tests/unit/server/%,$(UNIT_TEST_SRCS))): | $(PROTO_H)
+$(call obj_of,$(SERVER_SRCS) server/main.c bench/export_bench.c \
+  $(filter tests/unit/server/%,$(UNIT_TEST_SRCS))): | $(PROTO_H)
 
 # ---------------------------------------------------------------------------------------------
 # C objects and libraries
@@ -443,6 +444,12 @@ $(BUILD)/bench/analysis_bench: $(OBJ)/bench/analysis_bench.o $(SERVER_LIB) $(SYM
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(SERVER_LDLIBS)
+
+# The export benchmark drives the server's flame graph handler through the unit-test harness.
+$(BUILD)/bench/export_bench: $(OBJ)/bench/export_bench.o $(TEST_SUPPORT_LIB) $(SERVER_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_LIB) $(SERVER_LDLIBS)
 
 # The ingest load generator: batch templates (test support), spool files (agent), libuv and
 # http-parser for the simulated agents' connections.

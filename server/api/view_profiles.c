@@ -121,9 +121,11 @@ static int export_render(struct api *api, const struct query_profile *fl, const 
 	resp->status = 200;
 	resp->body.len = 0;
 	if (pprof) {
+		if ((rc = query_pprof_encode(fl, &info, &resp->body)))
+			return rc;
 		snprintf(resp->content_type, sizeof(resp->content_type), "application/octet-stream");
 		http_response_header(resp, "Content-Disposition", "attachment; filename=\"profile.pb.gz\"");
-		return query_pprof_encode(fl, &info, &resp->body);
+		return 0;
 	}
 	snprintf(resp->content_type, sizeof(resp->content_type), "application/json");
 	return query_speedscope_render(fl, &info, &resp->body);

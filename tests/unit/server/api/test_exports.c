@@ -96,6 +96,8 @@ static Perftools__Profiles__Profile *pprof_get(struct harness *h, const char *qu
 	if (get_bytes(h, api_flamegraph_get, "/api/v1/flamegraph", query, &resp, &body, &len) != 200)
 		fail_msg("%s: status %d", query, resp.status);
 	assert_string_equal(resp.content_type, "application/octet-stream");
+	assert_non_null(response_header(&resp, "Content-Disposition"));
+	assert_non_null(strstr(response_header(&resp, "Content-Disposition"), "profile.pb.gz"));
 	assert_true(len > 18 && body[0] == 0x1f && body[1] == 0x8b); /* gzip magic */
 	if (compressed)
 		*compressed = len;
