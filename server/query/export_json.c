@@ -56,7 +56,26 @@ struct speedscope {
 	size_t nframes, cap;
 	struct hash_index index;
 	struct byte_buf *samples; /* "[i,j,k]" of the stack being walked (into the samples list) */
+	/* Per resolved location (query_location id): where its frames' indexes start in pool,
+	 * -1 until first seen; a location's frames are looked up by name once. */
+	int64_t *location_start;
+	uint32_t *pool;
+	size_t npool, pool_cap;
 };
+
+/* Appends ",N" (faster than printf: a profile has millions of these). */
+static void index_append(struct byte_buf *out, uint64_t v)
+{
+	char text[24];
+	size_t at = sizeof(text);
+
+	do {
+		text[--at] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	text[--at] = ',';
+	byte_buf_append(out, text + at, sizeof(text) - at);
+}
 
 struct ss_match {
 	const struct speedscope *ss;
@@ -97,17 +116,32 @@ static int64_t ss_frame(struct speedscope *ss, const char *name, const char *fil
 	return (int64_t)ss->nframes++;
 }
 
-static int ss_emit(void *arg, const struct symbolized_frame *f, bool kernel_part)
+static int ss_location(void *arg, const struct query_location *loc)
 {
 	struct speedscope *ss = arg;
-	/* The source file when known, else the object the frame is in. */
-	const char *file = f->file ? f->file : f->object;
-	int64_t idx;
+	bool cached = loc->id && ss->location_start[loc->id] >= 0;
+	size_t start = cached ? (size_t)ss->location_start[loc->id] : ss->npool;
 
-	(void)kernel_part;
-	if ((idx = ss_frame(ss, f->name, file, f->file ? f->line : 0)) < 0)
-		return (int)idx;
-	byte_buf_printf(ss->samples, ",%" PRId64, idx);
+	if (!cached) {
+		if (SYSOM_ARRAY_RESERVE(ss->pool, ss->pool_cap, ss->npool + loc->count, 4096))
+			return -ENOMEM;
+		for (uint32_t k = 0; k < loc->count; k++) {
+			const struct symbolized_frame *f = &loc->frames[k];
+			/* The source file when known, else the object the frame is in. */
+			int64_t idx = ss_frame(ss, f->name, f->file ? f->file : f->object,
+					       f->file ? f->line : 0);
+			if (idx < 0)
+				return (int)idx;
+			ss->pool[start + k] = (uint32_t)idx;
+		}
+		/* Synthetic frames (id 0) differ per stack: their slots are reused. */
+		if (loc->id) {
+			ss->location_start[loc->id] = (int64_t)start;
+			ss->npool += loc->count;
+		}
+	}
+	for (uint32_t k = 0; k < loc->count; k++)
+		index_append(ss->samples, ss->pool[start + k]);
 	return byte_buf_error(ss->samples);
 }
 
@@ -126,6 +160,12 @@ int query_speedscope_render(const struct query_profile *p, const struct query_ex
 	ss.samples = &samples;
 	if ((rc = hash_index_init(&ss.index, 1024)))
 		goto cleanup;
+	size_t nloc = query_profile_location_count(p) + 1;
+	if (!(ss.location_start = malloc(nloc * sizeof(*ss.location_start)))) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	memset(ss.location_start, 0xff, nloc * sizeof(*ss.location_start)); /* -1 */
 	for (size_t i = 0; i < query_profile_stack_count(p); i++) {
 		struct query_profile_stack g;
 		int64_t root;
@@ -138,7 +178,7 @@ int query_speedscope_render(const struct query_profile *p, const struct query_ex
 		}
 		byte_buf_printf(&samples, "%s", i ? "," : "");
 		byte_buf_printf(&samples, "[%" PRId64, root);
-		if ((rc = query_profile_frames(p, i, ss_emit, &ss)))
+		if ((rc = query_profile_locations(p, i, ss_location, &ss)))
 			goto cleanup;
 		byte_buf_append(&samples, "]", 1);
 		byte_buf_printf(&weights, "%s%" PRIu64, i ? "," : "", g.count);
@@ -183,6 +223,8 @@ cleanup:
 		free(ss.frames[i].file);
 	}
 	free(ss.frames);
+	free(ss.location_start);
+	free(ss.pool);
 	hash_index_free(&ss.index);
 	byte_buf_free(&samples);
 	byte_buf_free(&weights);
