@@ -10,6 +10,7 @@
 
 #include "common/array.h"
 #include "common/hash.h"
+#include "server/http/render.h"
 #include "server/query/profile.pb-c.h"
 
 typedef Perftools__Profiles__Profile pb_profile;
@@ -60,25 +61,35 @@ static bool string_eq(const void *ctx, uint32_t idx)
 	return strcmp(m->pp->strings[idx], m->s) == 0;
 }
 
-/* The string table index of `s` (added once). -ENOMEM when out of memory. */
+/* The string table index of `s` (added once), as valid UTF-8 (proto3 strings must be: strict
+ * decoders reject the message otherwise). -ENOMEM when out of memory. */
 static int64_t intern(struct pprof *pp, const char *s)
 {
-	struct { const struct pprof *pp; const char *s; } m = { pp, s ? s : "" };
-	uint64_t h = sysom_hash64(m.s, strlen(m.s), 0);
-	uint32_t idx = hash_index_find(&pp->string_index, h, string_eq, &m);
-	char *copy;
+	struct byte_buf clean = { 0 };
+	struct { const struct pprof *pp; const char *s; } m = { pp, "" };
+	uint64_t h;
+	uint32_t idx;
+	int64_t rc = -ENOMEM;
 
-	if (idx != HASH_INDEX_NONE)
-		return idx;
-	if (SYSOM_ARRAY_RESERVE(pp->strings, pp->strings_cap, pp->nstrings, 1024) ||
-	    !(copy = strdup(m.s)))
-		return -ENOMEM;
-	pp->strings[pp->nstrings] = copy;
-	if (hash_index_insert(&pp->string_index, h, (uint32_t)pp->nstrings)) {
-		free(copy);
-		return -ENOMEM;
+	render_utf8_append(&clean, s ? s : "", s ? strlen(s) : 0);
+	byte_buf_append(&clean, "", 1);
+	if (byte_buf_error(&clean))
+		goto cleanup;
+	m.s = (const char *)clean.data;
+	h = sysom_hash64(m.s, clean.len - 1, 0);
+	if ((idx = hash_index_find(&pp->string_index, h, string_eq, &m)) != HASH_INDEX_NONE) {
+		rc = idx;
+		goto cleanup;
 	}
-	return (int64_t)pp->nstrings++;
+	if (SYSOM_ARRAY_RESERVE(pp->strings, pp->strings_cap, pp->nstrings, 1024))
+		goto cleanup;
+	if (hash_index_insert(&pp->string_index, h, (uint32_t)pp->nstrings))
+		goto cleanup;
+	pp->strings[pp->nstrings] = (char *)byte_buf_steal(&clean, NULL);
+	rc = (int64_t)pp->nstrings++;
+cleanup:
+	byte_buf_free(&clean);
+	return rc;
 }
 
 struct function_match {

@@ -83,6 +83,19 @@ static char *get_text(struct harness *h, http_handler_fn fn, const char *path, c
 	return text;
 }
 
+/* A flame graph answer that must be valid JSON. */
+static json_t *get_json_doc(struct harness *h, const char *query)
+{
+	char *text = get_text(h, api_flamegraph_get, "/api/v1/flamegraph", query, 200);
+	json_error_t jerr;
+	json_t *doc = json_loads(text, 0, &jerr);
+
+	if (!doc)
+		fail_msg("%s: invalid JSON (%s): %s", query, jerr.text, text);
+	free(text);
+	return doc;
+}
+
 /* gunzip + protobuf-c unpack of a pprof answer. */
 static Perftools__Profiles__Profile *pprof_get(struct harness *h, const char *query,
 					       size_t *compressed)
@@ -283,6 +296,28 @@ static void test_pprof_cpu(void **state)
 	assert_int_equal(p->n_sample, 0);
 	assert_int_equal(p->n_sample_type, 2);
 	perftools__profiles__profile__free_unpacked(p, NULL);
+}
+
+/* A thread name that is not UTF-8 becomes valid UTF-8 in every export (proto3 strings must be). */
+static void test_pprof_utf8(void **state)
+{
+	struct harness *h = *state;
+	Perftools__Profiles__Profile *p;
+	bool seen = false;
+
+	assert_int_equal(harness_post_fixture(h, &(struct fixture_spec){ .node = 3, .epoch = 1,
+									  .sequence = 1, .python_comm = "py\xff\xfe",
+									  .window_start_ns = HARNESS_T0 }),
+			 200);
+	p = expect_pprof_matches_folded(h, "node=node-3");
+	for (size_t i = 0; i < p->n_string_table; i++) {
+		seen |= strcmp(p->string_table[i], "py\xef\xbf\xbd\xef\xbf\xbd") == 0;
+		assert_false(strchr(p->string_table[i], '\xff'));
+	}
+	assert_true(seen);
+	perftools__profiles__profile__free_unpacked(p, NULL);
+	json_t *doc = get_json_doc(h, "format=speedscope&node=node-3");
+	json_decref(doc);
 }
 
 static void post_job(struct harness *h, uint8_t node, bool gpu_timing)
@@ -561,6 +596,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_pprof_cpu, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pprof_gpu, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pprof_utf8, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_speedscope, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_trace, setup, teardown),
 		cmocka_unit_test(test_trace_writer),
