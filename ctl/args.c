@@ -226,7 +226,7 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 	};
 	const struct sysom_option trace[] = {
 		OPT_HELP, OPT_STR("job", job), OPT_STR("comm", communicator), OPT_STR("from", from),
-		OPT_STR("to", to), { "limit", SYSOM_OPT_UINT, &a->limit, 1, 500000, "", true }
+		OPT_STR("to", to), { "limit", SYSOM_OPT_UINT, &a->limit, 1, 200000, "", true }
 	};
 	const struct sysom_option gpu[] = {
 		OPT_FORMAT, OPT_HELP, OPT_STR("job", job), OPT_STR("rank", rank), OPT_STR("from", from),

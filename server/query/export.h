@@ -46,7 +46,7 @@ int query_speedscope_render(const struct query_profile *p, const struct query_ex
 			    struct byte_buf *out);
 
 #define QUERY_TRACE_DEFAULT_EVENTS 50000
-#define QUERY_TRACE_MAX_EVENTS 500000
+#define QUERY_TRACE_MAX_EVENTS 200000 /* about 60 MiB of JSON */
 
 /*
  * A Chrome trace event document of a job's NCCL calls, written as the calls arrive (in the
@@ -74,7 +74,8 @@ int query_trace_add(struct query_trace *t, const struct store_collective_call *c
 /* Marks the document truncated (the source had more than it could hold). */
 void query_trace_truncated_set(struct query_trace *t);
 
-/* Closes the document and appends it to `out`. 0 or -ENOMEM. */
+/* Closes the document and appends it to `out` (moved there without a copy when `out` is
+ * empty); call once. 0 or -ENOMEM. */
 int query_trace_finish(struct query_trace *t, struct byte_buf *out);
 
 /* Calls written so far. */

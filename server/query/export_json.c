@@ -244,7 +244,8 @@ struct trace_process {
 };
 
 struct query_trace {
-	struct byte_buf body; /* the events written so far */
+	struct byte_buf body; /* the document so far: its head, then the events */
+	bool has_events;      /* an event (or metadata event) is written: the next takes a comma */
 	char *job;
 	int64_t from_ns, to_ns;
 	uint32_t max_events, events;
@@ -271,6 +272,9 @@ int query_trace_new(const char *job, int64_t from_ns, int64_t to_ns, uint32_t ma
 	t->from_ns = from_ns;
 	t->to_ns = to_ns;
 	t->max_events = max_events;
+	byte_buf_printf(&t->body, "{\"traceEvents\":[");
+	if ((rc = byte_buf_error(&t->body)))
+		goto cleanup;
 	if ((rc = hash_index_init(&t->proc_index, 64)) || (rc = hash_index_init(&t->comm_index, 16)) ||
 	    (rc = hash_index_init(&t->thread_index, 64)))
 		goto cleanup;
@@ -320,8 +324,9 @@ static uint64_t proc_hash(const char *node_id, uint32_t pid)
 /* Writes a comma before every event but the first. */
 static void event_start(struct query_trace *t)
 {
-	if (t->body.len)
+	if (t->has_events)
 		byte_buf_append(&t->body, ",", 1);
+	t->has_events = true;
 }
 
 /* The index of process (node, pid), added (not yet named) when new; -ENOMEM. */
@@ -488,19 +493,29 @@ uint32_t query_trace_events(const struct query_trace *t)
 int query_trace_finish(struct query_trace *t, struct byte_buf *out)
 {
 	char from[40], to[40];
+	struct byte_buf *doc = &t->body;
+	int rc;
 
-	if (byte_buf_error(&t->body))
-		return byte_buf_error(&t->body);
 	render_time_rfc3339(t->from_ns, from, sizeof(from));
 	render_time_rfc3339(t->to_ns, to, sizeof(to));
-	byte_buf_printf(out, "{\"traceEvents\":[");
-	byte_buf_append(out, t->body.data, t->body.len);
-	byte_buf_printf(out, "],\"displayTimeUnit\":\"ns\",\"otherData\":{\"job\":");
-	query_json_string_append(out, t->job);
-	byte_buf_printf(out, ",\"from\":\"%s\",\"to\":\"%s\",\"time_origin_ns\":%" PRId64
+	byte_buf_printf(doc, "],\"displayTimeUnit\":\"ns\",\"otherData\":{\"job\":");
+	query_json_string_append(doc, t->job);
+	byte_buf_printf(doc, ",\"from\":\"%s\",\"to\":\"%s\",\"time_origin_ns\":%" PRId64
 			     ",\"events\":%u,\"max_events\":%u,\"truncated\":%s,"
 			     "\"exporter\":\"sysom-server %s\"}}\n",
 			from, to, t->from_ns, t->events, t->max_events,
 			t->truncated ? "true" : "false", SYSOM_VERSION);
+	if ((rc = byte_buf_error(doc)))
+		return rc;
+	if (out->len == 0 && !out->error) {
+		/* Hand the document over rather than copy it (it can be tens of MiB). */
+		size_t limit = out->limit;
+		byte_buf_free(out);
+		*out = *doc;
+		out->limit = limit;
+		memset(doc, 0, sizeof(*doc));
+		return 0;
+	}
+	byte_buf_append(out, doc->data, doc->len);
 	return byte_buf_error(out);
 }

@@ -183,7 +183,7 @@ static void test_errors(void **state)
 	expect_error("trace a b", "unexpected argument 'b'");
 	expect_error("trace --job a b", "unexpected argument 'b'");
 	expect_error("trace a --format pprof", "unknown flag '--format'");
-	expect_error("trace a --limit 500001", "limit");
+	expect_error("trace a --limit 200001", "limit");
 	expect_error("diff --job j --a 0 --b 1 --format pprof", "not one of top, folded, json");
 	expect_error("collectives --job j --format speedscope", "not one of table, json");
 	expect_error("flamegraph --format svg", "top, folded, json, pprof, speedscope");

@@ -511,7 +511,7 @@ static void test_trace(void **state)
 
 	err = get_text(h, api_job_get, "/api/v1/jobs/job-42/trace", "limit=0", 400);
 	free(err);
-	err = get_text(h, api_job_get, "/api/v1/jobs/job-42/trace", "limit=500001", 400);
+	err = get_text(h, api_job_get, "/api/v1/jobs/job-42/trace", "limit=200001", 400);
 	free(err);
 	err = get_text(h, api_job_get, "/api/v1/jobs/job-42/trace", "node=node-1", 400);
 	free(err);
