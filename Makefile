@@ -57,13 +57,15 @@ LIB_CMOCKA := -lcmocka
 LIB_CXXABI := -lstdc++ # __cxa_demangle for C++ symbol names
 LIB_DEBUGINFOD := -ldebuginfod
 LIB_CRYPTO := -lcrypto # SHA-256 of bearer tokens (credentials files hold hashes)
+LIB_PROTOBUF := -lprotobuf-c -lz # pprof exports: profile.proto encoding, gzip
 
 # Debian packages needed to build, test and demo (installed by `make deps`).
 DEB_PACKAGES := make gcc clang llvm bpftool libbpf-dev libelf-dev libdw-dev zlib1g-dev \
   libcurl4-openssl-dev libjansson-dev libuv1-dev libzstd-dev libsqlite3-dev \
   libhttp-parser-dev libcmocka-dev libxxhash-dev libsystemd-dev pkg-config \
   libclang-rt-14-dev curl binutils procps util-linux zstd python3 elfutils linux-perf \
-  libstdc++-12-dev libdebuginfod-dev debuginfod libc6-dbg gcc prometheus-alertmanager libssl-dev
+  libstdc++-12-dev libdebuginfod-dev debuginfod libc6-dbg gcc prometheus-alertmanager libssl-dev \
+  protobuf-c-compiler libprotobuf-c-dev protobuf-compiler
 
 # ---------------------------------------------------------------------------------------------
 # Sources, discovered per directory tree: a program is a top-level directory whose
@@ -102,7 +104,8 @@ COMMON_LDLIBS := $(LIB_XXHASH) $(LIB_ZSTD) $(LIB_ELF) -lm
 AGENT_LDLIBS := $(AGENT_LIB) $(COMMON_LIB) $(LIB_BPF) $(LIB_CURL) $(LIB_UV) $(LIB_SYSTEMD) $(LIB_JSON) $(COMMON_LDLIBS)
 SYMREPO_LDLIBS := $(SYMREPO_LIB) $(COMMON_LIB) $(LIB_CXXABI) $(COMMON_LDLIBS)
 SERVER_LDLIBS := $(SERVER_LIB) $(SYMREPO_LIB) $(COMMON_LIB) $(LIB_UV) $(LIB_HTTP) $(LIB_SQLITE) \
-  $(LIB_JSON) $(LIB_SYSTEMD) $(LIB_CURL) $(LIB_DEBUGINFOD) $(LIB_CRYPTO) $(LIB_CXXABI) $(COMMON_LDLIBS)
+  $(LIB_JSON) $(LIB_SYSTEMD) $(LIB_CURL) $(LIB_DEBUGINFOD) $(LIB_CRYPTO) $(LIB_CXXABI) $(COMMON_LDLIBS) \
+  $(LIB_PROTOBUF)
 CTL_LDLIBS := $(CTL_LIB) $(COMMON_LIB) $(LIB_CURL) $(LIB_JSON) $(COMMON_LDLIBS)
 
 # Unit tests: tests/unit/<program>/<component>/test_<name>.c, mirroring the source tree, linked
@@ -197,6 +200,32 @@ $(BUILD)/bpf/%.skel.h: $(BUILD)/bpf/%.bpf.o
 	$(Q)$(BPFTOOL) gen skeleton $< name $(subst -,_,$*)_bpf > $@
 
 # ---------------------------------------------------------------------------------------------
+# Protocol buffers: server/**/*.proto → $(BUILD)/proto/**/*.pb-c.{c,h} (protoc-c, Debian's
+# protobuf-c-compiler), compiled into the server library; sources include them as
+# "server/query/profile.pb-c.h". The server's objects and tests wait for the headers.
+
+PROTO_SRCS := $(sort $(shell find server -name '*.proto'))
+PROTO_GEN := $(BUILD)/proto
+PROTO_C := $(patsubst %.proto,$(PROTO_GEN)/%.pb-c.c,$(PROTO_SRCS))
+PROTO_H := $(PROTO_C:.c=.h)
+PROTO_OBJS := $(patsubst $(PROTO_GEN)/%.c,$(OBJ)/proto/%.o,$(PROTO_C))
+CPPFLAGS += -I$(PROTO_GEN)
+.SECONDARY: $(PROTO_C) $(PROTO_H)
+
+$(PROTO_GEN)/%.pb-c.c $(PROTO_GEN)/%.pb-c.h: %.proto
+	$(call msg,PROTOC,$@)
+	$(Q)mkdir -p $(PROTO_GEN)
+	$(Q)protoc-c --proto_path=. --c_out=$(PROTO_GEN) $<
+
+$(OBJ)/proto/%.o: $(PROTO_GEN)/%.c $(PROTO_H)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(call obj_of,$(SERVER_SRCS) server/main.c bench/export_bench.c \
+  $(filter tests/unit/server/%,$(UNIT_TEST_SRCS))): | $(PROTO_H)
+
+# ---------------------------------------------------------------------------------------------
 # C objects and libraries
 
 $(OBJ)/%.o: %.c | $(BPF_SKELS)
@@ -209,6 +238,7 @@ $(AGENT_LIB): $(call obj_of,$(AGENT_SRCS))
 $(SERVER_LIB): $(call obj_of,$(SERVER_SRCS))
 $(CTL_LIB): $(call obj_of,$(CTL_SRCS))
 $(SYMREPO_LIB): $(call obj_of,$(SYMREPO_SRCS))
+$(SERVER_LIB): $(PROTO_OBJS)
 $(TEST_SUPPORT_LIB): $(TEST_SUPPORT_OBJS)
 $(BUILD)/lib/%.a:
 	$(call msg,AR,$@)
@@ -414,6 +444,12 @@ $(BUILD)/bench/analysis_bench: $(OBJ)/bench/analysis_bench.o $(SERVER_LIB) $(SYM
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(SERVER_LDLIBS)
+
+# The export benchmark drives the server's flame graph handler through the unit-test harness.
+$(BUILD)/bench/export_bench: $(OBJ)/bench/export_bench.o $(TEST_SUPPORT_LIB) $(SERVER_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_LIB) $(SERVER_LDLIBS)
 
 # The ingest load generator: batch templates (test support), spool files (agent), libuv and
 # http-parser for the simulated agents' connections.

@@ -23,6 +23,7 @@ static const struct {
 	{ "stragglers", CTL_STRAGGLERS, "/api/v1/jobs/" },   /* + the job + /stragglers */
 	{ "diff", CTL_DIFF, "/api/v1/flamegraph/diff" },
 	{ "diagnose", CTL_DIAGNOSE, "/api/v1/diagnoses" },
+	{ "trace", CTL_TRACE, "/api/v1/jobs/" },             /* + the job + /trace */
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -39,12 +40,14 @@ void ctl_usage(FILE *out)
 	      "  processes [--node N] [--pid P] [--comm C] [--from T] [--to T] [--limit N]\n"
 	      "            [--format table|json]\n"
 	      "      processes with their sample counts in the time range\n"
-	      "  flamegraph [--node N] [--pid P] [--comm C] [--from T] [--to T] [--kind K]\n"
-	      "             [--format top|folded|json] [--limit N] [--top N]\n"
+	      "  flamegraph [--node N] [--pid P] [--comm C] [--job J] [--from T] [--to T]\n"
+	      "             [--kind K] [--format top|folded|json|pprof|speedscope] [--limit N]\n"
+	      "             [--top N] [-o FILE]\n"
 	      "      CPU stacks over the range (--kind cpu, the default), GPU kernel launches by\n"
 	      "      launching stack (--kind gpu-launch) or GPU kernel time by launching stack\n"
 	      "      (--kind gpu-time): a terminal summary (top, the default), folded stacks for\n"
-	      "      flamegraph.pl/speedscope, or the server's JSON\n"
+	      "      flamegraph.pl, the server's JSON, a gzipped pprof profile (go tool pprof,\n"
+	      "      Pyroscope, Grafana; binary: needs -o FILE on a terminal) or a speedscope file\n"
 	      "  jobs [--format table|json]\n"
 	      "      training jobs seen: world size, ranks, processes, nodes, last seen\n"
 	      "  collectives --job J [--comm KEY] [--op OP] [--from T] [--to T] [--limit N]\n"
@@ -68,6 +71,12 @@ void ctl_usage(FILE *out)
 	      "  diagnose --id ID [--format text|json]\n"
 	      "      the incidents the server diagnosed by itself (stragglers with their layer,\n"
 	      "      regressions against the job's baseline), or one incident's full report\n"
+	      "  trace JOB [--comm KEY] [--from T] [--to T] [--limit N] [-o FILE]\n"
+	      "      the job's NCCL calls per rank as Chrome trace JSON (open it in\n"
+	      "      ui.perfetto.dev or chrome://tracing): a process per rank, a thread per\n"
+	      "      communicator; at most N calls (default 50000), the answer says if truncated\n"
+	      "\n"
+	      "  -o FILE, --output FILE  write the answer to FILE instead of standard output\n"
 	      "\n"
 	      "  N: node id (32 hex digits) or hostname. T: Unix seconds, RFC 3339\n"
 	      "  (2026-11-22T10:00:00Z), now, or relative (-30s, -5m, -1h); default the last hour.\n"
@@ -99,6 +108,7 @@ void ctl_args_free(struct ctl_args *a)
 	free(a->job);
 	free(a->communicator);
 	free(a->op);
+	free(a->output);
 	memset(a, 0, sizeof(*a));
 }
 
@@ -114,16 +124,26 @@ static int parse_format(struct ctl_args *a, char *err, size_t errlen)
 		{ "json", CTL_FORMAT_JSON, true },
 		{ "top", CTL_FORMAT_TOP, true },
 		{ "folded", CTL_FORMAT_FOLDED, true },
+		{ "pprof", CTL_FORMAT_PPROF, true },
+		{ "speedscope", CTL_FORMAT_SPEEDSCOPE, true },
 	};
 	bool flame = a->command == CTL_FLAMEGRAPH || a->command == CTL_DIFF;
 
 	bool one = a->command == CTL_DIAGNOSE && a->id; /* one report: text or json */
 
 	a->format = flame ? CTL_FORMAT_TOP : one ? CTL_FORMAT_TEXT : CTL_FORMAT_TABLE;
+	if (a->command == CTL_TRACE) {
+		a->format = CTL_FORMAT_JSON; /* the only one: the server's Chrome trace JSON */
+		return 0;
+	}
 	if (!a->format_text)
 		return 0;
 	for (size_t i = 0; i < sizeof(formats) / sizeof(formats[0]); i++) {
 		if (strcmp(a->format_text, formats[i].name) != 0)
+			continue;
+		/* The exports are the flame graph's; a diff stays folded or a summary. */
+		if ((formats[i].format == CTL_FORMAT_PPROF ||
+		     formats[i].format == CTL_FORMAT_SPEEDSCOPE) && a->command != CTL_FLAMEGRAPH)
 			continue;
 		if (formats[i].format == CTL_FORMAT_TEXT || formats[i].format == CTL_FORMAT_TABLE) {
 			if ((formats[i].format == CTL_FORMAT_TEXT) != one || flame)
@@ -137,7 +157,8 @@ static int parse_format(struct ctl_args *a, char *err, size_t errlen)
 		}
 	}
 	snprintf(err, errlen, "--format: '%s' is not one of %s", a->format_text,
-		 flame ? "top, folded, json" : one ? "text, json" : "table, json");
+		 a->command == CTL_FLAMEGRAPH ? "top, folded, json, pprof, speedscope"
+		 : flame ? "top, folded, json" : one ? "text, json" : "table, json");
 	return -SYSOM_ECONFIG;
 }
 
@@ -173,7 +194,7 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 {
 #define OPT_STR(name, field) { name, SYSOM_OPT_STRING, &a->field, 0, 0, "", true }
 #define OPT_FORMAT OPT_STR("format", format_text)
-#define OPT_HELP { "help", SYSOM_OPT_BOOL, &a->help, 0, 0, "", true }
+#define OPT_HELP { "help", SYSOM_OPT_BOOL, &a->help, 0, 0, "", true }, OPT_STR("output", output)
 #define OPT_FILTERS OPT_STR("node", node), OPT_STR("pid", pid), OPT_STR("comm", comm), \
 		    OPT_STR("from", from), OPT_STR("to", to),                        \
 		    { "limit", SYSOM_OPT_UINT, &a->limit, 1, 100000, "", true }
@@ -181,7 +202,7 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 	const struct sysom_option processes[] = { OPT_FORMAT, OPT_HELP, OPT_FILTERS };
 	const struct sysom_option flamegraph[] = { OPT_FORMAT, OPT_HELP, OPT_FILTERS,
 						   { "top", SYSOM_OPT_UINT, &a->top, 1, 1000, "", true },
-						   OPT_STR("kind", kind) };
+						   OPT_STR("kind", kind), OPT_STR("job", job) };
 	const struct sysom_option collectives[] = {
 		OPT_FORMAT, OPT_HELP, OPT_STR("job", job), OPT_STR("comm", communicator),
 		OPT_STR("op", op), OPT_STR("from", from), OPT_STR("to", to),
@@ -202,6 +223,10 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 		OPT_FORMAT, OPT_HELP, OPT_STR("job", job), OPT_STR("from", from), OPT_STR("to", to),
 		OPT_STR("status", status), OPT_STR("id", id),
 		{ "limit", SYSOM_OPT_UINT, &a->limit, 1, 10000, "", true }
+	};
+	const struct sysom_option trace[] = {
+		OPT_HELP, OPT_STR("job", job), OPT_STR("comm", communicator), OPT_STR("from", from),
+		OPT_STR("to", to), { "limit", SYSOM_OPT_UINT, &a->limit, 1, 200000, "", true }
 	};
 	const struct sysom_option gpu[] = {
 		OPT_FORMAT, OPT_HELP, OPT_STR("job", job), OPT_STR("rank", rank), OPT_STR("from", from),
@@ -244,23 +269,39 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 		table = diagnose;
 		n = sizeof(diagnose) / sizeof(diagnose[0]);
 		break;
+	case CTL_TRACE:
+		table = trace;
+		n = sizeof(trace) / sizeof(trace[0]);
+		break;
 	default:
 		table = flamegraph;
 		n = sizeof(flamegraph) / sizeof(flamegraph[0]);
 		break;
 	}
-	int rc = sysom_options_parse_argv(table, n, argc, argv, err, errlen);
+	int rc, at = 0;
 
-	if (rc < 0)
-		return rc;
-	if (rc < argc) {
-		snprintf(err, errlen, "%s: unexpected argument '%s'", argv[0], argv[rc]);
+	/* Flags up to an argument; trace takes one (the job) anywhere among its flags. */
+	for (;;) {
+		if ((rc = sysom_options_parse_argv(table, n, argc - at, argv + at, err, errlen)) < 0)
+			return rc;
+		if ((at += rc) >= argc)
+			break;
+		if (a->command != CTL_TRACE || a->job || argv[at][0] == '-') {
+			snprintf(err, errlen, "%s: unexpected argument '%s'", argv[0], argv[at]);
+			return -SYSOM_ECONFIG;
+		}
+		if (!(a->job = strdup(argv[at])))
+			return -ENOMEM;
+	}
+	if (a->output && !a->output[0]) {
+		snprintf(err, errlen, "%s: --output needs a file name", argv[0]);
 		return -SYSOM_ECONFIG;
 	}
 	if (a->pid && (rc = check_pid(a->pid, err, errlen)))
 		return rc;
 	if ((a->command == CTL_COLLECTIVES || a->command == CTL_GPU ||
-	     a->command == CTL_STRAGGLERS || a->command == CTL_DIFF) && !a->help &&
+	     a->command == CTL_STRAGGLERS || a->command == CTL_DIFF || a->command == CTL_TRACE) &&
+	    !a->help &&
 	    (!a->job || !a->job[0])) {
 		snprintf(err, errlen, "%s: --job is required (see sysomctl jobs)", argv[0]);
 		return -SYSOM_ECONFIG;
@@ -309,6 +350,7 @@ int ctl_args_parse(int argc, char *const argv[], const char *env_server, struct 
 		{ "token-file", SYSOM_OPT_STRING, &a.token_file, 0, 0, "", true },
 		{ "help", SYSOM_OPT_BOOL, &a.help, 0, 0, "", true },
 	};
+	char **args = NULL;
 	size_t i;
 	int rc, at;
 
@@ -324,7 +366,7 @@ int ctl_args_parse(int argc, char *const argv[], const char *env_server, struct 
 	}
 	if (at >= argc) {
 		snprintf(err, errlen, "missing command (nodes, processes, flamegraph, jobs, "
-			 "collectives, gpu, stragglers, diff or diagnose; see --help)");
+			 "collectives, gpu, stragglers, diff, diagnose or trace; see --help)");
 		rc = -SYSOM_ECONFIG;
 		goto cleanup;
 	}
@@ -332,12 +374,19 @@ int ctl_args_parse(int argc, char *const argv[], const char *env_server, struct 
 		;
 	if (i == NCOMMANDS) {
 		snprintf(err, errlen, "unknown command '%s' (nodes, processes, flamegraph, jobs, "
-			 "collectives, gpu, stragglers, diff or diagnose)", argv[at]);
+			 "collectives, gpu, stragglers, diff, diagnose or trace)", argv[at]);
 		rc = -SYSOM_ECONFIG;
 		goto cleanup;
 	}
 	a.command = commands[i].command;
-	if ((rc = parse_command(&a, argc - at, argv + at, err, errlen)))
+	/* `-o FILE`, the one short flag, is `--output FILE`. */
+	if (!(args = calloc((size_t)(argc - at) + 1, sizeof(*args)))) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	for (int j = at; j < argc; j++)
+		args[j - at] = strcmp(argv[j], "-o") == 0 ? (char *)"--output" : argv[j];
+	if ((rc = parse_command(&a, argc - at, args, err, errlen)))
 		goto cleanup;
 	if (a.help) {
 		rc = 1;
@@ -352,6 +401,7 @@ int ctl_args_parse(int argc, char *const argv[], const char *env_server, struct 
 	}
 	rc = check_server(&a, err, errlen);
 cleanup:
+	free(args);
 	if (rc < 0) {
 		ctl_args_free(&a);
 		return rc;
@@ -445,8 +495,24 @@ int ctl_url_build(const struct ctl_args *a, struct byte_buf *url)
 			query_add(url, &first, "limit", limit);
 		}
 	}
+	if (a->command == CTL_TRACE) {
+		append_encoded(url, a->job);
+		byte_buf_printf(url, "/trace");
+		query_add(url, &first, "comm", a->communicator);
+		query_add(url, &first, "from", a->from);
+		query_add(url, &first, "to", a->to);
+		if (a->limit) {
+			snprintf(limit, sizeof(limit), "%u", a->limit);
+			query_add(url, &first, "limit", limit);
+		}
+	}
 	if (a->command == CTL_FLAMEGRAPH) {
-		query_add(url, &first, "format", a->format == CTL_FORMAT_FOLDED ? "folded" : "json");
+		query_add(url, &first, "job", a->job);
+		query_add(url, &first, "format",
+			  a->format == CTL_FORMAT_FOLDED	   ? "folded"
+			  : a->format == CTL_FORMAT_PPROF	   ? "pprof"
+			  : a->format == CTL_FORMAT_SPEEDSCOPE ? "speedscope"
+							       : "json");
 		query_add(url, &first, "kind", a->kind);
 	}
 	if (a->command == CTL_PROCESSES || a->command == CTL_FLAMEGRAPH) {

@@ -17,9 +17,9 @@
 #define CTL_MAX_RESPONSE (1024u << 20) /* largest response body accepted */
 
 enum ctl_command { CTL_NODES, CTL_PROCESSES, CTL_FLAMEGRAPH, CTL_JOBS, CTL_COLLECTIVES, CTL_GPU,
-		   CTL_STRAGGLERS, CTL_DIFF, CTL_DIAGNOSE };
+		   CTL_STRAGGLERS, CTL_DIFF, CTL_DIAGNOSE, CTL_TRACE };
 enum ctl_format { CTL_FORMAT_TABLE, CTL_FORMAT_TOP, CTL_FORMAT_FOLDED, CTL_FORMAT_JSON,
-		  CTL_FORMAT_TEXT };
+		  CTL_FORMAT_TEXT, CTL_FORMAT_PPROF, CTL_FORMAT_SPEEDSCOPE };
 
 /* A parsed command line. Strings are heap copies (ctl_args_free); NULL when not given. */
 struct ctl_args {
@@ -28,20 +28,22 @@ struct ctl_args {
 	enum ctl_command command;
 	char *node, *pid, *comm, *from, *to;
 	char *kind;        /* flamegraph: cpu, gpu-launch or gpu-time */
-	char *job, *communicator, *op; /* collectives (job: also gpu) */
+	char *job, *communicator, *op; /* collectives (job: also gpu, trace) */
 	char *rank;        /* gpu */
 	char *k, *window, *min_excess_ms; /* stragglers */
 	char *rank_a, *rank_b;            /* diff */
 	char *id, *status;                /* diagnose */
 	char *format_text;
 	enum ctl_format format;
+	char *output;      /* -o/--output FILE: the answer goes there instead of stdout */
 	uint32_t limit;    /* 0: the server's default */
 	uint32_t top;      /* rows of the top renderer */
 	bool help;
 };
 
 /*
- * Parses `sysomctl [--server URL] [--token-file F] COMMAND [options]`. The server defaults to
+ * Parses `sysomctl [--server URL] [--token-file F] COMMAND [options]` (`-o F` is
+ * `--output F`; `trace` takes the job as its argument or as --job). The server defaults to
  * `env_server` (the SYSOM_SERVER variable; NULL or "" for none), else CTL_DEFAULT_SERVER.
  * Returns 0, 1 when help was asked for (out->help), or -SYSOM_ECONFIG with `err` saying why.
  * On failure nothing is left allocated in *out.

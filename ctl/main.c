@@ -1,14 +1,38 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* sysomctl: the SRE's command line over sysom-server's query API. */
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <unistd.h>
 
 #include <curl/curl.h>
 
 #include "common/error.h"
 #include "common/token.h"
 #include "ctl/ctl.h"
+
+/* Writes the answer as it came to a->output; returns the exit status. */
+static int output_file(const struct ctl_args *a, const struct byte_buf *body)
+{
+	FILE *f = fopen(a->output, "wb");
+	bool ok;
+
+	if (!f) {
+		fprintf(stderr, "sysomctl: cannot create %s: %s\n", a->output, strerror(errno));
+		return EXIT_FAILURE;
+	}
+	ok = !body->len || fwrite(body->data, 1, body->len, f) == body->len;
+	ok = fclose(f) == 0 && ok;
+	if (!ok) {
+		fprintf(stderr, "sysomctl: cannot write %s: %s\n", a->output, strerror(errno));
+		return EXIT_FAILURE;
+	}
+	fprintf(stderr, "sysomctl: wrote %zu bytes to %s\n", body->len, a->output);
+	return EXIT_SUCCESS;
+}
 
 /* Prints the response as the command's format asks; returns the exit status. */
 static int output(const struct ctl_args *a, const struct byte_buf *body)
@@ -17,6 +41,16 @@ static int output(const struct ctl_args *a, const struct byte_buf *body)
 	json_error_t jerr;
 	int rc;
 
+	if (a->output && a->format != CTL_FORMAT_TOP && a->format != CTL_FORMAT_TABLE)
+		return output_file(a, body);
+	if (a->output && !freopen(a->output, "w", stdout)) { /* a rendered summary */
+		fprintf(stderr, "sysomctl: cannot create %s: %s\n", a->output, strerror(errno));
+		return EXIT_FAILURE;
+	}
+	if (a->format == CTL_FORMAT_PPROF && isatty(STDOUT_FILENO)) {
+		fprintf(stderr, "sysomctl: a pprof profile is binary (gzip): write it with -o FILE\n");
+		return EXIT_FAILURE;
+	}
 	if (a->command == CTL_DIFF && a->format == CTL_FORMAT_TOP) {
 		rc = ctl_diff_render((const char *)body->data, body->len, a->top,
 				     (uint32_t)strtoul(a->rank_a, NULL, 10),
@@ -28,7 +62,8 @@ static int output(const struct ctl_args *a, const struct byte_buf *body)
 		return fflush(stdout) ? EXIT_FAILURE : EXIT_SUCCESS;
 	}
 	if (a->format == CTL_FORMAT_JSON || a->format == CTL_FORMAT_FOLDED ||
-	    a->format == CTL_FORMAT_TEXT) {
+	    a->format == CTL_FORMAT_TEXT || a->format == CTL_FORMAT_PPROF ||
+	    a->format == CTL_FORMAT_SPEEDSCOPE) {
 		if (body->len && fwrite(body->data, 1, body->len, stdout) != body->len)
 			return EXIT_FAILURE;
 		return fflush(stdout) ? EXIT_FAILURE : EXIT_SUCCESS;

@@ -71,5 +71,7 @@ void api__job_settings_put(struct api *api, const char *job, const struct http_r
 			   struct http_response *resp);
 void api__job_baseline(struct api *api, const char *job, const struct http_request *req,
 		       struct http_response *resp);
+void api__job_trace(struct api *api, const char *job, const struct http_request *req,
+		    struct http_response *resp);
 
 #endif

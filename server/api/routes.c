@@ -53,6 +53,7 @@ JOB_HANDLER(job_waterline_get, api__job_waterline)
 JOB_HANDLER(job_settings_get, api__job_settings_get)
 JOB_HANDLER(job_settings_put, api__job_settings_put)
 JOB_HANDLER(job_baseline, api__job_baseline)
+JOB_HANDLER(job_trace_get, api__job_trace)
 
 /* Every query route (ctx: struct api, set when the table is used). */
 static const struct http_route query_routes[] = {
@@ -75,6 +76,7 @@ static const struct http_route query_routes[] = {
 	{ "GET", "/api/v1/alerts", false, api_alerts_get, NULL, 0 },
 	{ "GET", "/healthz", false, api_healthz_get, NULL, 0 },
 	{ "GET", "/metrics", false, api_metrics_get, NULL, 0 },
+	{ "GET", JOB_PATH "/trace", false, job_trace_get, NULL, 0 },
 };
 
 #define QUERY_ROUTE_COUNT (sizeof(query_routes) / sizeof(query_routes[0]))

@@ -7,6 +7,7 @@
 
 #include "server/api/api_internal.h"
 #include "server/http/render.h"
+#include "server/query/export.h"
 #include "server/query/limits.h"
 #include "server/query/params.h"
 #include "server/query/profile.h"
@@ -83,6 +84,53 @@ cleanup:
 	return rc;
 }
 
+/* The sampling rate shared by the nodes a filter names (every node without one); 0 when
+ * they differ or none is known. */
+struct rate_scan {
+	const char *node; /* node id or hostname, or NULL */
+	uint32_t hz;
+	bool mixed;
+};
+
+static int rate_visit(void *arg, const struct store_node *n)
+{
+	struct rate_scan *r = arg;
+
+	if (r->node && strcmp(r->node, n->node_id) != 0 && strcmp(r->node, n->hostname ? n->hostname : "") != 0)
+		return 0;
+	if (r->hz && r->hz != n->sample_hz)
+		r->mixed = true;
+	r->hz = n->sample_hz;
+	return 0;
+}
+
+/* Encodes `fl` as pprof or speedscope into the response. */
+static int export_render(struct api *api, const struct query_profile *fl, const struct query_filter *q,
+			 enum query_profile_kind kind, bool pprof, struct http_response *resp)
+{
+	struct query_export_info info = { .kind = kind, .from_ns = q->f.from_ms * 1000000,
+					   .to_ns = q->f.to_ms * 1000000 };
+	struct rate_scan scan = { .node = q->f.node };
+	int rc;
+
+	if (kind == QUERY_PROFILE_CPU) {
+		if ((rc = store_nodes_list(api->store, rate_visit, &scan)))
+			return rc;
+		info.sample_hz = scan.mixed ? 0 : scan.hz;
+	}
+	resp->status = 200;
+	resp->body.len = 0;
+	if (pprof) {
+		if ((rc = query_pprof_encode(fl, &info, &resp->body)))
+			return rc;
+		snprintf(resp->content_type, sizeof(resp->content_type), "application/octet-stream");
+		http_response_header(resp, "Content-Disposition", "attachment; filename=\"profile.pb.gz\"");
+		return 0;
+	}
+	snprintf(resp->content_type, sizeof(resp->content_type), "application/json");
+	return query_speedscope_render(fl, &info, &resp->body);
+}
+
 void api_flamegraph_get(void *ctx, const struct http_request *req, struct http_response *resp)
 {
 	struct api *api = ctx;
@@ -90,7 +138,7 @@ void api_flamegraph_get(void *ctx, const struct http_request *req, struct http_r
 	struct query_filter q;
 	char format[16] = "folded", kind[16] = "cpu";
 	uint32_t limit = QUERY_DEFAULT_STACK_LIMIT;
-	bool has_limit, has_format, has_kind, json;
+	bool has_limit, has_format, has_kind, json, pprof, speedscope;
 	enum query_profile_kind fk;
 	json_t *doc = NULL;
 	int rc;
@@ -100,8 +148,11 @@ void api_flamegraph_get(void *ctx, const struct http_request *req, struct http_r
 	    !query_param(req, "format", format, sizeof(format), &has_format, resp))
 		return;
 	json = strcmp(format, "json") == 0;
-	if (!json && strcmp(format, "folded") != 0) {
-		http_response_error(resp, 400, "parameter 'format' must be folded or json");
+	pprof = strcmp(format, "pprof") == 0;
+	speedscope = strcmp(format, "speedscope") == 0;
+	if (!json && !pprof && !speedscope && strcmp(format, "folded") != 0) {
+		http_response_error(resp, 400,
+				    "parameter 'format' must be folded, json, pprof or speedscope");
 		return;
 	}
 	if (!query_param(req, "kind", kind, sizeof(kind), &has_kind, resp))
@@ -118,7 +169,9 @@ void api_flamegraph_get(void *ctx, const struct http_request *req, struct http_r
 	}
 	if ((rc = query_profile_build(&api->profiles, &q.f, limit, fk, &fl)))
 		goto cleanup;
-	if (json) {
+	if (pprof || speedscope) {
+		rc = export_render(api, fl, &q, fk, pprof, resp);
+	} else if (json) {
 		if ((rc = json_render(fl, &q, fk, &doc)))
 			goto cleanup;
 		render_json_respond(resp, 200, doc);

@@ -212,14 +212,6 @@ static int flame_frame(const struct query_profiles *qp, struct query_profile *fl
 	return 0;
 }
 
-static const struct symbolized_location *flame_frame_get(const struct query_profile *fl,
-							 const struct frame_key *key)
-{
-	struct frame_match m = { fl, key };
-
-	return &fl->frames[hash_index_find(&fl->frame_index, frame_hash(key), frame_eq, &m)];
-}
-
 /* Aggregates, loads the stacks and resolves every distinct frame. */
 static int flame_build(const struct query_profiles *qp, const struct store_sample_filter *f, uint32_t limit,
 		       enum query_profile_kind kind, struct query_profile *fl)
@@ -265,16 +257,20 @@ static int flame_build(const struct query_profiles *qp, const struct store_sampl
 }
 
 
-static int gpu_frame(const struct group *g, query_frame_fn emit, void *arg)
+/* The synthetic frames of a GPU group: "[no launch stack]" when no traced launch explains
+ * the time, then the kernel "[gpu] name" as the leaf. */
+static int gpu_locations(const struct group *g, query_location_fn emit, void *arg)
 {
 	struct byte_buf name = { 0 };
 	struct symbolized_frame f = { .kind = SYMBOLIZED_GPU };
+	struct query_location loc = { 0, &f, 1, false };
 	int rc;
 
 	if (g->no_launch) {
 		struct symbolized_frame none = { .kind = SYMBOLIZED_GPU,
 						 .name = (char *)"[no launch stack]" };
-		if ((rc = emit(arg, &none, false)))
+		struct query_location nloc = { 0, &none, 1, false };
+		if ((rc = emit(arg, &nloc)))
 			return rc;
 	}
 	byte_buf_printf(&name, "[gpu] %s", g->gpu);
@@ -282,14 +278,14 @@ static int gpu_frame(const struct group *g, query_frame_fn emit, void *arg)
 	if ((rc = byte_buf_error(&name)))
 		goto cleanup;
 	f.name = (char *)name.data;
-	rc = emit(arg, &f, false);
+	rc = emit(arg, &loc);
 cleanup:
 	byte_buf_free(&name);
 	return rc;
 }
 
-static int group_stack_frames(const struct query_profile *fl, const struct group *g, query_frame_fn emit,
-			      void *arg)
+static int group_stack_locations(const struct query_profile *fl, const struct group *g,
+				 query_location_fn emit, void *arg)
 {
 	for (int part = 0; part < 2; part++) {
 		struct stack_match m = { fl, g->stack[part] };
@@ -304,7 +300,8 @@ static int group_stack_frames(const struct query_profile *fl, const struct group
 			struct symbolized_frame err;
 			if ((rc = symbolizer_stop_frame(stk->stop_reason, &err)))
 				return rc;
-			rc = emit(arg, &err, part == 1);
+			struct query_location loc = { 0, &err, 1, part == 1 };
+			rc = emit(arg, &loc);
 			symbolized_frame_release(&err);
 			if (rc)
 				return rc;
@@ -312,24 +309,51 @@ static int group_stack_frames(const struct query_profile *fl, const struct group
 		for (int j = stk->nframes - 1; j >= 0; j--) {
 			struct frame_key key = { stk->frames[j].object, stk->frames[j].offset,
 						 stk->kind, j == 0 };
-			const struct symbolized_location *loc = flame_frame_get(fl, &key);
+			struct frame_match fm = { fl, &key };
+			uint32_t idx = hash_index_find(&fl->frame_index, frame_hash(&key), frame_eq, &fm);
 			/* A frame with inlined calls: the function, then the calls, root first. */
-			for (uint32_t k = 0; k < loc->count; k++)
-				if ((rc = emit(arg, &loc->frames[k], part == 1)))
-					return rc;
+			struct query_location loc = { idx + 1, fl->frames[idx].frames,
+						      fl->frames[idx].count, part == 1 };
+			if ((rc = emit(arg, &loc)))
+				return rc;
 		}
 	}
+	return 0;
+}
+
+static int group_locations(const struct query_profile *fl, const struct group *g,
+			   query_location_fn emit, void *arg)
+{
+	int rc;
+
+	if ((rc = group_stack_locations(fl, g, emit, arg)))
+		return rc;
+	return g->gpu ? gpu_locations(g, emit, arg) : 0;
+}
+
+/* query_profile_frames over group_locations: each location's frames one by one. */
+struct frames_walk {
+	query_frame_fn emit;
+	void *arg;
+};
+
+static int location_frames(void *arg, const struct query_location *loc)
+{
+	const struct frames_walk *w = arg;
+	int rc;
+
+	for (uint32_t k = 0; k < loc->count; k++)
+		if ((rc = w->emit(w->arg, &loc->frames[k], loc->kernel_part)))
+			return rc;
 	return 0;
 }
 
 static int group_frames(const struct query_profile *fl, const struct group *g, query_frame_fn emit,
 			void *arg)
 {
-	int rc;
+	struct frames_walk w = { emit, arg };
 
-	if ((rc = group_stack_frames(fl, g, emit, arg)))
-		return rc;
-	return g->gpu ? gpu_frame(g, emit, arg) : 0;
+	return group_locations(fl, g, location_frames, &w);
 }
 
 /* Appends a frame name for folded output: valid UTF-8, no ';' or line breaks. */
@@ -486,6 +510,17 @@ void query_profile_stack_get(const struct query_profile *p, size_t i,
 int query_profile_frames(const struct query_profile *p, size_t i, query_frame_fn emit, void *arg)
 {
 	return group_frames(p, &p->groups[i], emit, arg);
+}
+
+int query_profile_locations(const struct query_profile *p, size_t i, query_location_fn emit,
+			    void *arg)
+{
+	return group_locations(p, &p->groups[i], emit, arg);
+}
+
+size_t query_profile_location_count(const struct query_profile *p)
+{
+	return p->nframes;
 }
 
 int query_profile_folded(const struct query_profile *p, struct byte_buf *out)

@@ -68,6 +68,31 @@ typedef int (*query_frame_fn)(void *arg, const struct symbolized_frame *f, bool 
  * kernel frame "[gpu] name"). Returns 0, -ENOMEM, or what `emit` returned. */
 int query_profile_frames(const struct query_profile *p, size_t i, query_frame_fn emit, void *arg);
 
+/*
+ * A stack's frames by location (what one stored frame resolved to), for encoders that keep
+ * inlined calls together (pprof): `id` is 1-based and the same for every use of one resolved
+ * frame within the profile (distinct ids, distinct (object, offset, leaf)); 0 for frames that
+ * were never stored (why the unwind stopped, the GPU kernel of a GPU profile). `frames` are
+ * root first: the function, then the calls inlined into it, innermost last.
+ */
+struct query_location {
+	uint32_t id;
+	const struct symbolized_frame *frames;
+	uint32_t count; /* >= 1 */
+	bool kernel_part;
+};
+
+/* Called per location, root first; a non-zero return stops the walk and is returned. */
+typedef int (*query_location_fn)(void *arg, const struct query_location *loc);
+
+/* Walks the locations of stack `i` (the same frames, in the same order, as
+ * query_profile_frames). Returns 0, -ENOMEM, or what `emit` returned. */
+int query_profile_locations(const struct query_profile *p, size_t i, query_location_fn emit,
+			    void *arg);
+
+/* How many distinct resolved frames the profile holds (the largest query_location id). */
+size_t query_profile_location_count(const struct query_profile *p);
+
 /* Appends the profile as folded "stack count" lines (heaviest first; lines with the same
  * names merged). 0 or -ENOMEM. */
 int query_profile_folded(const struct query_profile *p, struct byte_buf *out);

@@ -96,6 +96,40 @@ static void test_urls(void **state)
 		   "http://127.0.0.1:8080/api/v1/flamegraph/diff?job=j&a=0&b=3&from=-5m");
 	expect_url("flamegraph --kind gpu-time --format folded", NULL,
 		   "http://127.0.0.1:8080/api/v1/flamegraph?format=folded&kind=gpu-time");
+	/* Exports: the format travels as is; -o is the client's business. */
+	expect_url("flamegraph --format pprof -o /tmp/p.pb.gz --pid 7 --job j", NULL,
+		   "http://127.0.0.1:8080/api/v1/flamegraph?job=j&format=pprof&pid=7");
+	expect_url("flamegraph --kind gpu-launch --format speedscope --output x.json", NULL,
+		   "http://127.0.0.1:8080/api/v1/flamegraph?format=speedscope&kind=gpu-launch");
+	/* The trace's job: an argument (before or after flags) or --job. */
+	expect_url("trace simjob-42", NULL, "http://127.0.0.1:8080/api/v1/jobs/simjob-42/trace");
+	expect_url("trace --from -5m a/b -o t.json --to now --limit 10", NULL,
+		   "http://127.0.0.1:8080/api/v1/jobs/a%2Fb/trace?from=-5m&to=now&limit=10");
+	expect_url("trace --job j --comm abc", NULL,
+		   "http://127.0.0.1:8080/api/v1/jobs/j/trace?comm=abc");
+}
+
+/* -o and the export formats land in the parsed arguments. */
+static void test_exports(void **state)
+{
+	struct ctl_args a;
+	char err[256] = "";
+
+	(void)state;
+	assert_int_equal(parse("flamegraph --format pprof -o out.pb.gz", NULL, &a, err, sizeof(err)), 0);
+	assert_int_equal(a.format, CTL_FORMAT_PPROF);
+	assert_string_equal(a.output, "out.pb.gz");
+	ctl_args_free(&a);
+	assert_int_equal(parse("flamegraph --format speedscope", NULL, &a, err, sizeof(err)), 0);
+	assert_int_equal(a.format, CTL_FORMAT_SPEEDSCOPE);
+	assert_null(a.output);
+	ctl_args_free(&a);
+	assert_int_equal(parse("trace j -o t.json", NULL, &a, err, sizeof(err)), 0);
+	assert_int_equal(a.command, CTL_TRACE);
+	assert_int_equal(a.format, CTL_FORMAT_JSON);
+	assert_string_equal(a.job, "j");
+	assert_string_equal(a.output, "t.json");
+	ctl_args_free(&a);
 }
 
 static void test_fields(void **state)
@@ -145,6 +179,15 @@ static void test_errors(void **state)
 	expect_error("nodes --pid 1", "unknown flag '--pid'");
 	expect_error("processes --top 3", "unknown flag '--top'");
 	expect_error("nodes extra", "unexpected argument 'extra'");
+	expect_error("trace", "--job is required");
+	expect_error("trace a b", "unexpected argument 'b'");
+	expect_error("trace --job a b", "unexpected argument 'b'");
+	expect_error("trace a --format pprof", "unknown flag '--format'");
+	expect_error("trace a --limit 200001", "limit");
+	expect_error("diff --job j --a 0 --b 1 --format pprof", "not one of top, folded, json");
+	expect_error("collectives --job j --format speedscope", "not one of table, json");
+	expect_error("flamegraph --format svg", "top, folded, json, pprof, speedscope");
+	expect_error("flamegraph -o", "needs a value");
 	expect_error("flamegraph --pid abc", "--pid: 'abc'");
 	expect_error("flamegraph --pid -1", "--pid");
 	expect_error("flamegraph --pid 4294967296", "--pid");
@@ -237,6 +280,7 @@ int main(void)
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_help),
 		cmocka_unit_test(test_token_file),
+		cmocka_unit_test(test_exports),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
