@@ -70,21 +70,7 @@ export async function getText(path, params) {
   return (await request(path, params)).text();
 }
 
-// The flame graph kinds the server knows: it lists them in the 400 answer to an unknown one
-// ("parameter 'kind' must be cpu, gpu-launch or gpu-time"), so kinds added later show up.
-let kindsCache = null;
-export async function flamegraphKinds() {
-  if (kindsCache) return kindsCache;
-  const fallback = ['cpu', 'gpu-launch', 'gpu-time'];
-  try {
-    await request('/api/v1/flamegraph', { kind: '?', format: 'json', limit: 1 });
-  } catch (e) {
-    const m = e.status === 400 && /must be (.+)$/.exec(e.message);
-    if (m) {
-      const kinds = m[1].split(/,\s*|\s+or\s+/).map((s) => s.trim()).filter((s) => /^[a-z0-9-]+$/.test(s));
-      if (kinds.length) return (kindsCache = kinds);
-    }
-    if (e.status === 401) throw e;
-  }
-  return fallback;
-}
+// The flame graph kinds this page knows; the server may know more (a kind can be typed: an
+// unknown one is answered with a 400 that lists the server's kinds).
+export const FLAME_KINDS = ['cpu', 'gpu-launch', 'gpu-time'];
+export const KIND_UNITS = { cpu: 'samples', 'gpu-launch': 'launches', 'gpu-time': 'ns' };

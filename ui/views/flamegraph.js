@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// Flame graphs: any kind the server lists, filters (node, job, rank, pid, comm, time range,
+// Flame graphs: any kind the server knows (a suggestion list, free text), filters (node, job, rank, pid, comm, time range,
 // stack limit), zoom (click a frame), search, and differential flame graphs of two ranks of a
 // job (/api/v1/flamegraph/diff) or of two time ranges (two folded profiles).
-import { flamegraphKinds, getJSON, getText } from '../lib/api.js';
+import { FLAME_KINDS, KIND_UNITS, getJSON, getText } from '../lib/api.js';
 import { el, fmtNum } from '../lib/dom.js';
-import { diffTree, mergeFolded, parseFolded, renderFlame, treeFromJSON } from '../lib/flame.js';
+import { ZOOM_DETAIL, diffTree, mergeFolded, parseFolded, renderFlame, treeFromFolded } from '../lib/flame.js';
 
 const FIELDS = [
   ['node', 'node (host or id)'], ['job', 'job'], ['rank', 'rank'], ['pid', 'pid'],
@@ -20,8 +20,10 @@ async function rankFilter(job, rank) {
   return { node: matches[0].node_id, pid: matches[0].pid };
 }
 
-function filterForm(params, kinds, ctx) {
-  const kind = el('select', { name: 'kind' }, kinds.map((k) => el('option', { value: k, selected: k === (params.get('kind') || 'cpu') }, k)));
+function filterForm(params, ctx) {
+  const kind = el('span', null,
+    el('input', { name: 'kind', list: 'flame-kinds', value: params.get('kind') || 'cpu', size: 10 }),
+    el('datalist', { id: 'flame-kinds' }, FLAME_KINDS.map((k) => el('option', { value: k }))));
   const diff = el('select', { name: 'diff' },
     el('option', { value: '' }, 'no'),
     el('option', { value: 'ranks', selected: params.get('diff') === 'ranks' }, 'two ranks (a → b)'),
@@ -45,7 +47,6 @@ function filterForm(params, kinds, ctx) {
 }
 
 export async function flamegraphView(root, params, ctx) {
-  const kinds = await flamegraphKinds();
   const kind = params.get('kind') || 'cpu';
   const diff = params.get('diff') || '';
   const details = el('div', { class: 'details', id: 'flame-details' });
@@ -53,17 +54,19 @@ export async function flamegraphView(root, params, ctx) {
   const info = el('p', { class: 'render-info', id: 'render-info' });
   const search = el('input', { type: 'search', id: 'flame-search', placeholder: 'search frames' });
   const reset = el('button', { type: 'button' }, 'Reset zoom');
-  root.append(filterForm(params, kinds, ctx),
+  root.append(filterForm(params, ctx),
     el('div', { class: 'toolbar' }, search, reset, info), details, graph);
 
   const q = {};
   for (const k of ['node', 'job', 'pid', 'comm', 'from', 'to', 'limit']) if (params.get(k)) q[k] = params.get(k);
   q.kind = kind;
   const t0 = performance.now();
-  let tree, unit = 'samples', labels, stacks;
+  let fetched = 0;
+  const fetchText = async (...a) => { const t = await getText(...a); fetched = performance.now(); return t; };
+  let tree, unit = KIND_UNITS[kind] || 'samples', labels, stacks;
   if (diff === 'ranks') {
     if (!q.job || !params.get('a') || !params.get('b')) throw new Error('a differential of two ranks needs job, rank a and rank b');
-    const text = await getText('/api/v1/flamegraph/diff', { job: q.job, a: params.get('a'), b: params.get('b'), from: q.from, to: q.to, limit: q.limit });
+    const text = await fetchText('/api/v1/flamegraph/diff', { job: q.job, a: params.get('a'), b: params.get('b'), from: q.from, to: q.to, limit: q.limit });
     const rows = parseFolded(text, 2);
     stacks = rows.length;
     tree = diffTree(rows);
@@ -77,26 +80,26 @@ export async function flamegraphView(root, params, ctx) {
       const qb = { ...q, from: params.get('from2'), to: params.get('to2') };
       if (!qb.from) throw new Error('a differential of two time ranges needs from (b)');
       const [ta, tb] = await Promise.all([
-        getText('/api/v1/flamegraph', { ...q, format: 'folded' }),
-        getText('/api/v1/flamegraph', { ...qb, format: 'folded' })]);
+        fetchText('/api/v1/flamegraph', { ...q, format: 'folded' }),
+        fetchText('/api/v1/flamegraph', { ...qb, format: 'folded' })]);
       const rows = mergeFolded(ta, tb);
       stacks = rows.length;
       tree = diffTree(rows);
       labels = [`${q.from || '-1h'}..${q.to || 'now'}`, `${qb.from}..${qb.to || 'now'}`];
     } else {
-      const doc = await getJSON('/api/v1/flamegraph', { ...q, format: 'json' });
-      unit = doc.unit || 'samples';
-      stacks = doc.stacks.length;
-      tree = treeFromJSON(doc);
-      if (doc.truncated) details.textContent = `Showing the ${fmtNum(stacks)} largest stacks of ${fmtNum(doc.total)} ${unit} (raise "stacks").`;
+      const text = await fetchText('/api/v1/flamegraph', { ...q, format: 'folded' });
+      tree = treeFromFolded(text);
+      stacks = tree.stacks;
+      const limit = Number(q.limit || 10000);
+      if (stacks >= limit) details.textContent = `Showing the ${fmtNum(stacks)} largest stacks (the limit; raise "stacks" for more).`;
     }
   }
   if (ctx.stale()) return;
-  const fetched = performance.now();
+  const built = performance.now();
   if (!tree.value) {
     graph.append(el('p', { class: 'empty' }, diff ? 'Neither side has samples for these filters.' : `No ${kind} data for these filters and time range.`));
     info.textContent = '0 stacks';
-    window.sysomLastRender = { stacks: 0, frames: 0, fetchMs: fetched - t0, renderMs: 0 };
+    window.sysomLastRender = { stacks: 0, frames: 0, fetchMs: fetched - t0, buildMs: built - fetched, renderMs: 0 };
     return;
   }
   if (diff) {
@@ -108,9 +111,19 @@ export async function flamegraphView(root, params, ctx) {
   // First paint: the frame after the chart's DOM is in place.
   await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
   const painted = performance.now();
-  const stat = { stacks, frames: tree.nodes - 1, fetchMs: fetched - t0, renderMs: painted - fetched, chartMs: chart.renderMs };
+  // fetchMs: the answer's text arrived; renderMs: from there to the first frame painted (the
+  // tree built from the text, pruned, laid out and drawn).
+  const stat = { stacks, frames: tree.nodes - 1, fetchMs: fetched - t0, buildMs: built - fetched,
+    renderMs: painted - fetched, chartMs: chart.renderMs, pruned: chart.pruned };
   window.sysomLastRender = stat;
-  info.textContent = `${fmtNum(stacks)} stacks, ${fmtNum(stat.frames)} frames; fetched in ${stat.fetchMs.toFixed(0)} ms, rendered in ${stat.renderMs.toFixed(0)} ms`;
-  search.addEventListener('input', () => chart.search(search.value));
+  info.textContent = `${fmtNum(stacks)} stacks, ${fmtNum(stat.frames)} frames` +
+    (chart.pruned ? ` (${fmtNum(chart.pruned)} too narrow to draw even zoomed ${ZOOM_DETAIL}× left out)` : '') +
+    `; fetched in ${stat.fetchMs.toFixed(0)} ms, rendered in ${stat.renderMs.toFixed(0)} ms`;
+  // Search as the user stops typing, not on every key: a search lays the graph out again.
+  let timer = null;
+  search.addEventListener('input', () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => chart.search(search.value), 250);
+  });
   reset.addEventListener('click', () => chart.resetZoom());
 }
