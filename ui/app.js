@@ -78,7 +78,9 @@ async function render() {
       showStatus(e.status ? `Error ${e.status}: ${e.message}` : e.message, 'error');
     } else {
       showStatus(`Error: ${e.message}`, 'error');
-      throw e;
+      // A view's own complaint (missing parameters) is said; a programming error also goes
+      // to the console, where the browser tests see it.
+      if (e instanceof TypeError || e instanceof ReferenceError || e instanceof RangeError) throw e;
     }
   } finally {
     // For the browser tests: which render finished, and what the status line said.
