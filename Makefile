@@ -8,6 +8,7 @@
 #   make bench      run the benchmarks in bench/ (release build)
 #   make deps       install the Debian packages the project needs (apt-get)
 #   make install    install the release build (PREFIX, DESTDIR, BINDIR, ...); make uninstall
+#   make deb        Debian packages in $(BUILD)/deb; make deb-test: build, install, run, purge them
 
 .DELETE_ON_ERROR:
 .SUFFIXES:
@@ -66,7 +67,7 @@ DEB_PACKAGES := make gcc clang llvm bpftool libbpf-dev libelf-dev libdw-dev zlib
   libhttp-parser-dev libcmocka-dev libxxhash-dev libsystemd-dev pkg-config \
   libclang-rt-14-dev curl binutils procps util-linux zstd python3 elfutils linux-perf \
   libstdc++-12-dev libdebuginfod-dev debuginfod libc6-dbg gcc prometheus-alertmanager libssl-dev \
-  protobuf-c-compiler libprotobuf-c-dev protobuf-compiler systemd strace
+  protobuf-c-compiler libprotobuf-c-dev protobuf-compiler systemd strace debhelper dpkg-dev python3-yaml
 
 # ---------------------------------------------------------------------------------------------
 # Sources, discovered per directory tree: a program is a top-level directory whose
@@ -509,8 +510,10 @@ INSTALL_DOCS := README.md docs/operations.md docs/http-api.md docs/registration-
 INSTALL_PLUGINS := $(NCCL_PLUGIN_SO) $(if $(wildcard $(CUDA_INCLUDE)/cupti.h),$(CUPTI_PLUGIN_SO))
 INSTALL_BINS := $(AGENT_BIN) $(SERVER_BIN) $(CTL_BIN) $(SYMREPO_BIN)
 
-.PHONY: install uninstall units FORCE
+.PHONY: install install-prereqs uninstall units FORCE
 units: $(UNITS)
+# What install copies (debian/rules builds exactly this).
+install-prereqs: $(INSTALL_BINS) $(INSTALL_PLUGINS) $(CLIENT_SO) $(UNITS)
 # Rewritten when a directory changed (FORCE), kept (same timestamp) otherwise.
 $(BUILD)/deploy/%.service: deploy/%.service.in FORCE
 	$(Q)mkdir -p $(@D)
@@ -519,7 +522,7 @@ $(BUILD)/deploy/%.service: deploy/%.service.in FORCE
 	$(Q)if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv -f $@.tmp $@; echo "  GEN     $@"; fi
 FORCE:
 
-install: $(INSTALL_BINS) $(INSTALL_PLUGINS) $(CLIENT_SO) $(UNITS)
+install: install-prereqs
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/sysom \
 	    $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSCONFDIR)/sysom $(DESTDIR)$(DOCDIR)/examples
 	$(INSTALL) -m 0755 $(INSTALL_BINS) $(DESTDIR)$(BINDIR)/
@@ -549,6 +552,16 @@ uninstall:
 	    $(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(INSTALL_DOCS)))
 	@rmdir $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) $(DESTDIR)$(INCLUDEDIR)/sysom \
 	    $(DESTDIR)$(SYSCONFDIR)/sysom 2>/dev/null || true
+
+# Debian packages (debian/): built from a copy of the tree into $(BUILD)/deb; deb-test builds,
+# installs, runs and purges them (root; minutes, so not part of `make test`).
+.PHONY: deb deb-test
+deb:
+	$(Q)scripts/build-debs.sh $(BUILD)/deb
+
+deb-test: deps
+	$(Q)$(MAKE) --no-print-directory $(BUILD)/tests/fixtures/chain_workload
+	$(Q)SYSOM_BUILD=$(BUILD) SYSOM_ROOT=$(CURDIR) bash tests/pkg/test_deb.sh
 
 # ---------------------------------------------------------------------------------------------
 # Entry points of the README
