@@ -48,7 +48,7 @@ int alerts_incidents_publish(void *alerts, const char *job, const struct inciden
 		bool linked = false;
 		if (public_url && public_url[0]) {
 			int len = snprintf(urls[k], sizeof(urls[k]),
-					   "%s/api/v1/diagnoses/%" PRId64 "?format=text",
+					   "%s/ui/#view=diagnosis&id=%" PRId64,
 					   public_url, d->id);
 			linked = len > 0 && (size_t)len < sizeof(urls[k]); /* never a cut link */
 		}
