@@ -65,6 +65,9 @@ struct config {
 	uint64_t decode_memory_budget;
 	double decode_memory_wait;
 	uint64_t max_db_size;
+	char *clickhouse_url;
+	char *clickhouse_credentials;
+	double clickhouse_timeout;
 	uint32_t read_connections;
 	uint32_t symbol_cache_entries;
 	uint32_t max_connections;
@@ -101,6 +104,7 @@ static struct config cfg = {
 	.max_symbols_decompressed = INGEST_DEFAULT_MAX_KSYMS_DECOMPRESSED,
 	.max_symbol_lines = 4000000,
 	.max_kernel_symbols = 8000000,
+	.clickhouse_timeout = 10,
 	.decode_memory_budget = 512ull << 20,
 	.decode_memory_wait = 1,
 	.read_connections = 4,
@@ -138,6 +142,9 @@ static const struct sysom_option options[] = {
 	{ "decode-memory-budget", SYSOM_OPT_SIZE, &cfg.decode_memory_budget, 16 * MIB, 1e15, "memory that decompressing and decoding uploads may reserve at once (default 512M)", false },
 	{ "decode-memory-wait", SYSOM_OPT_DURATION, &cfg.decode_memory_wait, 0, 60, "longest an upload waits for decode memory before a 503 (default 1s)", false },
 	{ "max-db-size", SYSOM_OPT_SIZE, &cfg.max_db_size, 0, 1e15, "cap of the database size; ingest answers 507 beyond (default 0: none)", false },
+	{ "clickhouse-url", SYSOM_OPT_STRING, &cfg.clickhouse_url, 0, 0, "http://HOST:8123/?database=NAME: store profiles in ClickHouse instead of DATA-DIR/sysom.db", false },
+	{ "clickhouse-credentials", SYSOM_OPT_STRING, &cfg.clickhouse_credentials, 0, 0, "file whose first line is USER:PASSWORD for ClickHouse", false },
+	{ "clickhouse-timeout", SYSOM_OPT_DURATION, &cfg.clickhouse_timeout, 0.1, 600, "longest a ClickHouse statement may take; ingest answers 503 beyond (default 10s)", false },
 	{ "read-connections", SYSOM_OPT_UINT, &cfg.read_connections, 1, 64, "database connections for queries (default 4)", false },
 	{ "symbol-cache-entries", SYSOM_OPT_UINT, &cfg.symbol_cache_entries, 16, 1 << 24, "frames the symbolizer caches (default 65536)", false },
 	{ "max-connections", SYSOM_OPT_UINT, &cfg.max_connections, 1, 1000000, "open connections (default 1024)", false },
@@ -812,7 +819,20 @@ static int run(const char *host, uint16_t port)
 	 * last freed size (up to 32 MiB), after which such buffers land in per-thread arenas
 	 * that keep their pages, so RSS would drift above what the decode memory budget holds. */
 	mallopt(M_MMAP_THRESHOLD, DECODE_MMAP_THRESHOLD);
-	if ((rc = store_sqlite_open(cfg.data_dir, &so, &s.store, err, sizeof(err)))) {
+	if (cfg.clickhouse_url) {
+		struct store_clickhouse_options co = {
+			.url = cfg.clickhouse_url,
+			.credentials_file = cfg.clickhouse_credentials,
+			.timeout_ms = (uint32_t)(cfg.clickhouse_timeout * 1000),
+		};
+
+		if (cfg.max_db_size)
+			log_warn("--max-db-size does not apply to ClickHouse: size it there");
+		rc = store_clickhouse_open(&co, &s.store, err, sizeof(err));
+	} else {
+		rc = store_sqlite_open(cfg.data_dir, &so, &s.store, err, sizeof(err));
+	}
+	if (rc) {
 		log_error("%s", err);
 		goto cleanup;
 	}

@@ -11,12 +11,24 @@ const char *alerts_policy_severity(enum incident_kind kind, enum diagnosis_layer
 				   bool persistent)
 {
 	(void)layer; /* every layer alike today */
+	if (kind == INCIDENT_HANG)
+		return "critical"; /* every GPU of the job idles */
 	return kind == INCIDENT_STRAGGLER && persistent ? "critical" : "warning";
 }
 
 const char *alerts_policy_name(enum incident_kind kind)
 {
-	return kind == INCIDENT_STRAGGLER ? "SysomStraggler" : "SysomRegression";
+	switch (kind) {
+	case INCIDENT_STRAGGLER:
+		return "SysomStraggler";
+	case INCIDENT_HANG:
+		return "SysomHang";
+	case INCIDENT_AGENT_LOST:
+		return "SysomAgentLost";
+	case INCIDENT_REGRESSION:
+		break;
+	}
+	return "SysomRegression";
 }
 
 int alerts_incidents_publish(void *alerts, const char *job, const struct incident_summary *open,
