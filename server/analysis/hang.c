@@ -85,7 +85,10 @@ int hang_tracker_note(struct hang_tracker *t, const struct sysom_batch *b, int64
 		memset(n, 0, sizeof(*n));
 		snprintf(n->host, sizeof(n->host), "%s", host);
 	} else if (now_ms > n->last_ms) {
-		n->gap_ms = now_ms - n->last_ms;
+		/* A decaying maximum: one late batch (a busy agent) widens the spacing at once,
+		 * which then shrinks by a quarter per batch. */
+		int64_t gap = now_ms - n->last_ms;
+		n->gap_ms = gap > n->gap_ms * 3 / 4 ? gap : n->gap_ms * 3 / 4;
 	}
 	if (now_ms > n->last_ms)
 		n->last_ms = now_ms;
@@ -145,7 +148,8 @@ static int64_t lost_after_ms(const struct node_entry *n)
 		gap = 500;
 	if (gap > 600000)
 		gap = 600000;
-	return 3 * gap + HANG_LOST_SLACK_MS;
+	gap = 3 * gap + HANG_LOST_SLACK_MS;
+	return gap > HANG_LOST_MIN_MS ? gap : HANG_LOST_MIN_MS;
 }
 
 bool hang_node_lost(const struct hang_tracker *t, const char *host, int64_t now_ms,

@@ -22,6 +22,7 @@ json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 export -f json
 
 am_start am || exit 1
+export AM_URL SERVER_URL
 start_server srv --alertmanager-url "$AM_URL" --alert-resend-interval 2s --analysis-interval 1s || exit 1
 start_agent agent "$SERVER_URL" --gpu-libraries "$SIMJOB_DIR/libnccl.so.2:$SIMJOB_DIR/libcuda.so.1" \
 	|| exit 1

@@ -260,11 +260,11 @@ static void test_agent_lost_not_hang(void **state)
 	 * are there, only their agent is gone). */
 	for (int64_t at = T0_MS + 22000; at <= T0_MS + 60000; at += 2000)
 		feed(f, 1, 0x3, from, to, false, at);
-	/* Lost after 3 x 2 s + 5 s of silence. */
-	r = eval(f, T0_MS + 20001 + 10000);
+	/* Lost after max(3 x 2 s + 5 s, 30 s) of silence. */
+	r = eval(f, T0_MS + 20001 + 29000);
 	assert_int_equal(r.nlost, 0);
 	assert_int_not_equal(r.verdict, HANG_HUNG);
-	assert_int_equal(r.next_check_ms, T0_MS + 20001 + 11000 + 1);
+	assert_int_equal(r.next_check_ms, T0_MS + 20000 + 30000); /* the threshold comes first */
 	r = eval(f, T0_MS + 60002);
 	assert_int_equal(r.verdict, HANG_AGENT_LOST);
 	assert_int_equal(r.nlost, 1);
