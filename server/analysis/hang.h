@@ -136,7 +136,7 @@ struct hang_stack {
 struct hang_thread {
 	uint32_t tid;
 	char comm[32];
-	uint64_t oncpu_ns;      /* since the wait began */
+	uint64_t oncpu_ns;      /* in its node's latest batch window (after the wait began) */
 	uint64_t voluntary_switches, involuntary_switches;
 };
 

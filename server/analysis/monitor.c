@@ -432,8 +432,12 @@ static int hang_evidence_fill(struct monitor *m, const char *job, const struct h
 			goto cleanup;
 	}
 	if (hr->rank >= 0 && (acc = calloc(1, sizeof(*acc)))) {
+		/* Its threads now: the rows of its node's latest batch window (rows are stamped
+		 * with their window's end; a batch arrives shortly after its window ends). */
+		int64_t from = hr->node_last_ms - 1000 > r->since_ms ? hr->node_last_ms - 1000
+								     : r->since_ms;
 		struct store_os_filter of = { .job = job, .has_rank = true, .rank = hr->rank,
-					      .from_ms = r->since_ms, .to_ms = now };
+					      .from_ms = from, .to_ms = now };
 		struct store_os_visitor v = { .thread = hang_thread_row, .arg = acc };
 		bool truncated = false;
 		acc->ev = ev;
