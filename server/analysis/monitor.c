@@ -923,7 +923,14 @@ static void *monitor_thread(void *arg)
 		char *due = NULL;
 		int64_t now = m->now_ms();
 
-		/* The job most overdue: new data, or open incidents that may need resolving. */
+		/* A job whose hang check is due first (a hang waits on nobody's evaluation), then
+		 * one with new data, or open incidents that may need resolving. */
+		for (size_t i = 0; i < m->njobs && !due; i++) {
+			struct job_entry *je = &m->jobs[i];
+			if (je->hang_due_ms && now >= je->hang_due_ms &&
+			    now - je->last_eval_ms >= (int64_t)m->interval_ms)
+				due = strdup(je->job);
+		}
 		for (size_t i = 0; i < m->njobs && !due; i++) {
 			struct job_entry *je = &m->jobs[i];
 			if ((je->dirty || je->has_open ||

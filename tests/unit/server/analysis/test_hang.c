@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "server/analysis/diagnosis_render.h"
 #include "server/analysis/hang.h"
 #include "server/analysis/live.h"
 #include "tests/support/batch_fixture.h"
@@ -350,6 +351,57 @@ static void test_bounded_nodes(void **state)
 							HANG_LOST_SLACK_MS + 1, &last));
 }
 
+/* The report as JSON and as text: the waiting instance, the named rank with its state, pid,
+ * process, stacks and threads; an agent-lost report names the node and its ranks. */
+static void test_render(void **state)
+{
+	struct hang_result r = { .verdict = HANG_HUNG, .comm = 0xabcdef, .op = SYSOM_NCCL_ALL_REDUCE,
+				 .seq = 57, .nranks = 8, .entered = 7, .since_ms = 1000,
+				 .waited_ms = 42000, .threshold_ms = 30000, .interval_ms = 250,
+				 .nmissing = 1, .nnamed = 1 };
+	struct hang_evidence ev = { .process_exists = 1, .oncpu_samples = 9, .noncpu = 1,
+				    .threads_present = true, .nthreads = 1, .threads_total = 3 };
+	struct hang_lost_node ln = { .host = "gpu-7", .last_ms = 5, .nranks = 2, .ranks = { 4, 5 } };
+	struct byte_buf text = { 0 };
+	json_t *j;
+	char *s;
+
+	(void)state;
+	r.ranks[0] = (struct hang_rank){ .rank = 3, .comm_rank = 3, .pid = 4242, .host = "gpu-1",
+					 .state = HANG_RANK_NOT_ENTERED, .entered_any = true,
+					 .last_seq = 56 };
+	ev.rank = r.ranks[0];
+	ev.oncpu[0] = (struct hang_stack){ strdup("main;train_step;read_batch"), 9 };
+	ev.threads[0] = (struct hang_thread){ .tid = 4243, .comm = "loader", .oncpu_ns = 2000000,
+					      .voluntary_switches = 4 };
+	j = diagnosis_hang_json(&r, &ev, 1);
+	assert_non_null(j);
+	s = json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT);
+	assert_non_null(strstr(s, "\"comm\":\"0000000000abcdef\""));
+	assert_non_null(strstr(s, "\"op\":\"AllReduce\""));
+	assert_non_null(strstr(s, "\"state\":\"not entered\""));
+	assert_non_null(strstr(s, "\"process_exists\":true"));
+	assert_non_null(strstr(s, "\"offcpu_stacks\":null"));
+	assert_non_null(strstr(s, "\"stack\":\"main;train_step;read_batch\""));
+	free(s);
+	diagnosis_hang_text(j, &text);
+	byte_buf_put_u8(&text, 0);
+	assert_non_null(strstr((char *)text.data, "AllReduce #57 on communicator 0000000000abcdef: 7 of 8 ranks entered, waiting 42.0 s (threshold 30.0 s"));
+	assert_non_null(strstr((char *)text.data, "rank 3 (communicator rank 3, gpu-1, pid 4242): not entered; process exists"));
+	assert_non_null(strstr((char *)text.data, "thread 4243 loader"));
+	assert_non_null(strstr((char *)text.data, "        train_step\n"));
+	json_decref(j);
+	byte_buf_free(&text);
+	hang_evidence_free(&ev);
+
+	j = diagnosis_agent_lost_json(&ln);
+	diagnosis_hang_text(j, &text);
+	byte_buf_put_u8(&text, 0);
+	assert_non_null(strstr((char *)text.data, "node gpu-7: no batch since 5 ms since the epoch; it listed 2 process(es) of the job, ranks: 4 5"));
+	json_decref(j);
+	byte_buf_free(&text);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -363,6 +415,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_job_ended, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_healthy_in_progress, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bounded_nodes, setup, teardown),
+		cmocka_unit_test(test_render),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
