@@ -207,6 +207,25 @@ static bool better(const struct hang_result *c, const struct hang_result *best)
 	return c->since_ms < best->since_ms;
 }
 
+/* Whether every live node with processes of the job reported at or after `at_ms` (a rank
+ * never seen anywhere would have shown up by then). */
+static bool job_nodes_reported(const struct eval *e, int64_t at_ms)
+{
+	bool any = false;
+
+	for (size_t i = 0; i < e->t->nprocs; i++) {
+		const struct proc_entry *pe = &e->t->procs[i];
+		const struct node_entry *n;
+		if (strcmp(pe->job, e->job) || !(n = node_find(e->t, pe->host)) ||
+		    e->now - n->last_ms > lost_after_ms(n))
+			continue;
+		if (n->last_ms < at_ms)
+			return false;
+		any = true;
+	}
+	return any;
+}
+
 static int on_group(void *arg, const struct live_group_view *g)
 {
 	struct eval *e = arg;
@@ -271,6 +290,8 @@ static int on_group(void *arg, const struct live_group_view *g)
 			hr.state = HANG_RANK_AGENT_LOST;
 		else if (n && pe && n->last_ms > pe->listed_ms)
 			hr.state = HANG_RANK_EXITED;
+		else if (!n && !rv->host[0] && job_nodes_reported(e, c->since_ms + 1000))
+			hr.state = HANG_RANK_NOT_ENTERED; /* never seen, and every node reported since */
 		else if (!n || n->last_ms < c->since_ms + 1000)
 			hr.state = HANG_RANK_UNSEEN; /* its node has not reported since: maybe there */
 		else if (all_entered)

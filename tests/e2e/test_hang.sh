@@ -5,7 +5,7 @@
 # per-job hang threshold of 10 s (the healthy one: the default, 30 s). Nobody asks the server anything until the verdicts:
 #   stop  : rank 2 freezes (SIGSTOP) 3 s in     → hang naming rank 2, not entered, process exists;
 #           SIGCONT → progress resumes → the incident resolves
-#   exit  : rank 1 exits 3 s in (the launcher    → hang naming rank 1, process exited
+#   exit  : rank 1 exits 8 s in (the launcher    → hang naming rank 1, process exited
 #           leaves the others waiting)
 #   block : rank 3 reads a pipe nobody writes   → hang naming rank 3, not entered
 #   lock  : rank 0 locks a mutex it holds       → hang naming rank 0
@@ -76,7 +76,7 @@ report_is() {
 }
 
 run_job e2e-stop --fault rank=2,kind=stop,amount=0,after=3
-run_job e2e-exit --fault rank=1,kind=exit,amount=0,after=3
+run_job e2e-exit --fault rank=1,kind=exit,amount=0,after=8
 run_job e2e-block --fault rank=3,kind=block,amount=0,after=3
 run_job e2e-lock --fault rank=0,kind=lock,amount=0,after=3
 run_job e2e-healthy

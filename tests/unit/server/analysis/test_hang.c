@@ -311,6 +311,31 @@ static void test_job_ended(void **state)
 	assert_false(r.job_ended);
 }
 
+/* Tracing began after the job did: rank 2 was never seen (no call, no process) and the
+ * others have waited in seq 20 since: rank 2 is named, as never seen anywhere. */
+static void test_never_seen_rank(void **state)
+{
+	struct fixture *f = *state;
+	const uint64_t from[4] = { 15, 15, 0, 15 }, to[4] = { 21, 21, 0, 21 };
+	struct hang_result r;
+
+	for (int64_t at = T0_MS + 20000; at <= T0_MS + 60000; at += 2000) {
+		feed(f, 1, 0x3, from, to, true, at);
+		feed(f, 2, 0x8, from, to, true, at + 1);
+	}
+	r = eval(f, T0_MS + 60002);
+	assert_int_equal(r.verdict, HANG_HUNG);
+	assert_int_equal(r.seq, 0); /* the first it never entered */
+	assert_int_equal(r.since_ms, T0_MS + 20000); /* the others' wait in the newest one */
+	assert_int_equal(r.nmissing, 1);
+	assert_int_equal(r.ranks[0].comm_rank, 2);
+	assert_int_equal(r.ranks[0].pid, 0);
+	assert_int_equal(r.ranks[0].state, HANG_RANK_NOT_ENTERED);
+	/* The same job progressing (newest instance fresh): no hang for the unseen rank. */
+	r = eval(f, T0_MS + 20500);
+	assert_int_not_equal(r.verdict, HANG_HUNG);
+}
+
 /* Healthy: ranks in the middle of an instance at the seal are not a hang. */
 static void test_healthy_in_progress(void **state)
 {
@@ -414,6 +439,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_unseen_is_not_judged, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_job_ended, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_healthy_in_progress, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_never_seen_rank, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bounded_nodes, setup, teardown),
 		cmocka_unit_test(test_render),
 	};
