@@ -6,7 +6,8 @@
 # and server on loopback with a real Alertmanager; each job's rank 1 gets SIGSTOP at a random
 # moment 20-50 s after the job starts (so the stops fall at every phase of the 30 s batch
 # cycle); the latency is from that SIGSTOP to the SysomHang alert of the job being listed by
-# Alertmanager (polled every 0.2 s). Prints each latency, then median and max.
+# Alertmanager (polled every 0.2 s); a run counts only when the incident names the stopped pid
+# and its wait began after the stop. Prints each latency, then median and max.
 #   bench/hang_latency.sh BUILD_DIR [RUNS (default 6)]
 set -u
 export SYSOM_BUILD=${1:-build} SYSOM_ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -48,7 +49,23 @@ one() {
 		sleep 0.2
 	done
 	t_alert=$(date +%s.%N)
-	echo "$job $(python3 -c "print(round($t_alert - $t_stop, 1))")"
+	# The incident must name the stopped process, and the wait it measured must have begun
+	# after the stop (else it was no detection of this stop).
+	curl -sf "$SERVER_URL/api/v1/diagnoses?job=$job&from=-1h&to=now&status=open" | python3 -c "
+import json, sys
+d = [x for x in json.load(sys.stdin)['diagnoses'] if x['kind'] == 'hang']
+print(d[0]['id'] if d else 0)" >"$E2E_TMP/$job.id"
+	curl -sf "$SERVER_URL/api/v1/diagnoses/$(cat "$E2E_TMP/$job.id")" >"$E2E_TMP/$job.json"
+	python3 - "$E2E_TMP/$job.json" "$job" "$pid" "$t_stop" "$t_alert" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+r = d["report"]
+named = [x["pid"] for x in r["ranks"]]
+since = r["instance"]["since_ms"] / 1000 - float(sys.argv[4])
+ok = named == [int(sys.argv[3])] and since > -1
+print(sys.argv[2], round(float(sys.argv[5]) - float(sys.argv[4]), 1) if ok else "wrong",
+      "named", named, "wait began %.1f s after the stop" % since)
+PY
 	kill -KILL -- "-$launcher" 2>/dev/null
 }
 
@@ -66,7 +83,7 @@ v = []
 for f in glob.glob(sys.argv[1] + "/lat.*"):
     for line in open(f):
         parts = line.split()
-        if len(parts) == 2 and parts[1] != "none":
+        if len(parts) >= 2 and parts[1] not in ("none", "wrong"):
             v.append(float(parts[1]))
 missed = int(sys.argv[2]) - len(v)
 if v:

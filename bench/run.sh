@@ -28,6 +28,8 @@ SYSOM_BUILD="$build" "$build/bench/nccl_profiler_bench" --rounds 31
 "$build/bench/ossignals_bench" --trips 200000 --rounds 7
 "$build/bench/analysis_bench" --rounds 5
 "$build/bench/export_bench" --stacks 1000,10000,100000 --rounds 5
+# Time from a rank stopping to the hang alert at the default intervals (RUNS jobs at once).
+"$here/hang_latency.sh" "$build" "${BENCH_HANG_RUNS:-6}"
 # The server under a fleet: real batches from the agent watching the simulated GPU job (30 s
 # windows), then BENCH_LOAD_AGENTS simulated agents posting them for BENCH_LOAD_SECONDS.
 # BENCH_LOAD_WORKLOAD=cpu captures a node without a training job instead.

@@ -386,7 +386,7 @@ void diagnosis_hang_text(const json_t *report, struct byte_buf *out)
 						 : json_is_true(pe) ? "exists" : "gone");
 		if ((x = json_object_get(r, "threads")) && json_is_array(x)) {
 			if (!json_array_size(x))
-				byte_buf_printf(out, "  threads: none ran since the wait began (stopped, "
+				byte_buf_printf(out, "  threads: none ran in the latest window (stopped, "
 						     "or blocked without waking)\n");
 			json_array_foreach(x, j, v)
 				byte_buf_printf(out, "  thread %" JSON_INTEGER_FORMAT " %-16s %8.1f ms on CPU, "

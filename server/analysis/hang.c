@@ -85,7 +85,10 @@ int hang_tracker_note(struct hang_tracker *t, const struct sysom_batch *b, int64
 		memset(n, 0, sizeof(*n));
 		snprintf(n->host, sizeof(n->host), "%s", host);
 	} else if (now_ms > n->last_ms) {
-		n->gap_ms = now_ms - n->last_ms;
+		/* A decaying maximum: one late batch (a busy agent) widens the spacing at once,
+		 * which then shrinks by a quarter per batch. */
+		int64_t gap = now_ms - n->last_ms;
+		n->gap_ms = gap > n->gap_ms * 3 / 4 ? gap : n->gap_ms * 3 / 4;
 	}
 	if (now_ms > n->last_ms)
 		n->last_ms = now_ms;
@@ -145,7 +148,8 @@ static int64_t lost_after_ms(const struct node_entry *n)
 		gap = 500;
 	if (gap > 600000)
 		gap = 600000;
-	return 3 * gap + HANG_LOST_SLACK_MS;
+	gap = 3 * gap + HANG_LOST_SLACK_MS;
+	return gap > HANG_LOST_MIN_MS ? gap : HANG_LOST_MIN_MS;
 }
 
 bool hang_node_lost(const struct hang_tracker *t, const char *host, int64_t now_ms,
@@ -201,6 +205,25 @@ static bool better(const struct hang_result *c, const struct hang_result *best)
 	if (rankv[c->verdict] != rankv[best->verdict])
 		return rankv[c->verdict] > rankv[best->verdict];
 	return c->since_ms < best->since_ms;
+}
+
+/* Whether every live node with processes of the job reported at or after `at_ms` (a rank
+ * never seen anywhere would have shown up by then). */
+static bool job_nodes_reported(const struct eval *e, int64_t at_ms)
+{
+	bool any = false;
+
+	for (size_t i = 0; i < e->t->nprocs; i++) {
+		const struct proc_entry *pe = &e->t->procs[i];
+		const struct node_entry *n;
+		if (strcmp(pe->job, e->job) || !(n = node_find(e->t, pe->host)) ||
+		    e->now - n->last_ms > lost_after_ms(n))
+			continue;
+		if (n->last_ms < at_ms)
+			return false;
+		any = true;
+	}
+	return any;
 }
 
 static int on_group(void *arg, const struct live_group_view *g)
@@ -267,6 +290,8 @@ static int on_group(void *arg, const struct live_group_view *g)
 			hr.state = HANG_RANK_AGENT_LOST;
 		else if (n && pe && n->last_ms > pe->listed_ms)
 			hr.state = HANG_RANK_EXITED;
+		else if (!n && !rv->host[0] && job_nodes_reported(e, c->since_ms + 1000))
+			hr.state = HANG_RANK_NOT_ENTERED; /* never seen, and every node reported since */
 		else if (!n || n->last_ms < c->since_ms + 1000)
 			hr.state = HANG_RANK_UNSEEN; /* its node has not reported since: maybe there */
 		else if (all_entered)

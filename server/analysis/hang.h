@@ -13,7 +13,7 @@
  * Whether a missing rank is stuck or only unseen comes from the tracker, fed with every stored
  * batch: when each node last reported (and its usual spacing), and which processes each node
  * listed in its JOB_RANKS. A rank whose node stopped reporting (no batch for 3 x its spacing +
- * 5 s) is "agent lost", not hung; a rank whose node still reports but no longer lists its
+ * 5 s, at least 30 s; the spacing a decaying maximum of its batch gaps) is "agent lost", not hung; a rank whose node still reports but no longer lists its
  * process has exited; a rank whose node has not reported since the instance began is not
  * judged yet. A job whose processes are all gone has ended: no hang.
  *
@@ -38,6 +38,7 @@
 #define HANG_MAX_LOST 16             /* lost nodes named per job */
 #define HANG_DEFAULT_BATCH_MS 30000  /* a node's spacing until two of its batches were seen */
 #define HANG_LOST_SLACK_MS 5000
+#define HANG_LOST_MIN_MS 30000      /* never lost after less silence than this */
 #define HANG_HOST_MAX 128
 
 struct hang_params {
@@ -135,7 +136,7 @@ struct hang_stack {
 struct hang_thread {
 	uint32_t tid;
 	char comm[32];
-	uint64_t oncpu_ns;      /* since the wait began */
+	uint64_t oncpu_ns;      /* in its node's latest batch window (after the wait began) */
 	uint64_t voluntary_switches, involuntary_switches;
 };
 

@@ -338,12 +338,15 @@ static void group_view(const struct live_group *g, struct live_rank_view *rv, in
 		high = top > high ? top : high;
 	}
 	v->pending_seq = low;
-	/* The first instance some rank has not entered: when did the others enter it? */
-	if (high > low) {
-		size_t col = low % g->window;
+	/* The first instance some rank has not entered: when did the others enter it? When no
+	 * rank holds it (tracing began after it: a rank never seen at all), the newest instance
+	 * instead: the others wait there now. */
+	for (int pass = 0; pass < 2 && high > low && !v->pending_t0_ns; pass++) {
+		uint64_t seq = pass ? high - 1 : low;
+		size_t col = seq % g->window;
 		for (int32_t r = 0; r < g->nranks; r++) {
 			size_t slot = (size_t)r * g->window + col;
-			if (g->top[r] > low && g->tag[slot] == low + 1 &&
+			if (g->top[r] > seq && g->tag[slot] == seq + 1 &&
 			    (!v->pending_t0_ns || g->entry[slot] < v->pending_t0_ns))
 				v->pending_t0_ns = g->entry[slot];
 		}

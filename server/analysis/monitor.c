@@ -432,8 +432,12 @@ static int hang_evidence_fill(struct monitor *m, const char *job, const struct h
 			goto cleanup;
 	}
 	if (hr->rank >= 0 && (acc = calloc(1, sizeof(*acc)))) {
+		/* Its threads now: the rows of its node's latest batch window (rows are stamped
+		 * with their window's end; a batch arrives shortly after its window ends). */
+		int64_t from = hr->node_last_ms - 1000 > r->since_ms ? hr->node_last_ms - 1000
+								     : r->since_ms;
 		struct store_os_filter of = { .job = job, .has_rank = true, .rank = hr->rank,
-					      .from_ms = r->since_ms, .to_ms = now };
+					      .from_ms = from, .to_ms = now };
 		struct store_os_visitor v = { .thread = hang_thread_row, .arg = acc };
 		bool truncated = false;
 		acc->ev = ev;
@@ -919,7 +923,14 @@ static void *monitor_thread(void *arg)
 		char *due = NULL;
 		int64_t now = m->now_ms();
 
-		/* The job most overdue: new data, or open incidents that may need resolving. */
+		/* A job whose hang check is due first (a hang waits on nobody's evaluation), then
+		 * one with new data, or open incidents that may need resolving. */
+		for (size_t i = 0; i < m->njobs && !due; i++) {
+			struct job_entry *je = &m->jobs[i];
+			if (je->hang_due_ms && now >= je->hang_due_ms &&
+			    now - je->last_eval_ms >= (int64_t)m->interval_ms)
+				due = strdup(je->job);
+		}
 		for (size_t i = 0; i < m->njobs && !due; i++) {
 			struct job_entry *je = &m->jobs[i];
 			if ((je->dirty || je->has_open ||

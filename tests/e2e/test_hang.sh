@@ -2,10 +2,11 @@
 # SPDX-License-Identifier: Apache-2.0
 # Hang detection end to end: a real Alertmanager, the server with its monitor, the agent (NCCL
 # uprobes: in-flight collectives reported at each seal) and 4-rank simulated jobs, each with a
-# per-job hang threshold of 6 s. Nobody asks the server anything until the verdicts:
+# per-job hang threshold of 10 s (the healthy one: the default, 30 s). Nobody asks the server anything until the verdicts:
 #   stop  : rank 2 freezes (SIGSTOP) 3 s in     → hang naming rank 2, not entered, process exists;
 #           SIGCONT → progress resumes → the incident resolves
-#   exit  : rank 1 exits 3 s in                 → hang naming rank 1, process exited
+#   exit  : rank 1 exits 8 s in (the launcher    → hang naming rank 1, process exited
+#           leaves the others waiting)
 #   block : rank 3 reads a pipe nobody writes   → hang naming rank 3, not entered
 #   lock  : rank 0 locks a mutex it holds       → hang naming rank 0
 #   a healthy job alongside                     → no incident
@@ -22,6 +23,7 @@ json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 export -f json
 
 am_start am || exit 1
+export AM_URL SERVER_URL
 start_server srv --alertmanager-url "$AM_URL" --alert-resend-interval 2s --analysis-interval 1s || exit 1
 start_agent agent "$SERVER_URL" --gpu-libraries "$SIMJOB_DIR/libnccl.so.2:$SIMJOB_DIR/libcuda.so.1" \
 	|| exit 1
@@ -35,8 +37,8 @@ JOB_PGIDS=()
 run_job() {
 	local job=$1
 	shift
-	settings "$job" '{"hang_floor_s": 6, "hang_factor": 5}'
-	SIMJOB_NCCL_TIMEOUT_S=600 setsid "$SIMJOB" --ranks 4 --job-id "$job" --seconds 300 \
+	[ "$job" = e2e-healthy ] || settings "$job" '{"hang_floor_s": 10, "hang_factor": 5}'
+	SIMJOB_NO_TEARDOWN=1 SIMJOB_NCCL_TIMEOUT_S=600 setsid "$SIMJOB" --ranks 4 --job-id "$job" --seconds 300 \
 		--cpu-us 1000 --kernel-us 1000 "$@" >"$E2E_TMP/$job.log" 2>&1 &
 	JOB_PGIDS+=("$!")
 }
@@ -74,19 +76,19 @@ report_is() {
 }
 
 run_job e2e-stop --fault rank=2,kind=stop,amount=0,after=3
-run_job e2e-exit --fault rank=1,kind=exit,amount=0,after=3
+run_job e2e-exit --fault rank=1,kind=exit,amount=0,after=8
 run_job e2e-block --fault rank=3,kind=block,amount=0,after=3
 run_job e2e-lock --fault rank=0,kind=lock,amount=0,after=3
 run_job e2e-healthy
 START=$SECONDS
 
 check "frozen rank: a hang incident opens" incident e2e-stop hang
-diag "detected $((SECONDS - START)) s after the start (fault at 3 s, threshold 6 s)"
+diag "detected $((SECONDS - START)) s after the start (fault at 3 s, threshold 10 s)"
 diag "$(sed -n 1,30p "$E2E_TMP/e2e-stop.hang.txt")"
 check "frozen rank: rank 2 named, never entered, its process exists" \
 	report_is e2e-stop.hang "d['rank'] == 2 and [(r['rank'], r['state'], r['process_exists']) for r in d['report']['ranks']] == [(2, 'not entered', True)]"
-check "frozen rank: 3 of 4 ranks entered the AllReduce, waiting past the 6 s threshold" \
-	report_is e2e-stop.hang "d['report']['instance']['entered'] == 3 and d['report']['instance']['op'] == 'AllReduce' and d['report']['instance']['waited_ms'] >= 6000 and d['report']['instance']['threshold_ms'] == 6000"
+check "frozen rank: 3 of 4 ranks entered the AllReduce, waiting past the 10 s threshold" \
+	report_is e2e-stop.hang "d['report']['instance']['entered'] == 3 and d['report']['instance']['op'] == 'AllReduce' and d['report']['instance']['waited_ms'] >= 10000 and d['report']['instance']['threshold_ms'] == 10000"
 check "frozen rank: its threads are reported (none ran)" \
 	report_is e2e-stop.hang "d['report']['ranks'][0]['threads'] is not None and all(t['oncpu_ms'] == 0 for t in d['report']['ranks'][0]['threads'])"
 check "frozen rank: the text report names rank 2 and its pid" \

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "server/analysis/diagnosis_render.h"
 #include "server/analysis/hang.h"
 #include "server/analysis/live.h"
 #include "tests/support/batch_fixture.h"
@@ -260,11 +261,11 @@ static void test_agent_lost_not_hang(void **state)
 	 * are there, only their agent is gone). */
 	for (int64_t at = T0_MS + 22000; at <= T0_MS + 60000; at += 2000)
 		feed(f, 1, 0x3, from, to, false, at);
-	/* Lost after 3 x 2 s + 5 s of silence. */
-	r = eval(f, T0_MS + 20001 + 10000);
+	/* Lost after max(3 x 2 s + 5 s, 30 s) of silence. */
+	r = eval(f, T0_MS + 20001 + 29000);
 	assert_int_equal(r.nlost, 0);
 	assert_int_not_equal(r.verdict, HANG_HUNG);
-	assert_int_equal(r.next_check_ms, T0_MS + 20001 + 11000 + 1);
+	assert_int_equal(r.next_check_ms, T0_MS + 20000 + 30000); /* the threshold comes first */
 	r = eval(f, T0_MS + 60002);
 	assert_int_equal(r.verdict, HANG_AGENT_LOST);
 	assert_int_equal(r.nlost, 1);
@@ -310,6 +311,31 @@ static void test_job_ended(void **state)
 	assert_false(r.job_ended);
 }
 
+/* Tracing began after the job did: rank 2 was never seen (no call, no process) and the
+ * others have waited in seq 20 since: rank 2 is named, as never seen anywhere. */
+static void test_never_seen_rank(void **state)
+{
+	struct fixture *f = *state;
+	const uint64_t from[4] = { 15, 15, 0, 15 }, to[4] = { 21, 21, 0, 21 };
+	struct hang_result r;
+
+	for (int64_t at = T0_MS + 20000; at <= T0_MS + 60000; at += 2000) {
+		feed(f, 1, 0x3, from, to, true, at);
+		feed(f, 2, 0x8, from, to, true, at + 1);
+	}
+	r = eval(f, T0_MS + 60002);
+	assert_int_equal(r.verdict, HANG_HUNG);
+	assert_int_equal(r.seq, 0); /* the first it never entered */
+	assert_int_equal(r.since_ms, T0_MS + 20000); /* the others' wait in the newest one */
+	assert_int_equal(r.nmissing, 1);
+	assert_int_equal(r.ranks[0].comm_rank, 2);
+	assert_int_equal(r.ranks[0].pid, 0);
+	assert_int_equal(r.ranks[0].state, HANG_RANK_NOT_ENTERED);
+	/* The same job progressing (newest instance fresh): no hang for the unseen rank. */
+	r = eval(f, T0_MS + 20500);
+	assert_int_not_equal(r.verdict, HANG_HUNG);
+}
+
 /* Healthy: ranks in the middle of an instance at the seal are not a hang. */
 static void test_healthy_in_progress(void **state)
 {
@@ -350,6 +376,57 @@ static void test_bounded_nodes(void **state)
 							HANG_LOST_SLACK_MS + 1, &last));
 }
 
+/* The report as JSON and as text: the waiting instance, the named rank with its state, pid,
+ * process, stacks and threads; an agent-lost report names the node and its ranks. */
+static void test_render(void **state)
+{
+	struct hang_result r = { .verdict = HANG_HUNG, .comm = 0xabcdef, .op = SYSOM_NCCL_ALL_REDUCE,
+				 .seq = 57, .nranks = 8, .entered = 7, .since_ms = 1000,
+				 .waited_ms = 42000, .threshold_ms = 30000, .interval_ms = 250,
+				 .nmissing = 1, .nnamed = 1 };
+	struct hang_evidence ev = { .process_exists = 1, .oncpu_samples = 9, .noncpu = 1,
+				    .threads_present = true, .nthreads = 1, .threads_total = 3 };
+	struct hang_lost_node ln = { .host = "gpu-7", .last_ms = 5, .nranks = 2, .ranks = { 4, 5 } };
+	struct byte_buf text = { 0 };
+	json_t *j;
+	char *s;
+
+	(void)state;
+	r.ranks[0] = (struct hang_rank){ .rank = 3, .comm_rank = 3, .pid = 4242, .host = "gpu-1",
+					 .state = HANG_RANK_NOT_ENTERED, .entered_any = true,
+					 .last_seq = 56 };
+	ev.rank = r.ranks[0];
+	ev.oncpu[0] = (struct hang_stack){ strdup("main;train_step;read_batch"), 9 };
+	ev.threads[0] = (struct hang_thread){ .tid = 4243, .comm = "loader", .oncpu_ns = 2000000,
+					      .voluntary_switches = 4 };
+	j = diagnosis_hang_json(&r, &ev, 1);
+	assert_non_null(j);
+	s = json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT);
+	assert_non_null(strstr(s, "\"comm\":\"0000000000abcdef\""));
+	assert_non_null(strstr(s, "\"op\":\"AllReduce\""));
+	assert_non_null(strstr(s, "\"state\":\"not entered\""));
+	assert_non_null(strstr(s, "\"process_exists\":true"));
+	assert_non_null(strstr(s, "\"offcpu_stacks\":null"));
+	assert_non_null(strstr(s, "\"stack\":\"main;train_step;read_batch\""));
+	free(s);
+	diagnosis_hang_text(j, &text);
+	byte_buf_put_u8(&text, 0);
+	assert_non_null(strstr((char *)text.data, "AllReduce #57 on communicator 0000000000abcdef: 7 of 8 ranks entered, waiting 42.0 s (threshold 30.0 s"));
+	assert_non_null(strstr((char *)text.data, "rank 3 (communicator rank 3, gpu-1, pid 4242): not entered; process exists"));
+	assert_non_null(strstr((char *)text.data, "thread 4243 loader"));
+	assert_non_null(strstr((char *)text.data, "        train_step\n"));
+	json_decref(j);
+	byte_buf_free(&text);
+	hang_evidence_free(&ev);
+
+	j = diagnosis_agent_lost_json(&ln);
+	diagnosis_hang_text(j, &text);
+	byte_buf_put_u8(&text, 0);
+	assert_non_null(strstr((char *)text.data, "node gpu-7: no batch since 5 ms since the epoch; it listed 2 process(es) of the job, ranks: 4 5"));
+	json_decref(j);
+	byte_buf_free(&text);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -362,7 +439,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_unseen_is_not_judged, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_job_ended, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_healthy_in_progress, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_never_seen_rank, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bounded_nodes, setup, teardown),
+		cmocka_unit_test(test_render),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
