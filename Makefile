@@ -6,9 +6,12 @@
 #   make demo       install missing packages, build, run the end-to-end demo
 #   make fuzz       run every fuzz target for FUZZ_SECONDS (default 300) each
 #   make bench      run the benchmarks in bench/ (release build)
-#   make deps       install the Debian packages the project needs (apt-get)
 #   make install    install the release build (PREFIX, DESTDIR, BINDIR, ...); make uninstall
 #   make deb        Debian packages in $(BUILD)/deb; make deb-test: build, install, run, purge them
+#   make deps       install the Debian packages the project needs (apt-get) and the web UI's
+#                   JavaScript libraries (npm ci: package-lock.json)
+#   make ui         copy the UI's libraries from node_modules/ into ui/vendor/ (part of `all`
+#                   once `make deps` has run)
 
 .DELETE_ON_ERROR:
 .SUFFIXES:
@@ -34,7 +37,8 @@ VERSION := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 
 WARNINGS := -Wall -Wextra -Werror -Wformat=2 -Wshadow -Wstrict-prototypes \
             -Wmissing-prototypes -Wvla -Wpointer-arith -Wundef
-CPPFLAGS := -D_GNU_SOURCE -DSYSOM_VERSION='"$(VERSION)"' -I. -I$(BUILD)/bpf
+CPPFLAGS := -D_GNU_SOURCE -DSYSOM_VERSION='"$(VERSION)"' -DSYSOM_UI_DIR='"$(CURDIR)/ui"' \
+            -I. -I$(BUILD)/bpf
 CFLAGS := -std=gnu11 -g -fno-omit-frame-pointer -pthread $(WARNINGS)
 ifeq ($(SAN),1)
 CFLAGS += -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined
@@ -67,7 +71,8 @@ DEB_PACKAGES := make gcc clang llvm bpftool libbpf-dev libelf-dev libdw-dev zlib
   libhttp-parser-dev libcmocka-dev libxxhash-dev libsystemd-dev pkg-config \
   libclang-rt-14-dev curl binutils procps util-linux zstd python3 elfutils linux-perf \
   libstdc++-12-dev libdebuginfod-dev debuginfod libc6-dbg gcc prometheus-alertmanager libssl-dev \
-  protobuf-c-compiler libprotobuf-c-dev protobuf-compiler systemd strace debhelper dpkg-dev python3-yaml
+  protobuf-c-compiler libprotobuf-c-dev protobuf-compiler systemd strace debhelper dpkg-dev python3-yaml \
+  clickhouse-server clickhouse-client chromium
 
 # ---------------------------------------------------------------------------------------------
 # Sources, discovered per directory tree: a program is a top-level directory whose
@@ -564,6 +569,29 @@ deb-test: deps
 	$(Q)SYSOM_BUILD=$(BUILD) SYSOM_ROOT=$(CURDIR) bash tests/pkg/test_deb.sh
 
 # ---------------------------------------------------------------------------------------------
+# The web UI (ui/, served by sysom-server at /ui/): its libraries are npm packages pinned in
+# package-lock.json, copied from node_modules/ (`make deps`: npm ci) into ui/vendor/, which the
+# server serves like the rest of ui/; nothing comes from a CDN at run time. Without
+# node_modules the build goes on and the browser test (tests/e2e/test_ui.sh) skips.
+UI_VENDOR_FILES := \
+  node_modules/d3/dist/d3.min.js:d3.min.js \
+  node_modules/d3/LICENSE:d3.LICENSE.txt \
+  node_modules/d3-flame-graph/dist/d3-flamegraph.min.js:d3-flamegraph.min.js \
+  node_modules/d3-flame-graph/dist/d3-flamegraph.css:d3-flamegraph.css \
+  node_modules/d3-flame-graph/LICENSE:d3-flame-graph.LICENSE.txt
+UI_VENDOR := $(foreach f,$(UI_VENDOR_FILES),ui/vendor/$(word 2,$(subst :, ,$(f))))
+ui/vendor/%:
+	$(Q)mkdir -p $(@D)
+	$(Q)src=$$(printf '%s\n' $(UI_VENDOR_FILES) | sed -n 's|:$*$$||p'); \
+	  test -f "$$src" || { echo "$$src missing: run make deps (npm ci)" >&2; exit 1; }; \
+	  cp "$$src" $@
+ui: $(UI_VENDOR)
+.PHONY: ui
+ifneq ($(wildcard node_modules/d3/dist/d3.min.js),)
+all: ui
+endif
+
+# ---------------------------------------------------------------------------------------------
 # Entry points of the README
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -576,6 +604,10 @@ deps:
 	  $(SUDO) apt-get update -q && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
 	fi
+
+	@command -v npm >/dev/null || { echo "installing Debian packages: nodejs npm"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm; }
+	$(Q)PUPPETEER_SKIP_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
 
 test: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build/san SAN=1 all fuzzers
@@ -594,6 +626,6 @@ bench: deps
 	$(Q)bench/run.sh $(BUILD)
 
 clean:
-	rm -rf build
+	rm -rf build ui/vendor
 
 -include $(shell find $(OBJ) -name '*.d' 2>/dev/null)
