@@ -31,7 +31,7 @@ expect=(
 	usr/local/lib/systemd/system/sysom-agent.service usr/local/lib/systemd/system/sysom-server.service
 	etc/sysom/agent.conf etc/sysom/server.conf
 	usr/local/share/doc/sysom/examples/agent.conf.example usr/local/share/doc/sysom/examples/server.conf.example
-	usr/local/share/doc/sysom/operations.md
+	usr/local/share/doc/sysom/operations.md usr/local/share/sysom/ui/index.html
 )
 [ -e "$BUILD/lib/libsysom-cupti.so" ] && expect+=(usr/local/lib/libsysom-cupti.so)
 missing=""
@@ -51,7 +51,7 @@ if [ -e "$D/usr/local/lib/libsysom-cupti.so" ]; then
 fi
 U=$D/usr/local/lib/systemd/system
 check "agent unit runs the installed binary" grep -qx 'ExecStart=/usr/local/bin/sysom-agent --config /etc/sysom/agent.conf' "$U/sysom-agent.service"
-check "server unit runs the installed binary" grep -q '^ExecStart=/usr/local/bin/sysom-server --config /etc/sysom/server.conf ' "$U/sysom-server.service"
+check "server unit runs the installed binary with the installed UI" grep -q '^ExecStart=/usr/local/bin/sysom-server --config /etc/sysom/server.conf --ui-dir /usr/local/share/sysom/ui ' "$U/sysom-server.service"
 check "no template placeholder is left in the units" bash -c "! grep -n '@[A-Z]*@' '$U'/*.service"
 check "configuration created from the examples" cmp -s "$ROOT/deploy/agent.conf.example" "$D/etc/sysom/agent.conf"
 
