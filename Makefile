@@ -503,6 +503,9 @@ DATADIR ?= $(PREFIX)/share
 DOCDIR ?= $(DATADIR)/doc/sysom
 SYSCONFDIR ?= /etc
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+# The web UI's files (ui/, with ui/vendor/ when `make ui` could build it); the server unit
+# passes --ui-dir (a server built here defaults to the source tree's ui/).
+UIDIR ?= $(DATADIR)/sysom/ui
 INSTALL ?= install
 DESTDIR ?=
 
@@ -523,7 +526,7 @@ install-prereqs: $(INSTALL_BINS) $(INSTALL_PLUGINS) $(CLIENT_SO) $(UNITS)
 $(BUILD)/deploy/%.service: deploy/%.service.in FORCE
 	$(Q)mkdir -p $(@D)
 	$(Q)sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
-	    -e 's|@DOCDIR@|$(DOCDIR)|g' $< > $@.tmp
+	    -e 's|@DOCDIR@|$(DOCDIR)|g' -e 's|@UIDIR@|$(UIDIR)|g' $< > $@.tmp
 	$(Q)if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv -f $@.tmp $@; echo "  GEN     $@"; fi
 FORCE:
 
@@ -538,6 +541,9 @@ install: install-prereqs
 	$(INSTALL) -m 0644 $(UNITS) $(DESTDIR)$(SYSTEMDUNITDIR)/
 	$(INSTALL) -m 0644 $(CONF_EXAMPLES) $(DESTDIR)$(DOCDIR)/examples/
 	$(INSTALL) -m 0644 $(wildcard $(INSTALL_DOCS)) $(DESTDIR)$(DOCDIR)/
+	@cd ui && find . -type f | while read -r f; do \
+	  $(INSTALL) -D -m 0644 "$$f" "$(DESTDIR)$(UIDIR)/$$f" || exit 1; done
+	@echo "  installed ui/ in $(DESTDIR)$(UIDIR)"
 	@for f in $(CONF_EXAMPLES); do \
 	  c=$(DESTDIR)$(SYSCONFDIR)/sysom/$$(basename $$f .example); \
 	  if [ -e $$c ]; then echo "  keeping $$c"; else $(INSTALL) -m 0644 $$f $$c && echo "  created $$c"; fi; \
@@ -553,6 +559,8 @@ uninstall:
 	  c=$(DESTDIR)$(SYSCONFDIR)/sysom/$$(basename $$f .example); \
 	  if cmp -s $$f $$c; then rm -f $$c; elif [ -e $$c ]; then echo "  keeping $$c (changed)"; fi; \
 	done
+	rm -rf $(DESTDIR)$(UIDIR)
+	@rmdir $(dir $(DESTDIR)$(UIDIR)) 2>/dev/null || true
 	rm -f $(addprefix $(DESTDIR)$(DOCDIR)/examples/,$(notdir $(CONF_EXAMPLES))) \
 	    $(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(INSTALL_DOCS)))
 	@rmdir $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) $(DESTDIR)$(INCLUDEDIR)/sysom \

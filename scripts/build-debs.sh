@@ -15,6 +15,9 @@ mkdir -p "$src"
 # (a tracked file deleted in the work tree is skipped: --ignore-failed-read)
 (cd "$root" && git ls-files -z -co --exclude-standard | tar --null -T - --ignore-failed-read -cf - 2>/dev/null) |
 	tar -C "$src" -xf -
+# The web UI's vendored libraries are build outputs (ignored by git; `make ui` from
+# node_modules): packaged when this tree has them.
+if [ -d "$root/ui/vendor" ]; then cp -r "$root/ui/vendor" "$src/ui/"; fi
 start=$SECONDS
 if ! (cd "$src" && DEB_BUILD_OPTIONS="parallel=$(nproc) ${DEB_BUILD_OPTIONS:-}" dpkg-buildpackage -b -us -uc) >"$out/build.log" 2>&1; then
 	tail -40 "$out/build.log" >&2

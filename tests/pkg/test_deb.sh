@@ -92,13 +92,16 @@ check "the NCCL plugin loads by name (NCCL_PROFILER_PLUGIN=sysom)" \
 # The installed server with the installed configuration and token (its listen address and
 # data directory moved to this test's).
 mkdir -p "$E2E_TMP/srv"
-/usr/bin/sysom-server --config /etc/sysom/server.conf --listen 127.0.0.1:0 --data-dir "$E2E_TMP/srv" \
+ui=$(sed -n 's/^ExecStart=.* --ui-dir \([^ ]*\) .*/\1/p' /lib/systemd/system/sysom-server.service)
+check "the server unit names the packaged UI ($ui)" test -f "$ui/index.html"
+/usr/bin/sysom-server --config /etc/sysom/server.conf --listen 127.0.0.1:0 --data-dir "$E2E_TMP/srv" --ui-dir "$ui" \
 	--port-file "$E2E_TMP/srv.port" --token-file /etc/sysom/server.token >"$E2E_TMP/server.log" 2>&1 &
 SERVER_PID=$!
 E2E_PIDS+=("$SERVER_PID")
 wait_until 30 test -s "$E2E_TMP/srv.port"
 URL=http://127.0.0.1:$(cat "$E2E_TMP/srv.port" 2>/dev/null)
 check "installed sysom-server answers /healthz" curl -sf -o /dev/null "$URL/healthz"
+check "installed sysom-server serves the packaged web UI" bash -c "curl -sfL '$URL/ui/' | grep -qi '<html'"
 /usr/bin/sysom-agent --check --config /etc/sysom/agent.conf --server "$URL" \
 	--token-file /etc/sysom/server.token --spool-dir "$E2E_TMP/spool" >"$E2E_TMP/check.log" 2>&1
 check "installed sysom-agent --check passes" test $? -eq 0
