@@ -60,15 +60,18 @@ for store in sqlite clickhouse; do
 	cpu=$(grep -m1 -io 'server cpu[^;,]*' "$work/$store.load" || true)
 	lat=$(grep -m1 -o 'p50 [0-9.]* ms.*p99 [0-9.]* ms' "$work/$store.load" || true)
 	fl=$(flame_ms "$URL")
+	kill -TERM "$PID"
+	wait "$PID" 2>/dev/null || true
 	if [ $store = sqlite ]; then
-		bytes=$(du -sb "$work/sq.data" | cut -f1)
+		# The database after the server's last checkpoint (the symbol repository aside).
+		bytes=$(cat "$work/sq.data"/sysom.db* | wc -c)
 	else
 		bytes=$(curl -s "${ch}?database=bench" --data-binary \
 			"SELECT sum(bytes_on_disk) FROM system.parts WHERE active AND database = 'bench'")
 	fi
+	wire=$(grep -m1 -A2 '| agents |' "$work/$store.load" | tail -1 | awk -F'|' '{ print $5 }' | tr -d ' ')
 	echo "$store: $rate; ingest latency $lat; $cpu; stored batches ${stored:-?};" \
-		"bytes $bytes ($(( bytes / ${stored:-1} )) per batch); whole-fleet flame graph ${fl} ms"
-	grep -m3 -E 'errors|status' "$work/$store.load" | sed 's/^/    /' || true
-	kill -TERM "$PID"
-	wait "$PID" 2>/dev/null || true
+		"bytes $bytes ($(( bytes / ${stored:-1} )) per batch; wire ${wire:-?} KiB zstd);" \
+		"whole-fleet flame graph ${fl} ms"
+	grep -m3 -E 'errors|status|BENCH' "$work/$store.load" | sed 's/^/    /' || true
 done
