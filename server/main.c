@@ -29,6 +29,7 @@
 #include "server/api/api.h"
 #include "server/http/auth.h"
 #include "server/http/http.h"
+#include "server/http/static.h"
 #include "server/analysis/monitor.h"
 #include "server/ingest/ingest.h"
 #include "server/metrics/metrics.h"
@@ -39,6 +40,9 @@
 #include "symrepo/repo.h"
 
 #define EXIT_USAGE 2
+#ifndef SYSOM_UI_DIR
+#define SYSOM_UI_DIR "ui" /* the Makefile sets the source tree's ui/ */
+#endif
 /* Handlers may build symbol files for minutes; file bodies are read on the same pool. */
 #define DEFAULT_THREADPOOL_SIZE "16"
 #define DECODE_MMAP_THRESHOLD (1 << 20) /* bytes; see run() */
@@ -86,6 +90,8 @@ struct config {
 	double alert_resend_interval;
 	double analysis_interval;
 	char *public_url;
+	char *ui_dir;
+	uint64_t max_ui_file;
 	bool new_credential;
 	bool help;
 	bool version;
@@ -160,6 +166,8 @@ static const struct sysom_option options[] = {
 	{ "webhook-url", SYSOM_OPT_STRING, &cfg.webhook_urls, 0, 0, "\"URL URL\": webhooks the alerts are sent to (Alertmanager's webhook format)", false },
 	{ "alert-resend-interval", SYSOM_OPT_DURATION, &cfg.alert_resend_interval, 0.1, 86400, "re-send firing alerts this often (default 60s)", false },
 	{ "analysis-interval", SYSOM_OPT_DURATION, &cfg.analysis_interval, 0.1, 3600, "evaluate each job with new data at most this often (default 5s)", false },
+	{ "ui-dir", SYSOM_OPT_STRING, &cfg.ui_dir, 0, 0, "the web UI's files, served at /ui/ (default: the source tree's ui/, " SYSOM_UI_DIR ")", false },
+	{ "max-ui-file", SYSOM_OPT_SIZE, &cfg.max_ui_file, 1024, 1024 * MIB, "largest web UI file served (default 16M)", false },
 	{ "public-url", SYSOM_OPT_STRING, &cfg.public_url, 0, 0, "this server's URL as users reach it, for links in alerts (generatorURL)", false },
 	{ "new-credential", SYSOM_OPT_BOOL, &cfg.new_credential, 0, 0, "with SCOPE NAME [NODES] after the options: print a new token and its credentials-file line, then exit", true },
 	{ "help", SYSOM_OPT_BOOL, &cfg.help, 0, 0, "print this help", true },
@@ -180,6 +188,7 @@ struct server {
 	struct symrepo *repo;
 	struct symbols *symbols;
 	struct upstream *upstream;
+	struct http_static *ui; /* the web UI's files; NULL when the default directory is absent */
 	struct alerts *alerts; /* alert lifecycle and delivery: the analysis feeds it */
 	struct monitor *monitor; /* straggler detection and diagnosis as batches arrive */
 	struct server_metrics metrics;
@@ -655,6 +664,25 @@ static void monitor_job_metrics_source(void *ctx, struct byte_buf *out)
 	monitor_job_metrics_write(ctx, out);
 }
 
+/* The web UI's directory: a --ui-dir that cannot be opened is a configuration error; the
+ * default (the source tree's ui/) missing only means no UI (an installed server without it). */
+static int ui_open(struct server *s)
+{
+	const char *dir = cfg.ui_dir ? cfg.ui_dir : SYSOM_UI_DIR;
+	char err[512];
+
+	if (http_static_open(dir, cfg.max_ui_file, &s->ui, err, sizeof(err)) == 0) {
+		log_info("web UI served at /ui/ from %s", dir);
+		return 0;
+	}
+	if (cfg.ui_dir) {
+		log_error("%s", err);
+		return -SYSOM_ECONFIG;
+	}
+	log_info("no web UI (%s; see --ui-dir)", err);
+	return 0;
+}
+
 static int components_create(struct server *s)
 {
 	struct ingest_options io = {
@@ -689,6 +717,9 @@ static int components_create(struct server *s)
 	ao.symbols = s->symbols;
 	ao.upstream = s->upstream;
 	ao.alerts = s->alerts;
+	if ((rc = ui_open(s)))
+		return rc; /* logged */
+	ao.ui = s->ui;
 	if (!(s->api = api_new(s->store, s->sym, s->auth, &s->metrics, &ao)))
 		return -ENOMEM;
 	/* The monitor analyses what ingest stores, reading through the API's profiles. */
@@ -869,6 +900,7 @@ cleanup:
 	}
 	monitor_free(s.monitor); /* before the API it reads through and the alerts it feeds */
 	api_free(s.api);
+	http_static_free(s.ui);
 	ingest_free(s.ingest);
 	membudget_free(s.decode_memory); /* after its users */
 	alerts_free(s.alerts); /* after its users; delivers pending resolutions (bounded wait) */

@@ -33,6 +33,7 @@ struct api *api_new(struct store *store, struct symbolizer *sym, struct auth *au
 	api->upstream = opts ? opts->upstream : NULL;
 	api->alerts = opts ? opts->alerts : NULL;
 	api->monitor = opts ? opts->monitor : NULL;
+	api->ui = opts ? opts->ui : NULL;
 	atomic_init(&api->http, NULL);
 	return api;
 }
