@@ -24,7 +24,7 @@
 #define CH_STRIPES 64
 /* Direct-mapped caches: content hash -> resolved id (objects, stacks), and stacks read. */
 #define CH_ID_CACHE (1u << 16)
-#define CH_STACK_CACHE (1u << 14)
+#define CH_STACK_CACHE (1u << 16)
 
 struct ch_id_slot {
 	uint64_t h0, h1; /* the content's two hashes; h0 == 0: empty */

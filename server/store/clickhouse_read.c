@@ -286,11 +286,84 @@ static int filter_from(struct byte_buf *q, const struct store_sample_filter *f)
 struct aggregate_visit {
 	store_stack_count_fn fn;
 	void *arg;
+	int64_t *ids;  /* stacks the groups name, for the prefetch */
+	size_t nids, cap;
 };
+
+static void visit_id(struct aggregate_visit *v, int64_t id)
+{
+	if (id == STORE_STACK_NONE)
+		return;
+	if (v->nids == v->cap) {
+		size_t cap = v->cap ? 2 * v->cap : 256;
+		int64_t *ids = realloc(v->ids, cap * sizeof(*ids));
+
+		if (!ids)
+			return; /* the prefetch is an optimization: stack_get still works */
+		v->ids = ids;
+		v->cap = cap;
+	}
+	v->ids[v->nids++] = id;
+}
+
+static int prefetch_row(void *ctx, char **f)
+{
+	struct ch_store *s = ctx;
+	struct stack_read r;
+	int rc;
+
+	if (ch_tsv_i64(f[0], &r.id))
+		return -EPROTO;
+	r.stk = NULL;
+	if ((rc = stack_row(&r, f + 1)))
+		return rc;
+	struct ch_stack_slot *slot = &s->stacks[(uint64_t)r.id & (CH_STACK_CACHE - 1)];
+
+	pthread_mutex_lock(&s->lock);
+	free(slot->stk);
+	slot->id = r.id;
+	slot->stk = r.stk;
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+/*
+ * Reads the stacks a flame graph is about to ask for one by one into the stack cache, 4096 a
+ * query, skipping those cached already: one round trip per 4096 stacks instead of one each.
+ */
+static void stacks_prefetch(struct ch_store *s, const int64_t *ids, size_t n)
+{
+	struct byte_buf q = { 0 };
+
+	for (size_t i = 0; i < n;) {
+		size_t in = 0;
+
+		q.len = 0;
+		byte_buf_printf(&q, "SELECT id, hex(ident) FROM stacks WHERE id IN (");
+		for (; i < n && in < 4096; i++) {
+			struct ch_stack_slot *slot = &s->stacks[(uint64_t)ids[i] & (CH_STACK_CACHE - 1)];
+			bool cached;
+
+			pthread_mutex_lock(&s->lock);
+			cached = slot->id == ids[i] && slot->stk;
+			pthread_mutex_unlock(&s->lock);
+			if (cached)
+				continue;
+			byte_buf_printf(&q, "%s%" PRId64, in ? "," : "", ids[i]);
+			in++;
+		}
+		if (!in)
+			continue;
+		byte_buf_printf(&q, ") LIMIT 1 BY id");
+		if (select_run(s, &q, 2, prefetch_row, s, NULL))
+			break; /* stack_get will say what is wrong */
+	}
+	byte_buf_free(&q);
+}
 
 static int stack_count_row(void *ctx, char **f)
 {
-	const struct aggregate_visit *v = ctx;
+	struct aggregate_visit *v = ctx;
 	struct store_stack_count row = { .comm = f[0] };
 	int64_t lo, hi;
 
@@ -299,13 +372,15 @@ static int stack_count_row(void *ctx, char **f)
 	    ch_tsv_i64(f[5], &row.kernel_stack) || ch_tsv_u64(f[6], &row.count))
 		return -EPROTO;
 	row.pid = lo == hi ? lo : -1;
+	visit_id(v, row.user_stack);
+	visit_id(v, row.kernel_stack);
 	return v->fn(v->arg, &row);
 }
 
 int ch__stacks_aggregate(struct store *base, const struct store_sample_filter *f, uint32_t limit,
 			 store_stack_count_fn fn, void *arg, uint64_t *total)
 {
-	struct aggregate_visit v = { fn, arg };
+	struct aggregate_visit v = { .fn = fn, .arg = arg };
 	struct byte_buf q = { 0 };
 	char *totals[7] = { 0 };
 	int rc;
@@ -320,7 +395,10 @@ int ch__stacks_aggregate(struct store *base, const struct store_sample_filter *f
 	rc = select_run(ch__store(base), &q, 7, stack_count_row, &v, totals);
 	if (!rc && ch_tsv_u64(totals[6], total))
 		rc = -EPROTO;
+	if (!rc)
+		stacks_prefetch(ch__store(base), v.ids, v.nids);
 cleanup:
+	free(v.ids);
 	totals_free(totals, 7);
 	byte_buf_free(&q);
 	return rc;

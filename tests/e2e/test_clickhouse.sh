@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# ClickHouse as the store: a real agent's requests go through a tee to a server on ClickHouse
+# (a private clickhouse-server) and to a server on SQLite; both answer the same flame graph,
+# totals, nodes and processes. ClickHouse down: ingest answers 503 with Retry-After, the agent
+# spools, and once ClickHouse is back the spooled batches arrive with nothing lost.
+. "$(dirname "$0")/lib.sh"
+require_root
+[ -x /usr/sbin/clickhouse-server ] || skip_all "clickhouse-server is not installed (make deps)"
+
+CHDIR=$E2E_TMP/clickhouse
+ch_stop() { "$ROOT/tests/tools/clickhouse-private.sh" stop "$CHDIR"; }
+trap 'ch_stop; e2e_cleanup' EXIT
+CH=$("$ROOT/tests/tools/clickhouse-private.sh" start "$CHDIR") || { echo "clickhouse did not start" >&2; exit 1; }
+diag "clickhouse at $CH"
+
+start_server sq || exit 1
+SQ_URL=$SERVER_URL
+start_server chs --clickhouse-url "${CH}?database=e2e" --clickhouse-timeout 3s || exit 1
+CH_URL=$SERVER_URL CH_PID=$SERVER_PID
+
+python3 "$ROOT/tests/e2e/tee_proxy.py" "$E2E_TMP/tee.port" "$CH_URL" "$SQ_URL" "$E2E_TMP/tee.requests" \
+	>>"$E2E_TMP/tee.log" 2>&1 &
+E2E_PIDS+=("$!")
+wait_until 10 test -s "$E2E_TMP/tee.port" || { echo "tee did not start" >&2; exit 1; }
+TEE_URL=http://127.0.0.1:$(cat "$E2E_TMP/tee.port")
+
+start_agent agent "$TEE_URL" --sample-rate 1 || exit 1
+read -r WPID WCPU < <(run_workload 4 --mode mixed --threads 2)
+diag "workload pid $WPID used ${WCPU}s of CPU"
+stop_pid "$AGENT_PID"
+check "agent exits 0 after SIGTERM" test $? -eq 0
+LOGGED=$(agent_logged_samples "$E2E_TMP/agent.log")
+INGESTS=$(grep -c '^POST /api/v1/ingest ' "$E2E_TMP/tee.requests")
+diag "$INGESTS ingest requests; agent logged $LOGGED samples"
+check "every ingest was stored by both servers (200 and 200)" \
+	bash -c "[ $INGESTS -gt 0 ] && ! grep '^POST /api/v1/ingest ' '$E2E_TMP/tee.requests' | grep -vq ' 200 200\$'"
+
+SERVER_URL=$CH_URL
+CH_TOTAL=$(stored_total)
+check "the ClickHouse server holds exactly the samples the agent shipped ($CH_TOTAL)" test "$CH_TOTAL" -eq "$LOGGED"
+# Same groups on both; their order among equal counts follows stack ids, which differ.
+ctl flamegraph --from -1d --to now --format folded | sort >"$E2E_TMP/ch.folded"
+ctl flamegraph --pid "$WPID" --from -10m --to now --format folded | sort >"$E2E_TMP/ch.pid.folded"
+# Receive times differ by server (the tee posts one after the other): the rest must not.
+ctl nodes | awk '{ NF--; print }' >"$E2E_TMP/ch.nodes"
+ctl processes --from -10m | sort >"$E2E_TMP/ch.processes"
+SERVER_URL=$SQ_URL
+SQ_TOTAL=$(stored_total)
+ctl flamegraph --from -1d --to now --format folded | sort >"$E2E_TMP/sq.folded"
+ctl flamegraph --pid "$WPID" --from -10m --to now --format folded | sort >"$E2E_TMP/sq.pid.folded"
+ctl nodes | awk '{ NF--; print }' >"$E2E_TMP/sq.nodes"
+ctl processes --from -10m | sort >"$E2E_TMP/sq.processes"
+check "both servers hold the same total ($SQ_TOTAL)" test "$SQ_TOTAL" -eq "$CH_TOTAL"
+check "the whole-node flame graph is the same on both ($(wc -l <"$E2E_TMP/ch.folded") stacks)" \
+	bash -c "[ -s '$E2E_TMP/ch.folded' ] && diff -q '$E2E_TMP/sq.folded' '$E2E_TMP/ch.folded'"
+check "the workload's flame graph is the same on both" \
+	bash -c "[ -s '$E2E_TMP/ch.pid.folded' ] && diff -q '$E2E_TMP/sq.pid.folded' '$E2E_TMP/ch.pid.folded'"
+check "kernel frames are symbolized on ClickHouse too (uploaded kallsyms)" \
+	grep -Eq 'entry_SYSCALL|do_syscall' "$E2E_TMP/ch.folded"
+check "nodes are listed the same (but for their last receive time)" diff -q "$E2E_TMP/sq.nodes" "$E2E_TMP/ch.nodes"
+check "processes are listed the same" diff -q "$E2E_TMP/sq.processes" "$E2E_TMP/ch.processes"
+
+STATUS=$(curl -s -o "$E2E_TMP/jobs.json" -w '%{http_code}' "$CH_URL/api/v1/jobs")
+check "a query ClickHouse does not have yet answers 501 ($STATUS)" test "$STATUS" = 501
+
+# ClickHouse goes away: the agent's batches are answered 503 and stay in its spool.
+ch_stop
+start_agent agent2 "$CH_URL" --sample-rate 1 || exit 1
+read -r WPID2 _ < <(run_workload 3 --mode cpu --threads 1)
+check "ingest answers 503 while ClickHouse is down (the agent retries)" \
+	wait_until 20 grep -q 'not delivered.*(HTTP 503)' "$E2E_TMP/agent2.log"
+STATUS=$(curl -s -D "$E2E_TMP/flame.headers" -o /dev/null -w '%{http_code}' \
+	"$CH_URL/api/v1/flamegraph?from=-1h&to=now")
+check "a query answers 503 with Retry-After while ClickHouse is down ($STATUS)" \
+	bash -c "[ '$STATUS' = 503 ] && grep -qi '^retry-after:' '$E2E_TMP/flame.headers'"
+check "the server keeps running" kill -0 "$CH_PID"
+stop_pid "$AGENT_PID"
+check "agent2 exits 0 with its undelivered batches in the spool" test $? -eq 0
+"$ROOT/tests/tools/clickhouse-private.sh" start "$CHDIR" >/dev/null
+check "ClickHouse is back on its port" curl -sf "${CH}ping" -o /dev/null
+# The same spool again: the agent delivers what it kept, then its new batches.
+start_agent agent2 "$CH_URL" --sample-rate 1 || exit 1
+sleep 3
+stop_pid "$AGENT_PID"
+check "agent2 exits 0 after delivering its spool" test $? -eq 0
+LOGGED2=$(agent_logged_samples "$E2E_TMP/agent2.log")
+SERVER_URL=$CH_URL
+total_is() { [ "$(stored_total)" -eq "$1" ]; }
+check "nothing lost: the ClickHouse server holds both agents' samples" \
+	wait_until 20 total_is $((LOGGED + LOGGED2))
+diag "stored $(stored_total) of $((LOGGED + LOGGED2))"
+finish
