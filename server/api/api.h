@@ -108,7 +108,7 @@ struct api_route_limits {
 	size_t symbols_max_chunk; /* one chunk of a symbol file upload */
 };
 
-#define API_ROUTE_COUNT 28 /* 3 ingest + 18 query GET + 3 under jobs + 4 symbol repository */
+#define API_ROUTE_COUNT 29 /* 3 ingest + 19 query GET + 3 under jobs + 4 symbol repository */
 
 /*
  * Fills `out` with the server's routes, in matching order: the agent-facing ones of `in`
