@@ -180,7 +180,7 @@ static int run(size_t n, uint32_t nfn, size_t eroica_max)
 		pl[i] = (struct plant){ (uint32_t)(i * 5 + 1) % nfn, (n / 7) * (size_t)(i + 1) % n, i };
 	for (uint32_t f = 0; f < nfn; f++) {
 		generate(f, n, pl, beta, mu, cov);
-		struct patterns_vectors v = { beta, mu, cov, n };
+		struct patterns_vectors v = { .beta = beta, .mu = mu, .cov = cov, .n = n };
 		const double *dims[3] = { beta, mu, cov };
 		uint64_t t0 = cpu_ns();
 		patterns_localise(&v, f, &p, scratch, &top, NULL);

@@ -185,14 +185,17 @@ size_t patterns_localise(const struct patterns_vectors *v, uint32_t function,
 			double x = dims[d][w];
 			if (isnan(x))
 				continue;
-			double z = (x - med[d]) / scale[d];
+			double sc = scale[d];
+			if (d == PATTERNS_BETA && v->beta_se && isfinite(v->beta_se[w]))
+				sc = fmax(sc, v->beta_se[w]);
+			double z = (x - med[d]) / sc;
 			if (fabs(z) <= p->k)
 				continue;
 			double cost = d == PATTERNS_BETA ? fabs(x - med[d])
 				      : beta * fabs(x - med[d]) / fmax(fabs(x), fabs(med[d]));
 			struct patterns_finding f = { .function = function, .worker = (int32_t)w,
 						      .dim = (enum patterns_dim)d, .value = x,
-						      .median = med[d], .scale = scale[d], .z = z,
+						      .median = med[d], .scale = sc, .z = z,
 						      .beta = beta, .cost = cost };
 			if (!abnormal || below(&best, &f))
 				best = f;
@@ -441,20 +444,28 @@ static int cpu_load(const struct diagnosis_ctx *ctx, const struct diagnosis_scop
 			const char *leaf = sp - 1;
 			while (leaf > p && leaf[-1] != ';')
 				leaf--;
-			double count = strtod(sp, NULL);
+			double count = 0; /* digits up to the line's end (no NUL to stop strtod) */
+			for (const char *c = sp; c < line_end && *c >= '0' && *c <= '9'; c++)
+				count = count * 10 + (*c - '0');
 			size_t len = (size_t)(sp - 1 - leaf);
-			/* The first frame is the process comm: a stack of it alone has no function. */
-			if (count > 0 && len && leaf != p) {
+			/* The first frame is the process comm: a stack of it alone has no function.
+			 * Kernel leaves ("_[k]") are mostly the scheduler on a shared machine: the
+			 * OS layer's business, not a key function of the job. */
+			bool kernel = len >= 4 && !memcmp(sp - 5, "_[k]", 4);
+			if (count > 0 && len && leaf != p && !kernel) {
 				size_t i;
 				for (i = 0; i < n; i++)
 					if (strlen(leaves[i].name) == len && !memcmp(leaves[i].name, leaf, len))
 						break;
 				if (i == n) {
+					/* Not strndup: the text is not NUL-terminated. */
 					if (SYSOM_ARRAY_RESERVE(leaves, cap, n, 64) ||
-					    !(leaves[n].name = strndup(leaf, len))) {
+					    !(leaves[n].name = malloc(len + 1))) {
 						rc = -ENOMEM;
 						goto cleanup;
 					}
+					memcpy(leaves[n].name, leaf, len);
+					leaves[n].name[len] = '\0';
 					leaves[n++].samples = 0;
 				}
 				leaves[i].samples += count;
@@ -508,17 +519,24 @@ static int table_load(const struct diagnosis_ctx *ctx, const struct diagnosis_sc
 	return 0;
 }
 
-/* Vectors of function fi: β, μ and CoV per worker (scratch `vec` holds 3 × nworkers). */
+/* Vectors of function fi: β, μ, CoV and β's sampling error per worker (scratch `vec` holds
+ * 4 × nworkers). */
 static void table_vectors(const struct ptable *t, size_t fi, double *vec,
 			  struct patterns_vectors *out)
 {
 	const struct pfn *f = &t->fns[fi];
 	int32_t n = t->nworkers;
-	double *beta = vec, *mu = vec + n, *cov = vec + 2 * n;
+	double *beta = vec, *mu = vec + n, *cov = vec + 2 * n, *se = vec + 3 * n;
 
 	for (int32_t w = 0; w < n; w++) {
 		if (f->kind == PATTERNS_CPU) {
-			beta[w] = t->cpu_total[w] > 0 ? f->sum[w] / t->cpu_total[w] : 0;
+			/* Too few samples and one sample is several percent: no pattern. */
+			beta[w] = t->cpu_total[w] >= PATTERNS_CPU_MIN_SAMPLES ? f->sum[w] / t->cpu_total[w]
+									      : NAN;
+			/* A sampled share's binomial standard error (at least one sample's worth). */
+			se[w] = isnan(beta[w]) ? NAN
+					       : sqrt(fmax(beta[w] * (1 - beta[w]), 1.0 / t->cpu_total[w]) /
+						      t->cpu_total[w]);
 			mu[w] = cov[w] = NAN;
 			continue;
 		}
@@ -537,6 +555,7 @@ static void table_vectors(const struct ptable *t, size_t fi, double *vec,
 	out->beta = beta;
 	out->mu = mu;
 	out->cov = f->kind == PATTERNS_CPU ? NULL : cov;
+	out->beta_se = f->kind == PATTERNS_CPU ? se : NULL;
 	out->n = (size_t)n;
 }
 
@@ -624,7 +643,7 @@ int patterns_job(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *
 		    (rc = table_load(ctx, &hs, &ranks, &hist)))
 			goto cleanup;
 	}
-	vec = malloc((size_t)n * 3 * sizeof(*vec));
+	vec = malloc((size_t)n * 4 * sizeof(*vec));
 	scratch = malloc((size_t)n * 2 * sizeof(*scratch));
 	sums = calloc(cur.nfns ? cur.nfns : 1, sizeof(*sums));
 	if (!vec || !scratch || !sums || (rc = patterns_top_init(&top, p->limit))) {

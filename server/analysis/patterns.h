@@ -5,7 +5,8 @@
  *
  *   β   the share of the worker's wall time spent in the function (calls: Σ duration / the
  *       worker's observed span; CPU functions: the function's share of the worker's on-CPU
- *       samples, self time)
+ *       samples, self time of user-space leaves, ranks with at least
+ *       PATTERNS_CPU_MIN_SAMPLES samples; NaN: no pattern)
  *   μ   the mean duration of one call or kernel execution (CPU functions: none)
  *   σ   the coefficient of variation of those durations (CPU functions: none)
  *
@@ -48,6 +49,7 @@
 #define PATTERNS_MAX_WORKERS 65536           /* ranks of one job analysed */
 #define PATTERNS_MAX_CPU_WORKERS 256         /* ranks whose CPU profile is read */
 #define PATTERNS_CPU_TOP 8                   /* hottest CPU functions per rank */
+#define PATTERNS_CPU_MIN_SAMPLES 20          /* a rank's CPU shares need this many samples */
 #define PATTERNS_MAX_INSTANCES 20000
 
 enum patterns_kind { PATTERNS_COLLECTIVE, PATTERNS_P2P, PATTERNS_KERNEL, PATTERNS_CPU };
@@ -66,9 +68,11 @@ void patterns_params_default(struct patterns_params *p);
 /* ---- the pure core: one function over n workers ------------------------------------------ */
 
 struct patterns_vectors {
-	const double *beta; /* n values, 0 when the worker never ran it */
+	const double *beta; /* n values, 0 when the worker never ran it, NaN: unknown */
 	const double *mu;   /* n values or NULL; NaN: none */
 	const double *cov;  /* n values or NULL; NaN: none */
+	const double *beta_se; /* n values or NULL: β's own standard error (sampled shares), a
+				* per-worker floor of the β scale */
 	size_t n;
 };
 

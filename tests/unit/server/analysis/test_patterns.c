@@ -53,7 +53,7 @@ static void test_one_slow_kernel(void **state)
 	v.mu[4] = 9e6;
 	v.beta[4] = 0.60;
 	assert_int_equal(patterns_top_init(&top, 10), 0);
-	struct patterns_vectors pv = { v.beta, v.mu, v.cov, 16 };
+	struct patterns_vectors pv = { .beta = v.beta, .mu = v.mu, .cov = v.cov, .n = 16 };
 	assert_int_equal(patterns_localise(&pv, 7, &p, v.scratch, &top, &s), 1);
 	patterns_top_sort(&top);
 	assert_int_equal(top.n, 1);
@@ -80,7 +80,7 @@ static void test_healthy_noise(void **state)
 	for (uint64_t seed = 1; seed <= 20; seed++) {
 		fill(&v, 1000, 0.2, 1e6, seed);
 		v.mu[10] = 1.03e6;
-		struct patterns_vectors pv = { v.beta, v.mu, v.cov, 1000 };
+		struct patterns_vectors pv = { .beta = v.beta, .mu = v.mu, .cov = v.cov, .n = 1000 };
 		assert_int_equal(patterns_localise(&pv, 0, &p, v.scratch, &top, NULL), 0);
 	}
 	assert_int_equal(top.total, 0);
@@ -101,7 +101,7 @@ static void test_collective_lower_share(void **state)
 	v.beta[5] = 0.02;
 	v.mu[5] = 0.2e6;
 	assert_int_equal(patterns_top_init(&top, 4), 0);
-	struct patterns_vectors pv = { v.beta, v.mu, v.cov, 8 };
+	struct patterns_vectors pv = { .beta = v.beta, .mu = v.mu, .cov = v.cov, .n = 8 };
 	assert_int_equal(patterns_localise(&pv, 1, &p, v.scratch, &top, NULL), 1);
 	assert_int_equal(top.f[0].worker, 5);
 	assert_true(top.f[0].z < -p.k);
@@ -122,7 +122,7 @@ static void test_min_beta_and_absent(void **state)
 	fill(&v, 32, 0.002, 1e5, 4);
 	v.mu[3] = 1e7;
 	assert_int_equal(patterns_top_init(&top, 4), 0);
-	struct patterns_vectors pv = { v.beta, v.mu, v.cov, 32 };
+	struct patterns_vectors pv = { .beta = v.beta, .mu = v.mu, .cov = v.cov, .n = 32 };
 	assert_int_equal(patterns_localise(&pv, 2, &p, v.scratch, &top, NULL), 0);
 	fill(&v, 32, 0.2, 1e6, 5);
 	for (size_t w = 16; w < 32; w++) { /* half the workers never ran it */
@@ -149,13 +149,36 @@ static void test_bounded_top(void **state)
 	for (int i = 0; i < 100; i++)
 		v.beta[i * 10] = 0.2 + 0.001 * i;
 	assert_int_equal(patterns_top_init(&top, 10), 0);
-	struct patterns_vectors pv = { v.beta, v.mu, v.cov, 1000 };
+	struct patterns_vectors pv = { .beta = v.beta, .mu = v.mu, .cov = v.cov, .n = 1000 };
 	assert_int_equal(patterns_localise(&pv, 0, &p, v.scratch, &top, NULL), 100);
 	patterns_top_sort(&top);
 	assert_int_equal(top.total, 100);
 	assert_int_equal(top.n, 10);
 	for (int i = 0; i < 10; i++)
 		assert_int_equal(top.f[i].worker, (99 - i) * 10);
+	patterns_top_free(&top);
+}
+
+/* Sampled CPU shares: a rank whose share differs by what 60 samples' noise gives is not
+ * abnormal once its standard error floors the scale; without it, it would be. */
+static void test_sampling_error(void **state)
+{
+	static struct vecs v;
+	static double se[16];
+	struct patterns_params p;
+	struct patterns_top top;
+
+	(void)state;
+	patterns_params_default(&p);
+	fill(&v, 16, 0.30, 1e6, 8);
+	v.beta[2] = 0.45; /* 60 samples: σ of a 0.3 share is 0.059, this is 2.5 of them */
+	for (int w = 0; w < 16; w++)
+		se[w] = sqrt(v.beta[w] * (1 - v.beta[w]) / 60);
+	assert_int_equal(patterns_top_init(&top, 4), 0);
+	struct patterns_vectors pv = { .beta = v.beta, .n = 16 };
+	assert_int_equal(patterns_localise(&pv, 0, &p, v.scratch, &top, NULL), 1);
+	pv.beta_se = se;
+	assert_int_equal(patterns_localise(&pv, 0, &p, v.scratch, &top, NULL), 0);
 	patterns_top_free(&top);
 }
 
@@ -167,6 +190,7 @@ int main(void)
 		cmocka_unit_test(test_collective_lower_share),
 		cmocka_unit_test(test_min_beta_and_absent),
 		cmocka_unit_test(test_bounded_top),
+		cmocka_unit_test(test_sampling_error),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
