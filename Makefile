@@ -452,6 +452,12 @@ $(BUILD)/bench/analysis_bench: $(OBJ)/bench/analysis_bench.o $(SERVER_LIB) $(SYM
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(SERVER_LDLIBS)
 
+# The patterns benchmark runs the server's behaviour-pattern localisation.
+$(BUILD)/bench/patterns_bench: $(OBJ)/bench/patterns_bench.o $(SERVER_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(SERVER_LDLIBS)
+
 # The export benchmark drives the server's flame graph handler through the unit-test harness.
 $(BUILD)/bench/export_bench: $(OBJ)/bench/export_bench.o $(TEST_SUPPORT_LIB) $(SERVER_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)

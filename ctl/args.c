@@ -24,6 +24,7 @@ static const struct {
 	{ "diff", CTL_DIFF, "/api/v1/flamegraph/diff" },
 	{ "diagnose", CTL_DIAGNOSE, "/api/v1/diagnoses" },
 	{ "trace", CTL_TRACE, "/api/v1/jobs/" },             /* + the job + /trace */
+	{ "patterns", CTL_PATTERNS, "/api/v1/jobs/" },       /* + the job + /patterns */
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -61,7 +62,13 @@ void ctl_usage(FILE *out)
 	      "  stragglers --job J [--comm KEY] [--from T] [--to T] [--k K] [--window W]\n"
 	      "             [--min-excess-ms M] [--format table|json]\n"
 	      "      slow ranks per communicator: entry lateness against the other ranks over the\n"
-	      "      last W collective instances (default k=2, W=100, 1 ms floor)\n"
+	      "      last W collective instances, median + k MAD (default k=3.5, W=100, 1 ms)\n"
+	      "  patterns --job J [--from T] [--to T] [--k K] [--history-from T --history-to T]\n"
+	      "           [--limit N] [--top N] [--format table|json]\n"
+	      "      behaviour patterns (EROICA): per rank and key function (NCCL calls, GPU\n"
+	      "      kernels, hot CPU functions) share of time, mean duration and variation;\n"
+	      "      the abnormal (rank, function) pairs ranked, and what changed for every rank\n"
+	      "      against the job's history (its baseline stretch, or the one given)\n"
 	      "  diff --job J --a RANK --b RANK [--from T] [--to T] [--limit N] [--top N]\n"
 	      "       [--format top|folded]\n"
 	      "      two ranks' CPU profiles compared: functions ranked by the difference in their\n"
@@ -103,6 +110,8 @@ void ctl_args_free(struct ctl_args *a)
 	free(a->min_excess_ms);
 	free(a->rank_a);
 	free(a->rank_b);
+	free(a->history_from);
+	free(a->history_to);
 	free(a->id);
 	free(a->status);
 	free(a->job);
@@ -228,6 +237,13 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 		OPT_HELP, OPT_STR("job", job), OPT_STR("comm", communicator), OPT_STR("from", from),
 		OPT_STR("to", to), { "limit", SYSOM_OPT_UINT, &a->limit, 1, 200000, "", true }
 	};
+	const struct sysom_option patterns[] = {
+		OPT_FORMAT, OPT_HELP, OPT_STR("job", job), OPT_STR("from", from), OPT_STR("to", to),
+		OPT_STR("k", k), OPT_STR("history-from", history_from),
+		OPT_STR("history-to", history_to),
+		{ "limit", SYSOM_OPT_UINT, &a->limit, 1, 10000, "", true },
+		{ "top", SYSOM_OPT_UINT, &a->top, 1, 1000, "", true }
+	};
 	const struct sysom_option gpu[] = {
 		OPT_FORMAT, OPT_HELP, OPT_STR("job", job), OPT_STR("rank", rank), OPT_STR("from", from),
 		OPT_STR("to", to), { "top", SYSOM_OPT_UINT, &a->top, 1, 1000, "", true }
@@ -269,6 +285,10 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 		table = diagnose;
 		n = sizeof(diagnose) / sizeof(diagnose[0]);
 		break;
+	case CTL_PATTERNS:
+		table = patterns;
+		n = sizeof(patterns) / sizeof(patterns[0]);
+		break;
 	case CTL_TRACE:
 		table = trace;
 		n = sizeof(trace) / sizeof(trace[0]);
@@ -300,7 +320,8 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 	if (a->pid && (rc = check_pid(a->pid, err, errlen)))
 		return rc;
 	if ((a->command == CTL_COLLECTIVES || a->command == CTL_GPU ||
-	     a->command == CTL_STRAGGLERS || a->command == CTL_DIFF || a->command == CTL_TRACE) &&
+	     a->command == CTL_STRAGGLERS || a->command == CTL_DIFF || a->command == CTL_TRACE ||
+	     a->command == CTL_PATTERNS) &&
 	    !a->help &&
 	    (!a->job || !a->job[0])) {
 		snprintf(err, errlen, "%s: --job is required (see sysomctl jobs)", argv[0]);
@@ -463,6 +484,19 @@ int ctl_url_build(const struct ctl_args *a, struct byte_buf *url)
 		query_add(url, &first, "k", a->k);
 		query_add(url, &first, "window", a->window);
 		query_add(url, &first, "min_excess_ms", a->min_excess_ms);
+	}
+	if (a->command == CTL_PATTERNS) {
+		append_encoded(url, a->job);
+		byte_buf_printf(url, "/patterns");
+		query_add(url, &first, "from", a->from);
+		query_add(url, &first, "to", a->to);
+		query_add(url, &first, "k", a->k);
+		query_add(url, &first, "history_from", a->history_from);
+		query_add(url, &first, "history_to", a->history_to);
+		if (a->limit) {
+			snprintf(limit, sizeof(limit), "%u", a->limit);
+			query_add(url, &first, "limit", limit);
+		}
 	}
 	if (a->command == CTL_GPU) {
 		append_encoded(url, a->job);

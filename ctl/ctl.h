@@ -17,7 +17,7 @@
 #define CTL_MAX_RESPONSE (1024u << 20) /* largest response body accepted */
 
 enum ctl_command { CTL_NODES, CTL_PROCESSES, CTL_FLAMEGRAPH, CTL_JOBS, CTL_COLLECTIVES, CTL_GPU,
-		   CTL_STRAGGLERS, CTL_DIFF, CTL_DIAGNOSE, CTL_TRACE };
+		   CTL_STRAGGLERS, CTL_DIFF, CTL_DIAGNOSE, CTL_TRACE, CTL_PATTERNS };
 enum ctl_format { CTL_FORMAT_TABLE, CTL_FORMAT_TOP, CTL_FORMAT_FOLDED, CTL_FORMAT_JSON,
 		  CTL_FORMAT_TEXT, CTL_FORMAT_PPROF, CTL_FORMAT_SPEEDSCOPE };
 
@@ -32,6 +32,7 @@ struct ctl_args {
 	char *rank;        /* gpu */
 	char *k, *window, *min_excess_ms; /* stragglers */
 	char *rank_a, *rank_b;            /* diff */
+	char *history_from, *history_to; /* patterns */
 	char *id, *status;                /* diagnose */
 	char *format_text;
 	enum ctl_format format;
@@ -101,6 +102,7 @@ int ctl_gpu_render(const json_t *doc, uint32_t top, FILE *out);
  * other ranks, z, how often flagged and last to enter, verdict). Returns 0 or -EINVAL.
  */
 int ctl_stragglers_render(const json_t *doc, FILE *out);
+int ctl_patterns_render(const json_t *doc, uint32_t top, FILE *out);
 
 /*
  * Renders a differential folded profile ("stack count_a count_b" lines, GET

@@ -580,7 +580,7 @@ int ctl_stragglers_render(const json_t *doc, FILE *out)
 			str(c, "comm"), int_of(c, "nranks"), int_of(c, "instances"),
 			int_of(c, "incomplete"));
 		fprintf(out, "  %-6s  %-16s  %8s  %12s  %10s  %8s  %8s  %6s  %s\n", "RANK", "HOST",
-			"PID", "LATENESS ms", "EXCESS ms", "z", "FLAGGED", "LAST", "VERDICT");
+			"PID", "TRIMMED ms", "EXCESS ms", "z", "FLAGGED", "LAST", "VERDICT");
 		json_array_foreach(ranks, k, r) {
 			char z[16] = "inf";
 			if (json_is_number(json_object_get(r, "z")))
@@ -588,7 +588,7 @@ int ctl_stragglers_render(const json_t *doc, FILE *out)
 			fprintf(out, "  %-6" JSON_INTEGER_FORMAT "  %-16s  %8" JSON_INTEGER_FORMAT
 				     "  %12.3f  %10.3f  %8s  %7.0f%%  %5.0f%%  %s\n",
 				int_of(r, "rank"), str(r, "hostname"), int_of(r, "pid"),
-				dbl_of(r, "mean_lateness_ms"), dbl_of(r, "excess_ms"), z,
+				dbl_of(r, "trimmed_lateness_ms"), dbl_of(r, "excess_ms"), z,
 				100 * dbl_of(r, "flagged_fraction"),
 				100 * dbl_of(r, "last_to_enter_fraction"),
 				json_is_true(json_object_get(r, "straggler")) ? str(r, "persistence")
@@ -597,6 +597,50 @@ int ctl_stragglers_render(const json_t *doc, FILE *out)
 	}
 	if (json_array_size(comms) == 0)
 		fprintf(out, "(no collective instances in the range)\n");
+	return 0;
+}
+
+int ctl_patterns_render(const json_t *doc, uint32_t top, FILE *out)
+{
+	const json_t *findings = json_object_get(doc, "findings");
+	const json_t *fns = json_object_get(doc, "functions");
+	const json_t *hist = json_object_get(doc, "history");
+	const json_t *changes = json_object_get(hist, "changes");
+	size_t i;
+	json_t *f;
+
+	if (!json_is_array(findings) || !json_is_array(fns) || !json_is_object(hist))
+		return -EINVAL;
+	fprintf(out, "%" JSON_INTEGER_FORMAT " ranks, %zu key functions\n", int_of(doc, "workers"),
+		json_array_size(fns));
+	if (json_array_size(findings) == 0)
+		fprintf(out, "No rank abnormal in any function.\n");
+	else
+		fprintf(out, "%-6s  %-10s  %-32s  %-5s  %12s  %12s  %7s  %6s  %s\n", "RANK", "KIND",
+			"FUNCTION", "DIM", "VALUE", "MEDIAN", "z", "COST", "WHY");
+	json_array_foreach(findings, i, f) {
+		if (top && i >= top)
+			break;
+		fprintf(out, "%-6" JSON_INTEGER_FORMAT "  %-10s  %-32.32s  %-5s  %12.4f  %12.4f  %7.1f  "
+			     "%5.1f%%  %s\n",
+			int_of(f, "rank"), str(f, "kind"), str(f, "function"), str(f, "dimension"),
+			dbl_of(f, "value"), dbl_of(f, "median"), dbl_of(f, "z"),
+			100 * dbl_of(f, "cost"), str(f, "why"));
+	}
+	if (json_is_string(json_object_get(hist, "from"))) {
+		fprintf(out, "\nagainst the job's history %s .. %s:\n", str(hist, "from"),
+			str(hist, "to"));
+		if (!json_array_size(changes))
+			fprintf(out, "  no function changed for every rank\n");
+		json_array_foreach(changes, i, f) {
+			char change[32] = "new";
+			if (json_is_number(json_object_get(f, "change")))
+				snprintf(change, sizeof(change), "%+.0f%%", 100 * dbl_of(f, "change"));
+			fprintf(out, "  ALL RANKS: %s %s: %s %.4f (was %.4f, %s)\n", str(f, "kind"),
+				str(f, "function"), str(f, "dimension"), dbl_of(f, "now"),
+				dbl_of(f, "then"), change);
+		}
+	}
 	return 0;
 }
 

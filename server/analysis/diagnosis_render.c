@@ -153,9 +153,10 @@ static json_t *rank_json(const struct straggler_rank_report *t)
 	const struct straggler_rank *r = &t->stats;
 	const char *verdict = straggler_verdict_name(r->verdict);
 
-	return json_pack("{s:i,s:I,s:s,s:f,s:f,s:o,s:f,s:f,s:I,s:b,s:o}", "rank", r->rank, "pid",
-			 (json_int_t)t->pid, "hostname", t->hostname, "mean_lateness_ms",
-			 r->mean_lateness_ns / 1e6, "excess_ms", r->excess_ns / 1e6, "z",
+	return json_pack("{s:i,s:I,s:s,s:f,s:f,s:f,s:f,s:o,s:f,s:f,s:I,s:b,s:o}", "rank", r->rank,
+			 "pid", (json_int_t)t->pid, "hostname", t->hostname, "mean_lateness_ms",
+			 r->mean_lateness_ns / 1e6, "trimmed_lateness_ms", r->trimmed_lateness_ns / 1e6,
+			 "quantile_lateness_ms", r->quantile_lateness_ns / 1e6, "excess_ms", r->excess_ns / 1e6, "z",
 			 real_or_null(r->z), "flagged_fraction", r->flagged_fraction,
 			 "last_to_enter_fraction", r->last_fraction, "missing",
 			 (json_int_t)r->missing, "straggler", r->straggler, "persistence",
@@ -178,10 +179,11 @@ static json_t *group_json(const struct straggler_group_report *g)
 
 static json_t *params_json(const struct diagnosis_params *p)
 {
-	return json_pack("{s:f,s:I,s:I,s:f,s:f,s:f}", "k", p->sp.k, "window",
+	return json_pack("{s:f,s:I,s:I,s:f,s:f,s:f,s:f}", "k", p->sp.k, "window",
 			 (json_int_t)p->sp.window, "min_excess_ms",
 			 (json_int_t)(p->sp.min_excess_ns / 1000000), "persistent_fraction",
-			 p->sp.persistent_fraction, "gpu_threshold", p->gpu_threshold, "cpu_min_pp",
+			 p->sp.persistent_fraction, "scale_floor_ms",
+			 (double)p->sp.scale_floor_ns / 1e6, "gpu_threshold", p->gpu_threshold, "cpu_min_pp",
 			 p->cpu_min_pp);
 }
 

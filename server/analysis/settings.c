@@ -51,6 +51,7 @@ static const struct setting settings[] = {
 	SET("window", 2, STRAGGLER_MAX_WINDOW, 1, SET_U32, diag.sp.window),
 	SET("min_excess_ms", 0, 600000, 1e6, SET_U64, diag.sp.min_excess_ns),
 	SET("persistent_fraction", 0, 1, 1, SET_DOUBLE, diag.sp.persistent_fraction),
+	SET("scale_floor_ms", 0, 60000, 1e6, SET_U64, diag.sp.scale_floor_ns),
 	SET("gpu_threshold", 1.01, 100, 1, SET_DOUBLE, diag.gpu_threshold),
 	SET("cpu_min_pp", 0.1, 100, 1, SET_DOUBLE, diag.cpu_min_pp),
 	SET("lookback_s", 1, 86400, 1000, SET_U32, lookback_ms),

@@ -2,6 +2,8 @@
 /* Slow-rank detection for one communication group; see straggler.h. */
 #include "server/analysis/straggler.h"
 
+#include "server/analysis/robust.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -23,6 +25,7 @@ void straggler_params_default(struct straggler_params *p)
 	p->window = STRAGGLER_DEFAULT_WINDOW;
 	p->min_excess_ns = STRAGGLER_DEFAULT_MIN_EXCESS_NS;
 	p->persistent_fraction = STRAGGLER_DEFAULT_PERSISTENT;
+	p->scale_floor_ns = STRAGGLER_DEFAULT_SCALE_FLOOR_NS;
 }
 
 const char *straggler_verdict_name(enum straggler_verdict v)
@@ -104,28 +107,45 @@ int32_t straggler_group_nranks(const struct straggler_group *g)
 	return g->nranks;
 }
 
-/* Leave-one-out test of v[r] against the other n-1 values, given their sum and sum of squares
- * over all n: excess over the others' mean and the others' population σ. */
-static void leave_one_out(const double *v, int32_t n, int32_t r, double sum, double sumsq,
-			  double *excess, double *sigma)
+/* The other ranks' center and robust scale for each rank of v[0..n-1]: leave-one-out when
+ * n <= STRAGGLER_EXACT_LOO, otherwise the whole group's. `scratch` holds 2n doubles. */
+static void others_center_scale(const double *v, int32_t n, uint64_t floor_ns, double *scratch,
+				double *center, double *scale)
 {
-	double m = n > 1 ? (sum - v[r]) / (n - 1) : 0;
-	double var = n > 1 ? (sumsq - v[r] * v[r]) / (n - 1) - m * m : 0;
+	double med, mad;
 
-	*excess = v[r] - m;
-	*sigma = var > 0 ? sqrt(var) : 0;
+	if (n > STRAGGLER_EXACT_LOO) {
+		robust_median_mad(v, (size_t)n, scratch, &med, &mad);
+		double sc = fmax(ROBUST_MAD_SIGMA * mad, (double)floor_ns);
+		for (int32_t r = 0; r < n; r++) {
+			center[r] = med;
+			scale[r] = sc;
+		}
+		return;
+	}
+	for (int32_t r = 0; r < n; r++) {
+		size_t k = 0;
+		for (int32_t i = 0; i < n; i++)
+			if (i != r)
+				scratch[k++] = v[i];
+		robust_median_mad(scratch, k, scratch + n, &med, &mad);
+		center[r] = med;
+		scale[r] = fmax(ROBUST_MAD_SIGMA * mad, (double)floor_ns);
+	}
 }
 
-static bool exceeds(double excess, double sigma, const struct straggler_params *p)
+static bool exceeds(double excess, double scale, const struct straggler_params *p)
 {
-	return excess >= (double)p->min_excess_ns && excess > p->k * sigma;
+	return excess >= (double)p->min_excess_ns && excess > p->k * scale;
 }
 
 int straggler_group_analyse(const struct straggler_group *g, const struct straggler_params *p,
 			    struct straggler_rank *out)
 {
 	int32_t n = g->nranks;
-	double sum = 0, sumsq = 0;
+	uint32_t w = g->count;
+	double *col = NULL, *t = NULL, *q = NULL, *ct = NULL, *st = NULL, *cq = NULL, *sq = NULL;
+	double *scratch = NULL;
 	int found = 0;
 
 	memset(out, 0, (size_t)n * sizeof(*out));
@@ -133,56 +153,68 @@ int straggler_group_analyse(const struct straggler_group *g, const struct stragg
 		out[r].rank = r;
 		out[r].missing = g->missing[r];
 	}
-	if (!g->count)
+	if (!w)
 		return 0;
-	/* Per instance: who entered last, and who was late against the others. */
-	for (uint32_t i = 0; i < g->count; i++) {
+	col = malloc((size_t)w * sizeof(*col));
+	t = malloc((size_t)n * 6 * sizeof(*t));
+	scratch = malloc((size_t)n * 2 * sizeof(*scratch));
+	if (!col || !t || !scratch) {
+		found = -ENOMEM;
+		goto cleanup;
+	}
+	q = t + n;
+	ct = q + n;
+	st = ct + n;
+	cq = st + n;
+	sq = cq + n;
+	/* Who entered each instance last. */
+	for (uint32_t i = 0; i < w; i++) {
 		const double *row = g->lateness + (size_t)i * (size_t)n;
-		double s = 0, sq = 0, worst = -1;
+		double worst = -1;
 		int32_t last = 0;
-
-		for (int32_t r = 0; r < n; r++) {
-			s += row[r];
-			sq += row[r] * row[r];
-			out[r].mean_lateness_ns += row[r];
+		for (int32_t r = 0; r < n; r++)
 			if (row[r] > worst) {
 				worst = row[r];
 				last = r;
 			}
-		}
 		out[last].last_fraction += 1;
-		for (int32_t r = 0; r < n; r++) {
-			double excess, sigma;
-			leave_one_out(row, n, r, s, sq, &excess, &sigma);
-			if (exceeds(excess, sigma, p))
-				out[r].flagged_fraction += 1;
+	}
+	/* Each rank's window: mean, trimmed mean, quantile. */
+	for (int32_t r = 0; r < n; r++) {
+		double sum = 0;
+		for (uint32_t i = 0; i < w; i++) {
+			col[i] = g->lateness[(size_t)i * (size_t)n + (size_t)r];
+			sum += col[i];
 		}
+		out[r].mean_lateness_ns = sum / w;
+		out[r].last_fraction /= w;
+		t[r] = out[r].trimmed_lateness_ns = robust_trimmed_mean(col, w, STRAGGLER_TRIM);
+		q[r] = out[r].quantile_lateness_ns =
+			robust_quantile(col, w, 1.0 - p->persistent_fraction);
 	}
-	double *m = malloc((size_t)n * sizeof(*m));
-	if (!m)
-		return -ENOMEM;
+	if (n < 2)
+		goto cleanup;
+	others_center_scale(t, n, p->scale_floor_ns, scratch, ct, st);
+	others_center_scale(q, n, p->scale_floor_ns, scratch, cq, sq);
 	for (int32_t r = 0; r < n; r++) {
-		out[r].mean_lateness_ns /= g->count;
-		out[r].last_fraction /= g->count;
-		out[r].flagged_fraction /= g->count;
-		m[r] = out[r].mean_lateness_ns;
-		sum += m[r];
-		sumsq += m[r] * m[r];
-	}
-	/* Over the window: the mean lateness against the other ranks'. */
-	for (int32_t r = 0; r < n; r++) {
-		double excess, sigma;
+		double excess = t[r] - ct[r];
+		double threshold = fmax((double)p->min_excess_ns, p->k * st[r]);
 
-		leave_one_out(m, n, r, sum, sumsq, &excess, &sigma);
 		out[r].excess_ns = excess;
-		out[r].z = sigma > 0 ? excess / sigma : (excess > 0 ? HUGE_VAL : 0);
-		out[r].straggler = n > 1 && exceeds(excess, sigma, p);
-		out[r].persistent = out[r].straggler &&
-				    out[r].flagged_fraction >= p->persistent_fraction;
+		out[r].z = excess / st[r];
+		out[r].straggler = exceeds(excess, st[r], p);
+		out[r].persistent = out[r].straggler && exceeds(q[r] - cq[r], sq[r], p);
 		out[r].verdict = !out[r].straggler ? STRAGGLER_NONE
 				 : out[r].persistent ? STRAGGLER_PERSISTENT : STRAGGLER_INTERMITTENT;
+		for (uint32_t i = 0; i < w; i++)
+			if (g->lateness[(size_t)i * (size_t)n + (size_t)r] - ct[r] >= threshold)
+				out[r].flagged_fraction += 1;
+		out[r].flagged_fraction /= w;
 		found += out[r].straggler;
 	}
-	free(m);
+cleanup:
+	free(scratch);
+	free(t);
+	free(col);
 	return found;
 }

@@ -111,8 +111,8 @@ struct api_route_limits {
 	size_t symbols_max_chunk; /* one chunk of a symbol file upload */
 };
 
-/* 3 ingest + 18 query GET + 3 web UI (/, /ui, /ui/...) + 3 under jobs + 4 symbol repository */
-#define API_ROUTE_COUNT 31
+/* 3 ingest + 19 query GET + 3 web UI (/, /ui, /ui/...) + 3 under jobs + 4 symbol repository */
+#define API_ROUTE_COUNT 32
 
 /*
  * Fills `out` with the server's routes, in matching order: the agent-facing ones of `in`

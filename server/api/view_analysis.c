@@ -11,12 +11,74 @@
 
 #include "server/alerts/alerts.h"
 #include "server/analysis/diagnosis.h"
+#include "server/analysis/patterns.h"
 #include "server/analysis/settings.h"
 #include "server/api/api_internal.h"
 #include "server/http/render.h"
 #include "server/query/folded.h"
 #include "server/query/params.h"
 #include "server/query/profile.h"
+
+/* An optional time parameter into *ms (untouched when absent); false with 400 answered. */
+static bool time_param(const struct http_request *req, const char *name, int64_t now_ms,
+		       int64_t *ms, struct http_response *resp)
+{
+	char text[QUERY_PARAM_MAX];
+	bool present;
+
+	if (!query_param(req, name, text, sizeof(text), &present, resp))
+		return false;
+	if (present && query_time_parse(text, now_ms, ms)) {
+		http_response_error(resp, 400, "parameter '%s' is not a time", name);
+		return false;
+	}
+	return true;
+}
+
+void api__job_patterns(struct api *api, const char *job, const struct http_request *req,
+		       struct http_response *resp)
+{
+	struct diagnosis_ctx ctx;
+	struct diagnosis_scope scope = { .job = job };
+	struct patterns_params p;
+	int64_t hist_from = 0, hist_to = 0, now = api->now_ms();
+	uint32_t limit;
+	bool has_limit;
+	json_t *doc = NULL;
+	struct query_filter q;
+	int rc;
+
+	api_diagnosis_ctx(api, &ctx);
+	patterns_params_default(&p);
+	limit = p.limit;
+	if (!query_filter_parse(req, now, &q, resp) ||
+	    !query_param_double(req, "k", 0.1, 100, &p.k, resp) ||
+	    !query_param_double(req, "min_beta", 0, 1, &p.min_beta, resp) ||
+	    !query_param_double(req, "rel_floor", 0, 10, &p.rel_floor, resp) ||
+	    !query_param_double(req, "history_change", 0, 100, &p.history_change, resp) ||
+	    !query_param_uint(req, "limit", 1, PATTERNS_MAX_LIMIT, &limit, &has_limit, resp) ||
+	    !time_param(req, "history_from", now, &hist_from, resp) ||
+	    !time_param(req, "history_to", now, &hist_to, resp))
+		return;
+	if (q.f.node || q.f.has_pid || q.f.job || q.f.comm) {
+		http_response_error(resp, 400, "parameters 'node', 'pid', 'comm' and 'job' do not apply here");
+		return;
+	}
+	if ((hist_from || hist_to) && !(hist_from && hist_to && hist_from < hist_to)) {
+		http_response_error(resp, 400,
+				    "'history_from' and 'history_to' go together, 'history_from' first");
+		return;
+	}
+	p.limit = limit;
+	scope.from_ms = q.f.from_ms;
+	scope.to_ms = q.f.to_ms;
+	if ((rc = patterns_job(&ctx, &scope, &p, hist_from, hist_to, &doc)) == -ENOENT)
+		http_response_error(resp, 404, "no rank of this job is known");
+	else if (rc)
+		api__store_error(resp, rc);
+	else
+		render_json_respond(resp, 200, doc);
+}
 
 void api__job_stragglers(struct api *api, const char *job, const struct http_request *req,
 			   struct http_response *resp)
@@ -25,6 +87,7 @@ void api__job_stragglers(struct api *api, const char *job, const struct http_req
 	struct diagnosis_params p;
 	struct diagnosis_scope scope = { .job = job };
 	uint32_t diagnose_on = 1, window, min_ms;
+	double floor_ms;
 	bool has_diagnose, has_window, has_min;
 	json_t *doc = NULL;
 	struct query_filter q;
@@ -34,11 +97,13 @@ void api__job_stragglers(struct api *api, const char *job, const struct http_req
 	diagnosis_params_default(&p);
 	window = p.sp.window;
 	min_ms = (uint32_t)(p.sp.min_excess_ns / 1000000);
+	floor_ms = (double)p.sp.scale_floor_ns / 1e6;
 	if (!query_filter_parse(req, api->now_ms(), &q, resp) ||
 	    !query_param_uint(req, "window", 1, STRAGGLER_MAX_WINDOW, &window, &has_window, resp) ||
 	    !query_param_uint(req, "min_excess_ms", 0, 600000, &min_ms, &has_min, resp) ||
 	    !query_param_double(req, "k", 0.1, 100, &p.sp.k, resp) ||
 	    !query_param_double(req, "persistent_fraction", 0, 1, &p.sp.persistent_fraction, resp) ||
+	    !query_param_double(req, "scale_floor_ms", 0, 60000, &floor_ms, resp) ||
 	    !query_param_double(req, "gpu_threshold", 1.01, 100, &p.gpu_threshold, resp) ||
 	    !query_param_double(req, "cpu_min_pp", 0.1, 100, &p.cpu_min_pp, resp) ||
 	    !query_param_uint(req, "diagnose", 0, 1, &diagnose_on, &has_diagnose, resp) ||
@@ -51,6 +116,7 @@ void api__job_stragglers(struct api *api, const char *job, const struct http_req
 	}
 	p.sp.window = window;
 	p.sp.min_excess_ns = (uint64_t)min_ms * 1000000ull;
+	p.sp.scale_floor_ns = (uint64_t)(floor_ms * 1e6);
 	p.diagnose = diagnose_on != 0;
 	scope.from_ms = q.f.from_ms;
 	scope.to_ms = q.f.to_ms;

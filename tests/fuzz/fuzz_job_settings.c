@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: a PUT /api/v1/jobs/{job}/settings body → validated job settings. */
-// fuzz-sources: server/analysis/settings.c server/analysis/straggler.c server/analysis/layers.c server/query/folded.c
+// fuzz-sources: server/analysis/settings.c server/analysis/straggler.c server/analysis/robust.c server/analysis/layers.c server/query/folded.c
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

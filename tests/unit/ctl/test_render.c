@@ -303,10 +303,10 @@ static void test_stragglers(void **state)
 		     "\"max_excess_ms\":31.7,\"diagnosis\":{\"layer\":\"gpu\",\"summary\":\"every kernel"
 		     " runs 2.00x slower\",\"action\":\"check the GPU\"}}],\"communicators\":[{\"comm\":\"0000000000000abc\","
 		     "\"nranks\":8,\"instances\":12,\"incomplete\":0,\"stragglers\":[5],\"ranks\":["
-		     "{\"rank\":5,\"pid\":5005,\"hostname\":\"gpu-2\",\"mean_lateness_ms\":35,"
+		     "{\"rank\":5,\"pid\":5005,\"hostname\":\"gpu-2\",\"trimmed_lateness_ms\":35,"
 		     "\"excess_ms\":31.714,\"z\":null,\"flagged_fraction\":1,"
 		     "\"last_to_enter_fraction\":1,\"straggler\":true,\"persistence\":\"persistent\"},"
-		     "{\"rank\":7,\"pid\":5007,\"hostname\":\"gpu-2\",\"mean_lateness_ms\":7,"
+		     "{\"rank\":7,\"pid\":5007,\"hostname\":\"gpu-2\",\"trimmed_lateness_ms\":7,"
 		     "\"excess_ms\":-0.5,\"z\":-0.04,\"flagged_fraction\":0,"
 		     "\"last_to_enter_fraction\":0,\"straggler\":false,\"persistence\":null}]}]}", 0);
 	assert_non_null(strstr(out, "STRAGGLER: rank 5 (gpu-2 pid 5005), persistent, up to 31.700 ms"
@@ -322,6 +322,47 @@ static void test_stragglers(void **state)
 	assert_non_null(strstr(out, "No straggler."));
 	free(out);
 	free(render(ctl_stragglers_render, "{\"communicators\":[]}", -EINVAL));
+}
+
+static char *render_patterns(const char *text, int want_rc)
+{
+	json_t *doc = json_loads(text, 0, NULL);
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+
+	assert_non_null(doc);
+	assert_int_equal(ctl_patterns_render(doc, 0, f), want_rc);
+	fclose(f);
+	json_decref(doc);
+	return out;
+}
+
+/* Patterns: the findings as a table, the job-wide changes as ALL RANKS lines. */
+static void test_patterns(void **state)
+{
+	char *out;
+
+	(void)state;
+	out = render_patterns(
+		     "{\"workers\":8,\"functions\":[{\"name\":\"sim_gemm_bwd\"}],\"findings\":["
+		     "{\"rank\":4,\"function\":\"sim_gemm_bwd\",\"kind\":\"kernel\",\"dimension\":\"mu\","
+		     "\"value\":4.5,\"median\":1.5,\"z\":40.2,\"cost\":0.2,\"why\":\"slower\"}],"
+		     "\"history\":{\"from\":\"A\",\"to\":\"B\",\"changes\":[{\"function\":\"f\","
+		     "\"kind\":\"cpu\",\"dimension\":\"beta\",\"now\":0.4,\"then\":0,\"change\":null}]}}", 0);
+	assert_non_null(strstr(out, "8 ranks, 1 key functions\n"));
+	assert_non_null(strstr(out, "4       kernel      sim_gemm_bwd                      mu     "
+				    "      4.5000        1.5000     40.2   20.0%  slower\n"));
+	assert_non_null(strstr(out, "against the job's history A .. B:\n"
+				    "  ALL RANKS: cpu f: beta 0.4000 (was 0.0000, new)\n"));
+	free(out);
+	out = render_patterns(
+		     "{\"workers\":2,\"functions\":[],\"findings\":[],\"history\":{\"from\":null,"
+		     "\"to\":null,\"changes\":[]}}", 0);
+	assert_non_null(strstr(out, "No rank abnormal in any function.\n"));
+	assert_null(strstr(out, "history"));
+	free(out);
+	free(render_patterns("{\"findings\":[]}", -EINVAL));
 }
 
 /* Diagnoses: a header, then each incident with its summary under it. */
@@ -399,6 +440,7 @@ int main(void)
 		cmocka_unit_test(test_tables),
 		cmocka_unit_test(test_gpu),
 		cmocka_unit_test(test_stragglers),
+		cmocka_unit_test(test_patterns),
 		cmocka_unit_test(test_diagnoses),
 		cmocka_unit_test(test_diff),
 		cmocka_unit_test(test_error_text),

@@ -222,13 +222,16 @@ static void test_settings(void **state)
 
 	(void)state;
 	job_settings_default(&s);
-	assert_true(s.diag.sp.k == 2);
+	assert_true(s.diag.sp.k == 3.5);
 	assert_int_equal(s.diag.sp.window, 100);
 	assert_int_equal(s.diag.sp.min_excess_ns, 1000000);
+	assert_int_equal(s.diag.sp.scale_floor_ns, 50000);
 	assert_true(s.baseline_delta_pp == 0.5);
-	o = json_pack("{s:f,s:i,s:b,s:f}", "k", 3.0, "window", 50, "alerts", 0, "min_excess_ms", 2.5);
+	o = json_pack("{s:f,s:i,s:b,s:f,s:f}", "k", 3.0, "window", 50, "alerts", 0, "min_excess_ms",
+		      2.5, "scale_floor_ms", 0.2);
 	assert_int_equal(job_settings_apply(&s, o, err, sizeof(err)), 0);
 	json_decref(o);
+	assert_int_equal(s.diag.sp.scale_floor_ns, 200000);
 	assert_true(s.diag.sp.k == 3);
 	assert_int_equal(s.diag.sp.window, 50);
 	assert_int_equal(s.diag.sp.min_excess_ns, 2500000);
