@@ -103,6 +103,8 @@ struct monitor_stats {
 	uint64_t live_calls;         /* collective calls folded into the in-memory instances */
 	uint64_t live_skipped;       /* ... not folded in (unknown size, budget, too old) */
 	uint64_t live_cells;         /* gauge: (rank, instance) cells held */
+	uint64_t blind_jobs;         /* gauge: jobs with collectives but nothing analysable */
+	uint64_t unanalysed_communicators; /* gauge: over the jobs' last evaluations */
 };
 
 void monitor_stats_get(struct monitor *m, struct monitor_stats *out);
