@@ -115,12 +115,14 @@ static int run_once(enum gputrace_loader_mode mode, int ranks, int iterations, i
 	snprintf(exe, sizeof(exe), "%s/tests/fixtures/simjob/simjob", build ? build : "build");
 	snprintf(r_arg, sizeof(r_arg), "%d", ranks);
 	snprintf(i_arg, sizeof(i_arg), "%d", iterations);
+	fflush(stdout); /* the child's freopen would write out a copy of the buffer */
 	t0 = sysom_monotonic_ns();
 	next_scan = t0 + (uint64_t)scan_ms * 1000000;
 	job = fork();
 	s.job = job;
 	if (job == 0) {
-		freopen("/dev/null", "w", stdout);
+		if (!freopen("/dev/null", "w", stdout))
+			_exit(126);
 		execl(exe, exe, "--ranks", r_arg, "--iterations", i_arg, "--cpu-us", "300",
 		      "--kernel-us", "300", (char *)NULL);
 		_exit(127);
