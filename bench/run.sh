@@ -24,6 +24,7 @@ done
 "$build/bench/cfi_bench" --rounds 9 "${libs[@]}"
 SYSOM_BUILD="$build" "$build/bench/unwind_bench" --seconds 10 --rounds 7
 SYSOM_BUILD="$build" "$build/bench/gputrace_bench" --rounds 7 --calls 200000 --seconds 5
+SYSOM_BUILD="$build" "$build/bench/loader_bench" --rounds 3 --ranks 4 --iterations 200
 SYSOM_BUILD="$build" "$build/bench/nccl_profiler_bench" --rounds 31
 "$build/bench/ossignals_bench" --trips 200000 --rounds 7
 "$build/bench/analysis_bench" --rounds 5

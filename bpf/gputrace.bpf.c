@@ -682,3 +682,173 @@ done:
 	bpf_map_delete_elem(&name_calls, &id);
 	return 0;
 }
+
+/* ---- the dynamic loader's notification (see gputrace.h) --------------------------------- */
+
+/* Stop a process that mapped NCCL/CUDA until the agent has attached (SIGCONT): set by the
+ * agent before load. false: report only (the process runs on while the agent attaches). */
+const volatile bool dl_hold = false;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, GT_LOADER_MAX);
+	__type(key, __u32);
+	__type(value, struct gt_dl_layout);
+} dl_layouts SEC(".maps");
+
+/* Per process: link-map entries already examined (new objects are appended at the end). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u32);
+} dl_seen SEC(".maps");
+
+/* The walk's state, in map memory rather than on the stack: the verifier does not follow
+ * values kept there, so the loop callback is verified once, not once per value of each. */
+struct dl_walk {
+	char name[GT_DL_NAME_BYTES + 16];
+	__u64 lm;      /* struct link_map * of the entry to visit */
+	__u32 index;
+	__u32 seen;
+	__u32 kinds;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dl_walk);
+} dl_walks SEC(".maps");
+
+/* struct link_map (the public part, <link.h>): l_addr, l_name, l_ld, l_next, l_prev. */
+#define LM_NAME_OFF 8
+#define LM_NEXT_OFF 24
+#define R_DEBUG_MAP_OFF 8
+#define R_DEBUG_STATE_OFF 24
+#define RT_CONSISTENT 0
+
+static __always_inline __u32 dl_name_kind(const char *b)
+{
+	if (b[0] != 'l' || b[1] != 'i' || b[2] != 'b' || b[7] != '.' || b[8] != 's' || b[9] != 'o')
+		return 0;
+	if (b[3] == 'n' && b[4] == 'c' && b[5] == 'c' && b[6] == 'l')
+		return GT_DL_NCCL;
+	if (b[3] == 'c' && b[4] == 'u' && b[5] == 'd' && b[6] == 'a')
+		return GT_DL_CUDA;
+	return 0;
+}
+
+static long dl_visit(__u32 i, void *arg)
+{
+	__u32 zero = 0, base;
+	struct dl_walk *w = bpf_map_lookup_elem(&dl_walks, &zero);
+	__u64 name = 0, next = 0;
+	long n;
+
+	(void)i;
+	(void)arg;
+	if (!w || !w->lm)
+		return 1;
+	if (w->index >= w->seen &&
+	    bpf_probe_read_user(&name, sizeof(name), (void *)(w->lm + LM_NAME_OFF)) == 0 && name) {
+		n = bpf_probe_read_user_str(w->name, GT_DL_NAME_BYTES, (void *)name);
+		/* The basename is one of a few lengths ("libnccl.so" .. "libnccl.so.2.28.9" and
+		 * longer): try each, no byte loop for the verifier to follow. */
+#pragma unroll
+		for (int len = 10; len <= GT_DL_BASENAME_MAX; len++) {
+			long at = n - 1 - len;
+			if (at < 0)
+				continue;
+			base = (__u32)at & (GT_DL_NAME_BYTES - 1);
+			if (at > 0 && w->name[(base - 1) & (GT_DL_NAME_BYTES - 1)] != '/')
+				continue;
+			w->kinds |= dl_name_kind(&w->name[base]);
+		}
+	}
+	w->index++;
+	if (bpf_probe_read_user(&next, sizeof(next), (void *)(w->lm + LM_NEXT_OFF)))
+		next = 0;
+	w->lm = next;
+	return next ? 0 : 1;
+}
+
+SEC("uprobe")
+int sysom_dl_debug_state(struct pt_regs *ctx)
+{
+	__u32 slot = (__u32)bpf_get_attach_cookie(ctx);
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = (__u32)(id >> 32);
+	struct gt_stats *st = my_stats();
+	struct gt_dl_layout *l = bpf_map_lookup_elem(&dl_layouts, &slot);
+	struct gt_dl_event *e;
+	struct dl_walk *w;
+	__u64 ip = PT_REGS_IP(ctx), base, r_debug, map = 0;
+	__s32 state = -1;
+	__u32 *seen, zero = 0, kinds, objects;
+
+	if (!l || !l->debug_state_vaddr)
+		return 0;
+	/* ld.so is loaded at a page boundary: the probed address, or one past it (the trap). */
+	base = ip - l->debug_state_vaddr;
+	if (base & 0xfff)
+		base = ip - 1 - l->debug_state_vaddr;
+	if (base & 0xfff)
+		return 0;
+	r_debug = base + l->r_debug_vaddr;
+	if (bpf_probe_read_user(&state, sizeof(state), (void *)(r_debug + R_DEBUG_STATE_OFF)) ||
+	    state != RT_CONSISTENT ||
+	    bpf_probe_read_user(&map, sizeof(map), (void *)(r_debug + R_DEBUG_MAP_OFF)) || !map)
+		return 0;
+	if (st)
+		st->dl_notifications++;
+	w = bpf_map_lookup_elem(&dl_walks, &zero);
+	if (!w)
+		return 0;
+	seen = bpf_map_lookup_elem(&dl_seen, &tgid);
+	w->lm = map;
+	w->seen = seen ? *seen : 0;
+	w->index = 0;
+	w->kinds = 0;
+	bpf_loop(GT_DL_MAX_OBJECTS, dl_visit, NULL, 0);
+	kinds = w->kinds;
+	objects = w->index;
+	/* Fewer entries than before: objects were unloaded; look at all of them next time. */
+	bpf_map_update_elem(&dl_seen, &tgid, objects < w->seen ? &zero : &objects, BPF_ANY);
+	if (!kinds)
+		return 0;
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		if (st)
+			st->events_lost++;
+		return 0; /* never stopped unless the agent is told (it sends the SIGCONT) */
+	}
+	e->type = GT_EVENT_DL_LOAD;
+	e->tgid = tgid;
+	e->tid = (__u32)id;
+	e->generation = generation_of(tgid);
+	e->ktime_ns = bpf_ktime_get_ns();
+	e->kinds = kinds;
+	e->flags = 0;
+	e->objects = objects;
+	e->pad = 0;
+	if (dl_hold && bpf_send_signal(19 /* SIGSTOP */) == 0)
+		e->flags |= GT_DL_HELD;
+	if (st) {
+		st->dl_loads++;
+		if (e->flags & GT_DL_HELD)
+			st->dl_held++;
+	}
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* A process image replaced: its link map starts anew. */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(sysom_dl_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	__u32 tgid = BPF_CORE_READ(p, tgid);
+
+	bpf_map_delete_elem(&dl_seen, &tgid);
+	return 0;
+}

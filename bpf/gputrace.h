@@ -59,6 +59,7 @@ enum gputrace_event_type {
 	GT_EVENT_NCCL_INIT = 2, /* struct gt_nccl_init_event */
 	GT_EVENT_CU_NAME = 3,   /* struct gt_name_event: function/kernel handle → name */
 	GT_EVENT_CU_ALIAS = 4,  /* struct gt_name_event without name: function → kernel */
+	GT_EVENT_DL_LOAD = 5,   /* struct gt_dl_event: the loader mapped an NCCL/CUDA library */
 };
 
 #define GT_IN_GROUP 0x1       /* nccl event flags: inside GroupStart/GroupEnd */
@@ -115,6 +116,39 @@ struct gt_comm_layout {
 	__u32 comm_hash_size; /* 8, or 0: the release has no commHash */
 };
 
+/*
+ * The dynamic loader's debugger hook: ld.so calls _dl_debug_state() with _r_debug.r_state ==
+ * RT_CONSISTENT once the objects of a program start or a dlopen are mapped and linked into
+ * _r_debug.r_map, before they are relocated or run. A probe there (attach cookie: the loader
+ * slot) walks the new link-map entries and reports the ones named libnccl.so* / libcuda.so*.
+ */
+#define GT_LOADER_MAX 8          /* ld.so files probed (distinct inodes: containers) */
+#define GT_DL_MAX_OBJECTS 4096   /* link-map entries walked per notification */
+#define GT_DL_NAME_BYTES 256     /* bytes of an object's name examined */
+#define GT_DL_BASENAME_MAX 24    /* longest libnccl.so* / libcuda.so* basename recognised */
+#define GT_DL_NCCL 0x1           /* gt_dl_event.kinds */
+#define GT_DL_CUDA 0x2
+#define GT_DL_HELD 0x1           /* gt_dl_event.flags: the process was sent SIGSTOP */
+
+/* Where one ld.so keeps its hook and _r_debug (link-time addresses; the probe finds the load
+ * base from the probed address). */
+struct gt_dl_layout {
+	__u64 debug_state_vaddr;
+	__u64 r_debug_vaddr;
+};
+
+struct gt_dl_event {
+	__u32 type; /* GT_EVENT_DL_LOAD */
+	__u32 tgid;
+	__u32 tid;
+	__u32 generation;
+	__u64 ktime_ns;  /* bpf_ktime_get_ns at the notification */
+	__u32 kinds;     /* GT_DL_* of the new objects */
+	__u32 flags;     /* GT_DL_HELD */
+	__u32 objects;   /* link-map entries (all namespaces' base list) */
+	__u32 pad;
+};
+
 #define GT_LAUNCH_MAX_DEPTH 64
 
 /* Launch aggregation: one count per (process, function, user stack). */
@@ -148,6 +182,9 @@ struct gt_stats {
 	__u64 stack_errors;
 	__u64 launch_stacks_hybrid; /* launch stacks by the hybrid unwinder (the rest: frame pointers) */
 	struct unwind_stats unwind;  /* the hybrid unwinder's counters for launch stacks */
+	__u64 dl_notifications; /* RT_CONSISTENT hook hits examined */
+	__u64 dl_loads;         /* of those, with a new NCCL/CUDA object (events sent) */
+	__u64 dl_held;          /* of those, processes stopped for the agent to attach */
 };
 
 #define GT_MAX_NESTING 4

@@ -38,6 +38,7 @@
 		{ "gpu-trace", SYSOM_OPT_BOOL, &(c)->gpu_trace, 0, 0, "trace NCCL calls and CUDA kernel launches with uprobes (default true)", false }, \
 		{ "gpu-libraries", SYSOM_OPT_STRING, &(c)->gpu_libraries, 0, 0, "colon-separated NCCL/CUDA library files to trace from the start (others are found in running processes)", false }, \
 		{ "gpu-launch-duty", SYSOM_OPT_DOUBLE, &(c)->gpu_launch_duty, 0, 1, "fraction of time the kernel launch probes are attached (default 0.1; 0: never, 1: always)", false }, \
+		{ "gpu-loader", SYSOM_OPT_STRING, &(c)->gpu_loader, 0, 0, "on a process mapping NCCL/CUDA, ld.so's notification makes the agent attach at once: notify (the process runs on meanwhile), hold (it is stopped until the probes are in: no call missed; its parent sees a stop) or off (periodic discovery only) (default notify)", false }, \
 		{ "gpu-event-ring", SYSOM_OPT_SIZE, &(c)->gpu_event_ring_bytes, 1 << 16, 1 << 30, "ring buffer for NCCL events, a power of two (default 4M)", false }, \
 		{ "os-signals", SYSOM_OPT_BOOL, &(c)->os_signals, 0, 0, "measure interrupts, softirqs, run-queue latency, context switches and migrations per CPU and per thread of training jobs (default true)", false }, \
 		{ "os-signals-all", SYSOM_OPT_BOOL, &(c)->os_signals_all, 0, 0, "measure every user thread, not only those of processes with a job identity (default false)", false }, \
@@ -65,11 +66,13 @@ int agent_config_defaults(struct agent_config *c)
 	c->log_level = strdup("info");
 	c->unwinder = strdup("hybrid");
 	c->socket = strdup("/run/sysom/agent.sock");
+	c->gpu_loader = strdup("notify");
 	c->gpu_trace = true;
 	c->os_signals = true;
 	c->gpu_launch_duty = 0.1;
 	c->gpu_event_ring_bytes = 4u << 20;
-	if (!c->server || !c->spool_dir || !c->log_level || !c->unwinder || !c->socket)
+	if (!c->server || !c->spool_dir || !c->log_level || !c->unwinder || !c->socket ||
+	    !c->gpu_loader)
 		return -ENOMEM;
 	c->unwind_table_bytes = 64ull << 20;
 	c->hz = 99;
@@ -131,6 +134,11 @@ int agent_config_validate(const struct agent_config *c, char *err, size_t errlen
 	}
 	if (!c->unwinder || (strcmp(c->unwinder, "hybrid") && strcmp(c->unwinder, "fp"))) {
 		snprintf(err, errlen, "unwinder must be 'hybrid' or 'fp'");
+		return -SYSOM_ECONFIG;
+	}
+	if (!c->gpu_loader || (strcmp(c->gpu_loader, "off") && strcmp(c->gpu_loader, "notify") &&
+				strcmp(c->gpu_loader, "hold"))) {
+		snprintf(err, errlen, "gpu-loader must be 'notify', 'hold' or 'off'");
 		return -SYSOM_ECONFIG;
 	}
 	if (c->gpu_event_ring_bytes & (c->gpu_event_ring_bytes - 1)) {

@@ -31,6 +31,7 @@ struct agent_config {
 	uint64_t unwind_table_bytes; /* BPF memory for unwind tables (8 bytes a row) */
 	bool gpu_trace;            /* NCCL / CUDA uprobes */
 	char *gpu_libraries;       /* files to attach at start (colon-separated), or NULL */
+	char *gpu_loader;          /* "notify", "hold" or "off" (enum gputrace_loader_mode) */
 	double gpu_launch_duty;    /* fraction of time launch probes are attached */
 	uint64_t gpu_event_ring_bytes; /* NCCL event ring buffer (power of two) */
 	bool os_signals;           /* interrupts, softirqs, scheduling, NUMA (agent/os/ossignals.h) */

@@ -994,6 +994,7 @@ static int agent_start(struct agent *a)
 			.ring_bytes = (uint32_t)a->cfg->gpu_event_ring_bytes,
 			.libraries = a->cfg->gpu_libraries,
 			.launch_duty = a->cfg->gpu_launch_duty,
+			.loader = a->cfg->gpu_loader,
 			.report = daemon_reporter,
 		};
 		/* CPU profiling is worth running without it (e.g. a kernel without uprobes). */

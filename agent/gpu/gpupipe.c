@@ -107,8 +107,15 @@ static void on_gt_event(void *ctx, const void *data, size_t len)
 	struct gpupipe *gp = ctx;
 	struct nccltrack_call out;
 	int64_t to_real = (int64_t)(sysom_realtime_ns() - sysom_monotonic_ns());
-	int rc = nccltrack_event(gp->nt, data, len, to_real, &out);
+	int rc;
 
+	if (len >= sizeof(struct gt_dl_event) && *(const uint32_t *)data == GT_EVENT_DL_LOAD) {
+		/* gputrace has attached (and resumed the process); the process is now a user. */
+		const struct gt_dl_event *e = data;
+		note_proc(gp, e->tgid, e->generation);
+		return;
+	}
+	rc = nccltrack_event(gp->nt, data, len, to_real, &out);
 	if (rc <= 0)
 		return;
 	note_proc(gp, out.tgid, out.generation);
@@ -159,6 +166,12 @@ int gpupipe_open(uv_loop_t *loop, const struct gpupipe_options *o, struct gpupip
 		gp->launch_cycle = cycle > 1000 ? 1000 : (uint32_t)cycle;
 	}
 	go.launch_tracing = gp->launch_cycle != 0;
+	if (o->loader && gputrace_loader_mode_parse(o->loader, &go.loader)) {
+		snprintf(err, errlen, "loader notification mode '%s' is not notify, hold or off",
+			 o->loader);
+		rc = -EINVAL;
+		goto cleanup;
+	}
 	if ((rc = gputrace_open(&go, &gp->gt, err, errlen)))
 		goto cleanup;
 	nccltrack_options_default(&no);
@@ -374,6 +387,8 @@ void gpupipe_drain(struct gpupipe *gp)
 	batcher_add_counter(b, SYSOM_COUNTER_KERNEL_NAMES, now.bpf.names - gp->last.bpf.names);
 	batcher_add_counter(b, SYSOM_COUNTER_GPU_ATTACH_ERRORS,
 			    now.attach_errors - gp->last.attach_errors);
+	batcher_add_counter(b, SYSOM_COUNTER_GPU_LOADER_EVENTS, now.dl_events - gp->last.dl_events);
+	batcher_add_counter(b, SYSOM_COUNTER_GPU_LOADER_HELD, now.dl_resumed - gp->last.dl_resumed);
 	if (now.bpf.events_lost > gp->last.bpf.events_lost)
 		sysom_report(&gp->opts.report, SYSOM_REPORT_WARN,
 			     "gputrace: %llu NCCL events lost (ring buffer full)",

@@ -28,6 +28,7 @@ struct gpupipe_options {
 	uint32_t ring_bytes;     /* 0: default */
 	const char *libraries;   /* colon-separated files to attach at start, or NULL */
 	double launch_duty;      /* fraction of drain intervals with launch probes on, 0..1 */
+	const char *loader;      /* loader notification: "notify" (NULL), "hold", "off" */
 	/* Messages for the log (libraries traced, events lost, ...), the tracer's included: the
 	 * daemon logs them. */
 	struct sysom_reporter report;

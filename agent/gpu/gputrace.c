@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <gelf.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,8 +92,20 @@ struct library {
 	bool detached;
 };
 
+/* An ld.so file with the loader-notification probe. */
+struct loader {
+	uint32_t dev_major, dev_minor;
+	uint64_t inode;
+	struct bpf_link *link;
+};
+
 struct gputrace {
 	struct gputrace_options opts;
+	struct loader loaders[GT_LOADER_MAX];
+	uint32_t nloaders;
+	struct bpf_link *exec_link;   /* resets the probe's per-process state on exec */
+	uint64_t dl_events, dl_resumed, dl_attach_ns_max, dl_attach_ns_total;
+	bool closing;                 /* events only resume held processes */
 	struct gputrace_bpf *skel;
 	struct ring_buffer *ring;
 	struct library libs[GPUTRACE_MAX_LIBRARIES];
@@ -116,7 +129,26 @@ void gputrace_options_default(struct gputrace_options *o)
 		.ring_bytes = 4u << 20,
 		.detach_grace_ns = 60ull * 1000000000ull,
 		.launch_tracing = true,
+		.loader = GPUTRACE_LOADER_NOTIFY,
+		.loader_paths = "/lib64/ld-linux-x86-64.so.2:/lib/ld-linux-aarch64.so.1",
 	};
+}
+
+int gputrace_loader_mode_parse(const char *s, enum gputrace_loader_mode *out)
+{
+	static const char *const names[] = { "off", "notify", "hold" };
+
+	for (int i = 0; i < 3; i++)
+		if (s && strcmp(s, names[i]) == 0) {
+			*out = (enum gputrace_loader_mode)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+const char *gputrace_loader_mode_name(enum gputrace_loader_mode m)
+{
+	return m == GPUTRACE_LOADER_HOLD ? "hold" : m == GPUTRACE_LOADER_NOTIFY ? "notify" : "off";
 }
 
 int gputrace_library_kind(const char *path)
@@ -131,11 +163,48 @@ int gputrace_library_kind(const char *path)
 	return 0;
 }
 
+/* The loader mapped NCCL/CUDA into a process: attach now, then let a held process go. */
+static void on_dl_event(struct gputrace *g, const struct gt_dl_event *e)
+{
+	int rc = g->closing ? 0 : gputrace_scan_process(g, e->tgid);
+	uint64_t took;
+
+	if (e->flags & GT_DL_HELD) {
+		if (kill((pid_t)e->tgid, SIGCONT) == 0)
+			g->dl_resumed++;
+		else
+			sysom_report(&g->opts.report, SYSOM_REPORT_WARN,
+				     "gputrace: cannot resume pid %u: %s", e->tgid,
+				     sysom_strerror(-errno));
+	}
+	took = sysom_monotonic_ns() - e->ktime_ns;
+	g->dl_events++;
+	g->dl_attach_ns_total += took;
+	if (took > g->dl_attach_ns_max)
+		g->dl_attach_ns_max = took;
+	sysom_report(&g->opts.report, SYSOM_REPORT_INFO,
+		     "gputrace: pid %u mapped %s%s%s: %d library files newly traced, %.3f ms after "
+		     "the loader's notification%s", e->tgid, e->kinds & GT_DL_NCCL ? "NCCL" : "",
+		     e->kinds == (GT_DL_NCCL | GT_DL_CUDA) ? "+" : "",
+		     e->kinds & GT_DL_CUDA ? "CUDA" : "", rc, (double)took / 1e6,
+		     e->flags & GT_DL_HELD ? " (held until then)" : "");
+}
+
+/* True for a dynamic loader's file name (ld-linux-x86-64.so.2, ld-linux-aarch64.so.1). */
+static bool is_loader_path(const char *path)
+{
+	const char *base = strrchr(path, '/');
+
+	return strncmp(base ? base + 1 : path, "ld-linux", 8) == 0;
+}
+
 static int on_ring_event(void *ctx, void *data, size_t len)
 {
 	struct gputrace *g = ctx;
 
-	if (g->opts.on_event)
+	if (len >= sizeof(struct gt_dl_event) && *(const uint32_t *)data == GT_EVENT_DL_LOAD)
+		on_dl_event(g, data);
+	if (g->opts.on_event && !g->closing)
 		g->opts.on_event(g->opts.ctx, data, len);
 	return 0;
 }
@@ -185,6 +254,7 @@ int gputrace_open(const struct gputrace_options *o, struct gputrace **out, char 
 		bpf_map__set_max_entries(g->skel->maps.unwind_procs, 1);
 		bpf_map__set_max_entries(g->skel->maps.unwind_markers, 1);
 	}
+	g->skel->rodata->dl_hold = o->loader == GPUTRACE_LOADER_HOLD;
 	if ((rc = gputrace_bpf__load(g->skel))) {
 		snprintf(err, errlen, "cannot load the GPU tracing BPF programs: %s",
 			 sysom_strerror(rc));
@@ -195,6 +265,27 @@ int gputrace_open(const struct gputrace_options *o, struct gputrace **out, char 
 		rc = -errno;
 		snprintf(err, errlen, "cannot map the GPU event ring buffer: %s", sysom_strerror(rc));
 		goto cleanup;
+	}
+	if (o->loader != GPUTRACE_LOADER_OFF) {
+		g->exec_link = bpf_program__attach(g->skel->progs.sysom_dl_exec);
+		if (!g->exec_link) {
+			rc = -errno;
+			snprintf(err, errlen, "cannot attach the exec tracepoint: %s",
+				 sysom_strerror(rc));
+			goto cleanup;
+		}
+		for (const char *s = o->loader_paths; s && *s;) {
+			const char *end = strchr(s, ':');
+			size_t n = end ? (size_t)(end - s) : strlen(s);
+			char path[PATH_MAX];
+
+			if (n && n < sizeof(path)) {
+				memcpy(path, s, n);
+				path[n] = '\0';
+				gputrace_attach_loader(g, path); /* absent on this architecture: fine */
+			}
+			s = end ? end + 1 : s + n;
+		}
 	}
 	*out = g;
 	return 0;
@@ -230,6 +321,14 @@ void gputrace_close(struct gputrace *g)
 {
 	if (!g)
 		return;
+	/* No new stops; then a process the probe stopped whose event is still in the ring is
+	 * let go. */
+	g->closing = true;
+	for (uint32_t i = 0; i < g->nloaders; i++)
+		bpf_link__destroy(g->loaders[i].link);
+	bpf_link__destroy(g->exec_link);
+	if (g->ring)
+		ring_buffer__consume(g->ring);
 	for (uint32_t i = 0; i < g->nlibs; i++) {
 		detach_library(&g->libs[i]);
 		free(g->libs[i].users);
@@ -568,6 +667,19 @@ static int scan_visit(void *ctx, const struct procmaps_entry *e)
 	char path[128];
 	int kind = gputrace_library_kind(e->path);
 
+	if (!kind && e->path[0] == '/' && g->opts.loader != GPUTRACE_LOADER_OFF &&
+	    g->nloaders < GT_LOADER_MAX && is_loader_path(e->path)) {
+		bool known = false;
+		for (uint32_t i = 0; i < g->nloaders; i++)
+			known |= g->loaders[i].inode == e->inode &&
+				 g->loaders[i].dev_major == e->dev_major &&
+				 g->loaders[i].dev_minor == e->dev_minor;
+		snprintf(path, sizeof(path), "%s/%u/map_files/%llx-%llx", g->opts.proc_root,
+			 sc->pid, (unsigned long long)e->start, (unsigned long long)e->end);
+		if (!known)
+			gputrace_attach_loader(g, path); /* a container's own glibc */
+		return 0;
+	}
 	if (!kind || e->path[0] != '/')
 		return 0;
 	for (uint32_t i = 0; i < g->nlibs; i++) {
@@ -598,6 +710,114 @@ static int scan_visit(void *ctx, const struct procmaps_entry *e)
 		sc->attached++;
 	}
 	return add_user(l, sc->pid) == -ENOMEM ? -ENOMEM : 0;
+}
+
+/* _dl_debug_state (address and file offset) and _r_debug (address) of an ld.so, from its
+ * .dynsym (pread, never mmap). 0, -ENOENT, -errno. */
+static int find_loader_symbols(int fd, uint64_t *hook_vaddr, uint64_t *hook_off,
+			       uint64_t *r_debug_vaddr)
+{
+	Elf *elf = NULL;
+	Elf_Scn *scn = NULL;
+	int rc;
+
+	*hook_vaddr = *hook_off = *r_debug_vaddr = 0;
+	if ((rc = sysom_elf_open_read(fd, &elf)))
+		return rc;
+	while ((scn = elf_nextscn(elf, scn))) {
+		GElf_Shdr sh;
+		Elf_Data *data;
+
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_DYNSYM || sh.sh_entsize == 0)
+			continue;
+		if ((rc = read_section(scn, &data)) || !data)
+			break;
+		for (size_t i = 0, n = sh.sh_size / sh.sh_entsize; i < n; i++) {
+			GElf_Sym sym;
+			GElf_Shdr tsh;
+			Elf_Scn *tscn;
+			const char *name;
+
+			if (!gelf_getsym(data, (int)i, &sym) || sym.st_shndx == SHN_UNDEF ||
+			    !(name = elf_strptr(elf, sh.sh_link, sym.st_name)))
+				continue;
+			if (strcmp(name, "_r_debug") == 0 && GELF_ST_TYPE(sym.st_info) == STT_OBJECT)
+				*r_debug_vaddr = sym.st_value;
+			if (strcmp(name, "_dl_debug_state") != 0 ||
+			    GELF_ST_TYPE(sym.st_info) != STT_FUNC)
+				continue;
+			tscn = elf_getscn(elf, sym.st_shndx);
+			if (!tscn || !gelf_getshdr(tscn, &tsh) || sym.st_value < tsh.sh_addr ||
+			    sym.st_value - tsh.sh_addr >= tsh.sh_size)
+				continue;
+			*hook_vaddr = sym.st_value;
+			*hook_off = sym.st_value - tsh.sh_addr + tsh.sh_offset;
+		}
+	}
+	elf_end(elf);
+	if (rc)
+		return rc;
+	return *hook_vaddr && *r_debug_vaddr ? 0 : -ENOENT;
+}
+
+int gputrace_attach_loader(struct gputrace *g, const char *path)
+{
+	struct gt_dl_layout dl = { 0 };
+	struct loader *l;
+	struct stat st;
+	uint64_t off, hook = 0, r_debug = 0;
+	uint32_t slot;
+	char fdpath[64];
+	int fd, rc;
+
+	if (g->opts.loader == GPUTRACE_LOADER_OFF)
+		return 0;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st)) {
+		rc = -errno;
+		goto cleanup;
+	}
+	for (uint32_t i = 0; i < g->nloaders; i++)
+		if (g->loaders[i].inode == st.st_ino && g->loaders[i].dev_major == major(st.st_dev) &&
+		    g->loaders[i].dev_minor == minor(st.st_dev)) {
+			rc = 0;
+			goto cleanup;
+		}
+	if (g->nloaders >= GT_LOADER_MAX) {
+		rc = -E2BIG;
+		goto cleanup;
+	}
+	if ((rc = find_loader_symbols(fd, &hook, &off, &r_debug)))
+		goto cleanup;
+	dl.debug_state_vaddr = hook;
+	dl.r_debug_vaddr = r_debug;
+	slot = g->nloaders;
+	l = &g->loaders[slot];
+	*l = (struct loader){ .dev_major = major(st.st_dev), .dev_minor = minor(st.st_dev),
+			      .inode = st.st_ino };
+	if (bpf_map_update_elem(bpf_map__fd(g->skel->maps.dl_layouts), &slot, &dl, BPF_ANY)) {
+		rc = -errno;
+		goto cleanup;
+	}
+	LIBBPF_OPTS(bpf_uprobe_opts, uo, .bpf_cookie = slot);
+	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fd);
+	l->link = bpf_program__attach_uprobe_opts(g->skel->progs.sysom_dl_debug_state, -1, fdpath,
+						  (size_t)off, &uo);
+	if (!l->link) {
+		rc = -errno;
+		g->attach_errors++;
+		goto cleanup;
+	}
+	g->nloaders++;
+	sysom_report(&g->opts.report, SYSOM_REPORT_INFO,
+		     "gputrace: loader notifications from %s (%s)", path,
+		     gputrace_loader_mode_name(g->opts.loader));
+	rc = 1;
+cleanup:
+	close(fd);
+	return rc;
 }
 
 int gputrace_attach_path(struct gputrace *g, const char *path)
@@ -838,6 +1058,9 @@ void gputrace_stats_read(const struct gputrace *g, struct gputrace_stats *out)
 				out->bpf.names += per[c].names;
 				out->bpf.stack_errors += per[c].stack_errors;
 				out->bpf.launch_stacks_hybrid += per[c].launch_stacks_hybrid;
+				out->bpf.dl_notifications += per[c].dl_notifications;
+				out->bpf.dl_loads += per[c].dl_loads;
+				out->bpf.dl_held += per[c].dl_held;
 				out->bpf.unwind.unwinds += per[c].unwind.unwinds;
 				out->bpf.unwind.fallback_no_proc += per[c].unwind.fallback_no_proc;
 				out->bpf.unwind.frames += per[c].unwind.frames;
@@ -856,6 +1079,11 @@ void gputrace_stats_read(const struct gputrace *g, struct gputrace_stats *out)
 	}
 	out->attach_errors = g->attach_errors;
 	out->read_errors = g->read_errors;
+	out->loaders = g->nloaders;
+	out->dl_events = g->dl_events;
+	out->dl_resumed = g->dl_resumed;
+	out->dl_attach_ns_max = g->dl_attach_ns_max;
+	out->dl_attach_ns_total = g->dl_attach_ns_total;
 	out->hybrid_launch_stacks = g->hybrid;
 }
 

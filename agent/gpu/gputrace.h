@@ -16,6 +16,16 @@
 
 struct gputrace;
 
+/* What the dynamic loader's notification (a probe on ld.so's _dl_debug_state) does when a
+ * process maps an NCCL/CUDA library: nothing (discovery by periodic scans only), make the
+ * agent attach at once while the process runs on, or stop the process (SIGSTOP from the
+ * probe) until the agent has attached and sends SIGCONT, so that no call is missed. */
+enum gputrace_loader_mode { GPUTRACE_LOADER_OFF, GPUTRACE_LOADER_NOTIFY, GPUTRACE_LOADER_HOLD };
+
+/* "off", "notify", "hold" → mode; -EINVAL otherwise. */
+int gputrace_loader_mode_parse(const char *s, enum gputrace_loader_mode *out);
+const char *gputrace_loader_mode_name(enum gputrace_loader_mode m);
+
 struct gputrace_options {
 	const char *proc_root;        /* "/proc" */
 	int exec_generation_fd;       /* the sampler's tgid → generation map, or -1 */
@@ -25,6 +35,10 @@ struct gputrace_options {
 	uint32_t ring_bytes;          /* event ring buffer size (power of two, >= 4096) */
 	uint64_t detach_grace_ns;     /* keep a file's probes this long after its last user */
 	bool launch_tracing;          /* attach kernel launch probes from the start (default) */
+	enum gputrace_loader_mode loader; /* default NOTIFY */
+	/* Colon-separated ld.so files probed at open (default: the usual x86-64/aarch64 ones);
+	 * loaders seen in a process's mappings are probed as well. */
+	const char *loader_paths;
 	/* Called for every ring-buffer event (struct gt_nccl_event, gt_nccl_init_event or
 	 * gt_name_event, told apart by their first u32), valid during the call only. */
 	void (*on_event)(void *ctx, const void *data, size_t len);
@@ -67,6 +81,11 @@ int gputrace_scan_process(struct gputrace *g, uint32_t pid);
  * -EINVAL for a name that is neither NCCL nor CUDA, -errno from stat/open.
  */
 int gputrace_attach_path(struct gputrace *g, const char *path);
+
+/* Puts the loader-notification probe on an ld.so file (by path; also done for loaders found
+ * in scanned processes). 1 attached, 0 already, -ENOENT (no _dl_debug_state/_r_debug),
+ * -E2BIG (GT_LOADER_MAX files), -errno. */
+int gputrace_attach_loader(struct gputrace *g, const char *path);
 
 /* Scans every process under proc_root (at start). Returns the files attached. */
 int gputrace_scan_all(struct gputrace *g);
@@ -116,6 +135,11 @@ struct gputrace_stats {
 	uint64_t attach_errors;   /* probes that failed to attach (cumulative) */
 	uint64_t read_errors;     /* library files that could not be read (changed meanwhile) */
 	uint32_t processes;       /* processes known to map a traced file */
+	uint32_t loaders;         /* ld.so files with the notification probe */
+	uint64_t dl_events;       /* loader notifications acted on */
+	uint64_t dl_resumed;      /* held processes resumed (SIGCONT) */
+	uint64_t dl_attach_ns_max; /* notification → probes attached (and resumed), worst */
+	uint64_t dl_attach_ns_total; /* the same, summed over dl_events */
 };
 void gputrace_stats_read(const struct gputrace *g, struct gputrace_stats *out);
 

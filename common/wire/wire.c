@@ -91,6 +91,8 @@ static const char *const counter_names[SYSOM_COUNTER_MAX] = {
 	[SYSOM_COUNTER_OS_ROWS_DROPPED] = "os_rows_dropped",
 	[SYSOM_COUNTER_OS_ATTACH_ERRORS] = "os_attach_errors",
 	[SYSOM_COUNTER_OS_TRACKED] = "os_tracked_processes",
+	[SYSOM_COUNTER_GPU_LOADER_EVENTS] = "gpu_loader_attaches",
+	[SYSOM_COUNTER_GPU_LOADER_HELD] = "gpu_loader_held",
 };
 
 static const char *const softirq_names[SYSOM_SOFTIRQ_COUNT] = {

@@ -189,7 +189,11 @@ enum sysom_counter_id {
 	SYSOM_COUNTER_OS_TRACKED = 55,          /* processes whose threads are measured, at the
 						 * end of the window (a level, not a count of
 						 * events; 0 with os-signals-all) */
-	SYSOM_COUNTER_MAX = 64,
+	/* Loader notifications (issue 17, "no blind jobs"). */
+	SYSOM_COUNTER_GPU_LOADER_EVENTS = 72,   /* processes that mapped NCCL/CUDA, seen by ld.so's
+						 * notification and attached at once */
+	SYSOM_COUNTER_GPU_LOADER_HELD = 73,     /* ... of those stopped until attached (hold) */
+	SYSOM_COUNTER_MAX = 96,
 };
 
 /* NCCL API calls (NCCL_CALLS records): enum sysom_nccl_op, sysom_nccl_op_name and

@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "common/array.h"
+#include "common/hash.h"
+#include "server/analysis/seqmatch.h"
 #include "server/analysis/diagnosis_render.h"
 #include "server/query/folded.h"
 #include "server/analysis/layers.h"
@@ -46,6 +48,82 @@ struct strag_doc {
 	int64_t *entry;     /* [nranks] */
 	bool *present;
 	int32_t seen;
+	/* Calls of communicators of unknown size (init missed: per-process keys), kept for
+	 * seqmatch (bounded: BLIND_MAX_CALLS, the rest counted as skipped). */
+	struct blind_call *blind;
+	size_t nblind, blind_cap;
+	bool replaying;
+	uint32_t recovered, unmatched; /* communicators recovered / left unanalysed */
+	/* Keys with at least one complete instance (the first pass); a known key without any
+	 * (only some ranks' init was seen) is treated like an unknown one. NULL: no filter. */
+	uint64_t *complete_keys;
+	size_t ncomplete;
+};
+
+/* The first pass: which communicator keys had a complete instance. */
+struct key_scan {
+	uint64_t key, seq;
+	uint8_t op;
+	int32_t nranks, seen;
+	bool have;
+	uint64_t *keys;
+	size_t nkeys, cap;
+};
+
+static int key_scan_end(struct key_scan *k)
+{
+	if (!k->have || k->nranks < 1 || k->seen < k->nranks)
+		return 0;
+	for (size_t i = 0; i < k->nkeys; i++)
+		if (k->keys[i] == k->key)
+			return 0;
+	if (SYSOM_ARRAY_RESERVE(k->keys, k->cap, k->nkeys, 16))
+		return -ENOMEM;
+	k->keys[k->nkeys++] = k->key;
+	return 0;
+}
+
+static int key_scan_call(void *arg, const struct store_collective_call *c)
+{
+	struct key_scan *k = arg;
+	int rc;
+
+	if (!k->have || c->comm_key != k->key || c->op != k->op || c->seq != k->seq) {
+		if ((rc = key_scan_end(k)))
+			return rc;
+		*k = (struct key_scan){ .key = c->comm_key, .seq = c->seq, .op = c->op,
+					.nranks = c->nranks, .have = true, .keys = k->keys,
+					.nkeys = k->nkeys, .cap = k->cap };
+	}
+	k->seen++;
+	return 0;
+}
+
+static bool key_complete(const struct strag_doc *d, uint64_t key)
+{
+	if (!d->complete_keys)
+		return true;
+	for (size_t i = 0; i < d->ncomplete; i++)
+		if (d->complete_keys[i] == key)
+			return true;
+	return false;
+}
+
+#define BLIND_MAX_CALLS 200000
+#define SEED_SEQMATCH 0x5359534f4d53514dull
+
+struct blind_call {
+	uint64_t comm_key;
+	uint32_t pid;
+	int32_t job_rank;
+	uint8_t op;
+	uint64_t bytes;
+	int64_t entry_ns, exit_ns;
+	char *hostname;  /* owned */
+	/* after matching */
+	uint64_t key;
+	int64_t seq;
+	int32_t rank, nranks;
 };
 
 static void strag_doc_free(struct strag_doc *d)
@@ -62,6 +140,10 @@ static void strag_doc_free(struct strag_doc *d)
 	free(d->groups);
 	free(d->entry);
 	free(d->present);
+	for (size_t i = 0; i < d->nblind; i++)
+		free(d->blind[i].hostname);
+	free(d->blind);
+	free(d->complete_keys);
 }
 
 /* The group of a communicator (created on first sight), or NULL when it cannot be analysed
@@ -130,10 +212,40 @@ static void strag_instance_end(struct strag_doc *d)
 		straggler_group_add_incomplete(d->cur->g, d->present);
 }
 
+static int blind_add(struct strag_doc *d, const struct store_collective_call *c)
+{
+	struct blind_call *b;
+
+	if (d->nblind >= BLIND_MAX_CALLS) {
+		d->skipped++;
+		return 0;
+	}
+	if (SYSOM_ARRAY_RESERVE(d->blind, d->blind_cap, d->nblind, 1024))
+		return -ENOMEM;
+	b = &d->blind[d->nblind];
+	*b = (struct blind_call){ .comm_key = c->comm_key, .pid = c->pid, .job_rank = c->job_rank,
+				  .op = c->op, .bytes = c->bytes, .entry_ns = c->entry_ns,
+				  .exit_ns = c->exit_ns,
+				  .hostname = strdup(c->hostname ? c->hostname : "") };
+	if (!b->hostname)
+		return -ENOMEM;
+	d->nblind++;
+	return 0;
+}
+
 static int strag_call(void *arg, const struct store_collective_call *c)
 {
 	struct strag_doc *d = arg;
 	int rc;
+
+	/* A collective of a communicator whose size is unknown: its ranks are found by
+	 * blind_resolve, at the end. */
+	if (!d->replaying && (c->nranks < 1 || !key_complete(d, c->comm_key)) &&
+	    c->op >= SYSOM_NCCL_ALL_REDUCE && c->op <= SYSOM_NCCL_SCATTER) {
+		strag_instance_end(d);
+		d->have = false;
+		return blind_add(d, c);
+	}
 
 	if (!d->have || c->comm_key != d->key || c->op != d->op || c->seq != d->seq) {
 		strag_instance_end(d);
@@ -936,6 +1048,168 @@ static int64_t strag_period_ns(const struct strag_group *g)
 	return period;
 }
 
+static int blind_by_stream(const void *a, const void *b)
+{
+	const struct blind_call *x = a, *y = b;
+
+	if (x->comm_key != y->comm_key)
+		return x->comm_key < y->comm_key ? -1 : 1;
+	if (x->pid != y->pid)
+		return x->pid < y->pid ? -1 : 1;
+	return x->entry_ns < y->entry_ns ? -1 : x->entry_ns > y->entry_ns;
+}
+
+static int blind_by_instance(const void *a, const void *b)
+{
+	const struct blind_call *x = a, *y = b;
+
+	if (x->key != y->key)
+		return x->key < y->key ? -1 : 1;
+	if (x->seq != y->seq)
+		return x->seq < y->seq ? -1 : 1;
+	if (x->op != y->op)
+		return x->op < y->op ? -1 : 1;
+	return x->rank - y->rank;
+}
+
+static bool blind_rank_before(const struct seqmatch_stream *a, size_t ia,
+			      const struct seqmatch_stream *b, size_t ib)
+{
+	int64_t ra = a->job_rank < 0 ? INT64_MAX : a->job_rank;
+	int64_t rb = b->job_rank < 0 ? INT64_MAX : b->job_rank;
+
+	return ra < rb || (ra == rb && ia < ib);
+}
+
+/* Communicators of unknown size: their call streams (one per process and key) grouped by
+ * seqmatch into communicators, whose instances then go through strag_call like any other. */
+static int blind_resolve(struct strag_doc *d)
+{
+	struct seqmatch_stream *st = NULL, *single = NULL;
+	struct seqmatch_call *calls = NULL;
+	struct seqmatch_result res;
+	size_t *start = NULL, nstreams = 0;
+	int rc = 0;
+
+	if (!d->nblind)
+		return 0;
+	qsort(d->blind, d->nblind, sizeof(*d->blind), blind_by_stream);
+	for (size_t i = 0; i < d->nblind; i++)
+		nstreams += i == 0 || d->blind[i].comm_key != d->blind[i - 1].comm_key ||
+			    d->blind[i].pid != d->blind[i - 1].pid;
+	st = calloc(nstreams, sizeof(*st));
+	single = calloc(nstreams, sizeof(*single));
+	start = calloc(nstreams + 1, sizeof(*start));
+	calls = calloc(d->nblind, sizeof(*calls));
+	if (!st || !single || !start || !calls) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	for (size_t i = 0, k = 0; i < d->nblind; i++) {
+		const struct blind_call *b = &d->blind[i];
+		if (i == 0 || b->comm_key != d->blind[i - 1].comm_key || b->pid != d->blind[i - 1].pid) {
+			start[k] = i;
+			st[k] = (struct seqmatch_stream){ .job_rank = b->job_rank, .calls = &calls[i] };
+			k++;
+		}
+		calls[i] = (struct seqmatch_call){ b->op, b->bytes, b->entry_ns };
+		st[k - 1].ncalls++;
+	}
+	start[nstreams] = d->nblind;
+	/* A key several processes report is already one communicator across ranks (a split
+	 * child's key, say, whose size the agent could not read): its streams are one group,
+	 * numbered alike from creation. Only per-process keys need sequence matching. */
+	size_t nsingle = 0;
+	for (size_t k = 0; k < nstreams;) {
+		size_t e = k + 1;
+		while (e < nstreams && d->blind[start[e]].comm_key == d->blind[start[k]].comm_key)
+			e++;
+		if (e - k == 1) {
+			single[nsingle++] = st[k];
+			k = e;
+			continue;
+		}
+		for (size_t m = k; m < e; m++) {
+			int32_t r = 0;
+			for (size_t o = k; o < e; o++) /* rank: by job rank (unknown last), then order */
+				r += blind_rank_before(&st[o], o, &st[m], m);
+			st[m].rank = r;
+			st[m].nranks = (int32_t)(e - k);
+			st[m].seq_offset = 0;
+			st[m].group = -2; /* direct */
+		}
+		d->recovered++;
+		k = e;
+	}
+	if ((rc = seqmatch_run(single, nsingle, &res)))
+		goto cleanup;
+	for (size_t k = 0, j = 0; k < nstreams; k++)
+		if (st[k].group != -2)
+			st[k] = single[j++];
+	d->recovered += res.groups;
+	d->unmatched += res.unmatched;
+	/* Group keys: a direct group keeps its key; a matched one is named after the smallest
+	 * per-process key among its members. */
+	uint64_t *gkey = calloc(res.groups ? res.groups : 1, sizeof(*gkey));
+	if (!gkey) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	for (size_t k = 0; k < nstreams; k++)
+		if (st[k].group >= 0 && (!gkey[st[k].group] ||
+					 d->blind[start[k]].comm_key < gkey[st[k].group]))
+			gkey[st[k].group] = d->blind[start[k]].comm_key;
+	size_t kept = 0;
+	for (size_t k = 0; k < nstreams; k++) {
+		for (size_t i = start[k]; i < start[k + 1]; i++) {
+			struct blind_call *b = &d->blind[i];
+			if (st[k].group == -2) {
+				b->key = b->comm_key;
+				b->seq = (int64_t)(i - start[k]);
+				b->rank = st[k].rank;
+				b->nranks = st[k].nranks;
+				d->blind[kept++] = *b;
+				continue;
+			}
+			if (st[k].group < 0) {
+				d->skipped++;
+				free(b->hostname);
+				b->hostname = NULL;
+				continue;
+			}
+			b->key = sysom_hash_mix(SEED_SEQMATCH, gkey[st[k].group]) | 1;
+			b->seq = (int64_t)(i - start[k]) + st[k].seq_offset;
+			b->rank = st[k].rank;
+			b->nranks = st[k].nranks;
+			d->blind[kept++] = *b;
+		}
+	}
+	free(gkey);
+	d->nblind = kept;
+	qsort(d->blind, d->nblind, sizeof(*d->blind), blind_by_instance);
+	d->replaying = true;
+	d->have = false;
+	for (size_t i = 0; i < d->nblind && !rc; i++) {
+		const struct blind_call *b = &d->blind[i];
+		struct store_collective_call c = {
+			.comm_key = b->key, .seq = (uint64_t)b->seq, .op = b->op,
+			.nranks = b->nranks, .rank = b->rank, .entry_ns = b->entry_ns,
+			.exit_ns = b->exit_ns, .bytes = b->bytes, .peer = -1, .pid = b->pid,
+			.hostname = b->hostname, .job_rank = b->job_rank,
+		};
+		rc = strag_call(d, &c);
+	}
+	if (!rc)
+		strag_instance_end(d);
+	d->replaying = false;
+cleanup:
+	free(st);
+	free(single);
+	free(start);
+	free(calls);
+	return rc;
+}
+
 /* The store as the source of calls: the latest instances of the job in the scope's range. */
 static int store_source(void *arg, const struct diagnosis_scope *scope, store_collective_fn fn,
 			void *fn_arg)
@@ -971,9 +1245,26 @@ int diagnosis_report_build(const struct diagnosis_ctx *ctx, const struct diagnos
 		source_arg = ctx->store;
 	}
 	d.window = p->sp.window;
+	{
+		struct key_scan ks = { 0 };
+		rc = source(source_arg, scope, key_scan_call, &ks);
+		if (!rc)
+			rc = key_scan_end(&ks);
+		d.complete_keys = ks.keys;
+		d.ncomplete = ks.nkeys;
+		if (!d.complete_keys && !rc)
+			d.complete_keys = calloc(1, sizeof(uint64_t)); /* an empty set, not "no filter" */
+		if (!rc && !d.complete_keys)
+			rc = -ENOMEM;
+		if (rc)
+			goto cleanup;
+	}
 	if ((rc = source(source_arg, scope, strag_call, &d)))
 		goto cleanup;
 	strag_instance_end(&d);
+	d.have = false;
+	if ((rc = blind_resolve(&d)))
+		goto cleanup;
 	if (!(rep = calloc(1, sizeof(*rep))) ||
 	    (d.ngroups && !(rep->groups = calloc(d.ngroups, sizeof(*rep->groups)))) ||
 	    (scope->job && !(rep->job = strdup(scope->job)))) {
@@ -1048,6 +1339,8 @@ int diagnosis_report_build(const struct diagnosis_ctx *ctx, const struct diagnos
 	}
 	rep->truncated = d.instances > QUERY_MAX_STRAGGLER_INSTANCES - 1;
 	rep->skipped_instances = d.skipped;
+	rep->recovered_communicators = d.recovered;
+	rep->unanalysed_communicators = d.unmatched;
 	*out = rep;
 	rep = NULL;
 cleanup:

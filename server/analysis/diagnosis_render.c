@@ -212,11 +212,14 @@ json_t *diagnosis_report_json(const struct straggler_report *r)
 			return NULL;
 		}
 	}
-	return json_pack("{s:o,s:o,s:o,s:o,s:b,s:I,s:f,s:o,s:o}", "job", render_json_string(r->job),
+	return json_pack("{s:o,s:o,s:o,s:o,s:b,s:I,s:I,s:I,s:f,s:o,s:o}", "job",
+			 render_json_string(r->job),
 			 "from", render_json_time(r->from_ms * 1000000), "to",
 			 render_json_time(r->to_ms * 1000000), "params", params_json(&r->params),
 			 "truncated", r->truncated, "skipped_instances",
-			 (json_int_t)r->skipped_instances, "iteration_ms",
+			 (json_int_t)r->skipped_instances, "recovered_communicators",
+			 (json_int_t)r->recovered_communicators, "unanalysed_communicators",
+			 (json_int_t)r->unanalysed_communicators, "iteration_ms",
 			 (double)r->iteration_ns / 1e6, "stragglers", list, "communicators",
 			 groups_json(r));
 }

@@ -270,7 +270,7 @@ static int group_emit(const struct live_group *g, int64_t from_ns, int64_t to_ns
 				.comm_key = g->key, .seq = seq, .op = g->op, .first_entry_ns = t0,
 				.nranks = g->nranks, .rank = r, .entry_ns = g->entry[slot],
 				.exit_ns = g->entry[slot], .peer = -1, .pid = g->pid[r],
-				.hostname = g->host[r] ? g->host[r] : "",
+				.hostname = g->host[r] ? g->host[r] : "", .job_rank = -1,
 			};
 			rc = fn(arg, &k);
 		}

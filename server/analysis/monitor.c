@@ -38,6 +38,10 @@ struct job_entry {
 	int64_t hang_due_ms;    /* evaluate again then even without new data (0: no need) */
 	bool hung;              /* its last evaluation found a hang */
 	uint32_t agents_lost;   /* ... nodes of its ranks that stopped reporting */
+	/* Its last evaluation: communicators whose init was missed, recovered by sequence
+	 * matching / left unanalysed; blind: collectives seen but no communicator analysed. */
+	uint32_t recovered, unanalysed;
+	bool blind;
 };
 
 struct monitor {
@@ -858,6 +862,10 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 	pthread_mutex_lock(&m->lock);
 	struct job_entry *cur = job_find(m, job);
 	if (cur) {
+		cur->recovered = rep->recovered_communicators;
+		cur->unanalysed = rep->unanalysed_communicators;
+		cur->blind = rep->ngroups == 0 && (rep->skipped_instances > 0 ||
+						   rep->unanalysed_communicators > 0);
 		cur->regress_since_ms = rising ? (cur->regress_since_ms ? cur->regress_since_ms : now) : 0;
 		cur->hang_due_ms = hang.next_check_ms;
 		cur->hung = hang.hung;
@@ -1072,9 +1080,13 @@ void monitor_stats_get(struct monitor *m, struct monitor_stats *out)
 	*out = m->stats;
 	out->stragglers = 0;
 	out->hung_jobs = 0;
+	out->blind_jobs = 0;
+	out->unanalysed_communicators = 0;
 	for (size_t i = 0; i < m->njobs; i++) {
 		out->stragglers += m->jobs[i].stragglers;
 		out->hung_jobs += m->jobs[i].hung;
+		out->blind_jobs += m->jobs[i].blind;
+		out->unanalysed_communicators += m->jobs[i].unanalysed;
 	}
 	out->live_calls = m->live_stats.calls;
 	out->live_skipped = m->live_stats.unknown_size + m->live_stats.refused + m->live_stats.stale;
@@ -1113,6 +1125,15 @@ void monitor_metrics_write(struct monitor *m, struct byte_buf *out)
 	metrics_family_write(out, "sysom_analysis_live_cells", "gauge",
 			     "(rank, instance) cells held in memory for the analysis (16 bytes each).");
 	metrics_sample_write(out, "sysom_analysis_live_cells", NULL, (double)st.live_cells);
+	metrics_family_write(out, "sysom_analysis_blind_jobs", "gauge",
+			     "Jobs whose last evaluation saw collectives but could analyse no "
+			     "communicator (init missed and no cross-rank match).");
+	metrics_sample_write(out, "sysom_analysis_blind_jobs", NULL, (double)st.blind_jobs);
+	metrics_family_write(out, "sysom_analysis_unanalysed_communicators", "gauge",
+			     "Communicators of unknown identity that matched no other rank's calls, "
+			     "over the jobs' last evaluations.");
+	metrics_sample_write(out, "sysom_analysis_unanalysed_communicators", NULL,
+			     (double)st.unanalysed_communicators);
 	metrics_family_write(out, "sysom_diagnoses_opened_total", "counter",
 			     "Incidents (stragglers, regressions) the monitor opened.");
 	metrics_sample_write(out, "sysom_diagnoses_opened_total", NULL, (double)st.incidents_opened);
@@ -1154,6 +1175,17 @@ void monitor_job_metrics_write(struct monitor *m, struct byte_buf *out)
 		const char *labels[] = { "job", m->jobs[i].job, NULL };
 		if (m->jobs[i].last_eval_ms)
 			metrics_sample_write(out, "sysom_job_hung", labels, m->jobs[i].hung ? 1 : 0);
+	}
+	pthread_mutex_unlock(&m->lock);
+	metrics_family_write(out, "sysom_job_recovered_communicators", "gauge",
+			     "Communicators of the job whose init was missed, grouped across ranks "
+			     "by their call sequences in its last evaluation.");
+	pthread_mutex_lock(&m->lock);
+	for (size_t i = 0; i < m->njobs; i++) {
+		const char *labels[] = { "job", m->jobs[i].job, NULL };
+		if (m->jobs[i].last_eval_ms)
+			metrics_sample_write(out, "sysom_job_recovered_communicators", labels,
+					     (double)m->jobs[i].recovered);
 	}
 	pthread_mutex_unlock(&m->lock);
 	metrics_family_write(out, "sysom_job_open_diagnoses", "gauge",

@@ -107,6 +107,9 @@ struct monitor_stats {
 	uint64_t agents_lost_opened; /* agent-lost incidents opened */
 	uint64_t hung_jobs;          /* gauge: jobs whose last evaluation found a hang */
 	uint64_t hang_note_errors;   /* batches the hang tracker could not note (out of memory) */
+
+	uint64_t blind_jobs;         /* gauge: jobs with collectives but nothing analysable */
+	uint64_t unanalysed_communicators; /* gauge: over the jobs' last evaluations */
 };
 
 void monitor_stats_get(struct monitor *m, struct monitor_stats *out);

@@ -173,6 +173,9 @@ struct straggler_report {
 	struct diagnosis_params params;
 	bool truncated;         /* the instance limit was reached */
 	uint64_t skipped_instances;
+	/* Communicators whose init was missed (size unknown): grouped across ranks by their call
+	 * sequences (server/analysis/seqmatch.h) and analysed / matching no other rank's. */
+	uint32_t recovered_communicators, unanalysed_communicators;
 	int64_t iteration_ns;   /* the period of the job's busiest group; 0: unknown */
 	struct straggler_entry *stragglers; /* owned */
 	size_t nstragglers;

@@ -26,6 +26,7 @@ static int collective_row(void *ctx, sqlite3_stmt *st)
 		.pid = (uint32_t)sqlite3_column_int64(st, 12),
 		.tid = (uint32_t)sqlite3_column_int64(st, 13),
 		.hostname = store__text(st, 15),
+		.job_rank = sqlite3_column_type(st, 16) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 16),
 	};
 
 	store__text_copy(st, 14, k.node_id, sizeof(k.node_id));
@@ -65,7 +66,9 @@ int store__sqlite_collectives_list(struct store *base, const struct store_collec
 			      " iif(c.rank >= 0, c.rank, coalesce((SELECT m.rank FROM communicators m"
 			      "  WHERE m.process = c.process AND m.key = c.comm_key), -1)) AS r,"
 			      " c.entry_ns, c.exit_ns, c.count, c.bytes, c.peer, c.result, p.tgid, c.tid,"
-			      " n.node_id, n.hostname FROM inst i JOIN nccl_calls c ON c.comm_key = i.k"
+			      " n.node_id, n.hostname,"
+			      " (SELECT jr.rank FROM job_ranks jr WHERE jr.process = c.process)"
+			      " FROM inst i JOIN nccl_calls c ON c.comm_key = i.k"
 			      " AND c.op = i.op AND c.seq = i.seq AND c.process IN jp"
 			      " JOIN processes p ON p.id = c.process JOIN nodes n ON n.id = c.node"
 			      " ORDER BY i.first, i.k, i.op, i.seq, r < 0, r, c.entry_ns, c.id");

@@ -385,6 +385,7 @@ struct store_collective_call {
 	uint32_t pid, tid;
 	char node_id[2 * SYSOM_NODE_ID_SIZE + 1];
 	const char *hostname;
+	int32_t job_rank;         /* the process's rank in the job, -1 unknown */
 };
 
 typedef int (*store_collective_fn)(void *arg, const struct store_collective_call *c);

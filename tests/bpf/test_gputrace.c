@@ -36,6 +36,7 @@ struct collected {
 	struct nccltrack_call calls[MAX_CALLS];
 	uint32_t ncalls;
 	uint32_t corrupt;
+	uint32_t dl_events;
 };
 
 struct comm_seen {
@@ -57,7 +58,13 @@ static void on_event(void *ctx, const void *data, size_t len)
 {
 	struct collected *c = ctx;
 	struct nccltrack_call out;
-	int rc = nccltrack_event(c->nt, data, len, 0, &out);
+	int rc;
+
+	if (len >= sizeof(struct gt_dl_event) && *(const uint32_t *)data == GT_EVENT_DL_LOAD) {
+		c->dl_events++;
+		return; /* acted on by the tracer already */
+	}
+	rc = nccltrack_event(c->nt, data, len, 0, &out);
 
 	if (rc < 0 && rc != -ENOSPC)
 		c->corrupt++;
@@ -65,7 +72,7 @@ static void on_event(void *ctx, const void *data, size_t len)
 		c->calls[c->ncalls++] = out;
 }
 
-static struct gputrace *open_tracer(void)
+static struct gputrace *open_tracer_loader(enum gputrace_loader_mode mode)
 {
 	struct gputrace_options o;
 	struct nccltrack_options no;
@@ -78,9 +85,15 @@ static struct gputrace *open_tracer(void)
 	gputrace_options_default(&o);
 	o.on_event = on_event;
 	o.ctx = &col;
+	o.loader = mode;
 	if (gputrace_open(&o, &g, err, sizeof(err)) != 0)
 		fail_msg("gputrace_open: %s", err);
 	return g;
+}
+
+static struct gputrace *open_tracer(void)
+{
+	return open_tracer_loader(GPUTRACE_LOADER_NOTIFY);
 }
 
 static void close_tracer(struct gputrace *g)
@@ -553,6 +566,72 @@ static void test_library_truncated_while_attached(void **state)
 	rmdir(dir);
 }
 
+/* A job whose libraries nobody traced yet, started while the tracer runs: ld.so's
+ * notification makes the tracer attach when the ranks map NCCL/CUDA. With hold, every call
+ * of every rank is seen, communicator init included; with notify, the ones made before the
+ * attachment completed are missed (counted and printed, not asserted: a race). */
+struct loader_run {
+	int inits, all_reduces, held;
+	uint64_t dl_events, attach_ns_max;
+};
+
+static void run_loader_job(enum gputrace_loader_mode mode, struct loader_run *out)
+{
+	static const char *const args[] = { "--ranks", "4", "--iterations", "12", "--cpu-us",
+					    "300", "--kernel-us", "600", NULL };
+	struct gputrace_stats st;
+	struct gputrace *g = open_tracer_loader(mode);
+	pid_t job;
+	int status = -1;
+
+	gputrace_stats_read(g, &st);
+	assert_true(st.loaders >= 1); /* this machine's ld.so */
+	job = simjob_start(args);
+	for (int tries = 0; tries < 30000; tries++) {
+		gputrace_consume(g);
+		pid_t w = waitpid(job, &status, WNOHANG);
+		if (w == job)
+			break;
+		usleep(1000);
+	}
+	consume_all(g);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	gputrace_stats_read(g, &st);
+	memset(out, 0, sizeof(*out));
+	for (uint32_t i = 0; i < col.ncalls; i++) {
+		out->inits += col.calls[i].call.op == SYSOM_NCCL_COMM_INIT_RANK;
+		out->all_reduces += col.calls[i].call.op == SYSOM_NCCL_ALL_REDUCE;
+	}
+	out->held = (int)st.dl_resumed;
+	out->dl_events = st.dl_events;
+	out->attach_ns_max = st.dl_attach_ns_max;
+	assert_int_equal(col.corrupt, 0);
+	assert_true(st.dl_events >= 5); /* the launcher and 4 ranks mapped NCCL and CUDA */
+	assert_int_equal(st.bpf.dl_loads, st.dl_events);
+	assert_true(col.dl_events == st.dl_events);
+	close_tracer(g);
+}
+
+static void test_loader_notification(void **state)
+{
+	struct loader_run hold, notify;
+
+	(void)state;
+	if (skip_without_simjob())
+		skip();
+	run_loader_job(GPUTRACE_LOADER_HOLD, &hold);
+	print_message("# hold: %d/4 inits, %d/48 all-reduces, %d processes held, attach max "
+		      "%.3f ms\n", hold.inits, hold.all_reduces, hold.held,
+		      (double)hold.attach_ns_max / 1e6);
+	assert_int_equal(hold.inits, 4);
+	assert_int_equal(hold.all_reduces, 4 * 12);
+	assert_int_equal((uint64_t)hold.held, hold.dl_events);
+	run_loader_job(GPUTRACE_LOADER_NOTIFY, &notify);
+	print_message("# notify: %d/4 inits, %d/48 all-reduces, attach max %.3f ms\n",
+		      notify.inits, notify.all_reduces, (double)notify.attach_ns_max / 1e6);
+	assert_int_equal(notify.held, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -561,6 +640,7 @@ int main(void)
 		cmocka_unit_test(test_real_libnccl),
 		cmocka_unit_test(test_launch_stacks_hybrid),
 		cmocka_unit_test(test_library_truncated_while_attached),
+		cmocka_unit_test(test_loader_notification),
 	};
 
 	if (geteuid() != 0) {
