@@ -26,6 +26,7 @@ SYSOM_BUILD="$build" "$build/bench/unwind_bench" --seconds 10 --rounds 7
 SYSOM_BUILD="$build" "$build/bench/gputrace_bench" --rounds 7 --calls 200000 --seconds 5
 SYSOM_BUILD="$build" "$build/bench/nccl_profiler_bench" --rounds 31
 "$build/bench/ossignals_bench" --trips 200000 --rounds 7
+"$build/bench/offcpu_bench" --trips 200000 --rounds 7
 "$build/bench/analysis_bench" --rounds 5
 "$build/bench/export_bench" --stacks 1000,10000,100000 --rounds 5
 # The server under a fleet: real batches from the agent watching the simulated GPU job (30 s
