@@ -476,6 +476,7 @@ const volatile __u32 offcpu_mode = SYSOM_OFFCPU_OFF; /* enum sysom_offcpu_mode *
 /* Shorter blocks are not counted (run-time setting). */
 __u64 offcpu_min_ns = 1000000;
 
+#define OFFCPU_KERNEL_SKIP 3
 #define TASK_INTERRUPTIBLE 0x1
 #define TASK_UNINTERRUPTIBLE 0x2
 
@@ -752,7 +753,10 @@ int sysom_offcpu_switch(struct bpf_raw_tracepoint_args *ctx)
 	sc->block.pad = 0;
 	bpf_get_current_comm(sc->block.comm, sizeof(sc->block.comm));
 
-	bytes = bpf_get_stack(ctx, sc->block.kernel.ips, sizeof(sc->block.kernel.ips), 0);
+	/* The three leaf frames are the tracing itself (this program, bpf_trace_run4,
+	 * __traceiter_sched_switch): skipped, so stacks end in __schedule (tests/bpf checks). */
+	bytes = bpf_get_stack(ctx, sc->block.kernel.ips, sizeof(sc->block.kernel.ips),
+			      OFFCPU_KERNEL_SKIP & BPF_F_SKIP_FIELD_MASK);
 	sc->block.kernel.side = SYSOM_SIDE_KERNEL;
 	sc->block.kernel.pad = 0;
 	sc->block.kernel.nframes = bytes > 0 ? (__u16)(bytes / sizeof(__u64)) : 0;

@@ -331,10 +331,11 @@ int store__sqlite_offcpu_aggregate(struct store *base, const struct store_sample
 {
 	struct aggregate_visit v = { .fn.stacks = fn, .arg = arg };
 
+	/* Microseconds rounded down per group; the total is the groups' sum. */
 	return aggregate_run(base, f, limit,
 			     "SELECT p.comm, min(p.tgid), max(p.tgid), count(DISTINCT o.process),"
 			     " coalesce(o.user_stack, 0) AS u, coalesce(o.kernel_stack, 0) AS k,"
-			     " sum(o.blocked_ns) / 1000 AS c, sum(sum(o.blocked_ns)) OVER () / 1000"
+			     " sum(o.blocked_ns) / 1000 AS c, sum(sum(o.blocked_ns) / 1000) OVER ()"
 			     " FROM offcpu o JOIN processes p ON p.id = o.process",
 			     'o', " GROUP BY p.comm, u, k ORDER BY c DESC, p.comm, u, k LIMIT ?6",
 			     stack_count_row, &v, total);
@@ -349,11 +350,12 @@ int store__sqlite_wall_aggregate(struct store *base, const struct store_sample_f
 	int rc;
 
 	/* Both halves in nanoseconds (a CPU sample stands for 1e15 / (Hz x rate ppm) ns of its
-	 * node), grouped together, then microseconds. Nodes without a known rate add no CPU
-	 * time. Each half carries the filter's conditions over its own alias. */
+	 * node), grouped together, then microseconds (rounded down per group; the total is the
+	 * groups' sum, so it equals what a folded answer adds up to). Nodes without a known rate
+	 * add no CPU time. Each half carries the filter's conditions over its own alias. */
 	byte_buf_printf(&sql, "SELECT comm, min(tgid), max(tgid), count(DISTINCT process), u, k,"
 			      " CAST(sum(ns) / 1000 AS INTEGER) AS c,"
-			      " CAST(sum(sum(ns)) OVER () / 1000 AS INTEGER)"
+			      " sum(CAST(sum(ns) / 1000 AS INTEGER)) OVER ()"
 			      " FROM (SELECT p.comm AS comm, p.tgid AS tgid, s.process AS process,"
 			      " coalesce(s.user_stack, 0) AS u, coalesce(s.kernel_stack, 0) AS k,"
 			      " s.count * 1e15 / (n.sample_hz * n.sample_rate_ppm) AS ns"

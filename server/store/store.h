@@ -265,7 +265,8 @@ int store_stacks_aggregate(struct store *s, const struct store_sample_filter *f,
 
 /*
  * Off-CPU time matching `f`, grouped like store_stacks_aggregate; counts are microseconds of
- * blocked time (rounded down per group), *total their sum over every group. 0 or an error.
+ * blocked time (rounded down per group), *total the sum of every group's count (beyond the
+ * limit too). 0 or an error.
  */
 int store_offcpu_aggregate(struct store *s, const struct store_sample_filter *f, uint32_t limit,
 			   store_stack_count_fn fn, void *arg, uint64_t *total);

@@ -95,6 +95,7 @@ struct worker {
 	/* From the drain. */
 	uint64_t bpf_ns, bpf_blocks, with_kernel_sym, with_user_fn, sleep_state_ns;
 	uint64_t below_minimum; /* entries whose blocks average under 1 ms, or whose longest is */
+	uint64_t leaf_not_schedule; /* entries whose kernel stack's leaf is not __schedule */
 };
 
 static struct worker workers[T_COUNT];
@@ -211,6 +212,11 @@ static int tally(void *ctx, const struct sampler_offcpu_entry *e)
 			wk->below_minimum++;
 		if (e->key->state == SYSOM_OFFCPU_STATE_SLEEP)
 			wk->sleep_state_ns += e->total_ns;
+		if (e->kernel && e->kernel->nframes &&
+		    strcmp(ksym_name(e->kernel->ips[0]), "__schedule") != 0) {
+			print_message("# kernel leaf %s\n", ksym_name(e->kernel->ips[0]));
+			wk->leaf_not_schedule++;
+		}
 		if (kernel_stack_has(e->kernel, kernel_needles[w]))
 			wk->with_kernel_sym += e->total_ns;
 		if (user_stack_has_fn(e->user, thread_fns[w]))
@@ -270,6 +276,8 @@ static void check_accuracy(const char *what)
 		assert_true(wk->sleep_state_ns >= wk->bpf_ns * 95 / 100);
 		assert_true(wk->with_kernel_sym >= wk->bpf_ns * 95 / 100);
 		assert_true(wk->with_user_fn >= wk->bpf_ns * 95 / 100);
+		/* The tracing's own frames are skipped: kernel stacks end in the scheduler. */
+		assert_int_equal(wk->leaf_not_schedule, 0);
 	}
 	/* 200 sleeps of 100 µs: below the minimum, unless the thread then waited that long for
 	 * a CPU (off-CPU time runs to the switch-in) on this shared machine. */
