@@ -754,7 +754,7 @@ int sysom_offcpu_switch(struct bpf_raw_tracepoint_args *ctx)
 	bpf_get_current_comm(sc->block.comm, sizeof(sc->block.comm));
 
 	/* The three leaf frames are the tracing itself (this program, bpf_trace_run4,
-	 * __traceiter_sched_switch): skipped, so stacks end in __schedule (tests/bpf checks). */
+	 * __traceiter_sched_switch): skipped, so stacks end in the scheduler (tests/bpf checks). */
 	bytes = bpf_get_stack(ctx, sc->block.kernel.ips, sizeof(sc->block.kernel.ips),
 			      OFFCPU_KERNEL_SKIP & BPF_F_SKIP_FIELD_MASK);
 	sc->block.kernel.side = SYSOM_SIDE_KERNEL;

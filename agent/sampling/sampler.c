@@ -304,10 +304,10 @@ int sampler_open(const struct sampler_options *opts, sampler_event_fn on_event, 
 		snprintf(err, errlen, "cannot share the tracked-process map: %s", strerror(-rc));
 		goto cleanup;
 	}
-	if (opts->offcpu_mode == SYSOM_OFFCPU_OFF) {
+	/* Off: the switch program is not loaded. Its unwind program is (unused): the program
+	 * array's initial slot names it, and libbpf refuses an unloaded one there. */
+	if (opts->offcpu_mode == SYSOM_OFFCPU_OFF)
 		bpf_program__set_autoload(s->skel->progs.sysom_offcpu_switch, false);
-		bpf_program__set_autoload(s->skel->progs.sysom_offcpu_unwind, false);
-	}
 	rc = profile_bpf__load(s->skel);
 	if (rc) {
 		rc = rc < 0 ? rc : -errno;

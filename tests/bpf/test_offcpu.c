@@ -95,7 +95,7 @@ struct worker {
 	/* From the drain. */
 	uint64_t bpf_ns, bpf_blocks, with_kernel_sym, with_user_fn, sleep_state_ns;
 	uint64_t below_minimum; /* entries whose blocks average under 1 ms, or whose longest is */
-	uint64_t leaf_not_schedule; /* entries whose kernel stack's leaf is not __schedule */
+	uint64_t leaf_not_schedule; /* entries whose kernel stack's leaf is not the scheduler */
 };
 
 static struct worker workers[T_COUNT];
@@ -212,8 +212,11 @@ static int tally(void *ctx, const struct sampler_offcpu_entry *e)
 			wk->below_minimum++;
 		if (e->key->state == SYSOM_OFFCPU_STATE_SLEEP)
 			wk->sleep_state_ns += e->total_ns;
+		/* __schedule, or schedule when the unwind from the tracepoint misses the
+		 * __schedule frame; never the tracing's own frames (bpf_*, __traceiter_*). */
 		if (e->kernel && e->kernel->nframes &&
-		    strcmp(ksym_name(e->kernel->ips[0]), "__schedule") != 0) {
+		    strcmp(ksym_name(e->kernel->ips[0]), "__schedule") != 0 &&
+		    strcmp(ksym_name(e->kernel->ips[0]), "schedule") != 0) {
 			print_message("# kernel leaf %s\n", ksym_name(e->kernel->ips[0]));
 			wk->leaf_not_schedule++;
 		}
