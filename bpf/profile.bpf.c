@@ -477,6 +477,7 @@ const volatile __u32 offcpu_mode = SYSOM_OFFCPU_OFF; /* enum sysom_offcpu_mode *
 __u64 offcpu_min_ns = 1000000;
 
 #define OFFCPU_KERNEL_SKIP 3
+#define OFFCPU_BLOCKED_STATES 0xf /* S, D, __TASK_STOPPED, __TASK_TRACED */
 #define TASK_INTERRUPTIBLE 0x1
 #define TASK_UNINTERRUPTIBLE 0x2
 
@@ -508,8 +509,8 @@ struct offcpu_start {
 	struct sysom_stack_trace user;
 };
 
-/* tid → its block in progress. Bounded (size set at open); not preallocated: memory follows
- * the threads actually asleep. */
+/* tid → its block in progress (start_ns 0: none). Bounded (size set at open); not
+ * preallocated: memory follows the recorded threads; an entry goes when its thread exits. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
@@ -559,14 +560,48 @@ struct {
 	.values = { [0] = (void *)&sysom_offcpu_unwind },
 };
 
-/* Parks the block built in the scratch until the thread's switch-in. */
+/* Copies the `n` first frames of `from` into `to` (n <= SYSOM_PROFILE_MAX_DEPTH). */
+static __always_inline void offcpu_copy_stack(struct sysom_stack_trace *to,
+					      const struct sysom_stack_trace *from)
+{
+	__u32 n = from->nframes;
+
+	to->nframes = from->nframes;
+	to->side = from->side;
+	to->stop_reason = from->stop_reason;
+	to->pad = 0;
+	if (n > SYSOM_PROFILE_MAX_DEPTH)
+		n = SYSOM_PROFILE_MAX_DEPTH;
+	if (n)
+		bpf_probe_read_kernel(to->ips, n * sizeof(__u64), from->ips);
+}
+
+/*
+ * Parks the block built in the scratch until the thread's switch-in. A thread's entry is made
+ * at its first block and reused in place after (only the frames its stacks have are copied):
+ * no element is allocated and freed per block. The entry goes at the thread's exit.
+ */
 static __always_inline void offcpu_park(struct offcpu_scratch *sc, struct sysom_offcpu_cpu *oc)
 {
+	struct offcpu_start *b = bpf_map_lookup_elem(&offcpu_start, &sc->tid);
+
 	sc->block.start_ns = bpf_ktime_get_ns();
-	if (bpf_map_update_elem(&offcpu_start, &sc->tid, &sc->block, BPF_ANY))
-		oc->start_map_full++;
-	else
-		oc->blocks++;
+	if (!b) {
+		if (bpf_map_update_elem(&offcpu_start, &sc->tid, &sc->block, BPF_NOEXIST))
+			oc->start_map_full++;
+		else
+			oc->blocks++;
+		return;
+	}
+	b->tgid = sc->block.tgid;
+	b->generation = sc->block.generation;
+	b->state = sc->block.state;
+	b->pad = 0;
+	__builtin_memcpy(b->comm, sc->block.comm, sizeof(b->comm));
+	offcpu_copy_stack(&b->kernel, &sc->block.kernel);
+	offcpu_copy_stack(&b->user, &sc->block.user);
+	b->start_ns = sc->block.start_ns; /* last: a parked block is one with a start */
+	oc->blocks++;
 }
 
 static __always_inline void offcpu_fp_user(void *ctx, struct offcpu_scratch *sc,
@@ -648,7 +683,7 @@ static __always_inline void offcpu_account(__u32 tid, struct sysom_offcpu_cpu *o
 	__u64 now, ns;
 
 	b = bpf_map_lookup_elem(&offcpu_start, &tid);
-	if (!b)
+	if (!b || !b->start_ns)
 		return;
 	now = bpf_ktime_get_ns();
 	ns = now > b->start_ns ? now - b->start_ns : 0;
@@ -699,7 +734,7 @@ static __always_inline void offcpu_account(__u32 tid, struct sysom_offcpu_cpu *o
 done:
 	__sync_fetch_and_add(&cs->inflight, 1);
 out:
-	bpf_map_delete_elem(&offcpu_start, &tid);
+	b->start_ns = 0; /* consumed; the entry stays for the thread's next block */
 }
 
 /* Whether the blocks of `prev` (the current task) are recorded. */
@@ -734,8 +769,10 @@ int sysom_offcpu_switch(struct bpf_raw_tracepoint_args *ctx)
 	oc->switches++;
 	offcpu_account(BPF_CORE_READ(next, pid), oc);
 
-	/* Preempted or yielding: runnable, waiting for a CPU, not blocked. */
-	if (preempt || !(prev_state & 0xff))
+	/* Preempted or yielding: runnable, waiting for a CPU, not blocked. Only sleeping,
+	 * stopped and traced states are blocks: a dying task's last switch (TASK_DEAD) would
+	 * park an entry after its exit removed the old one, and nothing would ever take it. */
+	if (preempt || !(prev_state & OFFCPU_BLOCKED_STATES))
 		return 0;
 	id = bpf_get_current_pid_tgid(); /* current is still prev */
 	if (!(__u32)id || !offcpu_wanted(prev, id >> 32))
@@ -786,5 +823,15 @@ int sysom_offcpu_switch(struct bpf_raw_tracepoint_args *ctx)
 	}
 	offcpu_fp_user(ctx, sc, oc);
 	offcpu_park(sc, oc);
+	return 0;
+}
+
+/* A thread exits: its parked-block entry goes (a later thread may reuse the tid). */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(sysom_offcpu_exit, struct task_struct *p)
+{
+	__u32 tid = BPF_CORE_READ(p, pid);
+
+	bpf_map_delete_elem(&offcpu_start, &tid);
 	return 0;
 }

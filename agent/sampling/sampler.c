@@ -306,8 +306,10 @@ int sampler_open(const struct sampler_options *opts, sampler_event_fn on_event, 
 	}
 	/* Off: the switch program is not loaded. Its unwind program is (unused): the program
 	 * array's initial slot names it, and libbpf refuses an unloaded one there. */
-	if (opts->offcpu_mode == SYSOM_OFFCPU_OFF)
+	if (opts->offcpu_mode == SYSOM_OFFCPU_OFF) {
 		bpf_program__set_autoload(s->skel->progs.sysom_offcpu_switch, false);
+		bpf_program__set_autoload(s->skel->progs.sysom_offcpu_exit, false);
+	}
 	rc = profile_bpf__load(s->skel);
 	if (rc) {
 		rc = rc < 0 ? rc : -errno;
@@ -324,6 +326,13 @@ int sampler_open(const struct sampler_options *opts, sampler_event_fn on_event, 
 	    !s->skel->links.sysom_process_exit) {
 		rc = -errno;
 		snprintf(err, errlen, "cannot attach the fork/exec/exit tracepoints: %s", strerror(-rc));
+		goto cleanup;
+	}
+	if (opts->offcpu_mode != SYSOM_OFFCPU_OFF &&
+	    !(s->skel->links.sysom_offcpu_exit =
+		      bpf_program__attach(s->skel->progs.sysom_offcpu_exit))) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot attach the off-CPU exit tracepoint: %s", strerror(-rc));
 		goto cleanup;
 	}
 	if (opts->offcpu_mode != SYSOM_OFFCPU_OFF && (rc = sampler_offcpu_enable(s, true))) {
