@@ -2,11 +2,11 @@
 # SPDX-License-Identifier: Apache-2.0
 # Off-CPU end to end: server + agent on loopback (off-CPU recording in its default "jobs" mode)
 # and the simulated 2-rank job whose rank 1 sleeps 20 ms in nanosleep before every all-reduce
-# (simjob's delay fault, from 3 s in, when the agent surely tracks the job's processes). The
-# off-CPU flame graph of rank 1 must show that sleep under rank_main with its kernel path, as
-# the largest share of its blocked time, rank 0 must show none of it (it waits in the all-reduce instead), the JSON total must be
-# the folded weights' sum in microseconds, and the wall-clock view of one rank must hold at
-# least its off-CPU time and at most its run time.
+# (simjob's delay fault, from 3 s in). The off-CPU flame graph of rank 1 must show that sleep
+# under rank_main with its kernel path as a large share of its blocked time; rank 0 must show
+# none of it (it waits in the all-reduce instead); the JSON total must be the folded weights'
+# sum in microseconds; the wall-clock view of one rank must hold at least its off-CPU time and
+# at most its run time.
 . "$(dirname "$0")/lib.sh"
 require_root
 
