@@ -459,3 +459,379 @@ int BPF_PROG(sysom_process_exit, struct task_struct *p)
 			generation, 0);
 	return 0;
 }
+
+/* ---- off-CPU time ----------------------------------------------------------------------------- */
+
+/*
+ * At a switch-out of a recorded thread that blocks, its kernel and user stacks are taken (the
+ * user one by the hybrid unwinder when its process is published, else by frame pointers) and
+ * parked in `offcpu_start` under its tid. At its next switch-in the time in between is the
+ * block; a block of at least offcpu_min_ns stores the stacks in the active buffer's stack store
+ * (shared with CPU samples: the agent drains both together) and adds to `offcpu_counts`.
+ * Stacks of short blocks never reach the store. All of it runs in sched_switch, with interrupts
+ * off, so one per-CPU scratch slot is never used twice at once.
+ */
+
+const volatile __u32 offcpu_mode = SYSOM_OFFCPU_OFF; /* enum sysom_offcpu_mode */
+/* Shorter blocks are not counted (run-time setting). */
+__u64 offcpu_min_ns = 1000000;
+
+#define OFFCPU_KERNEL_SKIP 3
+#define OFFCPU_BLOCKED_STATES 0xf /* S, D, __TASK_STOPPED, __TASK_TRACED */
+#define TASK_INTERRUPTIBLE 0x1
+#define TASK_UNINTERRUPTIBLE 0x2
+
+struct offcpu_counts_map {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct sysom_offcpu_key);
+	__type(value, struct sysom_offcpu_value);
+} offcpu_counts_0 SEC(".maps"), offcpu_counts_1 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, SYSOM_PROFILE_BUFFERS);
+	__type(key, __u32);
+	__array(values, struct offcpu_counts_map);
+} offcpu_counts SEC(".maps") = {
+	.values = { &offcpu_counts_0, &offcpu_counts_1 },
+};
+
+/* A block in progress: what is known at switch-out. */
+struct offcpu_start {
+	__u64 start_ns;
+	__u32 tgid;
+	__u32 generation;
+	__u32 state; /* enum sysom_offcpu_state */
+	__u32 pad;
+	char comm[SYSOM_COMM_LEN];
+	struct sysom_stack_trace kernel;
+	struct sysom_stack_trace user;
+};
+
+/* tid → its block in progress (start_ns 0: none). Bounded (size set at open); not
+ * preallocated: memory follows the recorded threads; an entry goes when its thread exits. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct offcpu_start);
+} offcpu_start SEC(".maps");
+
+/* tgid → anything: the processes recorded in SYSOM_OFFCPU_JOBS mode. The agent shares the OS
+ * signals' `tracked` map here (bpf_map__reuse_fd), so both follow the same training processes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u32);
+} offcpu_tracked SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sysom_offcpu_cpu);
+} offcpu_cpu SEC(".maps");
+
+struct offcpu_scratch {
+	struct offcpu_start block;
+	struct unwind_regs regs;
+	__u32 tid;
+	__u32 tail_calls;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct offcpu_scratch);
+} offcpu_scratch SEC(".maps");
+
+int sysom_offcpu_unwind(struct bpf_raw_tracepoint_args *ctx);
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__uint(key_size, sizeof(__u32));
+	__array(values, int(struct bpf_raw_tracepoint_args *));
+} offcpu_unwind_progs SEC(".maps") = {
+	.values = { [0] = (void *)&sysom_offcpu_unwind },
+};
+
+/* Copies the `n` first frames of `from` into `to` (n <= SYSOM_PROFILE_MAX_DEPTH). */
+static __always_inline void offcpu_copy_stack(struct sysom_stack_trace *to,
+					      const struct sysom_stack_trace *from)
+{
+	__u32 n = from->nframes;
+
+	to->nframes = from->nframes;
+	to->side = from->side;
+	to->stop_reason = from->stop_reason;
+	to->pad = 0;
+	if (n > SYSOM_PROFILE_MAX_DEPTH)
+		n = SYSOM_PROFILE_MAX_DEPTH;
+	if (n)
+		bpf_probe_read_kernel(to->ips, n * sizeof(__u64), from->ips);
+}
+
+/*
+ * Parks the block built in the scratch until the thread's switch-in. A thread's entry is made
+ * at its first block and reused in place after (only the frames its stacks have are copied):
+ * no element is allocated and freed per block. The entry goes at the thread's exit.
+ */
+static __always_inline void offcpu_park(struct offcpu_scratch *sc, struct sysom_offcpu_cpu *oc)
+{
+	struct offcpu_start *b = bpf_map_lookup_elem(&offcpu_start, &sc->tid);
+
+	sc->block.start_ns = bpf_ktime_get_ns();
+	if (!b) {
+		if (bpf_map_update_elem(&offcpu_start, &sc->tid, &sc->block, BPF_NOEXIST))
+			oc->start_map_full++;
+		else
+			oc->blocks++;
+		return;
+	}
+	b->tgid = sc->block.tgid;
+	b->generation = sc->block.generation;
+	b->state = sc->block.state;
+	b->pad = 0;
+	__builtin_memcpy(b->comm, sc->block.comm, sizeof(b->comm));
+	offcpu_copy_stack(&b->kernel, &sc->block.kernel);
+	offcpu_copy_stack(&b->user, &sc->block.user);
+	b->start_ns = sc->block.start_ns; /* last: a parked block is one with a start */
+	oc->blocks++;
+}
+
+static __always_inline void offcpu_fp_user(void *ctx, struct offcpu_scratch *sc,
+					   struct sysom_offcpu_cpu *oc)
+{
+	long bytes = bpf_get_stack(ctx, sc->block.user.ips, sizeof(sc->block.user.ips),
+				   BPF_F_USER_STACK);
+
+	oc->fp_fallback++;
+	sc->block.user.side = SYSOM_SIDE_USER;
+	sc->block.user.pad = 0;
+	sc->block.user.nframes = bytes > 0 ? (__u16)(bytes / sizeof(__u64)) : 0;
+	sc->block.user.stop_reason = sc->block.user.nframes >= SYSOM_PROFILE_MAX_DEPTH
+					     ? UNWIND_STOP_DEPTH
+					     : UNWIND_STOP_COMPLETE;
+}
+
+/* Hybrid unwind of the blocking thread's user stack, UNWIND_FRAMES_PER_PROG frames per run. */
+SEC("raw_tp")
+int sysom_offcpu_unwind(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct unwind_ctx c = {};
+	struct sysom_offcpu_cpu *oc;
+	struct sysom_cpu_state *cs;
+	struct offcpu_scratch *sc;
+	__u32 zero = 0, tgid;
+
+	cs = bpf_map_lookup_elem(&cpu_state, &zero);
+	oc = bpf_map_lookup_elem(&offcpu_cpu, &zero);
+	sc = bpf_map_lookup_elem(&offcpu_scratch, &zero);
+	if (!cs || !oc || !sc)
+		return 0;
+	tgid = sc->block.tgid;
+	c.proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	if (sc->tail_calls == 0) {
+		if (!c.proc || c.proc->generation != sc->block.generation) {
+			cs->unwind.fallback_no_proc++;
+			offcpu_fp_user(ctx, sc, oc);
+			offcpu_park(sc, oc);
+			return 0;
+		}
+		cs->unwind.unwinds++;
+	} else if (!c.proc) {
+		sc->block.user.stop_reason = UNWIND_STOP_NO_MAPPING;
+		cs->unwind.stops[UNWIND_STOP_NO_MAPPING]++;
+		offcpu_park(sc, oc);
+		return 0;
+	}
+	c.regs = &sc->regs;
+	c.trace = &sc->block.user;
+	c.stats = &cs->unwind;
+	c.owner = cs;
+	c.tgid = tgid;
+	c.generation = sc->block.generation;
+	bpf_loop(UNWIND_FRAMES_PER_PROG, unwind_one_frame, &c, 0);
+	if (!c.done && sc->tail_calls < UNWIND_MAX_TAIL_CALLS) {
+		sc->tail_calls++;
+		cs->unwind.tail_calls++;
+		bpf_tail_call(ctx, &offcpu_unwind_progs, 0);
+	}
+	if (!c.done)
+		c.stop = UNWIND_STOP_TAIL_CALLS;
+	if (c.stop < UNWIND_STOP_REASONS)
+		cs->unwind.stops[c.stop]++;
+	sc->block.user.stop_reason = c.stop;
+	offcpu_park(sc, oc);
+	return 0;
+}
+
+/* `next` is back on a CPU: count the block it parked, if long enough. */
+static __always_inline void offcpu_account(__u32 tid, struct sysom_offcpu_cpu *oc)
+{
+	struct sysom_offcpu_value *val;
+	struct sysom_offcpu_key key;
+	struct offcpu_start *b;
+	struct sysom_cpu_state *cs;
+	void *count_map, *stack_map;
+	__u32 zero = 0, buf;
+	__u64 now, ns;
+
+	b = bpf_map_lookup_elem(&offcpu_start, &tid);
+	if (!b || !b->start_ns)
+		return;
+	now = bpf_ktime_get_ns();
+	ns = now > b->start_ns ? now - b->start_ns : 0;
+	if (ns < offcpu_min_ns) {
+		oc->short_blocks++;
+		goto out;
+	}
+	cs = bpf_map_lookup_elem(&cpu_state, &zero);
+	if (!cs)
+		goto out;
+	/* The same in-flight protocol as CPU samples (see sysom_profile_tick). */
+	__sync_fetch_and_add(&cs->inflight, 1);
+	buf = *(volatile __u32 *)&active_buffer & 1;
+	count_map = bpf_map_lookup_elem(&offcpu_counts, &buf);
+	stack_map = bpf_map_lookup_elem(&stacks, &buf);
+	if (!count_map || !stack_map)
+		goto done;
+	if (!b->kernel.nframes && !b->user.nframes) {
+		b->user.nframes = 1;
+		b->user.side = SYSOM_SIDE_USER;
+		b->user.stop_reason = UNWIND_STOP_READ_FAULT;
+		b->user.ips[0] = 0;
+	}
+	key.tgid = b->tgid;
+	key.tid = tid;
+	key.generation = b->generation;
+	key.state = b->state;
+	key.kernel_stack = store_stack(stack_map, &b->kernel, cs);
+	key.user_stack = store_stack(stack_map, &b->user, cs);
+	val = bpf_map_lookup_elem(count_map, &key);
+	if (val) {
+		/* Only this thread's switch-in updates its keys, one CPU at a time. */
+		val->count++;
+		val->total_ns += ns;
+		if (ns > val->max_ns)
+			val->max_ns = ns;
+	} else {
+		struct sysom_offcpu_value init = { .count = 1, .total_ns = ns, .max_ns = ns };
+
+		__builtin_memcpy(init.comm, b->comm, sizeof(init.comm));
+		if (bpf_map_update_elem(count_map, &key, &init, BPF_NOEXIST)) {
+			oc->count_map_full++;
+			goto done;
+		}
+	}
+	oc->recorded++;
+	oc->blocked_ns += ns;
+done:
+	__sync_fetch_and_add(&cs->inflight, 1);
+out:
+	b->start_ns = 0; /* consumed; the entry stays for the thread's next block */
+}
+
+/* Whether the blocks of `prev` (the current task) are recorded. */
+static __always_inline bool offcpu_wanted(struct task_struct *prev, __u32 tgid)
+{
+	if (BPF_CORE_READ(prev, flags) & PF_KTHREAD)
+		return false;
+	if (offcpu_mode == SYSOM_OFFCPU_ALL)
+		return true;
+	return bpf_map_lookup_elem(&offcpu_tracked, &tgid) != NULL;
+}
+
+/* raw_tp rather than tp_btf: the user-stack unwind continues in tail calls. */
+SEC("raw_tp/sched_switch")
+int sysom_offcpu_switch(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct task_struct *prev = (struct task_struct *)ctx->args[1];
+	struct task_struct *next = (struct task_struct *)ctx->args[2];
+	bool preempt = (bool)ctx->args[0];
+	__u32 prev_state = (__u32)ctx->args[3];
+	struct sysom_offcpu_cpu *oc;
+	struct offcpu_scratch *sc;
+	struct task_struct *task;
+	struct pt_regs *regs;
+	__u32 zero = 0, *gen;
+	__u64 id;
+	long bytes;
+
+	oc = bpf_map_lookup_elem(&offcpu_cpu, &zero);
+	if (!oc)
+		return 0;
+	oc->switches++;
+	offcpu_account(BPF_CORE_READ(next, pid), oc);
+
+	/* Preempted or yielding: runnable, waiting for a CPU, not blocked. Only sleeping,
+	 * stopped and traced states are blocks: a dying task's last switch (TASK_DEAD) would
+	 * park an entry after its exit removed the old one, and nothing would ever take it. */
+	if (preempt || !(prev_state & OFFCPU_BLOCKED_STATES))
+		return 0;
+	id = bpf_get_current_pid_tgid(); /* current is still prev */
+	if (!(__u32)id || !offcpu_wanted(prev, id >> 32))
+		return 0;
+	sc = bpf_map_lookup_elem(&offcpu_scratch, &zero);
+	if (!sc)
+		return 0;
+	sc->tid = (__u32)id;
+	sc->block.tgid = id >> 32;
+	gen = bpf_map_lookup_elem(&exec_generation, &sc->block.tgid);
+	sc->block.generation = gen ? *gen : 0;
+	sc->block.state = prev_state & TASK_UNINTERRUPTIBLE ? SYSOM_OFFCPU_STATE_DISK
+			  : prev_state & TASK_INTERRUPTIBLE ? SYSOM_OFFCPU_STATE_SLEEP
+							    : SYSOM_OFFCPU_STATE_OTHER;
+	sc->block.pad = 0;
+	bpf_get_current_comm(sc->block.comm, sizeof(sc->block.comm));
+
+	/* The three leaf frames are the tracing itself (this program, bpf_trace_run4,
+	 * __traceiter_sched_switch): skipped, so stacks end in the scheduler (tests/bpf checks). */
+	bytes = bpf_get_stack(ctx, sc->block.kernel.ips, sizeof(sc->block.kernel.ips),
+			      OFFCPU_KERNEL_SKIP & BPF_F_SKIP_FIELD_MASK);
+	sc->block.kernel.side = SYSOM_SIDE_KERNEL;
+	sc->block.kernel.pad = 0;
+	sc->block.kernel.nframes = bytes > 0 ? (__u16)(bytes / sizeof(__u64)) : 0;
+	sc->block.kernel.stop_reason = sc->block.kernel.nframes >= SYSOM_PROFILE_MAX_DEPTH
+					       ? UNWIND_STOP_DEPTH
+					       : UNWIND_STOP_COMPLETE;
+	sc->block.user.nframes = 0;
+	sc->block.user.side = SYSOM_SIDE_USER;
+	sc->block.user.pad = 0;
+	sc->block.user.stop_reason = UNWIND_STOP_COMPLETE;
+	if (!collect_user) {
+		offcpu_park(sc, oc);
+		return 0;
+	}
+	if (unwinder == SYSOM_UNWINDER_HYBRID) {
+		task = bpf_get_current_task_btf();
+		regs = (struct pt_regs *)bpf_task_pt_regs(task);
+		if (regs) {
+			sc->regs.ip = BPF_CORE_READ(regs, ip);
+			sc->regs.sp = BPF_CORE_READ(regs, sp);
+			sc->regs.bp = BPF_CORE_READ(regs, bp);
+			sc->regs.bp_known = 1;
+			sc->regs.ip_exact = 1;
+			sc->tail_calls = 0;
+			bpf_tail_call(ctx, &offcpu_unwind_progs, 0);
+		}
+	}
+	offcpu_fp_user(ctx, sc, oc);
+	offcpu_park(sc, oc);
+	return 0;
+}
+
+/* A thread exits: its parked-block entry goes (a later thread may reuse the tid). */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(sysom_offcpu_exit, struct task_struct *p)
+{
+	__u32 tid = BPF_CORE_READ(p, pid);
+
+	bpf_map_delete_elem(&offcpu_start, &tid);
+	return 0;
+}

@@ -92,4 +92,53 @@ struct sysom_proc_event {
 	__u64 addr;     /* UNMAPPED: the user address */
 };
 
+/* ---- off-CPU time (sched_switch): where threads block and for how long ---------------------- */
+
+/* Which threads' blocked time is recorded (fixed at load time). */
+enum sysom_offcpu_mode {
+	SYSOM_OFFCPU_OFF = 0,  /* not recorded (the programs are not loaded) */
+	SYSOM_OFFCPU_JOBS = 1, /* threads of the processes in the `offcpu_tracked` map */
+	SYSOM_OFFCPU_ALL = 2,  /* every user thread */
+};
+
+/* How a thread left the CPU: its state at the switch (the kernel's TASK_* bits). */
+enum sysom_offcpu_state {
+	SYSOM_OFFCPU_STATE_SLEEP = 1, /* S: interruptible sleep (poll, futex, pipe, nanosleep) */
+	SYSOM_OFFCPU_STATE_DISK = 2,  /* D: uninterruptible (I/O, page faults, some locks) */
+	SYSOM_OFFCPU_STATE_OTHER = 3, /* stopped, traced, dead, parked, ... */
+};
+
+/* Aggregation key of blocked time: one entry per (thread, exec generation, state, stacks). */
+struct sysom_offcpu_key {
+	__u32 tgid;
+	__u32 tid;
+	__u32 generation;   /* as in struct sysom_sample_key */
+	__u32 state;        /* enum sysom_offcpu_state */
+	__u64 kernel_stack; /* hash in the stack store (the same store as CPU samples), 0 = none */
+	__u64 user_stack;
+};
+
+struct sysom_offcpu_value {
+	__u64 count;    /* blocks at least offcpu_min_ns long */
+	__u64 total_ns; /* switch-out to switch-in, summed */
+	__u64 max_ns;   /* the longest one */
+	char comm[SYSOM_COMM_LEN]; /* thread name at the first block */
+};
+
+/*
+ * Off-CPU counters, per CPU (a per-CPU array of one element), monotonic. A block is a
+ * switch-out of a recorded thread that was not runnable (it slept, not preempted).
+ */
+struct sysom_offcpu_cpu {
+	__u64 switches;       /* sched_switch events seen */
+	__u64 blocks;         /* blocks of recorded threads whose stacks were taken */
+	__u64 recorded;       /* blocks counted in an aggregation buffer */
+	__u64 short_blocks;   /* ended before offcpu_min_ns: not counted */
+	__u64 start_map_full; /* block lost: no room to park its stacks until switch-in */
+	__u64 count_map_full; /* block lost: aggregation map full */
+	__u64 fp_fallback;    /* user stack by the kernel's frame-pointer walk (hybrid unwinder
+			       * not used: process unpublished, or the tail call failed) */
+	__u64 blocked_ns;     /* total of recorded blocks */
+};
+
 #endif

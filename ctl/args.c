@@ -41,12 +41,14 @@ void ctl_usage(FILE *out)
 	      "  processes [--node N] [--pid P] [--comm C] [--from T] [--to T] [--limit N]\n"
 	      "            [--format table|json]\n"
 	      "      processes with their sample counts in the time range\n"
-	      "  flamegraph [--node N] [--pid P] [--comm C] [--job J] [--from T] [--to T]\n"
+	      "  flamegraph [--node N] [--pid P] [--comm C] [--job J [--rank R]] [--from T] [--to T]\n"
 	      "             [--kind K] [--format top|folded|json|pprof|speedscope] [--limit N]\n"
 	      "             [--top N] [-o FILE]\n"
 	      "      CPU stacks over the range (--kind cpu, the default), GPU kernel launches by\n"
 	      "      launching stack (--kind gpu-launch) or GPU kernel time by launching stack\n"
-	      "      (--kind gpu-time): a terminal summary (top, the default), folded stacks for\n"
+	      "      (--kind gpu-time), time threads spent blocked, in microseconds (--kind off-cpu),\n"
+	      "      or one process's on-CPU plus off-CPU time in microseconds (--kind wall, with\n"
+	      "      --pid or --job and --rank): a terminal summary (top, the default), folded stacks for\n"
 	      "      flamegraph.pl, the server's JSON, a gzipped pprof profile (go tool pprof,\n"
 	      "      Pyroscope, Grafana; binary: needs -o FILE on a terminal) or a speedscope file\n"
 	      "  jobs [--format table|json]\n"
@@ -211,7 +213,8 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 	const struct sysom_option processes[] = { OPT_FORMAT, OPT_HELP, OPT_FILTERS };
 	const struct sysom_option flamegraph[] = { OPT_FORMAT, OPT_HELP, OPT_FILTERS,
 						   { "top", SYSOM_OPT_UINT, &a->top, 1, 1000, "", true },
-						   OPT_STR("kind", kind), OPT_STR("job", job) };
+						   OPT_STR("kind", kind), OPT_STR("job", job),
+						   OPT_STR("rank", rank) };
 	const struct sysom_option collectives[] = {
 		OPT_FORMAT, OPT_HELP, OPT_STR("job", job), OPT_STR("comm", communicator),
 		OPT_STR("op", op), OPT_STR("from", from), OPT_STR("to", to),
@@ -355,8 +358,9 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 		return -SYSOM_ECONFIG;
 	}
 	if (a->kind && strcmp(a->kind, "cpu") && strcmp(a->kind, "gpu-launch") &&
-	    strcmp(a->kind, "gpu-time")) {
-		snprintf(err, errlen, "--kind: '%s' is not cpu, gpu-launch or gpu-time", a->kind);
+	    strcmp(a->kind, "gpu-time") && strcmp(a->kind, "off-cpu") && strcmp(a->kind, "wall")) {
+		snprintf(err, errlen, "--kind: '%s' is not cpu, gpu-launch, gpu-time, off-cpu or wall",
+			 a->kind);
 		return -SYSOM_ECONFIG;
 	}
 	return parse_format(a, err, errlen);
@@ -542,6 +546,7 @@ int ctl_url_build(const struct ctl_args *a, struct byte_buf *url)
 	}
 	if (a->command == CTL_FLAMEGRAPH) {
 		query_add(url, &first, "job", a->job);
+		query_add(url, &first, "rank", a->rank);
 		query_add(url, &first, "format",
 			  a->format == CTL_FORMAT_FOLDED	   ? "folded"
 			  : a->format == CTL_FORMAT_PPROF	   ? "pprof"

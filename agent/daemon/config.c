@@ -42,6 +42,8 @@
 		{ "gpu-event-ring", SYSOM_OPT_SIZE, &(c)->gpu_event_ring_bytes, 1 << 16, 1 << 30, "ring buffer for NCCL events, a power of two (default 4M)", false }, \
 		{ "os-signals", SYSOM_OPT_BOOL, &(c)->os_signals, 0, 0, "measure interrupts, softirqs, run-queue latency, context switches and migrations per CPU and per thread of training jobs (default true)", false }, \
 		{ "os-signals-all", SYSOM_OPT_BOOL, &(c)->os_signals_all, 0, 0, "measure every user thread, not only those of processes with a job identity (default false)", false }, \
+		{ "off-cpu", SYSOM_OPT_STRING, &(c)->off_cpu, 0, 0, "record where threads block and for how long: jobs (threads of training processes, as os-signals tracks them), all (every user thread) or off (default jobs)", false }, \
+		{ "off-cpu-min", SYSOM_OPT_DURATION, &(c)->off_cpu_min_s, 0.000001, 10, "shortest block counted off-CPU (default 1ms)", false }, \
 		{ "max-sample-rows", SYSOM_OPT_UINT, &(c)->max_sample_rows, 1024, 1 << 22, "sample rows per batch (default 1048576)", false }, \
 		{ "nccl-profiler-mask", SYSOM_OPT_UINT, &(c)->nccl_profiler_mask, 0, 0xffff, "NCCL profiler plugin event mask (ncclProfile* bits) sent to plugins; 0: the plugin's default. SIGHUP applies a change to running jobs", false }, \
 		{ "socket", SYSOM_OPT_STRING, &(c)->socket, 0, 0, "Unix socket where training processes register their job identity (default /run/sysom/agent.sock; empty: off)", false }, \
@@ -67,12 +69,14 @@ int agent_config_defaults(struct agent_config *c)
 	c->unwinder = strdup("hybrid");
 	c->socket = strdup("/run/sysom/agent.sock");
 	c->gpu_loader = strdup("notify");
+	c->off_cpu = strdup("jobs");
+	c->off_cpu_min_s = 0.001;
 	c->gpu_trace = true;
 	c->os_signals = true;
 	c->gpu_launch_duty = 0.1;
 	c->gpu_event_ring_bytes = 4u << 20;
 	if (!c->server || !c->spool_dir || !c->log_level || !c->unwinder || !c->socket ||
-	    !c->gpu_loader)
+	    !c->gpu_loader || !c->off_cpu)
 		return -ENOMEM;
 	c->unwind_table_bytes = 64ull << 20;
 	c->hz = 99;
@@ -139,6 +143,11 @@ int agent_config_validate(const struct agent_config *c, char *err, size_t errlen
 	if (!c->gpu_loader || (strcmp(c->gpu_loader, "off") && strcmp(c->gpu_loader, "notify") &&
 				strcmp(c->gpu_loader, "hold"))) {
 		snprintf(err, errlen, "gpu-loader must be 'notify', 'hold' or 'off'");
+		return -SYSOM_ECONFIG;
+	}
+	if (!c->off_cpu || (strcmp(c->off_cpu, "jobs") && strcmp(c->off_cpu, "all") &&
+			    strcmp(c->off_cpu, "off"))) {
+		snprintf(err, errlen, "off-cpu must be 'jobs', 'all' or 'off'");
 		return -SYSOM_ECONFIG;
 	}
 	if (c->gpu_event_ring_bytes & (c->gpu_event_ring_bytes - 1)) {

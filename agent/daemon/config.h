@@ -36,6 +36,8 @@ struct agent_config {
 	uint64_t gpu_event_ring_bytes; /* NCCL event ring buffer (power of two) */
 	bool os_signals;           /* interrupts, softirqs, scheduling, NUMA (agent/os/ossignals.h) */
 	bool os_signals_all;       /* ... for every user thread, not only training jobs' */
+	char *off_cpu;             /* "jobs", "all" or "off": whose blocked time is recorded */
+	double off_cpu_min_s;      /* shortest block counted */
 	char *socket;              /* registration socket path (agent/ranks/registry.h); "": off */
 	uint32_t nccl_profiler_mask; /* MASK for NCCL profiler plugins; 0: theirs */
 	char *log_level;

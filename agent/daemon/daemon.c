@@ -62,6 +62,7 @@ struct agent {
 	char *token;
 	char node_hex[2 * SYSOM_NODE_ID_SIZE + 1];
 	struct sampler_counters last_counters;
+	struct sysom_offcpu_cpu last_offcpu; /* off-CPU counters at the last fold */
 	uint64_t last_vanished, last_retries, last_spool_dropped;
 	bool stopping;
 	int exit_code;
@@ -400,6 +401,22 @@ static void fold_counters(struct agent *a)
 				 (unsigned long long)(now.count_map_full - o->count_map_full),
 				 (unsigned long long)(now.stack_map_full - o->stack_map_full));
 		a->last_counters = now;
+	}
+	struct sysom_offcpu_cpu off;
+	if (sampler_offcpu_loaded(a->sampler) && sampler_offcpu_counters(a->sampler, &off) == 0) {
+		const struct sysom_offcpu_cpu *o = &a->last_offcpu;
+		uint64_t lost = off.start_map_full + off.count_map_full - o->start_map_full -
+				o->count_map_full;
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_OFFCPU_BLOCKS, off.recorded - o->recorded);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_OFFCPU_SHORT,
+				    off.short_blocks - o->short_blocks);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_OFFCPU_LOST, lost);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_OFFCPU_FP_FALLBACK,
+				    off.fp_fallback - o->fp_fallback);
+		if (lost)
+			log_warn("off-CPU: %llu blocks lost since the last drain: BPF maps full",
+				 (unsigned long long)lost);
+		a->last_offcpu = off;
 	}
 	proctrack_stats_read(a->pt, &ps);
 	batcher_add_counter(a->batcher, SYSOM_COUNTER_PROCESSES_VANISHED, ps.vanished - a->last_vanished);
@@ -941,6 +958,9 @@ static int agent_start(struct agent *a)
 		log_error("cannot create the process tracker: %s", sysom_strerror(rc));
 		return rc;
 	}
+	/* Before the sampler: off-CPU recording of jobs shares the OS signals' process set. */
+	if (a->cfg->os_signals)
+		start_ossignals(a);
 	sampler_options_default(&so);
 	so.hz = a->cfg->hz;
 	so.sample_rate = a->cfg->sample_rate;
@@ -948,6 +968,22 @@ static int agent_start(struct agent *a)
 	so.max_stacks = a->cfg->max_stacks;
 	so.max_sample_keys = a->cfg->max_sample_keys;
 	so.unwinder = strcmp(a->cfg->unwinder, "fp") == 0 ? SYSOM_UNWINDER_FP : SYSOM_UNWINDER_HYBRID;
+	so.offcpu_min_ns = (uint64_t)(a->cfg->off_cpu_min_s * 1e9);
+	if (so.offcpu_min_ns < 1000)
+		so.offcpu_min_ns = 1000;
+	if (strcmp(a->cfg->off_cpu, "all") == 0) {
+		so.offcpu_mode = SYSOM_OFFCPU_ALL;
+	} else if (strcmp(a->cfg->off_cpu, "jobs") == 0) {
+		/* The training processes are those the OS signals track (job environment or
+		 * registration): their BPF map is shared, so both follow the same set. */
+		so.offcpu_tracked_fd = a->os ? ossignals_tracked_fd(a->os) : -1;
+		if (so.offcpu_tracked_fd >= 0)
+			so.offcpu_mode = SYSOM_OFFCPU_JOBS;
+		else
+			log_warn("off-cpu=jobs follows the training processes os-signals tracks, "
+				 "and os-signals is %s: off-CPU recording off (off-cpu=all records "
+				 "every thread)", a->os ? "set to every thread" : "off");
+	}
 	if ((rc = sampler_open(&so, on_proc_event, a, &a->sampler, err, sizeof(err)))) {
 		log_error("%s", err);
 		return rc;
@@ -979,7 +1015,10 @@ static int agent_start(struct agent *a)
 		log_error("cannot create the batcher: %s", sysom_strerror(rc));
 		return rc;
 	}
+	sampler_set_offcpu_sink(a->sampler, batcher_add_offcpu, a->batcher);
 	sampler_counters_read(a->sampler, &a->last_counters);
+	if (sampler_offcpu_loaded(a->sampler))
+		sampler_offcpu_counters(a->sampler, &a->last_offcpu);
 	if (a->cfg->gpu_trace) {
 		struct sampler_unwind_maps um;
 		sampler_unwind_maps(a->sampler, &um);
@@ -1001,8 +1040,6 @@ static int agent_start(struct agent *a)
 		if ((rc = gpupipe_open(&a->loop, &go, &a->gpu, err, sizeof(err))))
 			log_warn("NCCL/CUDA tracing off: %s", err);
 	}
-	if (a->cfg->os_signals)
-		start_ossignals(a);
 
 	/* The spool and uploader come after the sampler: a node that cannot profile should say
 	 * so (privileges, BTF) before anything else. */

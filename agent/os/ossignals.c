@@ -624,6 +624,11 @@ bool ossignals_is_tracked(const struct ossignals *os, uint32_t tgid)
 	return os->opts.track_all || u32_map_find(&os->tracked, tgid) != NULL;
 }
 
+int ossignals_tracked_fd(const struct ossignals *os)
+{
+	return os->opts.track_all ? -1 : bpf_map__fd(os->skel->maps.tracked);
+}
+
 void ossignals_offer(struct ossignals *os, uint32_t tgid, uint32_t generation)
 {
 	uint32_t *g;

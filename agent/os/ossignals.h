@@ -49,6 +49,9 @@ int ossignals_track(struct ossignals *os, uint32_t tgid);
 /* Stops tracking `tgid` (its threads' rows end with the next collect). */
 void ossignals_untrack(struct ossignals *os, uint32_t tgid);
 bool ossignals_is_tracked(const struct ossignals *os, uint32_t tgid);
+/* The BPF map of tracked processes (tgid → u32, OS_MAX_TRACKED entries) for other BPF objects
+ * to share, or -1 when every user thread is tracked (the map is then unused). Borrowed. */
+int ossignals_tracked_fd(const struct ossignals *os);
 
 /*
  * A process the agent met (its mappings were read): whether it belongs to a training job is

@@ -44,6 +44,14 @@ struct sampler {
 	struct sysom_stack_trace *stacks;   /* stacks read this drain */
 	uint32_t stacks_cap;
 	struct hash_index stack_index;      /* hash → index into stacks */
+
+	/* Off-CPU: drain scratch and where entries go. */
+	struct bpf_link *offcpu_link;
+	struct sysom_offcpu_key *offcpu_keys;
+	struct sysom_offcpu_value *offcpu_values;
+	struct sysom_offcpu_cpu *offcpu_cpu_values;
+	sampler_offcpu_fn offcpu_fn;
+	void *offcpu_ctx;
 };
 
 /* BPF stop reasons (enum unwind_stop) → wire stop reasons (enum sysom_stack_stop). */
@@ -81,6 +89,11 @@ void sampler_options_default(struct sampler_options *opts)
 		.max_sample_keys = 16384,
 		.max_stacks = 8192,
 		.unwinder = SYSOM_UNWINDER_HYBRID,
+		.offcpu_mode = SYSOM_OFFCPU_OFF,
+		.offcpu_min_ns = 1000000,
+		.max_offcpu_keys = 8192,
+		.max_offcpu_threads = 4096,
+		.offcpu_tracked_fd = -1,
 	};
 }
 
@@ -210,8 +223,11 @@ int sampler_open(const struct sampler_options *opts, sampler_event_fn on_event, 
 	int rc, ncpus;
 
 	if (opts->hz < 10 || opts->hz > 999 || !(opts->sample_rate > 0) || opts->sample_rate > 1 ||
-	    opts->max_sample_keys < 64 || opts->max_stacks < 64) {
-		snprintf(err, errlen, "invalid sampler options (hz 10..999, rate (0,1], map sizes >= 64)");
+	    opts->max_sample_keys < 64 || opts->max_stacks < 64 ||
+	    opts->offcpu_mode > SYSOM_OFFCPU_ALL || opts->offcpu_min_ns < 1000 ||
+	    opts->max_offcpu_keys < 64 || opts->max_offcpu_threads < 64) {
+		snprintf(err, errlen, "invalid sampler options (hz 10..999, rate (0,1], map sizes >= 64, "
+			 "off-CPU minimum >= 1 us)");
 		return -EINVAL;
 	}
 	ncpus = libbpf_num_possible_cpus();
@@ -235,6 +251,13 @@ int sampler_open(const struct sampler_options *opts, sampler_event_fn on_event, 
 	s->stack_values = calloc(DRAIN_BATCH, sizeof(*s->stack_values));
 	if (!s->perf_fds || !s->links || !s->cpu_values || !s->keys || !s->values ||
 	    !s->stack_keys || !s->stack_values) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	s->offcpu_keys = calloc(DRAIN_BATCH, sizeof(*s->offcpu_keys));
+	s->offcpu_values = calloc(DRAIN_BATCH, sizeof(*s->offcpu_values));
+	s->offcpu_cpu_values = calloc(s->ncpus, sizeof(*s->offcpu_cpu_values));
+	if (!s->offcpu_keys || !s->offcpu_values || !s->offcpu_cpu_values) {
 		rc = -ENOMEM;
 		goto cleanup;
 	}
@@ -262,6 +285,31 @@ int sampler_open(const struct sampler_options *opts, sampler_event_fn on_event, 
 			goto cleanup;
 		}
 	}
+	s->skel->rodata->offcpu_mode = opts->offcpu_mode;
+	s->skel->data->offcpu_min_ns = opts->offcpu_min_ns;
+	struct bpf_map *offcpu_counts[] = { s->skel->maps.offcpu_counts_0,
+					    s->skel->maps.offcpu_counts_1 };
+	for (int i = 0; i < SYSOM_PROFILE_BUFFERS; i++) {
+		if ((rc = bpf_map__set_max_entries(offcpu_counts[i], opts->max_offcpu_keys))) {
+			snprintf(err, errlen, "cannot size the BPF maps: %s", strerror(-rc));
+			goto cleanup;
+		}
+	}
+	if ((rc = bpf_map__set_max_entries(s->skel->maps.offcpu_start, opts->max_offcpu_threads))) {
+		snprintf(err, errlen, "cannot size the BPF maps: %s", strerror(-rc));
+		goto cleanup;
+	}
+	if (opts->offcpu_mode == SYSOM_OFFCPU_JOBS && opts->offcpu_tracked_fd >= 0 &&
+	    (rc = bpf_map__reuse_fd(s->skel->maps.offcpu_tracked, opts->offcpu_tracked_fd))) {
+		snprintf(err, errlen, "cannot share the tracked-process map: %s", strerror(-rc));
+		goto cleanup;
+	}
+	/* Off: the switch program is not loaded. Its unwind program is (unused): the program
+	 * array's initial slot names it, and libbpf refuses an unloaded one there. */
+	if (opts->offcpu_mode == SYSOM_OFFCPU_OFF) {
+		bpf_program__set_autoload(s->skel->progs.sysom_offcpu_switch, false);
+		bpf_program__set_autoload(s->skel->progs.sysom_offcpu_exit, false);
+	}
 	rc = profile_bpf__load(s->skel);
 	if (rc) {
 		rc = rc < 0 ? rc : -errno;
@@ -278,6 +326,18 @@ int sampler_open(const struct sampler_options *opts, sampler_event_fn on_event, 
 	    !s->skel->links.sysom_process_exit) {
 		rc = -errno;
 		snprintf(err, errlen, "cannot attach the fork/exec/exit tracepoints: %s", strerror(-rc));
+		goto cleanup;
+	}
+	if (opts->offcpu_mode != SYSOM_OFFCPU_OFF &&
+	    !(s->skel->links.sysom_offcpu_exit =
+		      bpf_program__attach(s->skel->progs.sysom_offcpu_exit))) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot attach the off-CPU exit tracepoint: %s", strerror(-rc));
+		goto cleanup;
+	}
+	if (opts->offcpu_mode != SYSOM_OFFCPU_OFF && (rc = sampler_offcpu_enable(s, true))) {
+		snprintf(err, errlen, "cannot attach the off-CPU sched_switch program: %s",
+			 strerror(-rc));
 		goto cleanup;
 	}
 	s->events = ring_buffer__new(bpf_map__fd(s->skel->maps.proc_events), handle_ring_event, s,
@@ -316,6 +376,7 @@ void sampler_close(struct sampler *s)
 		for (uint32_t cpu = 0; cpu < s->ncpus; cpu++)
 			detach_cpu(s, cpu);
 	ring_buffer__free(s->events);
+	bpf_link__destroy(s->offcpu_link);
 	profile_bpf__destroy(s->skel);
 	hash_index_free(&s->stack_index);
 	free(s->perf_fds);
@@ -326,6 +387,9 @@ void sampler_close(struct sampler *s)
 	free(s->stack_keys);
 	free(s->stack_values);
 	free(s->stacks);
+	free(s->offcpu_keys);
+	free(s->offcpu_values);
+	free(s->offcpu_cpu_values);
 	free(s);
 }
 
@@ -478,6 +542,49 @@ static const struct sysom_stack_trace *find_stack(struct sampler *s, uint64_t ha
 	return &s->stacks[idx];
 }
 
+/* Delivers (and empties) the off-CPU counts of buffer `old`; the stacks were collected. */
+static int drain_offcpu(struct sampler *s, uint32_t old, struct sampler_drain_stats *st)
+{
+	int fd = bpf_map__fd(old ? s->skel->maps.offcpu_counts_1 : s->skel->maps.offcpu_counts_0);
+	__u64 batch_token = 0;
+	bool first = true;
+	int rc = 0;
+
+	for (;;) {
+		__u32 count = DRAIN_BATCH;
+		int err = bpf_map_lookup_and_delete_batch(fd, first ? NULL : &batch_token,
+							  &batch_token, s->offcpu_keys,
+							  s->offcpu_values, &count, NULL);
+		int saved = errno;
+		first = false;
+		if (err && saved != ENOENT)
+			return -saved;
+		for (__u32 i = 0; i < count; i++) {
+			struct sysom_offcpu_value *v = &s->offcpu_values[i];
+			struct sampler_offcpu_entry e = {
+				.key = &s->offcpu_keys[i],
+				.count = v->count,
+				.total_ns = v->total_ns,
+				.max_ns = v->max_ns,
+				.comm = v->comm,
+			};
+			v->comm[SYSOM_COMM_LEN - 1] = '\0';
+			e.kernel = find_stack(s, e.key->kernel_stack, &e.kernel_lost, st);
+			e.user = find_stack(s, e.key->user_stack, &e.user_lost, st);
+			st->offcpu_entries++;
+			st->offcpu_blocks += e.count;
+			if (s->offcpu_fn) {
+				int cb = s->offcpu_fn(s->offcpu_ctx, &e);
+				if (cb < 0 && rc == 0)
+					rc = cb;
+			}
+		}
+		if (err)
+			break;
+	}
+	return rc;
+}
+
 int sampler_drain(struct sampler *s, sampler_drain_fn fn, void *ctx,
 		  struct sampler_drain_stats *stats)
 {
@@ -521,12 +628,17 @@ int sampler_drain(struct sampler *s, sampler_drain_fn fn, void *ctx,
 			st.samples += e.count;
 			/* A callback error loses nothing already delivered; the rest of this batch
 			 * was deleted from the map, so keep delivering and report the first error. */
-			int cb = fn(ctx, &e);
+			int cb = fn ? fn(ctx, &e) : 0;
 			if (cb < 0 && rc == 0)
 				rc = cb;
 		}
 		if (err)
 			break;
+	}
+	if (s->opts.offcpu_mode != SYSOM_OFFCPU_OFF) {
+		int orc = drain_offcpu(s, old, &st);
+		if (orc < 0 && rc == 0)
+			rc = orc;
 	}
 cleanup:
 	if (stats)
@@ -580,6 +692,92 @@ int sampler_prog_stats(const struct sampler *s, uint64_t *run_time_ns, uint64_t 
 
 	memset(&info, 0, sizeof(info));
 	if (bpf_obj_get_info_by_fd(bpf_program__fd(s->skel->progs.sysom_profile_tick), &info, &len))
+		return -errno;
+	*run_time_ns = info.run_time_ns;
+	*run_count = info.run_cnt;
+	return 0;
+}
+
+void sampler_set_offcpu_sink(struct sampler *s, sampler_offcpu_fn fn, void *ctx)
+{
+	s->offcpu_fn = fn;
+	s->offcpu_ctx = ctx;
+}
+
+bool sampler_offcpu_loaded(const struct sampler *s)
+{
+	return s->opts.offcpu_mode != SYSOM_OFFCPU_OFF;
+}
+
+int sampler_offcpu_enable(struct sampler *s, bool on)
+{
+	if (s->opts.offcpu_mode == SYSOM_OFFCPU_OFF)
+		return -ENOTSUP;
+	if (!on) {
+		bpf_link__destroy(s->offcpu_link);
+		s->offcpu_link = NULL;
+		return 0;
+	}
+	if (s->offcpu_link)
+		return 0;
+	s->offcpu_link = bpf_program__attach_raw_tracepoint(s->skel->progs.sysom_offcpu_switch,
+							    "sched_switch");
+	if (!s->offcpu_link) {
+		int rc = -errno;
+		return rc ? rc : -EINVAL;
+	}
+	return 0;
+}
+
+int sampler_offcpu_track(struct sampler *s, uint32_t tgid, bool on)
+{
+	int fd = bpf_map__fd(s->skel->maps.offcpu_tracked);
+	__u32 one = 1;
+
+	if (on)
+		return bpf_map_update_elem(fd, &tgid, &one, BPF_ANY) ? -errno : 0;
+	if (bpf_map_delete_elem(fd, &tgid) && errno != ENOENT)
+		return -errno;
+	return 0;
+}
+
+int sampler_set_offcpu_min_ns(struct sampler *s, uint64_t min_ns)
+{
+	if (min_ns < 1000)
+		return -EINVAL;
+	__atomic_store_n(&s->skel->data->offcpu_min_ns, min_ns, __ATOMIC_RELAXED);
+	s->opts.offcpu_min_ns = min_ns;
+	return 0;
+}
+
+int sampler_offcpu_counters(struct sampler *s, struct sysom_offcpu_cpu *out)
+{
+	struct sysom_offcpu_cpu sum = { 0 };
+	__u32 zero = 0;
+
+	if (bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.offcpu_cpu), &zero,
+				s->offcpu_cpu_values))
+		return -errno;
+	for (uint32_t cpu = 0; cpu < s->ncpus; cpu++) {
+		const uint64_t *from = (const uint64_t *)&s->offcpu_cpu_values[cpu];
+		uint64_t *to = (uint64_t *)&sum;
+		for (size_t i = 0; i < sizeof(sum) / sizeof(uint64_t); i++)
+			to[i] += from[i];
+	}
+	*out = sum;
+	return 0;
+}
+
+int sampler_offcpu_prog_stats(const struct sampler *s, uint64_t *run_time_ns, uint64_t *run_count)
+{
+	struct bpf_prog_info info;
+	__u32 len = sizeof(info);
+
+	if (s->opts.offcpu_mode == SYSOM_OFFCPU_OFF)
+		return -ENOTSUP;
+	memset(&info, 0, sizeof(info));
+	if (bpf_obj_get_info_by_fd(bpf_program__fd(s->skel->progs.sysom_offcpu_switch), &info,
+				   &len))
 		return -errno;
 	*run_time_ns = info.run_time_ns;
 	*run_count = info.run_cnt;

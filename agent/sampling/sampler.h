@@ -17,9 +17,18 @@ struct sampler_options {
 	uint32_t max_sample_keys;  /* entries per aggregation buffer (count map) */
 	uint32_t max_stacks;       /* entries per stack store */
 	enum sysom_unwinder unwinder; /* user stacks: kernel frame pointers or hybrid (CFI) */
+	/* Off-CPU time (sched_switch): whose blocks, the shortest counted, map bounds. */
+	enum sysom_offcpu_mode offcpu_mode;
+	uint64_t offcpu_min_ns;       /* shorter blocks are not counted, >= 1 µs */
+	uint32_t max_offcpu_keys;     /* entries per off-CPU aggregation buffer */
+	uint32_t max_offcpu_threads;  /* threads asleep at once whose stacks are parked */
+	int offcpu_tracked_fd;        /* JOBS mode: a tgid-keyed HASH map (u32 → u32, at most
+				       * 16384 entries, e.g. the OS signals' `tracked`) to share,
+				       * or -1 for the sampler's own (sampler_offcpu_track) */
 };
 
-/* Defaults: 99 Hz, 10%, no idle, user stacks, 16384 keys, 8192 stacks, hybrid unwinder. */
+/* Defaults: 99 Hz, 10%, no idle, user stacks, 16384 keys, 8192 stacks, hybrid unwinder;
+ * off-CPU off (the daemon turns it on), 1 ms minimum, 8192 keys, 4096 threads asleep. */
 void sampler_options_default(struct sampler_options *opts);
 
 /* Cumulative counters summed over CPUs (see struct sysom_cpu_state). */
@@ -56,6 +65,22 @@ struct sampler_entry {
 	bool user_lost;
 };
 
+/* One drained off-CPU entry (blocked time of one thread on one pair of stacks); pointers are
+ * valid only during the callback, as for struct sampler_entry. */
+struct sampler_offcpu_entry {
+	const struct sysom_offcpu_key *key;
+	uint64_t count;    /* blocks */
+	uint64_t total_ns; /* blocked time */
+	uint64_t max_ns;   /* longest block */
+	const char *comm;
+	const struct sysom_stack_trace *kernel;
+	const struct sysom_stack_trace *user;
+	bool kernel_lost;
+	bool user_lost;
+};
+
+typedef int (*sampler_offcpu_fn)(void *ctx, const struct sampler_offcpu_entry *entry);
+
 /* Per-drain statistics. */
 struct sampler_drain_stats {
 	uint32_t entries;        /* distinct keys drained */
@@ -63,6 +88,8 @@ struct sampler_drain_stats {
 	uint32_t stacks;         /* stacks read from the store */
 	uint32_t stacks_missing; /* referenced stacks the store did not have */
 	uint64_t quiesce_wait_ns; /* time spent waiting for in-flight programs */
+	uint32_t offcpu_entries;  /* distinct off-CPU keys drained */
+	uint64_t offcpu_blocks;   /* sum of their counts */
 };
 
 typedef int (*sampler_drain_fn)(void *ctx, const struct sampler_entry *entry);
@@ -90,7 +117,8 @@ int sampler_poll_events(struct sampler *s);
 /*
  * Switches BPF to the other aggregation buffer, waits until no program can still write the
  * old one, then hands every entry of the old buffer to `fn` and empties it. Every sample is
- * delivered exactly once. Returns 0 or the first negative value from `fn` or the kernel
+ * delivered exactly once (`fn` NULL: drained and dropped; off-CPU entries go to the sink of
+ * sampler_set_offcpu_sink). Returns 0 or the first negative value from `fn` or the kernel
  * (entries not yet delivered then stay for the next drain).
  */
 int sampler_drain(struct sampler *s, sampler_drain_fn fn, void *ctx,
@@ -134,5 +162,33 @@ int sampler_exec_generation_fd(const struct sampler *s);
  * kernel.bpf_stats_enabled=1 or stats were enabled with BPF_ENABLE_STATS). 0 or -errno.
  */
 int sampler_prog_stats(const struct sampler *s, uint64_t *run_time_ns, uint64_t *run_count);
+
+/*
+ * Where sampler_drain delivers off-CPU entries (drained with the CPU samples, whose stack
+ * store they share); without a sink they are drained and dropped. `ctx` is borrowed.
+ */
+void sampler_set_offcpu_sink(struct sampler *s, sampler_offcpu_fn fn, void *ctx);
+
+/* Whether off-CPU recording was loaded (options' mode not OFF). */
+bool sampler_offcpu_loaded(const struct sampler *s);
+
+/* Detaches (false) or re-attaches (true) the off-CPU sched_switch program. 0, -ENOTSUP when
+ * not loaded, or -errno. */
+int sampler_offcpu_enable(struct sampler *s, bool on);
+
+/* JOBS mode with the sampler's own map: records (or stops recording) the threads of `tgid`.
+ * 0 or -errno. */
+int sampler_offcpu_track(struct sampler *s, uint32_t tgid, bool on);
+
+/* Changes the minimum counted block at run time (>= 1 µs). 0 or -EINVAL. */
+int sampler_set_offcpu_min_ns(struct sampler *s, uint64_t min_ns);
+
+/* Off-CPU counters summed over CPUs (zero when not loaded). 0 or -errno. */
+int sampler_offcpu_counters(struct sampler *s, struct sysom_offcpu_cpu *out);
+
+/* Run time and count of the off-CPU programs (switch program plus its unwind tail calls; see
+ * sampler_prog_stats). 0, -ENOTSUP when not loaded, or -errno. */
+int sampler_offcpu_prog_stats(const struct sampler *s, uint64_t *run_time_ns,
+			      uint64_t *run_count);
 
 #endif

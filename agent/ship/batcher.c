@@ -342,6 +342,42 @@ int batcher_add_entry(void *batcher, const struct sampler_entry *e)
 	return sysom_batch_add_sample(&b->batch, &s);
 }
 
+int batcher_add_offcpu(void *batcher, const struct sampler_offcpu_entry *e)
+{
+	struct batcher *b = batcher;
+	struct sysom_offcpu o = { .tid = e->key->tid, .time_offset_ms = b->drain_offset_ms,
+				  .kernel_stack = SYSOM_WIRE_NONE, .user_stack = SYSOM_WIRE_NONE,
+				  .state = (uint8_t)e->key->state, .count = e->count,
+				  .blocked_ns = e->total_ns, .max_ns = e->max_ns };
+	struct pt_process *p;
+	int rc;
+
+	if (!b->batch_open && (rc = open_batch(b)))
+		return rc;
+	if (o.count == 0 || o.max_ns == 0 || o.max_ns > o.blocked_ns || o.state == 0 ||
+	    o.state > SYSOM_OFFCPU_STATE_MAX)
+		return 0; /* BPF never produces these */
+	p = proctrack_get(b->pt, e->key->tgid, e->key->generation);
+	if (!p || b->batch.offcpu_count >= b->opts.max_sample_rows) {
+		batcher_add_counter(b, SYSOM_COUNTER_OFFCPU_LOST, e->count);
+		return 0;
+	}
+	if ((rc = process_index(b, p, &o.process)) ||
+	    (rc = sysom_batch_intern_cstring(&b->batch, e->comm, &o.thread_comm)))
+		return rc;
+	if ((e->kernel || e->kernel_lost) &&
+	    (rc = stack_index(b, p, SYSOM_SIDE_KERNEL, e->key->kernel_stack, e->kernel,
+			      e->kernel_lost, &o.kernel_stack)))
+		return rc;
+	if ((e->user || e->user_lost) &&
+	    (rc = stack_index(b, p, SYSOM_SIDE_USER, e->key->user_stack, e->user, e->user_lost,
+			      &o.user_stack)))
+		return rc;
+	if (o.kernel_stack == SYSOM_WIRE_NONE && o.user_stack == SYSOM_WIRE_NONE)
+		return 0;
+	return sysom_batch_add_offcpu(&b->batch, &o);
+}
+
 /* The open batch and the process's index in it; *idx stays SYSOM_WIRE_NONE (and 0 is
  * returned) when the tracker cannot hold the process. */
 static int job_process(struct batcher *b, uint32_t tgid, uint32_t generation,

@@ -46,6 +46,10 @@ void batcher_begin_drain(struct batcher *b, uint64_t drain_realtime_ns);
 /* A sampler_drain callback: resolves the entry's frames and adds it. 0 or -errno. */
 int batcher_add_entry(void *batcher, const struct sampler_entry *entry);
 
+/* sampler_offcpu_fn: adds one drained off-CPU entry (blocked time on a pair of stacks) to the
+ * open window as an OFFCPU row; rows beyond max_sample_rows are counted as lost. */
+int batcher_add_offcpu(void *batcher, const struct sampler_offcpu_entry *entry);
+
 /* Adds `delta` to a batch counter (enum sysom_counter_id). */
 void batcher_add_counter(struct batcher *b, uint16_t id, uint64_t delta);
 

@@ -33,6 +33,7 @@ const struct sysom_wire_limits sysom_wire_default_limits = {
 	.max_os_cpus = 4096,
 	.max_os_irqs = 1u << 16,
 	.max_os_threads = 1u << 16,
+	.max_offcpu = 1u << 20,
 };
 
 static const char *const counter_names[SYSOM_COUNTER_MAX] = {
@@ -91,9 +92,26 @@ static const char *const counter_names[SYSOM_COUNTER_MAX] = {
 	[SYSOM_COUNTER_OS_ROWS_DROPPED] = "os_rows_dropped",
 	[SYSOM_COUNTER_OS_ATTACH_ERRORS] = "os_attach_errors",
 	[SYSOM_COUNTER_OS_TRACKED] = "os_tracked_processes",
+	[SYSOM_COUNTER_OFFCPU_BLOCKS] = "offcpu_blocks",
+	[SYSOM_COUNTER_OFFCPU_SHORT] = "offcpu_short_blocks",
+	[SYSOM_COUNTER_OFFCPU_LOST] = "offcpu_lost",
+	[SYSOM_COUNTER_OFFCPU_FP_FALLBACK] = "offcpu_fp_fallback",
 	[SYSOM_COUNTER_GPU_LOADER_EVENTS] = "gpu_loader_attaches",
 	[SYSOM_COUNTER_GPU_LOADER_HELD] = "gpu_loader_held",
 };
+
+const char *sysom_offcpu_state_name(uint8_t state)
+{
+	switch (state) {
+	case SYSOM_OFFCPU_SLEEP:
+		return "S";
+	case SYSOM_OFFCPU_DISK:
+		return "D";
+	case SYSOM_OFFCPU_OTHER:
+		return "other";
+	}
+	return NULL;
+}
 
 static const char *const softirq_names[SYSOM_SOFTIRQ_COUNT] = {
 	[SYSOM_SOFTIRQ_HI] = "HI",
@@ -151,6 +169,7 @@ struct batch_dedup {
 	struct hash_index os_cpus;
 	struct hash_index os_irqs;
 	struct hash_index os_threads;
+	struct hash_index offcpu;
 };
 
 /* Grows an array to hold at least `need` elements (doubling). */
@@ -206,7 +225,8 @@ uint64_t sysom_batch_memory(const struct sysom_batch *b)
 	       (uint64_t)b->nccl_link_cap * sizeof(*b->nccl_links) +
 	       (uint64_t)b->os_cpu_cap * sizeof(*b->os_cpus) +
 	       (uint64_t)b->os_irq_cap * sizeof(*b->os_irqs) +
-	       (uint64_t)b->os_thread_cap * sizeof(*b->os_threads);
+	       (uint64_t)b->os_thread_cap * sizeof(*b->os_threads) +
+	       (uint64_t)b->offcpu_cap * sizeof(*b->offcpu);
 }
 
 void sysom_batch_free(struct sysom_batch *b)
@@ -226,6 +246,7 @@ void sysom_batch_free(struct sysom_batch *b)
 		hash_index_free(&b->dedup->os_cpus);
 		hash_index_free(&b->dedup->os_irqs);
 		hash_index_free(&b->dedup->os_threads);
+		hash_index_free(&b->dedup->offcpu);
 		free(b->dedup);
 	}
 	free(b->string_data);
@@ -247,6 +268,7 @@ void sysom_batch_free(struct sysom_batch *b)
 	free(b->os_cpus);
 	free(b->os_irqs);
 	free(b->os_threads);
+	free(b->offcpu);
 	memset(b, 0, sizeof(*b));
 }
 
@@ -539,6 +561,66 @@ int sysom_batch_add_sample(struct sysom_batch *b, const struct sysom_sample *s)
 	if ((err = hash_index_insert(&b->dedup->samples, h, b->sample_count)))
 		return err;
 	b->sample_count++;
+	return 0;
+}
+
+struct offcpu_key {
+	const struct sysom_batch *b;
+	const struct sysom_offcpu *o;
+};
+
+static bool offcpu_eq(const void *ctx, uint32_t idx)
+{
+	const struct offcpu_key *k = ctx;
+	const struct sysom_offcpu *a = &k->b->offcpu[idx], *n = k->o;
+
+	return a->process == n->process && a->tid == n->tid &&
+	       a->time_offset_ms == n->time_offset_ms && a->kernel_stack == n->kernel_stack &&
+	       a->user_stack == n->user_stack && a->thread_comm == n->thread_comm &&
+	       a->state == n->state;
+}
+
+static uint64_t add_saturated(uint64_t a, uint64_t b)
+{
+	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+int sysom_batch_add_offcpu(struct sysom_batch *b, const struct sysom_offcpu *o)
+{
+	struct offcpu_key key = { b, o };
+	uint64_t h;
+	uint32_t found;
+	int err;
+
+	if (!b->dedup || o->count == 0 || o->max_ns == 0 || o->max_ns > o->blocked_ns ||
+	    o->state == 0 || o->state > SYSOM_OFFCPU_STATE_MAX || o->process >= b->process_count ||
+	    (o->kernel_stack == SYSOM_WIRE_NONE && o->user_stack == SYSOM_WIRE_NONE) ||
+	    (o->kernel_stack != SYSOM_WIRE_NONE && (o->kernel_stack >= b->stack_count ||
+						    b->stacks[o->kernel_stack].kind !=
+							    SYSOM_STACK_KERNEL)) ||
+	    (o->user_stack != SYSOM_WIRE_NONE && (o->user_stack >= b->stack_count ||
+						  b->stacks[o->user_stack].kind !=
+							  SYSOM_STACK_USER)) ||
+	    o->thread_comm >= b->string_count)
+		return -EINVAL;
+	h = sysom_hash_mix(sysom_hash_mix(o->process, (uint64_t)o->tid << 32 | o->state),
+			   sysom_hash_mix((uint64_t)o->kernel_stack << 32 | o->user_stack,
+					  (uint64_t)o->time_offset_ms << 32 | o->thread_comm));
+	found = hash_index_find(&b->dedup->offcpu, h, offcpu_eq, &key);
+	if (found != HASH_INDEX_NONE) {
+		struct sysom_offcpu *r = &b->offcpu[found];
+		r->count = add_saturated(r->count, o->count);
+		r->blocked_ns = add_saturated(r->blocked_ns, o->blocked_ns);
+		if (o->max_ns > r->max_ns)
+			r->max_ns = o->max_ns;
+		return 0;
+	}
+	if ((err = GROW(b->offcpu, b->offcpu_cap, b->offcpu_count + 1)))
+		return err;
+	b->offcpu[b->offcpu_count] = *o;
+	if ((err = hash_index_insert(&b->dedup->offcpu, h, b->offcpu_count)))
+		return err;
+	b->offcpu_count++;
 	return 0;
 }
 
@@ -1526,6 +1608,27 @@ static void encode_os_threads(const struct sysom_batch *b, struct byte_buf *out)
 	}
 }
 
+static void encode_offcpu(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->offcpu_count; i++) {
+		const struct sysom_offcpu *o = &b->offcpu[i];
+		uint8_t *p = put_record(out, SYSOM_OFFCPU_RECORD_SIZE);
+
+		if (!p)
+			return;
+		store_le32(p + WIRE_OFFCPU_PROCESS, o->process);
+		store_le32(p + WIRE_OFFCPU_TID, o->tid);
+		store_le32(p + WIRE_OFFCPU_TIME_OFFSET_MS, o->time_offset_ms);
+		store_le32(p + WIRE_OFFCPU_KERNEL_STACK, o->kernel_stack);
+		store_le32(p + WIRE_OFFCPU_USER_STACK, o->user_stack);
+		store_le32(p + WIRE_OFFCPU_THREAD_COMM, o->thread_comm);
+		p[WIRE_OFFCPU_STATE] = o->state;
+		store_le64(p + WIRE_OFFCPU_COUNT, o->count);
+		store_le64(p + WIRE_OFFCPU_BLOCKED_NS, o->blocked_ns);
+		store_le64(p + WIRE_OFFCPU_MAX_NS, o->max_ns);
+	}
+}
+
 int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 {
 	static const struct {
@@ -1550,6 +1653,7 @@ int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 		{ SYSOM_SECTION_OS_CPUS, encode_os_cpus },
 		{ SYSOM_SECTION_OS_IRQS, encode_os_irqs },
 		{ SYSOM_SECTION_OS_THREADS, encode_os_threads },
+		{ SYSOM_SECTION_OFFCPU, encode_offcpu },
 	};
 	const size_t nsections = sizeof(order) / sizeof(order[0]);
 	struct section_entry entries[sizeof(order) / sizeof(order[0])];
@@ -1591,6 +1695,7 @@ int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 	entries[15].count = b->os_cpu_count;
 	entries[16].count = b->os_irq_count;
 	entries[17].count = b->os_thread_count;
+	entries[18].count = b->offcpu_count;
 
 	header = out->data + base; /* the buffer may have moved */
 	memcpy(header + WIRE_HDR_MAGIC, SYSOM_WIRE_MAGIC, 4);

@@ -13,14 +13,14 @@
 #include "include/sysom/nccl_ops.h"
 
 /*
- * Wire format version 1.3 (docs/wire-format.md has the same tables, including the record
+ * Wire format version 1.4 (docs/wire-format.md has the same tables, including the record
  * layouts of the sections below). All integers little-endian.
  *
  * Header, 64 bytes:
  *   OFFSET SIZE FIELD
  *   0      4    magic "SYSB"
  *   4      2    major version (1): a reader rejects any other major
- *   6      2    minor version (3): minors only add section types; readers skip unknown types
+ *   6      2    minor version (4): minors only add section types; readers skip unknown types
  *   8      2    header size in bytes (>= 64; a reader skips bytes it does not know)
  *   10     2    section count (<= 64)
  *   12     4    flags (0; a reader rejects unknown flags)
@@ -41,9 +41,10 @@
  */
 #define SYSOM_WIRE_MAGIC "SYSB"
 #define SYSOM_WIRE_MAJOR 1
-#define SYSOM_WIRE_MINOR 3 /* 1.1 added JOB_RANKS, COMMUNICATORS, NCCL_CALLS, LAUNCHES;
+#define SYSOM_WIRE_MINOR 4 /* 1.1 added JOB_RANKS, COMMUNICATORS, NCCL_CALLS, LAUNCHES;
 			     * 1.2 GPU_KERNELS, NCCL_PROFILES, NCCL_LINKS;
-			     * 1.3 OS_CPUS, OS_IRQS, OS_THREADS */
+			     * 1.3 OS_CPUS, OS_IRQS, OS_THREADS; 1.4 OFFCPU and
+			     * NCCL_CALLS' in-flight flag */
 #define SYSOM_WIRE_HEADER_SIZE 64
 #define SYSOM_WIRE_SECTION_ENTRY_SIZE 16
 #define SYSOM_WIRE_MAX_SECTIONS 64
@@ -73,7 +74,9 @@ enum sysom_section_type {
 	SYSOM_SECTION_OS_CPUS = 16,    /* 208-byte records: one per CPU */
 	SYSOM_SECTION_OS_IRQS = 17,    /* 32-byte records: hard interrupts per (CPU, IRQ) */
 	SYSOM_SECTION_OS_THREADS = 18, /* 224-byte records: one per thread of a tracked process */
-	SYSOM_SECTION_TYPE_MAX = SYSOM_SECTION_OS_THREADS,
+	/* Minor 4: off-CPU (blocked) time per thread and stacks. (20 is kept for off-CPU too.) */
+	SYSOM_SECTION_OFFCPU = 19,     /* 56-byte records */
+	SYSOM_SECTION_TYPE_MAX = SYSOM_SECTION_OFFCPU,
 };
 
 #define SYSOM_NODE_RECORD_SIZE 64
@@ -94,6 +97,7 @@ enum sysom_section_type {
 #define SYSOM_OS_CPU_RECORD_SIZE 208
 #define SYSOM_OS_IRQ_RECORD_SIZE 32
 #define SYSOM_OS_THREAD_RECORD_SIZE 224
+#define SYSOM_OFFCPU_RECORD_SIZE 56
 
 /* What an object (the thing a frame's offset is relative to) is. */
 enum sysom_object_kind {
@@ -189,6 +193,13 @@ enum sysom_counter_id {
 	SYSOM_COUNTER_OS_TRACKED = 55,          /* processes whose threads are measured, at the
 						 * end of the window (a level, not a count of
 						 * events; 0 with os-signals-all) */
+	/* Off-CPU time (minor 4). */
+	SYSOM_COUNTER_OFFCPU_BLOCKS = 56,       /* blocks counted in OFFCPU rows */
+	SYSOM_COUNTER_OFFCPU_SHORT = 57,        /* blocks shorter than the minimum (not counted) */
+	SYSOM_COUNTER_OFFCPU_LOST = 58,         /* blocks lost: a BPF map was full, or the batch
+						 * reached its limit */
+	SYSOM_COUNTER_OFFCPU_FP_FALLBACK = 59,  /* off-CPU user stacks by frame pointers (the
+						 * hybrid unwinder had no tables for the process) */
 	/* Loader notifications (issue 17, "no blind jobs"). */
 	SYSOM_COUNTER_GPU_LOADER_EVENTS = 72,   /* processes that mapped NCCL/CUDA, seen by ld.so's
 						 * notification and attached at once */
@@ -510,6 +521,33 @@ struct sysom_os_thread {
 					      * only when it ran on no CPU below 256 in the window */
 };
 
+/* How a thread was off the CPU (the kernel's task state when it switched out). */
+enum sysom_offcpu_state_class {
+	SYSOM_OFFCPU_SLEEP = 1, /* S: interruptible sleep (futex, poll, pipe, nanosleep) */
+	SYSOM_OFFCPU_DISK = 2,  /* D: uninterruptible (I/O, page fault, some kernel locks) */
+	SYSOM_OFFCPU_OTHER = 3, /* stopped, traced, ... */
+	SYSOM_OFFCPU_STATE_MAX = SYSOM_OFFCPU_OTHER,
+};
+
+/* "S", "D", "other"; NULL when out of range. */
+const char *sysom_offcpu_state_name(uint8_t state);
+
+/* OFFCPU record (56 bytes): time threads spent blocked (switched out while not runnable,
+ * until switched in again; at least the agent's minimum block each) on one pair of stacks.
+ * Rows are unique per (process, tid, time offset, stacks, comm, state). */
+struct sysom_offcpu {
+	uint32_t process;
+	uint32_t tid;
+	uint32_t time_offset_ms; /* end of the drain interval, relative to the window start */
+	uint32_t kernel_stack;   /* stack index or SYSOM_WIRE_NONE; not both NONE */
+	uint32_t user_stack;
+	uint32_t thread_comm;    /* string */
+	uint8_t state;           /* enum sysom_offcpu_state_class */
+	uint64_t count;          /* blocks, >= 1 */
+	uint64_t blocked_ns;     /* their total, >= max_ns */
+	uint64_t max_ns;         /* the longest, >= 1 */
+};
+
 /* Decoder limits: everything a peer controls is bounded. */
 struct sysom_wire_limits {
 	uint32_t max_strings;
@@ -532,6 +570,7 @@ struct sysom_wire_limits {
 	uint32_t max_os_cpus;
 	uint32_t max_os_irqs;
 	uint32_t max_os_threads;
+	uint32_t max_offcpu;
 };
 
 /* The defaults: generous for one node's 30 s window, small enough to bound server memory. */
@@ -599,6 +638,8 @@ struct sysom_batch {
 	uint32_t os_irq_count, os_irq_cap;
 	struct sysom_os_thread *os_threads;
 	uint32_t os_thread_count, os_thread_cap;
+	struct sysom_offcpu *offcpu;
+	uint32_t offcpu_count, offcpu_cap;
 
 	struct batch_dedup *dedup; /* builder indexes; NULL in decoded batches */
 };
@@ -659,6 +700,10 @@ int sysom_batch_add_os_irq(struct sysom_batch *b, const struct sysom_os_irq *q);
 /* Adds into the row of the same (process, tid): sums and histogram add, CPU masks OR, the
  * comm is the latest. -EINVAL as above. */
 int sysom_batch_add_os_thread(struct sysom_batch *b, const struct sysom_os_thread *t);
+
+/* Adds into the row with the same key (counts and totals add, max combines). -EINVAL for
+ * what the decoder would reject. */
+int sysom_batch_add_offcpu(struct sysom_batch *b, const struct sysom_offcpu *o);
 
 /* Frames of stack `idx` (borrowed). */
 static inline const struct sysom_frame *sysom_batch_stack_frames(const struct sysom_batch *b,

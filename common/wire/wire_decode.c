@@ -93,6 +93,8 @@ static const char *section_name(uint16_t type)
 		return "OS_IRQS";
 	case SYSOM_SECTION_OS_THREADS:
 		return "OS_THREADS";
+	case SYSOM_SECTION_OFFCPU:
+		return "OFFCPU";
 	}
 	return "unknown";
 }
@@ -492,6 +494,67 @@ static int decode_samples(struct decoder *d, const struct section *s)
 		if (o->count == 0)
 			return CORRUPT(d, at + WIRE_SAMPLE_COUNT, "%s: zero count", what);
 		b->sample_count++;
+	}
+	return 0;
+}
+
+static int decode_offcpu(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	uint64_t window_ms = (b->window_end_ns - b->window_start_ns + 999999) / 1000000;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_offcpu, SYSOM_OFFCPU_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->offcpu, &b->offcpu_cap, s->count, sizeof(*b->offcpu))))
+		return err;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_OFFCPU_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_offcpu *o = &b->offcpu[i];
+		char what[40];
+
+		snprintf(what, sizeof(what), "OFFCPU record %u", i);
+		o->process = load_le32(p + WIRE_OFFCPU_PROCESS);
+		o->tid = load_le32(p + WIRE_OFFCPU_TID);
+		o->time_offset_ms = load_le32(p + WIRE_OFFCPU_TIME_OFFSET_MS);
+		o->kernel_stack = load_le32(p + WIRE_OFFCPU_KERNEL_STACK);
+		o->user_stack = load_le32(p + WIRE_OFFCPU_USER_STACK);
+		o->thread_comm = load_le32(p + WIRE_OFFCPU_THREAD_COMM);
+		o->state = p[WIRE_OFFCPU_STATE];
+		o->count = load_le64(p + WIRE_OFFCPU_COUNT);
+		o->blocked_ns = load_le64(p + WIRE_OFFCPU_BLOCKED_NS);
+		o->max_ns = load_le64(p + WIRE_OFFCPU_MAX_NS);
+		if (o->process >= b->process_count)
+			return CORRUPT(d, at + WIRE_OFFCPU_PROCESS,
+				       "%s: process %u out of range (%u processes)", what, o->process,
+				       b->process_count);
+		if (o->time_offset_ms > window_ms)
+			return CORRUPT(d, at + WIRE_OFFCPU_TIME_OFFSET_MS,
+				       "%s: time offset %u ms beyond the %llu ms window", what,
+				       o->time_offset_ms, (unsigned long long)window_ms);
+		if (o->kernel_stack == SYSOM_WIRE_NONE && o->user_stack == SYSOM_WIRE_NONE)
+			return CORRUPT(d, at + WIRE_OFFCPU_KERNEL_STACK,
+				       "%s: neither a kernel nor a user stack", what);
+		if ((err = check_stack_ref(d, at + WIRE_OFFCPU_KERNEL_STACK, what, o->kernel_stack,
+					   SYSOM_STACK_KERNEL)) ||
+		    (err = check_stack_ref(d, at + WIRE_OFFCPU_USER_STACK, what, o->user_stack,
+					   SYSOM_STACK_USER)) ||
+		    (err = check_string(d, at + WIRE_OFFCPU_THREAD_COMM, what, o->thread_comm)))
+			return err;
+		if (o->state == 0 || o->state > SYSOM_OFFCPU_STATE_MAX)
+			return CORRUPT(d, at + WIRE_OFFCPU_STATE, "%s: unknown state %u", what,
+				       o->state);
+		if (!all_zero(p + WIRE_OFFCPU_RESERVED, WIRE_OFFCPU_COUNT - WIRE_OFFCPU_RESERVED))
+			return CORRUPT(d, at + WIRE_OFFCPU_RESERVED, "%s: reserved field is not zero",
+				       what);
+		if (o->count == 0)
+			return CORRUPT(d, at + WIRE_OFFCPU_COUNT, "%s: zero count", what);
+		if (o->max_ns == 0 || o->max_ns > o->blocked_ns)
+			return CORRUPT(d, at + WIRE_OFFCPU_MAX_NS,
+				       "%s: longest block %llu ns not in 1..total %llu ns", what,
+				       (unsigned long long)o->max_ns,
+				       (unsigned long long)o->blocked_ns);
+		b->offcpu_count++;
 	}
 	return 0;
 }
@@ -1249,6 +1312,8 @@ uint64_t sysom_batch_decode_memory(const void *data, size_t len,
 		t = hash_index_memory(s->count);
 		temporary = t > temporary ? t : temporary;
 	}
+	arrays += fixed_array(&sections[SYSOM_SECTION_OFFCPU], l->max_offcpu,
+			      SYSOM_OFFCPU_RECORD_SIZE, sizeof(*b->offcpu));
 	/* Temporaries live one section at a time, after that section's array. */
 	return arrays + temporary;
 }
@@ -1287,6 +1352,7 @@ int sysom_batch_decode(const void *data, size_t len, const struct sysom_wire_lim
 		{ SYSOM_SECTION_OS_CPUS, decode_os_cpus },
 		{ SYSOM_SECTION_OS_IRQS, decode_os_irqs },
 		{ SYSOM_SECTION_OS_THREADS, decode_os_threads },
+		{ SYSOM_SECTION_OFFCPU, decode_offcpu },
 	};
 	int rc;
 

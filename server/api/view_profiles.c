@@ -44,7 +44,9 @@ static int json_render(const struct query_profile *fl, const struct query_filter
 {
 	static const char *const units[] = { [QUERY_PROFILE_CPU] = "samples",
 					     [QUERY_PROFILE_GPU_LAUNCH] = "launches",
-					     [QUERY_PROFILE_GPU_TIME] = "ns" };
+					     [QUERY_PROFILE_GPU_TIME] = "ns",
+					     [QUERY_PROFILE_OFFCPU] = "us",
+					     [QUERY_PROFILE_WALL] = "us" };
 	json_t *stacks = json_array();
 	uint64_t shown = 0, total;
 	int rc = 0;
@@ -137,16 +139,23 @@ void api_flamegraph_get(void *ctx, const struct http_request *req, struct http_r
 	struct query_profile *fl = NULL;
 	struct query_filter q;
 	char format[16] = "folded", kind[16] = "cpu";
-	uint32_t limit = QUERY_DEFAULT_STACK_LIMIT;
-	bool has_limit, has_format, has_kind, json, pprof, speedscope;
+	uint32_t limit = QUERY_DEFAULT_STACK_LIMIT, rank = 0;
+	bool has_limit, has_format, has_kind, has_rank, json, pprof, speedscope;
 	enum query_profile_kind fk;
 	json_t *doc = NULL;
 	int rc;
 
 	if (!api__authorized(api, req, AUTH_SCOPE_READ, resp) || !query_filter_parse(req, api->now_ms(), &q, resp) ||
 	    !query_param_uint(req, "limit", 1, API_MAX_STACK_LIMIT, &limit, &has_limit, resp) ||
-	    !query_param(req, "format", format, sizeof(format), &has_format, resp))
+	    !query_param(req, "format", format, sizeof(format), &has_format, resp) ||
+	    !query_param_uint(req, "rank", 0, INT32_MAX, &rank, &has_rank, resp))
 		return;
+	if (has_rank && !q.f.job) {
+		http_response_error(resp, 400, "parameter 'rank' needs 'job'");
+		return;
+	}
+	q.f.has_rank = has_rank;
+	q.f.rank = (int32_t)rank;
 	json = strcmp(format, "json") == 0;
 	pprof = strcmp(format, "pprof") == 0;
 	speedscope = strcmp(format, "speedscope") == 0;
@@ -163,8 +172,19 @@ void api_flamegraph_get(void *ctx, const struct http_request *req, struct http_r
 		fk = QUERY_PROFILE_GPU_LAUNCH;
 	} else if (strcmp(kind, "gpu-time") == 0) {
 		fk = QUERY_PROFILE_GPU_TIME;
+	} else if (strcmp(kind, "off-cpu") == 0) {
+		fk = QUERY_PROFILE_OFFCPU;
+	} else if (strcmp(kind, "wall") == 0) {
+		fk = QUERY_PROFILE_WALL;
 	} else {
-		http_response_error(resp, 400, "parameter 'kind' must be cpu, gpu-launch or gpu-time");
+		http_response_error(resp, 400, "parameter 'kind' must be cpu, gpu-launch, gpu-time, "
+					       "off-cpu or wall");
+		return;
+	}
+	/* Wall-clock time adds up per thread group: several processes' would exceed the range. */
+	if (fk == QUERY_PROFILE_WALL && !q.f.has_pid && !(q.f.job && q.f.has_rank)) {
+		http_response_error(resp, 400, "kind=wall needs one process: 'pid', or 'job' and "
+					       "'rank'");
 		return;
 	}
 	if ((rc = query_profile_build(&api->profiles, &q.f, limit, fk, &fl)))

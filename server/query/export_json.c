@@ -150,7 +150,9 @@ int query_speedscope_render(const struct query_profile *p, const struct query_ex
 {
 	static const char *const kinds[] = { [QUERY_PROFILE_CPU] = "CPU samples",
 					     [QUERY_PROFILE_GPU_LAUNCH] = "GPU kernel launches",
-					     [QUERY_PROFILE_GPU_TIME] = "GPU kernel time" };
+					     [QUERY_PROFILE_GPU_TIME] = "GPU kernel time",
+					     [QUERY_PROFILE_OFFCPU] = "off-CPU time",
+					     [QUERY_PROFILE_WALL] = "wall-clock time" };
 	struct speedscope ss = { 0 };
 	struct byte_buf samples = { 0 }, weights = { 0 }, name = { 0 };
 	char from[40], to[40];
@@ -211,7 +213,11 @@ int query_speedscope_render(const struct query_profile *p, const struct query_ex
 	query_json_string_append(out, (const char *)name.data);
 	byte_buf_printf(out, ",\"unit\":\"%s\",\"startValue\":0,\"endValue\":%" PRIu64
 			     ",\"samples\":[",
-			info->kind == QUERY_PROFILE_GPU_TIME ? "nanoseconds" : "none", total);
+			info->kind == QUERY_PROFILE_GPU_TIME ? "nanoseconds"
+			: info->kind == QUERY_PROFILE_OFFCPU || info->kind == QUERY_PROFILE_WALL
+				? "microseconds"
+				: "none",
+			total);
 	byte_buf_append(out, samples.data, samples.len);
 	byte_buf_printf(out, "],\"weights\":[");
 	byte_buf_append(out, weights.data, weights.len);

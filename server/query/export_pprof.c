@@ -390,7 +390,9 @@ int query_pprof_encode(const struct query_profile *p, const struct query_export_
 {
 	static const char *const types[][2] = { [QUERY_PROFILE_CPU] = { "samples", "count" },
 						[QUERY_PROFILE_GPU_LAUNCH] = { "launches", "count" },
-						[QUERY_PROFILE_GPU_TIME] = { "gpu_time", "nanoseconds" } };
+						[QUERY_PROFILE_GPU_TIME] = { "gpu_time", "nanoseconds" },
+						[QUERY_PROFILE_OFFCPU] = { "off_cpu", "microseconds" },
+						[QUERY_PROFILE_WALL] = { "wall", "microseconds" } };
 	struct pprof pp = { 0 };
 	pb_profile prof = PERFTOOLS__PROFILES__PROFILE__INIT;
 	pb_value_type st[2], *st_ptrs[2] = { &st[0], &st[1] }, period_type;

@@ -225,6 +225,12 @@ static int flame_build(const struct query_profiles *qp, const struct store_sampl
 	case QUERY_PROFILE_GPU_TIME:
 		rc = store_gpu_time_aggregate(qp->store, f, limit, gpu_time_collect, fl, &fl->total);
 		break;
+	case QUERY_PROFILE_OFFCPU:
+		rc = store_offcpu_aggregate(qp->store, f, limit, group_collect, fl, &fl->total);
+		break;
+	case QUERY_PROFILE_WALL:
+		rc = store_wall_aggregate(qp->store, f, limit, group_collect, fl, &fl->total);
+		break;
 	default:
 		rc = store_stacks_aggregate(qp->store, f, limit, group_collect, fl, &fl->total);
 		break;

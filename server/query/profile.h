@@ -26,6 +26,8 @@ enum query_profile_kind {
 	QUERY_PROFILE_CPU,        /* CPU samples by stack (unit: samples) */
 	QUERY_PROFILE_GPU_LAUNCH, /* kernel launches by launching stack (unit: launches) */
 	QUERY_PROFILE_GPU_TIME,   /* GPU kernel time by launching stack (unit: ns) */
+	QUERY_PROFILE_OFFCPU,     /* blocked (off-CPU) time by stack (unit: µs) */
+	QUERY_PROFILE_WALL,       /* CPU samples as time plus off-CPU time (unit: µs) */
 };
 
 /* A symbolised profile: aggregated stacks with their resolved frames. */

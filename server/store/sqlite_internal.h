@@ -285,6 +285,12 @@ int store__sqlite_stacks_aggregate(struct store *s, const struct store_sample_fi
 int store__sqlite_launches_aggregate(struct store *s, const struct store_sample_filter *f,
 				     uint32_t limit, store_launch_count_fn fn, void *arg,
 				     uint64_t *total);
+int store__sqlite_offcpu_aggregate(struct store *s, const struct store_sample_filter *f,
+				   uint32_t limit, store_stack_count_fn fn, void *arg,
+				   uint64_t *total);
+int store__sqlite_wall_aggregate(struct store *s, const struct store_sample_filter *f,
+				 uint32_t limit, store_stack_count_fn fn, void *arg,
+				 uint64_t *total);
 int store__sqlite_gpu_time_aggregate(struct store *s, const struct store_sample_filter *f,
 				     uint32_t limit, store_gpu_time_fn fn, void *arg,
 				     uint64_t *total);

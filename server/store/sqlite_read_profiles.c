@@ -93,8 +93,9 @@ int store__sqlite_stack_get(struct store *base, int64_t id, struct store_stack *
 }
 
 /*
- * Appends the WHERE conditions of a sample filter over table alias `t` (samples `s`, which
- * have thread comms, or launches `l`); parameters ?1 .. ?5 and ?7 (see filter_run).
+ * Appends the WHERE conditions of a sample filter over table alias `t` (samples `s` and
+ * off-CPU rows `o`, which have thread comms, or launches `l`); parameters ?1 .. ?5 and ?7
+ * (see filter_run).
  */
 static void filter_sql_on(struct byte_buf *sql, const struct store_sample_filter *f, char t)
 {
@@ -105,8 +106,8 @@ static void filter_sql_on(struct byte_buf *sql, const struct store_sample_filter
 	if (f->has_pid)
 		byte_buf_printf(sql, " AND p.tgid = ?4");
 	if (f->comm)
-		byte_buf_printf(sql, t == 's' ? " AND (p.comm = ?5 OR s.thread_comm = ?5)"
-					      : " AND p.comm = ?5");
+		byte_buf_printf(sql, t == 's' || t == 'o' ? " AND (p.comm = ?5 OR %c.thread_comm = ?5)"
+							  : " AND p.comm = ?5", t);
 	if (f->job)
 		byte_buf_printf(sql, " AND %c.process IN (SELECT process FROM job_ranks"
 				     " WHERE job = ?7%s)", t, f->has_rank ? " AND rank = ?8" : "");
@@ -322,4 +323,55 @@ int store__sqlite_gpu_time_aggregate(struct store *base, const struct store_samp
 			     "   ON lt.process = g.process AND lt.name = g.name",
 			     'g', " GROUP BY p.comm, u, seen, kn ORDER BY t DESC, p.comm, u, kn LIMIT ?6",
 			     gpu_time_row, &v, total);
+}
+
+int store__sqlite_offcpu_aggregate(struct store *base, const struct store_sample_filter *f,
+				   uint32_t limit, store_stack_count_fn fn, void *arg,
+				   uint64_t *total)
+{
+	struct aggregate_visit v = { .fn.stacks = fn, .arg = arg };
+
+	/* Microseconds rounded down per group; the total is the groups' sum. */
+	return aggregate_run(base, f, limit,
+			     "SELECT p.comm, min(p.tgid), max(p.tgid), count(DISTINCT o.process),"
+			     " coalesce(o.user_stack, 0) AS u, coalesce(o.kernel_stack, 0) AS k,"
+			     " sum(o.blocked_ns) / 1000 AS c, sum(sum(o.blocked_ns) / 1000) OVER ()"
+			     " FROM offcpu o JOIN processes p ON p.id = o.process",
+			     'o', " GROUP BY p.comm, u, k ORDER BY c DESC, p.comm, u, k LIMIT ?6",
+			     stack_count_row, &v, total);
+}
+
+int store__sqlite_wall_aggregate(struct store *base, const struct store_sample_filter *f,
+				 uint32_t limit, store_stack_count_fn fn, void *arg,
+				 uint64_t *total)
+{
+	struct aggregate_visit v = { .fn.stacks = fn, .arg = arg };
+	struct byte_buf sql = { 0 };
+	int rc;
+
+	/* Both halves in nanoseconds (a CPU sample stands for 1e15 / (Hz x rate ppm) ns of its
+	 * node), grouped together, then microseconds (rounded down per group; the total is the
+	 * groups' sum, so it equals what a folded answer adds up to). Nodes without a known rate
+	 * add no CPU time. Each half carries the filter's conditions over its own alias. */
+	byte_buf_printf(&sql, "SELECT comm, min(tgid), max(tgid), count(DISTINCT process), u, k,"
+			      " CAST(sum(ns) / 1000 AS INTEGER) AS c,"
+			      " sum(CAST(sum(ns) / 1000 AS INTEGER)) OVER ()"
+			      " FROM (SELECT p.comm AS comm, p.tgid AS tgid, s.process AS process,"
+			      " coalesce(s.user_stack, 0) AS u, coalesce(s.kernel_stack, 0) AS k,"
+			      " s.count * 1e15 / (n.sample_hz * n.sample_rate_ppm) AS ns"
+			      " FROM samples s JOIN processes p ON p.id = s.process"
+			      " JOIN nodes n ON n.id = s.node");
+	filter_sql_on(&sql, f, 's');
+	byte_buf_printf(&sql, " AND n.sample_hz > 0 AND n.sample_rate_ppm > 0"
+			      " UNION ALL SELECT p.comm, p.tgid, o.process,"
+			      " coalesce(o.user_stack, 0), coalesce(o.kernel_stack, 0),"
+			      " o.blocked_ns * 1.0"
+			      " FROM offcpu o JOIN processes p ON p.id = o.process");
+	filter_sql_on(&sql, f, 'o');
+	byte_buf_printf(&sql, ") GROUP BY comm, u, k ORDER BY c DESC, comm, u, k LIMIT ?6");
+	rc = filter_run(store__sqlite(base), &sql, f, limit, stack_count_row, &v);
+	byte_buf_free(&sql);
+	if (!rc)
+		*total = v.total;
+	return rc;
 }

@@ -352,6 +352,23 @@ static const char *const migrations[] = {
 	"ALTER TABLE kernel_symbol_tables ADD COLUMN last_used_ns INTEGER NOT NULL DEFAULT 0;"
 	"UPDATE kernel_symbol_tables SET last_used_ns = uploaded_ns;"
 	"CREATE INDEX kernel_symbol_tables_last_used ON kernel_symbol_tables(last_used_ns);",
+	/* Off-CPU (blocked) time per thread and stacks (wire 1.4 OFFCPU), like samples. */
+	"CREATE TABLE offcpu ("
+	"  time_ms INTEGER NOT NULL,"             /* window start + time offset */
+	"  node INTEGER NOT NULL REFERENCES nodes(id),"
+	"  process INTEGER NOT NULL REFERENCES processes(id),"
+	"  tid INTEGER NOT NULL,"
+	"  thread_comm TEXT NOT NULL,"
+	"  state INTEGER NOT NULL,"               /* enum sysom_offcpu_state_class */
+	"  kernel_stack INTEGER REFERENCES stacks(id),"
+	"  user_stack INTEGER REFERENCES stacks(id),"
+	"  count INTEGER NOT NULL,"               /* blocks */
+	"  blocked_ns INTEGER NOT NULL,"
+	"  max_ns INTEGER NOT NULL"
+	");"
+	"CREATE INDEX offcpu_time ON offcpu(time_ms);"
+	"CREATE INDEX offcpu_node_time ON offcpu(node, time_ms);"
+	"CREATE INDEX offcpu_process_time ON offcpu(process, time_ms);",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

@@ -47,6 +47,10 @@ static const char stack_insert_sql[] =
 static const char sample_insert_sql[] =
 	"INSERT INTO samples (time_ms, node, process, tid, cpu, thread_comm,"
 	" kernel_stack, user_stack, count) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+static const char offcpu_insert_sql[] =
+	"INSERT INTO offcpu (time_ms, node, process, tid, thread_comm, state, kernel_stack,"
+	" user_stack, count, blocked_ns, max_ns)"
+	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
 static const char counter_add_sql[] =
 	"INSERT INTO node_counters (node, counter, total) VALUES (?1, ?2, ?3)"
 	" ON CONFLICT (node, counter) DO UPDATE SET total = total + excluded.total";
@@ -232,6 +236,25 @@ static int sample_insert(struct conn *c, const struct sysom_batch *b, const stru
 			STORE__INT(store__clamp(smp->count))) });
 }
 
+static int offcpu_insert(struct conn *c, const struct sysom_batch *b, const struct sysom_offcpu *o,
+			 const struct store__batch_ids *ids)
+{
+	int64_t time_ms = (int64_t)(b->window_start_ns / 1000000) + o->time_offset_ms;
+
+	return store__query(c, &(struct store__query){
+		.sql = offcpu_insert_sql,
+		.args = STORE__ARGS(
+			STORE__INT(time_ms), STORE__INT(ids->node),
+			STORE__INT(ids->processes[o->process]), STORE__INT(o->tid),
+			STORE__TEXT(sysom_batch_string(b, o->thread_comm)), STORE__INT(o->state),
+			o->kernel_stack != SYSOM_WIRE_NONE ? STORE__INT(ids->stacks[o->kernel_stack])
+							   : STORE__SKIP,
+			o->user_stack != SYSOM_WIRE_NONE ? STORE__INT(ids->stacks[o->user_stack])
+							 : STORE__SKIP,
+			STORE__INT(store__clamp(o->count)), STORE__INT(store__clamp(o->blocked_ns)),
+			STORE__INT(store__clamp(o->max_ns))) });
+}
+
 static int counter_add(struct conn *c, sqlite3_int64 node, const struct sysom_counter *ctr)
 {
 	return store__query(c, &(struct store__query){
@@ -341,6 +364,9 @@ static int batch_write(struct conn *c, const struct sysom_batch *b, const char *
 		if ((rc = sample_insert(c, b, &b->samples[i], &ids)))
 			goto cleanup;
 	r->sample_rows = b->sample_count;
+	for (uint32_t i = 0; i < b->offcpu_count; i++)
+		if ((rc = offcpu_insert(c, b, &b->offcpu[i], &ids)))
+			goto cleanup;
 	for (uint32_t i = 0; i < b->counter_count; i++)
 		if ((rc = counter_add(c, ids.node, &b->counters[i])))
 			goto cleanup;

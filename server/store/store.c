@@ -152,6 +152,20 @@ int store_job_gpu(struct store *s, const struct store_gpu_filter *f, uint32_t ma
 	return s->ops->job_gpu(s, f, max_rows, v, truncated);
 }
 
+int store_offcpu_aggregate(struct store *s, const struct store_sample_filter *f, uint32_t limit,
+			   store_stack_count_fn fn, void *arg, uint64_t *total)
+{
+	*total = 0;
+	return s->ops->offcpu_aggregate(s, f, limit, fn, arg, total);
+}
+
+int store_wall_aggregate(struct store *s, const struct store_sample_filter *f, uint32_t limit,
+			 store_stack_count_fn fn, void *arg, uint64_t *total)
+{
+	*total = 0;
+	return s->ops->wall_aggregate(s, f, limit, fn, arg, total);
+}
+
 int store_gpu_time_aggregate(struct store *s, const struct store_sample_filter *f, uint32_t limit,
 			     store_gpu_time_fn fn, void *arg, uint64_t *total)
 {

@@ -280,6 +280,22 @@ typedef int (*store_stack_count_fn)(void *arg, const struct store_stack_count *r
 int store_stacks_aggregate(struct store *s, const struct store_sample_filter *f, uint32_t limit,
 			   store_stack_count_fn fn, void *arg, uint64_t *total);
 
+/*
+ * Off-CPU time matching `f`, grouped like store_stacks_aggregate; counts are microseconds of
+ * blocked time (rounded down per group), *total the sum of every group's count (beyond the
+ * limit too). 0 or an error.
+ */
+int store_offcpu_aggregate(struct store *s, const struct store_sample_filter *f, uint32_t limit,
+			   store_stack_count_fn fn, void *arg, uint64_t *total);
+
+/*
+ * Wall-clock time matching `f`, grouped like store_stacks_aggregate, in microseconds: CPU
+ * samples weighted by their node's sampling period (1 / (Hz x sampling rate)) plus off-CPU
+ * time. Meant for one thread group (a pid or a job rank). 0 or an error.
+ */
+int store_wall_aggregate(struct store *s, const struct store_sample_filter *f, uint32_t limit,
+			 store_stack_count_fn fn, void *arg, uint64_t *total);
+
 /* One group of GPU kernel launches: same process comm, launching user stack and kernel. */
 struct store_launch_count {
 	const char *comm;   /* process comm (borrowed for the callback only) */

@@ -27,6 +27,10 @@ struct store_ops {
 			      store_process_fn fn, void *arg);
 	int (*stacks_aggregate)(struct store *s, const struct store_sample_filter *f,
 				uint32_t limit, store_stack_count_fn fn, void *arg, uint64_t *total);
+	int (*offcpu_aggregate)(struct store *s, const struct store_sample_filter *f,
+				uint32_t limit, store_stack_count_fn fn, void *arg, uint64_t *total);
+	int (*wall_aggregate)(struct store *s, const struct store_sample_filter *f,
+			      uint32_t limit, store_stack_count_fn fn, void *arg, uint64_t *total);
 	int (*counters_list)(struct store *s, store_counter_fn fn, void *arg);
 	int (*launches_aggregate)(struct store *s, const struct store_sample_filter *f,
 				  uint32_t limit, store_launch_count_fn fn, void *arg,

@@ -219,9 +219,10 @@ static void test_errors(void **state)
 	expect_error("gpu --job j --rank -1", "--rank");
 	expect_error("gpu --job j --rank x3", "--rank");
 	expect_error("gpu --job j --format folded", "table, json");
-	expect_error("flamegraph --kind gpu", "cpu, gpu-launch or gpu-time");
+	expect_error("flamegraph --kind gpu", "cpu, gpu-launch, gpu-time, off-cpu or wall");
 	expect_error("jobs --job j", "unknown flag '--job'");
-	expect_error("flamegraph --kind gpu", "not cpu, gpu-launch or gpu-time");
+	expect_error("flamegraph --kind gpu", "not cpu, gpu-launch, gpu-time, off-cpu or wall");
+	expect_error("flamegraph --kind wall --job j --rank x", "--rank");
 }
 
 static void test_help(void **state)

@@ -32,7 +32,7 @@ static int setup(void **state)
 	struct proctrack_options po;
 	struct batcher_options bo = { .agent_version = "test", .hz = 99, .sample_rate = 0.1,
 				      .drain_interval_s = 5, .batch_interval_s = 30,
-				      .zstd_level = 1 };
+				      .zstd_level = 1, .max_sample_rows = 2 };
 
 	assert_non_null(f);
 	snprintf(f->host.hostname, sizeof(f->host.hostname), "node-a");
@@ -147,9 +147,59 @@ static void test_limits_and_refusals(void **state)
 	sysom_batch_free(&b);
 }
 
+
+/* Off-CPU entries: one OFFCPU row per drain and key with its stacks resolved (a vanished
+ * process's too, as for samples); rows beyond the limit (2 here) are counted as lost,
+ * malformed ones dropped. */
+static void test_offcpu_rows(void **state)
+{
+	struct fx *f = *state;
+	struct sysom_offcpu_key key = { .tgid = (uint32_t)getpid(), .tid = (uint32_t)gettid(),
+					.state = SYSOM_OFFCPU_STATE_DISK, .kernel_stack = 11,
+					.user_stack = 22 };
+	struct sysom_stack_trace k = { .nframes = 2, .side = SYSOM_SIDE_KERNEL,
+				       .ips = { 0xffffffff81000100ull, 0xffffffff81000200ull } };
+	struct sysom_stack_trace u = { .nframes = 1, .side = SYSOM_SIDE_USER,
+				       .ips = { (uint64_t)(uintptr_t)&test_offcpu_rows } };
+	struct sampler_offcpu_entry e = { .key = &key, .count = 3, .total_ns = 9000000,
+					  .max_ns = 5000000, .comm = "io_worker", .kernel = &k,
+					  .user = &u };
+	struct sysom_batch d;
+
+	batcher_begin_drain(f->b, 1000000000ull);
+	assert_int_equal(batcher_add_offcpu(f->b, &e), 0);
+	assert_int_equal(batcher_add_offcpu(f->b, &e), 0); /* same drain, same key: merged */
+	struct sysom_offcpu_key other = key;
+	other.tid = key.tid + 1;
+	e.key = &other;
+	assert_int_equal(batcher_add_offcpu(f->b, &e), 0); /* second row */
+	other.tid = key.tid + 2;
+	assert_int_equal(batcher_add_offcpu(f->b, &e), 0); /* over the limit: lost */
+	e.key = &key;
+	e.max_ns = e.total_ns + 1; /* BPF never sends it: dropped */
+	assert_int_equal(batcher_add_offcpu(f->b, &e), 0);
+	seal(f, &d);
+	assert_int_equal(d.offcpu_count, 2);
+	const struct sysom_offcpu *o = &d.offcpu[0];
+	assert_int_equal(d.processes[o->process].tgid, (uint32_t)getpid());
+	assert_int_equal(o->tid, (uint32_t)gettid());
+	assert_int_equal(o->state, SYSOM_OFFCPU_DISK);
+	assert_int_equal(o->count, 6);
+	assert_int_equal(o->blocked_ns, 18000000);
+	assert_int_equal(o->max_ns, 5000000);
+	assert_string_equal(sysom_batch_string(&d, o->thread_comm), "io_worker");
+	assert_int_equal(d.stacks[o->kernel_stack].kind, SYSOM_STACK_KERNEL);
+	assert_int_equal(d.stacks[o->kernel_stack].nframes, 2);
+	assert_int_equal(d.stacks[o->user_stack].kind, SYSOM_STACK_USER);
+	assert_int_equal(d.offcpu[1].tid, (uint32_t)gettid() + 1);
+	assert_int_equal(sysom_batch_counter(&d, SYSOM_COUNTER_OFFCPU_LOST), 3);
+	sysom_batch_free(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_offcpu_rows, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rows_merge_across_drains, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_limits_and_refusals, setup, teardown),
 	};

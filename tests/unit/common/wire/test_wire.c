@@ -1121,7 +1121,7 @@ static void test_os_round_trip(void **state)
 	(void)state;
 	build_os_batch(&b);
 	encode(&b, &buf);
-	assert_int_equal(load_le16(buf.data + 6), 3);
+	assert_int_equal(load_le16(buf.data + 6), SYSOM_WIRE_MINOR);
 	write_seed("batch-os-raw", buf.data, buf.len, false);
 	write_seed("batch-os-zstd", buf.data, buf.len, true);
 	assert_int_equal(section_entry(&buf, 15)[0], SYSOM_SECTION_OS_CPUS);
@@ -1460,7 +1460,7 @@ static void test_os_names(void **state)
 	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_OS_ROWS_DROPPED), "os_rows_dropped");
 	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_OS_ATTACH_ERRORS), "os_attach_errors");
 	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_OS_TRACKED), "os_tracked_processes");
-	assert_null(sysom_counter_name(56));
+	assert_null(sysom_counter_name(60));
 	/* Run-queue buckets: < 2 µs, then [2^i, 2^(i+1)) µs, the last open-ended. */
 	assert_int_equal(sysom_runq_hist_bucket(0), 0);
 	assert_int_equal(sysom_runq_hist_bucket(1999), 0);
@@ -1470,6 +1470,203 @@ static void test_os_names(void **state)
 	assert_int_equal(sysom_runq_hist_bucket(1024000), 10);
 	assert_int_equal(sysom_runq_hist_bucket(524288000ULL), 19);
 	assert_int_equal(sysom_runq_hist_bucket(UINT64_MAX), 19);
+}
+
+
+/* ---- minor 4: off-CPU time ---- */
+
+/* The OS batch plus two off-CPU rows of process 0: a sleep on both stacks, a D-state block
+ * with only a kernel stack. Stacks 0 (kernel) and 1 (user) come from the sample batch. */
+static void build_offcpu_batch(struct sysom_batch *b)
+{
+	uint32_t comm;
+
+	build_os_batch(b);
+	assert_int_equal(sysom_batch_intern_cstring(b, "pt_data_worker", &comm), 0);
+	struct sysom_offcpu o = { .process = 0, .tid = 4244, .time_offset_ms = 5000,
+				  .kernel_stack = 0, .user_stack = 1, .thread_comm = comm,
+				  .state = SYSOM_OFFCPU_SLEEP, .count = 40,
+				  .blocked_ns = 2000000000ULL, .max_ns = 100000000ULL };
+	assert_int_equal(sysom_batch_add_offcpu(b, &o), 0);
+	o = (struct sysom_offcpu){ .process = 0, .tid = 4244, .time_offset_ms = 10000,
+				   .kernel_stack = 0, .user_stack = SYSOM_WIRE_NONE,
+				   .thread_comm = comm, .state = SYSOM_OFFCPU_DISK, .count = 1,
+				   .blocked_ns = 7000000, .max_ns = 7000000 };
+	assert_int_equal(sysom_batch_add_offcpu(b, &o), 0);
+}
+
+static void test_offcpu_round_trip(void **state)
+{
+	struct sysom_batch b, d;
+	struct byte_buf buf;
+	struct sysom_wire_error err;
+
+	(void)state;
+	build_offcpu_batch(&b);
+	encode(&b, &buf);
+	assert_int_equal(load_le16(buf.data + 6), 4);
+	write_seed("batch-offcpu-raw", buf.data, buf.len, false);
+	assert_int_equal(section_entry(&buf, 18)[0], SYSOM_SECTION_OFFCPU);
+	assert_int_equal(load_le32(section_entry(&buf, 18) + 4), 2);
+	assert_int_equal(load_le32(section_entry(&buf, 18) + 12), 2 * SYSOM_OFFCPU_RECORD_SIZE);
+	assert_int_equal(sysom_batch_decode(buf.data, buf.len, NULL, &d, &err), 0);
+	assert_int_equal(d.offcpu_count, 2);
+	for (int i = 0; i < 2; i++) {
+		const struct sysom_offcpu *x = &d.offcpu[i], *y = &b.offcpu[i];
+		assert_int_equal(x->process, y->process);
+		assert_int_equal(x->tid, y->tid);
+		assert_int_equal(x->time_offset_ms, y->time_offset_ms);
+		assert_int_equal(x->kernel_stack, y->kernel_stack);
+		assert_int_equal(x->user_stack, y->user_stack);
+		assert_int_equal(x->thread_comm, y->thread_comm);
+		assert_int_equal(x->state, y->state);
+		assert_int_equal(x->count, y->count);
+		assert_int_equal(x->blocked_ns, y->blocked_ns);
+		assert_int_equal(x->max_ns, y->max_ns);
+	}
+	assert_int_equal(d.offcpu[0].state, SYSOM_OFFCPU_SLEEP);
+	assert_int_equal(d.offcpu[1].state, SYSOM_OFFCPU_DISK);
+	assert_int_equal(d.offcpu[1].user_stack, SYSOM_WIRE_NONE);
+	assert_string_equal(sysom_batch_string(&d, d.offcpu[0].thread_comm), "pt_data_worker");
+	assert_true(sysom_batch_decode_memory(buf.data, buf.len, NULL) >= sysom_batch_memory(&d));
+	sysom_batch_free(&d);
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
+}
+
+static void test_offcpu_builder(void **state)
+{
+	struct sysom_batch b;
+	struct sysom_offcpu o;
+
+	(void)state;
+	build_offcpu_batch(&b);
+	/* Same key: counts and totals add, the longest wins. */
+	o = b.offcpu[0];
+	o.count = 2;
+	o.blocked_ns = 300000000ULL;
+	o.max_ns = 250000000ULL;
+	assert_int_equal(sysom_batch_add_offcpu(&b, &o), 0);
+	assert_int_equal(b.offcpu_count, 2);
+	assert_int_equal(b.offcpu[0].count, 42);
+	assert_int_equal(b.offcpu[0].blocked_ns, 2300000000ULL);
+	assert_int_equal(b.offcpu[0].max_ns, 250000000ULL);
+	/* Another state is another row. */
+	o.state = SYSOM_OFFCPU_OTHER;
+	assert_int_equal(sysom_batch_add_offcpu(&b, &o), 0);
+	assert_int_equal(b.offcpu_count, 3);
+	/* What the decoder would refuse. */
+	o = b.offcpu[0]; o.count = 0;
+	assert_int_equal(sysom_batch_add_offcpu(&b, &o), -EINVAL);
+	o = b.offcpu[0]; o.max_ns = 0;
+	assert_int_equal(sysom_batch_add_offcpu(&b, &o), -EINVAL);
+	o = b.offcpu[0]; o.max_ns = o.blocked_ns + 1;
+	assert_int_equal(sysom_batch_add_offcpu(&b, &o), -EINVAL);
+	o = b.offcpu[0]; o.state = 0;
+	assert_int_equal(sysom_batch_add_offcpu(&b, &o), -EINVAL);
+	o = b.offcpu[0]; o.state = 4;
+	assert_int_equal(sysom_batch_add_offcpu(&b, &o), -EINVAL);
+	o = b.offcpu[0]; o.process = 1;
+	assert_int_equal(sysom_batch_add_offcpu(&b, &o), -EINVAL);
+	o = b.offcpu[0]; o.kernel_stack = o.user_stack = SYSOM_WIRE_NONE;
+	assert_int_equal(sysom_batch_add_offcpu(&b, &o), -EINVAL);
+	o = b.offcpu[0]; o.kernel_stack = 1; /* a user stack */
+	assert_int_equal(sysom_batch_add_offcpu(&b, &o), -EINVAL);
+	o = b.offcpu[0]; o.user_stack = 99;
+	assert_int_equal(sysom_batch_add_offcpu(&b, &o), -EINVAL);
+	o = b.offcpu[0]; o.thread_comm = 99999;
+	assert_int_equal(sysom_batch_add_offcpu(&b, &o), -EINVAL);
+	assert_int_equal(b.offcpu_count, 3);
+	assert_string_equal(sysom_offcpu_state_name(SYSOM_OFFCPU_DISK), "D");
+	assert_null(sysom_offcpu_state_name(0));
+	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_OFFCPU_FP_FALLBACK),
+			    "offcpu_fp_fallback");
+	sysom_batch_free(&b);
+}
+
+static void test_offcpu_corruptions(void **state)
+{
+	struct sysom_batch b;
+	struct byte_buf buf;
+	static const struct {
+		uint32_t record;
+		uint32_t at;
+		uint32_t size;
+		uint64_t value;
+		const char *fragment;
+	} cases[] = {
+		{ 0, 0, 4, 1, "process 1 out of range" },
+		{ 0, 8, 4, 30001, "beyond the 30000 ms window" },
+		{ 1, 12, 4, SYSOM_WIRE_NONE, "neither a kernel nor a user stack" },
+		{ 0, 12, 4, 1, "is not a kernel stack" },
+		{ 0, 16, 4, 0, "is not a user stack" },
+		{ 0, 16, 4, 77, "out of range" },
+		{ 0, 20, 4, 99999, "out of range" },
+		{ 0, 24, 1, 0, "unknown state 0" },
+		{ 0, 24, 1, 4, "unknown state 4" },
+		{ 0, 25, 1, 1, "reserved" },
+		{ 0, 28, 4, 1, "reserved" },
+		{ 0, 32, 8, 0, "zero count" },
+		{ 0, 48, 8, 0, "longest block 0 ns" },
+		{ 1, 48, 8, 7000001, "not in 1..total" },
+	};
+
+	(void)state;
+	build_offcpu_batch(&b);
+	encode(&b, &buf);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint8_t *p = buf.data + section_offset(&buf, SYSOM_SECTION_OFFCPU) +
+			     cases[i].record * SYSOM_OFFCPU_RECORD_SIZE + cases[i].at;
+		uint8_t saved[8];
+
+		memcpy(saved, p, cases[i].size);
+		if (cases[i].size == 1)
+			*p = (uint8_t)cases[i].value;
+		else if (cases[i].size == 4)
+			store_le32(p, (uint32_t)cases[i].value);
+		else
+			store_le64(p, cases[i].value);
+		expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, cases[i].fragment);
+		memcpy(p, saved, cases[i].size);
+	}
+	expect_corrupt(buf.data, buf.len, 0, NULL);
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
+}
+
+static void test_offcpu_limits_and_flips(void **state)
+{
+	struct sysom_batch b, d;
+	struct byte_buf buf;
+	struct sysom_wire_error err;
+	struct sysom_wire_limits limits = sysom_wire_default_limits;
+
+	(void)state;
+	assert_int_equal(sysom_wire_default_limits.max_offcpu, 1u << 20);
+	build_offcpu_batch(&b);
+	encode(&b, &buf);
+	limits.max_offcpu = 1;
+	assert_int_equal(sysom_batch_decode(buf.data, buf.len, &limits, &d, &err), -SYSOM_ELIMIT);
+	if (!strstr(err.message, "OFFCPU") || !strstr(err.message, "limit"))
+		fail_msg("'%s' lacks OFFCPU", err.message);
+	sysom_batch_free(&d);
+	uint8_t *e = section_entry(&buf, 18);
+	store_le32(e + 4, 3);
+	expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, "OFFCPU: size");
+	store_le32(e + 4, 2);
+	/* Every single-bit flip in the section decodes or is refused, never crashes. */
+	size_t off = section_offset(&buf, SYSOM_SECTION_OFFCPU);
+	for (size_t i = off; i < off + 2 * SYSOM_OFFCPU_RECORD_SIZE; i++) {
+		for (int bit = 0; bit < 8; bit++) {
+			buf.data[i] ^= (uint8_t)(1u << bit);
+			int rc = sysom_batch_decode(buf.data, buf.len, NULL, &d, &err);
+			assert_true(rc == 0 || rc == -SYSOM_ECORRUPT);
+			sysom_batch_free(&d);
+			buf.data[i] ^= (uint8_t)(1u << bit);
+		}
+	}
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
 }
 
 int main(void)
@@ -1501,6 +1698,10 @@ int main(void)
 		cmocka_unit_test(test_os_limits_and_flips),
 		cmocka_unit_test(test_minor2_batch_and_old_reader),
 		cmocka_unit_test(test_os_names),
+		cmocka_unit_test(test_offcpu_round_trip),
+		cmocka_unit_test(test_offcpu_builder),
+		cmocka_unit_test(test_offcpu_corruptions),
+		cmocka_unit_test(test_offcpu_limits_and_flips),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

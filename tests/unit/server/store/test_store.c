@@ -24,9 +24,11 @@
 #define DROP_V4_TABLES                                                                       \
 	"DROP TABLE os_cpus; DROP TABLE os_irqs; DROP TABLE os_threads; DROP TABLE diagnoses;"  \
 	" DROP TABLE job_settings; DROP TABLE job_baselines;" DROP_V5_COLUMNS
-/* What migration 6 added: when each kernel symbol table was last used. */
+/* What migration 7 added: off-CPU rows. */
+#define DROP_V7_TABLES " DROP TABLE offcpu;"
+/* What migration 6 added: when each kernel symbol table was last used, then the above. */
 #define DROP_V6_COLUMNS                                                                      \
-	" DROP INDEX kernel_symbol_tables_last_used;"                                         \
+	DROP_V7_TABLES " DROP INDEX kernel_symbol_tables_last_used;"                          \
 	" ALTER TABLE kernel_symbol_tables DROP COLUMN last_used_ns;"
 /* What migrations 5 and later added: the batches' content hash, then the above. */
 #define DROP_V5_COLUMNS DROP_V6_COLUMNS " ALTER TABLE batches DROP COLUMN content_hash;"
@@ -128,11 +130,11 @@ static void test_schema_created_and_reopened(void **state)
 	char err[256];
 	sqlite3 *db;
 
-	assert_int_equal(store_schema_version(c->store), 6);
+	assert_int_equal(store_schema_version(c->store), 7);
 	store_close(c->store);
 	c->store = NULL;
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 6);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 7);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
 				     " AND name IN ('nodes','batches','objects','processes','stacks',"
 				     "'samples','node_counters','kernel_symbol_tables','kernel_symbols',"
@@ -382,6 +384,84 @@ static void test_round_trip(void **state)
 
 
 /* A version 1 database (before jobs) is migrated to the current version and keeps its data. */
+
+/* Off-CPU rows: stored, aggregated in microseconds per stack, and merged with the CPU samples
+ * (weighted by the node's sampling period) in the wall-clock view of one process. */
+static void test_offcpu_round_trip(void **state)
+{
+	struct ctx *c = *state;
+	struct store_put_result res;
+	struct collected col = { 0 };
+	struct store_sample_filter all = { .from_ms = T0 / 1000000, .to_ms = T0 / 1000000 + 60000 };
+	struct sysom_batch b;
+	uint32_t kstack = SYSOM_WIRE_NONE, ustack = SYSOM_WIRE_NONE, comm;
+	uint64_t total = 0;
+
+	assert_int_equal(fixture_batch_build(&b, &(struct fixture_spec){ .node = 3, .epoch = 1,
+									  .sequence = 1,
+									  .window_start_ns = T0 }), 0);
+	for (uint32_t i = 0; i < b.stack_count; i++) {
+		if (b.stacks[i].kind == SYSOM_STACK_KERNEL && kstack == SYSOM_WIRE_NONE)
+			kstack = i;
+		if (b.stacks[i].kind == SYSOM_STACK_USER && ustack == SYSOM_WIRE_NONE)
+			ustack = i;
+	}
+	assert_int_not_equal(kstack, SYSOM_WIRE_NONE);
+	assert_int_not_equal(ustack, SYSOM_WIRE_NONE);
+	assert_int_equal(b.processes[0].tgid, FIXTURE_PID_PYTHON);
+	assert_int_equal(sysom_batch_intern_cstring(&b, "dataloader", &comm), 0);
+	struct sysom_offcpu o = { .process = 0, .tid = 4250, .time_offset_ms = 1000,
+				  .kernel_stack = kstack, .user_stack = ustack, .thread_comm = comm,
+				  .state = SYSOM_OFFCPU_SLEEP, .count = 3, .blocked_ns = 30000500,
+				  .max_ns = 20000000 };
+	assert_int_equal(sysom_batch_add_offcpu(&b, &o), 0);
+	o.user_stack = SYSOM_WIRE_NONE;
+	o.state = SYSOM_OFFCPU_DISK;
+	o.count = 1;
+	o.blocked_ns = o.max_ns = 7000000;
+	assert_int_equal(sysom_batch_add_offcpu(&b, &o), 0);
+	assert_int_equal(store_batch_put(c->store, &b, FIXTURE_HASH, (int64_t)T0, &res), 0);
+	sysom_batch_free(&b);
+	assert_int_equal(rows(c->dir, "offcpu"), 2);
+
+	assert_int_equal(store_offcpu_aggregate(c->store, &all, 100, collect_row, &col, &total), 0);
+	assert_int_equal(total, 37000); /* µs, of 37000500 ns */
+	assert_int_equal(col.n, 2);
+	assert_int_equal(col.rows[0].count, 30000);
+	assert_int_equal(col.rows[0].pid, FIXTURE_PID_PYTHON);
+	assert_int_not_equal(col.rows[0].user_stack, STORE_STACK_NONE);
+	assert_int_equal(col.rows[1].count, 7000);
+	assert_int_equal(col.rows[1].user_stack, STORE_STACK_NONE);
+	assert_int_equal(col.rows[1].kernel_stack, col.rows[0].kernel_stack);
+	/* The thread name filters too; another process has none. */
+	struct store_sample_filter f = all;
+	f.comm = "dataloader";
+	memset(&col, 0, sizeof(col));
+	assert_int_equal(store_offcpu_aggregate(c->store, &f, 100, collect_row, &col, &total), 0);
+	assert_int_equal(total, 37000);
+	f = all;
+	f.has_pid = true;
+	f.pid = FIXTURE_PID_NCCL;
+	memset(&col, 0, sizeof(col));
+	assert_int_equal(store_offcpu_aggregate(c->store, &f, 100, collect_row, &col, &total), 0);
+	assert_int_equal(total, 0);
+	assert_int_equal(col.n, 0);
+
+	/* Wall clock of the python process: its 13 samples at 99 Hz x 10% (101010.1 µs each)
+	 * plus its off-CPU time. */
+	f.pid = FIXTURE_PID_PYTHON;
+	memset(&col, 0, sizeof(col));
+	assert_int_equal(store_wall_aggregate(c->store, &f, 100, collect_row, &col, &total), 0);
+	double want = (13 * 1e15 / (99.0 * 100000.0) + 37000500.0) / 1000.0;
+	if ((double)total > want + 1 || (double)total + col.n + 1 < want) /* rounded per group */
+		fail_msg("wall total %llu us, want %.0f", (unsigned long long)total, want);
+	uint64_t sum = 0;
+	for (int i = 0; i < col.n && i < 8; i++)
+		sum += col.rows[i].count;
+	assert_true(col.n <= 8);
+	assert_int_equal(sum, total); /* the total is the groups' sum */
+}
+
 static void test_migration_from_v1(void **state)
 {
 	struct ctx *c = *state;
@@ -401,7 +481,7 @@ static void test_migration_from_v1(void **state)
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 6);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 7);
 	sqlite3_close(db);
 	assert_int_equal(rows(c->dir, "samples"), 4);
 	assert_int_equal(rows(c->dir, "launches"), 0);
@@ -426,7 +506,7 @@ static void test_migration_from_v2(void **state)
 				      NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 6);
+	assert_int_equal(store_schema_version(c->store), 7);
 	struct job_spec js = { .base = { .node = 2, .epoch = 1, .sequence = 1,
 					 .window_start_ns = T0 },
 			       .job = "job-42", .first_rank = 0, .local_ranks = 2, .instances = 1,
@@ -917,7 +997,7 @@ static void test_migration_from_v4(void **state)
 				      NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 6);
+	assert_int_equal(store_schema_version(c->store), 7);
 	assert_int_equal(store_batch_find(c->store, node, 1, 1, &rec), 0);
 	assert_true(rec.exists);
 	assert_false(rec.hash_known);
@@ -1194,6 +1274,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_data_dir_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_offcpu_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_duplicate_and_stack_dedupe, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_conflicting_duplicate, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_migration_from_v4, setup, teardown),
