@@ -74,7 +74,17 @@ static __always_inline void emit_proc_event(struct sysom_cpu_state *cs, __u32 ty
 #define UNWIND_ON_UNMAPPED(c, addr)                                                            \
 	emit_proc_event((struct sysom_cpu_state *)(c)->owner, SYSOM_PROC_EVENT_UNMAPPED,       \
 			(c)->tgid, (c)->generation, (addr))
+#define UNWIND_PYTHON 1
 #include "bpf/unwind_core.bpf.h"
+
+/* tgid → its CPython interpreter (agent/sampling/pyframes.c); absent: not Python, or a
+ * version whose offsets are not known. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct py_proc);
+} py_procs SEC(".maps");
 
 /*
  * Per-CPU scratch for the sample being built (too big for the BPF stack). A sample may span
@@ -294,11 +304,22 @@ int sysom_unwind_user(struct bpf_perf_event_data *ctx)
 			return 0;
 		}
 		cs->unwind.unwinds++;
+		sc->regs.py_frame = 0;
+		sc->regs.py_in_run = 0;
+		sc->regs.py_skip = 0;
+		c.py = bpf_map_lookup_elem(&py_procs, &tgid);
+		if (c.py && c.py->generation == sc->key.generation)
+			sc->regs.py_frame = py_current_frame(c.py, &cs->py);
 	} else if (!c.proc) {
 		/* Forgotten between two runs: keep what we have. */
 		unwind_finish(sc, cs, UNWIND_STOP_NO_MAPPING);
 		return 0;
 	}
+	if (!c.py && sc->regs.py_frame)
+		c.py = bpf_map_lookup_elem(&py_procs, &tgid);
+	if (c.py && c.py->generation != sc->key.generation)
+		c.py = NULL;
+	c.pystats = &cs->py;
 	c.regs = &sc->regs;
 	c.trace = &sc->user;
 	c.stats = &cs->unwind;

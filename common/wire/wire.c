@@ -91,6 +91,15 @@ static const char *const counter_names[SYSOM_COUNTER_MAX] = {
 	[SYSOM_COUNTER_OS_ROWS_DROPPED] = "os_rows_dropped",
 	[SYSOM_COUNTER_OS_ATTACH_ERRORS] = "os_attach_errors",
 	[SYSOM_COUNTER_OS_TRACKED] = "os_tracked_processes",
+	[SYSOM_COUNTER_PY_FRAMES] = "py_frames",
+	[SYSOM_COUNTER_PY_NO_THREAD] = "py_no_thread",
+	[SYSOM_COUNTER_PY_LOST_READ] = "py_lost_read",
+	[SYSOM_COUNTER_PY_LOST_INVALID] = "py_lost_invalid",
+	[SYSOM_COUNTER_PY_LOST_DEPTH] = "py_lost_depth",
+	[SYSOM_COUNTER_PY_UNRESOLVED] = "py_unresolved",
+	[SYSOM_COUNTER_PY_UNSUPPORTED] = "py_unsupported",
+	[SYSOM_COUNTER_PY_NAME_LOOKUPS] = "py_name_lookups",
+	[SYSOM_COUNTER_PY_NAME_CACHE_HITS] = "py_name_cache_hits",
 };
 
 static const char *const softirq_names[SYSOM_SOFTIRQ_COUNT] = {

@@ -343,7 +343,7 @@ static bool object_fits_stack(uint8_t object_kind, uint8_t stack_kind)
 	if (stack_kind == SYSOM_STACK_KERNEL)
 		return object_kind == SYSOM_OBJECT_KERNEL || object_kind == SYSOM_OBJECT_KMODULE;
 	return object_kind == SYSOM_OBJECT_ELF || object_kind == SYSOM_OBJECT_FILE_HASH ||
-	       object_kind == SYSOM_OBJECT_ANON;
+	       object_kind == SYSOM_OBJECT_ANON || object_kind == SYSOM_OBJECT_PYTHON;
 }
 
 static int decode_stacks(struct decoder *d, const struct section *s)
@@ -499,7 +499,7 @@ static int decode_samples(struct decoder *d, const struct section *s)
 static int decode_counters(struct decoder *d, const struct section *s)
 {
 	struct sysom_batch *b = d->batch;
-	uint64_t seen = 0;
+	uint64_t seen[(SYSOM_COUNTER_MAX + 63) / 64] = { 0 };
 	int err;
 
 	if ((err = check_count(d, s, d->limits->max_counters, SYSOM_COUNTER_RECORD_SIZE)) ||
@@ -519,10 +519,10 @@ static int decode_counters(struct decoder *d, const struct section *s)
 		if (!all_zero(p + WIRE_COUNTER_RESERVED, WIRE_COUNTER_RESERVED_SIZE))
 			return CORRUPT(d, at + WIRE_COUNTER_RESERVED,
 				       "COUNTERS record %u: reserved field is not zero", i);
-		if (seen & (1ULL << c->id))
+		if (seen[c->id / 64] & (1ULL << (c->id % 64)))
 			return CORRUPT(d, at + WIRE_COUNTER_ID, "COUNTERS record %u: id %u repeated", i,
 				       c->id);
-		seen |= 1ULL << c->id;
+		seen[c->id / 64] |= 1ULL << (c->id % 64);
 		b->counter_count++;
 	}
 	return 0;
