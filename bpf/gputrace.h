@@ -7,6 +7,7 @@
 #include <linux/types.h>
 #endif
 
+#include "bpf/pyframes.h"
 #include "bpf/unwind.h"
 #include "include/sysom/nccl_ops.h"
 
@@ -148,6 +149,7 @@ struct gt_stats {
 	__u64 stack_errors;
 	__u64 launch_stacks_hybrid; /* launch stacks by the hybrid unwinder (the rest: frame pointers) */
 	struct unwind_stats unwind;  /* the hybrid unwinder's counters for launch stacks */
+	struct py_stats py;          /* Python frames in launch stacks */
 };
 
 #define GT_MAX_NESTING 4

@@ -77,15 +77,6 @@ static __always_inline void emit_proc_event(struct sysom_cpu_state *cs, __u32 ty
 #define UNWIND_PYTHON 1
 #include "bpf/unwind_core.bpf.h"
 
-/* tgid → its CPython interpreter (agent/sampling/pyframes.c); absent: not Python, or a
- * version whose offsets are not known. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, struct py_proc);
-} py_procs SEC(".maps");
-
 /*
  * Per-CPU scratch for the sample being built (too big for the BPF stack). A sample may span
  * several programs (tail calls): everything they share lives here. The perf_event program

@@ -73,6 +73,17 @@ struct {
 	__type(value, __u64);
 } unwind_reported SEC(".maps");
 
+#ifdef UNWIND_PYTHON
+/* tgid → its CPython interpreter (agent/sampling/pyframes.c); absent: not Python, or a
+ * version whose offsets are not known. Created by the sampler, shared like the maps above. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct py_proc);
+} py_procs SEC(".maps");
+#endif
+
 /* Reports per process at most this often. */
 #define UNMAPPED_REPORT_INTERVAL_NS 200000000ULL
 

@@ -1023,6 +1023,7 @@ static int agent_start(struct agent *a)
 			.unwind_tables_fd = a->unwinder ? um.tables : -1,
 			.unwind_procs_fd = a->unwinder ? um.procs : -1,
 			.unwind_markers_fd = a->unwinder ? um.markers : -1,
+			.py_procs_fd = a->unwinder ? um.py_procs : -1,
 			.ring_bytes = (uint32_t)a->cfg->gpu_event_ring_bytes,
 			.libraries = a->cfg->gpu_libraries,
 			.launch_duty = a->cfg->gpu_launch_duty,

@@ -113,6 +113,7 @@ void gputrace_options_default(struct gputrace_options *o)
 		.unwind_tables_fd = -1,
 		.unwind_procs_fd = -1,
 		.unwind_markers_fd = -1,
+		.py_procs_fd = -1,
 		.ring_bytes = 4u << 20,
 		.detach_grace_ns = 60ull * 1000000000ull,
 		.launch_tracing = true,
@@ -177,6 +178,13 @@ int gputrace_open(const struct gputrace_options *o, struct gputrace **out, char 
 				 sysom_strerror(rc));
 			goto cleanup;
 		}
+		if (o->py_procs_fd >= 0 && (rc = bpf_map__reuse_fd(k->maps.py_procs, o->py_procs_fd))) {
+			snprintf(err, errlen, "cannot share the Python process map: %s",
+				 sysom_strerror(rc));
+			goto cleanup;
+		}
+		if (o->py_procs_fd < 0)
+			bpf_map__set_max_entries(k->maps.py_procs, 1); /* empty: no Python frames */
 		k->rodata->hybrid_unwind = true;
 		g->hybrid = true;
 	} else {
@@ -184,6 +192,7 @@ int gputrace_open(const struct gputrace_options *o, struct gputrace **out, char 
 		bpf_map__set_max_entries(g->skel->maps.unwind_tables, 1);
 		bpf_map__set_max_entries(g->skel->maps.unwind_procs, 1);
 		bpf_map__set_max_entries(g->skel->maps.unwind_markers, 1);
+		bpf_map__set_max_entries(g->skel->maps.py_procs, 1);
 	}
 	if ((rc = gputrace_bpf__load(g->skel))) {
 		snprintf(err, errlen, "cannot load the GPU tracing BPF programs: %s",
