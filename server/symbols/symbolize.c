@@ -347,7 +347,10 @@ static int name_python(struct symbolized_frame *f, const char *object_name, uint
 
 	if (line > UINT32_MAX)
 		line = 0;
-	if (line)
+	if (!*file)
+		rc = line ? asprintf(&f->name, "%.*s (line %" PRIu64 ")", qlen, object_name, line)
+			  : asprintf(&f->name, "%.*s", qlen, object_name);
+	else if (line)
 		rc = asprintf(&f->name, "%.*s (%s:%" PRIu64 ")", qlen, object_name,
 			      basename_of(file), line);
 	else
