@@ -21,6 +21,7 @@ const volatile bool hybrid_unwind = false;
 
 /* Unknown addresses are reported by the sampler (its own samples meet them too). */
 #define UNWIND_ON_UNMAPPED(c, addr) ((void)(c), (void)(addr))
+#define UNWIND_PYTHON 1 /* Python frames in launch stacks too (bpf/pyframes.h) */
 #include "bpf/unwind_core.bpf.h"
 
 #ifndef PT_REGS_PARM6
@@ -604,8 +605,20 @@ int sysom_cu_launch_unwind(struct pt_regs *ctx)
 		finish_launch(ls, st, UNWIND_STOP_NO_MAPPING);
 		return 0;
 	}
-	if (ls->tail_calls == 0)
+	if (ls->tail_calls == 0) {
 		st->unwind.unwinds++;
+		ls->regs.py_frame = 0;
+		ls->regs.py_in_run = 0;
+		ls->regs.py_skip = 0;
+		c.py = bpf_map_lookup_elem(&py_procs, &tgid);
+		if (c.py && c.py->generation == ls->key.generation)
+			ls->regs.py_frame = py_current_frame(c.py, &st->py);
+	}
+	if (!c.py && ls->regs.py_frame)
+		c.py = bpf_map_lookup_elem(&py_procs, &tgid);
+	if (c.py && c.py->generation != ls->key.generation)
+		c.py = NULL;
+	c.pystats = &st->py;
 	c.regs = &ls->regs;
 	c.trace = &ls->trace;
 	c.stats = &st->unwind;

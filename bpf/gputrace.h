@@ -7,6 +7,7 @@
 #include <linux/types.h>
 #endif
 
+#include "bpf/pyframes.h"
 #include "bpf/unwind.h"
 #include "include/sysom/nccl_ops.h"
 
@@ -185,6 +186,7 @@ struct gt_stats {
 	__u64 dl_notifications; /* RT_CONSISTENT hook hits examined */
 	__u64 dl_loads;         /* of those, with a new NCCL/CUDA object (events sent) */
 	__u64 dl_held;          /* of those, processes stopped for the agent to attach */
+	struct py_stats py;          /* Python frames in launch stacks */
 };
 
 #define GT_MAX_NESTING 4

@@ -74,6 +74,7 @@ static __always_inline void emit_proc_event(struct sysom_cpu_state *cs, __u32 ty
 #define UNWIND_ON_UNMAPPED(c, addr)                                                            \
 	emit_proc_event((struct sysom_cpu_state *)(c)->owner, SYSOM_PROC_EVENT_UNMAPPED,       \
 			(c)->tgid, (c)->generation, (addr))
+#define UNWIND_PYTHON 1
 #include "bpf/unwind_core.bpf.h"
 
 /*
@@ -294,11 +295,22 @@ int sysom_unwind_user(struct bpf_perf_event_data *ctx)
 			return 0;
 		}
 		cs->unwind.unwinds++;
+		sc->regs.py_frame = 0;
+		sc->regs.py_in_run = 0;
+		sc->regs.py_skip = 0;
+		c.py = bpf_map_lookup_elem(&py_procs, &tgid);
+		if (c.py && c.py->generation == sc->key.generation)
+			sc->regs.py_frame = py_current_frame(c.py, &cs->py);
 	} else if (!c.proc) {
 		/* Forgotten between two runs: keep what we have. */
 		unwind_finish(sc, cs, UNWIND_STOP_NO_MAPPING);
 		return 0;
 	}
+	if (!c.py && sc->regs.py_frame)
+		c.py = bpf_map_lookup_elem(&py_procs, &tgid);
+	if (c.py && c.py->generation != sc->key.generation)
+		c.py = NULL;
+	c.pystats = &cs->py;
 	c.regs = &sc->regs;
 	c.trace = &sc->user;
 	c.stats = &cs->unwind;

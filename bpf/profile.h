@@ -7,6 +7,7 @@
 #include <linux/types.h> /* user space; BPF code gets the types from vmlinux.h */
 #endif
 
+#include "bpf/pyframes.h"
 #include "bpf/unwind.h"
 
 /* Deepest stack collected per side (the kernel's perf_event_max_stack default). */
@@ -66,6 +67,7 @@ struct sysom_cpu_state {
 	__u64 stack_map_full; /* stack not stored: stack store full (sample kept) */
 	__u64 events_lost;    /* process events lost: ring buffer full */
 	struct unwind_stats unwind; /* hybrid unwinder (zero in frame-pointer mode) */
+	struct py_stats py;         /* CPython frames (hybrid unwinder only) */
 };
 
 /* How user stacks are unwound (fixed at load time). */

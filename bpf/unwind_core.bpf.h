@@ -23,7 +23,11 @@ struct unwind_regs {
 	__u64 ip, sp, bp;
 	__u8 bp_known;  /* bp holds the frame's real RBP (a rule may lose it) */
 	__u8 ip_exact;  /* look up ip itself, not ip - 1 (leaf, or after a signal frame) */
-	__u8 pad[6];
+	/* CPython stitching (UNWIND_PYTHON): the walk spans tail calls, so it lives here. */
+	__u8 py_in_run; /* emitting the Python frames of the eval invocation at ip */
+	__u8 py_skip;   /* ip is an eval frame already replaced by its Python frames */
+	__u8 pad[4];
+	__u64 py_frame; /* next Python frame of the sampled thread (0: none or given up) */
 };
 
 /* ---- hybrid unwinder state (published by the agent, agent/sampling/unwinder.c) ---------------------- */
@@ -68,6 +72,17 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } unwind_reported SEC(".maps");
+
+#ifdef UNWIND_PYTHON
+/* tgid → its CPython interpreter (agent/sampling/pyframes.c); absent: not Python, or a
+ * version whose offsets are not known. Created by the sampler, shared like the maps above. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct py_proc);
+} py_procs SEC(".maps");
+#endif
 
 /* Reports per process at most this often. */
 #define UNMAPPED_REPORT_INTERVAL_NS 200000000ULL
@@ -179,6 +194,10 @@ struct unwind_ctx {
 	struct unwind_stats *stats;
 	const struct unwind_proc *proc;
 	void *owner;                     /* the includer's state, for UNWIND_ON_UNMAPPED */
+#ifdef UNWIND_PYTHON
+	const struct py_proc *py;        /* the process's interpreter, NULL when none */
+	struct py_stats *pystats;
+#endif
 	__u32 tgid, generation;
 	__u8 stop;   /* enum unwind_stop once done */
 	__u8 done;
@@ -306,6 +325,153 @@ static __always_inline bool row_is_fp_frame(const struct unwind_row *row)
 	       UNWIND_ROW_RBP(row) == UNWIND_RBP_AT_CFA && row->rbp_offset8 == -2;
 }
 
+#ifdef UNWIND_PYTHON
+/* ---- CPython frames (bpf/pyframes.h) --------------------------------------------------------
+ *
+ * Where the native walk meets _PyEval_EvalFrameDefault, the Python frames that invocation
+ * runs replace the native eval frame, one per loop iteration, then native unwinding goes on
+ * from the eval frame's caller. The offsets come from the agent, which publishes only
+ * interpreters whose offsets it knows (never guessed); every frame lost is counted. */
+
+struct py_thread_search {
+	const struct py_proc *py;
+	__u64 cur, fsbase, found;
+	__u8 fault;
+};
+
+static long py_thread_step(__u64 index, void *data)
+{
+	struct py_thread_search *q = data;
+	__u64 id;
+
+	if (!q->cur)
+		return 1;
+	if (read_user_u64(q->cur + q->py->ts_thread_id, &id)) {
+		q->fault = 1;
+		return 1;
+	}
+	if (id == q->fsbase) {
+		q->found = q->cur;
+		return 1;
+	}
+	if (read_user_u64(q->cur + q->py->ts_next, &q->cur)) {
+		q->fault = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * The innermost Python frame of the current thread: its thread state is the one of the main
+ * interpreter whose thread_id (pthread_self) is the thread's fsbase. 0 when the thread has
+ * none (not a Python thread, the interpreter not started, or a sub-interpreter's).
+ */
+static __always_inline __u64 py_current_frame(const struct py_proc *py, struct py_stats *st)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct py_thread_search q = { .py = py };
+	__u64 interp, frame;
+
+	q.fsbase = BPF_CORE_READ(task, thread.fsbase);
+	if (read_user_u64(py->interp_addr, &interp) || !interp ||
+	    read_user_u64(interp + py->interp_threads, &q.cur)) {
+		st->no_thread++;
+		return 0;
+	}
+	bpf_loop(PY_MAX_THREADS, py_thread_step, &q, 0);
+	if (!q.found) {
+		if (q.fault)
+			st->lost_read++;
+		else
+			st->no_thread++;
+		return 0;
+	}
+	if (read_user_u64(q.found + py->ts_frame, &frame)) {
+		st->lost_read++;
+		return 0;
+	}
+	if (frame && (py->layout == PY_LAYOUT_311 || py->layout == PY_LAYOUT_312) &&
+	    read_user_u64(frame + py->cframe_current, &frame)) {
+		st->lost_read++;
+		return 0;
+	}
+	if (!frame)
+		st->no_thread++;
+	return frame;
+}
+
+static __always_inline bool py_is_eval(const struct py_proc *py, __u64 addr)
+{
+	return (addr >= py->eval_start && addr < py->eval_end) ||
+	       (addr >= py->cold_start && addr < py->cold_end);
+}
+
+/* Ends the run: the next iteration steps the eval frame natively without recording it. */
+static __always_inline void py_end_run(struct unwind_regs *r)
+{
+	r->py_in_run = 0;
+	r->py_skip = 1;
+}
+
+/* Emits the next Python frame of the current run (or ends the run). */
+static __always_inline void py_emit(struct unwind_ctx *c)
+{
+	const struct py_proc *py = c->py;
+	struct unwind_regs *r = c->regs;
+	struct sysom_stack_trace *trace = c->trace;
+	__u64 frame = r->py_frame, code, prev, ptr = 0, instr = 0;
+	__u16 n = trace->nframes;
+	__s32 lasti = -1;
+	__u8 entry = 0;
+
+	if (!frame) {
+		py_end_run(r);
+		return;
+	}
+	if (read_user_u64(frame + py->frame_code, &code) ||
+	    read_user_u64(frame + py->frame_previous, &prev) ||
+	    (py->layout == PY_LAYOUT_310
+		     ? bpf_probe_read_user(&lasti, sizeof(lasti), (void *)(frame + py->frame_instr))
+		     : (read_user_u64(frame + py->frame_instr, &ptr) ||
+			bpf_probe_read_user(&entry, 1, (void *)(frame + py->frame_entry))))) {
+		c->pystats->lost_read++;
+		r->py_frame = 0; /* the chain cannot be trusted past here */
+		py_end_run(r);
+		return;
+	}
+	if (py->layout >= PY_LAYOUT_312 && entry == PY_OWNED_BY_CSTACK) {
+		/* The shim below this invocation's frames: the run is over. */
+		r->py_frame = prev;
+		py_end_run(r);
+		return;
+	}
+	if (!code || (code & 7) || code >= (1ULL << 47)) {
+		c->pystats->lost_invalid++;
+		r->py_frame = 0;
+		py_end_run(r);
+		return;
+	}
+	if (n >= SYSOM_PROFILE_MAX_DEPTH) {
+		c->pystats->lost_depth++;
+		unwind_stop_at(c, UNWIND_STOP_DEPTH);
+		return;
+	}
+	if (py->layout == PY_LAYOUT_310) {
+		instr = lasti >= 0 ? (__u64)lasti + 1 : 0;
+	} else if (ptr >= code + py->code_adaptive) {
+		instr = (ptr - code - py->code_adaptive) / 2 + 1;
+	}
+	if (instr > PY_FRAME_INSTR_MAX)
+		instr = PY_FRAME_INSTR_MAX;
+	trace->ips[n] = PY_FRAME_TAG | instr << PY_FRAME_INSTR_SHIFT | code >> 3;
+	trace->nframes = n + 1;
+	c->pystats->frames++;
+	r->py_frame = prev;
+	if (py->layout == PY_LAYOUT_310 || (py->layout == PY_LAYOUT_311 && entry))
+		py_end_run(r); /* one frame per invocation (3.10); is_entry ends it (3.11) */
+}
+#endif
+
 /* One frame: record its pc, then step to its caller (Algorithm 1). bpf_loop callback. */
 static long unwind_one_frame(__u64 index, void *data)
 {
@@ -320,6 +486,16 @@ static long unwind_one_frame(__u64 index, void *data)
 	__u64 lookup;
 	int rc;
 
+#ifdef UNWIND_PYTHON
+	if (r->py_in_run) {
+		if (c->py) {
+			py_emit(c);
+			return c->done ? 1 : 0;
+		}
+		r->py_in_run = 0; /* forgotten meanwhile: the eval frame stays native */
+		r->py_frame = 0;
+	}
+#endif
 	if (n >= SYSOM_PROFILE_MAX_DEPTH) {
 		unwind_stop_at(c, UNWIND_STOP_DEPTH);
 		return 1;
@@ -328,11 +504,22 @@ static long unwind_one_frame(__u64 index, void *data)
 		unwind_stop_at(c, UNWIND_STOP_COMPLETE);
 		return 1;
 	}
-	trace->ips[n] = r->ip;
-	trace->nframes = n + 1;
-	st->frames++;
-
 	lookup = r->ip_exact ? r->ip : r->ip - 1;
+#ifdef UNWIND_PYTHON
+	if (r->py_skip) {
+		r->py_skip = 0; /* replaced by its Python frames: step it, do not record it */
+	} else if (c->py && r->py_frame && py_is_eval(c->py, lookup)) {
+		r->py_in_run = 1;
+		c->pystats->runs++;
+		return 0;
+	} else
+#endif
+	{
+		trace->ips[n] = r->ip;
+		trace->nframes = n + 1;
+		st->frames++;
+	}
+
 	m = find_mapping(c->proc, lookup);
 	if (!m) {
 		report_unmapped(c, r->ip);

@@ -27,6 +27,7 @@
 #include "agent/ship/spool.h"
 #include "agent/symbols/symupload.h"
 #include "agent/sampling/unwinder.h"
+#include "agent/sampling/pyframes.h"
 #include "agent/ship/uploader.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -63,6 +64,8 @@ struct agent {
 	char node_hex[2 * SYSOM_NODE_ID_SIZE + 1];
 	struct sampler_counters last_counters;
 	struct sysom_offcpu_cpu last_offcpu; /* off-CPU counters at the last fold */
+	struct pyframes *py;          /* CPython frames (hybrid unwinder only) */
+	uint64_t last_py_unsupported;
 	uint64_t last_vanished, last_retries, last_spool_dropped;
 	bool stopping;
 	int exit_code;
@@ -106,6 +109,9 @@ static void on_mappings(void *ctx, const struct pt_process *proc)
 	if (a->unwinder && (rc = unwinder_publish(a->unwinder, proc)))
 		log_debug("unwinder: cannot publish pid %u: %s (frame-pointer stacks until its next "
 			  "scan)", proc->tgid, sysom_strerror(rc));
+	if (a->py && (rc = pyframes_publish(a->py, proc)))
+		log_debug("python: cannot publish pid %u: %s (native frames only)", proc->tgid,
+			  sysom_strerror(rc));
 	if (a->gpu)
 		gpupipe_on_mappings(a->gpu, proc);
 	if (a->os)
@@ -118,6 +124,8 @@ static void on_forget(void *ctx, const struct pt_process *proc)
 
 	if (a->unwinder)
 		unwinder_forget(a->unwinder, proc);
+	if (a->py)
+		pyframes_forget(a->py, proc);
 	if (a->gpu)
 		gpupipe_on_forget(a->gpu, proc);
 	if (a->os)
@@ -392,6 +400,22 @@ static void fold_counters(struct agent *a)
 				    now.unwind.frames_cached - o->unwind.frames_cached);
 		batcher_add_counter(a->batcher, SYSOM_COUNTER_UNWIND_FALLBACK,
 				    now.unwind.fallback_no_proc - o->unwind.fallback_no_proc);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_PY_FRAMES, now.py.frames - o->py.frames);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_PY_NO_THREAD,
+				    now.py.no_thread - o->py.no_thread);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_PY_LOST_READ,
+				    now.py.lost_read - o->py.lost_read);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_PY_LOST_INVALID,
+				    now.py.lost_invalid - o->py.lost_invalid);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_PY_LOST_DEPTH,
+				    now.py.lost_depth - o->py.lost_depth);
+		if (a->py) {
+			struct pyframes_stats py;
+			pyframes_stats_read(a->py, &py);
+			batcher_add_counter(a->batcher, SYSOM_COUNTER_PY_UNSUPPORTED,
+					    py.unsupported - a->last_py_unsupported);
+			a->last_py_unsupported = py.unsupported;
+		}
 		for (int r = UNWIND_STOP_DEPTH; r < UNWIND_STOP_REASONS; r++)
 			batcher_add_counter(a->batcher, (uint16_t)(SYSOM_COUNTER_UNWIND_STOP_FIRST - 1 + r),
 					    now.unwind.stops[r] - o->unwind.stops[r]);
@@ -999,6 +1023,13 @@ static int agent_start(struct agent *a)
 			log_error("cannot create the unwinder: %s", sysom_strerror(rc));
 			return rc;
 		}
+		struct pyframes_options pyo;
+		pyframes_options_default(&pyo);
+		pyo.report = daemon_reporter;
+		if ((rc = pyframes_new(&pyo, maps.py_procs, &a->py))) {
+			log_error("cannot create the Python frame support: %s", sysom_strerror(rc));
+			return rc;
+		}
 	}
 	struct batcher_options bo = {
 		.host = &a->host,
@@ -1010,6 +1041,7 @@ static int agent_start(struct agent *a)
 		.batch_interval_s = a->cfg->batch_interval_s,
 		.max_sample_rows = a->cfg->max_sample_rows,
 		.zstd_level = 3,
+		.py = a->py,
 	};
 	if ((rc = batcher_new(&bo, a->pt, &a->batcher))) {
 		log_error("cannot create the batcher: %s", sysom_strerror(rc));
@@ -1030,6 +1062,7 @@ static int agent_start(struct agent *a)
 			.unwind_tables_fd = a->unwinder ? um.tables : -1,
 			.unwind_procs_fd = a->unwinder ? um.procs : -1,
 			.unwind_markers_fd = a->unwinder ? um.markers : -1,
+			.py_procs_fd = a->unwinder ? um.py_procs : -1,
 			.ring_bytes = (uint32_t)a->cfg->gpu_event_ring_bytes,
 			.libraries = a->cfg->gpu_libraries,
 			.launch_duty = a->cfg->gpu_launch_duty,
@@ -1109,6 +1142,8 @@ static void agent_teardown(struct agent *a)
 	batcher_free(a->batcher);
 	unwinder_free(a->unwinder);
 	a->unwinder = NULL; /* proctrack_free below calls on_forget */
+	pyframes_free(a->py);
+	a->py = NULL;
 	gpupipe_free(a->gpu);
 	a->gpu = NULL;
 	gpustats_free(a->gpustats);

@@ -3,6 +3,7 @@
 #include "agent/daemon/preflight.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/capability.h>
@@ -22,6 +23,7 @@
 #include "agent/node/proctrack.h"
 #include "agent/sampling/sampler.h"
 #include "agent/gpu/gputrace.h"
+#include "agent/sampling/pyframes.h"
 #include "agent/sampling/unwinder.h"
 #include "common/error.h"
 
@@ -251,6 +253,47 @@ static void check_unwinder(FILE *out, int *failed, struct sampler *s,
 	unwinder_free(state.u);
 }
 
+/*
+ * Python processes running now: whether their frames will be stitched (a supported
+ * interpreter: version, where its offsets come from) or sampled natively (and why). At most
+ * 32 processes are listed.
+ */
+static void check_python(FILE *out, int *failed, bool hybrid)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	unsigned found = 0;
+
+	if (!d)
+		return;
+	while ((e = readdir(d)) && found < 32) {
+		char *end, why[256];
+		unsigned long pid = strtoul(e->d_name, &end, 10);
+		struct py_target t;
+		int rc;
+
+		if (*end || pid == 0 || pid > UINT32_MAX || pid == (unsigned long)getpid())
+			continue;
+		rc = pyframes_inspect_pid("/proc", (uint32_t)pid, &t, why, sizeof(why));
+		if (rc < 0 || rc == PY_NOT_PYTHON)
+			continue;
+		found++;
+		if (rc == 0 && hybrid) {
+			report(out, failed, OK, "python", "pid %lu: %s %u.%u: Python frames stitched "
+			       "(offsets from %s)", pid, t.path, t.proc.version_hex >> 24,
+			       (t.proc.version_hex >> 16) & 0xff,
+			       t.debug_offsets ? "_Py_DebugOffsets" : "the version table");
+		} else {
+			report(out, failed, WARN, "python", "pid %lu: %s: sampled natively", pid,
+			       rc == 0 ? "frame-pointer unwinder (--unwinder fp)" : why);
+		}
+	}
+	closedir(d);
+	if (!found)
+		report(out, failed, OK, "python", "no Python process running (CPython 3.10-3.13 "
+		       "frames are stitched when one runs)");
+}
+
 static void check_bpf(FILE *out, int *failed, const struct agent_config *cfg)
 {
 	struct sampler_options so;
@@ -275,6 +318,7 @@ static void check_bpf(FILE *out, int *failed, const struct agent_config *cfg)
 	else
 		report(out, failed, WARN, "unwinder", "frame pointers only (--unwinder fp): code "
 		       "built without them gets one- or two-frame user stacks");
+	check_python(out, failed, so.unwinder == SYSOM_UNWINDER_HYBRID);
 	check_gputrace(out, failed, s, cfg);
 	sampler_close(s);
 	check_ossignals(out, failed, cfg);

@@ -156,6 +156,7 @@ int gpupipe_open(uv_loop_t *loop, const struct gpupipe_options *o, struct gpupip
 	go.unwind_tables_fd = o->unwind_tables_fd;
 	go.unwind_procs_fd = o->unwind_procs_fd;
 	go.unwind_markers_fd = o->unwind_markers_fd;
+	go.py_procs_fd = o->py_procs_fd;
 	if (o->ring_bytes)
 		go.ring_bytes = o->ring_bytes;
 	go.on_event = on_gt_event;

@@ -25,6 +25,7 @@ struct gpupipe_options {
 	struct batcher *batcher; /* borrowed */
 	int exec_generation_fd;  /* the sampler's map, or -1 */
 	int unwind_tables_fd, unwind_procs_fd, unwind_markers_fd; /* hybrid unwinder, or -1 */
+	int py_procs_fd; /* Python processes (bpf/pyframes.h), or -1 */
 	uint32_t ring_bytes;     /* 0: default */
 	const char *libraries;   /* colon-separated files to attach at start, or NULL */
 	double launch_duty;      /* fraction of drain intervals with launch probes on, 0..1 */

@@ -126,6 +126,7 @@ void gputrace_options_default(struct gputrace_options *o)
 		.unwind_tables_fd = -1,
 		.unwind_procs_fd = -1,
 		.unwind_markers_fd = -1,
+		.py_procs_fd = -1,
 		.ring_bytes = 4u << 20,
 		.detach_grace_ns = 60ull * 1000000000ull,
 		.launch_tracing = true,
@@ -246,6 +247,13 @@ int gputrace_open(const struct gputrace_options *o, struct gputrace **out, char 
 				 sysom_strerror(rc));
 			goto cleanup;
 		}
+		if (o->py_procs_fd >= 0 && (rc = bpf_map__reuse_fd(k->maps.py_procs, o->py_procs_fd))) {
+			snprintf(err, errlen, "cannot share the Python process map: %s",
+				 sysom_strerror(rc));
+			goto cleanup;
+		}
+		if (o->py_procs_fd < 0)
+			bpf_map__set_max_entries(k->maps.py_procs, 1); /* empty: no Python frames */
 		k->rodata->hybrid_unwind = true;
 		g->hybrid = true;
 	} else {
@@ -253,6 +261,7 @@ int gputrace_open(const struct gputrace_options *o, struct gputrace **out, char 
 		bpf_map__set_max_entries(g->skel->maps.unwind_tables, 1);
 		bpf_map__set_max_entries(g->skel->maps.unwind_procs, 1);
 		bpf_map__set_max_entries(g->skel->maps.unwind_markers, 1);
+		bpf_map__set_max_entries(g->skel->maps.py_procs, 1);
 	}
 	g->skel->rodata->dl_hold = o->loader == GPUTRACE_LOADER_HOLD;
 	if ((rc = gputrace_bpf__load(g->skel))) {

@@ -32,6 +32,7 @@ struct gputrace_options {
 	/* The sampler's hybrid unwinder maps (struct sampler_unwind_maps), so launch stacks are
 	 * unwound like the CPU samples; -1: frame-pointer launch stacks. */
 	int unwind_tables_fd, unwind_procs_fd, unwind_markers_fd;
+	int py_procs_fd; /* the sampler's Python processes (bpf/pyframes.h), or -1 */
 	uint32_t ring_bytes;          /* event ring buffer size (power of two, >= 4096) */
 	uint64_t detach_grace_ns;     /* keep a file's probes this long after its last user */
 	bool launch_tracing;          /* attach kernel launch probes from the start (default) */

@@ -434,6 +434,10 @@ int sampler_counters_read(struct sampler *s, struct sampler_counters *out)
 		uint64_t *to = (uint64_t *)&c.unwind;
 		for (size_t i = 0; i < sizeof(c.unwind) / sizeof(uint64_t); i++)
 			to[i] += from[i];
+		from = (const uint64_t *)&v->py;
+		to = (uint64_t *)&c.py;
+		for (size_t i = 0; i < sizeof(c.py) / sizeof(uint64_t); i++)
+			to[i] += from[i];
 	}
 	*out = c;
 	return 0;
@@ -677,6 +681,7 @@ void sampler_unwind_maps(const struct sampler *s, struct sampler_unwind_maps *ou
 	out->tables = bpf_map__fd(s->skel->maps.unwind_tables);
 	out->procs = bpf_map__fd(s->skel->maps.unwind_procs);
 	out->markers = bpf_map__fd(s->skel->maps.unwind_markers);
+	out->py_procs = bpf_map__fd(s->skel->maps.py_procs);
 	out->table_template_flags = BPF_F_INNER_MAP | BPF_F_MMAPABLE;
 }
 

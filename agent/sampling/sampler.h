@@ -36,6 +36,7 @@ struct sampler_counters {
 	uint64_t ticks, gated_out, idle_skipped, samples, kstack_errors, ustack_errors;
 	uint64_t count_map_full, stack_map_full, events_lost;
 	struct unwind_stats unwind;
+	struct py_stats py;
 };
 
 /* File descriptors of the hybrid unwinder's maps (owned by the sampler). */
@@ -43,6 +44,7 @@ struct sampler_unwind_maps {
 	int tables;  /* HASH_OF_MAPS file id → rows */
 	int procs;   /* tgid → struct unwind_proc */
 	int markers; /* (file id, pc) → struct unwind_marker */
+	int py_procs; /* tgid → struct py_proc (bpf/pyframes.h) */
 	int table_template_flags; /* map_flags every rows array must be created with */
 };
 

@@ -14,6 +14,7 @@
 #include "common/compress.h"
 #include "common/hash.h"
 #include "common/wire/wire.h"
+#include "agent/sampling/pyframes.h"
 
 #define OBJECT_CACHE_SLOTS 256
 
@@ -228,6 +229,40 @@ static bool stack_eq(const void *ctx, uint32_t i)
 	       e->lost == k->want->lost;
 }
 
+/*
+ * A Python frame of `p` (bpf/pyframes.h): object kind PYTHON named "<qualname>\t<file>",
+ * offset its line. One whose code object cannot be read any more (freed, corrupted) becomes
+ * "[python unresolved]" and is counted.
+ */
+static int python_frame(struct batcher *b, const struct pt_process *p, uint64_t value,
+			struct sysom_frame *out)
+{
+	struct pyframes_stats before, after;
+	struct py_name name;
+	char text[2 * 1100];
+	int rc = -ENOENT;
+
+	if (b->opts.py) {
+		pyframes_stats_read(b->opts.py, &before);
+		rc = pyframes_resolve(b->opts.py, p->tgid, p->generation, value, &name);
+		pyframes_stats_read(b->opts.py, &after);
+		batcher_add_counter(b, SYSOM_COUNTER_PY_NAME_LOOKUPS, 1);
+		batcher_add_counter(b, SYSOM_COUNTER_PY_NAME_CACHE_HITS,
+				    after.cache_hits - before.cache_hits);
+	}
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc) {
+		batcher_add_counter(b, SYSOM_COUNTER_PY_UNRESOLVED, 1);
+		snprintf(text, sizeof(text), "[python unresolved]\t");
+		out->offset = 0;
+	} else {
+		snprintf(text, sizeof(text), "%s\t%s", name.qualname, name.filename);
+		out->offset = name.line > 0 ? (uint64_t)name.line : 0;
+	}
+	return sysom_batch_add_object(&b->batch, SYSOM_OBJECT_PYTHON, NULL, 0, text, &out->object);
+}
+
 /* Resolves a BPF stack into wire frames and adds it to the batch (cached per window). */
 static int stack_index(struct batcher *b, struct pt_process *p, uint8_t side, uint64_t raw_hash,
 		       const struct sysom_stack_trace *st, bool lost, uint32_t *idx)
@@ -277,6 +312,9 @@ static int stack_index(struct batcher *b, struct pt_process *p, uint8_t side, ui
 					return rc;
 				}
 				b->frames[n].offset = loc.offset;
+			} else if (PY_FRAME_IS(st->ips[i])) {
+				if ((rc = python_frame(b, p, st->ips[i], &b->frames[n])))
+					return rc;
 			} else {
 				struct pt_resolved r;
 				proctrack_resolve(b->pt, p, st->ips[i], &r);

@@ -23,6 +23,7 @@ struct batcher_options {
 	uint32_t max_sample_rows; /* rows per batch; further samples are dropped and counted */
 	uint32_t max_nccl_calls;  /* NCCL calls per batch (0: 1 << 20); more are dropped, counted */
 	int zstd_level;
+	struct pyframes *py;      /* borrowed, may be NULL: names Python frames of user stacks */
 };
 
 /* What a sealed batch holds. */
@@ -36,6 +37,7 @@ struct batcher_seal_info {
 };
 
 struct batcher;
+struct pyframes;
 
 int batcher_new(const struct batcher_options *opts, struct proctrack *pt, struct batcher **out);
 void batcher_free(struct batcher *b);

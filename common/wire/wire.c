@@ -98,6 +98,15 @@ static const char *const counter_names[SYSOM_COUNTER_MAX] = {
 	[SYSOM_COUNTER_OFFCPU_FP_FALLBACK] = "offcpu_fp_fallback",
 	[SYSOM_COUNTER_GPU_LOADER_EVENTS] = "gpu_loader_attaches",
 	[SYSOM_COUNTER_GPU_LOADER_HELD] = "gpu_loader_held",
+	[SYSOM_COUNTER_PY_FRAMES] = "py_frames",
+	[SYSOM_COUNTER_PY_NO_THREAD] = "py_no_thread",
+	[SYSOM_COUNTER_PY_LOST_READ] = "py_lost_read",
+	[SYSOM_COUNTER_PY_LOST_INVALID] = "py_lost_invalid",
+	[SYSOM_COUNTER_PY_LOST_DEPTH] = "py_lost_depth",
+	[SYSOM_COUNTER_PY_UNRESOLVED] = "py_unresolved",
+	[SYSOM_COUNTER_PY_UNSUPPORTED] = "py_unsupported",
+	[SYSOM_COUNTER_PY_NAME_LOOKUPS] = "py_name_lookups",
+	[SYSOM_COUNTER_PY_NAME_CACHE_HITS] = "py_name_cache_hits",
 };
 
 const char *sysom_offcpu_state_name(uint8_t state)

@@ -43,8 +43,8 @@
 #define SYSOM_WIRE_MAJOR 1
 #define SYSOM_WIRE_MINOR 4 /* 1.1 added JOB_RANKS, COMMUNICATORS, NCCL_CALLS, LAUNCHES;
 			     * 1.2 GPU_KERNELS, NCCL_PROFILES, NCCL_LINKS;
-			     * 1.3 OS_CPUS, OS_IRQS, OS_THREADS; 1.4 OFFCPU and
-			     * NCCL_CALLS' in-flight flag */
+			     * 1.3 OS_CPUS, OS_IRQS, OS_THREADS; 1.4 OFFCPU, NCCL_CALLS'
+			     * in-flight flag, object kind PYTHON (Python frames) */
 #define SYSOM_WIRE_HEADER_SIZE 64
 #define SYSOM_WIRE_SECTION_ENTRY_SIZE 16
 #define SYSOM_WIRE_MAX_SECTIONS 64
@@ -107,7 +107,9 @@ enum sysom_object_kind {
 	SYSOM_OBJECT_KMODULE = 4,   /* kernel module; offsets relative to its core base */
 	SYSOM_OBJECT_ANON = 5,      /* anonymous executable memory (JIT); offset = address */
 	SYSOM_OBJECT_UNKNOWN = 6,   /* address in no known mapping; offset = address */
-	SYSOM_OBJECT_KIND_MAX = SYSOM_OBJECT_UNKNOWN,
+	/* Minor 4: a Python function; name "<qualname>\t<file>", offset = line (0: unknown). */
+	SYSOM_OBJECT_PYTHON = 7,
+	SYSOM_OBJECT_KIND_MAX = SYSOM_OBJECT_PYTHON,
 };
 
 enum sysom_stack_kind {
@@ -204,6 +206,19 @@ enum sysom_counter_id {
 	SYSOM_COUNTER_GPU_LOADER_EVENTS = 72,   /* processes that mapped NCCL/CUDA, seen by ld.so's
 						 * notification and attached at once */
 	SYSOM_COUNTER_GPU_LOADER_HELD = 73,     /* ... of those stopped until attached (hold) */
+	/* CPython frames (minor 4; struct py_stats in bpf/pyframes.h, agent/sampling/pyframes.c). */
+	SYSOM_COUNTER_PY_FRAMES = 60,          /* Python frames stitched into user stacks */
+	SYSOM_COUNTER_PY_NO_THREAD = 61,       /* samples of a Python process whose thread had no
+						* Python frame (eval frames kept native) */
+	SYSOM_COUNTER_PY_LOST_READ = 62,       /* Python frames lost: thread state or frame unreadable */
+	SYSOM_COUNTER_PY_LOST_INVALID = 63,    /* ... a frame's code object address implausible */
+	SYSOM_COUNTER_PY_LOST_DEPTH = 64,      /* ... the stack's depth limit reached inside a run */
+	SYSOM_COUNTER_PY_UNRESOLVED = 65,      /* Python frames whose code object could not be read
+						* when named (freed, corrupted): "[python unresolved]" */
+	SYSOM_COUNTER_PY_UNSUPPORTED = 66,     /* Python processes found without known offsets
+						* (sampled natively) */
+	SYSOM_COUNTER_PY_NAME_LOOKUPS = 67,    /* Python frames named by the agent */
+	SYSOM_COUNTER_PY_NAME_CACHE_HITS = 68, /* ... from its name cache */
 	SYSOM_COUNTER_MAX = 96,
 };
 

@@ -17,7 +17,8 @@ static int json_emit(void *arg, const struct symbolized_frame *f, bool kernel_pa
 	static const char *const kinds[] = { [SYMBOLIZED_USER] = "user",
 					     [SYMBOLIZED_KERNEL] = "kernel",
 					     [SYMBOLIZED_ERROR] = "error",
-					     [SYMBOLIZED_GPU] = "gpu" };
+					     [SYMBOLIZED_GPU] = "gpu",
+					     [SYMBOLIZED_PYTHON] = "python" };
 	json_t *frames = arg;
 	json_t *obj;
 

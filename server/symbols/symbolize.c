@@ -333,6 +333,38 @@ static int name_file_offset(struct symbolized_frame *f, const char *object_name)
 	return 0;
 }
 
+/*
+ * A Python frame: the object's name is "<qualname>\t<file>" (docs/wire-format.md, kind 7),
+ * the offset its line. Named "qualname (file.py:line)" with the file's base name, "(file.py)"
+ * when the line is unknown; file and line kept for the JSON views.
+ */
+static int name_python(struct symbolized_frame *f, const char *object_name, uint64_t line)
+{
+	const char *tab = strchr(object_name, '\t');
+	const char *file = tab ? tab + 1 : "";
+	int qlen = tab ? (int)(tab - object_name) : (int)strlen(object_name);
+	int rc;
+
+	if (line > UINT32_MAX)
+		line = 0;
+	if (!*file)
+		rc = line ? asprintf(&f->name, "%.*s (line %" PRIu64 ")", qlen, object_name, line)
+			  : asprintf(&f->name, "%.*s", qlen, object_name);
+	else if (line)
+		rc = asprintf(&f->name, "%.*s (%s:%" PRIu64 ")", qlen, object_name,
+			      basename_of(file), line);
+	else
+		rc = asprintf(&f->name, "%.*s (%s)", qlen, object_name, basename_of(file));
+	if (rc < 0) {
+		f->name = NULL;
+		return -ENOMEM;
+	}
+	if (*file && !(f->file = strdup(file)))
+		return -ENOMEM;
+	f->line = (uint32_t)line;
+	return 0;
+}
+
 /* "[anon]+0xADDR", "[unknown]+0xADDR". */
 static int name_address(struct symbolized_frame *f, const char *what)
 {
@@ -488,6 +520,10 @@ static int resolve(struct symbolizer *sym, int64_t object, uint64_t offset, bool
 		break;
 	case SYSOM_OBJECT_UNKNOWN:
 		rc = name_address(f, "[unknown]");
+		break;
+	case SYSOM_OBJECT_PYTHON:
+		f->kind = SYMBOLIZED_PYTHON;
+		rc = name_python(f, o.name, offset);
 		break;
 	case SYSOM_OBJECT_ELF:
 	case SYSOM_OBJECT_FILE_HASH:

@@ -20,6 +20,7 @@ enum symbolized_kind {
 	SYMBOLIZED_KERNEL,
 	SYMBOLIZED_ERROR, /* not a frame: why the unwind stopped ("[truncated: depth limit]") */
 	SYMBOLIZED_GPU,   /* not symbolized: a GPU kernel launched from the stack ("[gpu] name") */
+	SYMBOLIZED_PYTHON, /* a Python function, named by the agent: "qualname (file.py:line)" */
 };
 
 /* A frame ready to display. Strings are owned (symbolized_frame_release). */

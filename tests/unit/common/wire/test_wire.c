@@ -85,6 +85,51 @@ static void encode(const struct sysom_batch *b, struct byte_buf *out)
 	assert_int_equal(byte_buf_error(out), 0);
 }
 
+/* Minor 4: Python frames are objects of kind PYTHON in user stacks (name "qualname\tfile",
+ * offset = line); a kernel stack may not hold one; counters above 63 decode, once each. */
+static void test_python_frames(void **state)
+{
+	struct sysom_batch b, d;
+	struct byte_buf buf;
+	struct sysom_wire_error err;
+	uint32_t py, again, stack, kstack;
+	struct sysom_frame f;
+
+	(void)state;
+	build_sample_batch(&b);
+	assert_int_equal(sysom_batch_add_object(&b, SYSOM_OBJECT_PYTHON, NULL, 0,
+						"Model.forward\t/srv/train.py", &py), 0);
+	assert_int_equal(sysom_batch_add_object(&b, SYSOM_OBJECT_PYTHON, NULL, 0,
+						"Model.forward\t/srv/train.py", &again), 0);
+	assert_int_equal(again, py); /* de-duplicated by name */
+	f = (struct sysom_frame){ py, 42 };
+	assert_int_equal(sysom_batch_add_stack(&b, SYSOM_STACK_USER, 0, &f, 1, &stack), 0);
+	assert_int_equal(sysom_batch_add_counter(&b, SYSOM_COUNTER_PY_FRAMES, 5), 0);
+	assert_int_equal(sysom_batch_add_counter(&b, SYSOM_COUNTER_PY_NAME_CACHE_HITS, 4), 0);
+	assert_int_equal(sysom_batch_add_counter(&b, SYSOM_COUNTER_MAX, 1), -EINVAL);
+	encode(&b, &buf);
+	assert_int_equal(load_le16(buf.data + 6), 4);
+	assert_int_equal(sysom_batch_decode(buf.data, buf.len, NULL, &d, &err), 0);
+	assert_int_equal(d.objects[py].kind, SYSOM_OBJECT_PYTHON);
+	assert_string_equal(sysom_batch_string(&d, d.objects[py].name), "Model.forward\t/srv/train.py");
+	assert_int_equal(sysom_batch_stack_frames(&d, stack)[0].offset, 42);
+	bool seen_hits = false;
+	for (uint32_t i = 0; i < d.counter_count; i++)
+		seen_hits |= d.counters[i].id == SYSOM_COUNTER_PY_NAME_CACHE_HITS &&
+			     d.counters[i].value == 4;
+	assert_true(seen_hits);
+	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_PY_FRAMES), "py_frames");
+	sysom_batch_free(&d);
+	byte_buf_free(&buf);
+
+	/* The same object in a kernel stack is refused. */
+	assert_int_equal(sysom_batch_add_stack(&b, SYSOM_STACK_KERNEL, 0, &f, 1, &kstack), 0);
+	encode(&b, &buf);
+	assert_int_equal(sysom_batch_decode(buf.data, buf.len, NULL, &d, &err), -SYSOM_ECORRUPT);
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
+}
+
 static void test_round_trip(void **state)
 {
 	struct sysom_batch b, d;
@@ -1673,6 +1718,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_round_trip),
+		cmocka_unit_test(test_python_frames),
 		cmocka_unit_test(test_dedup),
 		cmocka_unit_test(test_truncation),
 		cmocka_unit_test(test_trailing_bytes),

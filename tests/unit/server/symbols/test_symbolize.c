@@ -167,6 +167,51 @@ static void test_user_frames(void **state)
 	assert_int_equal(resolve1(s->h->sym, SYSOM_STACK_USER, 987654, 1, &f), -ENOENT);
 }
 
+
+/* A Python frame (object kind 7, "qualname\tfile", offset = line) is named
+ * "qualname (file.py:line)", kind python, with its file and line; without a line
+ * "(file.py)"; a name without a file "qualname (line N)". */
+static void test_python_frames(void **state)
+{
+	struct state *s = *state;
+	struct sysom_batch b;
+	uint32_t o1, o2, proc, u1, u2, comm;
+	struct sysom_process p = { .tgid = 2, .start_time_ns = 2 };
+	struct symbolized_frame f;
+
+	assert_int_equal(sysom_batch_init(&b), 0);
+	memset(b.node_id, 0x34, sizeof(b.node_id));
+	b.window_start_ns = HARNESS_T0;
+	b.window_end_ns = HARNESS_T0 + 1000000000ULL;
+	assert_int_equal(sysom_batch_add_object(&b, SYSOM_OBJECT_PYTHON, NULL, 0,
+						"Model.forward\t/srv/job/model.py", &o1), 0);
+	assert_int_equal(sysom_batch_add_object(&b, SYSOM_OBJECT_PYTHON, NULL, 0, "<lambda>", &o2), 0);
+	assert_int_equal(sysom_batch_intern_cstring(&b, "python3", &comm), 0);
+	p.comm = comm;
+	assert_int_equal(sysom_batch_add_process(&b, &p, &proc), 0);
+	struct sysom_frame f1 = { o1, 42 }, f2 = { o2, 0 };
+	assert_int_equal(sysom_batch_add_stack(&b, SYSOM_STACK_USER, 0, &f1, 1, &u1), 0);
+	assert_int_equal(sysom_batch_add_stack(&b, SYSOM_STACK_USER, 0, &f2, 1, &u2), 0);
+	struct sysom_sample smp = { .process = proc, .kernel_stack = SYSOM_WIRE_NONE,
+				    .user_stack = u1, .count = 1, .thread_comm = comm };
+	assert_int_equal(sysom_batch_add_sample(&b, &smp), 0);
+	smp.user_stack = u2;
+	assert_int_equal(sysom_batch_add_sample(&b, &smp), 0);
+	struct store_put_result res;
+	assert_int_equal(store_batch_put(s->h->store, &b, 0, 1, &res), 0);
+	sysom_batch_free(&b);
+	int64_t id = object_id(s->h, "kind = 7 AND name LIKE 'Model.forward%'");
+	assert_int_equal(resolve1(s->h->sym, SYSOM_STACK_USER, id, 42, &f), 0);
+	assert_string_equal(f.name, "Model.forward (model.py:42)");
+	assert_int_equal(f.kind, SYMBOLIZED_PYTHON);
+	assert_string_equal(f.file, "/srv/job/model.py");
+	assert_int_equal(f.line, 42);
+	symbolized_frame_release(&f);
+	expect_frame(s, SYSOM_STACK_USER, id, 0, "Model.forward (model.py)", SYMBOLIZED_PYTHON);
+	id = object_id(s->h, "kind = 7 AND name = '<lambda>'");
+	expect_frame(s, SYSOM_STACK_USER, id, 7, "<lambda> (line 7)", SYMBOLIZED_PYTHON);
+}
+
 /* An address in no known mapping: "[unknown]+0xADDR", a kernel frame when in a kernel stack. */
 static void test_unknown_frames(void **state)
 {
@@ -405,6 +450,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_kernel_nearest_symbol, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_user_frames, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unknown_frames, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_python_frames, setup, teardown),
 		cmocka_unit_test(test_truncation_frames),
 		cmocka_unit_test_setup_teardown(test_cache_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cache_threads, setup, teardown),

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Server + agent + tests/fixtures/python/chain.py under every CPython 3.10–3.13 on the machine
+# (pyenv builds, Debian's python3.11): the folded stacks of each run show the pure-Python chain
+# <module> → level1 … level6 as Python frames ("level3 (chain.py:32)"), in order, stitched
+# into the native stack; the agent's counters say how many Python frames it inserted.
+. "$(dirname "$0")/lib.sh"
+require_root
+
+SCRIPT=$ROOT/tests/fixtures/python/chain.py
+PYTHONS=()
+for p in /root/.pyenv/versions/3.10*/bin/python3.10 /root/.pyenv/versions/3.11*/bin/python3.11 \
+	/root/.pyenv/versions/3.12*/bin/python3.12 /root/.pyenv/versions/3.13*/bin/python3.13 \
+	/usr/bin/python3.11; do
+	[ -x "$p" ] && PYTHONS+=("$p")
+done
+[ ${#PYTHONS[@]} -gt 0 ] || skip_all "no CPython 3.10-3.13 on this machine"
+
+start_server srv || exit 1
+start_agent agent "$SERVER_URL" --sample-rate 1 --log-level debug || exit 1
+# The agent compiles each interpreter's unwind table when it first samples a process mapping
+# it (until then a build without frame pointers unwinds one frame): a sleeping copy of the
+# script keeps the file mapped while the table builds (the agent logs it at debug level), and
+# the measured run starts once it is loaded.
+interp_file() {
+	local lib
+	lib=$(ldd "$1" 2>/dev/null | awk '/libpython/ {print $3}')
+	readlink -f "${lib:-$1}"
+}
+PIDS=()
+for p in "${PYTHONS[@]}"; do
+	"$p" "$SCRIPT" block >/dev/null &
+	BLOCKER=$!
+	file=$(interp_file "$p")
+	wait_until 90 grep -q "unwinder: $file: " "$E2E_TMP/agent.log" ||
+		diag "$file: no unwind table logged after 90 s"
+	"$p" "$SCRIPT" spin 1.5 &
+	PIDS+=("$!")
+	wait "$!"
+	check "$p chain.py exits 0" test $? -eq 0
+	kill "$BLOCKER"
+	wait "$BLOCKER" 2>/dev/null
+done
+stop_pid "$AGENT_PID"
+check "agent exits 0 after SIGTERM" test $? -eq 0
+check "agent log has no error lines" bash -c "! grep -q ' error: ' '$E2E_TMP/agent.log'"
+
+for i in "${!PYTHONS[@]}"; do
+	p=${PYTHONS[$i]} pid=${PIDS[$i]}
+	ctl flamegraph --pid "$pid" --from -10m --to now --format folded >"$E2E_TMP/py$i.folded"
+	read -r MATCHED TOTAL FRACTION < <(python3 - "$E2E_TMP/py$i.folded" <<'PY'
+import re, sys
+chain = ["<module> (chain.py:46)"] + [f"level{i} (chain.py:{40 - 4 * (i - 1)})" for i in range(1, 6)] + ["level6 (chain.py:"]
+total = matched = 0
+for line in open(sys.argv[1]):
+    frames, _, count = line.rstrip("\n").rpartition(" ")
+    n = int(count)
+    total += n
+    # the Python frames, root first, in order; native frames may lie between them (3.10
+    # calls each Python function through _PyEval_Vector)
+    fr = [f for f in frames.split(";") if "(chain.py" in f]
+    for k in range(len(fr) - len(chain) + 1):
+        if all(fr[k + j].startswith(chain[j]) for j in range(len(chain))):
+            matched += n
+            break
+print(matched, total, f"{matched / total:.3f}" if total else "0")
+PY
+)
+	diag "$p (pid $pid): $MATCHED of $TOTAL samples carry <module> → level1..level6 ($FRACTION)"
+	check "$p: ≥ 90% of the samples show the Python chain in order" \
+		python3 -c "import sys; sys.exit(not ($TOTAL >= 50 and $FRACTION >= 0.90))"
+	check "$p: native frames stay below the Python frames (a libpython or python frame)" \
+		grep -Eq "(libpython|python3[.0-9]*)[^;]*;(<module>|.*<module> \(chain.py)" "$E2E_TMP/py$i.folded"
+done
+
+ctl flamegraph --pid "${PIDS[0]}" --from -10m --to now --format json >"$E2E_TMP/py.json"
+check "json marks Python frames with kind \"python\" and their file and line" \
+	python3 -c "import json,sys; d=json.load(open('$E2E_TMP/py.json')); fs=[f for s in d['stacks'] for f in s['frames'] if f['kind']=='python']; sys.exit(not (fs and all(f.get('file','').endswith('chain.py') for f in fs if not f['name'].startswith('[python'))))"
+stop_pid "$SERVER_PID"
+check "server exits 0 after SIGTERM" test $? -eq 0
+finish
