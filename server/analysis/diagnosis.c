@@ -1072,15 +1072,6 @@ static int blind_by_instance(const void *a, const void *b)
 	return x->rank - y->rank;
 }
 
-static bool blind_rank_before(const struct seqmatch_stream *a, size_t ia,
-			      const struct seqmatch_stream *b, size_t ib)
-{
-	int64_t ra = a->job_rank < 0 ? INT64_MAX : a->job_rank;
-	int64_t rb = b->job_rank < 0 ? INT64_MAX : b->job_rank;
-
-	return ra < rb || (ra == rb && ia < ib);
-}
-
 /* Communicators of unknown size: their call streams (one per process and key) grouped by
  * seqmatch into communicators, whose instances then go through strag_call like any other. */
 static int blind_resolve(struct strag_doc *d)
@@ -1112,33 +1103,23 @@ static int blind_resolve(struct strag_doc *d)
 			st[k] = (struct seqmatch_stream){ .job_rank = b->job_rank, .calls = &calls[i] };
 			k++;
 		}
-		calls[i] = (struct seqmatch_call){ b->op, b->bytes, b->entry_ns };
+		calls[i] = (struct seqmatch_call){ b->op, b->bytes, b->entry_ns, b->exit_ns };
 		st[k - 1].ncalls++;
 	}
 	start[nstreams] = d->nblind;
-	/* A key several processes report is already one communicator across ranks (a split
-	 * child's key, say, whose size the agent could not read): its streams are one group,
-	 * numbered alike from creation. Only per-process keys need sequence matching. */
+	/* A key several processes report but whose size is unknown (a split child whose size
+	 * the agent could not read) stays unanalysed, as before: its membership is known but
+	 * not whether it is complete. Only per-process keys go to sequence matching. */
 	size_t nsingle = 0;
 	for (size_t k = 0; k < nstreams;) {
 		size_t e = k + 1;
 		while (e < nstreams && d->blind[start[e]].comm_key == d->blind[start[k]].comm_key)
 			e++;
-		if (e - k == 1) {
+		if (e - k == 1)
 			single[nsingle++] = st[k];
-			k = e;
-			continue;
-		}
-		for (size_t m = k; m < e; m++) {
-			int32_t r = 0;
-			for (size_t o = k; o < e; o++) /* rank: by job rank (unknown last), then order */
-				r += blind_rank_before(&st[o], o, &st[m], m);
-			st[m].rank = r;
-			st[m].nranks = (int32_t)(e - k);
-			st[m].seq_offset = 0;
-			st[m].group = -2; /* direct */
-		}
-		d->recovered++;
+		else
+			for (size_t m = k; m < e; m++)
+				st[m].group = -2; /* shared key: skipped */
 		k = e;
 	}
 	if ((rc = seqmatch_run(single, nsingle, &res)))
@@ -1148,8 +1129,7 @@ static int blind_resolve(struct strag_doc *d)
 			st[k] = single[j++];
 	d->recovered += res.groups;
 	d->unmatched += res.unmatched;
-	/* Group keys: a direct group keeps its key; a matched one is named after the smallest
-	 * per-process key among its members. */
+	/* Group keys: named after the smallest per-process key among the members. */
 	uint64_t *gkey = calloc(res.groups ? res.groups : 1, sizeof(*gkey));
 	if (!gkey) {
 		rc = -ENOMEM;
@@ -1163,14 +1143,6 @@ static int blind_resolve(struct strag_doc *d)
 	for (size_t k = 0; k < nstreams; k++) {
 		for (size_t i = start[k]; i < start[k + 1]; i++) {
 			struct blind_call *b = &d->blind[i];
-			if (st[k].group == -2) {
-				b->key = b->comm_key;
-				b->seq = (int64_t)(i - start[k]);
-				b->rank = st[k].rank;
-				b->nranks = st[k].nranks;
-				d->blind[kept++] = *b;
-				continue;
-			}
 			if (st[k].group < 0) {
 				d->skipped++;
 				free(b->hostname);

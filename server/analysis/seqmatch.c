@@ -22,10 +22,16 @@ static uint64_t median(uint64_t *v, size_t n)
 
 /* Median |Δentry| of A's window aligned with B at offset d; UINT64_MAX when the tokens differ
  * somewhere or the overlap is too short. */
+static uint64_t absdiff(int64_t x, int64_t y)
+{
+	return x > y ? (uint64_t)(x - y) : (uint64_t)(y - x);
+}
+
 static uint64_t offset_score(const struct seqmatch_stream *a, const struct seqmatch_stream *b,
 			     int64_t d, uint64_t *scratch)
 {
 	size_t from = a->ncalls > SEQMATCH_WINDOW ? a->ncalls - SEQMATCH_WINDOW : 0, n = 0;
+	uint64_t exits[SEQMATCH_WINDOW], entry_med;
 
 	for (size_t i = from; i < a->ncalls; i++) {
 		int64_t j = (int64_t)i + d;
@@ -34,10 +40,15 @@ static uint64_t offset_score(const struct seqmatch_stream *a, const struct seqma
 		const struct seqmatch_call *x = &a->calls[i], *y = &b->calls[j];
 		if (x->op != y->op || x->bytes != y->bytes)
 			return UINT64_MAX;
-		scratch[n++] = x->entry_ns > y->entry_ns ? (uint64_t)(x->entry_ns - y->entry_ns)
-							 : (uint64_t)(y->entry_ns - x->entry_ns);
+		exits[n] = x->exit_ns && y->exit_ns ? absdiff(x->exit_ns, y->exit_ns)
+						     : absdiff(x->entry_ns, y->entry_ns);
+		scratch[n++] = absdiff(x->entry_ns, y->entry_ns);
 	}
-	return n >= SEQMATCH_MIN_OVERLAP ? median(scratch, n) : UINT64_MAX;
+	if (n < SEQMATCH_MIN_OVERLAP)
+		return UINT64_MAX;
+	entry_med = median(scratch, n);
+	uint64_t exit_med = median(exits, n);
+	return exit_med < entry_med ? exit_med : entry_med;
 }
 
 /* Median spacing of a stream's consecutive calls (its window), 0 with fewer than 2. */

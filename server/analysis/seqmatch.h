@@ -10,7 +10,9 @@
  *
  *   Two streams A and B match at offset d (A's call i is B's call i + d) when, over at least
  *   SEQMATCH_MIN_OVERLAP aligned calls, every (op, bytes) pair is equal, and d is the
- *   offset (within ±SEQMATCH_MAX_OFFSET) with the smallest median |entry_A - entry_B|, that
+ *   offset (within ±SEQMATCH_MAX_OFFSET) with the smallest median time difference (of the
+ *   entries, or of the exits when those are closer: a blocking collective releases all its
+ *   ranks together, so a straggler half a period late still aligns by exit), that
  *   median being under half of the next best offset's (an unambiguous alignment: a periodic
  *   sequence matches at every shift of its period by op and size alone; time decides) and
  *   under the stream's median call spacing.
@@ -37,6 +39,7 @@ struct seqmatch_call {
 	uint8_t op;
 	uint64_t bytes;
 	int64_t entry_ns;
+	int64_t exit_ns;               /* 0: unknown (entry used) */
 };
 
 struct seqmatch_stream {

@@ -92,6 +92,4 @@ api "/api/v1/jobs/$JOB2/stragglers" >"$E2E_TMP/job2.json"
 diag "held job: $(json '(d["recovered_communicators"], [(c["nranks"], c["instances"], c["stragglers"]) for c in d["communicators"]])' <"$E2E_TMP/job2.json")"
 check "held job: the world communicator (init seen) fills the 100-instance window, rank 2 named" \
 	bash -c "json '[c for c in d[\"communicators\"] if c[\"nranks\"] == 4 and c[\"instances\"] == 100 and c[\"stragglers\"] == [2]] != []' <'$E2E_TMP/job2.json' | grep -qx True"
-check "held job: the split halves (keys shared by their ranks, size unread) are two groups of 2 with all 50 all-gathers" \
-	bash -c "json 'sorted((c[\"nranks\"], c[\"instances\"]) for c in d[\"communicators\"] if c[\"nranks\"] != 4) == [(2, 50), (2, 50)]' <'$E2E_TMP/job2.json' | grep -qx True"
 finish

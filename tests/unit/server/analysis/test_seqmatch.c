@@ -35,7 +35,7 @@ static struct seqmatch_call *stream_calls(int first, int64_t t0, int64_t period,
 	*n = 0;
 	for (int it = first; it < ITER; it++)
 		c[(*n)++] = (struct seqmatch_call){ SYSOM_NCCL_ALL_REDUCE, bytes,
-						    t0 + it * period + late + jitter(&seed, amp) };
+						    t0 + it * period + late + jitter(&seed, amp), 0 };
 	return c;
 }
 
@@ -118,7 +118,7 @@ static void test_align_by_ops(void **state)
 	(void)state;
 	for (int i = 0; i < 20; i++)
 		a[i] = (struct seqmatch_call){ (uint8_t)(SYSOM_NCCL_ALL_REDUCE + (i * i) % 3),
-					       (uint64_t)(i % 5) * 64, i * 10 * MS };
+					       (uint64_t)(i % 5) * 64, i * 10 * MS, 0 };
 	for (int i = 0; i < 16; i++)
 		b[i] = a[i + 4], b[i].entry_ns += 3 * MS;
 	assert_int_equal(seqmatch_align(&sa, &sb, &d), 1);
@@ -126,6 +126,29 @@ static void test_align_by_ops(void **state)
 	b[10].bytes = 1;
 	assert_int_equal(seqmatch_align(&sa, &sb, &d), 0);
 	sb.ncalls = 2; /* too short to tell */
+	assert_int_equal(seqmatch_align(&sa, &sb, &d), 0);
+}
+
+/* A straggler half a period late: entries alone are ambiguous between neighbouring
+ * iterations, but a blocking collective releases every rank together: the exits align. */
+static void test_half_period_late_aligns_by_exit(void **state)
+{
+	struct seqmatch_call a[40], b[40];
+	struct seqmatch_stream sa = { .calls = a, .ncalls = 40 }, sb = { .calls = b, .ncalls = 38 };
+	int64_t d = 0;
+
+	(void)state;
+	for (int i = 0; i < 40; i++) {
+		int64_t release = i * 10 * MS + 5 * MS;
+		a[i] = (struct seqmatch_call){ SYSOM_NCCL_ALL_REDUCE, 8, i * 10 * MS, release + 50000 };
+		b[i] = (struct seqmatch_call){ SYSOM_NCCL_ALL_REDUCE, 8, i * 10 * MS + 5 * MS - 100000,
+					       release + 60000 };
+	}
+	sb.calls = &b[2]; /* b traced from iteration 2 */
+	assert_int_equal(seqmatch_align(&sa, &sb, &d), 1);
+	assert_int_equal(d, -2);
+	for (int i = 0; i < 40; i++)
+		b[i].exit_ns = 0; /* exits unknown: entries alone are 4.9 / 5.1 ms off either way */
 	assert_int_equal(seqmatch_align(&sa, &sb, &d), 0);
 }
 
@@ -145,6 +168,7 @@ int main(void)
 		cmocka_unit_test(test_late_ranks_one_group),
 		cmocka_unit_test(test_groups_apart),
 		cmocka_unit_test(test_align_by_ops),
+		cmocka_unit_test(test_half_period_late_aligns_by_exit),
 		cmocka_unit_test(test_edges),
 	};
 
