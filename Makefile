@@ -6,7 +6,12 @@
 #   make demo       install missing packages, build, run the end-to-end demo
 #   make fuzz       run every fuzz target for FUZZ_SECONDS (default 300) each
 #   make bench      run the benchmarks in bench/ (release build)
-#   make deps       install the Debian packages the project needs (apt-get)
+#   make install    install the release build (PREFIX, DESTDIR, BINDIR, ...); make uninstall
+#   make deb        Debian packages in $(BUILD)/deb; make deb-test: build, install, run, purge them
+#   make deps       install the Debian packages the project needs (apt-get) and the web UI's
+#                   JavaScript libraries (npm ci: package-lock.json)
+#   make ui         copy the UI's libraries from node_modules/ into ui/vendor/ (part of `all`
+#                   once `make deps` has run)
 
 .DELETE_ON_ERROR:
 .SUFFIXES:
@@ -32,7 +37,8 @@ VERSION := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 
 WARNINGS := -Wall -Wextra -Werror -Wformat=2 -Wshadow -Wstrict-prototypes \
             -Wmissing-prototypes -Wvla -Wpointer-arith -Wundef
-CPPFLAGS := -D_GNU_SOURCE -DSYSOM_VERSION='"$(VERSION)"' -I. -I$(BUILD)/bpf
+CPPFLAGS := -D_GNU_SOURCE -DSYSOM_VERSION='"$(VERSION)"' -DSYSOM_UI_DIR='"$(CURDIR)/ui"' \
+            -I. -I$(BUILD)/bpf
 CFLAGS := -std=gnu11 -g -fno-omit-frame-pointer -pthread $(WARNINGS)
 ifeq ($(SAN),1)
 CFLAGS += -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined
@@ -65,7 +71,8 @@ DEB_PACKAGES := make gcc clang llvm bpftool libbpf-dev libelf-dev libdw-dev zlib
   libhttp-parser-dev libcmocka-dev libxxhash-dev libsystemd-dev pkg-config \
   libclang-rt-14-dev curl binutils procps util-linux zstd python3 elfutils linux-perf \
   libstdc++-12-dev libdebuginfod-dev debuginfod libc6-dbg gcc prometheus-alertmanager libssl-dev \
-  protobuf-c-compiler libprotobuf-c-dev protobuf-compiler
+  protobuf-c-compiler libprotobuf-c-dev protobuf-compiler systemd strace debhelper dpkg-dev python3-yaml \
+  clickhouse-server clickhouse-client chromium
 
 # ---------------------------------------------------------------------------------------------
 # Sources, discovered per directory tree: a program is a top-level directory whose
@@ -480,6 +487,111 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(COMMON_SRCS) $(COMMON_HDRS) \
 fuzzers: $(FUZZERS)
 
 # ---------------------------------------------------------------------------------------------
+# Installation: `make install` / `make uninstall` of the release build, GNU-style directories,
+# DESTDIR for staging (packages). The configuration directory is /etc (not $(PREFIX)/etc) by
+# default, because the units, the docs and the daemons' defaults use /etc/sysom; systemd
+# searches $(PREFIX)/lib/systemd/system for /usr/local and /usr. The systemd units are written
+# from deploy/*.service.in with these paths. Configuration files are installed only where
+# none exists and removed only while unchanged; tokens are never installed.
+#   make install PREFIX=/usr/local DESTDIR=/tmp/stage
+PREFIX ?= /usr/local
+EXEC_PREFIX ?= $(PREFIX)
+BINDIR ?= $(EXEC_PREFIX)/bin
+LIBDIR ?= $(EXEC_PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+DATADIR ?= $(PREFIX)/share
+DOCDIR ?= $(DATADIR)/doc/sysom
+SYSCONFDIR ?= /etc
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+INSTALL ?= install
+DESTDIR ?=
+
+UNIT_TEMPLATES := $(wildcard deploy/*.service.in)
+UNITS := $(patsubst deploy/%.in,$(BUILD)/deploy/%,$(UNIT_TEMPLATES))
+CONF_EXAMPLES := deploy/agent.conf.example deploy/server.conf.example
+INSTALL_DOCS := README.md docs/operations.md docs/http-api.md docs/registration-protocol.md \
+  docs/nccl-profiler.md docs/cupti-library.md docs/deployment.md deploy/reverse-proxy.nginx.conf
+# The in-process libraries that this tree can build (the CUPTI one needs cupti.h).
+INSTALL_PLUGINS := $(NCCL_PLUGIN_SO) $(if $(wildcard $(CUDA_INCLUDE)/cupti.h),$(CUPTI_PLUGIN_SO))
+INSTALL_BINS := $(AGENT_BIN) $(SERVER_BIN) $(CTL_BIN) $(SYMREPO_BIN)
+
+.PHONY: install install-prereqs uninstall units FORCE
+units: $(UNITS)
+# What install copies (debian/rules builds exactly this).
+install-prereqs: $(INSTALL_BINS) $(INSTALL_PLUGINS) $(CLIENT_SO) $(UNITS)
+# Rewritten when a directory changed (FORCE), kept (same timestamp) otherwise.
+$(BUILD)/deploy/%.service: deploy/%.service.in FORCE
+	$(Q)mkdir -p $(@D)
+	$(Q)sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+	    -e 's|@DOCDIR@|$(DOCDIR)|g' $< > $@.tmp
+	$(Q)if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv -f $@.tmp $@; echo "  GEN     $@"; fi
+FORCE:
+
+install: install-prereqs
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/sysom \
+	    $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSCONFDIR)/sysom $(DESTDIR)$(DOCDIR)/examples
+	$(INSTALL) -m 0755 $(INSTALL_BINS) $(DESTDIR)$(BINDIR)/
+	$(INSTALL) -m 0644 $(INSTALL_PLUGINS) $(DESTDIR)$(LIBDIR)/
+	$(INSTALL) -m 0644 $(CLIENT_SO) $(DESTDIR)$(LIBDIR)/libsysom-client.so.1
+	ln -sf libsysom-client.so.1 $(DESTDIR)$(LIBDIR)/libsysom-client.so
+	$(INSTALL) -m 0644 client/sysom_client.h $(DESTDIR)$(INCLUDEDIR)/sysom/
+	$(INSTALL) -m 0644 $(UNITS) $(DESTDIR)$(SYSTEMDUNITDIR)/
+	$(INSTALL) -m 0644 $(CONF_EXAMPLES) $(DESTDIR)$(DOCDIR)/examples/
+	$(INSTALL) -m 0644 $(wildcard $(INSTALL_DOCS)) $(DESTDIR)$(DOCDIR)/
+	@for f in $(CONF_EXAMPLES); do \
+	  c=$(DESTDIR)$(SYSCONFDIR)/sysom/$$(basename $$f .example); \
+	  if [ -e $$c ]; then echo "  keeping $$c"; else $(INSTALL) -m 0644 $$f $$c && echo "  created $$c"; fi; \
+	done
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(INSTALL_BINS)))
+	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/,$(notdir $(NCCL_PLUGIN_SO) $(CUPTI_PLUGIN_SO)) \
+	    libsysom-client.so.1 libsysom-client.so)
+	rm -f $(DESTDIR)$(INCLUDEDIR)/sysom/sysom_client.h
+	rm -f $(addprefix $(DESTDIR)$(SYSTEMDUNITDIR)/,$(notdir $(UNITS)))
+	@for f in $(CONF_EXAMPLES); do \
+	  c=$(DESTDIR)$(SYSCONFDIR)/sysom/$$(basename $$f .example); \
+	  if cmp -s $$f $$c; then rm -f $$c; elif [ -e $$c ]; then echo "  keeping $$c (changed)"; fi; \
+	done
+	rm -f $(addprefix $(DESTDIR)$(DOCDIR)/examples/,$(notdir $(CONF_EXAMPLES))) \
+	    $(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(INSTALL_DOCS)))
+	@rmdir $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) $(DESTDIR)$(INCLUDEDIR)/sysom \
+	    $(DESTDIR)$(SYSCONFDIR)/sysom 2>/dev/null || true
+
+# Debian packages (debian/): built from a copy of the tree into $(BUILD)/deb; deb-test builds,
+# installs, runs and purges them (root; minutes, so not part of `make test`).
+.PHONY: deb deb-test
+deb:
+	$(Q)scripts/build-debs.sh $(BUILD)/deb
+
+deb-test: deps
+	$(Q)$(MAKE) --no-print-directory $(BUILD)/tests/fixtures/chain_workload
+	$(Q)SYSOM_BUILD=$(BUILD) SYSOM_ROOT=$(CURDIR) bash tests/pkg/test_deb.sh
+
+# ---------------------------------------------------------------------------------------------
+# The web UI (ui/, served by sysom-server at /ui/): its libraries are npm packages pinned in
+# package-lock.json, copied from node_modules/ (`make deps`: npm ci) into ui/vendor/, which the
+# server serves like the rest of ui/; nothing comes from a CDN at run time. Without
+# node_modules the build goes on and the browser test (tests/e2e/test_ui.sh) skips.
+UI_VENDOR_FILES := \
+  node_modules/d3/dist/d3.min.js:d3.min.js \
+  node_modules/d3/LICENSE:d3.LICENSE.txt \
+  node_modules/d3-flame-graph/dist/d3-flamegraph.min.js:d3-flamegraph.min.js \
+  node_modules/d3-flame-graph/dist/d3-flamegraph.css:d3-flamegraph.css \
+  node_modules/d3-flame-graph/LICENSE:d3-flame-graph.LICENSE.txt
+UI_VENDOR := $(foreach f,$(UI_VENDOR_FILES),ui/vendor/$(word 2,$(subst :, ,$(f))))
+ui/vendor/%:
+	$(Q)mkdir -p $(@D)
+	$(Q)src=$$(printf '%s\n' $(UI_VENDOR_FILES) | sed -n 's|:$*$$||p'); \
+	  test -f "$$src" || { echo "$$src missing: run make deps (npm ci)" >&2; exit 1; }; \
+	  cp "$$src" $@
+ui: $(UI_VENDOR)
+.PHONY: ui
+ifneq ($(wildcard node_modules/d3/dist/d3.min.js),)
+all: ui
+endif
+
+# ---------------------------------------------------------------------------------------------
 # Entry points of the README
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -492,6 +604,10 @@ deps:
 	  $(SUDO) apt-get update -q && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
 	fi
+
+	@command -v npm >/dev/null || { echo "installing Debian packages: nodejs npm"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm; }
+	$(Q)PUPPETEER_SKIP_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
 
 test: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build/san SAN=1 all fuzzers
@@ -510,6 +626,6 @@ bench: deps
 	$(Q)bench/run.sh $(BUILD)
 
 clean:
-	rm -rf build
+	rm -rf build ui/vendor
 
 -include $(shell find $(OBJ) -name '*.d' 2>/dev/null)

@@ -27,25 +27,6 @@ const volatile bool hybrid_unwind = false;
 #define PT_REGS_PARM6(x) ((x)->r9) /* older libbpf headers stop at 5 */
 #endif
 
-/* One in-flight call of a thread (entry seen, return not yet). */
-struct pending_call {
-	__u64 entry_ns;
-	__u64 args[6];
-	__u64 stack_args[2]; /* arguments 7 and 8 */
-	__u64 seq;
-	__u64 comm_hash;
-	__s32 rank, nranks;
-	__u32 fn;
-	__u32 flags;
-};
-
-struct thread_state {
-	__u32 depth;       /* in-flight calls */
-	__u32 group_depth; /* GroupStart minus GroupEnd */
-	struct pending_call calls[GT_MAX_NESTING];
-	__u8 unique_id[GT_UNIQUE_ID_BYTES]; /* init: the id argument (one init per thread at once) */
-};
-
 /* Per thread; LRU so threads that exit or never return cost nothing forever. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);

@@ -152,4 +152,25 @@ struct gt_stats {
 
 #define GT_MAX_NESTING 4
 
+/* One in-flight call of a thread (entry seen, return not yet). The agent reads these at each
+ * seal to report collectives still inside NCCL (wire NCCL_CALLS flag "in flight"). */
+struct pending_call {
+	__u64 entry_ns;
+	__u64 args[6];
+	__u64 stack_args[2]; /* arguments 7 and 8 */
+	__u64 seq;
+	__u64 comm_hash;
+	__s32 rank, nranks;
+	__u32 fn;
+	__u32 flags;
+};
+
+/* The `threads` map's value, per pid_tgid. */
+struct thread_state {
+	__u32 depth;       /* in-flight calls */
+	__u32 group_depth; /* GroupStart minus GroupEnd */
+	struct pending_call calls[GT_MAX_NESTING];
+	__u8 unique_id[GT_UNIQUE_ID_BYTES]; /* init: the id argument (one init per thread at once) */
+};
+
 #endif

@@ -29,6 +29,7 @@
 #include "server/api/api.h"
 #include "server/http/auth.h"
 #include "server/http/http.h"
+#include "server/http/static.h"
 #include "server/analysis/monitor.h"
 #include "server/ingest/ingest.h"
 #include "server/metrics/metrics.h"
@@ -39,6 +40,9 @@
 #include "symrepo/repo.h"
 
 #define EXIT_USAGE 2
+#ifndef SYSOM_UI_DIR
+#define SYSOM_UI_DIR "ui" /* the Makefile sets the source tree's ui/ */
+#endif
 /* Handlers may build symbol files for minutes; file bodies are read on the same pool. */
 #define DEFAULT_THREADPOOL_SIZE "16"
 #define DECODE_MMAP_THRESHOLD (1 << 20) /* bytes; see run() */
@@ -61,6 +65,9 @@ struct config {
 	uint64_t decode_memory_budget;
 	double decode_memory_wait;
 	uint64_t max_db_size;
+	char *clickhouse_url;
+	char *clickhouse_credentials;
+	double clickhouse_timeout;
 	uint32_t read_connections;
 	uint32_t symbol_cache_entries;
 	uint32_t max_connections;
@@ -83,6 +90,8 @@ struct config {
 	double alert_resend_interval;
 	double analysis_interval;
 	char *public_url;
+	char *ui_dir;
+	uint64_t max_ui_file;
 	bool new_credential;
 	bool help;
 	bool version;
@@ -95,6 +104,7 @@ static struct config cfg = {
 	.max_symbols_decompressed = INGEST_DEFAULT_MAX_KSYMS_DECOMPRESSED,
 	.max_symbol_lines = 4000000,
 	.max_kernel_symbols = 8000000,
+	.clickhouse_timeout = 10,
 	.decode_memory_budget = 512ull << 20,
 	.decode_memory_wait = 1,
 	.read_connections = 4,
@@ -132,6 +142,9 @@ static const struct sysom_option options[] = {
 	{ "decode-memory-budget", SYSOM_OPT_SIZE, &cfg.decode_memory_budget, 16 * MIB, 1e15, "memory that decompressing and decoding uploads may reserve at once (default 512M)", false },
 	{ "decode-memory-wait", SYSOM_OPT_DURATION, &cfg.decode_memory_wait, 0, 60, "longest an upload waits for decode memory before a 503 (default 1s)", false },
 	{ "max-db-size", SYSOM_OPT_SIZE, &cfg.max_db_size, 0, 1e15, "cap of the database size; ingest answers 507 beyond (default 0: none)", false },
+	{ "clickhouse-url", SYSOM_OPT_STRING, &cfg.clickhouse_url, 0, 0, "http://HOST:8123/?database=NAME: store profiles in ClickHouse instead of DATA-DIR/sysom.db", false },
+	{ "clickhouse-credentials", SYSOM_OPT_STRING, &cfg.clickhouse_credentials, 0, 0, "file whose first line is USER:PASSWORD for ClickHouse", false },
+	{ "clickhouse-timeout", SYSOM_OPT_DURATION, &cfg.clickhouse_timeout, 0.1, 600, "longest a ClickHouse statement may take; ingest answers 503 beyond (default 10s)", false },
 	{ "read-connections", SYSOM_OPT_UINT, &cfg.read_connections, 1, 64, "database connections for queries (default 4)", false },
 	{ "symbol-cache-entries", SYSOM_OPT_UINT, &cfg.symbol_cache_entries, 16, 1 << 24, "frames the symbolizer caches (default 65536)", false },
 	{ "max-connections", SYSOM_OPT_UINT, &cfg.max_connections, 1, 1000000, "open connections (default 1024)", false },
@@ -153,6 +166,8 @@ static const struct sysom_option options[] = {
 	{ "webhook-url", SYSOM_OPT_STRING, &cfg.webhook_urls, 0, 0, "\"URL URL\": webhooks the alerts are sent to (Alertmanager's webhook format)", false },
 	{ "alert-resend-interval", SYSOM_OPT_DURATION, &cfg.alert_resend_interval, 0.1, 86400, "re-send firing alerts this often (default 60s)", false },
 	{ "analysis-interval", SYSOM_OPT_DURATION, &cfg.analysis_interval, 0.1, 3600, "evaluate each job with new data at most this often (default 5s)", false },
+	{ "ui-dir", SYSOM_OPT_STRING, &cfg.ui_dir, 0, 0, "the web UI's files, served at /ui/ (default: the source tree's ui/, " SYSOM_UI_DIR ")", false },
+	{ "max-ui-file", SYSOM_OPT_SIZE, &cfg.max_ui_file, 1024, 1024 * MIB, "largest web UI file served (default 16M)", false },
 	{ "public-url", SYSOM_OPT_STRING, &cfg.public_url, 0, 0, "this server's URL as users reach it, for links in alerts (generatorURL)", false },
 	{ "new-credential", SYSOM_OPT_BOOL, &cfg.new_credential, 0, 0, "with SCOPE NAME [NODES] after the options: print a new token and its credentials-file line, then exit", true },
 	{ "help", SYSOM_OPT_BOOL, &cfg.help, 0, 0, "print this help", true },
@@ -173,6 +188,7 @@ struct server {
 	struct symrepo *repo;
 	struct symbols *symbols;
 	struct upstream *upstream;
+	struct http_static *ui; /* the web UI's files; NULL when the default directory is absent */
 	struct alerts *alerts; /* alert lifecycle and delivery: the analysis feeds it */
 	struct monitor *monitor; /* straggler detection and diagnosis as batches arrive */
 	struct server_metrics metrics;
@@ -648,6 +664,25 @@ static void monitor_job_metrics_source(void *ctx, struct byte_buf *out)
 	monitor_job_metrics_write(ctx, out);
 }
 
+/* The web UI's directory: a --ui-dir that cannot be opened is a configuration error; the
+ * default (the source tree's ui/) missing only means no UI (an installed server without it). */
+static int ui_open(struct server *s)
+{
+	const char *dir = cfg.ui_dir ? cfg.ui_dir : SYSOM_UI_DIR;
+	char err[512];
+
+	if (http_static_open(dir, cfg.max_ui_file, &s->ui, err, sizeof(err)) == 0) {
+		log_info("web UI served at /ui/ from %s", dir);
+		return 0;
+	}
+	if (cfg.ui_dir) {
+		log_error("%s", err);
+		return -SYSOM_ECONFIG;
+	}
+	log_info("no web UI (%s; see --ui-dir)", err);
+	return 0;
+}
+
 static int components_create(struct server *s)
 {
 	struct ingest_options io = {
@@ -682,6 +717,9 @@ static int components_create(struct server *s)
 	ao.symbols = s->symbols;
 	ao.upstream = s->upstream;
 	ao.alerts = s->alerts;
+	if ((rc = ui_open(s)))
+		return rc; /* logged */
+	ao.ui = s->ui;
 	if (!(s->api = api_new(s->store, s->sym, s->auth, &s->metrics, &ao)))
 		return -ENOMEM;
 	/* The monitor analyses what ingest stores, reading through the API's profiles. */
@@ -781,7 +819,20 @@ static int run(const char *host, uint16_t port)
 	 * last freed size (up to 32 MiB), after which such buffers land in per-thread arenas
 	 * that keep their pages, so RSS would drift above what the decode memory budget holds. */
 	mallopt(M_MMAP_THRESHOLD, DECODE_MMAP_THRESHOLD);
-	if ((rc = store_sqlite_open(cfg.data_dir, &so, &s.store, err, sizeof(err)))) {
+	if (cfg.clickhouse_url) {
+		struct store_clickhouse_options co = {
+			.url = cfg.clickhouse_url,
+			.credentials_file = cfg.clickhouse_credentials,
+			.timeout_ms = (uint32_t)(cfg.clickhouse_timeout * 1000),
+		};
+
+		if (cfg.max_db_size)
+			log_warn("--max-db-size does not apply to ClickHouse: size it there");
+		rc = store_clickhouse_open(&co, &s.store, err, sizeof(err));
+	} else {
+		rc = store_sqlite_open(cfg.data_dir, &so, &s.store, err, sizeof(err));
+	}
+	if (rc) {
 		log_error("%s", err);
 		goto cleanup;
 	}
@@ -842,6 +893,7 @@ cleanup:
 	}
 	monitor_free(s.monitor); /* before the API it reads through and the alerts it feeds */
 	api_free(s.api);
+	http_static_free(s.ui);
 	ingest_free(s.ingest);
 	membudget_free(s.decode_memory); /* after its users */
 	alerts_free(s.alerts); /* after its users; delivers pending resolutions (bounded wait) */

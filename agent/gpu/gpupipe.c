@@ -54,6 +54,7 @@ struct gpupipe {
 	uint64_t last_launch_ns;
 	uint64_t drains;
 	uint32_t launch_cycle;   /* launch probes on one drain interval in this many; 0: never */
+	uint64_t in_flight_reported; /* collectives sent with the "in flight" flag */
 };
 
 static struct gp_proc *find_proc(struct gpupipe *gp, uint32_t tgid)
@@ -397,11 +398,30 @@ static void on_comm(void *ctx, uint32_t tgid, uint32_t generation,
 			     sysom_strerror(rc));
 }
 
+/* A collective still inside NCCL at the seal: recorded with the "in flight" flag, so the
+ * server sees which ranks entered an instance that never completes (a hang). */
+static void on_pending(void *ctx, const struct gt_nccl_event *ev)
+{
+	struct gpupipe *gp = ctx;
+	struct gt_nccl_event e = *ev;
+	struct nccltrack_call out;
+	int64_t to_real = (int64_t)(sysom_realtime_ns() - sysom_monotonic_ns());
+
+	e.generation = generation_of(gp, e.tgid);
+	if (nccltrack_event(gp->nt, &e, sizeof(e), to_real, &out) <= 0 ||
+	    !sysom_nccl_op_is_collective(out.call.op) || !out.call.comm_key)
+		return;
+	out.call.flags |= SYSOM_NCCL_IN_FLIGHT;
+	if (batcher_add_nccl_call(gp->opts.batcher, out.tgid, out.generation, &out.call) == 0)
+		gp->in_flight_reported++;
+}
+
 void gpupipe_before_seal(struct gpupipe *gp)
 {
 	struct gputrace_stats st;
 
 	gpupipe_drain(gp);
+	gputrace_pending_calls(gp->gt, gp->opts.proc_root, sysom_monotonic_ns(), 0, on_pending, gp);
 	nccltrack_for_each_comm(gp->nt, on_comm, gp);
 	for (uint32_t i = 0; i < gp->nprocs; i++) {
 		struct gp_proc *p = &gp->procs[i];

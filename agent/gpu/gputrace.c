@@ -725,6 +725,68 @@ int gputrace_consume(struct gputrace *g)
 	return ring_buffer__consume(g->ring);
 }
 
+/* The communicator argument of a pending call (as the BPF side's comm_of). */
+static uint64_t pending_comm(const struct pending_call *c)
+{
+	switch (c->fn) {
+	case GT_NCCL_ALL_REDUCE:
+	case GT_NCCL_REDUCE_SCATTER:
+	case GT_NCCL_BROADCAST:
+	case GT_NCCL_GATHER:
+	case GT_NCCL_SCATTER:
+		return c->args[5];
+	case GT_NCCL_REDUCE:
+		return c->stack_args[0];
+	case GT_NCCL_ALL_GATHER:
+	case GT_NCCL_ALL_TO_ALL:
+		return c->args[4];
+	}
+	return 0;
+}
+
+int gputrace_pending_calls(struct gputrace *g, const char *proc_root, uint64_t now_mono_ns,
+			   uint64_t min_age_ns, gputrace_pending_fn fn, void *ctx)
+{
+	int fd = bpf_map__fd(g->skel->maps.threads);
+	struct thread_state *t = malloc(sizeof(*t));
+	uint64_t key = 0, next;
+	bool first = true;
+	int n = 0;
+
+	if (!t)
+		return -ENOMEM;
+	while (bpf_map_get_next_key(fd, first ? NULL : &key, &next) == 0) {
+		char task[96];
+		first = false;
+		key = next;
+		if (bpf_map_lookup_elem(fd, &key, t) || t->depth == 0)
+			continue;
+		/* A thread that died inside a call leaves its entry behind (LRU): not in flight. */
+		snprintf(task, sizeof(task), "%s/%u/task/%u", proc_root ? proc_root : "/proc",
+			 (uint32_t)(key >> 32), (uint32_t)key);
+		if (access(task, F_OK))
+			continue;
+		for (uint32_t i = 0; i < t->depth && i < GT_MAX_NESTING; i++) {
+			const struct pending_call *c = &t->calls[i];
+			uint64_t comm = pending_comm(c);
+			if (!comm || c->entry_ns > now_mono_ns || now_mono_ns - c->entry_ns < min_age_ns)
+				continue;
+			struct gt_nccl_event e = {
+				.type = GT_EVENT_NCCL_CALL, .tgid = (uint32_t)(key >> 32),
+				.tid = (uint32_t)key, .fn = (uint8_t)c->fn, .flags = (uint8_t)c->flags,
+				.entry_ns = c->entry_ns, .exit_ns = now_mono_ns, .comm = comm,
+				.seq = c->seq, .comm_hash = c->comm_hash, .datatype = -1,
+				.redop = -1, .peer = -1, .result = 0, .rank = c->rank,
+				.nranks = c->nranks, .color = -1, .key = -1,
+			};
+			fn(ctx, &e);
+			n++;
+		}
+	}
+	free(t);
+	return n;
+}
+
 int gputrace_drain_launches(struct gputrace *g, gputrace_launch_fn fn, void *ctx)
 {
 	enum { CHUNK = 128 };

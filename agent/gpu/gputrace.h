@@ -98,6 +98,16 @@ typedef void (*gputrace_launch_fn)(void *ctx, const struct gt_launch_key *k,
 				   const struct gt_launch_value *v);
 int gputrace_drain_launches(struct gputrace *g, gputrace_launch_fn fn, void *ctx);
 
+/*
+ * Visits the collective calls threads are inside of now (entered at least `min_age_ns` before
+ * `now_mono_ns`, not returned), as NCCL call events whose exit is `now_mono_ns` and whose
+ * generation is left 0; threads that no longer exist under `proc_root` are skipped. Returns
+ * the number visited or -errno.
+ */
+typedef void (*gputrace_pending_fn)(void *ctx, const struct gt_nccl_event *e);
+int gputrace_pending_calls(struct gputrace *g, const char *proc_root, uint64_t now_mono_ns,
+			   uint64_t min_age_ns, gputrace_pending_fn fn, void *ctx);
+
 struct gputrace_stats {
 	struct gt_stats bpf;      /* summed over CPUs */
 	bool hybrid_launch_stacks; /* launch stacks use the sampler's unwinder */

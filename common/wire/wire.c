@@ -715,7 +715,7 @@ int sysom_batch_add_nccl_call(struct sysom_batch *b, const struct sysom_nccl_cal
 	int err;
 
 	if (c->process >= b->process_count || c->op == 0 || c->op > SYSOM_NCCL_OP_MAX ||
-	    c->exit_ns < c->entry_ns || (c->flags & ~SYSOM_NCCL_IN_GROUP) || c->peer < -1 ||
+	    c->exit_ns < c->entry_ns || (c->flags & ~(SYSOM_NCCL_IN_GROUP | SYSOM_NCCL_IN_FLIGHT)) || c->peer < -1 ||
 	    c->rank < -1)
 		return -EINVAL;
 	if ((err = GROW(b->nccl_calls, b->nccl_call_cap, b->nccl_call_count + 1)))

@@ -337,6 +337,8 @@ struct sysom_communicator {
 };
 
 #define SYSOM_NCCL_IN_GROUP 0x1 /* NCCL_CALLS flags: called between GroupStart and GroupEnd */
+#define SYSOM_NCCL_IN_FLIGHT 0x2 /* (1.4) not returned when the agent sealed: exit_ns is the seal
+                                  * time; sent again, without the flag, once it returns */
 #define SYSOM_NCCL_NO_DATATYPE 0xff
 #define SYSOM_NCCL_NO_REDOP 0xff
 

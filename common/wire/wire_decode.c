@@ -760,7 +760,7 @@ static int decode_nccl_calls(struct decoder *d, const struct section *s)
 			return err;
 		if (o->op == 0 || o->op > SYSOM_NCCL_OP_MAX)
 			return CORRUPT(d, at + WIRE_NCCL_CALL_OP, "%s: unknown op %u", what, o->op);
-		if (o->flags & ~SYSOM_NCCL_IN_GROUP)
+		if (o->flags & ~(SYSOM_NCCL_IN_GROUP | SYSOM_NCCL_IN_FLIGHT))
 			return CORRUPT(d, at + WIRE_NCCL_CALL_FLAGS, "%s: unknown flags 0x%x", what,
 				       o->flags);
 		if (o->exit_ns < o->entry_ns)

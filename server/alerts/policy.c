@@ -11,12 +11,24 @@ const char *alerts_policy_severity(enum incident_kind kind, enum diagnosis_layer
 				   bool persistent)
 {
 	(void)layer; /* every layer alike today */
+	if (kind == INCIDENT_HANG)
+		return "critical"; /* every GPU of the job idles */
 	return kind == INCIDENT_STRAGGLER && persistent ? "critical" : "warning";
 }
 
 const char *alerts_policy_name(enum incident_kind kind)
 {
-	return kind == INCIDENT_STRAGGLER ? "SysomStraggler" : "SysomRegression";
+	switch (kind) {
+	case INCIDENT_STRAGGLER:
+		return "SysomStraggler";
+	case INCIDENT_HANG:
+		return "SysomHang";
+	case INCIDENT_AGENT_LOST:
+		return "SysomAgentLost";
+	case INCIDENT_REGRESSION:
+		break;
+	}
+	return "SysomRegression";
 }
 
 int alerts_incidents_publish(void *alerts, const char *job, const struct incident_summary *open,
@@ -36,7 +48,7 @@ int alerts_incidents_publish(void *alerts, const char *job, const struct inciden
 		bool linked = false;
 		if (public_url && public_url[0]) {
 			int len = snprintf(urls[k], sizeof(urls[k]),
-					   "%s/api/v1/diagnoses/%" PRId64 "?format=text",
+					   "%s/ui/#view=diagnosis&id=%" PRId64,
 					   public_url, d->id);
 			linked = len > 0 && (size_t)len < sizeof(urls[k]); /* never a cut link */
 		}

@@ -35,6 +35,10 @@ struct diagnosis_ctx {
 	/* GPU kernel time by launching stack, "stack;[gpu] kernel ns" lines (NULL: none). */
 	int (*gpu_time_folded)(void *arg, const struct store_sample_filter *f, uint32_t limit,
 			       struct byte_buf *out);
+	/* Off-CPU time by stack, folded "stack us" lines (NULL: the store has no off-CPU data);
+	 * the hang report shows a missing rank's top blocked stacks with it. */
+	int (*offcpu_folded)(void *arg, const struct store_sample_filter *f, uint32_t limit,
+			     struct byte_buf *out);
 };
 
 struct diagnosis_scope {

@@ -2,7 +2,9 @@
 /* The analysis's typed results as JSON (server/analysis/diagnosis_render.h). */
 #include "server/analysis/diagnosis_render.h"
 
+#include <inttypes.h>
 #include <math.h>
+#include <string.h>
 
 #include "server/http/render.h"
 
@@ -243,4 +245,165 @@ json_t *diagnosis_regression_json(const struct regression *g)
 			 (json_int_t)g->baseline_to_ms, "samples", (json_int_t)g->baseline_samples,
 			 "current_samples", (json_int_t)g->current_samples, "window_ms",
 			 (json_int_t)g->window_ms, "delta_pp", g->delta_pp, "functions", fns);
+}
+
+/* ---- hangs ------------------------------------------------------------------------------- */
+
+static json_t *stacks_json(const struct hang_stack *st, size_t n, const char *unit)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; a && i < n; i++)
+		json_array_append_new(a, json_pack("{s:s,s:I}", "stack", st[i].stack, unit,
+						   (json_int_t)st[i].weight));
+	return a ? a : json_null();
+}
+
+static json_t *evidence_json(const struct hang_rank *hr, const struct hang_evidence *ev)
+{
+	json_t *o = json_pack("{s:i,s:i,s:I,s:s,s:s,s:b,s:I,s:I,s:I}", "rank", hr->rank,
+			      "comm_rank", hr->comm_rank, "pid", (json_int_t)hr->pid, "hostname",
+			      hr->host, "state", hang_rank_state_name(hr->state), "entered_any",
+			      hr->entered_any, "last_seq", (json_int_t)hr->last_seq,
+			      "last_entry_ms", (json_int_t)hr->last_entry_ms, "node_last_batch_ms",
+			      (json_int_t)hr->node_last_ms);
+	json_t *threads;
+
+	if (!o)
+		return NULL;
+	json_object_set_new(o, "process_exists",
+			    hr->state == HANG_RANK_AGENT_LOST ? json_null()
+							      : json_boolean(hr->state != HANG_RANK_EXITED));
+	if (!ev)
+		return o;
+	json_object_set_new(o, "oncpu_samples", json_integer((json_int_t)ev->oncpu_samples));
+	json_object_set_new(o, "oncpu_stacks", stacks_json(ev->oncpu, ev->noncpu, "samples"));
+	json_object_set_new(o, "offcpu_stacks", ev->offcpu_present
+							? stacks_json(ev->offcpu, ev->noffcpu, "us")
+							: json_null());
+	if (!ev->threads_present) {
+		json_object_set_new(o, "threads", json_null());
+		return o;
+	}
+	threads = json_array();
+	for (size_t i = 0; threads && i < ev->nthreads; i++) {
+		const struct hang_thread *t = &ev->threads[i];
+		json_array_append_new(threads,
+				      json_pack("{s:I,s:s,s:f,s:I,s:I,s:s}", "tid", (json_int_t)t->tid,
+						"comm", t->comm, "oncpu_ms", (double)t->oncpu_ns / 1e6,
+						"voluntary_switches", (json_int_t)t->voluntary_switches,
+						"involuntary_switches",
+						(json_int_t)t->involuntary_switches, "state",
+						t->oncpu_ns ? "ran" : "no CPU time"));
+	}
+	json_object_set_new(o, "threads", threads ? threads : json_null());
+	json_object_set_new(o, "threads_total", json_integer(ev->threads_total));
+	return o;
+}
+
+json_t *diagnosis_hang_json(const struct hang_result *r, const struct hang_evidence *ev,
+			    size_t nev)
+{
+	char comm[24];
+	json_t *ranks = json_array();
+
+	for (size_t i = 0; ranks && i < r->nnamed; i++)
+		json_array_append_new(ranks, evidence_json(&r->ranks[i], i < nev ? &ev[i] : NULL));
+	snprintf(comm, sizeof(comm), "%016" PRIx64, r->comm);
+	return json_pack("{s:{s:s,s:s,s:I,s:i,s:i,s:b,s:I,s:I,s:I,s:f},s:I,s:o}", "instance",
+			 "comm", comm, "op", sysom_nccl_op_name(r->op), "seq", (json_int_t)r->seq,
+			 "nranks", r->nranks, "entered", r->entered, "all_entered",
+			 r->all_entered, "since_ms", (json_int_t)r->since_ms, "waited_ms",
+			 (json_int_t)r->waited_ms, "threshold_ms", (json_int_t)r->threshold_ms,
+			 "interval_ms", r->interval_ms, "missing", (json_int_t)r->nmissing,
+			 "ranks", ranks);
+}
+
+json_t *diagnosis_agent_lost_json(const struct hang_lost_node *n)
+{
+	json_t *ranks = json_array();
+
+	for (uint32_t i = 0; ranks && i < n->nranks && i < HANG_MAX_NAMED; i++)
+		json_array_append_new(ranks, json_integer(n->ranks[i]));
+	return json_pack("{s:{s:s,s:I,s:I,s:o}}", "agent_lost", "hostname", n->host,
+			 "last_batch_ms", (json_int_t)n->last_ms, "processes",
+			 (json_int_t)n->nranks, "ranks", ranks);
+}
+
+static void text_frames(struct byte_buf *out, const char *stack)
+{
+	for (const char *f = stack; f && *f;) {
+		const char *semi = strchr(f, ';');
+		size_t flen = semi ? (size_t)(semi - f) : strlen(f);
+		byte_buf_printf(out, "        %.*s\n", (int)flen, f);
+		f = semi ? semi + 1 : NULL;
+	}
+}
+
+static const char *jstr(const json_t *o, const char *key)
+{
+	const char *v = json_string_value(json_object_get(o, key));
+	return v ? v : "";
+}
+
+static json_int_t jint(const json_t *o, const char *key)
+{
+	return json_integer_value(json_object_get(o, key));
+}
+
+void diagnosis_hang_text(const json_t *report, struct byte_buf *out)
+{
+	const json_t *inst = json_object_get(report, "instance"), *lost, *r, *v, *x;
+	size_t i, j;
+
+	if ((lost = json_object_get(report, "agent_lost"))) {
+		byte_buf_printf(out, "\nnode %s: no batch since %" JSON_INTEGER_FORMAT
+				" ms since the epoch; it listed %" JSON_INTEGER_FORMAT
+				" process(es) of the job, ranks:", jstr(lost, "hostname"),
+				jint(lost, "last_batch_ms"), jint(lost, "processes"));
+		json_array_foreach(json_object_get(lost, "ranks"), i, v)
+			byte_buf_printf(out, " %" JSON_INTEGER_FORMAT, json_integer_value(v));
+		byte_buf_printf(out, "\n");
+		return;
+	}
+	if (!inst)
+		return;
+	byte_buf_printf(out, "\n%s #%" JSON_INTEGER_FORMAT " on communicator %s: %" JSON_INTEGER_FORMAT
+			" of %" JSON_INTEGER_FORMAT " ranks entered%s, waiting %.1f s (threshold %.1f s, "
+			"usual spacing %.1f ms)\n",
+			jstr(inst, "op"), jint(inst, "seq"), jstr(inst, "comm"), jint(inst, "entered"),
+			jint(inst, "nranks"),
+			json_is_true(json_object_get(inst, "all_entered")) ? ", none finished" : "",
+			(double)jint(inst, "waited_ms") / 1e3, (double)jint(inst, "threshold_ms") / 1e3,
+			json_number_value(json_object_get(inst, "interval_ms")));
+	json_array_foreach(json_object_get(report, "ranks"), i, r) {
+		const json_t *pe = json_object_get(r, "process_exists");
+		byte_buf_printf(out, "\nrank %" JSON_INTEGER_FORMAT " (communicator rank %" JSON_INTEGER_FORMAT
+				", %s, pid %" JSON_INTEGER_FORMAT "): %s; process %s\n",
+				jint(r, "rank"), jint(r, "comm_rank"), jstr(r, "hostname"), jint(r, "pid"),
+				jstr(r, "state"),
+				json_is_null(pe) ? "unknown (agent lost)"
+						 : json_is_true(pe) ? "exists" : "gone");
+		if ((x = json_object_get(r, "threads")) && json_is_array(x)) {
+			if (!json_array_size(x))
+				byte_buf_printf(out, "  threads: none ran since the wait began (stopped, "
+						     "or blocked without waking)\n");
+			json_array_foreach(x, j, v)
+				byte_buf_printf(out, "  thread %" JSON_INTEGER_FORMAT " %-16s %8.1f ms on CPU, "
+						"%" JSON_INTEGER_FORMAT " voluntary switches\n",
+						jint(v, "tid"), jstr(v, "comm"),
+						json_number_value(json_object_get(v, "oncpu_ms")),
+						jint(v, "voluntary_switches"));
+		}
+		json_array_foreach(json_object_get(r, "oncpu_stacks"), j, v) {
+			byte_buf_printf(out, "  on-CPU stack (%" JSON_INTEGER_FORMAT " samples):\n",
+					jint(v, "samples"));
+			text_frames(out, jstr(v, "stack"));
+		}
+		json_array_foreach(json_object_get(r, "offcpu_stacks"), j, v) {
+			byte_buf_printf(out, "  off-CPU stack (%" JSON_INTEGER_FORMAT " us blocked):\n",
+					jint(v, "us"));
+			text_frames(out, jstr(v, "stack"));
+		}
+	}
 }

@@ -11,6 +11,8 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "common/bytes.h"
+#include "server/analysis/hang.h"
 #include "server/analysis/report.h"
 
 /* The stragglers document: job, range, params, iteration time, stragglers, communicators. */
@@ -29,5 +31,19 @@ json_t *diagnosis_straggler_incident_json(const struct straggler_report *r, size
 
 /* What a regression incident stores as its report. */
 json_t *diagnosis_regression_json(const struct regression *g);
+
+/* What a hang incident stores as its report: the waiting instance (communicator, op, seq,
+ * since, waited_ms, threshold_ms, interval_ms, entered of nranks, all_entered) and the named
+ * ranks with their state, node, pid, whether the process exists, and (the first
+ * HANG_EVIDENCE_RANKS) their latest on-CPU and off-CPU stacks and thread activity. */
+json_t *diagnosis_hang_json(const struct hang_result *r, const struct hang_evidence *ev,
+			    size_t nev);
+
+/* What an agent-lost incident stores: the node, its last batch, the job ranks it listed. */
+json_t *diagnosis_agent_lost_json(const struct hang_lost_node *n);
+
+/* The plain-text body of a hang or agent-lost report (as diagnosis_hang_json and
+ * diagnosis_agent_lost_json make it), appended to `out`. */
+void diagnosis_hang_text(const json_t *report, struct byte_buf *out);
 
 #endif

@@ -21,6 +21,7 @@ struct live_group {
 	uint64_t *tag;      /* seq + 1 of the slot's entry, 0 empty */
 	uint64_t *top;      /* per rank: highest seq seen + 1, 0 none */
 	uint32_t *pid;      /* per rank, latest */
+	uint8_t *inflight;  /* per rank: its newest call had not returned when its agent sealed */
 	char **host;        /* per rank, latest (owned) */
 };
 
@@ -49,6 +50,7 @@ static void group_release(struct live *l, struct live_group *g)
 	for (int32_t r = 0; g->host && r < g->nranks; r++)
 		free(g->host[r]);
 	free(g->host);
+	free(g->inflight);
 	free(g->pid);
 	free(g->top);
 	free(g->tag);
@@ -124,7 +126,9 @@ static int group_add(struct live *l, const char *job, uint64_t key, uint8_t op, 
 	g->top = calloc((size_t)nranks, sizeof(*g->top));
 	g->pid = calloc((size_t)nranks, sizeof(*g->pid));
 	g->host = calloc((size_t)nranks, sizeof(*g->host));
-	if (!g->entry || !g->tag || !g->top || !g->pid || !g->host) {
+	g->inflight = calloc((size_t)nranks, sizeof(*g->inflight));
+	if (!g->entry || !g->tag || !g->top || !g->pid || !g->host || !g->inflight) {
+		free(g->inflight);
 		free(g->entry);
 		free(g->tag);
 		free(g->top);
@@ -214,8 +218,14 @@ int live_batch_add(struct live *l, const struct sysom_batch *b,
 		size_t slot = (size_t)rank * g->window + c->seq % g->window;
 		g->entry[slot] = (int64_t)c->entry_ns;
 		g->tag[slot] = c->seq + 1;
-		if (c->seq + 1 > top)
+		/* An in-flight call (reported at a seal, still inside NCCL) has entered: its entry
+		 * counts like any other, and the flag is the rank's newest call's until it returns. */
+		if (c->seq + 1 > top) {
 			g->top[rank] = c->seq + 1;
+			g->inflight[rank] = (c->flags & SYSOM_NCCL_IN_FLIGHT) != 0;
+		} else if (c->seq + 1 == top && !(c->flags & SYSOM_NCCL_IN_FLIGHT)) {
+			g->inflight[rank] = 0;
+		}
 		g->pid[rank] = b->processes[c->process].tgid;
 		if (!g->host[rank] || strcmp(g->host[rank], host)) {
 			char *h = strdup(host);
@@ -291,6 +301,98 @@ int live_source(void *arg, const struct diagnosis_scope *scope, store_collective
 		if (strcmp(g->job, scope->job) || (scope->has_comm && g->key != scope->comm))
 			continue;
 		rc = group_emit(g, from_ns, to_ns, fn, fn_arg);
+	}
+	return rc;
+}
+
+/* ---- progress of a job's groups (the hang detector's input) ------------------------------- */
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* The view of group g in `v` (ranks in `rv`, nranks long; `t0s`, window long, is scratch). */
+static void group_view(const struct live_group *g, struct live_rank_view *rv, int64_t *t0s,
+		       struct live_group_view *v)
+{
+	uint64_t low = UINT64_MAX, high = 0;
+	size_t n = 0;
+
+	memset(v, 0, sizeof(*v));
+	v->comm = g->key;
+	v->op = g->op;
+	v->nranks = g->nranks;
+	v->ranks = rv;
+	for (int32_t r = 0; r < g->nranks; r++) {
+		uint64_t top = g->top[r];
+		size_t slot = (size_t)r * g->window + (top ? (top - 1) % g->window : 0);
+		rv[r] = (struct live_rank_view){
+			.top = top, .in_flight = g->inflight[r] != 0, .pid = g->pid[r],
+			.host = g->host[r] ? g->host[r] : "",
+			.last_entry_ns = top && g->tag[slot] == top ? g->entry[slot] : 0,
+		};
+		low = top < low ? top : low;
+		high = top > high ? top : high;
+	}
+	v->pending_seq = low;
+	/* The first instance some rank has not entered: when did the others enter it? */
+	if (high > low) {
+		size_t col = low % g->window;
+		for (int32_t r = 0; r < g->nranks; r++) {
+			size_t slot = (size_t)r * g->window + col;
+			if (g->top[r] > low && g->tag[slot] == low + 1 &&
+			    (!v->pending_t0_ns || g->entry[slot] < v->pending_t0_ns))
+				v->pending_t0_ns = g->entry[slot];
+		}
+	}
+	/* The spacing of the window's complete instances: their first entries, one seq apart. */
+	uint64_t first = low > g->window ? low - g->window : 0;
+	for (uint64_t seq = first; seq < low; seq++) {
+		size_t col = seq % g->window;
+		int64_t t0 = INT64_MAX;
+		bool complete = true;
+		for (int32_t r = 0; r < g->nranks && complete; r++) {
+			size_t slot = (size_t)r * g->window + col;
+			complete = g->tag[slot] == seq + 1;
+			if (complete && g->entry[slot] < t0)
+				t0 = g->entry[slot];
+		}
+		if (complete)
+			t0s[n++] = t0;
+		else if (n)
+			n = 0; /* a hole: spacing across it is not one instance's */
+	}
+	if (n >= 2) {
+		for (size_t i = 0; i + 1 < n; i++)
+			t0s[i] = t0s[i + 1] - t0s[i];
+		qsort(t0s, n - 1, sizeof(*t0s), cmp_i64);
+		v->interval_ns = t0s[(n - 1) / 2];
+	}
+}
+
+int live_job_groups(const struct live *l, const char *job, live_group_fn fn, void *arg)
+{
+	int rc = 0;
+
+	for (size_t i = 0; i < l->ngroups && !rc; i++) {
+		const struct live_group *g = &l->groups[i];
+		struct live_group_view v;
+		if (g->refused || strcmp(g->job, job))
+			continue;
+		struct live_rank_view *rv = calloc((size_t)g->nranks, sizeof(*rv));
+		int64_t *t0s = calloc(g->window, sizeof(*t0s));
+		if (!rv || !t0s) {
+			free(rv);
+			free(t0s);
+			return -ENOMEM;
+		}
+		group_view(g, rv, t0s, &v);
+		rc = fn(arg, &v);
+		free(rv);
+		free(t0s);
 	}
 	return rc;
 }

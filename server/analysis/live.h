@@ -58,6 +58,32 @@ int live_batch_add(struct live *l, const struct sysom_batch *b,
 int live_source(void *arg, const struct diagnosis_scope *scope, store_collective_fn fn,
 		void *fn_arg);
 
+/* One rank of a group as the hang detector reads it. */
+struct live_rank_view {
+	uint64_t top;           /* highest sequence number entered + 1, 0: none */
+	int64_t last_entry_ns;  /* entry time of that newest call (0: not in the window) */
+	bool in_flight;         /* the newest call had not returned when its agent last sealed */
+	uint32_t pid;
+	const char *host;       /* borrowed; "" unknown */
+};
+
+/* A (communicator, op) group's progress. */
+struct live_group_view {
+	uint64_t comm;
+	uint8_t op;
+	int32_t nranks;
+	const struct live_rank_view *ranks; /* [nranks], borrowed for the callback */
+	uint64_t pending_seq;   /* the lowest top: the first instance some rank has not entered */
+	int64_t pending_t0_ns;  /* the earliest entry into it by the ranks that did (0: none did) */
+	int64_t interval_ns;    /* median spacing of the window's complete instances (0: < 2) */
+};
+
+typedef int (*live_group_fn)(void *arg, const struct live_group_view *g);
+
+/* Calls `fn` for every group of `job` held in memory (refused ones are skipped); stops at
+ * the first non-zero return and returns it; -ENOMEM. */
+int live_job_groups(const struct live *l, const char *job, live_group_fn fn, void *arg);
+
 /* Forgets a job's groups. */
 void live_job_drop(struct live *l, const char *job);
 

@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "server/analysis/diagnosis_render.h"
 #include "server/query/folded.h"
+#include "server/analysis/hang.h"
 #include "server/analysis/layers.h"
 #include "server/analysis/live.h"
 #include "server/metrics/metrics.h"
@@ -34,6 +35,9 @@ struct job_entry {
 	int64_t regress_since_ms; /* its iteration time has been above the baseline's since (0: not) */
 	uint32_t stragglers;    /* found by its last evaluation */
 	uint32_t open;          /* its open incidents after the last evaluation */
+	int64_t hang_due_ms;    /* evaluate again then even without new data (0: no need) */
+	bool hung;              /* its last evaluation found a hang */
+	uint32_t agents_lost;   /* ... nodes of its ranks that stopped reporting */
 };
 
 struct monitor {
@@ -55,6 +59,7 @@ struct monitor {
 	uint64_t open_at_start;
 	struct live *live;      /* the jobs' latest collective instances, fed by ingest */
 	struct live_add_stats live_stats;
+	struct hang_tracker *hang; /* which nodes report, which processes they list */
 };
 
 /* Tells the owner (outside the lock). */
@@ -312,6 +317,271 @@ cleanup:
 	return rc;
 }
 
+/* ---- hangs ------------------------------------------------------------------------------------ */
+
+#define HANG_STACK_LOOKBACK_MS 30000 /* stacks from this long before the wait began */
+
+struct hang_outcome {
+	int64_t next_check_ms;
+	bool hung;
+	uint32_t agents_lost;
+};
+
+/* The `n` heaviest lines of a folded profile ("stack weight\n") into st[]. */
+static int top_stacks(const struct byte_buf *folded, struct hang_stack *st, size_t max,
+		      size_t *n, uint64_t *total)
+{
+	const char *p = (const char *)folded->data, *end = p + folded->len;
+
+	*n = 0;
+	*total = 0;
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p)), *eol = nl ? nl : end;
+		const char *sp = eol;
+		while (sp > p && sp[-1] != ' ')
+			sp--;
+		if (sp > p) {
+			uint64_t w = strtoull(sp, NULL, 10);
+			size_t len = (size_t)(sp - 1 - p), at = *n;
+			*total += w;
+			while (at > 0 && st[at - 1].weight < w)
+				at--;
+			if (at < max) {
+				char *copy = strndup(p, len);
+				if (!copy)
+					return -ENOMEM;
+				if (*n == max)
+					free(st[--*n].stack);
+				memmove(&st[at + 1], &st[at], (*n - at) * sizeof(*st));
+				st[at] = (struct hang_stack){ copy, w };
+				(*n)++;
+			}
+		}
+		p = eol + 1;
+	}
+	return 0;
+}
+
+struct thread_acc {
+	struct hang_evidence *ev;
+	uint32_t pid;
+	struct hang_thread all[256];
+	size_t n;
+};
+
+static int hang_thread_row(void *arg, const struct store_os_thread_row *r)
+{
+	struct thread_acc *a = arg;
+	size_t i;
+
+	if (r->who.pid != a->pid)
+		return 0;
+	for (i = 0; i < a->n; i++)
+		if (a->all[i].tid == r->tid)
+			break;
+	if (i == a->n) {
+		if (a->n == sizeof(a->all) / sizeof(a->all[0]))
+			return 0;
+		a->n++;
+		memset(&a->all[i], 0, sizeof(a->all[i]));
+		a->all[i].tid = r->tid;
+		snprintf(a->all[i].comm, sizeof(a->all[i].comm), "%s", r->comm ? r->comm : "");
+	}
+	a->all[i].oncpu_ns += r->oncpu_ns;
+	a->all[i].voluntary_switches += r->voluntary_switches;
+	a->all[i].involuntary_switches += r->involuntary_switches;
+	return 0;
+}
+
+static int cmp_thread(const void *x, const void *y)
+{
+	const struct hang_thread *a = x, *b = y;
+
+	return (a->oncpu_ns < b->oncpu_ns) - (a->oncpu_ns > b->oncpu_ns);
+}
+
+/* What a missing rank was doing: its latest on-CPU (and off-CPU) stacks and its threads'
+ * activity since the others started waiting. Missing data is left empty, not an error. */
+static int hang_evidence_fill(struct monitor *m, const char *job, const struct hang_result *r,
+			      const struct hang_rank *hr, int64_t now, struct hang_evidence *ev)
+{
+	struct store_sample_filter f = { .from_ms = r->since_ms - HANG_STACK_LOOKBACK_MS,
+					 .to_ms = now, .job = job, .has_pid = true,
+					 .pid = hr->pid, .node = hr->host };
+	struct byte_buf folded = { 0 };
+	struct thread_acc *acc = NULL;
+	uint64_t total;
+	int rc = 0;
+
+	memset(ev, 0, sizeof(*ev));
+	ev->rank = *hr;
+	ev->process_exists = hr->state == HANG_RANK_AGENT_LOST ? -1
+							       : hr->state != HANG_RANK_EXITED;
+	if (hr->rank >= 0) {
+		f.has_rank = true;
+		f.rank = hr->rank;
+	}
+	if (m->ctx.folded && !m->ctx.folded(m->ctx.profiles_arg, &f, MONITOR_PROFILE_LIMIT, &folded) &&
+	    (rc = top_stacks(&folded, ev->oncpu, HANG_TOP_STACKS, &ev->noncpu, &ev->oncpu_samples)))
+		goto cleanup;
+	folded.len = 0;
+	if (m->ctx.offcpu_folded &&
+	    !m->ctx.offcpu_folded(m->ctx.profiles_arg, &f, MONITOR_PROFILE_LIMIT, &folded)) {
+		ev->offcpu_present = true;
+		if ((rc = top_stacks(&folded, ev->offcpu, HANG_TOP_STACKS, &ev->noffcpu, &total)))
+			goto cleanup;
+	}
+	if (hr->rank >= 0 && (acc = calloc(1, sizeof(*acc)))) {
+		struct store_os_filter of = { .job = job, .has_rank = true, .rank = hr->rank,
+					      .from_ms = r->since_ms, .to_ms = now };
+		struct store_os_visitor v = { .thread = hang_thread_row, .arg = acc };
+		bool truncated = false;
+		acc->ev = ev;
+		acc->pid = hr->pid;
+		if (!store_job_os(m->ctx.store, &of, 4096, &v, &truncated)) {
+			ev->threads_present = true;
+			qsort(acc->all, acc->n, sizeof(acc->all[0]), cmp_thread);
+			ev->threads_total = (uint32_t)acc->n;
+			for (size_t i = 0; i < acc->n && ev->nthreads < HANG_TOP_THREADS; i++)
+				if (acc->all[i].oncpu_ns || acc->all[i].voluntary_switches)
+					ev->threads[ev->nthreads++] = acc->all[i];
+		}
+	}
+cleanup:
+	free(acc);
+	byte_buf_free(&folded);
+	return rc;
+}
+
+/* The hang verdict of `job` as findings: one "hang" naming the ranks the others wait for,
+ * one "agent-lost" per node that stopped reporting while it had ranks of the job. */
+static int hang_check(struct monitor *m, const char *job, const struct job_settings *s,
+		      int64_t now, struct finding *found, size_t *nfound, struct hang_outcome *o)
+{
+	struct hang_params hp = { .floor_ms = s->hang_floor_ms, .factor = s->hang_factor };
+	struct hang_result *r = calloc(1, sizeof(*r));
+	struct hang_evidence *ev = NULL;
+	size_t nev = 0;
+	json_t *report = NULL;
+	int rc;
+
+	if (!r)
+		return -ENOMEM;
+	pthread_mutex_lock(&m->lock);
+	rc = hang_evaluate(m->hang, m->live, job, &hp, now, r);
+	pthread_mutex_unlock(&m->lock);
+	if (rc)
+		goto cleanup;
+	o->next_check_ms = r->next_check_ms;
+	for (size_t i = 0; i < r->nlost && *nfound < MONITOR_MAX_INCIDENTS; i++) {
+		const struct hang_lost_node *ln = &r->lost[i];
+		struct finding *f = &found[*nfound];
+		char summary[640];
+		json_t *lr = diagnosis_agent_lost_json(ln);
+		memset(f, 0, sizeof(*f));
+		snprintf(f->identity, sizeof(f->identity), "agent-lost node=%.46s", ln->host);
+		snprintf(f->kind, sizeof(f->kind), "agent-lost");
+		f->rank = ln->nranks == 1 ? ln->ranks[0] : -1;
+		snprintf(summary, sizeof(summary),
+			 "the agent on %s stopped reporting %.0f s ago while %u process(es) of the job "
+			 "ran there: its ranks are not analysed (not a hang of the ranks)",
+			 ln->host, (double)(now - ln->last_ms) / 1e3, ln->nranks);
+		f->hostname = strdup(ln->host);
+		f->communicators = strdup("");
+		f->layer = strdup(diagnosis_layer_name(DIAGNOSIS_LAYER_UNKNOWN));
+		f->severity = strdup(m->alerting.severity(INCIDENT_AGENT_LOST,
+							    DIAGNOSIS_LAYER_UNKNOWN, false));
+		f->summary = strdup(summary);
+		f->action = strdup("check sysom-agent on the node (systemctl status sysom-agent, its "
+				   "journal) and whether the node is reachable");
+		f->report = lr ? json_dumps(lr, JSON_COMPACT) : NULL;
+		json_decref(lr);
+		(*nfound)++;
+		o->agents_lost++;
+		if (!f->hostname || !f->communicators || !f->layer || !f->severity ||
+		    !f->summary || !f->action || !f->report) {
+			rc = -ENOMEM;
+			goto cleanup;
+		}
+	}
+	if (r->verdict != HANG_HUNG || *nfound == MONITOR_MAX_INCIDENTS)
+		goto cleanup;
+	o->hung = true;
+	nev = r->nnamed < HANG_EVIDENCE_RANKS ? r->nnamed : HANG_EVIDENCE_RANKS;
+	if (!(ev = calloc(nev ? nev : 1, sizeof(*ev)))) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	for (size_t i = 0; i < nev; i++)
+		if ((rc = hang_evidence_fill(m, job, r, &r->ranks[i], now, &ev[i])))
+			goto cleanup;
+	{
+		struct finding *f = &found[*nfound];
+		const struct hang_rank *h0 = &r->ranks[0];
+		char summary[640], action[512], who[320] = "", comm[24];
+		size_t used = 0;
+		for (size_t i = 0; i < r->nnamed && used < sizeof(who) - 64; i++) {
+			const struct hang_rank *h = &r->ranks[i];
+			int n = snprintf(who + used, sizeof(who) - used, "%srank %d (%s, pid %u, %s)",
+					 i ? ", " : "", h->rank, h->host, h->pid,
+					 hang_rank_state_name(h->state));
+			if (n > 0)
+				used += (size_t)n < sizeof(who) - used ? (size_t)n : sizeof(who) - used - 1;
+		}
+		snprintf(comm, sizeof(comm), "%016" PRIx64, r->comm);
+		if (r->all_entered)
+			snprintf(summary, sizeof(summary),
+				 "hang: all %d ranks entered %s #%" PRIu64 " of communicator %s "
+				 "%.0f s ago and none finished", r->nranks, sysom_nccl_op_name(r->op),
+				 r->seq, comm, (double)r->waited_ms / 1e3);
+		else
+			snprintf(summary, sizeof(summary),
+				 "hang: %d of %d ranks have waited %.0f s in %s #%" PRIu64
+				 " of communicator %s for %u rank(s) that never entered: %s%s",
+				 r->entered, r->nranks, (double)r->waited_ms / 1e3,
+				 sysom_nccl_op_name(r->op), r->seq, comm, r->nmissing, who,
+				 r->nmissing > r->nnamed ? ", ..." : "");
+		if (r->all_entered)
+			snprintf(action, sizeof(action),
+				 "every rank is inside the collective: suspect the network or the GPUs "
+				 "(NCCL_DEBUG=INFO, NIC link state, dmesg/Xid on the nodes)");
+		else if (h0->state == HANG_RANK_EXITED)
+			snprintf(action, sizeof(action),
+				 "rank %d's process (pid %u on %s) exited: read its log and exit status; "
+				 "the job cannot continue without it", h0->rank, h0->pid, h0->host);
+		else
+			snprintf(action, sizeof(action),
+				 "see what rank %d (pid %u on %s) is doing: its stacks and thread states "
+				 "in the report; py-spy dump --pid %u or gdb -p %u on the node; a stopped "
+				 "process shows state T in /proc/%u/status", h0->rank, h0->pid, h0->host,
+				 h0->pid, h0->pid, h0->pid);
+		report = diagnosis_hang_json(r, ev, nev);
+		memset(f, 0, sizeof(*f));
+		snprintf(f->identity, sizeof(f->identity), "hang comm=%s", comm);
+		snprintf(f->kind, sizeof(f->kind), "hang");
+		f->rank = r->all_entered || r->nmissing != 1 ? -1 : h0->rank;
+		f->hostname = strdup(r->all_entered || r->nmissing != 1 ? "" : h0->host);
+		f->communicators = strdup(comm);
+		f->layer = strdup(diagnosis_layer_name(DIAGNOSIS_LAYER_UNKNOWN));
+		f->severity = strdup(m->alerting.severity(INCIDENT_HANG, DIAGNOSIS_LAYER_UNKNOWN,
+							    true));
+		f->summary = strdup(summary);
+		f->action = strdup(action);
+		f->report = report ? json_dumps(report, JSON_COMPACT) : NULL;
+		(*nfound)++;
+		if (!f->hostname || !f->communicators || !f->layer || !f->severity ||
+		    !f->summary || !f->action || !f->report)
+			rc = -ENOMEM;
+	}
+cleanup:
+	json_decref(report);
+	for (size_t i = 0; ev && i < nev; i++)
+		hang_evidence_free(&ev[i]);
+	free(ev);
+	free(r);
+	return rc;
+}
+
 /* ---- alerts -------------------------------------------------------------------------------- */
 
 struct open_list {
@@ -361,6 +631,17 @@ static void open_list_free(struct open_list *l)
 	free(l->d);
 }
 
+static enum incident_kind incident_kind_of(const char *kind)
+{
+	if (strcmp(kind, "straggler") == 0)
+		return INCIDENT_STRAGGLER;
+	if (strcmp(kind, "hang") == 0)
+		return INCIDENT_HANG;
+	if (strcmp(kind, "agent-lost") == 0)
+		return INCIDENT_AGENT_LOST;
+	return INCIDENT_REGRESSION;
+}
+
 /* The job's open incidents, typed, are handed to the alert module, whose policy makes them
  * its alert set. */
 static int alerts_publish(struct monitor *m, const char *job, const struct open_list *open,
@@ -375,8 +656,7 @@ static int alerts_publish(struct monitor *m, const char *job, const struct open_
 		const struct store_diagnosis *d = &open->d[i];
 		inc[i] = (struct incident_summary){
 			.id = d->id,
-			.kind = strcmp(d->kind, "straggler") == 0 ? INCIDENT_STRAGGLER
-								  : INCIDENT_REGRESSION,
+			.kind = incident_kind_of(d->kind),
 			.rank = d->rank,
 			.identity = d->identity,
 			.hostname = d->hostname,
@@ -415,6 +695,7 @@ static struct job_entry *job_track(struct monitor *m, const char *job, int64_t n
 			if (m->jobs[i].last_batch_ms < m->jobs[oldest].last_batch_ms)
 				oldest = i;
 		live_job_drop(m->live, m->jobs[oldest].job);
+		hang_tracker_job_drop(m->hang, m->jobs[oldest].job);
 		free(m->jobs[oldest].job);
 		m->jobs[oldest] = m->jobs[--m->njobs];
 	}
@@ -463,6 +744,7 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 	size_t nfound = 0, nstragglers = 0;
 	bool rising = false;
 	struct straggler_report *rep = NULL;
+	struct hang_outcome hang = { 0 };
 	size_t i;
 	int rc;
 
@@ -490,6 +772,8 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 			goto cleanup;
 		nfound++;
 	}
+	if ((rc = hang_check(m, job, &s, now, found, &nfound, &hang)))
+		goto cleanup;
 	if (!nstragglers) {
 		bool regressed = false;
 		double iteration_ms = (double)rep->iteration_ns / 1e6;
@@ -517,6 +801,8 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 							       .text = f->summary });
 			pthread_mutex_lock(&m->lock);
 			m->stats.incidents_opened++;
+			m->stats.hangs_opened += strcmp(f->kind, "hang") == 0;
+			m->stats.agents_lost_opened += strcmp(f->kind, "agent-lost") == 0;
 			pthread_mutex_unlock(&m->lock);
 		}
 	}
@@ -527,7 +813,10 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 		bool seen = false;
 		for (size_t j = 0; j < nfound && !seen; j++)
 			seen = strcmp(found[j].identity, d->identity) == 0;
-		if (seen || now - d->updated_ms < (int64_t)s.resolve_after_ms)
+		/* A hang or a lost agent is over as soon as it no longer holds (progress resumed,
+		 * the job ended, the node reports again). */
+		bool prompt = !strcmp(d->kind, "hang") || !strcmp(d->kind, "agent-lost");
+		if (seen || (!prompt && now - d->updated_ms < (int64_t)s.resolve_after_ms))
 			continue;
 		if ((rc = store_diagnosis_resolve(m->ctx.store, d->id, now)) && rc != -ENOENT)
 			goto cleanup;
@@ -564,8 +853,13 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 	*nstrag = (uint32_t)nstragglers;
 	pthread_mutex_lock(&m->lock);
 	struct job_entry *cur = job_find(m, job);
-	if (cur)
+	if (cur) {
 		cur->regress_since_ms = rising ? (cur->regress_since_ms ? cur->regress_since_ms : now) : 0;
+		cur->hang_due_ms = hang.next_check_ms;
+		cur->hung = hang.hung;
+		cur->agents_lost = hang.agents_lost;
+	}
+
 	pthread_mutex_unlock(&m->lock);
 cleanup:
 	for (i = 0; i < nfound; i++)
@@ -628,7 +922,8 @@ static void *monitor_thread(void *arg)
 		/* The job most overdue: new data, or open incidents that may need resolving. */
 		for (size_t i = 0; i < m->njobs && !due; i++) {
 			struct job_entry *je = &m->jobs[i];
-			if ((je->dirty || je->has_open) &&
+			if ((je->dirty || je->has_open ||
+			     (je->hang_due_ms && now >= je->hang_due_ms)) &&
 			    now - je->last_eval_ms >= (int64_t)m->interval_ms)
 				due = strdup(je->job);
 		}
@@ -653,10 +948,17 @@ void monitor_batch_stored(struct monitor *m, const struct sysom_batch *b)
 {
 	int64_t now;
 
-	if (!m || !b->job_rank_count)
+	if (!m)
 		return;
 	now = m->now_ms();
 	pthread_mutex_lock(&m->lock);
+	/* Every batch says its node is alive, and which processes it still has. */
+	if (hang_tracker_note(m->hang, b, now))
+		m->stats.hang_note_errors++;
+	if (!b->job_rank_count) {
+		pthread_mutex_unlock(&m->lock);
+		return;
+	}
 	if (live_batch_add(m->live, b, job_window, m, &m->live_stats))
 		m->live_stats.refused++; /* out of memory: part of this batch is missing */
 	for (uint32_t i = 0; i < b->job_rank_count; i++) {
@@ -715,7 +1017,8 @@ int monitor_new(const struct diagnosis_ctx *ctx, const struct monitor_options *o
 			m->public_url[--len] = '\0';
 	}
 	if ((rc = live_new(opts && opts->live_cells ? opts->live_cells : LIVE_DEFAULT_MAX_CELLS,
-			   &m->live)))
+			   &m->live)) ||
+	    (rc = hang_tracker_new(&m->hang)))
 		goto fail;
 	/* Jobs with open incidents are evaluated again, so a restart still resolves them. */
 	if ((rc = store_diagnoses_list(ctx->store, &of, MONITOR_MAX_JOBS, open_job, m)))
@@ -745,6 +1048,7 @@ void monitor_free(struct monitor *m)
 		free(m->jobs[i].job);
 	free(m->jobs);
 	live_free(m->live);
+	hang_tracker_free(m->hang);
 	free(m->public_url);
 	pthread_mutex_destroy(&m->lock);
 	pthread_cond_destroy(&m->wake);
@@ -756,8 +1060,11 @@ void monitor_stats_get(struct monitor *m, struct monitor_stats *out)
 	pthread_mutex_lock(&m->lock);
 	*out = m->stats;
 	out->stragglers = 0;
-	for (size_t i = 0; i < m->njobs; i++)
+	out->hung_jobs = 0;
+	for (size_t i = 0; i < m->njobs; i++) {
 		out->stragglers += m->jobs[i].stragglers;
+		out->hung_jobs += m->jobs[i].hung;
+	}
 	out->live_calls = m->live_stats.calls;
 	out->live_skipped = m->live_stats.unknown_size + m->live_stats.refused + m->live_stats.stale;
 	out->live_cells = m->live ? live_cells(m->live) : 0;
@@ -804,6 +1111,17 @@ void monitor_metrics_write(struct monitor *m, struct byte_buf *out)
 			     (double)st.incidents_resolved);
 	metrics_family_write(out, "sysom_diagnoses_open", "gauge", "Incidents open now.");
 	metrics_sample_write(out, "sysom_diagnoses_open", NULL, (double)st.open_incidents);
+	metrics_family_write(out, "sysom_hangs_opened_total", "counter",
+			     "Hang incidents opened: a collective instance waited past the job's hang "
+			     "threshold for ranks that never entered (or none finished).");
+	metrics_sample_write(out, "sysom_hangs_opened_total", NULL, (double)st.hangs_opened);
+	metrics_family_write(out, "sysom_agents_lost_opened_total", "counter",
+			     "Agent-lost incidents opened: a node with ranks of a job stopped reporting.");
+	metrics_sample_write(out, "sysom_agents_lost_opened_total", NULL,
+			     (double)st.agents_lost_opened);
+	metrics_family_write(out, "sysom_hung_jobs", "gauge",
+			     "Jobs whose last evaluation found a hang.");
+	metrics_sample_write(out, "sysom_hung_jobs", NULL, (double)st.hung_jobs);
 }
 
 void monitor_job_metrics_write(struct monitor *m, struct byte_buf *out)
@@ -816,6 +1134,15 @@ void monitor_job_metrics_write(struct monitor *m, struct byte_buf *out)
 		if (m->jobs[i].last_eval_ms)
 			metrics_sample_write(out, "sysom_job_stragglers", labels,
 					     (double)m->jobs[i].stragglers);
+	}
+	pthread_mutex_unlock(&m->lock);
+	metrics_family_write(out, "sysom_job_hung", "gauge",
+			     "1 when the job's last evaluation found a hang, else 0.");
+	pthread_mutex_lock(&m->lock);
+	for (size_t i = 0; i < m->njobs; i++) {
+		const char *labels[] = { "job", m->jobs[i].job, NULL };
+		if (m->jobs[i].last_eval_ms)
+			metrics_sample_write(out, "sysom_job_hung", labels, m->jobs[i].hung ? 1 : 0);
 	}
 	pthread_mutex_unlock(&m->lock);
 	metrics_family_write(out, "sysom_job_open_diagnoses", "gauge",

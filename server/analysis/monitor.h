@@ -103,6 +103,10 @@ struct monitor_stats {
 	uint64_t live_calls;         /* collective calls folded into the in-memory instances */
 	uint64_t live_skipped;       /* ... not folded in (unknown size, budget, too old) */
 	uint64_t live_cells;         /* gauge: (rank, instance) cells held */
+	uint64_t hangs_opened;       /* hang incidents opened */
+	uint64_t agents_lost_opened; /* agent-lost incidents opened */
+	uint64_t hung_jobs;          /* gauge: jobs whose last evaluation found a hang */
+	uint64_t hang_note_errors;   /* batches the hang tracker could not note (out of memory) */
 };
 
 void monitor_stats_get(struct monitor *m, struct monitor_stats *out);

@@ -188,6 +188,8 @@ void straggler_report_free(struct straggler_report *r);
 enum incident_kind {
 	INCIDENT_STRAGGLER,     /* a straggling rank, with its diagnosis */
 	INCIDENT_REGRESSION,    /* the job's iteration time rose over its baseline's */
+	INCIDENT_HANG,          /* a collective instance waits for ranks that never entered */
+	INCIDENT_AGENT_LOST,    /* a node with ranks of the job stopped reporting */
 };
 
 /* An open incident of a job, as the alert policy reads it (monitor_alerting.publish). Strings

@@ -31,6 +31,8 @@ void job_settings_default(struct job_settings *s)
 	s->regression_hold_ms = SETTINGS_DEFAULT_REGRESSION_HOLD_MS;
 	s->baseline_delta_pp = SETTINGS_DEFAULT_BASELINE_DELTA_PP;
 	s->baseline_after_ms = SETTINGS_DEFAULT_BASELINE_AFTER_MS;
+	s->hang_floor_ms = SETTINGS_DEFAULT_HANG_FLOOR_MS;
+	s->hang_factor = SETTINGS_DEFAULT_HANG_FACTOR;
 }
 
 /* One numeric setting: its key, range, and where it goes (double, u32, u64 or bool). */
@@ -59,6 +61,8 @@ static const struct setting settings[] = {
 	SET("regression_hold_s", 0, 86400, 1000, SET_U32, regression_hold_ms),
 	SET("baseline_delta_pp", 0.01, 100, 1, SET_DOUBLE, baseline_delta_pp),
 	SET("baseline_after_s", 10, 86400 * 7, 1000, SET_U32, baseline_after_ms),
+	SET("hang_floor_s", 1, 86400, 1000, SET_U32, hang_floor_ms),
+	SET("hang_factor", 1, 1000, 1, SET_DOUBLE, hang_factor),
 };
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
 

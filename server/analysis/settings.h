@@ -32,6 +32,8 @@ void diagnosis_params_default(struct diagnosis_params *p);
 #define SETTINGS_DEFAULT_BASELINE_DELTA_PP 0.5    /* δ: CPU-fraction rise that names a function */
 #define SETTINGS_DEFAULT_REGRESSION_HOLD_MS 60000u /* the rise must last this long */
 #define SETTINGS_DEFAULT_BASELINE_AFTER_MS 120000u /* a job's baseline: its first healthy stretch this long */
+#define SETTINGS_DEFAULT_HANG_FLOOR_MS 30000u     /* see server/analysis/hang.h */
+#define SETTINGS_DEFAULT_HANG_FACTOR 5.0
 
 /* The thresholds of one job (defaults, then its stored settings). */
 struct job_settings {
@@ -44,6 +46,8 @@ struct job_settings {
 	uint32_t regression_hold_ms; /* ... held this long (a transient slowdown is no regression) */
 	double baseline_delta_pp; /* δ */
 	uint32_t baseline_after_ms;
+	uint32_t hang_floor_ms;   /* no hang before an instance waited this long (30 s) */
+	double hang_factor;       /* ... nor before this many of its usual spacings (5) */
 };
 
 void job_settings_default(struct job_settings *s);

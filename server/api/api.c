@@ -33,6 +33,7 @@ struct api *api_new(struct store *store, struct symbolizer *sym, struct auth *au
 	api->upstream = opts ? opts->upstream : NULL;
 	api->alerts = opts ? opts->alerts : NULL;
 	api->monitor = opts ? opts->monitor : NULL;
+	api->ui = opts ? opts->ui : NULL;
 	atomic_init(&api->http, NULL);
 	return api;
 }
@@ -69,7 +70,15 @@ void api__store_error(struct http_response *resp, int rc)
 {
 	int status = rc == -EBUSY || rc == -ENOMEM ? 503 : 500;
 
+	/* A backend without this query yet (ClickHouse): say so, never an empty answer. */
+	if (rc == -ENOTSUP) {
+		http_response_error(resp, 501, "this query is not implemented on the configured"
+				    " store (ClickHouse) yet; SQLite has it");
+		return;
+	}
 	http_response_error(resp, status, "storage error: %s", sysom_strerror(rc));
+	if (rc == -EBUSY)
+		http_response_header(resp, "Retry-After", "5");
 }
 
 json_t *api__json_hex_u64(uint64_t v)

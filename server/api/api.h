@@ -32,6 +32,7 @@ struct ingest;
 struct monitor;
 struct symbols;
 struct upstream;
+struct http_static;
 
 struct api_options {
 	/* Current time in ms since the Unix epoch (NULL: the real clock); tests pin it. */
@@ -40,6 +41,8 @@ struct api_options {
 	struct monitor *monitor;   /* optional (borrowed): analysis metrics */
 	struct symbols *symbols;   /* optional (borrowed): repository gauges in /metrics */
 	struct upstream *upstream; /* optional (borrowed): upstream fetch counters in /metrics */
+	struct http_static *ui;    /* optional (borrowed): the web UI's files under /ui/ (NULL:
+				      /ui/ answers 404 saying the UI is not installed) */
 };
 
 struct api;
@@ -108,11 +111,13 @@ struct api_route_limits {
 	size_t symbols_max_chunk; /* one chunk of a symbol file upload */
 };
 
-#define API_ROUTE_COUNT 28 /* 3 ingest + 18 query GET + 3 under jobs + 4 symbol repository */
+/* 3 ingest + 18 query GET + 3 web UI (/, /ui, /ui/...) + 3 under jobs + 4 symbol repository */
+#define API_ROUTE_COUNT 31
 
 /*
  * Fills `out` with the server's routes, in matching order: the agent-facing ones of `in`
- * (ingest_routes_get), the query routes of the API's table, health, metrics and, with
+ * (ingest_routes_get), the query routes of the API's table, health, metrics, the web UI's
+ * static files (server/http/static.h) and, with
  * `symbols`, the symbol repository's upload API and debuginfod read side (the last four).
  * Returns how many (at most API_ROUTE_COUNT). The routes borrow `api`, `in` and `symbols`.
  */

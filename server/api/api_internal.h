@@ -23,6 +23,7 @@ struct api {
 	_Atomic(struct http_server *) http;
 	struct alerts *alerts;
 	struct monitor *monitor;
+	struct http_static *ui;
 };
 
 /*

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "server/api/api_internal.h"
+#include "server/http/static.h"
 #include "server/ingest/ingest.h"
 #include "server/symbols/symbols.h"
 
@@ -149,6 +150,10 @@ size_t api_routes_build(struct api *api, struct ingest *in, struct symbols *symb
 		out[n] = query_routes[i];
 		out[n++].ctx = api;
 	}
+	/* The web UI (no token: its files hold no data; the page sends the token to the API). */
+	out[n++] = (struct http_route){ "GET", "/", false, http_static_redirect, NULL, 0 };
+	out[n++] = (struct http_route){ "GET", "/ui", false, http_static_redirect, NULL, 0 };
+	out[n++] = (struct http_route){ "GET", HTTP_STATIC_PREFIX, true, http_static_get, api->ui, 0 };
 	memcpy(&out[n], job_fallbacks, sizeof(job_fallbacks));
 	n += sizeof(job_fallbacks) / sizeof(job_fallbacks[0]);
 	if (symbols) {

@@ -6,6 +6,7 @@
 
 #include <jansson.h>
 
+#include "server/analysis/diagnosis_render.h"
 #include "server/api/api_internal.h"
 #include "server/http/render.h"
 
@@ -42,6 +43,8 @@ void api__diagnosis_text(const struct store_diagnosis *d, struct byte_buf *out)
 	if (resolved[0])
 		byte_buf_printf(out, "resolved:  %s\n", resolved);
 	byte_buf_printf(out, "\n%s\n\naction: %s\n", d->summary, d->action);
+	if (!strcmp(d->kind, "hang") || !strcmp(d->kind, "agent-lost"))
+		diagnosis_hang_text(r, out);
 	e = json_object_get(r, "straggler");
 	dg = json_object_get(e, "diagnosis");
 	if ((layer = json_object_get(dg, "gpu")) && json_is_object(layer)) {

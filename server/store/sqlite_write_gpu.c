@@ -221,8 +221,11 @@ int store__batch_write_gpu(struct conn *c, const struct sysom_batch *b,
 		if ((rc = communicator_upsert(c, b, &b->communicators[i], ids)))
 			return rc;
 	r->communicators = b->communicator_count;
+	/* In-flight calls are stored once they return (they come again then): only the monitor's
+	 * hang detector reads them, from memory. */
 	for (uint32_t i = 0; i < b->nccl_call_count; i++)
-		if ((rc = nccl_call_insert(c, &b->nccl_calls[i], ids)))
+		if (!(b->nccl_calls[i].flags & SYSOM_NCCL_IN_FLIGHT) &&
+		    (rc = nccl_call_insert(c, &b->nccl_calls[i], ids)))
 			return rc;
 	r->nccl_calls = b->nccl_call_count;
 	for (uint32_t i = 0; i < b->launch_count; i++) {

@@ -51,6 +51,23 @@ struct store_sqlite_options {
 int store_sqlite_open(const char *data_dir, const struct store_sqlite_options *opts,
 		      struct store **out, char *err, size_t errlen);
 
+/* The ClickHouse backend (fleet store; docs/operations.md "ClickHouse"). */
+struct store_clickhouse_options {
+	const char *url;              /* http://HOST:PORT/?database=NAME */
+	const char *credentials_file; /* first line USER:PASSWORD; NULL: ClickHouse's default user */
+	uint32_t timeout_ms;          /* per statement (default 10000); beyond: -EBUSY */
+};
+
+/*
+ * Connects to ClickHouse over HTTP, creates the database when missing and applies schema
+ * migrations (refusing a newer schema with -SYSOM_EVERSION). Any number of servers may share
+ * the database. Calls the backend does not implement yet return -ENOTSUP. ClickHouse
+ * unreachable or too slow: -EBUSY (here and from every call). On failure returns a negative
+ * error and a sentence in `err`; on success writes *out (store_close releases it).
+ */
+int store_clickhouse_open(const struct store_clickhouse_options *opts, struct store **out,
+			  char *err, size_t errlen);
+
 /* Closes the store and frees it; accepts NULL. No call may be in progress. */
 void store_close(struct store *s);
 

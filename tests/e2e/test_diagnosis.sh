@@ -112,7 +112,7 @@ a = ast.literal_eval(open('$E2E_TMP/am-alert.txt').read())[0]
 l = a['labels']
 assert l['rank'] == '2' and l['layer'] == 'cpu' and l['severity'] == 'critical', l
 assert l['node'] and len(l['communicator']) >= 16, l
-assert a['generatorURL'].startswith('http://sysom.test:8080/api/v1/diagnoses/'), a
+assert a['generatorURL'].startswith('http://sysom.test:8080/ui/#view=diagnosis&id='), a
 assert 'simjob_fault_extra_cpu' in a['annotations']['summary'], a
 "
 check "the alert resolves in Alertmanager once the job's data are older than its lookback" \

@@ -641,7 +641,7 @@ static void test_gpu_corruptions(void **state)
 		{ SYSOM_SECTION_NCCL_CALLS, 32, 8, 1700000000999999999ULL, "returns before" },
 		{ SYSOM_SECTION_NCCL_CALLS, 64, 1, 0, "unknown op 0" },
 		{ SYSOM_SECTION_NCCL_CALLS, 64, 1, SYSOM_NCCL_OP_MAX + 1, "unknown op" },
-		{ SYSOM_SECTION_NCCL_CALLS, 67, 1, 2, "unknown flags" },
+		{ SYSOM_SECTION_NCCL_CALLS, 67, 1, 4, "unknown flags" },
 		{ SYSOM_SECTION_NCCL_CALLS, 68, 4, (uint32_t)-2, "negative rank" },
 		{ SYSOM_SECTION_NCCL_CALLS, 76, 4, (uint32_t)-2, "negative rank" },
 		{ SYSOM_SECTION_LAUNCHES, 0, 4, 1, "process 1 out of range" },

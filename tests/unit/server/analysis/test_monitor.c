@@ -145,7 +145,7 @@ static void test_incident_lifecycle(void **state)
 	assert_string_equal(json_string_value(json_object_get(labels, "communicator")),
 			    "0000000000000abc");
 	char url[128];
-	snprintf(url, sizeof(url), "http://sysom.example:8080/api/v1/diagnoses/%lld?format=text",
+	snprintf(url, sizeof(url), "http://sysom.example:8080/ui/#view=diagnosis&id=%lld",
 		 (long long)s.id);
 	assert_string_equal(json_string_value(json_object_get(json_array_get(a, 0), "generatorURL")),
 			    url);

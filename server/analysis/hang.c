@@ -1,0 +1,362 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Hang detection over the live collective instances (server/analysis/hang.h). */
+#include "server/analysis/hang.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/array.h"
+
+struct node_entry {
+	char host[HANG_HOST_MAX];
+	int64_t last_ms;  /* its last batch */
+	int64_t gap_ms;   /* the spacing of its last two batches (0: one seen) */
+};
+
+struct proc_entry {
+	char *job;
+	char host[HANG_HOST_MAX];
+	uint32_t pid;
+	int32_t rank;
+	int64_t listed_ms; /* the last batch of its node that listed it */
+};
+
+struct hang_tracker {
+	struct node_entry *nodes;
+	size_t nnodes, ncap;
+	struct proc_entry *procs;
+	size_t nprocs, pcap;
+};
+
+int hang_tracker_new(struct hang_tracker **out)
+{
+	*out = calloc(1, sizeof(**out));
+	return *out ? 0 : -ENOMEM;
+}
+
+void hang_tracker_free(struct hang_tracker *t)
+{
+	if (!t)
+		return;
+	for (size_t i = 0; i < t->nprocs; i++)
+		free(t->procs[i].job);
+	free(t->procs);
+	free(t->nodes);
+	free(t);
+}
+
+static struct node_entry *node_find(const struct hang_tracker *t, const char *host)
+{
+	for (size_t i = 0; i < t->nnodes; i++)
+		if (strcmp(t->nodes[i].host, host) == 0)
+			return &t->nodes[i];
+	return NULL;
+}
+
+static struct proc_entry *proc_find(const struct hang_tracker *t, const char *job,
+				    const char *host, uint32_t pid)
+{
+	for (size_t i = 0; i < t->nprocs; i++) {
+		struct proc_entry *p = &t->procs[i];
+		if (p->pid == pid && strcmp(p->host, host) == 0 && strcmp(p->job, job) == 0)
+			return p;
+	}
+	return NULL;
+}
+
+int hang_tracker_note(struct hang_tracker *t, const struct sysom_batch *b, int64_t now_ms)
+{
+	const char *host = sysom_batch_string(b, b->node.hostname);
+	struct node_entry *n = node_find(t, host);
+
+	if (!n) {
+		if (t->nnodes == HANG_MAX_NODES) { /* forget the node silent the longest */
+			size_t old = 0;
+			for (size_t i = 1; i < t->nnodes; i++)
+				if (t->nodes[i].last_ms < t->nodes[old].last_ms)
+					old = i;
+			t->nodes[old] = t->nodes[--t->nnodes];
+		}
+		if (SYSOM_ARRAY_RESERVE(t->nodes, t->ncap, t->nnodes, 16))
+			return -ENOMEM;
+		n = &t->nodes[t->nnodes++];
+		memset(n, 0, sizeof(*n));
+		snprintf(n->host, sizeof(n->host), "%s", host);
+	} else if (now_ms > n->last_ms) {
+		n->gap_ms = now_ms - n->last_ms;
+	}
+	if (now_ms > n->last_ms)
+		n->last_ms = now_ms;
+	for (uint32_t i = 0; i < b->job_rank_count; i++) {
+		const struct sysom_job_rank *jr = &b->job_ranks[i];
+		const char *job = sysom_batch_string(b, jr->job);
+		uint32_t pid;
+		struct proc_entry *p;
+
+		if (!job[0] || jr->process >= b->process_count)
+			continue;
+		pid = b->processes[jr->process].tgid;
+		if (!(p = proc_find(t, job, host, pid))) {
+			if (t->nprocs == HANG_MAX_PROCS) { /* forget the least recently listed */
+				size_t old = 0;
+				for (size_t k = 1; k < t->nprocs; k++)
+					if (t->procs[k].listed_ms < t->procs[old].listed_ms)
+						old = k;
+				free(t->procs[old].job);
+				t->procs[old] = t->procs[--t->nprocs];
+			}
+			if (SYSOM_ARRAY_RESERVE(t->procs, t->pcap, t->nprocs, 64))
+				return -ENOMEM;
+			p = &t->procs[t->nprocs];
+			memset(p, 0, sizeof(*p));
+			if (!(p->job = strdup(job)))
+				return -ENOMEM;
+			snprintf(p->host, sizeof(p->host), "%s", host);
+			p->pid = pid;
+			t->nprocs++;
+		}
+		p->rank = jr->rank;
+		if (now_ms > p->listed_ms)
+			p->listed_ms = now_ms;
+	}
+	return 0;
+}
+
+void hang_tracker_job_drop(struct hang_tracker *t, const char *job)
+{
+	for (size_t i = 0; i < t->nprocs;) {
+		if (strcmp(t->procs[i].job, job) == 0) {
+			free(t->procs[i].job);
+			t->procs[i] = t->procs[--t->nprocs];
+		} else {
+			i++;
+		}
+	}
+}
+
+/* How long a node may stay silent before its agent counts as lost. */
+static int64_t lost_after_ms(const struct node_entry *n)
+{
+	int64_t gap = n->gap_ms > 0 ? n->gap_ms : HANG_DEFAULT_BATCH_MS;
+
+	if (gap < 500)
+		gap = 500;
+	if (gap > 600000)
+		gap = 600000;
+	return 3 * gap + HANG_LOST_SLACK_MS;
+}
+
+bool hang_node_lost(const struct hang_tracker *t, const char *host, int64_t now_ms,
+		    int64_t *last_ms)
+{
+	const struct node_entry *n = node_find(t, host);
+
+	*last_ms = n ? n->last_ms : 0;
+	return n && now_ms - n->last_ms > lost_after_ms(n);
+}
+
+const char *hang_rank_state_name(enum hang_rank_state s)
+{
+	switch (s) {
+	case HANG_RANK_NOT_ENTERED:
+		return "not entered";
+	case HANG_RANK_IN_FLIGHT:
+		return "in flight";
+	case HANG_RANK_EXITED:
+		return "exited";
+	case HANG_RANK_AGENT_LOST:
+		return "agent lost";
+	case HANG_RANK_UNSEEN:
+		return "unseen";
+	}
+	return "unknown";
+}
+
+/* ---- evaluation ------------------------------------------------------------------------------ */
+
+struct eval {
+	const struct hang_tracker *t;
+	const char *job;
+	const struct hang_params *p;
+	int64_t now;
+	struct hang_result *out;
+	struct hang_result cand; /* one group's */
+};
+
+static void next_check(struct hang_result *r, int64_t at)
+{
+	if (at > 0 && (!r->next_check_ms || at < r->next_check_ms))
+		r->next_check_ms = at;
+}
+
+/* Whether candidate `c` should replace `best`: a hang first (the one waiting longest: the
+ * others usually wait behind it), then an agent loss, then a pending wait. */
+static bool better(const struct hang_result *c, const struct hang_result *best)
+{
+	static const int rankv[] = { [HANG_NONE] = 0, [HANG_PENDING] = 1, [HANG_AGENT_LOST] = 2,
+				     [HANG_HUNG] = 3 };
+
+	if (rankv[c->verdict] != rankv[best->verdict])
+		return rankv[c->verdict] > rankv[best->verdict];
+	return c->since_ms < best->since_ms;
+}
+
+static int on_group(void *arg, const struct live_group_view *g)
+{
+	struct eval *e = arg;
+	struct hang_result *c = &e->cand;
+	int64_t since_ns = 0;
+	bool all_entered = false;
+	uint32_t stuck = 0, lost = 0, unseen = 0;
+
+	if (g->nranks < 2)
+		return 0;
+	if (g->pending_t0_ns > 0) {
+		since_ns = g->pending_t0_ns;
+	} else if (g->pending_seq > 0) {
+		/* Nobody entered the next instance: did every rank enter the last one and none
+		 * return? */
+		all_entered = true;
+		for (int32_t r = 0; r < g->nranks && all_entered; r++) {
+			const struct live_rank_view *rv = &g->ranks[r];
+			all_entered = rv->in_flight && rv->top == g->pending_seq && rv->last_entry_ns;
+			if (all_entered && (!since_ns || rv->last_entry_ns < since_ns))
+				since_ns = rv->last_entry_ns;
+		}
+		if (!all_entered)
+			return 0;
+	} else {
+		return 0;
+	}
+	memset(c, 0, sizeof(*c));
+	c->comm = g->comm;
+	c->op = g->op;
+	c->seq = all_entered ? g->pending_seq - 1 : g->pending_seq;
+	c->nranks = g->nranks;
+	c->all_entered = all_entered;
+	c->since_ms = since_ns / 1000000;
+	c->waited_ms = e->now - c->since_ms;
+	c->interval_ms = (double)g->interval_ns / 1e6;
+	double thr = e->p->factor * c->interval_ms;
+	c->threshold_ms = thr > e->p->floor_ms ? (int64_t)thr : (int64_t)e->p->floor_ms;
+	for (int32_t r = 0; r < g->nranks; r++) {
+		const struct live_rank_view *rv = &g->ranks[r];
+		bool missing = all_entered || rv->top <= g->pending_seq;
+		if (!missing) {
+			c->entered++;
+			continue;
+		}
+		if (all_entered)
+			c->entered++;
+		struct hang_rank hr = { .rank = -1, .comm_rank = r, .pid = rv->pid,
+					.entered_any = rv->top > 0,
+					.last_seq = rv->top ? rv->top - 1 : 0,
+					.last_entry_ms = rv->last_entry_ns / 1000000 };
+		snprintf(hr.host, sizeof(hr.host), "%s", rv->host);
+		const struct node_entry *n = node_find(e->t, rv->host);
+		const struct proc_entry *pe = rv->pid ? proc_find(e->t, e->job, rv->host, rv->pid)
+						      : NULL;
+		if (pe) {
+			hr.rank = pe->rank;
+			hr.listed_ms = pe->listed_ms;
+		}
+		hr.node_last_ms = n ? n->last_ms : 0;
+		if (n && e->now - n->last_ms > lost_after_ms(n))
+			hr.state = HANG_RANK_AGENT_LOST;
+		else if (n && pe && n->last_ms > pe->listed_ms)
+			hr.state = HANG_RANK_EXITED;
+		else if (!n || n->last_ms < c->since_ms + 1000)
+			hr.state = HANG_RANK_UNSEEN; /* its node has not reported since: maybe there */
+		else if (all_entered)
+			hr.state = HANG_RANK_IN_FLIGHT;
+		else
+			hr.state = HANG_RANK_NOT_ENTERED;
+		lost += hr.state == HANG_RANK_AGENT_LOST;
+		unseen += hr.state == HANG_RANK_UNSEEN;
+		stuck += hr.state != HANG_RANK_AGENT_LOST && hr.state != HANG_RANK_UNSEEN;
+		if (c->nnamed < HANG_MAX_NAMED)
+			c->ranks[c->nnamed++] = hr;
+		c->nmissing++;
+	}
+	if (stuck == 0 && unseen == 0 && lost > 0) {
+		c->verdict = HANG_AGENT_LOST;
+	} else if (c->waited_ms < c->threshold_ms) {
+		c->verdict = HANG_PENDING;
+		next_check(e->out, c->since_ms + c->threshold_ms);
+	} else if (stuck > 0) {
+		c->verdict = HANG_HUNG;
+	} else {
+		c->verdict = HANG_PENDING; /* a node has not reported since: wait for it */
+		next_check(e->out, e->now + 1000);
+	}
+	if (better(c, e->out)) { /* the job-wide fields stay */
+		c->next_check_ms = e->out->next_check_ms;
+		c->nlost = e->out->nlost;
+		memcpy(c->lost, e->out->lost, sizeof(c->lost));
+		*e->out = *c;
+	}
+	return 0;
+}
+
+int hang_evaluate(const struct hang_tracker *t, const struct live *l, const char *job,
+		  const struct hang_params *p, int64_t now_ms, struct hang_result *out)
+{
+	struct eval *e = calloc(1, sizeof(*e));
+	size_t known = 0, gone = 0;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if (!e)
+		return -ENOMEM;
+	/* The job's processes: gone (their node reports without them), on a lost node, alive. */
+	for (size_t i = 0; i < t->nprocs; i++) {
+		const struct proc_entry *pe = &t->procs[i];
+		const struct node_entry *n;
+		if (strcmp(pe->job, job) || !(n = node_find(t, pe->host)))
+			continue;
+		known++;
+		bool lost = now_ms - n->last_ms > lost_after_ms(n);
+		if (!lost && n->last_ms > pe->listed_ms) {
+			gone++;
+			continue;
+		}
+		if (!lost) {
+			next_check(out, n->last_ms + lost_after_ms(n) + 1);
+			continue;
+		}
+		if (pe->listed_ms < n->last_ms)
+			continue; /* it was gone before the node went silent */
+		struct hang_lost_node *ln = NULL;
+		for (size_t k = 0; k < out->nlost && !ln; k++)
+			if (strcmp(out->lost[k].host, pe->host) == 0)
+				ln = &out->lost[k];
+		if (!ln && out->nlost < HANG_MAX_LOST) {
+			ln = &out->lost[out->nlost++];
+			snprintf(ln->host, sizeof(ln->host), "%s", pe->host);
+			ln->last_ms = n->last_ms;
+		}
+		if (ln && ln->nranks++ < HANG_MAX_NAMED)
+			ln->ranks[ln->nranks - 1] = pe->rank;
+	}
+	if (known && gone == known) {
+		out->job_ended = true;
+		out->next_check_ms = 0;
+		free(e);
+		return 0;
+	}
+	*e = (struct eval){ .t = t, .job = job, .p = p, .now = now_ms, .out = out };
+	rc = live_job_groups(l, job, on_group, e);
+	free(e);
+	return rc;
+}
+
+void hang_evidence_free(struct hang_evidence *e)
+{
+	for (size_t i = 0; i < e->noncpu; i++)
+		free(e->oncpu[i].stack);
+	for (size_t i = 0; i < e->noffcpu; i++)
+		free(e->offcpu[i].stack);
+	e->noncpu = e->noffcpu = 0;
+}

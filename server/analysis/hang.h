@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Hang detection: a communicator whose newest collective instance stays incomplete.
+ *
+ * The monitor's in-memory groups (server/analysis/live.h) say, per (communicator, op), how far
+ * each rank got: the highest sequence number it entered, and whether that call was still in
+ * flight (inside NCCL) when its agent last sealed a batch. An instance some ranks entered and
+ * others did not, older than the threshold max(floor, factor x the group's median instance
+ * spacing) (EROICA's 5x rule with a floor), is a hang of the ranks that never entered; an
+ * instance every rank entered and none returned is a hang of the whole communicator
+ * ("all entered, none finished").
+ *
+ * Whether a missing rank is stuck or only unseen comes from the tracker, fed with every stored
+ * batch: when each node last reported (and its usual spacing), and which processes each node
+ * listed in its JOB_RANKS. A rank whose node stopped reporting (no batch for 3 x its spacing +
+ * 5 s) is "agent lost", not hung; a rank whose node still reports but no longer lists its
+ * process has exited; a rank whose node has not reported since the instance began is not
+ * judged yet. A job whose processes are all gone has ended: no hang.
+ *
+ * Bounded: at most HANG_MAX_NODES nodes and HANG_MAX_PROCS processes over all jobs (the least
+ * recently listed are forgotten). Not thread-safe: the monitor serialises calls under its lock.
+ */
+#ifndef SYSOM_SERVER_ANALYSIS_HANG_H
+#define SYSOM_SERVER_ANALYSIS_HANG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/wire/wire.h"
+#include "server/analysis/live.h"
+
+#define HANG_DEFAULT_FLOOR_MS 30000u /* no hang before an instance has waited this long */
+#define HANG_DEFAULT_FACTOR 5.0      /* ... nor before this many of its usual spacings */
+#define HANG_MAX_NODES 4096
+#define HANG_MAX_PROCS 65536
+#define HANG_MAX_NAMED 16            /* ranks named in one verdict (the count says how many) */
+#define HANG_MAX_LOST 16             /* lost nodes named per job */
+#define HANG_DEFAULT_BATCH_MS 30000  /* a node's spacing until two of its batches were seen */
+#define HANG_LOST_SLACK_MS 5000
+#define HANG_HOST_MAX 128
+
+struct hang_params {
+	uint32_t floor_ms;
+	double factor;
+};
+
+struct hang_tracker;
+
+int hang_tracker_new(struct hang_tracker **out);
+void hang_tracker_free(struct hang_tracker *t);
+
+/* Notes a stored batch received at now_ms: its node reported, and listed these processes. */
+int hang_tracker_note(struct hang_tracker *t, const struct sysom_batch *b, int64_t now_ms);
+
+/* Forgets a job's processes. */
+void hang_tracker_job_drop(struct hang_tracker *t, const char *job);
+
+/* Whether `host` stopped reporting at now_ms; *last_ms gets its last batch (0: never seen). */
+bool hang_node_lost(const struct hang_tracker *t, const char *host, int64_t now_ms,
+		    int64_t *last_ms);
+
+enum hang_rank_state {
+	HANG_RANK_NOT_ENTERED, /* its node reported after the others started waiting: not there */
+	HANG_RANK_IN_FLIGHT,   /* entered, not returned (every rank so: all entered, none finished) */
+	HANG_RANK_EXITED,      /* its node still reports, its process is no longer listed */
+	HANG_RANK_AGENT_LOST,  /* its node stopped reporting */
+	HANG_RANK_UNSEEN,      /* its node has not reported since the instance began: not judged */
+};
+
+/* "not entered", "in flight", "exited", "agent lost", "unseen". */
+const char *hang_rank_state_name(enum hang_rank_state s);
+
+struct hang_rank {
+	int32_t rank;          /* job rank (JOB_RANKS), -1 unknown */
+	int32_t comm_rank;
+	uint32_t pid;
+	char host[HANG_HOST_MAX];
+	enum hang_rank_state state;
+	bool entered_any;      /* it entered some instance of the group */
+	uint64_t last_seq;     /* its newest instance (with entered_any) */
+	int64_t last_entry_ms; /* when it entered that one (0: unknown) */
+	int64_t listed_ms;     /* its agent last listed its process (0: never) */
+	int64_t node_last_ms;  /* its node's last batch */
+};
+
+enum hang_verdict {
+	HANG_NONE,        /* every communicator progresses (or the job ended) */
+	HANG_PENDING,     /* an instance waits, below the threshold or not yet judged */
+	HANG_HUNG,        /* a hang: `ranks` names who the others wait for */
+	HANG_AGENT_LOST,  /* an instance waits only for ranks whose agent stopped reporting */
+};
+
+struct hang_lost_node {
+	char host[HANG_HOST_MAX];
+	int64_t last_ms;       /* its last batch */
+	uint32_t nranks;       /* the job's processes it listed last */
+	int32_t ranks[HANG_MAX_NAMED]; /* the first of them (job ranks) */
+};
+
+struct hang_result {
+	enum hang_verdict verdict;
+	/* The waiting instance (with HANG_HUNG, HANG_AGENT_LOST, HANG_PENDING). */
+	uint64_t comm;
+	uint8_t op;
+	uint64_t seq;
+	int32_t nranks;        /* the communicator's size */
+	int32_t entered;       /* ranks that entered the instance */
+	bool all_entered;      /* every rank entered and none returned */
+	int64_t since_ms;      /* the first rank entered it */
+	int64_t waited_ms;
+	int64_t threshold_ms;
+	double interval_ms;    /* the group's median spacing (0 unknown) */
+	uint32_t nmissing;     /* ranks named by the verdict (not entered / in flight ...) */
+	struct hang_rank ranks[HANG_MAX_NAMED];
+	size_t nnamed;
+	/* The job's nodes that stopped reporting while they listed its processes. */
+	struct hang_lost_node lost[HANG_MAX_LOST];
+	size_t nlost;
+	bool job_ended;        /* every process of the job seen is gone */
+	int64_t next_check_ms; /* evaluate again at this time even without new data (0: no need) */
+};
+
+/* ---- the report of a hang: the verdict plus what each named rank was doing ------------------ */
+
+#define HANG_EVIDENCE_RANKS 4   /* ranks whose stacks and threads are looked up */
+#define HANG_TOP_STACKS 3
+#define HANG_TOP_THREADS 8
+
+struct hang_stack {
+	char *stack;            /* owned: folded, outermost first */
+	uint64_t weight;        /* samples (on-CPU) or microseconds blocked (off-CPU) */
+};
+
+struct hang_thread {
+	uint32_t tid;
+	char comm[32];
+	uint64_t oncpu_ns;      /* since the wait began */
+	uint64_t voluntary_switches, involuntary_switches;
+};
+
+struct hang_evidence {
+	struct hang_rank rank;  /* copied from the result */
+	int process_exists;     /* 1 listed by its agent, 0 gone, -1 unknown (agent lost) */
+	uint64_t oncpu_samples; /* since shortly before the wait began */
+	struct hang_stack oncpu[HANG_TOP_STACKS];
+	size_t noncpu;
+	bool offcpu_present;    /* the store had off-CPU data to look at */
+	struct hang_stack offcpu[HANG_TOP_STACKS];
+	size_t noffcpu;
+	bool threads_present;   /* OS_THREADS rows were looked up */
+	struct hang_thread threads[HANG_TOP_THREADS]; /* most on-CPU time first */
+	size_t nthreads;
+	uint32_t threads_total;
+};
+
+void hang_evidence_free(struct hang_evidence *e);
+
+/* Evaluates `job` over its live groups and the tracker at now_ms. 0 or -ENOMEM. */
+int hang_evaluate(const struct hang_tracker *t, const struct live *l, const char *job,
+		  const struct hang_params *p, int64_t now_ms, struct hang_result *out);
+
+#endif

@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Internals of the ClickHouse backend (clickhouse_*.c): HTTP client, answers, id caches. */
+#ifndef SYSOM_SERVER_STORE_CLICKHOUSE_INTERNAL_H
+#define SYSOM_SERVER_STORE_CLICKHOUSE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/bytes.h"
+#include "server/store/store_impl.h"
+
+/* The newest schema this build knows (clickhouse_schema.c). */
+#define CH_SCHEMA_VERSION 1
+
+/* Largest answer the store reads from ClickHouse (bigger: -E2BIG, nothing half-used). */
+#define CH_MAX_ANSWER (256u << 20)
+/* Most fields a row of an answer may have. */
+#define CH_MAX_FIELDS 32
+/* Idle HTTP handles kept for reuse (keep-alive connections). */
+#define CH_HANDLES 16
+/* Locks serializing the duplicate check and write of one batch identity. */
+#define CH_STRIPES 64
+/* Direct-mapped caches: content hash -> resolved id (objects, stacks), and stacks read. */
+#define CH_ID_CACHE (1u << 16)
+#define CH_STACK_CACHE (1u << 14)
+
+struct ch_id_slot {
+	uint64_t h0, h1; /* the content's two hashes; h0 == 0: empty */
+	int64_t id;
+};
+
+struct ch_stack_slot {
+	int64_t id;               /* 0: empty */
+	struct store_stack *stk;  /* owned */
+};
+
+struct ch_store {
+	struct store base;
+	char *url;        /* http://host:port/ (no query) */
+	char *database;
+	char *user, *password; /* NULL: none */
+	long timeout_ms;
+	int schema_version;
+	pthread_mutex_t lock; /* handles and caches */
+	void *handles[CH_HANDLES];
+	unsigned nhandles;
+	struct ch_id_slot *ids;       /* CH_ID_CACHE */
+	struct ch_stack_slot *stacks; /* CH_STACK_CACHE */
+	pthread_mutex_t stripes[CH_STRIPES];
+};
+
+static inline struct ch_store *ch__store(struct store *s)
+{
+	return (struct ch_store *)s;
+}
+
+/* ---- HTTP (clickhouse_http.c) --------------------------------------------------------------- */
+
+/*
+ * Runs one statement. Without `data` the statement is the POST body; with `data` (an INSERT
+ * ... FORMAT RowBinary) the statement goes in the URL and `data` (len bytes) is the body. The
+ * answer (at most CH_MAX_ANSWER bytes) goes to `out` when not NULL (cleared first, NUL added
+ * but not counted). Errors: -EBUSY (ClickHouse unreachable, too slow, or refusing load),
+ * -ENOSPC, -ENOMEM, -EACCES (credentials), -E2BIG (answer too large), -EIO (any other error
+ * ClickHouse reported; logged with its text).
+ */
+int ch__exec(struct ch_store *s, const char *sql, const void *data, size_t len,
+	     struct byte_buf *out);
+
+/* ch__exec with a statement from a format (built in a buffer of its own). */
+int ch__execf(struct ch_store *s, struct byte_buf *out, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Maps a ClickHouse exception code to the store's errors. */
+int ch__code_errno(long code);
+
+/* Appends `text` as a quoted SQL string literal ('...' with \\ and \' escaped). */
+void ch__quote(struct byte_buf *sql, const char *text);
+
+/* ---- answers: TabSeparated (clickhouse_tsv.c, fuzzed by tests/fuzz/fuzz_clickhouse_tsv.c) -- */
+
+struct ch_tsv {
+	char *p, *end; /* the unread part of the answer (modified in place) */
+	uint64_t rows; /* rows read */
+};
+
+/* Starts reading an answer of `len` bytes at `data` (which the reader unescapes in place). */
+void ch_tsv_init(struct ch_tsv *t, char *data, size_t len);
+
+/*
+ * Reads the next row into fields[0..nfields-1] (NUL-terminated, unescaped; \N reads as NULL
+ * pointer). Returns 1 with a row, 0 at the end, -EPROTO when the row does not have exactly
+ * `nfields` fields (at most CH_MAX_FIELDS) or has a bad escape.
+ */
+int ch_tsv_row(struct ch_tsv *t, char **fields, unsigned nfields);
+
+/* Skips an empty line (what separates rows from the WITH TOTALS row); false when none. */
+bool ch_tsv_blank(struct ch_tsv *t);
+
+/* Field parsers: 0 or -EPROTO (not a number of that type, or NULL). */
+int ch_tsv_u64(const char *f, uint64_t *out);
+int ch_tsv_i64(const char *f, int64_t *out);
+/* Hex text (even length, at most `max` bytes decoded) into out; *len gets the byte count. */
+int ch_tsv_hex(const char *f, uint8_t *out, size_t max, size_t *len);
+
+/* ---- RowBinary (clickhouse_write.c) --------------------------------------------------------- */
+
+void ch__rb_string(struct byte_buf *b, const void *data, size_t len);
+void ch__rb_str(struct byte_buf *b, const char *text);
+void ch__rb_varint(struct byte_buf *b, uint64_t v);
+/* A Date: days since the Unix epoch of a time in ns. */
+void ch__rb_date_ns(struct byte_buf *b, int64_t ns);
+
+/* ---- backend entry points ------------------------------------------------------------------- */
+
+int ch__schema_apply(struct ch_store *s, char *err, size_t errlen);
+int ch__batch_put(struct store *base, const struct sysom_batch *b, uint64_t content_hash,
+		  int64_t received_ns, struct store_put_result *res);
+int ch__batch_find(struct store *base, const uint8_t node_id[SYSOM_NODE_ID_SIZE],
+		   uint64_t epoch, uint64_t sequence, struct store_batch_record *out);
+int ch__object_get(struct store *base, int64_t id, struct store_object *out);
+int ch__stack_get(struct store *base, int64_t id, struct store_stack **out);
+int ch__nodes_list(struct store *base, store_node_fn fn, void *arg);
+int ch__processes_list(struct store *base, const struct store_sample_filter *f, uint32_t limit,
+		       store_process_fn fn, void *arg);
+int ch__stacks_aggregate(struct store *base, const struct store_sample_filter *f, uint32_t limit,
+			 store_stack_count_fn fn, void *arg, uint64_t *total);
+int ch__counters_list(struct store *base, store_counter_fn fn, void *arg);
+int ch__ksyms_put(struct store *base, const uint8_t *build_id, size_t build_id_len,
+		  const struct store_ksym *syms, size_t count, int64_t uploaded_ns, bool *created);
+int ch__ksyms_count(struct store *base, const uint8_t *build_id, size_t build_id_len,
+		    uint64_t *count);
+int ch__ksym_range_get(struct store *base, const uint8_t *build_id, size_t build_id_len,
+		       uint64_t offset, struct store_ksym_range *out);
+int ch__ksyms_usage_get(struct store *base, struct store_ksyms_usage *out);
+
+/* The committed attempts: rows of other tables count only when their attempt is one of these
+ * (the lowest attempt of each batch identity, so replicas agree on one copy). */
+#define CH_COMMITTED "attempt IN (SELECT min(attempt) FROM batches GROUP BY node_id, epoch, sequence)"
+
+#endif

@@ -1,0 +1,422 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The ClickHouse backend: opening (URL, credentials, schema migrations), the vtable, and the
+ * calls this backend does not implement yet (-ENOTSUP: the API answers 501, never wrong data).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+
+#include "common/error.h"
+#include "server/store/clickhouse_internal.h"
+
+/*
+ * Schema migrations, applied in order; every statement is idempotent (IF NOT EXISTS) so that a
+ * migration cut short, or run by two replicas at once, is simply run again. The version row is
+ * written after its statements. 18.16 has neither TTL nor LowCardinality (without an
+ * experimental setting): retention drops whole day partitions instead (docs/operations.md).
+ *
+ * A batch's rows are written first, each carrying the batch's `attempt` (a random id drawn per
+ * store_batch_put), and its `batches` row last: rows count only when their attempt is the lowest
+ * attempt stored for their batch identity (CH_COMMITTED), so a write cut short leaves nothing
+ * visible and two replicas storing the same batch at once agree on one copy.
+ */
+static const char *const migration_1[] = {
+	"CREATE TABLE IF NOT EXISTS batches (day Date, node_id String, epoch UInt64,"
+	" sequence UInt64, attempt UInt64, content_hash UInt64, received_ns Int64,"
+	" window_start_ns Int64, window_end_ns Int64, samples UInt64, sample_rows UInt32,"
+	" hostname String, kernel_release String, machine String, agent_version String,"
+	" boot_id String, kernel_object Int64, sample_hz UInt32, sample_rate_ppm UInt32,"
+	" online_cpus UInt32, counter_ids Array(UInt16), counter_values Array(UInt64))"
+	" ENGINE = MergeTree PARTITION BY day ORDER BY (node_id, epoch, sequence)",
+	/* ident: what makes the object the same object (kind byte, then build ID or name). */
+	"CREATE TABLE IF NOT EXISTS objects (id Int64, ident String, kind UInt8,"
+	" build_id String, name String, seen_ns Int64)"
+	" ENGINE = ReplacingMergeTree ORDER BY id",
+	/* ident: kind byte, stop reason byte, then per frame object id and offset (LE u64). */
+	"CREATE TABLE IF NOT EXISTS stacks (id Int64, ident String)"
+	" ENGINE = ReplacingMergeTree ORDER BY id",
+	"CREATE TABLE IF NOT EXISTS processes (day Date, node_id String, process UInt64,"
+	" tgid UInt32, start_time_ns UInt64, generation UInt32, ppid UInt32, comm String,"
+	" exe String, cmdline String, first_seen_ns Int64, last_seen_ns Int64, received_ns Int64,"
+	" attempt UInt64) ENGINE = MergeTree PARTITION BY day ORDER BY (node_id, process)",
+	"CREATE TABLE IF NOT EXISTS samples (day Date, node_id String, time_ms Int64,"
+	" process UInt64, tgid UInt32, tid UInt32, cpu UInt32, thread_comm String,"
+	" kernel_stack Int64, user_stack Int64, count UInt64, attempt UInt64)"
+	" ENGINE = MergeTree PARTITION BY day ORDER BY (node_id, time_ms)",
+	"CREATE TABLE IF NOT EXISTS ksyms (build_id String, offset UInt64, type UInt8,"
+	" name String, uploaded_ns Int64) ENGINE = MergeTree ORDER BY (build_id, offset)",
+	NULL,
+};
+
+static const char *const *const migrations[CH_SCHEMA_VERSION] = { migration_1 };
+
+static int read_version(struct ch_store *s, int *out)
+{
+	struct byte_buf ans = { 0 };
+	struct ch_tsv t;
+	char *f[1];
+	uint64_t v;
+	int rc = ch__exec(s, "SELECT max(version) FROM schema_migrations FORMAT TabSeparated",
+			  NULL, 0, &ans);
+
+	if (rc)
+		goto cleanup;
+	ch_tsv_init(&t, (char *)ans.data, ans.len);
+	if ((rc = ch_tsv_row(&t, f, 1)) != 1 || ch_tsv_u64(f[0], &v) || v > 1000000) {
+		rc = -SYSOM_ECORRUPT;
+		goto cleanup;
+	}
+	*out = (int)v;
+	rc = 0;
+cleanup:
+	byte_buf_free(&ans);
+	return rc;
+}
+
+int ch__schema_apply(struct ch_store *s, char *err, size_t errlen)
+{
+	char *db = s->database;
+	struct byte_buf sql = { 0 };
+	int version = 0, rc;
+
+	/* The database may not exist yet: this one statement runs in the server's default. */
+	byte_buf_printf(&sql, "CREATE DATABASE IF NOT EXISTS %s", db);
+	byte_buf_append(&sql, "", 1);
+	if ((rc = byte_buf_error(&sql)))
+		goto cleanup;
+	s->database = "default";
+	rc = ch__exec(s, (const char *)sql.data, NULL, 0, NULL);
+	s->database = db;
+	if (rc) {
+		snprintf(err, errlen, "cannot create the ClickHouse database %s at %s: %s", db,
+			 s->url, sysom_strerror(rc));
+		goto cleanup;
+	}
+	rc = ch__exec(s, "CREATE TABLE IF NOT EXISTS schema_migrations (version UInt32,"
+			 " applied_ns Int64) ENGINE = MergeTree ORDER BY version", NULL, 0, NULL);
+	if (!rc)
+		rc = read_version(s, &version);
+	if (rc) {
+		snprintf(err, errlen, "cannot read the schema version of ClickHouse database %s: %s",
+			 db, sysom_strerror(rc));
+		goto cleanup;
+	}
+	if (version > CH_SCHEMA_VERSION) {
+		snprintf(err, errlen, "ClickHouse database %s has schema version %d; this server"
+			 " knows up to %d: upgrade the server", db, version, CH_SCHEMA_VERSION);
+		rc = -SYSOM_EVERSION;
+		goto cleanup;
+	}
+	for (int v = version + 1; v <= CH_SCHEMA_VERSION; v++) {
+		for (const char *const *st = migrations[v - 1]; *st; st++)
+			if ((rc = ch__exec(s, *st, NULL, 0, NULL)))
+				break;
+		if (!rc)
+			rc = ch__execf(s, NULL, "INSERT INTO schema_migrations VALUES (%d, %lld)", v,
+				       (long long)0);
+		if (rc) {
+			snprintf(err, errlen, "ClickHouse schema migration %d failed: %s", v,
+				 sysom_strerror(rc));
+			goto cleanup;
+		}
+	}
+	s->schema_version = CH_SCHEMA_VERSION;
+cleanup:
+	byte_buf_free(&sql);
+	return rc;
+}
+
+static void ch_close(struct store *base)
+{
+	struct ch_store *s = ch__store(base);
+
+	for (unsigned i = 0; i < s->nhandles; i++)
+		curl_easy_cleanup(s->handles[i]);
+	if (s->stacks)
+		for (unsigned i = 0; i < CH_STACK_CACHE; i++)
+			free(s->stacks[i].stk);
+	free(s->stacks);
+	free(s->ids);
+	for (unsigned i = 0; i < CH_STRIPES; i++)
+		pthread_mutex_destroy(&s->stripes[i]);
+	pthread_mutex_destroy(&s->lock);
+	free(s->url);
+	free(s->database);
+	free(s->user);
+	free(s->password);
+	free(s);
+	curl_global_cleanup();
+}
+
+static int ch_schema_version(struct store *base)
+{
+	return ch__store(base)->schema_version;
+}
+
+static int ch_ping(struct store *base)
+{
+	return ch__exec(ch__store(base), "SELECT 1", NULL, 0, NULL);
+}
+
+static int ch_size_get(struct store *base, uint64_t *bytes)
+{
+	struct ch_store *s = ch__store(base);
+	struct byte_buf ans = { 0 };
+	struct ch_tsv t;
+	char *f[1];
+	int rc = ch__execf(s, &ans, "SELECT sum(bytes_on_disk) FROM system.parts WHERE active"
+			   " AND database = '%s' FORMAT TabSeparated", s->database);
+
+	if (rc)
+		goto cleanup;
+	ch_tsv_init(&t, (char *)ans.data, ans.len);
+	rc = ch_tsv_row(&t, f, 1) == 1 && !ch_tsv_u64(f[0], bytes) ? 0 : -EPROTO;
+cleanup:
+	byte_buf_free(&ans);
+	return rc;
+}
+
+/* ---- not implemented on ClickHouse yet: an explicit -ENOTSUP ------------------------------- */
+
+static int ns_launches(struct store *s, const struct store_sample_filter *f, uint32_t limit,
+		       store_launch_count_fn fn, void *arg, uint64_t *total)
+{
+	(void)s, (void)f, (void)limit, (void)fn, (void)arg, (void)total;
+	return -ENOTSUP;
+}
+
+static int ns_jobs(struct store *s, uint32_t limit, store_job_fn fn, void *arg)
+{
+	(void)s, (void)limit, (void)fn, (void)arg;
+	return -ENOTSUP;
+}
+
+static int ns_ranks(struct store *s, const char *job, uint32_t limit, store_job_rank_fn fn,
+		    void *arg)
+{
+	(void)s, (void)job, (void)limit, (void)fn, (void)arg;
+	return -ENOTSUP;
+}
+
+static int ns_comms(struct store *s, const char *job, uint32_t limit,
+		    store_job_communicator_fn fn, void *arg)
+{
+	(void)s, (void)job, (void)limit, (void)fn, (void)arg;
+	return -ENOTSUP;
+}
+
+static int ns_collectives(struct store *s, const struct store_collective_filter *f,
+			  uint32_t max_instances, store_collective_fn fn, void *arg)
+{
+	(void)s, (void)f, (void)max_instances, (void)fn, (void)arg;
+	return -ENOTSUP;
+}
+
+static int ns_gpu(struct store *s, const struct store_gpu_filter *f, uint32_t max_rows,
+		  const struct store_gpu_visitor *v, bool *truncated)
+{
+	(void)s, (void)f, (void)max_rows, (void)v, (void)truncated;
+	return -ENOTSUP;
+}
+
+static int ns_gpu_time(struct store *s, const struct store_sample_filter *f, uint32_t limit,
+		       store_gpu_time_fn fn, void *arg, uint64_t *total)
+{
+	(void)s, (void)f, (void)limit, (void)fn, (void)arg, (void)total;
+	return -ENOTSUP;
+}
+
+static int ns_os(struct store *s, const struct store_os_filter *f, uint32_t max_rows,
+		 const struct store_os_visitor *v, bool *truncated)
+{
+	(void)s, (void)f, (void)max_rows, (void)v, (void)truncated;
+	return -ENOTSUP;
+}
+
+static int ns_diag_upsert(struct store *s, const struct store_diagnosis *d, int64_t *id,
+			  bool *opened)
+{
+	(void)s, (void)d, (void)id, (void)opened;
+	return -ENOTSUP;
+}
+
+static int ns_diag_resolve(struct store *s, int64_t id, int64_t now_ms)
+{
+	(void)s, (void)id, (void)now_ms;
+	return -ENOTSUP;
+}
+
+static int ns_diag_list(struct store *s, const struct store_diagnosis_filter *f, uint32_t limit,
+			store_diagnosis_fn fn, void *arg)
+{
+	(void)s, (void)f, (void)limit, (void)fn, (void)arg;
+	return -ENOTSUP;
+}
+
+static int ns_settings_get(struct store *s, const char *job, char **json)
+{
+	(void)s, (void)job, (void)json;
+	return -ENOTSUP;
+}
+
+static int ns_settings_put(struct store *s, const char *job, const char *json, int64_t now_ms)
+{
+	(void)s, (void)job, (void)json, (void)now_ms;
+	return -ENOTSUP;
+}
+
+static int ns_baseline_put(struct store *s, const struct store_baseline *b)
+{
+	(void)s, (void)b;
+	return -ENOTSUP;
+}
+
+static int ns_baseline_get(struct store *s, const char *job,
+			   int (*fn)(void *arg, const struct store_baseline *b), void *arg)
+{
+	(void)s, (void)job, (void)fn, (void)arg;
+	return -ENOTSUP;
+}
+
+static const struct store_ops ch_ops = {
+	.close = ch_close,
+	.schema_version = ch_schema_version,
+	.batch_put = ch__batch_put,
+	.batch_find = ch__batch_find,
+	.ksyms_put = ch__ksyms_put,
+	.ksyms_count = ch__ksyms_count,
+	.ksym_range_get = ch__ksym_range_get,
+	.object_get = ch__object_get,
+	.stack_get = ch__stack_get,
+	.nodes_list = ch__nodes_list,
+	.processes_list = ch__processes_list,
+	.stacks_aggregate = ch__stacks_aggregate,
+	.counters_list = ch__counters_list,
+	.launches_aggregate = ns_launches,
+	.jobs_list = ns_jobs,
+	.job_ranks_list = ns_ranks,
+	.job_communicators_list = ns_comms,
+	.collectives_list = ns_collectives,
+	.job_gpu = ns_gpu,
+	.gpu_time_aggregate = ns_gpu_time,
+	.job_os = ns_os,
+	.diagnosis_upsert = ns_diag_upsert,
+	.diagnosis_resolve = ns_diag_resolve,
+	.diagnoses_list = ns_diag_list,
+	.job_settings_get = ns_settings_get,
+	.job_settings_put = ns_settings_put,
+	.baseline_put = ns_baseline_put,
+	.baseline_get = ns_baseline_get,
+	.ping = ch_ping,
+	.size_get = ch_size_get,
+	.size_limit_set = NULL,
+	.ksyms_usage_get = ch__ksyms_usage_get,
+};
+
+/* Splits "http[s]://HOST[:PORT][/]?database=NAME" into the base URL and the database. */
+static int url_parse(struct ch_store *s, const char *url, char *err, size_t errlen)
+{
+	const char *q = strchr(url, '?'), *db;
+	size_t base_len, db_len;
+
+	if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) {
+		snprintf(err, errlen, "--clickhouse-url '%s' does not start with http:// or https://",
+			 url);
+		return -EINVAL;
+	}
+	db = q ? strstr(q, "database=") : NULL;
+	if (!db || (db[-1] != '?' && db[-1] != '&')) {
+		snprintf(err, errlen, "--clickhouse-url '%s' names no database (...?database=NAME)",
+			 url);
+		return -EINVAL;
+	}
+	db += 9;
+	db_len = strcspn(db, "&");
+	for (size_t i = 0; i < db_len; i++)
+		if (!isalnum((unsigned char)db[i]) && db[i] != '_')
+			db_len = 0;
+	if (db_len == 0 || db_len > 64) {
+		snprintf(err, errlen, "--clickhouse-url: the database name must be 1 to 64 letters,"
+			 " digits or underscores");
+		return -EINVAL;
+	}
+	base_len = (size_t)(q - url);
+	if (!(s->database = strndup(db, db_len)) ||
+	    asprintf(&s->url, "%.*s%s", (int)base_len, url,
+		     base_len && url[base_len - 1] == '/' ? "" : "/") < 0) {
+		s->url = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Reads "USER:PASSWORD" (the first line) of the credentials file. */
+static int credentials_read(struct ch_store *s, const char *path, char *err, size_t errlen)
+{
+	char line[1024], *colon;
+	FILE *f = fopen(path, "re");
+	int rc = 0;
+
+	if (!f) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot open the ClickHouse credentials file %s: %s", path,
+			 sysom_strerror(rc));
+		return rc;
+	}
+	if (!fgets(line, sizeof(line), f) || !(colon = strchr(line, ':')) || colon == line) {
+		snprintf(err, errlen, "the ClickHouse credentials file %s does not start with a"
+			 " USER:PASSWORD line", path);
+		rc = -EINVAL;
+		goto cleanup;
+	}
+	line[strcspn(line, "\r\n")] = '\0';
+	*colon = '\0';
+	if (!(s->user = strdup(line)) || !(s->password = strdup(colon + 1)))
+		rc = -ENOMEM;
+cleanup:
+	explicit_bzero(line, sizeof(line));
+	fclose(f);
+	return rc;
+}
+
+int store_clickhouse_open(const struct store_clickhouse_options *opts, struct store **out,
+			  char *err, size_t errlen)
+{
+	struct ch_store *s = calloc(1, sizeof(*s));
+	int rc;
+
+	snprintf(err, errlen, "out of memory");
+	if (!s)
+		return -ENOMEM;
+	s->base.ops = &ch_ops;
+	if (curl_global_init(CURL_GLOBAL_DEFAULT)) {
+		free(s);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&s->lock, NULL);
+	for (unsigned i = 0; i < CH_STRIPES; i++)
+		pthread_mutex_init(&s->stripes[i], NULL);
+	s->timeout_ms = opts->timeout_ms ? (long)opts->timeout_ms : 10000L;
+	s->ids = calloc(CH_ID_CACHE, sizeof(*s->ids));
+	s->stacks = calloc(CH_STACK_CACHE, sizeof(*s->stacks));
+	if (!s->ids || !s->stacks) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	if ((rc = url_parse(s, opts->url, err, errlen)))
+		goto cleanup;
+	if (opts->credentials_file && (rc = credentials_read(s, opts->credentials_file, err, errlen)))
+		goto cleanup;
+	if ((rc = ch__schema_apply(s, err, errlen)))
+		goto cleanup;
+	*out = &s->base;
+	return 0;
+cleanup:
+	ch_close(&s->base);
+	return rc;
+}

@@ -1,0 +1,572 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Reading from ClickHouse: objects, stacks, nodes, processes, the flame graph aggregate,
+ * counters and kernel symbols. Every answer is TabSeparated, read by the bounded decoder. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "server/store/clickhouse_internal.h"
+
+typedef int (*row_fn)(void *ctx, char **f);
+
+/*
+ * Runs `sql` (built in `q`; FORMAT TabSeparated appended here) and calls `row` per row of
+ * `nfields` fields. With `totals` the answer ends with a WITH TOTALS row, read into totals[].
+ */
+static int select_run(struct ch_store *s, struct byte_buf *q, unsigned nfields, row_fn row,
+		      void *ctx, char **totals)
+{
+	struct byte_buf ans = { 0 };
+	struct ch_tsv t;
+	char *f[CH_MAX_FIELDS];
+	int rc;
+
+	byte_buf_printf(q, " FORMAT TabSeparated");
+	byte_buf_append(q, "", 1);
+	if ((rc = byte_buf_error(q)) || (rc = ch__exec(s, (const char *)q->data, NULL, 0, &ans)))
+		goto cleanup;
+	ch_tsv_init(&t, (char *)ans.data, ans.len);
+	while (!(totals && ch_tsv_blank(&t)) && (rc = ch_tsv_row(&t, f, nfields)) == 1)
+		if ((rc = row(ctx, f)))
+			goto cleanup;
+	if (rc < 0)
+		goto cleanup;
+	rc = 0;
+	if (totals && ch_tsv_row(&t, f, nfields) != 1)
+		rc = -EPROTO;
+	/* The totals point into the answer: copies outlive it. */
+	for (unsigned i = 0; totals && !rc && i < nfields; i++)
+		if (f[i] && !(totals[i] = strdup(f[i])))
+			rc = -ENOMEM;
+cleanup:
+	byte_buf_free(&ans);
+	return rc;
+}
+
+static void totals_free(char **t, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		free(t[i]);
+}
+
+/* ---- objects and stacks --------------------------------------------------------------------- */
+
+static int object_row(void *ctx, char **f)
+{
+	struct store_object *o = ctx;
+	uint64_t kind;
+	size_t len;
+
+	if (ch_tsv_u64(f[0], &kind) || kind > UINT8_MAX ||
+	    ch_tsv_hex(f[1], o->id.bytes, SYSOM_BUILD_ID_MAX, &len) || !f[2])
+		return -EPROTO;
+	o->id.kind = (uint8_t)kind;
+	o->id.len = (uint8_t)len;
+	free(o->name);
+	o->name = strdup(f[2]);
+	return o->name ? 0 : -ENOMEM;
+}
+
+int ch__object_get(struct store *base, int64_t id, struct store_object *out)
+{
+	struct store_object o = { 0 };
+	struct byte_buf q = { 0 };
+	int rc;
+
+	byte_buf_printf(&q, "SELECT kind, hex(build_id), argMin(name, seen_ns) FROM objects"
+			    " WHERE id = %" PRId64 " GROUP BY kind, build_id LIMIT 1", id);
+	rc = select_run(ch__store(base), &q, 3, object_row, &o, NULL);
+	if (!rc && !o.name)
+		rc = -ENOENT;
+	if (rc)
+		free(o.name);
+	else
+		*out = o;
+	byte_buf_free(&q);
+	return rc;
+}
+
+static struct store_stack *stack_copy(const struct store_stack *stk)
+{
+	size_t size = sizeof(*stk) + stk->nframes * sizeof(stk->frames[0]);
+	struct store_stack *c = malloc(size);
+
+	if (c)
+		memcpy(c, stk, size);
+	return c;
+}
+
+struct stack_read {
+	int64_t id;
+	struct store_stack *stk;
+};
+
+static int stack_row(void *ctx, char **f)
+{
+	struct stack_read *r = ctx;
+	size_t hexlen = f[0] ? strlen(f[0]) : 0, len, nframes;
+	uint8_t *raw;
+	int rc = 0;
+
+	if (hexlen < 4 || hexlen / 2 > 2 + 16 * (size_t)UINT16_MAX || r->stk)
+		return -EPROTO;
+	if (!(raw = malloc(hexlen / 2)))
+		return -ENOMEM;
+	if (ch_tsv_hex(f[0], raw, hexlen / 2, &len) || (len - 2) % 16 || len == 2) {
+		rc = -SYSOM_ECORRUPT;
+		goto cleanup;
+	}
+	nframes = (len - 2) / 16;
+	r->stk = malloc(sizeof(*r->stk) + nframes * sizeof(r->stk->frames[0]));
+	if (!r->stk) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	r->stk->id = r->id;
+	r->stk->kind = raw[0];
+	r->stk->stop_reason = raw[1];
+	r->stk->nframes = (uint16_t)nframes;
+	for (size_t i = 0; i < nframes; i++) {
+		r->stk->frames[i].object = (int64_t)load_le64(raw + 2 + 16 * i);
+		r->stk->frames[i].offset = load_le64(raw + 2 + 16 * i + 8);
+	}
+cleanup:
+	free(raw);
+	return rc;
+}
+
+int ch__stack_get(struct store *base, int64_t id, struct store_stack **out)
+{
+	struct ch_store *s = ch__store(base);
+	struct ch_stack_slot *slot = &s->stacks[(uint64_t)id & (CH_STACK_CACHE - 1)];
+	struct stack_read r = { .id = id };
+	struct store_stack *cached = NULL;
+	struct byte_buf q = { 0 };
+	int rc;
+
+	/* Stacks never change once stored: a cached copy is the stored stack. */
+	pthread_mutex_lock(&s->lock);
+	if (slot->id == id && slot->stk && !(cached = stack_copy(slot->stk))) {
+		pthread_mutex_unlock(&s->lock);
+		return -ENOMEM;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (cached) {
+		*out = cached;
+		return 0;
+	}
+	byte_buf_printf(&q, "SELECT hex(ident) FROM stacks WHERE id = %" PRId64 " LIMIT 1", id);
+	rc = select_run(s, &q, 1, stack_row, &r, NULL);
+	byte_buf_free(&q);
+	if (!rc && !r.stk)
+		rc = -ENOENT;
+	if (rc) {
+		free(r.stk);
+		return rc;
+	}
+	if ((cached = stack_copy(r.stk))) {
+		pthread_mutex_lock(&s->lock);
+		free(slot->stk);
+		slot->id = id;
+		slot->stk = cached;
+		pthread_mutex_unlock(&s->lock);
+	}
+	*out = r.stk;
+	return 0;
+}
+
+/* ---- nodes ---------------------------------------------------------------------------------- */
+
+struct node_visit {
+	store_node_fn fn;
+	void *arg;
+};
+
+static int u32_field(const char *f, uint32_t *out)
+{
+	uint64_t v;
+
+	if (ch_tsv_u64(f, &v) || v > UINT32_MAX)
+		return -EPROTO;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int node_row(void *ctx, char **f)
+{
+	const struct node_visit *v = ctx;
+	struct store_node n = {
+		.hostname = f[1], .kernel_release = f[2], .machine = f[3], .agent_version = f[4],
+	};
+
+	if (!f[0] || strlen(f[0]) != 2 * SYSOM_NODE_ID_SIZE || !f[1] || !f[2] || !f[3] ||
+	    !f[4] || !f[5] || strlen(f[5]) >= sizeof(n.boot_id) || u32_field(f[6], &n.sample_hz) ||
+	    u32_field(f[7], &n.sample_rate_ppm) || u32_field(f[8], &n.online_cpus) ||
+	    ch_tsv_i64(f[9], &n.first_seen_ns) || ch_tsv_i64(f[10], &n.last_seen_ns) ||
+	    ch_tsv_u64(f[11], &n.batches) || ch_tsv_u64(f[12], &n.last_epoch) ||
+	    ch_tsv_u64(f[13], &n.last_sequence))
+		return -EPROTO;
+	memcpy(n.node_id, f[0], sizeof(n.node_id));
+	memcpy(n.boot_id, f[5], strlen(f[5]) + 1);
+	return v->fn(v->arg, &n);
+}
+
+int ch__nodes_list(struct store *base, store_node_fn fn, void *arg)
+{
+	struct node_visit v = { fn, arg };
+	struct byte_buf q = { 0 };
+	int rc;
+
+	/* The latest batch (by receive time) names the node; the last sequence is the highest of
+	 * the latest epoch. */
+	byte_buf_printf(&q,
+		"SELECT node_id, h, kr, m, av, bi, hz, ppm, cpus, f, l, n, le, ls FROM"
+		" (SELECT node_id, argMax(hostname, received_ns) AS h,"
+		"  argMax(kernel_release, received_ns) AS kr, argMax(machine, received_ns) AS m,"
+		"  argMax(agent_version, received_ns) AS av, argMax(boot_id, received_ns) AS bi,"
+		"  argMax(sample_hz, received_ns) AS hz, argMax(sample_rate_ppm, received_ns) AS ppm,"
+		"  argMax(online_cpus, received_ns) AS cpus, min(received_ns) AS f,"
+		"  max(received_ns) AS l, count() AS n, argMax(epoch, received_ns) AS le"
+		"  FROM batches WHERE " CH_COMMITTED " GROUP BY node_id)"
+		" ANY LEFT JOIN (SELECT node_id, epoch AS le, max(sequence) AS ls FROM batches"
+		"  WHERE " CH_COMMITTED " GROUP BY node_id, epoch) USING (node_id, le)"
+		" ORDER BY h, node_id");
+	rc = select_run(ch__store(base), &q, 14, node_row, &v, NULL);
+	byte_buf_free(&q);
+	return rc;
+}
+
+/* ---- samples -------------------------------------------------------------------------------- */
+
+/* Processes' current comm (the latest batch's). */
+#define PROCESS_COMMS                                                                       \
+	"(SELECT process, argMax(comm, received_ns) AS comm FROM processes WHERE " CH_COMMITTED \
+	" GROUP BY process)"
+
+/* Appends the samples (joined with their process's comm) matching `f`, as a FROM clause. */
+static int filter_from(struct byte_buf *q, const struct store_sample_filter *f)
+{
+	if (f->job)
+		return -ENOTSUP; /* job ranks are not stored on ClickHouse yet */
+	byte_buf_printf(q, " FROM samples ANY LEFT JOIN " PROCESS_COMMS " USING process"
+			   " WHERE time_ms BETWEEN %" PRId64 " AND %" PRId64 " AND " CH_COMMITTED,
+			f->from_ms, f->to_ms);
+	if (f->node) {
+		char lower[2 * SYSOM_NODE_ID_SIZE + 1];
+		size_t n = strlen(f->node);
+
+		byte_buf_printf(q, " AND node_id IN (SELECT node_id FROM batches WHERE " CH_COMMITTED
+				   " GROUP BY node_id HAVING node_id = ");
+		if (n < sizeof(lower)) {
+			for (size_t i = 0; i <= n; i++)
+				lower[i] = (char)(f->node[i] >= 'A' && f->node[i] <= 'Z'
+							  ? f->node[i] - 'A' + 'a' : f->node[i]);
+			ch__quote(q, lower);
+		} else {
+			ch__quote(q, f->node);
+		}
+		byte_buf_printf(q, " OR argMax(hostname, received_ns) = ");
+		ch__quote(q, f->node);
+		byte_buf_printf(q, ")");
+	}
+	if (f->has_pid)
+		byte_buf_printf(q, " AND tgid = %u", f->pid);
+	if (f->comm) {
+		byte_buf_printf(q, " AND (comm = ");
+		ch__quote(q, f->comm);
+		byte_buf_printf(q, " OR thread_comm = ");
+		ch__quote(q, f->comm);
+		byte_buf_printf(q, ")");
+	}
+	return 0;
+}
+
+struct aggregate_visit {
+	store_stack_count_fn fn;
+	void *arg;
+};
+
+static int stack_count_row(void *ctx, char **f)
+{
+	const struct aggregate_visit *v = ctx;
+	struct store_stack_count row = { .comm = f[0] };
+	int64_t lo, hi;
+
+	if (!f[0] || ch_tsv_i64(f[1], &lo) || ch_tsv_i64(f[2], &hi) ||
+	    ch_tsv_u64(f[3], &row.processes) || ch_tsv_i64(f[4], &row.user_stack) ||
+	    ch_tsv_i64(f[5], &row.kernel_stack) || ch_tsv_u64(f[6], &row.count))
+		return -EPROTO;
+	row.pid = lo == hi ? lo : -1;
+	return v->fn(v->arg, &row);
+}
+
+int ch__stacks_aggregate(struct store *base, const struct store_sample_filter *f, uint32_t limit,
+			 store_stack_count_fn fn, void *arg, uint64_t *total)
+{
+	struct aggregate_visit v = { fn, arg };
+	struct byte_buf q = { 0 };
+	char *totals[7] = { 0 };
+	int rc;
+
+	byte_buf_printf(&q, "SELECT comm, min(tgid), max(tgid), uniqExact(process), user_stack,"
+			    " kernel_stack, sum(count) AS c");
+	if ((rc = filter_from(&q, f)))
+		goto cleanup;
+	/* WITH TOTALS sums every group, also those beyond the LIMIT. */
+	byte_buf_printf(&q, " GROUP BY comm, user_stack, kernel_stack WITH TOTALS"
+			    " ORDER BY c DESC, comm, user_stack, kernel_stack LIMIT %u", limit);
+	rc = select_run(ch__store(base), &q, 7, stack_count_row, &v, totals);
+	if (!rc && ch_tsv_u64(totals[6], total))
+		rc = -EPROTO;
+cleanup:
+	totals_free(totals, 7);
+	byte_buf_free(&q);
+	return rc;
+}
+
+struct process_visit {
+	store_process_fn fn;
+	void *arg;
+};
+
+static int process_row(void *ctx, char **f)
+{
+	const struct process_visit *v = ctx;
+	struct store_process p = {
+		.hostname = f[1], .comm = f[6], .exe = f[7], .cmdline = f[8],
+	};
+
+	if (!f[0] || strlen(f[0]) != 2 * SYSOM_NODE_ID_SIZE || !f[1] || !f[6] || !f[7] ||
+	    !f[8] || u32_field(f[2], &p.pid) || u32_field(f[3], &p.ppid) ||
+	    u32_field(f[4], &p.generation) || ch_tsv_u64(f[5], &p.start_time_ns) ||
+	    ch_tsv_i64(f[9], &p.first_seen_ns) || ch_tsv_i64(f[10], &p.last_seen_ns) ||
+	    ch_tsv_u64(f[11], &p.samples))
+		return -EPROTO;
+	memcpy(p.node_id, f[0], sizeof(p.node_id));
+	return v->fn(v->arg, &p);
+}
+
+int ch__processes_list(struct store *base, const struct store_sample_filter *f, uint32_t limit,
+		       store_process_fn fn, void *arg)
+{
+	struct process_visit v = { fn, arg };
+	struct byte_buf q = { 0 };
+	int rc;
+
+	byte_buf_printf(&q,
+		"SELECT node_id, hostname, tgid, ppid, generation, start_time_ns, comm, exe, cmdline,"
+		" first_seen_ns, last_seen_ns, c FROM"
+		" (SELECT process, c, node_id, tgid, ppid, generation, start_time_ns, comm, exe,"
+		"  cmdline, first_seen_ns, last_seen_ns FROM"
+		"  (SELECT process, sum(count) AS c");
+	if ((rc = filter_from(&q, f)))
+		goto cleanup;
+	byte_buf_printf(&q,
+		"  GROUP BY process ORDER BY c DESC, process LIMIT %u)"
+		"  ANY LEFT JOIN (SELECT process, any(node_id) AS node_id, any(tgid) AS tgid,"
+		"   argMax(ppid, received_ns) AS ppid, any(generation) AS generation,"
+		"   any(start_time_ns) AS start_time_ns, argMax(comm, received_ns) AS comm,"
+		"   argMax(exe, received_ns) AS exe, argMax(cmdline, received_ns) AS cmdline,"
+		"   min(first_seen_ns) AS first_seen_ns, max(last_seen_ns) AS last_seen_ns"
+		"   FROM processes WHERE " CH_COMMITTED " GROUP BY process) USING process)"
+		" ANY LEFT JOIN (SELECT node_id, argMax(hostname, received_ns) AS hostname"
+		"  FROM batches WHERE " CH_COMMITTED " GROUP BY node_id) USING node_id"
+		" ORDER BY c DESC, process", limit);
+	rc = select_run(ch__store(base), &q, 12, process_row, &v, NULL);
+cleanup:
+	byte_buf_free(&q);
+	return rc;
+}
+
+/* ---- counters ------------------------------------------------------------------------------- */
+
+struct counter_visit {
+	store_counter_fn fn;
+	void *arg;
+};
+
+static int counter_row(void *ctx, char **f)
+{
+	const struct counter_visit *v = ctx;
+	struct store_counter_total c = { .hostname = f[2] };
+	uint64_t id;
+
+	if (ch_tsv_u64(f[0], &id) || id > UINT16_MAX || !f[1] ||
+	    strlen(f[1]) != 2 * SYSOM_NODE_ID_SIZE || !f[2] || ch_tsv_u64(f[3], &c.total))
+		return -EPROTO;
+	c.counter = (uint16_t)id;
+	memcpy(c.node_id, f[1], sizeof(c.node_id));
+	return v->fn(v->arg, &c);
+}
+
+int ch__counters_list(struct store *base, store_counter_fn fn, void *arg)
+{
+	struct counter_visit v = { fn, arg };
+	struct byte_buf q = { 0 };
+	int rc;
+
+	byte_buf_printf(&q,
+		"SELECT counter, node_id, hostname, total FROM"
+		" (SELECT counter, node_id, sum(value) AS total FROM batches"
+		"  ARRAY JOIN counter_ids AS counter, counter_values AS value"
+		"  WHERE " CH_COMMITTED " GROUP BY counter, node_id)"
+		" ANY LEFT JOIN (SELECT node_id, argMax(hostname, received_ns) AS hostname"
+		"  FROM batches WHERE " CH_COMMITTED " GROUP BY node_id) USING node_id"
+		" ORDER BY counter, node_id");
+	rc = select_run(ch__store(base), &q, 4, counter_row, &v, NULL);
+	byte_buf_free(&q);
+	return rc;
+}
+
+/* ---- kernel symbols ------------------------------------------------------------------------- */
+
+static void build_id_sql(struct byte_buf *q, const uint8_t *id, size_t len)
+{
+	byte_buf_printf(q, "unhex('");
+	for (size_t i = 0; i < len; i++)
+		byte_buf_printf(q, "%02x", id[i]);
+	byte_buf_printf(q, "')");
+}
+
+static int u64_row(void *ctx, char **f)
+{
+	return ch_tsv_u64(f[0], ctx) ? -EPROTO : 0;
+}
+
+int ch__ksyms_count(struct store *base, const uint8_t *build_id, size_t build_id_len,
+		    uint64_t *count)
+{
+	struct byte_buf q = { 0 };
+	uint64_t n = 0;
+	int rc;
+
+	if (build_id_len == 0 || build_id_len > SYSOM_BUILD_ID_MAX)
+		return -EINVAL;
+	/* uniqExact: two replicas storing the same table at once store its rows twice. */
+	byte_buf_printf(&q, "SELECT uniqExact(offset) FROM ksyms WHERE build_id = ");
+	build_id_sql(&q, build_id, build_id_len);
+	rc = select_run(ch__store(base), &q, 1, u64_row, &n, NULL);
+	byte_buf_free(&q);
+	if (!rc && !n)
+		rc = -ENOENT;
+	if (!rc)
+		*count = n;
+	return rc;
+}
+
+int ch__ksyms_put(struct store *base, const uint8_t *build_id, size_t build_id_len,
+		  const struct store_ksym *syms, size_t count, int64_t uploaded_ns, bool *created)
+{
+	struct ch_store *s = ch__store(base);
+	pthread_mutex_t *stripe = &s->stripes[build_id[0] % CH_STRIPES];
+	struct byte_buf rows = { 0 };
+	uint64_t have;
+	int rc = store__ksyms_check(build_id_len, syms, count);
+
+	if (rc)
+		return rc;
+	*created = false;
+	if (count == 0)
+		return 0; /* an empty table stores nothing (SQLite keeps none either) */
+	pthread_mutex_lock(stripe);
+	rc = ch__ksyms_count(base, build_id, build_id_len, &have);
+	if (rc != -ENOENT)
+		goto cleanup; /* stored already (0), or an error */
+	for (size_t i = 0; i < count; i++) {
+		ch__rb_string(&rows, build_id, build_id_len);
+		byte_buf_put_u64(&rows, syms[i].offset);
+		byte_buf_put_u8(&rows, (uint8_t)syms[i].type);
+		ch__rb_str(&rows, syms[i].name);
+		byte_buf_put_u64(&rows, (uint64_t)uploaded_ns);
+	}
+	/* One INSERT: ClickHouse writes a block of up to max_insert_block_size (1,048,576) rows
+	 * atomically, far above a kernel's symbol count. */
+	if (!(rc = byte_buf_error(&rows)))
+		rc = ch__exec(s, "INSERT INTO ksyms FORMAT RowBinary", rows.data, rows.len, NULL);
+	*created = rc == 0;
+cleanup:
+	pthread_mutex_unlock(stripe);
+	byte_buf_free(&rows);
+	return rc;
+}
+
+struct range_read {
+	struct store_ksym_range *r;
+};
+
+static int floor_row(void *ctx, char **f)
+{
+	struct store_ksym_range *r = ctx;
+
+	if (ch_tsv_u64(f[0], &r->floor) || !f[1])
+		return -EPROTO;
+	free(r->floor_name);
+	if (!(r->floor_name = strdup(f[1])))
+		return -ENOMEM;
+	r->has_floor = true;
+	return 0;
+}
+
+static int next_row(void *ctx, char **f)
+{
+	struct store_ksym_range *r = ctx;
+
+	if (ch_tsv_u64(f[0], &r->next))
+		return -EPROTO;
+	r->has_next = true;
+	return 0;
+}
+
+int ch__ksym_range_get(struct store *base, const uint8_t *build_id, size_t build_id_len,
+		       uint64_t offset, struct store_ksym_range *out)
+{
+	struct ch_store *s = ch__store(base);
+	struct store_ksym_range r = { 0 };
+	struct byte_buf q = { 0 };
+	uint64_t n;
+	int rc = ch__ksyms_count(base, build_id, build_id_len, &n);
+
+	if (rc)
+		return rc;
+	byte_buf_printf(&q, "SELECT offset, name FROM ksyms WHERE build_id = ");
+	build_id_sql(&q, build_id, build_id_len);
+	byte_buf_printf(&q, " AND offset <= %" PRIu64 " ORDER BY offset DESC LIMIT 1", offset);
+	if ((rc = select_run(s, &q, 2, floor_row, &r, NULL)))
+		goto cleanup;
+	q.len = 0;
+	byte_buf_printf(&q, "SELECT offset FROM ksyms WHERE build_id = ");
+	build_id_sql(&q, build_id, build_id_len);
+	byte_buf_printf(&q, " AND offset > %" PRIu64 " ORDER BY offset LIMIT 1", offset);
+	rc = select_run(s, &q, 1, next_row, &r, NULL);
+cleanup:
+	byte_buf_free(&q);
+	if (rc)
+		free(r.floor_name);
+	else
+		*out = r;
+	return rc;
+}
+
+static int usage_row(void *ctx, char **f)
+{
+	struct store_ksyms_usage *u = ctx;
+
+	return ch_tsv_u64(f[0], &u->tables) || ch_tsv_u64(f[1], &u->rows) ? -EPROTO : 0;
+}
+
+int ch__ksyms_usage_get(struct store *base, struct store_ksyms_usage *out)
+{
+	struct store_ksyms_usage u = { .in_use_ns = STORE_KSYMS_IN_USE_NS };
+	struct byte_buf q = { 0 };
+	int rc;
+
+	/* No limit on ClickHouse yet (max_rows 0): nothing is evicted. */
+	byte_buf_printf(&q, "SELECT uniqExact(build_id), count() FROM ksyms");
+	rc = select_run(ch__store(base), &q, 2, usage_row, &u, NULL);
+	byte_buf_free(&q);
+	if (!rc)
+		*out = u;
+	return rc;
+}

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Hang detection end to end: a real Alertmanager, the server with its monitor, the agent (NCCL
+# uprobes: in-flight collectives reported at each seal) and 4-rank simulated jobs, each with a
+# per-job hang threshold of 6 s. Nobody asks the server anything until the verdicts:
+#   stop  : rank 2 freezes (SIGSTOP) 3 s in     → hang naming rank 2, not entered, process exists;
+#           SIGCONT → progress resumes → the incident resolves
+#   exit  : rank 1 exits 3 s in                 → hang naming rank 1, process exited
+#   block : rank 3 reads a pipe nobody writes   → hang naming rank 3, not entered
+#   lock  : rank 0 locks a mutex it holds       → hang naming rank 0
+#   a healthy job alongside                     → no incident
+#   agent killed while a job's ranks run on     → agent-lost for the node, no hang
+# The hang alert reaches Alertmanager (SysomHang) and /metrics (sysom_job_hung).
+. "$(dirname "$0")/lib.sh"
+require_root
+
+SIMJOB_DIR=$BUILD/tests/fixtures/simjob
+SIMJOB=$SIMJOB_DIR/simjob
+[ -x "$SIMJOB" ] || skip_all "$SIMJOB not built (needs nccl.h and cuda.h to build)"
+
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+export -f json
+
+am_start am || exit 1
+start_server srv --alertmanager-url "$AM_URL" --alert-resend-interval 2s --analysis-interval 1s || exit 1
+start_agent agent "$SERVER_URL" --gpu-libraries "$SIMJOB_DIR/libnccl.so.2:$SIMJOB_DIR/libcuda.so.1" \
+	|| exit 1
+
+settings() {
+	curl -sf -X PUT --data "$2" "$SERVER_URL/api/v1/jobs/$1/settings" >/dev/null
+}
+
+JOB_PGIDS=()
+# run_job JOB SIMJOB-ARGS...: a 4-rank job in its own process group, in the background.
+run_job() {
+	local job=$1
+	shift
+	settings "$job" '{"hang_floor_s": 6, "hang_factor": 5}'
+	SIMJOB_NCCL_TIMEOUT_S=600 setsid "$SIMJOB" --ranks 4 --job-id "$job" --seconds 300 \
+		--cpu-us 1000 --kernel-us 1000 "$@" >"$E2E_TMP/$job.log" 2>&1 &
+	JOB_PGIDS+=("$!")
+}
+
+kill_jobs() {
+	local p
+	for p in "${JOB_PGIDS[@]}"; do
+		kill -KILL -- "-$p" 2>/dev/null
+	done
+	for p in "${JOB_PGIDS[@]}"; do
+		wait "$p" 2>/dev/null
+	done
+	JOB_PGIDS=()
+}
+trap 'kill_jobs; e2e_cleanup' EXIT
+
+# incident JOB KIND: waits (60 s) for the job's open incident of KIND; saves its report as
+# $E2E_TMP/JOB.KIND.json and .txt.
+incident() {
+	local job=$1 kind=$2 id=""
+	local deadline=$((SECONDS + 60))
+	while [ $SECONDS -lt $deadline ]; do
+		id=$(curl -sf "$SERVER_URL/api/v1/diagnoses?job=$job&from=-1h&to=now&status=open" |
+			json "next((x['id'] for x in d['diagnoses'] if x['kind'] == '$kind'), '')")
+		[ -n "$id" ] && break
+		sleep 0.5
+	done
+	[ -n "$id" ] || return 1
+	curl -sf "$SERVER_URL/api/v1/diagnoses/$id" >"$E2E_TMP/$job.$kind.json" &&
+		curl -sf "$SERVER_URL/api/v1/diagnoses/$id?format=text" >"$E2E_TMP/$job.$kind.txt"
+}
+
+report_is() {
+	json "$2" <"$E2E_TMP/$1.json" | grep -qx True
+}
+
+run_job e2e-stop --fault rank=2,kind=stop,amount=0,after=3
+run_job e2e-exit --fault rank=1,kind=exit,amount=0,after=3
+run_job e2e-block --fault rank=3,kind=block,amount=0,after=3
+run_job e2e-lock --fault rank=0,kind=lock,amount=0,after=3
+run_job e2e-healthy
+START=$SECONDS
+
+check "frozen rank: a hang incident opens" incident e2e-stop hang
+diag "detected $((SECONDS - START)) s after the start (fault at 3 s, threshold 6 s)"
+diag "$(sed -n 1,30p "$E2E_TMP/e2e-stop.hang.txt")"
+check "frozen rank: rank 2 named, never entered, its process exists" \
+	report_is e2e-stop.hang "d['rank'] == 2 and [(r['rank'], r['state'], r['process_exists']) for r in d['report']['ranks']] == [(2, 'not entered', True)]"
+check "frozen rank: 3 of 4 ranks entered the AllReduce, waiting past the 6 s threshold" \
+	report_is e2e-stop.hang "d['report']['instance']['entered'] == 3 and d['report']['instance']['op'] == 'AllReduce' and d['report']['instance']['waited_ms'] >= 6000 and d['report']['instance']['threshold_ms'] == 6000"
+check "frozen rank: its threads are reported (none ran)" \
+	report_is e2e-stop.hang "d['report']['ranks'][0]['threads'] is not None and all(t['oncpu_ms'] == 0 for t in d['report']['ranks'][0]['threads'])"
+check "frozen rank: the text report names rank 2 and its pid" \
+	grep -qE '^rank 2 \(communicator rank 2, .*, pid [0-9]+\): not entered; process exists' "$E2E_TMP/e2e-stop.hang.txt"
+check "frozen rank: severity critical" report_is e2e-stop.hang "d['severity'] == 'critical'"
+
+check "exited rank: a hang incident opens" incident e2e-exit hang
+check "exited rank: rank 1 named, its process exited" \
+	report_is e2e-exit.hang "[(r['rank'], r['state'], r['process_exists']) for r in d['report']['ranks']] == [(1, 'exited', False)]"
+check "blocked syscall: a hang incident opens" incident e2e-block hang
+check "blocked syscall: rank 3 named, never entered" \
+	report_is e2e-block.hang "[(r['rank'], r['state']) for r in d['report']['ranks']] == [(3, 'not entered')]"
+check "deadlock: a hang incident opens" incident e2e-lock hang
+check "deadlock: rank 0 named, never entered" \
+	report_is e2e-lock.hang "[(r['rank'], r['state']) for r in d['report']['ranks']] == [(0, 'not entered')]"
+
+id=$(json 'd["id"]' <"$E2E_TMP/e2e-stop.hang.json")
+ctl diagnose --id "$id" --format text >"$E2E_TMP/ctl-hang.txt"
+check "sysomctl diagnose shows the hang report" grep -q "AllReduce #[0-9]* on communicator [0-9a-f]*: 3 of 4 ranks entered" "$E2E_TMP/ctl-hang.txt"
+
+am_hang() {
+	curl -sf "$AM_URL/api/v2/alerts?active=true&silenced=false&inhibited=false" |
+		json "[a['labels'] for a in d if a['labels'].get('alertname') == 'SysomHang' and a['labels'].get('job') == '$1']"
+}
+check "Alertmanager received SysomHang for e2e-stop, rank 2" \
+	wait_until 20 bash -c "$(declare -f am_hang json); am_hang e2e-stop | grep -q \"'rank': '2'\""
+curl -sf "$SERVER_URL/metrics" >"$E2E_TMP/metrics.txt"
+check "/metrics: sysom_job_hung of e2e-stop is 1, of the healthy job 0" \
+	bash -c "grep -q '^sysom_job_hung{job=\"e2e-stop\"} 1' '$E2E_TMP/metrics.txt' && grep -q '^sysom_job_hung{job=\"e2e-healthy\"} 0' '$E2E_TMP/metrics.txt'"
+check "/metrics: hang incidents opened" grep -qE '^sysom_hangs_opened_total [4-9]' "$E2E_TMP/metrics.txt"
+
+# Resume the frozen rank: progress resumes, the incident resolves.
+pid=$(json "d['report']['ranks'][0]['pid']" <"$E2E_TMP/e2e-stop.hang.json")
+kill -CONT "$pid"
+resolved() {
+	curl -sf "$SERVER_URL/api/v1/diagnoses/$id" | json "d['status']" | grep -qx resolved
+}
+check "frozen rank continued: the hang resolves" wait_until 30 resolved
+
+check "healthy job alongside: no incident" bash -c "curl -sf '$SERVER_URL/api/v1/diagnoses?job=e2e-healthy&from=-1h&to=now' | json 'len(d[\"diagnoses\"]) == 0' | grep -qx True"
+kill_jobs
+
+# The agent killed while a job's ranks run on: agent lost, not a hang.
+run_job e2e-lost
+sleep 6
+kill -KILL "$AGENT_PID"
+wait "$AGENT_PID" 2>/dev/null
+check "agent killed: an agent-lost incident opens" incident e2e-lost agent-lost
+diag "$(sed -n 1,14p "$E2E_TMP/e2e-lost.agent-lost.txt")"
+check "agent killed: it names the node and the job's 4 ranks" \
+	report_is e2e-lost.agent-lost "d['report']['agent_lost']['processes'] == 4 and sorted(d['report']['agent_lost']['ranks']) == [0, 1, 2, 3] and d['hostname'] != ''"
+sleep 8 # more evaluations past the hang threshold
+check "agent killed: no hang incident" bash -c "curl -sf '$SERVER_URL/api/v1/diagnoses?job=e2e-lost&from=-1h&to=now' | json 'all(x[\"kind\"] != \"hang\" for x in d[\"diagnoses\"])' | grep -qx True"
+kill_jobs
+finish

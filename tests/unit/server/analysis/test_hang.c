@@ -1,0 +1,369 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The hang detector (server/analysis/hang.c) over real live groups fed with batches: a 4-rank
+ * job on two nodes (ranks 0-1 on node-1, 2-3 on node-2), one AllReduce per second. Threshold
+ * max(floor, factor x spacing); the rank that never entered is named; progress resumes; all
+ * entered and none finished; a rank whose process exited; a node that stopped reporting is
+ * "agent lost", not a hang; a job whose processes are gone has ended; the tracker is bounded.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "server/analysis/hang.h"
+#include "server/analysis/live.h"
+#include "tests/support/batch_fixture.h"
+
+#define JOB "job-hang"
+#define COMM 0x1234ULL
+#define T0_MS 1700000000000LL /* the job's first instance, ms since the epoch */
+#define PID(rank) (7000u + (uint32_t)(rank))
+
+static uint32_t window_of(void *arg, const char *job)
+{
+	(void)arg, (void)job;
+	return 100;
+}
+
+/*
+ * Node `node`'s batch (ranks 2 (node - 1) and 2 (node - 1) + 1): each listed rank (bit r of
+ * `listed`) entered the AllReduces seq from..to-1 (instance s at T0 + s seconds + rank ms);
+ * with `in_flight`, its last one had not returned.
+ */
+static void node_batch(struct sysom_batch *b, int node, unsigned listed, const uint64_t *from,
+		       const uint64_t *to, bool in_flight)
+{
+	struct fixture_spec fs = { .node = (uint8_t)node, .epoch = 1, .sequence = 1,
+				   .window_start_ns = (uint64_t)T0_MS * 1000000ULL };
+	uint32_t comm, job;
+
+	assert_int_equal(fixture_batch_build(b, &fs), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, "python3", &comm), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, JOB, &job), 0);
+	for (int i = 0; i < 2; i++) {
+		int rank = 2 * (node - 1) + i;
+		uint32_t proc;
+		if (!(listed & (1u << rank)))
+			continue;
+		struct sysom_process p = { .tgid = PID(rank), .generation = 1, .comm = comm,
+					   .exe = comm, .cmdline = comm, .ppid = 1 };
+		assert_int_equal(sysom_batch_add_process(b, &p, &proc), 0);
+		struct sysom_job_rank jr = { .process = proc, .job = job, .rank = rank,
+					     .world_size = 4, .local_rank = i, .local_world_size = 2,
+					     .group_rank = node - 1, .source = SYSOM_JOB_FROM_ENVIRONMENT,
+					     .job_id_source = comm, .master = comm, .groups = comm };
+		struct sysom_communicator c = { .process = proc, .rank = rank, .key = COMM,
+						.nranks = 4, .split_color = -1, .split_key = -1,
+						.key_source = SYSOM_COMM_KEY_UNIQUE_ID };
+		assert_int_equal(sysom_batch_set_job_rank(b, &jr), 0);
+		assert_int_equal(sysom_batch_set_communicator(b, &c), 0);
+		for (uint64_t s = from[rank]; s < to[rank]; s++) {
+			uint64_t at = (uint64_t)(T0_MS + 1000 * (int64_t)s + rank) * 1000000ULL;
+			bool last = s + 1 == to[rank];
+			struct sysom_nccl_call k = {
+				.process = proc, .tid = PID(rank), .comm_key = COMM, .seq = s,
+				.entry_ns = at, .exit_ns = at + 1000, .count = 1, .bytes = 4,
+				.op = SYSOM_NCCL_ALL_REDUCE, .datatype = 7, .redop = 0, .peer = -1,
+				.rank = rank,
+				.flags = in_flight && last ? SYSOM_NCCL_IN_FLIGHT : 0 };
+			assert_int_equal(sysom_batch_add_nccl_call(b, &k), 0);
+		}
+	}
+}
+
+struct fixture {
+	struct live *l;
+	struct hang_tracker *t;
+	struct live_add_stats st;
+	struct hang_params p;
+};
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	assert_int_equal(live_new(0, &f->l), 0);
+	assert_int_equal(hang_tracker_new(&f->t), 0);
+	f->p = (struct hang_params){ .floor_ms = 30000, .factor = 5 };
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	live_free(f->l);
+	hang_tracker_free(f->t);
+	free(f);
+	return 0;
+}
+
+/* Node `node` sends its batch at `now`. */
+static void feed(struct fixture *f, int node, unsigned listed, const uint64_t *from,
+		 const uint64_t *to, bool in_flight, int64_t now)
+{
+	struct sysom_batch b;
+
+	node_batch(&b, node, listed, from, to, in_flight);
+	assert_int_equal(live_batch_add(f->l, &b, window_of, NULL, &f->st), 0);
+	assert_int_equal(hang_tracker_note(f->t, &b, now), 0);
+	sysom_batch_free(&b);
+}
+
+static struct hang_result eval(struct fixture *f, int64_t now)
+{
+	struct hang_result r;
+
+	assert_int_equal(hang_evaluate(f->t, f->l, JOB, &f->p, now, &r), 0);
+	return r;
+}
+
+/* Ranks 0, 1, 3 entered seq 20; rank 2 (node-2) stopped after seq 19. Both nodes keep
+ * reporting every 2 s. */
+static void stuck_rank2(struct fixture *f, int64_t until)
+{
+	const uint64_t from[4] = { 0 }, to[4] = { 21, 21, 20, 21 };
+
+	for (int64_t at = T0_MS + 20000; at <= until; at += 2000) {
+		feed(f, 1, 0x3, from, to, true, at);
+		feed(f, 2, 0xc, from, to, true, at + 1);
+	}
+}
+
+/* Below the threshold: pending, with the time to look again; past it: rank 2 named. */
+static void test_threshold_and_naming(void **state)
+{
+	struct fixture *f = *state;
+	struct hang_result r;
+
+	stuck_rank2(f, T0_MS + 20000 + 40000);
+	r = eval(f, T0_MS + 20000 + 29000);
+	assert_int_equal(r.verdict, HANG_PENDING);
+	assert_int_equal(r.threshold_ms, 30000); /* the floor: 5 x 1 s spacing is less */
+	assert_int_equal(r.next_check_ms, T0_MS + 20000 + 30000);
+	r = eval(f, T0_MS + 20000 + 31000);
+	assert_int_equal(r.verdict, HANG_HUNG);
+	assert_int_equal(r.seq, 20);
+	assert_int_equal(r.comm, COMM);
+	assert_int_equal(r.entered, 3);
+	assert_int_equal(r.nranks, 4);
+	assert_false(r.all_entered);
+	assert_int_equal(r.nmissing, 1);
+	assert_int_equal(r.ranks[0].rank, 2);
+	assert_int_equal(r.ranks[0].pid, PID(2));
+	assert_string_equal(r.ranks[0].host, "node-2");
+	assert_int_equal(r.ranks[0].state, HANG_RANK_NOT_ENTERED);
+	assert_int_equal(r.ranks[0].last_seq, 19);
+	assert_int_equal(r.since_ms, T0_MS + 20000); /* rank 0 entered first */
+	assert_true(r.interval_ms > 999 && r.interval_ms < 1001);
+	assert_int_equal(r.nlost, 0);
+}
+
+/* A factor whose multiple of the spacing (40 x 1 s) is over the floor: it is the threshold. */
+static void test_factor_over_floor(void **state)
+{
+	struct fixture *f = *state;
+	struct hang_result r;
+
+	f->p.factor = 40; /* 40 x 1 s spacing = 40 s */
+	stuck_rank2(f, T0_MS + 20000 + 45000);
+	r = eval(f, T0_MS + 20000 + 35000);
+	assert_int_equal(r.verdict, HANG_PENDING);
+	assert_int_equal(r.threshold_ms, 40000);
+	r = eval(f, T0_MS + 20000 + 41000);
+	assert_int_equal(r.verdict, HANG_HUNG);
+}
+
+/* Rank 2 enters again: no hang. */
+static void test_resume(void **state)
+{
+	struct fixture *f = *state;
+	const uint64_t from[4] = { 0 }, to[4] = { 25, 25, 25, 25 };
+	struct hang_result r;
+
+	stuck_rank2(f, T0_MS + 20000 + 40000);
+	assert_int_equal(eval(f, T0_MS + 20000 + 40000).verdict, HANG_HUNG);
+	feed(f, 1, 0x3, from, to, false, T0_MS + 62000);
+	feed(f, 2, 0xc, from, to, false, T0_MS + 62001);
+	r = eval(f, T0_MS + 62002);
+	assert_int_equal(r.verdict, HANG_NONE);
+}
+
+/* Every rank entered seq 20 and none returned. */
+static void test_all_entered_none_finished(void **state)
+{
+	struct fixture *f = *state;
+	const uint64_t from[4] = { 0 }, to[4] = { 21, 21, 21, 21 };
+	struct hang_result r;
+
+	for (int64_t at = T0_MS + 21000; at <= T0_MS + 60000; at += 2000) {
+		feed(f, 1, 0x3, from, to, true, at);
+		feed(f, 2, 0xc, from, to, true, at + 1);
+	}
+	r = eval(f, T0_MS + 60002);
+	assert_int_equal(r.verdict, HANG_HUNG);
+	assert_true(r.all_entered);
+	assert_int_equal(r.seq, 20);
+	assert_int_equal(r.entered, 4);
+	assert_int_equal(r.nmissing, 4);
+	assert_int_equal(r.ranks[0].state, HANG_RANK_IN_FLIGHT);
+	/* The same calls returned: no hang (they had only been slow). */
+	for (int64_t at = T0_MS + 61000; at <= T0_MS + 62000; at += 1000) {
+		feed(f, 1, 0x3, from, to, false, at);
+		feed(f, 2, 0xc, from, to, false, at + 1);
+	}
+	assert_int_equal(eval(f, T0_MS + 62002).verdict, HANG_NONE);
+}
+
+/* Rank 2's process exited: node-2 reports rank 3 only. */
+static void test_exited(void **state)
+{
+	struct fixture *f = *state;
+	const uint64_t from[4] = { 0 }, to[4] = { 21, 21, 20, 21 };
+	struct hang_result r;
+
+	stuck_rank2(f, T0_MS + 24000);
+	for (int64_t at = T0_MS + 26000; at <= T0_MS + 60000; at += 2000) {
+		feed(f, 1, 0x3, from, to, true, at);
+		feed(f, 2, 0x8, from, to, true, at + 1);
+	}
+	r = eval(f, T0_MS + 60002);
+	assert_int_equal(r.verdict, HANG_HUNG);
+	assert_int_equal(r.nmissing, 1);
+	assert_int_equal(r.ranks[0].rank, 2);
+	assert_int_equal(r.ranks[0].state, HANG_RANK_EXITED);
+	assert_false(r.job_ended);
+}
+
+/* Node-2's agent stops: its ranks are not blamed, the node is named lost. */
+static void test_agent_lost_not_hang(void **state)
+{
+	struct fixture *f = *state;
+	const uint64_t from[4] = { 0 }, to_before[4] = { 21, 21, 20, 20 };
+	const uint64_t to[4] = { 31, 31, 20, 20 };
+	struct hang_result r;
+
+	for (int64_t at = T0_MS + 10000; at <= T0_MS + 20000; at += 2000) {
+		feed(f, 1, 0x3, from, to_before, true, at);
+		feed(f, 2, 0xc, from, to_before, true, at + 1);
+	}
+	/* node-2 silent from T0 + 20 s; node-1's ranks go on (their calls return: the others
+	 * are there, only their agent is gone). */
+	for (int64_t at = T0_MS + 22000; at <= T0_MS + 60000; at += 2000)
+		feed(f, 1, 0x3, from, to, false, at);
+	/* Lost after 3 x 2 s + 5 s of silence. */
+	r = eval(f, T0_MS + 20001 + 10000);
+	assert_int_equal(r.nlost, 0);
+	assert_int_not_equal(r.verdict, HANG_HUNG);
+	assert_int_equal(r.next_check_ms, T0_MS + 20001 + 11000 + 1);
+	r = eval(f, T0_MS + 60002);
+	assert_int_equal(r.verdict, HANG_AGENT_LOST);
+	assert_int_equal(r.nlost, 1);
+	assert_string_equal(r.lost[0].host, "node-2");
+	assert_int_equal(r.lost[0].nranks, 2);
+	assert_int_equal(r.ranks[0].state, HANG_RANK_AGENT_LOST);
+	assert_int_equal(r.ranks[1].state, HANG_RANK_AGENT_LOST);
+}
+
+/* The node reports late: a missing rank whose node has not reported since the instance began
+ * is not judged. */
+static void test_unseen_is_not_judged(void **state)
+{
+	struct fixture *f = *state;
+	const uint64_t from[4] = { 0 }, to[4] = { 21, 21, 20, 20 };
+	struct hang_result r;
+
+	f->p.floor_ms = 1000;
+	f->p.factor = 1;
+	feed(f, 2, 0xc, from, to, false, T0_MS + 19900); /* before instance 20 began */
+	feed(f, 1, 0x3, from, to, true, T0_MS + 24000);
+	r = eval(f, T0_MS + 24500);
+	assert_int_equal(r.verdict, HANG_PENDING);
+	assert_int_equal(r.ranks[0].state, HANG_RANK_UNSEEN);
+	assert_int_equal(r.next_check_ms, T0_MS + 25500);
+}
+
+/* Every process of the job gone: it ended, no hang. */
+static void test_job_ended(void **state)
+{
+	struct fixture *f = *state;
+	const uint64_t from[4] = { 0 }, to[4] = { 21, 21, 20, 21 };
+
+	stuck_rank2(f, T0_MS + 24000);
+	feed(f, 1, 0, from, to, false, T0_MS + 70000);
+	feed(f, 2, 0, from, to, false, T0_MS + 70001);
+	struct hang_result r = eval(f, T0_MS + 70002);
+	assert_int_equal(r.verdict, HANG_NONE);
+	assert_true(r.job_ended);
+	assert_int_equal(r.next_check_ms, 0);
+	hang_tracker_job_drop(f->t, JOB);
+	r = eval(f, T0_MS + 70002);
+	assert_false(r.job_ended);
+}
+
+/* Healthy: ranks in the middle of an instance at the seal are not a hang. */
+static void test_healthy_in_progress(void **state)
+{
+	struct fixture *f = *state;
+	const uint64_t from[4] = { 0 }, to[4] = { 30, 30, 29, 30 };
+	const uint64_t to2[4] = { 31, 31, 31, 31 };
+
+	feed(f, 1, 0x3, from, to, true, T0_MS + 29100);
+	feed(f, 2, 0xc, from, to, true, T0_MS + 29101);
+	assert_int_equal(eval(f, T0_MS + 29200).verdict, HANG_PENDING);
+	feed(f, 1, 0x3, from, to2, false, T0_MS + 31100);
+	feed(f, 2, 0xc, from, to2, false, T0_MS + 31101);
+	assert_int_equal(eval(f, T0_MS + 31200).verdict, HANG_NONE);
+}
+
+/* The node table is bounded: the node silent longest is forgotten at the limit. */
+static void test_bounded_nodes(void **state)
+{
+	struct fixture *f = *state;
+	struct fixture_spec fs = { .epoch = 1, .sequence = 1, .window_start_ns = 1 };
+	char host[32];
+	int64_t last;
+
+	for (int i = 0; i < HANG_MAX_NODES + 10; i++) {
+		struct sysom_batch b;
+		snprintf(host, sizeof(host), "n%d", i);
+		fs.hostname = host;
+		fs.node = (uint8_t)i;
+		assert_int_equal(fixture_batch_build(&b, &fs), 0);
+		assert_int_equal(hang_tracker_note(f->t, &b, 1000 + i), 0);
+		sysom_batch_free(&b);
+	}
+	assert_false(hang_node_lost(f->t, "n0", 2000, &last));
+	assert_int_equal(last, 0); /* forgotten */
+	assert_false(hang_node_lost(f->t, "n4100", 2000, &last));
+	assert_int_equal(last, 1000 + 4100);
+	assert_true(hang_node_lost(f->t, "n4100", 1000 + 4100 + 3 * HANG_DEFAULT_BATCH_MS +
+							HANG_LOST_SLACK_MS + 1, &last));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_threshold_and_naming, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_factor_over_floor, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_resume, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_all_entered_none_finished, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_exited, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_agent_lost_not_hang, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unseen_is_not_judged, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_job_ended, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_healthy_in_progress, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bounded_nodes, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

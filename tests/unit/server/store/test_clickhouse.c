@@ -1,0 +1,590 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ClickHouse store against a private clickhouse-server (tests/tools/clickhouse-private.sh):
+ * the same batches into SQLite and ClickHouse give the same answers; duplicates, conflicts,
+ * rows of a write cut short, kernel symbols, schema versions, ClickHouse down or slow.
+ * Skipped when clickhouse-server is not installed.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/error.h"
+#include "server/store/store.h"
+#include "tests/support/batch_fixture.h"
+
+#define T0 1700000000000000000ULL
+#define FIXTURE_HASH 0x5eed5eed5eed5eedULL
+
+static char ch_dir[128];  /* the private server's files */
+static char ch_url[128];  /* http://127.0.0.1:PORT/ */
+static bool ch_up;
+static unsigned db_seq;
+
+static int ch_script(const char *verb, char *out, size_t outlen)
+{
+	const char *root = getenv("SYSOM_ROOT");
+	char cmd[512];
+	FILE *p;
+	int status;
+
+	snprintf(cmd, sizeof(cmd), "%s/tests/tools/clickhouse-private.sh %s %s",
+		 root ? root : ".", verb, ch_dir);
+	if (!(p = popen(cmd, "r")))
+		return -errno;
+	if (out && !fgets(out, (int)outlen, p))
+		out[0] = '\0';
+	status = pclose(p);
+	if (out)
+		out[strcspn(out, "\n")] = '\0';
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int group_setup(void **state)
+{
+	(void)state;
+	if (access("/usr/sbin/clickhouse-server", X_OK) != 0)
+		return 0;
+	assert_int_equal(fixture_tmpdir_make(ch_dir, sizeof(ch_dir)), 0);
+	ch_up = ch_script("start", ch_url, sizeof(ch_url)) == 0 && ch_url[0];
+	return ch_up ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	if (ch_dir[0]) {
+		ch_script("stop", NULL, 0);
+		fixture_tmpdir_remove(ch_dir);
+	}
+	return 0;
+}
+
+struct ctx {
+	char dir[128];
+	char url[256];
+	char db[32];
+	struct store *sq, *ch;
+};
+
+/* A fresh database per test: tests do not see each other's rows. */
+static int setup(void **state)
+{
+	struct ctx *c = calloc(1, sizeof(*c));
+	char err[256];
+
+	assert_non_null(c);
+	*state = c;
+	if (!ch_up)
+		return 0;
+	snprintf(c->db, sizeof(c->db), "t%u_%d", ++db_seq, (int)getpid());
+	snprintf(c->url, sizeof(c->url), "%s?database=%s", ch_url, c->db);
+	assert_int_equal(fixture_tmpdir_make(c->dir, sizeof(c->dir)), 0);
+	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->sq, err, sizeof(err)), 0);
+	struct store_clickhouse_options o = { .url = c->url };
+	int rc = store_clickhouse_open(&o, &c->ch, err, sizeof(err));
+	if (rc)
+		fail_msg("store_clickhouse_open: %d %s", rc, err);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct ctx *c = *state;
+
+	store_close(c->sq);
+	store_close(c->ch);
+	if (c->dir[0])
+		fixture_tmpdir_remove(c->dir);
+	free(c);
+	return 0;
+}
+
+#define REQUIRE_CH()                                                         \
+	do {                                                                  \
+		if (!ch_up)                                                   \
+			skip();                                               \
+	} while (0)
+
+/* Runs SQL on the private server directly (what another client would do). */
+static void ch_sql(const char *db, const char *sql)
+{
+	char cmd[1024];
+
+	snprintf(cmd, sizeof(cmd), "curl -sSf '%s?database=%s' --data-binary \"%s\" >/dev/null",
+		 ch_url, db, sql);
+	assert_int_equal(system(cmd), 0);
+}
+
+static void put(struct store *s, const struct fixture_spec *spec, uint64_t hash,
+		struct store_put_result *res)
+{
+	struct sysom_batch b;
+	struct store_put_result r;
+
+	assert_int_equal(fixture_batch_build(&b, spec), 0);
+	int rc = store_batch_put(s, &b, hash, (int64_t)T0 + 31000000000LL + (int64_t)spec->sequence, &r);
+	if (rc)
+		fail_msg("store_batch_put: %d (%s)", rc, sysom_strerror(rc));
+	if (res)
+		*res = r;
+	sysom_batch_free(&b);
+}
+
+static void put_both(struct ctx *c, const struct fixture_spec *spec)
+{
+	struct store_put_result a, b;
+
+	put(c->sq, spec, FIXTURE_HASH, &a);
+	put(c->ch, spec, FIXTURE_HASH, &b);
+	assert_int_equal(a.duplicate, b.duplicate);
+	assert_int_equal(a.samples, b.samples);
+	assert_int_equal(a.sample_rows, b.sample_rows);
+	assert_int_equal(a.new_stacks, b.new_stacks);
+	assert_int_equal(a.processes, b.processes);
+}
+
+/* ---- answers as text, with stacks resolved to object names (ids differ by backend) ------- */
+
+struct text {
+	struct store *s;
+	char buf[16384];
+	size_t len;
+};
+
+static void text_add(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_add(struct text *t, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	int n = vsnprintf(t->buf + t->len, sizeof(t->buf) - t->len, fmt, ap);
+	va_end(ap);
+	assert_true(n >= 0 && (size_t)n < sizeof(t->buf) - t->len);
+	t->len += (size_t)n;
+}
+
+static void stack_text(struct text *t, int64_t id)
+{
+	struct store_stack *stk = NULL;
+
+	if (id == STORE_STACK_NONE) {
+		text_add(t, "-");
+		return;
+	}
+	assert_int_equal(store_stack_get(t->s, id, &stk), 0);
+	text_add(t, "k%u/%u[", stk->kind, stk->stop_reason);
+	for (uint16_t i = 0; i < stk->nframes; i++) {
+		struct store_object o = { 0 };
+
+		assert_int_equal(store_object_get(t->s, stk->frames[i].object, &o), 0);
+		text_add(t, "%s%s(%u,%u)+0x%" PRIx64, i ? ";" : "", o.name, o.id.kind, o.id.len,
+			 stk->frames[i].offset);
+		store_object_release(&o);
+	}
+	text_add(t, "]");
+	free(stk);
+}
+
+/* Groups are compared as a set: stack ids (hence ties' order) differ between backends. */
+static int row_text(void *arg, const struct store_stack_count *r)
+{
+	struct text *t = arg;
+
+	text_add(t, "%s pid=%" PRId64 " procs=%" PRIu64 " n=%" PRIu64 " u=", r->comm, r->pid,
+		 r->processes, r->count);
+	stack_text(t, r->user_stack);
+	text_add(t, " k=");
+	stack_text(t, r->kernel_stack);
+	text_add(t, "\n");
+	return 0;
+}
+
+static int line_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sorts the lines of a text in place (newline-separated). */
+static void text_sort(struct text *t)
+{
+	char *lines[256], copy[sizeof(t->buf)];
+	size_t n = 0, len = 0;
+
+	memcpy(copy, t->buf, t->len + 1);
+	for (char *save, *l = strtok_r(copy, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+		assert_true(n < 256);
+		lines[n++] = l;
+	}
+	qsort(lines, n, sizeof(lines[0]), line_cmp);
+	for (size_t i = 0; i < n; i++)
+		len += (size_t)snprintf(t->buf + len, sizeof(t->buf) - len, "%s\n", lines[i]);
+	t->len = len;
+}
+
+static void aggregate(struct store *s, const struct store_sample_filter *f, uint32_t limit,
+		      struct text *t, uint64_t *total)
+{
+	memset(t, 0, sizeof(*t));
+	t->s = s;
+	int rc = store_stacks_aggregate(s, f, limit, row_text, t, total);
+	if (rc)
+		fail_msg("store_stacks_aggregate: %s", sysom_strerror(rc));
+	text_sort(t);
+}
+
+static void same_aggregate(struct ctx *c, const struct store_sample_filter *f, uint64_t want)
+{
+	static struct text a, b;
+	uint64_t ta = 0, tb = 0;
+
+	aggregate(c->sq, f, 1000, &a, &ta);
+	aggregate(c->ch, f, 1000, &b, &tb);
+	assert_string_equal(a.buf, b.buf);
+	assert_int_equal(ta, tb);
+	assert_int_equal(ta, want);
+}
+
+static int node_text(void *arg, const struct store_node *n)
+{
+	struct text *t = arg;
+
+	text_add(t, "%s %s %s %s %s %s hz=%u ppm=%u cpus=%u first=%" PRId64 " last=%" PRId64
+		 " batches=%" PRIu64 " epoch=%" PRIu64 " seq=%" PRIu64 "\n",
+		 n->node_id, n->hostname, n->kernel_release, n->machine, n->agent_version,
+		 n->boot_id, n->sample_hz, n->sample_rate_ppm, n->online_cpus, n->first_seen_ns,
+		 n->last_seen_ns, n->batches, n->last_epoch, n->last_sequence);
+	return 0;
+}
+
+static int process_text(void *arg, const struct store_process *p)
+{
+	struct text *t = arg;
+
+	text_add(t, "%s %s %u %u %u %" PRIu64 " %s %s %s %" PRId64 " %" PRId64 " %" PRIu64 "\n",
+		 p->node_id, p->hostname, p->pid, p->ppid, p->generation, p->start_time_ns,
+		 p->comm, p->exe, p->cmdline, p->first_seen_ns, p->last_seen_ns, p->samples);
+	return 0;
+}
+
+static int counter_text(void *arg, const struct store_counter_total *ct)
+{
+	struct text *t = arg;
+
+	text_add(t, "%u %s %s %" PRIu64 "\n", ct->counter, ct->node_id, ct->hostname, ct->total);
+	return 0;
+}
+
+static void test_same_answers(void **state)
+{
+	struct ctx *c = *state;
+	static struct text a, b;
+	int64_t from = (int64_t)(T0 / 1000000);
+	struct store_sample_filter all = { .from_ms = from, .to_ms = from + 3600000 };
+
+	REQUIRE_CH();
+	/* Two nodes, a few windows each, one with extra stacks and a renamed process. */
+	for (uint64_t seq = 1; seq <= 3; seq++) {
+		put_both(c, &(struct fixture_spec){ .node = 7, .epoch = 0xfeedULL << 48,
+						     .sequence = seq,
+						     .window_start_ns = T0 + (seq - 1) * 30000000000ULL,
+						     .hostname = "gpu-7", .extra_stacks = 5 });
+		put_both(c, &(struct fixture_spec){ .node = 8, .epoch = 9, .sequence = seq,
+						     .window_start_ns = T0 + (seq - 1) * 30000000000ULL,
+						     .python_comm = seq == 3 ? "trainer" : NULL });
+	}
+	same_aggregate(c, &all, 6 * FIXTURE_SAMPLES + 3 * 5);
+
+	struct store_sample_filter f = all;
+	f.to_ms = from + 7000; /* the first window's +5 s samples only */
+	same_aggregate(c, &f, 2 * 13); /* the extra stacks are sampled later */
+	f = all;
+	f.node = "gpu-7";
+	same_aggregate(c, &f, 3 * FIXTURE_SAMPLES + 15);
+	f.node = "08080808080808080808080808080808";
+	same_aggregate(c, &f, 3 * FIXTURE_SAMPLES);
+	f.node = "gpu-9";
+	same_aggregate(c, &f, 0);
+	f = all;
+	f.comm = "nccl-net";
+	same_aggregate(c, &f, 6 * 9);
+	f.comm = "trainer"; /* node 8's python process is now called trainer (latest batch) */
+	same_aggregate(c, &f, 3 * 13);
+	f = all;
+	f.has_pid = true;
+	f.pid = FIXTURE_PID_NCCL;
+	same_aggregate(c, &f, 6 * 9);
+
+	/* A limit keeps the largest groups and the total of all. */
+	uint64_t total = 0;
+	aggregate(c->ch, &all, 1, &a, &total);
+	assert_int_equal(total, 6 * FIXTURE_SAMPLES + 15);
+	assert_non_null(strstr(a.buf, "n=30")); /* 3 x 10: each node names its python differently */
+
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	assert_int_equal(store_nodes_list(c->sq, node_text, &a), 0);
+	assert_int_equal(store_nodes_list(c->ch, node_text, &b), 0);
+	assert_string_equal(a.buf, b.buf);
+
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	assert_int_equal(store_processes_list(c->sq, &all, 100, process_text, &a), 0);
+	assert_int_equal(store_processes_list(c->ch, &all, 100, process_text, &b), 0);
+	text_sort(&a);
+	text_sort(&b);
+	assert_string_equal(a.buf, b.buf);
+
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	assert_int_equal(store_counters_list(c->sq, counter_text, &a), 0);
+	assert_int_equal(store_counters_list(c->ch, counter_text, &b), 0);
+	assert_string_equal(a.buf, b.buf);
+}
+
+static void test_duplicate_and_conflict(void **state)
+{
+	struct ctx *c = *state;
+	struct fixture_spec spec = { .node = 1, .epoch = 42, .sequence = 1, .window_start_ns = T0 };
+	struct store_sample_filter all = { .from_ms = (int64_t)(T0 / 1000000),
+					   .to_ms = (int64_t)(T0 / 1000000) + 60000 };
+	struct store_put_result res;
+	struct store_batch_record rec = { .exists = true };
+	struct text t;
+	uint64_t total;
+	uint8_t node[16];
+
+	REQUIRE_CH();
+	memset(node, 1, sizeof(node));
+	assert_int_equal(store_batch_find(c->ch, node, 42, 1, &rec), 0);
+	assert_false(rec.exists);
+	put(c->ch, &spec, FIXTURE_HASH, &res);
+	assert_false(res.duplicate || res.conflict);
+	assert_int_equal(res.new_stacks, 3);
+	assert_int_equal(store_batch_find(c->ch, node, 42, 1, &rec), 0);
+	assert_true(rec.exists && rec.hash_known && rec.content_hash == FIXTURE_HASH);
+	put(c->ch, &spec, FIXTURE_HASH, &res);
+	assert_true(res.duplicate);
+	assert_false(res.conflict);
+	assert_int_equal(res.samples, 0);
+	put(c->ch, &spec, FIXTURE_HASH + 1, &res);
+	assert_true(res.conflict);
+	assert_false(res.duplicate);
+	assert_true(res.existing.content_hash == FIXTURE_HASH);
+	aggregate(c->ch, &all, 100, &t, &total);
+	assert_int_equal(total, FIXTURE_SAMPLES);
+	/* Another batch shares every stack: none new. */
+	spec.sequence = 2;
+	put(c->ch, &spec, FIXTURE_HASH, &res);
+	assert_int_equal(res.new_stacks, 0);
+	aggregate(c->ch, &all, 100, &t, &total);
+	assert_int_equal(total, 2 * FIXTURE_SAMPLES);
+}
+
+/* Rows of a write that never reached its batch row (a replica died, ClickHouse failed midway)
+ * are not counted; neither is a second copy of a batch two replicas stored at once. */
+static void test_uncommitted_rows_invisible(void **state)
+{
+	struct ctx *c = *state;
+	struct store_sample_filter all = { .from_ms = (int64_t)(T0 / 1000000),
+					   .to_ms = (int64_t)(T0 / 1000000) + 60000 };
+	struct text t;
+	uint64_t total;
+	char sql[512];
+
+	REQUIRE_CH();
+	put(c->ch, &(struct fixture_spec){ .node = 3, .epoch = 1, .sequence = 1,
+					   .window_start_ns = T0 }, FIXTURE_HASH, NULL);
+	snprintf(sql, sizeof(sql), "INSERT INTO samples (day, node_id, time_ms, process, tgid, tid,"
+		 " cpu, thread_comm, kernel_stack, user_stack, count, attempt) VALUES (today(),"
+		 " '03030303030303030303030303030303', %" PRIu64 ", 1, 1, 1, 0, 'x', 0, 0, 1000, 7)",
+		 (uint64_t)(T0 / 1000000 + 1000));
+	ch_sql(c->db, sql);
+	aggregate(c->ch, &all, 100, &t, &total);
+	assert_int_equal(total, FIXTURE_SAMPLES);
+	/* A second batch row for the same identity with a higher attempt: its rows do not count. */
+	ch_sql(c->db, "INSERT INTO batches (node_id, epoch, sequence, attempt, content_hash)"
+		      " VALUES ('03030303030303030303030303030303', 1, 1, 18446744073709551615, 5)");
+	aggregate(c->ch, &all, 100, &t, &total);
+	assert_int_equal(total, FIXTURE_SAMPLES);
+	struct text n = { 0 };
+	assert_int_equal(store_nodes_list(c->ch, node_text, &n), 0);
+	assert_non_null(strstr(n.buf, "batches=1 "));
+}
+
+static void test_kernel_symbols(void **state)
+{
+	struct ctx *c = *state;
+	const uint8_t id[4] = { 1, 2, 3, 4 }, other[4] = { 9, 9, 9, 9 };
+	const struct store_ksym syms[] = { { 0x100, 'T', "start" }, { 0x200, 't', "mid" },
+					   { 0x300, 'T', "end" } };
+	struct store_ksym_range r;
+	struct store_ksyms_usage u;
+	uint64_t n;
+	bool created;
+
+	REQUIRE_CH();
+	assert_int_equal(store_ksyms_count(c->ch, id, 4, &n), -ENOENT);
+	assert_int_equal(store_ksyms_put(c->ch, id, 4, syms, 3, 1, &created), 0);
+	assert_true(created);
+	assert_int_equal(store_ksyms_put(c->ch, id, 4, syms, 2, 2, &created), 0);
+	assert_false(created);
+	assert_int_equal(store_ksyms_count(c->ch, id, 4, &n), 0);
+	assert_int_equal(n, 3);
+	assert_int_equal(store_ksym_range_get(c->ch, id, 4, 0x250, &r), 0);
+	assert_true(r.has_floor && r.floor == 0x200 && r.has_next && r.next == 0x300);
+	assert_string_equal(r.floor_name, "mid");
+	store_ksym_range_release(&r);
+	assert_int_equal(store_ksym_range_get(c->ch, id, 4, 0x50, &r), 0);
+	assert_true(!r.has_floor && r.has_next && r.next == 0x100);
+	store_ksym_range_release(&r);
+	assert_int_equal(store_ksym_range_get(c->ch, id, 4, 0x400, &r), 0);
+	assert_true(r.has_floor && !r.has_next);
+	store_ksym_range_release(&r);
+	assert_int_equal(store_ksym_range_get(c->ch, other, 4, 0x100, &r), -ENOENT);
+	assert_int_equal(store_ksyms_usage_get(c->ch, &u), 0);
+	assert_int_equal(u.tables, 1);
+	assert_int_equal(u.rows, 3);
+}
+
+static int no_job(void *arg, const struct store_job *j)
+{
+	(void)arg, (void)j;
+	return -EPROTO;
+}
+
+static int no_row(void *arg, const struct store_stack_count *r)
+{
+	(void)arg, (void)r;
+	return -EPROTO;
+}
+
+/* What ClickHouse does not store yet answers -ENOTSUP, never an empty answer. */
+static void test_not_supported(void **state)
+{
+	struct ctx *c = *state;
+	struct store_sample_filter f = { .from_ms = 0, .to_ms = INT64_MAX, .job = "j" };
+	uint64_t total;
+	char *json;
+
+	REQUIRE_CH();
+	assert_int_equal(store_jobs_list(c->ch, 10, no_job, NULL), -ENOTSUP);
+	assert_int_equal(store_stacks_aggregate(c->ch, &f, 10, no_row, NULL, &total), -ENOTSUP);
+	assert_int_equal(store_job_settings_get(c->ch, "j", &json), -ENOTSUP);
+	assert_int_equal(store_size_limit_set(c->ch, 1000), -ENOTSUP);
+	assert_int_equal(store_ping(c->ch), 0);
+	uint64_t bytes = 0;
+	assert_int_equal(store_size_get(c->ch, &bytes), 0);
+}
+
+static void test_open_errors(void **state)
+{
+	struct ctx *c = *state;
+	struct store *s = NULL;
+	char err[256], url[256];
+
+	REQUIRE_CH();
+	assert_int_equal(store_clickhouse_open(&(struct store_clickhouse_options){
+						       .url = "ftp://x/?database=a" }, &s, err,
+					       sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "http://"));
+	snprintf(url, sizeof(url), "%s", ch_url);
+	assert_int_equal(store_clickhouse_open(&(struct store_clickhouse_options){ .url = url },
+					       &s, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "database"));
+	snprintf(url, sizeof(url), "%s?database=a;drop", ch_url);
+	assert_int_equal(store_clickhouse_open(&(struct store_clickhouse_options){ .url = url },
+					       &s, err, sizeof(err)), -EINVAL);
+	/* A newer schema is refused. */
+	ch_sql(c->db, "INSERT INTO schema_migrations VALUES (99, 0)");
+	assert_int_equal(store_clickhouse_open(&(struct store_clickhouse_options){ .url = c->url },
+					       &s, err, sizeof(err)), -SYSOM_EVERSION);
+	assert_non_null(strstr(err, "99"));
+	/* Wrong credentials: refused with a clear error. */
+	char cred[256];
+	snprintf(cred, sizeof(cred), "%s/cred", c->dir);
+	FILE *f = fopen(cred, "w");
+	assert_non_null(f);
+	fputs("sysom:wrong\n", f);
+	fclose(f);
+	assert_int_equal(store_clickhouse_open(&(struct store_clickhouse_options){
+						       .url = c->url, .credentials_file = cred },
+					       &s, err, sizeof(err)), -EACCES);
+	f = fopen(cred, "w");
+	fputs("sysom:sysom-secret\n", f);
+	fclose(f);
+	snprintf(url, sizeof(url), "%s?database=%s_cred", ch_url, c->db);
+	assert_int_equal(store_clickhouse_open(&(struct store_clickhouse_options){
+						       .url = url, .credentials_file = cred },
+					       &s, err, sizeof(err)), 0);
+	store_close(s);
+}
+
+/* A port that accepts connections and never answers: every call gives up with -EBUSY. */
+static void test_slow_and_down(void **state)
+{
+	struct ctx *c = *state;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t alen = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct store *s = NULL;
+	char err[256], url[128];
+
+	REQUIRE_CH();
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(fd, 16), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%u/?database=x", ntohs(a.sin_port));
+	assert_int_equal(store_clickhouse_open(&(struct store_clickhouse_options){
+						       .url = url, .timeout_ms = 300 },
+					       &s, err, sizeof(err)), -EBUSY);
+	close(fd);
+	/* Nothing listening at all. */
+	assert_int_equal(store_clickhouse_open(&(struct store_clickhouse_options){ .url = url },
+					       &s, err, sizeof(err)), -EBUSY);
+
+	/* The server goes away under an open store: ingest and queries fail with -EBUSY. */
+	struct sysom_batch b;
+	struct store_put_result r;
+	struct store_sample_filter all = { .from_ms = 0, .to_ms = INT64_MAX };
+	uint64_t total;
+
+	assert_int_equal(ch_script("stop", NULL, 0), 0);
+	ch_up = false;
+	assert_int_equal(fixture_batch_build(&b, &(struct fixture_spec){
+						     .node = 5, .sequence = 1, .window_start_ns = T0 }),
+			 0);
+	assert_int_equal(store_batch_put(c->ch, &b, 1, (int64_t)T0, &r), -EBUSY);
+	sysom_batch_free(&b);
+	assert_int_equal(store_stacks_aggregate(c->ch, &all, 10, no_row, NULL, &total), -EBUSY);
+	assert_int_equal(store_ping(c->ch), -EBUSY);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_same_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_duplicate_and_conflict, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_uncommitted_rows_invisible, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_kernel_symbols, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_not_supported, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),
+		/* Last: it stops the server. */
+		cmocka_unit_test_setup_teardown(test_slow_and_down, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
