@@ -231,6 +231,14 @@ static int ns_gpu_time(struct store *s, const struct store_sample_filter *f, uin
 	return -ENOTSUP;
 }
 
+/* Off-CPU rows are not stored in ClickHouse yet: the off-cpu and wall flame graphs say so. */
+static int ns_stack_time(struct store *s, const struct store_sample_filter *f, uint32_t limit,
+			 store_stack_count_fn fn, void *arg, uint64_t *total)
+{
+	(void)s, (void)f, (void)limit, (void)fn, (void)arg, (void)total;
+	return -ENOTSUP;
+}
+
 static int ns_os(struct store *s, const struct store_os_filter *f, uint32_t max_rows,
 		 const struct store_os_visitor *v, bool *truncated)
 {
@@ -304,6 +312,8 @@ static const struct store_ops ch_ops = {
 	.collectives_list = ns_collectives,
 	.job_gpu = ns_gpu,
 	.gpu_time_aggregate = ns_gpu_time,
+	.offcpu_aggregate = ns_stack_time,
+	.wall_aggregate = ns_stack_time,
 	.job_os = ns_os,
 	.diagnosis_upsert = ns_diag_upsert,
 	.diagnosis_resolve = ns_diag_resolve,
