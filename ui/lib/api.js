@@ -72,5 +72,9 @@ export async function getText(path, params) {
 
 // The flame graph kinds this page knows; the server may know more (a kind can be typed: an
 // unknown one is answered with a 400 that lists the server's kinds).
-export const FLAME_KINDS = ['cpu', 'gpu-launch', 'gpu-time'];
-export const KIND_UNITS = { cpu: 'samples', 'gpu-launch': 'launches', 'gpu-time': 'ns' };
+// off-cpu: time threads spent blocked; wall: on-CPU + off-CPU time of one process (pid, or job
+// and rank; the server answers 400 for anything wider).
+export const FLAME_KINDS = ['cpu', 'off-cpu', 'wall', 'gpu-launch', 'gpu-time'];
+export const KIND_UNITS = {
+  cpu: 'samples', 'off-cpu': 'µs', wall: 'µs', 'gpu-launch': 'launches', 'gpu-time': 'ns',
+};
