@@ -351,9 +351,13 @@ static int top_stacks(const struct byte_buf *folded, struct hang_stack *st, size
 			while (at > 0 && st[at - 1].weight < w)
 				at--;
 			if (at < max) {
-				char *copy = strndup(p, len);
+				/* Not strndup: the folded text is not NUL-terminated, and strndup is
+				 * a string function (ASan's strict_string_checks reads to a NUL). */
+				char *copy = malloc(len + 1);
 				if (!copy)
 					return -ENOMEM;
+				memcpy(copy, p, len);
+				copy[len] = '\0';
 				if (*n == max)
 					free(st[--*n].stack);
 				memmove(&st[at + 1], &st[at], (*n - at) * sizeof(*st));
