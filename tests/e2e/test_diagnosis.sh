@@ -55,11 +55,11 @@ run_job() {
 # incident JOB KIND [RANK]: the job's incident of that kind (and rank: under CPU contention a
 # neighbouring rank may be named briefly too, and the list is newest first), saved.
 incident() {
-	local job=$1 kind=$2 rank=${3:-None} id=""
+	local job=$1 kind=$2 rank=${3:-} id=""
 	local deadline=$((SECONDS + 30))
 	while [ $SECONDS -lt $deadline ]; do
 		id=$(curl -sf "$SERVER_URL/api/v1/diagnoses?job=$job&from=-1h&to=now" |
-			json "next((x['id'] for x in d['diagnoses'] if x['kind'] == '$kind' and ($rank is None or x.get('rank') == $rank)), '')")
+			json "next((x['id'] for x in d['diagnoses'] if x['kind'] == '$kind' and ('$rank' == '' or str(x.get('rank')) == '$rank')), '')")
 		[ -n "$id" ] && break
 		sleep 0.5
 	done
