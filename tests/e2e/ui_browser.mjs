@@ -78,10 +78,10 @@ async function empty(browser) {
   r = await show(page, 'view=flamegraph&from=-1h');
   result(/No cpu data for these filters/.test(await text(page, '#flame')), 'empty server: the flame graph says there is no cpu data');
   const kinds = await page.$$eval('#flame-kinds option', (o) => o.map((x) => x.value));
-  result(['cpu', 'gpu-launch', 'gpu-time'].every((k) => kinds.includes(k)), `empty server: the flame graph kinds are offered (${kinds.join(', ')})`);
+  result(['cpu', 'off-cpu', 'wall', 'gpu-launch', 'gpu-time'].every((k) => kinds.includes(k)), `empty server: the flame graph kinds are offered (${kinds.join(', ')})`);
   await show(page, 'view=flamegraph&kind=nosuchkind');
   const st = await text(page, '#status');
-  result(/must be cpu, gpu-launch or gpu-time/.test(st), `empty server: an unknown kind gets the server's list of kinds ('${st}')`);
+  result(/must be cpu, gpu-launch, gpu-time, off-cpu or wall/.test(st), `empty server: an unknown kind gets the server's list of kinds ('${st}')`);
   page.errors = page.errors.filter((e) => !/status of 400/.test(e)); // that answer is a 400
   await show(page, 'view=job');
   result(/No training job seen/.test(await text(page, 'main')), 'empty server: the job view says there is no job');
