@@ -5,6 +5,7 @@
 #   make test       install missing packages, ASan/UBSan build in build/san, run every test
 #   make demo       install missing packages, build, run the end-to-end demo
 #   make fuzz       run every fuzz target for FUZZ_SECONDS (default 300) each
+#   make soak       the 10-minute healthy soak (make test runs it for 5 minutes)
 #   make bench      run the benchmarks in bench/ (release build)
 #   make install    install the release build (PREFIX, DESTDIR, BINDIR, ...); make uninstall
 #   make deb        Debian packages in $(BUILD)/deb; make deb-test: build, install, run, purge them
@@ -180,7 +181,7 @@ FUZZ_SECONDS ?= 300
 FUZZ_CFLAGS := -std=gnu11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined \
                -fno-sanitize-recover=undefined -Wall -Wextra -Werror
 
-.PHONY: all daemons tests fuzzers test demo fuzz bench deps clean
+.PHONY: all soak daemons tests fuzzers test demo fuzz bench deps clean
 .SECONDARY: $(BPF_OBJS) $(BPF_SKELS) $(VMLINUX_H)
 all: daemons tests $(FIXTURES) $(BENCHES)
 daemons: $(AGENT_BIN) $(SERVER_BIN) $(CTL_BIN) $(SYMREPO_BIN)
@@ -623,9 +624,20 @@ deps:
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm; }
 	$(Q)PUPPETEER_SKIP_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
 
+# `make test` stays well under CI's budget: the healthy soak runs 5 minutes there (`make soak`
+# runs the 10-minute one) and each fuzz target 10 s (`make fuzz` fuzzes for longer).
+TEST_SOAK_SECONDS ?= 300
+TEST_FUZZ_SMOKE_SECONDS ?= 10
 test: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build/san SAN=1 all fuzzers
-	$(Q)tests/run-all.sh build/san
+	$(Q)SYSOM_SOAK_SECONDS=$${SYSOM_SOAK_SECONDS:-$(TEST_SOAK_SECONDS)} \
+	    SYSOM_FUZZ_SMOKE_SECONDS=$${SYSOM_FUZZ_SMOKE_SECONDS:-$(TEST_FUZZ_SMOKE_SECONDS)} \
+	    tests/run-all.sh build/san
+
+# The healthy soak at its full length: 10 minutes of a healthy 8-rank job, no incident allowed.
+soak: deps
+	$(Q)$(MAKE) --no-print-directory BUILD=build/san SAN=1 all
+	$(Q)SYSOM_SOAK_SECONDS=600 tests/run-all.sh build/san e2e/test_healthy_soak
 
 demo: deps
 	$(Q)$(MAKE) --no-print-directory all
