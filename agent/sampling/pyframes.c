@@ -13,6 +13,7 @@
 
 #include <bpf/bpf.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/hash.h"
 #include "common/report.h"
@@ -491,9 +492,14 @@ struct py_tracked {
 /* One code object of one process generation: its names and (when small) its line table, so
  * a new instruction of it, or a frame drained after the process exited, needs no read. */
 #define PY_CACHED_LINETABLE 4096
+#define PY_CACHE_RECHECK_NS 1000000000ull /* 1 s */
 struct py_cache_slot {
 	uint32_t tgid, generation;
 	uint64_t code;
+	/* Which code object the address held when read: a freed code object's address can be
+	 * reused by another; a hit older than PY_CACHE_RECHECK_NS re-reads these to notice. */
+	uint64_t qualname_obj, filename_obj;
+	uint64_t checked_ns;
 	bool used;
 	bool table_cached;  /* linetable holds the whole table (else read it when needed) */
 	int32_t firstlineno;
@@ -680,8 +686,10 @@ static int read_code(struct pyframes *pf, const struct py_tracked *p, uint64_t c
 	if (read_u64(fd, code + 8, &type) || read_u64(fd, type + 24, &tp_name) ||
 	    read_mem(fd, tp_name, tname, 5) || memcmp(tname, "code", 5))
 		goto cleanup;
-	if (read_u64(fd, code + co->qualname, &type) || read_str(fd, co, type, qual, sizeof(qual)) ||
-	    read_u64(fd, code + co->filename, &type) || read_str(fd, co, type, file, sizeof(file)) ||
+	if (read_u64(fd, code + co->qualname, &slot->qualname_obj) ||
+	    read_str(fd, co, slot->qualname_obj, qual, sizeof(qual)) ||
+	    read_u64(fd, code + co->filename, &slot->filename_obj) ||
+	    read_str(fd, co, slot->filename_obj, file, sizeof(file)) ||
 	    read_mem(fd, code + co->firstlineno, &slot->firstlineno, sizeof(slot->firstlineno)))
 		goto cleanup;
 	if (!read_u64(fd, code + co->linetable, &linetable) &&
@@ -729,6 +737,39 @@ static int code_line(struct pyframes *pf, const struct py_tracked *p, uint64_t c
 	return line;
 }
 
+/* Whether the cached code object at `slot->code` is still the one read: same type name, same
+ * qualified-name and file-name objects and first line (a reused address almost never keeps
+ * all of them). True when the process or the address is gone (frames are drained after their
+ * process exited, and nothing can have reused an address that no longer exists). */
+static bool cache_slot_still_same(const struct pyframes *pf, const struct py_tracked *p,
+				  const struct py_cache_slot *slot)
+{
+	const struct py_code_offsets *co = &p->target.code;
+	uint64_t type, tp_name, qual, file;
+	int32_t first;
+	char tname[8] = "";
+	bool same = false;
+	int fd = open_mem(pf->opts.proc_root, p->tgid);
+
+	if (fd < 0)
+		return fd == -ENOENT || fd == -ESRCH;
+	/* Unreadable (an exited process not yet reaped has no memory; an unmapped arena): nothing
+	 * else can live at that address now, so the name stays. */
+	if (read_u64(fd, slot->code + 8, &type)) {
+		close(fd);
+		return true;
+	}
+	if (!read_u64(fd, type + 24, &tp_name) &&
+	    !read_mem(fd, tp_name, tname, 5) && !memcmp(tname, "code", 5) &&
+	    !read_u64(fd, slot->code + co->qualname, &qual) &&
+	    !read_u64(fd, slot->code + co->filename, &file) &&
+	    !read_mem(fd, slot->code + co->firstlineno, &first, sizeof(first)))
+		same = qual == slot->qualname_obj && file == slot->filename_obj &&
+		       first == slot->firstlineno;
+	close(fd);
+	return same;
+}
+
 int pyframes_resolve(struct pyframes *pf, uint32_t tgid, uint32_t generation, uint64_t value,
 		     struct py_name *out)
 {
@@ -742,8 +783,15 @@ int pyframes_resolve(struct pyframes *pf, uint32_t tgid, uint32_t generation, ui
 		return -ENOENT;
 	h = sysom_hash_mix(sysom_hash_mix(tgid, generation), code);
 	slot = &pf->cache[h % pf->opts.cache_slots];
-	if (slot->used && slot->tgid == tgid && slot->generation == generation &&
-	    slot->code == code) {
+	uint64_t now = sysom_monotonic_ns();
+	bool hit = slot->used && slot->tgid == tgid && slot->generation == generation &&
+		   slot->code == code;
+
+	if (hit && now - slot->checked_ns >= PY_CACHE_RECHECK_NS) {
+		hit = cache_slot_still_same(pf, p, slot);
+		slot->checked_ns = now;
+	}
+	if (hit) {
 		pf->stats.cache_hits++;
 	} else {
 		cache_slot_clear(slot);
@@ -757,6 +805,7 @@ int pyframes_resolve(struct pyframes *pf, uint32_t tgid, uint32_t generation, ui
 		slot->tgid = tgid;
 		slot->generation = generation;
 		slot->code = code;
+		slot->checked_ns = now;
 	}
 	slot->line = code_line(pf, p, code, slot, PY_FRAME_INSTR(value));
 	if (slot->line < 0)
