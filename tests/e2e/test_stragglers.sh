@@ -21,7 +21,11 @@ export -f json
 start_server srv || exit 1
 start_agent agent "$SERVER_URL" --gpu-libraries "$SIMJOB_DIR/libnccl.so.2:$SIMJOB_DIR/libcuda.so.1" \
 	--sample-rate 1 || exit 1
-timeout 120 "$SIMJOB" --ranks 8 --iterations $ITER --cpu-us 1000 --kernel-us 1000 --print-env \
+# The agent must see a rank's process (its environment names the job) before it exits: a 60-
+# iteration job lasts ~0.5 s, less than a sanitizer agent's start-up burst (a fresh-clone run lost
+# the whole healthy job that way). Start after its first batch, and run the healthy job longer.
+wait_until 30 grep -q "batch 1:" "$E2E_TMP/agent.log"
+timeout 120 "$SIMJOB" --ranks 8 --iterations $((ITER * 5)) --cpu-us 1000 --kernel-us 1000 --print-env \
 	>"$E2E_TMP/healthy.log" 2>&1
 check "healthy job exits 0" test $? -eq 0
 timeout 120 "$SIMJOB" --ranks 8 --iterations $ITER --cpu-us 1000 --kernel-us 1000 --print-env \
