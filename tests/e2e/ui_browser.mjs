@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// Drives the web UI in headless Chromium (puppeteer-core against the system browser, no
-// download) for tests/e2e/test_ui.sh and bench/ui_render.sh. Prints one line per check:
-// "PASS description", "FAIL description" or "DIAG text"; exits 0 unless the browser could not
-// run at all.
+// Drives the web UI in a headless browser (puppeteer-core against the system browser, no
+// download) for tests/e2e/test_ui.sh and bench/ui_render.sh: Chromium over the DevTools
+// protocol (BROWSER=chromium, the default; CHROMIUM=path, default /usr/bin/chromium) or
+// Firefox over WebDriver BiDi (BROWSER=firefox; FIREFOX=path, default /usr/bin/firefox-esr).
+// Prints one line per check: "PASS description", "FAIL description" or "DIAG text"; exits 0
+// unless the browser could not run at all.
 //
-// Usage: node ui_browser.mjs SCENARIO BASE_URL TOKEN [key=value...]
+// Usage: [BROWSER=chromium|firefox] node ui_browser.mjs SCENARIO BASE_URL TOKEN [key=value...]
 //   empty                       a server without data: every view says so, no errors
 //   wrongtoken                  a refused token: a clear message, then the form recovers
 //   views job=J host=H diag=N   every view of a server fed by the agent and simjob
@@ -14,7 +16,9 @@ import puppeteer from 'puppeteer-core';
 
 const [scenario, base, token, ...rest] = process.argv.slice(2);
 const opt = Object.fromEntries(rest.map((a) => a.split(/=(.*)/s).slice(0, 2)));
+const BROWSER = process.env.BROWSER || 'chromium';
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const FIREFOX = process.env.FIREFOX || '/usr/bin/firefox-esr';
 let failures = 0;
 
 function result(ok, desc) {
@@ -240,11 +244,27 @@ if (!scenarios[scenario]) {
   console.error('usage: node ui_browser.mjs empty|wrongtoken|views|huge|bench BASE_URL TOKEN [key=value...]');
   process.exit(2);
 }
-const browser = await puppeteer.launch({
-  executablePath: CHROMIUM,
-  headless: true,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'],
-});
+const launch = {
+  chromium: {
+    browser: 'chrome',
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'],
+  },
+  // puppeteer-core 24 speaks WebDriver BiDi to Firefox (its CDP support is gone); it writes
+  // a fresh profile with its own preferences into a temporary directory.
+  firefox: {
+    browser: 'firefox',
+    executablePath: FIREFOX,
+    headless: true,
+  },
+}[BROWSER];
+if (!launch) {
+  console.error(`BROWSER must be chromium or firefox, not '${BROWSER}'`);
+  process.exit(2);
+}
+const browser = await puppeteer.launch(launch);
+diag(`browser ${await browser.version()}`);
 try {
   await scenarios[scenario](browser);
 } catch (e) {
