@@ -1505,7 +1505,8 @@ static void test_os_names(void **state)
 	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_OS_ROWS_DROPPED), "os_rows_dropped");
 	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_OS_ATTACH_ERRORS), "os_attach_errors");
 	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_OS_TRACKED), "os_tracked_processes");
-	assert_null(sysom_counter_name(60));
+	assert_null(sysom_counter_name(SYSOM_COUNTER_MAX - 1)); /* not assigned */
+	assert_null(sysom_counter_name(SYSOM_COUNTER_MAX));
 	/* Run-queue buckets: < 2 µs, then [2^i, 2^(i+1)) µs, the last open-ended. */
 	assert_int_equal(sysom_runq_hist_bucket(0), 0);
 	assert_int_equal(sysom_runq_hist_bucket(1999), 0);
