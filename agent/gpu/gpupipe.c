@@ -22,6 +22,12 @@
 #define MAX_PROCS 4096
 #define MAX_PENDING_SCANS 4096
 #define GROUPS_MAX 256
+/* How long an exited process's communicators outlive it. Its last events can reach the ring
+ * consumer hundreds of milliseconds after it is reaped (a record reserved earlier by another,
+ * preempted thread holds back every record behind it); forgetting at the first seal after the
+ * exit re-keyed those late calls as a new, unsized communicator (seen on a loaded 2-CPU
+ * machine: 26 of a 60-iteration job's all-reduces, 440 ms late). */
+#define GONE_GRACE_NS (3ull * 1000000000ull)
 
 /* A process that maps a traced library or sent an event. */
 struct gp_proc {
@@ -29,7 +35,8 @@ struct gp_proc {
 	bool env_read;
 	struct job_identity env;
 	bool registered;
-	bool gone;               /* exited: forgotten after the next batch */
+	bool gone;               /* exited (proctrack said so) */
+	uint64_t gone_since_ns;  /* first seal that found it exited; 0 while alive */
 	struct job_identity reg;
 	char groups[GROUPS_MAX];
 };
@@ -462,8 +469,11 @@ void gpupipe_before_seal(struct gpupipe *gp)
 				     "gputrace: job identity of pid %u not recorded: %s", p->tgid,
 				     sysom_strerror(rc));
 	}
-	/* Processes that exited have had their last events drained and their identity and
-	 * communicators put in this batch: forget them (the tracker may never have seen them). */
+	/* Processes that exited are forgotten (the tracker too, which may never have seen them)
+	 * once GONE_GRACE_NS has passed since a seal first found them gone: until then their late
+	 * events still find their communicators, and their identity and communicators go into
+	 * every batch. */
+	uint64_t now = sysom_monotonic_ns();
 	for (uint32_t i = 0; i < gp->nprocs;) {
 		struct gp_proc *p = &gp->procs[i];
 		char dir[64];
@@ -471,6 +481,12 @@ void gpupipe_before_seal(struct gpupipe *gp)
 		snprintf(dir, sizeof(dir), "%s/%u", gp->opts.proc_root ? gp->opts.proc_root : "/proc",
 			 p->tgid);
 		if (!p->gone && (p->registered || access(dir, F_OK) == 0)) {
+			i++;
+			continue;
+		}
+		if (!p->gone_since_ns)
+			p->gone_since_ns = now;
+		if (now - p->gone_since_ns < GONE_GRACE_NS) {
 			i++;
 			continue;
 		}

@@ -50,7 +50,7 @@ e2e_cleanup() {
 		kill -KILL "$pid" 2>/dev/null
 	done
 	wait 2>/dev/null
-	if [ "$TAP_FAILED" -gt 0 ]; then
+	if [ "$TAP_FAILED" -gt 0 ] || [ -n "${E2E_KEEP:-}" ]; then
 		diag "logs kept in $E2E_TMP"
 		for f in "$E2E_TMP"/*.log; do
 			[ -f "$f" ] || continue
