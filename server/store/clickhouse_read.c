@@ -248,8 +248,6 @@ int ch__nodes_list(struct store *base, store_node_fn fn, void *arg)
 /* Appends the samples (joined with their process's comm) matching `f`, as a FROM clause. */
 static int filter_from(struct byte_buf *q, const struct store_sample_filter *f)
 {
-	if (f->job)
-		return -ENOTSUP; /* job ranks are not stored on ClickHouse yet */
 	byte_buf_printf(q, " FROM samples ANY LEFT JOIN " PROCESS_COMMS " USING process"
 			   " WHERE time_ms BETWEEN %" PRId64 " AND %" PRId64 " AND " CH_COMMITTED,
 			f->from_ms, f->to_ms);
@@ -279,6 +277,10 @@ static int filter_from(struct byte_buf *q, const struct store_sample_filter *f)
 		byte_buf_printf(q, " OR thread_comm = ");
 		ch__quote(q, f->comm);
 		byte_buf_printf(q, ")");
+	}
+	if (f->job) {
+		byte_buf_printf(q, " AND process IN ");
+		ch__job_processes_sql(q, f->job, f->has_rank, f->rank);
 	}
 	return 0;
 }

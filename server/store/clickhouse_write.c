@@ -561,6 +561,8 @@ int ch__batch_put(struct store *base, const struct sysom_batch *b, uint64_t cont
 									  : r.samples + b->samples[i].count;
 	if ((rc = objects_write(&p, &r)) || (rc = stacks_write(&p, &r)) ||
 	    (rc = processes_write(&p, &r)) || (rc = samples_write(&p, &r)) ||
+	    (rc = ch__collectives_write(s, b, p.node_hex, p.processes, received_ns, p.attempt,
+					&r)) ||
 	    (rc = batch_row_write(&p, content_hash, &r)))
 		goto cleanup;
 cleanup:
