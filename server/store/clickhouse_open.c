@@ -56,6 +56,7 @@ static const char *const migration_1[] = {
 static const char *const *const migrations[CH_SCHEMA_VERSION] = {
 	migration_1,
 	ch__migration_collectives,
+	ch__migration_gpu_os,
 };
 
 static int read_version(struct ch_store *s, int *out)
@@ -186,32 +187,10 @@ cleanup:
 
 /* ---- not implemented on ClickHouse yet: an explicit -ENOTSUP ------------------------------- */
 
-static int ns_launches(struct store *s, const struct store_sample_filter *f, uint32_t limit,
-		       store_launch_count_fn fn, void *arg, uint64_t *total)
-{
-	(void)s, (void)f, (void)limit, (void)fn, (void)arg, (void)total;
-	return -ENOTSUP;
-}
-
 static int ns_gpu(struct store *s, const struct store_gpu_filter *f, uint32_t max_rows,
 		  const struct store_gpu_visitor *v, bool *truncated)
 {
 	(void)s, (void)f, (void)max_rows, (void)v, (void)truncated;
-	return -ENOTSUP;
-}
-
-static int ns_gpu_time(struct store *s, const struct store_sample_filter *f, uint32_t limit,
-		       store_gpu_time_fn fn, void *arg, uint64_t *total)
-{
-	(void)s, (void)f, (void)limit, (void)fn, (void)arg, (void)total;
-	return -ENOTSUP;
-}
-
-/* Off-CPU rows are not stored in ClickHouse yet: the off-cpu and wall flame graphs say so. */
-static int ns_stack_time(struct store *s, const struct store_sample_filter *f, uint32_t limit,
-			 store_stack_count_fn fn, void *arg, uint64_t *total)
-{
-	(void)s, (void)f, (void)limit, (void)fn, (void)arg, (void)total;
 	return -ENOTSUP;
 }
 
@@ -281,15 +260,15 @@ static const struct store_ops ch_ops = {
 	.processes_list = ch__processes_list,
 	.stacks_aggregate = ch__stacks_aggregate,
 	.counters_list = ch__counters_list,
-	.launches_aggregate = ns_launches,
+	.launches_aggregate = ch__launches_aggregate,
 	.jobs_list = ch__jobs_list,
 	.job_ranks_list = ch__job_ranks_list,
 	.job_communicators_list = ch__job_communicators_list,
 	.collectives_list = ch__collectives_list,
 	.job_gpu = ns_gpu,
-	.gpu_time_aggregate = ns_gpu_time,
-	.offcpu_aggregate = ns_stack_time,
-	.wall_aggregate = ns_stack_time,
+	.gpu_time_aggregate = ch__gpu_time_aggregate,
+	.offcpu_aggregate = ch__offcpu_aggregate,
+	.wall_aggregate = ch__wall_aggregate,
 	.job_os = ns_os,
 	.diagnosis_upsert = ns_diag_upsert,
 	.diagnosis_resolve = ns_diag_resolve,

@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -650,6 +651,251 @@ static void test_kernel_symbols(void **state)
 	assert_int_equal(u.rows, 3);
 }
 
+/* ---- GPU, OS and off-CPU rows ---------------------------------------------------------- */
+
+/* Adds launches, GPU kernel timing, NCCL profile/link, OS and off-CPU rows to a fixture batch
+ * (values vary with `seq`, so that sums over windows are checked). */
+static void gpu_os_rows_add(struct sysom_batch *b, uint64_t seq)
+{
+	uint32_t k = SYSOM_WIRE_NONE, u = SYSOM_WIRE_NONE, sgemm, nccl, dl, s[6];
+
+	for (uint32_t i = 0; i < b->stack_count; i++) {
+		if (b->stacks[i].kind == SYSOM_STACK_KERNEL && k == SYSOM_WIRE_NONE)
+			k = i;
+		if (b->stacks[i].kind == SYSOM_STACK_USER && u == SYSOM_WIRE_NONE)
+			u = i;
+	}
+	assert_int_not_equal(k, SYSOM_WIRE_NONE);
+	assert_int_not_equal(u, SYSOM_WIRE_NONE);
+	assert_int_equal(sysom_batch_intern_cstring(b, "ampere_sgemm_128x64_nn", &sgemm), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, "ncclKernel_AllReduce_RING", &nccl), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, "dataloader", &dl), 0);
+	const char *names[] = { "AllReduce", "Ring", "Simple", "ncclFloat32", "mlx5_comp0", "" };
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(sysom_batch_intern_cstring(b, names[i], &s[i]), 0);
+
+	struct sysom_launch l = { .process = 0, .kernel_name = sgemm, .function = 0x7f00a0,
+				  .user_stack = u, .kernel_stack = SYSOM_WIRE_NONE,
+				  .count = 5 * seq, .grid = { 8, 1, 1 }, .block = { 256, 1, 1 } };
+	assert_int_equal(sysom_batch_add_launch(b, &l), 0);
+	l.user_stack = SYSOM_WIRE_NONE;
+	l.count = 2;
+	assert_int_equal(sysom_batch_add_launch(b, &l), 0);
+	l.kernel_name = s[5]; /* unnamed: "0x" and the handle */
+	l.function = 0x0badf00dULL;
+	l.count = 7;
+	assert_int_equal(sysom_batch_add_launch(b, &l), 0);
+	l.process = 1;
+	l.function = 0x10;
+	l.count = 1;
+	assert_int_equal(sysom_batch_add_launch(b, &l), 0);
+
+	struct sysom_gpu_kernel g = { .process = 0, .name = sgemm, .device = 0, .stream = 7,
+				      .count = 9, .total_ns = 1000003 * seq, .min_ns = 1000,
+				      .max_ns = 400000 };
+	g.hist[3] = 9;
+	assert_int_equal(sysom_batch_add_gpu_kernel(b, &g), 0);
+	g.name = nccl; /* no launch traced: its whole time, stack unknown */
+	g.total_ns = 777777;
+	assert_int_equal(sysom_batch_add_gpu_kernel(b, &g), 0);
+
+	struct sysom_nccl_profile pr = { .process = 0, .rank = 0, .comm_id = 0xc0ffee,
+					 .comm_name = s[5], .nranks = 2, .func = s[0],
+					 .algo = s[1], .proto = s[2], .datatype = s[3],
+					 .peer = -1, .nchannels = 2, .count = 3, .bytes = 3000,
+					 .kernel_timed = 3, .kernel_ns_total = 3000,
+					 .kernel_ns_min = 900, .kernel_ns_max = 1100,
+					 .first_seq = 1, .last_seq = 3 };
+	assert_int_equal(sysom_batch_add_nccl_profile(b, &pr), 0);
+	struct sysom_nccl_link nl = { .process = 0, .rank = 0, .comm_id = 0xc0ffee, .peer = 1,
+				      .channel = -1, .transfers = 2, .bytes = 2000,
+				      .time_ns_total = 500, .sx = 2000, .sy = 500, .sxx = 2e6,
+				      .sxy = 5e5, .syy = 125000, .min_latency_ns = NAN,
+				      .min_bytes_per_ns = NAN, .min_r2 = NAN };
+	assert_int_equal(sysom_batch_add_nccl_link(b, &nl), 0);
+	struct sysom_os_cpu oc = { .cpu = 1, .numa_node = 0, .busy_ns = 900000000,
+				   .hardirq_count = 10, .hardirq_ns = 5000,
+				   .context_switches = 100, .runq_wait_ns = 4000 };
+	oc.softirq_count[SYSOM_SOFTIRQ_NET_RX] = 3;
+	oc.softirq_ns[SYSOM_SOFTIRQ_NET_RX] = 3000;
+	assert_int_equal(sysom_batch_add_os_cpu(b, &oc), 0);
+	struct sysom_os_irq oq = { .cpu = 1, .irq = 33, .name = s[4], .count = 10, .ns = 5000 };
+	assert_int_equal(sysom_batch_add_os_irq(b, &oq), 0);
+	struct sysom_os_thread ot = { .process = 0, .tid = 4243, .comm = dl, .oncpu_ns = 5000000,
+				      .runq_wait_ns = 1000, .runq_waits = 2, .migrations = 1 };
+	ot.runq_hist[1] = 2;
+	ot.cpus[0] = 2;
+	assert_int_equal(sysom_batch_add_os_thread(b, &ot), 0);
+
+	struct sysom_offcpu o = { .process = 0, .tid = 4250, .time_offset_ms = 1000,
+				  .kernel_stack = k, .user_stack = u, .thread_comm = dl,
+				  .state = SYSOM_OFFCPU_SLEEP, .count = 3,
+				  .blocked_ns = 30000500 * seq, .max_ns = 20000000 };
+	assert_int_equal(sysom_batch_add_offcpu(b, &o), 0);
+	o.user_stack = SYSOM_WIRE_NONE;
+	o.state = SYSOM_OFFCPU_DISK;
+	o.count = 1;
+	o.blocked_ns = o.max_ns = 7000999;
+	assert_int_equal(sysom_batch_add_offcpu(b, &o), 0);
+	o.process = 1;
+	o.tid = 780;
+	o.time_offset_ms = 20000;
+	o.blocked_ns = o.max_ns = 1234567;
+	assert_int_equal(sysom_batch_add_offcpu(b, &o), 0);
+}
+
+static void put_both_gpu_os(struct ctx *c, const struct fixture_spec *spec)
+{
+	struct store_put_result r[2];
+	struct store *st[2] = { c->sq, c->ch };
+
+	for (int i = 0; i < 2; i++) {
+		struct sysom_batch b;
+
+		assert_int_equal(fixture_batch_build(&b, spec), 0);
+		gpu_os_rows_add(&b, spec->sequence);
+		int rc = store_batch_put(st[i], &b, FIXTURE_HASH,
+					 (int64_t)T0 + 31000000000LL + (int64_t)spec->sequence, &r[i]);
+		if (rc)
+			fail_msg("store_batch_put: %d (%s)", rc, sysom_strerror(rc));
+		sysom_batch_free(&b);
+	}
+	assert_int_equal(r[0].launch_rows, r[1].launch_rows);
+	assert_int_equal(r[0].launches, r[1].launches);
+	assert_int_equal(r[0].gpu_kernel_rows, r[1].gpu_kernel_rows);
+	assert_int_equal(r[0].nccl_profile_rows, r[1].nccl_profile_rows);
+	assert_int_equal(r[0].nccl_link_rows, r[1].nccl_link_rows);
+	assert_int_equal(r[0].os_cpu_rows, r[1].os_cpu_rows);
+	assert_int_equal(r[0].os_irq_rows, r[1].os_irq_rows);
+	assert_int_equal(r[0].os_thread_rows, r[1].os_thread_rows);
+	assert_int_equal(r[1].launch_rows, 4);
+	assert_int_equal(r[1].os_thread_rows, 1);
+}
+
+static int launch_text(void *arg, const struct store_launch_count *r)
+{
+	struct text *t = arg;
+
+	text_add(t, "%s pid=%" PRId64 " procs=%" PRIu64 " n=%" PRIu64 " %s%s u=", r->comm, r->pid,
+		 r->processes, r->count, r->named ? "" : "unnamed ", r->kernel);
+	stack_text(t, r->user_stack);
+	text_add(t, "\n");
+	return 0;
+}
+
+static int gpu_time_text(void *arg, const struct store_gpu_time *r)
+{
+	struct text *t = arg;
+
+	text_add(t, "%s pid=%" PRId64 " procs=%" PRIu64 " ns=%" PRIu64 " %s%s u=", r->comm, r->pid,
+		 r->processes, r->ns, r->launch_seen ? "" : "unseen ", r->kernel);
+	stack_text(t, r->user_stack);
+	text_add(t, "\n");
+	return 0;
+}
+
+enum agg { AGG_LAUNCHES, AGG_GPU_TIME, AGG_OFFCPU, AGG_WALL };
+
+static void agg_text(struct store *s, enum agg kind, const struct store_sample_filter *f,
+		     uint32_t limit, struct text *t, uint64_t *total)
+{
+	int rc = -EINVAL;
+
+	memset(t, 0, sizeof(*t));
+	t->s = s;
+	switch (kind) {
+	case AGG_LAUNCHES:
+		rc = store_launches_aggregate(s, f, limit, launch_text, t, total);
+		break;
+	case AGG_GPU_TIME:
+		rc = store_gpu_time_aggregate(s, f, limit, gpu_time_text, t, total);
+		break;
+	case AGG_OFFCPU:
+		rc = store_offcpu_aggregate(s, f, limit, row_text, t, total);
+		break;
+	case AGG_WALL:
+		rc = store_wall_aggregate(s, f, limit, row_text, t, total);
+		break;
+	}
+	if (rc)
+		fail_msg("aggregate %d: %s", kind, sysom_strerror(rc));
+	text_sort(t);
+}
+
+/* The same groups and total from both backends; returns the total. */
+static uint64_t same_agg(struct ctx *c, enum agg kind, const struct store_sample_filter *f,
+			 uint32_t limit)
+{
+	static struct text a, b;
+	uint64_t ta = 0, tb = 0;
+
+	agg_text(c->sq, kind, f, limit, &a, &ta);
+	agg_text(c->ch, kind, f, limit, &b, &tb);
+	assert_string_equal(a.buf, b.buf);
+	assert_int_equal(ta, tb);
+	return ta;
+}
+
+static void test_gpu_os_same_answers(void **state)
+{
+	struct ctx *c = *state;
+	int64_t from = (int64_t)(T0 / 1000000);
+	struct store_sample_filter all = { .from_ms = from, .to_ms = from + 3600000 };
+
+	REQUIRE_CH();
+	for (uint64_t seq = 1; seq <= 3; seq++) {
+		put_both_gpu_os(c, &(struct fixture_spec){ .node = 7, .epoch = 5, .sequence = seq,
+							    .window_start_ns = T0 + (seq - 1) * 30000000000ULL,
+							    .hostname = "gpu-7" });
+		put_both_gpu_os(c, &(struct fixture_spec){ .node = 8, .epoch = 9, .sequence = seq,
+							    .window_start_ns = T0 + (seq - 1) * 30000000000ULL,
+							    .python_comm = seq == 3 ? "trainer" : NULL });
+	}
+	/* Launches: 5+10+15 + 3 x 2 named on one stack or none, 3 x 7 unnamed, 3 x 1 in nccl. */
+	assert_int_equal(same_agg(c, AGG_LAUNCHES, &all, 1000), 2 * (30 + 6 + 21 + 3));
+	assert_int_equal(same_agg(c, AGG_GPU_TIME, &all, 1000), 2 * (6000018 + 3 * 777777));
+	/* Off-CPU µs are rounded down per group: python3 and trainer (per node) sleeping and in
+	 * D, both nodes' nccl-proxy in D together. */
+	const uint64_t offcpu_us = 2 * (180003 + 21002) + 7407;
+	assert_int_equal(same_agg(c, AGG_OFFCPU, &all, 1000), offcpu_us);
+	/* CPU time: 132 samples at 99 Hz x 10%: about 13.3 s, plus the off-CPU time. */
+	assert_true(same_agg(c, AGG_WALL, &all, 1000) > offcpu_us + 13000000);
+
+	struct store_sample_filter f = all;
+	f.to_ms = from + 31000; /* the first window only (+1 s off-CPU rows, window-end rows) */
+	same_agg(c, AGG_LAUNCHES, &f, 1000);
+	same_agg(c, AGG_GPU_TIME, &f, 1000);
+	same_agg(c, AGG_OFFCPU, &f, 1000);
+	same_agg(c, AGG_WALL, &f, 1000);
+	f = all;
+	f.node = "gpu-7";
+	assert_int_equal(same_agg(c, AGG_LAUNCHES, &f, 1000), 30 + 6 + 21 + 3);
+	same_agg(c, AGG_GPU_TIME, &f, 1000);
+	same_agg(c, AGG_OFFCPU, &f, 1000);
+	same_agg(c, AGG_WALL, &f, 1000);
+	f = all;
+	f.comm = "dataloader"; /* a thread comm: off-CPU and wall only */
+	assert_int_equal(same_agg(c, AGG_OFFCPU, &f, 1000), offcpu_us);
+	assert_int_equal(same_agg(c, AGG_LAUNCHES, &f, 1000), 0);
+	same_agg(c, AGG_WALL, &f, 1000);
+	f.comm = "trainer";
+	same_agg(c, AGG_LAUNCHES, &f, 1000);
+	same_agg(c, AGG_GPU_TIME, &f, 1000);
+	same_agg(c, AGG_WALL, &f, 1000);
+	f = all;
+	f.has_pid = true;
+	f.pid = FIXTURE_PID_NCCL;
+	assert_int_equal(same_agg(c, AGG_LAUNCHES, &f, 1000), 2 * 3);
+	same_agg(c, AGG_OFFCPU, &f, 1000);
+	same_agg(c, AGG_WALL, &f, 1000);
+	same_agg(c, AGG_GPU_TIME, &f, 1000);
+	/* A limit keeps the largest groups and the total of all. */
+	same_agg(c, AGG_LAUNCHES, &all, 1);
+	same_agg(c, AGG_GPU_TIME, &all, 1);
+	same_agg(c, AGG_OFFCPU, &all, 2);
+	same_agg(c, AGG_WALL, &all, 3);
+}
+
 static int no_row(void *arg, const struct store_stack_count *r)
 {
 	(void)arg, (void)r;
@@ -759,6 +1005,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_jobs_same_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_gpu_os_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_duplicate_and_conflict, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_uncommitted_rows_invisible, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kernel_symbols, setup, teardown),
