@@ -64,6 +64,38 @@ check "processes are listed the same" diff -q "$E2E_TMP/sq.processes" "$E2E_TMP/
 STATUS=$(curl -s -o "$E2E_TMP/jobs.json" -w '%{http_code}' "$CH_URL/api/v1/jobs")
 check "a query ClickHouse does not have yet answers 501 ($STATUS)" test "$STATUS" = 501
 
+# Per-job settings are stored on ClickHouse: the same answers as on SQLite (baselines: the
+# unit tests; computing one needs the job's collectives on ClickHouse).
+for url in "$CH_URL" "$SQ_URL"; do
+	curl -sf -X PUT --data '{"lookback_s": 20, "resolve_after_s": 2}' \
+		"$url/api/v1/jobs/e2e-ch/settings" >/dev/null || echo "settings PUT to $url failed" >&2
+	curl -sf "$url/api/v1/jobs/e2e-ch/settings" >"$E2E_TMP/settings.$([ "$url" = "$CH_URL" ] && echo ch || echo sq)"
+done
+check "job settings are stored and read back on ClickHouse" \
+	bash -c "grep -q '\"lookback_s\": *20' '$E2E_TMP/settings.ch' && diff -q '$E2E_TMP/settings.sq' '$E2E_TMP/settings.ch'"
+STATUS=$(curl -s -o "$E2E_TMP/diag.ch" -w '%{http_code}' "$CH_URL/api/v1/diagnoses?from=-1h&to=now")
+check "incidents are listed on ClickHouse ($STATUS, none yet)" \
+	bash -c "[ '$STATUS' = 200 ] && grep -q '\"diagnoses\": *\[\]' '$E2E_TMP/diag.ch'"
+
+# Retention: a day partition long past (written straight into ClickHouse) is dropped by a
+# replica started with --retention-days 1; today's data stay.
+chq() { curl -sSf "${CH}?database=e2e" --data-binary "$1"; }
+chq "INSERT INTO samples (day, node_id, time_ms, count, attempt) VALUES ('2020-01-01', 'old', 1577840400000, 5, 1)"
+old_parts() { chq "SELECT count() FROM system.parts WHERE database = 'e2e' AND active AND partition_id = '20200101'"; }
+check "the old partition is there before retention" test "$(old_parts)" -ge 1
+start_server chr --clickhouse-url "${CH}?database=e2e" --retention-days 1 || exit 1
+RET_PID=$SERVER_PID
+SERVER_URL=$CH_URL
+no_old_parts() { [ "$(old_parts)" = 0 ]; }
+check "--retention-days 1 drops the 2020-01-01 partition" wait_until 20 no_old_parts
+check "and logs it" wait_until 5 grep -q 'retention: dropped' "$E2E_TMP/chr.log"
+check "today's data stay ($(stored_total) samples)" test "$(stored_total)" -eq "$CH_TOTAL"
+stop_pid "$RET_PID"
+"$SERVER_BIN" --data-dir "$E2E_TMP/sqr.data" --retention-days 1 >"$E2E_TMP/sqr.log" 2>&1
+RC=$?
+check "--retention-days without ClickHouse is refused at start" \
+	bash -c "[ $RC -ne 0 ] && grep -q 'retention-days needs --clickhouse-url' '$E2E_TMP/sqr.log'"
+
 # ClickHouse goes away: the agent's batches are answered 503 and stay in its spool.
 ch_stop
 start_agent agent2 "$CH_URL" --sample-rate 1 || exit 1
