@@ -787,23 +787,20 @@ static int components_create(struct server *s)
 	mo.alerting = (struct monitor_alerting){ .severity = alerts_policy_severity,
 						 .publish = alerts_incidents_publish,
 						 .arg = s->alerts };
-	if (cfg.clickhouse_url) {
-		/* Incidents, baselines and job data are not stored on ClickHouse yet. */
-		log_warn("automatic diagnosis and alerts are off: the ClickHouse store does not"
-			 " hold jobs and incidents yet (use SQLite for them)");
-	} else {
-		if ((rc = monitor_new(&dc, &mo, &s->monitor))) {
-			log_error("cannot start the analysis: %s", sysom_strerror(rc));
-			return -SYSOM_ECONFIG;
-		}
-		if ((rc = server_metrics_source_add(&s->metrics, monitor_metrics_source,
-						    s->monitor)) ||
-		    (rc = server_metrics_detail_source_add(&s->metrics, monitor_job_metrics_source,
-							   s->monitor)))
-			return rc;
-		io.on_stored = on_batch_stored;
-		io.on_stored_arg = s->monitor;
+	/* On either store: incidents, settings and baselines live in it (ClickHouse:
+	 * clickhouse_state.c). Where a store cannot answer a job's data yet (-ENOTSUP), the
+	 * evaluation fails and counts in the monitor's metrics; nothing is opened. */
+	if ((rc = monitor_new(&dc, &mo, &s->monitor))) {
+		log_error("cannot start the analysis: %s", sysom_strerror(rc));
+		return -SYSOM_ECONFIG;
 	}
+	if ((rc = server_metrics_source_add(&s->metrics, monitor_metrics_source,
+					    s->monitor)) ||
+	    (rc = server_metrics_detail_source_add(&s->metrics, monitor_job_metrics_source,
+						   s->monitor)))
+		return rc;
+	io.on_stored = on_batch_stored;
+	io.on_stored_arg = s->monitor;
 	io.on_event = on_ingest_event;
 	struct membudget_options mbo = {
 		.capacity = cfg.decode_memory_budget,
