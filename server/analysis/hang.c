@@ -510,17 +510,33 @@ static bool stack_has(const char *stack, const char *const *words)
 	return false;
 }
 
-/* Up to `max` innermost frames of folded `stack` (outermost first), innermost first,
- * joined by " < ", appended to `out` at `used`. */
+/* Whether frame [f, f + len) is the scheduler's own (every blocked stack ends in it). */
+static bool sched_frame(const char *f, size_t len)
+{
+	static const char *const names[] = { "__schedule_[k]", "schedule_[k]",
+					     "schedule_preempt_disabled_[k]", NULL };
+
+	for (size_t i = 0; names[i]; i++)
+		if (strlen(names[i]) == len && !memcmp(f, names[i], len))
+			return true;
+	return false;
+}
+
+/* Up to `max` innermost frames of folded `stack` (outermost first), innermost first, the
+ * scheduler's own skipped, joined by " < ", appended to `out` at `used`. */
 static void leaf_frames(const char *stack, int max, char *out, size_t cap, size_t used)
 {
 	const char *end = stack + strlen(stack);
 
-	for (int k = 0; k < max && end > stack && used + 1 < cap; k++) {
+	for (int k = 0; k < max && end > stack && used + 1 < cap;) {
 		const char *start = end;
 		while (start > stack && start[-1] != ';')
 			start--;
-		int n = snprintf(out + used, cap - used, "%s%.*s", k ? " < " : "",
+		if (sched_frame(start, (size_t)(end - start))) {
+			end = start > stack ? start - 1 : stack;
+			continue;
+		}
+		int n = snprintf(out + used, cap - used, "%s%.*s", k++ ? " < " : "",
 				 (int)(end - start), start);
 		if (n < 0)
 			break;
@@ -580,7 +596,7 @@ void hang_classify(const struct hang_evidence *ev, struct hang_cause *out)
 		}
 		return;
 	}
-	if (ev->threads_present && ev->threads_total > 0 && ev->main_active == 0) {
+	if (ev->main_active == 0) {
 		out->cls = HANG_CAUSE_FROZEN;
 		snprintf(out->detail, sizeof(out->detail),
 			 "its main thread neither ran nor woke since the wait began: stopped "

@@ -187,7 +187,8 @@ struct hang_evidence {
 	size_t nthreads;
 	uint32_t threads_total;
 	int main_active;        /* its main thread (tid = pid) ran or switched in the latest
-				 * window: 1, 0 no, -1 unknown (no row of it) */
+				 * window: 1; 0 no (no row, or an idle one, while its node
+				 * reports thread rows); -1 unknown (its node reports none) */
 	struct hang_cause cause; /* hang_classify's verdict over the above */
 };
 
@@ -195,7 +196,8 @@ struct hang_evidence {
  * The cause class of a named rank from its state and evidence (`ev` with the stacks and
  * threads filled; its `cause` is not read). In order: exited / agent lost / in flight from the
  * state; a thread with >= HANG_SPIN_MIN_NS on CPU in the latest window: spinning; threads
- * listed and none ran nor switched: frozen; else the heaviest off-CPU stack since shortly
+ * its main thread (tid = pid) neither ran nor switched in the latest window while its node
+ * reports thread rows (`main_active` 0): frozen; else the heaviest off-CPU stack since shortly
  * before the wait: a lock (futex, mutex, condition frames), a kernel wait (I/O, filesystem,
  * block, driver frames) or a sleep in user space; else, threads that ran a little and no
  * stacks: sleeping; nothing: unknown. `detail` names the top frames.

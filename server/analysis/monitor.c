@@ -401,6 +401,19 @@ static int hang_thread_row(void *arg, const struct store_os_thread_row *r)
 	return 0;
 }
 
+struct node_probe {
+	const char *host;
+	bool rows; /* a thread row of the node */
+};
+
+static int node_probe_row(void *arg, const struct store_os_thread_row *r)
+{
+	struct node_probe *np = arg;
+
+	np->rows |= r->who.hostname && strcmp(r->who.hostname, np->host) == 0;
+	return 0;
+}
+
 static int cmp_thread(const void *x, const void *y)
 {
 	const struct hang_thread *a = x, *b = y;
@@ -434,6 +447,9 @@ static int hang_evidence_fill(struct monitor *m, const char *job, const struct h
 	    (rc = top_stacks(&folded, ev->oncpu, HANG_TOP_STACKS, &ev->noncpu, &ev->oncpu_samples)))
 		goto cleanup;
 	folded.len = 0;
+	/* Blocked time since the others started waiting (blocks that ended since): where it
+	 * waits now, not how it usually sleeps. */
+	f.from_ms = r->since_ms;
 	if (m->ctx.offcpu_folded &&
 	    !m->ctx.offcpu_folded(m->ctx.profiles_arg, &f, MONITOR_PROFILE_LIMIT, &folded)) {
 		ev->offcpu_present = true;
@@ -464,6 +480,17 @@ static int hang_evidence_fill(struct monitor *m, const char *job, const struct h
 			for (size_t i = 0; i < acc->n && ev->nthreads < HANG_TOP_THREADS; i++)
 				if (acc->all[i].oncpu_ns || acc->all[i].voluntary_switches)
 					ev->threads[ev->nthreads++] = acc->all[i];
+		}
+		/* A thread that neither runs nor wakes has no row at all: the main thread counts
+		 * as idle now only if its node reports thread rows (any of the job's, since
+		 * shortly before the wait): otherwise nothing is known. */
+		if (ev->threads_present && ev->main_active == -1) {
+			struct node_probe np = { .host = hr->host };
+			struct store_os_filter jf = { .job = job, .to_ms = now,
+						      .from_ms = r->since_ms - HANG_STACK_LOOKBACK_MS };
+			struct store_os_visitor pv = { .thread = node_probe_row, .arg = &np };
+			if (!store_job_os(m->ctx.store, &jf, 4096, &pv, &truncated) && np.rows)
+				ev->main_active = 0;
 		}
 	}
 	hang_classify(ev, &ev->cause);

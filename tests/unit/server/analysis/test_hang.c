@@ -543,9 +543,11 @@ static void test_classify(void **state)
 	hang_classify(&ev, &c);
 	assert_int_equal(c.cls, HANG_CAUSE_KERNEL_WAIT);
 	assert_non_null(strstr(c.detail, "io_schedule_[k] < folio_wait_bit_[k] < nfs_file_read_[k]"));
-	ev.offcpu[0].stack = (char *)"main;loader;nanosleep;do_nanosleep_[k];schedule_[k]";
+	ev.offcpu[0].stack = (char *)"main;loader;nanosleep;do_nanosleep_[k];schedule_[k];__schedule_[k]";
 	hang_classify(&ev, &c);
 	assert_int_equal(c.cls, HANG_CAUSE_SLEEPING);
+	/* The scheduler's own frames say nothing: skipped. */
+	assert_non_null(strstr(c.detail, "blocked in do_nanosleep_[k] < nanosleep < loader < main"));
 	assert_string_equal(hang_cause_name(c.cls), "sleeping");
 	/* Frozen wins over older off-CPU stacks; spinning over both. */
 	ev.main_active = 0;
