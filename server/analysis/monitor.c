@@ -1225,14 +1225,15 @@ void monitor_metrics_write(struct monitor *m, struct byte_buf *out)
 	metrics_sample_write(out, "sysom_diagnoses_open", NULL, (double)st.open_incidents);
 	metrics_family_write(out, "sysom_hangs_opened_total", "counter",
 			     "Hang incidents opened: a collective instance waited past the job's hang "
-			     "threshold for ranks that never entered (or none finished).");
+			     "threshold for ranks that never entered (or none finished); and stalls: "
+			     "no collective began on any communicator past it.");
 	metrics_sample_write(out, "sysom_hangs_opened_total", NULL, (double)st.hangs_opened);
 	metrics_family_write(out, "sysom_agents_lost_opened_total", "counter",
 			     "Agent-lost incidents opened: a node with ranks of a job stopped reporting.");
 	metrics_sample_write(out, "sysom_agents_lost_opened_total", NULL,
 			     (double)st.agents_lost_opened);
 	metrics_family_write(out, "sysom_hung_jobs", "gauge",
-			     "Jobs whose last evaluation found a hang.");
+			     "Jobs whose last evaluation found a hang or a stall.");
 	metrics_sample_write(out, "sysom_hung_jobs", NULL, (double)st.hung_jobs);
 }
 
@@ -1249,7 +1250,7 @@ void monitor_job_metrics_write(struct monitor *m, struct byte_buf *out)
 	}
 	pthread_mutex_unlock(&m->lock);
 	metrics_family_write(out, "sysom_job_hung", "gauge",
-			     "1 when the job's last evaluation found a hang, else 0.");
+			     "1 when the job's last evaluation found a hang or a stall, else 0.");
 	pthread_mutex_lock(&m->lock);
 	for (size_t i = 0; i < m->njobs; i++) {
 		const char *labels[] = { "job", m->jobs[i].job, NULL };
