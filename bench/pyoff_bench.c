@@ -87,7 +87,7 @@ int main(int argc, char **argv)
 		die("needs root (BPF)");
 
 	const char *root = getenv("SYSOM_ROOT");
-	char script[4096], cpu[16];
+	char script[4096], cpu[24];
 	snprintf(script, sizeof(script), "%s/tests/fixtures/python/blocking.py", root ? root : ".");
 	snprintf(cpu, sizeof(cpu), "%ld", sysconf(_SC_NPROCESSORS_ONLN) - 1);
 	int in[2], out[2];
