@@ -519,6 +519,20 @@ struct pt_process *proctrack_get(struct proctrack *pt, uint32_t tgid, uint32_t g
 	return proc ? proc : process_create(pt, tgid, generation);
 }
 
+struct pt_process *proctrack_get_live(struct proctrack *pt, uint32_t tgid, uint32_t generation)
+{
+	struct pt_process *proc = find_process(pt, tgid, generation);
+	char dir[64];
+
+	if (proc)
+		return proc;
+	snprintf(dir, sizeof(dir), "%s/%u", pt->opts.proc_root, tgid);
+	if (access(dir, F_OK))
+		return NULL;
+	proc = process_create(pt, tgid, generation);
+	return proc && !proc->vanished ? proc : NULL; /* gone in between: forgotten as vanished */
+}
+
 void proctrack_on_new(struct proctrack *pt, uint32_t tgid, uint32_t generation)
 {
 	proctrack_get(pt, tgid, generation);
@@ -540,6 +554,7 @@ void proctrack_on_exit(struct proctrack *pt, uint32_t tgid, uint32_t generation)
 	if (proc && !proc->exited) {
 		proc->exited = true;
 		proc->exit_drain = pt->drains;
+		proc->exit_ns = sysom_monotonic_ns();
 	}
 }
 
@@ -643,8 +658,10 @@ void proctrack_after_drain(struct proctrack *pt)
 	pt->drains++;
 	for (uint32_t i = 0; i < pt->proc_count; i++) {
 		struct pt_process *proc = pt->procs[i];
-		/* Exited before the drain that just completed started: all its samples are out. */
-		bool gone = (proc->exited && proc->exit_drain < pt->drains) ||
+		/* Exited before the drain that just completed started, and long enough ago that its
+		 * late ring records are in too. */
+		bool gone = (proc->exited && proc->exit_drain < pt->drains &&
+			     now - proc->exit_ns >= PROCTRACK_EXIT_KEEP_NS) ||
 			    (proc->vanished && now - proc->last_scan_ns > pt->opts.periodic_rescan_ns);
 		if (gone) {
 			process_free(pt, proc);

@@ -68,6 +68,7 @@ struct pt_process {
 	bool exited;             /* exit event seen */
 	bool scanned;            /* its mappings were read at least once */
 	uint64_t exit_drain;     /* drain count when the exit was seen */
+	uint64_t exit_ns;        /* monotonic time the exit was seen */
 	uint64_t last_scan_ns;
 	bool rescan_due;         /* a library was loaded since the last scan (rescan_loaded) */
 };
@@ -129,8 +130,15 @@ bool proctrack_rescan(struct proctrack *pt, uint32_t tgid, uint32_t generation);
 bool proctrack_rescan_loaded(struct proctrack *pt, uint32_t tgid, uint32_t generation,
 			     uint64_t load_ns);
 
-/* Called after each drain: forgets incarnations that exited before that drain started, and
- * rescans live ones periodically. */
+/* Like proctrack_get, but a process neither tracked nor alive is not created (NULL): for
+ * records about a process (its job identity, communicators) that are useless without its
+ * identity, unlike its samples or calls. */
+struct pt_process *proctrack_get_live(struct proctrack *pt, uint32_t tgid, uint32_t generation);
+
+/* Called after each drain: forgets incarnations that exited before that drain started and at
+ * least PROCTRACK_EXIT_KEEP_NS ago (their last events may still be on their way: a ring record
+ * can reach the consumer hundreds of milliseconds late), and rescans live ones periodically. */
+#define PROCTRACK_EXIT_KEEP_NS (5ull * 1000000000ull)
 void proctrack_after_drain(struct proctrack *pt);
 
 void proctrack_stats_read(const struct proctrack *pt, struct proctrack_stats *out);
