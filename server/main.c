@@ -527,6 +527,7 @@ static int symbols_create(struct server *s)
 		.max_reserved_bytes = cfg.max_upload_reserve,
 		.upload_expiry_s = cfg.upload_expiry,
 		.debuginfod_auth = cfg.debuginfod_auth,
+		.memory_budget = s->decode_memory,
 	};
 	char dir[PATH_MAX], cache[PATH_MAX], err[512];
 	int rc;
@@ -772,6 +773,15 @@ static int components_create(struct server *s)
 		return -SYSOM_ECONFIG;
 	if (!auth_enabled(s->auth))
 		log_warn("no --token-file or --credentials-file: every request is allowed");
+	/* Shared by ingest and symbol uploads: created before either. */
+	struct membudget_options mbo = {
+		.capacity = cfg.decode_memory_budget,
+		.max_wait_ms = (uint32_t)(cfg.decode_memory_wait * 1000),
+	};
+	if ((rc = membudget_new(&mbo, &s->decode_memory)) ||
+	    (rc = server_metrics_source_add(&s->metrics, ingest_memory_metrics_write,
+					    s->decode_memory)))
+		return rc;
 	if ((rc = symbols_create(s)))
 		return -SYSOM_ECONFIG; /* logged */
 	ao.symbols = s->symbols;
@@ -802,14 +812,6 @@ static int components_create(struct server *s)
 	io.on_stored = on_batch_stored;
 	io.on_stored_arg = s->monitor;
 	io.on_event = on_ingest_event;
-	struct membudget_options mbo = {
-		.capacity = cfg.decode_memory_budget,
-		.max_wait_ms = (uint32_t)(cfg.decode_memory_wait * 1000),
-	};
-	if ((rc = membudget_new(&mbo, &s->decode_memory)) ||
-	    (rc = server_metrics_source_add(&s->metrics, ingest_memory_metrics_write,
-					    s->decode_memory)))
-		return rc;
 	io.memory_budget = s->decode_memory;
 	if (!(s->ingest = ingest_new(s->store, s->auth, s->sym, &s->metrics, &io)))
 		return -ENOMEM;
@@ -853,6 +855,14 @@ static void nofile_limit_raise(const struct http_server_options *ho)
 			 ho->max_connections);
 }
 
+/* http_server_options.busy: uploads are refused before their body while decode memory is full. */
+static bool decode_memory_busy(void *arg)
+{
+	struct server *s = arg;
+
+	return s->decode_memory && membudget_saturated(s->decode_memory);
+}
+
 static int run(const char *host, uint16_t port)
 {
 	static struct server s;
@@ -870,6 +880,8 @@ static int run(const char *host, uint16_t port)
 									 : HTTP_UNLIMITED,
 		.first_byte_timeout_ms = (uint32_t)(cfg.first_byte_timeout * 1000),
 		.header_timeout_ms = (uint32_t)(cfg.header_timeout * 1000),
+		.busy = decode_memory_busy,
+		.busy_arg = &s,
 	};
 	char err[512];
 	bool loop_open = false;
@@ -969,10 +981,10 @@ cleanup:
 	api_free(s.api);
 	http_static_free(s.ui);
 	ingest_free(s.ingest);
-	membudget_free(s.decode_memory); /* after its users */
 	alerts_free(s.alerts); /* after its users; delivers pending resolutions (bounded wait) */
 	upstream_free(s.upstream); /* before the symbolizer: its events invalidate frames */
 	symbols_free(s.symbols);
+	membudget_free(s.decode_memory); /* after its users (ingest, symbol uploads) */
 	symbolizer_free(s.sym);
 	symrepo_close(s.repo);
 	auth_free(s.auth);
