@@ -203,6 +203,7 @@ struct incident_summary {
 	int32_t rank;               /* < 0: the whole job */
 	const char *identity;       /* "straggler rank=3", "regression" */
 	const char *hostname, *communicators, *layer, *severity, *summary, *action;
+	const char *pod_namespace, *pod; /* the rank's Kubernetes pod; NULL or "" unknown */
 };
 
 /* ---- baseline regression ---- */

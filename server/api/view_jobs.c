@@ -62,6 +62,10 @@ static int process_to_json(void *arg, const struct store_process *p)
 		render_json_time(p->first_seen_ns), "last_seen", render_json_time(p->last_seen_ns),
 		"samples", (json_int_t)(p->samples > INT64_MAX ? INT64_MAX : p->samples));
 
+	if (obj && json_object_set_new(obj, "identity", api__json_identity(&p->identity))) {
+		json_decref(obj);
+		return -ENOMEM;
+	}
 	return obj && !json_array_append_new(arg, obj) ? 0 : -ENOMEM;
 }
 
@@ -223,6 +227,10 @@ static int job_rank_to_json(void *arg, const struct store_job_rank *r)
 			render_json_string(r->master), "groups", render_json_string(r->groups),
 			"first_seen", render_json_time(r->first_seen_ns), "last_seen",
 			render_json_time(r->last_seen_ns));
+	if (obj && json_object_set_new(obj, "identity", api__json_identity(&r->identity))) {
+		json_decref(obj);
+		return -ENOMEM;
+	}
 	if (!obj || json_array_append_new(d->ranks, obj))
 		return -ENOMEM;
 	if (!(idx = json_object_get(d->node_index, r->node_id))) {

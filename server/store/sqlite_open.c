@@ -99,6 +99,7 @@ static int sqlite_size_limit_set(struct store *base, uint64_t max_bytes)
 }
 
 static const struct store_ops sqlite_ops = {
+	.identities = true,
 	.close = sqlite_close,
 	.schema_version = sqlite_schema_version,
 	.batch_put = store__sqlite_batch_put,

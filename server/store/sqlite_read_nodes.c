@@ -18,8 +18,9 @@ static const char job_ranks_list_sql[] =
 	"SELECT j.rank, j.world_size, j.local_rank, j.local_world_size,"
 	" j.group_rank, j.source, n.node_id, n.hostname, p.tgid, p.generation,"
 	" p.start_time_ns, p.comm, j.job_id_source, j.master, j.groups,"
-	" j.first_seen_ns, j.last_seen_ns FROM job_ranks j"
+	" j.first_seen_ns, j.last_seen_ns, " STORE__IDENTITY_COLUMNS " FROM job_ranks j"
 	" JOIN processes p ON p.id = j.process JOIN nodes n ON n.id = j.node"
+	" LEFT JOIN process_identities i ON i.process = j.process"
 	" WHERE j.job = ?1 ORDER BY j.rank < 0, j.rank, n.node_id, p.tgid,"
 	" p.start_time_ns LIMIT ?2";
 static const char job_communicators_list_sql[] =
@@ -31,6 +32,23 @@ static const char job_communicators_list_sql[] =
 	" JOIN processes p ON p.id = j.process JOIN nodes n ON n.id = m.node"
 	" WHERE j.job = ?1 ORDER BY m.key, m.rank < 0, m.rank, n.node_id, p.tgid"
 	" LIMIT ?2";
+
+void store__identity_read(sqlite3_stmt *st, int col, struct store_identity *id)
+{
+	memset(id, 0, sizeof(*id));
+	if (sqlite3_column_type(st, col) == SQLITE_NULL)
+		return;
+	id->known = true;
+	id->runtime = store__text(st, col + 1);
+	id->container_id = store__text(st, col + 2);
+	id->pod_uid = store__text(st, col + 3);
+	id->pod_namespace = store__text(st, col + 4);
+	id->pod_name = store__text(st, col + 5);
+	id->container_name = store__text(st, col + 6);
+	id->slurm_job = store__u64(sqlite3_column_int64(st, col + 7));
+	id->slurm_step = store__text(st, col + 8);
+	id->unit = store__text(st, col + 9);
+}
 
 /* The caller's callback of a listing. */
 struct visit {
@@ -144,6 +162,7 @@ static int job_rank_row(void *ctx, sqlite3_stmt *st)
 	};
 
 	store__text_copy(st, 6, r.node_id, sizeof(r.node_id));
+	store__identity_read(st, 17, &r.identity);
 	return v->fn.rank(v->arg, &r);
 }
 

@@ -7,6 +7,7 @@
 
 /* One entry per public store_* call; semantics as documented in store.h. */
 struct store_ops {
+	bool identities; /* stores process identities and filters by them (wire 1.5) */
 	void (*close)(struct store *s);
 	int (*schema_version)(struct store *s);
 	int (*batch_put)(struct store *s, const struct sysom_batch *b, uint64_t content_hash,
