@@ -53,7 +53,8 @@ void ctl_usage(FILE *out)
 	      "      --pid or --job and --rank): a terminal summary (top, the default), folded stacks for\n"
 	      "      flamegraph.pl, the server's JSON, a gzipped pprof profile (go tool pprof,\n"
 	      "      Pyroscope, Grafana; binary: needs -o FILE on a terminal) or a speedscope file\n"
-	      "  jobs [--format table|json]\n"
+	      "  jobs [--namespace NS] [--pod POD] [--container C] [--unit U] [--slurm-job J]\n"
+	      "       [--format table|json]\n"
 	      "      training jobs seen: world size, ranks, processes, nodes, last seen\n"
 	      "  collectives --job J [--comm KEY] [--op OP] [--from T] [--to T] [--limit N]\n"
 	      "              [--format table|json]\n"
@@ -220,6 +221,9 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 		    OPT_STR("slurm-job", slurm_job),                                 \
 		    { "limit", SYSOM_OPT_UINT, &a->limit, 1, 100000, "", true }
 	const struct sysom_option nodes[] = { OPT_FORMAT, OPT_HELP };
+	const struct sysom_option jobs[] = { OPT_FORMAT, OPT_HELP, OPT_STR("namespace", pod_namespace),
+					     OPT_STR("pod", pod), OPT_STR("container", container),
+					     OPT_STR("unit", unit), OPT_STR("slurm-job", slurm_job) };
 	const struct sysom_option processes[] = { OPT_FORMAT, OPT_HELP, OPT_FILTERS };
 	const struct sysom_option flamegraph[] = { OPT_FORMAT, OPT_HELP, OPT_FILTERS,
 						   { "top", SYSOM_OPT_UINT, &a->top, 1, 1000, "", true },
@@ -270,9 +274,12 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 
 	switch (a->command) {
 	case CTL_NODES:
-	case CTL_JOBS:
 		table = nodes;
 		n = sizeof(nodes) / sizeof(nodes[0]);
+		break;
+	case CTL_JOBS:
+		table = jobs;
+		n = sizeof(jobs) / sizeof(jobs[0]);
 		break;
 	case CTL_PROCESSES:
 		table = processes;
@@ -563,6 +570,13 @@ int ctl_url_build(const struct ctl_args *a, struct byte_buf *url)
 			  : a->format == CTL_FORMAT_SPEEDSCOPE ? "speedscope"
 							       : "json");
 		query_add(url, &first, "kind", a->kind);
+	}
+	if (a->command == CTL_JOBS) {
+		query_add(url, &first, "namespace", a->pod_namespace);
+		query_add(url, &first, "pod", a->pod);
+		query_add(url, &first, "container", a->container);
+		query_add(url, &first, "unit", a->unit);
+		query_add(url, &first, "slurm_job", a->slurm_job);
 	}
 	if (a->command == CTL_PROCESSES || a->command == CTL_FLAMEGRAPH) {
 		query_add(url, &first, "node", a->node);

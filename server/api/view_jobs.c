@@ -139,18 +139,24 @@ void api_jobs_get(void *ctx, const struct http_request *req, struct http_respons
 {
 	struct api *api = ctx;
 	uint32_t limit = API_DEFAULT_JOB_LIMIT;
+	struct query_filter q;
 	bool has_limit;
 	json_t *jobs;
 	int rc;
 
+	memset(&q, 0, sizeof(q));
 	if (!api__authorized(api, req, AUTH_SCOPE_READ, resp) ||
-	    !query_param_uint(req, "limit", 1, API_MAX_JOB_LIMIT, &limit, &has_limit, resp))
+	    !query_param_uint(req, "limit", 1, API_MAX_JOB_LIMIT, &limit, &has_limit, resp) ||
+	    !query_identity_parse(req, &q, resp))
 		return;
 	if (!(jobs = json_array())) {
 		api__store_error(resp, -ENOMEM);
 		return;
 	}
-	if ((rc = store_jobs_list(api->store, limit, job_to_json, jobs))) {
+	rc = store_filter_has_identity(&q.f)
+		     ? store_jobs_list_identity(api->store, &q.f, limit, job_to_json, jobs)
+		     : store_jobs_list(api->store, limit, job_to_json, jobs);
+	if (rc) {
 		json_decref(jobs);
 		api__store_error(resp, rc);
 		return;

@@ -168,22 +168,13 @@ bool query_param_uint(const struct http_request *req, const char *name, uint32_t
 }
 
 /* Parses node, pid, comm, from and to; answers 400 and returns false when malformed. */
-bool query_filter_parse(const struct http_request *req, int64_t now_ms, struct query_filter *q,
-			struct http_response *resp)
+bool query_identity_parse(const struct http_request *req, struct query_filter *q,
+			  struct http_response *resp)
 {
-	char from[QUERY_PARAM_MAX], to[QUERY_PARAM_MAX], slurm[QUERY_PARAM_MAX];
-	bool has_node, has_comm, has_job, has_from, has_to, has_ns, has_pod, has_container;
-	bool has_unit, has_slurm;
-	int64_t now = now_ms;
+	char slurm[QUERY_PARAM_MAX];
+	bool has_ns, has_pod, has_container, has_unit, has_slurm;
 
-	memset(q, 0, sizeof(*q));
-	if (!query_param(req, "node", q->node, sizeof(q->node), &has_node, resp) ||
-	    !query_param(req, "comm", q->comm, sizeof(q->comm), &has_comm, resp) ||
-	    !query_param(req, "job", q->job, sizeof(q->job), &has_job, resp) ||
-	    !query_param(req, "from", from, sizeof(from), &has_from, resp) ||
-	    !query_param(req, "to", to, sizeof(to), &has_to, resp) ||
-	    !query_param_uint(req, "pid", 0, UINT32_MAX, &q->f.pid, &q->f.has_pid, resp) ||
-	    !query_param(req, "namespace", q->pod_namespace, sizeof(q->pod_namespace), &has_ns,
+	if (!query_param(req, "namespace", q->pod_namespace, sizeof(q->pod_namespace), &has_ns,
 			 resp) ||
 	    !query_param(req, "pod", q->pod, sizeof(q->pod), &has_pod, resp) ||
 	    !query_param(req, "container", q->container, sizeof(q->container), &has_container,
@@ -208,6 +199,25 @@ bool query_filter_parse(const struct http_request *req, int64_t now_ms, struct q
 	q->f.pod = has_pod && *q->pod ? q->pod : NULL;
 	q->f.container = has_container && *q->container ? q->container : NULL;
 	q->f.unit = has_unit && *q->unit ? q->unit : NULL;
+	return true;
+}
+
+bool query_filter_parse(const struct http_request *req, int64_t now_ms, struct query_filter *q,
+			struct http_response *resp)
+{
+	char from[QUERY_PARAM_MAX], to[QUERY_PARAM_MAX];
+	bool has_node, has_comm, has_job, has_from, has_to;
+	int64_t now = now_ms;
+
+	memset(q, 0, sizeof(*q));
+	if (!query_param(req, "node", q->node, sizeof(q->node), &has_node, resp) ||
+	    !query_param(req, "comm", q->comm, sizeof(q->comm), &has_comm, resp) ||
+	    !query_param(req, "job", q->job, sizeof(q->job), &has_job, resp) ||
+	    !query_param(req, "from", from, sizeof(from), &has_from, resp) ||
+	    !query_param(req, "to", to, sizeof(to), &has_to, resp) ||
+	    !query_param_uint(req, "pid", 0, UINT32_MAX, &q->f.pid, &q->f.has_pid, resp) ||
+	    !query_identity_parse(req, q, resp))
+		return false;
 	q->f.node = has_node && *q->node ? q->node : NULL;
 	q->f.comm = has_comm && *q->comm ? q->comm : NULL;
 	q->f.job = has_job && *q->job ? q->job : NULL;

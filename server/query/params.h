@@ -63,4 +63,9 @@ struct query_filter {
 bool query_filter_parse(const struct http_request *req, int64_t now_ms, struct query_filter *q,
 			struct http_response *resp);
 
+/* Only the identity filters (namespace, pod, container, unit, slurm_job) into q (which the
+ * caller zeroed). True, or false with 400 answered. */
+bool query_identity_parse(const struct http_request *req, struct query_filter *q,
+			  struct http_response *resp);
+
 #endif

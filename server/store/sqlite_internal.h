@@ -306,6 +306,8 @@ int store__sqlite_gpu_time_aggregate(struct store *s, const struct store_sample_
 int store__sqlite_nodes_list(struct store *s, store_node_fn fn, void *arg);
 int store__sqlite_counters_list(struct store *s, store_counter_fn fn, void *arg);
 int store__sqlite_jobs_list(struct store *s, uint32_t limit, store_job_fn fn, void *arg);
+int store__sqlite_jobs_list_identity(struct store *s, const struct store_sample_filter *f,
+				     uint32_t limit, store_job_fn fn, void *arg);
 int store__sqlite_job_ranks_list(struct store *s, const char *job, uint32_t limit,
 				 store_job_rank_fn fn, void *arg);
 int store__sqlite_job_communicators_list(struct store *s, const char *job, uint32_t limit,

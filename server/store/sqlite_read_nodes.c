@@ -130,6 +130,47 @@ static int job_row(void *ctx, sqlite3_stmt *st)
 	return v->fn.job(v->arg, &j);
 }
 
+int store__sqlite_jobs_list_identity(struct store *base, const struct store_sample_filter *f,
+				     uint32_t limit, store_job_fn fn, void *arg)
+{
+	struct visit v = { .fn.job = fn, .arg = arg };
+	struct byte_buf sql = { 0 };
+	int rc;
+
+	byte_buf_printf(&sql, "SELECT job, max(world_size), count(DISTINCT iif(rank >= 0, rank, NULL)),"
+			      " count(*), count(DISTINCT node), min(first_seen_ns),"
+			      " max(last_seen_ns) AS last FROM job_ranks WHERE job != ''"
+			      " AND job IN (SELECT j.job FROM job_ranks j JOIN process_identities i"
+			      " ON i.process = j.process WHERE 1");
+	if (f->pod_namespace)
+		byte_buf_printf(&sql, " AND i.namespace = ?2");
+	if (f->pod)
+		byte_buf_printf(&sql, " AND (i.pod_name = ?3 OR i.pod_uid = lower(?3))");
+	if (f->container)
+		byte_buf_printf(&sql, " AND (i.container_name = ?4 OR (length(?4) >= 12 AND"
+				      " substr(i.container_id, 1, length(?4)) = lower(?4)))");
+	if (f->unit)
+		byte_buf_printf(&sql, " AND i.unit = ?5");
+	if (f->has_slurm_job)
+		byte_buf_printf(&sql, " AND i.slurm_job = ?6");
+	byte_buf_printf(&sql, ") GROUP BY job ORDER BY last DESC, job LIMIT ?1");
+	if ((rc = store__sql_end(&sql)))
+		goto cleanup;
+	rc = store__read(store__sqlite(base), &(struct store__query){
+		.sql = (const char *)sql.data, .once = true,
+		.args = STORE__ARGS(STORE__INT(limit),
+				    f->pod_namespace ? STORE__TEXT(f->pod_namespace) : STORE__SKIP,
+				    f->pod ? STORE__TEXT(f->pod) : STORE__SKIP,
+				    f->container ? STORE__TEXT(f->container) : STORE__SKIP,
+				    f->unit ? STORE__TEXT(f->unit) : STORE__SKIP,
+				    f->has_slurm_job ? STORE__INT(store__clamp(f->slurm_job))
+						     : STORE__SKIP),
+		.row = job_row, .ctx = &v });
+cleanup:
+	byte_buf_free(&sql);
+	return rc;
+}
+
 int store__sqlite_jobs_list(struct store *base, uint32_t limit, store_job_fn fn, void *arg)
 {
 	struct visit v = { .fn.job = fn, .arg = arg };

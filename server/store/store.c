@@ -126,6 +126,14 @@ int store_jobs_list(struct store *s, uint32_t limit, store_job_fn fn, void *arg)
 	return s->ops->jobs_list(s, limit, fn, arg);
 }
 
+int store_jobs_list_identity(struct store *s, const struct store_sample_filter *f,
+			     uint32_t limit, store_job_fn fn, void *arg)
+{
+	if (!s->ops->jobs_list_identity)
+		return -ENOTSUP;
+	return s->ops->jobs_list_identity(s, f, limit, fn, arg);
+}
+
 int store_job_ranks_list(struct store *s, const char *job, uint32_t limit, store_job_rank_fn fn,
 			 void *arg)
 {

@@ -353,6 +353,12 @@ typedef int (*store_job_fn)(void *arg, const struct store_job *j);
 /* Calls `fn` for up to `limit` jobs, most recently seen first. Returns 0 or an error. */
 int store_jobs_list(struct store *s, uint32_t limit, store_job_fn fn, void *arg);
 
+/* As store_jobs_list, only the jobs with a process matching the identity filters of `f`
+ * (namespace, pod, container, unit, Slurm job; its other fields are ignored); the jobs'
+ * figures count all their processes. -ENOTSUP on a store without identities. */
+int store_jobs_list_identity(struct store *s, const struct store_sample_filter *f,
+			     uint32_t limit, store_job_fn fn, void *arg);
+
 /* A process of a job; strings borrowed for the callback only. */
 struct store_job_rank {
 	int32_t rank, world_size, local_rank, local_world_size, group_rank; /* -1 unknown */

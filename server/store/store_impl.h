@@ -37,6 +37,9 @@ struct store_ops {
 				  uint32_t limit, store_launch_count_fn fn, void *arg,
 				  uint64_t *total);
 	int (*jobs_list)(struct store *s, uint32_t limit, store_job_fn fn, void *arg);
+	/* NULL on backends without identities (then -ENOTSUP). */
+	int (*jobs_list_identity)(struct store *s, const struct store_sample_filter *f,
+				  uint32_t limit, store_job_fn fn, void *arg);
 	int (*job_ranks_list)(struct store *s, const char *job, uint32_t limit,
 			      store_job_rank_fn fn, void *arg);
 	int (*job_communicators_list)(struct store *s, const char *job, uint32_t limit,

@@ -134,6 +134,10 @@ for r in ranks:
     assert i or r["comm"] == "[exited]", r
     assert not i or (i["namespace"] == sys.argv[2] and i["pod"] == sys.argv[3] and i["container_id"] == sys.argv[4]), i
 EOF
+	ctl jobs --namespace "$NS2" --format json >"$E2E_TMP/jobs-ns2.json"
+	ctl jobs --pod "$POD" --format json >"$E2E_TMP/jobs-pod1.json"
+	check "sysomctl jobs --namespace lists the job of that namespace, --pod of another pod none" \
+		python3 -c "import json,sys; a = [j['job'] for j in json.load(open('$E2E_TMP/jobs-ns2.json'))['jobs']]; b = json.load(open('$E2E_TMP/jobs-pod1.json'))['jobs']; sys.exit(not (a == ['$JOB'] and b == []))"
 else
 	diag "simjob not built: the job ranks' identity is not checked"
 fi
