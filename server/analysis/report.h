@@ -140,6 +140,8 @@ struct straggler_entry {
 	int32_t rank;
 	uint32_t pid;
 	char *hostname;         /* owned */
+	char *pod_namespace, *pod; /* owned: the process's Kubernetes pod (wire 1.5 identity);
+				    * NULL unknown */
 	uint64_t *communicators; /* owned: keys, in the order found */
 	size_t ncommunicators;
 	bool persistent;        /* persistent in at least one of them */

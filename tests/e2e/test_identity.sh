@@ -55,7 +55,7 @@ P1=$!
 bash -c "echo \$\$ > '$OTHER_CG/cgroup.procs' && exec '$E2E_TMP/other_workload' 4 --quiet" &
 P2=$!
 if [ -x "$SIMJOB" ]; then
-	bash -c "echo \$\$ > '$POD2_CG/cgroup.procs' && exec '$SIMJOB' --ranks 2 --seconds 4 --print-env" \
+	bash -c "echo \$\$ > '$POD2_CG/cgroup.procs' && exec '$SIMJOB' --ranks 2 --seconds 6 --cpu-us 2000 --kernel-us 3000 --fault rank=1,kind=delay,amount=20000,after=1 --print-env" \
 		>"$E2E_TMP/job.log" 2>&1 &
 	P3=$!
 fi
@@ -133,6 +133,13 @@ for r in ranks:
     i = r["identity"]
     assert i or r["comm"] == "[exited]", r
     assert not i or (i["namespace"] == sys.argv[2] and i["pod"] == sys.argv[3] and i["container_id"] == sys.argv[4]), i
+EOF
+	curl -s "$SERVER_URL/api/v1/jobs/$JOB/stragglers?from=-10m" >"$E2E_TMP/strag.json"
+	check "the straggling rank's evidence names its pod" python3 - "$E2E_TMP/strag.json" "$NS2" "$POD2" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+s = [e for e in d["stragglers"] if e["rank"] == 1]
+assert s and all(e["pod"] == {"namespace": sys.argv[2], "name": sys.argv[3]} for e in s), d["stragglers"]
 EOF
 	ctl jobs --namespace "$NS2" --format json >"$E2E_TMP/jobs-ns2.json"
 	ctl jobs --pod "$POD" --format json >"$E2E_TMP/jobs-pod1.json"
