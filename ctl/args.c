@@ -39,9 +39,11 @@ void ctl_usage(FILE *out)
 	      "  nodes [--format table|json]\n"
 	      "      nodes that sent data: hostname, kernel, agent, batches, last seen\n"
 	      "  processes [--node N] [--pid P] [--comm C] [--from T] [--to T] [--limit N]\n"
+	      "            [--namespace NS] [--pod POD] [--container C] [--unit U] [--slurm-job J]\n"
 	      "            [--format table|json]\n"
 	      "      processes with their sample counts in the time range\n"
 	      "  flamegraph [--node N] [--pid P] [--comm C] [--job J [--rank R]] [--from T] [--to T]\n"
+	      "             [--namespace NS] [--pod POD] [--container C] [--unit U] [--slurm-job J]\n"
 	      "             [--kind K] [--format top|folded|json|pprof|speedscope] [--limit N]\n"
 	      "             [--top N] [-o FILE]\n"
 	      "      CPU stacks over the range (--kind cpu, the default), GPU kernel launches by\n"
@@ -51,7 +53,8 @@ void ctl_usage(FILE *out)
 	      "      --pid or --job and --rank): a terminal summary (top, the default), folded stacks for\n"
 	      "      flamegraph.pl, the server's JSON, a gzipped pprof profile (go tool pprof,\n"
 	      "      Pyroscope, Grafana; binary: needs -o FILE on a terminal) or a speedscope file\n"
-	      "  jobs [--format table|json]\n"
+	      "  jobs [--namespace NS] [--pod POD] [--container C] [--unit U] [--slurm-job J]\n"
+	      "       [--format table|json]\n"
 	      "      training jobs seen: world size, ranks, processes, nodes, last seen\n"
 	      "  collectives --job J [--comm KEY] [--op OP] [--from T] [--to T] [--limit N]\n"
 	      "              [--format table|json]\n"
@@ -102,6 +105,11 @@ void ctl_args_free(struct ctl_args *a)
 	free(a->node);
 	free(a->pid);
 	free(a->comm);
+	free(a->pod_namespace);
+	free(a->pod);
+	free(a->container);
+	free(a->unit);
+	free(a->slurm_job);
 	free(a->from);
 	free(a->to);
 	free(a->format_text);
@@ -208,8 +216,14 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 #define OPT_HELP { "help", SYSOM_OPT_BOOL, &a->help, 0, 0, "", true }, OPT_STR("output", output)
 #define OPT_FILTERS OPT_STR("node", node), OPT_STR("pid", pid), OPT_STR("comm", comm), \
 		    OPT_STR("from", from), OPT_STR("to", to),                        \
+		    OPT_STR("namespace", pod_namespace), OPT_STR("pod", pod),        \
+		    OPT_STR("container", container), OPT_STR("unit", unit),          \
+		    OPT_STR("slurm-job", slurm_job),                                 \
 		    { "limit", SYSOM_OPT_UINT, &a->limit, 1, 100000, "", true }
 	const struct sysom_option nodes[] = { OPT_FORMAT, OPT_HELP };
+	const struct sysom_option jobs[] = { OPT_FORMAT, OPT_HELP, OPT_STR("namespace", pod_namespace),
+					     OPT_STR("pod", pod), OPT_STR("container", container),
+					     OPT_STR("unit", unit), OPT_STR("slurm-job", slurm_job) };
 	const struct sysom_option processes[] = { OPT_FORMAT, OPT_HELP, OPT_FILTERS };
 	const struct sysom_option flamegraph[] = { OPT_FORMAT, OPT_HELP, OPT_FILTERS,
 						   { "top", SYSOM_OPT_UINT, &a->top, 1, 1000, "", true },
@@ -260,9 +274,12 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 
 	switch (a->command) {
 	case CTL_NODES:
-	case CTL_JOBS:
 		table = nodes;
 		n = sizeof(nodes) / sizeof(nodes[0]);
+		break;
+	case CTL_JOBS:
+		table = jobs;
+		n = sizeof(jobs) / sizeof(jobs[0]);
 		break;
 	case CTL_PROCESSES:
 		table = processes;
@@ -554,10 +571,22 @@ int ctl_url_build(const struct ctl_args *a, struct byte_buf *url)
 							       : "json");
 		query_add(url, &first, "kind", a->kind);
 	}
+	if (a->command == CTL_JOBS) {
+		query_add(url, &first, "namespace", a->pod_namespace);
+		query_add(url, &first, "pod", a->pod);
+		query_add(url, &first, "container", a->container);
+		query_add(url, &first, "unit", a->unit);
+		query_add(url, &first, "slurm_job", a->slurm_job);
+	}
 	if (a->command == CTL_PROCESSES || a->command == CTL_FLAMEGRAPH) {
 		query_add(url, &first, "node", a->node);
 		query_add(url, &first, "pid", a->pid);
 		query_add(url, &first, "comm", a->comm);
+		query_add(url, &first, "namespace", a->pod_namespace);
+		query_add(url, &first, "pod", a->pod);
+		query_add(url, &first, "container", a->container);
+		query_add(url, &first, "unit", a->unit);
+		query_add(url, &first, "slurm_job", a->slurm_job);
 		query_add(url, &first, "from", a->from);
 		query_add(url, &first, "to", a->to);
 		if (a->limit) {

@@ -27,6 +27,7 @@ struct ctl_args {
 	char *token_file;
 	enum ctl_command command;
 	char *node, *pid, *comm, *from, *to;
+	char *pod_namespace, *pod, *container, *unit, *slurm_job; /* identity filters */
 	char *kind;        /* flamegraph: cpu, gpu-launch or gpu-time */
 	char *job, *communicator, *op; /* collectives (job: also gpu, trace) */
 	char *rank;        /* gpu */

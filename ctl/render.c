@@ -326,6 +326,39 @@ int ctl_nodes_render(const json_t *doc, FILE *out)
 	return 0;
 }
 
+/* An identity field, "" when absent. */
+static const char *istr(const json_t *id, const char *key)
+{
+	const char *s = json_string_value(json_object_get(id, key));
+
+	return s ? s : "";
+}
+
+/* Who a process belongs to, in one word: namespace/pod[/container], pod:<uid>,
+ * container:<12 hex>, slurm:<job>[.<step>], the systemd unit, or "-". */
+static void identity_owner(const json_t *id, char *out, size_t size)
+{
+	const char *pod = istr(id, "pod"), *ns = istr(id, "namespace"), *uid = istr(id, "pod_uid");
+	const char *cname = istr(id, "container"), *cid = istr(id, "container_id");
+	const json_t *job = json_object_get(id, "slurm_job");
+
+	if (!json_is_object(id))
+		snprintf(out, size, "-");
+	else if (*pod)
+		snprintf(out, size, "%s/%s%s%s", ns, pod, *cname ? "/" : "", cname);
+	else if (*uid)
+		snprintf(out, size, "pod:%s", uid);
+	else if (*cid)
+		snprintf(out, size, "container:%.12s", cid);
+	else if (json_is_integer(job))
+		snprintf(out, size, "slurm:%" JSON_INTEGER_FORMAT "%s%s", json_integer_value(job),
+			 *istr(id, "slurm_step") ? "." : "", istr(id, "slurm_step"));
+	else if (*istr(id, "unit"))
+		snprintf(out, size, "%s", istr(id, "unit"));
+	else
+		snprintf(out, size, "-");
+}
+
 int ctl_processes_render(const json_t *doc, FILE *out)
 {
 	const json_t *list = json_object_get(doc, "processes");
@@ -334,12 +367,17 @@ int ctl_processes_render(const json_t *doc, FILE *out)
 
 	if (!json_is_array(list))
 		return -EINVAL;
-	fprintf(out, "%10s  %8s  %-16s  %-20s  %s\n", "SAMPLES", "PID", "COMM", "NODE", "COMMAND");
+	fprintf(out, "%10s  %8s  %-16s  %-20s  %-32s  %s\n", "SAMPLES", "PID", "COMM", "NODE",
+		"OWNER", "COMMAND");
 	json_array_foreach(list, i, p) {
-		fprintf(out, "%10" JSON_INTEGER_FORMAT "  %8" JSON_INTEGER_FORMAT "  %-16s  %-20s  %s\n",
+		char owner[600];
+
+		identity_owner(json_object_get(p, "identity"), owner, sizeof(owner));
+		fprintf(out, "%10" JSON_INTEGER_FORMAT "  %8" JSON_INTEGER_FORMAT
+			     "  %-16s  %-20s  %-32s  %s\n",
 			json_integer_value(json_object_get(p, "samples")),
 			json_integer_value(json_object_get(p, "pid")), str(p, "comm"),
-			str(p, "hostname"), str(p, "cmdline"));
+			str(p, "hostname"), owner, str(p, "cmdline"));
 	}
 	if (json_array_size(list) == 0)
 		fprintf(out, "(no samples in the range)\n");

@@ -46,6 +46,7 @@
 		{ "off-cpu-min", SYSOM_OPT_DURATION, &(c)->off_cpu_min_s, 0.000001, 10, "shortest block counted off-CPU (default 1ms)", false }, \
 		{ "max-sample-rows", SYSOM_OPT_UINT, &(c)->max_sample_rows, 1024, 1 << 22, "sample rows per batch (default 1048576)", false }, \
 		{ "nccl-profiler-mask", SYSOM_OPT_UINT, &(c)->nccl_profiler_mask, 0, 0xffff, "NCCL profiler plugin event mask (ncclProfile* bits) sent to plugins; 0: the plugin's default. SIGHUP applies a change to running jobs", false }, \
+		{ "pod-log-root", SYSOM_OPT_STRING, &(c)->pod_log_root, 0, 0, "the kubelet's pod log directories (<namespace>_<pod>_<uid>), where a process's pod name and namespace are found (default /var/log/pods; empty: off)", false }, \
 		{ "socket", SYSOM_OPT_STRING, &(c)->socket, 0, 0, "Unix socket where training processes register their job identity (default /run/sysom/agent.sock; empty: off)", false }, \
 		{ "log-level", SYSOM_OPT_STRING, &(c)->log_level, 0, 0, "error, warn, info or debug (default info)", false }, \
 		{ "machine-id-file", SYSOM_OPT_STRING, &(c)->machine_id_file, 0, 0, "node identity source (default /etc/machine-id)", false }, \
@@ -70,13 +71,14 @@ int agent_config_defaults(struct agent_config *c)
 	c->socket = strdup("/run/sysom/agent.sock");
 	c->gpu_loader = strdup("notify");
 	c->off_cpu = strdup("jobs");
+	c->pod_log_root = strdup("/var/log/pods");
 	c->off_cpu_min_s = 0.001;
 	c->gpu_trace = true;
 	c->os_signals = true;
 	c->gpu_launch_duty = 0.1;
 	c->gpu_event_ring_bytes = 4u << 20;
 	if (!c->server || !c->spool_dir || !c->log_level || !c->unwinder || !c->socket ||
-	    !c->gpu_loader || !c->off_cpu)
+	    !c->gpu_loader || !c->off_cpu || !c->pod_log_root)
 		return -ENOMEM;
 	c->unwind_table_bytes = 64ull << 20;
 	c->hz = 99;

@@ -406,6 +406,32 @@ static int read_stat(struct proctrack *pt, struct pt_process *proc)
 	return 0;
 }
 
+/* Container, pod, Slurm job and unit from /proc/<tgid>/cgroup: once per incarnation (a
+ * process that moves between cgroups later keeps the identity it started with). */
+static void read_cgroup_identity(struct proctrack *pt, struct pt_process *proc)
+{
+	struct pt_identity *id;
+	char path[PATH_MAX];
+
+	free(proc->identity);
+	proc->identity = NULL;
+	id = calloc(1, sizeof(*id));
+	if (!id)
+		return;
+	snprintf(path, sizeof(path), "%s/%u/cgroup", pt->opts.proc_root, proc->tgid);
+	if (identity_read((int)proc->tgid, path, &id->cg) < 0 ||
+	    (!id->cg.container_id[0] && !id->cg.pod_uid[0] && !id->cg.slurm_job &&
+	     !id->cg.unit[0])) {
+		free(id);
+		return;
+	}
+	if (id->cg.pod_uid[0] && pt->opts.pod_log_root && pt->opts.pod_log_root[0] &&
+	    identity_pod_lookup(pt->opts.pod_log_root, id->cg.pod_uid, id->pod_namespace,
+				sizeof(id->pod_namespace), id->pod_name, sizeof(id->pod_name)) < 0)
+		id->pod_namespace[0] = id->pod_name[0] = '\0';
+	proc->identity = id;
+}
+
 static void read_identity(struct proctrack *pt, struct pt_process *proc)
 {
 	char path[PATH_MAX], target[PATH_MAX];
@@ -433,6 +459,7 @@ static void read_identity(struct proctrack *pt, struct pt_process *proc)
 		cmd[len] = '\0';
 		proc->cmdline = strdup(cmd);
 	}
+	read_cgroup_identity(pt, proc);
 }
 
 static void process_free(struct proctrack *pt, struct pt_process *proc)
@@ -443,6 +470,7 @@ static void process_free(struct proctrack *pt, struct pt_process *proc)
 		pt->opts.on_forget(pt->opts.mappings_ctx, proc);
 	free(proc->exe);
 	free(proc->cmdline);
+	free(proc->identity);
 	free(proc->mappings);
 	free(proc);
 }

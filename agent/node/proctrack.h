@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "agent/node/identity.h"
 #include "common/elf_buildid.h"
 
 struct pt_object;
@@ -15,6 +16,8 @@ struct pt_process;
 
 struct proctrack_options {
 	const char *proc_root;            /* "/proc" (tests may point elsewhere) */
+	const char *pod_log_root;         /* kubelet pod log directories for pod names and
+					   * namespaces (identity_pod_lookup); NULL or "": none */
 	uint32_t max_processes;           /* tracked incarnations (default 16384) */
 	uint32_t max_mappings;            /* executable mappings per process (default 4096) */
 	uint32_t max_objects;             /* cached file identities (default 65536) */
@@ -53,6 +56,13 @@ struct pt_mapping {
 	const struct pt_object *object; /* owned by the tracker */
 };
 
+/* Who an incarnation belongs to, from its cgroup, read once when it is first seen. */
+struct pt_identity {
+	struct proc_identity cg;
+	char pod_namespace[IDENTITY_K8S_NAME_MAX]; /* "" when the pod log directory is absent */
+	char pod_name[IDENTITY_K8S_NAME_MAX];
+};
+
 /* A process incarnation: (tgid, generation), see bpf/profile.h. */
 struct pt_process {
 	uint32_t tgid;
@@ -62,6 +72,7 @@ struct pt_process {
 	char comm[16];
 	char *exe;
 	char *cmdline;
+	struct pt_identity *identity; /* NULL when its cgroup names nothing (or is unreadable) */
 	struct pt_mapping *mappings; /* sorted by start */
 	uint32_t mapping_count;
 	bool vanished;           /* /proc/<tgid> was gone when we needed it */

@@ -177,6 +177,34 @@ static bool process_eq(const void *ctx, uint32_t i)
 	return k->b->procs[i].tgid == k->tgid && k->b->procs[i].generation == k->generation;
 }
 
+_Static_assert((int)IDENTITY_RUNTIME_CONTAINERD == (int)SYSOM_RUNTIME_CONTAINERD &&
+		       (int)IDENTITY_RUNTIME_CRIO == (int)SYSOM_RUNTIME_CRIO &&
+		       (int)IDENTITY_RUNTIME_DOCKER == (int)SYSOM_RUNTIME_DOCKER &&
+		       (int)IDENTITY_RUNTIME_PODMAN == (int)SYSOM_RUNTIME_PODMAN &&
+		       (int)IDENTITY_RUNTIME_UNKNOWN == (int)SYSOM_RUNTIME_UNKNOWN,
+	       "identity runtimes are the wire's numbers");
+
+/* The IDENTITIES record of a process (none when its cgroup said nothing). A record the
+ * wire would refuse (a name it cannot carry) is left out rather than failing the batch. */
+static int add_identity(struct sysom_batch *bt, const struct pt_identity *id, uint32_t process)
+{
+	struct sysom_identity rec = { .process = process, .slurm_job = id ? id->cg.slurm_job : 0 };
+	int rc;
+
+	if (!id)
+		return 0;
+	rec.runtime = id->cg.container_id[0] ? (uint8_t)id->cg.runtime : SYSOM_RUNTIME_NONE;
+	if ((rc = sysom_batch_intern_cstring(bt, id->cg.container_id, &rec.container_id)) ||
+	    (rc = sysom_batch_intern_cstring(bt, id->cg.pod_uid, &rec.pod_uid)) ||
+	    (rc = sysom_batch_intern_cstring(bt, id->pod_namespace, &rec.pod_namespace)) ||
+	    (rc = sysom_batch_intern_cstring(bt, id->pod_name, &rec.pod_name)) ||
+	    (rc = sysom_batch_intern_cstring(bt, id->cg.slurm_step, &rec.slurm_step)) ||
+	    (rc = sysom_batch_intern_cstring(bt, id->cg.unit, &rec.unit)))
+		return rc;
+	rc = sysom_batch_set_identity(bt, &rec);
+	return rc == -EINVAL ? 0 : rc;
+}
+
 /* Batch process index for an incarnation, adding it and its executable mappings once. */
 static int process_index(struct batcher *b, struct pt_process *p, uint32_t *idx)
 {
@@ -195,7 +223,8 @@ static int process_index(struct batcher *b, struct pt_process *p, uint32_t *idx)
 	if ((rc = sysom_batch_intern_cstring(bt, p->comm, &rec.comm)) ||
 	    (rc = sysom_batch_intern_cstring(bt, p->exe, &rec.exe)) ||
 	    (rc = sysom_batch_intern_cstring(bt, p->cmdline, &rec.cmdline)) ||
-	    (rc = sysom_batch_add_process(bt, &rec, idx)))
+	    (rc = sysom_batch_add_process(bt, &rec, idx)) ||
+	    (rc = add_identity(bt, p->identity, *idx)))
 		return rc;
 	for (uint32_t i = 0; i < p->mapping_count; i++) {
 		const struct pt_mapping *m = &p->mappings[i];

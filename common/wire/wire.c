@@ -34,6 +34,7 @@ const struct sysom_wire_limits sysom_wire_default_limits = {
 	.max_os_irqs = 1u << 16,
 	.max_os_threads = 1u << 16,
 	.max_offcpu = 1u << 20,
+	.max_identities = 1u << 16,
 };
 
 static const char *const counter_names[SYSOM_COUNTER_MAX] = {
@@ -235,7 +236,8 @@ uint64_t sysom_batch_memory(const struct sysom_batch *b)
 	       (uint64_t)b->os_cpu_cap * sizeof(*b->os_cpus) +
 	       (uint64_t)b->os_irq_cap * sizeof(*b->os_irqs) +
 	       (uint64_t)b->os_thread_cap * sizeof(*b->os_threads) +
-	       (uint64_t)b->offcpu_cap * sizeof(*b->offcpu);
+	       (uint64_t)b->offcpu_cap * sizeof(*b->offcpu) +
+	       (uint64_t)b->identity_cap * sizeof(*b->identities);
 }
 
 void sysom_batch_free(struct sysom_batch *b)
@@ -278,6 +280,7 @@ void sysom_batch_free(struct sysom_batch *b)
 	free(b->os_irqs);
 	free(b->os_threads);
 	free(b->offcpu);
+	free(b->identities);
 	memset(b, 0, sizeof(*b));
 }
 
@@ -698,6 +701,104 @@ int sysom_batch_set_job_rank(struct sysom_batch *b, const struct sysom_job_rank 
 	if ((err = GROW(b->job_ranks, b->job_rank_cap, b->job_rank_count + 1)))
 		return err;
 	b->job_ranks[b->job_rank_count++] = *j;
+	return 0;
+}
+
+const char *sysom_runtime_name(uint8_t runtime)
+{
+	static const char *const names[] = { "", "containerd", "cri-o", "docker", "podman",
+					     "unknown" };
+
+	return runtime <= SYSOM_RUNTIME_MAX ? names[runtime] : NULL;
+}
+
+static bool hex_lower(char c)
+{
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+}
+
+/* "" or exactly `len` lowercase hex digits, with '-' at the positions of a UUID when uuid. */
+static bool ident_hex_ok(const char *s, uint32_t slen, size_t len, bool uuid)
+{
+	if (slen == 0)
+		return true;
+	if (slen != len)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		bool dash = uuid && (i == 8 || i == 13 || i == 18 || i == 23);
+
+		if (dash ? s[i] != '-' : !hex_lower(s[i]))
+			return false;
+	}
+	return true;
+}
+
+/* At most `max` printable ASCII bytes without spaces (names of Kubernetes objects, systemd
+ * units and Slurm steps are all of that kind). */
+static bool ident_name_ok(const char *s, uint32_t slen, size_t max)
+{
+	if (slen > max)
+		return false;
+	for (uint32_t i = 0; i < slen; i++)
+		if (s[i] <= ' ' || s[i] > '~')
+			return false;
+	return true;
+}
+
+const char *sysom_identity_problem(const struct sysom_batch *b, const struct sysom_identity *id)
+{
+	const uint32_t strings[] = { id->container_id, id->pod_uid, id->pod_namespace,
+				     id->pod_name, id->container_name, id->slurm_step, id->unit };
+
+	if (id->process >= b->process_count)
+		return "process out of range";
+	if (!strings_ok(b, strings, sizeof(strings) / sizeof(strings[0])))
+		return "string index out of range";
+	if (id->runtime > SYSOM_RUNTIME_MAX)
+		return "unknown container runtime";
+#define LEN(f) (b->strings[id->f].length)
+#define STR(f) (b->string_data + b->strings[id->f].offset)
+	if (!ident_hex_ok(STR(container_id), LEN(container_id), SYSOM_IDENT_CONTAINER_ID_LEN, false))
+		return "container id is not 64 lowercase hex digits";
+	if ((LEN(container_id) == 0) != (id->runtime == SYSOM_RUNTIME_NONE))
+		return "container runtime without container id or the reverse";
+	if (!ident_hex_ok(STR(pod_uid), LEN(pod_uid), SYSOM_IDENT_POD_UID_LEN, true))
+		return "pod uid is not a lowercase UUID";
+	if (!ident_name_ok(STR(pod_namespace), LEN(pod_namespace), SYSOM_IDENT_NAME_MAX) ||
+	    !ident_name_ok(STR(pod_name), LEN(pod_name), SYSOM_IDENT_NAME_MAX) ||
+	    !ident_name_ok(STR(container_name), LEN(container_name), SYSOM_IDENT_NAME_MAX))
+		return "namespace, pod or container name too long or not printable";
+	if ((LEN(pod_namespace) || LEN(pod_name)) && !LEN(pod_uid))
+		return "pod namespace or name without pod uid";
+	if (!ident_name_ok(STR(slurm_step), LEN(slurm_step), SYSOM_IDENT_SLURM_STEP_MAX))
+		return "Slurm step too long or not printable";
+	if (LEN(slurm_step) && !id->slurm_job)
+		return "Slurm step without job";
+	if (!ident_name_ok(STR(unit), LEN(unit), SYSOM_IDENT_UNIT_MAX))
+		return "systemd unit too long or not printable";
+	if (!LEN(container_id) && !LEN(pod_uid) && !LEN(container_name) && !id->slurm_job &&
+	    !LEN(unit))
+		return "says nothing";
+#undef LEN
+#undef STR
+	return NULL;
+}
+
+int sysom_batch_set_identity(struct sysom_batch *b, const struct sysom_identity *id)
+{
+	int err;
+
+	if (sysom_identity_problem(b, id))
+		return -EINVAL;
+	for (uint32_t i = 0; i < b->identity_count; i++) {
+		if (b->identities[i].process == id->process) {
+			b->identities[i] = *id;
+			return 0;
+		}
+	}
+	if ((err = GROW(b->identities, b->identity_cap, b->identity_count + 1)))
+		return err;
+	b->identities[b->identity_count++] = *id;
 	return 0;
 }
 
@@ -1638,6 +1739,27 @@ static void encode_offcpu(const struct sysom_batch *b, struct byte_buf *out)
 	}
 }
 
+static void encode_identities(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->identity_count; i++) {
+		const struct sysom_identity *o = &b->identities[i];
+		uint8_t *p = put_record(out, SYSOM_IDENTITY_RECORD_SIZE);
+
+		if (!p)
+			return;
+		store_le32(p + WIRE_IDENTITY_PROCESS, o->process);
+		p[WIRE_IDENTITY_RUNTIME] = o->runtime;
+		store_le32(p + WIRE_IDENTITY_CONTAINER_ID, o->container_id);
+		store_le32(p + WIRE_IDENTITY_POD_UID, o->pod_uid);
+		store_le32(p + WIRE_IDENTITY_NAMESPACE, o->pod_namespace);
+		store_le32(p + WIRE_IDENTITY_POD_NAME, o->pod_name);
+		store_le32(p + WIRE_IDENTITY_CONTAINER_NAME, o->container_name);
+		store_le64(p + WIRE_IDENTITY_SLURM_JOB, o->slurm_job);
+		store_le32(p + WIRE_IDENTITY_SLURM_STEP, o->slurm_step);
+		store_le32(p + WIRE_IDENTITY_UNIT, o->unit);
+	}
+}
+
 int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 {
 	static const struct {
@@ -1663,6 +1785,7 @@ int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 		{ SYSOM_SECTION_OS_IRQS, encode_os_irqs },
 		{ SYSOM_SECTION_OS_THREADS, encode_os_threads },
 		{ SYSOM_SECTION_OFFCPU, encode_offcpu },
+		{ SYSOM_SECTION_IDENTITIES, encode_identities },
 	};
 	const size_t nsections = sizeof(order) / sizeof(order[0]);
 	struct section_entry entries[sizeof(order) / sizeof(order[0])];
@@ -1705,6 +1828,7 @@ int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 	entries[16].count = b->os_irq_count;
 	entries[17].count = b->os_thread_count;
 	entries[18].count = b->offcpu_count;
+	entries[19].count = b->identity_count;
 
 	header = out->data + base; /* the buffer may have moved */
 	memcpy(header + WIRE_HDR_MAGIC, SYSOM_WIRE_MAGIC, 4);

@@ -41,10 +41,11 @@
  */
 #define SYSOM_WIRE_MAGIC "SYSB"
 #define SYSOM_WIRE_MAJOR 1
-#define SYSOM_WIRE_MINOR 4 /* 1.1 added JOB_RANKS, COMMUNICATORS, NCCL_CALLS, LAUNCHES;
+#define SYSOM_WIRE_MINOR 5 /* 1.1 added JOB_RANKS, COMMUNICATORS, NCCL_CALLS, LAUNCHES;
 			     * 1.2 GPU_KERNELS, NCCL_PROFILES, NCCL_LINKS;
 			     * 1.3 OS_CPUS, OS_IRQS, OS_THREADS; 1.4 OFFCPU, NCCL_CALLS'
-			     * in-flight flag, object kind PYTHON (Python frames) */
+			     * in-flight flag, object kind PYTHON (Python frames);
+			     * 1.5 IDENTITIES (24) */
 #define SYSOM_WIRE_HEADER_SIZE 64
 #define SYSOM_WIRE_SECTION_ENTRY_SIZE 16
 #define SYSOM_WIRE_MAX_SECTIONS 64
@@ -76,7 +77,10 @@ enum sysom_section_type {
 	SYSOM_SECTION_OS_THREADS = 18, /* 224-byte records: one per thread of a tracked process */
 	/* Minor 4: off-CPU (blocked) time per thread and stacks. (20 is kept for off-CPU too.) */
 	SYSOM_SECTION_OFFCPU = 19,     /* 56-byte records */
-	SYSOM_SECTION_TYPE_MAX = SYSOM_SECTION_OFFCPU,
+	/* 20-23: reserved, skipped like any unknown section. */
+	/* Minor 5: who a process belongs to (container, pod, Slurm job, systemd unit). */
+	SYSOM_SECTION_IDENTITIES = 24, /* 48-byte records */
+	SYSOM_SECTION_TYPE_MAX = SYSOM_SECTION_IDENTITIES,
 };
 
 #define SYSOM_NODE_RECORD_SIZE 64
@@ -98,6 +102,7 @@ enum sysom_section_type {
 #define SYSOM_OS_IRQ_RECORD_SIZE 32
 #define SYSOM_OS_THREAD_RECORD_SIZE 224
 #define SYSOM_OFFCPU_RECORD_SIZE 56
+#define SYSOM_IDENTITY_RECORD_SIZE 48
 
 /* What an object (the thing a frame's offset is relative to) is. */
 enum sysom_object_kind {
@@ -563,6 +568,47 @@ struct sysom_offcpu {
 	uint64_t max_ns;         /* the longest, >= 1 */
 };
 
+/* Container runtimes in IDENTITIES records (the numbers of enum identity_runtime in
+ * agent/node/identity.h). */
+enum sysom_container_runtime {
+	SYSOM_RUNTIME_NONE = 0,
+	SYSOM_RUNTIME_CONTAINERD = 1,
+	SYSOM_RUNTIME_CRIO = 2,
+	SYSOM_RUNTIME_DOCKER = 3,
+	SYSOM_RUNTIME_PODMAN = 4,
+	SYSOM_RUNTIME_UNKNOWN = 5, /* a Kubernetes container directory without runtime prefix */
+	SYSOM_RUNTIME_MAX = SYSOM_RUNTIME_UNKNOWN,
+};
+
+/* "containerd", "cri-o", "docker", "podman", "unknown", "" for NONE; NULL when out of range. */
+const char *sysom_runtime_name(uint8_t runtime);
+
+#define SYSOM_IDENT_CONTAINER_ID_LEN 64 /* lowercase hex digits */
+#define SYSOM_IDENT_POD_UID_LEN 36      /* 8-4-4-4-12 lowercase hex */
+#define SYSOM_IDENT_NAME_MAX 253        /* namespace, pod name, container name: bytes */
+#define SYSOM_IDENT_SLURM_STEP_MAX 15   /* "0", "batch", "extern", "interactive" */
+#define SYSOM_IDENT_UNIT_MAX 255        /* systemd unit name */
+
+/* IDENTITIES record (48 bytes): at most one per process; string fields are "" when unknown,
+ * and at least one field says something. */
+struct sysom_identity {
+	uint32_t process;
+	uint8_t runtime;           /* enum sysom_container_runtime; NONE iff container_id is "" */
+	uint32_t container_id;     /* string: "" or 64 lowercase hex digits */
+	uint32_t pod_uid;          /* string: "" or a 36-character UUID */
+	uint32_t pod_namespace;    /* string: Kubernetes namespace ("" unknown; needs pod_uid) */
+	uint32_t pod_name;         /* string: pod name ("" unknown; needs pod_uid) */
+	uint32_t container_name;   /* string: container name in the pod ("" unknown) */
+	uint64_t slurm_job;        /* 0 none */
+	uint32_t slurm_step;       /* string: "" none (needs slurm_job) */
+	uint32_t unit;             /* string: systemd unit, "" none */
+};
+
+struct sysom_batch;
+
+/* Why an identity record is invalid in batch `b` (for the builder and the decoder), or NULL. */
+const char *sysom_identity_problem(const struct sysom_batch *b, const struct sysom_identity *id);
+
 /* Decoder limits: everything a peer controls is bounded. */
 struct sysom_wire_limits {
 	uint32_t max_strings;
@@ -586,6 +632,7 @@ struct sysom_wire_limits {
 	uint32_t max_os_irqs;
 	uint32_t max_os_threads;
 	uint32_t max_offcpu;
+	uint32_t max_identities;
 };
 
 /* The defaults: generous for one node's 30 s window, small enough to bound server memory. */
@@ -655,6 +702,8 @@ struct sysom_batch {
 	uint32_t os_thread_count, os_thread_cap;
 	struct sysom_offcpu *offcpu;
 	uint32_t offcpu_count, offcpu_cap;
+	struct sysom_identity *identities;
+	uint32_t identity_count, identity_cap;
 
 	struct batch_dedup *dedup; /* builder indexes; NULL in decoded batches */
 };
@@ -719,6 +768,10 @@ int sysom_batch_add_os_thread(struct sysom_batch *b, const struct sysom_os_threa
 /* Adds into the row with the same key (counts and totals add, max combines). -EINVAL for
  * what the decoder would reject. */
 int sysom_batch_add_offcpu(struct sysom_batch *b, const struct sysom_offcpu *o);
+
+/* One identity per process: a second call for the same process replaces the first. -EINVAL
+ * for what the decoder would reject (sysom_identity_problem). */
+int sysom_batch_set_identity(struct sysom_batch *b, const struct sysom_identity *id);
 
 /* Frames of stack `idx` (borrowed). */
 static inline const struct sysom_frame *sysom_batch_stack_frames(const struct sysom_batch *b,

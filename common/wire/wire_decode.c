@@ -95,6 +95,8 @@ static const char *section_name(uint16_t type)
 		return "OS_THREADS";
 	case SYSOM_SECTION_OFFCPU:
 		return "OFFCPU";
+	case SYSOM_SECTION_IDENTITIES:
+		return "IDENTITIES";
 	}
 	return "unknown";
 }
@@ -1140,6 +1142,58 @@ cleanup:
 	return err;
 }
 
+static int decode_identities(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	uint8_t *seen = NULL;
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_identities, SYSOM_IDENTITY_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->identities, &b->identity_cap, s->count,
+			       sizeof(*b->identities))))
+		return err;
+	if (s->count && !(seen = calloc(b->process_count ? b->process_count : 1, 1)))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_IDENTITY_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_identity *o = &b->identities[i];
+		const char *problem;
+
+		o->process = load_le32(p + WIRE_IDENTITY_PROCESS);
+		o->runtime = p[WIRE_IDENTITY_RUNTIME];
+		o->container_id = load_le32(p + WIRE_IDENTITY_CONTAINER_ID);
+		o->pod_uid = load_le32(p + WIRE_IDENTITY_POD_UID);
+		o->pod_namespace = load_le32(p + WIRE_IDENTITY_NAMESPACE);
+		o->pod_name = load_le32(p + WIRE_IDENTITY_POD_NAME);
+		o->container_name = load_le32(p + WIRE_IDENTITY_CONTAINER_NAME);
+		o->slurm_job = load_le64(p + WIRE_IDENTITY_SLURM_JOB);
+		o->slurm_step = load_le32(p + WIRE_IDENTITY_SLURM_STEP);
+		o->unit = load_le32(p + WIRE_IDENTITY_UNIT);
+		if (!all_zero(p + WIRE_IDENTITY_RESERVED, WIRE_IDENTITY_CONTAINER_ID -
+								  WIRE_IDENTITY_RESERVED) ||
+		    load_le32(p + WIRE_IDENTITY_RESERVED2)) {
+			err = CORRUPT(d, at + WIRE_IDENTITY_RESERVED,
+				      "IDENTITIES record %u: reserved field is not zero", i);
+			goto cleanup;
+		}
+		if ((problem = sysom_identity_problem(b, o))) {
+			err = CORRUPT(d, at, "IDENTITIES record %u: %s", i, problem);
+			goto cleanup;
+		}
+		if (seen[o->process]) {
+			err = CORRUPT(d, at + WIRE_IDENTITY_PROCESS,
+				      "IDENTITIES record %u: process %u repeated", i, o->process);
+			goto cleanup;
+		}
+		seen[o->process] = 1;
+		b->identity_count++;
+	}
+cleanup:
+	free(seen);
+	return err;
+}
+
 static int read_header(struct decoder *d, struct section *sections,
 		       size_t nknown)
 {
@@ -1203,8 +1257,8 @@ static int read_header(struct decoder *d, struct section *sections,
 		prev_end = (size_t)s.offset + s.size;
 		if (s.type == 0)
 			return CORRUPT(d, at, "section %u: type 0", i);
-		if (s.type >= nknown)
-			continue; /* a newer minor version's section: skip it */
+		if (s.type >= nknown || !strcmp(section_name(s.type), "unknown"))
+			continue; /* a newer minor version's (or a reserved) section: skip it */
 		if (sections[s.type].present)
 			return CORRUPT(d, at, "section %u: %s repeated", i, section_name(s.type));
 		sections[s.type] = s;
@@ -1314,6 +1368,14 @@ uint64_t sysom_batch_decode_memory(const void *data, size_t len,
 	}
 	arrays += fixed_array(&sections[SYSOM_SECTION_OFFCPU], l->max_offcpu,
 			      SYSOM_OFFCPU_RECORD_SIZE, sizeof(*b->offcpu));
+	t = fixed_array(&sections[SYSOM_SECTION_IDENTITIES], l->max_identities,
+			SYSOM_IDENTITY_RECORD_SIZE, sizeof(*b->identities));
+	if (t) { /* plus a byte per decoded process (at least one), to find repeats */
+		arrays += t;
+		t = sections[SYSOM_SECTION_PROCESSES].count ? sections[SYSOM_SECTION_PROCESSES].count
+							    : 1;
+		temporary = t > temporary ? t : temporary;
+	}
 	/* Temporaries live one section at a time, after that section's array. */
 	return arrays + temporary;
 }
@@ -1353,6 +1415,7 @@ int sysom_batch_decode(const void *data, size_t len, const struct sysom_wire_lim
 		{ SYSOM_SECTION_OS_IRQS, decode_os_irqs },
 		{ SYSOM_SECTION_OS_THREADS, decode_os_threads },
 		{ SYSOM_SECTION_OFFCPU, decode_offcpu },
+		{ SYSOM_SECTION_IDENTITIES, decode_identities },
 	};
 	int rc;
 

@@ -37,6 +37,7 @@ struct alert_spec {
 	const char *alertname;     /* required, e.g. "SysomStraggler" */
 	/* Labels; NULL or "" = label omitted. Together they are the alert's identity. */
 	const char *job, *node, *communicator, *layer, *severity;
+	const char *pod_namespace, *pod; /* labels "namespace", "pod": the rank's Kubernetes pod */
 	int32_t rank;              /* label "rank"; < 0 = omitted */
 	/* Annotations; NULL or "" = omitted. Changing them updates an ongoing alert. */
 	const char *summary, *description, *action;

@@ -58,6 +58,8 @@ int alerts_incidents_publish(void *alerts, const char *job, const struct inciden
 			.alertname = alerts_policy_name(d->kind),
 			.job = job,
 			.node = d->hostname,
+			.pod_namespace = d->pod_namespace,
+			.pod = d->pod,
 			.communicator = d->communicators,
 			.layer = d->layer,
 			.severity = d->severity,

@@ -301,6 +301,26 @@ static int by_excess_desc(const void *a, const void *b)
 	return x->excess_ns < y->excess_ns ? 1 : x->excess_ns > y->excess_ns ? -1 : x->rank - y->rank;
 }
 
+/* Fills the pod of the straggler entry of this rank's process, when it has one. */
+static int strag_pod_visit(void *arg, const struct store_job_rank *j)
+{
+	struct straggler_report *rep = arg;
+
+	if (!j->identity.known || !j->identity.pod_name[0])
+		return 0;
+	for (size_t i = 0; i < rep->nstragglers; i++) {
+		struct straggler_entry *e = &rep->stragglers[i];
+
+		if (e->rank != j->rank || e->pid != j->pid || e->pod)
+			continue;
+		e->pod_namespace = strdup(j->identity.pod_namespace);
+		e->pod = strdup(j->identity.pod_name);
+		if (!e->pod_namespace || !e->pod)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
 /* Adds (or merges into) the job-level entry of a straggling rank; returns 1 when the entry is
  * new (the caller diagnoses it), 0 when merged, or -ENOMEM. */
 static int strag_job_add(struct straggler_report *rep, size_t *cap, const struct strag_group *g,
@@ -1309,6 +1329,10 @@ int diagnosis_report_build(const struct diagnosis_ctx *ctx, const struct diagnos
 			rep->iteration_ns = gr->period_ns;
 		}
 	}
+	/* Which pod each straggling process runs in (evidence; a failed read leaves it out). */
+	if (rep->nstragglers)
+		(void)store_job_ranks_list(ctx->store, scope->job, QUERY_MAX_JOB_ROWS, strag_pod_visit,
+					   rep);
 	rep->truncated = d.instances > QUERY_MAX_STRAGGLER_INSTANCES - 1;
 	rep->skipped_instances = d.skipped;
 	rep->recovered_communicators = d.recovered;
@@ -1387,6 +1411,8 @@ void straggler_report_free(struct straggler_report *r)
 		return;
 	for (size_t i = 0; i < r->nstragglers; i++) {
 		free(r->stragglers[i].hostname);
+		free(r->stragglers[i].pod_namespace);
+		free(r->stragglers[i].pod);
 		free(r->stragglers[i].communicators);
 		diagnosis_free(r->stragglers[i].diagnosis);
 	}

@@ -141,6 +141,14 @@ json_t *diagnosis_straggler_json(const struct straggler_entry *e)
 			straggler_verdict_name(e->persistent ? STRAGGLER_PERSISTENT
 							     : STRAGGLER_INTERMITTENT),
 			"max_excess_ms", e->max_excess_ms);
+	if (out && json_object_set_new(out, "pod",
+				       e->pod ? json_pack("{s:s,s:s}", "namespace",
+							  e->pod_namespace ? e->pod_namespace : "",
+							  "name", e->pod)
+					      : json_null())) {
+		json_decref(out);
+		return NULL;
+	}
 	if (out && e->diagnosed) {
 		json_t *dg = e->diagnosis ? diagnosis_json(e->diagnosis) : NULL;
 		json_object_set_new(out, "diagnosis", dg ? dg : json_null());

@@ -728,19 +728,81 @@ static enum incident_kind incident_kind_of(const char *kind)
 	return INCIDENT_REGRESSION;
 }
 
+/* The pods of a job's ranks (for the alert labels "namespace" and "pod"). */
+#define POD_RANKS_MAX 4096
+struct rank_pods {
+	size_t n;
+	struct rank_pod {
+		int32_t rank;
+		char *ns, *pod;
+	} r[POD_RANKS_MAX];
+};
+
+static int rank_pod_take(void *arg, const struct store_job_rank *j)
+{
+	struct rank_pods *p = arg;
+	struct rank_pod *r;
+
+	if (j->rank < 0 || !j->identity.known || !j->identity.pod_name[0] || p->n == POD_RANKS_MAX)
+		return 0;
+	r = &p->r[p->n];
+	r->rank = j->rank;
+	r->ns = strdup(j->identity.pod_namespace);
+	r->pod = strdup(j->identity.pod_name);
+	if (!r->ns || !r->pod) {
+		free(r->ns);
+		free(r->pod);
+		return -ENOMEM;
+	}
+	p->n++;
+	return 0;
+}
+
+static void rank_pods_free(struct rank_pods *p)
+{
+	for (size_t i = 0; p && i < p->n; i++) {
+		free(p->r[i].ns);
+		free(p->r[i].pod);
+	}
+	free(p);
+}
+
+static const struct rank_pod *rank_pod_find(const struct rank_pods *p, int32_t rank)
+{
+	for (size_t i = 0; p && rank >= 0 && i < p->n; i++)
+		if (p->r[i].rank == rank)
+			return &p->r[i];
+	return NULL;
+}
+
 /* The job's open incidents, typed, are handed to the alert module, whose policy makes them
- * its alert set. */
+ * its alert set. An incident of a rank in a Kubernetes pod is labelled with the pod (a store
+ * without identities, or a failing read, leaves the labels out rather than the alert). */
 static int alerts_publish(struct monitor *m, const char *job, const struct open_list *open,
 			  bool enabled, int64_t now)
 {
 	struct incident_summary *inc = calloc(open->n + 1, sizeof(*inc));
+	struct rank_pods *pods = NULL;
 	int rc;
 
 	if (!inc)
 		return -ENOMEM;
+	for (size_t i = 0; i < open->n && !pods; i++) {
+		if (open->d[i].rank < 0)
+			continue;
+		if (!(pods = calloc(1, sizeof(*pods)))) {
+			free(inc);
+			return -ENOMEM;
+		}
+		/* On an error, what was read so far labels what it can. */
+		(void)store_job_ranks_list(m->ctx.store, job, POD_RANKS_MAX, rank_pod_take, pods);
+	}
 	for (size_t i = 0; i < open->n; i++) {
 		const struct store_diagnosis *d = &open->d[i];
+		const struct rank_pod *rp = rank_pod_find(pods, d->rank);
 		inc[i] = (struct incident_summary){
+			.pod_namespace = rp ? rp->ns : NULL,
+			.pod = rp ? rp->pod : NULL,
 			.id = d->id,
 			.kind = incident_kind_of(d->kind),
 			.rank = d->rank,
@@ -755,6 +817,7 @@ static int alerts_publish(struct monitor *m, const char *job, const struct open_
 		};
 	}
 	rc = m->alerting.publish(m->alerting.arg, job, inc, open->n, enabled, m->public_url, now);
+	rank_pods_free(pods);
 	free(inc);
 	return rc;
 }

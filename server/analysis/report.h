@@ -140,6 +140,8 @@ struct straggler_entry {
 	int32_t rank;
 	uint32_t pid;
 	char *hostname;         /* owned */
+	char *pod_namespace, *pod; /* owned: the process's Kubernetes pod (wire 1.5 identity);
+				    * NULL unknown */
 	uint64_t *communicators; /* owned: keys, in the order found */
 	size_t ncommunicators;
 	bool persistent;        /* persistent in at least one of them */
@@ -205,6 +207,7 @@ struct incident_summary {
 	const char *identity;       /* "straggler rank=3", "regression" */
 	const char *hostname, *communicators, *layer, *severity, *summary, *action;
 	const char *cause;          /* hang, stall: "class: detail" (NULL: none) */
+	const char *pod_namespace, *pod; /* the rank's Kubernetes pod; NULL or "" unknown */
 };
 
 /* ---- baseline regression ---- */

@@ -14,6 +14,8 @@
 #include "common/error.h"
 #include "server/analysis/diagnosis.h"
 #include "server/api/api_internal.h"
+#include "server/http/render.h"
+#include "server/store/store.h"
 #include "server/query/params.h"
 
 struct api *api_new(struct store *store, struct symbolizer *sym, struct auth *auth,
@@ -87,6 +89,22 @@ json_t *api__json_hex_u64(uint64_t v)
 
 	snprintf(text, sizeof(text), "0x%" PRIx64, v);
 	return json_string(text);
+}
+
+json_t *api__json_identity(const struct store_identity *id)
+{
+	if (!id->known)
+		return json_null();
+	return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "runtime",
+			 render_json_string(id->runtime), "container_id",
+			 render_json_string(id->container_id), "container",
+			 render_json_string(id->container_name), "pod_uid",
+			 render_json_string(id->pod_uid), "namespace",
+			 render_json_string(id->pod_namespace), "pod",
+			 render_json_string(id->pod_name), "slurm_job",
+			 id->slurm_job ? json_integer((json_int_t)id->slurm_job) : json_null(),
+			 "slurm_step", render_json_string(id->slurm_step), "unit",
+			 render_json_string(id->unit));
 }
 
 json_t *api__json_int_or_null(int64_t v)

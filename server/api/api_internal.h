@@ -46,6 +46,10 @@ json_t *api__json_hex_u64(uint64_t v);
 /* v as a JSON integer, or null when negative (unknown); NULL when out of memory. */
 json_t *api__json_int_or_null(int64_t v);
 
+/* A process's identity as the JSON object docs/http-api.md describes, or null when unknown. */
+struct store_identity;
+json_t *api__json_identity(const struct store_identity *id);
+
 /* Appends the plain-text report of diagnosis `d` (text.c). */
 void api__diagnosis_text(const struct store_diagnosis *d, struct byte_buf *out);
 

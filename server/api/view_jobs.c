@@ -62,6 +62,10 @@ static int process_to_json(void *arg, const struct store_process *p)
 		render_json_time(p->first_seen_ns), "last_seen", render_json_time(p->last_seen_ns),
 		"samples", (json_int_t)(p->samples > INT64_MAX ? INT64_MAX : p->samples));
 
+	if (obj && json_object_set_new(obj, "identity", api__json_identity(&p->identity))) {
+		json_decref(obj);
+		return -ENOMEM;
+	}
 	return obj && !json_array_append_new(arg, obj) ? 0 : -ENOMEM;
 }
 
@@ -135,18 +139,24 @@ void api_jobs_get(void *ctx, const struct http_request *req, struct http_respons
 {
 	struct api *api = ctx;
 	uint32_t limit = API_DEFAULT_JOB_LIMIT;
+	struct query_filter q;
 	bool has_limit;
 	json_t *jobs;
 	int rc;
 
+	memset(&q, 0, sizeof(q));
 	if (!api__authorized(api, req, AUTH_SCOPE_READ, resp) ||
-	    !query_param_uint(req, "limit", 1, API_MAX_JOB_LIMIT, &limit, &has_limit, resp))
+	    !query_param_uint(req, "limit", 1, API_MAX_JOB_LIMIT, &limit, &has_limit, resp) ||
+	    !query_identity_parse(req, &q, resp))
 		return;
 	if (!(jobs = json_array())) {
 		api__store_error(resp, -ENOMEM);
 		return;
 	}
-	if ((rc = store_jobs_list(api->store, limit, job_to_json, jobs))) {
+	rc = store_filter_has_identity(&q.f)
+		     ? store_jobs_list_identity(api->store, &q.f, limit, job_to_json, jobs)
+		     : store_jobs_list(api->store, limit, job_to_json, jobs);
+	if (rc) {
 		json_decref(jobs);
 		api__store_error(resp, rc);
 		return;
@@ -223,6 +233,10 @@ static int job_rank_to_json(void *arg, const struct store_job_rank *r)
 			render_json_string(r->master), "groups", render_json_string(r->groups),
 			"first_seen", render_json_time(r->first_seen_ns), "last_seen",
 			render_json_time(r->last_seen_ns));
+	if (obj && json_object_set_new(obj, "identity", api__json_identity(&r->identity))) {
+		json_decref(obj);
+		return -ENOMEM;
+	}
 	if (!obj || json_array_append_new(d->ranks, obj))
 		return -ENOMEM;
 	if (!(idx = json_object_get(d->node_index, r->node_id))) {

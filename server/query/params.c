@@ -168,6 +168,40 @@ bool query_param_uint(const struct http_request *req, const char *name, uint32_t
 }
 
 /* Parses node, pid, comm, from and to; answers 400 and returns false when malformed. */
+bool query_identity_parse(const struct http_request *req, struct query_filter *q,
+			  struct http_response *resp)
+{
+	char slurm[QUERY_PARAM_MAX];
+	bool has_ns, has_pod, has_container, has_unit, has_slurm;
+
+	if (!query_param(req, "namespace", q->pod_namespace, sizeof(q->pod_namespace), &has_ns,
+			 resp) ||
+	    !query_param(req, "pod", q->pod, sizeof(q->pod), &has_pod, resp) ||
+	    !query_param(req, "container", q->container, sizeof(q->container), &has_container,
+			 resp) ||
+	    !query_param(req, "unit", q->unit, sizeof(q->unit), &has_unit, resp) ||
+	    !query_param(req, "slurm_job", slurm, sizeof(slurm), &has_slurm, resp))
+		return false;
+	if (has_slurm) {
+		char *end;
+
+		errno = 0;
+		q->f.slurm_job = strtoull(slurm, &end, 10);
+		if (!slurm[0] || *end || errno || slurm[0] == '-' || q->f.slurm_job == 0 ||
+		    q->f.slurm_job > INT64_MAX) {
+			http_response_error(resp, 400, "parameter 'slurm_job' must be a Slurm job id"
+					    " (a positive integer)");
+			return false;
+		}
+		q->f.has_slurm_job = true;
+	}
+	q->f.pod_namespace = has_ns && *q->pod_namespace ? q->pod_namespace : NULL;
+	q->f.pod = has_pod && *q->pod ? q->pod : NULL;
+	q->f.container = has_container && *q->container ? q->container : NULL;
+	q->f.unit = has_unit && *q->unit ? q->unit : NULL;
+	return true;
+}
+
 bool query_filter_parse(const struct http_request *req, int64_t now_ms, struct query_filter *q,
 			struct http_response *resp)
 {
@@ -181,7 +215,8 @@ bool query_filter_parse(const struct http_request *req, int64_t now_ms, struct q
 	    !query_param(req, "job", q->job, sizeof(q->job), &has_job, resp) ||
 	    !query_param(req, "from", from, sizeof(from), &has_from, resp) ||
 	    !query_param(req, "to", to, sizeof(to), &has_to, resp) ||
-	    !query_param_uint(req, "pid", 0, UINT32_MAX, &q->f.pid, &q->f.has_pid, resp))
+	    !query_param_uint(req, "pid", 0, UINT32_MAX, &q->f.pid, &q->f.has_pid, resp) ||
+	    !query_identity_parse(req, q, resp))
 		return false;
 	q->f.node = has_node && *q->node ? q->node : NULL;
 	q->f.comm = has_comm && *q->comm ? q->comm : NULL;

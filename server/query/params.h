@@ -49,13 +49,23 @@ struct query_filter {
 	char node[QUERY_PARAM_MAX];
 	char comm[QUERY_PARAM_MAX];
 	char job[QUERY_PARAM_MAX];
+	char pod_namespace[QUERY_PARAM_MAX];
+	char pod[QUERY_PARAM_MAX];
+	char container[QUERY_PARAM_MAX];
+	char unit[QUERY_PARAM_MAX];
 };
 
 /*
- * Parses node, pid, comm, job, from and to into `q` (`to` defaults to `now_ms`, `from` to an
+ * Parses node, pid, comm, job, the identity filters (namespace, pod, container, unit,
+ * slurm_job), from and to into `q` (`to` defaults to `now_ms`, `from` to an
  * hour earlier; q->f points into q). Returns true, or false with 400 answered.
  */
 bool query_filter_parse(const struct http_request *req, int64_t now_ms, struct query_filter *q,
 			struct http_response *resp);
+
+/* Only the identity filters (namespace, pod, container, unit, slurm_job) into q (which the
+ * caller zeroed). True, or false with 400 answered. */
+bool query_identity_parse(const struct http_request *req, struct query_filter *q,
+			  struct http_response *resp);
 
 #endif

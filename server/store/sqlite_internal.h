@@ -130,6 +130,14 @@ struct store__arg {
 	(const struct store__arg[]){ __VA_ARGS__ },                                         \
 		.nargs = sizeof((const struct store__arg[]){ __VA_ARGS__ }) / sizeof(struct store__arg)
 
+/* The columns of process_identities (alias i, LEFT JOINed) that store__identity_read reads. */
+#define STORE__IDENTITY_COLUMNS                                                                \
+	"i.process, i.runtime, i.container_id, i.pod_uid, i.namespace, i.pod_name,"          \
+	" i.container_name, i.slurm_job, i.slurm_step, i.unit"
+/* Reads STORE__IDENTITY_COLUMNS from column `col` on (sqlite_read_nodes.c). */
+struct store_identity;
+void store__identity_read(sqlite3_stmt *st, int col, struct store_identity *id);
+
 /* Called per result row; 0 continues, anything else stops the query, which returns it. */
 typedef int (*store__row_fn)(void *ctx, sqlite3_stmt *st);
 
@@ -298,6 +306,8 @@ int store__sqlite_gpu_time_aggregate(struct store *s, const struct store_sample_
 int store__sqlite_nodes_list(struct store *s, store_node_fn fn, void *arg);
 int store__sqlite_counters_list(struct store *s, store_counter_fn fn, void *arg);
 int store__sqlite_jobs_list(struct store *s, uint32_t limit, store_job_fn fn, void *arg);
+int store__sqlite_jobs_list_identity(struct store *s, const struct store_sample_filter *f,
+				     uint32_t limit, store_job_fn fn, void *arg);
 int store__sqlite_job_ranks_list(struct store *s, const char *job, uint32_t limit,
 				 store_job_rank_fn fn, void *arg);
 int store__sqlite_job_communicators_list(struct store *s, const char *job, uint32_t limit,

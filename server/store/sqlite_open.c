@@ -99,6 +99,7 @@ static int sqlite_size_limit_set(struct store *base, uint64_t max_bytes)
 }
 
 static const struct store_ops sqlite_ops = {
+	.identities = true,
 	.close = sqlite_close,
 	.schema_version = sqlite_schema_version,
 	.batch_put = store__sqlite_batch_put,
@@ -114,6 +115,7 @@ static const struct store_ops sqlite_ops = {
 	.counters_list = store__sqlite_counters_list,
 	.launches_aggregate = store__sqlite_launches_aggregate,
 	.jobs_list = store__sqlite_jobs_list,
+	.jobs_list_identity = store__sqlite_jobs_list_identity,
 	.job_ranks_list = store__sqlite_job_ranks_list,
 	.job_communicators_list = store__sqlite_job_communicators_list,
 	.collectives_list = store__sqlite_collectives_list,

@@ -18,8 +18,9 @@ static const char job_ranks_list_sql[] =
 	"SELECT j.rank, j.world_size, j.local_rank, j.local_world_size,"
 	" j.group_rank, j.source, n.node_id, n.hostname, p.tgid, p.generation,"
 	" p.start_time_ns, p.comm, j.job_id_source, j.master, j.groups,"
-	" j.first_seen_ns, j.last_seen_ns FROM job_ranks j"
+	" j.first_seen_ns, j.last_seen_ns, " STORE__IDENTITY_COLUMNS " FROM job_ranks j"
 	" JOIN processes p ON p.id = j.process JOIN nodes n ON n.id = j.node"
+	" LEFT JOIN process_identities i ON i.process = j.process"
 	" WHERE j.job = ?1 ORDER BY j.rank < 0, j.rank, n.node_id, p.tgid,"
 	" p.start_time_ns LIMIT ?2";
 static const char job_communicators_list_sql[] =
@@ -31,6 +32,23 @@ static const char job_communicators_list_sql[] =
 	" JOIN processes p ON p.id = j.process JOIN nodes n ON n.id = m.node"
 	" WHERE j.job = ?1 ORDER BY m.key, m.rank < 0, m.rank, n.node_id, p.tgid"
 	" LIMIT ?2";
+
+void store__identity_read(sqlite3_stmt *st, int col, struct store_identity *id)
+{
+	memset(id, 0, sizeof(*id));
+	if (sqlite3_column_type(st, col) == SQLITE_NULL)
+		return;
+	id->known = true;
+	id->runtime = store__text(st, col + 1);
+	id->container_id = store__text(st, col + 2);
+	id->pod_uid = store__text(st, col + 3);
+	id->pod_namespace = store__text(st, col + 4);
+	id->pod_name = store__text(st, col + 5);
+	id->container_name = store__text(st, col + 6);
+	id->slurm_job = store__u64(sqlite3_column_int64(st, col + 7));
+	id->slurm_step = store__text(st, col + 8);
+	id->unit = store__text(st, col + 9);
+}
 
 /* The caller's callback of a listing. */
 struct visit {
@@ -112,6 +130,47 @@ static int job_row(void *ctx, sqlite3_stmt *st)
 	return v->fn.job(v->arg, &j);
 }
 
+int store__sqlite_jobs_list_identity(struct store *base, const struct store_sample_filter *f,
+				     uint32_t limit, store_job_fn fn, void *arg)
+{
+	struct visit v = { .fn.job = fn, .arg = arg };
+	struct byte_buf sql = { 0 };
+	int rc;
+
+	byte_buf_printf(&sql, "SELECT job, max(world_size), count(DISTINCT iif(rank >= 0, rank, NULL)),"
+			      " count(*), count(DISTINCT node), min(first_seen_ns),"
+			      " max(last_seen_ns) AS last FROM job_ranks WHERE job != ''"
+			      " AND job IN (SELECT j.job FROM job_ranks j JOIN process_identities i"
+			      " ON i.process = j.process WHERE 1");
+	if (f->pod_namespace)
+		byte_buf_printf(&sql, " AND i.namespace = ?2");
+	if (f->pod)
+		byte_buf_printf(&sql, " AND (i.pod_name = ?3 OR i.pod_uid = lower(?3))");
+	if (f->container)
+		byte_buf_printf(&sql, " AND (i.container_name = ?4 OR (length(?4) >= 12 AND"
+				      " substr(i.container_id, 1, length(?4)) = lower(?4)))");
+	if (f->unit)
+		byte_buf_printf(&sql, " AND i.unit = ?5");
+	if (f->has_slurm_job)
+		byte_buf_printf(&sql, " AND i.slurm_job = ?6");
+	byte_buf_printf(&sql, ") GROUP BY job ORDER BY last DESC, job LIMIT ?1");
+	if ((rc = store__sql_end(&sql)))
+		goto cleanup;
+	rc = store__read(store__sqlite(base), &(struct store__query){
+		.sql = (const char *)sql.data, .once = true,
+		.args = STORE__ARGS(STORE__INT(limit),
+				    f->pod_namespace ? STORE__TEXT(f->pod_namespace) : STORE__SKIP,
+				    f->pod ? STORE__TEXT(f->pod) : STORE__SKIP,
+				    f->container ? STORE__TEXT(f->container) : STORE__SKIP,
+				    f->unit ? STORE__TEXT(f->unit) : STORE__SKIP,
+				    f->has_slurm_job ? STORE__INT(store__clamp(f->slurm_job))
+						     : STORE__SKIP),
+		.row = job_row, .ctx = &v });
+cleanup:
+	byte_buf_free(&sql);
+	return rc;
+}
+
 int store__sqlite_jobs_list(struct store *base, uint32_t limit, store_job_fn fn, void *arg)
 {
 	struct visit v = { .fn.job = fn, .arg = arg };
@@ -144,6 +203,7 @@ static int job_rank_row(void *ctx, sqlite3_stmt *st)
 	};
 
 	store__text_copy(st, 6, r.node_id, sizeof(r.node_id));
+	store__identity_read(st, 17, &r.identity);
 	return v->fn.rank(v->arg, &r);
 }
 

@@ -111,6 +111,23 @@ static void filter_sql_on(struct byte_buf *sql, const struct store_sample_filter
 	if (f->job)
 		byte_buf_printf(sql, " AND %c.process IN (SELECT process FROM job_ranks"
 				     " WHERE job = ?7%s)", t, f->has_rank ? " AND rank = ?8" : "");
+	if (store_filter_has_identity(f)) {
+		byte_buf_printf(sql, " AND %c.process IN (SELECT process FROM process_identities"
+				     " WHERE 1", t);
+		if (f->pod_namespace)
+			byte_buf_printf(sql, " AND namespace = ?9");
+		if (f->pod)
+			byte_buf_printf(sql, " AND (pod_name = ?10 OR pod_uid = lower(?10))");
+		/* A container: its name, its id, or the short id Docker and crictl print. */
+		if (f->container)
+			byte_buf_printf(sql, " AND (container_name = ?11 OR (length(?11) >= 12 AND"
+					     " substr(container_id, 1, length(?11)) = lower(?11)))");
+		if (f->unit)
+			byte_buf_printf(sql, " AND unit = ?12");
+		if (f->has_slurm_job)
+			byte_buf_printf(sql, " AND slurm_job = ?13");
+		byte_buf_printf(sql, ")");
+	}
 }
 
 /*
@@ -132,7 +149,13 @@ static int filter_run(struct sqlite_store *s, struct byte_buf *sql,
 				    f->has_pid ? STORE__INT(f->pid) : STORE__SKIP,
 				    f->comm ? STORE__TEXT(f->comm) : STORE__SKIP, STORE__INT(limit),
 				    f->job ? STORE__TEXT(f->job) : STORE__SKIP,
-				    f->job && f->has_rank ? STORE__INT(f->rank) : STORE__SKIP),
+				    f->job && f->has_rank ? STORE__INT(f->rank) : STORE__SKIP,
+				    f->pod_namespace ? STORE__TEXT(f->pod_namespace) : STORE__SKIP,
+				    f->pod ? STORE__TEXT(f->pod) : STORE__SKIP,
+				    f->container ? STORE__TEXT(f->container) : STORE__SKIP,
+				    f->unit ? STORE__TEXT(f->unit) : STORE__SKIP,
+				    f->has_slurm_job ? STORE__INT(store__clamp(f->slurm_job))
+						     : STORE__SKIP),
 		.row = row, .ctx = ctx });
 }
 
@@ -159,6 +182,7 @@ static int process_row(void *ctx, sqlite3_stmt *st)
 	};
 
 	store__text_copy(st, 0, p.node_id, sizeof(p.node_id));
+	store__identity_read(st, 12, &p.identity);
 	return v->fn(v->arg, &p);
 }
 
@@ -171,9 +195,10 @@ int store__sqlite_processes_list(struct store *base, const struct store_sample_f
 
 	byte_buf_printf(&sql, "SELECT n.node_id, n.hostname, p.tgid, p.ppid, p.generation,"
 			      " p.start_time_ns, p.comm, p.exe, p.cmdline, p.first_seen_ns,"
-			      " p.last_seen_ns, sum(s.count) AS c"
+			      " p.last_seen_ns, sum(s.count) AS c, " STORE__IDENTITY_COLUMNS
 			      " FROM samples s JOIN processes p ON p.id = s.process"
-			      " JOIN nodes n ON n.id = p.node");
+			      " JOIN nodes n ON n.id = p.node"
+			      " LEFT JOIN process_identities i ON i.process = s.process");
 	filter_sql_on(&sql, f, 's');
 	byte_buf_printf(&sql, " GROUP BY s.process ORDER BY c DESC, s.process LIMIT ?6");
 	rc = filter_run(store__sqlite(base), &sql, f, limit, process_row, &v);

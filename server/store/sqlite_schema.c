@@ -369,6 +369,27 @@ static const char *const migrations[] = {
 	"CREATE INDEX offcpu_time ON offcpu(time_ms);"
 	"CREATE INDEX offcpu_node_time ON offcpu(node, time_ms);"
 	"CREATE INDEX offcpu_process_time ON offcpu(process, time_ms);",
+	/* Who each process belongs to (wire 1.5 IDENTITIES): container, pod, Slurm job, systemd
+	 * unit from its cgroup; "" (0 for slurm_job) when unknown. One row per process. */
+	"CREATE TABLE process_identities ("
+	"  process INTEGER PRIMARY KEY REFERENCES processes(id),"
+	"  node INTEGER NOT NULL REFERENCES nodes(id),"
+	"  runtime TEXT NOT NULL,"                /* containerd, cri-o, docker, podman, unknown */
+	"  container_id TEXT NOT NULL,"
+	"  pod_uid TEXT NOT NULL,"
+	"  namespace TEXT NOT NULL,"
+	"  pod_name TEXT NOT NULL,"
+	"  container_name TEXT NOT NULL,"
+	"  slurm_job INTEGER NOT NULL,"
+	"  slurm_step TEXT NOT NULL,"
+	"  unit TEXT NOT NULL,"
+	"  last_seen_ns INTEGER NOT NULL"
+	");"
+	"CREATE INDEX process_identities_pod ON process_identities(pod_uid);"
+	"CREATE INDEX process_identities_pod_name ON process_identities(namespace, pod_name);"
+	"CREATE INDEX process_identities_container ON process_identities(container_id);"
+	"CREATE INDEX process_identities_slurm ON process_identities(slurm_job);"
+	"CREATE INDEX process_identities_unit ON process_identities(unit);",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

@@ -22,6 +22,26 @@ static const char job_rank_upsert_sql[] =
 	" groups = iif(excluded.last_seen_ns >= last_seen_ns, excluded.groups, groups),"
 	" first_seen_ns = min(first_seen_ns, excluded.first_seen_ns),"
 	" last_seen_ns = max(last_seen_ns, excluded.last_seen_ns)";
+/* The newest window's identity wins; a name learnt once is not forgotten by a later batch
+ * that lacks it (the pod log directory may go before the process). */
+static const char identity_upsert_sql[] =
+	"INSERT INTO process_identities (process, node, runtime, container_id, pod_uid,"
+	" namespace, pod_name, container_name, slurm_job, slurm_step, unit, last_seen_ns)"
+	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+	" ON CONFLICT (process) DO UPDATE SET"
+	" runtime = iif(excluded.last_seen_ns >= last_seen_ns, excluded.runtime, runtime),"
+	" container_id = iif(excluded.last_seen_ns >= last_seen_ns, excluded.container_id,"
+	"   container_id),"
+	" pod_uid = iif(excluded.last_seen_ns >= last_seen_ns, excluded.pod_uid, pod_uid),"
+	" namespace = iif(excluded.namespace != '', excluded.namespace, namespace),"
+	" pod_name = iif(excluded.pod_name != '', excluded.pod_name, pod_name),"
+	" container_name = iif(excluded.container_name != '', excluded.container_name,"
+	"   container_name),"
+	" slurm_job = iif(excluded.last_seen_ns >= last_seen_ns, excluded.slurm_job, slurm_job),"
+	" slurm_step = iif(excluded.last_seen_ns >= last_seen_ns, excluded.slurm_step,"
+	"   slurm_step),"
+	" unit = iif(excluded.last_seen_ns >= last_seen_ns, excluded.unit, unit),"
+	" last_seen_ns = max(last_seen_ns, excluded.last_seen_ns)";
 static const char communicator_upsert_sql[] =
 	"INSERT INTO communicators (process, key, node, rank, nranks, parent_key, split_color,"
 	" split_key, split_ordinal, key_source, comm_hash, handle, created_ns, destroyed,"
@@ -85,6 +105,27 @@ static int job_rank_upsert(struct conn *c, const struct sysom_batch *b, const st
 			STORE__TEXT(sysom_batch_string(b, j->master)),
 			STORE__TEXT(sysom_batch_string(b, j->groups)),
 			STORE__INT(store__clamp(b->window_start_ns)),
+			STORE__INT(store__clamp(b->window_end_ns))) });
+}
+
+static int identity_upsert(struct conn *c, const struct sysom_batch *b,
+			   const struct sysom_identity *id, const struct store__batch_ids *ids)
+{
+	const char *runtime = sysom_runtime_name(id->runtime);
+
+	return store__query(c, &(struct store__query){
+		.sql = identity_upsert_sql,
+		.args = STORE__ARGS(
+			STORE__INT(ids->processes[id->process]), STORE__INT(ids->node),
+			STORE__TEXT(runtime ? runtime : ""),
+			STORE__TEXT(sysom_batch_string(b, id->container_id)),
+			STORE__TEXT(sysom_batch_string(b, id->pod_uid)),
+			STORE__TEXT(sysom_batch_string(b, id->pod_namespace)),
+			STORE__TEXT(sysom_batch_string(b, id->pod_name)),
+			STORE__TEXT(sysom_batch_string(b, id->container_name)),
+			STORE__INT(store__clamp(id->slurm_job)),
+			STORE__TEXT(sysom_batch_string(b, id->slurm_step)),
+			STORE__TEXT(sysom_batch_string(b, id->unit)),
 			STORE__INT(store__clamp(b->window_end_ns))) });
 }
 
@@ -216,6 +257,9 @@ int store__batch_write_gpu(struct conn *c, const struct sysom_batch *b,
 		if ((rc = job_rank_upsert(c, b, &b->job_ranks[i], ids)))
 			return rc;
 	r->job_ranks = b->job_rank_count;
+	for (uint32_t i = 0; i < b->identity_count; i++)
+		if ((rc = identity_upsert(c, b, &b->identities[i], ids)))
+			return rc;
 	/* A repeated (process, key) updates the row: the last record wins. */
 	for (uint32_t i = 0; i < b->communicator_count; i++)
 		if ((rc = communicator_upsert(c, b, &b->communicators[i], ids)))

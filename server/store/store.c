@@ -82,15 +82,30 @@ int store_nodes_list(struct store *s, store_node_fn fn, void *arg)
 	return s->ops->nodes_list(s, fn, arg);
 }
 
+bool store_filter_has_identity(const struct store_sample_filter *f)
+{
+	return f->pod_namespace || f->pod || f->container || f->unit || f->has_slurm_job;
+}
+
+/* A backend that stores no identities cannot filter by them: it says so rather than answer
+ * unfiltered. */
+#define IDENTITY_GUARD(s, f)                                                                   \
+	do {                                                                                   \
+		if (store_filter_has_identity(f) && !(s)->ops->identities)                    \
+			return -ENOTSUP;                                                       \
+	} while (0)
+
 int store_processes_list(struct store *s, const struct store_sample_filter *f, uint32_t limit,
 			 store_process_fn fn, void *arg)
 {
+	IDENTITY_GUARD(s, f);
 	return s->ops->processes_list(s, f, limit, fn, arg);
 }
 
 int store_stacks_aggregate(struct store *s, const struct store_sample_filter *f, uint32_t limit,
 			   store_stack_count_fn fn, void *arg, uint64_t *total)
 {
+	IDENTITY_GUARD(s, f);
 	return s->ops->stacks_aggregate(s, f, limit, fn, arg, total);
 }
 
@@ -102,12 +117,21 @@ int store_counters_list(struct store *s, store_counter_fn fn, void *arg)
 int store_launches_aggregate(struct store *s, const struct store_sample_filter *f, uint32_t limit,
 			     store_launch_count_fn fn, void *arg, uint64_t *total)
 {
+	IDENTITY_GUARD(s, f);
 	return s->ops->launches_aggregate(s, f, limit, fn, arg, total);
 }
 
 int store_jobs_list(struct store *s, uint32_t limit, store_job_fn fn, void *arg)
 {
 	return s->ops->jobs_list(s, limit, fn, arg);
+}
+
+int store_jobs_list_identity(struct store *s, const struct store_sample_filter *f,
+			     uint32_t limit, store_job_fn fn, void *arg)
+{
+	if (!s->ops->jobs_list_identity)
+		return -ENOTSUP;
+	return s->ops->jobs_list_identity(s, f, limit, fn, arg);
 }
 
 int store_job_ranks_list(struct store *s, const char *job, uint32_t limit, store_job_rank_fn fn,
@@ -164,6 +188,7 @@ int store_offcpu_aggregate(struct store *s, const struct store_sample_filter *f,
 			   store_stack_count_fn fn, void *arg, uint64_t *total)
 {
 	*total = 0;
+	IDENTITY_GUARD(s, f);
 	return s->ops->offcpu_aggregate(s, f, limit, fn, arg, total);
 }
 
@@ -171,6 +196,7 @@ int store_wall_aggregate(struct store *s, const struct store_sample_filter *f, u
 			 store_stack_count_fn fn, void *arg, uint64_t *total)
 {
 	*total = 0;
+	IDENTITY_GUARD(s, f);
 	return s->ops->wall_aggregate(s, f, limit, fn, arg, total);
 }
 
@@ -178,6 +204,7 @@ int store_gpu_time_aggregate(struct store *s, const struct store_sample_filter *
 			     store_gpu_time_fn fn, void *arg, uint64_t *total)
 {
 	*total = 0;
+	IDENTITY_GUARD(s, f);
 	return s->ops->gpu_time_aggregate(s, f, limit, fn, arg, total);
 }
 

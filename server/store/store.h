@@ -238,6 +238,26 @@ struct store_sample_filter {
 	const char *job;        /* only processes with this job id (job_ranks); NULL: any */
 	bool has_rank;          /* with job: only the processes of this job rank */
 	int32_t rank;
+	/* Identity (wire 1.5 IDENTITIES, process_identities); NULL / false: any. */
+	const char *pod_namespace; /* Kubernetes namespace */
+	const char *pod;        /* pod name or pod UID */
+	const char *container;  /* container id (full, or a prefix of at least 12 digits) or name */
+	const char *unit;       /* systemd unit */
+	bool has_slurm_job;
+	uint64_t slurm_job;
+};
+
+/* Whether `f` filters by identity (namespace, pod, container, unit, Slurm job). */
+bool store_filter_has_identity(const struct store_sample_filter *f);
+
+/* Who a process belongs to (wire 1.5); known false (strings NULL) when no identity is stored
+ * (an older agent, a process in no container, pod, Slurm job or unit, or a backend without
+ * identities). Strings borrowed for the callback only; "" when unknown. */
+struct store_identity {
+	bool known;
+	const char *runtime, *container_id, *pod_uid, *pod_namespace, *pod_name;
+	const char *container_name, *slurm_step, *unit;
+	uint64_t slurm_job; /* 0 none */
 };
 
 /* A process with its sample count over a range; strings borrowed for the callback only. */
@@ -249,6 +269,7 @@ struct store_process {
 	const char *comm, *exe, *cmdline;
 	int64_t first_seen_ns, last_seen_ns; /* sample windows it appeared in */
 	uint64_t samples;
+	struct store_identity identity;
 };
 
 typedef int (*store_process_fn)(void *arg, const struct store_process *p);
@@ -332,6 +353,12 @@ typedef int (*store_job_fn)(void *arg, const struct store_job *j);
 /* Calls `fn` for up to `limit` jobs, most recently seen first. Returns 0 or an error. */
 int store_jobs_list(struct store *s, uint32_t limit, store_job_fn fn, void *arg);
 
+/* As store_jobs_list, only the jobs with a process matching the identity filters of `f`
+ * (namespace, pod, container, unit, Slurm job; its other fields are ignored); the jobs'
+ * figures count all their processes. -ENOTSUP on a store without identities. */
+int store_jobs_list_identity(struct store *s, const struct store_sample_filter *f,
+			     uint32_t limit, store_job_fn fn, void *arg);
+
 /* A process of a job; strings borrowed for the callback only. */
 struct store_job_rank {
 	int32_t rank, world_size, local_rank, local_world_size, group_rank; /* -1 unknown */
@@ -342,6 +369,7 @@ struct store_job_rank {
 	uint64_t start_time_ns;   /* since the node's boot */
 	const char *comm, *job_id_source, *master, *groups;
 	int64_t first_seen_ns, last_seen_ns;
+	struct store_identity identity;
 };
 
 typedef int (*store_job_rank_fn)(void *arg, const struct store_job_rank *r);

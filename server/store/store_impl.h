@@ -7,6 +7,7 @@
 
 /* One entry per public store_* call; semantics as documented in store.h. */
 struct store_ops {
+	bool identities; /* stores process identities and filters by them (wire 1.5) */
 	void (*close)(struct store *s);
 	int (*schema_version)(struct store *s);
 	int (*batch_put)(struct store *s, const struct sysom_batch *b, uint64_t content_hash,
@@ -36,6 +37,9 @@ struct store_ops {
 				  uint32_t limit, store_launch_count_fn fn, void *arg,
 				  uint64_t *total);
 	int (*jobs_list)(struct store *s, uint32_t limit, store_job_fn fn, void *arg);
+	/* NULL on backends without identities (then -ENOTSUP). */
+	int (*jobs_list_identity)(struct store *s, const struct store_sample_filter *f,
+				  uint32_t limit, store_job_fn fn, void *arg);
 	int (*job_ranks_list)(struct store *s, const char *job, uint32_t limit,
 			      store_job_rank_fn fn, void *arg);
 	int (*job_communicators_list)(struct store *s, const char *job, uint32_t limit,

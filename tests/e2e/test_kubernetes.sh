@@ -107,6 +107,9 @@ check(conf.get("machine-id-file") == mounted_host.get("/etc/machine-id"),
 check(under(conf.get("spool-dir"), "spool"), f"agent: spool-dir {conf.get('spool-dir')} on the host mount")
 check(under(conf.get("socket"), "run"), f"agent: socket {conf.get('socket')} on the host's /run/sysom")
 check(under(conf.get("token-file"), "token"), f"agent: token-file {conf.get('token-file')} in the secret")
+pod_logs = conf.get("pod-log-root", "/var/log/pods")
+check(mounted_host.get("/var/log/pods") == pod_logs and mounts.get("pod-logs", {}).get("readOnly") is True,
+      f"agent: the kubelet's pod log directories mounted read-only at pod-log-root {pod_logs} (pod names)")
 check(conf.get("server", "").startswith("http://sysom-server."), "agent: server is the Service")
 # The server.
 ss = by["StatefulSet"][0]

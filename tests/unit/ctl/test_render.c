@@ -214,7 +214,20 @@ static void test_tables(void **state)
 		     "{\"processes\":[{\"pid\":4242,\"comm\":\"python3\",\"hostname\":\"gpu-1\","
 		     "\"cmdline\":\"python3 train.py\",\"samples\":13}]}", 0);
 	assert_non_null(strstr(out, "SAMPLES"));
-	assert_non_null(strstr(out, "        13      4242  python3           gpu-1                 python3 train.py\n"));
+	assert_non_null(strstr(out, "        13      4242  python3           gpu-1                 "
+				    "-                                 python3 train.py\n"));
+	free(out);
+	/* The OWNER column: the pod, else the Slurm job, else the unit. */
+	out = render(ctl_processes_render,
+		     "{\"processes\":[{\"pid\":1,\"samples\":1,\"identity\":{\"namespace\":\"ml\","
+		     "\"pod\":\"llama-0\",\"pod_uid\":\"u\",\"container\":\"\",\"slurm_job\":null}},"
+		     "{\"pid\":2,\"samples\":1,\"identity\":{\"pod\":\"\",\"pod_uid\":\"\","
+		     "\"container_id\":\"\",\"slurm_job\":77,\"slurm_step\":\"batch\"}},"
+		     "{\"pid\":3,\"samples\":1,\"identity\":{\"unit\":\"sshd.service\","
+		     "\"slurm_job\":null}}]}", 0);
+	assert_non_null(strstr(out, "  ml/llama-0  "));
+	assert_non_null(strstr(out, "  slurm:77.batch  "));
+	assert_non_null(strstr(out, "  sshd.service  "));
 	free(out);
 	free(render(ctl_processes_render, "[]", -EINVAL));
 

@@ -108,7 +108,7 @@ static void test_python_frames(void **state)
 	assert_int_equal(sysom_batch_add_counter(&b, SYSOM_COUNTER_PY_NAME_CACHE_HITS, 4), 0);
 	assert_int_equal(sysom_batch_add_counter(&b, SYSOM_COUNTER_MAX, 1), -EINVAL);
 	encode(&b, &buf);
-	assert_int_equal(load_le16(buf.data + 6), 4);
+	assert_int_equal(load_le16(buf.data + 6), SYSOM_WIRE_MINOR);
 	assert_int_equal(sysom_batch_decode(buf.data, buf.len, NULL, &d, &err), 0);
 	assert_int_equal(d.objects[py].kind, SYSOM_OBJECT_PYTHON);
 	assert_string_equal(sysom_batch_string(&d, d.objects[py].name), "Model.forward\t/srv/train.py");
@@ -326,6 +326,9 @@ static void expect_corrupt(uint8_t *data, size_t len, int want, const char *frag
 	sysom_batch_free(&d);
 }
 
+/* The encoder writes every section it knows: types 1-19 and 24 (IDENTITIES). */
+#define ENCODED_SECTIONS 20
+
 /* Section table entry i of an encoded batch. */
 static uint8_t *section_entry(struct byte_buf *buf, int i)
 {
@@ -533,7 +536,7 @@ static void build_gpu_batch(struct sysom_batch *b)
 /* Offset of section type `type` in an encoded batch (the encoder writes every section). */
 static uint32_t section_offset(struct byte_buf *buf, uint16_t type)
 {
-	for (int i = 0; i < SYSOM_SECTION_TYPE_MAX; i++)
+	for (int i = 0; i < ENCODED_SECTIONS; i++)
 		if (load_le16(section_entry(buf, i)) == type)
 			return load_le32(section_entry(buf, i) + 8);
 	fail_msg("section %u missing", type);
@@ -777,7 +780,7 @@ static void test_gpu_limits(void **state)
 		sysom_batch_free(&d);
 	}
 	/* A record count that disagrees with the section size. */
-	for (int i = 0; i < SYSOM_SECTION_TYPE_MAX; i++) {
+	for (int i = 0; i < ENCODED_SECTIONS; i++) {
 		uint8_t *e = section_entry(&buf, i);
 		if (load_le16(e) != SYSOM_SECTION_NCCL_CALLS)
 			continue;
@@ -799,7 +802,7 @@ static void test_minor0_batch(void **state)
 	build_sample_batch(&b);
 	encode(&b, &buf);
 	/* The four new sections are last and empty: leave them out of the table. */
-	for (int i = 8; i < SYSOM_SECTION_TYPE_MAX; i++)
+	for (int i = 8; i < ENCODED_SECTIONS; i++)
 		assert_int_equal(load_le32(section_entry(&buf, i) + 12), 0);
 	store_le16(buf.data + 6, 0);
 	store_le16(buf.data + 10, 8);
@@ -1550,7 +1553,7 @@ static void test_offcpu_round_trip(void **state)
 	(void)state;
 	build_offcpu_batch(&b);
 	encode(&b, &buf);
-	assert_int_equal(load_le16(buf.data + 6), 4);
+	assert_int_equal(load_le16(buf.data + 6), SYSOM_WIRE_MINOR);
 	write_seed("batch-offcpu-raw", buf.data, buf.len, false);
 	assert_int_equal(section_entry(&buf, 18)[0], SYSOM_SECTION_OFFCPU);
 	assert_int_equal(load_le32(section_entry(&buf, 18) + 4), 2);
@@ -1715,6 +1718,211 @@ static void test_offcpu_limits_and_flips(void **state)
 	sysom_batch_free(&b);
 }
 
+#define CID "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+#define PUID "6f9d1c2e-1b2a-4c3d-8e4f-0a1b2c3d4e5f"
+
+static uint32_t str(struct sysom_batch *b, const char *s)
+{
+	uint32_t idx;
+
+	assert_int_equal(sysom_batch_intern_cstring(b, s, &idx), 0);
+	return idx;
+}
+
+/* Two processes: one in a Kubernetes container, one in a Slurm step under a systemd scope. */
+static void build_identity_batch(struct sysom_batch *b)
+{
+	struct sysom_process p = { .tgid = 4300, .generation = 1, .start_time_ns = 99,
+				   .comm = 0, .exe = 0, .cmdline = 0, .ppid = 1 };
+	uint32_t second;
+
+	build_offcpu_batch(b);
+	assert_int_equal(sysom_batch_add_process(b, &p, &second), 0);
+	struct sysom_identity id = {
+		.process = 0, .runtime = SYSOM_RUNTIME_CONTAINERD, .container_id = str(b, CID),
+		.pod_uid = str(b, PUID), .pod_namespace = str(b, "training"),
+		.pod_name = str(b, "llama-worker-3"), .container_name = str(b, "trainer"),
+		.unit = str(b, "cri-containerd-" CID ".scope"),
+	};
+	assert_int_equal(sysom_batch_set_identity(b, &id), 0);
+	id = (struct sysom_identity){ .process = second, .slurm_job = 4242,
+				      .slurm_step = str(b, "batch"),
+				      .unit = str(b, "slurmstepd.scope") };
+	assert_int_equal(sysom_batch_set_identity(b, &id), 0);
+}
+
+static void test_identity_round_trip(void **state)
+{
+	struct sysom_batch b, d;
+	struct byte_buf buf;
+	struct sysom_wire_error err;
+
+	(void)state;
+	build_identity_batch(&b);
+	encode(&b, &buf);
+	assert_int_equal(load_le16(buf.data + 6), 5);
+	write_seed("batch-identity-raw", buf.data, buf.len, false);
+	assert_int_equal(load_le16(section_entry(&buf, 19)), SYSOM_SECTION_IDENTITIES);
+	assert_int_equal(load_le32(section_entry(&buf, 19) + 4), 2);
+	assert_int_equal(load_le32(section_entry(&buf, 19) + 12), 2 * SYSOM_IDENTITY_RECORD_SIZE);
+	if (sysom_batch_decode(buf.data, buf.len, NULL, &d, &err))
+		fail_msg("decode: %s", err.message);
+	assert_int_equal(d.identity_count, 2);
+	const struct sysom_identity *x = &d.identities[0], *y = &d.identities[1];
+	assert_int_equal(x->process, 0);
+	assert_int_equal(x->runtime, SYSOM_RUNTIME_CONTAINERD);
+	assert_string_equal(sysom_batch_string(&d, x->container_id), CID);
+	assert_string_equal(sysom_batch_string(&d, x->pod_uid), PUID);
+	assert_string_equal(sysom_batch_string(&d, x->pod_namespace), "training");
+	assert_string_equal(sysom_batch_string(&d, x->pod_name), "llama-worker-3");
+	assert_string_equal(sysom_batch_string(&d, x->container_name), "trainer");
+	assert_int_equal(x->slurm_job, 0);
+	assert_string_equal(sysom_batch_string(&d, x->slurm_step), "");
+	assert_int_equal(y->process, 1);
+	assert_int_equal(y->runtime, SYSOM_RUNTIME_NONE);
+	assert_int_equal(y->slurm_job, 4242);
+	assert_string_equal(sysom_batch_string(&d, y->slurm_step), "batch");
+	assert_string_equal(sysom_batch_string(&d, y->unit), "slurmstepd.scope");
+	assert_string_equal(sysom_runtime_name(x->runtime), "containerd");
+	assert_null(sysom_runtime_name(SYSOM_RUNTIME_MAX + 1));
+	assert_true(sysom_batch_decode_memory(buf.data, buf.len, NULL) >= sysom_batch_memory(&d));
+	sysom_batch_free(&d);
+
+	/* A 1.4 reader (and an older server) knows no section 24: it skips it. */
+	store_le16(section_entry(&buf, 19), 57);
+	assert_int_equal(sysom_batch_decode(buf.data, buf.len, NULL, &d, NULL), 0);
+	assert_int_equal(d.identity_count, 0);
+	assert_int_equal(d.offcpu_count, 2);
+	sysom_batch_free(&d);
+	/* A 1.4 batch (no section 24 in the table) decodes with no identities. */
+	sysom_batch_free(&b);
+	byte_buf_free(&buf);
+	build_offcpu_batch(&b);
+	encode(&b, &buf);
+	store_le16(buf.data + 6, 4);
+	store_le16(buf.data + 10, 19);
+	/* The dropped entry's bytes now lie between the table and the first section: legal. */
+	assert_int_equal(sysom_batch_decode(buf.data, buf.len, NULL, &d, NULL), 0);
+	assert_int_equal(d.minor, 4);
+	assert_int_equal(d.identity_count, 0);
+	sysom_batch_free(&d);
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
+}
+
+static void test_identity_builder(void **state)
+{
+	struct sysom_batch b;
+	uint32_t cid, puid, longname, space, step;
+	char big[SYSOM_IDENT_NAME_MAX + 2];
+
+	(void)state;
+	build_identity_batch(&b);
+	cid = str(&b, CID);
+	puid = str(&b, PUID);
+	memset(big, 'a', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	longname = str(&b, big);
+	space = str(&b, "two words");
+	step = str(&b, "0");
+	struct sysom_identity ok = { .process = 0, .pod_uid = puid };
+	assert_int_equal(sysom_batch_set_identity(&b, &ok), 0); /* replaces process 0's */
+	assert_int_equal(b.identity_count, 2);
+	assert_int_equal(b.identities[0].container_id, 0);
+	const struct sysom_identity bad[] = {
+		{ .process = 2, .pod_uid = puid },                        /* no such process */
+		{ .process = 0, .pod_uid = 99999 },                       /* string range */
+		{ .process = 0 },                                         /* says nothing */
+		{ .process = 0, .runtime = 6, .container_id = cid },      /* runtime */
+		{ .process = 0, .container_id = cid },                    /* id without runtime */
+		{ .process = 0, .runtime = SYSOM_RUNTIME_DOCKER, .unit = step }, /* reverse */
+		{ .process = 0, .runtime = SYSOM_RUNTIME_DOCKER, .container_id = puid }, /* not hex */
+		{ .process = 0, .pod_uid = cid },                         /* not a UUID */
+		{ .process = 0, .pod_uid = puid, .pod_name = longname },  /* 254 bytes */
+		{ .process = 0, .pod_uid = puid, .pod_namespace = space }, /* space */
+		{ .process = 0, .pod_name = step },                       /* name without uid */
+		{ .process = 0, .slurm_step = step, .unit = step },       /* step without job */
+		{ .process = 0, .slurm_job = 1, .slurm_step = longname }, /* step too long */
+		{ .process = 0, .unit = space },                          /* unit with a space */
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		if (sysom_batch_set_identity(&b, &bad[i]) != -EINVAL)
+			fail_msg("bad identity %zu accepted", i);
+	sysom_batch_free(&b);
+}
+
+static void test_identity_corruptions_limits_flips(void **state)
+{
+	struct sysom_batch b, d;
+	struct byte_buf buf;
+	struct sysom_wire_error err;
+	struct sysom_wire_limits limits = sysom_wire_default_limits;
+
+	(void)state;
+	assert_int_equal(sysom_wire_default_limits.max_identities, 1u << 16);
+	build_identity_batch(&b);
+	encode(&b, &buf);
+	limits.max_identities = 1;
+	assert_int_equal(sysom_batch_decode(buf.data, buf.len, &limits, &d, &err), -SYSOM_ELIMIT);
+	if (!strstr(err.message, "IDENTITIES") || !strstr(err.message, "limit"))
+		fail_msg("'%s' lacks IDENTITIES", err.message);
+	sysom_batch_free(&d);
+	uint8_t *e = section_entry(&buf, 19);
+	store_le32(e + 4, 3);
+	expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, "IDENTITIES: size");
+	store_le32(e + 4, 2);
+
+	size_t off = section_offset(&buf, SYSOM_SECTION_IDENTITIES);
+	uint8_t *r0 = buf.data + off, *r1 = r0 + SYSOM_IDENTITY_RECORD_SIZE;
+	/* Specific corruptions, each undone after. */
+	r0[5] = 1;
+	expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, "reserved");
+	r0[5] = 0;
+	r0[4] = 9;
+	expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, "runtime");
+	r0[4] = SYSOM_RUNTIME_CONTAINERD;
+	store_le32(r1, 0);
+	expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, "repeated");
+	store_le32(r1, 1);
+	store_le32(r1, 7);
+	expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, "process");
+	store_le32(r1, 1);
+	uint32_t ns = load_le32(r0 + 16);
+	store_le32(r0 + 16, 1u << 30);
+	expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, "string index");
+	store_le32(r0 + 16, load_le32(r0 + 8)); /* the 64-hex container id is a valid name */
+	store_le32(r0 + 12, 0);                 /* ... but a namespace needs a pod uid */
+	expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, "without pod uid");
+	store_le32(r0 + 16, ns);
+	assert_int_equal(sysom_batch_decode(buf.data, buf.len, NULL, &d, NULL), -SYSOM_ECORRUPT);
+	sysom_batch_free(&d);
+	sysom_batch_free(&b);
+	byte_buf_free(&buf);
+
+	build_identity_batch(&b);
+	encode(&b, &buf);
+	off = section_offset(&buf, SYSOM_SECTION_IDENTITIES);
+	/* A truncated section: every prefix of the batch that cuts it is refused. */
+	for (size_t len = off; len < buf.len; len++) {
+		int rc = sysom_batch_decode(buf.data, len, NULL, &d, &err);
+		if (rc != -SYSOM_ECORRUPT)
+			fail_msg("prefix %zu: rc %d", len, rc);
+		sysom_batch_free(&d);
+	}
+	/* Every single-bit flip in the section decodes or is refused, never crashes. */
+	for (size_t i = off; i < off + 2 * SYSOM_IDENTITY_RECORD_SIZE; i++) {
+		for (int bit = 0; bit < 8; bit++) {
+			buf.data[i] ^= (uint8_t)(1u << bit);
+			int rc = sysom_batch_decode(buf.data, buf.len, NULL, &d, &err);
+			assert_true(rc == 0 || rc == -SYSOM_ECORRUPT);
+			sysom_batch_free(&d);
+			buf.data[i] ^= (uint8_t)(1u << bit);
+		}
+	}
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1749,6 +1957,9 @@ int main(void)
 		cmocka_unit_test(test_offcpu_builder),
 		cmocka_unit_test(test_offcpu_corruptions),
 		cmocka_unit_test(test_offcpu_limits_and_flips),
+		cmocka_unit_test(test_identity_round_trip),
+		cmocka_unit_test(test_identity_builder),
+		cmocka_unit_test(test_identity_corruptions_limits_flips),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -32,6 +32,7 @@
 
 #include "common/bytes.h"
 #include "server/alerts/alerts.h"
+#include "server/alerts/alerts_internal.h"
 #include "server/metrics/metrics.h"
 #include "tests/support/batch_fixture.h"
 #include "tests/support/stub_http.h"
@@ -1259,10 +1260,40 @@ static void test_real_alertmanager(void **state)
 	am_stop(&am);
 }
 
+/* An incident of a rank in a Kubernetes pod carries the pod as labels "namespace" and "pod";
+ * without one (NULL or "") the labels are left out. */
+static void test_pod_labels(void **state)
+{
+	struct alert_spec s = straggler("job-1", 3, "rank 3 is late");
+	json_t *l, *want;
+
+	(void)state;
+	s.pod_namespace = "training";
+	s.pod = "llama-worker-3";
+	l = alerts__labels_build(&s);
+	want = straggler_labels("job-1", 3);
+	json_object_set_new(want, "namespace", json_string("training"));
+	json_object_set_new(want, "pod", json_string("llama-worker-3"));
+	assert_true(json_equal(l, want));
+	json_decref(want);
+	want = straggler_labels("job-1", 3);
+	assert_int_not_equal(alerts_fingerprint(l), alerts_fingerprint(want)); /* another alert */
+	json_decref(l);
+	json_decref(want);
+	s.pod_namespace = "";
+	s.pod = NULL;
+	l = alerts__labels_build(&s);
+	want = straggler_labels("job-1", 3);
+	assert_true(json_equal(l, want));
+	json_decref(l);
+	json_decref(want);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_fire_posts_once),
+		cmocka_unit_test(test_pod_labels),
 		cmocka_unit_test(test_dedup_and_resend),
 		cmocka_unit_test(test_resolve),
 		cmocka_unit_test(test_annotations_update),

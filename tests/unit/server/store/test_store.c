@@ -24,8 +24,10 @@
 #define DROP_V4_TABLES                                                                       \
 	"DROP TABLE os_cpus; DROP TABLE os_irqs; DROP TABLE os_threads; DROP TABLE diagnoses;"  \
 	" DROP TABLE job_settings; DROP TABLE job_baselines;" DROP_V5_COLUMNS
-/* What migration 7 added: off-CPU rows. */
-#define DROP_V7_TABLES " DROP TABLE offcpu;"
+/* What migration 8 added: process identities. */
+#define DROP_V8_TABLES " DROP TABLE process_identities;"
+/* What migration 7 added: off-CPU rows, then the above. */
+#define DROP_V7_TABLES DROP_V8_TABLES " DROP TABLE offcpu;"
 /* What migration 6 added: when each kernel symbol table was last used, then the above. */
 #define DROP_V6_COLUMNS                                                                      \
 	DROP_V7_TABLES " DROP INDEX kernel_symbol_tables_last_used;"                          \
@@ -130,11 +132,11 @@ static void test_schema_created_and_reopened(void **state)
 	char err[256];
 	sqlite3 *db;
 
-	assert_int_equal(store_schema_version(c->store), 7);
+	assert_int_equal(store_schema_version(c->store), 8);
 	store_close(c->store);
 	c->store = NULL;
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 7);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 8);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
 				     " AND name IN ('nodes','batches','objects','processes','stacks',"
 				     "'samples','node_counters','kernel_symbol_tables','kernel_symbols',"
@@ -462,6 +464,109 @@ static void test_offcpu_round_trip(void **state)
 	assert_int_equal(sum, total); /* the total is the groups' sum */
 }
 
+static int collect_launch_noop(void *arg, const struct store_launch_count *l)
+{
+	(void)arg;
+	(void)l;
+	return 0;
+}
+
+static int collect_identity(void *arg, const struct store_process *p)
+{
+	struct collected *c = arg;
+
+	if (c->n < 8) {
+		c->pids[c->n] = p->pid;
+		c->samples[c->n] = p->identity.known;
+		if (p->identity.known)
+			snprintf(c->hostname, sizeof(c->hostname), "%s/%s/%s/%s", p->identity.runtime,
+				 p->identity.pod_namespace, p->identity.pod_name, p->identity.unit);
+	}
+	c->n++;
+	return 0;
+}
+
+/* Identities (wire 1.5) are stored per process, shown in the process list and filter every
+ * sample query; a newer batch without the pod name keeps the name learnt before. */
+static void test_identity_round_trip(void **state)
+{
+	struct ctx *c = *state;
+	struct store_put_result res;
+	struct collected col = { 0 };
+	struct store_sample_filter all = { .from_ms = T0 / 1000000, .to_ms = T0 / 1000000 + 60000 };
+	struct store_sample_filter f;
+	struct sysom_batch b;
+	uint64_t total = 0;
+	const char *cid = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+	const char *uid = "6f9d1c2e-1b2a-4c3d-8e4f-0a1b2c3d4e5f";
+
+	for (int round = 0; round < 2; round++) {
+		assert_int_equal(fixture_batch_build(&b, &(struct fixture_spec){
+						 .node = 3, .epoch = 1, .sequence = 1 + round,
+						 .window_start_ns = T0 + round * 1000000000ULL }), 0);
+		assert_int_equal(b.processes[0].tgid, FIXTURE_PID_PYTHON);
+		struct sysom_identity id = { .process = 0, .runtime = SYSOM_RUNTIME_CONTAINERD };
+		assert_int_equal(sysom_batch_intern_cstring(&b, cid, &id.container_id), 0);
+		assert_int_equal(sysom_batch_intern_cstring(&b, uid, &id.pod_uid), 0);
+		assert_int_equal(sysom_batch_intern_cstring(&b, round ? "" : "training",
+							    &id.pod_namespace), 0);
+		assert_int_equal(sysom_batch_intern_cstring(&b, round ? "" : "llama-0",
+							    &id.pod_name), 0);
+		assert_int_equal(sysom_batch_intern_cstring(&b, "cri-containerd-x.scope", &id.unit), 0);
+		assert_int_equal(sysom_batch_set_identity(&b, &id), 0);
+		assert_int_equal(store_batch_put(c->store, &b, FIXTURE_HASH + (uint64_t)round,
+						 (int64_t)T0, &res), 0);
+		sysom_batch_free(&b);
+	}
+	assert_int_equal(rows(c->dir, "process_identities"), 1);
+
+	assert_int_equal(store_processes_list(c->store, &all, 100, collect_identity, &col), 0);
+	assert_int_equal(col.n, 2);
+	assert_int_equal(col.pids[0], FIXTURE_PID_PYTHON);
+	assert_int_equal(col.samples[0], 1); /* known */
+	assert_string_equal(col.hostname, "containerd/training/llama-0/cri-containerd-x.scope");
+	assert_int_equal(col.pids[1], FIXTURE_PID_NCCL);
+	assert_int_equal(col.samples[1], 0); /* no identity: unknown, not an empty one */
+
+	uint64_t want = 0;
+	assert_int_equal(store_stacks_aggregate(c->store, &all, 100, collect_row, &col, &want), 0);
+	const struct {
+		const char *ns, *pod, *container, *unit;
+		uint64_t slurm;
+		bool match;
+	} cases[] = {
+		{ "training", NULL, NULL, NULL, 0, true },
+		{ NULL, "llama-0", NULL, NULL, 0, true },
+		{ NULL, "6F9D1C2E-1B2A-4C3D-8E4F-0A1B2C3D4E5F", NULL, NULL, 0, true },
+		{ "training", "llama-0", "0123456789ab", NULL, 0, true },
+		{ NULL, NULL, cid, "cri-containerd-x.scope", 0, true },
+		{ NULL, NULL, "0123456789a", NULL, 0, false }, /* too short for a prefix */
+		{ "other", NULL, NULL, NULL, 0, false },
+		{ NULL, "llama-1", NULL, NULL, 0, false },
+		{ NULL, NULL, NULL, NULL, 42, false },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		f = all;
+		f.pod_namespace = cases[i].ns;
+		f.pod = cases[i].pod;
+		f.container = cases[i].container;
+		f.unit = cases[i].unit;
+		f.has_slurm_job = cases[i].slurm != 0;
+		f.slurm_job = cases[i].slurm;
+		memset(&col, 0, sizeof(col));
+		assert_int_equal(store_processes_list(c->store, &f, 100, collect_identity, &col), 0);
+		if (col.n != (cases[i].match ? 1 : 0))
+			fail_msg("case %zu: %d processes", i, col.n);
+		if (cases[i].match)
+			assert_int_equal(col.pids[0], FIXTURE_PID_PYTHON);
+		assert_int_equal(store_stacks_aggregate(c->store, &f, 100, collect_row, &col, &total),
+				 0);
+		assert_true(cases[i].match ? total > 0 && total < want : total == 0);
+		assert_int_equal(store_launches_aggregate(c->store, &f, 100, collect_launch_noop, NULL,
+							  &total), 0);
+	}
+}
+
 static void test_migration_from_v1(void **state)
 {
 	struct ctx *c = *state;
@@ -481,7 +586,7 @@ static void test_migration_from_v1(void **state)
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 7);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 8);
 	sqlite3_close(db);
 	assert_int_equal(rows(c->dir, "samples"), 4);
 	assert_int_equal(rows(c->dir, "launches"), 0);
@@ -506,7 +611,7 @@ static void test_migration_from_v2(void **state)
 				      NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 7);
+	assert_int_equal(store_schema_version(c->store), 8);
 	struct job_spec js = { .base = { .node = 2, .epoch = 1, .sequence = 1,
 					 .window_start_ns = T0 },
 			       .job = "job-42", .first_rank = 0, .local_ranks = 2, .instances = 1,
@@ -997,7 +1102,7 @@ static void test_migration_from_v4(void **state)
 				      NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 7);
+	assert_int_equal(store_schema_version(c->store), 8);
 	assert_int_equal(store_batch_find(c->store, node, 1, 1, &rec), 0);
 	assert_true(rec.exists);
 	assert_false(rec.hash_known);
@@ -1275,6 +1380,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_data_dir_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_offcpu_round_trip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_identity_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_duplicate_and_stack_dedupe, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_conflicting_duplicate, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_migration_from_v4, setup, teardown),
