@@ -81,14 +81,21 @@ for store in sqlite clickhouse; do
 		# The database after the server's last checkpoint (the symbol repository aside).
 		bytes=$(cat "$work/sq.data"/sysom.db* | wc -c)
 		calls=$(sqlite3 "$work/sq.data/sysom.db" "SELECT count(*) FROM nccl_calls" 2>/dev/null || echo "?")
+		held=$(sqlite3 "$work/sq.data/sysom.db" "SELECT count(*) FROM batches" 2>/dev/null || echo "?")
 	else
 		calls=$(curl -s "${ch}?database=bench" --data-binary "SELECT count() FROM nccl_calls")
+		held=$(curl -s "${ch}?database=bench" --data-binary "SELECT count() FROM batches")
 		bytes=$(curl -s "${ch}?database=bench" --data-binary \
 			"SELECT sum(bytes_on_disk) FROM system.parts WHERE active AND database = 'bench'")
 	fi
 	wire=$(grep -m1 -A2 '| agents |' "$work/$store.load" | tail -1 | awk -F'|' '{ print $5 }' | tr -d ' ')
-	echo "$store: $rate; ingest latency $lat; $cpu; stored batches ${stored:-?};" \
-		"bytes $bytes ($(( bytes / ${stored:-1} )) per batch; wire ${wire:-?} KiB zstd);" \
+	# A request the bench gave up on (timeout) may still be stored: bytes per batch divide by
+	# the batches the store holds.
+	per="?"
+	[[ $held =~ ^[0-9]+$ ]] && [ "$held" -gt 0 ] && per=$((bytes / held))
+	echo "$store: $rate; ingest latency $lat; $cpu; stored batches ${stored:-?} acknowledged," \
+		"$held held; bytes $bytes ($per per batch held;" \
+		"wire ${wire:-?} KiB zstd);" \
 		"whole-fleet flame graph ${fl} ms; NCCL call rows $calls; one job's collectives" \
 		"${coll} ms, stragglers ${strag} ms"
 	grep -m3 -E 'errors|status|BENCH' "$work/$store.load" | sed 's/^/    /' || true
