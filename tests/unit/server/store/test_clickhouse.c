@@ -404,6 +404,14 @@ static void forget(struct sysom_batch *b)
 	b->job_ranks[0].local_rank = -1;
 }
 
+/* Split communicators with the high bit set: SQLite orders keys as signed integers. */
+static void high_keys(struct sysom_batch *b)
+{
+	for (uint32_t i = 0; i < b->communicator_count; i++)
+		if (b->communicators[i].parent_key)
+			b->communicators[i].key |= 1ULL << 63;
+}
+
 static int job_text(void *arg, const struct store_job *j)
 {
 	text_add(arg, "%s ws=%d ranks=%u procs=%u nodes=%u first=%" PRId64 " last=%" PRId64 "\n",
@@ -581,6 +589,18 @@ static void test_jobs_same_answers(void **state)
 	f = (struct store_collective_filter){ .job = "job-42", .from_ns = (int64_t)T0,
 					      .to_ns = (int64_t)T0 + 60000000000LL };
 	assert_int_equal(same_collectives(c, &f, 100), 8 + 4 + 7 + 8);
+
+	/* Keys past INT64_MAX list in SQLite's (signed) order. */
+	struct job_spec hi = n1;
+	hi.base.node = 4;
+	hi.base.hostname = "gpu-4";
+	hi.job = "job-44";
+	hi.samples = false;
+	put_job_edited(c, &hi, r0 + 7, high_keys);
+	assert_int_equal(SAME_LISTING(store_job_communicators_list(c->sq, "job-44", 100, comm_text,
+								   &a_),
+				      store_job_communicators_list(c->ch, "job-44", 100, comm_text,
+								   &b_)), 8);
 
 	/* The sample filter's job (and rank) on the flame graph. */
 	int64_t from = (int64_t)(T0 / 1000000);
