@@ -521,7 +521,8 @@ int ch__job_communicators_list(struct store *base, const char *job, uint32_t lim
 	byte_buf_printf(&q, "SELECT process, key, pk, ch, rk, nr, sc, sk, so, ks, d, cr, node, pid,"
 			    " f, l FROM (" COMMS_MERGED_SELECT " AND");
 	jp_in(&q, &j, job);
-	byte_buf_printf(&q, " GROUP BY process, key) ORDER BY key, rk < 0, rk, node, pid"
+	/* Keys in SQLite's order: it stores the u64 bits as a signed integer. */
+	byte_buf_printf(&q, " GROUP BY process, key) ORDER BY toInt64(key), rk < 0, rk, node, pid"
 			    " LIMIT %" PRIu32, limit);
 	rc = run(s, &q, 16, communicator_row, &v);
 cleanup:
@@ -760,8 +761,9 @@ static int instances_read(struct coll *c, uint32_t max_instances)
 					c->ranges[i].hi);
 		byte_buf_printf(&q, ")");
 	}
-	byte_buf_printf(&q, " GROUP BY comm_key, op, seq ORDER BY first%s, comm_key%s, op%s,"
-			    " seq%s LIMIT %" PRIu32, dir, dir, dir, dir, max_instances);
+	/* Ties in SQLite's order: keys and seqs are u64 bits stored as signed integers. */
+	byte_buf_printf(&q, " GROUP BY comm_key, op, seq ORDER BY first%s, toInt64(comm_key)%s,"
+			    " op%s, toInt64(seq)%s LIMIT %" PRIu32, dir, dir, dir, dir, max_instances);
 	if ((rc = run(c->s, &q, 4, inst_row, c)))
 		goto cleanup;
 	/* Visited ascending: the latest ones were read newest first. */

@@ -358,7 +358,9 @@ static void test_same_answers(void **state)
 
 /* ---- training jobs: ranks, communicators, collective instances ---------------------------- */
 
-static void put_job_both(struct ctx *c, const struct job_spec *js, int64_t received_ns)
+/* Puts the job batch of `js` into both stores, changed by `edit` first when not NULL. */
+static void put_job_edited(struct ctx *c, const struct job_spec *js, int64_t received_ns,
+			   void (*edit)(struct sysom_batch *b))
 {
 	struct store_put_result a, b;
 	struct sysom_batch batch;
@@ -366,6 +368,8 @@ static void put_job_both(struct ctx *c, const struct job_spec *js, int64_t recei
 	int brc = job_batch_build(&batch, js);
 	if (brc)
 		fail_msg("job_batch_build (node %u): %d", js->base.node, brc);
+	if (edit)
+		edit(&batch);
 	assert_int_equal(store_batch_put(c->sq, &batch, FIXTURE_HASH, received_ns, &a), 0);
 	int rc = store_batch_put(c->ch, &batch, FIXTURE_HASH, received_ns, &b);
 	if (rc)
@@ -375,6 +379,37 @@ static void put_job_both(struct ctx *c, const struct job_spec *js, int64_t recei
 	assert_int_equal(a.job_ranks, b.job_ranks);
 	assert_int_equal(a.communicators, b.communicators);
 	assert_int_equal(a.nccl_calls, b.nccl_calls);
+}
+
+static void put_job_both(struct ctx *c, const struct job_spec *js, int64_t received_ns)
+{
+	put_job_edited(c, js, received_ns, NULL);
+}
+
+/* A later window that knows less: communicator fields unknown (the stored ones stay), the
+ * communicators destroyed, a job rank unknown (the newest window's -1 wins, as in SQLite). */
+static void forget(struct sysom_batch *b)
+{
+	for (uint32_t i = 0; i < b->communicator_count; i++) {
+		struct sysom_communicator *m = &b->communicators[i];
+
+		m->rank = m->nranks = m->split_color = m->split_key = -1;
+		m->parent_key = m->nccl_comm_hash = 0;
+		m->split_ordinal = 0;
+		m->created_ns = 0;
+		m->flags |= SYSOM_COMM_DESTROYED;
+		m->handle = 0x999;
+	}
+	b->job_ranks[0].rank = -1;
+	b->job_ranks[0].local_rank = -1;
+}
+
+/* Split communicators with the high bit set: SQLite orders keys as signed integers. */
+static void high_keys(struct sysom_batch *b)
+{
+	for (uint32_t i = 0; i < b->communicator_count; i++)
+		if (b->communicators[i].parent_key)
+			b->communicators[i].key |= 1ULL << 63;
 }
 
 static int job_text(void *arg, const struct store_job *j)
@@ -534,6 +569,38 @@ static void test_jobs_same_answers(void **state)
 	assert_int_equal(same_collectives(c, &f, 100), 6);
 	f.job = "job-none";
 	assert_int_equal(same_collectives(c, &f, 100), 0);
+
+	/* A window that knows less: what SQLite's upserts keep, ClickHouse's merge keeps. */
+	struct job_spec less = n2;
+	less.base.sequence = 2;
+	less.base.window_start_ns = T0 + 30000000000ULL;
+	less.instances = 0;
+	less.samples = false;
+	put_job_edited(c, &less, r0 + 6, forget);
+	assert_int_equal(SAME_LISTING(store_job_ranks_list(c->sq, "job-42", 100, rank_text, &a_),
+				      store_job_ranks_list(c->ch, "job-42", 100, rank_text, &b_)), 8);
+	size_t comms = SAME_LISTING(store_job_communicators_list(c->sq, "job-42", 100, comm_text,
+								 &a_),
+				    store_job_communicators_list(c->ch, "job-42", 100, comm_text,
+								 &b_));
+	assert_int_equal(comms, 16);
+	assert_int_equal(SAME_LISTING(store_jobs_list(c->sq, 10, job_text, &a_),
+				      store_jobs_list(c->ch, 10, job_text, &b_)), 2);
+	f = (struct store_collective_filter){ .job = "job-42", .from_ns = (int64_t)T0,
+					      .to_ns = (int64_t)T0 + 60000000000LL };
+	assert_int_equal(same_collectives(c, &f, 100), 8 + 4 + 7 + 8);
+
+	/* Keys past INT64_MAX list in SQLite's (signed) order. */
+	struct job_spec hi = n1;
+	hi.base.node = 4;
+	hi.base.hostname = "gpu-4";
+	hi.job = "job-44";
+	hi.samples = false;
+	put_job_edited(c, &hi, r0 + 7, high_keys);
+	assert_int_equal(SAME_LISTING(store_job_communicators_list(c->sq, "job-44", 100, comm_text,
+								   &a_),
+				      store_job_communicators_list(c->ch, "job-44", 100, comm_text,
+								   &b_)), 8);
 
 	/* The sample filter's job (and rank) on the flame graph. */
 	int64_t from = (int64_t)(T0 / 1000000);
