@@ -92,6 +92,8 @@ struct sampler_drain_stats {
 	uint64_t quiesce_wait_ns; /* time spent waiting for in-flight programs */
 	uint32_t offcpu_entries;  /* distinct off-CPU keys drained */
 	uint64_t offcpu_blocks;   /* sum of their counts */
+	uint32_t offcpu_open;     /* of them: blocks still in progress (JOBS mode, >= 1 s so far;
+				   * their time so far, the switch-in adds the rest) */
 };
 
 typedef int (*sampler_drain_fn)(void *ctx, const struct sampler_entry *entry);
