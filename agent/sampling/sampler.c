@@ -114,6 +114,7 @@ void sampler_options_default(struct sampler_options *opts)
 		.offcpu_min_ns = 1000000,
 		.max_offcpu_keys = 8192,
 		.max_offcpu_threads = 4096,
+		.offcpu_open = true,
 		.offcpu_tracked_fd = -1,
 	};
 }
@@ -328,7 +329,7 @@ int sampler_open(const struct sampler_options *opts, sampler_event_fn on_event, 
 	}
 	/* Blocks in progress are read from user space in JOBS mode only: in ALL mode the map
 	 * holds every thread of the machine (a read of all of it at each drain). */
-	s->offcpu_open_on = opts->offcpu_mode == SYSOM_OFFCPU_JOBS &&
+	s->offcpu_open_on = opts->offcpu_mode == SYSOM_OFFCPU_JOBS && opts->offcpu_open &&
 			    bpf_map__value_size(s->skel->maps.offcpu_start) ==
 				    sizeof(struct offcpu_open);
 	if (opts->offcpu_mode == SYSOM_OFFCPU_JOBS && opts->offcpu_tracked_fd >= 0 &&
