@@ -167,6 +167,8 @@ curl -sf "$SERVER_URL/metrics" >"$E2E_TMP/metrics.txt"
 check "/metrics: sysom_job_hung of e2e-stop is 1, of the healthy job 0" \
 	bash -c "grep -q '^sysom_job_hung{job=\"e2e-stop\"} 1' '$E2E_TMP/metrics.txt' && grep -q '^sysom_job_hung{job=\"e2e-healthy\"} 0' '$E2E_TMP/metrics.txt'"
 check "/metrics: hang and stall incidents opened" grep -qE '^sysom_hangs_opened_total [6-9]' "$E2E_TMP/metrics.txt"
+check "/metrics: the agent delivered off-CPU blocks still in progress (counter offcpu_open_blocks)" \
+	grep -qE '^sysom_agent_offcpu_open_blocks_total(\{[^}]*\})? [1-9]' "$E2E_TMP/metrics.txt"
 
 # Resume the frozen rank: progress resumes, the incident resolves.
 pid=$(json "d['report']['ranks'][0]['pid']" <"$E2E_TMP/e2e-stop.hang.json")
