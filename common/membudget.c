@@ -65,6 +65,16 @@ void membudget_stats_get(struct membudget *b, struct membudget_stats *out)
 	pthread_mutex_unlock(&b->lock);
 }
 
+bool membudget_saturated(struct membudget *b)
+{
+	bool full;
+
+	pthread_mutex_lock(&b->lock);
+	full = b->stats.waiting > 0 || b->stats.reserved >= b->stats.capacity;
+	pthread_mutex_unlock(&b->lock);
+	return full;
+}
+
 void membudget_hold_init(struct membudget_hold *h, struct membudget *b)
 {
 	h->budget = b;

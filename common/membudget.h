@@ -3,6 +3,7 @@
 #ifndef SYSOM_COMMON_MEMBUDGET_H
 #define SYSOM_COMMON_MEMBUDGET_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /*
@@ -57,6 +58,13 @@ void membudget_free(struct membudget *b);
 
 /* A consistent snapshot of the statistics; callable from any thread. */
 void membudget_stats_get(struct membudget *b, struct membudget_stats *out);
+
+/*
+ * Whether the budget is saturated now: a step is waiting for memory, or every byte is
+ * reserved. A request arriving now would wait (or fail), so the server refuses it before
+ * reading its body. Callable from any thread; never blocks on a wait.
+ */
+bool membudget_saturated(struct membudget *b);
 
 /*
  * One request's reservation. Initialise with membudget_hold_init, change with

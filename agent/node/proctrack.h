@@ -68,7 +68,9 @@ struct pt_process {
 	bool exited;             /* exit event seen */
 	bool scanned;            /* its mappings were read at least once */
 	uint64_t exit_drain;     /* drain count when the exit was seen */
+	uint64_t exit_ns;        /* monotonic time the exit was seen */
 	uint64_t last_scan_ns;
+	bool rescan_due;         /* a library was loaded since the last scan (rescan_loaded) */
 };
 
 /* How a user address resolved. */
@@ -118,8 +120,25 @@ void proctrack_resolve(struct proctrack *pt, struct pt_process *proc, uint64_t a
  */
 bool proctrack_rescan(struct proctrack *pt, uint32_t tgid, uint32_t generation);
 
-/* Called after each drain: forgets incarnations that exited before that drain started, and
- * rescans live ones periodically. */
+/*
+ * The process mapped a new library at `load_ns` (CLOCK_MONOTONIC; the dynamic loader's
+ * notification): when its mappings were last read before that, read them again now (at
+ * most once per tenth of the rescan interval; a rescan refused by that floor is done by the
+ * first proctrack_after_drain past it), so stacks in the library resolve and unwind from
+ * the first ones on, not only once a rescan happens to come. Returns true when it rescanned.
+ */
+bool proctrack_rescan_loaded(struct proctrack *pt, uint32_t tgid, uint32_t generation,
+			     uint64_t load_ns);
+
+/* Like proctrack_get, but a process neither tracked nor alive is not created (NULL): for
+ * records about a process (its job identity, communicators) that are useless without its
+ * identity, unlike its samples or calls. */
+struct pt_process *proctrack_get_live(struct proctrack *pt, uint32_t tgid, uint32_t generation);
+
+/* Called after each drain: forgets incarnations that exited before that drain started and at
+ * least PROCTRACK_EXIT_KEEP_NS ago (their last events may still be on their way: a ring record
+ * can reach the consumer hundreds of milliseconds late), and rescans live ones periodically. */
+#define PROCTRACK_EXIT_KEEP_NS (5ull * 1000000000ull)
 void proctrack_after_drain(struct proctrack *pt);
 
 void proctrack_stats_read(const struct proctrack *pt, struct proctrack_stats *out);

@@ -417,8 +417,9 @@ int batcher_add_offcpu(void *batcher, const struct sampler_offcpu_entry *e)
 }
 
 /* The open batch and the process's index in it; *idx stays SYSOM_WIRE_NONE (and 0 is
- * returned) when the tracker cannot hold the process. */
-static int job_process(struct batcher *b, uint32_t tgid, uint32_t generation,
+ * returned) when the tracker cannot hold the process, or, with `live_only`, when it no longer
+ * tracks it and the process is gone (a record that would only name an "[exited]" stranger). */
+static int job_process(struct batcher *b, uint32_t tgid, uint32_t generation, bool live_only,
 		       struct pt_process **proc, uint32_t *idx)
 {
 	struct pt_process *p;
@@ -427,7 +428,8 @@ static int job_process(struct batcher *b, uint32_t tgid, uint32_t generation,
 	*idx = SYSOM_WIRE_NONE;
 	if (!b->batch_open && (rc = open_batch(b)))
 		return rc;
-	p = proctrack_get(b->pt, tgid, generation);
+	p = live_only ? proctrack_get_live(b->pt, tgid, generation)
+		      : proctrack_get(b->pt, tgid, generation);
 	if (!p)
 		return 0;
 	if (proc)
@@ -446,7 +448,7 @@ int batcher_add_nccl_call(struct batcher *b, uint32_t tgid, uint32_t generation,
 		batcher_add_counter(b, SYSOM_COUNTER_NCCL_CALLS_DROPPED, 1);
 		return 0;
 	}
-	if ((rc = job_process(b, tgid, generation, NULL, &rec.process)))
+	if ((rc = job_process(b, tgid, generation, false, NULL, &rec.process)))
 		return rc;
 	if (rec.process == SYSOM_WIRE_NONE) {
 		batcher_add_counter(b, SYSOM_COUNTER_NCCL_CALLS_DROPPED, 1);
@@ -461,7 +463,7 @@ int batcher_set_communicator(struct batcher *b, uint32_t tgid, uint32_t generati
 	struct sysom_communicator rec = *c;
 	int rc;
 
-	if ((rc = job_process(b, tgid, generation, NULL, &rec.process)) ||
+	if ((rc = job_process(b, tgid, generation, true, NULL, &rec.process)) ||
 	    rec.process == SYSOM_WIRE_NONE)
 		return rc;
 	return sysom_batch_set_communicator(&b->batch, &rec);
@@ -482,7 +484,7 @@ int batcher_set_job_rank(struct batcher *b, uint32_t tgid, uint32_t generation,
 	char master[JOBENV_VALUE_MAX + 16] = "";
 	int rc;
 
-	if ((rc = job_process(b, tgid, generation, NULL, &rec.process)) ||
+	if ((rc = job_process(b, tgid, generation, true, NULL, &rec.process)) ||
 	    rec.process == SYSOM_WIRE_NONE)
 		return rc;
 	if (rec.local_rank < 0 || rec.local_world_size <= 0)
@@ -507,7 +509,7 @@ int batcher_add_launch(struct batcher *b, uint32_t tgid, uint32_t generation,
 	struct pt_process *p = NULL;
 	int rc;
 
-	if ((rc = job_process(b, tgid, generation, &p, &rec.process)) ||
+	if ((rc = job_process(b, tgid, generation, false, &p, &rec.process)) ||
 	    rec.process == SYSOM_WIRE_NONE)
 		return rc;
 	memcpy(rec.grid, l->grid, sizeof(rec.grid));
@@ -549,7 +551,7 @@ static int gpu_row_process(struct batcher *b, uint32_t tgid, uint32_t generation
 		batcher_add_counter(b, SYSOM_COUNTER_GPU_STATS_DROPPED, 1);
 		return 0;
 	}
-	if ((rc = job_process(b, tgid, generation, NULL, idx)))
+	if ((rc = job_process(b, tgid, generation, false, NULL, idx)))
 		return rc;
 	if (*idx == SYSOM_WIRE_NONE)
 		batcher_add_counter(b, SYSOM_COUNTER_GPU_STATS_DROPPED, 1);
@@ -644,7 +646,7 @@ int batcher_add_os_thread(struct batcher *b, uint32_t tgid, uint32_t generation,
 
 	if (b->batch_open && !os_row_fits(b, b->batch.os_thread_count, BATCHER_MAX_OS_ROWS))
 		return 0;
-	if ((rc = job_process(b, tgid, generation, NULL, &rec.process)))
+	if ((rc = job_process(b, tgid, generation, false, NULL, &rec.process)))
 		return rc;
 	if (rec.process == SYSOM_WIRE_NONE) {
 		batcher_add_counter(b, SYSOM_COUNTER_OS_ROWS_DROPPED, 1);

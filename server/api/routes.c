@@ -59,27 +59,27 @@ JOB_HANDLER(job_trace_get, api__job_trace)
 
 /* Every query route (ctx: struct api, set when the table is used). */
 static const struct http_route query_routes[] = {
-	{ "GET", "/api/v1/nodes", false, api_nodes_get, NULL, 0 },
-	{ "GET", "/api/v1/processes", false, api_processes_get, NULL, 0 },
-	{ "GET", "/api/v1/flamegraph", false, api_flamegraph_get, NULL, 0 },
-	{ "GET", "/api/v1/flamegraph/diff", false, api_flamegraph_diff_get, NULL, 0 },
-	{ "GET", "/api/v1/jobs", false, api_jobs_get, NULL, 0 },
-	{ "GET", JOB_PATH, false, job_detail_get, NULL, 0 },
-	{ "GET", JOB_PATH "/collectives", false, job_collectives_get, NULL, 0 },
-	{ "GET", JOB_PATH "/gpu", false, job_gpu_get, NULL, 0 },
-	{ "GET", JOB_PATH "/stragglers", false, job_stragglers_get, NULL, 0 },
-	{ "GET", JOB_PATH "/waterline", false, job_waterline_get, NULL, 0 },
-	{ "GET", JOB_PATH "/patterns", false, job_patterns_get, NULL, 0 },
-	{ "GET", JOB_PATH "/settings", false, job_settings_get, NULL, 0 },
-	{ "PUT", JOB_PATH "/settings", false, job_settings_put, NULL, API_MAX_SETTINGS_BODY },
-	{ "GET", JOB_PATH "/baseline", false, job_baseline, NULL, 0 },
-	{ "POST", JOB_PATH "/baseline", false, job_baseline, NULL, 0 }, /* parameters only */
-	{ "GET", "/api/v1/diagnoses", false, api_diagnoses_get, NULL, 0 },
-	{ "GET", "/api/v1/diagnoses/", true, api_diagnoses_get, NULL, 0 }, /* /diagnoses/{id} */
-	{ "GET", "/api/v1/alerts", false, api_alerts_get, NULL, 0 },
-	{ "GET", "/healthz", false, api_healthz_get, NULL, 0 },
-	{ "GET", "/metrics", false, api_metrics_get, NULL, 0 },
-	{ "GET", JOB_PATH "/trace", false, job_trace_get, NULL, 0 },
+	{ "GET", "/api/v1/nodes", false, api_nodes_get, NULL, 0, 0 },
+	{ "GET", "/api/v1/processes", false, api_processes_get, NULL, 0, 0 },
+	{ "GET", "/api/v1/flamegraph", false, api_flamegraph_get, NULL, 0, 0 },
+	{ "GET", "/api/v1/flamegraph/diff", false, api_flamegraph_diff_get, NULL, 0, 0 },
+	{ "GET", "/api/v1/jobs", false, api_jobs_get, NULL, 0, 0 },
+	{ "GET", JOB_PATH, false, job_detail_get, NULL, 0, 0 },
+	{ "GET", JOB_PATH "/collectives", false, job_collectives_get, NULL, 0, 0 },
+	{ "GET", JOB_PATH "/gpu", false, job_gpu_get, NULL, 0, 0 },
+	{ "GET", JOB_PATH "/stragglers", false, job_stragglers_get, NULL, 0, 0 },
+	{ "GET", JOB_PATH "/waterline", false, job_waterline_get, NULL, 0, 0 },
+	{ "GET", JOB_PATH "/patterns", false, job_patterns_get, NULL, 0, 0 },
+	{ "GET", JOB_PATH "/settings", false, job_settings_get, NULL, 0, 0 },
+	{ "PUT", JOB_PATH "/settings", false, job_settings_put, NULL, API_MAX_SETTINGS_BODY, 0 },
+	{ "GET", JOB_PATH "/baseline", false, job_baseline, NULL, 0, 0 },
+	{ "POST", JOB_PATH "/baseline", false, job_baseline, NULL, 0, 0 }, /* parameters only */
+	{ "GET", "/api/v1/diagnoses", false, api_diagnoses_get, NULL, 0, 0 },
+	{ "GET", "/api/v1/diagnoses/", true, api_diagnoses_get, NULL, 0, 0 }, /* /diagnoses/{id} */
+	{ "GET", "/api/v1/alerts", false, api_alerts_get, NULL, 0, 0 },
+	{ "GET", "/healthz", false, api_healthz_get, NULL, 0, HTTP_ROUTE_MONITORING },
+	{ "GET", "/metrics", false, api_metrics_get, NULL, 0, HTTP_ROUTE_MONITORING },
+	{ "GET", JOB_PATH "/trace", false, job_trace_get, NULL, 0, 0 },
 };
 
 #define QUERY_ROUTE_COUNT (sizeof(query_routes) / sizeof(query_routes[0]))
@@ -128,10 +128,10 @@ size_t api_routes_build(struct api *api, struct ingest *in, struct symbols *symb
 							       : SYMBOLS_DEFAULT_MAX_CHUNK;
 	const struct http_route symbols_routes[] = {
 		{ "POST", SYMBOLS_MISSING_PATH, false, symbols_missing_post, symbols,
-		  SYMBOLS_MISSING_MAX_BODY },
-		{ "PUT", SYMBOLS_PREFIX, true, symbols_put, symbols, chunk_max },
-		{ "GET", SYMBOLS_PREFIX, true, symbols_get, symbols, 0 },
-		{ "GET", DEBUGINFOD_PREFIX, true, symbols_debuginfod_get, symbols, 0 },
+		  SYMBOLS_MISSING_MAX_BODY, 0 },
+		{ "PUT", SYMBOLS_PREFIX, true, symbols_put, symbols, chunk_max, HTTP_ROUTE_DECODES },
+		{ "GET", SYMBOLS_PREFIX, true, symbols_get, symbols, 0, 0 },
+		{ "GET", DEBUGINFOD_PREFIX, true, symbols_debuginfod_get, symbols, 0, 0 },
 	};
 	/*
 	 * The transport takes the table's GET routes one by one; PUT and POST under a job go to
@@ -139,9 +139,9 @@ size_t api_routes_build(struct api *api, struct ingest *in, struct symbols *symb
 	 * theirs), and so do GET paths under a job that no route has (404 after the token).
 	 */
 	const struct http_route job_fallbacks[] = {
-		{ "GET", API_JOBS_PREFIX, true, api_job_get, api, 0 },
-		{ "PUT", API_JOBS_PREFIX, true, api_job_put, api, API_MAX_SETTINGS_BODY },
-		{ "POST", API_JOBS_PREFIX, true, api_job_put, api, 0 },
+		{ "GET", API_JOBS_PREFIX, true, api_job_get, api, 0, 0 },
+		{ "PUT", API_JOBS_PREFIX, true, api_job_put, api, API_MAX_SETTINGS_BODY, 0 },
+		{ "POST", API_JOBS_PREFIX, true, api_job_put, api, 0, 0 },
 	};
 	size_t n = ingest_routes_get(in, limits ? limits->ingest_max_body : 0,
 				     limits ? limits->ksyms_max_body : 0, out);
@@ -153,9 +153,9 @@ size_t api_routes_build(struct api *api, struct ingest *in, struct symbols *symb
 		out[n++].ctx = api;
 	}
 	/* The web UI (no token: its files hold no data; the page sends the token to the API). */
-	out[n++] = (struct http_route){ "GET", "/", false, http_static_redirect, NULL, 0 };
-	out[n++] = (struct http_route){ "GET", "/ui", false, http_static_redirect, NULL, 0 };
-	out[n++] = (struct http_route){ "GET", HTTP_STATIC_PREFIX, true, http_static_get, api->ui, 0 };
+	out[n++] = (struct http_route){ "GET", "/", false, http_static_redirect, NULL, 0, 0 };
+	out[n++] = (struct http_route){ "GET", "/ui", false, http_static_redirect, NULL, 0, 0 };
+	out[n++] = (struct http_route){ "GET", HTTP_STATIC_PREFIX, true, http_static_get, api->ui, 0, 0 };
 	memcpy(&out[n], job_fallbacks, sizeof(job_fallbacks));
 	n += sizeof(job_fallbacks) / sizeof(job_fallbacks[0]);
 	if (symbols) {

@@ -117,6 +117,15 @@ static void http_stats_write(struct byte_buf *out, const struct http_server_stat
 		{ "sysom_http_connections_trusted", "gauge",
 		  "Open connections that made an authenticated request.",
 		  offsetof(struct http_server_stats, connections_trusted) },
+		{ "sysom_http_early_rejections_total", "counter",
+		  "Uploads answered 503 right after their head, the body not read (server busy).",
+		  offsetof(struct http_server_stats, early_rejections) },
+		{ "sysom_http_discarded_bytes_total", "counter",
+		  "Bytes read and thrown away by closing connections (refused requests' bodies).",
+		  offsetof(struct http_server_stats, discarded_bytes) },
+		{ "sysom_http_monitoring_requests_total", "counter",
+		  "Requests to /healthz and /metrics, handled on the monitoring thread.",
+		  offsetof(struct http_server_stats, monitoring_requests) },
 	};
 	const uint64_t classes[] = { st->responses_2xx, st->responses_3xx, st->responses_4xx,
 				     st->responses_5xx };

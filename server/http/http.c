@@ -43,6 +43,8 @@
 #define DEFAULT_IDLE_TIMEOUT_MS 60000u
 #define DEFAULT_REQUEST_TIMEOUT_MS 30000u
 #define DEFAULT_MAX_INFLIGHT 64u
+/* Monitoring probes: a scraper and a health checker or two at once. */
+#define DEFAULT_MAX_INFLIGHT_MONITORING 4u
 /*
  * After a closing response the write side is shut down and input is read and discarded for
  * at most this long (or until the peer closes), so that a peer still sending its request gets
@@ -88,6 +90,9 @@ struct http_config {
 	uint32_t idle_timeout_ms;
 	uint32_t request_timeout_ms;
 	uint32_t max_inflight;
+	uint32_t max_inflight_monitoring;
+	bool (*busy)(void *arg);
+	void *busy_arg;
 	const struct http_route *routes; /* borrowed */
 	size_t nroutes;
 };
@@ -184,7 +189,9 @@ struct http_conn {
 	uv_shutdown_t shutdown_req;
 	uv_work_t work;
 	int open_handles;              /* tcp and timer not closed yet */
-	bool work_pending;             /* uv_queue_work issued, after-work not run yet */
+	bool work_pending;             /* a handler queued or running (threadpool or monitoring
+					  thread), its completion not run yet on the loop */
+	struct http_conn *lane_next;   /* the monitoring thread's queue or done list */
 	bool reading;
 	bool counted;                  /* counted in srv->served and connections_open */
 	bool rejected;                 /* refused (table or peer limit): 503, then close */
@@ -242,6 +249,25 @@ struct http_conn {
 	struct http_config detached_cfg;
 };
 
+/*
+ * The monitoring thread: runs HTTP_ROUTE_MONITORING handlers one at a time, so that they never
+ * queue behind uploads on the shared threadpool. Connections go in on `queue` and come back
+ * on `done`, announced by `async` (the loop then finishes them as after a threadpool job).
+ */
+struct monitor_lane {
+	pthread_t thread;
+	bool thread_started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool quit;
+	struct http_conn *queue_first, *queue_last; /* linked by lane_next */
+	struct http_conn *done_first, *done_last;
+	uv_async_t async;
+	bool async_open;               /* initialised, not closed yet */
+	bool async_closing;            /* uv_close issued, its callback not run */
+	uint32_t inflight;             /* queued or running (loop thread) */
+};
+
 struct http_server {
 	uv_loop_t *loop;
 	uv_tcp_t listener;
@@ -253,6 +279,7 @@ struct http_server {
 	struct conn_queue tiers[TIER_COUNT]; /* evictable connections, see enum evict_tier */
 	struct peer_table peers;
 	uint32_t inflight;             /* handlers queued or running */
+	struct monitor_lane lane;
 	bool stopping;
 	bool listener_closed;
 	void (*done)(void *arg);
@@ -288,6 +315,11 @@ static void config_init(struct http_config *cfg, const struct http_server_option
 	cfg->request_timeout_ms =
 		o->request_timeout_ms ? o->request_timeout_ms : DEFAULT_REQUEST_TIMEOUT_MS;
 	cfg->max_inflight = o->max_inflight ? o->max_inflight : DEFAULT_MAX_INFLIGHT;
+	cfg->max_inflight_monitoring = o->max_inflight_monitoring
+					       ? o->max_inflight_monitoring
+					       : DEFAULT_MAX_INFLIGHT_MONITORING;
+	cfg->busy = o->busy;
+	cfg->busy_arg = o->busy_arg;
 	cfg->routes = routes;
 	cfg->nroutes = nroutes;
 }
@@ -802,6 +834,23 @@ static void headers_trim(struct http_conn *c)
 	}
 }
 
+/*
+ * Whether a request for c->route that carries a body is refused right after its head: the
+ * server's handler slots are all taken, or the route decodes and the server says its decode
+ * memory is full. Monitoring routes have their own slots; detached connections never refuse.
+ */
+static bool head_over_budget(const struct http_conn *c)
+{
+	const struct http_server *srv = c->srv;
+
+	if (!srv || (c->route->flags & HTTP_ROUTE_MONITORING))
+		return false;
+	if (srv->inflight >= c->cfg->max_inflight)
+		return true;
+	return (c->route->flags & HTTP_ROUTE_DECODES) && c->cfg->busy &&
+	       c->cfg->busy(c->cfg->busy_arg);
+}
+
 /* The head is complete (parser paused before its final LF): limits, target and route. */
 static enum step head_complete(struct http_conn *c)
 {
@@ -841,6 +890,23 @@ static enum step head_complete(struct http_conn *c)
 			return answer(c, 413, true,
 				      "request body of %llu bytes exceeds the limit of %zu bytes",
 				      (unsigned long long)p->content_length, c->route->max_body);
+	}
+	if (has_body && head_over_budget(c)) {
+		/*
+		 * Refused before the body: nothing of it is parsed or buffered, no 100 Continue
+		 * is sent, and the connection closes after the answer (a lingering close: what
+		 * the peer had already sent is discarded, not read into the request).
+		 */
+		STAT_ADD(c, early_rejections, 1);
+		/* The head's final LF (not consumed while paused) is not the body's. */
+		if (c->in_off < c->in.len && c->in.data[c->in_off] == '\n')
+			c->in_off++;
+		return answer(c, 503, true, "the server is busy (%s); retry later",
+			      c->srv->inflight >= c->cfg->max_inflight
+				      ? "too many requests in progress"
+				      : "its decode memory is in use by other uploads");
+	}
+	if (has_body && !chunked) {
 		/* Room for the announced body, capped: a peer that announces and then stalls
 		 * must not make every connection hold max_body bytes. */
 		size_t room = (size_t)p->content_length;
@@ -1087,8 +1153,10 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 		return;
 	}
 	STAT_ADD(c, bytes_received, (uint64_t)nread);
-	if (c->state == CONN_LINGERING)
-		return; /* discarded */
+	if (c->state == CONN_LINGERING) {
+		STAT_ADD(c, discarded_bytes, (uint64_t)nread);
+		return;
+	}
 	c->in.len += (size_t)nread;
 	tier_update(c, true);
 	conn_drive(c);
@@ -1129,6 +1197,8 @@ static void conn_free(struct http_conn *c)
 	free(c);
 }
 
+static void lane_stop(struct http_server *srv);
+
 static void srv_maybe_finish(struct http_server *srv)
 {
 	void (*done)(void *arg) = srv->done;
@@ -1136,6 +1206,12 @@ static void srv_maybe_finish(struct http_server *srv)
 
 	if (!srv->stopping || !srv->listener_closed || srv->conns)
 		return;
+	if (srv->lane.async_open || srv->lane.async_closing) {
+		lane_stop(srv); /* comes back here once its handle is closed */
+		return;
+	}
+	pthread_mutex_destroy(&srv->lane.mu);
+	pthread_cond_destroy(&srv->lane.cv);
 	pthread_mutex_destroy(&srv->stats_lock);
 	peer_table_free(&srv->peers);
 	free(srv);
@@ -1211,6 +1287,8 @@ static void conn_linger(struct http_conn *c)
 		conn_close(c);
 		return;
 	}
+	/* Received but never parsed (a refused request's body, pipelined requests). */
+	STAT_ADD(c, discarded_bytes, (uint64_t)(c->in.len - c->in_off));
 	byte_buf_free(&c->in);
 	c->in_off = 0;
 	timer_arm(c, TIMER_LINGER, LINGER_MS);
@@ -1494,12 +1572,14 @@ static void work_run(uv_work_t *w)
 	c->route->handler(c->route->ctx, &c->request, &c->resp);
 }
 
-static void work_done(uv_work_t *w, int status)
+/* A handler returned (threadpool or monitoring thread): send its answer. */
+static void handler_done(struct http_conn *c, int status)
 {
-	struct http_conn *c = w->data;
-
 	c->work_pending = false;
-	c->srv->inflight--;
+	if (c->route->flags & HTTP_ROUTE_MONITORING)
+		c->srv->lane.inflight--;
+	else
+		c->srv->inflight--;
 	if (c->state == CONN_CLOSED) {
 		conn_maybe_free(c);
 		return;
@@ -1508,6 +1588,125 @@ static void work_done(uv_work_t *w, int status)
 	if (status < 0)
 		answer(c, 503, false, "request cancelled");
 	response_send(c);
+}
+
+static void work_done(uv_work_t *w, int status)
+{
+	handler_done(w->data, status);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The monitoring thread */
+
+static void *lane_main(void *arg)
+{
+	struct http_server *srv = arg;
+	struct monitor_lane *l = &srv->lane;
+
+	pthread_mutex_lock(&l->mu);
+	for (;;) {
+		while (!l->queue_first && !l->quit)
+			pthread_cond_wait(&l->cv, &l->mu);
+		struct http_conn *c = l->queue_first;
+		if (!c)
+			break; /* quit with nothing queued */
+		l->queue_first = c->lane_next;
+		if (!l->queue_first)
+			l->queue_last = NULL;
+		c->lane_next = NULL;
+		pthread_mutex_unlock(&l->mu);
+		c->route->handler(c->route->ctx, &c->request, &c->resp);
+		pthread_mutex_lock(&l->mu);
+		if (l->done_last)
+			l->done_last->lane_next = c;
+		else
+			l->done_first = c;
+		l->done_last = c;
+		uv_async_send(&l->async);
+	}
+	pthread_mutex_unlock(&l->mu);
+	return NULL;
+}
+
+/* The loop's side: finishes the connections whose monitoring handler returned. */
+static void on_lane_async(uv_async_t *a)
+{
+	struct http_server *srv = a->data;
+	struct monitor_lane *l = &srv->lane;
+	struct http_conn *c;
+
+	pthread_mutex_lock(&l->mu);
+	c = l->done_first;
+	l->done_first = l->done_last = NULL;
+	pthread_mutex_unlock(&l->mu);
+	while (c) {
+		struct http_conn *next = c->lane_next;
+		c->lane_next = NULL;
+		STAT_ADD(c, monitoring_requests, 1);
+		handler_done(c, 0); /* may free c */
+		c = next;
+	}
+}
+
+static void on_lane_close(uv_handle_t *h)
+{
+	struct http_server *srv = h->data;
+
+	srv->lane.async_closing = false;
+	srv_maybe_finish(srv);
+}
+
+/* Ends the thread (nothing is queued: every connection is gone) and closes the handle. */
+static void lane_stop(struct http_server *srv)
+{
+	struct monitor_lane *l = &srv->lane;
+
+	if (!l->async_open)
+		return;
+	if (l->thread_started) {
+		pthread_mutex_lock(&l->mu);
+		l->quit = true;
+		pthread_cond_signal(&l->cv);
+		pthread_mutex_unlock(&l->mu);
+		pthread_join(l->thread, NULL);
+		l->thread_started = false;
+	}
+	l->async_open = false;
+	l->async_closing = true;
+	uv_close((uv_handle_t *)&l->async, on_lane_close);
+}
+
+/* Creates the thread and its handle; 0 or -errno. */
+static int lane_start(struct http_server *srv)
+{
+	struct monitor_lane *l = &srv->lane;
+	int rc = uv_async_init(srv->loop, &l->async, on_lane_async);
+
+	if (rc < 0)
+		return rc;
+	l->async.data = srv;
+	l->async_open = true;
+	rc = pthread_create(&l->thread, NULL, lane_main, srv);
+	if (rc)
+		return -rc;
+	l->thread_started = true;
+	return 0;
+}
+
+/* Hands a monitoring request to the monitoring thread. */
+static void lane_queue(struct http_conn *c)
+{
+	struct monitor_lane *l = &c->srv->lane;
+
+	pthread_mutex_lock(&l->mu);
+	c->lane_next = NULL;
+	if (l->queue_last)
+		l->queue_last->lane_next = c;
+	else
+		l->queue_first = c;
+	l->queue_last = c;
+	pthread_cond_signal(&l->cv);
+	pthread_mutex_unlock(&l->mu);
 }
 
 static int request_build(struct http_conn *c)
@@ -1555,7 +1754,9 @@ static void conn_dispatch(struct http_conn *c)
 		response_send(c);
 		return;
 	}
-	if (srv->inflight >= c->cfg->max_inflight) {
+	bool monitoring = c->route->flags & HTTP_ROUTE_MONITORING;
+	if (monitoring ? srv->lane.inflight >= c->cfg->max_inflight_monitoring
+		       : srv->inflight >= c->cfg->max_inflight) {
 		answer(c, 503, false, "too many requests in progress");
 		response_send(c);
 		return;
@@ -1564,6 +1765,12 @@ static void conn_dispatch(struct http_conn *c)
 	read_stop(c);
 	timer_stop(c);
 	tier_update(c, false);
+	if (monitoring) {
+		srv->lane.inflight++;
+		c->work_pending = true;
+		lane_queue(c);
+		return;
+	}
 	c->work.data = c;
 	if (uv_queue_work(srv->loop, &c->work, work_run, work_done) < 0) {
 		c->state = CONN_READING;
@@ -1909,15 +2116,27 @@ struct http_server *http_server_start(uv_loop_t *loop, const struct http_server_
 		return NULL;
 	}
 	pthread_mutex_init(&srv->stats_lock, NULL);
+	pthread_mutex_init(&srv->lane.mu, NULL);
+	pthread_cond_init(&srv->lane.cv, NULL);
 	rc = uv_tcp_init(loop, &srv->listener);
 	if (rc < 0) {
 		snprintf(err, errlen, "http: %s", uv_strerror(rc));
+		pthread_mutex_destroy(&srv->lane.mu);
+		pthread_cond_destroy(&srv->lane.cv);
 		pthread_mutex_destroy(&srv->stats_lock);
 		peer_table_free(&srv->peers);
 		free(srv);
 		return NULL;
 	}
 	srv->listener.data = srv;
+	rc = lane_start(srv);
+	if (rc < 0) {
+		snprintf(err, errlen, "http: cannot start the monitoring thread: %s", strerror(-rc));
+		/* Freed once the listener and the lane's handle are closed. */
+		srv->stopping = true;
+		uv_close((uv_handle_t *)&srv->listener, on_listener_close);
+		return NULL;
+	}
 	rc = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&addr, 0);
 	if (rc == 0)
 		rc = uv_listen((uv_stream_t *)&srv->listener, LISTEN_BACKLOG, on_connection);

@@ -126,7 +126,22 @@ struct http_route {
 	http_handler_fn handler;
 	void *ctx;             /* passed to the handler (borrowed; outlives the server) */
 	size_t max_body;       /* bytes; larger bodies get 413 before being read (0: no body allowed) */
+	unsigned flags;        /* HTTP_ROUTE_* (0: an ordinary route) */
 };
+
+/*
+ * A monitoring route (/healthz, /metrics): its handlers run on the transport's own monitoring
+ * thread, not the shared threadpool, and count against max_inflight_monitoring, not
+ * max_inflight, so that a probe is answered while uploads fill every worker and slot.
+ */
+#define HTTP_ROUTE_MONITORING 0x1u
+/*
+ * A route whose handler reserves from the server's decode memory (ingest, symbol uploads):
+ * a request with a body is refused with 503 right after its head, before any body byte is
+ * read, while the server's `busy` callback says that memory is full (see
+ * http_server_options.busy).
+ */
+#define HTTP_ROUTE_DECODES 0x2u
 
 /*
  * Whether `path` matches `pattern`: characters compare equal, and each "{name}" of the pattern
@@ -180,6 +195,20 @@ struct http_server_options {
 	uint32_t idle_timeout_ms;      /* keep-alive idle close (default 60000) */
 	uint32_t request_timeout_ms;   /* whole request must arrive within (default 30000): 408 */
 	uint32_t max_inflight;         /* handlers queued or running at once (default 64): 503 beyond */
+	/*
+	 * Handlers of HTTP_ROUTE_MONITORING routes queued or running at once (default 4), on
+	 * their own thread and outside max_inflight: 503 beyond.
+	 */
+	uint32_t max_inflight_monitoring;
+	/*
+	 * Early refusal (docs/operations.md, "Refusing before the body"): a request with a body
+	 * for a non-monitoring route gets 503 + Retry-After right after its head, its body never
+	 * read or buffered, while max_inflight handlers are queued or running, or (routes with
+	 * HTTP_ROUTE_DECODES) while busy(busy_arg) returns true. Called on the loop thread; must
+	 * not block. NULL: only the in-flight count decides.
+	 */
+	bool (*busy)(void *arg);
+	void *busy_arg;
 };
 
 /* Counters kept by the transport (read with http_server_stats; monotonically increasing). */
@@ -198,6 +227,11 @@ struct http_server_stats {
 	uint64_t header_timeouts;      /* 408: the head did not arrive within header_timeout */
 	uint64_t connections_trusted;  /* gauge: open connections that made an authenticated
 					  request */
+	uint64_t early_rejections;     /* 503 right after the head, the body not read (also in
+					  limit_rejections) */
+	uint64_t discarded_bytes;      /* input read and thrown away by lingering closes (what
+					  refused peers sent before they saw the answer) */
+	uint64_t monitoring_requests;  /* handled on the monitoring thread */
 };
 
 struct http_server;

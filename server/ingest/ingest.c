@@ -678,10 +678,11 @@ size_t ingest_routes_get(struct ingest *in, size_t max_body, size_t ksyms_max_bo
 {
 	const struct http_route routes[INGEST_ROUTE_COUNT] = {
 		{ "POST", INGEST_PATH, false, ingest_batch_post, in,
-		  max_body ? max_body : INGEST_DEFAULT_MAX_BODY },
+		  max_body ? max_body : INGEST_DEFAULT_MAX_BODY, HTTP_ROUTE_DECODES },
 		{ "PUT", INGEST_KSYMS_PREFIX, true, ingest_ksyms_put, in,
-		  ksyms_max_body ? ksyms_max_body : INGEST_DEFAULT_MAX_KSYMS_BODY },
-		{ "GET", INGEST_KSYMS_PREFIX, true, ingest_ksyms_get, in, 0 },
+		  ksyms_max_body ? ksyms_max_body : INGEST_DEFAULT_MAX_KSYMS_BODY,
+		  HTTP_ROUTE_DECODES },
+		{ "GET", INGEST_KSYMS_PREFIX, true, ingest_ksyms_get, in, 0, 0 },
 	};
 
 	memcpy(out, routes, sizeof(routes));

@@ -12,7 +12,7 @@
 #include "server/store/store_impl.h"
 
 /* The newest schema this build knows (clickhouse_schema.c). */
-#define CH_SCHEMA_VERSION 1
+#define CH_SCHEMA_VERSION 4
 
 /* Largest answer the store reads from ClickHouse (bigger: -E2BIG, nothing half-used). */
 #define CH_MAX_ANSWER (256u << 20)
@@ -135,6 +135,99 @@ int ch__ksyms_count(struct store *base, const uint8_t *build_id, size_t build_id
 int ch__ksym_range_get(struct store *base, const uint8_t *build_id, size_t build_id_len,
 		       uint64_t offset, struct store_ksym_range *out);
 int ch__ksyms_usage_get(struct store *base, struct store_ksyms_usage *out);
+
+/* ---- training jobs (clickhouse_*_collectives.c) ------------------------------------------- */
+
+/* Migration 2: job ranks, communicators, NCCL calls and their spans. */
+extern const char *const ch__migration_collectives[];
+
+/* Writes the job rank, communicator and NCCL call rows of a batch under `attempt` (process
+ * keys: the batch's processes in order). Counts go to r. */
+int ch__collectives_write(struct ch_store *s, const struct sysom_batch *b, const char *node_hex,
+			  const uint64_t *process_keys, int64_t received_ns, uint64_t attempt,
+			  struct store_put_result *r);
+
+/* Appends a subquery of the process keys whose current job is `job` (and, with has_rank, whose
+ * current rank is `rank`), as SQLite's "SELECT process FROM job_ranks WHERE job = ?". */
+void ch__job_processes_sql(struct byte_buf *q, const char *job, bool has_rank, int32_t rank);
+
+int ch__jobs_list(struct store *base, uint32_t limit, store_job_fn fn, void *arg);
+int ch__job_ranks_list(struct store *base, const char *job, uint32_t limit, store_job_rank_fn fn,
+		       void *arg);
+int ch__job_communicators_list(struct store *base, const char *job, uint32_t limit,
+			       store_job_communicator_fn fn, void *arg);
+int ch__collectives_list(struct store *base, const struct store_collective_filter *f,
+			 uint32_t max_instances, store_collective_fn fn, void *arg);
+
+/* ---- GPU, OS and off-CPU rows (clickhouse_write_gpu_os.c, clickhouse_read_gpu_os.c) ------- */
+
+/* Migration 3: the tables of those rows (NULL-terminated statements). */
+extern const char *const ch__migration_gpu_os[];
+
+/* What the writer of those rows needs of a batch being stored. */
+struct ch_gpu_os_put {
+	struct ch_store *s;
+	const struct sysom_batch *b;
+	const char *node_hex;
+	uint64_t attempt;
+	const uint64_t *processes; /* process keys, per batch process */
+	const int64_t *stacks;     /* stack ids, per batch stack */
+};
+
+/* Inserts the batch's launch, GPU timing, NCCL profile/link, OS and off-CPU rows (before the
+ * batch row) and fills their counts in *r. 0 or an error of ch__exec. */
+int ch__batch_write_gpu_os(const struct ch_gpu_os_put *p, struct store_put_result *r);
+
+int ch__launches_aggregate(struct store *base, const struct store_sample_filter *f,
+			   uint32_t limit, store_launch_count_fn fn, void *arg, uint64_t *total);
+int ch__gpu_time_aggregate(struct store *base, const struct store_sample_filter *f,
+			   uint32_t limit, store_gpu_time_fn fn, void *arg, uint64_t *total);
+int ch__offcpu_aggregate(struct store *base, const struct store_sample_filter *f,
+			 uint32_t limit, store_stack_count_fn fn, void *arg, uint64_t *total);
+int ch__wall_aggregate(struct store *base, const struct store_sample_filter *f, uint32_t limit,
+		       store_stack_count_fn fn, void *arg, uint64_t *total);
+
+/* ---- shared by the readers (clickhouse_read.c) ---------------------------------------------- */
+
+typedef int (*ch_row_fn)(void *ctx, char **f);
+
+/* Runs `q` (FORMAT TabSeparated appended) and calls `row` per row of `nfields` fields; with
+ * `totals` the answer ends with a WITH TOTALS row, copied into totals[] (free them). */
+int ch__select_run(struct ch_store *s, struct byte_buf *q, unsigned nfields, ch_row_fn row,
+		   void *ctx, char **totals);
+
+/* Appends " AND ..." for the node, pid and comm of a sample filter over a row set with columns
+ * node_id, tgid, comm (the process's) and, when `thread_comm`, thread_comm. -ENOTSUP for a
+ * job filter (job ranks are not stored on ClickHouse yet). */
+int ch__filter_conds(struct byte_buf *q, const struct store_sample_filter *f, bool thread_comm);
+
+/* Runs a stack aggregate `q` whose rows are comm, min(tgid), max(tgid), processes, user
+ * stack, kernel stack, count, WITH TOTALS (the total: the count column's), then reads the
+ * stacks the groups name into the stack cache. */
+int ch__stack_counts(struct ch_store *s, struct byte_buf *q, store_stack_count_fn fn, void *arg,
+		     uint64_t *total);
+
+/* Reads stacks `ids` names (STORE_STACK_NONE skipped) into the stack cache, 4096 a query. */
+void ch__stacks_prefetch(struct ch_store *s, const int64_t *ids, size_t n);
+
+/* Processes' current comm (the latest batch's), a subquery to join USING process. */
+#define CH_PROCESS_COMMS                                                                    \
+	"(SELECT process, argMax(comm, received_ns) AS comm FROM processes WHERE " CH_COMMITTED \
+	" GROUP BY process)"
+
+/* Mutable state and retention (clickhouse_state.c; migration 4). */
+extern const char *const ch__migration_state[];
+int ch__diagnosis_upsert(struct store *base, const struct store_diagnosis *d, int64_t *id,
+			 bool *opened);
+int ch__diagnosis_resolve(struct store *base, int64_t id, int64_t now_ms);
+int ch__diagnoses_list(struct store *base, const struct store_diagnosis_filter *f,
+		       uint32_t limit, store_diagnosis_fn fn, void *arg);
+int ch__job_settings_get(struct store *base, const char *job, char **json);
+int ch__job_settings_put(struct store *base, const char *job, const char *json, int64_t now_ms);
+int ch__baseline_put(struct store *base, const struct store_baseline *b);
+int ch__baseline_get(struct store *base, const char *job,
+		     int (*fn)(void *arg, const struct store_baseline *b), void *arg);
+int ch__retention_apply(struct store *base, int64_t before_ms, uint32_t *dropped);
 
 /* The committed attempts: rows of other tables count only when their attempt is one of these
  * (the lowest attempt of each batch identity, so replicas agree on one copy). */

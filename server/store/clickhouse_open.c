@@ -53,7 +53,12 @@ static const char *const migration_1[] = {
 	NULL,
 };
 
-static const char *const *const migrations[CH_SCHEMA_VERSION] = { migration_1 };
+static const char *const *const migrations[CH_SCHEMA_VERSION] = {
+	migration_1,
+	ch__migration_collectives,
+	ch__migration_gpu_os,
+	ch__migration_state, /* incidents, job settings, baselines (clickhouse_state.c) */
+};
 
 static int read_version(struct ch_store *s, int *out)
 {
@@ -183,40 +188,6 @@ cleanup:
 
 /* ---- not implemented on ClickHouse yet: an explicit -ENOTSUP ------------------------------- */
 
-static int ns_launches(struct store *s, const struct store_sample_filter *f, uint32_t limit,
-		       store_launch_count_fn fn, void *arg, uint64_t *total)
-{
-	(void)s, (void)f, (void)limit, (void)fn, (void)arg, (void)total;
-	return -ENOTSUP;
-}
-
-static int ns_jobs(struct store *s, uint32_t limit, store_job_fn fn, void *arg)
-{
-	(void)s, (void)limit, (void)fn, (void)arg;
-	return -ENOTSUP;
-}
-
-static int ns_ranks(struct store *s, const char *job, uint32_t limit, store_job_rank_fn fn,
-		    void *arg)
-{
-	(void)s, (void)job, (void)limit, (void)fn, (void)arg;
-	return -ENOTSUP;
-}
-
-static int ns_comms(struct store *s, const char *job, uint32_t limit,
-		    store_job_communicator_fn fn, void *arg)
-{
-	(void)s, (void)job, (void)limit, (void)fn, (void)arg;
-	return -ENOTSUP;
-}
-
-static int ns_collectives(struct store *s, const struct store_collective_filter *f,
-			  uint32_t max_instances, store_collective_fn fn, void *arg)
-{
-	(void)s, (void)f, (void)max_instances, (void)fn, (void)arg;
-	return -ENOTSUP;
-}
-
 static int ns_gpu(struct store *s, const struct store_gpu_filter *f, uint32_t max_rows,
 		  const struct store_gpu_visitor *v, bool *truncated)
 {
@@ -224,70 +195,10 @@ static int ns_gpu(struct store *s, const struct store_gpu_filter *f, uint32_t ma
 	return -ENOTSUP;
 }
 
-static int ns_gpu_time(struct store *s, const struct store_sample_filter *f, uint32_t limit,
-		       store_gpu_time_fn fn, void *arg, uint64_t *total)
-{
-	(void)s, (void)f, (void)limit, (void)fn, (void)arg, (void)total;
-	return -ENOTSUP;
-}
-
-/* Off-CPU rows are not stored in ClickHouse yet: the off-cpu and wall flame graphs say so. */
-static int ns_stack_time(struct store *s, const struct store_sample_filter *f, uint32_t limit,
-			 store_stack_count_fn fn, void *arg, uint64_t *total)
-{
-	(void)s, (void)f, (void)limit, (void)fn, (void)arg, (void)total;
-	return -ENOTSUP;
-}
-
 static int ns_os(struct store *s, const struct store_os_filter *f, uint32_t max_rows,
 		 const struct store_os_visitor *v, bool *truncated)
 {
 	(void)s, (void)f, (void)max_rows, (void)v, (void)truncated;
-	return -ENOTSUP;
-}
-
-static int ns_diag_upsert(struct store *s, const struct store_diagnosis *d, int64_t *id,
-			  bool *opened)
-{
-	(void)s, (void)d, (void)id, (void)opened;
-	return -ENOTSUP;
-}
-
-static int ns_diag_resolve(struct store *s, int64_t id, int64_t now_ms)
-{
-	(void)s, (void)id, (void)now_ms;
-	return -ENOTSUP;
-}
-
-static int ns_diag_list(struct store *s, const struct store_diagnosis_filter *f, uint32_t limit,
-			store_diagnosis_fn fn, void *arg)
-{
-	(void)s, (void)f, (void)limit, (void)fn, (void)arg;
-	return -ENOTSUP;
-}
-
-static int ns_settings_get(struct store *s, const char *job, char **json)
-{
-	(void)s, (void)job, (void)json;
-	return -ENOTSUP;
-}
-
-static int ns_settings_put(struct store *s, const char *job, const char *json, int64_t now_ms)
-{
-	(void)s, (void)job, (void)json, (void)now_ms;
-	return -ENOTSUP;
-}
-
-static int ns_baseline_put(struct store *s, const struct store_baseline *b)
-{
-	(void)s, (void)b;
-	return -ENOTSUP;
-}
-
-static int ns_baseline_get(struct store *s, const char *job,
-			   int (*fn)(void *arg, const struct store_baseline *b), void *arg)
-{
-	(void)s, (void)job, (void)fn, (void)arg;
 	return -ENOTSUP;
 }
 
@@ -305,27 +216,28 @@ static const struct store_ops ch_ops = {
 	.processes_list = ch__processes_list,
 	.stacks_aggregate = ch__stacks_aggregate,
 	.counters_list = ch__counters_list,
-	.launches_aggregate = ns_launches,
-	.jobs_list = ns_jobs,
-	.job_ranks_list = ns_ranks,
-	.job_communicators_list = ns_comms,
-	.collectives_list = ns_collectives,
+	.launches_aggregate = ch__launches_aggregate,
+	.jobs_list = ch__jobs_list,
+	.job_ranks_list = ch__job_ranks_list,
+	.job_communicators_list = ch__job_communicators_list,
+	.collectives_list = ch__collectives_list,
 	.job_gpu = ns_gpu,
-	.gpu_time_aggregate = ns_gpu_time,
-	.offcpu_aggregate = ns_stack_time,
-	.wall_aggregate = ns_stack_time,
+	.gpu_time_aggregate = ch__gpu_time_aggregate,
+	.offcpu_aggregate = ch__offcpu_aggregate,
+	.wall_aggregate = ch__wall_aggregate,
 	.job_os = ns_os,
-	.diagnosis_upsert = ns_diag_upsert,
-	.diagnosis_resolve = ns_diag_resolve,
-	.diagnoses_list = ns_diag_list,
-	.job_settings_get = ns_settings_get,
-	.job_settings_put = ns_settings_put,
-	.baseline_put = ns_baseline_put,
-	.baseline_get = ns_baseline_get,
+	.diagnosis_upsert = ch__diagnosis_upsert,
+	.diagnosis_resolve = ch__diagnosis_resolve,
+	.diagnoses_list = ch__diagnoses_list,
+	.job_settings_get = ch__job_settings_get,
+	.job_settings_put = ch__job_settings_put,
+	.baseline_put = ch__baseline_put,
+	.baseline_get = ch__baseline_get,
 	.ping = ch_ping,
 	.size_get = ch_size_get,
 	.size_limit_set = NULL,
 	.ksyms_usage_get = ch__ksyms_usage_get,
+	.retention_apply = ch__retention_apply,
 };
 
 /* Splits "http[s]://HOST[:PORT][/]?database=NAME" into the base URL and the database. */

@@ -9,14 +9,12 @@
 #include "common/error.h"
 #include "server/store/clickhouse_internal.h"
 
-typedef int (*row_fn)(void *ctx, char **f);
-
 /*
  * Runs `sql` (built in `q`; FORMAT TabSeparated appended here) and calls `row` per row of
  * `nfields` fields. With `totals` the answer ends with a WITH TOTALS row, read into totals[].
  */
-static int select_run(struct ch_store *s, struct byte_buf *q, unsigned nfields, row_fn row,
-		      void *ctx, char **totals)
+int ch__select_run(struct ch_store *s, struct byte_buf *q, unsigned nfields, ch_row_fn row,
+		   void *ctx, char **totals)
 {
 	struct byte_buf ans = { 0 };
 	struct ch_tsv t;
@@ -77,7 +75,7 @@ int ch__object_get(struct store *base, int64_t id, struct store_object *out)
 
 	byte_buf_printf(&q, "SELECT kind, hex(build_id), argMin(name, seen_ns) FROM objects"
 			    " WHERE id = %" PRId64 " GROUP BY kind, build_id LIMIT 1", id);
-	rc = select_run(ch__store(base), &q, 3, object_row, &o, NULL);
+	rc = ch__select_run(ch__store(base), &q, 3, object_row, &o, NULL);
 	if (!rc && !o.name)
 		rc = -ENOENT;
 	if (rc)
@@ -158,7 +156,7 @@ int ch__stack_get(struct store *base, int64_t id, struct store_stack **out)
 		return 0;
 	}
 	byte_buf_printf(&q, "SELECT hex(ident) FROM stacks WHERE id = %" PRId64 " LIMIT 1", id);
-	rc = select_run(s, &q, 1, stack_row, &r, NULL);
+	rc = ch__select_run(s, &q, 1, stack_row, &r, NULL);
 	byte_buf_free(&q);
 	if (!rc && !r.stk)
 		rc = -ENOENT;
@@ -233,26 +231,15 @@ int ch__nodes_list(struct store *base, store_node_fn fn, void *arg)
 		" ANY LEFT JOIN (SELECT node_id, epoch AS le, max(sequence) AS ls FROM batches"
 		"  WHERE " CH_COMMITTED " GROUP BY node_id, epoch) USING (node_id, le)"
 		" ORDER BY h, node_id");
-	rc = select_run(ch__store(base), &q, 14, node_row, &v, NULL);
+	rc = ch__select_run(ch__store(base), &q, 14, node_row, &v, NULL);
 	byte_buf_free(&q);
 	return rc;
 }
 
 /* ---- samples -------------------------------------------------------------------------------- */
 
-/* Processes' current comm (the latest batch's). */
-#define PROCESS_COMMS                                                                       \
-	"(SELECT process, argMax(comm, received_ns) AS comm FROM processes WHERE " CH_COMMITTED \
-	" GROUP BY process)"
-
-/* Appends the samples (joined with their process's comm) matching `f`, as a FROM clause. */
-static int filter_from(struct byte_buf *q, const struct store_sample_filter *f)
+int ch__filter_conds(struct byte_buf *q, const struct store_sample_filter *f, bool thread_comm)
 {
-	if (f->job)
-		return -ENOTSUP; /* job ranks are not stored on ClickHouse yet */
-	byte_buf_printf(q, " FROM samples ANY LEFT JOIN " PROCESS_COMMS " USING process"
-			   " WHERE time_ms BETWEEN %" PRId64 " AND %" PRId64 " AND " CH_COMMITTED,
-			f->from_ms, f->to_ms);
 	if (f->node) {
 		char lower[2 * SYSOM_NODE_ID_SIZE + 1];
 		size_t n = strlen(f->node);
@@ -276,11 +263,26 @@ static int filter_from(struct byte_buf *q, const struct store_sample_filter *f)
 	if (f->comm) {
 		byte_buf_printf(q, " AND (comm = ");
 		ch__quote(q, f->comm);
-		byte_buf_printf(q, " OR thread_comm = ");
-		ch__quote(q, f->comm);
+		if (thread_comm) {
+			byte_buf_printf(q, " OR thread_comm = ");
+			ch__quote(q, f->comm);
+		}
 		byte_buf_printf(q, ")");
 	}
+	if (f->job) {
+		byte_buf_printf(q, " AND process IN ");
+		ch__job_processes_sql(q, f->job, f->has_rank, f->rank);
+	}
 	return 0;
+}
+
+/* Appends the samples (joined with their process's comm) matching `f`, as a FROM clause. */
+static int filter_from(struct byte_buf *q, const struct store_sample_filter *f)
+{
+	byte_buf_printf(q, " FROM samples ANY LEFT JOIN " CH_PROCESS_COMMS " USING process"
+			   " WHERE time_ms BETWEEN %" PRId64 " AND %" PRId64 " AND " CH_COMMITTED,
+			f->from_ms, f->to_ms);
+	return ch__filter_conds(q, f, true);
 }
 
 struct aggregate_visit {
@@ -331,7 +333,7 @@ static int prefetch_row(void *ctx, char **f)
  * Reads the stacks a flame graph is about to ask for one by one into the stack cache, 4096 a
  * query, skipping those cached already: one round trip per 4096 stacks instead of one each.
  */
-static void stacks_prefetch(struct ch_store *s, const int64_t *ids, size_t n)
+void ch__stacks_prefetch(struct ch_store *s, const int64_t *ids, size_t n)
 {
 	struct byte_buf q = { 0 };
 
@@ -355,7 +357,7 @@ static void stacks_prefetch(struct ch_store *s, const int64_t *ids, size_t n)
 		if (!in)
 			continue;
 		byte_buf_printf(&q, ") LIMIT 1 BY id");
-		if (select_run(s, &q, 2, prefetch_row, s, NULL))
+		if (ch__select_run(s, &q, 2, prefetch_row, s, NULL))
 			break; /* stack_get will say what is wrong */
 	}
 	byte_buf_free(&q);
@@ -377,12 +379,26 @@ static int stack_count_row(void *ctx, char **f)
 	return v->fn(v->arg, &row);
 }
 
+int ch__stack_counts(struct ch_store *s, struct byte_buf *q, store_stack_count_fn fn, void *arg,
+		     uint64_t *total)
+{
+	struct aggregate_visit v = { .fn = fn, .arg = arg };
+	char *totals[7] = { 0 };
+	int rc = ch__select_run(s, q, 7, stack_count_row, &v, totals);
+
+	if (!rc && ch_tsv_u64(totals[6], total))
+		rc = -EPROTO;
+	if (!rc)
+		ch__stacks_prefetch(s, v.ids, v.nids);
+	free(v.ids);
+	totals_free(totals, 7);
+	return rc;
+}
+
 int ch__stacks_aggregate(struct store *base, const struct store_sample_filter *f, uint32_t limit,
 			 store_stack_count_fn fn, void *arg, uint64_t *total)
 {
-	struct aggregate_visit v = { .fn = fn, .arg = arg };
 	struct byte_buf q = { 0 };
-	char *totals[7] = { 0 };
 	int rc;
 
 	byte_buf_printf(&q, "SELECT comm, min(tgid), max(tgid), uniqExact(process), user_stack,"
@@ -392,14 +408,8 @@ int ch__stacks_aggregate(struct store *base, const struct store_sample_filter *f
 	/* WITH TOTALS sums every group, also those beyond the LIMIT. */
 	byte_buf_printf(&q, " GROUP BY comm, user_stack, kernel_stack WITH TOTALS"
 			    " ORDER BY c DESC, comm, user_stack, kernel_stack LIMIT %u", limit);
-	rc = select_run(ch__store(base), &q, 7, stack_count_row, &v, totals);
-	if (!rc && ch_tsv_u64(totals[6], total))
-		rc = -EPROTO;
-	if (!rc)
-		stacks_prefetch(ch__store(base), v.ids, v.nids);
+	rc = ch__stack_counts(ch__store(base), &q, fn, arg, total);
 cleanup:
-	free(v.ids);
-	totals_free(totals, 7);
 	byte_buf_free(&q);
 	return rc;
 }
@@ -452,7 +462,7 @@ int ch__processes_list(struct store *base, const struct store_sample_filter *f, 
 		" ANY LEFT JOIN (SELECT node_id, argMax(hostname, received_ns) AS hostname"
 		"  FROM batches WHERE " CH_COMMITTED " GROUP BY node_id) USING node_id"
 		" ORDER BY c DESC, process", limit);
-	rc = select_run(ch__store(base), &q, 12, process_row, &v, NULL);
+	rc = ch__select_run(ch__store(base), &q, 12, process_row, &v, NULL);
 cleanup:
 	byte_buf_free(&q);
 	return rc;
@@ -493,7 +503,7 @@ int ch__counters_list(struct store *base, store_counter_fn fn, void *arg)
 		" ANY LEFT JOIN (SELECT node_id, argMax(hostname, received_ns) AS hostname"
 		"  FROM batches WHERE " CH_COMMITTED " GROUP BY node_id) USING node_id"
 		" ORDER BY counter, node_id");
-	rc = select_run(ch__store(base), &q, 4, counter_row, &v, NULL);
+	rc = ch__select_run(ch__store(base), &q, 4, counter_row, &v, NULL);
 	byte_buf_free(&q);
 	return rc;
 }
@@ -525,7 +535,7 @@ int ch__ksyms_count(struct store *base, const uint8_t *build_id, size_t build_id
 	/* uniqExact: two replicas storing the same table at once store its rows twice. */
 	byte_buf_printf(&q, "SELECT uniqExact(offset) FROM ksyms WHERE build_id = ");
 	build_id_sql(&q, build_id, build_id_len);
-	rc = select_run(ch__store(base), &q, 1, u64_row, &n, NULL);
+	rc = ch__select_run(ch__store(base), &q, 1, u64_row, &n, NULL);
 	byte_buf_free(&q);
 	if (!rc && !n)
 		rc = -ENOENT;
@@ -611,13 +621,13 @@ int ch__ksym_range_get(struct store *base, const uint8_t *build_id, size_t build
 	byte_buf_printf(&q, "SELECT offset, name FROM ksyms WHERE build_id = ");
 	build_id_sql(&q, build_id, build_id_len);
 	byte_buf_printf(&q, " AND offset <= %" PRIu64 " ORDER BY offset DESC LIMIT 1", offset);
-	if ((rc = select_run(s, &q, 2, floor_row, &r, NULL)))
+	if ((rc = ch__select_run(s, &q, 2, floor_row, &r, NULL)))
 		goto cleanup;
 	q.len = 0;
 	byte_buf_printf(&q, "SELECT offset FROM ksyms WHERE build_id = ");
 	build_id_sql(&q, build_id, build_id_len);
 	byte_buf_printf(&q, " AND offset > %" PRIu64 " ORDER BY offset LIMIT 1", offset);
-	rc = select_run(s, &q, 1, next_row, &r, NULL);
+	rc = ch__select_run(s, &q, 1, next_row, &r, NULL);
 cleanup:
 	byte_buf_free(&q);
 	if (rc)
@@ -642,7 +652,7 @@ int ch__ksyms_usage_get(struct store *base, struct store_ksyms_usage *out)
 
 	/* No limit on ClickHouse yet (max_rows 0): nothing is evicted. */
 	byte_buf_printf(&q, "SELECT uniqExact(build_id), count() FROM ksyms");
-	rc = select_run(ch__store(base), &q, 2, usage_row, &u, NULL);
+	rc = ch__select_run(ch__store(base), &q, 2, usage_row, &u, NULL);
 	byte_buf_free(&q);
 	if (!rc)
 		*out = u;

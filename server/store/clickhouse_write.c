@@ -525,6 +525,7 @@ int ch__batch_put(struct store *base, const struct sysom_batch *b, uint64_t cont
 	struct store_put_result r = { 0 };
 	struct put p = { .s = s, .b = b, .received_ns = received_ns };
 	pthread_mutex_t *stripe;
+	int64_t *stack_ids = NULL;
 	int rc;
 
 	store__hex(b->node_id, SYSOM_NODE_ID_SIZE, p.node_hex, sizeof(p.node_hex));
@@ -561,9 +562,22 @@ int ch__batch_put(struct store *base, const struct sysom_batch *b, uint64_t cont
 									  : r.samples + b->samples[i].count;
 	if ((rc = objects_write(&p, &r)) || (rc = stacks_write(&p, &r)) ||
 	    (rc = processes_write(&p, &r)) || (rc = samples_write(&p, &r)) ||
+	    (rc = ch__collectives_write(s, b, p.node_hex, p.processes, received_ns, p.attempt,
+					&r)))
+		goto cleanup;
+	if (!(stack_ids = calloc(b->stack_count + 1, sizeof(*stack_ids)))) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	for (uint32_t i = 0; i < b->stack_count; i++)
+		stack_ids[i] = p.stacks[i].id;
+	if ((rc = ch__batch_write_gpu_os(&(struct ch_gpu_os_put){
+			.s = s, .b = b, .node_hex = p.node_hex, .attempt = p.attempt,
+			.processes = p.processes, .stacks = stack_ids }, &r)) ||
 	    (rc = batch_row_write(&p, content_hash, &r)))
 		goto cleanup;
 cleanup:
+	free(stack_ids);
 	pthread_mutex_unlock(stripe);
 	if (!rc)
 		*res = r;

@@ -36,6 +36,8 @@
 #define PART_SUFFIX ".part"
 #define BUILD_IDS_REFRESH_S 60
 #define RETRY_AFTER_BUSY "30"
+/* Decode memory stayed full: as ingest's 503 (INGEST_MEMORY_RETRY_AFTER_S). */
+#define RETRY_AFTER_MEMORY "2"
 #define RETRY_AFTER_NO_SPACE "60" /* as for a write that finds the disk full */
 
 const char *symbols__kind_name(enum symrepo_kind kind)
@@ -750,6 +752,38 @@ static enum symbol_upload_result respond_io_error(struct http_response *resp, in
 	return SYMBOL_UPLOAD_FAILED;
 }
 
+/*
+ * What installing a complete file of `total` bytes is assumed to allocate (its symbol file's
+ * build: libdw's DWARF structures and the writer's tables grow with the debug sections):
+ * the file's size, at most a quarter of the decode memory budget so that a large file is
+ * not starved by the uploads around it.
+ */
+static uint64_t install_estimate(struct symbols *s, uint64_t total)
+{
+	struct membudget_stats st;
+
+	if (!s->opts.memory_budget)
+		return 0;
+	membudget_stats_get(s->opts.memory_budget, &st);
+	return total < st.capacity / 4 ? total : st.capacity / 4;
+}
+
+/* The decode memory budget refused a step: 503 (stayed full) or 413 (never fits). */
+static enum symbol_upload_result respond_memory_busy(struct http_response *resp, int rc,
+						     uint64_t want)
+{
+	if (rc == -E2BIG) {
+		http_response_error(resp, 413, "this chunk needs %" PRIu64 " bytes of memory, more"
+					       " than the server's whole decode memory budget; send"
+					       " smaller chunks", want);
+		return SYMBOL_UPLOAD_INVALID;
+	}
+	http_response_error(resp, 503, "the server's decode memory is in use by other uploads;"
+				       " retry later");
+	http_response_header(resp, "Retry-After", RETRY_AFTER_MEMORY);
+	return SYMBOL_UPLOAD_BUSY;
+}
+
 /* XXH3-128 (canonical big-endian bytes) of `size` bytes of `fd`, streamed. 0 or -errno. */
 static int file_hash(int fd, uint64_t size, uint8_t out[16])
 {
@@ -816,8 +850,8 @@ static int rename_errno(const char *from, const char *to)
  * `*keep` says whether the partial file (and its session) should stay for a retry.
  */
 static enum symbol_upload_result chunk_finish(struct symbols *s, struct chunk *c, int fd,
-					      const char *path, struct http_response *resp,
-					      bool *keep)
+					      const char *path, struct membudget_hold *hold,
+					      struct http_response *resp, bool *keep)
 {
 	uint8_t got[16];
 	char want_hex[33], got_hex[33], err[256] = "", tmp[PATH_MAX];
@@ -856,6 +890,12 @@ static enum symbol_upload_result chunk_finish(struct symbols *s, struct chunk *c
 					    rc ? sysom_strerror(rc) : file_hex, c->session.hex);
 			return SYMBOL_UPLOAD_INVALID;
 		}
+	}
+	/* Building the symbol file allocates with the DWARF it indexes: reserve an estimate
+	 * before the file is handed over (a 503 here keeps it for the retry). */
+	if ((rc = membudget_hold_resize(hold, HASH_CHUNK + install_estimate(s, c->total)))) {
+		*keep = true;
+		return respond_memory_busy(resp, rc, HASH_CHUNK + install_estimate(s, c->total));
 	}
 	/* The repository installs from its own temporary directory: move the file there (same
 	 * filesystem); from now on the installation consumes it, whatever happens. */
@@ -901,9 +941,11 @@ static enum symbol_upload_result chunk_put(struct symbols *s, const struct http_
 	struct chunk c;
 	char path[PATH_MAX];
 	struct stat sb;
+	struct membudget_hold hold;
 	bool held = false, keep = true;
 	int fd = -1, rc;
 
+	membudget_hold_init(&hold, s->opts.memory_budget);
 	if (!authorized(s, req, AUTH_SCOPE_AGENT, resp) || !chunk_parse(s, req, &c, resp))
 		return SYMBOL_UPLOAD_INVALID;
 	if (session_path(s, &c.session, path, sizeof(path))) {
@@ -984,6 +1026,10 @@ static enum symbol_upload_result chunk_put(struct symbols *s, const struct http_
 	}
 	if (size == c.start) {
 		/* (A complete file re-sent its last chunk: only the installation is retried.) */
+		if ((rc = membudget_hold_resize(&hold, req->body_len + HASH_CHUNK))) {
+			result = respond_memory_busy(resp, rc, req->body_len + HASH_CHUNK);
+			goto cleanup;
+		}
 		if ((rc = chunk_write(fd, &c, req->body, req->body_len))) {
 			result = respond_io_error(resp, rc, "cannot write the chunk");
 			goto cleanup;
@@ -996,8 +1042,9 @@ static enum symbol_upload_result chunk_put(struct symbols *s, const struct http_
 		result = SYMBOL_UPLOAD_PARTIAL;
 		goto cleanup;
 	}
-	result = chunk_finish(s, &c, fd, path, resp, &keep);
+	result = chunk_finish(s, &c, fd, path, &hold, resp, &keep);
 cleanup:
+	membudget_hold_release(&hold);
 	if (held && keep) {
 		uint64_t received = fd >= 0 && fstat(fd, &sb) == 0 ? (uint64_t)sb.st_size : UINT64_MAX;
 		session_release(s, &c.session, received);

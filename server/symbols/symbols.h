@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/membudget.h"
 #include "server/http/auth.h"
 #include "server/http/http.h"
 #include "server/metrics/metrics.h"
@@ -38,6 +39,14 @@ struct symbols_options {
 	uint64_t max_reserved_bytes;
 	double upload_expiry_s;   /* 0: SYMBOLS_DEFAULT_UPLOAD_EXPIRY_S */
 	bool debuginfod_auth;     /* /buildid/... requires the bearer token too */
+	/*
+	 * The server's decode memory budget (borrowed; NULL: nothing is reserved). A chunk's PUT
+	 * holds its body and the hashing buffer while it writes, and the installation of a
+	 * complete file holds an estimate of what building its symbol file allocates (the file's
+	 * size, at most a quarter of the budget): 503 with Retry-After when the budget stays
+	 * full, 413 when a chunk needs more than all of it.
+	 */
+	struct membudget *memory_budget;
 };
 
 struct symbols;

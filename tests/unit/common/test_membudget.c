@@ -197,6 +197,30 @@ static void test_waiter_gets_released_bytes(void **state)
 	membudget_free(b);
 }
 
+/* Saturated while a step waits or every byte is reserved, not before. */
+static void test_saturated(void **state)
+{
+	struct membudget *b = budget_new(100, 10000);
+	struct membudget_hold first;
+	struct grower g;
+
+	(void)state;
+	membudget_hold_init(&first, b);
+	assert_false(membudget_saturated(b));
+	assert_int_equal(membudget_hold_resize(&first, 80), 0);
+	assert_false(membudget_saturated(b));
+	grower_start(&g, b, 50);
+	wait_for_waiting(b, 1);
+	assert_true(membudget_saturated(b)); /* 20 free, but a step waits */
+	membudget_hold_resize(&first, 50);
+	assert_int_equal(grower_join(&g), 0);
+	assert_true(membudget_saturated(b)); /* 100 of 100 reserved */
+	membudget_hold_release(&g.hold);
+	assert_false(membudget_saturated(b));
+	membudget_hold_release(&first);
+	membudget_free(b);
+}
+
 static void test_small_steps_pass_a_large_waiter(void **state)
 {
 	struct membudget *b = budget_new(100, 10000);
@@ -429,6 +453,7 @@ int main(void)
 		cmocka_unit_test(test_oversized_fails_at_once),
 		cmocka_unit_test(test_wait_is_bounded_per_hold),
 		cmocka_unit_test(test_waiter_gets_released_bytes),
+		cmocka_unit_test(test_saturated),
 		cmocka_unit_test(test_small_steps_pass_a_large_waiter),
 		cmocka_unit_test(test_released_bytes_go_to_the_oldest),
 		cmocka_unit_test(test_growing_hold_waits_for_the_difference),

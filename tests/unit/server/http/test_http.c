@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -268,15 +269,18 @@ static struct fixture *server_start(const struct http_server_options *opts)
 	if (!f->opts.host)
 		f->opts.host = "127.0.0.1";
 	const struct http_route routes[] = {
-		{ "GET", "/echo", false, echo_handler, f, 0 },
-		{ "POST", "/echo", false, echo_handler, f, 1024 },
-		{ "GET", "/files/", true, echo_handler, f, 0 },
-		{ "POST", "/upload", false, echo_handler, f, 16 },
-		{ "GET", "/block", false, block_handler, f, 0 },
-		{ "GET", "/created", false, created_handler, f, 0 },
-		{ "GET", "/nocontent", false, nocontent_handler, f, 0 },
-		{ "GET", "/file", false, file_handler, f, 0 },
-		{ "GET", "/auth", false, auth_handler, f, 0 },
+		{ "GET", "/echo", false, echo_handler, f, 0, 0 },
+		{ "POST", "/echo", false, echo_handler, f, 1024, 0 },
+		{ "GET", "/files/", true, echo_handler, f, 0, 0 },
+		{ "POST", "/upload", false, echo_handler, f, 16, 0 },
+		{ "GET", "/block", false, block_handler, f, 0, 0 },
+		{ "GET", "/created", false, created_handler, f, 0, 0 },
+		{ "GET", "/nocontent", false, nocontent_handler, f, 0, 0 },
+		{ "GET", "/file", false, file_handler, f, 0, 0 },
+		{ "GET", "/auth", false, auth_handler, f, 0, 0 },
+		{ "POST", "/decode", false, echo_handler, f, 1024, HTTP_ROUTE_DECODES },
+		{ "GET", "/monitor", false, echo_handler, f, 0, HTTP_ROUTE_MONITORING },
+		{ "GET", "/mblock", false, block_handler, f, 0, HTTP_ROUTE_MONITORING },
 	};
 	memcpy(f->routes, routes, sizeof(routes));
 	f->nroutes = sizeof(routes) / sizeof(routes[0]);
@@ -1458,8 +1462,8 @@ static void test_mark_authenticated_detached(void **state)
 {
 	(void)state;
 	static const struct http_route routes[] = {
-		{ "GET", "/open", false, nocontent_handler, NULL, 0 },
-		{ "GET", "/mark", false, mark_handler, NULL, 0 },
+		{ "GET", "/open", false, nocontent_handler, NULL, 0, 0 },
+		{ "GET", "/mark", false, mark_handler, NULL, 0, 0 },
 	};
 	struct byte_buf out = { 0 };
 	struct http_conn *c = http__conn_new(NULL, routes, 2, &out);
@@ -1509,6 +1513,218 @@ static void test_max_inflight(void **state)
 	free(r);
 	client_close(a);
 	client_close(b);
+	server_stop(f);
+}
+
+/* What the server's busy callback answers (set by the test, read on the loop thread). */
+static atomic_bool decode_busy;
+
+static bool busy_cb(void *arg)
+{
+	(void)arg;
+	return atomic_load(&decode_busy);
+}
+
+/*
+ * Over the in-flight budget, a request with a body is refused right after its head: 503 with
+ * Retry-After and Connection: close arrives although the body was never sent, the handler is
+ * not called, and no 100 Continue precedes it.
+ */
+static void test_early_refusal_inflight(void **state)
+{
+	(void)state;
+	struct http_server_options opts = { .max_inflight = 1 };
+	struct fixture *f = server_start(&opts);
+	struct client *a = client_open(f), *b = client_open(f), *c = client_open(f);
+	struct reply *r = reply_new();
+
+	client_sendf(a, "GET /block HTTP/1.1\r\n\r\n");
+	gate_wait_entered(f, 1);
+
+	/* No Expect: the head alone, the body held back. */
+	client_sendf(b, "POST /echo HTTP/1.1\r\nContent-Length: 1000\r\n\r\n");
+	assert_true(client_read_reply(b, r, false));
+	assert_int_equal(r->status, 503);
+	expect_header(r, "Retry-After", "1");
+	expect_header(r, "Connection", "close");
+	expect_framing(r, false);
+	assert_true(client_sees_close(b));
+
+	/* Expect: 100-continue: the final answer instead of the interim one. */
+	client_sendf(c, "POST /echo HTTP/1.1\r\nContent-Length: 1000\r\n"
+			"Expect: 100-continue\r\n\r\n");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 503);
+	assert_null(strstr(r->head, "100 Continue"));
+	expect_header(r, "Connection", "close");
+	assert_true(client_sees_close(c));
+
+	struct http_server_stats st = stats_of(f);
+	assert_int_equal(st.early_rejections, 2);
+	assert_int_equal(st.limit_rejections, 2);
+	assert_int_equal(seen_of(f).calls, 0);
+
+	gate_open(f);
+	assert_true(client_read_reply(a, r, false));
+	assert_int_equal(r->status, 200);
+	/* With a slot free the same request goes through. */
+	client_sendf(a, "POST /echo HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello");
+	assert_true(client_read_reply(a, r, false));
+	assert_int_equal(r->status, 200);
+	assert_string_equal(seen_of(f).body, "hello");
+	assert_int_equal(stats_of(f).early_rejections, 2);
+	free(r);
+	client_close(a);
+	client_close(b);
+	client_close(c);
+	server_stop(f);
+}
+
+/*
+ * The busy callback refuses bodies for decoding routes only, before the body: other routes
+ * are not affected; a body sent right behind the head is discarded (counted), never handed to
+ * a handler.
+ */
+static void test_early_refusal_busy(void **state)
+{
+	(void)state;
+	struct http_server_options opts = { .busy = busy_cb };
+	struct fixture *f = server_start(&opts);
+	struct client *c = client_open(f);
+	struct reply *r = reply_new();
+	char body[600];
+
+	atomic_store(&decode_busy, true);
+	client_sendf(c, "POST /decode HTTP/1.1\r\nContent-Length: 5\r\n"
+			"Expect: 100-continue\r\n\r\n");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 503);
+	expect_header(r, "Retry-After", "1");
+	assert_true(client_sees_close(c));
+	client_close(c);
+	WAIT_STAT(f, discarded_bytes, 0);
+
+	/* Head and body in one write: the body bytes are thrown away, not parsed. */
+	memset(body, 'x', sizeof(body));
+	c = client_open(f);
+	client_sendf(c, "POST /decode HTTP/1.1\r\nContent-Length: %zu\r\n\r\n", sizeof(body));
+	client_send(c, body, sizeof(body));
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 503);
+	assert_true(client_sees_close(c));
+	client_close(c);
+	WAIT_STAT(f, early_rejections, 2);
+	WAIT_STAT(f, discarded_bytes, sizeof(body));
+
+	/* Another route with a body, and a monitoring route, are served. */
+	c = client_open(f);
+	client_sendf(c, "POST /echo HTTP/1.1\r\nContent-Length: 2\r\n\r\nok");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 200);
+	client_sendf(c, "GET /monitor HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 200);
+
+	atomic_store(&decode_busy, false);
+	client_sendf(c, "POST /decode HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 200);
+	assert_string_equal(seen_of(f).body, "abc");
+	assert_int_equal(seen_of(f).calls, 3);
+	free(r);
+	client_close(c);
+	server_stop(f);
+}
+
+/*
+ * Monitoring routes have their own thread and slots: answered while every ordinary slot is
+ * taken, refused only over max_inflight_monitoring.
+ */
+static void test_monitoring_lane(void **state)
+{
+	(void)state;
+	struct http_server_options opts = { .max_inflight = 1, .max_inflight_monitoring = 1 };
+	struct fixture *f = server_start(&opts);
+	struct client *a = client_open(f), *b = client_open(f), *m = client_open(f);
+	struct reply *r = reply_new();
+
+	client_sendf(a, "GET /block HTTP/1.1\r\n\r\n");
+	gate_wait_entered(f, 1);
+	client_sendf(b, "GET /echo HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(b, r, false));
+	assert_int_equal(r->status, 503);
+	for (int i = 0; i < 3; i++) {
+		client_sendf(m, "GET /monitor HTTP/1.1\r\n\r\n");
+		assert_true(client_read_reply(m, r, false));
+		assert_int_equal(r->status, 200);
+		assert_string_equal(r->body, "GET /monitor -");
+	}
+	assert_int_equal(stats_of(f).monitoring_requests, 3);
+
+	/* The monitoring slot taken by a blocked probe: the next probe gets 503. */
+	client_sendf(b, "GET /mblock HTTP/1.1\r\n\r\n");
+	gate_wait_entered(f, 2);
+	client_sendf(m, "GET /monitor HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(m, r, false));
+	assert_int_equal(r->status, 503);
+
+	gate_open(f);
+	assert_true(client_read_reply(a, r, false));
+	assert_int_equal(r->status, 200);
+	assert_true(client_read_reply(b, r, false));
+	assert_int_equal(r->status, 200);
+	assert_string_equal(r->body, "released");
+	client_sendf(m, "GET /monitor HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(m, r, false));
+	assert_int_equal(r->status, 200);
+	free(r);
+	client_close(a);
+	client_close(b);
+	client_close(m);
+	server_stop(f);
+}
+
+/*
+ * Every threadpool thread blocked in an upload handler and more queued behind them (the
+ * ingest path saturated): a monitoring probe is still answered, and promptly, because it
+ * never enters that queue. Without its own thread it would wait for the gate.
+ */
+static void test_monitoring_threadpool_saturated(void **state)
+{
+	(void)state;
+	enum { BLOCKED = 24 }; /* more than any threadpool this test runs with */
+	struct http_server_options opts = { .max_inflight = BLOCKED };
+	struct fixture *f = server_start(&opts);
+	struct client *blocked[BLOCKED], *m = client_open(f);
+	struct reply *r = reply_new();
+
+	for (int i = 0; i < BLOCKED; i++) {
+		blocked[i] = client_open(f);
+		client_sendf(blocked[i], "GET /block HTTP/1.1\r\n\r\n");
+	}
+	/* At least one handler runs (the others wait for threads or run too). */
+	struct timespec deadline;
+	deadline_in(&deadline, WAIT_SECONDS);
+	pthread_mutex_lock(&f->gate.mu);
+	while (f->gate.entered < 1 &&
+	       pthread_cond_timedwait(&f->gate.cv, &f->gate.mu, &deadline) == 0)
+		;
+	pthread_mutex_unlock(&f->gate.mu);
+	for (int i = 0; i < 5; i++) {
+		uint64_t t0 = monotonic_ms();
+		client_sendf(m, "GET /monitor HTTP/1.1\r\n\r\n");
+		assert_true(client_read_reply(m, r, false));
+		assert_int_equal(r->status, 200);
+		assert_true(monotonic_ms() - t0 < 2000);
+	}
+	gate_open(f);
+	for (int i = 0; i < BLOCKED; i++) {
+		assert_true(client_read_reply(blocked[i], r, false));
+		assert_int_equal(r->status, 200);
+		client_close(blocked[i]);
+	}
+	free(r);
+	client_close(m);
 	server_stop(f);
 }
 
@@ -1705,7 +1921,7 @@ static void test_listen_errors(void **state)
 	(void)state;
 	struct fixture *f = server_start(NULL);
 	struct http_server_options opts = { .host = "127.0.0.1", .port = f->port };
-	struct http_route route = { "GET", "/", false, echo_handler, f, 0 };
+	struct http_route route = { "GET", "/", false, echo_handler, f, 0, 0 };
 	char err[256] = "";
 	uv_loop_t loop;
 
@@ -2048,6 +2264,10 @@ int main(void)
 		cmocka_unit_test(test_header_timeout),
 		cmocka_unit_test(test_mark_authenticated_detached),
 		cmocka_unit_test(test_max_inflight),
+		cmocka_unit_test(test_early_refusal_inflight),
+		cmocka_unit_test(test_early_refusal_busy),
+		cmocka_unit_test(test_monitoring_lane),
+		cmocka_unit_test(test_monitoring_threadpool_saturated),
 		cmocka_unit_test(test_malformed_requests),
 		cmocka_unit_test(test_path_traversal),
 		cmocka_unit_test(test_stats),

@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +25,7 @@
 #include "common/error.h"
 #include "server/store/store.h"
 #include "tests/support/batch_fixture.h"
+#include "tests/unit/server/job_fixture.h"
 
 #define T0 1700000000000000000ULL
 #define FIXTURE_HASH 0x5eed5eed5eed5eedULL
@@ -354,6 +356,196 @@ static void test_same_answers(void **state)
 	assert_string_equal(a.buf, b.buf);
 }
 
+/* ---- training jobs: ranks, communicators, collective instances ---------------------------- */
+
+static void put_job_both(struct ctx *c, const struct job_spec *js, int64_t received_ns)
+{
+	struct store_put_result a, b;
+	struct sysom_batch batch;
+
+	int brc = job_batch_build(&batch, js);
+	if (brc)
+		fail_msg("job_batch_build (node %u): %d", js->base.node, brc);
+	assert_int_equal(store_batch_put(c->sq, &batch, FIXTURE_HASH, received_ns, &a), 0);
+	int rc = store_batch_put(c->ch, &batch, FIXTURE_HASH, received_ns, &b);
+	if (rc)
+		fail_msg("store_batch_put (ClickHouse): %s", sysom_strerror(rc));
+	sysom_batch_free(&batch);
+	assert_int_equal(a.duplicate, b.duplicate);
+	assert_int_equal(a.job_ranks, b.job_ranks);
+	assert_int_equal(a.communicators, b.communicators);
+	assert_int_equal(a.nccl_calls, b.nccl_calls);
+}
+
+static int job_text(void *arg, const struct store_job *j)
+{
+	text_add(arg, "%s ws=%d ranks=%u procs=%u nodes=%u first=%" PRId64 " last=%" PRId64 "\n",
+		 j->job, j->world_size, j->ranks, j->processes, j->nodes, j->first_seen_ns,
+		 j->last_seen_ns);
+	return 0;
+}
+
+static int rank_text(void *arg, const struct store_job_rank *r)
+{
+	text_add(arg, "r=%d ws=%d lr=%d lws=%d gr=%d src=%u %s %s pid=%u gen=%u st=%" PRIu64
+		 " %s %s %s %s first=%" PRId64 " last=%" PRId64 "\n", r->rank, r->world_size,
+		 r->local_rank, r->local_world_size, r->group_rank, r->source, r->node_id,
+		 r->hostname, r->pid, r->generation, r->start_time_ns, r->comm, r->job_id_source,
+		 r->master, r->groups, r->first_seen_ns, r->last_seen_ns);
+	return 0;
+}
+
+static int comm_text(void *arg, const struct store_job_communicator *m)
+{
+	text_add(arg, "k=%" PRIx64 " pk=%" PRIx64 " h=%" PRIx64 " r=%d n=%d sc=%d sk=%d so=%u ks=%u"
+		 " d=%d cr=%" PRId64 " %s %s pid=%u jr=%d first=%" PRId64 " last=%" PRId64 "\n",
+		 m->key, m->parent_key, m->comm_hash, m->rank, m->nranks, m->split_color,
+		 m->split_key, m->split_ordinal, m->key_source, m->destroyed, m->created_ns,
+		 m->node_id, m->hostname, m->pid, m->job_rank, m->first_seen_ns, m->last_seen_ns);
+	return 0;
+}
+
+static int call_text(void *arg, const struct store_collective_call *k)
+{
+	text_add(arg, "k=%" PRIx64 " op=%u seq=%" PRIu64 " first=%" PRId64 " n=%d r=%d in=%" PRId64
+		 " out=%" PRId64 " c=%" PRIu64 " b=%" PRIu64 " peer=%d res=%d pid=%u tid=%u %s %s"
+		 " jr=%d\n", k->comm_key, k->op, k->seq, k->first_entry_ns, k->nranks, k->rank,
+		 k->entry_ns, k->exit_ns, k->count, k->bytes, k->peer, k->result, k->pid, k->tid,
+		 k->node_id, k->hostname, k->job_rank);
+	return 0;
+}
+
+/* Runs one listing on both stores; the answers must be the same text. Returns the lines. */
+#define SAME_LISTING(call_sq, call_ch)                                                      \
+	({                                                                                  \
+		static struct text a_, b_;                                                  \
+		memset(&a_, 0, sizeof(a_));                                                 \
+		memset(&b_, 0, sizeof(b_));                                                 \
+		assert_int_equal((call_sq), 0);                                             \
+		int rc_ = (call_ch);                                                        \
+		if (rc_)                                                                    \
+			fail_msg("ClickHouse listing: %s", sysom_strerror(rc_));            \
+		assert_string_equal(a_.buf, b_.buf);                                        \
+		size_t n_ = 0;                                                              \
+		for (const char *p_ = a_.buf; *p_; p_++)                                    \
+			n_ += *p_ == '\n';                                                  \
+		n_;                                                                         \
+	})
+
+static size_t same_collectives(struct ctx *c, const struct store_collective_filter *f,
+			       uint32_t max)
+{
+	return SAME_LISTING(store_collectives_list(c->sq, f, max, call_text, &a_),
+			    store_collectives_list(c->ch, f, max, call_text, &b_));
+}
+
+static void test_jobs_same_answers(void **state)
+{
+	struct ctx *c = *state;
+	const int64_t r0 = (int64_t)T0 + 31000000000LL;
+
+	REQUIRE_CH();
+	/* Two nodes of job-42 (rank 5 misses seq 1, rank 2 is 40 ms late everywhere), a second
+	 * window of node 1, and node 3 whose process said job-old in an older window that
+	 * arrives later (the newest window's job wins). */
+	struct job_spec n1 = { .base = { .node = 1, .epoch = 1, .sequence = 1, .window_start_ns = T0,
+					 .hostname = "gpu-1" },
+			       .job = "job-42", .first_rank = 0, .local_ranks = 4, .instances = 3,
+			       .skip_rank = -1, .late_rank = 2, .late_ms = 40, .samples = true,
+			       .hot_rank = 1 };
+	struct job_spec n2 = n1;
+	n2.base.node = 2;
+	n2.base.hostname = "gpu-2";
+	n2.first_rank = 4;
+	n2.skip_rank = 5;
+	n2.late_rank = -1;
+	n2.late_ms = 0;
+	put_job_both(c, &n1, r0);
+	put_job_both(c, &n2, r0 + 1);
+	put_job_both(c, &n1, r0 + 2); /* a duplicate */
+	struct job_spec later = n1;
+	later.base.sequence = 2;
+	later.base.window_start_ns = T0 + 30000000000ULL;
+	later.instances = 1;
+	put_job_both(c, &later, r0 + 3);
+	struct job_spec n3 = n1;
+	n3.base.node = 3;
+	n3.base.hostname = "gpu-3";
+	n3.base.sequence = 2;
+	n3.base.window_start_ns = T0 + 30000000000ULL;
+	n3.first_rank = 3;
+	n3.local_ranks = 1;
+	n3.job = "job-43";
+	put_job_both(c, &n3, r0 + 4);
+	n3.base.sequence = 1;
+	n3.base.window_start_ns = T0;
+	n3.job = "job-old";
+	put_job_both(c, &n3, r0 + 5);
+
+	assert_int_equal(SAME_LISTING(store_jobs_list(c->sq, 10, job_text, &a_),
+				      store_jobs_list(c->ch, 10, job_text, &b_)), 2);
+	assert_int_equal(SAME_LISTING(store_jobs_list(c->sq, 1, job_text, &a_),
+				      store_jobs_list(c->ch, 1, job_text, &b_)), 1);
+	assert_int_equal(SAME_LISTING(store_job_ranks_list(c->sq, "job-42", 100, rank_text, &a_),
+				      store_job_ranks_list(c->ch, "job-42", 100, rank_text, &b_)), 8);
+	assert_int_equal(SAME_LISTING(store_job_ranks_list(c->sq, "job-42", 3, rank_text, &a_),
+				      store_job_ranks_list(c->ch, "job-42", 3, rank_text, &b_)), 3);
+	assert_int_equal(SAME_LISTING(store_job_ranks_list(c->sq, "job-old", 9, rank_text, &a_),
+				      store_job_ranks_list(c->ch, "job-old", 9, rank_text, &b_)), 0);
+	assert_int_equal(SAME_LISTING(store_job_ranks_list(c->sq, "job-43", 9, rank_text, &a_),
+				      store_job_ranks_list(c->ch, "job-43", 9, rank_text, &b_)), 1);
+	assert_int_equal(SAME_LISTING(store_job_communicators_list(c->sq, "job-42", 100, comm_text,
+								   &a_),
+				      store_job_communicators_list(c->ch, "job-42", 100, comm_text,
+								   &b_)), 16);
+	assert_int_equal(SAME_LISTING(store_job_communicators_list(c->sq, "job-42", 5, comm_text,
+								   &a_),
+				      store_job_communicators_list(c->ch, "job-42", 5, comm_text,
+								   &b_)), 5);
+
+	/* Instances: seq 0..2 of both nodes and seq 0 again from node 1's second window. */
+	struct store_collective_filter f = { .job = "job-42", .from_ns = (int64_t)T0,
+					     .to_ns = (int64_t)T0 + 60000000000LL };
+	assert_int_equal(same_collectives(c, &f, 100), 8 + 4 + 7 + 8);
+	assert_int_equal(same_collectives(c, &f, 1), 8 + 4);
+	f.latest = true;
+	assert_int_equal(same_collectives(c, &f, 1), 8);
+	assert_int_equal(same_collectives(c, &f, 2), 7 + 8);
+	f.latest = false;
+	f.from_ns = (int64_t)T0 + 1500000000LL; /* seq 0 is in by node 1's second window */
+	assert_int_equal(same_collectives(c, &f, 100), 7 + 8 + 8 + 4);
+	f.to_ns = (int64_t)T0 + 10000000000LL;
+	assert_int_equal(same_collectives(c, &f, 100), 7 + 8);
+	f.from_ns = (int64_t)T0 + 1020000000LL; /* only rank 2's late seq 0 call is in range */
+	f.to_ns = (int64_t)T0 + 1100000000LL;
+	assert_int_equal(same_collectives(c, &f, 100), 8 + 4);
+	f.from_ns = (int64_t)T0;
+	f.to_ns = (int64_t)T0 + 60000000000LL;
+	f.has_comm = true;
+	f.comm = JOB_TP_COMM(0);
+	assert_int_equal(same_collectives(c, &f, 100), 0);
+	f.comm = JOB_COMM;
+	f.op = SYSOM_NCCL_ALL_REDUCE;
+	assert_int_equal(same_collectives(c, &f, 100), 8 + 4 + 7 + 8);
+	f.op = SYSOM_NCCL_BROADCAST;
+	assert_int_equal(same_collectives(c, &f, 100), 0);
+	f.op = 0;
+	f.job = "job-43"; /* its process's calls of both windows, also those under job-old */
+	assert_int_equal(same_collectives(c, &f, 100), 6);
+	f.job = "job-none";
+	assert_int_equal(same_collectives(c, &f, 100), 0);
+
+	/* The sample filter's job (and rank) on the flame graph. */
+	int64_t from = (int64_t)(T0 / 1000000);
+	struct store_sample_filter sf = { .from_ms = from, .to_ms = from + 3600000, .job = "job-42" };
+	same_aggregate(c, &sf, 2 * (4 * 10 + 30) + 4 * 10);
+	sf.has_rank = true;
+	sf.rank = 1;
+	same_aggregate(c, &sf, 2 * (10 + 30));
+	sf.job = "job-old";
+	same_aggregate(c, &sf, 0);
+}
+
 static void test_duplicate_and_conflict(void **state)
 {
 	struct ctx *c = *state;
@@ -459,10 +651,249 @@ static void test_kernel_symbols(void **state)
 	assert_int_equal(u.rows, 3);
 }
 
-static int no_job(void *arg, const struct store_job *j)
+/* ---- GPU, OS and off-CPU rows ---------------------------------------------------------- */
+
+/* Adds launches, GPU kernel timing, NCCL profile/link, OS and off-CPU rows to a fixture batch
+ * (values vary with `seq`, so that sums over windows are checked). */
+static void gpu_os_rows_add(struct sysom_batch *b, uint64_t seq)
 {
-	(void)arg, (void)j;
-	return -EPROTO;
+	uint32_t k = SYSOM_WIRE_NONE, u = SYSOM_WIRE_NONE, sgemm, nccl, dl, s[6];
+
+	for (uint32_t i = 0; i < b->stack_count; i++) {
+		if (b->stacks[i].kind == SYSOM_STACK_KERNEL && k == SYSOM_WIRE_NONE)
+			k = i;
+		if (b->stacks[i].kind == SYSOM_STACK_USER && u == SYSOM_WIRE_NONE)
+			u = i;
+	}
+	assert_int_not_equal(k, SYSOM_WIRE_NONE);
+	assert_int_not_equal(u, SYSOM_WIRE_NONE);
+	assert_int_equal(sysom_batch_intern_cstring(b, "ampere_sgemm_128x64_nn", &sgemm), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, "ncclKernel_AllReduce_RING", &nccl), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, "dataloader", &dl), 0);
+	const char *names[] = { "AllReduce", "Ring", "Simple", "ncclFloat32", "mlx5_comp0", "" };
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(sysom_batch_intern_cstring(b, names[i], &s[i]), 0);
+
+	struct sysom_launch l = { .process = 0, .kernel_name = sgemm, .function = 0x7f00a0,
+				  .user_stack = u, .kernel_stack = SYSOM_WIRE_NONE,
+				  .count = 5 * seq, .grid = { 8, 1, 1 }, .block = { 256, 1, 1 } };
+	assert_int_equal(sysom_batch_add_launch(b, &l), 0);
+	l.user_stack = SYSOM_WIRE_NONE;
+	l.count = 2;
+	assert_int_equal(sysom_batch_add_launch(b, &l), 0);
+	l.kernel_name = s[5]; /* unnamed: "0x" and the handle */
+	l.function = 0x0badf00dULL;
+	l.count = 7;
+	assert_int_equal(sysom_batch_add_launch(b, &l), 0);
+	l.process = 1;
+	l.function = 0x10;
+	l.count = 1;
+	assert_int_equal(sysom_batch_add_launch(b, &l), 0);
+
+	struct sysom_gpu_kernel g = { .process = 0, .name = sgemm, .device = 0, .stream = 7,
+				      .count = 9, .total_ns = 1000003 * seq, .min_ns = 1000,
+				      .max_ns = 400000 };
+	g.hist[3] = 9;
+	assert_int_equal(sysom_batch_add_gpu_kernel(b, &g), 0);
+	g.name = nccl; /* no launch traced: its whole time, stack unknown */
+	g.total_ns = 777777;
+	assert_int_equal(sysom_batch_add_gpu_kernel(b, &g), 0);
+
+	struct sysom_nccl_profile pr = { .process = 0, .rank = 0, .comm_id = 0xc0ffee,
+					 .comm_name = s[5], .nranks = 2, .func = s[0],
+					 .algo = s[1], .proto = s[2], .datatype = s[3],
+					 .peer = -1, .nchannels = 2, .count = 3, .bytes = 3000,
+					 .kernel_timed = 3, .kernel_ns_total = 3000,
+					 .kernel_ns_min = 900, .kernel_ns_max = 1100,
+					 .first_seq = 1, .last_seq = 3 };
+	assert_int_equal(sysom_batch_add_nccl_profile(b, &pr), 0);
+	struct sysom_nccl_link nl = { .process = 0, .rank = 0, .comm_id = 0xc0ffee, .peer = 1,
+				      .channel = -1, .transfers = 2, .bytes = 2000,
+				      .time_ns_total = 500, .sx = 2000, .sy = 500, .sxx = 2e6,
+				      .sxy = 5e5, .syy = 125000, .min_latency_ns = NAN,
+				      .min_bytes_per_ns = NAN, .min_r2 = NAN };
+	assert_int_equal(sysom_batch_add_nccl_link(b, &nl), 0);
+	struct sysom_os_cpu oc = { .cpu = 1, .numa_node = 0, .busy_ns = 900000000,
+				   .hardirq_count = 10, .hardirq_ns = 5000,
+				   .context_switches = 100, .runq_wait_ns = 4000 };
+	oc.softirq_count[SYSOM_SOFTIRQ_NET_RX] = 3;
+	oc.softirq_ns[SYSOM_SOFTIRQ_NET_RX] = 3000;
+	assert_int_equal(sysom_batch_add_os_cpu(b, &oc), 0);
+	struct sysom_os_irq oq = { .cpu = 1, .irq = 33, .name = s[4], .count = 10, .ns = 5000 };
+	assert_int_equal(sysom_batch_add_os_irq(b, &oq), 0);
+	struct sysom_os_thread ot = { .process = 0, .tid = 4243, .comm = dl, .oncpu_ns = 5000000,
+				      .runq_wait_ns = 1000, .runq_waits = 2, .migrations = 1 };
+	ot.runq_hist[1] = 2;
+	ot.cpus[0] = 2;
+	assert_int_equal(sysom_batch_add_os_thread(b, &ot), 0);
+
+	struct sysom_offcpu o = { .process = 0, .tid = 4250, .time_offset_ms = 1000,
+				  .kernel_stack = k, .user_stack = u, .thread_comm = dl,
+				  .state = SYSOM_OFFCPU_SLEEP, .count = 3,
+				  .blocked_ns = 30000500 * seq, .max_ns = 20000000 };
+	assert_int_equal(sysom_batch_add_offcpu(b, &o), 0);
+	o.user_stack = SYSOM_WIRE_NONE;
+	o.state = SYSOM_OFFCPU_DISK;
+	o.count = 1;
+	o.blocked_ns = o.max_ns = 7000999;
+	assert_int_equal(sysom_batch_add_offcpu(b, &o), 0);
+	o.process = 1;
+	o.tid = 780;
+	o.time_offset_ms = 20000;
+	o.blocked_ns = o.max_ns = 1234567;
+	assert_int_equal(sysom_batch_add_offcpu(b, &o), 0);
+}
+
+static void put_both_gpu_os(struct ctx *c, const struct fixture_spec *spec)
+{
+	struct store_put_result r[2];
+	struct store *st[2] = { c->sq, c->ch };
+
+	for (int i = 0; i < 2; i++) {
+		struct sysom_batch b;
+
+		assert_int_equal(fixture_batch_build(&b, spec), 0);
+		gpu_os_rows_add(&b, spec->sequence);
+		int rc = store_batch_put(st[i], &b, FIXTURE_HASH,
+					 (int64_t)T0 + 31000000000LL + (int64_t)spec->sequence, &r[i]);
+		if (rc)
+			fail_msg("store_batch_put: %d (%s)", rc, sysom_strerror(rc));
+		sysom_batch_free(&b);
+	}
+	assert_int_equal(r[0].launch_rows, r[1].launch_rows);
+	assert_int_equal(r[0].launches, r[1].launches);
+	assert_int_equal(r[0].gpu_kernel_rows, r[1].gpu_kernel_rows);
+	assert_int_equal(r[0].nccl_profile_rows, r[1].nccl_profile_rows);
+	assert_int_equal(r[0].nccl_link_rows, r[1].nccl_link_rows);
+	assert_int_equal(r[0].os_cpu_rows, r[1].os_cpu_rows);
+	assert_int_equal(r[0].os_irq_rows, r[1].os_irq_rows);
+	assert_int_equal(r[0].os_thread_rows, r[1].os_thread_rows);
+	assert_int_equal(r[1].launch_rows, 4);
+	assert_int_equal(r[1].os_thread_rows, 1);
+}
+
+static int launch_text(void *arg, const struct store_launch_count *r)
+{
+	struct text *t = arg;
+
+	text_add(t, "%s pid=%" PRId64 " procs=%" PRIu64 " n=%" PRIu64 " %s%s u=", r->comm, r->pid,
+		 r->processes, r->count, r->named ? "" : "unnamed ", r->kernel);
+	stack_text(t, r->user_stack);
+	text_add(t, "\n");
+	return 0;
+}
+
+static int gpu_time_text(void *arg, const struct store_gpu_time *r)
+{
+	struct text *t = arg;
+
+	text_add(t, "%s pid=%" PRId64 " procs=%" PRIu64 " ns=%" PRIu64 " %s%s u=", r->comm, r->pid,
+		 r->processes, r->ns, r->launch_seen ? "" : "unseen ", r->kernel);
+	stack_text(t, r->user_stack);
+	text_add(t, "\n");
+	return 0;
+}
+
+enum agg { AGG_LAUNCHES, AGG_GPU_TIME, AGG_OFFCPU, AGG_WALL };
+
+static void agg_text(struct store *s, enum agg kind, const struct store_sample_filter *f,
+		     uint32_t limit, struct text *t, uint64_t *total)
+{
+	int rc = -EINVAL;
+
+	memset(t, 0, sizeof(*t));
+	t->s = s;
+	switch (kind) {
+	case AGG_LAUNCHES:
+		rc = store_launches_aggregate(s, f, limit, launch_text, t, total);
+		break;
+	case AGG_GPU_TIME:
+		rc = store_gpu_time_aggregate(s, f, limit, gpu_time_text, t, total);
+		break;
+	case AGG_OFFCPU:
+		rc = store_offcpu_aggregate(s, f, limit, row_text, t, total);
+		break;
+	case AGG_WALL:
+		rc = store_wall_aggregate(s, f, limit, row_text, t, total);
+		break;
+	}
+	if (rc)
+		fail_msg("aggregate %d: %s", kind, sysom_strerror(rc));
+	text_sort(t);
+}
+
+/* The same groups and total from both backends; returns the total. */
+static uint64_t same_agg(struct ctx *c, enum agg kind, const struct store_sample_filter *f,
+			 uint32_t limit)
+{
+	static struct text a, b;
+	uint64_t ta = 0, tb = 0;
+
+	agg_text(c->sq, kind, f, limit, &a, &ta);
+	agg_text(c->ch, kind, f, limit, &b, &tb);
+	assert_string_equal(a.buf, b.buf);
+	assert_int_equal(ta, tb);
+	return ta;
+}
+
+static void test_gpu_os_same_answers(void **state)
+{
+	struct ctx *c = *state;
+	int64_t from = (int64_t)(T0 / 1000000);
+	struct store_sample_filter all = { .from_ms = from, .to_ms = from + 3600000 };
+
+	REQUIRE_CH();
+	for (uint64_t seq = 1; seq <= 3; seq++) {
+		put_both_gpu_os(c, &(struct fixture_spec){ .node = 7, .epoch = 5, .sequence = seq,
+							    .window_start_ns = T0 + (seq - 1) * 30000000000ULL,
+							    .hostname = "gpu-7" });
+		put_both_gpu_os(c, &(struct fixture_spec){ .node = 8, .epoch = 9, .sequence = seq,
+							    .window_start_ns = T0 + (seq - 1) * 30000000000ULL,
+							    .python_comm = seq == 3 ? "trainer" : NULL });
+	}
+	/* Launches: 5+10+15 + 3 x 2 named on one stack or none, 3 x 7 unnamed, 3 x 1 in nccl. */
+	assert_int_equal(same_agg(c, AGG_LAUNCHES, &all, 1000), 2 * (30 + 6 + 21 + 3));
+	assert_int_equal(same_agg(c, AGG_GPU_TIME, &all, 1000), 2 * (6000018 + 3 * 777777));
+	/* Off-CPU µs are rounded down per group: python3 and trainer (per node) sleeping and in
+	 * D, both nodes' nccl-proxy in D together. */
+	const uint64_t offcpu_us = 2 * (180003 + 21002) + 7407;
+	assert_int_equal(same_agg(c, AGG_OFFCPU, &all, 1000), offcpu_us);
+	/* CPU time: 132 samples at 99 Hz x 10%: about 13.3 s, plus the off-CPU time. */
+	assert_true(same_agg(c, AGG_WALL, &all, 1000) > offcpu_us + 13000000);
+
+	struct store_sample_filter f = all;
+	f.to_ms = from + 31000; /* the first window only (+1 s off-CPU rows, window-end rows) */
+	same_agg(c, AGG_LAUNCHES, &f, 1000);
+	same_agg(c, AGG_GPU_TIME, &f, 1000);
+	same_agg(c, AGG_OFFCPU, &f, 1000);
+	same_agg(c, AGG_WALL, &f, 1000);
+	f = all;
+	f.node = "gpu-7";
+	assert_int_equal(same_agg(c, AGG_LAUNCHES, &f, 1000), 30 + 6 + 21 + 3);
+	same_agg(c, AGG_GPU_TIME, &f, 1000);
+	same_agg(c, AGG_OFFCPU, &f, 1000);
+	same_agg(c, AGG_WALL, &f, 1000);
+	f = all;
+	f.comm = "dataloader"; /* a thread comm: off-CPU and wall only */
+	assert_int_equal(same_agg(c, AGG_OFFCPU, &f, 1000), offcpu_us);
+	assert_int_equal(same_agg(c, AGG_LAUNCHES, &f, 1000), 0);
+	same_agg(c, AGG_WALL, &f, 1000);
+	f.comm = "trainer";
+	same_agg(c, AGG_LAUNCHES, &f, 1000);
+	same_agg(c, AGG_GPU_TIME, &f, 1000);
+	same_agg(c, AGG_WALL, &f, 1000);
+	f = all;
+	f.has_pid = true;
+	f.pid = FIXTURE_PID_NCCL;
+	assert_int_equal(same_agg(c, AGG_LAUNCHES, &f, 1000), 2 * 3);
+	same_agg(c, AGG_OFFCPU, &f, 1000);
+	same_agg(c, AGG_WALL, &f, 1000);
+	same_agg(c, AGG_GPU_TIME, &f, 1000);
+	/* A limit keeps the largest groups and the total of all. */
+	same_agg(c, AGG_LAUNCHES, &all, 1);
+	same_agg(c, AGG_GPU_TIME, &all, 1);
+	same_agg(c, AGG_OFFCPU, &all, 2);
+	same_agg(c, AGG_WALL, &all, 3);
 }
 
 static int no_row(void *arg, const struct store_stack_count *r)
@@ -475,18 +906,357 @@ static int no_row(void *arg, const struct store_stack_count *r)
 static void test_not_supported(void **state)
 {
 	struct ctx *c = *state;
-	struct store_sample_filter f = { .from_ms = 0, .to_ms = INT64_MAX, .job = "j" };
-	uint64_t total;
-	char *json;
-
 	REQUIRE_CH();
-	assert_int_equal(store_jobs_list(c->ch, 10, no_job, NULL), -ENOTSUP);
-	assert_int_equal(store_stacks_aggregate(c->ch, &f, 10, no_row, NULL, &total), -ENOTSUP);
-	assert_int_equal(store_job_settings_get(c->ch, "j", &json), -ENOTSUP);
 	assert_int_equal(store_size_limit_set(c->ch, 1000), -ENOTSUP);
 	assert_int_equal(store_ping(c->ch), 0);
 	uint64_t bytes = 0;
 	assert_int_equal(store_size_get(c->ch, &bytes), 0);
+}
+
+/* ---- incidents, settings, baselines, retention ---------------------------------------------- */
+
+/* A diagnosis as text without its id (ids differ by backend: SQLite counts, ClickHouse hashes). */
+static int diag_text(void *arg, const struct store_diagnosis *d)
+{
+	struct text *t = arg;
+
+	text_add(t, "%s|%s|%s|%d|%s|%s|%s|%s|%s|%s|%s|%" PRId64 "|%" PRId64 "|%" PRId64 "\n",
+		 d->job, d->identity, d->kind, d->rank, d->hostname, d->communicators, d->layer,
+		 d->severity, d->summary, d->action, d->report, d->opened_ms, d->updated_ms,
+		 d->resolved_ms);
+	return 0;
+}
+
+static void diag_list(struct store *s, const struct store_diagnosis_filter *f, uint32_t limit,
+		      struct text *t)
+{
+	memset(t, 0, sizeof(*t));
+	int rc = store_diagnoses_list(s, f, limit, diag_text, t);
+	if (rc)
+		fail_msg("store_diagnoses_list: %s", sysom_strerror(rc));
+}
+
+static void same_diag_list(struct ctx *c, const struct store_diagnosis_filter *f, uint32_t limit,
+			   unsigned want_rows)
+{
+	static struct text a, b;
+	unsigned n = 0;
+
+	diag_list(c->sq, f, limit, &a);
+	diag_list(c->ch, f, limit, &b);
+	assert_string_equal(a.buf, b.buf);
+	for (size_t i = 0; i < a.len; i++)
+		n += a.buf[i] == '\n';
+	assert_int_equal(n, want_rows);
+}
+
+static struct store_diagnosis diag(const char *job, const char *identity, const char *summary,
+				   int64_t ms)
+{
+	return (struct store_diagnosis){
+		.job = job, .identity = identity, .kind = "straggler", .rank = 5,
+		.hostname = "node-5", .communicators = "ab cd", .layer = "gpu", .severity = "warning",
+		.summary = summary, .action = "check it", .report = "{\"it's\":\"a\\\\b\\tc\"}",
+		.updated_ms = ms };
+}
+
+/* Upserts on both backends; the answers agree; returns the ClickHouse id. */
+static int64_t upsert_both(struct ctx *c, const struct store_diagnosis *d, bool want_opened)
+{
+	int64_t ida, idb;
+	bool oa, ob;
+
+	assert_int_equal(store_diagnosis_upsert(c->sq, d, &ida, &oa), 0);
+	assert_int_equal(store_diagnosis_upsert(c->ch, d, &idb, &ob), 0);
+	assert_true(oa == want_opened && ob == want_opened);
+	assert_true(ida > 0 && idb > 0 && idb < (1LL << 53));
+	return idb;
+}
+
+static int64_t sq_id_of(struct ctx *c, const struct store_diagnosis *d)
+{
+	int64_t id;
+	bool opened;
+
+	/* Upserting the same fields again changes nothing but tells the open id. */
+	assert_int_equal(store_diagnosis_upsert(c->sq, d, &id, &opened), 0);
+	assert_false(opened);
+	return id;
+}
+
+/* The monitor's cycle on both backends: open, update, resolve, open again; same answers. */
+static void test_incidents_same_as_sqlite(void **state)
+{
+	struct ctx *c = *state;
+	struct store_diagnosis a1 = diag("j1", "straggler rank=5", "slow 1", 1000);
+	struct store_diagnosis b1 = diag("j1", "regression", "slower", 1500);
+	struct store_diagnosis c1 = diag("j2", "straggler rank=5", "other job", 1700);
+	struct store_diagnosis a2 = diag("j1", "straggler rank=5", "slow 2", 2000);
+	struct store_diagnosis a3 = diag("j1", "straggler rank=5", "back again", 4000);
+	struct store_diagnosis_filter all = { .from_ms = 0, .to_ms = INT64_MAX };
+	static struct text t;
+	int64_t ida, idb, ida2, ida3;
+
+	REQUIRE_CH();
+	b1.kind = "regression";
+	b1.rank = -1;
+	b1.hostname = NULL; /* missing texts read back as "" on both */
+	ida = upsert_both(c, &a1, true);
+	idb = upsert_both(c, &b1, true);
+	upsert_both(c, &c1, true);
+	assert_true(ida != idb);
+	ida2 = upsert_both(c, &a2, false);
+	assert_true(ida2 == ida);
+	same_diag_list(c, &all, 100, 3);
+	/* Resolve: the open one only; resolving again or an unknown id is -ENOENT. */
+	int64_t sq_a = sq_id_of(c, &a2);
+	assert_int_equal(store_diagnosis_resolve(c->sq, sq_a, 3000), 0);
+	assert_int_equal(store_diagnosis_resolve(c->ch, ida, 3000), 0);
+	assert_int_equal(store_diagnosis_resolve(c->sq, sq_a, 3500), -ENOENT);
+	assert_int_equal(store_diagnosis_resolve(c->ch, ida, 3500), -ENOENT);
+	assert_int_equal(store_diagnosis_resolve(c->ch, 12345, 3500), -ENOENT);
+	same_diag_list(c, &all, 100, 3);
+	same_diag_list(c, &(struct store_diagnosis_filter){ .to_ms = INT64_MAX, .open_only = true },
+		       100, 2);
+	/* The same identity again: a new incident with a new id; the old one stays resolved. */
+	ida3 = upsert_both(c, &a3, true);
+	assert_true(ida3 != ida);
+	same_diag_list(c, &all, 100, 4);
+	same_diag_list(c, &all, 2, 2);
+	same_diag_list(c, &(struct store_diagnosis_filter){ .job = "j1", .to_ms = INT64_MAX }, 100,
+		       3);
+	same_diag_list(c, &(struct store_diagnosis_filter){ .job = "j1", .to_ms = INT64_MAX,
+							    .open_only = true }, 100, 2);
+	/* Open at some time in [from, to]: the resolved one (1000..3000) is outside [3100, ...]. */
+	same_diag_list(c, &(struct store_diagnosis_filter){ .from_ms = 3100, .to_ms = 5000 }, 100,
+		       3);
+	same_diag_list(c, &(struct store_diagnosis_filter){ .from_ms = 0, .to_ms = 1200 }, 100, 1);
+	/* By id: the resolved one keeps its id and fields. */
+	diag_list(c->ch, &(struct store_diagnosis_filter){ .id = ida }, 1, &t);
+	assert_non_null(strstr(t.buf, "|slow 2|"));
+	assert_non_null(strstr(t.buf, "|1000|2000|3000\n"));
+	diag_list(c->ch, &(struct store_diagnosis_filter){ .id = ida3 }, 1, &t);
+	assert_non_null(strstr(t.buf, "|back again|check it|"));
+	assert_non_null(strstr(t.buf, "|4000|4000|0\n"));
+}
+
+/*
+ * Ids on ClickHouse: derived from (job, identity, generation), so two replicas (two stores)
+ * opening the same incident agree on it; a colliding id probes the next; a write with an
+ * older time still replaces the row it read; a stale update cannot undo a resolve.
+ */
+static void test_incident_ids_and_versions(void **state)
+{
+	struct ctx *c = *state;
+	struct store_diagnosis d = diag("jid", "straggler rank=1", "s1", 5000);
+	struct store *other = NULL;
+	char url[300], err[256], sql[512];
+	static struct text t;
+	int64_t id1, id2, id3;
+	bool opened;
+
+	REQUIRE_CH();
+	snprintf(url, sizeof(url), "%s_b", c->url);
+	assert_int_equal(store_clickhouse_open(&(struct store_clickhouse_options){ .url = url },
+					       &other, err, sizeof(err)), 0);
+	/* Another database (a replica racing, or a second cluster): the same id. */
+	assert_int_equal(store_diagnosis_upsert(other, &d, &id1, &opened), 0);
+	assert_true(opened);
+	assert_int_equal(store_diagnosis_upsert(c->ch, &d, &id2, &opened), 0);
+	assert_true(opened && id1 == id2);
+	/* A second store on the same database (a second replica) updates the same incident. */
+	struct store *replica = NULL;
+	assert_int_equal(store_clickhouse_open(&(struct store_clickhouse_options){ .url = c->url },
+					       &replica, err, sizeof(err)), 0);
+	d.summary = "s2";
+	d.updated_ms = 4000; /* its clock is behind: the write still wins (version = prev + 1) */
+	assert_int_equal(store_diagnosis_upsert(replica, &d, &id3, &opened), 0);
+	assert_true(!opened && id3 == id1);
+	diag_list(c->ch, &(struct store_diagnosis_filter){ .id = id1 }, 10, &t);
+	assert_non_null(strstr(t.buf, "|s2|"));
+	assert_non_null(strstr(t.buf, "|5000|4000|0\n"));
+	/* Resolved on one replica; a stale open copy written afterwards (a racing update with a
+	 * lower version) does not reopen it. */
+	assert_int_equal(store_diagnosis_resolve(replica, id1, 6000), 0);
+	snprintf(sql, sizeof(sql), "INSERT INTO diagnoses (id, job, identity, summary, resolved_ms,"
+		 " version) VALUES (%" PRId64 ", 'jid', 'straggler rank=1', 'stale', 0, 999999999)",
+		 id1);
+	ch_sql(c->db, sql);
+	diag_list(c->ch, &(struct store_diagnosis_filter){ .id = id1 }, 10, &t);
+	assert_non_null(strstr(t.buf, "|s2|"));
+	assert_non_null(strstr(t.buf, "|6000\n"));
+	diag_list(c->ch, &(struct store_diagnosis_filter){ .to_ms = INT64_MAX, .open_only = true },
+		  10, &t);
+	assert_int_equal(t.len, 0);
+	/* Generation 1 of the identity, opened in the other database first: its id is then
+	 * taken there by a foreign row, so that store probes to the next id. */
+	d.updated_ms = 7000;
+	assert_int_equal(store_diagnosis_upsert(c->ch, &d, &id2, &opened), 0);
+	assert_true(opened && id2 != id1);
+	assert_int_equal(store_diagnosis_resolve(other, id1, 6000), 0);
+	snprintf(sql, sizeof(sql), "INSERT INTO diagnoses (id, job, identity, generation, version)"
+		 " VALUES (%" PRId64 ", 'someone', 'else', 0, 1)", id2);
+	ch_sql(strchr(url, '=') + 1, sql);
+	assert_int_equal(store_diagnosis_upsert(other, &d, &id3, &opened), 0);
+	assert_true(opened && id3 != id2 && id3 == ((id2 + 1) & ((1LL << 53) - 1)));
+	store_close(replica);
+	store_close(other);
+}
+
+static int baseline_text(void *arg, const struct store_baseline *b)
+{
+	struct text *t = arg;
+
+	text_add(t, "%s %" PRId64 " %" PRId64 " %" PRIu64 " %" PRIu64 " [%s] %" PRId64 " %s\n",
+		 b->job, b->from_ms, b->to_ms, b->iteration_ns, b->samples, b->profile,
+		 b->created_ms, b->source);
+	return 0;
+}
+
+static void same_baseline(struct ctx *c, const char *job, int want_rc)
+{
+	static struct text a, b;
+
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	assert_int_equal(store_baseline_get(c->sq, job, baseline_text, &a), want_rc);
+	assert_int_equal(store_baseline_get(c->ch, job, baseline_text, &b), want_rc);
+	assert_string_equal(a.buf, b.buf);
+}
+
+static void same_settings(struct ctx *c, const char *job, const char *want)
+{
+	char *a = (char *)"x", *b = (char *)"x";
+
+	assert_int_equal(store_job_settings_get(c->sq, job, &a), 0);
+	assert_int_equal(store_job_settings_get(c->ch, job, &b), 0);
+	if (!want) {
+		assert_null(a);
+		assert_null(b);
+	} else {
+		assert_non_null(a);
+		assert_non_null(b);
+		assert_string_equal(a, want);
+		assert_string_equal(b, want);
+	}
+	free(a);
+	free(b);
+}
+
+/* Settings replaced and deleted, baselines replaced: the same answers as SQLite. */
+static void test_settings_and_baselines(void **state)
+{
+	struct ctx *c = *state;
+	struct store_baseline b = { .job = "j1", .from_ms = 10, .to_ms = 20, .created_ms = 30,
+				    .iteration_ns = 123456, .samples = 789,
+				    .profile = "a;b 3\na;c 4\n", .source = "auto" };
+
+	REQUIRE_CH();
+	same_settings(c, "j1", NULL);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(store_job_settings_put(c->sq, "j1", "{\"straggler\":1.5}", 100), 0);
+		assert_int_equal(store_job_settings_put(c->ch, "j1", "{\"straggler\":1.5}", 100), 0);
+	}
+	same_settings(c, "j1", "{\"straggler\":1.5}");
+	/* Replaced within the same millisecond, then with an older time: the last put wins. */
+	assert_int_equal(store_job_settings_put(c->sq, "j1", "{\"it's\":\"new\\n\"}", 100), 0);
+	assert_int_equal(store_job_settings_put(c->ch, "j1", "{\"it's\":\"new\\n\"}", 100), 0);
+	same_settings(c, "j1", "{\"it's\":\"new\\n\"}");
+	assert_int_equal(store_job_settings_put(c->sq, "j1", "{\"v\":3}", 50), 0);
+	assert_int_equal(store_job_settings_put(c->ch, "j1", "{\"v\":3}", 50), 0);
+	same_settings(c, "j1", "{\"v\":3}");
+	same_settings(c, "j2", NULL);
+	assert_int_equal(store_job_settings_put(c->sq, "j1", NULL, 200), 0);
+	assert_int_equal(store_job_settings_put(c->ch, "j1", NULL, 200), 0);
+	same_settings(c, "j1", NULL);
+	assert_int_equal(store_job_settings_put(c->ch, "j1", "{}", 300), 0);
+	assert_int_equal(store_job_settings_put(c->sq, "j1", "{}", 300), 0);
+	same_settings(c, "j1", "{}");
+
+	same_baseline(c, "j1", -ENOENT);
+	assert_int_equal(store_baseline_put(c->sq, &b), 0);
+	assert_int_equal(store_baseline_put(c->ch, &b), 0);
+	same_baseline(c, "j1", 0);
+	b.iteration_ns = UINT64_MAX; /* clamped alike */
+	b.profile = NULL;
+	b.source = "api";
+	b.created_ms = 5; /* older than the one it replaces: still the newest write */
+	assert_int_equal(store_baseline_put(c->sq, &b), 0);
+	assert_int_equal(store_baseline_put(c->ch, &b), 0);
+	same_baseline(c, "j1", 0);
+	same_baseline(c, "j2", -ENOENT);
+}
+
+static void put_at(struct store *s, uint64_t seq, uint64_t window_ns)
+{
+	struct sysom_batch b;
+	struct store_put_result r;
+
+	assert_int_equal(fixture_batch_build(&b, &(struct fixture_spec){
+						     .node = 9, .epoch = 1, .sequence = seq,
+						     .window_start_ns = window_ns }), 0);
+	assert_int_equal(store_batch_put(s, &b, FIXTURE_HASH + seq, (int64_t)window_ns + 1000000000,
+					 &r), 0);
+	assert_false(r.duplicate);
+	sysom_batch_free(&b);
+}
+
+static int count_row(void *arg, const struct store_stack_count *r)
+{
+	(void)r;
+	(*(unsigned *)arg)++;
+	return 0;
+}
+
+/* Retention drops whole days that ended before the cutoff and nothing newer; incidents stay. */
+static void test_retention(void **state)
+{
+	struct ctx *c = *state;
+	const uint64_t day_ns = 86400ULL * 1000000000ULL;
+	uint64_t old_ns = T0 - T0 % day_ns + 3600ULL * 1000000000ULL; /* 01:00 UTC, day D */
+	uint64_t new_ns = old_ns + 3 * day_ns;                         /* day D+3 */
+	int64_t d_ms = (int64_t)((old_ns - old_ns % day_ns) / 1000000); /* 00:00 of day D */
+	struct store_sample_filter all = { .from_ms = 0, .to_ms = INT64_MAX };
+	struct store_batch_record rec;
+	struct store_diagnosis d = diag("jr", "straggler rank=5", "kept", d_ms);
+	uint8_t node[16];
+	uint32_t dropped = 99;
+	uint64_t total = 0;
+	unsigned groups = 0;
+	int64_t id;
+	bool opened;
+
+	REQUIRE_CH();
+	memset(node, 9, sizeof(node));
+	assert_int_equal(store_retention_apply(c->sq, d_ms, &dropped), -ENOTSUP);
+	put_at(c->ch, 1, old_ns);
+	put_at(c->ch, 2, new_ns);
+	assert_int_equal(store_diagnosis_upsert(c->ch, &d, &id, &opened), 0);
+	assert_int_equal(store_stacks_aggregate(c->ch, &all, 100, count_row, &groups, &total), 0);
+	assert_int_equal(total, 2 * FIXTURE_SAMPLES);
+	/* A cutoff inside day D keeps it (the day has not ended). */
+	assert_int_equal(store_retention_apply(c->ch, d_ms + 86399999, &dropped), 0);
+	assert_int_equal(dropped, 0);
+	/* The end of day D: its partitions go (batches, processes, samples), D+3 stays. */
+	assert_int_equal(store_retention_apply(c->ch, d_ms + 86400000, &dropped), 0);
+	assert_int_equal(dropped, 3);
+	assert_int_equal(store_stacks_aggregate(c->ch, &all, 100, count_row, &groups, &total), 0);
+	assert_int_equal(total, FIXTURE_SAMPLES);
+	assert_int_equal(store_batch_find(c->ch, node, 1, 1, &rec), 0);
+	assert_false(rec.exists);
+	assert_int_equal(store_batch_find(c->ch, node, 1, 2, &rec), 0);
+	assert_true(rec.exists);
+	/* Again: nothing left to drop; the incident is kept. */
+	assert_int_equal(store_retention_apply(c->ch, d_ms + 86400000, &dropped), 0);
+	assert_int_equal(dropped, 0);
+	static struct text t;
+	diag_list(c->ch, &(struct store_diagnosis_filter){ .id = id }, 1, &t);
+	assert_non_null(strstr(t.buf, "|kept|"));
+	/* Everything before D+4 ends: D+3 goes too. */
+	assert_int_equal(store_retention_apply(c->ch, d_ms + 4 * 86400000LL, &dropped), 0);
+	assert_int_equal(dropped, 3);
+	assert_int_equal(store_stacks_aggregate(c->ch, &all, 100, count_row, &groups, &total), 0);
+	assert_int_equal(total, 0);
 }
 
 static void test_open_errors(void **state)
@@ -577,10 +1347,16 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_same_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_jobs_same_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_gpu_os_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_duplicate_and_conflict, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_uncommitted_rows_invisible, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kernel_symbols, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_not_supported, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_incidents_same_as_sqlite, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_incident_ids_and_versions, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_settings_and_baselines, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_retention, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),
 		/* Last: it stops the server. */
 		cmocka_unit_test_setup_teardown(test_slow_and_down, setup, teardown),

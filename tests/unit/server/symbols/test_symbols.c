@@ -1130,6 +1130,84 @@ static void test_concurrent_uploads(void **state)
 	free(installed.data);
 }
 
+/*
+ * Symbol uploads reserve from the decode memory budget: a chunk holds its body and the hashing
+ * buffer, the installation an estimate of the symbol file's build. With the budget held by
+ * another request a chunk gets 503 (Retry-After: 2) and nothing is written; a chunk that can
+ * never fit gets 413; concurrent uploads all end well, and the reservations never pass the
+ * budget and are all given back.
+ */
+static void test_upload_memory_budget(void **state)
+{
+	(void)state;
+	const struct prog *p = &g.prog;
+	struct membudget_options mo = { .capacity = 3 * (1024 * KIB), .max_wait_ms = 0 };
+	struct membudget *b = NULL, *tiny = NULL;
+	struct membudget_hold other;
+	struct membudget_stats st;
+	char *body = NULL;
+
+	assert_int_equal(membudget_new(&mo, &b), 0);
+	struct state *s = state_new(&(struct symbols_options){ .memory_budget = b });
+
+	/* Another request holds nearly all of it: 503, nothing received. */
+	membudget_hold_init(&other, b);
+	assert_int_equal(membudget_hold_resize(&other, 3 * (1024 * KIB) - 1024), 0);
+	assert_int_equal(put_chunk(s, p->hex, EXE, UPLOAD_A, p->hash, NULL, p->data, 0,
+				   p->len / 2, p->len, &body), 503);
+	assert_non_null(strstr(body, "decode memory"));
+	free(body);
+	membudget_stats_get(b, &st);
+	assert_int_equal(st.reserved, 3 * (1024 * KIB) - 1024);
+	assert_int_equal(st.timeouts, 1);
+	membudget_hold_release(&other);
+
+	/* Free again: the same upload goes through, chunk by chunk, and installs. */
+	assert_int_equal(upload(s, p, NULL, EXE, UPLOAD_A, p->len / 2 + 1, NULL), 201);
+	membudget_stats_get(b, &st);
+	assert_int_equal(st.reserved, 0);
+	assert_true(st.reserved_peak <= st.capacity);
+	assert_true(st.reserved_peak >= 1 * (1024 * KIB) + p->len / 2); /* hash buffer + chunk held */
+	state_free(s);
+
+	/* Concurrent uploads of several nodes under the budget, waiting for one another. */
+	membudget_free(b);
+	mo.max_wait_ms = 20000;
+	mo.capacity = 2 * (1024 * KIB) + 64 * 1024;
+	assert_int_equal(membudget_new(&mo, &b), 0);
+	s = state_new(&(struct symbols_options){ .memory_budget = b });
+	struct racer r[4];
+	pthread_t th[4];
+	for (int i = 0; i < 4; i++) {
+		r[i] = (struct racer){ .s = s, .chunk = 4096 + 1024 * (size_t)i };
+		snprintf(r[i].upload_id, sizeof(r[i].upload_id), "%016x%016x", i + 1, 0xbeef);
+		assert_int_equal(pthread_create(&th[i], NULL, race, &r[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		if (r[i].status != 201 && r[i].status != 200)
+			fail_msg("racer %d ended with %d", i, r[i].status);
+	}
+	membudget_stats_get(b, &st);
+	assert_int_equal(st.reserved, 0);
+	assert_true(st.reserved_peak <= st.capacity);
+	assert_true(st.grants > 0);
+	assert_true(symrepo_has(s->repo, &p->id, SYMREPO_SYMBOLS));
+	state_free(s);
+	membudget_free(b);
+
+	/* A budget smaller than one chunk and the hashing buffer: 413, it can never fit. */
+	mo = (struct membudget_options){ .capacity = 512 * 1024, .max_wait_ms = 0 };
+	assert_int_equal(membudget_new(&mo, &tiny), 0);
+	s = state_new(&(struct symbols_options){ .memory_budget = tiny });
+	assert_int_equal(put_chunk(s, p->hex, EXE, UPLOAD_B, p->hash, NULL, p->data, 0,
+				   p->len - 1, p->len, &body), 413);
+	assert_non_null(strstr(body, "smaller chunks"));
+	free(body);
+	state_free(s);
+	membudget_free(tiny);
+}
+
 static void test_info(void **state)
 {
 	struct state *s = *state;
@@ -1670,6 +1748,7 @@ int main(void)
 		cmocka_unit_test(test_upload_reservations),
 		cmocka_unit_test(test_upload_reservation_disk),
 		cmocka_unit_test_setup_teardown(test_concurrent_uploads, setup, teardown),
+		cmocka_unit_test(test_upload_memory_budget),
 		cmocka_unit_test_setup_teardown(test_info, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_want_debuginfo, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_debuginfod, setup, teardown),
