@@ -10,7 +10,10 @@
  * counted), and recorded with a 1 µs minimum (nearly every block counted: the worst case).
  * Switches are counted by the kernel (getrusage per thread). User stacks are frame-pointer
  * walks here: this process is not published to the hybrid unwinder.
- * usage: offcpu_bench [--trips N] [--rounds R]
+ * Then the cost of delivering blocks still in progress at a drain: --parked N threads of this
+ * (recorded) process blocked in a pipe read for good; each round sleeps 1.1 s (so every block
+ * is >= 1 s old again) and times one drain with the delivery on, and one with it off.
+ * usage: offcpu_bench [--trips N] [--rounds R] [--parked N]
  */
 #include <pthread.h>
 #include <sched.h>
@@ -118,6 +121,98 @@ static struct sampler *open_mode(int m)
 	return s;
 }
 
+/* ---- drains with blocks in progress -------------------------------------------------------- */
+
+static int parked_fds[2];
+static uint64_t delivered_ns, delivered;
+
+static void *parked_thread(void *arg)
+{
+	char c;
+
+	(void)arg;
+	if (read(parked_fds[0], &c, 1) < 0)
+		return NULL;
+	return NULL;
+}
+
+static int count_open(void *ctx, const struct sampler_offcpu_entry *e)
+{
+	(void)ctx;
+	delivered_ns += e->total_ns;
+	delivered++;
+	return 0;
+}
+
+static struct sampler *open_parked(bool open)
+{
+	struct sampler_options o;
+	struct sampler *s = NULL;
+	char err[256] = "";
+
+	sampler_options_default(&o);
+	o.unwinder = SYSOM_UNWINDER_FP;
+	o.offcpu_mode = SYSOM_OFFCPU_JOBS;
+	o.offcpu_open = open;
+	if (sampler_open(&o, NULL, NULL, &s, err, sizeof(err)) ||
+	    sampler_offcpu_track(s, (uint32_t)getpid(), true)) {
+		fprintf(stderr, "offcpu_bench: %s\n", err);
+		exit(1);
+	}
+	sampler_set_offcpu_sink(s, count_open, NULL);
+	return s;
+}
+
+static int parked_drains(long n, int rounds)
+{
+	pthread_t *th = calloc((size_t)n, sizeof(*th));
+	struct sampler *on = open_parked(true), *off = open_parked(false);
+	pthread_attr_t attr;
+	double t_on[99], t_off[99];
+	uint64_t per_round = 0;
+
+	if (!th || pipe(parked_fds))
+		return 1;
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, 64 * 1024);
+	for (long i = 0; i < n; i++)
+		if (pthread_create(&th[i], &attr, parked_thread, NULL)) {
+			fprintf(stderr, "offcpu_bench: cannot start parked thread %ld\n", i);
+			return 1;
+		}
+	sampler_drain(on, NULL, NULL, NULL);
+	sampler_drain(off, NULL, NULL, NULL);
+	for (int r = 0; r < rounds; r++) {
+		usleep(1100 * 1000);
+		uint64_t d0 = delivered, t0 = bench_now_ns();
+		sampler_drain(off, NULL, NULL, NULL);
+		t_off[r] = (double)(bench_now_ns() - t0) / 1e6;
+		t0 = bench_now_ns();
+		sampler_drain(on, NULL, NULL, NULL);
+		t_on[r] = (double)(bench_now_ns() - t0) / 1e6;
+		per_round = delivered - d0;
+	}
+	double m_on = bench_median(t_on, rounds), m_off = bench_median(t_off, rounds);
+	printf("\n| one drain, %ld threads blocked for good (median of %d rounds) | ms per drain | "
+	       "blocks in progress delivered | us per parked thread | ratio |\n"
+	       "|---|---:|---:|---:|---:|\n", n, rounds);
+	printf("| blocks in progress not read | %.2f | 0 | | 1.00x |\n", m_off);
+	printf("| blocks in progress delivered | %.2f | %llu | %.2f | %.2fx |\n", m_on,
+	       (unsigned long long)per_round, (m_on - m_off) * 1e3 / (double)n,
+	       m_off > 0 ? m_on / m_off : 0.0);
+	fprintf(stderr, "  (%.1f s of blocked time delivered in %llu parts)\n", delivered_ns / 1e9,
+		(unsigned long long)delivered);
+	for (long i = 0; i < n; i++)
+		if (write(parked_fds[1], "x", 1) != 1)
+			break;
+	for (long i = 0; i < n; i++)
+		pthread_join(th[i], NULL);
+	sampler_close(on);
+	sampler_close(off);
+	free(th);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const char *const names[MODES] = {
@@ -127,18 +222,21 @@ int main(int argc, char **argv)
 	};
 	long trips = 200000;
 	int rounds = 7;
+	long parked = 1000;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--trips") && i + 1 < argc)
 			trips = atol(argv[++i]);
 		else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
 			rounds = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--parked") && i + 1 < argc)
+			parked = atol(argv[++i]);
 		else {
-			fprintf(stderr, "usage: offcpu_bench [--trips N] [--rounds R]\n");
+			fprintf(stderr, "usage: offcpu_bench [--trips N] [--rounds R] [--parked N]\n");
 			return 2;
 		}
 	}
-	if (trips < 1000 || rounds < 1 || rounds > 99)
+	if (trips < 1000 || rounds < 1 || rounds > 99 || parked < 1 || parked > 4000)
 		return 2;
 	if (geteuid() != 0) {
 		fprintf(stderr, "offcpu_bench: needs root (BPF)\n");
@@ -216,5 +314,5 @@ int main(int argc, char **argv)
 			fclose(f);
 		}
 	}
-	return 0;
+	return parked_drains(parked, rounds);
 }

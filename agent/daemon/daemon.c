@@ -524,6 +524,7 @@ static void agent_drain(struct agent *a)
 			 sysom_strerror(rc));
 	batcher_add_counter(a->batcher, SYSOM_COUNTER_DRAINS, 1);
 	batcher_add_counter(a->batcher, SYSOM_COUNTER_DISTINCT_KEYS, st.entries);
+	batcher_add_counter(a->batcher, SYSOM_COUNTER_OFFCPU_OPEN, st.offcpu_open);
 	if (a->gpu)
 		gpupipe_drain(a->gpu);
 	drain_ossignals(a);

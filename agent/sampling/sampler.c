@@ -23,6 +23,23 @@
 /* How long a drain waits for programs in flight on the old buffer before giving up. */
 #define QUIESCE_TIMEOUT_NS (2ULL * 1000000000ULL)
 #define DRAIN_BATCH 512
+/* Off-CPU blocks still in progress at a drain, blocked this long at least, are delivered. */
+#define OFFCPU_OPEN_MIN_NS 1000000000ULL
+#define OFFCPU_OPEN_BATCH 64
+
+/* The BPF program's `offcpu_start` value (struct offcpu_start in bpf/profile.bpf.c): a block
+ * in progress. Checked against the map's value size at open; a mismatch turns the delivery of
+ * blocks in progress off. */
+struct offcpu_open {
+	__u64 start_ns;
+	__u32 tgid;
+	__u32 generation;
+	__u32 state;
+	__u32 pad;
+	char comm[SYSOM_COMM_LEN];
+	struct sysom_stack_trace kernel;
+	struct sysom_stack_trace user;
+};
 
 struct sampler {
 	struct profile_bpf *skel;
@@ -52,6 +69,10 @@ struct sampler {
 	struct sysom_offcpu_cpu *offcpu_cpu_values;
 	sampler_offcpu_fn offcpu_fn;
 	void *offcpu_ctx;
+	/* Blocks in progress (JOBS mode): scratch for a batch of `offcpu_start` entries. */
+	bool offcpu_open_on;
+	__u32 *open_keys;
+	struct offcpu_open *open_values;
 };
 
 /* BPF stop reasons (enum unwind_stop) → wire stop reasons (enum sysom_stack_stop). */
@@ -93,6 +114,7 @@ void sampler_options_default(struct sampler_options *opts)
 		.offcpu_min_ns = 1000000,
 		.max_offcpu_keys = 8192,
 		.max_offcpu_threads = 4096,
+		.offcpu_open = true,
 		.offcpu_tracked_fd = -1,
 	};
 }
@@ -254,6 +276,12 @@ int sampler_open(const struct sampler_options *opts, sampler_event_fn on_event, 
 		rc = -ENOMEM;
 		goto cleanup;
 	}
+	s->open_keys = calloc(OFFCPU_OPEN_BATCH, sizeof(*s->open_keys));
+	s->open_values = calloc(OFFCPU_OPEN_BATCH, sizeof(*s->open_values));
+	if (!s->open_keys || !s->open_values) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
 	s->offcpu_keys = calloc(DRAIN_BATCH, sizeof(*s->offcpu_keys));
 	s->offcpu_values = calloc(DRAIN_BATCH, sizeof(*s->offcpu_values));
 	s->offcpu_cpu_values = calloc(s->ncpus, sizeof(*s->offcpu_cpu_values));
@@ -299,6 +327,11 @@ int sampler_open(const struct sampler_options *opts, sampler_event_fn on_event, 
 		snprintf(err, errlen, "cannot size the BPF maps: %s", strerror(-rc));
 		goto cleanup;
 	}
+	/* Blocks in progress are read from user space in JOBS mode only: in ALL mode the map
+	 * holds every thread of the machine (a read of all of it at each drain). */
+	s->offcpu_open_on = opts->offcpu_mode == SYSOM_OFFCPU_JOBS && opts->offcpu_open &&
+			    bpf_map__value_size(s->skel->maps.offcpu_start) ==
+				    sizeof(struct offcpu_open);
 	if (opts->offcpu_mode == SYSOM_OFFCPU_JOBS && opts->offcpu_tracked_fd >= 0 &&
 	    (rc = bpf_map__reuse_fd(s->skel->maps.offcpu_tracked, opts->offcpu_tracked_fd))) {
 		snprintf(err, errlen, "cannot share the tracked-process map: %s", strerror(-rc));
@@ -388,6 +421,8 @@ void sampler_close(struct sampler *s)
 	free(s->stack_values);
 	free(s->stacks);
 	free(s->offcpu_keys);
+	free(s->open_keys);
+	free(s->open_values);
 	free(s->offcpu_values);
 	free(s->offcpu_cpu_values);
 	free(s);
@@ -589,6 +624,95 @@ static int drain_offcpu(struct sampler *s, uint32_t old, struct sampler_drain_st
 	return rc;
 }
 
+/* The BPF program's stack hash (stack_hash in bpf/profile.bpf.c), so that a stack of a block
+ * in progress is the same stack as that of a finished block in the batch. */
+static uint64_t offcpu_stack_hash(const struct sysom_stack_trace *st)
+{
+	uint64_t h = 0xcbf29ce484222325ULL ^ ((uint64_t)st->side << 40) ^
+		     ((uint64_t)st->stop_reason << 48) ^ st->nframes;
+
+	for (int i = 0; i < SYSOM_PROFILE_MAX_DEPTH && i < st->nframes; i++) {
+		h ^= st->ips[i];
+		h *= 0x9e3779b97f4a7c15ULL;
+		h ^= h >> 29;
+	}
+	return h ? h : 1;
+}
+
+/*
+ * Blocks still in progress, blocked at least OFFCPU_OPEN_MIN_NS: each is delivered as one
+ * block of its time so far, and its start moves to now, so that its switch-in adds only the
+ * rest (a rest under the minimum block is then not counted). Without this a thread blocked
+ * for good (stopped, a read that never returns, a deadlock) would never show where it waits.
+ * The start is moved only if the thread is still in the same block (same start); a thread
+ * that wakes and blocks again between the read and the write-back can lose that one new
+ * block's stacks to the old ones (a window of microseconds).
+ */
+static int drain_offcpu_open(struct sampler *s, struct sampler_drain_stats *st)
+{
+	int fd = bpf_map__fd(s->skel->maps.offcpu_start);
+	__u64 batch_token = 0;
+	bool first = true;
+	int rc = 0;
+
+	for (;;) {
+		__u32 count = OFFCPU_OPEN_BATCH;
+		int err = bpf_map_lookup_batch(fd, first ? NULL : &batch_token, &batch_token,
+					       s->open_keys, s->open_values, &count, NULL);
+		int saved = errno;
+		uint64_t now = sysom_monotonic_ns();
+		first = false;
+		if (err && saved != ENOENT)
+			return -saved;
+		for (__u32 i = 0; i < count; i++) {
+			struct offcpu_open *b = &s->open_values[i];
+			struct sysom_offcpu_key key;
+			struct offcpu_open cur;
+			uint64_t ns;
+			if (!b->start_ns || now < b->start_ns + OFFCPU_OPEN_MIN_NS)
+				continue;
+			ns = now - b->start_ns;
+			if (!b->kernel.nframes && !b->user.nframes) { /* as the switch-in does */
+				b->user.nframes = 1;
+				b->user.side = SYSOM_SIDE_USER;
+				b->user.stop_reason = UNWIND_STOP_READ_FAULT;
+				b->user.ips[0] = 0;
+			}
+			key = (struct sysom_offcpu_key){
+				.tgid = b->tgid, .tid = s->open_keys[i], .generation = b->generation,
+				.state = b->state,
+				.kernel_stack = b->kernel.nframes ? offcpu_stack_hash(&b->kernel) : 0,
+				.user_stack = b->user.nframes ? offcpu_stack_hash(&b->user) : 0 };
+			/* Move the start first: a block that ended meanwhile is not delivered. */
+			if (bpf_map_lookup_elem(fd, &s->open_keys[i], &cur) ||
+			    cur.start_ns != b->start_ns)
+				continue;
+			cur.start_ns = now;
+			if (bpf_map_update_elem(fd, &s->open_keys[i], &cur, BPF_EXIST))
+				continue;
+			b->comm[SYSOM_COMM_LEN - 1] = '\0';
+			b->kernel.stop_reason = sampler_stop_reason_to_wire(b->kernel.stop_reason);
+			b->user.stop_reason = sampler_stop_reason_to_wire(b->user.stop_reason);
+			struct sampler_offcpu_entry e = {
+				.key = &key, .count = 1, .total_ns = ns, .max_ns = ns, .comm = b->comm,
+				.kernel = b->kernel.nframes ? &b->kernel : NULL,
+				.user = b->user.nframes ? &b->user : NULL,
+			};
+			st->offcpu_entries++;
+			st->offcpu_blocks++;
+			st->offcpu_open++;
+			if (s->offcpu_fn) {
+				int cb = s->offcpu_fn(s->offcpu_ctx, &e);
+				if (cb < 0 && rc == 0)
+					rc = cb;
+			}
+		}
+		if (err)
+			break;
+	}
+	return rc;
+}
+
 int sampler_drain(struct sampler *s, sampler_drain_fn fn, void *ctx,
 		  struct sampler_drain_stats *stats)
 {
@@ -642,6 +766,8 @@ int sampler_drain(struct sampler *s, sampler_drain_fn fn, void *ctx,
 	if (s->opts.offcpu_mode != SYSOM_OFFCPU_OFF) {
 		int orc = drain_offcpu(s, old, &st);
 		if (orc < 0 && rc == 0)
+			rc = orc;
+		if (s->offcpu_open_on && (orc = drain_offcpu_open(s, &st)) < 0 && rc == 0)
 			rc = orc;
 	}
 cleanup:

@@ -22,6 +22,8 @@ struct sampler_options {
 	uint64_t offcpu_min_ns;       /* shorter blocks are not counted, >= 1 µs */
 	uint32_t max_offcpu_keys;     /* entries per off-CPU aggregation buffer */
 	uint32_t max_offcpu_threads;  /* threads asleep at once whose stacks are parked */
+	bool offcpu_open;             /* JOBS mode: deliver blocks still in progress at drains
+				       * (default true; false only to measure what it costs) */
 	int offcpu_tracked_fd;        /* JOBS mode: a tgid-keyed HASH map (u32 → u32, at most
 				       * 16384 entries, e.g. the OS signals' `tracked`) to share,
 				       * or -1 for the sampler's own (sampler_offcpu_track) */
@@ -92,6 +94,8 @@ struct sampler_drain_stats {
 	uint64_t quiesce_wait_ns; /* time spent waiting for in-flight programs */
 	uint32_t offcpu_entries;  /* distinct off-CPU keys drained */
 	uint64_t offcpu_blocks;   /* sum of their counts */
+	uint32_t offcpu_open;     /* of them: blocks still in progress (JOBS mode, >= 1 s so far;
+				   * their time so far, the switch-in adds the rest) */
 };
 
 typedef int (*sampler_drain_fn)(void *ctx, const struct sampler_entry *entry);

@@ -99,6 +99,7 @@ static const char *const counter_names[SYSOM_COUNTER_MAX] = {
 	[SYSOM_COUNTER_OFFCPU_FP_FALLBACK] = "offcpu_fp_fallback",
 	[SYSOM_COUNTER_GPU_LOADER_EVENTS] = "gpu_loader_attaches",
 	[SYSOM_COUNTER_GPU_LOADER_HELD] = "gpu_loader_held",
+	[SYSOM_COUNTER_OFFCPU_OPEN] = "offcpu_open_blocks",
 	[SYSOM_COUNTER_PY_FRAMES] = "py_frames",
 	[SYSOM_COUNTER_PY_NO_THREAD] = "py_no_thread",
 	[SYSOM_COUNTER_PY_LOST_READ] = "py_lost_read",

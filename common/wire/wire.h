@@ -211,6 +211,9 @@ enum sysom_counter_id {
 	SYSOM_COUNTER_GPU_LOADER_EVENTS = 72,   /* processes that mapped NCCL/CUDA, seen by ld.so's
 						 * notification and attached at once */
 	SYSOM_COUNTER_GPU_LOADER_HELD = 73,     /* ... of those stopped until attached (hold) */
+	/* Hangs (issue 17): off-CPU blocks still in progress at a drain, delivered so far. */
+	SYSOM_COUNTER_OFFCPU_OPEN = 80,         /* OFFCPU rows that are the time so far of a block
+						 * still in progress (>= 1 s, jobs mode) */
 	/* CPython frames (minor 4; struct py_stats in bpf/pyframes.h, agent/sampling/pyframes.c). */
 	SYSOM_COUNTER_PY_FRAMES = 60,          /* Python frames stitched into user stacks */
 	SYSOM_COUNTER_PY_NO_THREAD = 61,       /* samples of a Python process whose thread had no

@@ -489,6 +489,8 @@ const char *hang_cause_name(enum hang_cause_class c)
 		return "in NCCL";
 	case HANG_CAUSE_FROZEN:
 		return "frozen";
+	case HANG_CAUSE_STOPPED:
+		return "stopped";
 	case HANG_CAUSE_SPINNING:
 		return "spinning";
 	case HANG_CAUSE_KERNEL_WAIT:
@@ -594,6 +596,32 @@ void hang_classify(const struct hang_evidence *ev, struct hang_cause *out)
 				leaf_frames(ev->oncpu[0].stack, 3, out->detail,
 					    sizeof(out->detail), used);
 		}
+		return;
+	}
+	if (ev->main_active == 0 && ev->noffcpu) {
+		/* Where it is frozen: its blocks in progress are delivered as they last. */
+		const char *top = ev->offcpu[0].stack;
+		const char *what;
+		if (strstr(top, "do_signal_stop")) {
+			out->cls = HANG_CAUSE_STOPPED;
+			what = "stopped by a signal (SIGSTOP/SIGTSTP; state T)";
+		} else if (strstr(top, "ptrace_stop")) {
+			out->cls = HANG_CAUSE_STOPPED;
+			what = "stopped under ptrace (a debugger; state t)";
+		} else if (stack_has(top, lock_words)) {
+			out->cls = HANG_CAUSE_LOCK_WAIT;
+			what = "never woke from a lock wait (a deadlock?)";
+		} else if (stack_has(top, io_words)) {
+			out->cls = HANG_CAUSE_KERNEL_WAIT;
+			what = "never woke from a kernel wait";
+		} else {
+			out->cls = HANG_CAUSE_FROZEN;
+			what = "blocked in a call that never returns";
+		}
+		used = (size_t)snprintf(out->detail, sizeof(out->detail), "%s: %.1f s in ", what,
+					(double)ev->offcpu[0].weight / 1e6);
+		if (used < sizeof(out->detail))
+			leaf_frames(top, 4, out->detail, sizeof(out->detail), used);
 		return;
 	}
 	if (ev->main_active == 0) {

@@ -134,8 +134,10 @@ enum hang_cause_class {
 	HANG_CAUSE_EXITED,      /* its process is gone (exit status: not known to the server) */
 	HANG_CAUSE_AGENT_LOST,  /* its agent stopped reporting: nothing known */
 	HANG_CAUSE_IN_NCCL,     /* inside the collective, waiting for peers (all entered) */
-	HANG_CAUSE_FROZEN,      /* no thread ran nor woke since the wait began: stopped (SIGSTOP,
-				 * ptrace: state T) or blocked in a call that never returns */
+	HANG_CAUSE_FROZEN,      /* its main thread neither ran nor woke since the wait began, in
+				 * a call that never returns (detail: where, when known) */
+	HANG_CAUSE_STOPPED,     /* frozen, stopped: SIGSTOP (do_signal_stop) or ptrace
+				 * (ptrace_stop): state T */
 	HANG_CAUSE_SPINNING,    /* a thread keeps running on the CPU without reaching a collective */
 	HANG_CAUSE_KERNEL_WAIT, /* blocked mostly in a kernel wait (I/O, filesystem, driver, D) */
 	HANG_CAUSE_LOCK_WAIT,   /* sleeping mostly on a lock (futex, mutex, condition variable) */
@@ -151,8 +153,8 @@ struct hang_cause {
 	char detail[HANG_CAUSE_DETAIL_MAX]; /* e.g. the top kernel frames it waits in */
 };
 
-/* "unknown", "exited", "agent lost", "in NCCL", "frozen", "spinning", "kernel wait",
- * "lock wait", "sleeping". */
+/* "unknown", "exited", "agent lost", "in NCCL", "frozen", "stopped", "spinning",
+ * "kernel wait", "lock wait", "sleeping". */
 const char *hang_cause_name(enum hang_cause_class c);
 
 /* ---- the report of a hang: the verdict plus what each named rank was doing ------------------ */
@@ -197,9 +199,11 @@ struct hang_evidence {
  * threads filled; its `cause` is not read). In order: exited / agent lost / in flight from the
  * state; a thread with >= HANG_SPIN_MIN_NS on CPU in the latest window: spinning; threads
  * its main thread (tid = pid) neither ran nor switched in the latest window while its node
- * reports thread rows (`main_active` 0): frozen; else the heaviest off-CPU stack since shortly
- * before the wait: a lock (futex, mutex, condition frames), a kernel wait (I/O, filesystem,
- * block, driver frames) or a sleep in user space; else, threads that ran a little and no
+ * reports thread rows (`main_active` 0): frozen, and the heaviest off-CPU stack since the wait
+ * (the agent delivers blocks in progress) says where: stopped (signal or ptrace stop frames),
+ * a lock wait (a deadlock), a kernel wait, or frozen in that call; else the heaviest off-CPU
+ * stack: a lock (futex, mutex, condition frames), a kernel wait (I/O, filesystem, block,
+ * driver frames) or a sleep in user space; else, threads that ran a little and no
  * stacks: sleeping; nothing: unknown. `detail` names the top frames.
  */
 void hang_classify(const struct hang_evidence *ev, struct hang_cause *out);

@@ -346,6 +346,107 @@ static void test_enable_disable(void **state)
 	sampler_close(s);
 }
 
+/* ---- a block in progress ---------------------------------------------------------------- */
+
+static void sleep_ms_(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+static struct {
+	pid_t tid;
+	int fds[2];
+	uint64_t measured_ns;
+} stuck;
+
+struct open_tally {
+	uint64_t ns, blocks, open_ns, with_pipe_read, sleep_state;
+};
+
+static int tally_stuck(void *ctx, const struct sampler_offcpu_entry *e)
+{
+	struct open_tally *t = ctx;
+
+	if ((pid_t)e->key->tid != stuck.tid)
+		return 0;
+	t->ns += e->total_ns;
+	t->blocks += e->count;
+	if (kernel_stack_has(e->kernel, "pipe_read"))
+		t->with_pipe_read += e->total_ns;
+	if (e->key->state == SYSOM_OFFCPU_STATE_SLEEP)
+		t->sleep_state += e->total_ns;
+	return 0;
+}
+
+static __attribute__((noinline)) void stuck_read(void)
+{
+	char c;
+	uint64_t t0 = sysom_monotonic_ns();
+
+	assert_int_equal(read(stuck.fds[0], &c, 1), 1);
+	stuck.measured_ns = sysom_monotonic_ns() - t0;
+	__asm__ volatile("" ::: "memory");
+}
+
+static void *stuck_thread(void *arg)
+{
+	(void)arg;
+	stuck.tid = (pid_t)syscall(SYS_gettid);
+	stuck_read();
+	return NULL;
+}
+
+/* A thread blocked across drains: each drain delivers its time so far (with its stacks and
+ * state), the switch-in only the rest; the parts add up to the block within 10%. */
+static void test_block_in_progress(void **state)
+{
+	struct sampler *s = open_sampler(SYSOM_OFFCPU_JOBS, SYSOM_UNWINDER_FP);
+	struct open_tally first = { 0 }, second = { 0 }, rest = { 0 };
+	struct sampler_drain_stats st;
+	pthread_t th;
+
+	(void)state;
+	memset(&stuck, 0, sizeof(stuck));
+	assert_int_equal(sampler_offcpu_track(s, (uint32_t)getpid(), true), 0);
+	assert_int_equal(pipe(stuck.fds), 0);
+	assert_int_equal(pthread_create(&th, NULL, stuck_thread, NULL), 0);
+	sampler_drain(s, NULL, NULL, NULL); /* anything before */
+	sleep_ms_(1500);
+	sampler_set_offcpu_sink(s, tally_stuck, &first);
+	assert_int_equal(sampler_drain(s, NULL, NULL, &st), 0);
+	print_message("# in progress after 1.5 s: %.1f ms in %llu block(s), pipe_read %.0f%%\n",
+		      first.ns / 1e6, (unsigned long long)first.blocks,
+		      100.0 * first.with_pipe_read / (first.ns ? first.ns : 1));
+	assert_true(st.offcpu_open >= 1);
+	assert_int_equal(first.blocks, 1);
+	assert_true(first.ns > 1300000000ULL && first.ns < 1700000000ULL);
+	assert_int_equal(first.with_pipe_read, first.ns);
+	assert_int_equal(first.sleep_state, first.ns);
+	sleep_ms_(400); /* under the 1 s minimum since the last drain: not delivered */
+	sampler_set_offcpu_sink(s, tally_stuck, &second);
+	assert_int_equal(sampler_drain(s, NULL, NULL, NULL), 0);
+	assert_int_equal(second.blocks, 0);
+	sleep_ms_(800);
+	assert_int_equal(sampler_drain(s, NULL, NULL, NULL), 0);
+	assert_int_equal(second.blocks, 1);
+	assert_int_equal(write(stuck.fds[1], "x", 1), 1);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	sampler_set_offcpu_sink(s, tally_stuck, &rest);
+	assert_int_equal(sampler_drain(s, NULL, NULL, NULL), 0);
+	uint64_t sum = first.ns + second.ns + rest.ns;
+	print_message("# block of %.1f ms recorded as %.1f + %.1f + %.1f ms (ratio %.3f)\n",
+		      stuck.measured_ns / 1e6, first.ns / 1e6, second.ns / 1e6, rest.ns / 1e6,
+		      (double)sum / (double)stuck.measured_ns);
+	assert_true((double)sum / (double)stuck.measured_ns > 0.9 &&
+		    (double)sum / (double)stuck.measured_ns < 1.1);
+	close(stuck.fds[0]);
+	close(stuck.fds[1]);
+	sampler_close(s);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -370,6 +471,7 @@ int main(void)
 		cmocka_unit_test(test_blocked_time_accuracy),
 		cmocka_unit_test(test_filter),
 		cmocka_unit_test(test_enable_disable),
+		cmocka_unit_test(test_block_in_progress),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

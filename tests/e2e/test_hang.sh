@@ -9,7 +9,8 @@
 #           leaves the others waiting)
 #   block : rank 3 reads a pipe nobody writes   → hang naming rank 3, not entered
 #   lock  : rank 0 locks a mutex it holds       → hang naming rank 0
-#   (stop, block, lock: cause "frozen"; exit: cause "exited")
+#   (causes: stop "stopped" (do_signal_stop), block "frozen" in pipe_read, lock "lock wait",
+#   exit "exited": the agent delivers blocks still in progress)
 #   idle  : rank 1 sleeps 100 ms at a time       → hang naming rank 1, cause "sleeping", its
 #           forever (a data loader)                off-CPU stacks with the kernel frames it waits in
 #   stall : every rank sleeps so, between         → stall incident (SysomStall, annotation cause)
@@ -80,6 +81,18 @@ report_is() {
 	json "$2" <"$E2E_TMP/$1.json" | grep -qx True
 }
 
+# cause_is JOB KIND PYTHON-CONDITION: the open incident's report (fetched again: its evidence
+# is refreshed while it holds, and a block in progress is delivered at the agent's next drain)
+# meets the condition over d; saved again as $E2E_TMP/JOB.KIND.json.
+cause_is() {
+	local id
+	id=$(json 'd["id"]' <"$E2E_TMP/$1.$2.json") &&
+		curl -sf "$SERVER_URL/api/v1/diagnoses/$id" >"$E2E_TMP/$1.$2.json" &&
+		report_is "$1.$2" "$3"
+}
+export -f cause_is report_is
+export E2E_TMP
+
 run_job e2e-stop --fault rank=2,kind=stop,amount=0,after=3
 run_job e2e-exit --fault rank=1,kind=exit,amount=0,after=8
 run_job e2e-block --fault rank=3,kind=block,amount=0,after=3
@@ -101,18 +114,25 @@ check "frozen rank: its threads are reported (none ran)" \
 check "frozen rank: the text report names rank 2 and its pid" \
 	grep -qE '^rank 2 \(communicator rank 2, .*, pid [0-9]+\): not entered; process exists' "$E2E_TMP/e2e-stop.hang.txt"
 check "frozen rank: severity critical" report_is e2e-stop.hang "d['severity'] == 'critical'"
-check "frozen rank: cause frozen, in the report and the summary" \
-	report_is e2e-stop.hang "d['report']['cause']['class'] == 'frozen' and d['report']['ranks'][0]['cause']['class'] == 'frozen' and 'cause: frozen' in d['summary']"
+check "frozen rank: cause stopped (its block in progress in do_signal_stop), in the report and the summary" \
+	wait_until 20 cause_is e2e-stop hang "d['report']['cause']['class'] == 'stopped' and 'do_signal_stop' in d['report']['ranks'][0]['cause']['detail'] and 'cause: stopped' in d['summary']"
+diag "$(json "d['summary']" <"$E2E_TMP/e2e-stop.hang.json")"
 
 check "exited rank: a hang incident opens" incident e2e-exit hang
 check "exited rank: rank 1 named, its process exited" \
 	report_is e2e-exit.hang "[(r['rank'], r['state'], r['process_exists']) for r in d['report']['ranks']] == [(1, 'exited', False)] and d['report']['cause']['class'] == 'exited'"
 check "blocked syscall: a hang incident opens" incident e2e-block hang
 check "blocked syscall: rank 3 named, never entered" \
-	report_is e2e-block.hang "[(r['rank'], r['state']) for r in d['report']['ranks']] == [(3, 'not entered')] and d['report']['cause']['class'] == 'frozen'"
+	report_is e2e-block.hang "[(r['rank'], r['state']) for r in d['report']['ranks']] == [(3, 'not entered')]"
+check "blocked syscall: cause frozen in pipe_read, its kernel off-CPU stack in the report" \
+	wait_until 20 cause_is e2e-block hang "d['report']['cause']['class'] == 'frozen' and 'pipe_read' in d['report']['cause']['detail'] and any('pipe_read_[k]' in s['stack'] for s in d['report']['ranks'][0]['offcpu_stacks'])"
+diag "$(json "d['report']['cause']" <"$E2E_TMP/e2e-block.hang.json")"
 check "deadlock: a hang incident opens" incident e2e-lock hang
 check "deadlock: rank 0 named, never entered" \
-	report_is e2e-lock.hang "[(r['rank'], r['state']) for r in d['report']['ranks']] == [(0, 'not entered')] and d['report']['cause']['class'] == 'frozen'"
+	report_is e2e-lock.hang "[(r['rank'], r['state']) for r in d['report']['ranks']] == [(0, 'not entered')]"
+check "deadlock: cause lock wait (never woke, futex)" \
+	wait_until 20 cause_is e2e-lock hang "d['report']['cause']['class'] == 'lock wait' and 'never woke' in d['report']['cause']['detail']"
+diag "$(json "d['report']['cause']" <"$E2E_TMP/e2e-lock.hang.json")"
 check "sleeping rank: a hang incident opens" incident e2e-idle hang
 diag "$(sed -n 1,40p "$E2E_TMP/e2e-idle.hang.txt")"
 check "sleeping rank: rank 1 named, cause sleeping" \
@@ -147,6 +167,8 @@ curl -sf "$SERVER_URL/metrics" >"$E2E_TMP/metrics.txt"
 check "/metrics: sysom_job_hung of e2e-stop is 1, of the healthy job 0" \
 	bash -c "grep -q '^sysom_job_hung{job=\"e2e-stop\"} 1' '$E2E_TMP/metrics.txt' && grep -q '^sysom_job_hung{job=\"e2e-healthy\"} 0' '$E2E_TMP/metrics.txt'"
 check "/metrics: hang and stall incidents opened" grep -qE '^sysom_hangs_opened_total [6-9]' "$E2E_TMP/metrics.txt"
+check "/metrics: the agent delivered off-CPU blocks still in progress (counter offcpu_open_blocks)" \
+	grep -qE '^sysom_agent_offcpu_open_blocks_total(\{[^}]*\})? [1-9]' "$E2E_TMP/metrics.txt"
 
 # Resume the frozen rank: progress resumes, the incident resolves.
 pid=$(json "d['report']['ranks'][0]['pid']" <"$E2E_TMP/e2e-stop.hang.json")

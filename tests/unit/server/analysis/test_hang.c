@@ -549,10 +549,31 @@ static void test_classify(void **state)
 	/* The scheduler's own frames say nothing: skipped. */
 	assert_non_null(strstr(c.detail, "blocked in do_nanosleep_[k] < nanosleep < loader < main"));
 	assert_string_equal(hang_cause_name(c.cls), "sleeping");
-	/* Frozen wins over older off-CPU stacks; spinning over both. */
+	/* Frozen: the off-CPU stack of its block in progress says where. */
 	ev.main_active = 0;
 	hang_classify(&ev, &c);
 	assert_int_equal(c.cls, HANG_CAUSE_FROZEN);
+	assert_non_null(strstr(c.detail, "blocked in a call that never returns: 5.0 s in do_nanosleep_[k]"));
+	ev.offcpu[0].stack = (char *)"main;raise;get_signal_[k];do_signal_stop_[k];schedule_[k]";
+	hang_classify(&ev, &c);
+	assert_int_equal(c.cls, HANG_CAUSE_STOPPED);
+	assert_string_equal(hang_cause_name(c.cls), "stopped");
+	assert_non_null(strstr(c.detail, "SIGSTOP"));
+	ev.offcpu[0].stack = (char *)"main;gdb_attached;ptrace_stop_[k]";
+	hang_classify(&ev, &c);
+	assert_int_equal(c.cls, HANG_CAUSE_STOPPED);
+	assert_non_null(strstr(c.detail, "ptrace"));
+	ev.offcpu[0].stack = (char *)"main;pthread_mutex_lock;futex_wait_[k]";
+	hang_classify(&ev, &c);
+	assert_int_equal(c.cls, HANG_CAUSE_LOCK_WAIT);
+	assert_non_null(strstr(c.detail, "never woke from a lock wait"));
+	ev.offcpu[0].stack = (char *)"main;read;vfs_read_[k];folio_wait_bit_[k];io_schedule_[k]";
+	hang_classify(&ev, &c);
+	assert_int_equal(c.cls, HANG_CAUSE_KERNEL_WAIT);
+	ev.offcpu[0].stack = (char *)"main;read;pipe_read_[k]";
+	hang_classify(&ev, &c);
+	assert_int_equal(c.cls, HANG_CAUSE_FROZEN);
+	assert_non_null(strstr(c.detail, "in pipe_read_[k] < read < main"));
 }
 
 int main(void)
