@@ -12,7 +12,7 @@
 #include "server/store/store_impl.h"
 
 /* The newest schema this build knows (clickhouse_schema.c). */
-#define CH_SCHEMA_VERSION 2
+#define CH_SCHEMA_VERSION 3
 
 /* Largest answer the store reads from ClickHouse (bigger: -E2BIG, nothing half-used). */
 #define CH_MAX_ANSWER (256u << 20)
@@ -136,9 +136,32 @@ int ch__ksym_range_get(struct store *base, const uint8_t *build_id, size_t build
 		       uint64_t offset, struct store_ksym_range *out);
 int ch__ksyms_usage_get(struct store *base, struct store_ksyms_usage *out);
 
+/* ---- training jobs (clickhouse_*_collectives.c) ------------------------------------------- */
+
+/* Migration 2: job ranks, communicators, NCCL calls and their spans. */
+extern const char *const ch__migration_collectives[];
+
+/* Writes the job rank, communicator and NCCL call rows of a batch under `attempt` (process
+ * keys: the batch's processes in order). Counts go to r. */
+int ch__collectives_write(struct ch_store *s, const struct sysom_batch *b, const char *node_hex,
+			  const uint64_t *process_keys, int64_t received_ns, uint64_t attempt,
+			  struct store_put_result *r);
+
+/* Appends a subquery of the process keys whose current job is `job` (and, with has_rank, whose
+ * current rank is `rank`), as SQLite's "SELECT process FROM job_ranks WHERE job = ?". */
+void ch__job_processes_sql(struct byte_buf *q, const char *job, bool has_rank, int32_t rank);
+
+int ch__jobs_list(struct store *base, uint32_t limit, store_job_fn fn, void *arg);
+int ch__job_ranks_list(struct store *base, const char *job, uint32_t limit, store_job_rank_fn fn,
+		       void *arg);
+int ch__job_communicators_list(struct store *base, const char *job, uint32_t limit,
+			       store_job_communicator_fn fn, void *arg);
+int ch__collectives_list(struct store *base, const struct store_collective_filter *f,
+			 uint32_t max_instances, store_collective_fn fn, void *arg);
+
 /* ---- GPU, OS and off-CPU rows (clickhouse_write_gpu_os.c, clickhouse_read_gpu_os.c) ------- */
 
-/* Migration 2: the tables of those rows (NULL-terminated statements). */
+/* Migration 3: the tables of those rows (NULL-terminated statements). */
 extern const char *const ch__migration_gpu_os[];
 
 /* What the writer of those rows needs of a batch being stored. */

@@ -53,8 +53,11 @@ static const char *const migration_1[] = {
 	NULL,
 };
 
-static const char *const *const migrations[CH_SCHEMA_VERSION] = { migration_1,
-								     ch__migration_gpu_os };
+static const char *const *const migrations[CH_SCHEMA_VERSION] = {
+	migration_1,
+	ch__migration_collectives,
+	ch__migration_gpu_os,
+};
 
 static int read_version(struct ch_store *s, int *out)
 {
@@ -184,33 +187,6 @@ cleanup:
 
 /* ---- not implemented on ClickHouse yet: an explicit -ENOTSUP ------------------------------- */
 
-static int ns_jobs(struct store *s, uint32_t limit, store_job_fn fn, void *arg)
-{
-	(void)s, (void)limit, (void)fn, (void)arg;
-	return -ENOTSUP;
-}
-
-static int ns_ranks(struct store *s, const char *job, uint32_t limit, store_job_rank_fn fn,
-		    void *arg)
-{
-	(void)s, (void)job, (void)limit, (void)fn, (void)arg;
-	return -ENOTSUP;
-}
-
-static int ns_comms(struct store *s, const char *job, uint32_t limit,
-		    store_job_communicator_fn fn, void *arg)
-{
-	(void)s, (void)job, (void)limit, (void)fn, (void)arg;
-	return -ENOTSUP;
-}
-
-static int ns_collectives(struct store *s, const struct store_collective_filter *f,
-			  uint32_t max_instances, store_collective_fn fn, void *arg)
-{
-	(void)s, (void)f, (void)max_instances, (void)fn, (void)arg;
-	return -ENOTSUP;
-}
-
 static int ns_gpu(struct store *s, const struct store_gpu_filter *f, uint32_t max_rows,
 		  const struct store_gpu_visitor *v, bool *truncated)
 {
@@ -285,10 +261,10 @@ static const struct store_ops ch_ops = {
 	.stacks_aggregate = ch__stacks_aggregate,
 	.counters_list = ch__counters_list,
 	.launches_aggregate = ch__launches_aggregate,
-	.jobs_list = ns_jobs,
-	.job_ranks_list = ns_ranks,
-	.job_communicators_list = ns_comms,
-	.collectives_list = ns_collectives,
+	.jobs_list = ch__jobs_list,
+	.job_ranks_list = ch__job_ranks_list,
+	.job_communicators_list = ch__job_communicators_list,
+	.collectives_list = ch__collectives_list,
 	.job_gpu = ns_gpu,
 	.gpu_time_aggregate = ch__gpu_time_aggregate,
 	.offcpu_aggregate = ch__offcpu_aggregate,

@@ -240,8 +240,6 @@ int ch__nodes_list(struct store *base, store_node_fn fn, void *arg)
 
 int ch__filter_conds(struct byte_buf *q, const struct store_sample_filter *f, bool thread_comm)
 {
-	if (f->job)
-		return -ENOTSUP; /* job ranks are not stored on ClickHouse yet */
 	if (f->node) {
 		char lower[2 * SYSOM_NODE_ID_SIZE + 1];
 		size_t n = strlen(f->node);
@@ -270,6 +268,10 @@ int ch__filter_conds(struct byte_buf *q, const struct store_sample_filter *f, bo
 			ch__quote(q, f->comm);
 		}
 		byte_buf_printf(q, ")");
+	}
+	if (f->job) {
+		byte_buf_printf(q, " AND process IN ");
+		ch__job_processes_sql(q, f->job, f->has_rank, f->rank);
 	}
 	return 0;
 }

@@ -25,6 +25,7 @@
 #include "common/error.h"
 #include "server/store/store.h"
 #include "tests/support/batch_fixture.h"
+#include "tests/unit/server/job_fixture.h"
 
 #define T0 1700000000000000000ULL
 #define FIXTURE_HASH 0x5eed5eed5eed5eedULL
@@ -353,6 +354,196 @@ static void test_same_answers(void **state)
 	assert_int_equal(store_counters_list(c->sq, counter_text, &a), 0);
 	assert_int_equal(store_counters_list(c->ch, counter_text, &b), 0);
 	assert_string_equal(a.buf, b.buf);
+}
+
+/* ---- training jobs: ranks, communicators, collective instances ---------------------------- */
+
+static void put_job_both(struct ctx *c, const struct job_spec *js, int64_t received_ns)
+{
+	struct store_put_result a, b;
+	struct sysom_batch batch;
+
+	int brc = job_batch_build(&batch, js);
+	if (brc)
+		fail_msg("job_batch_build (node %u): %d", js->base.node, brc);
+	assert_int_equal(store_batch_put(c->sq, &batch, FIXTURE_HASH, received_ns, &a), 0);
+	int rc = store_batch_put(c->ch, &batch, FIXTURE_HASH, received_ns, &b);
+	if (rc)
+		fail_msg("store_batch_put (ClickHouse): %s", sysom_strerror(rc));
+	sysom_batch_free(&batch);
+	assert_int_equal(a.duplicate, b.duplicate);
+	assert_int_equal(a.job_ranks, b.job_ranks);
+	assert_int_equal(a.communicators, b.communicators);
+	assert_int_equal(a.nccl_calls, b.nccl_calls);
+}
+
+static int job_text(void *arg, const struct store_job *j)
+{
+	text_add(arg, "%s ws=%d ranks=%u procs=%u nodes=%u first=%" PRId64 " last=%" PRId64 "\n",
+		 j->job, j->world_size, j->ranks, j->processes, j->nodes, j->first_seen_ns,
+		 j->last_seen_ns);
+	return 0;
+}
+
+static int rank_text(void *arg, const struct store_job_rank *r)
+{
+	text_add(arg, "r=%d ws=%d lr=%d lws=%d gr=%d src=%u %s %s pid=%u gen=%u st=%" PRIu64
+		 " %s %s %s %s first=%" PRId64 " last=%" PRId64 "\n", r->rank, r->world_size,
+		 r->local_rank, r->local_world_size, r->group_rank, r->source, r->node_id,
+		 r->hostname, r->pid, r->generation, r->start_time_ns, r->comm, r->job_id_source,
+		 r->master, r->groups, r->first_seen_ns, r->last_seen_ns);
+	return 0;
+}
+
+static int comm_text(void *arg, const struct store_job_communicator *m)
+{
+	text_add(arg, "k=%" PRIx64 " pk=%" PRIx64 " h=%" PRIx64 " r=%d n=%d sc=%d sk=%d so=%u ks=%u"
+		 " d=%d cr=%" PRId64 " %s %s pid=%u jr=%d first=%" PRId64 " last=%" PRId64 "\n",
+		 m->key, m->parent_key, m->comm_hash, m->rank, m->nranks, m->split_color,
+		 m->split_key, m->split_ordinal, m->key_source, m->destroyed, m->created_ns,
+		 m->node_id, m->hostname, m->pid, m->job_rank, m->first_seen_ns, m->last_seen_ns);
+	return 0;
+}
+
+static int call_text(void *arg, const struct store_collective_call *k)
+{
+	text_add(arg, "k=%" PRIx64 " op=%u seq=%" PRIu64 " first=%" PRId64 " n=%d r=%d in=%" PRId64
+		 " out=%" PRId64 " c=%" PRIu64 " b=%" PRIu64 " peer=%d res=%d pid=%u tid=%u %s %s"
+		 " jr=%d\n", k->comm_key, k->op, k->seq, k->first_entry_ns, k->nranks, k->rank,
+		 k->entry_ns, k->exit_ns, k->count, k->bytes, k->peer, k->result, k->pid, k->tid,
+		 k->node_id, k->hostname, k->job_rank);
+	return 0;
+}
+
+/* Runs one listing on both stores; the answers must be the same text. Returns the lines. */
+#define SAME_LISTING(call_sq, call_ch)                                                      \
+	({                                                                                  \
+		static struct text a_, b_;                                                  \
+		memset(&a_, 0, sizeof(a_));                                                 \
+		memset(&b_, 0, sizeof(b_));                                                 \
+		assert_int_equal((call_sq), 0);                                             \
+		int rc_ = (call_ch);                                                        \
+		if (rc_)                                                                    \
+			fail_msg("ClickHouse listing: %s", sysom_strerror(rc_));            \
+		assert_string_equal(a_.buf, b_.buf);                                        \
+		size_t n_ = 0;                                                              \
+		for (const char *p_ = a_.buf; *p_; p_++)                                    \
+			n_ += *p_ == '\n';                                                  \
+		n_;                                                                         \
+	})
+
+static size_t same_collectives(struct ctx *c, const struct store_collective_filter *f,
+			       uint32_t max)
+{
+	return SAME_LISTING(store_collectives_list(c->sq, f, max, call_text, &a_),
+			    store_collectives_list(c->ch, f, max, call_text, &b_));
+}
+
+static void test_jobs_same_answers(void **state)
+{
+	struct ctx *c = *state;
+	const int64_t r0 = (int64_t)T0 + 31000000000LL;
+
+	REQUIRE_CH();
+	/* Two nodes of job-42 (rank 5 misses seq 1, rank 2 is 40 ms late everywhere), a second
+	 * window of node 1, and node 3 whose process said job-old in an older window that
+	 * arrives later (the newest window's job wins). */
+	struct job_spec n1 = { .base = { .node = 1, .epoch = 1, .sequence = 1, .window_start_ns = T0,
+					 .hostname = "gpu-1" },
+			       .job = "job-42", .first_rank = 0, .local_ranks = 4, .instances = 3,
+			       .skip_rank = -1, .late_rank = 2, .late_ms = 40, .samples = true,
+			       .hot_rank = 1 };
+	struct job_spec n2 = n1;
+	n2.base.node = 2;
+	n2.base.hostname = "gpu-2";
+	n2.first_rank = 4;
+	n2.skip_rank = 5;
+	n2.late_rank = -1;
+	n2.late_ms = 0;
+	put_job_both(c, &n1, r0);
+	put_job_both(c, &n2, r0 + 1);
+	put_job_both(c, &n1, r0 + 2); /* a duplicate */
+	struct job_spec later = n1;
+	later.base.sequence = 2;
+	later.base.window_start_ns = T0 + 30000000000ULL;
+	later.instances = 1;
+	put_job_both(c, &later, r0 + 3);
+	struct job_spec n3 = n1;
+	n3.base.node = 3;
+	n3.base.hostname = "gpu-3";
+	n3.base.sequence = 2;
+	n3.base.window_start_ns = T0 + 30000000000ULL;
+	n3.first_rank = 3;
+	n3.local_ranks = 1;
+	n3.job = "job-43";
+	put_job_both(c, &n3, r0 + 4);
+	n3.base.sequence = 1;
+	n3.base.window_start_ns = T0;
+	n3.job = "job-old";
+	put_job_both(c, &n3, r0 + 5);
+
+	assert_int_equal(SAME_LISTING(store_jobs_list(c->sq, 10, job_text, &a_),
+				      store_jobs_list(c->ch, 10, job_text, &b_)), 2);
+	assert_int_equal(SAME_LISTING(store_jobs_list(c->sq, 1, job_text, &a_),
+				      store_jobs_list(c->ch, 1, job_text, &b_)), 1);
+	assert_int_equal(SAME_LISTING(store_job_ranks_list(c->sq, "job-42", 100, rank_text, &a_),
+				      store_job_ranks_list(c->ch, "job-42", 100, rank_text, &b_)), 8);
+	assert_int_equal(SAME_LISTING(store_job_ranks_list(c->sq, "job-42", 3, rank_text, &a_),
+				      store_job_ranks_list(c->ch, "job-42", 3, rank_text, &b_)), 3);
+	assert_int_equal(SAME_LISTING(store_job_ranks_list(c->sq, "job-old", 9, rank_text, &a_),
+				      store_job_ranks_list(c->ch, "job-old", 9, rank_text, &b_)), 0);
+	assert_int_equal(SAME_LISTING(store_job_ranks_list(c->sq, "job-43", 9, rank_text, &a_),
+				      store_job_ranks_list(c->ch, "job-43", 9, rank_text, &b_)), 1);
+	assert_int_equal(SAME_LISTING(store_job_communicators_list(c->sq, "job-42", 100, comm_text,
+								   &a_),
+				      store_job_communicators_list(c->ch, "job-42", 100, comm_text,
+								   &b_)), 16);
+	assert_int_equal(SAME_LISTING(store_job_communicators_list(c->sq, "job-42", 5, comm_text,
+								   &a_),
+				      store_job_communicators_list(c->ch, "job-42", 5, comm_text,
+								   &b_)), 5);
+
+	/* Instances: seq 0..2 of both nodes and seq 0 again from node 1's second window. */
+	struct store_collective_filter f = { .job = "job-42", .from_ns = (int64_t)T0,
+					     .to_ns = (int64_t)T0 + 60000000000LL };
+	assert_int_equal(same_collectives(c, &f, 100), 8 + 4 + 7 + 8);
+	assert_int_equal(same_collectives(c, &f, 1), 8 + 4);
+	f.latest = true;
+	assert_int_equal(same_collectives(c, &f, 1), 8);
+	assert_int_equal(same_collectives(c, &f, 2), 7 + 8);
+	f.latest = false;
+	f.from_ns = (int64_t)T0 + 1500000000LL; /* seq 0 is in by node 1's second window */
+	assert_int_equal(same_collectives(c, &f, 100), 7 + 8 + 8 + 4);
+	f.to_ns = (int64_t)T0 + 10000000000LL;
+	assert_int_equal(same_collectives(c, &f, 100), 7 + 8);
+	f.from_ns = (int64_t)T0 + 1020000000LL; /* only rank 2's late seq 0 call is in range */
+	f.to_ns = (int64_t)T0 + 1100000000LL;
+	assert_int_equal(same_collectives(c, &f, 100), 8 + 4);
+	f.from_ns = (int64_t)T0;
+	f.to_ns = (int64_t)T0 + 60000000000LL;
+	f.has_comm = true;
+	f.comm = JOB_TP_COMM(0);
+	assert_int_equal(same_collectives(c, &f, 100), 0);
+	f.comm = JOB_COMM;
+	f.op = SYSOM_NCCL_ALL_REDUCE;
+	assert_int_equal(same_collectives(c, &f, 100), 8 + 4 + 7 + 8);
+	f.op = SYSOM_NCCL_BROADCAST;
+	assert_int_equal(same_collectives(c, &f, 100), 0);
+	f.op = 0;
+	f.job = "job-43"; /* its process's calls of both windows, also those under job-old */
+	assert_int_equal(same_collectives(c, &f, 100), 6);
+	f.job = "job-none";
+	assert_int_equal(same_collectives(c, &f, 100), 0);
+
+	/* The sample filter's job (and rank) on the flame graph. */
+	int64_t from = (int64_t)(T0 / 1000000);
+	struct store_sample_filter sf = { .from_ms = from, .to_ms = from + 3600000, .job = "job-42" };
+	same_aggregate(c, &sf, 2 * (4 * 10 + 30) + 4 * 10);
+	sf.has_rank = true;
+	sf.rank = 1;
+	same_aggregate(c, &sf, 2 * (10 + 30));
+	sf.job = "job-old";
+	same_aggregate(c, &sf, 0);
 }
 
 static void test_duplicate_and_conflict(void **state)
@@ -705,12 +896,6 @@ static void test_gpu_os_same_answers(void **state)
 	same_agg(c, AGG_WALL, &all, 3);
 }
 
-static int no_job(void *arg, const struct store_job *j)
-{
-	(void)arg, (void)j;
-	return -EPROTO;
-}
-
 static int no_row(void *arg, const struct store_stack_count *r)
 {
 	(void)arg, (void)r;
@@ -721,13 +906,9 @@ static int no_row(void *arg, const struct store_stack_count *r)
 static void test_not_supported(void **state)
 {
 	struct ctx *c = *state;
-	struct store_sample_filter f = { .from_ms = 0, .to_ms = INT64_MAX, .job = "j" };
-	uint64_t total;
 	char *json;
 
 	REQUIRE_CH();
-	assert_int_equal(store_jobs_list(c->ch, 10, no_job, NULL), -ENOTSUP);
-	assert_int_equal(store_stacks_aggregate(c->ch, &f, 10, no_row, NULL, &total), -ENOTSUP);
 	assert_int_equal(store_job_settings_get(c->ch, "j", &json), -ENOTSUP);
 	assert_int_equal(store_size_limit_set(c->ch, 1000), -ENOTSUP);
 	assert_int_equal(store_ping(c->ch), 0);
@@ -823,6 +1004,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_same_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_jobs_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_gpu_os_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_duplicate_and_conflict, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_uncommitted_rows_invisible, setup, teardown),

@@ -1,0 +1,886 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Reading training jobs from ClickHouse: jobs, a job's ranks and communicators, and collective
+ * instances with every rank's call (tables: clickhouse_schema_collectives.c). Batches append
+ * records; the merge rules here are SQLite's upserts (sqlite_write_gpu.c): a job rank takes the
+ * attributes of its newest window; a communicator field keeps the last known value in arrival
+ * order (received_ns, then the record's place in its batch).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/store/clickhouse_internal.h"
+
+/* The newest window of a job rank (ties: the later arrival, as SQLite's >=). */
+#define JR_ORDER "(window_end_ns, received_ns)"
+/* Arrival order of communicator records. */
+#define CM_ORDER "(received_ns, idx)"
+/* A communicator field: the last value satisfying `cond` in arrival order, else the first. */
+#define CM_MERGE(col, cond)                                                                 \
+	"if(countIf(" cond ") > 0, argMaxIf(" col ", " CM_ORDER ", " cond "), argMin(" col ", " \
+	CM_ORDER "))"
+
+/* Job processes at most listed by value in a query (else by subquery). */
+#define LITERAL_MAX 2048
+/* Seq ranges of the span lookup at most put in a query (else filters by comm/op only). */
+#define RANGES_MAX 1024
+/* Instances (and communicator keys) per query of the call lookup. */
+#define CHUNK 1024
+
+typedef int (*row_fn)(void *ctx, char **f);
+
+/* Runs `q` (FORMAT TabSeparated appended) and calls `row` per row of `nfields` fields. */
+static int run(struct ch_store *s, struct byte_buf *q, unsigned nfields, row_fn row, void *ctx)
+{
+	struct byte_buf ans = { 0 };
+	struct ch_tsv t;
+	char *f[CH_MAX_FIELDS];
+	int rc;
+
+	byte_buf_printf(q, " FORMAT TabSeparated");
+	byte_buf_append(q, "", 1);
+	if ((rc = byte_buf_error(q)) || (rc = ch__exec(s, (const char *)q->data, NULL, 0, &ans)))
+		goto cleanup;
+	ch_tsv_init(&t, (char *)ans.data, ans.len);
+	while ((rc = ch_tsv_row(&t, f, nfields)) == 1)
+		if ((rc = row(ctx, f)))
+			goto cleanup;
+	if (rc > 0)
+		rc = 0;
+cleanup:
+	byte_buf_free(&ans);
+	return rc;
+}
+
+static int i32_field(const char *f, int32_t *out)
+{
+	int64_t v;
+
+	if (ch_tsv_i64(f, &v) || v < INT32_MIN || v > INT32_MAX)
+		return -EPROTO;
+	*out = (int32_t)v;
+	return 0;
+}
+
+static int u32_field(const char *f, uint32_t *out)
+{
+	uint64_t v;
+
+	if (ch_tsv_u64(f, &v) || v > UINT32_MAX)
+		return -EPROTO;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int node_field(const char *f, char out[2 * SYSOM_NODE_ID_SIZE + 1])
+{
+	if (!f || strlen(f) != 2 * SYSOM_NODE_ID_SIZE)
+		return -EPROTO;
+	memcpy(out, f, 2 * SYSOM_NODE_ID_SIZE + 1);
+	return 0;
+}
+
+/* The merged job rank of each process that ever named job `job` (NULL: every process). */
+static void job_ranks_merged(struct byte_buf *q, const char *job)
+{
+	byte_buf_printf(q, "(SELECT process, argMax(job, " JR_ORDER ") AS j,"
+			   " argMax(rank, " JR_ORDER ") AS r, argMax(world_size, " JR_ORDER ") AS ws,"
+			   " argMax(local_rank, " JR_ORDER ") AS lr,"
+			   " argMax(local_world_size, " JR_ORDER ") AS lws,"
+			   " argMax(group_rank, " JR_ORDER ") AS gr, argMax(source, " JR_ORDER ") AS src,"
+			   " argMax(job_id_source, " JR_ORDER ") AS jis,"
+			   " argMax(master, " JR_ORDER ") AS ms, argMax(groups, " JR_ORDER ") AS gs,"
+			   " any(node_id) AS node, any(tgid) AS pid, any(start_time_ns) AS st,"
+			   " any(generation) AS gen, min(window_start_ns) AS f, max(window_end_ns) AS l"
+			   " FROM job_ranks WHERE " CH_COMMITTED);
+	if (job) {
+		byte_buf_printf(q, " AND process IN (SELECT process FROM job_ranks WHERE job = ");
+		ch__quote(q, job);
+		byte_buf_printf(q, " AND " CH_COMMITTED ")");
+	}
+	byte_buf_printf(q, " GROUP BY process");
+	if (job) {
+		byte_buf_printf(q, " HAVING j = ");
+		ch__quote(q, job);
+	}
+	byte_buf_printf(q, ")");
+}
+
+void ch__job_processes_sql(struct byte_buf *q, const char *job, bool has_rank, int32_t rank)
+{
+	byte_buf_printf(q, "(SELECT process FROM ");
+	job_ranks_merged(q, job);
+	if (has_rank)
+		byte_buf_printf(q, " WHERE r = %" PRId32, rank);
+	byte_buf_printf(q, ")");
+}
+
+/* Nodes' current hostnames (the latest batch's), as the nodes listing names them. */
+struct host {
+	char node[2 * SYSOM_NODE_ID_SIZE + 1];
+	char *name;
+};
+
+struct hosts {
+	struct host *v;
+	size_t n, cap;
+};
+
+static int host_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct host *)a)->node, ((const struct host *)b)->node);
+}
+
+static int host_row(void *ctx, char **f)
+{
+	struct hosts *h = ctx;
+
+	if (h->n == h->cap || !f[1] || node_field(f[0], h->v[h->n].node))
+		return -EPROTO;
+	if (!(h->v[h->n].name = strdup(f[1])))
+		return -ENOMEM;
+	h->n++;
+	return 0;
+}
+
+static void hosts_free(struct hosts *h)
+{
+	for (size_t i = 0; i < h->n; i++)
+		free(h->v[i].name);
+	free(h->v);
+	*h = (struct hosts){ 0 };
+}
+
+/* Reads the hostnames of `n` nodes (node ids, duplicates allowed). */
+static int hosts_read(struct ch_store *s, const char *const *nodes, size_t n, struct hosts *h)
+{
+	struct byte_buf q = { 0 };
+	int rc;
+
+	*h = (struct hosts){ .v = calloc(n + 1, sizeof(*h->v)), .cap = n };
+	if (!h->v)
+		return -ENOMEM;
+	if (!n)
+		return 0;
+	byte_buf_printf(&q, "SELECT node_id, argMax(hostname, received_ns) FROM batches WHERE "
+			    CH_COMMITTED " AND node_id IN (");
+	for (size_t i = 0; i < n; i++) {
+		byte_buf_printf(&q, "%s", i ? "," : "");
+		ch__quote(&q, nodes[i]);
+	}
+	byte_buf_printf(&q, ") GROUP BY node_id");
+	rc = run(s, &q, 2, host_row, h);
+	byte_buf_free(&q);
+	if (!rc && h->n)
+		qsort(h->v, h->n, sizeof(*h->v), host_cmp);
+	return rc;
+}
+
+static const char *host_name(const struct hosts *h, const char *node)
+{
+	struct host key, *hit;
+
+	snprintf(key.node, sizeof(key.node), "%s", node);
+	hit = h->n ? bsearch(&key, h->v, h->n, sizeof(*h->v), host_cmp) : NULL;
+	return hit ? hit->name : "";
+}
+
+/* ---- jobs ----------------------------------------------------------------------------------- */
+
+struct job_visit {
+	store_job_fn fn;
+	void *arg;
+};
+
+static int job_row(void *ctx, char **f)
+{
+	const struct job_visit *v = ctx;
+	struct store_job j = { .job = f[0] };
+
+	if (!f[0] || i32_field(f[1], &j.world_size) || u32_field(f[2], &j.ranks) ||
+	    u32_field(f[3], &j.processes) || u32_field(f[4], &j.nodes) ||
+	    ch_tsv_i64(f[5], &j.first_seen_ns) || ch_tsv_i64(f[6], &j.last_seen_ns))
+		return -EPROTO;
+	return v->fn(v->arg, &j);
+}
+
+int ch__jobs_list(struct store *base, uint32_t limit, store_job_fn fn, void *arg)
+{
+	struct job_visit v = { fn, arg };
+	struct byte_buf q = { 0 };
+	int rc;
+
+	byte_buf_printf(&q, "SELECT j, max(ws), uniqExactIf(r, r >= 0), count(), uniqExact(node),"
+			    " min(f), max(l) AS last FROM ");
+	job_ranks_merged(&q, NULL);
+	byte_buf_printf(&q, " WHERE j != '' GROUP BY j ORDER BY last DESC, j LIMIT %" PRIu32, limit);
+	rc = run(ch__store(base), &q, 7, job_row, &v);
+	byte_buf_free(&q);
+	return rc;
+}
+
+/* ---- ranks ---------------------------------------------------------------------------------- */
+
+/* Rows read whole first (then hostnames and comms): the callback sees them in order. */
+struct rank_ent {
+	struct store_job_rank r;
+	uint64_t process;
+	char *strings; /* job_id_source, master, groups, comm: one allocation */
+};
+
+struct ranks {
+	struct rank_ent *v;
+	size_t n, cap;
+};
+
+static int rank_row(void *ctx, char **f)
+{
+	struct ranks *rs = ctx;
+	struct rank_ent *e;
+	uint64_t src;
+	size_t l1, l2, l3;
+
+	if (rs->n == rs->cap) {
+		size_t cap = rs->cap ? 2 * rs->cap : 64;
+		struct rank_ent *v = realloc(rs->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		rs->v = v;
+		rs->cap = cap;
+	}
+	e = &rs->v[rs->n];
+	memset(e, 0, sizeof(*e));
+	if (ch_tsv_u64(f[0], &e->process) || i32_field(f[1], &e->r.rank) ||
+	    i32_field(f[2], &e->r.world_size) || i32_field(f[3], &e->r.local_rank) ||
+	    i32_field(f[4], &e->r.local_world_size) || i32_field(f[5], &e->r.group_rank) ||
+	    ch_tsv_u64(f[6], &src) || src > UINT8_MAX || node_field(f[7], e->r.node_id) ||
+	    u32_field(f[8], &e->r.pid) || u32_field(f[9], &e->r.generation) ||
+	    ch_tsv_u64(f[10], &e->r.start_time_ns) || !f[11] || !f[12] || !f[13] ||
+	    ch_tsv_i64(f[14], &e->r.first_seen_ns) || ch_tsv_i64(f[15], &e->r.last_seen_ns))
+		return -EPROTO;
+	e->r.source = (uint8_t)src;
+	l1 = strlen(f[11]) + 1;
+	l2 = strlen(f[12]) + 1;
+	l3 = strlen(f[13]) + 1;
+	if (!(e->strings = malloc(l1 + l2 + l3)))
+		return -ENOMEM;
+	memcpy(e->strings, f[11], l1);
+	memcpy(e->strings + l1, f[12], l2);
+	memcpy(e->strings + l1 + l2, f[13], l3);
+	rs->n++;
+	return 0;
+}
+
+struct comm_name {
+	uint64_t process;
+	char *comm;
+};
+
+struct comm_names {
+	struct comm_name *v;
+	size_t n, cap;
+};
+
+static int comm_name_cmp(const void *a, const void *b)
+{
+	const struct comm_name *x = a, *y = b;
+
+	return (x->process > y->process) - (x->process < y->process);
+}
+
+static int comm_name_row(void *ctx, char **f)
+{
+	struct comm_names *c = ctx;
+
+	if (c->n == c->cap || ch_tsv_u64(f[0], &c->v[c->n].process) || !f[1])
+		return -EPROTO;
+	if (!(c->v[c->n].comm = strdup(f[1])))
+		return -ENOMEM;
+	c->n++;
+	return 0;
+}
+
+int ch__job_ranks_list(struct store *base, const char *job, uint32_t limit, store_job_rank_fn fn,
+		       void *arg)
+{
+	struct ch_store *s = ch__store(base);
+	struct ranks rs = { 0 };
+	struct comm_names cn = { 0 };
+	struct hosts h = { 0 };
+	const char **nodes = NULL;
+	struct byte_buf q = { 0 };
+	int rc;
+
+	byte_buf_printf(&q, "SELECT process, r, ws, lr, lws, gr, src, node, pid, gen, st, jis, ms,"
+			    " gs, f, l FROM ");
+	job_ranks_merged(&q, job);
+	byte_buf_printf(&q, " ORDER BY r < 0, r, node, pid, st LIMIT %" PRIu32, limit);
+	if ((rc = run(s, &q, 16, rank_row, &rs)) || !rs.n)
+		goto cleanup;
+	/* The processes' current comm (the latest batch's), as the process listing has it. */
+	cn.v = calloc(rs.n, sizeof(*cn.v));
+	nodes = calloc(rs.n, sizeof(*nodes));
+	if (!cn.v || !nodes) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	cn.cap = rs.n;
+	q.len = 0;
+	byte_buf_printf(&q, "SELECT process, argMax(comm, received_ns) FROM processes WHERE "
+			    CH_COMMITTED " AND process IN (");
+	for (size_t i = 0; i < rs.n; i++) {
+		byte_buf_printf(&q, "%s%" PRIu64, i ? "," : "", rs.v[i].process);
+		nodes[i] = rs.v[i].r.node_id;
+	}
+	byte_buf_printf(&q, ") GROUP BY process");
+	if ((rc = run(s, &q, 2, comm_name_row, &cn)) || (rc = hosts_read(s, nodes, rs.n, &h)))
+		goto cleanup;
+	qsort(cn.v, cn.n, sizeof(*cn.v), comm_name_cmp);
+	for (size_t i = 0; i < rs.n && !rc; i++) {
+		struct rank_ent *e = &rs.v[i];
+		struct comm_name key = { .process = e->process }, *hit;
+
+		hit = bsearch(&key, cn.v, cn.n, sizeof(*cn.v), comm_name_cmp);
+		e->r.comm = hit ? hit->comm : "";
+		e->r.job_id_source = e->strings;
+		e->r.master = e->strings + strlen(e->strings) + 1;
+		e->r.groups = e->r.master + strlen(e->r.master) + 1;
+		e->r.hostname = host_name(&h, e->r.node_id);
+		rc = fn(arg, &e->r);
+	}
+cleanup:
+	for (size_t i = 0; i < rs.n; i++)
+		free(rs.v[i].strings);
+	free(rs.v);
+	for (size_t i = 0; i < cn.n; i++)
+		free(cn.v[i].comm);
+	free(cn.v);
+	free(nodes);
+	hosts_free(&h);
+	byte_buf_free(&q);
+	return rc;
+}
+
+/* ---- the job's processes (rank and node), for communicators and collectives ----------------- */
+
+struct jp {
+	uint64_t process;
+	int32_t rank;
+	char node[2 * SYSOM_NODE_ID_SIZE + 1];
+};
+
+struct jps {
+	struct jp *v;
+	size_t n, cap;
+};
+
+static int jp_cmp(const void *a, const void *b)
+{
+	const struct jp *x = a, *y = b;
+
+	return (x->process > y->process) - (x->process < y->process);
+}
+
+static int jp_row(void *ctx, char **f)
+{
+	struct jps *j = ctx;
+
+	if (j->n == j->cap) {
+		size_t cap = j->cap ? 2 * j->cap : 64;
+		struct jp *v = realloc(j->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		j->v = v;
+		j->cap = cap;
+	}
+	if (ch_tsv_u64(f[0], &j->v[j->n].process) || i32_field(f[1], &j->v[j->n].rank) ||
+	    node_field(f[2], j->v[j->n].node))
+		return -EPROTO;
+	j->n++;
+	return 0;
+}
+
+static int jps_read(struct ch_store *s, const char *job, struct jps *j)
+{
+	struct byte_buf q = { 0 };
+	int rc;
+
+	byte_buf_printf(&q, "SELECT process, r, node FROM ");
+	job_ranks_merged(&q, job);
+	rc = run(s, &q, 3, jp_row, j);
+	byte_buf_free(&q);
+	if (!rc && j->n)
+		qsort(j->v, j->n, sizeof(*j->v), jp_cmp);
+	return rc;
+}
+
+static const struct jp *jp_find(const struct jps *j, uint64_t process)
+{
+	struct jp key = { .process = process };
+
+	return j->n ? bsearch(&key, j->v, j->n, sizeof(*j->v), jp_cmp) : NULL;
+}
+
+/* " process IN (...)": the job's processes, by value when few. */
+static void jp_in(struct byte_buf *q, const struct jps *j, const char *job)
+{
+	byte_buf_printf(q, " process IN ");
+	if (j->n > LITERAL_MAX) {
+		ch__job_processes_sql(q, job, false, 0);
+		return;
+	}
+	byte_buf_printf(q, "(");
+	for (size_t i = 0; i < j->n; i++)
+		byte_buf_printf(q, "%s%" PRIu64, i ? "," : "", j->v[i].process);
+	byte_buf_printf(q, ")");
+}
+
+static int jp_hosts(struct ch_store *s, const struct jps *j, struct hosts *h)
+{
+	const char **nodes = calloc(j->n + 1, sizeof(*nodes));
+	size_t n = 0;
+	int rc;
+
+	if (!nodes)
+		return -ENOMEM;
+	for (size_t i = 0; i < j->n; i++) {
+		bool seen = false;
+
+		for (size_t k = 0; k < n && !seen; k++)
+			seen = !strcmp(nodes[k], j->v[i].node);
+		if (!seen)
+			nodes[n++] = j->v[i].node;
+	}
+	rc = hosts_read(s, nodes, n, h);
+	free(nodes);
+	return rc;
+}
+
+/* ---- communicators -------------------------------------------------------------------------- */
+
+struct comm_visit {
+	store_job_communicator_fn fn;
+	void *arg;
+	const struct jps *jp;
+	const struct hosts *h;
+};
+
+static int communicator_row(void *ctx, char **f)
+{
+	const struct comm_visit *v = ctx;
+	struct store_job_communicator m = { 0 };
+	uint64_t process, ks, destroyed;
+	const struct jp *p;
+
+	if (ch_tsv_u64(f[0], &process) || ch_tsv_u64(f[1], &m.key) ||
+	    ch_tsv_u64(f[2], &m.parent_key) || ch_tsv_u64(f[3], &m.comm_hash) ||
+	    i32_field(f[4], &m.rank) || i32_field(f[5], &m.nranks) ||
+	    i32_field(f[6], &m.split_color) || i32_field(f[7], &m.split_key) ||
+	    u32_field(f[8], &m.split_ordinal) || ch_tsv_u64(f[9], &ks) || ks > UINT8_MAX ||
+	    ch_tsv_u64(f[10], &destroyed) || ch_tsv_i64(f[11], &m.created_ns) ||
+	    node_field(f[12], m.node_id) || u32_field(f[13], &m.pid) ||
+	    ch_tsv_i64(f[14], &m.first_seen_ns) || ch_tsv_i64(f[15], &m.last_seen_ns))
+		return -EPROTO;
+	m.key_source = (uint8_t)ks;
+	m.destroyed = destroyed != 0;
+	p = jp_find(v->jp, process);
+	m.job_rank = p ? p->rank : -1;
+	m.hostname = host_name(v->h, m.node_id);
+	return v->fn(v->arg, &m);
+}
+
+/* The merged communicators of (process, key) rows, as a FROM subquery; `where` filters. */
+#define COMMS_MERGED_SELECT                                                                   \
+	"SELECT process, key, " CM_MERGE("parent_key", "parent_key != 0") " AS pk, "          \
+	CM_MERGE("comm_hash", "comm_hash != 0") " AS ch, " CM_MERGE("rank", "rank >= 0")       \
+	" AS rk, " CM_MERGE("nranks", "nranks >= 1") " AS nr, "                               \
+	CM_MERGE("split_color", "split_color != -1") " AS sc, "                               \
+	CM_MERGE("split_key", "split_key != -1") " AS sk, "                                   \
+	CM_MERGE("split_ordinal", "split_ordinal != 0") " AS so, argMax(key_source, " CM_ORDER \
+	") AS ks, max(destroyed) AS d, " CM_MERGE("created_ns", "created_ns != 0") " AS cr,"  \
+	" any(node_id) AS node, any(tgid) AS pid, min(window_start_ns) AS f,"                 \
+	" max(window_end_ns) AS l FROM communicators WHERE " CH_COMMITTED
+
+int ch__job_communicators_list(struct store *base, const char *job, uint32_t limit,
+			       store_job_communicator_fn fn, void *arg)
+{
+	struct ch_store *s = ch__store(base);
+	struct jps j = { 0 };
+	struct hosts h = { 0 };
+	struct comm_visit v = { fn, arg, &j, &h };
+	struct byte_buf q = { 0 };
+	int rc;
+
+	if ((rc = jps_read(s, job, &j)) || !j.n || (rc = jp_hosts(s, &j, &h)))
+		goto cleanup;
+	byte_buf_printf(&q, "SELECT process, key, pk, ch, rk, nr, sc, sk, so, ks, d, cr, node, pid,"
+			    " f, l FROM (" COMMS_MERGED_SELECT " AND");
+	jp_in(&q, &j, job);
+	byte_buf_printf(&q, " GROUP BY process, key) ORDER BY key, rk < 0, rk, node, pid"
+			    " LIMIT %" PRIu32, limit);
+	rc = run(s, &q, 16, communicator_row, &v);
+cleanup:
+	free(j.v);
+	hosts_free(&h);
+	byte_buf_free(&q);
+	return rc;
+}
+
+/* ---- collective instances ------------------------------------------------------------------- */
+
+struct range {
+	uint64_t key;
+	uint8_t op;
+	uint64_t lo, hi;
+};
+
+struct inst {
+	uint64_t key, seq;
+	uint8_t op;
+	int64_t first;     /* earliest entry in [from, to] (the order) */
+	int64_t first_all; /* earliest entry of all its calls */
+	int32_t nranks;
+	uint32_t order;
+};
+
+struct call {
+	const struct inst *inst;
+	uint64_t process;
+	int32_t rank; /* the call's, else the process's in the communicator, -1 */
+	struct store_collective_call c;
+	int64_t received_ns;
+	uint32_t idx;
+};
+
+struct comm_rank {
+	uint64_t process, key;
+	int32_t rank, nranks;
+};
+
+struct coll {
+	struct ch_store *s;
+	const struct store_collective_filter *f;
+	struct jps jp;
+	struct hosts h;
+	struct range *ranges;
+	size_t nranges, cap_ranges;
+	struct inst *insts; /* query order, then sorted by identity */
+	size_t ninsts, cap_insts;
+	struct call *calls;
+	size_t ncalls, cap_calls;
+	struct comm_rank *comms;
+	size_t ncomms, cap_comms;
+};
+
+/* Grows *v (of *cap elements of `size`) to hold one more; 0 or -ENOMEM. */
+static int grow(void **v, size_t *cap, size_t n, size_t size)
+{
+	void *nv;
+	size_t ncap;
+
+	if (n < *cap)
+		return 0;
+	ncap = *cap ? 2 * *cap : 64;
+	if (!(nv = realloc(*v, ncap * size)))
+		return -ENOMEM;
+	*v = nv;
+	*cap = ncap;
+	return 0;
+}
+
+static int u8_field(const char *f, uint8_t *out)
+{
+	uint64_t v;
+
+	if (ch_tsv_u64(f, &v) || v > UINT8_MAX)
+		return -EPROTO;
+	*out = (uint8_t)v;
+	return 0;
+}
+
+static int range_row(void *ctx, char **f)
+{
+	struct coll *c = ctx;
+	struct range *r;
+
+	if (grow((void **)&c->ranges, &c->cap_ranges, c->nranges, sizeof(*c->ranges)))
+		return -ENOMEM;
+	r = &c->ranges[c->nranges];
+	if (ch_tsv_u64(f[0], &r->key) || u8_field(f[1], &r->op) || ch_tsv_u64(f[2], &r->lo) ||
+	    ch_tsv_u64(f[3], &r->hi))
+		return -EPROTO;
+	c->nranges++;
+	return 0;
+}
+
+static int inst_row(void *ctx, char **f)
+{
+	struct coll *c = ctx;
+	struct inst *i;
+
+	if (grow((void **)&c->insts, &c->cap_insts, c->ninsts, sizeof(*c->insts)))
+		return -ENOMEM;
+	i = &c->insts[c->ninsts];
+	memset(i, 0, sizeof(*i));
+	if (ch_tsv_u64(f[0], &i->key) || u8_field(f[1], &i->op) || ch_tsv_u64(f[2], &i->seq) ||
+	    ch_tsv_i64(f[3], &i->first))
+		return -EPROTO;
+	i->first_all = i->first;
+	i->nranks = -1;
+	c->ninsts++;
+	return 0;
+}
+
+static int inst_cmp(const void *a, const void *b)
+{
+	const struct inst *x = a, *y = b;
+
+	if (x->key != y->key)
+		return x->key < y->key ? -1 : 1;
+	if (x->op != y->op)
+		return x->op < y->op ? -1 : 1;
+	return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+static int comm_rank_cmp(const void *a, const void *b)
+{
+	const struct comm_rank *x = a, *y = b;
+
+	if (x->process != y->process)
+		return x->process < y->process ? -1 : 1;
+	return (x->key > y->key) - (x->key < y->key);
+}
+
+static int call_row(void *ctx, char **f)
+{
+	struct coll *c = ctx;
+	struct inst key = { 0 };
+	struct call *k;
+	const struct jp *p;
+
+	if (grow((void **)&c->calls, &c->cap_calls, c->ncalls, sizeof(*c->calls)))
+		return -ENOMEM;
+	k = &c->calls[c->ncalls];
+	memset(k, 0, sizeof(*k));
+	if (ch_tsv_u64(f[0], &key.key) || u8_field(f[1], &key.op) || ch_tsv_u64(f[2], &key.seq) ||
+	    ch_tsv_u64(f[3], &k->process) || node_field(f[4], k->c.node_id) ||
+	    u32_field(f[5], &k->c.pid) || u32_field(f[6], &k->c.tid) ||
+	    i32_field(f[7], &k->rank) || ch_tsv_i64(f[8], &k->c.entry_ns) ||
+	    ch_tsv_i64(f[9], &k->c.exit_ns) || ch_tsv_u64(f[10], &k->c.count) ||
+	    ch_tsv_u64(f[11], &k->c.bytes) || i32_field(f[12], &k->c.peer) ||
+	    i32_field(f[13], &k->c.result) || ch_tsv_i64(f[14], &k->received_ns) ||
+	    u32_field(f[15], &k->idx))
+		return -EPROTO;
+	k->inst = bsearch(&key, c->insts, c->ninsts, sizeof(*c->insts), inst_cmp);
+	p = jp_find(&c->jp, k->process);
+	if (!k->inst || !p)
+		return 0; /* not asked for (the IN lists are supersets) */
+	k->c.job_rank = p->rank;
+	c->ncalls++;
+	return 0;
+}
+
+static int comm_rank_row(void *ctx, char **f)
+{
+	struct coll *c = ctx;
+	struct comm_rank *m;
+
+	if (grow((void **)&c->comms, &c->cap_comms, c->ncomms, sizeof(*c->comms)))
+		return -ENOMEM;
+	m = &c->comms[c->ncomms];
+	if (ch_tsv_u64(f[0], &m->process) || ch_tsv_u64(f[1], &m->key) ||
+	    i32_field(f[2], &m->rank) || i32_field(f[3], &m->nranks))
+		return -EPROTO;
+	c->ncomms++;
+	return 0;
+}
+
+/* Instance order, then rank (unknown last), entry, arrival (SQLite: the row id). */
+static int call_cmp(const void *a, const void *b)
+{
+	const struct call *x = a, *y = b;
+
+	if (x->inst->order != y->inst->order)
+		return x->inst->order < y->inst->order ? -1 : 1;
+	if ((x->rank < 0) != (y->rank < 0))
+		return x->rank < 0 ? 1 : -1;
+	if (x->rank != y->rank)
+		return x->rank < y->rank ? -1 : 1;
+	if (x->c.entry_ns != y->c.entry_ns)
+		return x->c.entry_ns < y->c.entry_ns ? -1 : 1;
+	if (x->received_ns != y->received_ns)
+		return x->received_ns < y->received_ns ? -1 : 1;
+	return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+/* The filters every instance query shares (communicator, op). */
+static void coll_filters(struct byte_buf *q, const struct store_collective_filter *f)
+{
+	byte_buf_printf(q, " AND comm_key != 0 AND op BETWEEN %d AND %d", SYSOM_NCCL_ALL_REDUCE,
+			SYSOM_NCCL_RECV);
+	if (f->has_comm)
+		byte_buf_printf(q, " AND comm_key = %" PRIu64, f->comm);
+	if (f->op)
+		byte_buf_printf(q, " AND op = %u", (unsigned)f->op);
+}
+
+/* Picks the instances: seq ranges from the spans, then the calls in [from, to] inside them. */
+static int instances_read(struct coll *c, uint32_t max_instances)
+{
+	const struct store_collective_filter *f = c->f;
+	const char *dir = f->latest ? " DESC" : "";
+	struct byte_buf q = { 0 };
+	int rc;
+
+	byte_buf_printf(&q, "SELECT comm_key, op, min(min_seq), max(max_seq) FROM nccl_spans"
+			    " WHERE max_entry_ns >= %" PRId64 " AND min_entry_ns <= %" PRId64
+			    " AND " CH_COMMITTED " AND", f->from_ns, f->to_ns);
+	jp_in(&q, &c->jp, f->job);
+	coll_filters(&q, f);
+	byte_buf_printf(&q, " GROUP BY comm_key, op");
+	if ((rc = run(c->s, &q, 4, range_row, c)) || !c->nranges)
+		goto cleanup;
+	q.len = 0;
+	byte_buf_printf(&q, "SELECT comm_key, op, seq, min(entry_ns) AS first FROM nccl_calls"
+			    " WHERE entry_ns BETWEEN %" PRId64 " AND %" PRId64 " AND " CH_COMMITTED
+			    " AND", f->from_ns, f->to_ns);
+	jp_in(&q, &c->jp, f->job);
+	coll_filters(&q, f);
+	if (c->nranges <= RANGES_MAX) {
+		byte_buf_printf(&q, " AND (");
+		for (size_t i = 0; i < c->nranges; i++)
+			byte_buf_printf(&q, "%s(comm_key = %" PRIu64 " AND op = %u AND seq BETWEEN %"
+					PRIu64 " AND %" PRIu64 ")", i ? " OR " : "",
+					c->ranges[i].key, (unsigned)c->ranges[i].op, c->ranges[i].lo,
+					c->ranges[i].hi);
+		byte_buf_printf(&q, ")");
+	}
+	byte_buf_printf(&q, " GROUP BY comm_key, op, seq ORDER BY first%s, comm_key%s, op%s,"
+			    " seq%s LIMIT %" PRIu32, dir, dir, dir, dir, max_instances);
+	if ((rc = run(c->s, &q, 4, inst_row, c)))
+		goto cleanup;
+	/* Visited ascending: the latest ones were read newest first. */
+	for (size_t i = 0; i < c->ninsts; i++)
+		c->insts[i].order = (uint32_t)(f->latest ? c->ninsts - 1 - i : i);
+	if (c->ninsts)
+		qsort(c->insts, c->ninsts, sizeof(*c->insts), inst_cmp);
+cleanup:
+	byte_buf_free(&q);
+	return rc;
+}
+
+/* Every call of the job's processes in the instances, in chunks of instances. */
+static int calls_read(struct coll *c)
+{
+	struct byte_buf q = { 0 };
+	int rc = 0;
+
+	for (size_t at = 0; at < c->ninsts && !rc; at += CHUNK) {
+		size_t end = at + CHUNK < c->ninsts ? at + CHUNK : c->ninsts;
+
+		q.len = 0;
+		byte_buf_printf(&q, "SELECT comm_key, op, seq, process, node_id, tgid, tid, rank,"
+				    " entry_ns, exit_ns, count, bytes, peer, result, received_ns, idx"
+				    " FROM nccl_calls WHERE (comm_key, op, seq) IN (");
+		for (size_t i = at; i < end; i++)
+			byte_buf_printf(&q, "%s(%" PRIu64 ", %u, %" PRIu64 ")", i > at ? "," : "",
+					c->insts[i].key, (unsigned)c->insts[i].op, c->insts[i].seq);
+		byte_buf_printf(&q, ") AND " CH_COMMITTED " AND");
+		jp_in(&q, &c->jp, c->f->job);
+		rc = run(c->s, &q, 16, call_row, c);
+	}
+	byte_buf_free(&q);
+	return rc;
+}
+
+/* The communicator ranks and sizes of the job's processes for the instances' keys. */
+static int comm_ranks_read(struct coll *c)
+{
+	struct byte_buf q = { 0 };
+	uint64_t *keys = calloc(c->ninsts + 1, sizeof(*keys));
+	size_t nkeys = 0;
+	int rc = 0;
+
+	if (!keys)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->ninsts; i++) /* sorted by key: distinct keys are runs */
+		if (!nkeys || keys[nkeys - 1] != c->insts[i].key)
+			keys[nkeys++] = c->insts[i].key;
+	for (size_t at = 0; at < nkeys && !rc; at += CHUNK) {
+		size_t end = at + CHUNK < nkeys ? at + CHUNK : nkeys;
+
+		q.len = 0;
+		byte_buf_printf(&q, "SELECT process, key, " CM_MERGE("rank", "rank >= 0") ", "
+				    CM_MERGE("nranks", "nranks >= 1") " FROM communicators WHERE "
+				    CH_COMMITTED " AND key IN (");
+		for (size_t i = at; i < end; i++)
+			byte_buf_printf(&q, "%s%" PRIu64, i > at ? "," : "", keys[i]);
+		byte_buf_printf(&q, ") AND");
+		jp_in(&q, &c->jp, c->f->job);
+		byte_buf_printf(&q, " GROUP BY process, key");
+		rc = run(c->s, &q, 4, comm_rank_row, c);
+	}
+	free(keys);
+	byte_buf_free(&q);
+	if (!rc && c->ncomms)
+		qsort(c->comms, c->ncomms, sizeof(*c->comms), comm_rank_cmp);
+	return rc;
+}
+
+int ch__collectives_list(struct store *base, const struct store_collective_filter *f,
+			 uint32_t max_instances, store_collective_fn fn, void *arg)
+{
+	struct coll c = { .s = ch__store(base), .f = f };
+	int rc;
+
+	if ((rc = jps_read(c.s, f->job, &c.jp)) || !c.jp.n || !max_instances ||
+	    (rc = instances_read(&c, max_instances)) || !c.ninsts || (rc = calls_read(&c)) ||
+	    (rc = comm_ranks_read(&c)) || (rc = jp_hosts(c.s, &c.jp, &c.h)))
+		goto cleanup;
+	/* Sizes per key: the largest any of the job's processes reported. */
+	for (size_t i = 0; i < c.ncomms; i++)
+		for (size_t k = 0; k < c.ninsts; k++)
+			if (c.insts[k].key == c.comms[i].key && c.comms[i].nranks > c.insts[k].nranks)
+				c.insts[k].nranks = c.comms[i].nranks;
+	for (size_t i = 0; i < c.ncalls; i++) {
+		struct call *k = &c.calls[i];
+		struct inst *in = (struct inst *)k->inst;
+
+		if (k->rank < 0) {
+			struct comm_rank key = { .process = k->process, .key = in->key }, *m;
+
+			m = c.ncomms ? bsearch(&key, c.comms, c.ncomms, sizeof(*c.comms),
+						       comm_rank_cmp) : NULL;
+			k->rank = m ? m->rank : -1;
+		}
+		if (k->c.entry_ns < in->first_all)
+			in->first_all = k->c.entry_ns;
+	}
+	if (c.ncalls)
+		qsort(c.calls, c.ncalls, sizeof(*c.calls), call_cmp);
+	for (size_t i = 0; i < c.ncalls && !rc; i++) {
+		struct call *k = &c.calls[i];
+
+		k->c.comm_key = k->inst->key;
+		k->c.op = k->inst->op;
+		k->c.seq = k->inst->seq;
+		k->c.first_entry_ns = k->inst->first_all;
+		k->c.nranks = k->inst->nranks;
+		k->c.rank = k->rank;
+		k->c.hostname = host_name(&c.h, k->c.node_id);
+		rc = fn(arg, &k->c);
+	}
+cleanup:
+	free(c.jp.v);
+	hosts_free(&c.h);
+	free(c.ranges);
+	free(c.insts);
+	free(c.calls);
+	free(c.comms);
+	return rc;
+}
