@@ -187,20 +187,6 @@ cleanup:
 
 /* ---- not implemented on ClickHouse yet: an explicit -ENOTSUP ------------------------------- */
 
-static int ns_gpu(struct store *s, const struct store_gpu_filter *f, uint32_t max_rows,
-		  const struct store_gpu_visitor *v, bool *truncated)
-{
-	(void)s, (void)f, (void)max_rows, (void)v, (void)truncated;
-	return -ENOTSUP;
-}
-
-static int ns_os(struct store *s, const struct store_os_filter *f, uint32_t max_rows,
-		 const struct store_os_visitor *v, bool *truncated)
-{
-	(void)s, (void)f, (void)max_rows, (void)v, (void)truncated;
-	return -ENOTSUP;
-}
-
 static int ns_diag_upsert(struct store *s, const struct store_diagnosis *d, int64_t *id,
 			  bool *opened)
 {
@@ -265,11 +251,11 @@ static const struct store_ops ch_ops = {
 	.job_ranks_list = ch__job_ranks_list,
 	.job_communicators_list = ch__job_communicators_list,
 	.collectives_list = ch__collectives_list,
-	.job_gpu = ns_gpu,
+	.job_gpu = ch__job_gpu,
 	.gpu_time_aggregate = ch__gpu_time_aggregate,
 	.offcpu_aggregate = ch__offcpu_aggregate,
 	.wall_aggregate = ch__wall_aggregate,
-	.job_os = ns_os,
+	.job_os = ch__job_os,
 	.diagnosis_upsert = ns_diag_upsert,
 	.diagnosis_resolve = ns_diag_resolve,
 	.diagnoses_list = ns_diag_list,
