@@ -5,7 +5,8 @@
  * sqlite_read_os.c do: the same rows (one per stored batch, IRQs summed), the same order,
  * at most max_rows of each kind with *truncated when a kind had more. Owners are the merged
  * job ranks (clickhouse_read_collectives.c). SQLite orders nodes by their row id (first
- * stored); here by the first receive time of their batches, then node id.
+ * stored); here by the first receive time of their batches, then node id. SQLite keeps
+ * 64-bit ids (streams, communicator ids) as signed integers: they sort as such here too.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -200,7 +201,8 @@ int ch__job_gpu(struct store *base, const struct store_gpu_filter *f, uint32_t m
 	elements(&q, "hist", SYSOM_GPU_HIST_BUCKETS);
 	job_from(&q, "gpu_kernels", "name, device, stream, count, total_ns, min_ns, max_ns, hist",
 		 f);
-	byte_buf_printf(&q, " ORDER BY " OWNER_ORDER ", name, device, stream, time_ms");
+	byte_buf_printf(&q, " ORDER BY " OWNER_ORDER ", name, device, toInt64(stream),"
+			    " time_ms");
 	if ((rc = rows_run(s, &q, 11 + SYSOM_GPU_HIST_BUCKETS, kernel_row, v, max_rows,
 			   truncated)))
 		goto cleanup;
@@ -214,8 +216,8 @@ int ch__job_gpu(struct store *base, const struct store_gpu_filter *f, uint32_t m
 		 " datatype, peer, nchannels, count, bytes, kernel_timed, kernel_ns_total,"
 		 " kernel_ns_min, kernel_ns_max, span_timed, span_ns_total, enqueue_ns_total,"
 		 " transfers, transfer_bytes, first_seq, last_seq", f);
-	byte_buf_printf(&q, " ORDER BY " OWNER_ORDER ", comm_id, func, algo, proto, datatype, peer,"
-			    " time_ms");
+	byte_buf_printf(&q, " ORDER BY " OWNER_ORDER ", toInt64(comm_id), func, algo, proto,"
+			    " datatype, peer, time_ms");
 	if ((rc = rows_run(s, &q, 27, profile_row, v, max_rows, truncated)))
 		goto cleanup;
 	q.len = 0;
@@ -224,7 +226,8 @@ int ch__job_gpu(struct store *base, const struct store_gpu_filter *f, uint32_t m
 			    " min_bytes_per_ns, min_r2, min_points");
 	job_from(&q, "nccl_links", "comm_id, rank, peer, channel, transfers, bytes, time_ns_total,"
 		 " sx, sy, sxx, sxy, syy, min_latency_ns, min_bytes_per_ns, min_r2, min_points", f);
-	byte_buf_printf(&q, " ORDER BY " OWNER_ORDER ", comm_id, peer, channel, time_ms");
+	byte_buf_printf(&q, " ORDER BY " OWNER_ORDER ", toInt64(comm_id), peer, channel,"
+			    " time_ms");
 	rc = rows_run(s, &q, 20, link_row, v, max_rows, truncated);
 cleanup:
 	byte_buf_free(&q);

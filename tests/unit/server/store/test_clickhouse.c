@@ -707,6 +707,8 @@ static void gpu_os_rows_add(struct sysom_batch *b, uint64_t seq)
 					 .kernel_ns_min = 900, .kernel_ns_max = 1100,
 					 .first_seq = 1, .last_seq = 3 };
 	assert_int_equal(sysom_batch_add_nccl_profile(b, &pr), 0);
+	pr.comm_id = 0x8000000000000001ULL; /* sorts first: SQLite's integers are signed */
+	assert_int_equal(sysom_batch_add_nccl_profile(b, &pr), 0);
 	struct sysom_nccl_link nl = { .process = 0, .rank = 0, .comm_id = 0xc0ffee, .peer = 1,
 				      .channel = -1, .transfers = 2, .bytes = 2000,
 				      .time_ns_total = 500, .sx = 2000, .sy = 500, .sxx = 2e6,
@@ -1044,15 +1046,15 @@ static void test_gpu_os_same_answers(void **state)
 	same_agg(c, AGG_WALL, &f, 1000);
 	same_agg(c, AGG_GPU_TIME, &f, 1000);
 	/* A job's GPU and OS rows, per stored batch (IRQs summed over the range). Per batch:
-	 * 3 kernel, 1 profile, 2 link, 2 thread, 1 CPU rows; IRQs: 2 per node. */
+	 * 3 kernel, 2 profile, 2 link, 2 thread, 1 CPU rows; IRQs: 2 per node. */
 	struct store_gpu_filter g = { .job = "train-1", .from_ms = from, .to_ms = from + 3600000 };
-	same_job_rows(c, &g, 1000, 6 * (3 + 1 + 2 + 2 + 1) + 2 * 2);
+	same_job_rows(c, &g, 1000, 6 * (3 + 2 + 2 + 2 + 1) + 2 * 2);
 	g.has_rank = true;
 	g.rank = 3; /* node 8's nccl-proxy: its rows, its node's CPUs and IRQs */
 	same_job_rows(c, &g, 1000, 3 * (1 + 1 + 1) + 3 + 2);
 	g.has_rank = false;
 	g.to_ms = from + 31000; /* the first windows only */
-	same_job_rows(c, &g, 1000, 2 * (3 + 1 + 2 + 2 + 1) + 2 * 2);
+	same_job_rows(c, &g, 1000, 2 * (3 + 2 + 2 + 2 + 1) + 2 * 2);
 	g.to_ms = from + 3600000;
 	same_job_rows(c, &g, 2, 6 * 2); /* truncated: 2 of each kind */
 	same_job_rows(c, &g, 0, 0);
