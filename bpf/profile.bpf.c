@@ -656,12 +656,25 @@ int sysom_offcpu_unwind(struct bpf_raw_tracepoint_args *ctx)
 			return 0;
 		}
 		cs->unwind.unwinds++;
+		/* The blocking thread is still current: its thread state and frames are read
+		 * from its own memory, as at an on-CPU tick. */
+		sc->regs.py_frame = 0;
+		sc->regs.py_in_run = 0;
+		sc->regs.py_skip = 0;
+		c.py = bpf_map_lookup_elem(&py_procs, &tgid);
+		if (c.py && c.py->generation == sc->block.generation)
+			sc->regs.py_frame = py_current_frame(c.py, &cs->py);
 	} else if (!c.proc) {
 		sc->block.user.stop_reason = UNWIND_STOP_NO_MAPPING;
 		cs->unwind.stops[UNWIND_STOP_NO_MAPPING]++;
 		offcpu_park(sc, oc);
 		return 0;
 	}
+	if (!c.py && sc->regs.py_frame)
+		c.py = bpf_map_lookup_elem(&py_procs, &tgid);
+	if (c.py && c.py->generation != sc->block.generation)
+		c.py = NULL;
+	c.pystats = &cs->py;
 	c.regs = &sc->regs;
 	c.trace = &sc->block.user;
 	c.stats = &cs->unwind;

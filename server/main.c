@@ -17,6 +17,7 @@
 #include <systemd/sd-daemon.h>
 #include <uv.h>
 
+#include "common/clock.h"
 #include "common/compress.h"
 #include "common/error.h"
 #include "common/hex.h"
@@ -47,6 +48,8 @@
 #define DEFAULT_THREADPOOL_SIZE "16"
 #define DECODE_MMAP_THRESHOLD (1 << 20) /* bytes; see run() */
 #define SWEEP_INTERVAL_MAX_S 3600.0
+/* How often retention looks for day partitions past --retention-days. */
+#define RETENTION_INTERVAL_S 3600.0
 
 struct config {
 	char *listen;
@@ -68,6 +71,7 @@ struct config {
 	char *clickhouse_url;
 	char *clickhouse_credentials;
 	double clickhouse_timeout;
+	uint32_t retention_days;
 	uint32_t read_connections;
 	uint32_t symbol_cache_entries;
 	uint32_t max_connections;
@@ -145,6 +149,7 @@ static const struct sysom_option options[] = {
 	{ "clickhouse-url", SYSOM_OPT_STRING, &cfg.clickhouse_url, 0, 0, "http://HOST:8123/?database=NAME: store profiles in ClickHouse instead of DATA-DIR/sysom.db", false },
 	{ "clickhouse-credentials", SYSOM_OPT_STRING, &cfg.clickhouse_credentials, 0, 0, "file whose first line is USER:PASSWORD for ClickHouse", false },
 	{ "clickhouse-timeout", SYSOM_OPT_DURATION, &cfg.clickhouse_timeout, 0.1, 600, "longest a ClickHouse statement may take; ingest answers 503 beyond (default 10s)", false },
+	{ "retention-days", SYSOM_OPT_UINT, &cfg.retention_days, 0, 36500, "ClickHouse: drop profile data of days that ended more than N days ago, checked hourly; incidents, settings and baselines stay (default 0: keep everything)", false },
 	{ "read-connections", SYSOM_OPT_UINT, &cfg.read_connections, 1, 64, "database connections for queries (default 4)", false },
 	{ "symbol-cache-entries", SYSOM_OPT_UINT, &cfg.symbol_cache_entries, 16, 1 << 24, "frames the symbolizer caches (default 65536)", false },
 	{ "max-connections", SYSOM_OPT_UINT, &cfg.max_connections, 1, 1000000, "open connections (default 1024)", false },
@@ -182,6 +187,9 @@ struct server {
 	uv_timer_t sweep_timer;
 	uv_work_t sweep_work;
 	bool sweep_running;
+	uv_timer_t retention_timer;
+	uv_work_t retention_work;
+	bool retention_running;
 	struct store *store;
 	struct auth *auth;
 	struct symbolizer *sym;
@@ -375,6 +383,8 @@ static void on_http_stopped(void *arg)
 	uv_close((uv_handle_t *)&s->sig_hup, on_handle_closed);
 	if (s->sweep_timer.loop && !uv_is_closing((uv_handle_t *)&s->sweep_timer))
 		uv_close((uv_handle_t *)&s->sweep_timer, on_handle_closed);
+	if (s->retention_timer.loop && !uv_is_closing((uv_handle_t *)&s->retention_timer))
+		uv_close((uv_handle_t *)&s->retention_timer, on_handle_closed);
 }
 
 /* ---- symbol repository: sweeping partial uploads, upstream debuginfod ------------------------ */
@@ -422,6 +432,56 @@ static int sweep_start(struct server *s)
 		return rc;
 	s->sweep_timer.data = s;
 	return uv_timer_start(&s->sweep_timer, on_sweep_timer, 0, (uint64_t)(interval * 1000));
+}
+
+/* ---- retention: whole days of profile data past --retention-days (ClickHouse) -------------- */
+
+static void retention_run(uv_work_t *w)
+{
+	struct server *s = w->data;
+	int64_t before_ms = sysom_realtime_ms() - (int64_t)cfg.retention_days * 86400000LL;
+	uint32_t dropped = 0;
+	int rc = store_retention_apply(s->store, before_ms, &dropped);
+
+	if (rc)
+		log_warn("retention: cannot drop data older than %u days: %s (retried in %.0fs)",
+			 cfg.retention_days, sysom_strerror(rc), RETENTION_INTERVAL_S);
+	else if (dropped)
+		log_info("retention: dropped %u day partition(s) older than %u days", dropped,
+			 cfg.retention_days);
+}
+
+static void retention_done(uv_work_t *w, int status)
+{
+	struct server *s = w->data;
+
+	(void)status;
+	s->retention_running = false;
+}
+
+static void on_retention_timer(uv_timer_t *t)
+{
+	struct server *s = t->data;
+
+	if (s->retention_running || s->stopping)
+		return;
+	s->retention_work.data = s;
+	if (uv_queue_work(&s->loop, &s->retention_work, retention_run, retention_done) == 0)
+		s->retention_running = true;
+}
+
+/* With --retention-days: a first pass at start, then one per RETENTION_INTERVAL_S. */
+static int retention_start(struct server *s)
+{
+	int rc;
+
+	if (!cfg.retention_days)
+		return 0;
+	if ((rc = uv_timer_init(&s->loop, &s->retention_timer)))
+		return rc;
+	s->retention_timer.data = s;
+	return uv_timer_start(&s->retention_timer, on_retention_timer, 0,
+			      (uint64_t)(RETENTION_INTERVAL_S * 1000));
 }
 
 /* A frame met a Build ID the repository lacks: ask upstream (never blocks). */
@@ -727,23 +787,20 @@ static int components_create(struct server *s)
 	mo.alerting = (struct monitor_alerting){ .severity = alerts_policy_severity,
 						 .publish = alerts_incidents_publish,
 						 .arg = s->alerts };
-	if (cfg.clickhouse_url) {
-		/* Incidents, baselines and job data are not stored on ClickHouse yet. */
-		log_warn("automatic diagnosis and alerts are off: the ClickHouse store does not"
-			 " hold jobs and incidents yet (use SQLite for them)");
-	} else {
-		if ((rc = monitor_new(&dc, &mo, &s->monitor))) {
-			log_error("cannot start the analysis: %s", sysom_strerror(rc));
-			return -SYSOM_ECONFIG;
-		}
-		if ((rc = server_metrics_source_add(&s->metrics, monitor_metrics_source,
-						    s->monitor)) ||
-		    (rc = server_metrics_detail_source_add(&s->metrics, monitor_job_metrics_source,
-							   s->monitor)))
-			return rc;
-		io.on_stored = on_batch_stored;
-		io.on_stored_arg = s->monitor;
+	/* On either store: incidents, settings and baselines live in it (ClickHouse:
+	 * clickhouse_state.c). Where a store cannot answer a job's data yet (-ENOTSUP), the
+	 * evaluation fails and counts in the monitor's metrics; nothing is opened. */
+	if ((rc = monitor_new(&dc, &mo, &s->monitor))) {
+		log_error("cannot start the analysis: %s", sysom_strerror(rc));
+		return -SYSOM_ECONFIG;
 	}
+	if ((rc = server_metrics_source_add(&s->metrics, monitor_metrics_source,
+					    s->monitor)) ||
+	    (rc = server_metrics_detail_source_add(&s->metrics, monitor_job_metrics_source,
+						   s->monitor)))
+		return rc;
+	io.on_stored = on_batch_stored;
+	io.on_stored_arg = s->monitor;
 	io.on_event = on_ingest_event;
 	struct membudget_options mbo = {
 		.capacity = cfg.decode_memory_budget,
@@ -836,6 +893,11 @@ static int run(const char *host, uint16_t port)
 		if (cfg.max_db_size)
 			log_warn("--max-db-size does not apply to ClickHouse: size it there");
 		rc = store_clickhouse_open(&co, &s.store, err, sizeof(err));
+	} else if (cfg.retention_days) {
+		/* Refused rather than ignored: an operator relying on it would keep everything. */
+		log_error("--retention-days needs --clickhouse-url: the SQLite store keeps no day"
+			  " partitions (cap it with --max-db-size)");
+		goto cleanup;
 	} else {
 		rc = store_sqlite_open(cfg.data_dir, &so, &s.store, err, sizeof(err));
 	}
@@ -861,6 +923,10 @@ static int run(const char *host, uint16_t port)
 	}
 	if ((rc = sweep_start(&s))) {
 		log_error("cannot start the upload sweep timer: %s", uv_strerror(rc));
+		goto cleanup;
+	}
+	if ((rc = retention_start(&s))) {
+		log_error("cannot start the retention timer: %s", uv_strerror(rc));
 		goto cleanup;
 	}
 	s.http = http_server_start(&s.loop, &ho, s.routes, s.nroutes, err, sizeof(err));
@@ -889,8 +955,9 @@ cleanup:
 		if (!s.stopping) {
 			uv_handle_t *handles[] = { (uv_handle_t *)&s.sig_term, (uv_handle_t *)&s.sig_int,
 						   (uv_handle_t *)&s.sig_hup,
-						   (uv_handle_t *)&s.sweep_timer };
-			for (int i = 0; i < 4; i++)
+						   (uv_handle_t *)&s.sweep_timer,
+						   (uv_handle_t *)&s.retention_timer };
+			for (int i = 0; i < 5; i++)
 				if (handles[i]->loop && !uv_is_closing(handles[i]))
 					uv_close(handles[i], on_handle_closed);
 		}

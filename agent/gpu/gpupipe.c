@@ -15,6 +15,7 @@
 #include "common/array.h"
 #include "agent/node/host.h"
 #include "agent/gpu/nccltrack.h"
+#include "agent/node/proctrack.h"
 #include "common/error.h"
 #include "common/report.h"
 #include "common/wire/wire.h"
@@ -120,6 +121,14 @@ static void on_gt_event(void *ctx, const void *data, size_t len)
 		/* gputrace has attached (and resumed the process); the process is now a user. */
 		const struct gt_dl_event *e = data;
 		note_proc(gp, e->tgid, e->generation);
+		/* Its mappings now hold the library: re-read them at once, so launch stacks
+		 * (whose leaf frames lie in it) unwind and resolve from the first launches,
+		 * not only once the sampler happens to meet the new mapping. */
+		if (gp->opts.pt && proctrack_rescan_loaded(gp->opts.pt, e->tgid, e->generation,
+						       e->ktime_ns))
+			sysom_report(&gp->opts.report, SYSOM_REPORT_DEBUG,
+				     "gputrace: pid %u loaded a GPU library: mappings rescanned",
+				     e->tgid);
 		return;
 	}
 	rc = nccltrack_event(gp->nt, data, len, to_real, &out);

@@ -337,6 +337,7 @@ static int scan_mappings(struct proctrack *pt, struct pt_process *proc)
 	int rc;
 
 	proc->last_scan_ns = sysom_monotonic_ns();
+	proc->rescan_due = false;
 	pt->stats.scans++;
 	snprintf(path, sizeof(path), "%s/%u/maps", pt->opts.proc_root, proc->tgid);
 	rc = procmaps_read((int)proc->tgid, path, true, pt->opts.max_mappings, scan_visit, &sc, NULL);
@@ -593,6 +594,20 @@ bool proctrack_rescan(struct proctrack *pt, uint32_t tgid, uint32_t generation)
 	return scan_mappings(pt, proc) == 0;
 }
 
+bool proctrack_rescan_loaded(struct proctrack *pt, uint32_t tgid, uint32_t generation,
+			     uint64_t load_ns)
+{
+	struct pt_process *proc = find_process(pt, tgid, generation);
+
+	if (!proc || proc->vanished || proc->exited || proc->last_scan_ns >= load_ns)
+		return false; /* gone, or its last scan already saw the library */
+	if (sysom_monotonic_ns() - proc->last_scan_ns < pt->opts.rescan_interval_ns / 10) {
+		proc->rescan_due = true;
+		return false;
+	}
+	return scan_mappings(pt, proc) == 0;
+}
+
 /* Frees objects no process maps any more, once the cache is over its bound. */
 static void collect_objects(struct proctrack *pt)
 {
@@ -649,6 +664,15 @@ void proctrack_after_drain(struct proctrack *pt)
 			scan_mappings(pt, proc);
 			rescans++;
 		}
+	}
+	/* Libraries known to be loaded since the last scan (proctrack_rescan_loaded): one scan
+	 * per load notification. After the periodic ones, which clear rescan_due when they
+	 * scan (a scan's time is past `now`). */
+	for (uint32_t i = 0; i < pt->proc_count; i++) {
+		struct pt_process *proc = pt->procs[i];
+		if (proc->rescan_due && !proc->exited && !proc->vanished &&
+		    now - proc->last_scan_ns >= pt->opts.rescan_interval_ns / 10)
+			scan_mappings(pt, proc);
 	}
 	if (removed) {
 		hash_index_clear(&pt->proc_index);

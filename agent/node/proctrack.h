@@ -69,6 +69,7 @@ struct pt_process {
 	bool scanned;            /* its mappings were read at least once */
 	uint64_t exit_drain;     /* drain count when the exit was seen */
 	uint64_t last_scan_ns;
+	bool rescan_due;         /* a library was loaded since the last scan (rescan_loaded) */
 };
 
 /* How a user address resolved. */
@@ -117,6 +118,16 @@ void proctrack_resolve(struct proctrack *pt, struct pt_process *proc, uint64_t a
  * incarnation (at most once per rescan interval). Returns true when it rescanned.
  */
 bool proctrack_rescan(struct proctrack *pt, uint32_t tgid, uint32_t generation);
+
+/*
+ * The process mapped a new library at `load_ns` (CLOCK_MONOTONIC; the dynamic loader's
+ * notification): when its mappings were last read before that, read them again now (at
+ * most once per tenth of the rescan interval; a rescan refused by that floor is done by the
+ * first proctrack_after_drain past it), so stacks in the library resolve and unwind from
+ * the first ones on, not only once a rescan happens to come. Returns true when it rescanned.
+ */
+bool proctrack_rescan_loaded(struct proctrack *pt, uint32_t tgid, uint32_t generation,
+			     uint64_t load_ns);
 
 /* Called after each drain: forgets incarnations that exited before that drain started, and
  * rescans live ones periodically. */

@@ -40,6 +40,7 @@ struct alert_spec {
 	int32_t rank;              /* label "rank"; < 0 = omitted */
 	/* Annotations; NULL or "" = omitted. Changing them updates an ongoing alert. */
 	const char *summary, *description, *action;
+	const char *cause;         /* annotation "cause": a hang's or stall's cause class */
 	const char *generator_url; /* link to the report (printable ASCII; otherwise omitted) */
 };
 

@@ -137,7 +137,8 @@ json_t *alerts__annotations_build(const struct alert_spec *s)
 		return NULL;
 	if (text_add(obj, "summary", s->summary, ALERTS_ANNOTATION_MAX) ||
 	    text_add(obj, "description", s->description, ALERTS_ANNOTATION_MAX) ||
-	    text_add(obj, "action", s->action, ALERTS_ANNOTATION_MAX)) {
+	    text_add(obj, "action", s->action, ALERTS_ANNOTATION_MAX) ||
+	    text_add(obj, "cause", s->cause, ALERTS_ANNOTATION_MAX)) {
 		json_decref(obj);
 		return NULL;
 	}

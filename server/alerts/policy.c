@@ -11,7 +11,7 @@ const char *alerts_policy_severity(enum incident_kind kind, enum diagnosis_layer
 				   bool persistent)
 {
 	(void)layer; /* every layer alike today */
-	if (kind == INCIDENT_HANG)
+	if (kind == INCIDENT_HANG || kind == INCIDENT_STALL)
 		return "critical"; /* every GPU of the job idles */
 	return kind == INCIDENT_STRAGGLER && persistent ? "critical" : "warning";
 }
@@ -25,6 +25,8 @@ const char *alerts_policy_name(enum incident_kind kind)
 		return "SysomHang";
 	case INCIDENT_AGENT_LOST:
 		return "SysomAgentLost";
+	case INCIDENT_STALL:
+		return "SysomStall";
 	case INCIDENT_REGRESSION:
 		break;
 	}
@@ -63,6 +65,7 @@ int alerts_incidents_publish(void *alerts, const char *job, const struct inciden
 			.summary = d->summary,
 			.description = d->identity,
 			.action = d->action,
+			.cause = d->cause,
 			.generator_url = linked ? urls[k] : NULL,
 		};
 		k++;

@@ -281,6 +281,9 @@ static json_t *evidence_json(const struct hang_rank *hr, const struct hang_evide
 							      : json_boolean(hr->state != HANG_RANK_EXITED));
 	if (!ev)
 		return o;
+	json_object_set_new(o, "cause", json_pack("{s:s,s:s}", "class",
+						  hang_cause_name(ev->cause.cls), "detail",
+						  ev->cause.detail));
 	json_object_set_new(o, "oncpu_samples", json_integer((json_int_t)ev->oncpu_samples));
 	json_object_set_new(o, "oncpu_stacks", stacks_json(ev->oncpu, ev->noncpu, "samples"));
 	json_object_set_new(o, "offcpu_stacks", ev->offcpu_present
@@ -310,18 +313,29 @@ json_t *diagnosis_hang_json(const struct hang_result *r, const struct hang_evide
 			    size_t nev)
 {
 	char comm[24];
-	json_t *ranks = json_array();
+	json_t *ranks = json_array(), *doc;
 
 	for (size_t i = 0; ranks && i < r->nnamed; i++)
 		json_array_append_new(ranks, evidence_json(&r->ranks[i], i < nev ? &ev[i] : NULL));
 	snprintf(comm, sizeof(comm), "%016" PRIx64, r->comm);
-	return json_pack("{s:{s:s,s:s,s:I,s:i,s:i,s:b,s:I,s:I,s:I,s:f},s:I,s:o}", "instance",
+	/* A stall's instance is the newest one any rank began (nobody began the next). */
+	doc = json_pack("{s:{s:s,s:s,s:I,s:i,s:i,s:b,s:I,s:I,s:I,s:f},s:I,s:o}", "instance",
 			 "comm", comm, "op", sysom_nccl_op_name(r->op), "seq", (json_int_t)r->seq,
 			 "nranks", r->nranks, "entered", r->entered, "all_entered",
 			 r->all_entered, "since_ms", (json_int_t)r->since_ms, "waited_ms",
 			 (json_int_t)r->waited_ms, "threshold_ms", (json_int_t)r->threshold_ms,
 			 "interval_ms", r->interval_ms, "missing", (json_int_t)r->nmissing,
 			 "ranks", ranks);
+	if (!doc)
+		return NULL;
+	json_object_set_new(doc, "verdict", json_string(r->verdict == HANG_STALL ? "stall"
+										   : "hang"));
+	/* The cause of the first named rank (the one the summary and the alert name). */
+	json_object_set_new(doc, "cause", nev ? json_pack("{s:s,s:s}", "class",
+							   hang_cause_name(ev[0].cause.cls),
+							   "detail", ev[0].cause.detail)
+					      : json_null());
+	return doc;
 }
 
 json_t *diagnosis_agent_lost_json(const struct hang_lost_node *n)
@@ -373,7 +387,16 @@ void diagnosis_hang_text(const json_t *report, struct byte_buf *out)
 	}
 	if (!inst)
 		return;
-	byte_buf_printf(out, "\n%s #%" JSON_INTEGER_FORMAT " on communicator %s: %" JSON_INTEGER_FORMAT
+	if (!strcmp(jstr(report, "verdict"), "stall"))
+		byte_buf_printf(out, "\nstall: no collective began on any communicator for %.1f s "
+				"(threshold %.1f s, usual spacing %.1f ms); the newest: %s #%"
+				JSON_INTEGER_FORMAT " on communicator %s\n",
+				(double)jint(inst, "waited_ms") / 1e3,
+				(double)jint(inst, "threshold_ms") / 1e3,
+				json_number_value(json_object_get(inst, "interval_ms")),
+				jstr(inst, "op"), jint(inst, "seq"), jstr(inst, "comm"));
+	else
+		byte_buf_printf(out, "\n%s #%" JSON_INTEGER_FORMAT " on communicator %s: %" JSON_INTEGER_FORMAT
 			" of %" JSON_INTEGER_FORMAT " ranks entered%s, waiting %.1f s (threshold %.1f s, "
 			"usual spacing %.1f ms)\n",
 			jstr(inst, "op"), jint(inst, "seq"), jstr(inst, "comm"), jint(inst, "entered"),
@@ -389,6 +412,9 @@ void diagnosis_hang_text(const json_t *report, struct byte_buf *out)
 				jstr(r, "state"),
 				json_is_null(pe) ? "unknown (agent lost)"
 						 : json_is_true(pe) ? "exists" : "gone");
+		if ((x = json_object_get(r, "cause")))
+			byte_buf_printf(out, "  cause: %s (%s)\n", jstr(x, "class"),
+					jstr(x, "detail"));
 		if ((x = json_object_get(r, "threads")) && json_is_array(x)) {
 			if (!json_array_size(x))
 				byte_buf_printf(out, "  threads: none ran in the latest window (stopped, "

@@ -174,6 +174,8 @@ const char *hang_rank_state_name(enum hang_rank_state s)
 		return "agent lost";
 	case HANG_RANK_UNSEEN:
 		return "unseen";
+	case HANG_RANK_IDLE:
+		return "between collectives";
 	}
 	return "unknown";
 }
@@ -187,6 +189,9 @@ struct eval {
 	int64_t now;
 	struct hang_result *out;
 	struct hang_result cand; /* one group's */
+	/* The stall candidate: the group that began an instance last. */
+	int64_t stall_newest_ns;
+	struct hang_result stall;
 };
 
 static void next_check(struct hang_result *r, int64_t at)
@@ -226,6 +231,88 @@ static bool job_nodes_reported(const struct eval *e, int64_t at_ms)
 	return any;
 }
 
+/* A group's newest instance start: if it is the job's newest so far, the group becomes the
+ * stall candidate (its ranks copied: the view is borrowed). */
+static void stall_note(struct eval *e, const struct live_group_view *g)
+{
+	struct hang_result *c = &e->stall;
+	int64_t newest = 0;
+
+	for (int32_t r = 0; r < g->nranks; r++)
+		if (g->ranks[r].last_entry_ns > newest)
+			newest = g->ranks[r].last_entry_ns;
+	if (newest <= e->stall_newest_ns)
+		return;
+	e->stall_newest_ns = newest;
+	memset(c, 0, sizeof(*c));
+	c->comm = g->comm;
+	c->op = g->op;
+	c->nranks = g->nranks;
+	c->interval_ms = (double)g->interval_ns / 1e6;
+	for (int32_t r = 0; r < g->nranks; r++) {
+		const struct live_rank_view *rv = &g->ranks[r];
+		c->entered += rv->top > 0;
+		c->seq = rv->top > c->seq + 1 ? rv->top - 1 : c->seq; /* the newest begun */
+		if (c->nnamed == HANG_MAX_NAMED) {
+			c->nmissing++;
+			continue;
+		}
+		struct hang_rank *hr = &c->ranks[c->nnamed++];
+		*hr = (struct hang_rank){ .rank = -1, .comm_rank = r, .pid = rv->pid,
+					  .entered_any = rv->top > 0,
+					  .last_seq = rv->top ? rv->top - 1 : 0,
+					  .last_entry_ms = rv->last_entry_ns / 1000000 };
+		snprintf(hr->host, sizeof(hr->host), "%s", rv->host);
+		c->nmissing++;
+	}
+}
+
+/*
+ * After every group was seen and none waits: a stall when no instance began on any
+ * communicator for longer than max(floor, factor x the spacing of the group that began one
+ * last), every node with processes of the job reported after that (so the quiet is not only
+ * data still on its way), and no node is lost.
+ */
+static void stall_judge(struct eval *e)
+{
+	struct hang_result *c = &e->stall, *out = e->out;
+	double thr;
+	uint32_t alive = 0;
+
+	if (out->verdict != HANG_NONE || out->nlost || !e->stall_newest_ns)
+		return;
+	c->since_ms = e->stall_newest_ns / 1000000;
+	c->waited_ms = e->now - c->since_ms;
+	thr = e->p->factor * c->interval_ms;
+	c->threshold_ms = thr > e->p->floor_ms ? (int64_t)thr : (int64_t)e->p->floor_ms;
+	if (c->waited_ms < c->threshold_ms) {
+		next_check(out, c->since_ms + c->threshold_ms + 1);
+		return;
+	}
+	if (!job_nodes_reported(e, c->since_ms + c->threshold_ms)) {
+		next_check(out, e->now + 1000);
+		return;
+	}
+	for (size_t i = 0; i < c->nnamed; i++) {
+		struct hang_rank *hr = &c->ranks[i];
+		const struct node_entry *n = node_find(e->t, hr->host);
+		const struct proc_entry *pe = hr->pid ? proc_find(e->t, e->job, hr->host, hr->pid)
+						      : NULL;
+		if (pe) {
+			hr->rank = pe->rank;
+			hr->listed_ms = pe->listed_ms;
+		}
+		hr->node_last_ms = n ? n->last_ms : 0;
+		hr->state = n && pe && n->last_ms > pe->listed_ms ? HANG_RANK_EXITED : HANG_RANK_IDLE;
+		alive += hr->state == HANG_RANK_IDLE;
+	}
+	if (!alive)
+		return; /* the named processes are gone: the job is ending, not stalled */
+	c->verdict = HANG_STALL;
+	c->next_check_ms = out->next_check_ms;
+	*out = *c;
+}
+
 static int on_group(void *arg, const struct live_group_view *g)
 {
 	struct eval *e = arg;
@@ -236,6 +323,7 @@ static int on_group(void *arg, const struct live_group_view *g)
 
 	if (g->nranks < 2)
 		return 0;
+	stall_note(e, g);
 	if (g->pending_t0_ns > 0) {
 		since_ns = g->pending_t0_ns;
 	} else if (g->pending_seq > 0) {
@@ -373,6 +461,8 @@ int hang_evaluate(const struct hang_tracker *t, const struct live *l, const char
 	}
 	*e = (struct eval){ .t = t, .job = job, .p = p, .now = now_ms, .out = out };
 	rc = live_job_groups(l, job, on_group, e);
+	if (!rc)
+		stall_judge(e);
 	free(e);
 	return rc;
 }
@@ -384,4 +474,152 @@ void hang_evidence_free(struct hang_evidence *e)
 	for (size_t i = 0; i < e->noffcpu; i++)
 		free(e->offcpu[i].stack);
 	e->noncpu = e->noffcpu = 0;
+}
+
+const char *hang_cause_name(enum hang_cause_class c)
+{
+	switch (c) {
+	case HANG_CAUSE_UNKNOWN:
+		break;
+	case HANG_CAUSE_EXITED:
+		return "exited";
+	case HANG_CAUSE_AGENT_LOST:
+		return "agent lost";
+	case HANG_CAUSE_IN_NCCL:
+		return "in NCCL";
+	case HANG_CAUSE_FROZEN:
+		return "frozen";
+	case HANG_CAUSE_SPINNING:
+		return "spinning";
+	case HANG_CAUSE_KERNEL_WAIT:
+		return "kernel wait";
+	case HANG_CAUSE_LOCK_WAIT:
+		return "lock wait";
+	case HANG_CAUSE_SLEEPING:
+		return "sleeping";
+	}
+	return "unknown";
+}
+
+/* Whether any frame of folded `stack` contains one of `words`. */
+static bool stack_has(const char *stack, const char *const *words)
+{
+	for (size_t i = 0; words[i]; i++)
+		if (strstr(stack, words[i]))
+			return true;
+	return false;
+}
+
+/* Whether frame [f, f + len) is the scheduler's own (every blocked stack ends in it). */
+static bool sched_frame(const char *f, size_t len)
+{
+	static const char *const names[] = { "__schedule_[k]", "schedule_[k]",
+					     "schedule_preempt_disabled_[k]", NULL };
+
+	for (size_t i = 0; names[i]; i++)
+		if (strlen(names[i]) == len && !memcmp(f, names[i], len))
+			return true;
+	return false;
+}
+
+/* Up to `max` innermost frames of folded `stack` (outermost first), innermost first, the
+ * scheduler's own skipped, joined by " < ", appended to `out` at `used`. */
+static void leaf_frames(const char *stack, int max, char *out, size_t cap, size_t used)
+{
+	const char *end = stack + strlen(stack);
+
+	for (int k = 0; k < max && end > stack && used + 1 < cap;) {
+		const char *start = end;
+		while (start > stack && start[-1] != ';')
+			start--;
+		if (sched_frame(start, (size_t)(end - start))) {
+			end = start > stack ? start - 1 : stack;
+			continue;
+		}
+		int n = snprintf(out + used, cap - used, "%s%.*s", k++ ? " < " : "",
+				 (int)(end - start), start);
+		if (n < 0)
+			break;
+		used += (size_t)n < cap - used ? (size_t)n : cap - used - 1;
+		end = start > stack ? start - 1 : stack;
+	}
+}
+
+void hang_classify(const struct hang_evidence *ev, struct hang_cause *out)
+{
+	/* Lock words first: a futex wait is a kernel wait too. */
+	static const char *const lock_words[] = { "futex", "pthread_mutex", "pthread_cond",
+						  "__lll_lock", "pthread_rwlock", "sem_wait", NULL };
+	static const char *const io_words[] = {
+		"io_schedule", "folio_wait", "wait_on_page", "bit_wait_io", "blk_", "submit_bio",
+		"rwsem_down", "jbd2", "ext4_", "xfs_", "btrfs_", "nfs", "fuse_", "rpc_wait",
+		"__lock_page", "filemap_", "wait_for_completion", "msleep", "nvidia", "mlx5",
+		"ib_", "rdma", NULL };
+	const struct hang_thread *spin = NULL;
+	size_t used;
+
+	memset(out, 0, sizeof(*out));
+	switch (ev->rank.state) {
+	case HANG_RANK_EXITED:
+		out->cls = HANG_CAUSE_EXITED;
+		snprintf(out->detail, sizeof(out->detail),
+			 "its agent no longer lists pid %u (exit status not known to the server)",
+			 ev->rank.pid);
+		return;
+	case HANG_RANK_AGENT_LOST:
+		out->cls = HANG_CAUSE_AGENT_LOST;
+		snprintf(out->detail, sizeof(out->detail), "no batch from %s", ev->rank.host);
+		return;
+	case HANG_RANK_IN_FLIGHT:
+		out->cls = HANG_CAUSE_IN_NCCL;
+		snprintf(out->detail, sizeof(out->detail),
+			 "inside the collective, waiting for its peers");
+		return;
+	default:
+		break;
+	}
+	for (size_t i = 0; ev->threads_present && i < ev->nthreads; i++)
+		if (ev->threads[i].oncpu_ns >= HANG_SPIN_MIN_NS &&
+		    (!spin || ev->threads[i].oncpu_ns > spin->oncpu_ns))
+			spin = &ev->threads[i];
+	if (spin) {
+		out->cls = HANG_CAUSE_SPINNING;
+		used = (size_t)snprintf(out->detail, sizeof(out->detail),
+					"thread %u (%s) %.0f ms on CPU in the latest window",
+					spin->tid, spin->comm, (double)spin->oncpu_ns / 1e6);
+		if (ev->noncpu && used < sizeof(out->detail) - 8) {
+			used += (size_t)snprintf(out->detail + used, sizeof(out->detail) - used,
+						 "; on CPU in ");
+			if (used < sizeof(out->detail))
+				leaf_frames(ev->oncpu[0].stack, 3, out->detail,
+					    sizeof(out->detail), used);
+		}
+		return;
+	}
+	if (ev->main_active == 0) {
+		out->cls = HANG_CAUSE_FROZEN;
+		snprintf(out->detail, sizeof(out->detail),
+			 "its main thread neither ran nor woke since the wait began: stopped "
+			 "(SIGSTOP, ptrace) or blocked in a call that never returns");
+		return;
+	}
+	if (ev->noffcpu) {
+		const char *top = ev->offcpu[0].stack;
+		out->cls = stack_has(top, lock_words) ? HANG_CAUSE_LOCK_WAIT
+			   : stack_has(top, io_words) ? HANG_CAUSE_KERNEL_WAIT
+						      : HANG_CAUSE_SLEEPING;
+		used = (size_t)snprintf(out->detail, sizeof(out->detail), "%.1f s blocked in ",
+					(double)ev->offcpu[0].weight / 1e6);
+		if (used < sizeof(out->detail))
+			leaf_frames(top, 4, out->detail, sizeof(out->detail), used);
+		return;
+	}
+	if (ev->threads_present && ev->nthreads) {
+		out->cls = HANG_CAUSE_SLEEPING;
+		snprintf(out->detail, sizeof(out->detail),
+			 "its threads ran little and woke (no off-CPU stacks to say where)");
+		return;
+	}
+	out->cls = HANG_CAUSE_UNKNOWN;
+	snprintf(out->detail, sizeof(out->detail), "no thread rows nor stacks in the window");
 }

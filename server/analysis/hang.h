@@ -67,9 +67,10 @@ enum hang_rank_state {
 	HANG_RANK_EXITED,      /* its node still reports, its process is no longer listed */
 	HANG_RANK_AGENT_LOST,  /* its node stopped reporting */
 	HANG_RANK_UNSEEN,      /* its node has not reported since the instance began: not judged */
+	HANG_RANK_IDLE,        /* a stall: it returned from its last collective and entered none */
 };
 
-/* "not entered", "in flight", "exited", "agent lost", "unseen". */
+/* "not entered", "in flight", "exited", "agent lost", "unseen", "between collectives". */
 const char *hang_rank_state_name(enum hang_rank_state s);
 
 struct hang_rank {
@@ -90,6 +91,10 @@ enum hang_verdict {
 	HANG_PENDING,     /* an instance waits, below the threshold or not yet judged */
 	HANG_HUNG,        /* a hang: `ranks` names who the others wait for */
 	HANG_AGENT_LOST,  /* an instance waits only for ranks whose agent stopped reporting */
+	HANG_STALL,       /* no instance waits, yet none began on any communicator for longer than
+			   * the threshold while the job's processes live and their agents report:
+			   * every rank stopped between collectives (`ranks`: those of the group
+			   * that began an instance last, state "between collectives") */
 };
 
 struct hang_lost_node {
@@ -122,6 +127,34 @@ struct hang_result {
 	int64_t next_check_ms; /* evaluate again at this time even without new data (0: no need) */
 };
 
+/* ---- why a rank is stuck: its cause class, from the evidence the server has ------------------ */
+
+enum hang_cause_class {
+	HANG_CAUSE_UNKNOWN,     /* not enough evidence (no thread rows, no stacks) */
+	HANG_CAUSE_EXITED,      /* its process is gone (exit status: not known to the server) */
+	HANG_CAUSE_AGENT_LOST,  /* its agent stopped reporting: nothing known */
+	HANG_CAUSE_IN_NCCL,     /* inside the collective, waiting for peers (all entered) */
+	HANG_CAUSE_FROZEN,      /* no thread ran nor woke since the wait began: stopped (SIGSTOP,
+				 * ptrace: state T) or blocked in a call that never returns */
+	HANG_CAUSE_SPINNING,    /* a thread keeps running on the CPU without reaching a collective */
+	HANG_CAUSE_KERNEL_WAIT, /* blocked mostly in a kernel wait (I/O, filesystem, driver, D) */
+	HANG_CAUSE_LOCK_WAIT,   /* sleeping mostly on a lock (futex, mutex, condition variable) */
+	HANG_CAUSE_SLEEPING,    /* sleeping in user space outside NCCL (poll, sleep: a data loader,
+				 * an input pipeline, a host-side wait) */
+};
+
+#define HANG_CAUSE_DETAIL_MAX 192
+#define HANG_SPIN_MIN_NS 250000000ull /* a thread this long on CPU in the latest window spins */
+
+struct hang_cause {
+	enum hang_cause_class cls;
+	char detail[HANG_CAUSE_DETAIL_MAX]; /* e.g. the top kernel frames it waits in */
+};
+
+/* "unknown", "exited", "agent lost", "in NCCL", "frozen", "spinning", "kernel wait",
+ * "lock wait", "sleeping". */
+const char *hang_cause_name(enum hang_cause_class c);
+
 /* ---- the report of a hang: the verdict plus what each named rank was doing ------------------ */
 
 #define HANG_EVIDENCE_RANKS 4   /* ranks whose stacks and threads are looked up */
@@ -153,7 +186,23 @@ struct hang_evidence {
 	struct hang_thread threads[HANG_TOP_THREADS]; /* most on-CPU time first */
 	size_t nthreads;
 	uint32_t threads_total;
+	int main_active;        /* its main thread (tid = pid) ran or switched in the latest
+				 * window: 1; 0 no (no row, or an idle one, while its node
+				 * reports thread rows); -1 unknown (its node reports none) */
+	struct hang_cause cause; /* hang_classify's verdict over the above */
 };
+
+/*
+ * The cause class of a named rank from its state and evidence (`ev` with the stacks and
+ * threads filled; its `cause` is not read). In order: exited / agent lost / in flight from the
+ * state; a thread with >= HANG_SPIN_MIN_NS on CPU in the latest window: spinning; threads
+ * its main thread (tid = pid) neither ran nor switched in the latest window while its node
+ * reports thread rows (`main_active` 0): frozen; else the heaviest off-CPU stack since shortly
+ * before the wait: a lock (futex, mutex, condition frames), a kernel wait (I/O, filesystem,
+ * block, driver frames) or a sleep in user space; else, threads that ran a little and no
+ * stacks: sleeping; nothing: unknown. `detail` names the top frames.
+ */
+void hang_classify(const struct hang_evidence *ev, struct hang_cause *out);
 
 void hang_evidence_free(struct hang_evidence *e);
 

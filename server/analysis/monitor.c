@@ -401,6 +401,19 @@ static int hang_thread_row(void *arg, const struct store_os_thread_row *r)
 	return 0;
 }
 
+struct node_probe {
+	const char *host;
+	bool rows; /* a thread row of the node */
+};
+
+static int node_probe_row(void *arg, const struct store_os_thread_row *r)
+{
+	struct node_probe *np = arg;
+
+	np->rows |= r->who.hostname && strcmp(r->who.hostname, np->host) == 0;
+	return 0;
+}
+
 static int cmp_thread(const void *x, const void *y)
 {
 	const struct hang_thread *a = x, *b = y;
@@ -423,6 +436,7 @@ static int hang_evidence_fill(struct monitor *m, const char *job, const struct h
 
 	memset(ev, 0, sizeof(*ev));
 	ev->rank = *hr;
+	ev->main_active = -1;
 	ev->process_exists = hr->state == HANG_RANK_AGENT_LOST ? -1
 							       : hr->state != HANG_RANK_EXITED;
 	if (hr->rank >= 0) {
@@ -433,6 +447,9 @@ static int hang_evidence_fill(struct monitor *m, const char *job, const struct h
 	    (rc = top_stacks(&folded, ev->oncpu, HANG_TOP_STACKS, &ev->noncpu, &ev->oncpu_samples)))
 		goto cleanup;
 	folded.len = 0;
+	/* Blocked time since the others started waiting (blocks that ended since): where it
+	 * waits now, not how it usually sleeps. */
+	f.from_ms = r->since_ms;
 	if (m->ctx.offcpu_folded &&
 	    !m->ctx.offcpu_folded(m->ctx.profiles_arg, &f, MONITOR_PROFILE_LIMIT, &folded)) {
 		ev->offcpu_present = true;
@@ -452,13 +469,31 @@ static int hang_evidence_fill(struct monitor *m, const char *job, const struct h
 		acc->pid = hr->pid;
 		if (!store_job_os(m->ctx.store, &of, 4096, &v, &truncated)) {
 			ev->threads_present = true;
+			ev->main_active = -1;
+			for (size_t i = 0; i < acc->n; i++)
+				if (acc->all[i].tid == hr->pid)
+					ev->main_active = acc->all[i].oncpu_ns ||
+							  acc->all[i].voluntary_switches ||
+							  acc->all[i].involuntary_switches;
 			qsort(acc->all, acc->n, sizeof(acc->all[0]), cmp_thread);
 			ev->threads_total = (uint32_t)acc->n;
 			for (size_t i = 0; i < acc->n && ev->nthreads < HANG_TOP_THREADS; i++)
 				if (acc->all[i].oncpu_ns || acc->all[i].voluntary_switches)
 					ev->threads[ev->nthreads++] = acc->all[i];
 		}
+		/* A thread that neither runs nor wakes has no row at all: the main thread counts
+		 * as idle now only if its node reports thread rows (any of the job's, since
+		 * shortly before the wait): otherwise nothing is known. */
+		if (ev->threads_present && ev->main_active == -1) {
+			struct node_probe np = { .host = hr->host };
+			struct store_os_filter jf = { .job = job, .to_ms = now,
+						      .from_ms = r->since_ms - HANG_STACK_LOOKBACK_MS };
+			struct store_os_visitor pv = { .thread = node_probe_row, .arg = &np };
+			if (!store_job_os(m->ctx.store, &jf, 4096, &pv, &truncated) && np.rows)
+				ev->main_active = 0;
+		}
 	}
+	hang_classify(ev, &ev->cause);
 cleanup:
 	free(acc);
 	byte_buf_free(&folded);
@@ -516,7 +551,8 @@ static int hang_check(struct monitor *m, const char *job, const struct job_setti
 			goto cleanup;
 		}
 	}
-	if (r->verdict != HANG_HUNG || *nfound == MONITOR_MAX_INCIDENTS)
+	if ((r->verdict != HANG_HUNG && r->verdict != HANG_STALL) ||
+	    *nfound == MONITOR_MAX_INCIDENTS)
 		goto cleanup;
 	o->hung = true;
 	nev = r->nnamed < HANG_EVIDENCE_RANKS ? r->nnamed : HANG_EVIDENCE_RANKS;
@@ -530,7 +566,7 @@ static int hang_check(struct monitor *m, const char *job, const struct job_setti
 	{
 		struct finding *f = &found[*nfound];
 		const struct hang_rank *h0 = &r->ranks[0];
-		char summary[640], action[512], who[320] = "", comm[24];
+		char summary[1024], action[512], who[320] = "", comm[24];
 		size_t used = 0;
 		for (size_t i = 0; i < r->nnamed && used < sizeof(who) - 64; i++) {
 			const struct hang_rank *h = &r->ranks[i];
@@ -540,20 +576,40 @@ static int hang_check(struct monitor *m, const char *job, const struct job_setti
 			if (n > 0)
 				used += (size_t)n < sizeof(who) - used ? (size_t)n : sizeof(who) - used - 1;
 		}
+		const struct hang_cause *cz = nev ? &ev[0].cause : NULL;
+		char cause[HANG_CAUSE_DETAIL_MAX + 64] = "";
+		bool stall = r->verdict == HANG_STALL;
+		if (cz)
+			snprintf(cause, sizeof(cause), "; cause: %s (%s)", hang_cause_name(cz->cls),
+				 cz->detail);
 		snprintf(comm, sizeof(comm), "%016" PRIx64, r->comm);
-		if (r->all_entered)
+		if (stall)
+			snprintf(summary, sizeof(summary),
+				 "stall: no collective began on any communicator of the job for %.0f s "
+				 "(threshold %.0f s) while its processes live and their agents "
+				 "report; last: %s #%" PRIu64 " of communicator %s; rank %d (%s, "
+				 "pid %u)%s", (double)r->waited_ms / 1e3,
+				 (double)r->threshold_ms / 1e3, sysom_nccl_op_name(r->op),
+				 r->seq, comm, h0->rank, h0->host, h0->pid, cause);
+		else if (r->all_entered)
 			snprintf(summary, sizeof(summary),
 				 "hang: all %d ranks entered %s #%" PRIu64 " of communicator %s "
-				 "%.0f s ago and none finished", r->nranks, sysom_nccl_op_name(r->op),
-				 r->seq, comm, (double)r->waited_ms / 1e3);
+				 "%.0f s ago and none finished%s", r->nranks, sysom_nccl_op_name(r->op),
+				 r->seq, comm, (double)r->waited_ms / 1e3, cause);
 		else
 			snprintf(summary, sizeof(summary),
 				 "hang: %d of %d ranks have waited %.0f s in %s #%" PRIu64
-				 " of communicator %s for %u rank(s) that never entered: %s%s",
+				 " of communicator %s for %u rank(s) that never entered: %s%s%s",
 				 r->entered, r->nranks, (double)r->waited_ms / 1e3,
 				 sysom_nccl_op_name(r->op), r->seq, comm, r->nmissing, who,
-				 r->nmissing > r->nnamed ? ", ..." : "");
-		if (r->all_entered)
+				 r->nmissing > r->nnamed ? ", ..." : "", cause);
+		if (stall)
+			snprintf(action, sizeof(action),
+				 "every rank returned from its collectives and began no other: see "
+				 "where they wait (the off-CPU stacks in the report: a data loader, "
+				 "storage, a lock); py-spy dump --pid %u or gdb -p %u on %s",
+				 h0->pid, h0->pid, h0->host);
+		else if (r->all_entered)
 			snprintf(action, sizeof(action),
 				 "every rank is inside the collective: suspect the network or the GPUs "
 				 "(NCCL_DEBUG=INFO, NIC link state, dmesg/Xid on the nodes)");
@@ -569,13 +625,17 @@ static int hang_check(struct monitor *m, const char *job, const struct job_setti
 				 h0->pid, h0->pid, h0->pid);
 		report = diagnosis_hang_json(r, ev, nev);
 		memset(f, 0, sizeof(*f));
-		snprintf(f->identity, sizeof(f->identity), "hang comm=%s", comm);
-		snprintf(f->kind, sizeof(f->kind), "hang");
-		f->rank = r->all_entered || r->nmissing != 1 ? -1 : h0->rank;
-		f->hostname = strdup(r->all_entered || r->nmissing != 1 ? "" : h0->host);
+		if (stall)
+			snprintf(f->identity, sizeof(f->identity), "stall");
+		else
+			snprintf(f->identity, sizeof(f->identity), "hang comm=%s", comm);
+		snprintf(f->kind, sizeof(f->kind), stall ? "stall" : "hang");
+		f->rank = stall || r->all_entered || r->nmissing != 1 ? -1 : h0->rank;
+		f->hostname = strdup(stall || r->all_entered || r->nmissing != 1 ? "" : h0->host);
 		f->communicators = strdup(comm);
 		f->layer = strdup(diagnosis_layer_name(DIAGNOSIS_LAYER_UNKNOWN));
-		f->severity = strdup(m->alerting.severity(INCIDENT_HANG, DIAGNOSIS_LAYER_UNKNOWN,
+		f->severity = strdup(m->alerting.severity(stall ? INCIDENT_STALL : INCIDENT_HANG,
+							    DIAGNOSIS_LAYER_UNKNOWN,
 							    true));
 		f->summary = strdup(summary);
 		f->action = strdup(action);
@@ -618,11 +678,22 @@ static int open_take(void *arg, const struct store_diagnosis *d)
 	c->severity = strdup(d->severity);
 	c->summary = strdup(d->summary);
 	c->action = strdup(d->action);
-	c->report = NULL; /* not needed here */
+	/* The report is not needed here, only a hang's or stall's cause class for the alert:
+	 * `report` carries that ("class: detail"), or NULL. */
+	c->report = NULL;
 	l->n++;
 	if (!c->job || !c->identity || !c->kind || !c->hostname || !c->communicators ||
 	    !c->layer || !c->severity || !c->summary || !c->action)
 		return -ENOMEM;
+	if (d->report && (!strcmp(d->kind, "hang") || !strcmp(d->kind, "stall"))) {
+		json_t *doc = json_loads(d->report, 0, NULL);
+		const json_t *cz = json_object_get(doc, "cause");
+		const char *cls = json_string_value(json_object_get(cz, "class"));
+		const char *detail = json_string_value(json_object_get(cz, "detail"));
+		if (cls && asprintf((char **)&c->report, "%s: %s", cls, detail ? detail : "") < 0)
+			c->report = NULL;
+		json_decref(doc);
+	}
 	return 0;
 }
 
@@ -639,6 +710,7 @@ static void open_list_free(struct open_list *l)
 		free((char *)d->severity);
 		free((char *)d->summary);
 		free((char *)d->action);
+		free((char *)d->report);
 	}
 	free(l->d);
 }
@@ -649,6 +721,8 @@ static enum incident_kind incident_kind_of(const char *kind)
 		return INCIDENT_STRAGGLER;
 	if (strcmp(kind, "hang") == 0)
 		return INCIDENT_HANG;
+	if (strcmp(kind, "stall") == 0)
+		return INCIDENT_STALL;
 	if (strcmp(kind, "agent-lost") == 0)
 		return INCIDENT_AGENT_LOST;
 	return INCIDENT_REGRESSION;
@@ -677,6 +751,7 @@ static int alerts_publish(struct monitor *m, const char *job, const struct open_
 			.severity = d->severity,
 			.summary = d->summary,
 			.action = d->action,
+			.cause = d->report, /* see open_take */
 		};
 	}
 	rc = m->alerting.publish(m->alerting.arg, job, inc, open->n, enabled, m->public_url, now);
@@ -813,7 +888,7 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 							       .text = f->summary });
 			pthread_mutex_lock(&m->lock);
 			m->stats.incidents_opened++;
-			m->stats.hangs_opened += strcmp(f->kind, "hang") == 0;
+			m->stats.hangs_opened += !strcmp(f->kind, "hang") || !strcmp(f->kind, "stall");
 			m->stats.agents_lost_opened += strcmp(f->kind, "agent-lost") == 0;
 			pthread_mutex_unlock(&m->lock);
 		}
@@ -827,7 +902,8 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 			seen = strcmp(found[j].identity, d->identity) == 0;
 		/* A hang or a lost agent is over as soon as it no longer holds (progress resumed,
 		 * the job ended, the node reports again). */
-		bool prompt = !strcmp(d->kind, "hang") || !strcmp(d->kind, "agent-lost");
+		bool prompt = !strcmp(d->kind, "hang") || !strcmp(d->kind, "stall") ||
+			      !strcmp(d->kind, "agent-lost");
 		if (seen || (!prompt && now - d->updated_ms < (int64_t)s.resolve_after_ms))
 			continue;
 		if ((rc = store_diagnosis_resolve(m->ctx.store, d->id, now)) && rc != -ENOENT)
@@ -1149,14 +1225,15 @@ void monitor_metrics_write(struct monitor *m, struct byte_buf *out)
 	metrics_sample_write(out, "sysom_diagnoses_open", NULL, (double)st.open_incidents);
 	metrics_family_write(out, "sysom_hangs_opened_total", "counter",
 			     "Hang incidents opened: a collective instance waited past the job's hang "
-			     "threshold for ranks that never entered (or none finished).");
+			     "threshold for ranks that never entered (or none finished); and stalls: "
+			     "no collective began on any communicator past it.");
 	metrics_sample_write(out, "sysom_hangs_opened_total", NULL, (double)st.hangs_opened);
 	metrics_family_write(out, "sysom_agents_lost_opened_total", "counter",
 			     "Agent-lost incidents opened: a node with ranks of a job stopped reporting.");
 	metrics_sample_write(out, "sysom_agents_lost_opened_total", NULL,
 			     (double)st.agents_lost_opened);
 	metrics_family_write(out, "sysom_hung_jobs", "gauge",
-			     "Jobs whose last evaluation found a hang.");
+			     "Jobs whose last evaluation found a hang or a stall.");
 	metrics_sample_write(out, "sysom_hung_jobs", NULL, (double)st.hung_jobs);
 }
 
@@ -1173,7 +1250,7 @@ void monitor_job_metrics_write(struct monitor *m, struct byte_buf *out)
 	}
 	pthread_mutex_unlock(&m->lock);
 	metrics_family_write(out, "sysom_job_hung", "gauge",
-			     "1 when the job's last evaluation found a hang, else 0.");
+			     "1 when the job's last evaluation found a hang or a stall, else 0.");
 	pthread_mutex_lock(&m->lock);
 	for (size_t i = 0; i < m->njobs; i++) {
 		const char *labels[] = { "job", m->jobs[i].job, NULL };

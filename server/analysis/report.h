@@ -193,6 +193,7 @@ enum incident_kind {
 	INCIDENT_REGRESSION,    /* the job's iteration time rose over its baseline's */
 	INCIDENT_HANG,          /* a collective instance waits for ranks that never entered */
 	INCIDENT_AGENT_LOST,    /* a node with ranks of the job stopped reporting */
+	INCIDENT_STALL,         /* every rank stopped between collectives */
 };
 
 /* An open incident of a job, as the alert policy reads it (monitor_alerting.publish). Strings
@@ -203,6 +204,7 @@ struct incident_summary {
 	int32_t rank;               /* < 0: the whole job */
 	const char *identity;       /* "straggler rank=3", "regression" */
 	const char *hostname, *communicators, *layer, *severity, *summary, *action;
+	const char *cause;          /* hang, stall: "class: detail" (NULL: none) */
 };
 
 /* ---- baseline regression ---- */

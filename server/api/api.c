@@ -108,8 +108,16 @@ static int gpu_time_folded_cb(void *arg, const struct store_sample_filter *f, ui
 	return query_folded(arg, f, limit, QUERY_PROFILE_GPU_TIME, out);
 }
 
+/* Blocked (off-CPU) time by stack, microseconds: the hang report's "where it waits". */
+static int offcpu_folded_cb(void *arg, const struct store_sample_filter *f, uint32_t limit,
+			    struct byte_buf *out)
+{
+	return query_folded(arg, f, limit, QUERY_PROFILE_OFFCPU, out);
+}
+
 void api_diagnosis_ctx(struct api *api, struct diagnosis_ctx *ctx)
 {
 	*ctx = (struct diagnosis_ctx){ .store = api->store, .profiles_arg = &api->profiles,
-				       .folded = folded_cb, .gpu_time_folded = gpu_time_folded_cb };
+				       .folded = folded_cb, .gpu_time_folded = gpu_time_folded_cb,
+				       .offcpu_folded = offcpu_folded_cb };
 }

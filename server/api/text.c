@@ -43,7 +43,8 @@ void api__diagnosis_text(const struct store_diagnosis *d, struct byte_buf *out)
 	if (resolved[0])
 		byte_buf_printf(out, "resolved:  %s\n", resolved);
 	byte_buf_printf(out, "\n%s\n\naction: %s\n", d->summary, d->action);
-	if (!strcmp(d->kind, "hang") || !strcmp(d->kind, "agent-lost"))
+	if (!strcmp(d->kind, "hang") || !strcmp(d->kind, "stall") ||
+	    !strcmp(d->kind, "agent-lost"))
 		diagnosis_hang_text(r, out);
 	e = json_object_get(r, "straggler");
 	dg = json_object_get(e, "diagnosis");

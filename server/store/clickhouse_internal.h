@@ -12,7 +12,7 @@
 #include "server/store/store_impl.h"
 
 /* The newest schema this build knows (clickhouse_schema.c). */
-#define CH_SCHEMA_VERSION 3
+#define CH_SCHEMA_VERSION 4
 
 /* Largest answer the store reads from ClickHouse (bigger: -E2BIG, nothing half-used). */
 #define CH_MAX_ANSWER (256u << 20)
@@ -223,6 +223,20 @@ void ch__stacks_prefetch(struct ch_store *s, const int64_t *ids, size_t n);
 #define CH_PROCESS_COMMS                                                                    \
 	"(SELECT process, argMax(comm, received_ns) AS comm FROM processes WHERE " CH_COMMITTED \
 	" GROUP BY process)"
+
+/* Mutable state and retention (clickhouse_state.c; migration 4). */
+extern const char *const ch__migration_state[];
+int ch__diagnosis_upsert(struct store *base, const struct store_diagnosis *d, int64_t *id,
+			 bool *opened);
+int ch__diagnosis_resolve(struct store *base, int64_t id, int64_t now_ms);
+int ch__diagnoses_list(struct store *base, const struct store_diagnosis_filter *f,
+		       uint32_t limit, store_diagnosis_fn fn, void *arg);
+int ch__job_settings_get(struct store *base, const char *job, char **json);
+int ch__job_settings_put(struct store *base, const char *job, const char *json, int64_t now_ms);
+int ch__baseline_put(struct store *base, const struct store_baseline *b);
+int ch__baseline_get(struct store *base, const char *job,
+		     int (*fn)(void *arg, const struct store_baseline *b), void *arg);
+int ch__retention_apply(struct store *base, int64_t before_ms, uint32_t *dropped);
 
 /* The committed attempts: rows of other tables count only when their attempt is one of these
  * (the lowest attempt of each batch identity, so replicas agree on one copy). */

@@ -57,6 +57,7 @@ static const char *const *const migrations[CH_SCHEMA_VERSION] = {
 	migration_1,
 	ch__migration_collectives,
 	ch__migration_gpu_os,
+	ch__migration_state, /* incidents, job settings, baselines (clickhouse_state.c) */
 };
 
 static int read_version(struct ch_store *s, int *out)
@@ -185,53 +186,6 @@ cleanup:
 	return rc;
 }
 
-/* ---- not implemented on ClickHouse yet: an explicit -ENOTSUP ------------------------------- */
-
-static int ns_diag_upsert(struct store *s, const struct store_diagnosis *d, int64_t *id,
-			  bool *opened)
-{
-	(void)s, (void)d, (void)id, (void)opened;
-	return -ENOTSUP;
-}
-
-static int ns_diag_resolve(struct store *s, int64_t id, int64_t now_ms)
-{
-	(void)s, (void)id, (void)now_ms;
-	return -ENOTSUP;
-}
-
-static int ns_diag_list(struct store *s, const struct store_diagnosis_filter *f, uint32_t limit,
-			store_diagnosis_fn fn, void *arg)
-{
-	(void)s, (void)f, (void)limit, (void)fn, (void)arg;
-	return -ENOTSUP;
-}
-
-static int ns_settings_get(struct store *s, const char *job, char **json)
-{
-	(void)s, (void)job, (void)json;
-	return -ENOTSUP;
-}
-
-static int ns_settings_put(struct store *s, const char *job, const char *json, int64_t now_ms)
-{
-	(void)s, (void)job, (void)json, (void)now_ms;
-	return -ENOTSUP;
-}
-
-static int ns_baseline_put(struct store *s, const struct store_baseline *b)
-{
-	(void)s, (void)b;
-	return -ENOTSUP;
-}
-
-static int ns_baseline_get(struct store *s, const char *job,
-			   int (*fn)(void *arg, const struct store_baseline *b), void *arg)
-{
-	(void)s, (void)job, (void)fn, (void)arg;
-	return -ENOTSUP;
-}
-
 static const struct store_ops ch_ops = {
 	.close = ch_close,
 	.schema_version = ch_schema_version,
@@ -256,17 +210,18 @@ static const struct store_ops ch_ops = {
 	.offcpu_aggregate = ch__offcpu_aggregate,
 	.wall_aggregate = ch__wall_aggregate,
 	.job_os = ch__job_os,
-	.diagnosis_upsert = ns_diag_upsert,
-	.diagnosis_resolve = ns_diag_resolve,
-	.diagnoses_list = ns_diag_list,
-	.job_settings_get = ns_settings_get,
-	.job_settings_put = ns_settings_put,
-	.baseline_put = ns_baseline_put,
-	.baseline_get = ns_baseline_get,
+	.diagnosis_upsert = ch__diagnosis_upsert,
+	.diagnosis_resolve = ch__diagnosis_resolve,
+	.diagnoses_list = ch__diagnoses_list,
+	.job_settings_get = ch__job_settings_get,
+	.job_settings_put = ch__job_settings_put,
+	.baseline_put = ch__baseline_put,
+	.baseline_get = ch__baseline_get,
 	.ping = ch_ping,
 	.size_get = ch_size_get,
 	.size_limit_set = NULL,
 	.ksyms_usage_get = ch__ksyms_usage_get,
+	.retention_apply = ch__retention_apply,
 };
 
 /* Splits "http[s]://HOST[:PORT][/]?database=NAME" into the base URL and the database. */

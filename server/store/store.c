@@ -145,6 +145,14 @@ int store_size_limit_set(struct store *s, uint64_t max_bytes)
 	return s->ops->size_limit_set(s, max_bytes);
 }
 
+int store_retention_apply(struct store *s, int64_t before_ms, uint32_t *dropped)
+{
+	*dropped = 0;
+	if (!s->ops->retention_apply)
+		return -ENOTSUP;
+	return s->ops->retention_apply(s, before_ms, dropped);
+}
+
 int store_job_gpu(struct store *s, const struct store_gpu_filter *f, uint32_t max_rows,
 		  const struct store_gpu_visitor *v, bool *truncated)
 {

@@ -632,4 +632,13 @@ int store_size_get(struct store *s, uint64_t *bytes);
  */
 int store_size_limit_set(struct store *s, uint64_t max_bytes);
 
+/*
+ * Retention: deletes the profile data of the days (UTC) that ended at or before `before_ms`
+ * (every table partitioned by day: batches, samples, processes, ...) by dropping those days'
+ * partitions whole. Incidents, settings, baselines, objects, stacks and kernel symbols stay.
+ * *dropped gets the number of partitions dropped. Returns 0, -ENOTSUP when the backend keeps
+ * no day partitions (SQLite), or another negative error.
+ */
+int store_retention_apply(struct store *s, int64_t before_ms, uint32_t *dropped);
+
 #endif

@@ -62,6 +62,8 @@ struct store_ops {
 	int (*size_get)(struct store *s, uint64_t *bytes);
 	int (*size_limit_set)(struct store *s, uint64_t max_bytes); /* NULL: -ENOTSUP */
 	int (*ksyms_usage_get)(struct store *s, struct store_ksyms_usage *out);
+	/* NULL: -ENOTSUP */
+	int (*retention_apply)(struct store *s, int64_t before_ms, uint32_t *dropped);
 };
 
 /* Every backend's state starts with this. */

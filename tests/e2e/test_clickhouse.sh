@@ -127,6 +127,38 @@ fi
 SERVER_URL=$CH_URL
 
 
+# Per-job settings are stored on ClickHouse: the same answers as on SQLite (baselines: the
+# unit tests; computing one needs the job's collectives on ClickHouse).
+for url in "$CH_URL" "$SQ_URL"; do
+	curl -sf -X PUT --data '{"lookback_s": 20, "resolve_after_s": 2}' \
+		"$url/api/v1/jobs/e2e-ch/settings" >/dev/null || echo "settings PUT to $url failed" >&2
+	curl -sf "$url/api/v1/jobs/e2e-ch/settings" >"$E2E_TMP/settings.$([ "$url" = "$CH_URL" ] && echo ch || echo sq)"
+done
+check "job settings are stored and read back on ClickHouse" \
+	bash -c "grep -q '\"lookback_s\": *20' '$E2E_TMP/settings.ch' && diff -q '$E2E_TMP/settings.sq' '$E2E_TMP/settings.ch'"
+STATUS=$(curl -s -o "$E2E_TMP/diag.ch" -w '%{http_code}' "$CH_URL/api/v1/diagnoses?from=-1h&to=now")
+check "incidents are listed on ClickHouse ($STATUS, none yet)" \
+	bash -c "[ '$STATUS' = 200 ] && grep -q '\"diagnoses\": *\[\]' '$E2E_TMP/diag.ch'"
+
+# Retention: a day partition long past (written straight into ClickHouse) is dropped by a
+# replica started with --retention-days 1; today's data stay.
+chq() { curl -sSf "${CH}?database=e2e" --data-binary "$1"; }
+chq "INSERT INTO samples (day, node_id, time_ms, count, attempt) VALUES ('2020-01-01', 'old', 1577840400000, 5, 1)"
+old_parts() { chq "SELECT count() FROM system.parts WHERE database = 'e2e' AND active AND partition_id = '20200101'"; }
+check "the old partition is there before retention" test "$(old_parts)" -ge 1
+start_server chr --clickhouse-url "${CH}?database=e2e" --retention-days 1 || exit 1
+RET_PID=$SERVER_PID
+SERVER_URL=$CH_URL
+no_old_parts() { [ "$(old_parts)" = 0 ]; }
+check "--retention-days 1 drops the 2020-01-01 partition" wait_until 20 no_old_parts
+check "and logs it" wait_until 5 grep -q 'retention: dropped' "$E2E_TMP/chr.log"
+check "today's data stay ($(stored_total) samples)" test "$(stored_total)" -eq "$CH_TOTAL"
+stop_pid "$RET_PID"
+"$SERVER_BIN" --data-dir "$E2E_TMP/sqr.data" --retention-days 1 >"$E2E_TMP/sqr.log" 2>&1
+RC=$?
+check "--retention-days without ClickHouse is refused at start" \
+	bash -c "[ $RC -ne 0 ] && grep -q 'retention-days needs --clickhouse-url' '$E2E_TMP/sqr.log'"
+
 # ClickHouse goes away: the agent's batches are answered 503 and stay in its spool.
 ch_stop
 start_agent agent2 "$CH_URL" --sample-rate 1 || exit 1
@@ -153,4 +185,41 @@ total_is() { [ "$(stored_total)" -eq "$1" ]; }
 check "nothing lost: the ClickHouse server holds both agents' samples" \
 	wait_until 20 total_is $((LOGGED + LOGGED2))
 diag "stored $(stored_total) of $((LOGGED + LOGGED2))"
+# A straggler incident opened by the monitor of a ClickHouse-backed server is listed, shown and
+# resolved through the API. The monitor needs the job's collectives on ClickHouse: while those
+# answer 501 (not stored there yet) this part is skipped and says so.
+SIMJOB_DIR=$BUILD/tests/fixtures/simjob
+PLUGIN=$BUILD/lib/libnccl-profiler-sysom.so
+start_server chd --clickhouse-url "${CH}?database=e2e_diag" --analysis-interval 1s || exit 1
+DIAG_URL=$SERVER_URL
+JOBS_STATUS=$(curl -s -o /dev/null -w '%{http_code}' "$DIAG_URL/api/v1/jobs")
+if [ "$JOBS_STATUS" = 501 ] || [ ! -x "$SIMJOB_DIR/simjob" ] || [ ! -e "$PLUGIN" ]; then
+	diag "SKIP straggler incident on ClickHouse: /api/v1/jobs answers $JOBS_STATUS, simjob $([ -x "$SIMJOB_DIR/simjob" ] && echo built || echo missing)"
+else
+	json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+	curl -sf -X PUT --data '{"lookback_s": 20, "resolve_after_s": 2}' \
+		"$DIAG_URL/api/v1/jobs/e2e-chd/settings" >/dev/null
+	start_agent agent3 "$DIAG_URL" --sample-rate 1 \
+		--gpu-libraries "$SIMJOB_DIR/libnccl.so.2:$SIMJOB_DIR/libcuda.so.1" || exit 1
+	SYSOM_SOCKET_PATH=$E2E_TMP/agent3.sock NCCL_PROFILER_PLUGIN=$PLUGIN SYSOM_NCCL_WINDOW_MS=250 \
+		timeout 180 "$SIMJOB_DIR/simjob" --ranks 8 --job-id e2e-chd --seconds 10 --cpu-us 2000 \
+		--kernel-us 1000 --fault rank=2,kind=cpu,amount=3000 >"$E2E_TMP/e2e-chd.log" 2>&1
+	check "the straggler job exits 0" test $? -eq 0
+	straggler_id() {
+		curl -sf "$DIAG_URL/api/v1/diagnoses?job=e2e-chd&from=-1h&to=now" |
+			json "next((x['id'] for x in d['diagnoses'] if x['kind'] == 'straggler' and x.get('rank') == 2), '')"
+	}
+	has_straggler() { [ -n "$(straggler_id)" ]; }
+	check "the monitor opened a straggler incident for rank 2 on ClickHouse" wait_until 30 has_straggler
+	ID=$(straggler_id)
+	diag "incident $ID"
+	check "it is shown by id (JSON)" \
+		bash -c "curl -sf '$DIAG_URL/api/v1/diagnoses/$ID' | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d[\"id\"] == $ID and d[\"rank\"] == 2'"
+	check "and as text" bash -c "curl -sf '$DIAG_URL/api/v1/diagnoses/$ID?format=text' | grep -q 'diagnosis $ID'"
+	resolved() {
+		curl -sf "$DIAG_URL/api/v1/diagnoses/$ID" | json "d['status']" | grep -qx resolved
+	}
+	check "it resolves once the job's data are older than its lookback" wait_until 60 resolved
+	stop_pid "$AGENT_PID"
+fi
 finish

@@ -9,6 +9,11 @@
 #           leaves the others waiting)
 #   block : rank 3 reads a pipe nobody writes   → hang naming rank 3, not entered
 #   lock  : rank 0 locks a mutex it holds       → hang naming rank 0
+#   (stop, block, lock: cause "frozen"; exit: cause "exited")
+#   idle  : rank 1 sleeps 100 ms at a time       → hang naming rank 1, cause "sleeping", its
+#           forever (a data loader)                off-CPU stacks with the kernel frames it waits in
+#   stall : every rank sleeps so, between         → stall incident (SysomStall, annotation cause)
+#           collectives
 #   a healthy job alongside                     → no incident
 #   agent killed while a job's ranks run on     → agent-lost for the node, no hang
 # The hang alert reaches Alertmanager (SysomHang) and /metrics (sysom_job_hung).
@@ -79,6 +84,8 @@ run_job e2e-stop --fault rank=2,kind=stop,amount=0,after=3
 run_job e2e-exit --fault rank=1,kind=exit,amount=0,after=8
 run_job e2e-block --fault rank=3,kind=block,amount=0,after=3
 run_job e2e-lock --fault rank=0,kind=lock,amount=0,after=3
+run_job e2e-idle --fault rank=1,kind=idle,amount=0,after=3
+run_job e2e-stall --fault rank=all,kind=idle,amount=0,after=3
 run_job e2e-healthy
 START=$SECONDS
 
@@ -94,16 +101,31 @@ check "frozen rank: its threads are reported (none ran)" \
 check "frozen rank: the text report names rank 2 and its pid" \
 	grep -qE '^rank 2 \(communicator rank 2, .*, pid [0-9]+\): not entered; process exists' "$E2E_TMP/e2e-stop.hang.txt"
 check "frozen rank: severity critical" report_is e2e-stop.hang "d['severity'] == 'critical'"
+check "frozen rank: cause frozen, in the report and the summary" \
+	report_is e2e-stop.hang "d['report']['cause']['class'] == 'frozen' and d['report']['ranks'][0]['cause']['class'] == 'frozen' and 'cause: frozen' in d['summary']"
 
 check "exited rank: a hang incident opens" incident e2e-exit hang
 check "exited rank: rank 1 named, its process exited" \
-	report_is e2e-exit.hang "[(r['rank'], r['state'], r['process_exists']) for r in d['report']['ranks']] == [(1, 'exited', False)]"
+	report_is e2e-exit.hang "[(r['rank'], r['state'], r['process_exists']) for r in d['report']['ranks']] == [(1, 'exited', False)] and d['report']['cause']['class'] == 'exited'"
 check "blocked syscall: a hang incident opens" incident e2e-block hang
 check "blocked syscall: rank 3 named, never entered" \
-	report_is e2e-block.hang "[(r['rank'], r['state']) for r in d['report']['ranks']] == [(3, 'not entered')]"
+	report_is e2e-block.hang "[(r['rank'], r['state']) for r in d['report']['ranks']] == [(3, 'not entered')] and d['report']['cause']['class'] == 'frozen'"
 check "deadlock: a hang incident opens" incident e2e-lock hang
 check "deadlock: rank 0 named, never entered" \
-	report_is e2e-lock.hang "[(r['rank'], r['state']) for r in d['report']['ranks']] == [(0, 'not entered')]"
+	report_is e2e-lock.hang "[(r['rank'], r['state']) for r in d['report']['ranks']] == [(0, 'not entered')] and d['report']['cause']['class'] == 'frozen'"
+check "sleeping rank: a hang incident opens" incident e2e-idle hang
+diag "$(sed -n 1,40p "$E2E_TMP/e2e-idle.hang.txt")"
+check "sleeping rank: rank 1 named, cause sleeping" \
+	report_is e2e-idle.hang "[(r['rank'], r['state'], r['cause']['class']) for r in d['report']['ranks']] == [(1, 'not entered', 'sleeping')]"
+check "sleeping rank: its off-CPU stacks hold the kernel frames it sleeps in (nanosleep), seconds of it" \
+	report_is e2e-idle.hang "any('nanosleep_[k]' in s['stack'] and s['us'] > 5000000 for s in d['report']['ranks'][0]['offcpu_stacks']) and 'nanosleep' in d['report']['cause']['detail']"
+check "sleeping rank: the text report shows the cause and an off-CPU stack" \
+	bash -c "grep -q '^  cause: sleeping' '$E2E_TMP/e2e-idle.hang.txt' && grep -q '^  off-CPU stack ([0-9]* us blocked):' '$E2E_TMP/e2e-idle.hang.txt'"
+check "all ranks between collectives: a stall incident opens" incident e2e-stall stall
+diag "$(sed -n 1,24p "$E2E_TMP/e2e-stall.stall.txt")"
+check "stall: every rank named between collectives, cause sleeping, process alive" \
+	report_is e2e-stall.stall "d['report']['verdict'] == 'stall' and sorted(r['rank'] for r in d['report']['ranks']) == [0, 1, 2, 3] and all(r['state'] == 'between collectives' and r['process_exists'] for r in d['report']['ranks']) and d['report']['cause']['class'] == 'sleeping' and d['severity'] == 'critical'"
+check "stall: the text report says so" grep -q '^stall: no collective began on any communicator' "$E2E_TMP/e2e-stall.stall.txt"
 
 id=$(json 'd["id"]' <"$E2E_TMP/e2e-stop.hang.json")
 ctl diagnose --id "$id" --format text >"$E2E_TMP/ctl-hang.txt"
@@ -115,10 +137,16 @@ am_hang() {
 }
 check "Alertmanager received SysomHang for e2e-stop, rank 2" \
 	wait_until 20 bash -c "$(declare -f am_hang json); am_hang e2e-stop | grep -q \"'rank': '2'\""
+am_stall() {
+	curl -sf "$AM_URL/api/v2/alerts?active=true&silenced=false&inhibited=false" |
+		json "[a['annotations'].get('cause', '') for a in d if a['labels'].get('alertname') == 'SysomStall' and a['labels'].get('job') == '$1']"
+}
+check "Alertmanager received SysomStall for e2e-stall, its cause annotated" \
+	wait_until 20 bash -c "$(declare -f am_stall json); am_stall e2e-stall | grep -q \"'sleeping: \""
 curl -sf "$SERVER_URL/metrics" >"$E2E_TMP/metrics.txt"
 check "/metrics: sysom_job_hung of e2e-stop is 1, of the healthy job 0" \
 	bash -c "grep -q '^sysom_job_hung{job=\"e2e-stop\"} 1' '$E2E_TMP/metrics.txt' && grep -q '^sysom_job_hung{job=\"e2e-healthy\"} 0' '$E2E_TMP/metrics.txt'"
-check "/metrics: hang incidents opened" grep -qE '^sysom_hangs_opened_total [4-9]' "$E2E_TMP/metrics.txt"
+check "/metrics: hang and stall incidents opened" grep -qE '^sysom_hangs_opened_total [6-9]' "$E2E_TMP/metrics.txt"
 
 # Resume the frozen rank: progress resumes, the incident resolves.
 pid=$(json "d['report']['ranks'][0]['pid']" <"$E2E_TMP/e2e-stop.hang.json")

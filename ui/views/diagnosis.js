@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // A diagnosis (incident): its summary, action and evidence, and the flame graphs behind it:
 // a straggler's CPU profile against the healthy rank it was compared with (differential),
-// its GPU time; a regression's current profile against the baseline (two time ranges).
+// its GPU time; a regression's current profile against the baseline (two time ranges); a
+// hang's or stall's ranks with their cause classes and links to their off-CPU flame graphs.
 // Alerts link here (generatorURL = public URL + /ui/#view=diagnosis&id=N).
 import { getJSON, getText } from '../lib/api.js';
 import { el, fmtNum, fmtTime, link, section, table } from '../lib/dom.js';
@@ -110,6 +111,16 @@ export async function diagnosisView(root, params, ctx) {
     const f = flameSection('CPU: now against the baseline', diffTree(mergeFolded(ta, tb)), ['the baseline', 'now']);
     root.append(f.s);
     draws.push(f.draw);
+  } else if (report.instance && report.ranks) {
+    // A hang or stall: each named rank's cause class, and where its threads block.
+    const to = d.resolved || d.updated || 'now';
+    const from = new Date(report.instance.since_ms).toISOString();
+    root.append(section('Evidence',
+      table([['rank', (r) => r.rank], ['node', (r) => r.hostname], ['pid', (r) => r.pid],
+        ['state', (r) => r.state], ['cause', (r) => (r.cause ? r.cause.class : '—')],
+        ['detail', (r) => (r.cause ? r.cause.detail : '')],
+        ['off-CPU', (r) => (r.rank >= 0 ? link({ view: 'flamegraph', kind: 'off-cpu', job: d.job, rank: r.rank, from, to }, 'flame graph') : '')]],
+      report.ranks, { class: 'hang-ranks' })));
   }
   root.append(section('Report (text)', el('pre', { class: 'report' }, text)));
   for (const draw of draws) draw();

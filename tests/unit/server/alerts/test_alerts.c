@@ -404,11 +404,14 @@ static void test_annotations_update(void **state)
 	assert_int_equal(alerts_evaluate(a, SCOPE, &spec, 1, t0), 0);
 	assert_true(stub_http_wait(am, 1));
 	spec.summary = "97 ms late";
+	spec.cause = "frozen: its main thread neither ran nor woke"; /* a hang's cause class */
 	assert_int_equal(alerts_evaluate(a, SCOPE, &spec, 1, t0 + 10000), 0);
 	assert_true(stub_http_wait(am, 2));
 	doc = body_of(am, 1);
 	al = json_array_get(doc, 0);
 	assert_string_equal(str_at(json_object_get(al, "annotations"), "summary"), "97 ms late");
+	assert_string_equal(str_at(json_object_get(al, "annotations"), "cause"),
+			    "frozen: its main thread neither ran nor woke");
 	assert_time_is(json_object_get(al, "startsAt"), t0);
 	json_decref(doc);
 	assert_int_equal(alerts_evaluate(a, SCOPE, &spec, 1, t0 + 20000), 0);

@@ -184,11 +184,11 @@ static void test_factor_over_floor(void **state)
 	assert_int_equal(r.verdict, HANG_HUNG);
 }
 
-/* Rank 2 enters again: no hang. */
+/* Rank 2 enters again and the job goes on (instances up to 61, one a second): no hang. */
 static void test_resume(void **state)
 {
 	struct fixture *f = *state;
-	const uint64_t from[4] = { 0 }, to[4] = { 25, 25, 25, 25 };
+	const uint64_t from[4] = { 0 }, to[4] = { 62, 62, 62, 62 };
 	struct hang_result r;
 
 	stuck_rank2(f, T0_MS + 20000 + 40000);
@@ -204,6 +204,7 @@ static void test_all_entered_none_finished(void **state)
 {
 	struct fixture *f = *state;
 	const uint64_t from[4] = { 0 }, to[4] = { 21, 21, 21, 21 };
+	const uint64_t to_next[4] = { 62, 62, 62, 62 };
 	struct hang_result r;
 
 	for (int64_t at = T0_MS + 21000; at <= T0_MS + 60000; at += 2000) {
@@ -217,10 +218,10 @@ static void test_all_entered_none_finished(void **state)
 	assert_int_equal(r.entered, 4);
 	assert_int_equal(r.nmissing, 4);
 	assert_int_equal(r.ranks[0].state, HANG_RANK_IN_FLIGHT);
-	/* The same calls returned: no hang (they had only been slow). */
+	/* The same calls returned and the job went on (they had only been slow): no hang. */
 	for (int64_t at = T0_MS + 61000; at <= T0_MS + 62000; at += 1000) {
-		feed(f, 1, 0x3, from, to, false, at);
-		feed(f, 2, 0xc, from, to, false, at + 1);
+		feed(f, 1, 0x3, from, to_next, false, at);
+		feed(f, 2, 0xc, from, to_next, false, at + 1);
 	}
 	assert_int_equal(eval(f, T0_MS + 62002).verdict, HANG_NONE);
 }
@@ -396,6 +397,7 @@ static void test_render(void **state)
 					 .state = HANG_RANK_NOT_ENTERED, .entered_any = true,
 					 .last_seq = 56 };
 	ev.rank = r.ranks[0];
+	ev.cause = (struct hang_cause){ .cls = HANG_CAUSE_SLEEPING, .detail = "loader" };
 	ev.oncpu[0] = (struct hang_stack){ strdup("main;train_step;read_batch"), 9 };
 	ev.threads[0] = (struct hang_thread){ .tid = 4243, .comm = "loader", .oncpu_ns = 2000000,
 					      .voluntary_switches = 4 };
@@ -407,6 +409,8 @@ static void test_render(void **state)
 	assert_non_null(strstr(s, "\"state\":\"not entered\""));
 	assert_non_null(strstr(s, "\"process_exists\":true"));
 	assert_non_null(strstr(s, "\"offcpu_stacks\":null"));
+	assert_non_null(strstr(s, "\"verdict\":\"hang\""));
+	assert_non_null(strstr(s, "\"cause\":{\"class\":\"sleeping\",\"detail\":\"loader\"}"));
 	assert_non_null(strstr(s, "\"stack\":\"main;train_step;read_batch\""));
 	free(s);
 	diagnosis_hang_text(j, &text);
@@ -414,6 +418,7 @@ static void test_render(void **state)
 	assert_non_null(strstr((char *)text.data, "AllReduce #57 on communicator 0000000000abcdef: 7 of 8 ranks entered, waiting 42.0 s (threshold 30.0 s"));
 	assert_non_null(strstr((char *)text.data, "rank 3 (communicator rank 3, gpu-1, pid 4242): not entered; process exists"));
 	assert_non_null(strstr((char *)text.data, "thread 4243 loader"));
+	assert_non_null(strstr((char *)text.data, "  cause: sleeping (loader)\n"));
 	assert_non_null(strstr((char *)text.data, "        train_step\n"));
 	json_decref(j);
 	byte_buf_free(&text);
@@ -425,6 +430,129 @@ static void test_render(void **state)
 	assert_non_null(strstr((char *)text.data, "node gpu-7: no batch since 5 ms since the epoch; it listed 2 process(es) of the job, ranks: 4 5"));
 	json_decref(j);
 	byte_buf_free(&text);
+}
+
+/* Every rank returned from seq 20 and began nothing since (a data loader, storage), both
+ * nodes still reporting and listing the processes: a stall past max(floor, 5 x spacing),
+ * naming the ranks as between collectives; rank 2 exiting is named as exited. */
+static void test_stall(void **state)
+{
+	struct fixture *f = *state;
+	const uint64_t from[4] = { 0 }, to[4] = { 21, 21, 21, 21 };
+	struct hang_result r;
+
+	for (int64_t at = T0_MS + 21000; at <= T0_MS + 60000; at += 2000) {
+		feed(f, 1, 0x3, from, to, false, at);
+		feed(f, 2, 0xc, from, to, false, at + 1);
+	}
+	r = eval(f, T0_MS + 45000); /* 25 s quiet: below the 30 s floor */
+	assert_int_equal(r.verdict, HANG_NONE);
+	assert_int_equal(r.next_check_ms, T0_MS + 20003 + 30000 + 1);
+	r = eval(f, T0_MS + 55000);
+	assert_int_equal(r.verdict, HANG_STALL);
+	assert_int_equal(r.since_ms, T0_MS + 20003); /* the newest entry: rank 3's */
+	assert_int_equal(r.threshold_ms, 30000);
+	assert_int_equal(r.seq, 20);
+	assert_int_equal(r.nnamed, 4);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(r.ranks[i].rank, i);
+		assert_int_equal(r.ranks[i].state, HANG_RANK_IDLE);
+	}
+	assert_string_equal(hang_rank_state_name(HANG_RANK_IDLE), "between collectives");
+	/* Rank 2 exits: still a stall of the others, rank 2 named as exited. */
+	feed(f, 2, 0x8, from, to, false, T0_MS + 62000);
+	r = eval(f, T0_MS + 62001);
+	assert_int_equal(r.verdict, HANG_STALL);
+	assert_int_equal(r.ranks[2].state, HANG_RANK_EXITED);
+	/* A node silent past its lost time: agent lost, never a stall. */
+	r = eval(f, T0_MS + 200000);
+	assert_int_not_equal(r.verdict, HANG_STALL);
+	assert_true(r.nlost > 0);
+}
+
+/* The quiet is only data on its way: a node has not reported since the threshold passed. */
+static void test_stall_waits_for_reports(void **state)
+{
+	struct fixture *f = *state;
+	const uint64_t from[4] = { 0 }, to[4] = { 21, 21, 21, 21 };
+	struct hang_result r;
+
+	feed(f, 1, 0x3, from, to, false, T0_MS + 60000);
+	feed(f, 2, 0xc, from, to, false, T0_MS + 40000); /* before since + threshold */
+	r = eval(f, T0_MS + 60500);
+	assert_int_equal(r.verdict, HANG_NONE);
+	assert_int_equal(r.next_check_ms, T0_MS + 61500);
+	feed(f, 2, 0xc, from, to, false, T0_MS + 61000);
+	assert_int_equal(eval(f, T0_MS + 61500).verdict, HANG_STALL);
+}
+
+/* The cause class of each kind of evidence. */
+static void test_classify(void **state)
+{
+	struct hang_evidence ev;
+	struct hang_cause c;
+
+	(void)state;
+	memset(&ev, 0, sizeof(ev));
+	ev.rank = (struct hang_rank){ .rank = 1, .pid = 100, .host = "gpu-1",
+				      .state = HANG_RANK_EXITED };
+	hang_classify(&ev, &c);
+	assert_int_equal(c.cls, HANG_CAUSE_EXITED);
+	assert_string_equal(hang_cause_name(c.cls), "exited");
+	ev.rank.state = HANG_RANK_IN_FLIGHT;
+	hang_classify(&ev, &c);
+	assert_int_equal(c.cls, HANG_CAUSE_IN_NCCL);
+	ev.rank.state = HANG_RANK_AGENT_LOST;
+	hang_classify(&ev, &c);
+	assert_int_equal(c.cls, HANG_CAUSE_AGENT_LOST);
+
+	ev.rank.state = HANG_RANK_NOT_ENTERED;
+	ev.main_active = -1;
+	hang_classify(&ev, &c);
+	assert_int_equal(c.cls, HANG_CAUSE_UNKNOWN); /* nothing to go by */
+
+	/* Threads listed, the main one neither ran nor woke: frozen. */
+	ev.threads_present = true;
+	ev.threads_total = 3;
+	ev.main_active = 0;
+	hang_classify(&ev, &c);
+	assert_int_equal(c.cls, HANG_CAUSE_FROZEN);
+	assert_string_equal(hang_cause_name(c.cls), "frozen");
+
+	/* A thread on the CPU most of the window: spinning, with its on-CPU leaf frames. */
+	ev.nthreads = 1;
+	ev.threads[0] = (struct hang_thread){ .tid = 101, .comm = "python3",
+					      .oncpu_ns = 900000000 };
+	ev.noncpu = 1;
+	ev.oncpu[0] = (struct hang_stack){ (char *)"main;train;spin_wait", 90 };
+	hang_classify(&ev, &c);
+	assert_int_equal(c.cls, HANG_CAUSE_SPINNING);
+	assert_non_null(strstr(c.detail, "thread 101 (python3) 900 ms on CPU"));
+	assert_non_null(strstr(c.detail, "spin_wait < train < main"));
+	ev.threads[0].oncpu_ns = 1000000; /* 1 ms: not spinning */
+	ev.main_active = 1;
+
+	/* The heaviest off-CPU stack says where it sleeps. */
+	ev.noffcpu = 1;
+	ev.offcpu[0] = (struct hang_stack){
+		(char *)"main;load;pthread_mutex_lock;__lll_lock_wait;futex_wait_queue_[k]", 5000000 };
+	hang_classify(&ev, &c);
+	assert_int_equal(c.cls, HANG_CAUSE_LOCK_WAIT);
+	assert_non_null(strstr(c.detail, "5.0 s blocked in futex_wait_queue_[k] < __lll_lock_wait"));
+	ev.offcpu[0].stack = (char *)"main;read;vfs_read_[k];nfs_file_read_[k];folio_wait_bit_[k];io_schedule_[k]";
+	hang_classify(&ev, &c);
+	assert_int_equal(c.cls, HANG_CAUSE_KERNEL_WAIT);
+	assert_non_null(strstr(c.detail, "io_schedule_[k] < folio_wait_bit_[k] < nfs_file_read_[k]"));
+	ev.offcpu[0].stack = (char *)"main;loader;nanosleep;do_nanosleep_[k];schedule_[k];__schedule_[k]";
+	hang_classify(&ev, &c);
+	assert_int_equal(c.cls, HANG_CAUSE_SLEEPING);
+	/* The scheduler's own frames say nothing: skipped. */
+	assert_non_null(strstr(c.detail, "blocked in do_nanosleep_[k] < nanosleep < loader < main"));
+	assert_string_equal(hang_cause_name(c.cls), "sleeping");
+	/* Frozen wins over older off-CPU stacks; spinning over both. */
+	ev.main_active = 0;
+	hang_classify(&ev, &c);
+	assert_int_equal(c.cls, HANG_CAUSE_FROZEN);
 }
 
 int main(void)
@@ -442,6 +570,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_never_seen_rank, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bounded_nodes, setup, teardown),
 		cmocka_unit_test(test_render),
+		cmocka_unit_test_setup_teardown(test_stall, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stall_waits_for_reports, setup, teardown),
+		cmocka_unit_test(test_classify),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1078,14 +1078,357 @@ static int no_row(void *arg, const struct store_stack_count *r)
 static void test_not_supported(void **state)
 {
 	struct ctx *c = *state;
-	char *json;
-
 	REQUIRE_CH();
-	assert_int_equal(store_job_settings_get(c->ch, "j", &json), -ENOTSUP);
 	assert_int_equal(store_size_limit_set(c->ch, 1000), -ENOTSUP);
 	assert_int_equal(store_ping(c->ch), 0);
 	uint64_t bytes = 0;
 	assert_int_equal(store_size_get(c->ch, &bytes), 0);
+}
+
+/* ---- incidents, settings, baselines, retention ---------------------------------------------- */
+
+/* A diagnosis as text without its id (ids differ by backend: SQLite counts, ClickHouse hashes). */
+static int diag_text(void *arg, const struct store_diagnosis *d)
+{
+	struct text *t = arg;
+
+	text_add(t, "%s|%s|%s|%d|%s|%s|%s|%s|%s|%s|%s|%" PRId64 "|%" PRId64 "|%" PRId64 "\n",
+		 d->job, d->identity, d->kind, d->rank, d->hostname, d->communicators, d->layer,
+		 d->severity, d->summary, d->action, d->report, d->opened_ms, d->updated_ms,
+		 d->resolved_ms);
+	return 0;
+}
+
+static void diag_list(struct store *s, const struct store_diagnosis_filter *f, uint32_t limit,
+		      struct text *t)
+{
+	memset(t, 0, sizeof(*t));
+	int rc = store_diagnoses_list(s, f, limit, diag_text, t);
+	if (rc)
+		fail_msg("store_diagnoses_list: %s", sysom_strerror(rc));
+}
+
+static void same_diag_list(struct ctx *c, const struct store_diagnosis_filter *f, uint32_t limit,
+			   unsigned want_rows)
+{
+	static struct text a, b;
+	unsigned n = 0;
+
+	diag_list(c->sq, f, limit, &a);
+	diag_list(c->ch, f, limit, &b);
+	assert_string_equal(a.buf, b.buf);
+	for (size_t i = 0; i < a.len; i++)
+		n += a.buf[i] == '\n';
+	assert_int_equal(n, want_rows);
+}
+
+static struct store_diagnosis diag(const char *job, const char *identity, const char *summary,
+				   int64_t ms)
+{
+	return (struct store_diagnosis){
+		.job = job, .identity = identity, .kind = "straggler", .rank = 5,
+		.hostname = "node-5", .communicators = "ab cd", .layer = "gpu", .severity = "warning",
+		.summary = summary, .action = "check it", .report = "{\"it's\":\"a\\\\b\\tc\"}",
+		.updated_ms = ms };
+}
+
+/* Upserts on both backends; the answers agree; returns the ClickHouse id. */
+static int64_t upsert_both(struct ctx *c, const struct store_diagnosis *d, bool want_opened)
+{
+	int64_t ida, idb;
+	bool oa, ob;
+
+	assert_int_equal(store_diagnosis_upsert(c->sq, d, &ida, &oa), 0);
+	assert_int_equal(store_diagnosis_upsert(c->ch, d, &idb, &ob), 0);
+	assert_true(oa == want_opened && ob == want_opened);
+	assert_true(ida > 0 && idb > 0 && idb < (1LL << 53));
+	return idb;
+}
+
+static int64_t sq_id_of(struct ctx *c, const struct store_diagnosis *d)
+{
+	int64_t id;
+	bool opened;
+
+	/* Upserting the same fields again changes nothing but tells the open id. */
+	assert_int_equal(store_diagnosis_upsert(c->sq, d, &id, &opened), 0);
+	assert_false(opened);
+	return id;
+}
+
+/* The monitor's cycle on both backends: open, update, resolve, open again; same answers. */
+static void test_incidents_same_as_sqlite(void **state)
+{
+	struct ctx *c = *state;
+	struct store_diagnosis a1 = diag("j1", "straggler rank=5", "slow 1", 1000);
+	struct store_diagnosis b1 = diag("j1", "regression", "slower", 1500);
+	struct store_diagnosis c1 = diag("j2", "straggler rank=5", "other job", 1700);
+	struct store_diagnosis a2 = diag("j1", "straggler rank=5", "slow 2", 2000);
+	struct store_diagnosis a3 = diag("j1", "straggler rank=5", "back again", 4000);
+	struct store_diagnosis_filter all = { .from_ms = 0, .to_ms = INT64_MAX };
+	static struct text t;
+	int64_t ida, idb, ida2, ida3;
+
+	REQUIRE_CH();
+	b1.kind = "regression";
+	b1.rank = -1;
+	b1.hostname = NULL; /* missing texts read back as "" on both */
+	ida = upsert_both(c, &a1, true);
+	idb = upsert_both(c, &b1, true);
+	upsert_both(c, &c1, true);
+	assert_true(ida != idb);
+	ida2 = upsert_both(c, &a2, false);
+	assert_true(ida2 == ida);
+	same_diag_list(c, &all, 100, 3);
+	/* Resolve: the open one only; resolving again or an unknown id is -ENOENT. */
+	int64_t sq_a = sq_id_of(c, &a2);
+	assert_int_equal(store_diagnosis_resolve(c->sq, sq_a, 3000), 0);
+	assert_int_equal(store_diagnosis_resolve(c->ch, ida, 3000), 0);
+	assert_int_equal(store_diagnosis_resolve(c->sq, sq_a, 3500), -ENOENT);
+	assert_int_equal(store_diagnosis_resolve(c->ch, ida, 3500), -ENOENT);
+	assert_int_equal(store_diagnosis_resolve(c->ch, 12345, 3500), -ENOENT);
+	same_diag_list(c, &all, 100, 3);
+	same_diag_list(c, &(struct store_diagnosis_filter){ .to_ms = INT64_MAX, .open_only = true },
+		       100, 2);
+	/* The same identity again: a new incident with a new id; the old one stays resolved. */
+	ida3 = upsert_both(c, &a3, true);
+	assert_true(ida3 != ida);
+	same_diag_list(c, &all, 100, 4);
+	same_diag_list(c, &all, 2, 2);
+	same_diag_list(c, &(struct store_diagnosis_filter){ .job = "j1", .to_ms = INT64_MAX }, 100,
+		       3);
+	same_diag_list(c, &(struct store_diagnosis_filter){ .job = "j1", .to_ms = INT64_MAX,
+							    .open_only = true }, 100, 2);
+	/* Open at some time in [from, to]: the resolved one (1000..3000) is outside [3100, ...]. */
+	same_diag_list(c, &(struct store_diagnosis_filter){ .from_ms = 3100, .to_ms = 5000 }, 100,
+		       3);
+	same_diag_list(c, &(struct store_diagnosis_filter){ .from_ms = 0, .to_ms = 1200 }, 100, 1);
+	/* By id: the resolved one keeps its id and fields. */
+	diag_list(c->ch, &(struct store_diagnosis_filter){ .id = ida }, 1, &t);
+	assert_non_null(strstr(t.buf, "|slow 2|"));
+	assert_non_null(strstr(t.buf, "|1000|2000|3000\n"));
+	diag_list(c->ch, &(struct store_diagnosis_filter){ .id = ida3 }, 1, &t);
+	assert_non_null(strstr(t.buf, "|back again|check it|"));
+	assert_non_null(strstr(t.buf, "|4000|4000|0\n"));
+}
+
+/*
+ * Ids on ClickHouse: derived from (job, identity, generation), so two replicas (two stores)
+ * opening the same incident agree on it; a colliding id probes the next; a write with an
+ * older time still replaces the row it read; a stale update cannot undo a resolve.
+ */
+static void test_incident_ids_and_versions(void **state)
+{
+	struct ctx *c = *state;
+	struct store_diagnosis d = diag("jid", "straggler rank=1", "s1", 5000);
+	struct store *other = NULL;
+	char url[300], err[256], sql[512];
+	static struct text t;
+	int64_t id1, id2, id3;
+	bool opened;
+
+	REQUIRE_CH();
+	snprintf(url, sizeof(url), "%s_b", c->url);
+	assert_int_equal(store_clickhouse_open(&(struct store_clickhouse_options){ .url = url },
+					       &other, err, sizeof(err)), 0);
+	/* Another database (a replica racing, or a second cluster): the same id. */
+	assert_int_equal(store_diagnosis_upsert(other, &d, &id1, &opened), 0);
+	assert_true(opened);
+	assert_int_equal(store_diagnosis_upsert(c->ch, &d, &id2, &opened), 0);
+	assert_true(opened && id1 == id2);
+	/* A second store on the same database (a second replica) updates the same incident. */
+	struct store *replica = NULL;
+	assert_int_equal(store_clickhouse_open(&(struct store_clickhouse_options){ .url = c->url },
+					       &replica, err, sizeof(err)), 0);
+	d.summary = "s2";
+	d.updated_ms = 4000; /* its clock is behind: the write still wins (version = prev + 1) */
+	assert_int_equal(store_diagnosis_upsert(replica, &d, &id3, &opened), 0);
+	assert_true(!opened && id3 == id1);
+	diag_list(c->ch, &(struct store_diagnosis_filter){ .id = id1 }, 10, &t);
+	assert_non_null(strstr(t.buf, "|s2|"));
+	assert_non_null(strstr(t.buf, "|5000|4000|0\n"));
+	/* Resolved on one replica; a stale open copy written afterwards (a racing update with a
+	 * lower version) does not reopen it. */
+	assert_int_equal(store_diagnosis_resolve(replica, id1, 6000), 0);
+	snprintf(sql, sizeof(sql), "INSERT INTO diagnoses (id, job, identity, summary, resolved_ms,"
+		 " version) VALUES (%" PRId64 ", 'jid', 'straggler rank=1', 'stale', 0, 999999999)",
+		 id1);
+	ch_sql(c->db, sql);
+	diag_list(c->ch, &(struct store_diagnosis_filter){ .id = id1 }, 10, &t);
+	assert_non_null(strstr(t.buf, "|s2|"));
+	assert_non_null(strstr(t.buf, "|6000\n"));
+	diag_list(c->ch, &(struct store_diagnosis_filter){ .to_ms = INT64_MAX, .open_only = true },
+		  10, &t);
+	assert_int_equal(t.len, 0);
+	/* Generation 1 of the identity, opened in the other database first: its id is then
+	 * taken there by a foreign row, so that store probes to the next id. */
+	d.updated_ms = 7000;
+	assert_int_equal(store_diagnosis_upsert(c->ch, &d, &id2, &opened), 0);
+	assert_true(opened && id2 != id1);
+	assert_int_equal(store_diagnosis_resolve(other, id1, 6000), 0);
+	snprintf(sql, sizeof(sql), "INSERT INTO diagnoses (id, job, identity, generation, version)"
+		 " VALUES (%" PRId64 ", 'someone', 'else', 0, 1)", id2);
+	ch_sql(strchr(url, '=') + 1, sql);
+	assert_int_equal(store_diagnosis_upsert(other, &d, &id3, &opened), 0);
+	assert_true(opened && id3 != id2 && id3 == ((id2 + 1) & ((1LL << 53) - 1)));
+	store_close(replica);
+	store_close(other);
+}
+
+static int baseline_text(void *arg, const struct store_baseline *b)
+{
+	struct text *t = arg;
+
+	text_add(t, "%s %" PRId64 " %" PRId64 " %" PRIu64 " %" PRIu64 " [%s] %" PRId64 " %s\n",
+		 b->job, b->from_ms, b->to_ms, b->iteration_ns, b->samples, b->profile,
+		 b->created_ms, b->source);
+	return 0;
+}
+
+static void same_baseline(struct ctx *c, const char *job, int want_rc)
+{
+	static struct text a, b;
+
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	assert_int_equal(store_baseline_get(c->sq, job, baseline_text, &a), want_rc);
+	assert_int_equal(store_baseline_get(c->ch, job, baseline_text, &b), want_rc);
+	assert_string_equal(a.buf, b.buf);
+}
+
+static void same_settings(struct ctx *c, const char *job, const char *want)
+{
+	char *a = (char *)"x", *b = (char *)"x";
+
+	assert_int_equal(store_job_settings_get(c->sq, job, &a), 0);
+	assert_int_equal(store_job_settings_get(c->ch, job, &b), 0);
+	if (!want) {
+		assert_null(a);
+		assert_null(b);
+	} else {
+		assert_non_null(a);
+		assert_non_null(b);
+		assert_string_equal(a, want);
+		assert_string_equal(b, want);
+	}
+	free(a);
+	free(b);
+}
+
+/* Settings replaced and deleted, baselines replaced: the same answers as SQLite. */
+static void test_settings_and_baselines(void **state)
+{
+	struct ctx *c = *state;
+	struct store_baseline b = { .job = "j1", .from_ms = 10, .to_ms = 20, .created_ms = 30,
+				    .iteration_ns = 123456, .samples = 789,
+				    .profile = "a;b 3\na;c 4\n", .source = "auto" };
+
+	REQUIRE_CH();
+	same_settings(c, "j1", NULL);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(store_job_settings_put(c->sq, "j1", "{\"straggler\":1.5}", 100), 0);
+		assert_int_equal(store_job_settings_put(c->ch, "j1", "{\"straggler\":1.5}", 100), 0);
+	}
+	same_settings(c, "j1", "{\"straggler\":1.5}");
+	/* Replaced within the same millisecond, then with an older time: the last put wins. */
+	assert_int_equal(store_job_settings_put(c->sq, "j1", "{\"it's\":\"new\\n\"}", 100), 0);
+	assert_int_equal(store_job_settings_put(c->ch, "j1", "{\"it's\":\"new\\n\"}", 100), 0);
+	same_settings(c, "j1", "{\"it's\":\"new\\n\"}");
+	assert_int_equal(store_job_settings_put(c->sq, "j1", "{\"v\":3}", 50), 0);
+	assert_int_equal(store_job_settings_put(c->ch, "j1", "{\"v\":3}", 50), 0);
+	same_settings(c, "j1", "{\"v\":3}");
+	same_settings(c, "j2", NULL);
+	assert_int_equal(store_job_settings_put(c->sq, "j1", NULL, 200), 0);
+	assert_int_equal(store_job_settings_put(c->ch, "j1", NULL, 200), 0);
+	same_settings(c, "j1", NULL);
+	assert_int_equal(store_job_settings_put(c->ch, "j1", "{}", 300), 0);
+	assert_int_equal(store_job_settings_put(c->sq, "j1", "{}", 300), 0);
+	same_settings(c, "j1", "{}");
+
+	same_baseline(c, "j1", -ENOENT);
+	assert_int_equal(store_baseline_put(c->sq, &b), 0);
+	assert_int_equal(store_baseline_put(c->ch, &b), 0);
+	same_baseline(c, "j1", 0);
+	b.iteration_ns = UINT64_MAX; /* clamped alike */
+	b.profile = NULL;
+	b.source = "api";
+	b.created_ms = 5; /* older than the one it replaces: still the newest write */
+	assert_int_equal(store_baseline_put(c->sq, &b), 0);
+	assert_int_equal(store_baseline_put(c->ch, &b), 0);
+	same_baseline(c, "j1", 0);
+	same_baseline(c, "j2", -ENOENT);
+}
+
+static void put_at(struct store *s, uint64_t seq, uint64_t window_ns)
+{
+	struct sysom_batch b;
+	struct store_put_result r;
+
+	assert_int_equal(fixture_batch_build(&b, &(struct fixture_spec){
+						     .node = 9, .epoch = 1, .sequence = seq,
+						     .window_start_ns = window_ns }), 0);
+	assert_int_equal(store_batch_put(s, &b, FIXTURE_HASH + seq, (int64_t)window_ns + 1000000000,
+					 &r), 0);
+	assert_false(r.duplicate);
+	sysom_batch_free(&b);
+}
+
+static int count_row(void *arg, const struct store_stack_count *r)
+{
+	(void)r;
+	(*(unsigned *)arg)++;
+	return 0;
+}
+
+/* Retention drops whole days that ended before the cutoff and nothing newer; incidents stay. */
+static void test_retention(void **state)
+{
+	struct ctx *c = *state;
+	const uint64_t day_ns = 86400ULL * 1000000000ULL;
+	uint64_t old_ns = T0 - T0 % day_ns + 3600ULL * 1000000000ULL; /* 01:00 UTC, day D */
+	uint64_t new_ns = old_ns + 3 * day_ns;                         /* day D+3 */
+	int64_t d_ms = (int64_t)((old_ns - old_ns % day_ns) / 1000000); /* 00:00 of day D */
+	struct store_sample_filter all = { .from_ms = 0, .to_ms = INT64_MAX };
+	struct store_batch_record rec;
+	struct store_diagnosis d = diag("jr", "straggler rank=5", "kept", d_ms);
+	uint8_t node[16];
+	uint32_t dropped = 99;
+	uint64_t total = 0;
+	unsigned groups = 0;
+	int64_t id;
+	bool opened;
+
+	REQUIRE_CH();
+	memset(node, 9, sizeof(node));
+	assert_int_equal(store_retention_apply(c->sq, d_ms, &dropped), -ENOTSUP);
+	put_at(c->ch, 1, old_ns);
+	put_at(c->ch, 2, new_ns);
+	assert_int_equal(store_diagnosis_upsert(c->ch, &d, &id, &opened), 0);
+	assert_int_equal(store_stacks_aggregate(c->ch, &all, 100, count_row, &groups, &total), 0);
+	assert_int_equal(total, 2 * FIXTURE_SAMPLES);
+	/* A cutoff inside day D keeps it (the day has not ended). */
+	assert_int_equal(store_retention_apply(c->ch, d_ms + 86399999, &dropped), 0);
+	assert_int_equal(dropped, 0);
+	/* The end of day D: its partitions go (batches, processes, samples), D+3 stays. */
+	assert_int_equal(store_retention_apply(c->ch, d_ms + 86400000, &dropped), 0);
+	assert_int_equal(dropped, 3);
+	assert_int_equal(store_stacks_aggregate(c->ch, &all, 100, count_row, &groups, &total), 0);
+	assert_int_equal(total, FIXTURE_SAMPLES);
+	assert_int_equal(store_batch_find(c->ch, node, 1, 1, &rec), 0);
+	assert_false(rec.exists);
+	assert_int_equal(store_batch_find(c->ch, node, 1, 2, &rec), 0);
+	assert_true(rec.exists);
+	/* Again: nothing left to drop; the incident is kept. */
+	assert_int_equal(store_retention_apply(c->ch, d_ms + 86400000, &dropped), 0);
+	assert_int_equal(dropped, 0);
+	static struct text t;
+	diag_list(c->ch, &(struct store_diagnosis_filter){ .id = id }, 1, &t);
+	assert_non_null(strstr(t.buf, "|kept|"));
+	/* Everything before D+4 ends: D+3 goes too. */
+	assert_int_equal(store_retention_apply(c->ch, d_ms + 4 * 86400000LL, &dropped), 0);
+	assert_int_equal(dropped, 3);
+	assert_int_equal(store_stacks_aggregate(c->ch, &all, 100, count_row, &groups, &total), 0);
+	assert_int_equal(total, 0);
 }
 
 static void test_open_errors(void **state)
@@ -1182,6 +1525,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_uncommitted_rows_invisible, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kernel_symbols, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_not_supported, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_incidents_same_as_sqlite, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_incident_ids_and_versions, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_settings_and_baselines, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_retention, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),
 		/* Last: it stops the server. */
 		cmocka_unit_test_setup_teardown(test_slow_and_down, setup, teardown),

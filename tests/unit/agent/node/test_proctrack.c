@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* agent/node/proctrack.c: the rescan after the dynamic loader's notification of a new library
+ * (proctrack_rescan_loaded), on this test's own process. */
+#include <dlfcn.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "agent/node/proctrack.h"
+#include "common/clock.h"
+
+static int scans;
+
+static void on_mappings(void *ctx, const struct pt_process *proc)
+{
+	(void)ctx;
+	(void)proc;
+	scans++;
+}
+
+static bool maps_file(const struct pt_process *p, const char *suffix)
+{
+	size_t n = strlen(suffix);
+
+	for (uint32_t i = 0; i < p->mapping_count; i++) {
+		const char *path = p->mappings[i].object ? p->mappings[i].object->path : NULL;
+		size_t len = path ? strlen(path) : 0;
+		if (len >= n && !strcmp(path + len - n, suffix))
+			return true;
+	}
+	return false;
+}
+
+static void test_rescan_loaded(void **state)
+{
+	const char *build = getenv("SYSOM_BUILD");
+	char lib[4096];
+	struct proctrack_options po;
+	struct proctrack *pt = NULL;
+	uint32_t pid = (uint32_t)getpid();
+
+	(void)state;
+	snprintf(lib, sizeof(lib), "%s/tests/fixtures/simjob/libcuda.so.1", build ? build : "build");
+	if (access(lib, R_OK) != 0)
+		skip(); /* the fake CUDA library is built only with cuda.h */
+	proctrack_options_default(&po);
+	po.on_mappings = on_mappings;
+	assert_int_equal(proctrack_new(&po, &pt), 0);
+	struct pt_process *p = proctrack_get(pt, pid, 0);
+	assert_non_null(p);
+	assert_int_equal(scans, 1);
+	assert_false(maps_file(p, "/libcuda.so.1"));
+
+	/* A load the last scan already saw: nothing to do. */
+	assert_false(proctrack_rescan_loaded(pt, pid, 0, p->last_scan_ns - 1));
+	proctrack_after_drain(pt);
+	assert_int_equal(scans, 1);
+
+	void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+	assert_non_null(h);
+	uint64_t loaded = sysom_monotonic_ns();
+	/* Within a tenth of the rescan interval of the last scan: deferred, not dropped. */
+	if (loaded - p->last_scan_ns < po.rescan_interval_ns / 10) {
+		assert_false(proctrack_rescan_loaded(pt, pid, 0, loaded));
+		assert_int_equal(scans, 1);
+		usleep((useconds_t)(po.rescan_interval_ns / 10 / 1000) + 20000);
+		proctrack_after_drain(pt);
+	} else {
+		assert_true(proctrack_rescan_loaded(pt, pid, 0, loaded));
+	}
+	assert_int_equal(scans, 2);
+	assert_true(maps_file(p, "/libcuda.so.1"));
+	/* Seen now: the same notification again, or the next drain, scans no more. */
+	assert_false(proctrack_rescan_loaded(pt, pid, 0, loaded));
+	proctrack_after_drain(pt);
+	assert_int_equal(scans, 2);
+	/* An unknown incarnation is left alone. */
+	assert_false(proctrack_rescan_loaded(pt, pid, 7, sysom_monotonic_ns()));
+	dlclose(h);
+	proctrack_free(pt);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_rescan_loaded),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
