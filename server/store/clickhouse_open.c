@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The ClickHouse backend: opening (URL, credentials, schema migrations), the vtable, and the
- * calls this backend does not implement yet (-ENOTSUP: the API answers 501, never wrong data).
+ * The ClickHouse backend: opening (URL, credentials, schema migrations) and the vtable. A call
+ * a backend does not implement answers -ENOTSUP (the API: 501, never wrong data); ClickHouse
+ * implements every one.
  */
 #include <ctype.h>
 #include <errno.h>
