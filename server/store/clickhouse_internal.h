@@ -17,7 +17,7 @@
 /* Largest answer the store reads from ClickHouse (bigger: -E2BIG, nothing half-used). */
 #define CH_MAX_ANSWER (256u << 20)
 /* Most fields a row of an answer may have. */
-#define CH_MAX_FIELDS 32
+#define CH_MAX_FIELDS 64
 /* Idle HTTP handles kept for reuse (keep-alive connections). */
 #define CH_HANDLES 16
 /* Locks serializing the duplicate check and write of one batch identity. */
@@ -151,6 +151,11 @@ int ch__collectives_write(struct ch_store *s, const struct sysom_batch *b, const
  * current rank is `rank`), as SQLite's "SELECT process FROM job_ranks WHERE job = ?". */
 void ch__job_processes_sql(struct byte_buf *q, const char *job, bool has_rank, int32_t rank);
 
+/* Appends the subquery of each process's merged job rank (columns process, j (job), r (rank),
+ * node (node_id), pid (tgid), st (start time), ...) for the processes whose current job is
+ * `job` (NULL: every process). */
+void ch__job_ranks_sql(struct byte_buf *q, const char *job);
+
 int ch__jobs_list(struct store *base, uint32_t limit, store_job_fn fn, void *arg);
 int ch__job_ranks_list(struct store *base, const char *job, uint32_t limit, store_job_rank_fn fn,
 		       void *arg);
@@ -186,6 +191,10 @@ int ch__offcpu_aggregate(struct store *base, const struct store_sample_filter *f
 			 uint32_t limit, store_stack_count_fn fn, void *arg, uint64_t *total);
 int ch__wall_aggregate(struct store *base, const struct store_sample_filter *f, uint32_t limit,
 		       store_stack_count_fn fn, void *arg, uint64_t *total);
+int ch__job_gpu(struct store *base, const struct store_gpu_filter *f, uint32_t max_rows,
+		const struct store_gpu_visitor *v, bool *truncated);
+int ch__job_os(struct store *base, const struct store_os_filter *f, uint32_t max_rows,
+	       const struct store_os_visitor *v, bool *truncated);
 
 /* ---- shared by the readers (clickhouse_read.c) ---------------------------------------------- */
 

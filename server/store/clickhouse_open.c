@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The ClickHouse backend: opening (URL, credentials, schema migrations), the vtable, and the
- * calls this backend does not implement yet (-ENOTSUP: the API answers 501, never wrong data).
+ * The ClickHouse backend: opening (URL, credentials, schema migrations) and the vtable. A call
+ * a backend does not implement answers -ENOTSUP (the API: 501, never wrong data); ClickHouse
+ * implements every one.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -186,22 +187,6 @@ cleanup:
 	return rc;
 }
 
-/* ---- not implemented on ClickHouse yet: an explicit -ENOTSUP ------------------------------- */
-
-static int ns_gpu(struct store *s, const struct store_gpu_filter *f, uint32_t max_rows,
-		  const struct store_gpu_visitor *v, bool *truncated)
-{
-	(void)s, (void)f, (void)max_rows, (void)v, (void)truncated;
-	return -ENOTSUP;
-}
-
-static int ns_os(struct store *s, const struct store_os_filter *f, uint32_t max_rows,
-		 const struct store_os_visitor *v, bool *truncated)
-{
-	(void)s, (void)f, (void)max_rows, (void)v, (void)truncated;
-	return -ENOTSUP;
-}
-
 static const struct store_ops ch_ops = {
 	.close = ch_close,
 	.schema_version = ch_schema_version,
@@ -221,11 +206,11 @@ static const struct store_ops ch_ops = {
 	.job_ranks_list = ch__job_ranks_list,
 	.job_communicators_list = ch__job_communicators_list,
 	.collectives_list = ch__collectives_list,
-	.job_gpu = ns_gpu,
+	.job_gpu = ch__job_gpu,
 	.gpu_time_aggregate = ch__gpu_time_aggregate,
 	.offcpu_aggregate = ch__offcpu_aggregate,
 	.wall_aggregate = ch__wall_aggregate,
-	.job_os = ns_os,
+	.job_os = ch__job_os,
 	.diagnosis_upsert = ch__diagnosis_upsert,
 	.diagnosis_resolve = ch__diagnosis_resolve,
 	.diagnoses_list = ch__diagnoses_list,

@@ -109,6 +109,11 @@ static void job_ranks_merged(struct byte_buf *q, const char *job)
 	byte_buf_printf(q, ")");
 }
 
+void ch__job_ranks_sql(struct byte_buf *q, const char *job)
+{
+	job_ranks_merged(q, job);
+}
+
 void ch__job_processes_sql(struct byte_buf *q, const char *job, bool has_rank, int32_t rank)
 {
 	byte_buf_printf(q, "(SELECT process FROM ");

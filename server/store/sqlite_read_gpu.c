@@ -128,7 +128,7 @@ int store__sqlite_job_gpu(struct store *base, const struct store_gpu_filter *f, 
 	static const char kernels_sql[] =
 		"SELECT " STORE__OWNER_COLUMNS ", g.name, g.device, g.stream, g.count, g.total_ns,"
 		" g.min_ns, g.max_ns, g.hist FROM gpu_kernels g" STORE__OWNER_JOIN("g")
-		" ORDER BY " STORE__OWNER_ORDER ", g.name, g.device, g.stream LIMIT ?5";
+		" ORDER BY " STORE__OWNER_ORDER ", g.name, g.device, g.stream, g.time_ms LIMIT ?5";
 	static const char profiles_sql[] =
 		"SELECT " STORE__OWNER_COLUMNS ", g.comm_id, g.comm_name, g.rank, g.nranks, g.func,"
 		" g.algo, g.proto, g.datatype, g.peer, g.nchannels, g.count, g.bytes, g.kernel_timed,"
@@ -136,12 +136,12 @@ int store__sqlite_job_gpu(struct store *base, const struct store_gpu_filter *f, 
 		" g.enqueue_ns_total, g.transfers, g.transfer_bytes, g.first_seq, g.last_seq"
 		" FROM nccl_profiles g" STORE__OWNER_JOIN("g")
 		" ORDER BY " STORE__OWNER_ORDER ", g.comm_id, g.func, g.algo, g.proto, g.datatype,"
-		" g.peer LIMIT ?5";
+		" g.peer, g.time_ms LIMIT ?5";
 	static const char links_sql[] =
 		"SELECT " STORE__OWNER_COLUMNS ", g.comm_id, g.rank, g.peer, g.channel, g.transfers,"
 		" g.bytes, g.time_ns_total, g.sx, g.sy, g.sxx, g.sxy, g.syy, g.min_latency_ns,"
 		" g.min_bytes_per_ns, g.min_r2, g.min_points FROM nccl_links g" STORE__OWNER_JOIN("g")
-		" ORDER BY " STORE__OWNER_ORDER ", g.comm_id, g.peer, g.channel LIMIT ?5";
+		" ORDER BY " STORE__OWNER_ORDER ", g.comm_id, g.peer, g.channel, g.time_ms LIMIT ?5";
 	struct sqlite_store *s = store__sqlite(base);
 	struct conn *c;
 	int rc;

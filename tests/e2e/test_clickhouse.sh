@@ -2,9 +2,11 @@
 # SPDX-License-Identifier: Apache-2.0
 # ClickHouse as the store: a real agent's requests go through a tee to a server on ClickHouse
 # (a private clickhouse-server) and to a server on SQLite; both answer the same flame graph,
-# totals, nodes and processes. ClickHouse down: ingest answers 503 with Retry-After, the agent
-# spools, and once ClickHouse is back the spooled batches arrive with nothing lost. A simulated
-# training job with a delayed rank: the same job, ranks, communicators and straggler analysis.
+# totals, nodes and processes; with the simulated training job (when built) also the same
+# off-CPU, GPU launch, GPU time and per-process wall-clock flame graphs and GPU view. ClickHouse
+# down: ingest answers 503 with Retry-After, the agent spools, and once ClickHouse is back the
+# spooled batches arrive with nothing lost. A simulated training job with a delayed rank: the
+# same job, ranks, communicators and straggler analysis.
 . "$(dirname "$0")/lib.sh"
 require_root
 [ -x /usr/sbin/clickhouse-server ] || skip_all "clickhouse-server is not installed (make deps)"
@@ -26,9 +28,32 @@ E2E_PIDS+=("$!")
 wait_until 10 test -s "$E2E_TMP/tee.port" || { echo "tee did not start" >&2; exit 1; }
 TEE_URL=http://127.0.0.1:$(cat "$E2E_TMP/tee.port")
 
-start_agent agent "$TEE_URL" --sample-rate 1 || exit 1
+# The simulated training job (when built) adds off-CPU time, GPU launches, kernel timing,
+# NCCL profiles and OS rows, so that those flame graphs are compared too.
+SIMJOB_DIR=$BUILD/tests/fixtures/simjob
+SIMJOB=$SIMJOB_DIR/simjob
+PLUGIN=$BUILD/lib/libnccl-profiler-sysom.so
+CUPTI_LIB=$BUILD/lib/libsysom-cupti.so
+HAVE_SIMJOB=1
+for f in "$SIMJOB" "$PLUGIN" "$CUPTI_LIB" "$SIMJOB_DIR/libcupti.so"; do
+	[ -e "$f" ] || HAVE_SIMJOB=
+done
+GPU_OPTS=()
+[ -n "$HAVE_SIMJOB" ] && GPU_OPTS=(--off-cpu-min 1ms --gpu-launch-duty 1
+	--gpu-libraries "$SIMJOB_DIR/libnccl.so.2:$SIMJOB_DIR/libcuda.so.1")
+start_agent agent "$TEE_URL" --sample-rate 1 "${GPU_OPTS[@]}" || exit 1
 read -r WPID WCPU < <(run_workload 4 --mode mixed --threads 2)
 diag "workload pid $WPID used ${WCPU}s of CPU"
+if [ -n "$HAVE_SIMJOB" ]; then
+	SYSOM_SOCKET_PATH=$E2E_TMP/agent.sock NCCL_PROFILER_PLUGIN=$PLUGIN \
+		CUDA_INJECTION64_PATH=$CUPTI_LIB SYSOM_CUPTI_LIBRARY=$SIMJOB_DIR/libcupti.so \
+		SYSOM_NCCL_WINDOW_MS=250 SYSOM_CUPTI_WINDOW_MS=250 \
+		timeout 120 "$SIMJOB" --ranks 2 --seconds 4 --cpu-us 2000 --kernel-us 3000 \
+		--print-env >"$E2E_TMP/job.log" 2>&1
+	# No fault: a straggler would open an incident, and the incident checks below expect none.
+	check "simjob (2 ranks, 4 s) exits 0" test $? -eq 0
+	sleep 3 # a batch interval
+fi
 stop_pid "$AGENT_PID"
 check "agent exits 0 after SIGTERM" test $? -eq 0
 LOGGED=$(agent_logged_samples "$E2E_TMP/agent.log")
@@ -61,6 +86,49 @@ check "kernel frames are symbolized on ClickHouse too (uploaded kallsyms)" \
 	grep -Eq 'entry_SYSCALL|do_syscall' "$E2E_TMP/ch.folded"
 check "nodes are listed the same (but for their last receive time)" diff -q "$E2E_TMP/sq.nodes" "$E2E_TMP/ch.nodes"
 check "processes are listed the same" diff -q "$E2E_TMP/sq.processes" "$E2E_TMP/ch.processes"
+
+# Off-CPU, GPU launch and GPU time flame graphs, and the wall-clock one of the workload and
+# of each simjob rank (it needs one process): the same groups and weights.
+VIEWS=("wall --pid $WPID")
+[ -n "$HAVE_SIMJOB" ] && VIEWS+=(off-cpu gpu-launch gpu-time)
+for pid in $([ -n "$HAVE_SIMJOB" ] && awk '$1 == "env" && $2 == "rank" { print $5 }' "$E2E_TMP/job.log"); do
+	VIEWS+=("wall --pid $pid")
+done
+for view in "${VIEWS[@]}"; do
+	name=${view// /_}
+	for side in ch sq; do
+		[ $side = ch ] && SERVER_URL=$CH_URL || SERVER_URL=$SQ_URL
+		# shellcheck disable=SC2086 # the view is a kind and its options
+		ctl flamegraph --kind $view --from -1d --to now --format folded --limit 100000 |
+			sort >"$E2E_TMP/$side.$name.folded"
+	done
+	check "the $view flame graph is the same on both ($(wc -l <"$E2E_TMP/ch.$name.folded") stacks)" \
+		bash -c "[ -s '$E2E_TMP/ch.$name.folded' ] && diff -q '$E2E_TMP/sq.$name.folded' '$E2E_TMP/ch.$name.folded'"
+done
+if [ -n "$HAVE_SIMJOB" ]; then
+	# The job's GPU timing rows (kernels, NCCL profiles and links) and its ranks' off-CPU
+	# graphs: the same on both.
+	JOB=$(sed -n 's/.*TORCHELASTIC_RUN_ID=\([^ ]*\).*/\1/p' "$E2E_TMP/job.log" | head -1)
+	for side in ch sq; do
+		[ $side = ch ] && SERVER_URL=$CH_URL || SERVER_URL=$SQ_URL
+		# The range's ends are "now" on each server: the rest must be the same.
+		curl -sf "$SERVER_URL/api/v1/jobs/$JOB/gpu?from=-1d&to=now" | python3 -c 'import json,sys
+d = json.load(sys.stdin); d.pop("from"); d.pop("to"); print(json.dumps(d, sort_keys=True))' \
+			>"$E2E_TMP/$side.gpu.json"
+		ctl flamegraph --kind off-cpu --job "$JOB" --rank 1 --from -1d --to now --format folded \
+			--limit 100000 | sort >"$E2E_TMP/$side.off1.folded"
+	done
+	check "job $JOB's GPU view is the same on both ($(wc -c <"$E2E_TMP/ch.gpu.json") bytes)" \
+		bash -c "grep -q 'sim_gemm' '$E2E_TMP/ch.gpu.json' && cmp -s '$E2E_TMP/sq.gpu.json' '$E2E_TMP/ch.gpu.json'"
+	check "rank 1's off-CPU flame graph is the same on both ($(wc -l <"$E2E_TMP/ch.off1.folded") stacks)" \
+		bash -c "[ -s '$E2E_TMP/ch.off1.folded' ] && diff -q '$E2E_TMP/sq.off1.folded' '$E2E_TMP/ch.off1.folded'"
+	check "ClickHouse's off-CPU flame graph shows the job's ranks blocked in the kernel" \
+		bash -c "[ -s '$E2E_TMP/ch.off-cpu.folded' ] && grep -q 'schedule' '$E2E_TMP/ch.off-cpu.folded'"
+	check "ClickHouse's GPU launch and time flame graphs are not empty" \
+		test -s "$E2E_TMP/ch.gpu-launch.folded" -a -s "$E2E_TMP/ch.gpu-time.folded"
+fi
+SERVER_URL=$CH_URL
+
 
 # Per-job settings are stored on ClickHouse: the same answers as on SQLite (baselines: the
 # unit tests; computing one needs the job's collectives on ClickHouse).

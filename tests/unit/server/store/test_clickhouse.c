@@ -774,6 +774,8 @@ static void gpu_os_rows_add(struct sysom_batch *b, uint64_t seq)
 					 .kernel_ns_min = 900, .kernel_ns_max = 1100,
 					 .first_seq = 1, .last_seq = 3 };
 	assert_int_equal(sysom_batch_add_nccl_profile(b, &pr), 0);
+	pr.comm_id = 0x8000000000000001ULL; /* sorts first: SQLite's integers are signed */
+	assert_int_equal(sysom_batch_add_nccl_profile(b, &pr), 0);
 	struct sysom_nccl_link nl = { .process = 0, .rank = 0, .comm_id = 0xc0ffee, .peer = 1,
 				      .channel = -1, .transfers = 2, .bytes = 2000,
 				      .time_ns_total = 500, .sx = 2000, .sy = 500, .sxx = 2e6,
@@ -793,6 +795,39 @@ static void gpu_os_rows_add(struct sysom_batch *b, uint64_t seq)
 	ot.runq_hist[1] = 2;
 	ot.cpus[0] = 2;
 	assert_int_equal(sysom_batch_add_os_thread(b, &ot), 0);
+
+	/* Both processes are ranks of job train-1: node 7's 0 and 2, node 8's 1 and 3. */
+	uint32_t job;
+	assert_int_equal(sysom_batch_intern_cstring(b, "train-1", &job), 0);
+	for (uint32_t p = 0; p < 2; p++) {
+		struct sysom_job_rank j = { .process = p, .job = job,
+					    .rank = (int32_t)(b->node_id[0] - 7 + 2 * p),
+					    .world_size = 4, .local_rank = (int32_t)p,
+					    .local_world_size = 2, .group_rank = b->node_id[0] - 7,
+					    .source = 1, .job_id_source = s[5], .master = s[5],
+					    .groups = s[5] };
+		assert_int_equal(sysom_batch_set_job_rank(b, &j), 0);
+	}
+	ot.process = 1;
+	ot.tid = 780;
+	ot.oncpu_ns = 7000 * seq;
+	ot.cpus[3] = 1ULL << 63;
+	assert_int_equal(sysom_batch_add_os_thread(b, &ot), 0);
+	g.process = 1;
+	g.stream = UINT64_MAX - 1;
+	g.device = 1;
+	assert_int_equal(sysom_batch_add_gpu_kernel(b, &g), 0);
+	nl.min_latency_ns = 1500.25;
+	nl.min_bytes_per_ns = 12.5;
+	nl.min_r2 = 0.999;
+	nl.min_points = 4;
+	nl.peer = 0;
+	nl.rank = 1;
+	nl.process = 1;
+	assert_int_equal(sysom_batch_add_nccl_link(b, &nl), 0);
+	oq.irq = 34;
+	oq.ns = 9000 * seq;
+	assert_int_equal(sysom_batch_add_os_irq(b, &oq), 0);
 
 	struct sysom_offcpu o = { .process = 0, .tid = 4250, .time_offset_ms = 1000,
 				  .kernel_stack = k, .user_stack = u, .thread_comm = dl,
@@ -836,7 +871,7 @@ static void put_both_gpu_os(struct ctx *c, const struct fixture_spec *spec)
 	assert_int_equal(r[0].os_irq_rows, r[1].os_irq_rows);
 	assert_int_equal(r[0].os_thread_rows, r[1].os_thread_rows);
 	assert_int_equal(r[1].launch_rows, 4);
-	assert_int_equal(r[1].os_thread_rows, 1);
+	assert_int_equal(r[1].os_thread_rows, 2);
 }
 
 static int launch_text(void *arg, const struct store_launch_count *r)
@@ -903,6 +938,127 @@ static uint64_t same_agg(struct ctx *c, enum agg kind, const struct store_sample
 	return ta;
 }
 
+/* A job's GPU and OS rows as text (rows in their order; hosts, ids and values verbatim). */
+static void who_text(struct text *t, const struct store_gpu_owner *w)
+{
+	text_add(t, "rank=%d pid=%u st=%" PRIu64 " host=%s", w->job_rank, w->pid, w->start_time_ns,
+		 w->hostname);
+}
+
+static int kernel_text(void *arg, const struct store_gpu_kernel_row *r)
+{
+	struct text *t = arg;
+
+	who_text(t, &r->who);
+	text_add(t, " K %s dev=%u stream=%" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64,
+		 r->name, r->device, r->stream, r->count, r->total_ns, r->min_ns, r->max_ns);
+	for (int i = 0; i < SYSOM_GPU_HIST_BUCKETS; i++)
+		text_add(t, "%s%u", i ? "," : " h=", r->hist[i]);
+	text_add(t, "\n");
+	return 0;
+}
+
+static int profile_text(void *arg, const struct store_nccl_profile_row *r)
+{
+	struct text *t = arg;
+
+	who_text(t, &r->who);
+	text_add(t, " P %" PRIx64 " '%s' %d/%d %s %s %s %s peer=%d ch=%u %" PRIu64 " %" PRIu64
+		 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
+		 " %" PRIu64 " %" PRIu64 " %" PRIu64 "-%" PRIu64 "\n", r->comm_id, r->comm_name,
+		 r->rank, r->nranks, r->func, r->algo, r->proto, r->datatype, r->peer, r->nchannels,
+		 r->count, r->bytes, r->kernel_timed, r->kernel_ns_total, r->kernel_ns_min,
+		 r->kernel_ns_max, r->span_timed, r->span_ns_total, r->enqueue_ns_total,
+		 r->transfers, r->transfer_bytes, r->first_seq, r->last_seq);
+	return 0;
+}
+
+static int link_text(void *arg, const struct store_nccl_link_row *r)
+{
+	struct text *t = arg;
+
+	who_text(t, &r->who);
+	text_add(t, " L %" PRIx64 " %d->%d ch=%d %" PRIu64 " %" PRIu64 " %" PRIu64
+		 " %.17g %.17g %.17g %.17g %.17g %.17g %.17g %.17g %u\n", r->comm_id, r->rank,
+		 r->peer, r->channel, r->transfers, r->bytes, r->time_ns_total, r->sx, r->sy, r->sxx,
+		 r->sxy, r->syy, r->min_latency_ns, r->min_bytes_per_ns, r->min_r2, r->min_points);
+	return 0;
+}
+
+static int thread_text(void *arg, const struct store_os_thread_row *r)
+{
+	struct text *t = arg;
+
+	who_text(t, &r->who);
+	text_add(t, " T %u %s %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
+		 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64, r->tid, r->comm,
+		 r->oncpu_ns, r->runq_wait_ns, r->runq_waits, r->voluntary_switches,
+		 r->involuntary_switches, r->migrations, r->numa_migrations, r->pages_migrated,
+		 r->hardirq_ns, r->softirq_ns);
+	for (int i = 0; i < SYSOM_RUNQ_HIST_BUCKETS; i++)
+		text_add(t, "%s%u", i ? "," : " h=", r->runq_hist[i]);
+	for (int i = 0; i < SYSOM_CPU_MASK_WORDS; i++)
+		text_add(t, " %" PRIx64, r->cpus[i]);
+	text_add(t, "\n");
+	return 0;
+}
+
+static int cpu_text(void *arg, const struct store_os_cpu_row *r)
+{
+	struct text *t = arg;
+
+	text_add(t, "C %s %" PRId64 " %" PRId64 " cpu=%u numa=%d %" PRIu64 " %" PRIu64 " %" PRIu64
+		 " %" PRIu64 " %" PRIu64, r->hostname, r->time_ms, r->window_ms, r->cpu,
+		 r->numa_node, r->busy_ns, r->hardirq_count, r->hardirq_ns, r->context_switches,
+		 r->runq_wait_ns);
+	for (int i = 0; i < SYSOM_SOFTIRQ_COUNT; i++)
+		text_add(t, " %" PRIu64 "/%" PRIu64, r->softirq_count[i], r->softirq_ns[i]);
+	text_add(t, "\n");
+	return 0;
+}
+
+static int irq_text(void *arg, const struct store_os_irq_row *r)
+{
+	struct text *t = arg;
+
+	text_add(t, "I %s cpu=%u irq=%u %s %" PRIu64 " %" PRIu64 "\n", r->hostname, r->cpu, r->irq,
+		 r->name, r->count, r->ns);
+	return 0;
+}
+
+/* The job's GPU and OS answers, rows in the order given, and whether each was truncated. */
+static void same_job_rows(struct ctx *c, const struct store_gpu_filter *f, uint32_t max_rows,
+			  size_t want_lines)
+{
+	static struct text a, b;
+	struct text *tx[2] = { &a, &b };
+	struct store *st[2] = { c->sq, c->ch };
+	bool trunc[2][2] = { { false } };
+
+	for (int i = 0; i < 2; i++) {
+		struct store_gpu_visitor gv = { kernel_text, profile_text, link_text, tx[i] };
+		struct store_os_visitor ov = { thread_text, cpu_text, irq_text, tx[i] };
+		struct store_os_filter of = { .job = f->job, .has_rank = f->has_rank,
+					      .rank = f->rank, .from_ms = f->from_ms,
+					      .to_ms = f->to_ms };
+
+		memset(tx[i], 0, sizeof(*tx[i]));
+		int rc = store_job_gpu(st[i], f, max_rows, &gv, &trunc[i][0]);
+		if (rc)
+			fail_msg("store_job_gpu %d: %s", i, sysom_strerror(rc));
+		rc = store_job_os(st[i], &of, max_rows, &ov, &trunc[i][1]);
+		if (rc)
+			fail_msg("store_job_os %d: %s", i, sysom_strerror(rc));
+	}
+	assert_string_equal(a.buf, b.buf);
+	assert_int_equal(trunc[0][0], trunc[1][0]);
+	assert_int_equal(trunc[0][1], trunc[1][1]);
+	size_t lines = 0;
+	for (const char *p = b.buf; (p = strchr(p, '\n')); p++)
+		lines++;
+	assert_int_equal(lines, want_lines);
+}
+
 static void test_gpu_os_same_answers(void **state)
 {
 	struct ctx *c = *state;
@@ -920,7 +1076,7 @@ static void test_gpu_os_same_answers(void **state)
 	}
 	/* Launches: 5+10+15 + 3 x 2 named on one stack or none, 3 x 7 unnamed, 3 x 1 in nccl. */
 	assert_int_equal(same_agg(c, AGG_LAUNCHES, &all, 1000), 2 * (30 + 6 + 21 + 3));
-	assert_int_equal(same_agg(c, AGG_GPU_TIME, &all, 1000), 2 * (6000018 + 3 * 777777));
+	assert_int_equal(same_agg(c, AGG_GPU_TIME, &all, 1000), 2 * (6000018 + 6 * 777777));
 	/* Off-CPU µs are rounded down per group: python3 and trainer (per node) sleeping and in
 	 * D, both nodes' nccl-proxy in D together. */
 	const uint64_t offcpu_us = 2 * (180003 + 21002) + 7407;
@@ -956,6 +1112,22 @@ static void test_gpu_os_same_answers(void **state)
 	same_agg(c, AGG_OFFCPU, &f, 1000);
 	same_agg(c, AGG_WALL, &f, 1000);
 	same_agg(c, AGG_GPU_TIME, &f, 1000);
+	/* A job's GPU and OS rows, per stored batch (IRQs summed over the range). Per batch:
+	 * 3 kernel, 2 profile, 2 link, 2 thread, 1 CPU rows; IRQs: 2 per node. */
+	struct store_gpu_filter g = { .job = "train-1", .from_ms = from, .to_ms = from + 3600000 };
+	same_job_rows(c, &g, 1000, 6 * (3 + 2 + 2 + 2 + 1) + 2 * 2);
+	g.has_rank = true;
+	g.rank = 3; /* node 8's nccl-proxy: its rows, its node's CPUs and IRQs */
+	same_job_rows(c, &g, 1000, 3 * (1 + 1 + 1) + 3 + 2);
+	g.has_rank = false;
+	g.to_ms = from + 31000; /* the first windows only */
+	same_job_rows(c, &g, 1000, 2 * (3 + 2 + 2 + 2 + 1) + 2 * 2);
+	g.to_ms = from + 3600000;
+	same_job_rows(c, &g, 2, 6 * 2); /* truncated: 2 of each kind */
+	same_job_rows(c, &g, 0, 0);
+	g.job = "train-2";
+	same_job_rows(c, &g, 1000, 0);
+
 	/* A limit keeps the largest groups and the total of all. */
 	same_agg(c, AGG_LAUNCHES, &all, 1);
 	same_agg(c, AGG_GPU_TIME, &all, 1);
