@@ -466,7 +466,7 @@ static const struct sysom_os_irq *irq_row(const struct collector *c, uint32_t cp
 }
 
 /* Disk writes with fsync raise the block device's completion interrupts: each (CPU, IRQ)
- * row counts at least what /proc/interrupts counted between the same points, the per-CPU
+ * row counts at least 95% of what /proc/interrupts counted between the same points, the per-CPU
  * hard interrupt counts are the sums of their rows, and the rows are named. */
 static void test_device_interrupts(void **state)
 {
@@ -511,7 +511,10 @@ static void test_device_interrupts(void **state)
 			print_message("IRQ %u (%s) on CPU %d: %lu handler runs, %.1f µs (kernel: %lu)\n",
 				      r->irq, sysom_batch_string(&c.b, r->name), cpu, r->count,
 				      r->ns / 1e3, d);
-			assert_true(r->count >= d);
+			/* A BPF program does not run for a hard interrupt that arrives while
+			 * another BPF program runs on that CPU (the kernel's recursion guard), so a
+			 * few handler runs can go uncounted: at least 95% of them. */
+			assert_true(r->count * 100 >= d * 95);
 			assert_true(r->ns > 0);
 			assert_true(sysom_batch_string(&c.b, r->name)[0] != '\0');
 		}

@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "agent/node/host.h"
+#include "agent/node/proctrack.h"
 #include "common/clock.h"
 #include "common/elf_buildid.h"
 #include "tests/support/batch_fixture.h"
@@ -416,11 +417,20 @@ static void test_tables_shared_and_dropped(void **state)
 
 	workload_wait(&a.w);
 	workload_wait(&b.w);
-	/* Exit events, then the drain after the one that saw them forgets the processes. */
-	for (int i = 0; i < 3; i++)
+	/* Exit events, then a drain at least PROCTRACK_EXIT_KEEP_NS later (late records may
+	 * still name the processes until then) forgets them. */
+	uint64_t exited_ns = sysom_monotonic_ns();
+	do {
 		unwind_session_drain(&s, ignore_entry, NULL);
-	assert_int_equal(unwinder_file_info(s.unwinder, &lib, &gone), 0);
+		assert_int_equal(unwinder_file_info(s.unwinder, &lib, &gone), 0);
+		if (gone.refs == 0)
+			break;
+		usleep(250000);
+	} while (sysom_monotonic_ns() - exited_ns < PROCTRACK_EXIT_KEEP_NS + 3000000000ull);
+	print_message("# processes forgotten %.1f s after their exit\n",
+		      (sysom_monotonic_ns() - exited_ns) / 1e9);
 	assert_int_equal(gone.refs, 0);
+	assert_true(sysom_monotonic_ns() - exited_ns >= PROCTRACK_EXIT_KEEP_NS - 1000000000ull);
 	/* Within the grace period the table stays (a restarting process finds it)... */
 	unwinder_stats_read(s.unwinder, &before);
 	unwinder_sweep(s.unwinder, sysom_monotonic_ns());
