@@ -15,8 +15,14 @@ SECONDS_RUN=${SYSOM_SOAK_SECONDS:-600}
 am_start am || exit 1
 start_server srv --alertmanager-url "$AM_URL" --analysis-interval 1s || exit 1
 start_agent agent "$SERVER_URL" --gpu-libraries "$SIMJOB_DIR/libnccl.so.2:$SIMJOB_DIR/libcuda.so.1" || exit 1
+# 0.3 ms of CPU per iteration and rank. With 1 ms the 8 ranks' CPU phases, which start
+# together after every all-reduce, needed 8 ms of CPU on this 2-CPU machine each iteration
+# (run-queue wait 2.2 s per second): how the scheduler spread those bursts alone stretched the
+# iteration from 7 to 11-14 ms for over a minute in a fresh-clone run (on-CPU time unchanged),
+# a real slowdown of the job that the regression check rightly reported, caused by the test
+# machine's size rather than a false alert of the analysis.
 timeout $((SECONDS_RUN + 120)) "$SIMJOB" --ranks 8 --job-id e2e-soak --seconds "$SECONDS_RUN" \
-	--cpu-us 1000 --kernel-us 3000 >"$E2E_TMP/job.log" 2>&1
+	--cpu-us 300 --kernel-us 3000 >"$E2E_TMP/job.log" 2>&1
 check "the ${SECONDS_RUN}s healthy job exits 0" test $? -eq 0
 sleep 5 # the last batch and its evaluation
 curl -sf "$SERVER_URL/metrics" >"$E2E_TMP/metrics.txt"
