@@ -3,15 +3,20 @@
 # The device check: sysom on a real GPU with a real PyTorch + NCCL + CUDA training job.
 # Not part of `make test` (CI has no GPU); run by hand on a GPU machine, from the repository root:
 #   tests/device/bundle.sh build .dev          # here: the release build and its libraries
-#   tests/device/gpu_check.sh .dev OUTDIR [SECONDS]   # there
+#   tests/device/gpu_check.sh .dev OUTDIR [SECONDS [ROUNDS]]   # there
+#   (AGENT_ARGS="..." adds agent options, e.g. --unwind-table-memory 1G; SKIP_ISOLATION=1 skips
+#   the plugin-alone and foreign-CUPTI jobs)
 # It measures the job's throughput without sysom, with the agent alone and with the agent + the
-# CUPTI library + the NCCL profiler plugin, checks what the server then answers (jobs, ranks,
-# NCCL calls, GPU kernel time, launch stacks, Python frames, symbols), records what NVML says
+# CUPTI library + the NCCL profiler plugin (ROUNDS times each, interleaved), runs the plugin
+# alone and the CUPTI library against any CUPTI of another CUDA on the machine (it must refuse
+# it, not crash), checks what the server then answers (jobs, ranks, NCCL calls, GPU kernel time,
+# launch stacks, Python frames, symbols, stack completeness), records what NVML says
 # (nvml_facts.py), and leaves summary.txt and results.tar.gz (logs and API answers) in OUTDIR.
 set -uo pipefail
 bundle=$(realpath "${1:?bundle dir}")
 out=$(realpath -m "${2:?out dir}")
 secs=${3:-20}
+rounds=${4:-1}
 here=$(dirname "$(realpath "$0")")
 work=/tmp/sysom-devcheck
 rm -rf "$work"
@@ -31,8 +36,10 @@ nvidia-smi -q -d CLOCK,PERFORMANCE,TEMPERATURE,POWER >"$work/res/nvidia-smi.txt"
 say "python: $($PY -c 'import sys,torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))' 2>&1 | tail -1)"
 libcuda=$($PY -c 'import ctypes,torch; torch.zeros(1).cuda(); import re; print([l.split()[-1] for l in open("/proc/self/maps") if re.search(r"libcuda\.so", l)][0])' 2>/dev/null)
 libnccl=$($PY -c 'import torch,re; torch.cuda.nccl.version(); print([l.split()[-1] for l in open("/proc/self/maps") if re.search(r"libnccl\.so", l)][0])' 2>/dev/null)
-libcupti=$(find /opt /usr/local /usr/lib -name 'libcupti.so*' -type f 2>/dev/null | sort | head -1)
-say "libcuda: ${libcuda:-not found}; libnccl: ${libnccl:-not found}; libcupti: ${libcupti:-not found}"
+cuptis=$(find /opt /usr/local /usr/lib -name 'libcupti.so*' -type f 2>/dev/null | sort)
+say "libcuda: ${libcuda:-not found}; libnccl: ${libnccl:-not found}; CUPTI libraries: $(echo $cuptis)"
+major=$($PY -c 'import torch; print(torch.version.cuda.split(".")[0])' 2>/dev/null)
+other_cupti=$(echo "$cuptis" | grep -v -E "libcupti\.so\.${major:-none}(\.|$)" | head -1)
 for f in "$bundle"/bin/* "$bundle"/lib/*.so; do
 	miss=$(run_env ldd "$f" 2>&1 | grep -c "not found")
 	[ "$miss" -gt 0 ] && say "MISSING libraries for $f: $(run_env ldd "$f" | grep 'not found' | tr '\n' ' ')"
@@ -59,11 +66,13 @@ job() { # job NAME SECONDS ENV...: runs the training job, prints its JSON line
 }
 
 say "== baseline without sysom"
-job base1 "$secs"
+job base0 "$secs"
 
 say "== server and agent"
 mkdir -p "$work/data" "$work/spool"
-run_env "$bundle/bin/sysom-server" --listen 127.0.0.1:0 --data-dir "$work/data" \
+# Started through env, not a shell function: $! must be the program (env execs it), or the
+# SIGTERM below would end a subshell and leave the program running.
+env LD_LIBRARY_PATH="$bundle/deps" "$bundle/bin/sysom-server" --listen 127.0.0.1:0 --data-dir "$work/data" \
 	--port-file "$work/port" >"$work/res/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 60); do [ -s "$work/port" ] && break; sleep 0.5; done
@@ -71,26 +80,49 @@ url=http://127.0.0.1:$(cat "$work/port")
 say "server at $url"
 run_env "$bundle/bin/sysom-agent" --server "$url" --check >"$work/res/agent-check.txt" 2>&1
 say "agent --check rc=$?"; head -40 "$work/res/agent-check.txt" >>"$sum"
-run_env "$bundle/bin/sysom-agent" --server "$url" --spool-dir "$work/spool" \
-	--socket "$work/agent.sock" --drain-interval 0.5s --batch-interval 2s \
-	--symbol-upload-rate 0 >"$work/res/agent.log" 2>&1 &
-agent_pid=$!
-for _ in $(seq 60); do grep -q "attached to" "$work/res/agent.log" && break; sleep 0.5; done
-say "agent: $(grep -c 'attached to' "$work/res/agent.log") 'attached to' lines; alive=$(kill -0 $agent_pid 2>/dev/null && echo yes || echo no)"
-
-say "== with the agent + CUPTI library + NCCL profiler plugin"
-job full1 "$secs" SYSOM_SOCKET_PATH="$work/agent.sock" \
-	NCCL_PROFILER_PLUGIN="$bundle/lib/libnccl-profiler-sysom.so" \
-	CUDA_INJECTION64_PATH="$bundle/lib/libsysom-cupti.so" SYSOM_CUPTI_LIBRARY="$libcupti" \
-	SYSOM_NCCL_WINDOW_MS=500 SYSOM_CUPTI_WINDOW_MS=500
-# second: the first job with the agent paid for its symbol uploads (once per library)
-say "== with the agent alone"
-job agent1 "$secs" SYSOM_SOCKET_PATH="$work/agent.sock"
+start_agent() {
+	# shellcheck disable=SC2086
+	env LD_LIBRARY_PATH="$bundle/deps" "$bundle/bin/sysom-agent" --server "$url" --spool-dir "$work/spool" \
+		--socket "$work/agent.sock" --drain-interval 0.5s --batch-interval 2s \
+		--symbol-upload-rate 0 ${AGENT_ARGS:-} >>"$work/res/agent.log" 2>&1 &
+	agent_pid=$!
+	local before=$1
+	for _ in $(seq 60); do [ "$(grep -c 'attached to' "$work/res/agent.log")" -gt "$before" ] && break; sleep 0.5; done
+	say "agent: $(grep -c 'attached to' "$work/res/agent.log") 'attached to' lines; alive=$(kill -0 $agent_pid 2>/dev/null && echo yes || echo no)"
+}
+stop_agent() { kill -TERM $agent_pid; wait $agent_pid; say "agent exit rc=$?"; }
+start_agent 0
+full_env=(SYSOM_SOCKET_PATH="$work/agent.sock" NCCL_PROFILER_PLUGIN="$bundle/lib/libnccl-profiler-sysom.so"
+	CUDA_INJECTION64_PATH="$bundle/lib/libsysom-cupti.so" SYSOM_NCCL_WINDOW_MS=500 SYSOM_CUPTI_WINDOW_MS=500)
+if [ -z "${SKIP_ISOLATION:-}" ]; then
+say "== the NCCL profiler plugin alone"
+job plugin1 8 SYSOM_SOCKET_PATH="$work/agent.sock" NCCL_PROFILER_PLUGIN="$bundle/lib/libnccl-profiler-sysom.so" \
+	SYSOM_NCCL_WINDOW_MS=500
+if [ -n "$other_cupti" ]; then
+	say "== the CUPTI library offered a CUPTI of another CUDA ($other_cupti): refused, no crash"
+	job cuptiother 8 "${full_env[@]}" SYSOM_CUPTI_LIBRARY="$other_cupti"
+	grep "sysom-cupti" "$work/res/cuptiother.err" | head -3 | tee -a "$sum"
+fi
+fi
+# The first job with the agent pays for symbol uploads (once per library): warm-up, not measured.
+say "== warm-up with the agent (symbol uploads)"
+job full0 "$secs" "${full_env[@]}"
+grep "sysom-cupti" "$work/res/full0.err" | head -3 | tee -a "$sum"
+for r in $(seq "$rounds"); do
+	say "== round $r: agent alone, agent + CUPTI + plugin, then the agent stopped"
+	[ "$r" -gt 1 ] && start_agent "$(grep -c 'attached to' "$work/res/agent.log")"
+	job "agent$r" "$secs" SYSOM_SOCKET_PATH="$work/agent.sock"
+	job "full$r" "$secs" "${full_env[@]}"
+	if [ "$r" -lt "$rounds" ]; then
+		stop_agent
+		job "base$r" "$secs"
+	fi
+done
 sleep 8 # two batch intervals: the last windows reach the server
 
 api() { curl -s -m 30 "$url$1" >"$work/res/$2"; say "GET $1 -> $(wc -c <"$work/res/$2") bytes"; }
 api /api/v1/jobs jobs.json
-for j in agent1 full1; do
+for j in agent1 full1 plugin1; do
 	api "/api/v1/jobs/$j" "job-$j.json"
 	api "/api/v1/jobs/$j/collectives?limit=200" "coll-$j.json"
 	api "/api/v1/jobs/$j/gpu" "gpu-$j.json"
@@ -118,7 +150,7 @@ def folded(n):
     except Exception:
         pass
     return rows
-for j in ("agent1", "full1"):
+for j in ("agent1", "full1", "plugin1"):
     print("--", j)
     print("job:", json.dumps(load("job-%s.json" % j))[:600])
     print("collectives:", json.dumps(load("coll-%s.json" % j))[:500])
@@ -129,6 +161,12 @@ for j in ("agent1", "full1"):
                "[python unresolved]", "libtorch", "libcuda", "0x"):
         print("cpu share containing %-20r %.3f" % (fn, sum(v for s, v in cpu if fn in s) / tot))
     print("cpu samples:", tot, "stacks:", len(cpu))
+    import collections, re
+    stops = collections.Counter()
+    for s, v in cpu:
+        m = re.search(r"\[truncated: ([^\]]*)\]", s)
+        stops[m.group(1) if m else "complete"] += v
+    print("user stacks by stop:", ", ".join("%s %.3f" % (k, v / tot) for k, v in stops.most_common()))
     for s, v in sorted(cpu, key=lambda x: -x[1])[:3]:
         print("  top cpu stack (%d): %s" % (v, s[-400:]))
     for kind in ("launch", "gputime", "offcpu"):
@@ -139,9 +177,8 @@ for j in ("agent1", "full1"):
             print("  top %s (%d): %s" % (kind, v, s[-400:]))
 EOF
 
-kill -TERM $agent_pid; wait $agent_pid; say "agent exit rc=$?"
-say "== baseline again"
-job base2 "$secs"
+stop_agent
+job "base$rounds" "$secs"
 kill -TERM $server_pid; wait $server_pid; say "server exit rc=$?"
 
 $PY - "$work/res" <<'EOF' 2>&1 | tee -a "$sum"
@@ -152,14 +189,19 @@ def sps(n):
         return json.loads(open(os.path.join(r, n + ".out")).read().strip().splitlines()[-1])["steps_per_s"]
     except Exception:
         return None
-b = [x for x in (sps("base1"), sps("base2")) if x]
-if b:
-    base = sum(b) / len(b)
-    print("throughput steps/s: base1 %s base2 %s" % (sps("base1"), sps("base2")))
-    for n in ("agent1", "full1"):
-        v = sps(n)
-        if v:
-            print("%s: %.2f steps/s = %.4f of baseline (cost %.2f%%)" % (n, v, v / base, 100 * (1 - v / base)))
+names = sorted(f[:-4] for f in os.listdir(r) if f.endswith(".out"))
+vals = {n: sps(n) for n in names}
+print("throughput steps/s: " + ", ".join("%s %.2f" % (n, v) for n, v in vals.items() if v))
+import statistics
+def med(prefix, warmup):
+    v = [x for n, x in vals.items() if x and n.startswith(prefix) and n[len(prefix):].isdigit()
+         and not (warmup and n == prefix + "0")]
+    return statistics.median(v) if v else None
+base = med("base", False)
+for kind in ("agent", "full"):
+    v = med(kind, True)
+    if v and base:
+        print("%s (median of rounds): %.2f steps/s = %.4f of the baseline median %.2f (cost %.2f%%)" % (kind, v, v / base, base, 100 * (1 - v / base)))
 EOF
 grep -E "error|warn|fail" -i "$work/res/agent.log" | sort | uniq -c | sort -rn | head -25 >>"$sum"
 tar -czf "$out/results.tar.gz" -C "$work" res
