@@ -49,9 +49,10 @@ run_env "$bundle/bin/sysom-agent" --version 2>&1 | tee -a "$sum"
 say "== NVML (nvidia-ml-py)"
 $PY "$here/nvml_facts.py" >"$out/nvml.json" 2>&1
 say "nvml_facts: rc=$? $(wc -c <"$out/nvml.json") bytes"
-if [ -x "$bundle/bin/sysom-nvml-probe" ]; then
-	run_env "$bundle/bin/sysom-nvml-probe" >"$out/nvml_probe.json" 2>&1
-	say "sysom-nvml-probe: rc=$? $(head -c 300 "$out/nvml_probe.json" | tr '\n' ' ')"
+if run_env "$bundle/bin/sysom-agent" --help 2>&1 | grep -q -- --probe-nvml; then
+	# The agent's own NVML reader (3 samples, 1 s apart), to compare with nvml_facts.py.
+	run_env "$bundle/bin/sysom-agent" --probe-nvml >"$out/nvml_probe.json" 2>"$work/res/nvml_probe.err"
+	say "sysom-agent --probe-nvml: rc=$? $(wc -c <"$out/nvml_probe.json") bytes; $(head -c 400 "$work/res/nvml_probe.err" | tr '\n' ' ')"
 fi
 
 job() { # job NAME SECONDS ENV...: runs the training job, prints its JSON line
