@@ -133,6 +133,9 @@ for j in agent1 full1 plugin1; do
 	api "/api/v1/flamegraph?job=$j&kind=gpu-time&from=-1h&to=now&format=folded" "gputime-$j.folded"
 	api "/api/v1/flamegraph?job=$j&kind=off-cpu&from=-1h&to=now&format=folded" "offcpu-$j.folded"
 done
+api /api/v1/nodes nodes.json
+node=$($PY -c 'import json,sys; d=json.load(open(sys.argv[1])); n=d.get("nodes", d) if isinstance(d, dict) else d; print(n[0]["node_id"])' "$work/res/nodes.json" 2>/dev/null)
+[ -n "$node" ] && api "/api/v1/nodes/$node/gpus" gpus.json && head -c 1500 "$work/res/gpus.json" >>"$sum" && echo >>"$sum"
 curl -s -m 10 "$url/metrics" >"$work/res/metrics.txt"
 $PY - "$work/res" <<'EOF' 2>&1 | tee -a "$sum"
 import json, os, sys
