@@ -941,6 +941,8 @@ static enum step head_complete(struct http_conn *c)
 		goto unrouted;
 	}
 	const char *expect = header_value(c, "expect");
+	if (expect && !*expect)
+		expect = NULL; /* an empty list expects nothing */
 	if (expect && strcasecmp(expect, "100-continue") != 0)
 		return refuse_before_body(c, answer(c, 417, true,
 						    "expectation \"%.64s\" not supported; only "

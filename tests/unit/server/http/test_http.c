@@ -1779,6 +1779,15 @@ static void test_expect_unknown_and_edges(void **state)
 	assert_int_equal(r->status, 200);
 	client_close(c);
 
+	/* An empty Expect expects nothing: no 100, no 417. */
+	c = client_open(f);
+	client_sendf(c, "POST /echo HTTP/1.1\r\nContent-Length: 2\r\nExpect:\r\n\r\n");
+	assert_true(client_quiet_for(c, 200));
+	client_sendf(c, "hi");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 200);
+	client_close(c);
+
 	/* HTTP/1.0 does not know 100 (RFC 9110 §15.2): the server waits for the body. */
 	c = client_open(f);
 	client_sendf(c, "POST /echo HTTP/1.0\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n");
