@@ -33,6 +33,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -44,6 +45,7 @@
 #include <uv.h>
 #include <xxhash.h>
 
+#include "agent/ship/http_client.h"
 #include "agent/ship/retry.h"
 #include "agent/ship/spool.h"
 #include "agent/ship/uploader.h"
@@ -80,6 +82,7 @@ static struct {
 	double report_every;
 	double max_rss_slope;
 	double backoff_max;
+	double expect_share;
 	uint32_t zstd_level;
 	uint32_t server_pid;
 	uint32_t seed;
@@ -102,6 +105,7 @@ static struct {
 	.report_every = 30,
 	.max_rss_slope = 1.0,
 	.backoff_max = 60,
+	.expect_share = 1,
 	.zstd_level = 1,
 	.seed = 1,
 	.bind_sources = true,
@@ -116,6 +120,7 @@ static const struct sysom_option options[] = {
 	{ "warmup", SYSOM_OPT_DURATION, &opt.warmup, 0, 86400, "RSS 'after warm-up' is taken this far in (default: one interval, at most half the run)", true },
 	{ "timeout", SYSOM_OPT_DURATION, &opt.timeout, 0.1, 3600, "request timeout; then the connection is closed and the batch retried (default 30s)", true },
 	{ "backoff-max", SYSOM_OPT_DURATION, &opt.backoff_max, 0.01, 3600, "longest wait between retries of a batch, as the agent's --backoff-max (default 60s)", true },
+	{ "expect-share", SYSOM_OPT_DOUBLE, &opt.expect_share, 0, 1, "share of the agents that send Expect: 100-continue and wait up to 1 s for the 100 before the body, as the agent does (default 1; 0.5: both kinds side by side, reported apart)", true },
 	{ "report-every", SYSOM_OPT_DURATION, &opt.report_every, 1, 3600, "progress line period (default 30s)", true },
 	{ "max-rss-slope", SYSOM_OPT_DOUBLE, &opt.max_rss_slope, 0, 1e6, "memory is flat when the RSS slope over the second half is at most this, MiB/min (default 1)", true },
 	{ "zstd-level", SYSOM_OPT_UINT, &opt.zstd_level, 1, 19, "compression level of the batches (default 1: as small as the agent's level 3 on captured batches, at half the CPU)", true },
@@ -316,6 +321,10 @@ struct agent {
 	uv_work_t work;
 	uv_timer_t cadence;        /* seals the next window */
 	uv_timer_t request_timer;  /* request timeout, or the retry backoff */
+	uv_timer_t continue_timer; /* Expect: the wait for 100 Continue */
+	bool expect;               /* sends Expect: 100-continue (--expect-share) */
+	bool awaiting_continue;    /* head written, body held until 100 Continue or the timer */
+	size_t body_sent;          /* body bytes written for the request in flight */
 	enum conn_state conn;
 	enum batch_state batch;
 	uint32_t backlog;          /* windows sealed while the previous batch was undelivered */
@@ -379,6 +388,13 @@ static struct {
 	uint32_t nerror_examples;
 	uint64_t build_ns_total, builds;
 	uint64_t sent_bytes;           /* bodies of the requests sent */
+	/* Per kind of agent ([0] without Expect, [1] with): requests; refusals (answers other
+	 * than 2xx); of those, refusals that came before the body was written; body bytes
+	 * written for refused requests; 100 Continue answers; waits for 100 that timed out. */
+	uint64_t k_agents[2], k_requests[2], k_refused[2], k_refused_unsent[2];
+	uint64_t k_refused_bytes[2], k_stored[2], k_continues[2], k_continue_timeouts[2];
+	/* The server's counters at the end (/metrics): -1 unknown. */
+	int64_t srv_refused_body_bytes, srv_discarded_bytes, srv_refused_before_body;
 	double *build_wait_ms;         /* per batch: window sealed -> ready to send */
 	double *build_wait_t;          /* ... and when it was built */
 	size_t nbuild_wait, build_wait_cap;
@@ -429,6 +445,8 @@ static void count_failure(enum failure f)
 }
 
 static void on_tcp_closed(uv_handle_t *h);
+static void body_send(struct agent *a);
+static void response_parser_reset(struct agent *a);
 static void agent_kick(struct agent *a);
 static void build_start(struct agent *a);
 
@@ -479,6 +497,8 @@ static void request_failed(struct agent *a, enum failure f)
 	if (a->batch == BATCH_IN_FLIGHT)
 		L.in_flight--;
 	uv_timer_stop(&a->request_timer);
+	uv_timer_stop(&a->continue_timer);
+	a->awaiting_continue = false;
 	count_failure(f);
 	conn_close(a);
 	retry_later(a, -1);
@@ -591,7 +611,20 @@ static void response_done(struct agent *a)
 	const char *what;
 
 	uv_timer_stop(&a->request_timer);
+	uv_timer_stop(&a->continue_timer);
 	L.in_flight--;
+	if (status < 200 || status >= 300) {
+		L.k_refused[a->expect]++;
+		L.k_refused_unsent[a->expect] += a->awaiting_continue;
+		L.k_refused_bytes[a->expect] += a->body_sent;
+	} else {
+		L.k_stored[a->expect]++;
+	}
+	/* A refusal instead of the 100: the body was never sent, the connection cannot carry
+	 * another request unless the server said so; the sysom server closes it anyway. */
+	if (a->awaiting_continue)
+		keep_alive = false;
+	a->awaiting_continue = false;
 	/* Latency of the answers that took the batch; refusals (503 when the server is at its
 	 * limit of requests in progress) are quick and would hide how slow ingest is. */
 	if (status >= 200 && status < 300)
@@ -654,6 +687,24 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		return;
 	}
 	used = http_parser_execute(&a->parser, &response_settings, buf->base, (size_t)nread);
+	if (a->response_complete && a->parser.status_code == 100) {
+		/* The interim answer: the body goes now; the final answer follows. */
+		if (!a->awaiting_continue) {
+			request_failed(a, FAIL_PROTOCOL);
+			return;
+		}
+		L.k_continues[a->expect]++;
+		uv_timer_stop(&a->continue_timer);
+		body_send(a);
+		if (a->batch != BATCH_IN_FLIGHT)
+			return;
+		response_parser_reset(a);
+		if (used < (size_t)nread) {
+			size_t more = http_parser_execute(&a->parser, &response_settings,
+							  buf->base + used, (size_t)nread - used);
+			used += more;
+		}
+	}
 	if (a->response_complete) {
 		response_done(a);
 		return;
@@ -683,39 +734,83 @@ static void on_written(uv_write_t *w, int status)
 	free(o);
 }
 
-static void request_send(struct agent *a)
+/* Writes `len` bytes as one request piece; false when the write could not be queued. */
+static bool piece_write(struct agent *a, const void *p1, size_t n1, const void *p2, size_t n2)
 {
-	struct outgoing *o = malloc(sizeof(*o) + a->header_len + a->body.len);
+	struct outgoing *o = malloc(sizeof(*o) + n1 + n2);
 	uv_buf_t buf;
 
-	a->attempts++;
-	a->batch = BATCH_IN_FLIGHT;
-	L.in_flight++;
-	L.requests++;
-	L.sent_bytes += a->body.len;
 	if (!o) {
 		request_failed(a, FAIL_BUILD);
-		return;
+		return false;
 	}
 	o->agent = a;
-	o->request_id = ++a->request_id;
-	o->len = a->header_len + a->body.len;
-	memcpy(o->data, a->header, a->header_len);
-	memcpy(o->data + a->header_len, a->body.data, a->body.len);
+	o->request_id = a->request_id;
+	o->len = n1 + n2;
+	memcpy(o->data, p1, n1);
+	if (n2)
+		memcpy(o->data + n1, p2, n2);
 	o->req.data = o;
 	buf = uv_buf_init(o->data, (unsigned)o->len);
+	if (uv_write(&o->req, (uv_stream_t *)&a->tcp, &buf, 1, on_written) < 0) {
+		free(o);
+		request_failed(a, FAIL_CLOSED);
+		return false;
+	}
+	return true;
+}
+
+static void response_parser_reset(struct agent *a)
+{
 	http_parser_init(&a->parser, HTTP_RESPONSE);
 	a->parser.data = a;
 	a->response_complete = false;
 	a->response_len = 0;
 	a->retry_after_s = -1;
 	a->header_retry_after = false;
-	a->sent_ns = bench_now_ns();
-	if (uv_write(&o->req, (uv_stream_t *)&a->tcp, &buf, 1, on_written) < 0) {
-		free(o);
-		request_failed(a, FAIL_CLOSED);
+}
+
+/* The body of a request whose head went with Expect: after the 100, or the wait timed out. */
+static void body_send(struct agent *a)
+{
+	a->awaiting_continue = false;
+	if (piece_write(a, a->body.data, a->body.len, NULL, 0))
+		a->body_sent = a->body.len;
+}
+
+static void on_continue_timer(uv_timer_t *t)
+{
+	struct agent *a = t->data;
+
+	if (a->batch != BATCH_IN_FLIGHT || !a->awaiting_continue)
 		return;
-	}
+	L.k_continue_timeouts[a->expect]++;
+	body_send(a); /* RFC 9110 §10.1.1: do not wait for ever (curl: 1 s, as the agent) */
+}
+
+static void request_send(struct agent *a)
+{
+	bool expect = a->expect && a->body.len >= HTTP_CLIENT_EXPECT_MIN_BYTES;
+
+	a->attempts++;
+	a->batch = BATCH_IN_FLIGHT;
+	L.in_flight++;
+	L.requests++;
+	L.k_requests[a->expect]++;
+	L.sent_bytes += a->body.len;
+	++a->request_id;
+	response_parser_reset(a);
+	a->sent_ns = bench_now_ns();
+	a->body_sent = 0;
+	a->awaiting_continue = expect;
+	if (!piece_write(a, a->header, a->header_len, expect ? NULL : a->body.data,
+			 expect ? 0 : a->body.len))
+		return;
+	if (expect)
+		uv_timer_start(&a->continue_timer, on_continue_timer,
+			       HTTP_CLIENT_EXPECT_TIMEOUT_MS, 0);
+	else
+		a->body_sent = a->body.len;
 	uv_timer_start(&a->request_timer, on_request_timer, ms_of(opt.timeout), 0);
 }
 
@@ -864,9 +959,14 @@ static void build_done(uv_work_t *w, int status)
 		     "Content-Type: application/vnd.sysom.batch\r\n"
 		     "Content-Encoding: zstd\r\n"
 		     "Idempotency-Key: %s:%016" PRIx64 ":%" PRIu64 "\r\n"
+		     "%s"
 		     "Content-Length: %zu\r\n\r\n",
 		     L.host_header, L.token[0] ? "Authorization: Bearer " : "", L.token,
-		     L.token[0] ? "\r\n" : "", a->node_hex, a->epoch, a->sequence, a->body.len);
+		     L.token[0] ? "\r\n" : "", a->node_hex, a->epoch, a->sequence,
+		     a->expect && a->body.len >= HTTP_CLIENT_EXPECT_MIN_BYTES
+			     ? "Expect: 100-continue\r\n"
+			     : "",
+		     a->body.len);
 	if (n < 0 || (size_t)n >= sizeof(a->header)) {
 		count_failure(FAIL_BUILD);
 		batch_done(a);
@@ -941,7 +1041,11 @@ static void agent_init(struct agent *a, uint32_t index)
 					  ((index / 254) % 256) << 8 | (1 + (index / 65024) % 254));
 	uv_timer_init(L.loop, &a->cadence);
 	uv_timer_init(L.loop, &a->request_timer);
-	a->cadence.data = a->request_timer.data = a;
+	uv_timer_init(L.loop, &a->continue_timer);
+	a->cadence.data = a->request_timer.data = a->continue_timer.data = a;
+	/* Spread evenly: agent i expects when floor((i + 1) x share) > floor(i x share). */
+	a->expect = floor((index + 1) * opt.expect_share) > floor(index * opt.expect_share);
+	L.k_agents[a->expect]++;
 	/* Fleet agents started at different times: the first window ends anywhere in the first
 	 * interval. */
 	uv_timer_start(&a->cadence, on_cadence, ms_of(opt.interval * rng_unit()) + 1, 0);
@@ -1079,6 +1183,7 @@ static void shut_down(void)
 		byte_buf_free(&a->body);
 		uv_close((uv_handle_t *)&a->cadence, close_cb_nop);
 		uv_close((uv_handle_t *)&a->request_timer, close_cb_nop);
+		uv_close((uv_handle_t *)&a->continue_timer, close_cb_nop);
 	}
 	uv_close((uv_handle_t *)&L.sampler, close_cb_nop);
 	uv_close((uv_handle_t *)&L.stopper, close_cb_nop);
@@ -1344,6 +1449,55 @@ cleanup:
 }
 
 /* SIGTERM, then waits (sanitizer builds check for leaks at exit: that takes a while). */
+/* Reads the value of metric `name` (no labels) from /metrics text; -1 when absent. */
+static int64_t metric_value(const char *text, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+		if (strncmp(p, name, n) == 0 && p[n] == ' ')
+			return (int64_t)strtod(p + n + 1, NULL);
+	return -1;
+}
+
+/* The server's own counts of refused bodies, from /metrics (blocking; once, at the end). */
+static void server_counters_read(void)
+{
+	static char buf[4 << 20];
+	char req[700];
+	size_t have = 0;
+	struct timeval tv = { .tv_sec = 10 };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	L.srv_refused_body_bytes = L.srv_discarded_bytes = L.srv_refused_before_body = -1;
+	if (fd < 0)
+		return;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	int n = snprintf(req, sizeof(req),
+			 "GET /metrics HTTP/1.1\r\nHost: %s\r\n%s%s%sConnection: close\r\n\r\n",
+			 L.host_header, L.token[0] ? "Authorization: Bearer " : "", L.token,
+			 L.token[0] ? "\r\n" : "");
+	if (connect(fd, (const struct sockaddr *)&L.server_addr, sizeof(L.server_addr)) < 0 ||
+	    n < 0 || (size_t)n >= sizeof(req) || write(fd, req, (size_t)n) != n) {
+		close(fd);
+		return;
+	}
+	for (;;) {
+		ssize_t r = read(fd, buf + have, sizeof(buf) - 1 - have);
+		if (r <= 0)
+			break;
+		have += (size_t)r;
+		if (have == sizeof(buf) - 1)
+			break;
+	}
+	close(fd);
+	buf[have] = '\0';
+	L.srv_refused_body_bytes = metric_value(buf, "sysom_http_refused_body_bytes_total");
+	L.srv_discarded_bytes = metric_value(buf, "sysom_http_discarded_bytes_total");
+	L.srv_refused_before_body = metric_value(buf, "sysom_http_refused_before_body_total");
+}
+
 static void server_stop(void)
 {
 	if (!L.server_ours || L.server_exited)
@@ -1560,6 +1714,25 @@ static int report(void)
 	       build_p99 > 1000 ? ": BENCH-LIMITED (its threads could not build batches as fast"
 				  " as the agents seal them; give it more cores or fewer agents)"
 				: "");
+	printf("  refused bodies (--expect-share %.2f; refused = any answer but 2xx):\n"
+	       "    | agents | Expect | requests | stored | refused | refused before the body |"
+	       " body MiB sent for refused | 100 Continue | waits for 100 timed out |\n"
+	       "    |---:|---|---:|---:|---:|---:|---:|---:|---:|\n",
+	       opt.expect_share);
+	for (int k = 0; k < 2; k++)
+		if (L.k_agents[k])
+			printf("    | %" PRIu64 " | %s | %" PRIu64 " | %" PRIu64 " | %" PRIu64
+			       " | %" PRIu64 " | %.1f | %" PRIu64 " | %" PRIu64 " |\n",
+			       L.k_agents[k], k ? "yes" : "no", L.k_requests[k], L.k_stored[k],
+			       L.k_refused[k], L.k_refused_unsent[k],
+			       (double)L.k_refused_bytes[k] / MIB, L.k_continues[k],
+			       L.k_continue_timeouts[k]);
+	if (L.srv_refused_body_bytes >= 0)
+		printf("    server: %" PRId64 " requests refused before the body; %.1f MiB of their"
+		       " bodies read (sysom_http_refused_body_bytes_total), %.1f MiB discarded in"
+		       " all\n",
+		       L.srv_refused_before_body, (double)L.srv_refused_body_bytes / MIB,
+		       (double)L.srv_discarded_bytes / MIB);
 	if (L.server_ours && L.server_exited)
 		printf("  server exit: %s %d\n",
 		       WIFEXITED(L.server_status) ? "status" : "signal",
@@ -1711,6 +1884,10 @@ int main(int argc, char **argv)
 	uv_run(L.loop, UV_RUN_DEFAULT);
 	if (!L.end_ns)
 		L.end_ns = bench_now_ns();
+	if (!L.server_exited)
+		server_counters_read();
+	else
+		L.srv_refused_body_bytes = L.srv_discarded_bytes = L.srv_refused_before_body = -1;
 	server_stop();
 	rc = report();
 	if (L.interrupted && opt.strict)

@@ -863,6 +863,28 @@ static bool decode_memory_busy(void *arg)
 	return s->decode_memory && membudget_saturated(s->decode_memory);
 }
 
+/*
+ * http_server_options.admit: an upload (a decoding route: ingest, symbols) whose bearer token
+ * authenticates as nobody is answered 401 from its head, so that its body is never sent (with
+ * Expect: 100-continue) or never read. Scopes and node ids are still checked by the handler.
+ */
+static bool upload_admit(void *arg, const struct http_route *route, const struct http_request *req,
+			 struct http_response *resp)
+{
+	struct server *s = arg;
+	struct auth_decision d;
+
+	if (!(route->flags & HTTP_ROUTE_DECODES) || !s->auth ||
+	    auth_request_identify(s->auth, req, &d) == AUTH_ALLOWED)
+		return true;
+	auth_respond(resp, &d);
+	/* Counted like the handler's own refusal would have been. */
+	server_metrics_reject(&s->metrics, INGEST_ERR_UNAUTHORIZED,
+			      strcmp(req->path, INGEST_PATH) == 0 ? &s->metrics.batches[INGEST_REJECTED]
+								   : NULL);
+	return false;
+}
+
 static int run(const char *host, uint16_t port)
 {
 	static struct server s;
@@ -882,6 +904,8 @@ static int run(const char *host, uint16_t port)
 		.header_timeout_ms = (uint32_t)(cfg.header_timeout * 1000),
 		.busy = decode_memory_busy,
 		.busy_arg = &s,
+		.admit = upload_admit,
+		.admit_arg = &s,
 	};
 	char err[512];
 	bool loop_open = false;

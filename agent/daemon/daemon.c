@@ -67,6 +67,7 @@ struct agent {
 	struct pyframes *py;          /* CPython frames (hybrid unwinder only) */
 	uint64_t last_py_unsupported;
 	uint64_t last_vanished, last_retries, last_spool_dropped;
+	uint64_t last_refused_early, last_refused_bytes;
 	bool stopping;
 	int exit_code;
 };
@@ -566,7 +567,13 @@ static void agent_seal(struct agent *a)
 	batcher_add_counter(a->batcher, SYSOM_COUNTER_UPLOAD_RETRIES, us.retries - a->last_retries);
 	batcher_add_counter(a->batcher, SYSOM_COUNTER_SPOOL_DROPPED,
 			    ss.dropped_full + ss.dropped_age - a->last_spool_dropped);
+	batcher_add_counter(a->batcher, SYSOM_COUNTER_UPLOAD_REFUSED_EARLY,
+			    us.refused_early - a->last_refused_early);
+	batcher_add_counter(a->batcher, SYSOM_COUNTER_UPLOAD_REFUSED_BYTES,
+			    us.refused_body_bytes - a->last_refused_bytes);
 	a->last_retries = us.retries;
+	a->last_refused_early = us.refused_early;
+	a->last_refused_bytes = us.refused_body_bytes;
 	a->last_spool_dropped = ss.dropped_full + ss.dropped_age;
 
 	rc = spool_sequence_next(a->spool, &seq);

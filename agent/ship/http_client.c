@@ -344,10 +344,14 @@ int http_client_request(struct http_client *c, const struct http_client_request 
 	}
 	t.max = c->max_response;
 
-	/* "Expect:" disables the 100-continue round trip curl does for larger bodies, and an
+	/* Larger bodies ask first (the server refuses a busy or unauthorized upload from its
+	 * head, before the body travels); "Expect:" stops curl's own choice for the others. An
 	 * empty "Content-Type:" stops curl adding a form type to bodies without one. */
+	bool has_body = strcmp(req->method, "GET") != 0 && strcmp(req->method, "HEAD") != 0;
+	resp->expect_continue = has_body && req->body_len >= HTTP_CLIENT_EXPECT_MIN_BYTES;
 	err = -ENOMEM;
-	if (!add_header(&headers, "Expect:", NULL) ||
+	if (!add_header(&headers, resp->expect_continue ? "Expect: 100-continue" : "Expect:",
+			NULL) ||
 	    (c->auth_header && !add_header(&headers, c->auth_header, NULL)) ||
 	    !add_header(&headers, req->content_type ? "Content-Type" : "Content-Type:",
 			req->content_type) ||
@@ -397,9 +401,15 @@ int http_client_request(struct http_client *c, const struct http_client_request 
 		curl_easy_setopt(h, CURLOPT_POSTFIELDS, req->body_len ? req->body : "");
 		if (strcmp(req->method, "POST") != 0)
 			curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
+		if (resp->expect_continue)
+			curl_easy_setopt(h, CURLOPT_EXPECT_100_TIMEOUT_MS,
+					 (long)HTTP_CLIENT_EXPECT_TIMEOUT_MS);
 	}
 
 	rc = curl_easy_perform(h);
+	curl_off_t uploaded = 0;
+	if (curl_easy_getinfo(h, CURLINFO_SIZE_UPLOAD_T, &uploaded) == CURLE_OK && uploaded > 0)
+		resp->body_bytes_sent = (uint64_t)uploaded;
 	if (rc != CURLE_OK) {
 		err = map_curl_error(rc, &t);
 		snprintf(resp->error, sizeof(resp->error), "%s",

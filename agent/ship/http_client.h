@@ -15,6 +15,15 @@
 #define HTTP_CLIENT_DEFAULT_CONNECT_TIMEOUT_MS 10000u
 #define HTTP_CLIENT_DEFAULT_TIMEOUT_MS 60000u
 #define HTTP_CLIENT_ERROR_MAX 256
+/*
+ * Bodies of at least this many bytes are sent with "Expect: 100-continue": the server may
+ * refuse the upload from its head (503 busy, 401, 413) before a byte of it travels. Smaller
+ * ones go at once (a round trip costs more than sending them).
+ */
+#define HTTP_CLIENT_EXPECT_MIN_BYTES 1024u
+/* How long to wait for the 100 Continue before sending the body anyway (RFC 9110 §10.1.1:
+ * a server or proxy that does not know Expect never answers it). */
+#define HTTP_CLIENT_EXPECT_TIMEOUT_MS 1000u
 
 struct http_client_options {
 	const char *base_url;        /* "http://host:port" or "https://..." (copied); a trailing
@@ -51,6 +60,9 @@ struct http_client_response {
 	size_t body_len;          /* bytes kept, at most max_response_bytes */
 	bool body_truncated;      /* the server sent more than was kept */
 	int64_t retry_after_s;    /* parsed Retry-After (delta-seconds or HTTP-date, >= 0), or -1 */
+	bool expect_continue;     /* the request asked for 100 Continue before its body */
+	uint64_t body_bytes_sent; /* request body bytes that left (less than the body when the
+				     server answered before taking it all) */
 	char error[HTTP_CLIENT_ERROR_MAX]; /* transport failure text (curl's), "" on success */
 };
 
@@ -68,7 +80,8 @@ void http_client_free(struct http_client *c);
 
 /*
  * Performs one request, reusing the open connection when the server keeps it alive. Adds
- * "Expect:" (no 100-continue stall) and the bearer token. Fills *resp (always, even on
+ * "Expect: 100-continue" to bodies of at least HTTP_CLIENT_EXPECT_MIN_BYTES (waiting at most
+ * HTTP_CLIENT_EXPECT_TIMEOUT_MS for the 100), "Expect:" (none) to others, and the bearer token. Fills *resp (always, even on
  * failure; release it with http_client_response_free). Returns the HTTP status (100..599),
  * or a negative errno for a transport failure with resp->error set: -ECONNREFUSED,
  * -ETIMEDOUT, -EHOSTUNREACH, -ECONNRESET, -EPROTO (TLS), -ECANCELED (aborted), -ENOMEM,

@@ -223,6 +223,10 @@ static void deliver(struct uploader *u, struct current *cur)
 	pthread_mutex_lock(&u->lock);
 	t = now(u);
 	u->stats.last_status = r > 0 ? r : 0;
+	if (r >= 300) {
+		u->stats.refused_early += resp.body_bytes_sent < len;
+		u->stats.refused_body_bytes += resp.body_bytes_sent;
+	}
 	if (r >= 200 && r < 300) {
 		u->stats.batches_sent++;
 		u->stats.bytes_sent += len;

@@ -88,6 +88,10 @@ struct uploader_stats {
 	uint64_t retries;              /* failed attempts that were retried */
 	uint64_t rejected;             /* batches refused for good (4xx) */
 	uint64_t conflicts;            /* of those, 409: other content stored under the identity */
+	uint64_t refused_early;        /* attempts answered with an error status (503, 4xx)
+					  before their whole body was sent (Expect: 100-continue) */
+	uint64_t refused_body_bytes;   /* body bytes that left in attempts answered with an error
+					  status: sent for nothing */
 	uint64_t memory_queued;        /* batches that went to the memory queue */
 	uint64_t lost;                 /* batches lost (see UPLOADER_EVENT_LOST) */
 	uint64_t pending;              /* batches waiting: spool files + memory queue */

@@ -214,6 +214,11 @@ enum sysom_counter_id {
 	/* Hangs (issue 17): off-CPU blocks still in progress at a drain, delivered so far. */
 	SYSOM_COUNTER_OFFCPU_OPEN = 80,         /* OFFCPU rows that are the time so far of a block
 						 * still in progress (>= 1 s, jobs mode) */
+	/* Uploads with Expect: 100-continue (issue 20). */
+	SYSOM_COUNTER_UPLOAD_REFUSED_EARLY = 90, /* batch upload attempts refused (an error status)
+						  * before their body was sent */
+	SYSOM_COUNTER_UPLOAD_REFUSED_BYTES = 91, /* body bytes sent anyway in refused batch upload
+						  * attempts (the server's 100 came late, or none) */
 	/* CPython frames (minor 4; struct py_stats in bpf/pyframes.h, agent/sampling/pyframes.c). */
 	SYSOM_COUNTER_PY_FRAMES = 60,          /* Python frames stitched into user stacks */
 	SYSOM_COUNTER_PY_NO_THREAD = 61,       /* samples of a Python process whose thread had no

@@ -123,6 +123,13 @@ static void http_stats_write(struct byte_buf *out, const struct http_server_stat
 		{ "sysom_http_discarded_bytes_total", "counter",
 		  "Bytes read and thrown away by closing connections (refused requests' bodies).",
 		  offsetof(struct http_server_stats, discarded_bytes) },
+		{ "sysom_http_refused_before_body_total", "counter",
+		  "Requests with a body answered right after their head (503, 413, 417, 401), "
+		  "the body not read.",
+		  offsetof(struct http_server_stats, refused_before_body) },
+		{ "sysom_http_refused_body_bytes_total", "counter",
+		  "Body bytes of those that peers sent anyway, read and thrown away.",
+		  offsetof(struct http_server_stats, refused_body_bytes) },
 		{ "sysom_http_monitoring_requests_total", "counter",
 		  "Requests to /healthz and /metrics, handled on the monitoring thread.",
 		  offsetof(struct http_server_stats, monitoring_requests) },

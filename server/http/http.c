@@ -93,6 +93,9 @@ struct http_config {
 	uint32_t max_inflight_monitoring;
 	bool (*busy)(void *arg);
 	void *busy_arg;
+	bool (*admit)(void *arg, const struct http_route *route, const struct http_request *req,
+		      struct http_response *resp);
+	void *admit_arg;
 	const struct http_route *routes; /* borrowed */
 	size_t nroutes;
 };
@@ -232,6 +235,8 @@ struct http_conn {
 	bool head_request;             /* HEAD: the response carries no body */
 	bool keep_alive;               /* what the request asked for */
 	bool must_close;               /* the transport ends the connection after this response */
+	bool refused_early;            /* answered right after its head, the body not read: what
+					  the peer sends later is counted as refused_body_bytes */
 	int pending_status;            /* 400/404/405 answered when the (bodiless) request ends */
 	int error_status;              /* set by a parser callback that aborts */
 	const char *error_msg;
@@ -291,6 +296,7 @@ struct http_server {
 
 static void conn_drive(struct http_conn *c);
 static void conn_close(struct http_conn *c);
+static int request_build(struct http_conn *c);
 static void stream_end(struct http_conn *c);
 
 /* ---------------------------------------------------------------------------------------- */
@@ -320,6 +326,8 @@ static void config_init(struct http_config *cfg, const struct http_server_option
 					       : DEFAULT_MAX_INFLIGHT_MONITORING;
 	cfg->busy = o->busy;
 	cfg->busy_arg = o->busy_arg;
+	cfg->admit = o->admit;
+	cfg->admit_arg = o->admit_arg;
 	cfg->routes = routes;
 	cfg->nroutes = nroutes;
 }
@@ -851,6 +859,53 @@ static bool head_over_budget(const struct http_conn *c)
 	       c->cfg->busy(c->cfg->busy_arg);
 }
 
+/*
+ * A request with a body answered right after its head (`step` is answer()'s STEP_RESPOND, its
+ * answer closing the connection): the body is never parsed, and what the peer sends of it
+ * anyway is read and thrown away by the lingering close, counted as refused_body_bytes.
+ */
+static enum step refuse_before_body(struct http_conn *c, enum step step)
+{
+	bool has_body = (c->parser.flags & F_CHUNKED) ||
+			(c->parser.content_length != 0 && c->parser.content_length != ULLONG_MAX);
+
+	c->must_close = true;
+	if (!has_body)
+		return step;
+	STAT_ADD(c, refused_before_body, 1);
+	c->refused_early = true;
+	/* The head's final LF (not consumed while paused) is not the body's. */
+	if (c->in_off < c->in.len && c->in.data[c->in_off] == '\n')
+		c->in_off++;
+	return step;
+}
+
+/*
+ * Asks the server's admit callback about the request by its head. False when refused, with
+ * c->resp holding the callback's answer (a 500 when it left no error status there).
+ */
+static bool admitted(struct http_conn *c)
+{
+	if (!c->cfg->admit || (c->route->flags & HTTP_ROUTE_MONITORING))
+		return true;
+	if (request_build(c) < 0) {
+		answer(c, 500, true, "out of memory");
+		return false;
+	}
+	bool ok = c->cfg->admit(c->cfg->admit_arg, c->route, &c->request, &c->resp);
+	free(c->headers);
+	c->headers = NULL;
+	memset(&c->request, 0, sizeof(c->request));
+	if (ok) {
+		http_response_release(&c->resp);
+		memset(&c->resp, 0, sizeof(c->resp));
+		return true;
+	}
+	if (c->resp.status < 400)
+		answer(c, 500, true, "request refused without an answer");
+	return false;
+}
+
 /* The head is complete (parser paused before its final LF): limits, target and route. */
 static enum step head_complete(struct http_conn *c)
 {
@@ -885,11 +940,21 @@ static enum step head_complete(struct http_conn *c)
 		status = path_known ? 405 : 404;
 		goto unrouted;
 	}
+	const char *expect = header_value(c, "expect");
+	if (expect && !*expect)
+		expect = NULL; /* an empty list expects nothing */
+	if (expect && strcasecmp(expect, "100-continue") != 0)
+		return refuse_before_body(c, answer(c, 417, true,
+						    "expectation \"%.64s\" not supported; only "
+						    "100-continue is",
+						    expect));
 	if (has_body && !chunked) {
 		if (p->content_length > c->route->max_body)
-			return answer(c, 413, true,
-				      "request body of %llu bytes exceeds the limit of %zu bytes",
-				      (unsigned long long)p->content_length, c->route->max_body);
+			return refuse_before_body(
+				c, answer(c, 413, true,
+					  "request body of %llu bytes exceeds the limit of %zu bytes",
+					  (unsigned long long)p->content_length,
+					  c->route->max_body));
 	}
 	if (has_body && head_over_budget(c)) {
 		/*
@@ -898,14 +963,14 @@ static enum step head_complete(struct http_conn *c)
 		 * the peer had already sent is discarded, not read into the request).
 		 */
 		STAT_ADD(c, early_rejections, 1);
-		/* The head's final LF (not consumed while paused) is not the body's. */
-		if (c->in_off < c->in.len && c->in.data[c->in_off] == '\n')
-			c->in_off++;
-		return answer(c, 503, true, "the server is busy (%s); retry later",
-			      c->srv->inflight >= c->cfg->max_inflight
-				      ? "too many requests in progress"
-				      : "its decode memory is in use by other uploads");
+		return refuse_before_body(
+			c, answer(c, 503, true, "the server is busy (%s); retry later",
+				  c->srv->inflight >= c->cfg->max_inflight
+					  ? "too many requests in progress"
+					  : "its decode memory is in use by other uploads"));
 	}
+	if (has_body && !admitted(c))
+		return refuse_before_body(c, STEP_RESPOND);
 	if (has_body && !chunked) {
 		/* Room for the announced body, capped: a peer that announces and then stalls
 		 * must not make every connection hold max_body bytes. */
@@ -915,8 +980,12 @@ static enum step head_complete(struct http_conn *c)
 		if (!byte_buf_reserve(&c->body, room))
 			return answer(c, 500, true, "out of memory");
 	}
-	const char *expect = header_value(c, "expect");
-	if (expect && has_body && p->http_minor >= 1 && strcasecmp(expect, "100-continue") == 0)
+	/*
+	 * RFC 9110 §10.1.1: 100 Continue only for HTTP/1.1 and a request with content, and not
+	 * when some of the content is already here (an impatient client: the head's final LF
+	 * is still unconsumed at in_off, so more than one byte left means body bytes came).
+	 */
+	if (expect && has_body && p->http_minor >= 1 && c->in.len - c->in_off <= 1)
 		return STEP_CONTINUE;
 	return STEP_MORE;
 
@@ -989,6 +1058,7 @@ static void request_reset(struct http_conn *c)
 	c->head_request = false;
 	c->keep_alive = false;
 	c->must_close = false;
+	c->refused_early = false;
 	c->pending_status = 0;
 	c->error_status = 0;
 	c->error_msg = NULL;
@@ -1155,6 +1225,8 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 	STAT_ADD(c, bytes_received, (uint64_t)nread);
 	if (c->state == CONN_LINGERING) {
 		STAT_ADD(c, discarded_bytes, (uint64_t)nread);
+		if (c->refused_early)
+			STAT_ADD(c, refused_body_bytes, (uint64_t)nread);
 		return;
 	}
 	c->in.len += (size_t)nread;
@@ -1289,6 +1361,8 @@ static void conn_linger(struct http_conn *c)
 	}
 	/* Received but never parsed (a refused request's body, pipelined requests). */
 	STAT_ADD(c, discarded_bytes, (uint64_t)(c->in.len - c->in_off));
+	if (c->refused_early)
+		STAT_ADD(c, refused_body_bytes, (uint64_t)(c->in.len - c->in_off));
 	byte_buf_free(&c->in);
 	c->in_off = 0;
 	timer_arm(c, TIMER_LINGER, LINGER_MS);

@@ -209,6 +209,17 @@ struct http_server_options {
 	 */
 	bool (*busy)(void *arg);
 	void *busy_arg;
+	/*
+	 * Admission of a request by its head (docs/operations.md, "Refusing before the body"):
+	 * called on the loop thread for a request with a body to a non-monitoring route once its
+	 * route and size are accepted and before its body is read or a 100 Continue is sent.
+	 * `req` has the method, path, query, headers and peer (no body). Returning false refuses
+	 * it with what the callback put in `resp` (a final status >= 400, e.g. 401): the body is
+	 * never read and the connection closes after the answer. Must not block. NULL: admit.
+	 */
+	bool (*admit)(void *arg, const struct http_route *route, const struct http_request *req,
+		      struct http_response *resp);
+	void *admit_arg;
 };
 
 /* Counters kept by the transport (read with http_server_stats; monotonically increasing). */
@@ -232,6 +243,12 @@ struct http_server_stats {
 	uint64_t discarded_bytes;      /* input read and thrown away by lingering closes (what
 					  refused peers sent before they saw the answer) */
 	uint64_t monitoring_requests;  /* handled on the monitoring thread */
+	uint64_t refused_before_body;  /* requests with a body answered with a final status right
+					  after their head, the body not read: 503, 413, 417 and
+					  admit refusals such as 401 */
+	uint64_t refused_body_bytes;   /* body bytes of those that the peer sent anyway and the
+					  server read (and threw away) before the connection closed
+					  (part of discarded_bytes) */
 };
 
 struct http_server;

@@ -14,7 +14,7 @@ import urllib.parse
 
 port_file, primary, secondary, log_path = sys.argv[1:5]
 lock = threading.Lock()
-HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
+HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "expect"}
 
 
 def forward(base, method, path, headers, body):

@@ -56,9 +56,24 @@ static const struct http_route routes[] = {
 	{ .method = "HEAD", .path = "/head", .handler = echo },
 };
 
+/* Admission by the head: a request carrying "X-Deny" is refused with 401 (flags bit 1 on). */
+static bool admit(void *arg, const struct http_route *route, const struct http_request *req,
+		  struct http_response *resp)
+{
+	(void)arg;
+	(void)route;
+	if (req->body || req->body_len)
+		abort();
+	if (!http_request_header(req, "x-deny"))
+		return true;
+	http_response_error(resp, 401, "denied");
+	return false;
+}
+
 /*
  * Input: byte 0 picks the size of the pieces the rest is fed in (1..256, exercising every
- * split point), byte 1 bit 0 fires the timer at the end; the rest is the peer's bytes.
+ * split point), byte 1 bit 0 fires the timer at the end, bit 1 installs the admit callback;
+ * the rest is the peer's bytes.
  */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -72,6 +87,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint8_t flags = data[1];
 	data += 2;
 	size -= 2;
+	if (flags & 2)
+		opts.admit = admit;
 	c = http__conn_new(&opts, routes, sizeof(routes) / sizeof(routes[0]), &out);
 	if (!c)
 		abort();

@@ -99,6 +99,43 @@ static void serve_connection(struct stub_http *s, int fd, unsigned conn)
 			free(hdr);
 			goto done;
 		}
+		char expect[32];
+		if (blen && stub_http_header_in(hdr, "Expect", expect, sizeof(expect)) &&
+		    strcasecmp(expect, "100-continue") == 0) {
+			pthread_mutex_lock(&s->lock);
+			int refusal = s->expect_refusal;
+			if (!refusal && have == hlen)
+				s->continues++;
+			pthread_mutex_unlock(&s->lock);
+			if (refusal) {
+				char head[256];
+				int n = snprintf(head, sizeof(head),
+						 "HTTP/1.1 %d Refused\r\nContent-Length: 0\r\n"
+						 "Retry-After: 1\r\nConnection: close\r\n\r\n",
+						 refusal);
+				pthread_mutex_lock(&s->lock);
+				if (s->nreqs < STUB_HTTP_MAX_RECORDED) {
+					struct stub_request *r = &s->reqs[s->nreqs];
+					memset(r, 0, sizeof(*r));
+					sscanf(hdr, "%15s %255s", r->method, r->path);
+					r->headers = hdr;
+					hdr = NULL;
+					r->body = malloc(1);
+					r->status = refusal;
+					r->conn = conn;
+				}
+				s->nreqs++;
+				pthread_cond_broadcast(&s->cond);
+				pthread_mutex_unlock(&s->lock);
+				free(hdr);
+				write_all(fd, head, (size_t)n);
+				goto done;
+			}
+			if (have == hlen) {
+				static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+				write_all(fd, cont, sizeof(cont) - 1);
+			}
+		}
 		while (have < hlen + blen) {
 			if (!wait_readable(s, fd)) {
 				free(hdr);
@@ -306,4 +343,19 @@ bool stub_http_header_in(const char *headers, const char *name, char *out, size_
 bool stub_http_header(struct stub_http *s, size_t i, const char *name, char *out, size_t outlen)
 {
 	return stub_http_header_in(s->reqs[i].headers, name, out, outlen);
+}
+
+void stub_http_set_expect_refusal(struct stub_http *s, int status)
+{
+	pthread_mutex_lock(&s->lock);
+	s->expect_refusal = status;
+	pthread_mutex_unlock(&s->lock);
+}
+
+uint64_t stub_http_continues(struct stub_http *s)
+{
+	pthread_mutex_lock(&s->lock);
+	uint64_t n = s->continues;
+	pthread_mutex_unlock(&s->lock);
+	return n;
 }

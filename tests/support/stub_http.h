@@ -57,6 +57,9 @@ struct stub_http {
 	struct stub_step dflt; /* after the script */
 	stub_http_handler_fn handler; /* when set, answers everything (script unused) */
 	void *handler_ctx;
+	int expect_refusal;    /* non-zero: requests with Expect: 100-continue get this status
+				  (Connection: close) from their head, the body unread */
+	uint64_t continues;    /* 100 Continue answers sent */
 	struct stub_request reqs[STUB_HTTP_MAX_RECORDED];
 	size_t nreqs;          /* requests seen */
 	unsigned connections;
@@ -76,6 +79,15 @@ struct stub_http *stub_http_start_handler(stub_http_handler_fn handler, void *ct
 /* Stops the thread, closes every socket, frees the records. Accepts NULL. */
 void stub_http_stop(struct stub_http *s);
 
+/*
+ * Requests with "Expect: 100-continue" get a 100 Continue before their body is read (unless
+ * the body is already there). With `status` non-zero they get that final status instead,
+ * with "Retry-After: 1" and "Connection: close", and the connection closes without the body
+ * being read (recorded with body_len 0 and that status). 0 restores the default.
+ */
+void stub_http_set_expect_refusal(struct stub_http *s, int status);
+/* 100 Continue answers sent so far. */
+uint64_t stub_http_continues(struct stub_http *s);
 /* Replaces the answer given after the script. */
 void stub_http_set_default(struct stub_http *s, struct stub_step dflt);
 

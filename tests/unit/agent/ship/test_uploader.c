@@ -339,8 +339,11 @@ static void test_retries_then_delivers_once(void **state)
 		assert_string_equal(v, "zstd");
 		assert_true(stub_http_header(f->server, i, "Authorization", v, sizeof(v)));
 		assert_string_equal(v, "Bearer " TOKEN);
-		assert_false(stub_http_header(f->server, i, "Expect", v, sizeof(v)));
+		/* Over HTTP_CLIENT_EXPECT_MIN_BYTES: asks first. */
+		assert_true(stub_http_header(f->server, i, "Expect", v, sizeof(v)));
+		assert_string_equal(v, "100-continue");
 	}
+	assert_int_equal(stub_http_continues(f->server), 3);
 	/* One kept-alive connection for all of them. */
 	assert_int_equal(f->server->reqs[2].conn, f->server->reqs[0].conn);
 	/* Backoff with maximal jitter: 1 s, then 2 s. */
@@ -364,10 +367,54 @@ static void test_retries_then_delivers_once(void **state)
 	assert_int_equal(count_files(f->dir, ".batch"), 0);
 }
 
+/*
+ * A server that refuses from the head (503 + Retry-After instead of 100 Continue): the body
+ * never leaves (counted as refused early, 0 body bytes sent for nothing), the batch stays in
+ * the spool and is delivered whole once the server takes it.
+ */
+static void test_expect_refused_before_body(void **state)
+{
+	struct fixture *f = *state;
+	struct uploader_stats st;
+	char v[64];
+
+	open_spool(f, 0);
+	start_server(f, NULL, 0, OK);
+	stub_http_set_expect_refusal(f->server, 503);
+	struct uploader_options o = fake_options(f);
+	struct uploader *u = start_uploader(f, &o);
+	uint64_t seq = submit(f, u, 200000, 0);
+
+	assert_true(events_wait(&f->events, UPLOADER_EVENT_RETRY, 2));
+	assert_int_equal(count_files(f->dir, ".batch"), 1);
+	uploader_stats(u, &st);
+	assert_true(st.refused_early >= 2);
+	assert_int_equal(st.refused_body_bytes, 0);
+	assert_int_equal(st.batches_sent, 0);
+	assert_int_equal(find_event(&f->events, UPLOADER_EVENT_RETRY)->status, 503);
+	assert_int_equal(f->server->reqs[0].status, 503);
+	assert_true(stub_http_header(f->server, 0, "Expect", v, sizeof(v)));
+	assert_string_equal(v, "100-continue");
+
+	stub_http_set_expect_refusal(f->server, 0);
+	assert_true(events_wait(&f->events, UPLOADER_EVENT_DELIVERED, 1));
+	assert_int_equal(uploader_stop(u, 5), 0);
+	size_t n = stub_http_count(f->server);
+	expect_key(f, n - 1, seq);
+	expect_body(f->server, n - 1, seq, 200000);
+	uploader_stats(u, &st);
+	assert_int_equal(st.batches_sent, 1);
+	assert_int_equal(st.refused_body_bytes, 0);
+	assert_int_equal(st.refused_early, (uint64_t)(n - 1));
+	assert_int_equal(stub_http_continues(f->server), 1);
+	free_uploader(f, u);
+	assert_int_equal(count_files(f->dir, ".batch"), 0);
+}
+
 static void test_replay_oldest_first(void **state)
 {
 	struct fixture *f = *state;
-	/* Over 1 MiB, where curl would otherwise send "Expect: 100-continue" and stall. */
+	/* Small bodies go without Expect; larger ones (over 1 MiB too) ask first. */
 	size_t len[4] = { 100, (3u << 20) / 2, 100, 7 };
 	uint8_t *body = malloc(len[1]);
 	uint64_t seq[4];
@@ -413,8 +460,14 @@ static void test_replay_oldest_first(void **state)
 		expect_key(f, i + 1, seq[i]);
 		expect_body(f->server, i + 1, seq[i], len[i]);
 		assert_false(stub_http_header(f->server, i + 1, "Authorization", v, sizeof(v)));
-		assert_false(stub_http_header(f->server, i + 1, "Expect", v, sizeof(v)));
+		if (len[i] < HTTP_CLIENT_EXPECT_MIN_BYTES) {
+			assert_false(stub_http_header(f->server, i + 1, "Expect", v, sizeof(v)));
+		} else {
+			assert_true(stub_http_header(f->server, i + 1, "Expect", v, sizeof(v)));
+			assert_string_equal(v, "100-continue");
+		}
 	}
+	assert_int_equal(stub_http_continues(f->server), 1);
 	assert_int_equal(count_files(f->dir, ".batch"), 0);
 }
 
@@ -1146,6 +1199,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bad_options, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_retries_then_delivers_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_replay_oldest_first, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_expect_refused_before_body, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_retry_after_honoured, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_backoff_grows_with_full_jitter, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_client_error_rejected_not_retried, setup, teardown),

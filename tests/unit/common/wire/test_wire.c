@@ -1508,6 +1508,10 @@ static void test_os_names(void **state)
 	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_OS_ROWS_DROPPED), "os_rows_dropped");
 	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_OS_ATTACH_ERRORS), "os_attach_errors");
 	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_OS_TRACKED), "os_tracked_processes");
+	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_UPLOAD_REFUSED_EARLY),
+			    "upload_refused_early");
+	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_UPLOAD_REFUSED_BYTES),
+			    "upload_refused_body_bytes");
 	assert_null(sysom_counter_name(SYSOM_COUNTER_MAX - 1)); /* not assigned */
 	assert_null(sysom_counter_name(SYSOM_COUNTER_MAX));
 	/* Run-queue buckets: < 2 µs, then [2^i, 2^(i+1)) µs, the last open-ended. */

@@ -1636,6 +1636,213 @@ static void test_early_refusal_busy(void **state)
 	server_stop(f);
 }
 
+/* Admits a request by its head when it carries "X-Key: ok"; 401 otherwise (counts its calls). */
+static atomic_int admit_calls;
+
+static bool admit_cb(void *arg, const struct http_route *route, const struct http_request *req,
+		     struct http_response *resp)
+{
+	(void)arg;
+	atomic_fetch_add(&admit_calls, 1);
+	assert_non_null(route);
+	assert_null(req->body);
+	assert_int_equal(req->body_len, 0);
+	for (size_t i = 0; i < req->header_count; i++)
+		if (strcmp(req->headers[i].name, "x-key") == 0 &&
+		    strcmp(req->headers[i].value, "ok") == 0)
+			return true;
+	http_response_error(resp, 401, "who are you");
+	http_response_header(resp, "WWW-Authenticate", "Bearer realm=\"test\"");
+	return false;
+}
+
+/*
+ * The admit callback decides from the head: a refused upload gets its 401 instead of a 100
+ * Continue, the body is never read (0 refused body bytes while the client holds it back) and
+ * the connection closes; an admitted one gets the 100 and is served. Requests without a body
+ * are not asked about.
+ */
+static void test_expect_admit(void **state)
+{
+	(void)state;
+	struct http_server_options opts = { .admit = admit_cb };
+	struct fixture *f = server_start(&opts);
+	struct client *c = client_open(f);
+	struct reply *r = reply_new();
+
+	atomic_store(&admit_calls, 0);
+	client_sendf(c, "POST /decode HTTP/1.1\r\nContent-Length: 600\r\nX-Key: nope\r\n"
+			"Expect: 100-continue\r\n\r\n");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 401);
+	assert_null(strstr(r->head, "100 Continue"));
+	expect_header(r, "WWW-Authenticate", "Bearer realm=\"test\"");
+	expect_header(r, "Connection", "close");
+	assert_true(client_sees_close(c));
+	client_close(c);
+	WAIT_STAT(f, refused_before_body, 1);
+	WAIT_STAT(f, refused_body_bytes, 0);
+	assert_int_equal(seen_of(f).calls, 0);
+
+	c = client_open(f);
+	client_sendf(c, "POST /decode HTTP/1.1\r\nContent-Length: 5\r\nX-Key: ok\r\n"
+			"Expect: 100-continue\r\n\r\n");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 100);
+	client_sendf(c, "hello");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 200);
+	assert_string_equal(seen_of(f).body, "hello");
+	client_sendf(c, "GET /echo HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 200);
+	assert_int_equal(atomic_load(&admit_calls), 2);
+	assert_int_equal(stats_of(f).refused_before_body, 1);
+	free(r);
+	client_close(c);
+	server_stop(f);
+}
+
+/*
+ * RFC 9110 §10.1.1: a client may send the body anyway (its wait for 100 timed out). Refused:
+ * the bytes it sends after the 503 are read and thrown away (counted as refused body bytes),
+ * never parsed as a request, and it still sees the answer and the close. Admitted, with the
+ * body already in the same packet as the head: no 100 Continue, just the final answer.
+ */
+static void test_expect_impatient_client(void **state)
+{
+	(void)state;
+	struct http_server_options opts = { .busy = busy_cb };
+	struct fixture *f = server_start(&opts);
+	struct client *c = client_open(f);
+	struct reply *r = reply_new();
+	char body[700], request[1024];
+
+	memset(body, 'y', sizeof(body));
+	/* A body that looks like a request: it must not be answered. */
+	memcpy(body, "GET /echo HTTP/1.1\r\n\r\n", 22);
+	atomic_store(&decode_busy, true);
+	client_sendf(c, "POST /decode HTTP/1.1\r\nContent-Length: %zu\r\n"
+			"Expect: 100-continue\r\n\r\n", sizeof(body));
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 503);
+	expect_header(r, "Connection", "close");
+	client_send(c, body, sizeof(body));
+	assert_true(client_sees_close(c));
+	client_close(c);
+	WAIT_STAT(f, refused_body_bytes, sizeof(body));
+	WAIT_STAT(f, refused_before_body, 1);
+	assert_int_equal(stats_of(f).requests, 1);
+
+	/* Head and body in one write, server not busy: answered without a 100. */
+	atomic_store(&decode_busy, false);
+	c = client_open(f);
+	int n = snprintf(request, sizeof(request),
+			 "POST /decode HTTP/1.1\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n"
+			 "abc");
+	client_send(c, request, (size_t)n);
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 200);
+	assert_string_equal(seen_of(f).body, "abc");
+	assert_true(client_quiet_for(c, 100));
+	free(r);
+	client_close(c);
+	server_stop(f);
+}
+
+/*
+ * Expectations other than 100-continue get 417 (body unread, connection closed); 100-continue
+ * on a request without a body, or from an HTTP/1.0 client, gets no interim response.
+ */
+static void test_expect_unknown_and_edges(void **state)
+{
+	(void)state;
+	struct fixture *f = server_start(NULL);
+	struct client *c = client_open(f);
+	struct reply *r = reply_new();
+
+	client_sendf(c, "POST /echo HTTP/1.1\r\nContent-Length: 100\r\nExpect: 200-ok\r\n\r\n");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 417);
+	expect_header(r, "Connection", "close");
+	assert_true(client_sees_close(c));
+	client_close(c);
+	WAIT_STAT(f, refused_before_body, 1);
+
+	/* No body: nothing to wait for, answered directly, and the connection stays. */
+	c = client_open(f);
+	client_sendf(c, "GET /echo HTTP/1.1\r\nExpect: 100-continue\r\n\r\n");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 200);
+	client_sendf(c, "GET /echo HTTP/1.1\r\nExpect: 100-Continue\r\n\r\n");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 200);
+	client_close(c);
+
+	/* An empty Expect expects nothing: no 100, no 417. */
+	c = client_open(f);
+	client_sendf(c, "POST /echo HTTP/1.1\r\nContent-Length: 2\r\nExpect:\r\n\r\n");
+	assert_true(client_quiet_for(c, 200));
+	client_sendf(c, "hi");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 200);
+	client_close(c);
+
+	/* HTTP/1.0 does not know 100 (RFC 9110 §15.2): the server waits for the body. */
+	c = client_open(f);
+	client_sendf(c, "POST /echo HTTP/1.0\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n");
+	assert_true(client_quiet_for(c, 200));
+	client_sendf(c, "ok");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 200);
+	assert_string_equal(seen_of(f).body, "ok");
+	free(r);
+	client_close(c);
+	server_stop(f);
+}
+
+/*
+ * Pipelining: a GET and the head of an upload with Expect in one write get the GET's answer,
+ * then the 100 Continue, then (after the body) the upload's; an upload refused at its head
+ * with a request pipelined behind it ends the connection, the later request unanswered.
+ */
+static void test_expect_pipelined(void **state)
+{
+	(void)state;
+	struct http_server_options opts = { .busy = busy_cb };
+	struct fixture *f = server_start(&opts);
+	struct client *c = client_open(f);
+	struct reply *r = reply_new();
+
+	atomic_store(&decode_busy, false);
+	client_sendf(c, "GET /echo?a=first HTTP/1.1\r\n\r\n"
+			"POST /decode HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 200);
+	assert_string_equal(r->body, "GET /echo first");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 100);
+	client_sendf(c, "data");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 200);
+	assert_string_equal(seen_of(f).body, "data");
+	client_close(c);
+
+	atomic_store(&decode_busy, true);
+	c = client_open(f);
+	client_sendf(c, "POST /decode HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n"
+			"GET /echo HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(c, r, false));
+	assert_int_equal(r->status, 503);
+	assert_true(client_sees_close(c));
+	client_close(c);
+	atomic_store(&decode_busy, false);
+	WAIT_STAT(f, refused_before_body, 1);
+	assert_int_equal(seen_of(f).calls, 2);
+	free(r);
+	server_stop(f);
+}
+
 /*
  * Monitoring routes have their own thread and slots: answered while every ordinary slot is
  * taken, refused only over max_inflight_monitoring.
@@ -2266,6 +2473,10 @@ int main(void)
 		cmocka_unit_test(test_max_inflight),
 		cmocka_unit_test(test_early_refusal_inflight),
 		cmocka_unit_test(test_early_refusal_busy),
+		cmocka_unit_test(test_expect_admit),
+		cmocka_unit_test(test_expect_impatient_client),
+		cmocka_unit_test(test_expect_unknown_and_edges),
+		cmocka_unit_test(test_expect_pipelined),
 		cmocka_unit_test(test_monitoring_lane),
 		cmocka_unit_test(test_monitoring_threadpool_saturated),
 		cmocka_unit_test(test_malformed_requests),
