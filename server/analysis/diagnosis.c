@@ -972,9 +972,8 @@ static struct diagnosis *diagnose(const struct diagnosis_ctx *ctx, const struct 
 				snprintf(temp, sizeof(temp), ", up to %u C", hw->temp_max);
 			int n = snprintf(summary, sizeof(d->summary),
 				 "every kernel runs %.2fx slower on rank %d than on the healthy ranks; "
-				 "CONFIRMED hardware cause on its GPU %u (%.16s, %.48s%s): %.160s; SM clock %u-%u "
+				 "CONFIRMED hardware cause on its GPU %u (%.16s%s): %.220s; SM clock %u-%u "
 				 "MHz%s", slowdown, s, hw->device, hw->pci_bus_id[0] ? hw->pci_bus_id : "?",
-				 hw->uuid[0] ? hw->uuid : "?",
 				 hw->by_local_rank ? "" : ", the node's GPU with the strongest evidence",
 				 hw->cause, hw->sm_clock_min, hw->sm_clock_max, temp);
 			n += snprintf(action, sizeof(d->action),
