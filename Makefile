@@ -168,6 +168,13 @@ FIXTURES += $(SIMJOB_FIXTURES)
 endif
 endif
 
+# A fake NVML (libnvidia-ml.so.1) with the real exported names and signatures
+# (agent/gpu/nvml_abi.h), answering from a control file; the old/ variant lacks the functions
+# of newer drivers. Never sanitized (dlopened by the agent and the probe).
+NVML_FIXTURE_DIR := $(BUILD)/tests/fixtures/nvml
+NVML_FIXTURES := $(NVML_FIXTURE_DIR)/libnvidia-ml.so.1 $(NVML_FIXTURE_DIR)/old/libnvidia-ml.so.1
+FIXTURES += $(NVML_FIXTURES)
+
 # Tools the end-to-end tests run (linked against the common library).
 TEST_TOOL_SRCS := $(wildcard tests/tools/*.c)
 TEST_TOOLS := $(patsubst tests/tools/%.c,$(BUILD)/tests/tools/%,$(TEST_TOOL_SRCS))
@@ -440,6 +447,18 @@ $(SIMJOB_DIR)/simjob: tests/fixtures/simjob/simjob.c $(SIMJOB_DIR)/libnccl.so.2 
 	$(call msg,CC,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(SIMJOB_CFLAGS) -o $@ $< -L$(@D) -l:libnccl.so.2 -l:libcuda.so.1 -Wl,-rpath,'$$ORIGIN'
+
+$(NVML_FIXTURE_DIR)/libnvidia-ml.so.1: tests/fixtures/nvml/fake_nvml.c agent/gpu/nvml_abi.h
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -std=gnu11 -D_GNU_SOURCE -O2 -g -fPIC -shared -Wall -Wextra -Werror -I. \
+	    -Wl,-soname,libnvidia-ml.so.1 -o $@ $<
+
+$(NVML_FIXTURE_DIR)/old/libnvidia-ml.so.1: tests/fixtures/nvml/fake_nvml.c agent/gpu/nvml_abi.h
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -std=gnu11 -D_GNU_SOURCE -DFAKE_NVML_OLD -O2 -g -fPIC -shared -Wall -Wextra -Werror \
+	    -I. -Wl,-soname,libnvidia-ml.so.1 -o $@ $<
 
 # The NCCL profiler benchmark also sends through the component channel directly.
 $(BUILD)/bench/nccl_profiler_bench: $(OBJ)/bench/nccl_profiler_bench.o $(OBJ)/client/sysom_channel.o

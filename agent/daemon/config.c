@@ -42,6 +42,10 @@
 		{ "gpu-event-ring", SYSOM_OPT_SIZE, &(c)->gpu_event_ring_bytes, 1 << 16, 1 << 30, "ring buffer for NCCL events, a power of two (default 4M)", false }, \
 		{ "os-signals", SYSOM_OPT_BOOL, &(c)->os_signals, 0, 0, "measure interrupts, softirqs, run-queue latency, context switches and migrations per CPU and per thread of training jobs (default true)", false }, \
 		{ "os-signals-all", SYSOM_OPT_BOOL, &(c)->os_signals_all, 0, 0, "measure every user thread, not only those of processes with a job identity (default false)", false }, \
+		{ "nvml", SYSOM_OPT_BOOL, &(c)->nvml, 0, 0, "read GPU health (clocks, throttle reasons, temperature, power, ECC, retired pages, PCIe replays, NVLink errors) from NVML when libnvidia-ml.so.1 loads (default true)", false }, \
+		{ "nvml-library", SYSOM_OPT_STRING, &(c)->nvml_library, 0, 0, "NVML library name or path (default libnvidia-ml.so.1)", false }, \
+		{ "nvml-kmsg", SYSOM_OPT_STRING, &(c)->nvml_kmsg, 0, 0, "kernel log read for NVRM Xid events (default /dev/kmsg; empty: off)", false }, \
+		{ "nvml-interval", SYSOM_OPT_DURATION, &(c)->nvml_interval_s, 0.1, 60, "read GPU clocks, throttle reasons, temperature and power this often (default 1s)", false }, \
 		{ "off-cpu", SYSOM_OPT_STRING, &(c)->off_cpu, 0, 0, "record where threads block and for how long: jobs (threads of training processes, as os-signals tracks them), all (every user thread) or off (default jobs)", false }, \
 		{ "off-cpu-min", SYSOM_OPT_DURATION, &(c)->off_cpu_min_s, 0.000001, 10, "shortest block counted off-CPU (default 1ms)", false }, \
 		{ "max-sample-rows", SYSOM_OPT_UINT, &(c)->max_sample_rows, 1024, 1 << 22, "sample rows per batch (default 1048576)", false }, \
@@ -56,6 +60,7 @@
 		{ "symbol-max-file-size", SYSOM_OPT_SIZE, &(c)->symbol_max_file_bytes, 1 << 20, 1e12, "files larger than this are not uploaded (default 2G)", false }, \
 		{ "config", SYSOM_OPT_STRING, &(c)->config, 0, 0, "config file (default " AGENT_DEFAULT_CONFIG " if present)", true }, \
 		{ "check", SYSOM_OPT_BOOL, &(c)->check, 0, 0, "check the node and the server, print verdicts, exit", true }, \
+		{ "probe-nvml", SYSOM_OPT_BOOL, &(c)->probe_nvml, 0, 0, "read NVML 3 times, 1 s apart, print what the GPU health reader sees as JSON, exit", true }, \
 		{ "duration", SYSOM_OPT_DURATION, &(c)->duration_s, 0, 1e9, "exit cleanly after this long (default: run until signalled)", true }, \
 		{ "version", SYSOM_OPT_BOOL, &(c)->version, 0, 0, "print the version and exit", true }, \
 		{ "help", SYSOM_OPT_BOOL, &(c)->help, 0, 0, "show this help", true },                   \
@@ -71,6 +76,10 @@ int agent_config_defaults(struct agent_config *c)
 	c->socket = strdup("/run/sysom/agent.sock");
 	c->gpu_loader = strdup("notify");
 	c->off_cpu = strdup("jobs");
+	c->nvml_library = strdup("libnvidia-ml.so.1");
+	c->nvml_kmsg = strdup("/dev/kmsg");
+	c->nvml = true;
+	c->nvml_interval_s = 1;
 	c->pod_log_root = strdup("/var/log/pods");
 	c->off_cpu_min_s = 0.001;
 	c->gpu_trace = true;
@@ -78,7 +87,7 @@ int agent_config_defaults(struct agent_config *c)
 	c->gpu_launch_duty = 0.1;
 	c->gpu_event_ring_bytes = 4u << 20;
 	if (!c->server || !c->spool_dir || !c->log_level || !c->unwinder || !c->socket ||
-	    !c->gpu_loader || !c->off_cpu || !c->pod_log_root)
+	    !c->gpu_loader || !c->off_cpu || !c->pod_log_root || !c->nvml_library || !c->nvml_kmsg)
 		return -ENOMEM;
 	c->unwind_table_bytes = 256ull << 20;
 	c->hz = 99;

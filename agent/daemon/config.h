@@ -36,6 +36,10 @@ struct agent_config {
 	uint64_t gpu_event_ring_bytes; /* NCCL event ring buffer (power of two) */
 	bool os_signals;           /* interrupts, softirqs, scheduling, NUMA (agent/os/ossignals.h) */
 	bool os_signals_all;       /* ... for every user thread, not only training jobs' */
+	bool nvml;                 /* GPU health from NVML (agent/gpu/nvml.h) */
+	char *nvml_library;        /* dlopen name or path of libnvidia-ml.so.1 */
+	char *nvml_kmsg;           /* kernel log read for Xid events; "": none */
+	double nvml_interval_s;    /* GPU readings this often */
 	char *off_cpu;             /* "jobs", "all" or "off": whose blocked time is recorded */
 	double off_cpu_min_s;      /* shortest block counted */
 	char *pod_log_root;        /* kubelet pod log directories; "": no pod names */
@@ -50,6 +54,7 @@ struct agent_config {
 	/* command line only */
 	char *config;
 	bool check;
+	bool probe_nvml;           /* print what the NVML reader sees as JSON, exit */
 	bool help;
 	bool version;
 	double duration_s;         /* exit cleanly after this long (0: run until signalled) */

@@ -19,6 +19,7 @@
 #include "agent/node/host.h"
 #include "agent/node/kernel.h"
 #include "agent/symbols/ksyms_upload.h"
+#include "agent/gpu/nvml.h"
 #include "agent/os/ossignals.h"
 #include "agent/node/proctrack.h"
 #include "agent/gpu/gpustats.h"
@@ -42,6 +43,8 @@ struct agent {
 	uv_loop_t loop;
 	uv_timer_t drain_timer, batch_timer, duration_timer;
 	uv_timer_t unwind_timer; /* continues compiling queued unwind tables */
+	uv_timer_t nvml_timer;   /* GPU readings (--nvml-interval) */
+	struct nvml *nvml;       /* NULL with --nvml=false or without NVML */
 	uv_signal_t sig_term, sig_int, sig_hup;
 	uv_poll_t events_poll;
 	bool events_poll_started;
@@ -545,6 +548,38 @@ static void agent_drain(struct agent *a)
 		  (unsigned long long)(st.quiesce_wait_ns / 1000));
 }
 
+/* ---- GPU health: one record per GPU per window -------------------------------------------- */
+
+static void on_gpu_window(void *ctx, const struct nvml_gpu_window *w)
+{
+	struct agent *a = ctx;
+	int rc = batcher_add_gpu_health(a->batcher, &w->h, w->uuid, w->pci_bus_id, w->name);
+
+	if (rc)
+		log_debug("GPU %u health not recorded: %s", w->h.device, sysom_strerror(rc));
+}
+
+static void collect_gpu_health(struct agent *a)
+{
+	struct nvml_window_counters c;
+
+	if (!a->nvml)
+		return;
+	nvml_sample(a->nvml); /* the window's last reading */
+	nvml_collect(a->nvml, on_gpu_window, a, &c);
+	batcher_add_counter(a->batcher, SYSOM_COUNTER_NVML_SAMPLES, c.samples);
+	batcher_add_counter(a->batcher, SYSOM_COUNTER_NVML_ERRORS, c.errors);
+	batcher_add_counter(a->batcher, SYSOM_COUNTER_XID_EVENTS, c.xid);
+	batcher_add_counter(a->batcher, SYSOM_COUNTER_XID_UNMATCHED, c.xid_unmatched);
+}
+
+static void on_nvml_timer(uv_timer_t *t)
+{
+	struct agent *a = t->data;
+
+	nvml_sample(a->nvml);
+}
+
 static void agent_seal(struct agent *a)
 {
 	struct batcher_seal_info info;
@@ -555,6 +590,7 @@ static void agent_seal(struct agent *a)
 	int rc;
 
 	agent_drain(a);
+	collect_gpu_health(a);
 	if (a->gpu)
 		gpupipe_before_seal(a->gpu);
 	if (a->os) {
@@ -619,6 +655,7 @@ static void agent_shutdown(struct agent *a, const char *why)
 	uv_timer_stop(&a->batch_timer);
 	uv_timer_stop(&a->duration_timer);
 	uv_timer_stop(&a->unwind_timer);
+	uv_timer_stop(&a->nvml_timer);
 	if (a->events_poll_started)
 		uv_poll_stop(&a->events_poll);
 	/* Symbols first: they can wait for the next start (resumable), batches should not. */
@@ -636,6 +673,7 @@ static void agent_shutdown(struct agent *a, const char *why)
 	uv_close((uv_handle_t *)&a->batch_timer, on_close_noop);
 	uv_close((uv_handle_t *)&a->duration_timer, on_close_noop);
 	uv_close((uv_handle_t *)&a->unwind_timer, on_close_noop);
+	uv_close((uv_handle_t *)&a->nvml_timer, on_close_noop);
 	uv_close((uv_handle_t *)&a->sig_term, on_close_noop);
 	uv_close((uv_handle_t *)&a->sig_int, on_close_noop);
 	uv_close((uv_handle_t *)&a->sig_hup, on_close_noop);
@@ -961,6 +999,23 @@ static void start_ossignals(struct agent *a)
 		 st.numa_nodes);
 }
 
+/* NVML by dlopen: a node without NVIDIA's driver says so once and runs on without GPU health. */
+static void start_nvml(struct agent *a)
+{
+	struct nvml_options no = { .library = a->cfg->nvml_library, .kmsg = a->cfg->nvml_kmsg,
+				   .report = daemon_reporter };
+	char err[512] = "";
+	int rc;
+
+	if ((rc = nvml_open(&no, &a->nvml, err, sizeof(err)))) {
+		log_info("GPU health off: %s", err);
+		return;
+	}
+	log_info("GPU health: %u GPUs via NVML (%s), read every %gs", nvml_device_count(a->nvml),
+		 a->cfg->nvml_library, a->cfg->nvml_interval_s);
+	nvml_sample(a->nvml);
+}
+
 static int agent_start(struct agent *a)
 {
 	struct sampler_options so;
@@ -1000,6 +1055,8 @@ static int agent_start(struct agent *a)
 		log_error("cannot create the process tracker: %s", sysom_strerror(rc));
 		return rc;
 	}
+	if (a->cfg->nvml)
+		start_nvml(a);
 	/* Before the sampler: off-CPU recording of jobs shares the OS signals' process set. */
 	if (a->cfg->os_signals)
 		start_ossignals(a);
@@ -1140,6 +1197,8 @@ static int agent_loop_setup(struct agent *a)
 	uv_timer_init(&a->loop, &a->batch_timer);
 	uv_timer_init(&a->loop, &a->duration_timer);
 	uv_timer_init(&a->loop, &a->unwind_timer);
+	uv_timer_init(&a->loop, &a->nvml_timer);
+	a->nvml_timer.data = a;
 	a->drain_timer.data = a->batch_timer.data = a->duration_timer.data = a;
 	a->unwind_timer.data = a;
 	uv_signal_init(&a->loop, &a->sig_term);
@@ -1168,6 +1227,8 @@ static void agent_teardown(struct agent *a)
 	a->gpustats = NULL;
 	ossignals_close(a->os);
 	a->os = NULL;
+	nvml_close(a->nvml);
+	a->nvml = NULL;
 	sampler_close(a->sampler);
 	proctrack_free(a->pt);
 	spool_close(a->spool);
@@ -1190,6 +1251,7 @@ int agent_daemon_run(struct agent_config *config, int argc, char *const argv[])
 		uv_close((uv_handle_t *)&a.batch_timer, on_close_noop);
 		uv_close((uv_handle_t *)&a.duration_timer, on_close_noop);
 		uv_close((uv_handle_t *)&a.unwind_timer, on_close_noop);
+		uv_close((uv_handle_t *)&a.nvml_timer, on_close_noop);
 		uv_close((uv_handle_t *)&a.sig_term, on_close_noop);
 		uv_close((uv_handle_t *)&a.sig_int, on_close_noop);
 		uv_close((uv_handle_t *)&a.sig_hup, on_close_noop);
@@ -1205,6 +1267,9 @@ int agent_daemon_run(struct agent_config *config, int argc, char *const argv[])
 		       ms(config->drain_interval_s));
 	uv_timer_start(&a.batch_timer, on_batch_timer, ms(config->batch_interval_s),
 		       ms(config->batch_interval_s));
+	if (a.nvml)
+		uv_timer_start(&a.nvml_timer, on_nvml_timer, ms(config->nvml_interval_s),
+			       ms(config->nvml_interval_s));
 	if (config->duration_s > 0)
 		uv_timer_start(&a.duration_timer, on_duration_timer, ms(config->duration_s), 0);
 	if (uv_poll_init(&a.loop, &a.events_poll, sampler_event_fd(a.sampler)) == 0) {

@@ -11,6 +11,7 @@
 #include "agent/daemon/config.h"
 #include "agent/daemon/daemon.h"
 #include "agent/daemon/preflight.h"
+#include "agent/gpu/nvml.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -85,6 +86,12 @@ int main(int argc, char *argv[])
 	libbpf_set_print(libbpf_log);
 	if (cfg.check) {
 		status = agent_preflight_run(&cfg, stdout) ? 1 : 0;
+		goto cleanup;
+	}
+	if (cfg.probe_nvml) {
+		struct nvml_options no = { .library = cfg.nvml_library, .kmsg = cfg.nvml_kmsg };
+
+		status = nvml_probe(&no, 3, 1000, stdout) ? 1 : 0;
 		goto cleanup;
 	}
 	status = agent_daemon_run(&cfg, argc, argv);

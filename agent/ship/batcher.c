@@ -667,6 +667,21 @@ int batcher_add_os_irq(struct batcher *b, const struct sysom_os_irq *q, const ch
 	return sysom_batch_add_os_irq(&b->batch, &rec);
 }
 
+int batcher_add_gpu_health(struct batcher *b, const struct sysom_gpu_health *g, const char *uuid,
+			   const char *pci_bus_id, const char *name)
+{
+	struct sysom_gpu_health rec = *g;
+	int rc;
+
+	if (!b->batch_open && (rc = open_batch(b)))
+		return rc;
+	if ((rc = sysom_batch_intern_cstring(&b->batch, uuid, &rec.uuid)) ||
+	    (rc = sysom_batch_intern_cstring(&b->batch, pci_bus_id, &rec.pci_bus_id)) ||
+	    (rc = sysom_batch_intern_cstring(&b->batch, name, &rec.name)))
+		return rc;
+	return sysom_batch_set_gpu_health(&b->batch, &rec);
+}
+
 int batcher_add_os_thread(struct batcher *b, uint32_t tgid, uint32_t generation,
 			  const struct sysom_os_thread *t, const char *comm)
 {

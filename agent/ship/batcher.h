@@ -106,6 +106,10 @@ int batcher_add_nccl_link(struct batcher *b, uint32_t tgid, uint32_t generation,
 #define BATCHER_MAX_OS_ROWS (1u << 16)
 int batcher_add_os_cpu(struct batcher *b, const struct sysom_os_cpu *c);
 int batcher_add_os_irq(struct batcher *b, const struct sysom_os_irq *q, const char *name);
+/* One GPU's health over the window (GPU_HEALTH, agent/gpu/nvml.h); the record's string fields
+ * are ignored: `uuid`, `pci_bus_id` and `name` are interned. -EINVAL for an invalid record. */
+int batcher_add_gpu_health(struct batcher *b, const struct sysom_gpu_health *g, const char *uuid,
+			   const char *pci_bus_id, const char *name);
 int batcher_add_os_thread(struct batcher *b, uint32_t tgid, uint32_t generation,
 			  const struct sysom_os_thread *t, const char *comm);
 

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,7 @@ const struct sysom_wire_limits sysom_wire_default_limits = {
 	.max_os_threads = 1u << 16,
 	.max_offcpu = 1u << 20,
 	.max_identities = 1u << 16,
+	.max_gpu_health = SYSOM_GPU_MAX_DEVICES,
 };
 
 static const char *const counter_names[SYSOM_COUNTER_MAX] = {
@@ -102,6 +104,10 @@ static const char *const counter_names[SYSOM_COUNTER_MAX] = {
 	[SYSOM_COUNTER_OFFCPU_OPEN] = "offcpu_open_blocks",
 	[SYSOM_COUNTER_UPLOAD_REFUSED_EARLY] = "upload_refused_early",
 	[SYSOM_COUNTER_UPLOAD_REFUSED_BYTES] = "upload_refused_body_bytes",
+	[SYSOM_COUNTER_NVML_SAMPLES] = "nvml_samples",
+	[SYSOM_COUNTER_NVML_ERRORS] = "nvml_errors",
+	[SYSOM_COUNTER_XID_EVENTS] = "xid_events",
+	[SYSOM_COUNTER_XID_UNMATCHED] = "xid_unmatched",
 	[SYSOM_COUNTER_PY_FRAMES] = "py_frames",
 	[SYSOM_COUNTER_PY_NO_THREAD] = "py_no_thread",
 	[SYSOM_COUNTER_PY_LOST_READ] = "py_lost_read",
@@ -240,7 +246,8 @@ uint64_t sysom_batch_memory(const struct sysom_batch *b)
 	       (uint64_t)b->os_irq_cap * sizeof(*b->os_irqs) +
 	       (uint64_t)b->os_thread_cap * sizeof(*b->os_threads) +
 	       (uint64_t)b->offcpu_cap * sizeof(*b->offcpu) +
-	       (uint64_t)b->identity_cap * sizeof(*b->identities);
+	       (uint64_t)b->identity_cap * sizeof(*b->identities) +
+	       (uint64_t)b->gpu_health_cap * sizeof(*b->gpu_health);
 }
 
 void sysom_batch_free(struct sysom_batch *b)
@@ -284,6 +291,7 @@ void sysom_batch_free(struct sysom_batch *b)
 	free(b->os_threads);
 	free(b->offcpu);
 	free(b->identities);
+	free(b->gpu_health);
 	memset(b, 0, sizeof(*b));
 }
 
@@ -802,6 +810,97 @@ int sysom_batch_set_identity(struct sysom_batch *b, const struct sysom_identity 
 	if ((err = GROW(b->identities, b->identity_cap, b->identity_count + 1)))
 		return err;
 	b->identities[b->identity_count++] = *id;
+	return 0;
+}
+
+static const struct {
+	uint64_t bit;
+	const char *name;
+} gpu_reason_names[] = {
+	{ SYSOM_GPU_REASON_IDLE, "idle" },
+	{ SYSOM_GPU_REASON_APP_CLOCKS, "applications_clocks" },
+	{ SYSOM_GPU_REASON_SW_POWER_CAP, "sw_power_cap" },
+	{ SYSOM_GPU_REASON_HW_SLOWDOWN, "hw_slowdown" },
+	{ SYSOM_GPU_REASON_SYNC_BOOST, "sync_boost" },
+	{ SYSOM_GPU_REASON_SW_THERMAL, "sw_thermal_slowdown" },
+	{ SYSOM_GPU_REASON_HW_THERMAL, "hw_thermal_slowdown" },
+	{ SYSOM_GPU_REASON_HW_POWER_BRAKE, "hw_power_brake" },
+	{ SYSOM_GPU_REASON_DISPLAY_CLOCKS, "display_clocks" },
+};
+
+void sysom_gpu_reasons_format(uint64_t reasons, char *buf, size_t len)
+{
+	size_t used = 0;
+
+	if (!len)
+		return;
+	buf[0] = '\0';
+	for (size_t i = 0; i < sizeof(gpu_reason_names) / sizeof(gpu_reason_names[0]); i++) {
+		if (!(reasons & gpu_reason_names[i].bit))
+			continue;
+		int n = snprintf(buf + used, len - used, "%s%s", used ? "," : "",
+				 gpu_reason_names[i].name);
+		if (n < 0 || (size_t)n >= len - used)
+			return;
+		used += (size_t)n;
+	}
+	reasons &= ~(uint64_t)0x1ff;
+	if (reasons && used < len)
+		snprintf(buf + used, len - used, "%sother(0x%llx)", used ? "," : "",
+			 (unsigned long long)reasons);
+}
+
+const char *sysom_gpu_health_problem(const struct sysom_batch *b, const struct sysom_gpu_health *g)
+{
+	const uint32_t strings[] = { g->uuid, g->pci_bus_id, g->name };
+	const uint32_t U = SYSOM_GPU_UNKNOWN;
+
+	if (g->device >= SYSOM_GPU_MAX_DEVICES)
+		return "device index out of range";
+	if (!strings_ok(b, strings, sizeof(strings) / sizeof(strings[0])))
+		return "string index out of range";
+	if (g->samples == 0)
+		return "no samples";
+	if (g->slowdown_samples > g->samples)
+		return "more slowdown samples than samples";
+	if ((g->reasons_any == SYSOM_GPU_UNKNOWN64) != (g->reasons_last == SYSOM_GPU_UNKNOWN64) ||
+	    (g->reasons_any != SYSOM_GPU_UNKNOWN64 && (g->reasons_last & ~g->reasons_any)))
+		return "last reasons not among the window's reasons";
+	if (g->reasons_any == SYSOM_GPU_UNKNOWN64 && g->slowdown_samples)
+		return "slowdown samples without reasons";
+	if ((g->sm_clock_min == U) != (g->sm_clock_last == U) ||
+	    (g->sm_clock_min != U && g->sm_clock_min > g->sm_clock_last))
+		return "SM clock minimum above its last value";
+	if ((g->temp_max == U) != (g->temp_last == U) ||
+	    (g->temp_max != U && g->temp_last > g->temp_max))
+		return "temperature above its maximum";
+	if ((g->power_max_mw == U) != (g->power_last_mw == U) ||
+	    (g->power_max_mw != U && g->power_last_mw > g->power_max_mw))
+		return "power above its maximum";
+	if ((g->util_gpu != U && g->util_gpu > 100) || (g->util_mem != U && g->util_mem > 100))
+		return "utilization above 100%";
+	if (g->flags & ~(uint32_t)SYSOM_GPU_FLAGS_ALL)
+		return "unknown flags";
+	if (g->xid_last && !g->xid_count)
+		return "Xid code without events";
+	return NULL;
+}
+
+int sysom_batch_set_gpu_health(struct sysom_batch *b, const struct sysom_gpu_health *g)
+{
+	int err;
+
+	if (sysom_gpu_health_problem(b, g))
+		return -EINVAL;
+	for (uint32_t i = 0; i < b->gpu_health_count; i++) {
+		if (b->gpu_health[i].device == g->device) {
+			b->gpu_health[i] = *g;
+			return 0;
+		}
+	}
+	if ((err = GROW(b->gpu_health, b->gpu_health_cap, b->gpu_health_count + 1)))
+		return err;
+	b->gpu_health[b->gpu_health_count++] = *g;
 	return 0;
 }
 
@@ -1763,6 +1862,48 @@ static void encode_identities(const struct sysom_batch *b, struct byte_buf *out)
 	}
 }
 
+static void encode_gpu_health(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->gpu_health_count; i++) {
+		const struct sysom_gpu_health *g = &b->gpu_health[i];
+		uint8_t *p = put_record(out, SYSOM_GPU_HEALTH_RECORD_SIZE);
+
+		if (!p)
+			return;
+		store_le32(p + WIRE_GPU_DEVICE, g->device);
+		store_le32(p + WIRE_GPU_UUID, g->uuid);
+		store_le32(p + WIRE_GPU_PCI_BUS_ID, g->pci_bus_id);
+		store_le32(p + WIRE_GPU_NAME, g->name);
+		store_le32(p + WIRE_GPU_SAMPLES, g->samples);
+		store_le32(p + WIRE_GPU_SLOWDOWN_SAMPLES, g->slowdown_samples);
+		store_le64(p + WIRE_GPU_REASONS_ANY, g->reasons_any);
+		store_le64(p + WIRE_GPU_REASONS_LAST, g->reasons_last);
+		store_le32(p + WIRE_GPU_SM_CLOCK_MIN, g->sm_clock_min);
+		store_le32(p + WIRE_GPU_SM_CLOCK_LAST, g->sm_clock_last);
+		store_le32(p + WIRE_GPU_SM_CLOCK_MAX, g->sm_clock_max);
+		store_le32(p + WIRE_GPU_MEM_CLOCK_LAST, g->mem_clock_last);
+		store_le32(p + WIRE_GPU_MEM_CLOCK_MAX, g->mem_clock_max);
+		store_le32(p + WIRE_GPU_TEMP_MAX, g->temp_max);
+		store_le32(p + WIRE_GPU_TEMP_LAST, g->temp_last);
+		store_le32(p + WIRE_GPU_TEMP_SLOWDOWN, g->temp_slowdown);
+		store_le32(p + WIRE_GPU_TEMP_SHUTDOWN, g->temp_shutdown);
+		store_le32(p + WIRE_GPU_POWER_MAX, g->power_max_mw);
+		store_le32(p + WIRE_GPU_POWER_LAST, g->power_last_mw);
+		store_le32(p + WIRE_GPU_POWER_LIMIT, g->power_limit_mw);
+		store_le32(p + WIRE_GPU_UTIL_GPU, g->util_gpu);
+		store_le32(p + WIRE_GPU_UTIL_MEM, g->util_mem);
+		store_le64(p + WIRE_GPU_ECC_CORRECTED, g->ecc_corrected);
+		store_le64(p + WIRE_GPU_ECC_UNCORRECTED, g->ecc_uncorrected);
+		store_le32(p + WIRE_GPU_RETIRED_SBE, g->retired_sbe);
+		store_le32(p + WIRE_GPU_RETIRED_DBE, g->retired_dbe);
+		store_le32(p + WIRE_GPU_PCIE_REPLAYS, g->pcie_replays);
+		store_le32(p + WIRE_GPU_FLAGS, g->flags);
+		store_le64(p + WIRE_GPU_NVLINK_ERRORS, g->nvlink_errors);
+		store_le32(p + WIRE_GPU_XID_COUNT, g->xid_count);
+		store_le32(p + WIRE_GPU_XID_LAST, g->xid_last);
+	}
+}
+
 int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 {
 	static const struct {
@@ -1789,6 +1930,7 @@ int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 		{ SYSOM_SECTION_OS_THREADS, encode_os_threads },
 		{ SYSOM_SECTION_OFFCPU, encode_offcpu },
 		{ SYSOM_SECTION_IDENTITIES, encode_identities },
+		{ SYSOM_SECTION_GPU_HEALTH, encode_gpu_health },
 	};
 	const size_t nsections = sizeof(order) / sizeof(order[0]);
 	struct section_entry entries[sizeof(order) / sizeof(order[0])];
@@ -1832,6 +1974,7 @@ int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 	entries[17].count = b->os_thread_count;
 	entries[18].count = b->offcpu_count;
 	entries[19].count = b->identity_count;
+	entries[20].count = b->gpu_health_count;
 
 	header = out->data + base; /* the buffer may have moved */
 	memcpy(header + WIRE_HDR_MAGIC, SYSOM_WIRE_MAGIC, 4);

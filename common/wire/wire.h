@@ -41,11 +41,11 @@
  */
 #define SYSOM_WIRE_MAGIC "SYSB"
 #define SYSOM_WIRE_MAJOR 1
-#define SYSOM_WIRE_MINOR 5 /* 1.1 added JOB_RANKS, COMMUNICATORS, NCCL_CALLS, LAUNCHES;
+#define SYSOM_WIRE_MINOR 6 /* 1.1 added JOB_RANKS, COMMUNICATORS, NCCL_CALLS, LAUNCHES;
 			     * 1.2 GPU_KERNELS, NCCL_PROFILES, NCCL_LINKS;
 			     * 1.3 OS_CPUS, OS_IRQS, OS_THREADS; 1.4 OFFCPU, NCCL_CALLS'
 			     * in-flight flag, object kind PYTHON (Python frames);
-			     * 1.5 IDENTITIES (24) */
+			     * 1.5 IDENTITIES (24); 1.6 GPU_HEALTH (21) */
 #define SYSOM_WIRE_HEADER_SIZE 64
 #define SYSOM_WIRE_SECTION_ENTRY_SIZE 16
 #define SYSOM_WIRE_MAX_SECTIONS 64
@@ -77,7 +77,9 @@ enum sysom_section_type {
 	SYSOM_SECTION_OS_THREADS = 18, /* 224-byte records: one per thread of a tracked process */
 	/* Minor 4: off-CPU (blocked) time per thread and stacks. (20 is kept for off-CPU too.) */
 	SYSOM_SECTION_OFFCPU = 19,     /* 56-byte records */
-	/* 20-23: reserved, skipped like any unknown section. */
+	/* 20, 22, 23: reserved, skipped like any unknown section. */
+	/* Minor 6: GPU health from NVML and the kernel log (agent/gpu/nvml.c). */
+	SYSOM_SECTION_GPU_HEALTH = 21, /* 144-byte records: one per GPU per window */
 	/* Minor 5: who a process belongs to (container, pod, Slurm job, systemd unit). */
 	SYSOM_SECTION_IDENTITIES = 24, /* 48-byte records */
 	SYSOM_SECTION_TYPE_MAX = SYSOM_SECTION_IDENTITIES,
@@ -103,6 +105,7 @@ enum sysom_section_type {
 #define SYSOM_OS_THREAD_RECORD_SIZE 224
 #define SYSOM_OFFCPU_RECORD_SIZE 56
 #define SYSOM_IDENTITY_RECORD_SIZE 48
+#define SYSOM_GPU_HEALTH_RECORD_SIZE 144
 
 /* What an object (the thing a frame's offset is relative to) is. */
 enum sysom_object_kind {
@@ -211,6 +214,14 @@ enum sysom_counter_id {
 	SYSOM_COUNTER_GPU_LOADER_EVENTS = 72,   /* processes that mapped NCCL/CUDA, seen by ld.so's
 						 * notification and attached at once */
 	SYSOM_COUNTER_GPU_LOADER_HELD = 73,     /* ... of those stopped until attached (hold) */
+	/* GPU health (minor 6, agent/gpu/nvml.c). */
+	SYSOM_COUNTER_NVML_SAMPLES = 74,        /* GPU readings taken (devices x samples) */
+	SYSOM_COUNTER_NVML_ERRORS = 75,         /* NVML queries that failed (not counting "not
+						 * supported"): those fields are unknown */
+	SYSOM_COUNTER_XID_EVENTS = 76,          /* NVRM Xid lines read from the kernel log */
+	SYSOM_COUNTER_XID_UNMATCHED = 77,       /* ... whose PCI address is no NVML device, or
+						 * that could not be parsed, or kernel log records
+						 * overwritten before they were read */
 	/* Hangs (issue 17): off-CPU blocks still in progress at a drain, delivered so far. */
 	SYSOM_COUNTER_OFFCPU_OPEN = 80,         /* OFFCPU rows that are the time so far of a block
 						 * still in progress (>= 1 s, jobs mode) */
@@ -617,6 +628,73 @@ struct sysom_batch;
 /* Why an identity record is invalid in batch `b` (for the builder and the decoder), or NULL. */
 const char *sysom_identity_problem(const struct sysom_batch *b, const struct sysom_identity *id);
 
+/* GPU_HEALTH (minor 6): what NVML said about one GPU over the window. A number NVML could not
+ * give (not supported, no permission, failed) is SYSOM_GPU_UNKNOWN (UINT32_MAX, or UINT64_MAX
+ * for the 64-bit fields), never a guess. Clock event ("throttle") reason bits are NVML's
+ * (nvmlClocksEventReason*, values from nvml.h), below. */
+#define SYSOM_GPU_UNKNOWN UINT32_MAX
+#define SYSOM_GPU_UNKNOWN64 UINT64_MAX
+#define SYSOM_GPU_MAX_DEVICES 64 /* device index bound */
+
+#define SYSOM_GPU_REASON_IDLE 0x1ull            /* nvmlClocksEventReasonGpuIdle */
+#define SYSOM_GPU_REASON_APP_CLOCKS 0x2ull      /* ...ApplicationsClocksSetting */
+#define SYSOM_GPU_REASON_SW_POWER_CAP 0x4ull    /* ...SwPowerCap */
+#define SYSOM_GPU_REASON_HW_SLOWDOWN 0x8ull     /* nvmlClocksThrottleReasonHwSlowdown */
+#define SYSOM_GPU_REASON_SYNC_BOOST 0x10ull     /* ...SyncBoost */
+#define SYSOM_GPU_REASON_SW_THERMAL 0x20ull     /* ...SwThermalSlowdown */
+#define SYSOM_GPU_REASON_HW_THERMAL 0x40ull     /* nvmlClocksThrottleReasonHwThermalSlowdown */
+#define SYSOM_GPU_REASON_HW_POWER_BRAKE 0x80ull /* ...HwPowerBrakeSlowdown */
+#define SYSOM_GPU_REASON_DISPLAY_CLOCKS 0x100ull /* ...DisplayClockSetting */
+/* Reasons that slow a busy GPU down (idle, application clocks and display clocks do not). */
+#define SYSOM_GPU_REASONS_SLOWDOWN                                                                  \
+	(SYSOM_GPU_REASON_SW_POWER_CAP | SYSOM_GPU_REASON_HW_SLOWDOWN | SYSOM_GPU_REASON_SYNC_BOOST | \
+	 SYSOM_GPU_REASON_SW_THERMAL | SYSOM_GPU_REASON_HW_THERMAL | SYSOM_GPU_REASON_HW_POWER_BRAKE)
+
+enum sysom_gpu_health_flags {
+	SYSOM_GPU_REMAPPED_ROWS = 1u << 0, /* retired_sbe/dbe are remapped rows (corrected,
+					    * uncorrected), not retired pages */
+	SYSOM_GPU_RETIRE_PENDING = 1u << 1, /* a page retirement or row remap waits for a reset */
+	SYSOM_GPU_REMAP_FAILED = 1u << 2,   /* a row remap failed */
+	SYSOM_GPU_FLAGS_ALL = 0x7u,
+};
+
+/* "sw_power_cap,hw_thermal" style names of `reasons` (idle etc. included) into buf; "" for 0. */
+void sysom_gpu_reasons_format(uint64_t reasons, char *buf, size_t len);
+
+/* GPU_HEALTH record (144 bytes): one per GPU per window. Fast-moving fields (clocks, reasons,
+ * temperature, power, utilization) are sampled every second: `samples` readings, the lowest
+ * and last SM clock, the highest temperature and power, the reasons seen in any sample (a
+ * throttle of 200 ms shows when it overlapped a sample) and how many samples had a slowdown
+ * reason. Counters (ECC, pages, PCIe replays, NVLink errors) are the values at the window's
+ * end (cumulative since the driver loaded); Xid events are those logged in the window. */
+struct sysom_gpu_health {
+	uint32_t device;            /* NVML index, < SYSOM_GPU_MAX_DEVICES, unique in a batch */
+	uint32_t uuid;              /* string: "GPU-..." or "" */
+	uint32_t pci_bus_id;        /* string: "00000000:3B:00.0" or "" */
+	uint32_t name;              /* string: product name or "" */
+	uint32_t samples;           /* >= 1 */
+	uint32_t slowdown_samples;  /* samples with a SYSOM_GPU_REASONS_SLOWDOWN bit, <= samples */
+	uint64_t reasons_any;       /* OR of the samples' reasons, or UNKNOWN64 */
+	uint64_t reasons_last;      /* UNKNOWN64 when unknown */
+	uint32_t sm_clock_min, sm_clock_last, sm_clock_max; /* MHz; max: the GPU's maximum */
+	uint32_t mem_clock_last, mem_clock_max;             /* MHz */
+	uint32_t temp_max, temp_last;                       /* °C */
+	uint32_t temp_slowdown, temp_shutdown;              /* °C thresholds */
+	uint32_t power_max_mw, power_last_mw, power_limit_mw; /* mW; limit: enforced */
+	uint32_t util_gpu, util_mem;                        /* %, last sample */
+	uint64_t ecc_corrected, ecc_uncorrected;            /* volatile counts */
+	uint32_t retired_sbe, retired_dbe;                  /* pages (or rows, see flags) */
+	uint32_t pcie_replays;
+	uint32_t flags;                                     /* enum sysom_gpu_health_flags */
+	uint64_t nvlink_errors;     /* sum over links and counters (replay, recovery, CRC, ECC) */
+	uint32_t xid_count;         /* Xid events in the window (0 also when unreadable) */
+	uint32_t xid_last;          /* the last one's code, 0 none */
+};
+
+/* Why a GPU_HEALTH record is invalid in batch `b` (for the builder and the decoder), or NULL. */
+const char *sysom_gpu_health_problem(const struct sysom_batch *b,
+				     const struct sysom_gpu_health *g);
+
 /* Decoder limits: everything a peer controls is bounded. */
 struct sysom_wire_limits {
 	uint32_t max_strings;
@@ -641,6 +719,7 @@ struct sysom_wire_limits {
 	uint32_t max_os_threads;
 	uint32_t max_offcpu;
 	uint32_t max_identities;
+	uint32_t max_gpu_health;
 };
 
 /* The defaults: generous for one node's 30 s window, small enough to bound server memory. */
@@ -712,6 +791,8 @@ struct sysom_batch {
 	uint32_t offcpu_count, offcpu_cap;
 	struct sysom_identity *identities;
 	uint32_t identity_count, identity_cap;
+	struct sysom_gpu_health *gpu_health;
+	uint32_t gpu_health_count, gpu_health_cap;
 
 	struct batch_dedup *dedup; /* builder indexes; NULL in decoded batches */
 };
@@ -780,6 +861,10 @@ int sysom_batch_add_offcpu(struct sysom_batch *b, const struct sysom_offcpu *o);
 /* One identity per process: a second call for the same process replaces the first. -EINVAL
  * for what the decoder would reject (sysom_identity_problem). */
 int sysom_batch_set_identity(struct sysom_batch *b, const struct sysom_identity *id);
+
+/* One GPU_HEALTH record per device: a second call for the same device replaces the first.
+ * -EINVAL for what the decoder would reject (sysom_gpu_health_problem). */
+int sysom_batch_set_gpu_health(struct sysom_batch *b, const struct sysom_gpu_health *g);
 
 /* Frames of stack `idx` (borrowed). */
 static inline const struct sysom_frame *sysom_batch_stack_frames(const struct sysom_batch *b,

@@ -97,6 +97,8 @@ static const char *section_name(uint16_t type)
 		return "OFFCPU";
 	case SYSOM_SECTION_IDENTITIES:
 		return "IDENTITIES";
+	case SYSOM_SECTION_GPU_HEALTH:
+		return "GPU_HEALTH";
 	}
 	return "unknown";
 }
@@ -1194,6 +1196,65 @@ cleanup:
 	return err;
 }
 
+static int decode_gpu_health(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	uint64_t seen = 0; /* devices (< SYSOM_GPU_MAX_DEVICES = 64) */
+	int err;
+
+	_Static_assert(SYSOM_GPU_MAX_DEVICES <= 64, "device bitmap");
+	if ((err = check_count(d, s, d->limits->max_gpu_health, SYSOM_GPU_HEALTH_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->gpu_health, &b->gpu_health_cap, s->count,
+			       sizeof(*b->gpu_health))))
+		return err;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_GPU_HEALTH_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_gpu_health *g = &b->gpu_health[i];
+		const char *problem;
+
+		g->device = load_le32(p + WIRE_GPU_DEVICE);
+		g->uuid = load_le32(p + WIRE_GPU_UUID);
+		g->pci_bus_id = load_le32(p + WIRE_GPU_PCI_BUS_ID);
+		g->name = load_le32(p + WIRE_GPU_NAME);
+		g->samples = load_le32(p + WIRE_GPU_SAMPLES);
+		g->slowdown_samples = load_le32(p + WIRE_GPU_SLOWDOWN_SAMPLES);
+		g->reasons_any = load_le64(p + WIRE_GPU_REASONS_ANY);
+		g->reasons_last = load_le64(p + WIRE_GPU_REASONS_LAST);
+		g->sm_clock_min = load_le32(p + WIRE_GPU_SM_CLOCK_MIN);
+		g->sm_clock_last = load_le32(p + WIRE_GPU_SM_CLOCK_LAST);
+		g->sm_clock_max = load_le32(p + WIRE_GPU_SM_CLOCK_MAX);
+		g->mem_clock_last = load_le32(p + WIRE_GPU_MEM_CLOCK_LAST);
+		g->mem_clock_max = load_le32(p + WIRE_GPU_MEM_CLOCK_MAX);
+		g->temp_max = load_le32(p + WIRE_GPU_TEMP_MAX);
+		g->temp_last = load_le32(p + WIRE_GPU_TEMP_LAST);
+		g->temp_slowdown = load_le32(p + WIRE_GPU_TEMP_SLOWDOWN);
+		g->temp_shutdown = load_le32(p + WIRE_GPU_TEMP_SHUTDOWN);
+		g->power_max_mw = load_le32(p + WIRE_GPU_POWER_MAX);
+		g->power_last_mw = load_le32(p + WIRE_GPU_POWER_LAST);
+		g->power_limit_mw = load_le32(p + WIRE_GPU_POWER_LIMIT);
+		g->util_gpu = load_le32(p + WIRE_GPU_UTIL_GPU);
+		g->util_mem = load_le32(p + WIRE_GPU_UTIL_MEM);
+		g->ecc_corrected = load_le64(p + WIRE_GPU_ECC_CORRECTED);
+		g->ecc_uncorrected = load_le64(p + WIRE_GPU_ECC_UNCORRECTED);
+		g->retired_sbe = load_le32(p + WIRE_GPU_RETIRED_SBE);
+		g->retired_dbe = load_le32(p + WIRE_GPU_RETIRED_DBE);
+		g->pcie_replays = load_le32(p + WIRE_GPU_PCIE_REPLAYS);
+		g->flags = load_le32(p + WIRE_GPU_FLAGS);
+		g->nvlink_errors = load_le64(p + WIRE_GPU_NVLINK_ERRORS);
+		g->xid_count = load_le32(p + WIRE_GPU_XID_COUNT);
+		g->xid_last = load_le32(p + WIRE_GPU_XID_LAST);
+		if ((problem = sysom_gpu_health_problem(b, g)))
+			return CORRUPT(d, at, "GPU_HEALTH record %u: %s", i, problem);
+		if (seen & (1ull << g->device))
+			return CORRUPT(d, at + WIRE_GPU_DEVICE, "GPU_HEALTH record %u: device %u repeated",
+				       i, g->device);
+		seen |= 1ull << g->device;
+		b->gpu_health_count++;
+	}
+	return 0;
+}
+
 static int read_header(struct decoder *d, struct section *sections,
 		       size_t nknown)
 {
@@ -1376,6 +1437,8 @@ uint64_t sysom_batch_decode_memory(const void *data, size_t len,
 							    : 1;
 		temporary = t > temporary ? t : temporary;
 	}
+	arrays += fixed_array(&sections[SYSOM_SECTION_GPU_HEALTH], l->max_gpu_health,
+			      SYSOM_GPU_HEALTH_RECORD_SIZE, sizeof(*b->gpu_health));
 	/* Temporaries live one section at a time, after that section's array. */
 	return arrays + temporary;
 }
@@ -1416,6 +1479,7 @@ int sysom_batch_decode(const void *data, size_t len, const struct sysom_wire_lim
 		{ SYSOM_SECTION_OS_THREADS, decode_os_threads },
 		{ SYSOM_SECTION_OFFCPU, decode_offcpu },
 		{ SYSOM_SECTION_IDENTITIES, decode_identities },
+		{ SYSOM_SECTION_GPU_HEALTH, decode_gpu_health },
 	};
 	int rc;
 

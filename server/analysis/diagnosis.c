@@ -12,6 +12,7 @@
 #include "common/hash.h"
 #include "server/analysis/seqmatch.h"
 #include "server/analysis/diagnosis_render.h"
+#include "server/analysis/gpuhealth.h"
 #include "server/query/folded.h"
 #include "server/analysis/layers.h"
 #include "server/query/limits.h"
@@ -957,13 +958,47 @@ static struct diagnosis *diagnose(const struct diagnosis_ctx *ctx, const struct 
 	diagnose_os(ctx, range, osr, g, ranks, s, &d->os, &top_irq);
 	os_top = d->os.top;
 	if (gv == GPU_UNIFORM) {
+		struct diagnosis_gpu_hw *hw = &d->gpu.hw;
+
 		d->layer = DIAGNOSIS_LAYER_GPU;
-		snprintf(summary, sizeof(d->summary),
-			 "every kernel runs %.2fx slower on rank %d than on the healthy ranks: a uniform "
-			 "GPU slowdown, hardware suspected", slowdown, s);
-		snprintf(action, sizeof(d->action),
-			 "check the GPU of rank %d: clocks and throttle reasons, temperature, power, ECC "
-			 "(nvidia-smi -q -d PERFORMANCE,CLOCK,TEMPERATURE,POWER,ECC)", s);
+		if (gpuhealth_lookup(ctx->store, range->job, s, g->host[s], range->from_ms,
+				     range->to_ms, hw) == -ENOMEM) {
+			diagnosis_free(d);
+			return NULL;
+		}
+		if (hw->confirmed) {
+			char temp[64] = "";
+			if (hw->temp_max != SYSOM_GPU_UNKNOWN)
+				snprintf(temp, sizeof(temp), ", up to %u C", hw->temp_max);
+			int n = snprintf(summary, sizeof(d->summary),
+				 "every kernel runs %.2fx slower on rank %d than on the healthy ranks; "
+				 "CONFIRMED hardware cause on its GPU %u (%.16s%s): %.220s; SM clock %u-%u "
+				 "MHz%s", slowdown, s, hw->device, hw->pci_bus_id[0] ? hw->pci_bus_id : "?",
+				 hw->by_local_rank ? "" : ", the node's GPU with the strongest evidence",
+				 hw->cause, hw->sm_clock_min, hw->sm_clock_max, temp);
+			n += snprintf(action, sizeof(d->action),
+				 "%s GPU %u (%.16s) on %.64s of rank %d: %s; drain the node from the job if "
+				 "it persists",
+				 strstr(hw->cause, "thermal") || strstr(hw->cause, "temperature")
+					 ? "cool"
+					 : "service",
+				 hw->device, hw->pci_bus_id, g->host[s] ? g->host[s] : "?", s,
+				 strstr(hw->cause, "thermal") || strstr(hw->cause, "temperature")
+					 ? "check its fans, airflow and inlet temperature"
+				 : strstr(hw->cause, "power") ? "check the power limit and the PSU/brake"
+							      : "check ECC, Xid and the PCIe/NVLink link");
+			(void)n; /* long causes are cut */
+		} else {
+			snprintf(summary, sizeof(d->summary),
+				 "every kernel runs %.2fx slower on rank %d than on the healthy ranks: a "
+				 "uniform GPU slowdown, hardware suspected%s", slowdown, s,
+				 hw->present ? " (its GPU reported no throttle reason, thermal limit or "
+					       "error)" : "");
+			snprintf(action, sizeof(d->action),
+				 "check the GPU of rank %d: clocks and throttle reasons, temperature, "
+				 "power, ECC (nvidia-smi -q -d PERFORMANCE,CLOCK,TEMPERATURE,POWER,ECC)",
+				 s);
+		}
 	} else if (gv == GPU_KERNEL_SPECIFIC || gv == GPU_ONE_KERNEL) {
 		d->layer = DIAGNOSIS_LAYER_GPU;
 		snprintf(summary, sizeof(d->summary),

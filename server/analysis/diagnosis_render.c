@@ -13,6 +13,8 @@ static json_t *real_or_null(double v)
 	return isfinite(v) ? json_real(v) : json_null();
 }
 
+static json_t *gpu_hw_json(const struct diagnosis_gpu_hw *h);
+
 static json_t *gpu_json(const struct diagnosis_gpu *g)
 {
 	json_t *kernels = json_array(), *out;
@@ -35,9 +37,40 @@ static json_t *gpu_json(const struct diagnosis_gpu *g)
 						"healthy_median_ns", k->healthy_ns, "ratio",
 						k->mean_ns / k->healthy_ns, "launch_stacks", stacks));
 	}
-	out = json_pack("{s:s,s:f,s:o}", "verdict", layers_gpu_verdict_name(g->verdict), "slowdown",
-			g->slowdown, "kernels", kernels);
+	out = json_pack("{s:s,s:f,s:o,s:o}", "verdict", layers_gpu_verdict_name(g->verdict),
+			"slowdown", g->slowdown, "kernels", kernels, "hardware", gpu_hw_json(&g->hw));
 	return out ? out : json_null();
+}
+
+static json_t *hw_u32(uint32_t v)
+{
+	return v == SYSOM_GPU_UNKNOWN ? json_null() : json_integer((json_int_t)v);
+}
+
+/* The straggler's GPU as NVML saw it (null: no GPU health for its node). */
+static json_t *gpu_hw_json(const struct diagnosis_gpu_hw *h)
+{
+	json_t *o;
+
+	if (!h->present)
+		return json_null();
+	o = json_pack("{s:b,s:b,s:I,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:I,"
+		      "s:I,s:I}",
+		      "confirmed", h->confirmed, "matched_by_local_rank", h->by_local_rank, "device",
+		      (json_int_t)h->device, "uuid", h->uuid, "pci_bus_id", h->pci_bus_id, "name",
+		      h->name, "reasons", h->reasons, "cause", h->cause, "windows",
+		      (json_int_t)h->windows, "samples", (json_int_t)h->samples, "slowdown_samples",
+		      (json_int_t)h->slowdown_samples, "sm_clock_min_mhz", hw_u32(h->sm_clock_min),
+		      "sm_clock_max_mhz", hw_u32(h->sm_clock_max), "temp_max_c", hw_u32(h->temp_max),
+		      "temp_slowdown_c", hw_u32(h->temp_slowdown), "power_max_mw",
+		      hw_u32(h->power_max_mw), "power_limit_mw", hw_u32(h->power_limit_mw),
+		      "ecc_uncorrected",
+		      h->ecc_uncorrected == SYSOM_GPU_UNKNOWN64 || h->ecc_uncorrected > INT64_MAX
+			      ? json_null()
+			      : json_integer((json_int_t)h->ecc_uncorrected),
+		      "retired_dbe", (json_int_t)h->retired_dbe, "xid_count", (json_int_t)h->xid_count,
+		      "xid_last", (json_int_t)h->xid_last);
+	return o ? o : json_null();
 }
 
 static json_t *cpu_json(const struct diagnosis_cpu *c)

@@ -49,10 +49,28 @@ struct diagnosis_kernel {
 	size_t nstacks;
 };
 
+/* What the straggler's GPU said about itself (NVML, wire 1.6) over the analysed range. */
+struct diagnosis_gpu_hw {
+	bool present;           /* GPU health of the rank's node was found (rendered null if not) */
+	bool confirmed;         /* a hardware cause was seen: the verdict names it */
+	bool by_local_rank;     /* the GPU is the rank's local rank's; else the node's worst GPU */
+	uint32_t device, windows;
+	char uuid[96], pci_bus_id[32], name[96];
+	uint64_t reasons_seen;  /* clock event reason bits seen in any sample */
+	char reasons[256];      /* slowdown reasons seen ("hw_thermal_slowdown,..."), "" none */
+	char cause[256];        /* in words, for the summary ("thermal throttling (...)") */
+	uint32_t samples, slowdown_samples;
+	uint32_t sm_clock_min, sm_clock_max, temp_max, temp_slowdown; /* SYSOM_GPU_UNKNOWN */
+	uint32_t power_max_mw, power_limit_mw;
+	uint64_t ecc_uncorrected;    /* SYSOM_GPU_UNKNOWN64 */
+	uint32_t retired_dbe, xid_count, xid_last;
+};
+
 struct diagnosis_gpu {
 	bool present;           /* false: the layer could not be evaluated (rendered null) */
 	enum gpu_verdict verdict;
 	double slowdown;
+	struct diagnosis_gpu_hw hw;
 	struct diagnosis_kernel kernels[DIAGNOSIS_TOP]; /* largest excess first */
 	size_t nkernels;
 };

@@ -73,6 +73,8 @@ void api_diagnosis_ctx(struct api *api, struct diagnosis_ctx *ctx);
 
 /* GET /api/v1/nodes (ctx: struct api). */
 void api_nodes_get(void *ctx, const struct http_request *req, struct http_response *resp);
+/* GET /api/v1/nodes/{node}/gpus: the node's GPU health windows (from, to, limit). */
+void api_node_get(void *ctx, const struct http_request *req, struct http_response *resp);
 /* GET /api/v1/processes?node=&pid=&comm=&from=&to=&limit= */
 void api_processes_get(void *ctx, const struct http_request *req, struct http_response *resp);
 /* GET /api/v1/flamegraph?node=&pid=&comm=&job=&from=&to=&format=folded|json&kind=cpu|gpu-launch&limit= */
@@ -112,7 +114,7 @@ struct api_route_limits {
 };
 
 /* 3 ingest + 19 query GET + 3 web UI (/, /ui, /ui/...) + 3 under jobs + 4 symbol repository */
-#define API_ROUTE_COUNT 32
+#define API_ROUTE_COUNT 33
 
 /*
  * Fills `out` with the server's routes, in matching order: the agent-facing ones of `in`

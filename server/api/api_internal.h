@@ -39,6 +39,8 @@ unsigned api__method_scopes(const struct http_request *req);
 
 /* Answers a storage error `rc` (negative errno): 503 when busy or out of memory, else 500. */
 void api__store_error(struct http_response *resp, int rc);
+/* One GPU health window as JSON (view_gpu_health.c), or NULL without memory. */
+json_t *api__gpu_health_json(const struct store_gpu_health *g);
 
 /* "0x<hex>" of v as a JSON string; NULL when out of memory. */
 json_t *api__json_hex_u64(uint64_t v);

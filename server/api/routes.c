@@ -60,6 +60,7 @@ JOB_HANDLER(job_trace_get, api__job_trace)
 /* Every query route (ctx: struct api, set when the table is used). */
 static const struct http_route query_routes[] = {
 	{ "GET", "/api/v1/nodes", false, api_nodes_get, NULL, 0, 0 },
+	{ "GET", "/api/v1/nodes/", true, api_node_get, NULL, 0, 0 }, /* /nodes/{node}/gpus */
 	{ "GET", "/api/v1/processes", false, api_processes_get, NULL, 0, 0 },
 	{ "GET", "/api/v1/flamegraph", false, api_flamegraph_get, NULL, 0, 0 },
 	{ "GET", "/api/v1/flamegraph/diff", false, api_flamegraph_diff_get, NULL, 0, 0 },

@@ -312,6 +312,9 @@ int store__sqlite_job_ranks_list(struct store *s, const char *job, uint32_t limi
 				 store_job_rank_fn fn, void *arg);
 int store__sqlite_job_communicators_list(struct store *s, const char *job, uint32_t limit,
 					 store_job_communicator_fn fn, void *arg);
+/* sqlite_read_gpu.c */
+int store__sqlite_gpu_health_list(struct store *s, const char *node, int64_t from_ms,
+				  int64_t to_ms, uint32_t limit, store_gpu_health_fn fn, void *arg);
 /* sqlite_read_collectives.c */
 int store__sqlite_collectives_list(struct store *s, const struct store_collective_filter *f,
 				   uint32_t max_instances, store_collective_fn fn, void *arg);

@@ -117,6 +117,7 @@ static const struct store_ops sqlite_ops = {
 	.jobs_list = store__sqlite_jobs_list,
 	.jobs_list_identity = store__sqlite_jobs_list_identity,
 	.job_ranks_list = store__sqlite_job_ranks_list,
+	.gpu_health_list = store__sqlite_gpu_health_list,
 	.job_communicators_list = store__sqlite_job_communicators_list,
 	.collectives_list = store__sqlite_collectives_list,
 	.job_gpu = store__sqlite_job_gpu,

@@ -156,3 +156,93 @@ int store__sqlite_job_gpu(struct store *base, const struct store_gpu_filter *f, 
 cleanup:
 	return store__read_end(s, c, rc);
 }
+
+/* ---- GPU health (wire 1.6) -------------------------------------------------------------------- */
+
+static const char gpu_health_list_sql[] =
+	"SELECT n.node_id, n.hostname, g.window_start_ns, g.window_end_ns, g.device, g.uuid,"
+	" g.pci_bus_id, g.name, g.samples, g.slowdown_samples, g.reasons_any, g.reasons_last,"
+	" g.sm_clock_min, g.sm_clock_last, g.sm_clock_max, g.mem_clock_last, g.mem_clock_max,"
+	" g.temp_max, g.temp_last, g.temp_slowdown, g.temp_shutdown, g.power_max_mw,"
+	" g.power_last_mw, g.power_limit_mw, g.util_gpu, g.util_mem, g.ecc_corrected,"
+	" g.ecc_uncorrected, g.retired_sbe, g.retired_dbe, g.pcie_replays, g.flags,"
+	" g.nvlink_errors, g.xid_count, g.xid_last"
+	" FROM gpu_health g JOIN nodes n ON n.id = g.node"
+	" WHERE (?1 IS NULL OR n.node_id = lower(?1) OR n.hostname = ?1)"
+	" AND g.window_end_ns >= ?2 * 1000000 AND g.window_end_ns <= ?3 * 1000000 + 999999"
+	" ORDER BY n.hostname, n.node_id, g.device, g.window_end_ns LIMIT ?4";
+
+static uint32_t col_u32(sqlite3_stmt *st, int i)
+{
+	return sqlite3_column_type(st, i) == SQLITE_NULL ? SYSOM_GPU_UNKNOWN
+							 : (uint32_t)sqlite3_column_int64(st, i);
+}
+
+static uint64_t col_u64(sqlite3_stmt *st, int i)
+{
+	return sqlite3_column_type(st, i) == SQLITE_NULL ? SYSOM_GPU_UNKNOWN64
+							 : store__u64(sqlite3_column_int64(st, i));
+}
+
+struct gpu_health_visit {
+	store_gpu_health_fn fn;
+	void *arg;
+};
+
+static int gpu_health_row(void *ctx, sqlite3_stmt *st)
+{
+	const struct gpu_health_visit *v = ctx;
+	struct store_gpu_health g = {
+		.hostname = store__text(st, 1),
+		.window_start_ns = sqlite3_column_int64(st, 2),
+		.window_end_ns = sqlite3_column_int64(st, 3),
+		.uuid = store__text(st, 5),
+		.pci_bus_id = store__text(st, 6),
+		.name = store__text(st, 7),
+	};
+	struct sysom_gpu_health *h = &g.h;
+	int c = 8;
+
+	store__text_copy(st, 0, g.node_id, sizeof(g.node_id));
+	h->device = (uint32_t)sqlite3_column_int64(st, 4);
+	h->samples = col_u32(st, c++);
+	h->slowdown_samples = col_u32(st, c++);
+	h->reasons_any = col_u64(st, c++);
+	h->reasons_last = col_u64(st, c++);
+	h->sm_clock_min = col_u32(st, c++);
+	h->sm_clock_last = col_u32(st, c++);
+	h->sm_clock_max = col_u32(st, c++);
+	h->mem_clock_last = col_u32(st, c++);
+	h->mem_clock_max = col_u32(st, c++);
+	h->temp_max = col_u32(st, c++);
+	h->temp_last = col_u32(st, c++);
+	h->temp_slowdown = col_u32(st, c++);
+	h->temp_shutdown = col_u32(st, c++);
+	h->power_max_mw = col_u32(st, c++);
+	h->power_last_mw = col_u32(st, c++);
+	h->power_limit_mw = col_u32(st, c++);
+	h->util_gpu = col_u32(st, c++);
+	h->util_mem = col_u32(st, c++);
+	h->ecc_corrected = col_u64(st, c++);
+	h->ecc_uncorrected = col_u64(st, c++);
+	h->retired_sbe = col_u32(st, c++);
+	h->retired_dbe = col_u32(st, c++);
+	h->pcie_replays = col_u32(st, c++);
+	h->flags = col_u32(st, c++);
+	h->nvlink_errors = col_u64(st, c++);
+	h->xid_count = col_u32(st, c++);
+	h->xid_last = col_u32(st, c++);
+	return v->fn(v->arg, &g);
+}
+
+int store__sqlite_gpu_health_list(struct store *base, const char *node, int64_t from_ms,
+				  int64_t to_ms, uint32_t limit, store_gpu_health_fn fn, void *arg)
+{
+	struct gpu_health_visit v = { fn, arg };
+
+	return store__read(store__sqlite(base), &(struct store__query){
+		.sql = gpu_health_list_sql,
+		.args = STORE__ARGS(node ? STORE__TEXT(node) : STORE__NULL, STORE__INT(from_ms),
+				    STORE__INT(to_ms), STORE__INT(limit)),
+		.row = gpu_health_row, .ctx = &v });
+}

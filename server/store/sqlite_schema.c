@@ -390,6 +390,27 @@ static const char *const migrations[] = {
 	"CREATE INDEX process_identities_container ON process_identities(container_id);"
 	"CREATE INDEX process_identities_slurm ON process_identities(slurm_job);"
 	"CREATE INDEX process_identities_unit ON process_identities(unit);",
+	/* GPU health per GPU per window (wire 1.6 GPU_HEALTH, agent/gpu/nvml.c): NULL where NVML
+	 * could not say. reasons_any: clock event reason bits seen in any sample. */
+	"CREATE TABLE gpu_health ("
+	"  node INTEGER NOT NULL REFERENCES nodes(id),"
+	"  window_start_ns INTEGER NOT NULL,"
+	"  window_end_ns INTEGER NOT NULL,"
+	"  device INTEGER NOT NULL,"
+	"  uuid TEXT NOT NULL, pci_bus_id TEXT NOT NULL, name TEXT NOT NULL,"
+	"  samples INTEGER NOT NULL, slowdown_samples INTEGER NOT NULL,"
+	"  reasons_any INTEGER, reasons_last INTEGER,"
+	"  sm_clock_min INTEGER, sm_clock_last INTEGER, sm_clock_max INTEGER,"
+	"  mem_clock_last INTEGER, mem_clock_max INTEGER,"
+	"  temp_max INTEGER, temp_last INTEGER, temp_slowdown INTEGER, temp_shutdown INTEGER,"
+	"  power_max_mw INTEGER, power_last_mw INTEGER, power_limit_mw INTEGER,"
+	"  util_gpu INTEGER, util_mem INTEGER,"
+	"  ecc_corrected INTEGER, ecc_uncorrected INTEGER,"
+	"  retired_sbe INTEGER, retired_dbe INTEGER, pcie_replays INTEGER, flags INTEGER NOT NULL,"
+	"  nvlink_errors INTEGER, xid_count INTEGER NOT NULL, xid_last INTEGER NOT NULL,"
+	"  PRIMARY KEY (node, device, window_end_ns)"
+	");"
+	"CREATE INDEX gpu_health_time ON gpu_health(window_end_ns);",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

@@ -248,6 +248,44 @@ static int nccl_link_insert(struct conn *c, const struct sysom_batch *b,
 			STORE__INT(l->min_points)) });
 }
 
+static const char gpu_health_sql[] =
+	"INSERT OR REPLACE INTO gpu_health (node, window_start_ns, window_end_ns, device, uuid,"
+	" pci_bus_id, name, samples, slowdown_samples, reasons_any, reasons_last, sm_clock_min,"
+	" sm_clock_last, sm_clock_max, mem_clock_last, mem_clock_max, temp_max, temp_last,"
+	" temp_slowdown, temp_shutdown, power_max_mw, power_last_mw, power_limit_mw, util_gpu,"
+	" util_mem, ecc_corrected, ecc_uncorrected, retired_sbe, retired_dbe, pcie_replays, flags,"
+	" nvlink_errors, xid_count, xid_last) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,"
+	" ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27,"
+	" ?28, ?29, ?30, ?31, ?32, ?33, ?34)";
+
+#define U32(v) ((v) == SYSOM_GPU_UNKNOWN ? STORE__NULL : STORE__INT(v))
+#define U64(v) ((v) == SYSOM_GPU_UNKNOWN64 ? STORE__NULL : STORE__INT(store__clamp(v)))
+
+static int gpu_health_insert(struct conn *c, const struct sysom_batch *b,
+			     const struct sysom_gpu_health *g, const struct store__batch_ids *ids)
+{
+	return store__query(c, &(struct store__query){
+		.sql = gpu_health_sql,
+		.args = STORE__ARGS(
+			STORE__INT(ids->node), STORE__INT(store__clamp(b->window_start_ns)),
+			STORE__INT(store__clamp(b->window_end_ns)), STORE__INT(g->device),
+			STORE__TEXT(sysom_batch_string(b, g->uuid)),
+			STORE__TEXT(sysom_batch_string(b, g->pci_bus_id)),
+			STORE__TEXT(sysom_batch_string(b, g->name)), STORE__INT(g->samples),
+			STORE__INT(g->slowdown_samples), U64(g->reasons_any), U64(g->reasons_last),
+			U32(g->sm_clock_min), U32(g->sm_clock_last), U32(g->sm_clock_max),
+			U32(g->mem_clock_last), U32(g->mem_clock_max), U32(g->temp_max),
+			U32(g->temp_last), U32(g->temp_slowdown), U32(g->temp_shutdown),
+			U32(g->power_max_mw), U32(g->power_last_mw), U32(g->power_limit_mw),
+			U32(g->util_gpu), U32(g->util_mem), U64(g->ecc_corrected),
+			U64(g->ecc_uncorrected), U32(g->retired_sbe), U32(g->retired_dbe),
+			U32(g->pcie_replays), STORE__INT(g->flags), U64(g->nvlink_errors),
+			STORE__INT(g->xid_count), STORE__INT(g->xid_last)) });
+}
+
+#undef U32
+#undef U64
+
 int store__batch_write_gpu(struct conn *c, const struct sysom_batch *b,
 			   const struct store__batch_ids *ids, struct store_put_result *r)
 {
@@ -259,6 +297,9 @@ int store__batch_write_gpu(struct conn *c, const struct sysom_batch *b,
 	r->job_ranks = b->job_rank_count;
 	for (uint32_t i = 0; i < b->identity_count; i++)
 		if ((rc = identity_upsert(c, b, &b->identities[i], ids)))
+			return rc;
+	for (uint32_t i = 0; i < b->gpu_health_count; i++)
+		if ((rc = gpu_health_insert(c, b, &b->gpu_health[i], ids)))
 			return rc;
 	/* A repeated (process, key) updates the row: the last record wins. */
 	for (uint32_t i = 0; i < b->communicator_count; i++)

@@ -134,6 +134,14 @@ int store_jobs_list_identity(struct store *s, const struct store_sample_filter *
 	return s->ops->jobs_list_identity(s, f, limit, fn, arg);
 }
 
+int store_gpu_health_list(struct store *s, const char *node, int64_t from_ms, int64_t to_ms,
+			  uint32_t limit, store_gpu_health_fn fn, void *arg)
+{
+	if (!s->ops->gpu_health_list)
+		return -ENOTSUP;
+	return s->ops->gpu_health_list(s, node, from_ms, to_ms, limit, fn, arg);
+}
+
 int store_job_ranks_list(struct store *s, const char *job, uint32_t limit, store_job_rank_fn fn,
 			 void *arg)
 {

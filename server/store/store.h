@@ -381,6 +381,27 @@ typedef int (*store_job_rank_fn)(void *arg, const struct store_job_rank *r);
 int store_job_ranks_list(struct store *s, const char *job, uint32_t limit, store_job_rank_fn fn,
 			 void *arg);
 
+/* One GPU's health over one agent window (wire 1.6 GPU_HEALTH); unknown numbers are
+ * SYSOM_GPU_UNKNOWN / SYSOM_GPU_UNKNOWN64 in `h` (its string fields are not used); strings
+ * borrowed for the callback only. */
+struct store_gpu_health {
+	char node_id[2 * SYSOM_NODE_ID_SIZE + 1];
+	const char *hostname;
+	int64_t window_start_ns, window_end_ns;
+	const char *uuid, *pci_bus_id, *name;
+	struct sysom_gpu_health h;
+};
+
+typedef int (*store_gpu_health_fn)(void *arg, const struct store_gpu_health *g);
+
+/*
+ * Calls `fn` for up to `limit` GPU windows of node `node` (node id hex or hostname; NULL:
+ * every node) that end within [from_ms, to_ms], by node, device, then window end. Returns 0,
+ * -ENOTSUP on a backend that does not store GPU health, or an error.
+ */
+int store_gpu_health_list(struct store *s, const char *node, int64_t from_ms, int64_t to_ms,
+			  uint32_t limit, store_gpu_health_fn fn, void *arg);
+
 /* A communicator as one process of a job sees it; strings borrowed for the callback only. */
 struct store_job_communicator {
 	uint64_t key, parent_key, comm_hash;

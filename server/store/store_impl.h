@@ -42,6 +42,9 @@ struct store_ops {
 				  uint32_t limit, store_job_fn fn, void *arg);
 	int (*job_ranks_list)(struct store *s, const char *job, uint32_t limit,
 			      store_job_rank_fn fn, void *arg);
+	/* NULL on backends without GPU health (then -ENOTSUP). */
+	int (*gpu_health_list)(struct store *s, const char *node, int64_t from_ms, int64_t to_ms,
+			       uint32_t limit, store_gpu_health_fn fn, void *arg);
 	int (*job_communicators_list)(struct store *s, const char *job, uint32_t limit,
 				      store_job_communicator_fn fn, void *arg);
 	int (*collectives_list)(struct store *s, const struct store_collective_filter *f,

@@ -1764,7 +1764,7 @@ static void test_identity_round_trip(void **state)
 	(void)state;
 	build_identity_batch(&b);
 	encode(&b, &buf);
-	assert_int_equal(load_le16(buf.data + 6), 5);
+	assert_int_equal(load_le16(buf.data + 6), SYSOM_WIRE_MINOR);
 	write_seed("batch-identity-raw", buf.data, buf.len, false);
 	assert_int_equal(load_le16(section_entry(&buf, 19)), SYSOM_SECTION_IDENTITIES);
 	assert_int_equal(load_le32(section_entry(&buf, 19) + 4), 2);
@@ -1809,6 +1809,180 @@ static void test_identity_round_trip(void **state)
 	assert_int_equal(sysom_batch_decode(buf.data, buf.len, NULL, &d, NULL), 0);
 	assert_int_equal(d.minor, 4);
 	assert_int_equal(d.identity_count, 0);
+	sysom_batch_free(&d);
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
+}
+
+/* A thermally throttled GPU 1 and a healthy GPU 0 with some fields unknown. */
+static void build_gpu_health_batch(struct sysom_batch *b)
+{
+	build_offcpu_batch(b);
+	struct sysom_gpu_health g = {
+		.device = 1, .uuid = str(b, "GPU-12345678-aaaa-bbbb-cccc-1234567890ab"),
+		.pci_bus_id = str(b, "00000000:3B:00.0"), .name = str(b, "NVIDIA H200"),
+		.samples = 30, .slowdown_samples = 12,
+		.reasons_any = SYSOM_GPU_REASON_SW_THERMAL | SYSOM_GPU_REASON_HW_THERMAL,
+		.reasons_last = SYSOM_GPU_REASON_HW_THERMAL,
+		.sm_clock_min = 1005, .sm_clock_last = 1200, .sm_clock_max = 1980,
+		.mem_clock_last = 3201, .mem_clock_max = 3201, .temp_max = 91, .temp_last = 90,
+		.temp_slowdown = 90, .temp_shutdown = 95, .power_max_mw = 690000,
+		.power_last_mw = 650000, .power_limit_mw = 700000, .util_gpu = 99, .util_mem = 41,
+		.ecc_corrected = 3, .ecc_uncorrected = 0, .retired_sbe = 1, .retired_dbe = 0,
+		.pcie_replays = 7, .flags = SYSOM_GPU_REMAPPED_ROWS, .nvlink_errors = 2,
+		.xid_count = 2, .xid_last = 79,
+	};
+	assert_int_equal(sysom_batch_set_gpu_health(b, &g), 0);
+	g = (struct sysom_gpu_health){
+		.device = 0, .samples = 30, .reasons_any = SYSOM_GPU_UNKNOWN64,
+		.reasons_last = SYSOM_GPU_UNKNOWN64, .sm_clock_min = SYSOM_GPU_UNKNOWN,
+		.sm_clock_last = SYSOM_GPU_UNKNOWN, .sm_clock_max = SYSOM_GPU_UNKNOWN,
+		.mem_clock_last = SYSOM_GPU_UNKNOWN, .mem_clock_max = SYSOM_GPU_UNKNOWN,
+		.temp_max = 40, .temp_last = 40, .temp_slowdown = SYSOM_GPU_UNKNOWN,
+		.temp_shutdown = SYSOM_GPU_UNKNOWN, .power_max_mw = SYSOM_GPU_UNKNOWN,
+		.power_last_mw = SYSOM_GPU_UNKNOWN, .power_limit_mw = SYSOM_GPU_UNKNOWN,
+		.util_gpu = SYSOM_GPU_UNKNOWN, .util_mem = SYSOM_GPU_UNKNOWN,
+		.ecc_corrected = SYSOM_GPU_UNKNOWN64, .ecc_uncorrected = SYSOM_GPU_UNKNOWN64,
+		.retired_sbe = SYSOM_GPU_UNKNOWN, .retired_dbe = SYSOM_GPU_UNKNOWN,
+		.pcie_replays = SYSOM_GPU_UNKNOWN, .nvlink_errors = SYSOM_GPU_UNKNOWN64,
+	};
+	assert_int_equal(sysom_batch_set_gpu_health(b, &g), 0);
+}
+
+static int gpu_health_section(struct byte_buf *buf)
+{
+	uint16_t n = load_le16(buf->data + 10);
+
+	for (int i = 0; i < n; i++)
+		if (load_le16(section_entry(buf, i)) == SYSOM_SECTION_GPU_HEALTH)
+			return i;
+	fail_msg("no GPU_HEALTH section");
+	return -1;
+}
+
+static void test_gpu_health_round_trip(void **state)
+{
+	struct sysom_batch b, d;
+	struct byte_buf buf;
+	struct sysom_wire_error err;
+	char names[256];
+
+	(void)state;
+	build_gpu_health_batch(&b);
+	encode(&b, &buf);
+	write_seed("batch-gpu-health-raw", buf.data, buf.len, false);
+	int e = gpu_health_section(&buf);
+	assert_int_equal(load_le32(section_entry(&buf, e) + 4), 2);
+	assert_int_equal(load_le32(section_entry(&buf, e) + 12), 2 * SYSOM_GPU_HEALTH_RECORD_SIZE);
+	if (sysom_batch_decode(buf.data, buf.len, NULL, &d, &err))
+		fail_msg("decode: %s", err.message);
+	assert_int_equal(d.gpu_health_count, 2);
+	assert_memory_equal(&d.gpu_health[1], &b.gpu_health[1], sizeof(d.gpu_health[1]));
+	const struct sysom_gpu_health *x = &d.gpu_health[0];
+	assert_int_equal(x->device, 1);
+	assert_string_equal(sysom_batch_string(&d, x->name), "NVIDIA H200");
+	assert_string_equal(sysom_batch_string(&d, x->pci_bus_id), "00000000:3B:00.0");
+	assert_int_equal(x->reasons_any, 0x60);
+	assert_int_equal(x->sm_clock_min, 1005);
+	assert_int_equal(x->temp_max, 91);
+	assert_int_equal(x->ecc_corrected, 3);
+	assert_int_equal(x->nvlink_errors, 2);
+	assert_int_equal(x->xid_last, 79);
+	assert_int_equal(d.gpu_health[1].sm_clock_min, SYSOM_GPU_UNKNOWN);
+	assert_true(d.gpu_health[1].ecc_corrected == SYSOM_GPU_UNKNOWN64);
+	sysom_gpu_reasons_format(x->reasons_any, names, sizeof(names));
+	assert_string_equal(names, "sw_thermal_slowdown,hw_thermal_slowdown");
+	sysom_gpu_reasons_format(0x10004ull, names, sizeof(names));
+	assert_string_equal(names, "sw_power_cap,other(0x10000)");
+	assert_true(sysom_batch_decode_memory(buf.data, buf.len, NULL) >= sysom_batch_memory(&d));
+	sysom_batch_free(&d);
+
+	/* A 1.5 reader knows no section 21: it skips it. */
+	store_le16(section_entry(&buf, e), 58);
+	assert_int_equal(sysom_batch_decode(buf.data, buf.len, NULL, &d, NULL), 0);
+	assert_int_equal(d.gpu_health_count, 0);
+	sysom_batch_free(&d);
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
+}
+
+static void test_gpu_health_builder_and_corruptions(void **state)
+{
+	struct sysom_batch b, d;
+	struct byte_buf buf;
+	struct sysom_wire_error err;
+	struct sysom_wire_limits limits = sysom_wire_default_limits;
+
+	(void)state;
+	build_gpu_health_batch(&b);
+	struct sysom_gpu_health good = b.gpu_health[0], bad;
+#define BAD(field, value)                                                                          \
+	do {                                                                                       \
+		bad = good;                                                                        \
+		bad.field = (value);                                                               \
+		if (sysom_batch_set_gpu_health(&b, &bad) != -EINVAL)                               \
+			fail_msg("bad GPU health (%s) accepted", #field);                          \
+	} while (0)
+	BAD(device, SYSOM_GPU_MAX_DEVICES);
+	BAD(name, 99999);
+	BAD(samples, 0);
+	BAD(slowdown_samples, 31);
+	BAD(reasons_last, 0x4);         /* not among any */
+	BAD(reasons_last, SYSOM_GPU_UNKNOWN64);
+	BAD(sm_clock_min, 1300);        /* above last */
+	BAD(sm_clock_min, SYSOM_GPU_UNKNOWN);
+	BAD(temp_last, 92);             /* above max */
+	BAD(power_last_mw, 700001);
+	BAD(util_gpu, 101);
+	BAD(flags, 8);
+	BAD(xid_count, 0);              /* code without events */
+#undef BAD
+	bad = good;
+	bad.reasons_any = bad.reasons_last = SYSOM_GPU_UNKNOWN64; /* slowdown samples remain */
+	assert_int_equal(sysom_batch_set_gpu_health(&b, &bad), -EINVAL);
+	good.temp_last = 85;
+	assert_int_equal(sysom_batch_set_gpu_health(&b, &good), 0); /* replaces device 1 */
+	assert_int_equal(b.gpu_health_count, 2);
+	assert_int_equal(b.gpu_health[0].temp_last, 85);
+
+	encode(&b, &buf);
+	int e = gpu_health_section(&buf);
+	uint8_t *rec = buf.data + load_le32(section_entry(&buf, e) + 8);
+	/* Each corruption is refused with a message, never a crash. */
+	struct {
+		size_t off;
+		uint32_t value;
+	} corrupt[] = {
+		{ 0, 64 },                              /* device out of range */
+		{ 0, 0 },                               /* device 0 repeated */
+		{ 4, 0x7fffffff },                      /* uuid string */
+		{ 16, 0 },                              /* samples */
+		{ 20, 1000 },                           /* slowdown > samples */
+		{ 40, 5000 },                           /* sm min above last */
+		{ 64, 200 },                            /* temp above max */
+		{ 88, 250 },                            /* utilization */
+		{ 124, 0x80 },                          /* flags */
+	};
+	for (size_t i = 0; i < sizeof(corrupt) / sizeof(corrupt[0]); i++) {
+		uint32_t saved = load_le32(rec + corrupt[i].off);
+
+		store_le32(rec + corrupt[i].off, corrupt[i].value);
+		if (sysom_batch_decode(buf.data, buf.len, NULL, &d, &err) != -SYSOM_ECORRUPT)
+			fail_msg("corruption %zu accepted", i);
+		assert_true(strstr(err.message, "GPU_HEALTH") != NULL);
+		store_le32(rec + corrupt[i].off, saved);
+	}
+	/* The section's count is bounded. */
+	limits.max_gpu_health = 1;
+	assert_int_equal(sysom_batch_decode(buf.data, buf.len, &limits, &d, &err), -SYSOM_ELIMIT);
+	/* Bit flips anywhere in the records: decoded or refused, never a crash or a leak. */
+	for (size_t bit = 0; bit < 2 * SYSOM_GPU_HEALTH_RECORD_SIZE * 8; bit += 3) {
+		rec[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+		if (sysom_batch_decode(buf.data, buf.len, NULL, &d, NULL) == 0)
+			sysom_batch_free(&d);
+		rec[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+	}
+	assert_int_equal(sysom_batch_decode(buf.data, buf.len, NULL, &d, NULL), 0);
 	sysom_batch_free(&d);
 	byte_buf_free(&buf);
 	sysom_batch_free(&b);
@@ -1963,6 +2137,8 @@ int main(void)
 		cmocka_unit_test(test_offcpu_limits_and_flips),
 		cmocka_unit_test(test_identity_round_trip),
 		cmocka_unit_test(test_identity_builder),
+		cmocka_unit_test(test_gpu_health_round_trip),
+		cmocka_unit_test(test_gpu_health_builder_and_corruptions),
 		cmocka_unit_test(test_identity_corruptions_limits_flips),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
