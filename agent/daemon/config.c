@@ -42,6 +42,9 @@
 		{ "gpu-event-ring", SYSOM_OPT_SIZE, &(c)->gpu_event_ring_bytes, 1 << 16, 1 << 30, "ring buffer for NCCL events, a power of two (default 4M)", false }, \
 		{ "os-signals", SYSOM_OPT_BOOL, &(c)->os_signals, 0, 0, "measure interrupts, softirqs, run-queue latency, context switches and migrations per CPU and per thread of training jobs (default true)", false }, \
 		{ "os-signals-all", SYSOM_OPT_BOOL, &(c)->os_signals_all, 0, 0, "measure every user thread, not only those of processes with a job identity (default false)", false }, \
+		{ "host-signals", SYSOM_OPT_BOOL, &(c)->host_signals, 0, 0, "read host signals per batch window: CPU frequency, pressure (PSI), TCP retransmits, network drops, disk latency, memory (default true)", false }, \
+		{ "host-proc-root", SYSOM_OPT_STRING, &(c)->host_proc_root, 0, 0, "where host signals read /proc (default /proc; tests point it at a fixture tree)", false }, \
+		{ "host-sys-root", SYSOM_OPT_STRING, &(c)->host_sys_root, 0, 0, "where host signals read /sys (default /sys)", false }, \
 		{ "off-cpu", SYSOM_OPT_STRING, &(c)->off_cpu, 0, 0, "record where threads block and for how long: jobs (threads of training processes, as os-signals tracks them), all (every user thread) or off (default jobs)", false }, \
 		{ "off-cpu-min", SYSOM_OPT_DURATION, &(c)->off_cpu_min_s, 0.000001, 10, "shortest block counted off-CPU (default 1ms)", false }, \
 		{ "max-sample-rows", SYSOM_OPT_UINT, &(c)->max_sample_rows, 1024, 1 << 22, "sample rows per batch (default 1048576)", false }, \
@@ -72,13 +75,17 @@ int agent_config_defaults(struct agent_config *c)
 	c->gpu_loader = strdup("notify");
 	c->off_cpu = strdup("jobs");
 	c->pod_log_root = strdup("/var/log/pods");
+	c->host_proc_root = strdup("/proc");
+	c->host_sys_root = strdup("/sys");
+	c->host_signals = true;
 	c->off_cpu_min_s = 0.001;
 	c->gpu_trace = true;
 	c->os_signals = true;
 	c->gpu_launch_duty = 0.1;
 	c->gpu_event_ring_bytes = 4u << 20;
 	if (!c->server || !c->spool_dir || !c->log_level || !c->unwinder || !c->socket ||
-	    !c->gpu_loader || !c->off_cpu || !c->pod_log_root)
+	    !c->gpu_loader || !c->off_cpu || !c->pod_log_root || !c->host_proc_root ||
+	    !c->host_sys_root)
 		return -ENOMEM;
 	c->unwind_table_bytes = 64ull << 20;
 	c->hz = 99;

@@ -36,6 +36,9 @@ struct agent_config {
 	uint64_t gpu_event_ring_bytes; /* NCCL event ring buffer (power of two) */
 	bool os_signals;           /* interrupts, softirqs, scheduling, NUMA (agent/os/ossignals.h) */
 	bool os_signals_all;       /* ... for every user thread, not only training jobs' */
+	bool host_signals;         /* PSI, network, disk, memory, CPU frequency (agent/os/hostsig.h) */
+	char *host_proc_root;      /* where they are read: "/proc" (tests: a fixture tree) */
+	char *host_sys_root;       /* ... "/sys" */
 	char *off_cpu;             /* "jobs", "all" or "off": whose blocked time is recorded */
 	double off_cpu_min_s;      /* shortest block counted */
 	char *pod_log_root;        /* kubelet pod log directories; "": no pod names */

@@ -112,7 +112,7 @@ struct api_route_limits {
 };
 
 /* 3 ingest + 19 query GET + 3 web UI (/, /ui, /ui/...) + 3 under jobs + 4 symbol repository */
-#define API_ROUTE_COUNT 32
+#define API_ROUTE_COUNT 33
 
 /*
  * Fills `out` with the server's routes, in matching order: the agent-facing ones of `in`

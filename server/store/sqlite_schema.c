@@ -390,6 +390,16 @@ static const char *const migrations[] = {
 	"CREATE INDEX process_identities_container ON process_identities(container_id);"
 	"CREATE INDEX process_identities_slurm ON process_identities(slurm_job);"
 	"CREATE INDEX process_identities_unit ON process_identities(unit);",
+	/* Host signals (wire minor 6, HOST_SIGNALS): one row per (batch, signal); a signal the
+	 * node could not read has no row. time_ms: the batch window's end. */
+	"CREATE TABLE host_signals ("
+	"  time_ms INTEGER NOT NULL,"
+	"  node INTEGER NOT NULL REFERENCES nodes(id),"
+	"  window_ms INTEGER NOT NULL,"
+	"  signal INTEGER NOT NULL,"              /* enum sysom_host_signal */
+	"  value REAL NOT NULL"
+	");"
+	"CREATE INDEX host_signals_node_time ON host_signals(node, time_ms);",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
