@@ -515,8 +515,8 @@ static int finding_of_host(const struct monitor *m, const struct reveal_node_sco
 	f->rank = -1;
 	hostanomaly_describe(n, dev, sizeof(dev));
 	snprintf(summary, sizeof(summary),
-		 "node %s is anomalous (score %.1f over %.1f for %u periods, against its own history"
-		 " and its peers): %s", n->hostname && n->hostname[0] ? n->hostname : n->node_id,
+		 "node %s (%s) is anomalous (score %.1f over %.1f for %u periods, against its own"
+		 " history and its peers): %s", n->hostname ? n->hostname : "", n->node_id,
 		 n->score, n->threshold, n->periods_over, dev);
 	f->hostname = strdup(n->hostname ? n->hostname : "");
 	f->communicators = strdup("");
