@@ -69,6 +69,7 @@ void reveal_options_default(struct reveal_options *o)
 		.min_history = 5,
 		.min_peers = 3,
 		.z_min = REVEAL_Z_MIN,
+		.z_support = REVEAL_Z_SUPPORT,
 		.tail = REVEAL_TAIL,
 		.stale_ms = 60000,
 	};
@@ -99,11 +100,8 @@ int reveal_input_add(struct reveal_input *in, const char *node_id, const char *h
 		n = &in->nodes[in->nnodes];
 		memset(n, 0, sizeof(*n));
 		snprintf(n->node_id, sizeof(n->node_id), "%s", node_id);
-		if (!(n->hostname = strdup(hostname ? hostname : "")) ||
-		    !(n->w = malloc(REVEAL_MAX_WINDOWS * sizeof(*n->w)))) {
-			free(n->hostname);
+		if (!(n->hostname = strdup(hostname ? hostname : "")))
 			return -ENOMEM;
-		}
 		in->nnodes++;
 	}
 	w = n->nw ? &n->w[n->nw - 1] : NULL;
@@ -111,6 +109,8 @@ int reveal_input_add(struct reveal_input *in, const char *node_id, const char *h
 		if (n->nw == REVEAL_MAX_WINDOWS) { /* keep the latest */
 			memmove(n->w, n->w + 1, (REVEAL_MAX_WINDOWS - 1) * sizeof(*n->w));
 			n->nw--;
+		} else if (SYSOM_ARRAY_RESERVE(n->w, n->wcap, n->nw, 8)) {
+			return -ENOMEM;
 		}
 		w = &n->w[n->nw++];
 		w->time_ms = time_ms;
@@ -216,8 +216,12 @@ int reveal_score(const struct reveal_input *in, const struct reveal_options *o,
 	size_t cap = n > REVEAL_MAX_WINDOWS ? n : REVEAL_MAX_WINDOWS;
 	int rc = 0;
 
+	double thresholds[REVEAL_SIGNALS];
+
 	if (!n)
 		return 0;
+	for (uint32_t d = 0; d < REVEAL_SIGNALS; d++) /* a bisection each: once per call */
+		thresholds[d] = reveal_threshold(d, o->tail);
 	if (k > REVEAL_MAX_WINDOWS)
 		k = REVEAL_MAX_WINDOWS;
 	peer = calloc(k * REVEAL_SIGNALS, sizeof(*peer));
@@ -310,14 +314,15 @@ int reveal_score(const struct reveal_input *in, const struct reveal_options *o,
 						.peer_median = pr->ok ? pr->median : NAN,
 					};
 			}
-			double score = sqrt(sum), thr = reveal_threshold(d, o->tail);
+			double score = sqrt(sum), thr = thresholds[d];
 			if (j == 0) {
 				ns->score = score;
 				ns->threshold = thr;
 				ns->nsignals = d;
 				ns->has_peers = peers;
 			}
-			if (counting && score > thr && zmax >= o->z_min)
+			bool over = zmax >= o->z_min || (score > thr && zmax >= o->z_support);
+			if (counting && over)
 				ns->periods_over++;
 			else
 				counting = false;

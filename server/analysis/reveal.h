@@ -18,9 +18,11 @@
  * robust covariance, sqrt(sum z_s^2) — the signals are already robustly standardised, and a full
  * covariance needs more simultaneous samples than signals (39+ nodes) and stays unstable at the
  * sizes of most jobs; PCA reconstruction error needs the same covariance. An isolation forest is
- * not used: no Debian-packaged C library provides one. A window is over the threshold when the
- * score exceeds the chi-square quantile of its number of known signals at REVEAL_TAIL (Wilson-
- * Hilferty approximation) and at least one signal deviates by REVEAL_Z_MIN or more.
+ * not used: no Debian-packaged C library provides one. A window is over the threshold when one
+ * signal deviates by REVEAL_Z_MIN or more on its own (univariate), or when the score exceeds the
+ * chi-square quantile of its number of known signals at REVEAL_TAIL (Wilson-Hilferty
+ * approximation) with at least one signal at REVEAL_Z_SUPPORT (several moderate deviations
+ * together).
  *
  * A node is anomalous when its last `min_periods` windows are all over the threshold and both
  * references existed (history and peers). Pure functions, no I/O.
@@ -35,10 +37,11 @@
 #include "common/wire/wire.h"
 
 #define REVEAL_SIGNALS (SYSOM_HOST_SIGNAL_MAX + 1) /* index 0 unused */
-#define REVEAL_MAX_WINDOWS 64   /* a node's latest windows kept */
+#define REVEAL_MAX_WINDOWS 32   /* a node's latest windows kept */
 #define REVEAL_MAX_NODES 100000 /* nodes of one job scored */
 #define REVEAL_TOP 5            /* deviating signals reported per node */
-#define REVEAL_Z_MIN 6.0        /* a signal must deviate this much to count as evidence */
+#define REVEAL_Z_MIN 6.0        /* one signal this far is an anomaly on its own */
+#define REVEAL_Z_SUPPORT 3.0    /* the multivariate score needs one signal at least this far */
 #define REVEAL_TAIL 1e-6        /* the score's false-alarm probability per healthy window */
 
 struct reveal_options {
@@ -46,6 +49,7 @@ struct reveal_options {
 	uint32_t min_history;  /* own windows needed before the judged ones: default 5 */
 	uint32_t min_peers;    /* nodes (itself included) needed for the peer reference: default 3 */
 	double z_min;          /* REVEAL_Z_MIN */
+	double z_support;      /* REVEAL_Z_SUPPORT */
 	double tail;           /* REVEAL_TAIL */
 	int64_t stale_ms;      /* a node whose last window is this much older than the newest
 				* node's is not scored (its agent stopped): default 60 s */
@@ -63,8 +67,8 @@ struct reveal_window {
 struct reveal_node {
 	char node_id[2 * SYSOM_NODE_ID_SIZE + 1];
 	char *hostname;
-	struct reveal_window *w; /* REVEAL_MAX_WINDOWS, the latest `nw` */
-	uint32_t nw;
+	struct reveal_window *w; /* the latest `nw` (at most REVEAL_MAX_WINDOWS) */
+	uint32_t nw, wcap;
 };
 
 struct reveal_input {

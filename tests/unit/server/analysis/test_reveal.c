@@ -115,6 +115,29 @@ static void test_clear_outlier(void **state)
 	reveal_input_free(&in);
 }
 
+static void spike_clock(size_t node, size_t window, uint16_t s, double *v)
+{
+	if (node == 6 && window >= 18 && s == SYSOM_HOST_CPU_MHZ)
+		*v /= 3; /* throttled to a third */
+}
+
+/* One signal alone, among 38 known: z ~ -6.7 is under the 38-signal score threshold (9.8) but
+ * over REVEAL_Z_MIN on its own: found (univariate). */
+static void test_single_signal(void **state)
+{
+	struct reveal_input in;
+	struct reveal_node_score out[8];
+
+	(void)state;
+	build(&in, 8, 20, spike_clock);
+	assert_int_equal(score(&in, out), 1);
+	assert_true(out[6].anomalous);
+	assert_true(out[6].score < out[6].threshold);
+	assert_int_equal(out[6].top[0].signal, SYSOM_HOST_CPU_MHZ);
+	assert_true(out[6].top[0].z <= -REVEAL_Z_MIN);
+	reveal_input_free(&in);
+}
+
 /* Many healthy jobs of noisy nodes: not one anomaly. */
 static void test_healthy_peers(void **state)
 {
@@ -310,6 +333,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_clear_outlier),
 		cmocka_unit_test(test_healthy_peers),
+		cmocka_unit_test(test_single_signal),
 		cmocka_unit_test(test_not_anomalies),
 		cmocka_unit_test(test_constant_signals),
 		cmocka_unit_test(test_unknown_and_direction),
