@@ -560,8 +560,8 @@ static int host_check(struct monitor *m, const char *job, int64_t now, struct fi
 			struct finding *f = &found[j];
 			char *more = NULL, dev[480];
 			if (strcmp(f->kind, "straggler") || !f->hostname || !n->hostname ||
-			    strcmp(f->hostname, n->hostname))
-				continue;
+			    strcmp(f->hostname, n->hostname) || strstr(f->summary, n->node_id))
+				continue; /* the diagnosis named the node already (its OS layer) */
 			hostanomaly_describe(n, dev, sizeof(dev));
 			if (asprintf(&more, "%s; its node %s is anomalous: %s", f->summary,
 				     n->hostname, dev) < 0) {

@@ -120,6 +120,11 @@ struct diagnosis_os {
 	struct diagnosis_os_irq irqs[DIAGNOSIS_TOP_IRQS]; /* largest time first */
 	size_t nirqs;
 	bool truncated;
+	/* Host anomaly (server/analysis/reveal.c) of the straggler's node, when it is anomalous. */
+	bool host_anomalous;
+	char host_node[2 * SYSOM_NODE_ID_SIZE + 1];
+	double host_score, host_threshold;
+	char host_deviations[384]; /* "tcp_retrans_segs 3242 (z 648.2; peers 0.5, own 1.3), ..." */
 };
 
 /* The layered verdict for one straggler. */

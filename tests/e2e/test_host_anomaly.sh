@@ -84,6 +84,11 @@ assert not nodes[ids[0]]["anomalous"] and not nodes[ids[2]]["anomalous"]
 assert nodes[ids[0]]["score"] < nodes[ids[0]]["threshold"]
 PY
 check "GET /jobs/{job}/hosts: node 1 anomalous (retransmits, NET_RX), nodes 0 and 2 not ($(head -c 300 "$E2E_TMP/hosts.txt"))" test $? -eq 0
+ctl hosts --job e2e-hosts >"$E2E_TMP/ctl-hosts.txt" 2>&1
+check "sysomctl hosts lists node 1 first as ANOMALOUS with tcp_retrans_segs" \
+	bash -c "sed -n 2p '$E2E_TMP/ctl-hosts.txt' | grep -q '${ids[1]}.*ANOMALOUS.*tcp_retrans_segs'"
+check "sysomctl hosts lists nodes 0 and 2 as normal" \
+	bash -c "grep -q '${ids[0]}.* normal' '$E2E_TMP/ctl-hosts.txt' && grep -q '${ids[2]}.* normal' '$E2E_TMP/ctl-hosts.txt'"
 wait "$JOB"
 check "the job exits 0" test $? -eq 0
 for n in 0 1 2; do
