@@ -537,7 +537,7 @@ static int finding_of_host(const struct monitor *m, const struct reveal_node_sco
 }
 
 /* Host anomalies of the job's nodes as findings; a straggler on an anomalous node says so in its
- * summary. A store without host signals (ClickHouse for now) gives none. */
+ * summary. A store without host signals gives none. */
 static int host_check(struct monitor *m, const char *job, int64_t now, struct finding *found,
 		      size_t *nfound)
 {

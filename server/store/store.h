@@ -600,9 +600,9 @@ struct store_host_signal_row {
 
 typedef int (*store_host_signal_fn)(void *arg, const struct store_host_signal_row *r);
 
-/* Calls `fn` for at most `max_rows` host signal rows of the job's nodes in the range, by node,
- * time, signal (*truncated set when there were more). -ENOTSUP on a backend that does not store
- * them (ClickHouse, for now). */
+/* Calls `fn` for at most `max_rows` host signal rows of the job's nodes in the range, grouped
+ * by node, then by time and signal (*truncated set when there were more). -ENOTSUP on a backend
+ * that does not store them (both do). */
 int store_host_signals_list(struct store *s, const struct store_host_filter *f, uint32_t max_rows,
 			    store_host_signal_fn fn, void *arg, bool *truncated);
 
