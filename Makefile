@@ -478,6 +478,12 @@ $(BUILD)/bench/patterns_bench: $(OBJ)/bench/patterns_bench.o $(SERVER_LIB) $(SYM
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(SERVER_LDLIBS)
 
+# The host anomaly benchmark runs the server's Reveal scoring.
+$(BUILD)/bench/reveal_bench: $(OBJ)/bench/reveal_bench.o $(SERVER_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(SERVER_LDLIBS)
+
 # The export benchmark drives the server's flame graph handler through the unit-test harness.
 $(BUILD)/bench/export_bench: $(OBJ)/bench/export_bench.o $(TEST_SUPPORT_LIB) $(SERVER_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)

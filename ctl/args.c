@@ -25,6 +25,7 @@ static const struct {
 	{ "diagnose", CTL_DIAGNOSE, "/api/v1/diagnoses" },
 	{ "trace", CTL_TRACE, "/api/v1/jobs/" },             /* + the job + /trace */
 	{ "patterns", CTL_PATTERNS, "/api/v1/jobs/" },       /* + the job + /patterns */
+	{ "hosts", CTL_HOSTS, "/api/v1/jobs/" },             /* + the job + /hosts */
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -74,6 +75,10 @@ void ctl_usage(FILE *out)
 	      "      kernels, hot CPU functions) share of time, mean duration and variation;\n"
 	      "      the abnormal (rank, function) pairs ranked, and what changed for every rank\n"
 	      "      against the job's history (its baseline stretch, or the one given)\n"
+	      "  hosts --job J [--from T] [--to T] [--format table|json]\n"
+	      "      host anomaly scores (Reveal) of the job's nodes: host signals (PSI, TCP\n"
+	      "      retransmits, drops, disk latency, memory, clocks) against each node's history\n"
+	      "      and its peers; anomalous nodes first, with their deviating signals\n"
 	      "  diff --job J --a RANK --b RANK [--from T] [--to T] [--limit N] [--top N]\n"
 	      "       [--format top|folded]\n"
 	      "      two ranks' CPU profiles compared: functions ranked by the difference in their\n"
@@ -261,6 +266,9 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 		{ "limit", SYSOM_OPT_UINT, &a->limit, 1, 10000, "", true },
 		{ "top", SYSOM_OPT_UINT, &a->top, 1, 1000, "", true }
 	};
+	const struct sysom_option hosts[] = {
+		OPT_FORMAT, OPT_HELP, OPT_STR("job", job), OPT_STR("from", from), OPT_STR("to", to)
+	};
 	const struct sysom_option gpu[] = {
 		OPT_FORMAT, OPT_HELP, OPT_STR("job", job), OPT_STR("rank", rank), OPT_STR("from", from),
 		OPT_STR("to", to), { "top", SYSOM_OPT_UINT, &a->top, 1, 1000, "", true }
@@ -309,6 +317,10 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 		table = patterns;
 		n = sizeof(patterns) / sizeof(patterns[0]);
 		break;
+	case CTL_HOSTS:
+		table = hosts;
+		n = sizeof(hosts) / sizeof(hosts[0]);
+		break;
 	case CTL_TRACE:
 		table = trace;
 		n = sizeof(trace) / sizeof(trace[0]);
@@ -341,7 +353,7 @@ static int parse_command(struct ctl_args *a, int argc, char *const argv[], char 
 		return rc;
 	if ((a->command == CTL_COLLECTIVES || a->command == CTL_GPU ||
 	     a->command == CTL_STRAGGLERS || a->command == CTL_DIFF || a->command == CTL_TRACE ||
-	     a->command == CTL_PATTERNS) &&
+	     a->command == CTL_PATTERNS || a->command == CTL_HOSTS) &&
 	    !a->help &&
 	    (!a->job || !a->job[0])) {
 		snprintf(err, errlen, "%s: --job is required (see sysomctl jobs)", argv[0]);
@@ -505,6 +517,12 @@ int ctl_url_build(const struct ctl_args *a, struct byte_buf *url)
 		query_add(url, &first, "k", a->k);
 		query_add(url, &first, "window", a->window);
 		query_add(url, &first, "min_excess_ms", a->min_excess_ms);
+	}
+	if (a->command == CTL_HOSTS) {
+		append_encoded(url, a->job);
+		byte_buf_printf(url, "/hosts");
+		query_add(url, &first, "from", a->from);
+		query_add(url, &first, "to", a->to);
 	}
 	if (a->command == CTL_PATTERNS) {
 		append_encoded(url, a->job);

@@ -17,7 +17,8 @@
 #define CTL_MAX_RESPONSE (1024u << 20) /* largest response body accepted */
 
 enum ctl_command { CTL_NODES, CTL_PROCESSES, CTL_FLAMEGRAPH, CTL_JOBS, CTL_COLLECTIVES, CTL_GPU,
-		   CTL_STRAGGLERS, CTL_DIFF, CTL_DIAGNOSE, CTL_TRACE, CTL_PATTERNS };
+		   CTL_STRAGGLERS, CTL_DIFF, CTL_DIAGNOSE, CTL_TRACE, CTL_PATTERNS,
+		   CTL_HOSTS };
 enum ctl_format { CTL_FORMAT_TABLE, CTL_FORMAT_TOP, CTL_FORMAT_FOLDED, CTL_FORMAT_JSON,
 		  CTL_FORMAT_TEXT, CTL_FORMAT_PPROF, CTL_FORMAT_SPEEDSCOPE };
 
@@ -104,6 +105,8 @@ int ctl_gpu_render(const json_t *doc, uint32_t top, FILE *out);
  */
 int ctl_stragglers_render(const json_t *doc, FILE *out);
 int ctl_patterns_render(const json_t *doc, uint32_t top, FILE *out);
+/* GET /api/v1/jobs/{job}/hosts: one line per node, anomalous first, its top deviations. */
+int ctl_hosts_render(const json_t *doc, FILE *out);
 
 /*
  * Renders a differential folded profile ("stack count_a count_b" lines, GET

@@ -92,6 +92,9 @@ static int output(const struct ctl_args *a, const struct byte_buf *body)
 	case CTL_PATTERNS:
 		rc = ctl_patterns_render(doc, a->top, stdout);
 		break;
+	case CTL_HOSTS:
+		rc = ctl_hosts_render(doc, stdout);
+		break;
 	case CTL_DIAGNOSE:
 		rc = ctl_diagnoses_render(doc, stdout);
 		break;

@@ -638,6 +638,49 @@ int ctl_stragglers_render(const json_t *doc, FILE *out)
 	return 0;
 }
 
+int ctl_hosts_render(const json_t *doc, FILE *out)
+{
+	const json_t *nodes = json_object_get(doc, "nodes");
+	size_t i, shown = 0;
+	json_t *n, *d;
+
+	if (!json_is_array(nodes))
+		return -EINVAL;
+	if (json_array_size(nodes) == 0) {
+		fprintf(out, "(no host signals from the job's nodes in the range)\n");
+		return 0;
+	}
+	fprintf(out, "%-20s  %-32s  %8s  %8s  %7s  %-9s  %s\n", "HOST", "NODE", "SCORE",
+		"THRESH", "PERIODS", "VERDICT", "DEVIATIONS (z; peers, own)");
+	for (int pass = 0; pass < 2; pass++) { /* anomalous nodes first */
+		json_array_foreach(nodes, i, n) {
+			bool bad = json_is_true(json_object_get(n, "anomalous"));
+			size_t k;
+			if (bad != (pass == 0))
+				continue;
+			const char *verdict = bad ? "ANOMALOUS"
+					      : json_is_true(json_object_get(n, "stale"))   ? "stale"
+					      : !json_is_true(json_object_get(n, "has_peers")) ? "no-peers"
+					      : !json_is_true(json_object_get(n, "has_history"))
+							? "learning"
+							: "normal";
+			fprintf(out, "%-20s  %-32s  %8.1f  %8.1f  %7" JSON_INTEGER_FORMAT "  %-9s ",
+				str(n, "hostname"), str(n, "node_id"), dbl_of(n, "score"),
+				dbl_of(n, "threshold"), int_of(n, "periods_over"), verdict);
+			json_array_foreach(json_object_get(n, "deviations"), k, d) {
+				if (k >= 3)
+					break;
+				fprintf(out, " %s %.4g (z %.1f; %.4g, %.4g)", str(d, "signal"),
+					dbl_of(d, "value"), dbl_of(d, "z"), dbl_of(d, "peer_median"),
+					dbl_of(d, "own_median"));
+			}
+			fprintf(out, "\n");
+			shown++;
+		}
+	}
+	return shown ? 0 : -EINVAL;
+}
+
 int ctl_patterns_render(const json_t *doc, uint32_t top, FILE *out)
 {
 	const json_t *findings = json_object_get(doc, "findings");

@@ -46,6 +46,9 @@
 		{ "nvml-library", SYSOM_OPT_STRING, &(c)->nvml_library, 0, 0, "NVML library name or path (default libnvidia-ml.so.1)", false }, \
 		{ "nvml-kmsg", SYSOM_OPT_STRING, &(c)->nvml_kmsg, 0, 0, "kernel log read for NVRM Xid events (default /dev/kmsg; empty: off)", false }, \
 		{ "nvml-interval", SYSOM_OPT_DURATION, &(c)->nvml_interval_s, 0.1, 60, "read GPU clocks, throttle reasons, temperature and power this often (default 1s)", false }, \
+		{ "host-signals", SYSOM_OPT_BOOL, &(c)->host_signals, 0, 0, "read host signals per batch window: CPU frequency, pressure (PSI), TCP retransmits, network drops, disk latency, memory (default true)", false }, \
+		{ "host-proc-root", SYSOM_OPT_STRING, &(c)->host_proc_root, 0, 0, "where host signals read /proc (default /proc; tests point it at a fixture tree)", false }, \
+		{ "host-sys-root", SYSOM_OPT_STRING, &(c)->host_sys_root, 0, 0, "where host signals read /sys (default /sys)", false }, \
 		{ "off-cpu", SYSOM_OPT_STRING, &(c)->off_cpu, 0, 0, "record where threads block and for how long: jobs (threads of training processes, as os-signals tracks them), all (every user thread) or off (default jobs)", false }, \
 		{ "off-cpu-min", SYSOM_OPT_DURATION, &(c)->off_cpu_min_s, 0.000001, 10, "shortest block counted off-CPU (default 1ms)", false }, \
 		{ "max-sample-rows", SYSOM_OPT_UINT, &(c)->max_sample_rows, 1024, 1 << 22, "sample rows per batch (default 1048576)", false }, \
@@ -81,13 +84,17 @@ int agent_config_defaults(struct agent_config *c)
 	c->nvml = true;
 	c->nvml_interval_s = 1;
 	c->pod_log_root = strdup("/var/log/pods");
+	c->host_proc_root = strdup("/proc");
+	c->host_sys_root = strdup("/sys");
+	c->host_signals = true;
 	c->off_cpu_min_s = 0.001;
 	c->gpu_trace = true;
 	c->os_signals = true;
 	c->gpu_launch_duty = 0.1;
 	c->gpu_event_ring_bytes = 4u << 20;
 	if (!c->server || !c->spool_dir || !c->log_level || !c->unwinder || !c->socket ||
-	    !c->gpu_loader || !c->off_cpu || !c->pod_log_root || !c->nvml_library || !c->nvml_kmsg)
+	    !c->gpu_loader || !c->off_cpu || !c->pod_log_root || !c->nvml_library || !c->nvml_kmsg ||
+	    !c->host_proc_root || !c->host_sys_root)
 		return -ENOMEM;
 	c->unwind_table_bytes = 256ull << 20;
 	c->hz = 99;

@@ -40,6 +40,9 @@ struct agent_config {
 	char *nvml_library;        /* dlopen name or path of libnvidia-ml.so.1 */
 	char *nvml_kmsg;           /* kernel log read for Xid events; "": none */
 	double nvml_interval_s;    /* GPU readings this often */
+	bool host_signals;         /* PSI, network, disk, memory, CPU frequency (agent/os/hostsig.h) */
+	char *host_proc_root;      /* where they are read: "/proc" (tests: a fixture tree) */
+	char *host_sys_root;       /* ... "/sys" */
 	char *off_cpu;             /* "jobs", "all" or "off": whose blocked time is recorded */
 	double off_cpu_min_s;      /* shortest block counted */
 	char *pod_log_root;        /* kubelet pod log directories; "": no pod names */

@@ -20,6 +20,7 @@
 #include "agent/node/kernel.h"
 #include "agent/symbols/ksyms_upload.h"
 #include "agent/gpu/nvml.h"
+#include "agent/os/hostsig.h"
 #include "agent/os/ossignals.h"
 #include "agent/node/proctrack.h"
 #include "agent/gpu/gpustats.h"
@@ -62,6 +63,7 @@ struct agent {
 	struct registry *registry; /* NULL with --socket "" or when it cannot open */
 	struct gpustats *gpustats; /* folds component telemetry; with the registry */
 	struct ossignals *os;      /* NULL with --os-signals=false or when it cannot load */
+	struct hostsig *hostsig;   /* NULL with --host-signals=false */
 	bool os_attach_reported;   /* its attach errors went into a batch */
 	char *token;
 	char node_hex[2 * SYSOM_NODE_ID_SIZE + 1];
@@ -580,6 +582,25 @@ static void on_nvml_timer(uv_timer_t *t)
 	nvml_sample(a->nvml);
 }
 
+/* Host signals of the window that is being sealed (one read of /proc and /sys per batch). */
+static void collect_host_signals(struct agent *a)
+{
+	struct hostsig_window w;
+
+	if (!a->hostsig)
+		return;
+	hostsig_collect(a->hostsig, sysom_monotonic_ns(), &w);
+	for (uint16_t s = 1; s <= SYSOM_HOST_SIGNAL_MAX; s++) {
+		int rc;
+		if (w.known[s] && (rc = batcher_set_host_signal(a->batcher, s, w.value[s])))
+			log_debug("host-signals: %s not recorded: %s", sysom_host_signal_name(s),
+				  sysom_strerror(rc));
+	}
+	batcher_add_counter(a->batcher, SYSOM_COUNTER_HOST_SIGNALS, w.nknown);
+	batcher_add_counter(a->batcher, SYSOM_COUNTER_HOST_FILES_MISSING, w.files_missing);
+	batcher_add_counter(a->batcher, SYSOM_COUNTER_HOST_PARSE_ERRORS, w.parse_errors);
+}
+
 static void agent_seal(struct agent *a)
 {
 	struct batcher_seal_info info;
@@ -593,6 +614,7 @@ static void agent_seal(struct agent *a)
 	collect_gpu_health(a);
 	if (a->gpu)
 		gpupipe_before_seal(a->gpu);
+	collect_host_signals(a);
 	if (a->os) {
 		struct ossignals_stats st;
 		ossignals_stats_read(a->os, &st);
@@ -1060,6 +1082,13 @@ static int agent_start(struct agent *a)
 	/* Before the sampler: off-CPU recording of jobs shares the OS signals' process set. */
 	if (a->cfg->os_signals)
 		start_ossignals(a);
+	if (a->cfg->host_signals) {
+		struct hostsig_options ho = { a->cfg->host_proc_root, a->cfg->host_sys_root };
+		if ((rc = hostsig_open(&ho, &a->hostsig)))
+			log_warn("host signals off: %s", sysom_strerror(rc));
+		else
+			hostsig_collect(a->hostsig, sysom_monotonic_ns(), &(struct hostsig_window){ 0 });
+	}
 	sampler_options_default(&so);
 	so.hz = a->cfg->hz;
 	so.sample_rate = a->cfg->sample_rate;
@@ -1226,6 +1255,7 @@ static void agent_teardown(struct agent *a)
 	gpustats_free(a->gpustats);
 	a->gpustats = NULL;
 	ossignals_close(a->os);
+	hostsig_close(a->hostsig);
 	a->os = NULL;
 	nvml_close(a->nvml);
 	a->nvml = NULL;

@@ -653,6 +653,15 @@ int batcher_add_os_cpu(struct batcher *b, const struct sysom_os_cpu *c)
 	return sysom_batch_add_os_cpu(&b->batch, c);
 }
 
+int batcher_set_host_signal(struct batcher *b, uint16_t signal, double value)
+{
+	int rc;
+
+	if (!b->batch_open && (rc = open_batch(b)))
+		return rc;
+	return sysom_batch_set_host_signal(&b->batch, signal, value);
+}
+
 int batcher_add_os_irq(struct batcher *b, const struct sysom_os_irq *q, const char *name)
 {
 	struct sysom_os_irq rec = *q;

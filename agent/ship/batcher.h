@@ -113,6 +113,10 @@ int batcher_add_gpu_health(struct batcher *b, const struct sysom_gpu_health *g, 
 int batcher_add_os_thread(struct batcher *b, uint32_t tgid, uint32_t generation,
 			  const struct sysom_os_thread *t, const char *comm);
 
+/* A host signal of the window (agent/os/hostsig.c): the last value set wins. -EINVAL for what
+ * the wire refuses (unknown signal, not finite, negative). */
+int batcher_set_host_signal(struct batcher *b, uint16_t signal, double value);
+
 void batcher_set_sampling(struct batcher *b, uint32_t hz, double sample_rate,
 			  double drain_interval_s, double batch_interval_s);
 

@@ -37,6 +37,7 @@ const struct sysom_wire_limits sysom_wire_default_limits = {
 	.max_offcpu = 1u << 20,
 	.max_identities = 1u << 16,
 	.max_gpu_health = SYSOM_GPU_MAX_DEVICES,
+	.max_host_signals = SYSOM_HOST_SIGNAL_MAX,
 };
 
 static const char *const counter_names[SYSOM_COUNTER_MAX] = {
@@ -108,6 +109,9 @@ static const char *const counter_names[SYSOM_COUNTER_MAX] = {
 	[SYSOM_COUNTER_NVML_ERRORS] = "nvml_errors",
 	[SYSOM_COUNTER_XID_EVENTS] = "xid_events",
 	[SYSOM_COUNTER_XID_UNMATCHED] = "xid_unmatched",
+	[SYSOM_COUNTER_HOST_SIGNALS] = "host_signals",
+	[SYSOM_COUNTER_HOST_FILES_MISSING] = "host_files_missing",
+	[SYSOM_COUNTER_HOST_PARSE_ERRORS] = "host_parse_errors",
 	[SYSOM_COUNTER_PY_FRAMES] = "py_frames",
 	[SYSOM_COUNTER_PY_NO_THREAD] = "py_no_thread",
 	[SYSOM_COUNTER_PY_LOST_READ] = "py_lost_read",
@@ -247,7 +251,8 @@ uint64_t sysom_batch_memory(const struct sysom_batch *b)
 	       (uint64_t)b->os_thread_cap * sizeof(*b->os_threads) +
 	       (uint64_t)b->offcpu_cap * sizeof(*b->offcpu) +
 	       (uint64_t)b->identity_cap * sizeof(*b->identities) +
-	       (uint64_t)b->gpu_health_cap * sizeof(*b->gpu_health);
+	       (uint64_t)b->gpu_health_cap * sizeof(*b->gpu_health) +
+	       (uint64_t)b->host_signal_cap * sizeof(*b->host_signals);
 }
 
 void sysom_batch_free(struct sysom_batch *b)
@@ -292,6 +297,7 @@ void sysom_batch_free(struct sysom_batch *b)
 	free(b->offcpu);
 	free(b->identities);
 	free(b->gpu_health);
+	free(b->host_signals);
 	memset(b, 0, sizeof(*b));
 }
 
@@ -793,6 +799,90 @@ const char *sysom_identity_problem(const struct sysom_batch *b, const struct sys
 #undef LEN
 #undef STR
 	return NULL;
+}
+
+static const char *const host_signal_names[SYSOM_HOST_SIGNAL_MAX + 1] = {
+	[SYSOM_HOST_CPU_MHZ] = "cpu_mhz",
+	[SYSOM_HOST_CPU_MHZ_MIN] = "cpu_mhz_min",
+	[SYSOM_HOST_CPU_BUSY] = "cpu_busy",
+	[SYSOM_HOST_CPU_IOWAIT] = "cpu_iowait",
+	[SYSOM_HOST_CPU_STEAL] = "cpu_steal",
+	[SYSOM_HOST_CONTEXT_SWITCHES] = "context_switches",
+	[SYSOM_HOST_PROCS_BLOCKED] = "procs_blocked",
+	[SYSOM_HOST_SOFTIRQ_NET_RX] = "softirq_net_rx",
+	[SYSOM_HOST_SOFTIRQ_NET_TX] = "softirq_net_tx",
+	[SYSOM_HOST_SOFTIRQ_TOTAL] = "softirq_total",
+	[SYSOM_HOST_PSI_CPU_SOME_AVG10] = "psi_cpu_some_avg10",
+	[SYSOM_HOST_PSI_CPU_SOME] = "psi_cpu_some",
+	[SYSOM_HOST_PSI_CPU_FULL_AVG10] = "psi_cpu_full_avg10",
+	[SYSOM_HOST_PSI_CPU_FULL] = "psi_cpu_full",
+	[SYSOM_HOST_PSI_MEM_SOME_AVG10] = "psi_memory_some_avg10",
+	[SYSOM_HOST_PSI_MEM_SOME] = "psi_memory_some",
+	[SYSOM_HOST_PSI_MEM_FULL_AVG10] = "psi_memory_full_avg10",
+	[SYSOM_HOST_PSI_MEM_FULL] = "psi_memory_full",
+	[SYSOM_HOST_PSI_IO_SOME_AVG10] = "psi_io_some_avg10",
+	[SYSOM_HOST_PSI_IO_SOME] = "psi_io_some",
+	[SYSOM_HOST_PSI_IO_FULL_AVG10] = "psi_io_full_avg10",
+	[SYSOM_HOST_PSI_IO_FULL] = "psi_io_full",
+	[SYSOM_HOST_TCP_OUT_SEGS] = "tcp_out_segs",
+	[SYSOM_HOST_TCP_RETRANS_SEGS] = "tcp_retrans_segs",
+	[SYSOM_HOST_TCP_IN_ERRS] = "tcp_in_errs",
+	[SYSOM_HOST_TCP_LOST_RETRANSMIT] = "tcp_lost_retransmit",
+	[SYSOM_HOST_TCP_TIMEOUTS] = "tcp_timeouts",
+	[SYSOM_HOST_NET_RX_DROPS] = "net_rx_drops",
+	[SYSOM_HOST_NET_TX_DROPS] = "net_tx_drops",
+	[SYSOM_HOST_NET_RX_ERRS] = "net_rx_errs",
+	[SYSOM_HOST_NET_TX_ERRS] = "net_tx_errs",
+	[SYSOM_HOST_DISK_READ_IOPS] = "disk_read_iops",
+	[SYSOM_HOST_DISK_WRITE_IOPS] = "disk_write_iops",
+	[SYSOM_HOST_DISK_READ_MS] = "disk_read_ms",
+	[SYSOM_HOST_DISK_WRITE_MS] = "disk_write_ms",
+	[SYSOM_HOST_MEM_AVAILABLE] = "mem_available",
+	[SYSOM_HOST_MEM_AVAILABLE_SHARE] = "mem_available_share",
+	[SYSOM_HOST_PGMAJFAULT] = "pgmajfault",
+};
+
+const char *sysom_host_signal_name(uint16_t signal)
+{
+	return signal <= SYSOM_HOST_SIGNAL_MAX ? host_signal_names[signal] : NULL;
+}
+
+uint16_t sysom_host_signal_by_name(const char *name)
+{
+	for (uint16_t i = 1; name && i <= SYSOM_HOST_SIGNAL_MAX; i++)
+		if (strcmp(host_signal_names[i], name) == 0)
+			return i;
+	return 0;
+}
+
+int sysom_batch_set_host_signal(struct sysom_batch *b, uint16_t signal, double value)
+{
+	int err;
+
+	if (!sysom_host_signal_name(signal) || !isfinite(value) || value < 0)
+		return -EINVAL;
+	for (uint32_t i = 0; i < b->host_signal_count; i++) {
+		if (b->host_signals[i].signal == signal) {
+			b->host_signals[i].value = value;
+			return 0;
+		}
+	}
+	if ((err = GROW(b->host_signals, b->host_signal_cap, b->host_signal_count + 1)))
+		return err;
+	b->host_signals[b->host_signal_count++] =
+		(struct sysom_host_signal_value){ .signal = signal, .value = value };
+	return 0;
+}
+
+bool sysom_batch_host_signal(const struct sysom_batch *b, uint16_t signal, double *out)
+{
+	for (uint32_t i = 0; i < b->host_signal_count; i++) {
+		if (b->host_signals[i].signal == signal) {
+			*out = b->host_signals[i].value;
+			return true;
+		}
+	}
+	return false;
 }
 
 int sysom_batch_set_identity(struct sysom_batch *b, const struct sysom_identity *id)
@@ -1904,6 +1994,19 @@ static void encode_gpu_health(const struct sysom_batch *b, struct byte_buf *out)
 	}
 }
 
+static void encode_host_signals(const struct sysom_batch *b, struct byte_buf *out)
+{
+	for (uint32_t i = 0; i < b->host_signal_count; i++) {
+		const struct sysom_host_signal_value *v = &b->host_signals[i];
+		uint8_t *p = put_record(out, SYSOM_HOST_SIGNAL_RECORD_SIZE);
+
+		if (!p)
+			return;
+		store_le16(p + WIRE_HOST_SIGNAL_ID, v->signal);
+		store_double(p + WIRE_HOST_SIGNAL_VALUE, v->value);
+	}
+}
+
 int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 {
 	static const struct {
@@ -1931,6 +2034,7 @@ int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 		{ SYSOM_SECTION_OFFCPU, encode_offcpu },
 		{ SYSOM_SECTION_IDENTITIES, encode_identities },
 		{ SYSOM_SECTION_GPU_HEALTH, encode_gpu_health },
+		{ SYSOM_SECTION_HOST_SIGNALS, encode_host_signals },
 	};
 	const size_t nsections = sizeof(order) / sizeof(order[0]);
 	struct section_entry entries[sizeof(order) / sizeof(order[0])];
@@ -1975,6 +2079,7 @@ int sysom_batch_encode(const struct sysom_batch *b, struct byte_buf *out)
 	entries[18].count = b->offcpu_count;
 	entries[19].count = b->identity_count;
 	entries[20].count = b->gpu_health_count;
+	entries[21].count = b->host_signal_count;
 
 	header = out->data + base; /* the buffer may have moved */
 	memcpy(header + WIRE_HDR_MAGIC, SYSOM_WIRE_MAGIC, 4);

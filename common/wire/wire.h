@@ -45,7 +45,7 @@
 			     * 1.2 GPU_KERNELS, NCCL_PROFILES, NCCL_LINKS;
 			     * 1.3 OS_CPUS, OS_IRQS, OS_THREADS; 1.4 OFFCPU, NCCL_CALLS'
 			     * in-flight flag, object kind PYTHON (Python frames);
-			     * 1.5 IDENTITIES (24); 1.6 GPU_HEALTH (21) */
+			     * 1.5 IDENTITIES (24); 1.6 GPU_HEALTH (21), HOST_SIGNALS (22) */
 #define SYSOM_WIRE_HEADER_SIZE 64
 #define SYSOM_WIRE_SECTION_ENTRY_SIZE 16
 #define SYSOM_WIRE_MAX_SECTIONS 64
@@ -77,9 +77,12 @@ enum sysom_section_type {
 	SYSOM_SECTION_OS_THREADS = 18, /* 224-byte records: one per thread of a tracked process */
 	/* Minor 4: off-CPU (blocked) time per thread and stacks. (20 is kept for off-CPU too.) */
 	SYSOM_SECTION_OFFCPU = 19,     /* 56-byte records */
-	/* 20, 22, 23: reserved, skipped like any unknown section. */
+	/* 20, 23: reserved, skipped like any unknown section. */
 	/* Minor 6: GPU health from NVML and the kernel log (agent/gpu/nvml.c). */
 	SYSOM_SECTION_GPU_HEALTH = 21, /* 144-byte records: one per GPU per window */
+	/* Minor 6: host-level signals per window (Reveal: PSI, network, disk, memory, CPU
+	 * frequency), one record per signal the node could read. */
+	SYSOM_SECTION_HOST_SIGNALS = 22, /* 16-byte records */
 	/* Minor 5: who a process belongs to (container, pod, Slurm job, systemd unit). */
 	SYSOM_SECTION_IDENTITIES = 24, /* 48-byte records */
 	SYSOM_SECTION_TYPE_MAX = SYSOM_SECTION_IDENTITIES,
@@ -106,6 +109,7 @@ enum sysom_section_type {
 #define SYSOM_OFFCPU_RECORD_SIZE 56
 #define SYSOM_IDENTITY_RECORD_SIZE 48
 #define SYSOM_GPU_HEALTH_RECORD_SIZE 144
+#define SYSOM_HOST_SIGNAL_RECORD_SIZE 16
 
 /* What an object (the thing a frame's offset is relative to) is. */
 enum sysom_object_kind {
@@ -230,6 +234,10 @@ enum sysom_counter_id {
 						  * before their body was sent */
 	SYSOM_COUNTER_UPLOAD_REFUSED_BYTES = 91, /* body bytes sent anyway in refused batch upload
 						  * attempts (the server's 100 came late, or none) */
+	/* Host signals (minor 6, agent/os/hostsig.c). */
+	SYSOM_COUNTER_HOST_SIGNALS = 81,        /* HOST_SIGNALS records sent */
+	SYSOM_COUNTER_HOST_FILES_MISSING = 82,  /* host signal files absent or unreadable (per read) */
+	SYSOM_COUNTER_HOST_PARSE_ERRORS = 83,   /* ... present but not in the expected format */
 	/* CPython frames (minor 4; struct py_stats in bpf/pyframes.h, agent/sampling/pyframes.c). */
 	SYSOM_COUNTER_PY_FRAMES = 60,          /* Python frames stitched into user stacks */
 	SYSOM_COUNTER_PY_NO_THREAD = 61,       /* samples of a Python process whose thread had no
@@ -623,6 +631,65 @@ struct sysom_identity {
 	uint32_t unit;             /* string: systemd unit, "" none */
 };
 
+/*
+ * Host signals (HOST_SIGNALS records, minor 6): one value per signal per window, measured by the
+ * node from /proc and /sys without hardware counters. A signal the node cannot read (no
+ * cpufreq in a VM, no PSI, a counter that went backwards) has no record: unknown, never 0.
+ * Rates are per second of the window; "share" values are fractions 0..1 of the window.
+ */
+enum sysom_host_signal {
+	SYSOM_HOST_CPU_MHZ = 1,            /* mean scaling_cur_freq over the CPUs, MHz (a level) */
+	SYSOM_HOST_CPU_MHZ_MIN = 2,        /* the slowest CPU's, MHz */
+	SYSOM_HOST_CPU_BUSY = 3,           /* share of CPU time not idle or in iowait (/proc/stat) */
+	SYSOM_HOST_CPU_IOWAIT = 4,         /* share in iowait */
+	SYSOM_HOST_CPU_STEAL = 5,          /* share stolen by the hypervisor */
+	SYSOM_HOST_CONTEXT_SWITCHES = 6,   /* per second */
+	SYSOM_HOST_PROCS_BLOCKED = 7,      /* tasks in D state at the end (a level) */
+	SYSOM_HOST_SOFTIRQ_NET_RX = 8,     /* NET_RX softirqs per second, all CPUs (/proc/softirqs) */
+	SYSOM_HOST_SOFTIRQ_NET_TX = 9,
+	SYSOM_HOST_SOFTIRQ_TOTAL = 10,
+	SYSOM_HOST_PSI_CPU_SOME_AVG10 = 11, /* /proc/pressure/cpu "some avg10", percent */
+	SYSOM_HOST_PSI_CPU_SOME = 12,       /* share of the window stalled (the total's delta) */
+	SYSOM_HOST_PSI_CPU_FULL_AVG10 = 13,
+	SYSOM_HOST_PSI_CPU_FULL = 14,
+	SYSOM_HOST_PSI_MEM_SOME_AVG10 = 15,
+	SYSOM_HOST_PSI_MEM_SOME = 16,
+	SYSOM_HOST_PSI_MEM_FULL_AVG10 = 17,
+	SYSOM_HOST_PSI_MEM_FULL = 18,
+	SYSOM_HOST_PSI_IO_SOME_AVG10 = 19,
+	SYSOM_HOST_PSI_IO_SOME = 20,
+	SYSOM_HOST_PSI_IO_FULL_AVG10 = 21,
+	SYSOM_HOST_PSI_IO_FULL = 22,
+	SYSOM_HOST_TCP_OUT_SEGS = 23,       /* /proc/net/snmp Tcp OutSegs per second */
+	SYSOM_HOST_TCP_RETRANS_SEGS = 24,   /* ... RetransSegs per second */
+	SYSOM_HOST_TCP_IN_ERRS = 25,        /* ... InErrs per second */
+	SYSOM_HOST_TCP_LOST_RETRANSMIT = 26, /* /proc/net/netstat TCPLostRetransmit per second */
+	SYSOM_HOST_TCP_TIMEOUTS = 27,       /* ... TCPTimeouts per second */
+	SYSOM_HOST_NET_RX_DROPS = 28,       /* /proc/net/dev, all devices but lo, per second */
+	SYSOM_HOST_NET_TX_DROPS = 29,
+	SYSOM_HOST_NET_RX_ERRS = 30,
+	SYSOM_HOST_NET_TX_ERRS = 31,
+	SYSOM_HOST_DISK_READ_IOPS = 32,     /* /proc/diskstats, whole disks, per second */
+	SYSOM_HOST_DISK_WRITE_IOPS = 33,
+	SYSOM_HOST_DISK_READ_MS = 34,       /* mean read latency in the window, ms (no reads: unknown) */
+	SYSOM_HOST_DISK_WRITE_MS = 35,
+	SYSOM_HOST_MEM_AVAILABLE = 36,      /* MemAvailable, bytes (a level) */
+	SYSOM_HOST_MEM_AVAILABLE_SHARE = 37, /* MemAvailable / MemTotal */
+	SYSOM_HOST_PGMAJFAULT = 38,         /* /proc/vmstat pgmajfault per second */
+	SYSOM_HOST_SIGNAL_MAX = SYSOM_HOST_PGMAJFAULT,
+};
+
+/* "cpu_mhz", "tcp_retrans_segs", ...; NULL when out of range. */
+const char *sysom_host_signal_name(uint16_t signal);
+/* The signal named `name`, 0 when none. */
+uint16_t sysom_host_signal_by_name(const char *name);
+
+/* HOST_SIGNALS record (16 bytes). Unique per signal; value finite and >= 0. */
+struct sysom_host_signal_value {
+	uint16_t signal; /* enum sysom_host_signal */
+	double value;
+};
+
 struct sysom_batch;
 
 /* Why an identity record is invalid in batch `b` (for the builder and the decoder), or NULL. */
@@ -720,6 +787,7 @@ struct sysom_wire_limits {
 	uint32_t max_offcpu;
 	uint32_t max_identities;
 	uint32_t max_gpu_health;
+	uint32_t max_host_signals;
 };
 
 /* The defaults: generous for one node's 30 s window, small enough to bound server memory. */
@@ -793,6 +861,8 @@ struct sysom_batch {
 	uint32_t identity_count, identity_cap;
 	struct sysom_gpu_health *gpu_health;
 	uint32_t gpu_health_count, gpu_health_cap;
+	struct sysom_host_signal_value *host_signals;
+	uint32_t host_signal_count, host_signal_cap;
 
 	struct batch_dedup *dedup; /* builder indexes; NULL in decoded batches */
 };
@@ -865,6 +935,11 @@ int sysom_batch_set_identity(struct sysom_batch *b, const struct sysom_identity 
 /* One GPU_HEALTH record per device: a second call for the same device replaces the first.
  * -EINVAL for what the decoder would reject (sysom_gpu_health_problem). */
 int sysom_batch_set_gpu_health(struct sysom_batch *b, const struct sysom_gpu_health *g);
+/* Sets signal `signal` of the window (replacing an earlier value). -EINVAL for an unknown signal
+ * or a value that is not finite and >= 0. */
+int sysom_batch_set_host_signal(struct sysom_batch *b, uint16_t signal, double value);
+/* The value of `signal` in *out; false when the batch has none. */
+bool sysom_batch_host_signal(const struct sysom_batch *b, uint16_t signal, double *out);
 
 /* Frames of stack `idx` (borrowed). */
 static inline const struct sysom_frame *sysom_batch_stack_frames(const struct sysom_batch *b,

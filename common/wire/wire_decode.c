@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Bounded, fully validating decoder for wire format version 1. */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,6 +100,8 @@ static const char *section_name(uint16_t type)
 		return "IDENTITIES";
 	case SYSOM_SECTION_GPU_HEALTH:
 		return "GPU_HEALTH";
+	case SYSOM_SECTION_HOST_SIGNALS:
+		return "HOST_SIGNALS";
 	}
 	return "unknown";
 }
@@ -1255,6 +1258,43 @@ static int decode_gpu_health(struct decoder *d, const struct section *s)
 	return 0;
 }
 
+static int decode_host_signals(struct decoder *d, const struct section *s)
+{
+	struct sysom_batch *b = d->batch;
+	bool seen[SYSOM_HOST_SIGNAL_MAX + 1] = { false };
+	int err;
+
+	if ((err = check_count(d, s, d->limits->max_host_signals, SYSOM_HOST_SIGNAL_RECORD_SIZE)) ||
+	    (err = alloc_array((void **)&b->host_signals, &b->host_signal_cap, s->count,
+			       sizeof(*b->host_signals))))
+		return err;
+	for (uint32_t i = 0; i < s->count; i++) {
+		const uint8_t *p = d->data + s->offset + (size_t)i * SYSOM_HOST_SIGNAL_RECORD_SIZE;
+		size_t at = (size_t)(p - d->data);
+		struct sysom_host_signal_value *o = &b->host_signals[i];
+
+		o->signal = load_le16(p + WIRE_HOST_SIGNAL_ID);
+		o->value = load_double(p + WIRE_HOST_SIGNAL_VALUE);
+		if (!all_zero(p + WIRE_HOST_SIGNAL_RESERVED,
+			      WIRE_HOST_SIGNAL_VALUE - WIRE_HOST_SIGNAL_RESERVED))
+			return CORRUPT(d, at + WIRE_HOST_SIGNAL_RESERVED,
+				       "HOST_SIGNALS record %u: reserved field is not zero", i);
+		if (!sysom_host_signal_name(o->signal))
+			return CORRUPT(d, at, "HOST_SIGNALS record %u: unknown signal %u", i,
+				       o->signal);
+		if (!isfinite(o->value) || o->value < 0)
+			return CORRUPT(d, at + WIRE_HOST_SIGNAL_VALUE,
+				       "HOST_SIGNALS record %u: value of %s is not finite and >= 0",
+				       i, sysom_host_signal_name(o->signal));
+		if (seen[o->signal])
+			return CORRUPT(d, at, "HOST_SIGNALS record %u: signal %s repeated", i,
+				       sysom_host_signal_name(o->signal));
+		seen[o->signal] = true;
+		b->host_signal_count++;
+	}
+	return 0;
+}
+
 static int read_header(struct decoder *d, struct section *sections,
 		       size_t nknown)
 {
@@ -1439,6 +1479,8 @@ uint64_t sysom_batch_decode_memory(const void *data, size_t len,
 	}
 	arrays += fixed_array(&sections[SYSOM_SECTION_GPU_HEALTH], l->max_gpu_health,
 			      SYSOM_GPU_HEALTH_RECORD_SIZE, sizeof(*b->gpu_health));
+	arrays += fixed_array(&sections[SYSOM_SECTION_HOST_SIGNALS], l->max_host_signals,
+			      SYSOM_HOST_SIGNAL_RECORD_SIZE, sizeof(*b->host_signals));
 	/* Temporaries live one section at a time, after that section's array. */
 	return arrays + temporary;
 }
@@ -1480,6 +1522,7 @@ int sysom_batch_decode(const void *data, size_t len, const struct sysom_wire_lim
 		{ SYSOM_SECTION_OFFCPU, decode_offcpu },
 		{ SYSOM_SECTION_IDENTITIES, decode_identities },
 		{ SYSOM_SECTION_GPU_HEALTH, decode_gpu_health },
+		{ SYSOM_SECTION_HOST_SIGNALS, decode_host_signals },
 	};
 	int rc;
 

@@ -320,6 +320,11 @@
 
 /* Each record's last field ends where the record does. */
 _Static_assert(WIRE_HDR_WINDOW_END + 8 == SYSOM_WIRE_HEADER_SIZE, "header layout");
+/* HOST_SIGNALS (SYSOM_HOST_SIGNAL_RECORD_SIZE). */
+#define WIRE_HOST_SIGNAL_ID 0        /* u16 */
+#define WIRE_HOST_SIGNAL_RESERVED 2  /* 6 bytes, zero */
+#define WIRE_HOST_SIGNAL_VALUE 8     /* f64 */
+
 _Static_assert(WIRE_SEC_SIZE + 4 == SYSOM_WIRE_SECTION_ENTRY_SIZE, "section entry layout");
 _Static_assert(WIRE_NODE_RESERVED + 8 == SYSOM_NODE_RECORD_SIZE, "NODE layout");
 _Static_assert(WIRE_OBJECT_BUILD_ID + SYSOM_BUILD_ID_MAX == SYSOM_OBJECT_RECORD_SIZE,
@@ -332,6 +337,7 @@ _Static_assert(WIRE_SAMPLE_COUNT + 8 == SYSOM_SAMPLE_RECORD_SIZE, "SAMPLES layou
 _Static_assert(WIRE_OFFCPU_MAX_NS + 8 == SYSOM_OFFCPU_RECORD_SIZE, "OFFCPU layout");
 _Static_assert(WIRE_IDENTITY_UNIT + 4 == SYSOM_IDENTITY_RECORD_SIZE, "IDENTITIES layout");
 _Static_assert(WIRE_GPU_XID_LAST + 4 == SYSOM_GPU_HEALTH_RECORD_SIZE, "GPU_HEALTH layout");
+_Static_assert(WIRE_HOST_SIGNAL_VALUE + 8 == SYSOM_HOST_SIGNAL_RECORD_SIZE, "HOST_SIGNALS layout");
 _Static_assert(WIRE_COUNTER_RESERVED + WIRE_COUNTER_RESERVED_SIZE == WIRE_COUNTER_VALUE &&
 		       WIRE_COUNTER_VALUE + 8 == SYSOM_COUNTER_RECORD_SIZE,
 	       "COUNTERS layout");

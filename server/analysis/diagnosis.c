@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Straggler detection and layered diagnosis of one training job (server/analysis/diagnosis.h). */
 #include "server/analysis/diagnosis.h"
+#include "server/analysis/hostanomaly.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -656,6 +657,7 @@ struct os_irq {
 };
 
 struct os_rows {
+	struct hostanomaly host;   /* the job's host anomaly scores, read with the rows */
 	struct os_rank *ranks;
 	size_t nranks, cap_ranks;
 	struct os_cpu *cpus;
@@ -746,6 +748,7 @@ static void os_rows_free(struct os_rows *o)
 		free(o->irqs[i].hostname);
 		free(o->irqs[i].name);
 	}
+	hostanomaly_free(&o->host);
 	free(o->ranks);
 	free(o->cpus);
 	free(o->irqs);
@@ -833,6 +836,10 @@ static void diagnose_os(const struct diagnosis_ctx *ctx, const struct store_samp
 					     .to_ms = range->to_ms };
 		struct store_os_visitor v = { os_thread_take, os_cpu_take, os_irq_take, o };
 		o->loaded = true;
+		/* Host signals until the range's end; none (or a store without them) is fine. */
+		if (hostanomaly_job(ctx->store, range->job, range->to_ms, HOSTANOMALY_SPAN_MS,
+				    &o->host))
+			memset(&o->host, 0, sizeof(o->host));
 		if (store_job_os(ctx->store, &f, QUERY_MAX_GPU_ROWS, &v, &o->truncated))
 			return;
 	}
@@ -856,6 +863,17 @@ static void diagnose_os(const struct diagnosis_ctx *ctx, const struct store_samp
 							  layers_median(healthy, nh), floors[i], false };
 	}
 	out->top = layers_os_classify(out->signals, OS_NSIG, LAYERS_OS_FACTOR);
+	for (size_t i = 0; i < o->host.in.nnodes; i++) {
+		const struct reveal_node_score *hn = &o->host.scores[i];
+		if (!hn->anomalous || !hn->hostname || strcmp(hn->hostname, k->hostname))
+			continue;
+		out->host_anomalous = true;
+		snprintf(out->host_node, sizeof(out->host_node), "%s", hn->node_id);
+		out->host_score = hn->score;
+		out->host_threshold = hn->threshold;
+		hostanomaly_describe(hn, out->host_deviations, sizeof(out->host_deviations));
+		break;
+	}
 	/* The CPUs its threads ran on, with what interrupted them. */
 	for (uint32_t c = 0; c < 64 * SYSOM_CPU_MASK_WORDS; c++) {
 		if (!cpu_in(k->cpus, c))
@@ -1059,6 +1077,15 @@ static struct diagnosis *diagnose(const struct diagnosis_ctx *ctx, const struct 
 				 "threads dedicated CPUs (cpuset, isolcpus) or move the neighbour away",
 				 cpus[0] ? cpus : "?", s);
 		}
+	} else if (d->os.host_anomalous) {
+		d->layer = DIAGNOSIS_LAYER_OS;
+		snprintf(summary, sizeof(d->summary),
+			 "rank %d's node %.32s is anomalous against its own history and its peers: "
+			 "%.300s; GPU and CPU profiles are normal", s, d->os.host_node,
+			 d->os.host_deviations);
+		snprintf(action, sizeof(d->action),
+			 "check the node of rank %d: its network (TCP retransmits, drops, NIC errors), "
+			 "memory pressure, disks and CPU clocks (sysomctl hosts --job JOB)", s);
 	} else {
 		snprintf(summary, sizeof(d->summary),
 			 "rank %d is late but neither its GPU kernels, its CPU profile nor its OS signals "

@@ -148,11 +148,16 @@ static json_t *os_json(const struct diagnosis_os *o)
 		json_decref(irqs);
 		return json_null();
 	}
-	out = json_pack("{s:s,s:s,s:f,s:I,s:I,s:o,s:o,s:o,s:b}", "verdict",
+	json_t *host = o->host_anomalous
+			       ? json_pack("{s:s,s:f,s:f,s:s}", "node_id", o->host_node, "score",
+					   o->host_score, "threshold", o->host_threshold, "deviations",
+					   o->host_deviations)
+			       : json_null();
+	out = json_pack("{s:s,s:s,s:f,s:I,s:I,s:o,s:o,s:o,s:b,s:o}", "verdict",
 			o->top >= 0 ? "implicated" : "normal", "cpus", o->cpus, "runq_p99_us",
 			o->runq_p99_us, "oncpu_ms", (json_int_t)o->oncpu_ms, "runq_waits",
 			(json_int_t)o->runq_waits, "signals", signals, "cpu_load", load, "irqs", irqs,
-			"truncated", o->truncated);
+			"truncated", o->truncated, "host_anomaly", host ? host : json_null());
 	return out ? out : json_null();
 }
 

@@ -16,6 +16,7 @@
 #include "server/analysis/diagnosis_render.h"
 #include "server/query/folded.h"
 #include "server/analysis/hang.h"
+#include "server/analysis/hostanomaly.h"
 #include "server/analysis/layers.h"
 #include "server/analysis/live.h"
 #include "server/metrics/metrics.h"
@@ -500,6 +501,82 @@ cleanup:
 	return rc;
 }
 
+/* ---- host anomalies ------------------------------------------------------------------------- */
+
+static int finding_of_host(const struct monitor *m, const struct reveal_node_score *n,
+			   struct finding *f)
+{
+	char summary[640], dev[480];
+	json_t *report = hostanomaly_node_json(n);
+
+	memset(f, 0, sizeof(*f));
+	snprintf(f->identity, sizeof(f->identity), "host-anomaly node=%s", n->node_id);
+	snprintf(f->kind, sizeof(f->kind), "host-anomaly");
+	f->rank = -1;
+	hostanomaly_describe(n, dev, sizeof(dev));
+	snprintf(summary, sizeof(summary),
+		 "node %s (%s) is anomalous (score %.1f over %.1f for %u periods, against its own"
+		 " history and its peers): %s", n->hostname ? n->hostname : "", n->node_id,
+		 n->score, n->threshold, n->periods_over, dev);
+	f->hostname = strdup(n->hostname ? n->hostname : "");
+	f->communicators = strdup("");
+	f->layer = strdup(diagnosis_layer_name(DIAGNOSIS_LAYER_OS));
+	f->severity = strdup(m->alerting.severity(INCIDENT_HOST_ANOMALY, DIAGNOSIS_LAYER_OS, true));
+	f->summary = strdup(summary);
+	f->action = strdup("check the node's network (TCP retransmits, drops, NIC errors), memory "
+			   "pressure, disks and CPU clocks; `sysomctl hosts JOB` lists every node's "
+			   "deviations");
+	f->report = report ? json_dumps(report, JSON_COMPACT) : NULL;
+	json_decref(report);
+	if (!f->hostname || !f->communicators || !f->layer || !f->severity || !f->summary ||
+	    !f->action || !f->report) {
+		finding_free(f);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Host anomalies of the job's nodes as findings; a straggler on an anomalous node says so in its
+ * summary. A store without host signals gives none. */
+static int host_check(struct monitor *m, const char *job, int64_t now, struct finding *found,
+		      size_t *nfound)
+{
+	struct hostanomaly h;
+	size_t nbefore = *nfound;
+	int rc = hostanomaly_job(m->ctx.store, job, now, HOSTANOMALY_SPAN_MS, &h);
+
+	if (rc == -ENOTSUP)
+		return 0;
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < h.in.nnodes && *nfound < MONITOR_MAX_INCIDENTS; i++) {
+		const struct reveal_node_score *n = &h.scores[i];
+		if (!n->anomalous)
+			continue;
+		if ((rc = finding_of_host(m, n, &found[*nfound])))
+			goto cleanup;
+		(*nfound)++;
+		for (size_t j = 0; j < nbefore; j++) {
+			struct finding *f = &found[j];
+			char *more = NULL, dev[480];
+			if (strcmp(f->kind, "straggler") || !f->hostname || !n->hostname ||
+			    strcmp(f->hostname, n->hostname) || strstr(f->summary, n->node_id))
+				continue; /* the diagnosis named the node already (its OS layer) */
+			hostanomaly_describe(n, dev, sizeof(dev));
+			if (asprintf(&more, "%s; its node %s is anomalous: %s", f->summary,
+				     n->hostname, dev) < 0) {
+				rc = -ENOMEM;
+				goto cleanup;
+			}
+			free(f->summary);
+			f->summary = more;
+		}
+	}
+cleanup:
+	hostanomaly_free(&h);
+	return rc;
+}
+
 /* The hang verdict of `job` as findings: one "hang" naming the ranks the others wait for,
  * one "agent-lost" per node that stopped reporting while it had ranks of the job. */
 static int hang_check(struct monitor *m, const char *job, const struct job_settings *s,
@@ -725,6 +802,8 @@ static enum incident_kind incident_kind_of(const char *kind)
 		return INCIDENT_STALL;
 	if (strcmp(kind, "agent-lost") == 0)
 		return INCIDENT_AGENT_LOST;
+	if (strcmp(kind, "host-anomaly") == 0)
+		return INCIDENT_HOST_ANOMALY;
 	return INCIDENT_REGRESSION;
 }
 
@@ -923,6 +1002,8 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 		nfound++;
 	}
 	if ((rc = hang_check(m, job, &s, now, found, &nfound, &hang)))
+		goto cleanup;
+	if ((rc = host_check(m, job, now, found, &nfound)))
 		goto cleanup;
 	if (!nstragglers) {
 		bool regressed = false;

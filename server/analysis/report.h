@@ -138,6 +138,11 @@ struct diagnosis_os {
 	struct diagnosis_os_irq irqs[DIAGNOSIS_TOP_IRQS]; /* largest time first */
 	size_t nirqs;
 	bool truncated;
+	/* Host anomaly (server/analysis/reveal.c) of the straggler's node, when it is anomalous. */
+	bool host_anomalous;
+	char host_node[2 * SYSOM_NODE_ID_SIZE + 1];
+	double host_score, host_threshold;
+	char host_deviations[384]; /* "tcp_retrans_segs 3242 (z 648.2; peers 0.5, own 1.3), ..." */
 };
 
 /* The layered verdict for one straggler. */
@@ -214,6 +219,7 @@ enum incident_kind {
 	INCIDENT_HANG,          /* a collective instance waits for ranks that never entered */
 	INCIDENT_AGENT_LOST,    /* a node with ranks of the job stopped reporting */
 	INCIDENT_STALL,         /* every rank stopped between collectives */
+	INCIDENT_HOST_ANOMALY,  /* a node's host signals depart from its history and its peers */
 };
 
 /* An open incident of a job, as the alert policy reads it (monitor_alerting.publish). Strings

@@ -70,6 +70,8 @@ void api__job_gpu(struct api *api, const char *job, const struct http_request *r
 		  struct http_response *resp);
 void api__job_stragglers(struct api *api, const char *job, const struct http_request *req,
 			 struct http_response *resp);
+void api__job_hosts(struct api *api, const char *job, const struct http_request *req,
+		    struct http_response *resp);
 void api__job_patterns(struct api *api, const char *job, const struct http_request *req,
 		       struct http_response *resp);
 void api__job_waterline(struct api *api, const char *job, const struct http_request *req,

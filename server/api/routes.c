@@ -52,6 +52,7 @@ JOB_HANDLER(job_gpu_get, api__job_gpu)
 JOB_HANDLER(job_stragglers_get, api__job_stragglers)
 JOB_HANDLER(job_waterline_get, api__job_waterline)
 JOB_HANDLER(job_patterns_get, api__job_patterns)
+JOB_HANDLER(job_hosts_get, api__job_hosts)
 JOB_HANDLER(job_settings_get, api__job_settings_get)
 JOB_HANDLER(job_settings_put, api__job_settings_put)
 JOB_HANDLER(job_baseline, api__job_baseline)
@@ -71,6 +72,7 @@ static const struct http_route query_routes[] = {
 	{ "GET", JOB_PATH "/stragglers", false, job_stragglers_get, NULL, 0, 0 },
 	{ "GET", JOB_PATH "/waterline", false, job_waterline_get, NULL, 0, 0 },
 	{ "GET", JOB_PATH "/patterns", false, job_patterns_get, NULL, 0, 0 },
+	{ "GET", JOB_PATH "/hosts", false, job_hosts_get, NULL, 0, 0 },
 	{ "GET", JOB_PATH "/settings", false, job_settings_get, NULL, 0, 0 },
 	{ "PUT", JOB_PATH "/settings", false, job_settings_put, NULL, API_MAX_SETTINGS_BODY, 0 },
 	{ "GET", JOB_PATH "/baseline", false, job_baseline, NULL, 0, 0 },

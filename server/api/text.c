@@ -119,6 +119,12 @@ void api__diagnosis_text(const struct store_diagnosis *d, struct byte_buf *out)
 					json_integer_value(json_object_get(v, "cpu")),
 					json_number_value(json_object_get(v, "per_s")),
 					json_number_value(json_object_get(v, "ms_per_s")));
+		if ((v = json_object_get(layer, "host_anomaly")) && json_is_object(v))
+			byte_buf_printf(out, "  node %s is anomalous (host signals, score %.1f over %.1f): %s\n",
+					json_string_value(json_object_get(v, "node_id")) ?: "",
+					json_number_value(json_object_get(v, "score")),
+					json_number_value(json_object_get(v, "threshold")),
+					json_string_value(json_object_get(v, "deviations")) ?: "");
 	}
 	if (json_object_get(r, "functions")) {
 		byte_buf_printf(out, "\niteration %.1f ms, baseline %.1f ms\n",

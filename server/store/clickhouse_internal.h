@@ -12,7 +12,7 @@
 #include "server/store/store_impl.h"
 
 /* The newest schema this build knows (clickhouse_schema.c). */
-#define CH_SCHEMA_VERSION 4
+#define CH_SCHEMA_VERSION 5
 
 /* Largest answer the store reads from ClickHouse (bigger: -E2BIG, nothing half-used). */
 #define CH_MAX_ANSWER (256u << 20)
@@ -182,6 +182,13 @@ struct ch_gpu_os_put {
 /* Inserts the batch's launch, GPU timing, NCCL profile/link, OS and off-CPU rows (before the
  * batch row) and fills their counts in *r. 0 or an error of ch__exec. */
 int ch__batch_write_gpu_os(const struct ch_gpu_os_put *p, struct store_put_result *r);
+
+/* Host signals (clickhouse_host.c): migration 5, the batch's rows (before the batch row, as
+ * the others), and store_host_signals_list. */
+extern const char *const ch__migration_host[];
+int ch__batch_write_host(const struct ch_gpu_os_put *p);
+int ch__host_signals(struct store *base, const struct store_host_filter *f, uint32_t max_rows,
+		     store_host_signal_fn fn, void *arg, bool *truncated);
 
 int ch__launches_aggregate(struct store *base, const struct store_sample_filter *f,
 			   uint32_t limit, store_launch_count_fn fn, void *arg, uint64_t *total);

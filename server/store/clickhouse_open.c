@@ -59,6 +59,7 @@ static const char *const *const migrations[CH_SCHEMA_VERSION] = {
 	ch__migration_collectives,
 	ch__migration_gpu_os,
 	ch__migration_state, /* incidents, job settings, baselines (clickhouse_state.c) */
+	ch__migration_host,  /* host signals (clickhouse_host.c) */
 };
 
 static int read_version(struct ch_store *s, int *out)
@@ -211,6 +212,7 @@ static const struct store_ops ch_ops = {
 	.offcpu_aggregate = ch__offcpu_aggregate,
 	.wall_aggregate = ch__wall_aggregate,
 	.job_os = ch__job_os,
+	.host_signals_list = ch__host_signals,
 	.diagnosis_upsert = ch__diagnosis_upsert,
 	.diagnosis_resolve = ch__diagnosis_resolve,
 	.diagnoses_list = ch__diagnoses_list,

@@ -571,9 +571,9 @@ int ch__batch_put(struct store *base, const struct sysom_batch *b, uint64_t cont
 	}
 	for (uint32_t i = 0; i < b->stack_count; i++)
 		stack_ids[i] = p.stacks[i].id;
-	if ((rc = ch__batch_write_gpu_os(&(struct ch_gpu_os_put){
-			.s = s, .b = b, .node_hex = p.node_hex, .attempt = p.attempt,
-			.processes = p.processes, .stacks = stack_ids }, &r)) ||
+	struct ch_gpu_os_put gp = { .s = s, .b = b, .node_hex = p.node_hex, .attempt = p.attempt,
+				    .processes = p.processes, .stacks = stack_ids };
+	if ((rc = ch__batch_write_gpu_os(&gp, &r)) || (rc = ch__batch_write_host(&gp)) ||
 	    (rc = batch_row_write(&p, content_hash, &r)))
 		goto cleanup;
 cleanup:

@@ -322,6 +322,8 @@ int store__sqlite_collectives_list(struct store *s, const struct store_collectiv
 int store__sqlite_job_gpu(struct store *s, const struct store_gpu_filter *f, uint32_t max_rows,
 			  const struct store_gpu_visitor *v, bool *truncated);
 /* sqlite_read_os.c */
+int store__sqlite_host_signals(struct store *s, const struct store_host_filter *f,
+				uint32_t max_rows, store_host_signal_fn fn, void *arg, bool *truncated);
 int store__sqlite_job_os(struct store *s, const struct store_os_filter *f, uint32_t max_rows,
 			 const struct store_os_visitor *v, bool *truncated);
 /* sqlite_incidents.c */

@@ -125,6 +125,7 @@ static const struct store_ops sqlite_ops = {
 	.offcpu_aggregate = store__sqlite_offcpu_aggregate,
 	.wall_aggregate = store__sqlite_wall_aggregate,
 	.job_os = store__sqlite_job_os,
+	.host_signals_list = store__sqlite_host_signals,
 	.diagnosis_upsert = store__sqlite_diagnosis_upsert,
 	.diagnosis_resolve = store__sqlite_diagnosis_resolve,
 	.diagnoses_list = store__sqlite_diagnoses_list,

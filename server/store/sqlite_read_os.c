@@ -105,3 +105,42 @@ int store__sqlite_job_os(struct store *base, const struct store_os_filter *f, ui
 cleanup:
 	return store__read_end(s, c, rc);
 }
+
+struct host_rows {
+	store_host_signal_fn fn;
+	void *arg;
+};
+
+static int host_signal_row(void *arg, sqlite3_stmt *st)
+{
+	const struct host_rows *h = arg;
+	struct store_host_signal_row r = {
+		.hostname = store__text(st, 1),
+		.time_ms = sqlite3_column_int64(st, 2),
+		.window_ms = sqlite3_column_int64(st, 3),
+		.signal = (uint16_t)sqlite3_column_int(st, 4),
+		.value = sqlite3_column_double(st, 5),
+	};
+	snprintf(r.node_id, sizeof(r.node_id), "%s", store__text(st, 0));
+	return h->fn(h->arg, &r);
+}
+
+int store__sqlite_host_signals(struct store *base, const struct store_host_filter *f,
+			       uint32_t max_rows, store_host_signal_fn fn, void *arg,
+			       bool *truncated)
+{
+	static const char sql[] =
+		"SELECT n.node_id, n.hostname, h.time_ms, h.window_ms, h.signal, h.value"
+		" FROM host_signals h JOIN nodes n ON n.id = h.node WHERE h.node" OS_JOB_NODES
+		" AND h.time_ms BETWEEN ?3 AND ?4 ORDER BY h.node, h.time_ms, h.signal LIMIT ?5";
+	struct store_gpu_filter g = { .job = f->job, .from_ms = f->from_ms, .to_ms = f->to_ms };
+	struct host_rows h = { fn, arg };
+	struct sqlite_store *s = store__sqlite(base);
+	struct conn *c;
+	int rc;
+
+	if ((rc = store__read_begin(s, &c)))
+		return rc;
+	rc = store__job_rows(c, sql, &g, max_rows, host_signal_row, &h, truncated);
+	return store__read_end(s, c, rc);
+}

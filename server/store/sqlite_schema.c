@@ -411,6 +411,16 @@ static const char *const migrations[] = {
 	"  PRIMARY KEY (node, device, window_end_ns)"
 	");"
 	"CREATE INDEX gpu_health_time ON gpu_health(window_end_ns);",
+	/* Host signals (wire minor 6, HOST_SIGNALS): one row per (batch, signal); a signal the
+	 * node could not read has no row. time_ms: the batch window's end. */
+	"CREATE TABLE host_signals ("
+	"  time_ms INTEGER NOT NULL,"
+	"  node INTEGER NOT NULL REFERENCES nodes(id),"
+	"  window_ms INTEGER NOT NULL,"
+	"  signal INTEGER NOT NULL,"              /* enum sysom_host_signal */
+	"  value REAL NOT NULL"
+	");"
+	"CREATE INDEX host_signals_node_time ON host_signals(node, time_ms);",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

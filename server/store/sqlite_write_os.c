@@ -6,6 +6,9 @@ static const char os_cpu_insert_sql[] =
 	"INSERT INTO os_cpus (time_ms, node, window_ms, cpu, numa_node, busy_ns, hardirq_count,"
 	" hardirq_ns, softirq_count, softirq_ns, context_switches, runq_wait_ns)"
 	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
+static const char host_signal_insert_sql[] =
+	"INSERT INTO host_signals (time_ms, node, window_ms, signal, value)"
+	" VALUES (?1, ?2, ?3, ?4, ?5)";
 static const char os_irq_insert_sql[] =
 	"INSERT INTO os_irqs (time_ms, node, cpu, irq, name, count, ns)"
 	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
@@ -108,5 +111,17 @@ int store__batch_write_os(struct conn *c, const struct sysom_batch *b,
 		if ((rc = os_thread_insert(c, b, &b->os_threads[i], ids)))
 			return rc;
 	r->os_thread_rows = b->os_thread_count;
+	for (uint32_t i = 0; i < b->host_signal_count; i++) {
+		uint64_t window_ns = b->window_end_ns - b->window_start_ns;
+		rc = store__query(c, &(struct store__query){
+			.sql = host_signal_insert_sql,
+			.args = STORE__ARGS(STORE__INT(store__clamp(b->window_end_ns / 1000000)),
+					    STORE__INT(ids->node),
+					    STORE__INT(store__clamp(window_ns / 1000000)),
+					    STORE__INT(b->host_signals[i].signal),
+					    STORE__REAL(b->host_signals[i].value)) });
+		if (rc)
+			return rc;
+	}
 	return 0;
 }

@@ -223,6 +223,15 @@ int store_job_os(struct store *s, const struct store_os_filter *f, uint32_t max_
 	return s->ops->job_os(s, f, max_rows, v, truncated);
 }
 
+int store_host_signals_list(struct store *s, const struct store_host_filter *f, uint32_t max_rows,
+			    store_host_signal_fn fn, void *arg, bool *truncated)
+{
+	*truncated = false;
+	if (!s->ops->host_signals_list)
+		return -ENOTSUP;
+	return s->ops->host_signals_list(s, f, max_rows, fn, arg, truncated);
+}
+
 int store_diagnosis_upsert(struct store *s, const struct store_diagnosis *d, int64_t *id,
 			   bool *opened)
 {

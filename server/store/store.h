@@ -603,6 +603,30 @@ struct store_os_visitor {
 int store_job_os(struct store *s, const struct store_os_filter *f, uint32_t max_rows,
 		 const struct store_os_visitor *v, bool *truncated);
 
+/* ---- host signals (wire 1.6) ------------------------------------------------------------------ */
+
+struct store_host_filter {
+	const char *job;          /* required: the nodes its processes ran on */
+	int64_t from_ms, to_ms;   /* the batch window end, inclusive */
+};
+
+/* One signal of one node's batch window; strings borrowed for the callback only. */
+struct store_host_signal_row {
+	char node_id[2 * SYSOM_NODE_ID_SIZE + 1];
+	const char *hostname;
+	int64_t time_ms, window_ms; /* the window's end and length */
+	uint16_t signal;          /* enum sysom_host_signal */
+	double value;
+};
+
+typedef int (*store_host_signal_fn)(void *arg, const struct store_host_signal_row *r);
+
+/* Calls `fn` for at most `max_rows` host signal rows of the job's nodes in the range, grouped
+ * by node, then by time and signal (*truncated set when there were more). -ENOTSUP on a backend
+ * that does not store them (both do). */
+int store_host_signals_list(struct store *s, const struct store_host_filter *f, uint32_t max_rows,
+			    store_host_signal_fn fn, void *arg, bool *truncated);
+
 /* ---- diagnoses, job settings, baselines (written by the monitor) ---------------------------- */
 
 struct store_diagnosis {

@@ -55,6 +55,10 @@ struct store_ops {
 				  uint32_t limit, store_gpu_time_fn fn, void *arg, uint64_t *total);
 	int (*job_os)(struct store *s, const struct store_os_filter *f, uint32_t max_rows,
 		      const struct store_os_visitor *v, bool *truncated);
+	/* NULL: -ENOTSUP */
+	int (*host_signals_list)(struct store *s, const struct store_host_filter *f,
+				 uint32_t max_rows, store_host_signal_fn fn, void *arg,
+				 bool *truncated);
 	int (*diagnosis_upsert)(struct store *s, const struct store_diagnosis *d, int64_t *id,
 				bool *opened);
 	int (*diagnosis_resolve)(struct store *s, int64_t id, int64_t now_ms);

@@ -443,6 +443,58 @@ static void test_error_text(void **state)
 	assert_string_equal(msg, "(empty response)");
 }
 
+/* Hosts: anomalous nodes first with their deviations; verdicts in words; empty and malformed. */
+static void test_hosts(void **state)
+{
+	const char *text =
+		"{\"job\":\"j\",\"nodes\":["
+		"{\"node_id\":\"aa\",\"hostname\":\"gpu-1\",\"score\":0.4,\"threshold\":9.8,"
+		"\"periods_over\":0,\"has_history\":true,\"has_peers\":true,\"stale\":false,"
+		"\"anomalous\":false,\"deviations\":[]},"
+		"{\"node_id\":\"bb\",\"hostname\":\"gpu-2\",\"score\":737.7,\"threshold\":9.8,"
+		"\"periods_over\":2,\"has_history\":true,\"has_peers\":true,\"stale\":false,"
+		"\"anomalous\":true,\"deviations\":[{\"signal\":\"tcp_retrans_segs\",\"value\":3242,"
+		"\"z\":648.2,\"peer_median\":0.5,\"own_median\":1.3}]},"
+		"{\"node_id\":\"cc\",\"hostname\":\"gpu-3\",\"score\":0,\"threshold\":9.8,"
+		"\"periods_over\":0,\"has_history\":false,\"has_peers\":true,\"stale\":false,"
+		"\"anomalous\":false,\"deviations\":[]}]}";
+	json_t *doc = json_loads(text, 0, NULL);
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+
+	(void)state;
+	assert_non_null(doc);
+	assert_int_equal(ctl_hosts_render(doc, f), 0);
+	fclose(f);
+	json_decref(doc);
+	char *bad = strstr(out, "gpu-2"), *good = strstr(out, "gpu-1");
+	assert_non_null(bad);
+	assert_non_null(good);
+	assert_true(bad < good); /* anomalous first */
+	assert_non_null(strstr(out, "ANOMALOUS"));
+	assert_non_null(strstr(out, "tcp_retrans_segs 3242 (z 648.2; 0.5, 1.3)"));
+	assert_non_null(strstr(out, "learning"));
+	assert_non_null(strstr(out, "normal"));
+	free(out);
+
+	out = NULL;
+	f = open_memstream(&out, &len);
+	doc = json_loads("{\"nodes\":[]}", 0, NULL);
+	assert_int_equal(ctl_hosts_render(doc, f), 0);
+	fclose(f);
+	json_decref(doc);
+	assert_non_null(strstr(out, "no host signals"));
+	free(out);
+	out = NULL;
+	f = open_memstream(&out, &len);
+	doc = json_loads("{\"nodes\":7}", 0, NULL);
+	assert_int_equal(ctl_hosts_render(doc, f), -EINVAL);
+	fclose(f);
+	json_decref(doc);
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -454,6 +506,7 @@ int main(void)
 		cmocka_unit_test(test_gpu),
 		cmocka_unit_test(test_stragglers),
 		cmocka_unit_test(test_patterns),
+		cmocka_unit_test(test_hosts),
 		cmocka_unit_test(test_diagnoses),
 		cmocka_unit_test(test_diff),
 		cmocka_unit_test(test_error_text),

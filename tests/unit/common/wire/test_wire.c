@@ -326,8 +326,8 @@ static void expect_corrupt(uint8_t *data, size_t len, int want, const char *frag
 	sysom_batch_free(&d);
 }
 
-/* The encoder writes every section it knows: types 1-19 and 24 (IDENTITIES). */
-#define ENCODED_SECTIONS 20
+/* The encoder writes every section it knows: types 1-19, 24 (IDENTITIES), 22 (HOST_SIGNALS). */
+#define ENCODED_SECTIONS 21
 
 /* Section table entry i of an encoded batch. */
 static uint8_t *section_entry(struct byte_buf *buf, int i)
@@ -2101,6 +2101,92 @@ static void test_identity_corruptions_limits_flips(void **state)
 	sysom_batch_free(&b);
 }
 
+/* HOST_SIGNALS (1.6): round trip, builder rules, every broken rule refused, older readers skip. */
+static void test_host_signals(void **state)
+{
+	struct sysom_batch b, d;
+	struct byte_buf buf;
+	struct sysom_wire_error err;
+	double v;
+
+	(void)state;
+	build_sample_batch(&b);
+	assert_int_equal(sysom_batch_set_host_signal(&b, SYSOM_HOST_TCP_RETRANS_SEGS, 12.5), 0);
+	assert_int_equal(sysom_batch_set_host_signal(&b, SYSOM_HOST_CPU_MHZ, 2400), 0);
+	assert_int_equal(sysom_batch_set_host_signal(&b, SYSOM_HOST_TCP_RETRANS_SEGS, 13.5), 0);
+	assert_int_equal(b.host_signal_count, 2); /* replaced, not added */
+	assert_int_equal(sysom_batch_set_host_signal(&b, 0, 1), -EINVAL);
+	assert_int_equal(sysom_batch_set_host_signal(&b, SYSOM_HOST_SIGNAL_MAX + 1, 1), -EINVAL);
+	assert_int_equal(sysom_batch_set_host_signal(&b, SYSOM_HOST_CPU_BUSY, NAN), -EINVAL);
+	assert_int_equal(sysom_batch_set_host_signal(&b, SYSOM_HOST_CPU_BUSY, INFINITY), -EINVAL);
+	assert_int_equal(sysom_batch_set_host_signal(&b, SYSOM_HOST_CPU_BUSY, -0.5), -EINVAL);
+	assert_int_equal(b.host_signal_count, 2);
+	assert_string_equal(sysom_host_signal_name(SYSOM_HOST_TCP_RETRANS_SEGS), "tcp_retrans_segs");
+	assert_int_equal(sysom_host_signal_by_name("psi_memory_some"), SYSOM_HOST_PSI_MEM_SOME);
+	assert_int_equal(sysom_host_signal_by_name("nope"), 0);
+	assert_null(sysom_host_signal_name(0));
+	for (uint16_t i = 1; i <= SYSOM_HOST_SIGNAL_MAX; i++)
+		assert_non_null(sysom_host_signal_name(i));
+	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_HOST_SIGNALS), "host_signals");
+	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_HOST_FILES_MISSING),
+			    "host_files_missing");
+	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_HOST_PARSE_ERRORS),
+			    "host_parse_errors");
+	encode(&b, &buf);
+	write_seed("batch-host-signals-raw", buf.data, buf.len, false);
+	assert_int_equal(load_le16(section_entry(&buf, 20)), SYSOM_SECTION_HOST_SIGNALS);
+	assert_int_equal(load_le32(section_entry(&buf, 20) + 4), 2);
+	if (sysom_batch_decode(buf.data, buf.len, NULL, &d, &err))
+		fail_msg("decode: %s", err.message);
+	assert_int_equal(d.host_signal_count, 2);
+	assert_true(sysom_batch_host_signal(&d, SYSOM_HOST_TCP_RETRANS_SEGS, &v));
+	assert_true(v == 13.5);
+	assert_true(sysom_batch_host_signal(&d, SYSOM_HOST_CPU_MHZ, &v));
+	assert_true(v == 2400);
+	assert_false(sysom_batch_host_signal(&d, SYSOM_HOST_CPU_BUSY, &v)); /* unknown */
+	assert_true(sysom_batch_decode_memory(buf.data, buf.len, NULL) >= sysom_batch_memory(&d));
+	sysom_batch_free(&d);
+
+	uint8_t *rec = buf.data + section_offset(&buf, SYSOM_SECTION_HOST_SIGNALS);
+	uint8_t save[2 * SYSOM_HOST_SIGNAL_RECORD_SIZE];
+	memcpy(save, rec, sizeof(save));
+	store_le16(rec, 0);
+	expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, "unknown signal 0");
+	store_le16(rec, SYSOM_HOST_SIGNAL_MAX + 1);
+	expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, "unknown signal");
+	memcpy(rec, save, sizeof(save));
+	rec[3] = 1;
+	expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, "reserved");
+	memcpy(rec, save, sizeof(save));
+	double bad[] = { NAN, INFINITY, -1.0 };
+	for (size_t i = 0; i < 3; i++) {
+		uint64_t bits;
+		memcpy(&bits, &bad[i], 8);
+		store_le64(rec + 8, bits);
+		expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, "not finite");
+	}
+	memcpy(rec, save, sizeof(save));
+	store_le16(rec + SYSOM_HOST_SIGNAL_RECORD_SIZE, load_le16(rec));
+	expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, "repeated");
+	memcpy(rec, save, sizeof(save));
+	store_le32(section_entry(&buf, 20) + 4, 3);
+	expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, "HOST_SIGNALS: size");
+	store_le32(section_entry(&buf, 20) + 4, 2);
+	struct sysom_wire_limits limits = sysom_wire_default_limits;
+	limits.max_host_signals = 1;
+	assert_int_equal(sysom_batch_decode(buf.data, buf.len, &limits, &d, &err), -SYSOM_ELIMIT);
+	assert_non_null(strstr(err.message, "HOST_SIGNALS"));
+	sysom_batch_free(&d);
+	/* A 1.5 reader knows no section 22: it skips it (as any unknown type). */
+	store_le16(section_entry(&buf, 20), 57);
+	assert_int_equal(sysom_batch_decode(buf.data, buf.len, NULL, &d, NULL), 0);
+	assert_int_equal(d.host_signal_count, 0);
+	assert_int_equal(d.sample_count, 2);
+	sysom_batch_free(&d);
+	byte_buf_free(&buf);
+	sysom_batch_free(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2140,6 +2226,7 @@ int main(void)
 		cmocka_unit_test(test_gpu_health_round_trip),
 		cmocka_unit_test(test_gpu_health_builder_and_corruptions),
 		cmocka_unit_test(test_identity_corruptions_limits_flips),
+		cmocka_unit_test(test_host_signals),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1582,12 +1582,81 @@ static void test_slow_and_down(void **state)
 	assert_int_equal(store_ping(c->ch), -EBUSY);
 }
 
+/* ---- host signals (wire 1.6) ------------------------------------------------------------- */
+
+static void host_edit(struct sysom_batch *b)
+{
+	assert_int_equal(sysom_batch_set_host_signal(b, SYSOM_HOST_TCP_RETRANS_SEGS,
+						     (double)b->node_id[0] * 1.25), 0);
+	assert_int_equal(sysom_batch_set_host_signal(b, SYSOM_HOST_CPU_MHZ, 2400.5), 0);
+	assert_int_equal(sysom_batch_set_host_signal(b, SYSOM_HOST_MEM_AVAILABLE, 1e11), 0);
+}
+
+static int host_text(void *arg, const struct store_host_signal_row *r)
+{
+	struct text *t = arg;
+
+	text_add(t, "H %s %s %" PRId64 " %" PRId64 " %s %.17g\n", r->node_id, r->hostname,
+		 r->time_ms, r->window_ms, sysom_host_signal_name(r->signal), r->value);
+	return 0;
+}
+
+/* The job's nodes' host signals: the same rows from both backends (a duplicate stored once,
+ * another job's node not listed), and the same truncation. */
+static void test_host_signals_same_answers(void **state)
+{
+	struct ctx *c = *state;
+	const int64_t r0 = (int64_t)T0 + 31000000000LL;
+	static struct text a, b;
+	struct text *tx[2] = { &a, &b };
+	struct store *st[2] = { c->sq, c->ch };
+
+	REQUIRE_CH();
+	struct job_spec n1 = { .base = { .node = 1, .epoch = 1, .sequence = 1, .window_start_ns = T0,
+					 .hostname = "gpu-1" },
+			       .job = "job-42", .first_rank = 0, .local_ranks = 4, .instances = 1,
+			       .skip_rank = -1, .late_rank = -1 };
+	struct job_spec n2 = n1;
+	n2.base.node = 2;
+	n2.base.hostname = "gpu-2";
+	n2.first_rank = 4;
+	struct job_spec other = n1;
+	other.base.node = 3;
+	other.job = "job-other";
+	put_job_edited(c, &n1, r0, host_edit);
+	put_job_edited(c, &n2, r0 + 1, host_edit);
+	put_job_edited(c, &n1, r0 + 2, host_edit); /* a duplicate */
+	put_job_edited(c, &other, r0 + 3, host_edit);
+	static const uint32_t maxes[] = { 100, 5 };
+	for (size_t m = 0; m < 2; m++) {
+		uint32_t max = maxes[m];
+		bool trunc[2] = { false, false };
+		for (int i = 0; i < 2; i++) {
+			struct store_host_filter f = { .job = "job-42", .from_ms = 0,
+						       .to_ms = INT64_MAX };
+			memset(tx[i], 0, sizeof(*tx[i]));
+			int rc = store_host_signals_list(st[i], &f, max, host_text, tx[i], &trunc[i]);
+			if (rc)
+				fail_msg("store_host_signals_list %d: %s", i, sysom_strerror(rc));
+		}
+		assert_string_equal(a.buf, b.buf);
+		assert_int_equal(trunc[0], trunc[1]);
+		assert_int_equal(trunc[0], max == 5);
+		if (max == 100) {
+			assert_non_null(strstr(a.buf, "H 01010101010101010101010101010101 gpu-1"));
+			assert_non_null(strstr(a.buf, "tcp_retrans_segs 2.5\n"));
+			assert_null(strstr(a.buf, "03030303"));
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_jobs_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_gpu_os_same_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_host_signals_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_duplicate_and_conflict, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_uncommitted_rows_invisible, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kernel_symbols, setup, teardown),

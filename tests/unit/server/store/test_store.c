@@ -24,8 +24,10 @@
 #define DROP_V4_TABLES                                                                       \
 	"DROP TABLE os_cpus; DROP TABLE os_irqs; DROP TABLE os_threads; DROP TABLE diagnoses;"  \
 	" DROP TABLE job_settings; DROP TABLE job_baselines;" DROP_V5_COLUMNS
+/* What migration 10 added: host signals. */
+#define DROP_V10_TABLES " DROP TABLE host_signals;"
 /* What migration 9 added: GPU health. */
-#define DROP_V9_TABLES " DROP TABLE gpu_health;"
+#define DROP_V9_TABLES DROP_V10_TABLES " DROP TABLE gpu_health;"
 /* What migration 8 added: process identities, then the above. */
 #define DROP_V8_TABLES DROP_V9_TABLES " DROP TABLE process_identities;"
 /* What migration 7 added: off-CPU rows, then the above. */
@@ -134,11 +136,11 @@ static void test_schema_created_and_reopened(void **state)
 	char err[256];
 	sqlite3 *db;
 
-	assert_int_equal(store_schema_version(c->store), 9);
+	assert_int_equal(store_schema_version(c->store), 10);
 	store_close(c->store);
 	c->store = NULL;
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 9);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 10);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
 				     " AND name IN ('nodes','batches','objects','processes','stacks',"
 				     "'samples','node_counters','kernel_symbol_tables','kernel_symbols',"
@@ -588,7 +590,7 @@ static void test_migration_from_v1(void **state)
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 9);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 10);
 	sqlite3_close(db);
 	assert_int_equal(rows(c->dir, "samples"), 4);
 	assert_int_equal(rows(c->dir, "launches"), 0);
@@ -613,7 +615,7 @@ static void test_migration_from_v2(void **state)
 				      NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 9);
+	assert_int_equal(store_schema_version(c->store), 10);
 	struct job_spec js = { .base = { .node = 2, .epoch = 1, .sequence = 1,
 					 .window_start_ns = T0 },
 			       .job = "job-42", .first_rank = 0, .local_ranks = 2, .instances = 1,
@@ -720,6 +722,76 @@ static int collect_launch(void *arg, const struct store_launch_count *l)
 	}
 	r->n++;
 	return 0;
+}
+
+struct host_rows {
+	int n;
+	char node[4][33];
+	int64_t time_ms[8];
+	uint16_t signal[8];
+	double value[8];
+};
+
+static int collect_host(void *arg, const struct store_host_signal_row *h)
+{
+	struct host_rows *r = arg;
+
+	if (r->n < 8) {
+		snprintf(r->node[r->n % 4], sizeof(r->node[0]), "%s", h->node_id);
+		r->time_ms[r->n] = h->time_ms;
+		r->signal[r->n] = h->signal;
+		r->value[r->n] = h->value;
+	}
+	r->n++;
+	return 0;
+}
+
+/* HOST_SIGNALS rows are stored per (batch, signal) and listed for the job's nodes only. */
+static void test_host_signals_round_trip(void **state)
+{
+	struct ctx *c = *state;
+	struct sysom_batch b;
+	struct store_put_result res;
+	struct host_rows r = { 0 };
+	struct store_host_filter f = { .job = "job-42", .from_ms = 0, .to_ms = INT64_MAX };
+	bool truncated;
+
+	for (uint8_t node = 1; node <= 2; node++) {
+		struct job_spec js = job_node(node, -1);
+		assert_int_equal(job_batch_build(&b, &js), 0);
+		assert_int_equal(sysom_batch_set_host_signal(&b, SYSOM_HOST_TCP_RETRANS_SEGS,
+							     node * 10.5), 0);
+		assert_int_equal(sysom_batch_set_host_signal(&b, SYSOM_HOST_CPU_MHZ, 2400), 0);
+		assert_int_equal(store_batch_put(c->store, &b, FIXTURE_HASH,
+						 (int64_t)T0 + 31000000000LL, &res), 0);
+		sysom_batch_free(&b);
+	}
+	/* A node with no rank of the job: not listed. */
+	struct fixture_spec other = { .node = 9, .epoch = 1, .sequence = 1, .window_start_ns = T0 };
+	assert_int_equal(fixture_batch_build(&b, &other), 0);
+	assert_int_equal(sysom_batch_set_host_signal(&b, SYSOM_HOST_CPU_MHZ, 1), 0);
+	assert_int_equal(store_batch_put(c->store, &b, FIXTURE_HASH, (int64_t)T0, &res), 0);
+	sysom_batch_free(&b);
+	assert_int_equal(rows(c->dir, "host_signals"), 5);
+
+	assert_int_equal(store_host_signals_list(c->store, &f, 100, collect_host, &r, &truncated), 0);
+	assert_false(truncated);
+	assert_int_equal(r.n, 4);
+	assert_string_equal(r.node[0], "01010101010101010101010101010101");
+	assert_int_equal(r.signal[0], SYSOM_HOST_CPU_MHZ); /* by node, time, signal */
+	assert_true(r.value[0] == 2400);
+	assert_int_equal(r.signal[1], SYSOM_HOST_TCP_RETRANS_SEGS);
+	assert_true(r.value[1] == 10.5);
+	assert_string_equal(r.node[2], "02020202020202020202020202020202");
+	assert_true(r.value[3] == 21);
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(store_host_signals_list(c->store, &f, 3, collect_host, &r, &truncated), 0);
+	assert_true(truncated);
+	assert_int_equal(r.n, 3);
+	f.job = "job-43";
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(store_host_signals_list(c->store, &f, 100, collect_host, &r, &truncated), 0);
+	assert_int_equal(r.n, 0);
 }
 
 static void test_jobs_round_trip(void **state)
@@ -1104,7 +1176,7 @@ static void test_migration_from_v4(void **state)
 				      NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 9);
+	assert_int_equal(store_schema_version(c->store), 10);
 	assert_int_equal(store_batch_find(c->store, node, 1, 1, &rec), 0);
 	assert_true(rec.exists);
 	assert_false(rec.hash_known);
@@ -1394,6 +1466,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_migration_from_v1, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_migration_from_v2, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_jobs_round_trip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_host_signals_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_job_rank_updates, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_diagnoses_settings_baselines, setup, teardown),
 	};
