@@ -113,8 +113,8 @@ struct api_route_limits {
 	size_t symbols_max_chunk; /* one chunk of a symbol file upload */
 };
 
-/* 3 ingest + 19 query GET + 3 web UI (/, /ui, /ui/...) + 3 under jobs + 4 symbol repository */
-#define API_ROUTE_COUNT 33
+/* 3 ingest + 21 query GET + 3 web UI (/, /ui, /ui/...) + 3 under jobs + 4 symbol repository */
+#define API_ROUTE_COUNT 34
 
 /*
  * Fills `out` with the server's routes, in matching order: the agent-facing ones of `in`
