@@ -352,6 +352,15 @@ int pipeline_analyse(struct pipeline *pl, const struct pipeline_params *p,
 		}
 		i = end;
 	}
+	/* Sized for one stage and one link per call: keep what was used. */
+	if (out->nstages) {
+		void *t = realloc(out->stages, out->nstages * sizeof(*out->stages));
+		out->stages = t ? t : out->stages;
+	}
+	if (out->nlinks) {
+		void *t = realloc(out->links, out->nlinks * sizeof(*out->links));
+		out->links = t ? t : out->links;
+	}
 	rc = 0;
 cleanup:
 	bufs_free(&jb);
