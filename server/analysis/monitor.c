@@ -1169,13 +1169,20 @@ static void *monitor_thread(void *arg)
 			    now - je->last_eval_ms >= (int64_t)m->interval_ms)
 				due = strdup(je->job);
 		}
+		/* The one evaluated longest ago: when evaluations take longer than the interval
+		 * (a loaded server), the first jobs in the list would otherwise be due every time
+		 * and starve the others. */
+		struct job_entry *oldest = NULL;
 		for (size_t i = 0; i < m->njobs && !due; i++) {
 			struct job_entry *je = &m->jobs[i];
 			if ((je->dirty || je->has_open ||
 			     (je->hang_due_ms && now >= je->hang_due_ms)) &&
-			    now - je->last_eval_ms >= (int64_t)m->interval_ms)
-				due = strdup(je->job);
+			    now - je->last_eval_ms >= (int64_t)m->interval_ms &&
+			    (!oldest || je->last_eval_ms < oldest->last_eval_ms))
+				oldest = je;
 		}
+		if (!due && oldest)
+			due = strdup(oldest->job);
 		if (due) {
 			pthread_mutex_unlock(&m->lock);
 			monitor_evaluate(m, due);
