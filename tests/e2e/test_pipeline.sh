@@ -41,7 +41,8 @@ incident() {
 		[ -n "$id" ] && break
 		sleep 0.5
 	done
-	[ -n "$id" ] && curl -sf "$SERVER_URL/api/v1/diagnoses/$id" >"$E2E_TMP/$job.json"
+	[ -n "$id" ] && curl -sf "$SERVER_URL/api/v1/diagnoses/$id" >"$E2E_TMP/$job.json" &&
+		curl -sf "$SERVER_URL/api/v1/diagnoses/$id?format=text" >"$E2E_TMP/$job.txt"
 }
 
 is_true() { grep -qx True; }
@@ -55,6 +56,8 @@ check "it names stage 2 (rank 2), +4 ms per microbatch (3-20 ms: sleeps stretch 
 	bash -c "json 'd[\"summary\"]' <'$E2E_TMP/e2e-pipe-slow.json' | grep -qE '^pipeline stage 2 \(rank 2\) is slow: \+([3-9]|1[0-9])\.[0-9] ms per microbatch'"
 check "its rank is 2, its layer pipeline-stage" \
 	bash -c "json 'd[\"rank\"] == 2 and d[\"layer\"] == \"pipeline-stage\"' <'$E2E_TMP/e2e-pipe-slow.json' | is_true"
+check "the text report lists stage 2 (rank 2) as SLOW, and stage 3 not" \
+	bash -c "grep -qE '^  stage +2 \(rank 2\) +busy .* SLOW\$' '$E2E_TMP/e2e-pipe-slow.txt' && grep -E '^  stage +3 ' '$E2E_TMP/e2e-pipe-slow.txt' | grep -qv SLOW"
 curl -sf "$SERVER_URL/api/v1/jobs/e2e-pipe-slow/stragglers?from=-1h&to=now" >"$E2E_TMP/slow-strag.json"
 diag "stages: $(json '[(s["stage"], round(s["busy_ms"], 2), round(s["recv_wait_ms"], 2), s["slow"]) for s in d["pipeline"]["stages"]]' <"$E2E_TMP/slow-strag.json")"
 check "stragglers API: exactly one slow stage, stage 2, and no slow link" \
@@ -86,7 +89,11 @@ diag "its incidents: $(curl -sf "$SERVER_URL/api/v1/diagnoses?job=e2e-pipe-link&
 run_job e2e-pipe-ok 3000
 wait "$JOB_PID"
 check "healthy pipeline job exits 0" test $? -eq 0
-sleep 4 # its last batch, and a few evaluations
+# Every call in: the agent's final drain and flush (a loaded machine delays its batches by
+# tens of seconds), then a few evaluations of the monitor.
+stop_pid "$AGENT_PID"
+check "agent exits 0 after SIGTERM" test $? -eq 0
+sleep 4
 curl -sf "$SERVER_URL/api/v1/jobs/e2e-pipe-ok/stragglers?from=-1h&to=now" >"$E2E_TMP/ok-strag.json"
 diag "stages: $(json '[(s["stage"], round(s["busy_ms"], 2), round(s["excess_ms"], 2)) for s in d["pipeline"]["stages"]]' <"$E2E_TMP/ok-strag.json")"
 check "healthy: 4 stages judged, 3 links, nothing slow" \
@@ -95,6 +102,7 @@ check "healthy: no unmatched call beyond the window edges (< 1%)" \
 	bash -c "json '(d[\"pipeline\"][\"unmatched_sends\"] + d[\"pipeline\"][\"unmatched_recvs\"]) * 100 < d[\"pipeline\"][\"transfers\"] and d[\"pipeline\"][\"duplicates\"] == 0' <'$E2E_TMP/ok-strag.json' | is_true"
 check "healthy: no incident" \
 	bash -c "curl -sf '$SERVER_URL/api/v1/diagnoses?job=e2e-pipe-ok&from=-1h&to=now' | json 'd[\"diagnoses\"] == []' | is_true"
-stop_pid "$AGENT_PID"
-check "agent exits 0 after SIGTERM" test $? -eq 0
+curl -sf "$SERVER_URL/metrics" >"$E2E_TMP/metrics.txt"
+check "agent counters: Send/Recv calls counted (nccl_p2p_calls > 10000), none with a bad peer" \
+	bash -c "awk '/^sysom_agent_nccl_p2p_calls_total/ { n = \$NF } /^sysom_agent_nccl_p2p_bad_peer_total/ { b = \$NF } END { exit !(n > 10000 && b + 0 == 0) }' '$E2E_TMP/metrics.txt'"
 finish
