@@ -66,6 +66,9 @@ check "every stage is listed, and sends and receives pair (transfers > 0)" \
 	bash -c "json 'sorted(s[\"stage\"] for s in d[\"pipeline\"][\"stages\"]) == [0, 1, 2, 3] and d[\"pipeline\"][\"transfers\"] > 100' <'$E2E_TMP/slow-strag.json' | is_true"
 check "stage 3 waits for stage 2 in its receives (> 3 ms per microbatch)" \
 	bash -c "json '[s[\"recv_wait_ms\"] > 3 for s in d[\"pipeline\"][\"stages\"] if s[\"stage\"] == 3] == [True]' <'$E2E_TMP/slow-strag.json' | is_true"
+ctl stragglers --job e2e-pipe-slow >"$E2E_TMP/ctl-slow.txt"
+check "sysomctl stragglers: PIPELINE STRAGGLER stage 2 (rank 2)" \
+	grep -qE '^PIPELINE STRAGGLER: stage 2 \(rank 2, pid [0-9]+\) of [0-9a-f]{16} is slow: \+' "$E2E_TMP/ctl-slow.txt"
 wait "$JOB_PID"
 check "slow-stage job exits 0" test $? -eq 0
 diag "its incidents: $(curl -sf "$SERVER_URL/api/v1/diagnoses?job=e2e-pipe-slow&from=-1h&to=now" | json '[x["summary"][:60] for x in d["diagnoses"]]')"
@@ -100,8 +103,9 @@ check "healthy: 4 stages judged, 3 links, nothing slow" \
 	bash -c "json 'len([s for s in d[\"pipeline\"][\"stages\"] if s[\"judged\"]]) == 4 and len(d[\"pipeline\"][\"links\"]) == 3 and d[\"pipeline\"][\"slow_stages\"] == 0 and d[\"pipeline\"][\"slow_links\"] == 0' <'$E2E_TMP/ok-strag.json' | is_true"
 check "healthy: no unmatched call beyond the window edges (< 1%)" \
 	bash -c "json '(d[\"pipeline\"][\"unmatched_sends\"] + d[\"pipeline\"][\"unmatched_recvs\"]) * 100 < d[\"pipeline\"][\"transfers\"] and d[\"pipeline\"][\"duplicates\"] == 0' <'$E2E_TMP/ok-strag.json' | is_true"
-check "healthy: no incident" \
-	bash -c "curl -sf '$SERVER_URL/api/v1/diagnoses?job=e2e-pipe-ok&from=-1h&to=now' | json 'd[\"diagnoses\"] == []' | is_true"
+# (kind straggler: stopping the agent above may open an agent-lost incident, not the matter here)
+check "healthy: no straggler incident (no slow stage or link at any evaluation)" \
+	bash -c "curl -sf '$SERVER_URL/api/v1/diagnoses?job=e2e-pipe-ok&from=-1h&to=now' | json '[x for x in d[\"diagnoses\"] if x[\"kind\"] == \"straggler\"] == []' | is_true"
 curl -sf "$SERVER_URL/metrics" >"$E2E_TMP/metrics.txt"
 check "agent counters: Send/Recv calls counted (nccl_p2p_calls > 10000), none with a bad peer" \
 	bash -c "awk '/^sysom_agent_nccl_p2p_calls_total/ { n = \$NF } /^sysom_agent_nccl_p2p_bad_peer_total/ { b = \$NF } END { exit !(n > 10000 && b + 0 == 0) }' '$E2E_TMP/metrics.txt'"
