@@ -40,9 +40,12 @@ struct seq_key {
 	__u32 tgid;
 	__u32 fn;
 	__u64 comm;
+	__s64 peer; /* Send/Recv: the peer rank (a per-pair sequence); -1 for collectives */
 };
 
-/* Call number per (process, communicator, function): NCCL's own seqNumber for collectives. */
+/* Call number per (process, communicator, function): NCCL's own seqNumber for collectives;
+ * per (process, communicator, function, peer) for Send/Recv, so that the k-th send from A to B
+ * and the k-th receive on B from A carry the same number (the server pairs them by it). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
@@ -260,7 +263,9 @@ int sysom_nccl_enter(struct pt_regs *ctx)
 	else if (fn == GT_NCCL_COMM_INIT_RANK_SCALABLE)
 		bpf_probe_read_user(t->unique_id, sizeof(t->unique_id), (void *)c->args[4]);
 	if (is_collective(fn)) {
-		struct seq_key k = { .tgid = id >> 32, .fn = fn, .comm = comm_of(c) };
+		struct seq_key k = { .tgid = id >> 32, .fn = fn, .comm = comm_of(c),
+				     .peer = fn == GT_NCCL_SEND || fn == GT_NCCL_RECV
+						     ? (__s32)c->args[3] : -1 };
 		__u64 one = 1, *n = bpf_map_lookup_elem(&seqs, &k);
 
 		if (n)

@@ -590,10 +590,30 @@ int ctl_stragglers_render(const json_t *doc, FILE *out)
 	size_t i, k;
 	json_t *c, *r;
 
+	const json_t *pipe = json_object_get(doc, "pipeline");
+	const json_t *pstages = json_object_get(pipe, "stages"), *plinks = json_object_get(pipe, "links");
+
 	if (!json_is_array(comms) || !json_is_array(job))
 		return -EINVAL;
-	if (json_array_size(job) == 0)
+	if (json_array_size(job) == 0 && int_of(pipe, "slow_stages") == 0 &&
+	    int_of(pipe, "slow_links") == 0)
 		fprintf(out, "No straggler.\n");
+	/* Pipeline stragglers first: a slow stage or link holds every stage of its pipeline. */
+	json_array_foreach(pstages, i, r)
+		if (json_is_true(json_object_get(r, "slow")))
+			fprintf(out, "PIPELINE STRAGGLER: stage %" JSON_INTEGER_FORMAT " (rank %"
+				     JSON_INTEGER_FORMAT ", pid %" JSON_INTEGER_FORMAT ") of %s is slow: "
+				     "+%.3f ms per microbatch (%.3f ms busy)\n",
+				int_of(r, "stage"), int_of(r, "job_rank"), int_of(r, "pid"),
+				str(r, "communicator"), dbl_of(r, "excess_ms"), dbl_of(r, "busy_ms"));
+	json_array_foreach(plinks, i, r)
+		if (json_is_true(json_object_get(r, "slow")))
+			fprintf(out, "PIPELINE STRAGGLER: link %" JSON_INTEGER_FORMAT "->%" JSON_INTEGER_FORMAT
+				     " (rank %" JSON_INTEGER_FORMAT " to rank %" JSON_INTEGER_FORMAT ") of %s"
+				     " is slow: %.3f ms per transfer, +%.3f ms over the other links\n",
+				int_of(r, "src"), int_of(r, "dst"), int_of(r, "src_job_rank"),
+				int_of(r, "dst_job_rank"), str(r, "communicator"),
+				dbl_of(r, "transfer_ms"), dbl_of(r, "excess_ms"));
 	json_array_foreach(job, i, r) {
 		fprintf(out, "STRAGGLER: rank %" JSON_INTEGER_FORMAT " (%s pid %" JSON_INTEGER_FORMAT
 			     "), %s, up to %.3f ms later than the other ranks, in",
@@ -635,6 +655,31 @@ int ctl_stragglers_render(const json_t *doc, FILE *out)
 	}
 	if (json_array_size(comms) == 0)
 		fprintf(out, "(no collective instances in the range)\n");
+	if (json_array_size(pstages)) {
+		fprintf(out, "\npipeline: %" JSON_INTEGER_FORMAT " transfers paired, %" JSON_INTEGER_FORMAT
+			     " sends and %" JSON_INTEGER_FORMAT " receives unmatched\n",
+			int_of(pipe, "transfers"), int_of(pipe, "unmatched_sends"),
+			int_of(pipe, "unmatched_recvs"));
+		fprintf(out, "  %-16s  %5s  %6s  %12s  %12s  %10s  %s\n", "COMMUNICATOR", "STAGE",
+			"RANK", "BUSY ms", "RECV WAIT ms", "EXCESS ms", "VERDICT");
+		json_array_foreach(pstages, i, r)
+			fprintf(out, "  %-16s  %5" JSON_INTEGER_FORMAT "  %6" JSON_INTEGER_FORMAT
+				     "  %12.3f  %12.3f  %10.3f  %s\n",
+				str(r, "communicator"), int_of(r, "stage"), int_of(r, "job_rank"),
+				dbl_of(r, "busy_ms"), dbl_of(r, "recv_wait_ms"), dbl_of(r, "excess_ms"),
+				json_is_true(json_object_get(r, "slow")) ? "slow" : "-");
+		fprintf(out, "  %-16s  %8s  %12s  %12s  %10s  %s\n", "COMMUNICATOR", "LINK",
+			"TRANSFER ms", "WAIT ms", "EXCESS ms", "VERDICT");
+		json_array_foreach(plinks, i, r) {
+			char link[32];
+			snprintf(link, sizeof(link), "%" JSON_INTEGER_FORMAT "->%" JSON_INTEGER_FORMAT,
+				 int_of(r, "src"), int_of(r, "dst"));
+			fprintf(out, "  %-16s  %8s  %12.3f  %12.3f  %10.3f  %s\n",
+				str(r, "communicator"), link, dbl_of(r, "transfer_ms"),
+				dbl_of(r, "wait_ms"), dbl_of(r, "excess_ms"),
+				json_is_true(json_object_get(r, "slow")) ? "slow" : "-");
+		}
+	}
 	return 0;
 }
 

@@ -59,6 +59,7 @@ struct gpupipe {
 	uint32_t nscans;
 	struct gputrace_stats last; /* for counter deltas */
 	uint64_t last_corrupt;
+	uint64_t p2p, p2p_bad;           /* Send/Recv calls from the ring; peer out of range */
 	uint64_t last_launch_ns;
 	uint64_t drains;
 	uint32_t launch_cycle;   /* launch probes on one drain interval in this many; 0: never */
@@ -135,6 +136,10 @@ static void on_gt_event(void *ctx, const void *data, size_t len)
 	if (rc <= 0)
 		return;
 	note_proc(gp, out.tgid, out.generation);
+	if (out.call.op == SYSOM_NCCL_SEND || out.call.op == SYSOM_NCCL_RECV) {
+		gp->p2p++; /* in-flight re-reads (on_pending) are not counted again */
+		gp->p2p_bad += out.call.peer < 0;
+	}
 	rc = batcher_add_nccl_call(gp->opts.batcher, out.tgid, out.generation, &out.call);
 	if (rc)
 		sysom_report(&gp->opts.report, SYSOM_REPORT_DEBUG,
@@ -415,6 +420,9 @@ void gpupipe_drain(struct gpupipe *gp)
 			     "gputrace: %llu malformed events ignored",
 			     (unsigned long long)(ns.corrupt_events - gp->last_corrupt));
 	gp->last_corrupt = ns.corrupt_events;
+	batcher_add_counter(b, SYSOM_COUNTER_NCCL_P2P_CALLS, gp->p2p);
+	batcher_add_counter(b, SYSOM_COUNTER_NCCL_P2P_BAD_PEER, gp->p2p_bad);
+	gp->p2p = gp->p2p_bad = 0;
 	gp->last = now;
 }
 

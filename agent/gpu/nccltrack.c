@@ -439,6 +439,10 @@ int nccltrack_event(struct nccltrack *nt, const void *data, size_t len, int64_t 
 	c->bytes = e->count * nccltrack_datatype_size(e->datatype);
 	c->stream = e->stream;
 	c->peer = e->peer >= 0 ? e->peer : -1;
+	/* A Send/Recv peer outside its communicator cannot be paired: none (-1). */
+	if ((e->fn == SYSOM_NCCL_SEND || e->fn == SYSOM_NCCL_RECV) && cm && cm->rec.nranks > 0 &&
+	    e->peer >= cm->rec.nranks)
+		c->peer = -1;
 	c->result = e->result;
 	if (!sysom_nccl_op_is_collective(e->fn))
 		c->seq = 0;
@@ -502,4 +506,5 @@ void nccltrack_stats_read(const struct nccltrack *nt, struct nccltrack_stats *ou
 	}
 	out->corrupt_events = nt->corrupt_events;
 	out->table_full = nt->table_full;
+
 }

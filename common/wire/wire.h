@@ -251,6 +251,9 @@ enum sysom_counter_id {
 						* (sampled natively) */
 	SYSOM_COUNTER_PY_NAME_LOOKUPS = 67,    /* Python frames named by the agent */
 	SYSOM_COUNTER_PY_NAME_CACHE_HITS = 68, /* ... from its name cache */
+	SYSOM_COUNTER_NCCL_P2P_CALLS = 86,     /* ncclSend/ncclRecv calls traced (pipeline pairing) */
+	SYSOM_COUNTER_NCCL_P2P_BAD_PEER = 87,  /* ... whose peer was outside its communicator: sent
+						* with peer -1 (not paired) */
 	SYSOM_COUNTER_MAX = 96,
 };
 

@@ -1276,6 +1276,48 @@ static int store_source(void *arg, const struct diagnosis_scope *scope, store_co
 	return store_collectives_list(arg, &f, QUERY_MAX_STRAGGLER_INSTANCES, fn, fn_arg);
 }
 
+static int pipeline_call_add(void *arg, const struct store_collective_call *c)
+{
+	struct pipeline_call pc = { .comm = c->comm_key, .seq = c->seq, .entry_ns = c->entry_ns,
+				    .exit_ns = c->exit_ns, .rank = c->rank, .peer = c->peer,
+				    .job_rank = c->job_rank, .pid = c->pid, .op = c->op };
+
+	return pipeline_add(arg, &pc);
+}
+
+/* The pipeline pass: the job's latest Send and Recv calls from the store, paired and judged
+ * into rep->pipeline. 0 or a negative errno. */
+static int pipeline_pass(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
+			 const struct diagnosis_params *p, struct straggler_report *rep)
+{
+	static const uint8_t ops[] = { SYSOM_NCCL_SEND, SYSOM_NCCL_RECV };
+	struct pipeline_params pp = { .k = p->sp.k, .min_excess_ns = p->sp.min_excess_ns,
+				      .scale_floor_ns = p->sp.scale_floor_ns };
+	struct pipeline *pl = NULL;
+	int rc;
+
+	if ((rc = pipeline_new(&pl)))
+		goto cleanup;
+	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+		struct store_collective_filter f = { .job = scope->job, .latest = true,
+						     .has_comm = scope->has_comm,
+						     .comm = scope->comm, .op = ops[i] };
+
+		f.from_ns = scope->from_ms > INT64_MAX / 1000000 ? INT64_MAX : scope->from_ms * 1000000;
+		f.to_ns = scope->to_ms > INT64_MAX / 1000000 - 1 ? INT64_MAX
+								  : scope->to_ms * 1000000 + 999999;
+		if ((rc = store_collectives_list(ctx->store, &f, DIAGNOSIS_PIPELINE_INSTANCES,
+						 pipeline_call_add, pl)))
+			goto cleanup;
+	}
+	if ((rc = pipeline_analyse(pl, &pp, &rep->pipeline)))
+		goto cleanup;
+	rep->pipeline_checked = true;
+cleanup:
+	pipeline_free(pl);
+	return rc;
+}
+
 int diagnosis_report_build(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
 			   const struct diagnosis_params *p, diagnosis_source_fn source,
 			   void *source_arg, struct straggler_report **out)
@@ -1399,6 +1441,8 @@ int diagnosis_report_build(const struct diagnosis_ctx *ctx, const struct diagnos
 	rep->skipped_instances = d.skipped;
 	rep->recovered_communicators = d.recovered;
 	rep->unanalysed_communicators = d.unmatched;
+	if (!scope->skip_pipeline && scope->job && (rc = pipeline_pass(ctx, scope, p, rep)))
+		goto cleanup;
 	*out = rep;
 	rep = NULL;
 cleanup:
@@ -1487,6 +1531,7 @@ void straggler_report_free(struct straggler_report *r)
 	free(r->stragglers);
 	free(r->groups);
 	free(r->job);
+	pipeline_result_free(&r->pipeline);
 	free(r);
 }
 

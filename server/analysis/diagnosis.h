@@ -46,7 +46,12 @@ struct diagnosis_scope {
 	int64_t from_ms, to_ms; /* inclusive, ms since the epoch */
 	bool has_comm;          /* only this communicator */
 	uint64_t comm;
+	bool skip_pipeline;     /* leave out the point-to-point pass (the job made no Send/Recv) */
 };
+
+/* Point-to-point instances (communicator, op, per-pair seq) read per op for the pipeline
+ * pass (server/analysis/pipeline.h), latest first. */
+#define DIAGNOSIS_PIPELINE_INSTANCES 8192
 
 
 /*

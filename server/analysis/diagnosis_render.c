@@ -4,6 +4,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "server/http/render.h"
@@ -247,6 +248,74 @@ static json_t *groups_json(const struct straggler_report *r)
 	return groups;
 }
 
+static json_t *pipeline_stage_json(const struct pipeline_stage *st)
+{
+	char comm[32];
+
+	snprintf(comm, sizeof(comm), "%016" PRIx64, st->comm);
+	return json_pack("{s:s,s:i,s:i,s:I,s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:b,s:b}", "communicator",
+			 comm, "stage", (int)st->rank, "job_rank", (int)st->job_rank, "pid",
+			 (json_int_t)st->pid, "sends", (json_int_t)st->sends, "recvs",
+			 (json_int_t)st->recvs, "microbatches", (json_int_t)st->microbatches,
+			 "busy_ms", st->busy_ns / 1e6, "recv_wait_ms", st->recv_wait_ns / 1e6,
+			 "excess_ms", st->excess_ns / 1e6, "z", st->z, "judged", st->judged, "slow",
+			 st->slow);
+}
+
+static json_t *pipeline_link_json(const struct pipeline_link *l)
+{
+	char comm[32];
+
+	snprintf(comm, sizeof(comm), "%016" PRIx64, l->comm);
+	return json_pack("{s:s,s:i,s:i,s:i,s:i,s:I,s:f,s:f,s:f,s:f,s:b,s:b}", "communicator", comm,
+			 "src", (int)l->src, "dst", (int)l->dst, "src_job_rank",
+			 (int)l->src_job_rank, "dst_job_rank", (int)l->dst_job_rank, "transfers",
+			 (json_int_t)l->transfers, "wait_ms", l->wait_ns / 1e6, "transfer_ms",
+			 l->transfer_ns / 1e6, "excess_ms", l->excess_ns / 1e6, "z", l->z, "judged",
+			 l->judged, "slow", l->slow);
+}
+
+/* Bounded: at most PIPELINE_RENDER_MAX stages and links each (slow ones first). */
+#define PIPELINE_RENDER_MAX 256
+
+json_t *diagnosis_pipeline_json(const struct straggler_report *r)
+{
+	const struct pipeline_result *p = &r->pipeline;
+	json_t *stages = json_array(), *links = json_array();
+	size_t ns = 0, nl = 0;
+
+	if (!r->pipeline_checked) {
+		json_decref(stages);
+		json_decref(links);
+		return json_null();
+	}
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t i = 0; stages && i < p->nstages && ns < PIPELINE_RENDER_MAX; i++)
+			if (p->stages[i].slow == (pass == 0)) {
+				ns++;
+				if (json_array_append_new(stages, pipeline_stage_json(&p->stages[i])))
+					goto fail;
+			}
+		for (size_t i = 0; links && i < p->nlinks && nl < PIPELINE_RENDER_MAX; i++)
+			if (p->links[i].slow == (pass == 0)) {
+				nl++;
+				if (json_array_append_new(links, pipeline_link_json(&p->links[i])))
+					goto fail;
+			}
+	}
+	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o}", "calls",
+			 (json_int_t)p->calls, "invalid", (json_int_t)p->invalid, "dropped",
+			 (json_int_t)p->dropped, "transfers", (json_int_t)p->transfers,
+			 "unmatched_sends", (json_int_t)p->unmatched_sends, "unmatched_recvs",
+			 (json_int_t)p->unmatched_recvs, "duplicates", (json_int_t)p->duplicates,
+			 "slow_stages", (json_int_t)p->slow_stages, "slow_links",
+			 (json_int_t)p->slow_links, "stages", stages, "links", links);
+fail:
+	json_decref(stages);
+	json_decref(links);
+	return NULL;
+}
+
 json_t *diagnosis_report_json(const struct straggler_report *r)
 {
 	json_t *list = json_array();
@@ -258,7 +327,7 @@ json_t *diagnosis_report_json(const struct straggler_report *r)
 			return NULL;
 		}
 	}
-	return json_pack("{s:o,s:o,s:o,s:o,s:b,s:I,s:I,s:I,s:f,s:o,s:o}", "job",
+	return json_pack("{s:o,s:o,s:o,s:o,s:b,s:I,s:I,s:I,s:f,s:o,s:o,s:o}", "job",
 			 render_json_string(r->job),
 			 "from", render_json_time(r->from_ms * 1000000), "to",
 			 render_json_time(r->to_ms * 1000000), "params", params_json(&r->params),
@@ -267,7 +336,7 @@ json_t *diagnosis_report_json(const struct straggler_report *r)
 			 (json_int_t)r->recovered_communicators, "unanalysed_communicators",
 			 (json_int_t)r->unanalysed_communicators, "iteration_ms",
 			 (double)r->iteration_ns / 1e6, "stragglers", list, "communicators",
-			 groups_json(r));
+			 groups_json(r), "pipeline", diagnosis_pipeline_json(r));
 }
 
 json_t *diagnosis_straggler_incident_json(const struct straggler_report *r, size_t straggler)

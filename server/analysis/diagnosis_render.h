@@ -27,6 +27,10 @@ json_t *diagnosis_json(const struct diagnosis *d);
 
 /* What a straggler incident stores as its report: the straggler with the report's params,
  * iteration time and communicators. */
+/* The pipeline pass of the report ("pipeline" in docs/http-api.md); JSON null when it did not
+ * run, NULL on allocation failure. */
+json_t *diagnosis_pipeline_json(const struct straggler_report *r);
+
 json_t *diagnosis_straggler_incident_json(const struct straggler_report *r, size_t straggler);
 
 /* What a regression incident stores as its report. */

@@ -43,6 +43,7 @@ struct job_entry {
 	 * matching / left unanalysed; blind: collectives seen but no communicator analysed. */
 	uint32_t recovered, unanalysed;
 	bool blind;
+	int64_t p2p_seen_ms;    /* a batch with its Send/Recv calls last arrived then (0: never) */
 };
 
 struct monitor {
@@ -151,6 +152,71 @@ static int finding_of_straggler(const struct monitor *m, const struct straggler_
 						    e->persistent));
 	f->summary = strdup(summary);
 	f->action = strdup(dg ? dg->action : "");
+	f->report = report ? json_dumps(report, JSON_COMPACT) : NULL;
+	json_decref(report);
+	if (!f->hostname || !f->communicators || !f->layer || !f->severity || !f->summary ||
+	    !f->action || !f->report) {
+		finding_free(f);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* A slow pipeline stage (link < 0) or slow link `link` of the report's pipeline pass: a
+ * straggler incident naming the stage and its rank, or the link. */
+static int finding_of_pipeline(const struct monitor *m, const struct straggler_report *r,
+			       const struct pipeline_stage *st, const struct pipeline_link *l,
+			       struct finding *f)
+{
+	char summary[640], comm[32];
+	json_t *report = NULL, *pj = diagnosis_pipeline_json(r);
+
+	memset(f, 0, sizeof(*f));
+	snprintf(f->kind, sizeof(f->kind), "straggler");
+	snprintf(comm, sizeof(comm), "%016" PRIx64, st ? st->comm : l->comm);
+	if (st) {
+		f->rank = st->job_rank;
+		if (st->job_rank >= 0)
+			snprintf(f->identity, sizeof(f->identity), "straggler rank=%d", st->job_rank);
+		else
+			snprintf(f->identity, sizeof(f->identity), "pipeline stage %s/%d", comm,
+				 st->rank);
+		snprintf(summary, sizeof(summary),
+			 "pipeline stage %d (rank %d) is slow: +%.1f ms per microbatch "
+			 "(%.1f ms busy vs %.1f ms on the other stages); the stages after it wait "
+			 "for it in their receives",
+			 st->rank, st->job_rank, st->excess_ns / 1e6, st->busy_ns / 1e6,
+			 (st->busy_ns - st->excess_ns) / 1e6);
+	} else {
+		f->rank = -1;
+		snprintf(f->identity, sizeof(f->identity), "pipeline link %s/%d->%d", comm, l->src,
+			 l->dst);
+		snprintf(summary, sizeof(summary),
+			 "pipeline link %d->%d (rank %d to rank %d) is slow: %.1f ms per transfer, "
+			 "+%.1f ms over the other links",
+			 l->src, l->dst, l->src_job_rank, l->dst_job_rank, l->transfer_ns / 1e6,
+			 l->excess_ns / 1e6);
+	}
+	report = json_pack("{s:s,s:o,s:o}", "pipeline_verdict", st ? "slow-stage" : "slow-link",
+			   st ? "stage" : "link",
+			   st ? json_pack("{s:s,s:i,s:i,s:I,s:f,s:f,s:f}", "communicator", comm,
+					  "stage", (int)st->rank, "job_rank", (int)st->job_rank,
+					  "pid", (json_int_t)st->pid, "busy_ms", st->busy_ns / 1e6,
+					  "excess_ms", st->excess_ns / 1e6, "z", st->z)
+			      : json_pack("{s:s,s:i,s:i,s:f,s:f,s:f}", "communicator", comm,
+					  "src", (int)l->src, "dst", (int)l->dst, "transfer_ms",
+					  l->transfer_ns / 1e6, "excess_ms", l->excess_ns / 1e6, "z",
+					  l->z),
+			   "pipeline", pj);
+	f->hostname = strdup("");
+	f->communicators = strdup(comm);
+	f->layer = strdup(st ? "pipeline-stage" : "pipeline-link");
+	f->severity = strdup(m->alerting.severity(INCIDENT_STRAGGLER, DIAGNOSIS_LAYER_UNKNOWN, true));
+	f->summary = strdup(summary);
+	f->action = strdup(st ? "look at this stage's rank: its compute per microbatch (CPU, GPU "
+				"or OS layer) is what the whole pipeline runs at"
+			      : "check the network path between these two ranks (NIC, switch "
+				"port, NVLink/PCIe)");
 	f->report = report ? json_dumps(report, JSON_COMPACT) : NULL;
 	json_decref(report);
 	if (!f->hostname || !f->communicators || !f->layer || !f->severity || !f->summary ||
@@ -982,9 +1048,11 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 	struct job_entry *live_je = job_find(m, job);
 	if (live_je)
 		live_je->window = s.diag.sp.window;
-	pthread_mutex_unlock(&m->lock);
 	scope.from_ms = now - s.lookback_ms;
 	scope.to_ms = now;
+	scope.skip_pipeline = !live_je || !live_je->p2p_seen_ms ||
+			      live_je->p2p_seen_ms < scope.from_ms;
+	pthread_mutex_unlock(&m->lock);
 	/* Incremental: the instances ingest folded in memory; the store when there are none (a
 	 * restart, a job over the memory budget). */
 	rc = diagnosis_report_build(&m->ctx, &scope, &s.diag, live_locked_source, m, &rep);
@@ -998,6 +1066,25 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 		    (!s.alert_intermittent && !rep->stragglers[i].persistent))
 			continue;
 		if ((rc = finding_of_straggler(m, rep, i, &found[nfound])))
+			goto cleanup;
+		nfound++;
+	}
+	/* Pipeline stragglers: a slow stage (unless its rank is already named above) or link. */
+	for (i = 0; i < rep->pipeline.nstages + rep->pipeline.nlinks; i++) {
+		const struct pipeline_stage *st = i < rep->pipeline.nstages ? &rep->pipeline.stages[i]
+									    : NULL;
+		const struct pipeline_link *l = st ? NULL
+						   : &rep->pipeline.links[i - rep->pipeline.nstages];
+		bool dup = false;
+
+		if ((st && !st->slow) || (l && !l->slow))
+			continue;
+		nstragglers++;
+		for (size_t j = 0; st && j < nfound && !dup; j++)
+			dup = st->job_rank >= 0 && found[j].rank == st->job_rank;
+		if (dup || nfound == MONITOR_MAX_INCIDENTS)
+			continue;
+		if ((rc = finding_of_pipeline(m, rep, st, l, &found[nfound])))
 			goto cleanup;
 		nfound++;
 	}
@@ -1163,13 +1250,20 @@ static void *monitor_thread(void *arg)
 			    now - je->last_eval_ms >= (int64_t)m->interval_ms)
 				due = strdup(je->job);
 		}
+		/* The one evaluated longest ago: when evaluations take longer than the interval
+		 * (a loaded server), the first jobs in the list would otherwise be due every time
+		 * and starve the others. */
+		struct job_entry *oldest = NULL;
 		for (size_t i = 0; i < m->njobs && !due; i++) {
 			struct job_entry *je = &m->jobs[i];
 			if ((je->dirty || je->has_open ||
 			     (je->hang_due_ms && now >= je->hang_due_ms)) &&
-			    now - je->last_eval_ms >= (int64_t)m->interval_ms)
-				due = strdup(je->job);
+			    now - je->last_eval_ms >= (int64_t)m->interval_ms &&
+			    (!oldest || je->last_eval_ms < oldest->last_eval_ms))
+				oldest = je;
 		}
+		if (!due && oldest)
+			due = strdup(oldest->job);
 		if (due) {
 			pthread_mutex_unlock(&m->lock);
 			monitor_evaluate(m, due);
@@ -1204,6 +1298,12 @@ void monitor_batch_stored(struct monitor *m, const struct sysom_batch *b)
 	}
 	if (live_batch_add(m->live, b, job_window, m, &m->live_stats))
 		m->live_stats.refused++; /* out of memory: part of this batch is missing */
+	/* Point-to-point calls: the node's jobs get the pipeline pass (the live instances hold
+	 * collectives only, so the pass reads the store: not for jobs that make none). */
+	bool p2p = false;
+	for (uint32_t i = 0; i < b->nccl_call_count && !p2p; i++)
+		p2p = (b->nccl_calls[i].op == SYSOM_NCCL_SEND || b->nccl_calls[i].op == SYSOM_NCCL_RECV) &&
+		      b->nccl_calls[i].comm_key;
 	for (uint32_t i = 0; i < b->job_rank_count; i++) {
 		const char *job = sysom_batch_string(b, b->job_ranks[i].job);
 		struct job_entry *je;
@@ -1211,6 +1311,8 @@ void monitor_batch_stored(struct monitor *m, const struct sysom_batch *b)
 			continue;
 		je->dirty = true;
 		je->last_batch_ms = now;
+		if (p2p)
+			je->p2p_seen_ms = now;
 	}
 	m->stats.jobs = m->njobs;
 	pthread_cond_signal(&m->wake);

@@ -14,6 +14,7 @@
 
 #include "common/wire/wire.h"
 #include "server/analysis/layers.h"
+#include "server/analysis/pipeline.h"
 #include "server/analysis/settings.h"
 #include "server/analysis/straggler.h"
 
@@ -206,6 +207,10 @@ struct straggler_report {
 	size_t nstragglers;
 	struct straggler_group_report *groups; /* owned */
 	size_t ngroups;
+	/* Point-to-point calls paired across ranks: the slow pipeline stage or link
+	 * (server/analysis/pipeline.h); all zero when the pass did not run or found none. */
+	bool pipeline_checked;
+	struct pipeline_result pipeline; /* owned */
 };
 
 void straggler_report_free(struct straggler_report *r);

@@ -46,6 +46,31 @@ void api__diagnosis_text(const struct store_diagnosis *d, struct byte_buf *out)
 	if (!strcmp(d->kind, "hang") || !strcmp(d->kind, "stall") ||
 	    !strcmp(d->kind, "agent-lost"))
 		diagnosis_hang_text(r, out);
+	if ((v = json_object_get(r, "pipeline")) && json_is_object(v)) {
+		json_t *row;
+		byte_buf_printf(out, "\npipeline: %" JSON_INTEGER_FORMAT " transfers paired, "
+				     "%" JSON_INTEGER_FORMAT " sends and %" JSON_INTEGER_FORMAT
+				     " receives unmatched\n",
+				json_integer_value(json_object_get(v, "transfers")),
+				json_integer_value(json_object_get(v, "unmatched_sends")),
+				json_integer_value(json_object_get(v, "unmatched_recvs")));
+		json_array_foreach(json_object_get(v, "stages"), i, row)
+			byte_buf_printf(out, "  stage %3" JSON_INTEGER_FORMAT " (rank %" JSON_INTEGER_FORMAT
+					     ")  busy %8.2f ms/microbatch  waits %8.2f ms in receives%s\n",
+					json_integer_value(json_object_get(row, "stage")),
+					json_integer_value(json_object_get(row, "job_rank")),
+					json_number_value(json_object_get(row, "busy_ms")),
+					json_number_value(json_object_get(row, "recv_wait_ms")),
+					json_is_true(json_object_get(row, "slow")) ? "  SLOW" : "");
+		json_array_foreach(json_object_get(v, "links"), i, row)
+			byte_buf_printf(out, "  link %" JSON_INTEGER_FORMAT "->%" JSON_INTEGER_FORMAT
+					     "  transfer %8.2f ms  receiver waits %8.2f ms%s\n",
+					json_integer_value(json_object_get(row, "src")),
+					json_integer_value(json_object_get(row, "dst")),
+					json_number_value(json_object_get(row, "transfer_ms")),
+					json_number_value(json_object_get(row, "wait_ms")),
+					json_is_true(json_object_get(row, "slow")) ? "  SLOW" : "");
+	}
 	e = json_object_get(r, "straggler");
 	dg = json_object_get(e, "diagnosis");
 	if ((layer = json_object_get(dg, "gpu")) && json_is_object(layer)) {

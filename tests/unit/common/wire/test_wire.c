@@ -119,6 +119,8 @@ static void test_python_frames(void **state)
 			     d.counters[i].value == 4;
 	assert_true(seen_hits);
 	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_PY_FRAMES), "py_frames");
+	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_NCCL_P2P_CALLS), "nccl_p2p_calls");
+	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_NCCL_P2P_BAD_PEER), "nccl_p2p_bad_peer");
 	sysom_batch_free(&d);
 	byte_buf_free(&buf);
 
