@@ -27,6 +27,8 @@ const char *alerts_policy_name(enum incident_kind kind)
 		return "SysomAgentLost";
 	case INCIDENT_STALL:
 		return "SysomStall";
+	case INCIDENT_PATTERN:
+		return "SysomPattern";
 	case INCIDENT_REGRESSION:
 		break;
 	}

@@ -339,6 +339,15 @@ static int32_t rank_of(const struct rank_map *m, uint32_t pid, const char *host)
 	return k ? k->rank : -1;
 }
 
+/* The host of a rank (its first process's), "" when unknown. */
+static const char *host_of(const struct rank_map *m, int32_t rank)
+{
+	for (size_t i = 0; i < m->n; i++)
+		if (m->k[i].rank == rank)
+			return m->k[i].host;
+	return "";
+}
+
 struct load {
 	struct ptable *t;
 	const struct rank_map *ranks;
@@ -687,8 +696,9 @@ int patterns_job(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *
 		const struct patterns_finding *x = &top.f[i];
 		const struct pfn *f = &cur.fns[x->function];
 		if (json_array_append_new(findings,
-					  json_pack("{s:i,s:s,s:s,s:s,s:o,s:o,s:o,s:f,s:f,s:f,s:s}",
-						    "rank", x->worker, "function", f->name, "kind",
+					  json_pack("{s:i,s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:f,s:f,s:f,s:s}",
+						    "rank", x->worker, "host",
+						    host_of(&ranks, x->worker), "function", f->name, "kind",
 						    patterns_kind_name(f->kind), "dimension",
 						    patterns_dim_name(x->dim),
 						    "value", num(shown(x->dim, x->value)), "median",

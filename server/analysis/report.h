@@ -196,6 +196,7 @@ enum incident_kind {
 	INCIDENT_HANG,          /* a collective instance waits for ranks that never entered */
 	INCIDENT_AGENT_LOST,    /* a node with ranks of the job stopped reporting */
 	INCIDENT_STALL,         /* every rank stopped between collectives */
+	INCIDENT_PATTERN,       /* a behaviour pattern far from the peers' or the job's history */
 };
 
 /* An open incident of a job, as the alert policy reads it (monitor_alerting.publish). Strings
