@@ -825,10 +825,16 @@ static bool pattern_strong(const json_t *x, const struct job_settings *s, bool j
 	if (!kind || !dim || !fn || !strcmp(kind, "collective") ||
 	    (strcmp(dim, "beta") && strcmp(dim, "mu")) || !(cost >= s->pattern_min_cost))
 		return false;
+	/* An unsymbolised CPU leaf ("module+0x1234") is one instruction, not a function: its
+	 * share moves with the sampling, and the function is named once symbols arrive. */
+	if (!strcmp(kind, "cpu") && strstr(fn, "+0x"))
+		return false;
 	if (job_wide) {
+		/* Only rises: shares add up to one, so what rose pushes every other share down,
+		 * and a longer iteration lowers every unchanged function's share. */
 		double change = jnum(x, "change");
 		return json_is_true(json_object_get(x, "new")) || !isfinite(change) ||
-		       fabs(change) >= s->pattern_change;
+		       change >= s->pattern_change;
 	}
 	return fabs(jnum(x, "z")) >= s->pattern_k && json_is_integer(json_object_get(x, "rank"));
 }
