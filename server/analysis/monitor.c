@@ -813,16 +813,19 @@ static int finding_of_pattern(const struct monitor *m, const struct pattern_cand
 	return 0;
 }
 
-/* Is this deviation strong enough for an incident (it is one the straggler test does not own:
- * collectives are its business)? */
-static bool pattern_strong(const json_t *x, const struct job_settings *s, bool job_wide)
+/* Is this deviation strong enough for an incident? Collectives are the straggler test's
+ * business, point-to-point calls the pipeline analysis' (stages differ by role, so the peers'
+ * median is no expectation for them). `samples`: the CPU samples behind the window's and the
+ * history's shares (job-wide CPU changes must exceed pattern_k standard errors of them). */
+static bool pattern_strong(const json_t *x, const struct job_settings *s, bool job_wide,
+			   const double samples[2])
 {
 	const char *kind = json_string_value(json_object_get(x, "kind"));
 	const char *dim = json_string_value(json_object_get(x, "dimension"));
 	const char *fn = json_string_value(json_object_get(x, "function"));
 	double cost = jnum(x, "cost");
 
-	if (!kind || !dim || !fn || !strcmp(kind, "collective") ||
+	if (!kind || !dim || !fn || !strcmp(kind, "collective") || !strcmp(kind, "p2p") ||
 	    (strcmp(dim, "beta") && strcmp(dim, "mu")) || !(cost >= s->pattern_min_cost))
 		return false;
 	/* An unsymbolised CPU leaf ("module+0x1234") is one instruction, not a function: its
@@ -833,8 +836,23 @@ static bool pattern_strong(const json_t *x, const struct job_settings *s, bool j
 		/* Only rises: shares add up to one, so what rose pushes every other share down,
 		 * and a longer iteration lowers every unchanged function's share. */
 		double change = jnum(x, "change");
-		return json_is_true(json_object_get(x, "new")) || !isfinite(change) ||
-		       change >= s->pattern_change;
+		if (!(json_is_true(json_object_get(x, "new")) || !isfinite(change) ||
+		      change >= s->pattern_change))
+			return false;
+		/* A sampled share: the rise must stand out of both stretches' sampling error (a
+		 * function just outside the history's hottest ones counts as new: its rise from
+		 * a few percent is mostly noise with few samples). */
+		if (!strcmp(kind, "cpu") && !strcmp(dim, "beta")) {
+			double now = jnum(x, "now"), then = jnum(x, "then");
+			if (!isfinite(then))
+				then = 0;
+			if (!(samples[0] > 0))
+				return false;
+			double var = now * (1 - now) / samples[0] +
+				     (samples[1] > 0 ? then * (1 - then) / samples[1] : 0);
+			return now - then >= s->pattern_k * sqrt(fmax(var, 0));
+		}
+		return true;
 	}
 	return fabs(jnum(x, "z")) >= s->pattern_k && json_is_integer(json_object_get(x, "rank"));
 }
@@ -871,13 +889,16 @@ static int pattern_check(struct monitor *m, const struct job_entry *je, const ch
 	}
 	if (rc)
 		goto cleanup;
+	const double samples[2] = {
+		jnum(doc, "cpu_samples"), jnum(json_object_get(doc, "history"), "cpu_samples")
+	};
 	const json_t *findings = json_object_get(doc, "findings");
 	const json_t *changes = json_object_get(json_object_get(doc, "history"), "changes");
 	const json_t *x;
 	json_array_foreach(findings, i, x) {
 		if (nc == MONITOR_PATTERN_MAX)
 			break;
-		if (!pattern_strong(x, s, false))
+		if (!pattern_strong(x, s, false, samples))
 			continue;
 		const char *fn = json_string_value(json_object_get(x, "function"));
 		int32_t rank = (int32_t)json_integer_value(json_object_get(x, "rank"));
@@ -897,7 +918,7 @@ static int pattern_check(struct monitor *m, const struct job_entry *je, const ch
 	json_array_foreach(changes, i, x) {
 		if (nc == MONITOR_PATTERN_MAX)
 			break;
-		if (!pattern_strong(x, s, true))
+		if (!pattern_strong(x, s, true, samples))
 			continue;
 		pattern_identity(cand[nc].identity, sizeof(cand[nc].identity), -1,
 				 json_string_value(json_object_get(x, "kind")),

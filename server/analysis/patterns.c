@@ -570,6 +570,17 @@ static void table_vectors(const struct ptable *t, size_t fi, double *vec,
 
 /* ---- the document -------------------------------------------------------------------------- */
 
+/* CPU samples of the ranks whose CPU shares are patterns (enough samples). */
+static double cpu_samples(const struct ptable *t)
+{
+	double n = 0;
+
+	for (int32_t w = 0; t->cpu_total && w < t->nworkers; w++)
+		if (t->cpu_total[w] >= PATTERNS_CPU_MIN_SAMPLES)
+			n += t->cpu_total[w];
+	return n;
+}
+
 static json_t *num(double v)
 {
 	return isfinite(v) ? json_real(v) : json_null();
@@ -750,12 +761,15 @@ int patterns_job(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *
 			}
 		}
 	}
-	if (json_object_set_new(doc, "history",
-				hb.found ? json_pack("{s:o,s:o,s:o}", "from",
+	if (json_object_set_new(doc, "cpu_samples", json_real(cpu_samples(&cur))) ||
+	    json_object_set_new(doc, "history",
+				hb.found ? json_pack("{s:o,s:o,s:f,s:o}", "from",
 						     render_json_time(hb.from_ms * 1000000), "to",
-						     render_json_time(hb.to_ms * 1000000), "changes",
+						     render_json_time(hb.to_ms * 1000000),
+						     "cpu_samples", cpu_samples(&hist), "changes",
 						     changes)
-					 : json_pack("{s:n,s:n,s:o}", "from", "to", "changes", changes))) {
+					 : json_pack("{s:n,s:n,s:i,s:o}", "from", "to", "cpu_samples", 0,
+						     "changes", changes))) {
 		rc = -ENOMEM;
 		goto cleanup;
 	}
