@@ -68,6 +68,9 @@ id=$(pyjson "$E2E_TMP/e2e-pinc-kernel.diag.json" "print([x['id'] for x in d['dia
 curl -sf "$SERVER_URL/api/v1/diagnoses/$id" >"$E2E_TMP/kernel-incident.json"
 check "a: its report: the deviation against the peers, layer gpu, held 2 checks" \
 	pyjson "$E2E_TMP/kernel-incident.json" "r = d['report']; sys.exit(0 if r['type'] == 'pattern' and r['scope'] == 'peers' and r['deviation']['function'] == 'sim_gemm_bwd' and r['deviation']['kind'] == 'kernel' and abs(r['deviation']['z']) >= 6 and r['periods'] >= 2 and d['layer'] == 'gpu' else 1)"
+curl -sf "$SERVER_URL/api/v1/diagnoses/$id?format=text" >"$E2E_TMP/kernel-incident.txt"
+check "a: its text report shows the deviation against the peers" \
+	grep -qE '^  kernel sim_gemm_bwd, (beta|mu): .* vs median ' "$E2E_TMP/kernel-incident.txt"
 ctl diagnose --job e2e-pinc-kernel --from -1h >"$E2E_TMP/ctl-kernel.txt" 2>&1
 check "a: sysomctl diagnose lists the pattern incident" grep -q "sim_gemm_bwd" "$E2E_TMP/ctl-kernel.txt"
 wait "$kernel_job"
