@@ -882,6 +882,7 @@ static int pattern_check(struct monitor *m, const struct job_entry *je, const ch
 		return 0;
 	patterns_params_default(&p);
 	p.history_change = fmin(p.history_change, s->pattern_change);
+	p.calls = false; /* collectives and p2p are not pattern incidents (pattern_strong) */
 	rc = patterns_job(&m->ctx, &scope, &p, 0, 0, &doc);
 	if (rc == -ENOENT) { /* no rank of the job known yet */
 		rc = 0;

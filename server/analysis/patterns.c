@@ -44,6 +44,7 @@ void patterns_params_default(struct patterns_params *p)
 	p->rel_floor = PATTERNS_DEFAULT_REL_FLOOR;
 	p->history_change = PATTERNS_DEFAULT_HISTORY_CHANGE;
 	p->limit = PATTERNS_DEFAULT_LIMIT;
+	p->calls = true;
 }
 
 /* ---- the bounded top list ------------------------------------------------------------------ */
@@ -504,7 +505,7 @@ cleanup:
 }
 
 static int table_load(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
-		      const struct rank_map *ranks, struct ptable *t)
+		      const struct rank_map *ranks, bool calls, struct ptable *t)
 {
 	struct load l = { .t = t, .ranks = ranks };
 	struct store_collective_filter cf = {
@@ -517,7 +518,8 @@ static int table_load(const struct diagnosis_ctx *ctx, const struct diagnosis_sc
 	bool truncated;
 	int rc;
 
-	if ((rc = store_collectives_list(ctx->store, &cf, PATTERNS_MAX_INSTANCES, call_take, &l)))
+	if (calls && (rc = store_collectives_list(ctx->store, &cf, PATTERNS_MAX_INSTANCES, call_take,
+						  &l)))
 		return rc;
 	if ((rc = store_job_gpu(ctx->store, &gf, QUERY_MAX_GPU_ROWS, &v, &truncated)))
 		return rc;
@@ -651,7 +653,7 @@ int patterns_job(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *
 	n = ranks.max_rank + 1;
 	qsort(ranks.k, ranks.n, sizeof(*ranks.k), key_cmp);
 	if ((rc = table_init(&cur, n, (double)(scope->to_ms - scope->from_ms) * 1e6)) ||
-	    (rc = table_load(ctx, scope, &ranks, &cur)))
+	    (rc = table_load(ctx, scope, &ranks, p->calls, &cur)))
 		goto cleanup;
 	if (!hb.found && store_baseline_get(ctx->store, scope->job, baseline_range, &hb) == 0)
 		hb.found = hb.found && hb.to_ms > hb.from_ms;
@@ -660,7 +662,7 @@ int patterns_job(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *
 		hs.from_ms = hb.from_ms;
 		hs.to_ms = hb.to_ms;
 		if ((rc = table_init(&hist, n, (double)(hs.to_ms - hs.from_ms) * 1e6)) ||
-		    (rc = table_load(ctx, &hs, &ranks, &hist)))
+		    (rc = table_load(ctx, &hs, &ranks, p->calls, &hist)))
 			goto cleanup;
 	}
 	vec = malloc((size_t)n * 4 * sizeof(*vec));

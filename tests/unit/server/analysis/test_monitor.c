@@ -208,8 +208,9 @@ static int report_take(void *arg, const struct store_diagnosis *d)
 	return 0;
 }
 
-/* Behaviour patterns fed into incidents: JOB_KERNEL twice as long on rank 3 (100 ms runs, so
- * that it is a real share of the iteration), nobody late: no straggler, a pattern incident
+/* Behaviour patterns fed into incidents: JOB_KERNEL twice as long on rank 3 (30 s runs, so
+ * that it is a real share of the hour-long pattern window: the monitor's check reads no NCCL
+ * calls, so β is a kernel's share of the window), nobody late: no straggler, a pattern incident
  * naming (rank 3, JOB_KERNEL) with its alert; it stays open between pattern checks and
  * resolves once patterns are off. */
 static void test_pattern_incident(void **state)
@@ -230,7 +231,7 @@ static void test_pattern_incident(void **state)
 				       .job = JOB, .first_rank = 4 * (node - 1), .local_ranks = 4,
 				       .instances = 12, .skip_rank = -1, .late_rank = -1,
 				       .gpu_timing = true, .slow_rank = 3,
-				       .kernel_ns = 100000000ULL };
+				       .kernel_ns = 30000000000ULL };
 		struct sysom_batch b;
 		char *body = NULL;
 
