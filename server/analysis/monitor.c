@@ -880,6 +880,7 @@ static int pattern_check(struct monitor *m, const struct job_entry *je, const ch
 	st->ran = false;
 	if (!s->patterns || (je->pattern.due_ms && now < je->pattern.due_ms))
 		return 0;
+	uint64_t start = sysom_monotonic_ns() / SYSOM_NS_PER_US;
 	patterns_params_default(&p);
 	p.history_change = fmin(p.history_change, s->pattern_change);
 	p.calls = false; /* collectives and p2p are not pattern incidents (pattern_strong) */
@@ -954,6 +955,9 @@ cleanup:
 	if (!rc) {
 		st->ran = true;
 		st->due_ms = now + s->pattern_period_ms;
+		pthread_mutex_lock(&m->lock);
+		m->stats.last_pattern_check_us = sysom_monotonic_ns() / SYSOM_NS_PER_US - start;
+		pthread_mutex_unlock(&m->lock);
 	}
 	json_decref(doc);
 	return rc;
@@ -1632,6 +1636,10 @@ void monitor_metrics_write(struct monitor *m, struct byte_buf *out)
 			     "Pattern incidents opened: a (rank, function) far from its peers, or every "
 			     "rank's function far from the job's own history.");
 	metrics_sample_write(out, "sysom_patterns_opened_total", NULL, (double)st.patterns_opened);
+	metrics_family_write(out, "sysom_pattern_last_check_seconds", "gauge",
+			     "How long the last pattern check took (part of its job's evaluation).");
+	metrics_sample_write(out, "sysom_pattern_last_check_seconds", NULL,
+			     (double)st.last_pattern_check_us / 1e6);
 }
 
 void monitor_job_metrics_write(struct monitor *m, struct byte_buf *out)
