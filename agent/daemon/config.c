@@ -34,7 +34,7 @@
 		{ "max-stacks", SYSOM_OPT_UINT, &(c)->max_stacks, 64, 1 << 22, "BPF stack store entries per buffer (default 8192)", false }, \
 		{ "max-sample-keys", SYSOM_OPT_UINT, &(c)->max_sample_keys, 64, 1 << 22, "BPF count map entries per buffer (default 16384)", false }, \
 		{ "unwinder", SYSOM_OPT_STRING, &(c)->unwinder, 0, 0, "user stacks: hybrid (CFI tables + validated frame pointers) or fp (default hybrid)", false }, \
-		{ "unwind-table-memory", SYSOM_OPT_SIZE, &(c)->unwind_table_bytes, 1 << 20, 1ull << 34, "kernel memory for unwind tables (default 64M)", false }, \
+		{ "unwind-table-memory", SYSOM_OPT_SIZE, &(c)->unwind_table_bytes, 1 << 20, 1ull << 34, "kernel memory for unwind tables (default 256M)", false }, \
 		{ "gpu-trace", SYSOM_OPT_BOOL, &(c)->gpu_trace, 0, 0, "trace NCCL calls and CUDA kernel launches with uprobes (default true)", false }, \
 		{ "gpu-libraries", SYSOM_OPT_STRING, &(c)->gpu_libraries, 0, 0, "colon-separated NCCL/CUDA library files to trace from the start (others are found in running processes)", false }, \
 		{ "gpu-launch-duty", SYSOM_OPT_DOUBLE, &(c)->gpu_launch_duty, 0, 1, "fraction of time the kernel launch probes are attached (default 0.1; 0: never, 1: always)", false }, \
@@ -80,7 +80,7 @@ int agent_config_defaults(struct agent_config *c)
 	if (!c->server || !c->spool_dir || !c->log_level || !c->unwinder || !c->socket ||
 	    !c->gpu_loader || !c->off_cpu || !c->pod_log_root)
 		return -ENOMEM;
-	c->unwind_table_bytes = 64ull << 20;
+	c->unwind_table_bytes = 256ull << 20;
 	c->hz = 99;
 	c->sample_rate = 0.10;
 	c->drain_interval_s = 5;

@@ -874,6 +874,15 @@ static void agent_reload(struct agent *a)
 	if (string_changed(fresh.spool_dir, a->cfg->spool_dir) || fresh.max_stacks != a->cfg->max_stacks ||
 	    fresh.max_sample_keys != a->cfg->max_sample_keys || fresh.include_idle != a->cfg->include_idle)
 		log_warn("SIGHUP: spool-dir, map sizes and include-idle take effect after a restart");
+	if (fresh.unwind_table_bytes != a->cfg->unwind_table_bytes && a->unwinder) {
+		unwinder_set_max_rows(a->unwinder, fresh.unwind_table_bytes / sizeof(struct unwind_row));
+		log_info("SIGHUP: unwind tables may now take %llu MiB%s",
+			 (unsigned long long)(fresh.unwind_table_bytes >> 20),
+			 fresh.unwind_table_bytes > a->cfg->unwind_table_bytes
+				 ? " (tables that found no room are built again)"
+				 : " (loaded tables stay; later ones obey it)");
+		a->cfg->unwind_table_bytes = fresh.unwind_table_bytes;
+	}
 	a->cfg->hz = fresh.hz;
 	a->cfg->sample_rate = fresh.sample_rate;
 	a->cfg->drain_interval_s = fresh.drain_interval_s;

@@ -34,6 +34,7 @@ struct load_segment {
 enum file_state {
 	FILE_PENDING, /* table not compiled yet (unwinder_work does it) */
 	FILE_READY,   /* compiled: file_id != 0 has a table, 0 means none possible */
+	FILE_NO_ROOM, /* compiled, but its table did not fit: retried once tables are dropped */
 };
 
 /* One file (by Build ID or content hash), with or without a loaded table. */
@@ -90,7 +91,7 @@ void unwinder_options_default(struct unwinder_options *opts)
 {
 	*opts = (struct unwinder_options){
 		.proc_root = "/proc",
-		.max_rows = 8u << 20,
+		.max_rows = 32u << 20, /* 256 MiB: the agent's --unwind-table-memory default */
 		.max_tables = 4096,
 		.unused_grace_ns = 60ULL * 1000000000ULL,
 	};
@@ -241,12 +242,17 @@ static int build_file(struct unwinder *u, struct unwind_file *f)
 		goto cleanup;
 	}
 	if (u->stats.rows + t.nrows > u->opts.max_rows || u->stats.tables >= u->opts.max_tables) {
+		/* Said at warning level a few times (the first names the option), then at debug:
+		 * a PyTorch process alone maps hundreds of libraries. Counted either way. */
 		u->stats.over_budget++;
-		sysom_report(&u->opts.report, SYSOM_REPORT_WARN,
-			     "unwinder: no room for the %u-row table of %s (%llu rows loaded, limit "
-			     "%llu): frame pointers only there",
-			     t.nrows, f->path, (unsigned long long)u->stats.rows,
-			     (unsigned long long)u->opts.max_rows);
+		sysom_report(&u->opts.report,
+			     u->stats.over_budget <= 3 ? SYSOM_REPORT_WARN : SYSOM_REPORT_DEBUG,
+			     "unwinder: no room for the %u-row table of %s (%llu rows in %llu tables "
+			     "loaded, limit %llu%s): frame pointers only there until tables are "
+			     "dropped", t.nrows, f->path, (unsigned long long)u->stats.rows,
+			     (unsigned long long)u->stats.tables, (unsigned long long)u->opts.max_rows,
+			     u->stats.over_budget == 1 ? "; --unwind-table-memory raises it" : "");
+		rc = -ENOSPC;
 		goto cleanup;
 	}
 	if ((rc = load_table(u, f, &t))) {
@@ -258,9 +264,12 @@ static int build_file(struct unwinder *u, struct unwind_file *f)
 	u->stats.fdes += f->fdes;
 	u->stats.builds++;
 	u->stats.build_ns += sysom_monotonic_ns() - started;
-	sysom_report(&u->opts.report, SYSOM_REPORT_DEBUG,
-		     "unwinder: %s: %u rows from %llu FDEs in %.1f ms", f->path, t.nrows,
-		     (unsigned long long)t.stats.fdes, (sysom_monotonic_ns() - started) / 1e6);
+	/* Large tables are named at info level: they are what sizes --unwind-table-memory. */
+	sysom_report(&u->opts.report,
+		     t.nrows >= UNWINDER_LARGE_TABLE_ROWS ? SYSOM_REPORT_INFO : SYSOM_REPORT_DEBUG,
+		     "unwinder: %s: %u rows from %llu FDEs in %.1f ms (%llu rows loaded)", f->path,
+		     t.nrows, (unsigned long long)t.stats.fdes,
+		     (sysom_monotonic_ns() - started) / 1e6, (unsigned long long)u->stats.rows);
 	goto cleanup;
 failed:
 	u->stats.build_failures++;
@@ -272,7 +281,7 @@ cleanup:
 		elf_end(elf);
 	if (fd >= 0)
 		close(fd);
-	return 0;
+	return rc == -ENOSPC ? rc : 0;
 }
 
 static void set_source(struct unwind_file *f, uint32_t tgid, const struct pt_mapping *m)
@@ -289,8 +298,8 @@ static struct unwind_file *get_file(struct unwinder *u, const struct pt_object *
 	struct unwind_file *f = find_file(u, &obj->id);
 
 	if (f) {
-		if (f->state == FILE_PENDING && !f->src_tgid)
-			set_source(f, tgid, m);
+		if ((f->state == FILE_PENDING && !f->src_tgid) || f->state == FILE_NO_ROOM)
+			set_source(f, tgid, m); /* a live process to open it by, when it is built */
 		return f;
 	}
 	if (SYSOM_ARRAY_RESERVE(u->files, u->files_cap, u->nfiles, 64))
@@ -447,9 +456,10 @@ uint32_t unwinder_work(struct unwinder *u, uint64_t budget_ns)
 			continue;
 		if (built && sysom_monotonic_ns() - started >= budget_ns)
 			break;
-		if (build_file(u, f) == -ESRCH)
+		int rc = build_file(u, f);
+		if (rc == -ESRCH)
 			continue; /* its source process is gone: wait for another */
-		f->state = FILE_READY;
+		f->state = rc == -ENOSPC ? FILE_NO_ROOM : FILE_READY;
 		u->pending--;
 		built = true;
 		if (f->file_id) {
@@ -483,10 +493,23 @@ void unwinder_forget(struct unwinder *u, const struct pt_process *proc)
 	*p = u->procs[--u->nprocs];
 }
 
+/* Room was made: the files that found none get another try (those still mapped). */
+static void retry_no_room(struct unwinder *u)
+{
+	for (uint32_t i = 0; i < u->nfiles; i++) {
+		struct unwind_file *f = u->files[i];
+		if (f->state == FILE_NO_ROOM && f->refs) {
+			f->state = FILE_PENDING;
+			u->pending++;
+			u->stats.no_room_retries++;
+		}
+	}
+}
+
 void unwinder_sweep(struct unwinder *u, uint64_t now_ns)
 {
 	uint32_t kept = 0;
-	bool removed = false;
+	bool removed = false, freed = false;
 
 	for (uint32_t i = 0; i < u->nfiles; i++) {
 		struct unwind_file *f = u->files[i];
@@ -496,6 +519,7 @@ void unwinder_sweep(struct unwinder *u, uint64_t now_ns)
 		}
 		if (f->file_id) {
 			bpf_map_delete_elem(u->maps.tables, &f->file_id);
+			freed = true;
 			u->stats.tables--;
 			u->stats.rows -= f->nrows;
 			u->stats.fdes -= f->fdes;
@@ -513,6 +537,17 @@ void unwinder_sweep(struct unwinder *u, uint64_t now_ns)
 		for (uint32_t i = 0; i < u->nfiles; i++)
 			hash_index_insert(&u->file_index, id_hash(&u->files[i]->id), i);
 	}
+	if (freed)
+		retry_no_room(u);
+}
+
+void unwinder_set_max_rows(struct unwinder *u, uint64_t max_rows)
+{
+	bool raised = max_rows > u->opts.max_rows;
+
+	u->opts.max_rows = max_rows; /* lowered: later loads only; loaded tables stay */
+	if (raised)
+		retry_no_room(u);
 }
 
 void unwinder_stats_read(const struct unwinder *u, struct unwinder_stats *out)

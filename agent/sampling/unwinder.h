@@ -25,6 +25,9 @@ struct unwinder_options {
 
 void unwinder_options_default(struct unwinder_options *opts);
 
+/* Tables of at least this many rows (8 bytes each) are named in the log at info level. */
+#define UNWINDER_LARGE_TABLE_ROWS (1u << 20)
+
 struct unwinder_stats {
 	uint32_t tables;            /* tables loaded in BPF */
 	uint32_t files;             /* files known (with or without a table) */
@@ -37,6 +40,7 @@ struct unwinder_stats {
 	uint64_t build_failures;    /* files whose CFI could not be read (frame pointers only) */
 	uint64_t no_cfi;            /* files without any CFI (frame pointers only) */
 	uint64_t over_budget;       /* tables not loaded: max_rows or max_tables reached */
+	uint64_t no_room_retries;   /* such files tried again after tables were dropped */
 	uint64_t tables_dropped;    /* tables dropped after no process mapped them */
 	uint64_t publishes;         /* process mapping lists written to BPF */
 	uint64_t publish_failures;  /* ... that the kernel refused (map full, no memory) */
@@ -73,6 +77,9 @@ uint32_t unwinder_work(struct unwinder *u, uint64_t budget_ns);
 void unwinder_forget(struct unwinder *u, const struct pt_process *proc);
 
 /* Drops tables that no process has mapped for unused_grace_ns. */
+/* Changes the row budget (SIGHUP). Raised: the files that found no room are built again by
+ * unwinder_work. Lowered: applies to later loads; loaded tables stay. */
+void unwinder_set_max_rows(struct unwinder *u, uint64_t max_rows);
 void unwinder_sweep(struct unwinder *u, uint64_t now_ns);
 
 void unwinder_stats_read(const struct unwinder *u, struct unwinder_stats *out);

@@ -13,6 +13,8 @@
  * SYSOM_CUPTI_WINDOW_MS. At exit the last window is flushed and sent.
  */
 #include <dlfcn.h>
+#include <limits.h>
+#include <link.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -262,18 +264,156 @@ static void after_fork_child(void)
 
 /* ---- injection ---------------------------------------------------------------------------- */
 
-static void *open_cupti(void)
+/* The CUDA major version a CUPTI API version belongs to (cupti_version.h): from CUDA 13 on the
+ * version reads xxyyzz; before, it counted up (12: CUDA 10.x, 13-18: 11.x, 19-28: 12.x). */
+static int cupti_cuda_major(uint32_t v)
+{
+	if (v >= 10000)
+		return (int)(v / 10000);
+	if (v >= 19)
+		return 12;
+	if (v >= 13)
+		return 11;
+	return v == 12 ? 10 : 0;
+}
+
+/* The CUDA major version this process runs: its CUDA runtime's if one is loaded, else 0. */
+static int runtime_cuda_major(void)
+{
+	int (*get)(int *) = NULL;
+	int v = 0;
+
+	*(void **)&get = dlsym(RTLD_DEFAULT, "cudaRuntimeGetVersion");
+	return get && get(&v) == 0 && v > 0 ? v / 1000 : 0;
+}
+
+/* The CUDA major version the driver supports, or 0 when unknown. */
+static int driver_cuda_major(void)
+{
+	int (*get)(int *) = NULL;
+	int v = 0;
+
+	*(void **)&get = dlsym(RTLD_DEFAULT, "cuDriverGetVersion");
+	return get && get(&v) == 0 && v > 0 ? v / 1000 : 0;
+}
+
+/* The oldest CUPTI this library reads: kernel records since Kernel4 and the activity API of
+ * CUDA 12 (the records it folds keep their offsets, asserted above). */
+#define OLDEST_CUDA_MAJOR 12
+
+/* Whether the CUPTI at `h` fits this process; on refusal says why (once per candidate). A CUPTI
+ * of another CUDA than the process's runtime, or newer than its driver, crashes inside CUPTI
+ * (seen on a real GPU: CUPTI of CUDA 10.2 in a CUDA 13 PyTorch process, a segfault). */
+static bool cupti_fits(void *h, const char *path, char *why, size_t len)
+{
+	CUptiResult (*get_version)(uint32_t *) = NULL;
+	uint32_t version = 0;
+	int major, runtime = runtime_cuda_major(), driver = driver_cuda_major();
+
+	*(void **)&get_version = dlsym(h, "cuptiGetVersion");
+	if (!get_version || get_version(&version) != CUPTI_SUCCESS) {
+		snprintf(why, len, "%s does not say its version", path);
+		return false;
+	}
+	major = cupti_cuda_major(version);
+	if (major < OLDEST_CUDA_MAJOR) {
+		snprintf(why, len, "%s is CUPTI API %u (CUDA %d), older than this library reads "
+			 "(CUDA %d)", path, version, major, OLDEST_CUDA_MAJOR);
+		return false;
+	}
+	if (runtime && major != runtime) {
+		snprintf(why, len, "%s is CUPTI API %u (CUDA %d), the process runs CUDA %d", path,
+			 version, major, runtime);
+		return false;
+	}
+	if (driver && major > driver) {
+		snprintf(why, len, "%s is CUPTI API %u (CUDA %d), newer than the driver (CUDA %d)",
+			 path, version, major, driver);
+		return false;
+	}
+	return true;
+}
+
+/* Where to look for CUPTI: a CUPTI the process has loaded already (PyTorch's own), then
+ * beside its CUDA runtime (pip wheels: nvidia/cu13/lib, nvidia/cuda_runtime/lib beside
+ * nvidia/cuda_cupti/lib; toolkits: lib64 beside extras/CUPTI/lib64). */
+struct cupti_search {
+	char loaded[PATH_MAX];
+	char runtime_dir[PATH_MAX];
+	int runtime_major; /* from the runtime's file name libcudart.so.N, 0 if unknown */
+};
+
+static int find_loaded(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	struct cupti_search *s = arg;
+	const char *name = info->dlpi_name, *base;
+
+	(void)size;
+	if (!name || !*name || !(base = strrchr(name, '/')))
+		return 0;
+	base++;
+	if (!s->loaded[0] && !strncmp(base, "libcupti.so", 11))
+		snprintf(s->loaded, sizeof(s->loaded), "%s", name);
+	if (!s->runtime_dir[0] && !strncmp(base, "libcudart.so", 12)) {
+		snprintf(s->runtime_dir, sizeof(s->runtime_dir), "%.*s", (int)(base - 1 - name),
+			 name);
+		if (base[12] == '.')
+			s->runtime_major = atoi(base + 13);
+	}
+	return 0;
+}
+
+/* Tries `path`: loads it and keeps it if it fits. */
+static void *try_cupti(const char *path, bool *refused)
+{
+	char why[PATH_MAX + 160];
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+
+	if (!h)
+		return NULL;
+	if (cupti_fits(h, path, why, sizeof(why)))
+		return h;
+	fprintf(stderr, "sysom-cupti: not using %s\n", why);
+	*refused = true;
+	dlclose(h);
+	return NULL;
+}
+
+static void *open_cupti(bool *refused)
 {
 	static const char *const names[] = { "libcupti.so", "libcupti.so.13", "libcupti.so.12",
 					     "/usr/local/cuda/lib64/libcupti.so",
 					     "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so" };
+	/* Beside the runtime's directory: these, then each with ".N" (N its CUDA major) added. */
+	static const char *const beside[] = { "libcupti.so", "../../cuda_cupti/lib/libcupti.so",
+					      "../extras/CUPTI/lib64/libcupti.so" };
 	const char *override = getenv("SYSOM_CUPTI_LIBRARY");
+	struct cupti_search s = { 0 };
+	char path[PATH_MAX + 64];
 	void *h;
 
+	*refused = false;
 	if (override && *override)
-		return dlopen(override, RTLD_NOW | RTLD_LOCAL);
+		return try_cupti(override, refused);
+	dl_iterate_phdr(find_loaded, &s);
+	if (s.loaded[0] && (h = try_cupti(s.loaded, refused)))
+		return h;
+	if (s.runtime_dir[0]) {
+		int major = s.runtime_major ? s.runtime_major : runtime_cuda_major();
+		for (size_t i = 0; i < 2 * sizeof(beside) / sizeof(beside[0]); i++) {
+			const char *rel = beside[i / 2];
+			if (i % 2 == 0 && major > 0)
+				snprintf(path, sizeof(path), "%s/%s.%d", s.runtime_dir, rel, major);
+			else if (i % 2 == 1)
+				snprintf(path, sizeof(path), "%s/%s", s.runtime_dir, rel);
+			else
+				continue;
+			if ((h = try_cupti(path, refused)))
+				return h;
+		}
+	}
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if ((h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL)))
+		if ((h = try_cupti(names[i], refused)))
 			return h;
 	return NULL;
 }
@@ -323,10 +463,11 @@ static void inject(void)
 		if (!*end && v >= 10 && v <= 600000)
 			window_ns = 1000000ull * v;
 	}
-	cu.lib = open_cupti();
+	bool refused;
+	cu.lib = open_cupti(&refused);
 	if (!cu.lib) {
-		fprintf(stderr, "sysom-cupti: no CUPTI library found (set SYSOM_CUPTI_LIBRARY); "
-				"no GPU kernel timing\n");
+		fprintf(stderr, "sysom-cupti: no %sCUPTI library found (set SYSOM_CUPTI_LIBRARY); "
+				"no GPU kernel timing\n", refused ? "fitting " : "");
 		goto fail;
 	}
 	if (!bind_cupti())
@@ -335,7 +476,7 @@ static void inject(void)
 	if (cu.get_version && cu.get_version(&version) == CUPTI_SUCCESS) {
 		snprintf(name, sizeof(name), "%s (CUPTI API %u)", COMPONENT_NAME, version);
 		o.name = name;
-		o.interface = (uint16_t)(version / 10000);
+		o.interface = (uint16_t)cupti_cuda_major(version);
 	}
 	if (sysom_channel_open(&o, &channel)) {
 		channel = NULL;

@@ -202,9 +202,12 @@ static json_t *gpu_proc(struct gpu_doc *d, const struct store_gpu_owner *who, co
 	snprintf(key, sizeof(key), "%d/%u/%" PRIu64, who->job_rank, who->pid, who->start_time_ns);
 	if ((e = json_object_get(d->index, key)))
 		return e;
-	e = json_pack("{s:o,s:s,s:I,s:o,s:I,s:I,s:[],s:[],s:[]}", "rank",
+	/* The process's start is since its node's boot (its identity across pid reuse), not a
+	 * wall-clock time: rendered as a date it read 1970-01-01 (seen on a real GPU node). */
+	e = json_pack("{s:o,s:s,s:I,s:f,s:I,s:I,s:[],s:[],s:[]}", "rank",
 		      api__json_int_or_null(who->job_rank), "hostname", host ? host : "", "pid",
-		      (json_int_t)who->pid, "start_time", render_json_time((int64_t)who->start_time_ns),
+		      (json_int_t)who->pid, "start_time_since_boot",
+		      (double)(who->start_time_ns / 1000000) / 1000.0,
 		      "gpu_kernel_ns", (json_int_t)0, "kernel_executions", (json_int_t)0, "kernels",
 		      "collectives", "links");
 	if (!e || json_array_append_new(d->procs, e) || json_object_set(d->index, key, e))

@@ -683,10 +683,60 @@ static void test_library_truncated_while_built(void **state)
 	assert_int_equal(system(src), 0);
 }
 
+/* A table that finds no room is not given up: once the budget is raised (SIGHUP) it is built
+ * again and loaded while the process still maps the file. */
+static void test_no_room_then_raised(void **state)
+{
+	struct unwind_session s;
+	struct nofp_workload a;
+	struct sysom_build_id lib;
+	struct unwinder_file_info info = { 0 };
+	struct unwinder_stats st;
+	uint64_t end;
+	(void)state;
+
+	library_build_id(&lib);
+	unwind_session_max_rows = 1; /* no table fits */
+	open_session(&s, SYSOM_UNWINDER_HYBRID);
+	unwind_session_max_rows = 0;
+	assert_int_equal(nofp_workload_start(&a, 3.0, NULL), 0);
+	end = sysom_monotonic_ns() + 2000000000ULL;
+	do {
+		usleep(100000);
+		unwind_session_drain(&s, ignore_entry, NULL);
+	} while (sysom_monotonic_ns() < end &&
+		 (unwinder_file_info(s.unwinder, &lib, &info) || info.pending));
+	unwinder_stats_read(s.unwinder, &st);
+	print_message("# budget 1 row: library table %u, %llu tables over budget\n", info.file_id,
+		      (unsigned long long)st.over_budget);
+	assert_false(info.pending);
+	assert_int_equal(info.file_id, 0);
+	assert_true(st.over_budget >= 1);
+	assert_int_equal(st.rows, 0);
+
+	struct unwinder_options defaults;
+	unwinder_options_default(&defaults);
+	unwinder_set_max_rows(s.unwinder, defaults.max_rows);
+	end = sysom_monotonic_ns() + 2000000000ULL;
+	do {
+		usleep(100000);
+		unwind_session_drain(&s, ignore_entry, NULL);
+	} while (sysom_monotonic_ns() < end &&
+		 (unwinder_file_info(s.unwinder, &lib, &info) || !info.file_id));
+	unwinder_stats_read(s.unwinder, &st);
+	print_message("# budget raised: library table %u (%u rows), %llu retried\n", info.file_id,
+		      info.nrows, (unsigned long long)st.no_room_retries);
+	assert_true(info.file_id != 0 && info.nrows > 0);
+	assert_true(st.no_room_retries >= 1);
+	workload_wait(&a.w);
+	unwind_session_close(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_fixture_uses_rbp_as_register),
+		cmocka_unit_test(test_no_room_then_raised),
 		cmocka_unit_test(test_nofp_chain_hybrid_vs_fp),
 		cmocka_unit_test(test_dlopen_found),
 		cmocka_unit_test(test_jit_region),

@@ -49,6 +49,8 @@ static void on_forget(void *ctx, const struct pt_process *proc)
 		unwinder_forget(s->unwinder, proc);
 }
 
+uint64_t unwind_session_max_rows;
+
 int unwind_session_open(struct unwind_session *s, enum sysom_unwinder mode, uint32_t hz,
 			double rate, char *err, size_t errlen)
 {
@@ -73,6 +75,8 @@ int unwind_session_open(struct unwind_session *s, enum sysom_unwinder mode, uint
 		struct unwinder_options uo;
 		struct sampler_unwind_maps maps;
 		unwinder_options_default(&uo);
+		if (unwind_session_max_rows)
+			uo.max_rows = unwind_session_max_rows;
 		sampler_unwind_maps(s->sampler, &maps);
 		if ((rc = unwinder_new(&uo, &maps, &s->unwinder))) {
 			snprintf(err, errlen, "unwinder_new: %d", rc);

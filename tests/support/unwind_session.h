@@ -23,6 +23,9 @@ struct unwind_session {
 	uint64_t unmapped_events;  /* UNMAPPED reports received */
 };
 
+/* The unwinder's row budget for sessions opened next; 0: the agent's default. */
+extern uint64_t unwind_session_max_rows;
+
 /* Opens a sampler in `mode` at `hz` and `rate` with tracker and unwinder. 0 or -errno. */
 int unwind_session_open(struct unwind_session *s, enum sysom_unwinder mode, uint32_t hz,
 			double rate, char *err, size_t errlen);

@@ -384,6 +384,14 @@ static void scenario_no_agent(void)
 	CHECK(!f.enabled()); /* no agent: CUPTI is not even asked */
 }
 
+static void scenario_no_timing(void)
+{
+	struct fake f = fake_bind();
+
+	CHECK(inject() == 1);
+	CHECK(!f.enabled()); /* refused: activity never enabled */
+}
+
 static void test_no_agent_no_cupti(void **state)
 {
 	(void)state;
@@ -391,6 +399,31 @@ static void test_no_agent_no_cupti(void **state)
 	expect_log("sysom-cupti", 0);
 	assert_int_equal(run_child(scenario_silent, true, "/nonexistent/libcupti.so"), 0);
 	expect_log("no CUPTI library found", 1);
+}
+
+/* A CUPTI of another CUDA is refused before it is used (a CUDA 10.2 CUPTI crashed a CUDA 13
+ * PyTorch process on a real GPU); one of CUDA 12 is still read. */
+static void test_refuses_unfitting_cupti(void **state)
+{
+	int lfd = rx_listen(sock_path);
+	struct rx rx;
+
+	(void)state;
+	assert_true(lfd >= 0);
+	rx_init(&rx);
+	setenv("FAKE_CUPTI_API_VERSION", "12", 1);
+	assert_int_equal(run_child(scenario_no_timing, true, NULL), 0);
+	expect_log("CUPTI API 12 (CUDA 10), older than this library reads (CUDA 12)", 1);
+	expect_log("no fitting CUPTI library found", 1);
+	setenv("FAKE_CUPTI_API_VERSION", "28", 1); /* CUDA 12.9 Update 1 */
+	assert_int_equal(run_child(scenario_windows, true, NULL), 0);
+	unsetenv("FAKE_CUPTI_API_VERSION");
+	expect_log("not using", 0);
+	rx_drain(lfd, &rx, 300);
+	close(lfd);
+	assert_true(rx.tables > 0);
+	assert_int_equal(rx.bad, 0);
+	assert_int_equal(rx.hello.interface, 12); /* the CUDA major, also before 13's numbering */
 }
 
 int main(void)
@@ -402,6 +435,7 @@ int main(void)
 		cmocka_unit_test(test_fork_child_silent),
 		cmocka_unit_test(test_steps_aside),
 		cmocka_unit_test(test_no_agent_no_cupti),
+		cmocka_unit_test(test_refuses_unfitting_cupti),
 	};
 	int rc;
 
