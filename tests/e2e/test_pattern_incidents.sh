@@ -28,7 +28,7 @@ start_server srv --alertmanager-url "$AM_URL" --analysis-interval 1s || exit 1
 curl -sf -X PUT --data '{"pattern_period_s": 4, "pattern_window_s": 12, "resolve_after_s": 8}' \
 	"$SERVER_URL/api/v1/jobs/e2e-pinc-kernel/settings" >/dev/null
 check "settings of the kernel job stored" test $? -eq 0
-curl -sf -X PUT --data '{"pattern_period_s": 4, "pattern_window_s": 8, "baseline_after_s": 10}' \
+curl -sf -X PUT --data '{"pattern_period_s": 4, "pattern_window_s": 10, "baseline_after_s": 10}' \
 	"$SERVER_URL/api/v1/jobs/e2e-pinc-loader/settings" >/dev/null
 check "settings of the data-loader job stored" test $? -eq 0
 start_agent agent "$SERVER_URL" --gpu-libraries "$SIMJOB_DIR/libnccl.so.2:$SIMJOB_DIR/libcuda.so.1" \
@@ -51,7 +51,7 @@ has_incident() {
 run_job e2e-pinc-kernel --seconds 22 --cpu-us 300 --kernel-us 1500 \
 	--fault rank=2,kind=kernel,amount=1.5 &
 kernel_job=$!
-run_job e2e-pinc-loader --seconds 46 --cpu-us 300 --kernel-us 600 \
+run_job e2e-pinc-loader --seconds 56 --cpu-us 300 --kernel-us 600 \
 	--fault rank=all,kind=loader,amount=500,after=24 &
 loader_job=$!
 
@@ -63,7 +63,7 @@ check "a: pattern incident names (rank 2, sim_gemm_bwd) while the job runs" \
 	"x['kind'] == 'pattern' and x['rank'] == 2 and 'sim_gemm_bwd' in x['summary'] and x['resolved'] is None"
 diag "$(pyjson "$E2E_TMP/e2e-pinc-kernel.diag.json" "print([(x['kind'], x['rank'], x['summary'][:150]) for x in d['diagnoses']])")"
 check "a: Alertmanager received SysomPattern for rank 2" \
-	wait_until 10 bash -c "curl -sf '$AM_URL/api/v2/alerts' | python3 -c \"import json,sys; sys.exit(0 if [a for a in json.load(sys.stdin) if a['labels'].get('alertname') == 'SysomPattern' and a['labels'].get('job') == 'e2e-pinc-kernel' and a['labels'].get('rank') == '2'] else 1)\""
+	wait_until 30 bash -c "curl -sf '$AM_URL/api/v2/alerts' | python3 -c \"import json,sys; sys.exit(0 if [a for a in json.load(sys.stdin) if a['labels'].get('alertname') == 'SysomPattern' and a['labels'].get('job') == 'e2e-pinc-kernel' and a['labels'].get('rank') == '2'] else 1)\""
 id=$(pyjson "$E2E_TMP/e2e-pinc-kernel.diag.json" "print([x['id'] for x in d['diagnoses'] if x['kind'] == 'pattern' and x['rank'] == 2][0])")
 curl -sf "$SERVER_URL/api/v1/diagnoses/$id" >"$E2E_TMP/kernel-incident.json"
 check "a: its report: the deviation against the peers, layer gpu, held 2 checks" \
