@@ -699,9 +699,10 @@ static enum diagnosis_layer pattern_layer(const char *kind)
 				       : DIAGNOSIS_LAYER_UNKNOWN;
 }
 
-/* A straggler of `rep` on `rank` whose diagnosis already names `fn`: the straggler incident
- * covers it. */
-static bool straggler_names(const struct straggler_report *rep, int32_t rank, const char *fn)
+/* A straggler of `rep` on `rank` whose diagnosis already names `fn`: its incident covers it.
+ * (A straggler whose diagnosis names no function, e.g. "GPU time 1.4x ... concentrated in
+ * specific kernels", still gets the pattern incident that names the kernel.) */
+static bool straggler_covers(const struct straggler_report *rep, int32_t rank, const char *fn)
 {
 	for (size_t i = 0; rep && i < rep->nstragglers; i++) {
 		const struct straggler_entry *e = &rep->stragglers[i];
@@ -868,7 +869,12 @@ static int pattern_check(struct monitor *m, const struct job_entry *je, const ch
 			 int64_t now, struct finding *found, size_t *nfound,
 			 struct pattern_state *st)
 {
-	struct diagnosis_scope scope = { .job = job, .from_ms = now - s->pattern_window_ms,
+	/* No further back than the job's lookback: what the other analyses no longer see (a job
+	 * that ended, its incidents resolving) opens no pattern incident either. */
+	struct diagnosis_scope scope = { .job = job,
+					 .from_ms = now - (int64_t)(s->pattern_window_ms < s->lookback_ms
+								     ? s->pattern_window_ms
+								     : s->lookback_ms),
 					 .to_ms = now };
 	struct patterns_params p;
 	struct pattern_candidate cand[MONITOR_PATTERN_MAX];
@@ -904,7 +910,7 @@ static int pattern_check(struct monitor *m, const struct job_entry *je, const ch
 			continue;
 		const char *fn = json_string_value(json_object_get(x, "function"));
 		int32_t rank = (int32_t)json_integer_value(json_object_get(x, "rank"));
-		if (straggler_names(rep, rank, fn))
+		if (straggler_covers(rep, rank, fn))
 			continue;
 		pattern_identity(cand[nc].identity, sizeof(cand[nc].identity), rank,
 				 json_string_value(json_object_get(x, "kind")), fn);
@@ -1239,8 +1245,15 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 	/* Patterns while every rank waits (a hang, a stall) say nothing new. */
 	pst = je->pattern;
 	pst.ran = false;
-	if (!hang.hung && (rc = pattern_check(m, je, job, &s, rep, now, found, &nfound, &pst)))
-		goto cleanup;
+	/* A failing pattern check (out of memory, a store error) costs only its own findings:
+	 * the stragglers, hangs and regressions of this evaluation still count. */
+	if (!hang.hung && pattern_check(m, je, job, &s, rep, now, found, &nfound, &pst)) {
+		pst = je->pattern;
+		pst.ran = false;
+		pthread_mutex_lock(&m->lock);
+		m->stats.pattern_errors++;
+		pthread_mutex_unlock(&m->lock);
+	}
 	if (!nstragglers) {
 		bool regressed = false;
 		double iteration_ms = (double)rep->iteration_ns / 1e6;
@@ -1285,9 +1298,12 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 		 * the job ended, the node reports again). */
 		bool prompt = !strcmp(d->kind, "hang") || !strcmp(d->kind, "stall") ||
 			      !strcmp(d->kind, "agent-lost");
-		/* A pattern incident is only re-found by a pattern check (one per pattern period). */
+		/* A pattern incident is only re-found by a pattern check (one per pattern period):
+		 * in between, it holds if the last check found it. */
 		if (!pst.ran && s.patterns && !strcmp(d->kind, "pattern"))
-			seen = true;
+			for (uint32_t j = 0; j < pst.n && !seen; j++)
+				seen = pst.held[j].periods >= s.pattern_hold &&
+				       !strcmp(pst.held[j].identity, d->identity);
 		if (seen || (!prompt && now - d->updated_ms < (int64_t)s.resolve_after_ms))
 			continue;
 		if ((rc = store_diagnosis_resolve(m->ctx.store, d->id, now)) && rc != -ENOENT)
@@ -1636,6 +1652,9 @@ void monitor_metrics_write(struct monitor *m, struct byte_buf *out)
 			     "Pattern incidents opened: a (rank, function) far from its peers, or every "
 			     "rank's function far from the job's own history.");
 	metrics_sample_write(out, "sysom_patterns_opened_total", NULL, (double)st.patterns_opened);
+	metrics_family_write(out, "sysom_pattern_errors_total", "counter",
+			     "Pattern checks that failed (the rest of their evaluation went on).");
+	metrics_sample_write(out, "sysom_pattern_errors_total", NULL, (double)st.pattern_errors);
 	metrics_family_write(out, "sysom_pattern_last_check_seconds", "gauge",
 			     "How long the last pattern check took (part of its job's evaluation).");
 	metrics_sample_write(out, "sysom_pattern_last_check_seconds", NULL,
