@@ -29,6 +29,8 @@ const char *alerts_policy_name(enum incident_kind kind)
 		return "SysomStall";
 	case INCIDENT_HOST_ANOMALY:
 		return "SysomHostAnomaly";
+	case INCIDENT_PATTERN:
+		return "SysomPattern";
 	case INCIDENT_REGRESSION:
 		break;
 	}

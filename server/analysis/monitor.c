@@ -19,11 +19,27 @@
 #include "server/analysis/hostanomaly.h"
 #include "server/analysis/layers.h"
 #include "server/analysis/live.h"
+#include "server/analysis/patterns.h"
+#include "server/http/render.h"
 #include "server/metrics/metrics.h"
 
 #define MONITOR_MAX_INCIDENTS 64    /* open incidents of one job handled per evaluation */
 #define MONITOR_TOP_FUNCTIONS 5
 #define MONITOR_PROFILE_LIMIT 20000 /* stacks in a job-wide profile */
+#define MONITOR_PATTERN_MAX 8       /* pattern deviations of one job followed per check */
+
+/* A pattern deviation and for how many consecutive pattern checks it has held. */
+struct pattern_held {
+	char identity[64];
+	uint32_t periods;
+};
+
+struct pattern_state {
+	bool ran;                /* this evaluation checked the patterns */
+	int64_t due_ms;          /* the next check */
+	uint32_t n;
+	struct pattern_held held[MONITOR_PATTERN_MAX];
+};
 
 struct job_entry {
 	char *job;
@@ -44,6 +60,7 @@ struct job_entry {
 	uint32_t recovered, unanalysed;
 	bool blind;
 	int64_t p2p_seen_ms;    /* a batch with its Send/Recv calls last arrived then (0: never) */
+	struct pattern_state pattern; /* its last pattern check */
 };
 
 struct monitor {
@@ -797,6 +814,304 @@ cleanup:
 	return rc;
 }
 
+/* ---- behaviour patterns ------------------------------------------------------------------- */
+
+/* A short, stable identity: the function's name when it fits, else a hash of it. */
+static void pattern_identity(char *out, size_t len, int32_t rank, const char *kind, const char *fn)
+{
+	char who[24];
+	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+
+	if (rank >= 0)
+		snprintf(who, sizeof(who), "rank=%d", rank);
+	else
+		snprintf(who, sizeof(who), "all");
+	int n = snprintf(out, len, "pattern %s %s %s", who, kind, fn);
+	if (n >= 0 && (size_t)n < len)
+		return;
+	for (const char *c = fn; *c; c++)
+		h = (h ^ (unsigned char)*c) * 1099511628211ull;
+	snprintf(out, len, "pattern %s %s #%016" PRIx64, who, kind, h);
+}
+
+/* The layer a function's kind belongs to. */
+static enum diagnosis_layer pattern_layer(const char *kind)
+{
+	return !strcmp(kind, "kernel") ? DIAGNOSIS_LAYER_GPU
+	       : !strcmp(kind, "cpu")  ? DIAGNOSIS_LAYER_CPU
+				       : DIAGNOSIS_LAYER_UNKNOWN;
+}
+
+/* A straggler of `rep` on `rank` whose diagnosis already names `fn`: its incident covers it.
+ * (A straggler whose diagnosis names no function, e.g. "GPU time 1.4x ... concentrated in
+ * specific kernels", still gets the pattern incident that names the kernel.) */
+static bool straggler_covers(const struct straggler_report *rep, int32_t rank, const char *fn)
+{
+	for (size_t i = 0; rep && i < rep->nstragglers; i++) {
+		const struct straggler_entry *e = &rep->stragglers[i];
+		if (e->rank == rank && e->diagnosis && strstr(e->diagnosis->summary, fn))
+			return true;
+	}
+	return false;
+}
+
+static double jnum(const json_t *o, const char *key)
+{
+	const json_t *v = json_object_get(o, key);
+	return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+struct pattern_candidate {
+	char identity[64];
+	const json_t *item; /* a finding or a history change (borrowed from the document) */
+	bool job_wide;
+};
+
+/* One pattern incident from a candidate that held for `periods` checks. */
+static int finding_of_pattern(const struct monitor *m, const struct pattern_candidate *c,
+			      const char *job, const struct job_settings *s, int64_t from_ms,
+			      int64_t to_ms, uint32_t periods, const json_t *doc,
+			      struct finding *f)
+{
+	const json_t *x = c->item;
+	const char *fn = json_string_value(json_object_get(x, "function"));
+	const char *kind = json_string_value(json_object_get(x, "kind"));
+	const char *dim = json_string_value(json_object_get(x, "dimension"));
+	const char *why = json_string_value(json_object_get(x, "why"));
+	const char *host = json_string_value(json_object_get(x, "host"));
+	bool mu = dim && !strcmp(dim, "mu");
+	double cost = jnum(x, "cost");
+	char summary[640], action[512], what[160];
+	json_t *report = NULL;
+	int rc = 0;
+
+	memset(f, 0, sizeof(*f));
+	snprintf(f->identity, sizeof(f->identity), "%s", c->identity);
+	snprintf(f->kind, sizeof(f->kind), "pattern");
+	if (!strcmp(kind, "kernel"))
+		snprintf(what, sizeof(what), "GPU kernel %s", fn);
+	else if (!strcmp(kind, "cpu"))
+		snprintf(what, sizeof(what), "CPU function %s", fn);
+	else
+		snprintf(what, sizeof(what), "%s call %s", kind, fn);
+	if (c->job_wide) {
+		double now = jnum(x, "now"), then = jnum(x, "then"), change = jnum(x, "change");
+		bool is_new = json_is_true(json_object_get(x, "new"));
+		f->rank = -1;
+		if (is_new || !isfinite(change))
+			snprintf(summary, sizeof(summary),
+				 "every rank: %s is new against the job's own history: %s %.3g%s now, "
+				 "none before; worth %.1f%% of the iteration", what,
+				 mu ? "mean duration" : "share", mu ? now : 100 * now, mu ? " ms" : "%",
+				 100 * cost);
+		else
+			snprintf(summary, sizeof(summary),
+				 "every rank: %s changed against the job's own history: %s %.3g%s now "
+				 "vs %.3g%s (%+.0f%%), worth %.1f%% of the iteration; no rank stands out",
+				 what, mu ? "mean duration" : "share", mu ? now : 100 * now,
+				 mu ? " ms" : "%", mu ? then : 100 * then, mu ? " ms" : "%",
+				 100 * change, 100 * cost);
+		snprintf(action, sizeof(action),
+			 "find what changed for every rank in %s since the job's history (code, "
+			 "configuration, input data, shared storage or service); sysomctl patterns "
+			 "--job %s shows it", fn, job);
+	} else {
+		double value = jnum(x, "value"), median = jnum(x, "median"), z = jnum(x, "z");
+		f->rank = (int32_t)json_integer_value(json_object_get(x, "rank"));
+		snprintf(summary, sizeof(summary),
+			 "rank %d: %s %s %.3g%s against %.3g%s on its peers (%.1f robust scales), "
+			 "worth %.1f%% of its iteration: %s", f->rank, what,
+			 mu ? "mean duration" : "share", mu ? value : 100 * value, mu ? " ms" : "%",
+			 mu ? median : 100 * median, mu ? " ms" : "%", fabs(z), 100 * cost,
+			 why ? why : "");
+		snprintf(action, sizeof(action),
+			 !strcmp(kind, "kernel")
+				 ? "compare rank %d's GPU with its peers' (sysomctl gpu --job %s: "
+				   "clocks, throttling, kernel inputs)"
+				 : "compare rank %d's work in this function with its peers' (sysomctl "
+				   "patterns --job %s; its flame graph with rank=)",
+			 f->rank, job);
+	}
+	report = json_pack("{s:s,s:s,s:O,s:o,s:o,s:I,s:{s:f,s:f,s:f,s:I}}", "type", "pattern",
+			   "scope", c->job_wide ? "job-history" : "peers", "deviation", x, "from",
+			   render_json_time(from_ms * 1000000), "to",
+			   render_json_time(to_ms * 1000000), "periods", (json_int_t)periods,
+			   "thresholds", "k", s->pattern_k, "min_cost", s->pattern_min_cost,
+			   "change", s->pattern_change, "hold", (json_int_t)s->pattern_hold);
+	if (report && c->job_wide)
+		rc = json_object_set(report, "history", json_object_get(doc, "history")) ? -ENOMEM : 0;
+	f->hostname = strdup(host ? host : "");
+	f->communicators = strdup("");
+	f->layer = strdup(diagnosis_layer_name(pattern_layer(kind)));
+	f->severity = strdup(m->alerting.severity(INCIDENT_PATTERN, pattern_layer(kind), false));
+	f->summary = strdup(summary);
+	f->action = strdup(action);
+	f->report = report ? json_dumps(report, JSON_COMPACT) : NULL;
+	json_decref(report);
+	if (rc || !f->hostname || !f->communicators || !f->layer || !f->severity || !f->summary ||
+	    !f->action || !f->report) {
+		finding_free(f);
+		memset(f, 0, sizeof(*f));
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Is this deviation strong enough for an incident? Collectives are the straggler test's
+ * business, point-to-point calls the pipeline analysis' (stages differ by role, so the peers'
+ * median is no expectation for them). `samples`: the CPU samples behind the window's and the
+ * history's shares (job-wide CPU changes must exceed pattern_k standard errors of them). */
+static bool pattern_strong(const json_t *x, const struct job_settings *s, bool job_wide,
+			   const double samples[2])
+{
+	const char *kind = json_string_value(json_object_get(x, "kind"));
+	const char *dim = json_string_value(json_object_get(x, "dimension"));
+	const char *fn = json_string_value(json_object_get(x, "function"));
+	double cost = jnum(x, "cost");
+
+	if (!kind || !dim || !fn || !strcmp(kind, "collective") || !strcmp(kind, "p2p") ||
+	    (strcmp(dim, "beta") && strcmp(dim, "mu")) || !(cost >= s->pattern_min_cost))
+		return false;
+	/* An unsymbolised CPU leaf ("module+0x1234") is one instruction, not a function: its
+	 * share moves with the sampling, and the function is named once symbols arrive. */
+	if (!strcmp(kind, "cpu") && strstr(fn, "+0x"))
+		return false;
+	if (job_wide) {
+		/* Only rises: shares add up to one, so what rose pushes every other share down,
+		 * and a longer iteration lowers every unchanged function's share. */
+		double change = jnum(x, "change");
+		if (!(json_is_true(json_object_get(x, "new")) || !isfinite(change) ||
+		      change >= s->pattern_change))
+			return false;
+		/* A sampled share: the rise must stand out of both stretches' sampling error (a
+		 * function just outside the history's hottest ones counts as new: its rise from
+		 * a few percent is mostly noise with few samples). */
+		if (!strcmp(kind, "cpu") && !strcmp(dim, "beta")) {
+			double now = jnum(x, "now"), then = jnum(x, "then");
+			if (!isfinite(then))
+				then = 0;
+			if (!(samples[0] > 0))
+				return false;
+			double var = now * (1 - now) / samples[0] +
+				     (samples[1] > 0 ? then * (1 - then) / samples[1] : 0);
+			return now - then >= s->pattern_k * sqrt(fmax(var, 0));
+		}
+		return true;
+	}
+	return fabs(jnum(x, "z")) >= s->pattern_k && json_is_integer(json_object_get(x, "rank"));
+}
+
+/*
+ * At most once per pattern_period: the job's behaviour patterns over the last pattern_window
+ * (server/analysis/patterns.h) against the peers and against its stored baseline stretch.
+ * Deviations that are strong (pattern_strong) and held for pattern_hold consecutive checks
+ * become incidents of kind "pattern". `st` gets the state for the next check.
+ */
+static int pattern_check(struct monitor *m, const struct job_entry *je, const char *job,
+			 const struct job_settings *s, const struct straggler_report *rep,
+			 int64_t now, struct finding *found, size_t *nfound,
+			 struct pattern_state *st)
+{
+	/* No further back than the job's lookback: what the other analyses no longer see (a job
+	 * that ended, its incidents resolving) opens no pattern incident either. */
+	struct diagnosis_scope scope = { .job = job,
+					 .from_ms = now - (int64_t)(s->pattern_window_ms < s->lookback_ms
+								     ? s->pattern_window_ms
+								     : s->lookback_ms),
+					 .to_ms = now };
+	struct patterns_params p;
+	struct pattern_candidate cand[MONITOR_PATTERN_MAX];
+	size_t nc = 0, i;
+	json_t *doc = NULL;
+	int rc;
+
+	*st = je->pattern;
+	st->ran = false;
+	if (!s->patterns || (je->pattern.due_ms && now < je->pattern.due_ms))
+		return 0;
+	uint64_t start = sysom_monotonic_ns() / SYSOM_NS_PER_US;
+	patterns_params_default(&p);
+	p.history_change = fmin(p.history_change, s->pattern_change);
+	p.calls = false; /* collectives and p2p are not pattern incidents (pattern_strong) */
+	rc = patterns_job(&m->ctx, &scope, &p, 0, 0, &doc);
+	if (rc == -ENOENT) { /* no rank of the job known yet */
+		rc = 0;
+		goto cleanup;
+	}
+	if (rc)
+		goto cleanup;
+	const double samples[2] = {
+		jnum(doc, "cpu_samples"), jnum(json_object_get(doc, "history"), "cpu_samples")
+	};
+	const json_t *findings = json_object_get(doc, "findings");
+	const json_t *changes = json_object_get(json_object_get(doc, "history"), "changes");
+	const json_t *x;
+	json_array_foreach(findings, i, x) {
+		if (nc == MONITOR_PATTERN_MAX)
+			break;
+		if (!pattern_strong(x, s, false, samples))
+			continue;
+		const char *fn = json_string_value(json_object_get(x, "function"));
+		int32_t rank = (int32_t)json_integer_value(json_object_get(x, "rank"));
+		if (straggler_covers(rep, rank, fn))
+			continue;
+		pattern_identity(cand[nc].identity, sizeof(cand[nc].identity), rank,
+				 json_string_value(json_object_get(x, "kind")), fn);
+		bool dup = false; /* one incident per (rank, function), its costliest dimension */
+		for (size_t j = 0; j < nc && !dup; j++)
+			dup = !strcmp(cand[j].identity, cand[nc].identity);
+		if (dup)
+			continue;
+		cand[nc].item = x;
+		cand[nc].job_wide = false;
+		nc++;
+	}
+	json_array_foreach(changes, i, x) {
+		if (nc == MONITOR_PATTERN_MAX)
+			break;
+		if (!pattern_strong(x, s, true, samples))
+			continue;
+		pattern_identity(cand[nc].identity, sizeof(cand[nc].identity), -1,
+				 json_string_value(json_object_get(x, "kind")),
+				 json_string_value(json_object_get(x, "function")));
+		bool dup = false;
+		for (size_t j = 0; j < nc && !dup; j++)
+			dup = !strcmp(cand[j].identity, cand[nc].identity);
+		if (dup)
+			continue;
+		cand[nc].item = x;
+		cand[nc].job_wide = true;
+		nc++;
+	}
+	/* Held: one more consecutive check than before; gone ones start over. */
+	st->n = 0;
+	for (i = 0; i < nc; i++) {
+		uint32_t periods = 1;
+		for (uint32_t j = 0; j < je->pattern.n; j++)
+			if (!strcmp(je->pattern.held[j].identity, cand[i].identity))
+				periods = je->pattern.held[j].periods + 1;
+		st->held[st->n] = (struct pattern_held){ .periods = periods };
+		memcpy(st->held[st->n].identity, cand[i].identity, sizeof(cand[i].identity));
+		st->n++;
+		if (periods < s->pattern_hold || *nfound == MONITOR_MAX_INCIDENTS)
+			continue;
+		if ((rc = finding_of_pattern(m, &cand[i], job, s, scope.from_ms, scope.to_ms,
+					     periods, doc, &found[*nfound])))
+			goto cleanup;
+		(*nfound)++;
+	}
+cleanup:
+	if (!rc) {
+		st->ran = true;
+		st->due_ms = now + s->pattern_period_ms;
+		pthread_mutex_lock(&m->lock);
+		m->stats.last_pattern_check_us = sysom_monotonic_ns() / SYSOM_NS_PER_US - start;
+		pthread_mutex_unlock(&m->lock);
+	}
+	json_decref(doc);
+	return rc;
+}
+
 /* ---- alerts -------------------------------------------------------------------------------- */
 
 struct open_list {
@@ -870,6 +1185,8 @@ static enum incident_kind incident_kind_of(const char *kind)
 		return INCIDENT_AGENT_LOST;
 	if (strcmp(kind, "host-anomaly") == 0)
 		return INCIDENT_HOST_ANOMALY;
+	if (strcmp(kind, "pattern") == 0)
+		return INCIDENT_PATTERN;
 	return INCIDENT_REGRESSION;
 }
 
@@ -1040,6 +1357,7 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 	bool rising = false;
 	struct straggler_report *rep = NULL;
 	struct hang_outcome hang = { 0 };
+	struct pattern_state pst;
 	size_t i;
 	int rc;
 
@@ -1092,6 +1410,18 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 		goto cleanup;
 	if ((rc = host_check(m, job, now, found, &nfound)))
 		goto cleanup;
+	/* Patterns while every rank waits (a hang, a stall) say nothing new. */
+	pst = je->pattern;
+	pst.ran = false;
+	/* A failing pattern check (out of memory, a store error) costs only its own findings:
+	 * the stragglers, hangs and regressions of this evaluation still count. */
+	if (!hang.hung && pattern_check(m, je, job, &s, rep, now, found, &nfound, &pst)) {
+		pst = je->pattern;
+		pst.ran = false;
+		pthread_mutex_lock(&m->lock);
+		m->stats.pattern_errors++;
+		pthread_mutex_unlock(&m->lock);
+	}
 	if (!nstragglers) {
 		bool regressed = false;
 		double iteration_ms = (double)rep->iteration_ns / 1e6;
@@ -1121,6 +1451,7 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 			m->stats.incidents_opened++;
 			m->stats.hangs_opened += !strcmp(f->kind, "hang") || !strcmp(f->kind, "stall");
 			m->stats.agents_lost_opened += strcmp(f->kind, "agent-lost") == 0;
+			m->stats.patterns_opened += strcmp(f->kind, "pattern") == 0;
 			pthread_mutex_unlock(&m->lock);
 		}
 	}
@@ -1135,6 +1466,12 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 		 * the job ended, the node reports again). */
 		bool prompt = !strcmp(d->kind, "hang") || !strcmp(d->kind, "stall") ||
 			      !strcmp(d->kind, "agent-lost");
+		/* A pattern incident is only re-found by a pattern check (one per pattern period):
+		 * in between, it holds if the last check found it. */
+		if (!pst.ran && s.patterns && !strcmp(d->kind, "pattern"))
+			for (uint32_t j = 0; j < pst.n && !seen; j++)
+				seen = pst.held[j].periods >= s.pattern_hold &&
+				       !strcmp(pst.held[j].identity, d->identity);
 		if (seen || (!prompt && now - d->updated_ms < (int64_t)s.resolve_after_ms))
 			continue;
 		if ((rc = store_diagnosis_resolve(m->ctx.store, d->id, now)) && rc != -ENOENT)
@@ -1181,6 +1518,11 @@ static int evaluate(struct monitor *m, const char *job, struct job_entry *je, in
 		cur->hang_due_ms = hang.next_check_ms;
 		cur->hung = hang.hung;
 		cur->agents_lost = hang.agents_lost;
+		cur->pattern = pst;
+	}
+	if (pst.ran) {
+		m->stats.pattern_checks++;
+		m->stats.pattern_deviations += pst.n;
 	}
 
 	pthread_mutex_unlock(&m->lock);
@@ -1481,6 +1823,25 @@ void monitor_metrics_write(struct monitor *m, struct byte_buf *out)
 	metrics_family_write(out, "sysom_hung_jobs", "gauge",
 			     "Jobs whose last evaluation found a hang or a stall.");
 	metrics_sample_write(out, "sysom_hung_jobs", NULL, (double)st.hung_jobs);
+	metrics_family_write(out, "sysom_pattern_checks_total", "counter",
+			     "Behaviour-pattern checks of a job (one per pattern period at most).");
+	metrics_sample_write(out, "sysom_pattern_checks_total", NULL, (double)st.pattern_checks);
+	metrics_family_write(out, "sysom_pattern_deviations_total", "counter",
+			     "Strong pattern deviations those checks found, held long enough for an "
+			     "incident or not yet.");
+	metrics_sample_write(out, "sysom_pattern_deviations_total", NULL,
+			     (double)st.pattern_deviations);
+	metrics_family_write(out, "sysom_patterns_opened_total", "counter",
+			     "Pattern incidents opened: a (rank, function) far from its peers, or every "
+			     "rank's function far from the job's own history.");
+	metrics_sample_write(out, "sysom_patterns_opened_total", NULL, (double)st.patterns_opened);
+	metrics_family_write(out, "sysom_pattern_errors_total", "counter",
+			     "Pattern checks that failed (the rest of their evaluation went on).");
+	metrics_sample_write(out, "sysom_pattern_errors_total", NULL, (double)st.pattern_errors);
+	metrics_family_write(out, "sysom_pattern_last_check_seconds", "gauge",
+			     "How long the last pattern check took (part of its job's evaluation).");
+	metrics_sample_write(out, "sysom_pattern_last_check_seconds", NULL,
+			     (double)st.last_pattern_check_us / 1e6);
 }
 
 void monitor_job_metrics_write(struct monitor *m, struct byte_buf *out)

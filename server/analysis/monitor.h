@@ -110,6 +110,11 @@ struct monitor_stats {
 
 	uint64_t blind_jobs;         /* gauge: jobs with collectives but nothing analysable */
 	uint64_t unanalysed_communicators; /* gauge: over the jobs' last evaluations */
+	uint64_t pattern_checks;     /* behaviour-pattern checks of a job */
+	uint64_t pattern_deviations; /* strong deviations those checks found (held or not yet) */
+	uint64_t patterns_opened;    /* pattern incidents opened */
+	uint64_t last_pattern_check_us; /* how long the last pattern check took */
+	uint64_t pattern_errors;     /* pattern checks that failed (the evaluation went on) */
 };
 
 void monitor_stats_get(struct monitor *m, struct monitor_stats *out);

@@ -44,6 +44,7 @@ void patterns_params_default(struct patterns_params *p)
 	p->rel_floor = PATTERNS_DEFAULT_REL_FLOOR;
 	p->history_change = PATTERNS_DEFAULT_HISTORY_CHANGE;
 	p->limit = PATTERNS_DEFAULT_LIMIT;
+	p->calls = true;
 }
 
 /* ---- the bounded top list ------------------------------------------------------------------ */
@@ -339,6 +340,15 @@ static int32_t rank_of(const struct rank_map *m, uint32_t pid, const char *host)
 	return k ? k->rank : -1;
 }
 
+/* The host of a rank (its first process's), "" when unknown. */
+static const char *host_of(const struct rank_map *m, int32_t rank)
+{
+	for (size_t i = 0; i < m->n; i++)
+		if (m->k[i].rank == rank)
+			return m->k[i].host;
+	return "";
+}
+
 struct load {
 	struct ptable *t;
 	const struct rank_map *ranks;
@@ -495,7 +505,7 @@ cleanup:
 }
 
 static int table_load(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
-		      const struct rank_map *ranks, struct ptable *t)
+		      const struct rank_map *ranks, bool calls, struct ptable *t)
 {
 	struct load l = { .t = t, .ranks = ranks };
 	struct store_collective_filter cf = {
@@ -508,7 +518,8 @@ static int table_load(const struct diagnosis_ctx *ctx, const struct diagnosis_sc
 	bool truncated;
 	int rc;
 
-	if ((rc = store_collectives_list(ctx->store, &cf, PATTERNS_MAX_INSTANCES, call_take, &l)))
+	if (calls && (rc = store_collectives_list(ctx->store, &cf, PATTERNS_MAX_INSTANCES, call_take,
+						  &l)))
 		return rc;
 	if ((rc = store_job_gpu(ctx->store, &gf, QUERY_MAX_GPU_ROWS, &v, &truncated)))
 		return rc;
@@ -560,6 +571,17 @@ static void table_vectors(const struct ptable *t, size_t fi, double *vec,
 }
 
 /* ---- the document -------------------------------------------------------------------------- */
+
+/* CPU samples of the ranks whose CPU shares are patterns (enough samples). */
+static double cpu_samples(const struct ptable *t)
+{
+	double n = 0;
+
+	for (int32_t w = 0; t->cpu_total && w < t->nworkers; w++)
+		if (t->cpu_total[w] >= PATTERNS_CPU_MIN_SAMPLES)
+			n += t->cpu_total[w];
+	return n;
+}
 
 static json_t *num(double v)
 {
@@ -631,7 +653,7 @@ int patterns_job(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *
 	n = ranks.max_rank + 1;
 	qsort(ranks.k, ranks.n, sizeof(*ranks.k), key_cmp);
 	if ((rc = table_init(&cur, n, (double)(scope->to_ms - scope->from_ms) * 1e6)) ||
-	    (rc = table_load(ctx, scope, &ranks, &cur)))
+	    (rc = table_load(ctx, scope, &ranks, p->calls, &cur)))
 		goto cleanup;
 	if (!hb.found && store_baseline_get(ctx->store, scope->job, baseline_range, &hb) == 0)
 		hb.found = hb.found && hb.to_ms > hb.from_ms;
@@ -640,7 +662,7 @@ int patterns_job(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *
 		hs.from_ms = hb.from_ms;
 		hs.to_ms = hb.to_ms;
 		if ((rc = table_init(&hist, n, (double)(hs.to_ms - hs.from_ms) * 1e6)) ||
-		    (rc = table_load(ctx, &hs, &ranks, &hist)))
+		    (rc = table_load(ctx, &hs, &ranks, p->calls, &hist)))
 			goto cleanup;
 	}
 	vec = malloc((size_t)n * 4 * sizeof(*vec));
@@ -687,8 +709,9 @@ int patterns_job(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *
 		const struct patterns_finding *x = &top.f[i];
 		const struct pfn *f = &cur.fns[x->function];
 		if (json_array_append_new(findings,
-					  json_pack("{s:i,s:s,s:s,s:s,s:o,s:o,s:o,s:f,s:f,s:f,s:s}",
-						    "rank", x->worker, "function", f->name, "kind",
+					  json_pack("{s:i,s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:f,s:f,s:f,s:s}",
+						    "rank", x->worker, "host",
+						    host_of(&ranks, x->worker), "function", f->name, "kind",
 						    patterns_kind_name(f->kind), "dimension",
 						    patterns_dim_name(x->dim),
 						    "value", num(shown(x->dim, x->value)), "median",
@@ -740,12 +763,15 @@ int patterns_job(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *
 			}
 		}
 	}
-	if (json_object_set_new(doc, "history",
-				hb.found ? json_pack("{s:o,s:o,s:o}", "from",
+	if (json_object_set_new(doc, "cpu_samples", json_real(cpu_samples(&cur))) ||
+	    json_object_set_new(doc, "history",
+				hb.found ? json_pack("{s:o,s:o,s:f,s:o}", "from",
 						     render_json_time(hb.from_ms * 1000000), "to",
-						     render_json_time(hb.to_ms * 1000000), "changes",
+						     render_json_time(hb.to_ms * 1000000),
+						     "cpu_samples", cpu_samples(&hist), "changes",
 						     changes)
-					 : json_pack("{s:n,s:n,s:o}", "from", "to", "changes", changes))) {
+					 : json_pack("{s:n,s:n,s:i,s:o}", "from", "to", "cpu_samples", 0,
+						     "changes", changes))) {
 		rc = -ENOMEM;
 		goto cleanup;
 	}

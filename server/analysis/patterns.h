@@ -61,6 +61,11 @@ const char *patterns_dim_name(enum patterns_dim d);
 struct patterns_params {
 	double k, min_beta, rel_floor, history_change;
 	uint32_t limit; /* findings kept */
+	/* false: NCCL calls are not read (no collective or p2p patterns; β of the other
+	 * functions is then their share of the window, not of each rank's observed span). The
+	 * monitor's pattern check, which leaves calls to the straggler and pipeline analyses,
+	 * skips them: reading the window's calls is most of the cost. */
+	bool calls;
 };
 
 void patterns_params_default(struct patterns_params *p);

@@ -225,6 +225,7 @@ enum incident_kind {
 	INCIDENT_AGENT_LOST,    /* a node with ranks of the job stopped reporting */
 	INCIDENT_STALL,         /* every rank stopped between collectives */
 	INCIDENT_HOST_ANOMALY,  /* a node's host signals depart from its history and its peers */
+	INCIDENT_PATTERN,       /* a behaviour pattern far from the peers' or the job's history */
 };
 
 /* An open incident of a job, as the alert policy reads it (monitor_alerting.publish). Strings

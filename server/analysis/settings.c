@@ -33,6 +33,13 @@ void job_settings_default(struct job_settings *s)
 	s->baseline_after_ms = SETTINGS_DEFAULT_BASELINE_AFTER_MS;
 	s->hang_floor_ms = SETTINGS_DEFAULT_HANG_FLOOR_MS;
 	s->hang_factor = SETTINGS_DEFAULT_HANG_FACTOR;
+	s->patterns = true;
+	s->pattern_k = SETTINGS_DEFAULT_PATTERN_K;
+	s->pattern_min_cost = SETTINGS_DEFAULT_PATTERN_MIN_COST;
+	s->pattern_change = SETTINGS_DEFAULT_PATTERN_CHANGE;
+	s->pattern_window_ms = SETTINGS_DEFAULT_PATTERN_WINDOW_MS;
+	s->pattern_period_ms = SETTINGS_DEFAULT_PATTERN_PERIOD_MS;
+	s->pattern_hold = SETTINGS_DEFAULT_PATTERN_HOLD;
 }
 
 /* One numeric setting: its key, range, and where it goes (double, u32, u64 or bool). */
@@ -64,6 +71,13 @@ static const struct setting settings[] = {
 	SET("baseline_after_s", 10, 86400 * 7, 1000, SET_U32, baseline_after_ms),
 	SET("hang_floor_s", 1, 86400, 1000, SET_U32, hang_floor_ms),
 	SET("hang_factor", 1, 1000, 1, SET_DOUBLE, hang_factor),
+	SET("patterns", 0, 1, 1, SET_BOOL, patterns),
+	SET("pattern_k", 1, 1000, 1, SET_DOUBLE, pattern_k),
+	SET("pattern_min_cost", 0.001, 1, 1, SET_DOUBLE, pattern_min_cost),
+	SET("pattern_change", 0.05, 100, 1, SET_DOUBLE, pattern_change),
+	SET("pattern_window_s", 5, 3600, 1000, SET_U32, pattern_window_ms),
+	SET("pattern_period_s", 1, 3600, 1000, SET_U32, pattern_period_ms),
+	SET("pattern_hold", 1, 100, 1, SET_U32, pattern_hold),
 };
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
 

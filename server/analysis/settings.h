@@ -34,6 +34,15 @@ void diagnosis_params_default(struct diagnosis_params *p);
 #define SETTINGS_DEFAULT_BASELINE_AFTER_MS 120000u /* a job's baseline: its first healthy stretch this long */
 #define SETTINGS_DEFAULT_HANG_FLOOR_MS 30000u     /* see server/analysis/hang.h */
 #define SETTINGS_DEFAULT_HANG_FACTOR 5.0
+/* Pattern incidents (server/analysis/patterns.h fed into the monitor): a deviation at least
+ * pattern_k robust scales out, worth at least pattern_min_cost of the iteration, held for
+ * pattern_hold consecutive checks (one every pattern_period) over the last pattern_window. */
+#define SETTINGS_DEFAULT_PATTERN_K 6.0
+#define SETTINGS_DEFAULT_PATTERN_MIN_COST 0.03     /* 3% of the iteration */
+#define SETTINGS_DEFAULT_PATTERN_CHANGE 0.5        /* job-wide: +-50% against its history */
+#define SETTINGS_DEFAULT_PATTERN_WINDOW_MS 30000u
+#define SETTINGS_DEFAULT_PATTERN_PERIOD_MS 10000u
+#define SETTINGS_DEFAULT_PATTERN_HOLD 2u
 
 /* The thresholds of one job (defaults, then its stored settings). */
 struct job_settings {
@@ -48,6 +57,9 @@ struct job_settings {
 	uint32_t baseline_after_ms;
 	uint32_t hang_floor_ms;   /* no hang before an instance waited this long (30 s) */
 	double hang_factor;       /* ... nor before this many of its usual spacings (5) */
+	bool patterns;            /* open pattern incidents at all */
+	double pattern_k, pattern_min_cost, pattern_change;
+	uint32_t pattern_window_ms, pattern_period_ms, pattern_hold;
 };
 
 void job_settings_default(struct job_settings *s);

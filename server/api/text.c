@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Text rendering: the plain-text report of a diagnosis (GET /api/v1/diagnoses/{id}?format=text). */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -70,6 +71,29 @@ void api__diagnosis_text(const struct store_diagnosis *d, struct byte_buf *out)
 					json_number_value(json_object_get(row, "transfer_ms")),
 					json_number_value(json_object_get(row, "wait_ms")),
 					json_is_true(json_object_get(row, "slow")) ? "  SLOW" : "");
+	}
+	if (!strcmp(d->kind, "pattern") && (v = json_object_get(r, "deviation"))) {
+		const char *scope = json_string_value(json_object_get(r, "scope"));
+		bool peers = scope && !strcmp(scope, "peers");
+		byte_buf_printf(out, "\nbehaviour pattern (%s), held %" JSON_INTEGER_FORMAT " checks:\n",
+				peers ? "against the peers' median" : "against the job's own history",
+				json_integer_value(json_object_get(r, "periods")));
+		byte_buf_printf(out, "  %s %s, %s: ",
+				json_string_value(json_object_get(v, "kind")) ?: "",
+				json_string_value(json_object_get(v, "function")) ?: "",
+				json_string_value(json_object_get(v, "dimension")) ?: "");
+		if (peers)
+			byte_buf_printf(out, "%.4g vs median %.4g (scale %.3g, z %.1f), cost %.3f\n",
+					json_number_value(json_object_get(v, "value")),
+					json_number_value(json_object_get(v, "median")),
+					json_number_value(json_object_get(v, "scale")),
+					json_number_value(json_object_get(v, "z")),
+					json_number_value(json_object_get(v, "cost")));
+		else
+			byte_buf_printf(out, "%.4g now vs %.4g in the history, cost %.3f\n",
+					json_number_value(json_object_get(v, "now")),
+					json_number_value(json_object_get(v, "then")),
+					json_number_value(json_object_get(v, "cost")));
 	}
 	e = json_object_get(r, "straggler");
 	dg = json_object_get(e, "diagnosis");

@@ -146,6 +146,10 @@ diag "$(sed -n 1,24p "$E2E_TMP/e2e-stall.stall.txt")"
 check "stall: every rank named between collectives, cause sleeping, process alive" \
 	report_is e2e-stall.stall "d['report']['verdict'] == 'stall' and sorted(r['rank'] for r in d['report']['ranks']) == [0, 1, 2, 3] and all(r['state'] == 'between collectives' and r['process_exists'] for r in d['report']['ranks']) and d['report']['cause']['class'] == 'sleeping' and d['severity'] == 'critical'"
 check "stall: the text report says so" grep -q '^stall: no collective began on any communicator' "$E2E_TMP/e2e-stall.stall.txt"
+# Behaviour patterns while every rank waits say nothing the hang and stall incidents do not
+# (the monitor skips the pattern check of a hung job): no pattern incident on these jobs.
+check "hangs and the stall open no pattern incident" \
+	bash -c "curl -sf '$SERVER_URL/api/v1/diagnoses?from=-1h&to=now' | python3 -c \"import json,sys; sys.exit(0 if not [x for x in json.load(sys.stdin)['diagnoses'] if x['kind'] == 'pattern' and x['job'] in ('e2e-stop', 'e2e-exit', 'e2e-block', 'e2e-lock', 'e2e-idle', 'e2e-stall')] else 1)\""
 
 id=$(json 'd["id"]' <"$E2E_TMP/e2e-stop.hang.json")
 ctl diagnose --id "$id" --format text >"$E2E_TMP/ctl-hang.txt"

@@ -45,6 +45,7 @@ struct job_spec {
 	bool gpu_timing;
 	int slow_rank; /* with gpu_timing: whose JOB_KERNEL takes twice as long (-1: none) */
 	bool slow_all; /* ... every kernel of slow_rank, not only JOB_KERNEL */
+	uint64_t kernel_ns; /* with gpu_timing: one JOB_KERNEL run (0: 100 µs) */
 	int late_rank; /* enters every AllReduce `late_ms` later than the fixture's schedule */
 	int late_ms;   /* 0: nobody is late */
 	/* CPU samples per rank: 10 on the user stack U; rank `hot_rank` also has 30 on U
@@ -60,7 +61,8 @@ static inline int job_gpu_rows(struct sysom_batch *b, const struct job_spec *js,
 	static const char *const names[] = { JOB_KERNEL, "memcpyKernel", JOB_UNLAUNCHED };
 	const uint64_t counts[] = { 10, 1, 4 };
 	const uint64_t slow = rank == js->slow_rank ? 2 : 1, others = js->slow_all ? slow : 1;
-	const uint64_t each[] = { 100000ULL * slow, 5000 * others, 1000 * others };
+	const uint64_t each[] = { (js->kernel_ns ? js->kernel_ns : 100000ULL) * slow, 5000 * others,
+				  1000 * others };
 	uint32_t comm, func, algo, proto, dtype;
 	int rc;
 

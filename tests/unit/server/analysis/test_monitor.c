@@ -199,6 +199,102 @@ static void test_incident_lifecycle(void **state)
 }
 
 /* An incident that stops holding stays open for resolve_after (no flapping alerts). */
+static int report_take(void *arg, const struct store_diagnosis *d)
+{
+	char **out = arg;
+
+	free(*out);
+	*out = d->report ? strdup(d->report) : NULL;
+	return 0;
+}
+
+/* Behaviour patterns fed into incidents: JOB_KERNEL twice as long on rank 3 (30 s runs, so
+ * that it is a real share of the hour-long pattern window: the monitor's check reads no NCCL
+ * calls, so β is a kernel's share of the window), nobody late: no straggler, a pattern incident
+ * naming (rank 3, JOB_KERNEL) with its alert; it stays open between pattern checks and
+ * resolves once patterns are off. */
+static void test_pattern_incident(void **state)
+{
+	struct ctx *c = *state;
+	struct store_diagnosis_filter f = { .job = JOB, .from_ms = 0, .to_ms = INT64_MAX };
+	struct monitor_stats st;
+	struct seen s;
+	json_t *a, *labels;
+
+	/* The data lie an hour before "now": the longest pattern window reaches them. */
+	assert_int_equal(store_job_settings_put(c->h->store, JOB,
+						"{\"lookback_s\":7200,\"pattern_window_s\":3600,"
+						"\"pattern_hold\":1}", 2), 0);
+	for (uint8_t node = 1; node <= 2; node++) {
+		struct job_spec js = { .base = { .node = node, .epoch = 1, .sequence = 2,
+						 .window_start_ns = HARNESS_T0 },
+				       .job = JOB, .first_rank = 4 * (node - 1), .local_ranks = 4,
+				       .instances = 12, .skip_rank = -1, .late_rank = -1,
+				       .gpu_timing = true, .slow_rank = 3,
+				       .kernel_ns = 30000000000ULL };
+		struct sysom_batch b;
+		char *body = NULL;
+
+		assert_int_equal(job_batch_build(&b, &js), 0);
+		assert_int_equal(harness_post_batch(c->h, &b, &body), 200);
+		free(body);
+		sysom_batch_free(&b);
+	}
+	assert_int_equal(monitor_evaluate(c->m, JOB), 0);
+	s = incidents(c->h);
+	assert_int_equal(s.n, 1);
+	assert_int_equal(s.open, 1);
+	assert_int_equal(s.rank, 3);
+	assert_string_equal(s.identity, "pattern rank=3 kernel " JOB_KERNEL);
+	assert_string_equal(s.layer, "gpu");
+	assert_string_equal(s.severity, "warning");
+	a = firing(c);
+	assert_int_equal(json_array_size(a), 1);
+	labels = json_object_get(json_array_get(a, 0), "labels");
+	assert_string_equal(json_string_value(json_object_get(labels, "alertname")), "SysomPattern");
+	assert_string_equal(json_string_value(json_object_get(labels, "rank")), "3");
+	json_decref(a);
+
+	/* Its report: the deviation against the peers. */
+	{
+		char *report = NULL;
+		assert_int_equal(store_diagnoses_list(c->h->store, &f, 10, report_take, &report), 0);
+		assert_non_null(report);
+		json_t *r = json_loads(report, 0, NULL);
+		assert_non_null(r);
+		assert_string_equal(json_string_value(json_object_get(r, "scope")), "peers");
+		const json_t *dev = json_object_get(r, "deviation");
+		assert_string_equal(json_string_value(json_object_get(dev, "function")), JOB_KERNEL);
+		assert_true(fabs(json_number_value(json_object_get(dev, "z"))) >= 6);
+		json_decref(r);
+		free(report);
+	}
+
+	/* The same "now": no pattern check is due, the incident stays open (not resolved for
+	 * lack of a check). */
+	assert_int_equal(store_job_settings_put(c->h->store, JOB,
+						"{\"lookback_s\":7200,\"pattern_window_s\":3600,"
+						"\"pattern_hold\":1,\"resolve_after_s\":0}", 3), 0);
+	assert_int_equal(monitor_evaluate(c->m, JOB), 0);
+	s = incidents(c->h);
+	assert_int_equal(s.n, 1);
+	assert_int_equal(s.open, 1);
+	/* Patterns off: not found any more, it resolves (resolve_after 0), and its alert. */
+	assert_int_equal(store_job_settings_put(c->h->store, JOB,
+						"{\"lookback_s\":7200,\"patterns\":false,"
+						"\"resolve_after_s\":0}", 4), 0);
+	assert_int_equal(monitor_evaluate(c->m, JOB), 0);
+	s = incidents(c->h);
+	assert_int_equal(s.n, 1);
+	assert_int_equal(s.open, 0);
+	a = firing(c);
+	assert_int_equal(json_array_size(a), 0);
+	json_decref(a);
+	monitor_stats_get(c->m, &st);
+	assert_int_equal(st.patterns_opened, 1);
+	assert_int_equal(st.pattern_checks, 1);
+}
+
 static void test_resolve_after(void **state)
 {
 	struct ctx *c = *state;
@@ -354,6 +450,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_incident_lifecycle, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_resolve_after, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pattern_incident, setup, teardown),
 		cmocka_unit_test(test_settings),
 		cmocka_unit_test_setup_teardown(test_api, setup, teardown),
 	};
