@@ -162,8 +162,10 @@ int store__read_begin(struct sqlite_store *s, struct conn **c)
 
 int store__read_end(struct sqlite_store *s, struct conn *c, int rc)
 {
-	if (!sqlite3_get_autocommit(c->db))
-		store__conn_exec(c, "COMMIT");
+	/* A COMMIT that failed (it may need memory) must not leave the snapshot held: it would
+	 * keep every checkpoint from finishing. */
+	if (!sqlite3_get_autocommit(c->db) && store__conn_exec(c, "COMMIT"))
+		rollback(c);
 	store__reader_release(s, c);
 	return rc;
 }

@@ -293,6 +293,8 @@ static int stacks_unreferenced(struct sqlite_store *s, struct ids *ids,
 	uint64_t n;
 	int rc = store__read_begin(s, &c);
 
+	if (rc)
+		return rc; /* the reader went back already */
 	for (size_t i = 0; i < STACK_TABLES && !rc; i++) {
 		n = 0;
 		rc = store__query(c, &(struct store__query){ .sql = stack_max_sql[i],
