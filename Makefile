@@ -492,6 +492,12 @@ $(BUILD)/bench/export_bench: $(OBJ)/bench/export_bench.o $(TEST_SUPPORT_LIB) $(S
 
 # The ingest load generator: batch templates (test support), spool files (agent), libuv and
 # http-parser for the simulated agents' connections.
+# SQLite retention against a one-transaction delete (the store itself).
+$(BUILD)/bench/retention_bench: $(OBJ)/bench/retention_bench.o $(TEST_SUPPORT_LIB) $(SERVER_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_LIB) $(SERVER_LDLIBS)
+
 $(BUILD)/bench/ingest_load: $(OBJ)/bench/ingest_load.o $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)

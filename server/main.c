@@ -149,7 +149,7 @@ static const struct sysom_option options[] = {
 	{ "clickhouse-url", SYSOM_OPT_STRING, &cfg.clickhouse_url, 0, 0, "http://HOST:8123/?database=NAME: store profiles in ClickHouse instead of DATA-DIR/sysom.db", false },
 	{ "clickhouse-credentials", SYSOM_OPT_STRING, &cfg.clickhouse_credentials, 0, 0, "file whose first line is USER:PASSWORD for ClickHouse", false },
 	{ "clickhouse-timeout", SYSOM_OPT_DURATION, &cfg.clickhouse_timeout, 0.1, 600, "longest a ClickHouse statement may take; ingest answers 503 beyond (default 10s)", false },
-	{ "retention-days", SYSOM_OPT_UINT, &cfg.retention_days, 0, 36500, "ClickHouse: drop profile data of days that ended more than N days ago, checked hourly; incidents, settings and baselines stay (default 0: keep everything)", false },
+	{ "retention-days", SYSOM_OPT_UINT, &cfg.retention_days, 0, 36500, "delete profile data (samples, off-CPU, GPU, NCCL, OS rows, batches) older than N days, checked hourly: ClickHouse drops whole days, SQLite deletes rows in short transactions, then unreferenced processes and stacks, and returns free pages; incidents, settings, baselines stay (default 0: keep everything)", false },
 	{ "read-connections", SYSOM_OPT_UINT, &cfg.read_connections, 1, 64, "database connections for queries (default 4)", false },
 	{ "symbol-cache-entries", SYSOM_OPT_UINT, &cfg.symbol_cache_entries, 16, 1 << 24, "frames the symbolizer caches (default 65536)", false },
 	{ "max-connections", SYSOM_OPT_UINT, &cfg.max_connections, 1, 1000000, "open connections (default 1024)", false },
@@ -434,7 +434,7 @@ static int sweep_start(struct server *s)
 	return uv_timer_start(&s->sweep_timer, on_sweep_timer, 0, (uint64_t)(interval * 1000));
 }
 
-/* ---- retention: whole days of profile data past --retention-days (ClickHouse) -------------- */
+/* ---- retention: profile data past --retention-days (day partitions / rows) ----------------- */
 
 static void retention_run(uv_work_t *w)
 {
@@ -447,8 +447,8 @@ static void retention_run(uv_work_t *w)
 		log_warn("retention: cannot drop data older than %u days: %s (retried in %.0fs)",
 			 cfg.retention_days, sysom_strerror(rc), RETENTION_INTERVAL_S);
 	else if (dropped)
-		log_info("retention: dropped %u day partition(s) older than %u days", dropped,
-			 cfg.retention_days);
+		log_info("retention: dropped %u %s older than %u days", dropped,
+			 cfg.clickhouse_url ? "day partition(s)" : "row(s)", cfg.retention_days);
 }
 
 static void retention_done(uv_work_t *w, int status)
@@ -929,11 +929,6 @@ static int run(const char *host, uint16_t port)
 		if (cfg.max_db_size)
 			log_warn("--max-db-size does not apply to ClickHouse: size it there");
 		rc = store_clickhouse_open(&co, &s.store, err, sizeof(err));
-	} else if (cfg.retention_days) {
-		/* Refused rather than ignored: an operator relying on it would keep everything. */
-		log_error("--retention-days needs --clickhouse-url: the SQLite store keeps no day"
-			  " partitions (cap it with --max-db-size)");
-		goto cleanup;
 	} else {
 		rc = store_sqlite_open(cfg.data_dir, &so, &s.store, err, sizeof(err));
 	}

@@ -30,6 +30,7 @@ struct conn {
 	struct conn *next_free;
 	bool in_write;   /* inside a transaction of store__write_begin (store__query checks it holds) */
 	bool committing; /* store__write_end's COMMIT runs: the only commit allowed while in_write */
+	bool fk_off;     /* foreign keys not enforced (store__write_begin_unchecked) */
 };
 
 struct sqlite_store {
@@ -75,6 +76,11 @@ void store__reader_release(struct sqlite_store *s, struct conn *c);
 /* Takes the write lock and opens a write transaction (BEGIN IMMEDIATE) on the writer, which
  * it returns in *c. On failure the lock is released again and a negative error returned. */
 int store__write_begin(struct sqlite_store *s, struct conn **c);
+
+/* store__write_begin without foreign-key enforcement for that transaction (store__write_end
+ * turns it on again): for deletes whose references the caller checked itself where SQLite
+ * would scan a table without an index per row (stacks: sqlite_retention.c). */
+int store__write_begin_unchecked(struct sqlite_store *s, struct conn **c);
 
 /*
  * Ends a transaction of store__write_begin: commits it when `rc` is 0 and `commit` is true,
@@ -338,5 +344,11 @@ int store__sqlite_job_settings_put(struct store *s, const char *job, const char 
 int store__sqlite_baseline_put(struct store *s, const struct store_baseline *b);
 int store__sqlite_baseline_get(struct store *s, const char *job,
 			       int (*fn)(void *arg, const struct store_baseline *b), void *arg);
+
+/* ---- retention (sqlite_retention.c) ------------------------------------------------------- */
+
+int store__sqlite_retention(struct store *base, int64_t before_ms,
+			    struct store_retention_stats *st);
+int store__sqlite_retention_apply(struct store *base, int64_t before_ms, uint32_t *dropped);
 
 #endif

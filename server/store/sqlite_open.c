@@ -137,6 +137,7 @@ static const struct store_ops sqlite_ops = {
 	.size_get = sqlite_size_get,
 	.size_limit_set = sqlite_size_limit_set,
 	.ksyms_usage_get = store__sqlite_ksyms_usage_get,
+	.retention_apply = store__sqlite_retention_apply,
 };
 
 /* Makes sure `dir` is a directory (creating it) and locks it for this process. */
@@ -231,6 +232,13 @@ static int open_connections(struct sqlite_store *s, const struct store_sqlite_op
 
 	if ((rc = store__conn_open(&s->writer, s->db_path, o->busy_timeout_ms, false, err, errlen)))
 		return rc;
+	/* Retention frees pages; a new database gives them back to the file system. SQLite
+	 * takes this only before the first table exists: an older database keeps its mode and
+	 * reuses its free pages instead (docs/operations.md: converting one). */
+	if ((rc = store__conn_exec(&s->writer, "PRAGMA auto_vacuum = INCREMENTAL"))) {
+		snprintf(err, errlen, "cannot use %s: %s", s->db_path, sqlite3_errmsg(s->writer.db));
+		return rc;
+	}
 	rc = store__query(&s->writer, &(struct store__query){ .sql = "PRAGMA journal_mode = WAL",
 							       .once = true, .row = text_row,
 							       .ctx = mode, .max_rows = 1 });
@@ -269,6 +277,13 @@ static int open_connections(struct sqlite_store *s, const struct store_sqlite_op
 		s->free_readers = &s->readers[i];
 	}
 	return 0;
+}
+
+int store_sqlite_retention(struct store *s, int64_t before_ms, struct store_retention_stats *st)
+{
+	if (s->ops != &sqlite_ops)
+		return -ENOTSUP;
+	return store__sqlite_retention(s, before_ms, st);
 }
 
 int store_sqlite_open(const char *data_dir, const struct store_sqlite_options *opts,

@@ -90,7 +90,7 @@ static void rollback(struct conn *c)
 		store__conn_exec(c, "ROLLBACK");
 }
 
-int store__write_begin(struct sqlite_store *s, struct conn **c)
+static int write_begin(struct sqlite_store *s, struct conn **c, bool fk_off)
 {
 	int rc;
 
@@ -102,6 +102,16 @@ int store__write_begin(struct sqlite_store *s, struct conn **c)
 		pthread_mutex_unlock(&s->write_lock);
 		return rc;
 	}
+	/* Foreign keys are switched outside transactions only; one left off by a failed
+	 * switch back goes on again before anything else writes. */
+	if (s->writer.fk_off != fk_off) {
+		if ((rc = store__conn_exec(&s->writer, fk_off ? "PRAGMA foreign_keys = OFF"
+							     : "PRAGMA foreign_keys = ON"))) {
+			pthread_mutex_unlock(&s->write_lock);
+			return rc;
+		}
+		s->writer.fk_off = fk_off;
+	}
 	if ((rc = store__conn_exec(&s->writer, "BEGIN IMMEDIATE"))) {
 		rollback(&s->writer);
 		pthread_mutex_unlock(&s->write_lock);
@@ -110,6 +120,16 @@ int store__write_begin(struct sqlite_store *s, struct conn **c)
 	s->writer.in_write = true;
 	*c = &s->writer;
 	return 0;
+}
+
+int store__write_begin(struct sqlite_store *s, struct conn **c)
+{
+	return write_begin(s, c, false);
+}
+
+int store__write_begin_unchecked(struct sqlite_store *s, struct conn **c)
+{
+	return write_begin(s, c, true);
 }
 
 int store__write_end(struct sqlite_store *s, struct conn *c, int rc, bool commit)
@@ -121,6 +141,8 @@ int store__write_end(struct sqlite_store *s, struct conn *c, int rc, bool commit
 	}
 	rollback(c);
 	c->in_write = false;
+	if (c->fk_off && !store__conn_exec(c, "PRAGMA foreign_keys = ON"))
+		c->fk_off = false;
 	pthread_mutex_unlock(&s->write_lock);
 	return rc;
 }
@@ -140,8 +162,10 @@ int store__read_begin(struct sqlite_store *s, struct conn **c)
 
 int store__read_end(struct sqlite_store *s, struct conn *c, int rc)
 {
-	if (!sqlite3_get_autocommit(c->db))
-		store__conn_exec(c, "COMMIT");
+	/* A COMMIT that failed (it may need memory) must not leave the snapshot held: it would
+	 * keep every checkpoint from finishing. */
+	if (!sqlite3_get_autocommit(c->db) && store__conn_exec(c, "COMMIT"))
+		rollback(c);
 	store__reader_release(s, c);
 	return rc;
 }

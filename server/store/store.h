@@ -706,12 +706,29 @@ int store_size_get(struct store *s, uint64_t *bytes);
 int store_size_limit_set(struct store *s, uint64_t max_bytes);
 
 /*
- * Retention: deletes the profile data of the days (UTC) that ended at or before `before_ms`
- * (every table partitioned by day: batches, samples, processes, ...) by dropping those days'
- * partitions whole. Incidents, settings, baselines, objects, stacks and kernel symbols stay.
- * *dropped gets the number of partitions dropped. Returns 0, -ENOTSUP when the backend keeps
- * no day partitions (SQLite), or another negative error.
+ * Retention: deletes the profile data (batches, samples, off-CPU, launches, NCCL, GPU and OS
+ * rows) from before `before_ms`. Incidents, settings, baselines, nodes, objects and kernel
+ * symbols stay.
+ * ClickHouse drops the partitions of the days (UTC) that ended at or before `before_ms` whole;
+ * *dropped gets the number of partitions dropped.
+ * SQLite deletes the rows whose time is before `before_ms`, in short write transactions,
+ * then the processes and stacks no row names any more, then returns free pages to the file
+ * system (databases created with incremental auto-vacuum); *dropped gets the rows deleted.
+ * Returns 0 or a negative error; an error leaves a consistent store (run it again).
  */
 int store_retention_apply(struct store *s, int64_t before_ms, uint32_t *dropped);
+
+/* What one SQLite retention run did. */
+struct store_retention_stats {
+	uint64_t rows;         /* time-series rows deleted */
+	uint64_t processes;    /* processes collected (with their ranks, communicators, identities) */
+	uint64_t stacks;       /* stacks collected */
+	uint64_t pages_freed;  /* free pages before the incremental vacuum */
+	uint64_t transactions; /* write transactions */
+	int64_t max_hold_ns;   /* longest write-lock hold of one transaction */
+};
+
+/* store_retention_apply on a SQLite store, with its figures. -ENOTSUP on another backend. */
+int store_sqlite_retention(struct store *s, int64_t before_ms, struct store_retention_stats *st);
 
 #endif

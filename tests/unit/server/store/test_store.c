@@ -1445,6 +1445,196 @@ static void test_migration_kernel_symbols_last_use(void **state)
 	sqlite3_close(db);
 }
 
+/* ---- retention ------------------------------------------------------------------------------- */
+
+#define DAY_NS (86400ULL * 1000000000ULL)
+
+static void put_job_at(struct store *s, uint8_t node, uint64_t seq, uint64_t window_ns,
+		       const char *job, uint32_t extra)
+{
+	struct job_spec js = { .base = { .node = node, .epoch = 1, .sequence = seq,
+					 .window_start_ns = window_ns, .extra_stacks = extra },
+			       .job = job, .first_rank = 2 * (node - 1), .local_ranks = 2,
+			       .instances = 3, .skip_rank = -1, .launches = true,
+			       .gpu_timing = true, .slow_rank = -1, .late_rank = -1,
+			       .samples = true, .hot_rank = -1 };
+	struct sysom_batch b;
+	struct store_put_result r;
+
+	assert_int_equal(job_batch_build(&b, &js), 0);
+	assert_int_equal(store_batch_put(s, &b, FIXTURE_HASH + seq, (int64_t)window_ns + 31000000000LL,
+					 &r), 0);
+	assert_false(r.duplicate);
+	sysom_batch_free(&b);
+}
+
+/* Rows naming a stack or process that is gone: none may exist. */
+static long long dangling(sqlite3 *db)
+{
+	return raw_int(db,
+		"SELECT (SELECT count(*) FROM samples WHERE user_stack NOT IN (SELECT id FROM stacks)"
+		"  OR kernel_stack NOT IN (SELECT id FROM stacks)"
+		"  OR process NOT IN (SELECT id FROM processes))"
+		" + (SELECT count(*) FROM launches WHERE user_stack NOT IN (SELECT id FROM stacks)"
+		"  OR kernel_stack NOT IN (SELECT id FROM stacks)"
+		"  OR process NOT IN (SELECT id FROM processes))"
+		" + (SELECT count(*) FROM offcpu WHERE user_stack NOT IN (SELECT id FROM stacks)"
+		"  OR kernel_stack NOT IN (SELECT id FROM stacks))"
+		" + (SELECT count(*) FROM nccl_calls WHERE process NOT IN (SELECT id FROM processes))"
+		" + (SELECT count(*) FROM gpu_kernels WHERE process NOT IN (SELECT id FROM processes))"
+		" + (SELECT count(*) FROM job_ranks WHERE process NOT IN (SELECT id FROM processes))"
+		" + (SELECT count(*) FROM communicators WHERE process NOT IN (SELECT id FROM processes))");
+}
+
+static int sum_row(void *arg, const struct store_stack_count *r)
+{
+	*(uint64_t *)arg += r->count;
+	return 0;
+}
+
+/*
+ * Rows before the cutoff go, newer ones stay; processes and stacks only old rows named are
+ * collected, shared ones stay; incidents, settings, baselines and nodes stay; the freed pages
+ * go back to the file system; a query across the cutoff answers what it answered for the
+ * newer side before.
+ */
+static void test_retention_by_age(void **state)
+{
+	struct ctx *c = *state;
+	const uint64_t old_ns = T0, new_ns = T0 + 10 * DAY_NS;
+	const int64_t cutoff_ms = (int64_t)((T0 + 5 * DAY_NS) / 1000000);
+	struct store_diagnosis d = { .job = "job-old", .identity = "straggler rank=1",
+				     .kind = "straggler", .rank = 1, .hostname = "h",
+				     .communicators = "", .layer = "gpu", .severity = "warning",
+				     .summary = "s", .action = "a", .report = "{}",
+				     .updated_ms = (int64_t)(old_ns / 1000000) };
+	struct store_baseline bl = { .job = "job-old", .from_ms = 1, .to_ms = 2, .created_ms = 3,
+				     .samples = 4, .profile = "a;b 4", .source = "api" };
+	struct store_sample_filter newer = { .from_ms = cutoff_ms, .to_ms = INT64_MAX };
+	struct store_sample_filter all = { .from_ms = 0, .to_ms = INT64_MAX };
+	struct store_retention_stats st;
+	uint64_t want_total = 0, total = 0, want_sum = 0, sum = 0;
+	long long new_samples, new_launches, new_calls, old_stacks, node2_procs, pages;
+	uint32_t dropped = 0;
+	int64_t id;
+	bool opened;
+	sqlite3 *db;
+
+	/* Node 1 before and after the cutoff (its processes go on), node 2 only before, with
+	 * 200 stacks of its own. */
+	put_job_at(c->store, 1, 1, old_ns, "job-a", 0);
+	put_job_at(c->store, 1, 2, new_ns, "job-a", 0);
+	put_job_at(c->store, 2, 1, old_ns, "job-old", 200);
+	assert_int_equal(store_diagnosis_upsert(c->store, &d, &id, &opened), 0);
+	assert_int_equal(store_job_settings_put(c->store, "job-old", "{\"k\":1}", 5), 0);
+	assert_int_equal(store_baseline_put(c->store, &bl), 0);
+	assert_int_equal(store_stacks_aggregate(c->store, &newer, 1000, sum_row, &want_sum,
+						&want_total), 0);
+	assert_true(want_total > 0);
+
+	db = raw_open(c->dir);
+	new_samples = raw_int(db, "SELECT count(*) FROM samples WHERE time_ms >= 1700432000000");
+	new_launches = raw_int(db, "SELECT count(*) FROM launches WHERE time_ms >= 1700432000000");
+	new_calls = raw_int(db, "SELECT count(*) FROM nccl_calls WHERE entry_ns >= 1700432000000000000");
+	old_stacks = raw_int(db, "SELECT count(*) FROM stacks");
+	node2_procs = raw_int(db, "SELECT count(*) FROM processes WHERE node = (SELECT id FROM nodes"
+				  " WHERE hostname = 'node-2')");
+	assert_true(node2_procs >= 3); /* 2 ranks and the fixture's processes */
+	assert_true(new_samples > 0 && new_launches > 0 && new_calls > 0);
+	assert_int_equal(raw_int(db, "PRAGMA auto_vacuum"), 2); /* INCREMENTAL: a new database */
+	sqlite3_close(db);
+	assert_int_equal(cutoff_ms, 1700432000000LL);
+
+	assert_int_equal(store_sqlite_retention(c->store, cutoff_ms, &st), 0);
+	assert_true(st.rows > 0 && st.transactions > 0 && st.max_hold_ns > 0);
+	assert_int_equal(st.processes, node2_procs); /* node 2's: seen only before the cutoff */
+	assert_true(st.stacks >= 200);
+
+	db = raw_open(c->dir);
+	static const char *const timed[] = {
+		"SELECT count(*) FROM samples WHERE time_ms < 1700432000000",
+		"SELECT count(*) FROM launches WHERE time_ms < 1700432000000",
+		"SELECT count(*) FROM gpu_kernels WHERE time_ms < 1700432000000",
+		"SELECT count(*) FROM nccl_profiles WHERE time_ms < 1700432000000",
+		"SELECT count(*) FROM nccl_links WHERE time_ms < 1700432000000",
+		"SELECT count(*) FROM nccl_calls WHERE entry_ns < 1700432000000000000",
+		"SELECT count(*) FROM batches WHERE window_end_ns < 1700432000000000000",
+		"SELECT count(*) FROM processes WHERE node = (SELECT id FROM nodes WHERE hostname = 'node-2')",
+		"SELECT count(*) FROM job_ranks WHERE job = 'job-old'",
+		"SELECT count(*) FROM communicators WHERE node = (SELECT id FROM nodes WHERE hostname = 'node-2')",
+	};
+	for (size_t i = 0; i < sizeof(timed) / sizeof(timed[0]); i++)
+		if (raw_int(db, timed[i]))
+			fail_msg("left after retention: %s", timed[i]);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM samples"), new_samples);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM launches"), new_launches);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM nccl_calls"), new_calls);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM batches"), 1);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM job_ranks WHERE job = 'job-a'"), 2);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM nodes"), 2);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM diagnoses"), 1);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM job_settings"), 1);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM job_baselines"), 1);
+	/* Stacks: the old-only ones went, every one still named stayed. */
+	assert_int_equal(dangling(db), 0);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM stacks"), old_stacks - (long long)st.stacks);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM stacks WHERE id NOT IN (SELECT user_stack"
+				     " FROM samples WHERE user_stack IS NOT NULL UNION SELECT kernel_stack"
+				     " FROM samples WHERE kernel_stack IS NOT NULL UNION SELECT user_stack"
+				     " FROM launches WHERE user_stack IS NOT NULL UNION SELECT kernel_stack"
+				     " FROM launches WHERE kernel_stack IS NOT NULL)"), 0);
+	/* The pages went back to the file system. */
+	assert_true(st.pages_freed > 0);
+	assert_int_equal(raw_int(db, "PRAGMA freelist_count"), 0);
+	pages = raw_int(db, "PRAGMA page_count");
+	sqlite3_close(db);
+
+	/* A query across the cutoff answers what the newer side answered before. */
+	assert_int_equal(store_stacks_aggregate(c->store, &all, 1000, sum_row, &sum, &total), 0);
+	assert_int_equal(total, want_total);
+	assert_int_equal(sum, want_sum);
+
+	/* Again: nothing left; the file does not grow. */
+	assert_int_equal(store_retention_apply(c->store, cutoff_ms, &dropped), 0);
+	assert_int_equal(dropped, 0);
+	db = raw_open(c->dir);
+	assert_true(raw_int(db, "PRAGMA page_count") <= pages);
+	sqlite3_close(db);
+}
+
+/* Many rows: deleted in more than one transaction of at most 10,000 rows each; new data
+ * stored after the cutoff while old stacks are shared stay intact. */
+static void test_retention_chunks(void **state)
+{
+	struct ctx *c = *state;
+	struct store_retention_stats st;
+	sqlite3 *db;
+
+	for (uint64_t seq = 1; seq <= 60; seq++) {
+		struct sysom_batch b;
+		struct store_put_result r;
+
+		assert_int_equal(fixture_batch_build(&b, &(struct fixture_spec){
+			.node = 1, .epoch = 1, .sequence = seq,
+			.window_start_ns = T0 + seq * 30000000000ULL, .extra_stacks = 400 }), 0);
+		assert_int_equal(store_batch_put(c->store, &b, FIXTURE_HASH + seq,
+						 (int64_t)T0 + (int64_t)seq * 30000000000LL, &r), 0);
+		sysom_batch_free(&b);
+	}
+	db = raw_open(c->dir);
+	long long before = raw_int(db, "SELECT count(*) FROM samples");
+	long long keep = raw_int(db, "SELECT count(*) FROM samples WHERE time_ms >= 1700000900000");
+	sqlite3_close(db);
+	assert_true(before - keep > 10000);
+	assert_int_equal(store_sqlite_retention(c->store, 1700000900000LL, &st), 0);
+	assert_true(st.rows >= (uint64_t)(before - keep));
+	assert_true(st.transactions >= 3);
+	db = raw_open(c->dir);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM samples"), keep);
+	assert_int_equal(dangling(db), 0);
+	sqlite3_close(db);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1461,6 +1651,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_disk_full_is_atomic, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kernel_symbols, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_retention_by_age, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_retention_chunks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kernel_symbols_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_migration_kernel_symbols_last_use, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_migration_from_v1, setup, teardown),

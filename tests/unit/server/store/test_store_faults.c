@@ -511,6 +511,129 @@ static void test_put_disk_full(void **state)
 	put_loop(*state, "disk full", FAULT_IO, ENOSPC, true, full_errors);
 }
 
+/* ---- retention under faults ------------------------------------------------------------------ */
+
+/* After the put under test, a cutoff a day later: every time-series row, process and stack
+ * goes, so that each part of retention meets the faults. */
+#define RETENTION_CUTOFF_MS ((int64_t)((T0 + 86400ULL * 1000000000ULL) / 1000000))
+
+static long long check_int(sqlite3 *db, const char *sql)
+{
+	sqlite3_stmt *st;
+	long long v;
+
+	assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+	v = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	return v;
+}
+
+/* Rows naming a stack or process that is gone. */
+static long long dangling(sqlite3 *db)
+{
+	return check_int(db,
+		"SELECT (SELECT count(*) FROM samples WHERE user_stack NOT IN (SELECT id FROM stacks)"
+		"  OR kernel_stack NOT IN (SELECT id FROM stacks)"
+		"  OR process NOT IN (SELECT id FROM processes))"
+		" + (SELECT count(*) FROM launches WHERE user_stack NOT IN (SELECT id FROM stacks)"
+		"  OR kernel_stack NOT IN (SELECT id FROM stacks)"
+		"  OR process NOT IN (SELECT id FROM processes))"
+		" + (SELECT count(*) FROM nccl_calls WHERE process NOT IN (SELECT id FROM processes))"
+		" + (SELECT count(*) FROM gpu_kernels WHERE process NOT IN (SELECT id FROM processes))"
+		" + (SELECT count(*) FROM os_threads WHERE process NOT IN (SELECT id FROM processes))"
+		" + (SELECT count(*) FROM job_ranks WHERE process NOT IN (SELECT id FROM processes))"
+		" + (SELECT count(*) FROM communicators WHERE process NOT IN (SELECT id FROM processes))");
+}
+
+static void retention_prepare(struct ctx *c)
+{
+	struct store_put_result r;
+
+	store_reset(c);
+	assert_int_equal(store_batch_put(c->store, &c->batch, BATCH_HASH, RECEIVED_NS, &r), 0);
+}
+
+/*
+ * One retention run with call `plan->nth` failing: it either succeeds, or fails with an error
+ * of the fault's kind leaving a sound database (no row naming a deleted stack or process), and
+ * a run without faults then ends where one without any fault ends.
+ */
+static bool retention_step(struct ctx *c, const struct digest *clean,
+			   const struct fault_plan *plan, const int *allowed, uint64_t *failed)
+{
+	struct store_retention_stats st;
+	struct fault_stats fs;
+	struct digest d;
+	char when[160];
+	int rc;
+
+	if (getenv("SYSOM_FAULT_TRACE"))
+		print_message("# step %" PRIu64 "\n", plan->nth);
+	retention_prepare(c);
+	fault_arm(plan);
+	rc = store_sqlite_retention(c->store, RETENTION_CUTOFF_MS, &st);
+	fault_disarm();
+	fault_stats_get(&fs);
+	snprintf(when, sizeof(when), "retention: call %" PRIu64 "%s failed (%s), returned %d (%s)",
+		 plan->nth, plan->persistent ? " and later" : "", fs.failed ? fs.first_failed : "none",
+		 rc, sysom_strerror(rc));
+	if (!fs.failed && rc)
+		fail_msg("no fault reached, yet %s", when);
+	if (rc) {
+		bool ok = false;
+
+		for (const int *a = allowed; *a; a++)
+			ok |= rc == *a;
+		if (!ok)
+			fail_msg("%s: not an error of the store's table for this fault", when);
+		(*failed)++;
+		integrity_assert(c->check_db, when);
+		if (dangling(c->check_db))
+			fail_msg("%s: rows name a deleted stack or process", when);
+		rc = store_sqlite_retention(c->store, RETENTION_CUTOFF_MS, &st);
+		if (rc)
+			fail_msg("%s; the run without faults after it returned %d", when, rc);
+	}
+	digest_take(c->check_db, &d);
+	digest_assert(&d, clean, when, "the state after retention without faults");
+	return fs.failed != 0;
+}
+
+static void retention_loop(struct ctx *c, const char *name, unsigned classes, int error,
+			   bool persistent, const int *allowed)
+{
+	struct store_retention_stats st;
+	struct digest clean;
+	uint64_t n = fault_first_step(), failed = 0;
+	bool more;
+
+	retention_prepare(c);
+	assert_int_equal(store_sqlite_retention(c->store, RETENTION_CUTOFF_MS, &st), 0);
+	assert_true(st.rows > 0 && st.processes > 0 && st.stacks > 0);
+	digest_take(c->check_db, &clean);
+	assert_int_equal(check_int(c->check_db, "SELECT count(*) FROM samples"), 0);
+	do {
+		more = retention_step(c, &clean, &(struct fault_plan){ .classes = classes, .nth = n,
+								       .persistent = persistent,
+								       .error = error },
+				      allowed, &failed);
+		if ((!more || n % LEAK_CHECK_EVERY == 0) && fault_leaks_found())
+			fail_msg("%s: memory leaked by step %" PRIu64, name, n);
+		if (more && ++n > MAX_STEPS)
+			fail_msg("%s: the fault loop does not end", name);
+	} while (more);
+	print_message("# retention %-10s %-10s %5" PRIu64 " fault points: %" PRIu64 " runs failed\n",
+		      name, persistent ? "persistent" : "once", n - 1, failed);
+}
+
+static void test_retention_faults(void **state)
+{
+	retention_loop(*state, "allocation", FAULT_ALLOC, 0, false, alloc_errors);
+	retention_loop(*state, "I/O error", FAULT_IO, EIO, false, io_errors);
+	retention_loop(*state, "disk full", FAULT_IO, ENOSPC, false, full_errors);
+}
+
 /* The batch's counters JSON, as jansson's json_dumps wrote it before (when it did not fail). */
 static void test_counters_json_as_jansson_wrote_it(void **state)
 {
@@ -564,6 +687,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_put_io_faults, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_put_disk_full, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_retention_faults, setup, teardown),
 	};
 
 	/* The loops count calls and compare states; durability is not what they test, and an
