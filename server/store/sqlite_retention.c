@@ -54,6 +54,8 @@ static const struct ret_table ret_tables[] = {
 	RET_TABLE("os_cpus", "time_ms", false),
 	RET_TABLE("os_irqs", "time_ms", false),
 	RET_TABLE("os_threads", "time_ms", false),
+	RET_TABLE("gpu_health", "window_end_ns", true),
+	RET_TABLE("host_signals", "time_ms", false),
 };
 
 static const char process_candidates_sql[] =
