@@ -8,7 +8,9 @@
 #include "server/store/clickhouse_internal.h"
 
 const char *const ch__migration_workers[] = {
-	"ALTER TABLE job_ranks ADD COLUMN IF NOT EXISTS role UInt8 DEFAULT 0",
-	"ALTER TABLE job_ranks ADD COLUMN IF NOT EXISTS rank_pid UInt32 DEFAULT 0",
+	/* One statement (both columns or neither); this ClickHouse has no ADD COLUMN IF NOT
+	 * EXISTS. */
+	"ALTER TABLE job_ranks ADD COLUMN role UInt8 DEFAULT 0,"
+	" ADD COLUMN rank_pid UInt32 DEFAULT 0",
 	NULL,
 };
