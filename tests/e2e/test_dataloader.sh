@@ -39,7 +39,7 @@ run_rank() { # RANK METHOD ITEMS [persistent]
 		TORCHELASTIC_RUN_ID="$JOB" MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 \
 		"$PY" "$SCRIPT" "$3" "$2" "${4:-}" >"$E2E_TMP/rank$1.out" 2>"$E2E_TMP/rank$1.err"
 }
-run_rank 0 fork 160 &
+run_rank 0 fork 400 &
 R0=$!
 run_rank 1 spawn 100 persistent &
 R1=$!
