@@ -263,8 +263,8 @@ void gpupipe_free(struct gpupipe *gp)
 	free(gp);
 }
 
-/* A process with no GPU library is kept (for its JOB_RANKS record) when its environment names
- * a job: CPU training ranks (gloo) and their DataLoader workers. */
+/* A process with no GPU library is kept (for its JOB_RANKS record) when its environment gives
+ * it a rank in a job: CPU training ranks (gloo) and their DataLoader workers. */
 static void note_job_proc(struct gpupipe *gp, const struct pt_process *proc)
 {
 	uint32_t slot = (proc->tgid * 2654435761u) % NOT_JOB_SLOTS;
@@ -276,8 +276,10 @@ static void note_job_proc(struct gpupipe *gp, const struct pt_process *proc)
 	if (gp->not_jobs[slot].tgid == proc->tgid &&
 	    gp->not_jobs[slot].generation == proc->generation)
 		return;
+	/* A rank: a launcher (torchrun's agent, simjob's parent) names the job but no rank, and
+	 * is not a process of the job's ranks. */
 	if (jobenv_read(gp->opts.proc_root ? gp->opts.proc_root : "/proc", proc->tgid, &id) ||
-	    (!id.has_rank && !id.job_id[0])) {
+	    !id.has_rank) {
 		gp->not_jobs[slot].tgid = proc->tgid;
 		gp->not_jobs[slot].generation = proc->generation;
 		return;
