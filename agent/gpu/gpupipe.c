@@ -23,6 +23,7 @@
 #define MAX_PROCS 4096
 #define MAX_PENDING_SCANS 4096
 #define GROUPS_MAX 256
+#define NOT_JOB_SLOTS 1024
 /* How long an exited process's communicators outlive it. Its last events can reach the ring
  * consumer hundreds of milliseconds after it is reaped (a record reserved earlier by another,
  * preempted thread holds back every record behind it); forgetting at the first seal after the
@@ -35,6 +36,7 @@ struct gp_proc {
 	uint32_t tgid, generation;
 	bool env_read;
 	struct job_identity env;
+	uint32_t rank_pid;       /* a worker's rank process (jobenv_rank_process); 0 for a rank */
 	bool registered;
 	bool gone;               /* exited (proctrack said so) */
 	uint64_t gone_since_ns;  /* first seal that found it exited; 0 while alive */
@@ -64,6 +66,9 @@ struct gpupipe {
 	uint64_t drains;
 	uint32_t launch_cycle;   /* launch probes on one drain interval in this many; 0: never */
 	uint64_t in_flight_reported; /* collectives sent with the "in flight" flag */
+	/* Processes without GPU libraries whose environment names no job, by (tgid, generation),
+	 * direct-mapped: their environment is not read again at every mapping scan. */
+	struct { uint32_t tgid, generation; } not_jobs[NOT_JOB_SLOTS];
 };
 
 static struct gp_proc *find_proc(struct gpupipe *gp, uint32_t tgid)
@@ -78,11 +83,16 @@ static struct gp_proc *find_proc(struct gpupipe *gp, uint32_t tgid)
  * a short-lived rank may be gone by the time its batch is sealed). */
 static void read_env(struct gpupipe *gp, struct gp_proc *p)
 {
-	int rc = jobenv_read(gp->opts.proc_root ? gp->opts.proc_root : "/proc", p->tgid, &p->env);
+	const char *root = gp->opts.proc_root ? gp->opts.proc_root : "/proc";
+	int rc = jobenv_read(root, p->tgid, &p->env);
 
 	if (rc)
 		memset(&p->env, 0, sizeof(p->env));
 	p->env_read = rc != -ESRCH || p->env_read;
+	/* A DataLoader worker inherits its rank's variables: it is that rank's worker, not a
+	 * second process of the rank. */
+	if (!rc && jobenv_rank_process(root, p->tgid, &p->env, &p->rank_pid))
+		p->rank_pid = 0;
 }
 
 static struct gp_proc *note_proc(struct gpupipe *gp, uint32_t tgid, uint32_t generation)
@@ -258,6 +268,30 @@ void gpupipe_free(struct gpupipe *gp)
 	free(gp);
 }
 
+/* A process with no GPU library is kept (for its JOB_RANKS record) when its environment gives
+ * it a rank in a job: CPU training ranks (gloo) and their DataLoader workers. */
+static void note_job_proc(struct gpupipe *gp, const struct pt_process *proc)
+{
+	uint32_t slot = (proc->tgid * 2654435761u) % NOT_JOB_SLOTS;
+	struct gp_proc *p = find_proc(gp, proc->tgid);
+	struct job_identity id;
+
+	if (p && p->generation == proc->generation)
+		return;
+	if (gp->not_jobs[slot].tgid == proc->tgid &&
+	    gp->not_jobs[slot].generation == proc->generation)
+		return;
+	/* A rank: a launcher (torchrun's agent, simjob's parent) names the job but no rank, and
+	 * is not a process of the job's ranks. */
+	if (jobenv_read(gp->opts.proc_root ? gp->opts.proc_root : "/proc", proc->tgid, &id) ||
+	    !id.has_rank) {
+		gp->not_jobs[slot].tgid = proc->tgid;
+		gp->not_jobs[slot].generation = proc->generation;
+		return;
+	}
+	note_proc(gp, proc->tgid, proc->generation);
+}
+
 void gpupipe_on_mappings(struct gpupipe *gp, const struct pt_process *proc)
 {
 	bool uses = false;
@@ -265,8 +299,10 @@ void gpupipe_on_mappings(struct gpupipe *gp, const struct pt_process *proc)
 	for (uint32_t i = 0; i < proc->mapping_count && !uses; i++)
 		uses = proc->mappings[i].object && proc->mappings[i].object->path &&
 		       gputrace_library_kind(proc->mappings[i].object->path);
-	if (!uses)
+	if (!uses) {
+		note_job_proc(gp, proc);
 		return;
+	}
 	note_proc(gp, proc->tgid, proc->generation);
 	int rc = gputrace_scan_process(gp->gt, proc->tgid);
 	if (rc < 0 && rc != -ESRCH)
@@ -479,8 +515,10 @@ void gpupipe_before_seal(struct gpupipe *gp)
 		}
 		if (!id->has_rank && !id->job_id[0])
 			continue;
+		/* A registered process said who it is: a rank. */
+		uint32_t rank_pid = p->registered ? 0 : p->rank_pid;
 		int rc = batcher_set_job_rank(gp->opts.batcher, p->tgid, p->generation, id, source,
-					      p->registered ? p->groups : NULL);
+					      p->registered ? p->groups : NULL, rank_pid);
 		if (rc)
 			sysom_report(&gp->opts.report, SYSOM_REPORT_DEBUG,
 				     "gputrace: job identity of pid %u not recorded: %s", p->tgid,

@@ -158,3 +158,81 @@ cleanup:
 	close(fd);
 	return rc;
 }
+
+/* The parent pid from <root>/<pid>/stat (the field after the last ')'); 0 when unreadable. */
+static uint32_t read_ppid(const char *root, uint32_t pid, int *err)
+{
+	char path[256], buf[512];
+	unsigned long ppid = 0;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%u/stat", root, pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		*err = errno == ENOENT ? -ESRCH : -errno;
+		return 0;
+	}
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	*err = 0;
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	const char *close_paren = strrchr(buf, ')');
+	if (!close_paren || sscanf(close_paren + 1, " %*c %lu", &ppid) != 1 || ppid > UINT32_MAX)
+		return 0;
+	return (uint32_t)ppid;
+}
+
+/* <root>/<pid>/exe's target into `out`; false when unreadable. */
+static bool read_exe(const char *root, uint32_t pid, char *out, size_t len)
+{
+	char path[256];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "%s/%u/exe", root, pid);
+	n = readlink(path, out, len - 1);
+	if (n <= 0 || (size_t)n >= len - 1)
+		return false;
+	out[n] = '\0';
+	return true;
+}
+
+static bool same_rank(const struct job_identity *a, const struct job_identity *b)
+{
+	return a->has_rank && b->has_rank && a->rank == b->rank && a->world_size == b->world_size &&
+	       a->local_rank == b->local_rank && strcmp(a->job_id, b->job_id) == 0;
+}
+
+int jobenv_rank_process(const char *proc_root, uint32_t pid, const struct job_identity *id,
+			uint32_t *rank_pid)
+{
+	const char *root = proc_root ? proc_root : "/proc";
+	char exe[512], parent_exe[512];
+	struct job_identity parent;
+	uint32_t cur = pid;
+	int err;
+
+	*rank_pid = 0;
+	if (!id->has_rank)
+		return 0;
+	if (!read_exe(root, pid, exe, sizeof(exe))) {
+		char dir[256];
+		snprintf(dir, sizeof(dir), "%s/%u", root, pid);
+		return access(dir, F_OK) && errno == ENOENT ? -ESRCH : 0;
+	}
+	for (int depth = 0; depth < JOBENV_MAX_WORKER_DEPTH; depth++) {
+		uint32_t ppid = read_ppid(root, cur, &err);
+
+		if (err == -ESRCH && cur == pid)
+			return -ESRCH;
+		if (ppid <= 1 || !read_exe(root, ppid, parent_exe, sizeof(parent_exe)) ||
+		    strcmp(exe, parent_exe) != 0 || jobenv_read(proc_root, ppid, &parent) ||
+		    !same_rank(id, &parent))
+			break;
+		*rank_pid = ppid;
+		cur = ppid;
+	}
+	return 0;
+}

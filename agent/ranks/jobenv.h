@@ -42,4 +42,19 @@ int jobenv_parse(const char *block, size_t len, struct job_identity *out);
  */
 int jobenv_read(const char *proc_root, uint32_t pid, struct job_identity *out);
 
+/* Ancestors looked at by jobenv_rank_process (a worker's worker is still the rank's). */
+#define JOBENV_MAX_WORKER_DEPTH 8
+
+/*
+ * Whether process `pid` (whose identity `id` has a rank) is a worker of its rank: a descendant
+ * of the rank's process running the same executable with the same job id, rank, world size and
+ * local rank inherited from it (a PyTorch DataLoader worker: forked, or spawned by
+ * multiprocessing with sys.executable; a launcher or a shell wrapper runs another executable).
+ * Walks parents (<proc_root>/<pid>/stat, /exe, /environ) up to JOBENV_MAX_WORKER_DEPTH. Sets
+ * `*rank_pid` to the oldest such ancestor, or 0 when `pid` is the rank's own process (also
+ * when `id` has no rank or a parent cannot be read). Returns 0, or -ESRCH when `pid` is gone.
+ */
+int jobenv_rank_process(const char *proc_root, uint32_t pid, const struct job_identity *id,
+			uint32_t *rank_pid);
+
 #endif

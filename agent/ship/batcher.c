@@ -499,7 +499,8 @@ int batcher_set_communicator(struct batcher *b, uint32_t tgid, uint32_t generati
 }
 
 int batcher_set_job_rank(struct batcher *b, uint32_t tgid, uint32_t generation,
-			 const struct job_identity *id, uint8_t source, const char *groups)
+			 const struct job_identity *id, uint8_t source, const char *groups,
+			 uint32_t rank_pid)
 {
 	struct sysom_batch *bt = &b->batch;
 	struct sysom_job_rank rec = {
@@ -509,6 +510,8 @@ int batcher_set_job_rank(struct batcher *b, uint32_t tgid, uint32_t generation,
 		.local_world_size = id->has_rank ? id->local_world_size : -1,
 		.group_rank = id->group_rank >= 0 ? id->group_rank : -1,
 		.source = source,
+		.role = rank_pid && id->has_rank ? SYSOM_JOB_ROLE_WORKER : SYSOM_JOB_ROLE_RANK,
+		.rank_pid = rank_pid && id->has_rank ? rank_pid : 0,
 	};
 	char master[JOBENV_VALUE_MAX + 16] = "";
 	int rc;

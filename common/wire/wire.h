@@ -348,6 +348,14 @@ enum sysom_job_source {
 	SYSOM_JOB_FROM_REGISTRATION = 2, /* the process registered over the agent's socket */
 };
 
+/* A process's role in its rank: the rank's own process, or a helper process it started that
+ * inherited its environment (a PyTorch DataLoader worker: forked or spawned, same executable). */
+enum sysom_job_role {
+	SYSOM_JOB_ROLE_RANK = 0,
+	SYSOM_JOB_ROLE_WORKER = 1,
+	SYSOM_JOB_ROLE_MAX = SYSOM_JOB_ROLE_WORKER,
+};
+
 /* JOB_RANKS record (48 bytes): at most one per process. Unknown numbers are -1. */
 struct sysom_job_rank {
 	uint32_t process;
@@ -356,9 +364,11 @@ struct sysom_job_rank {
 	int32_t local_rank, local_world_size;
 	int32_t group_rank;         /* node rank within the job */
 	uint8_t source;             /* enum sysom_job_source */
+	uint8_t role;               /* enum sysom_job_role */
 	uint32_t job_id_source;     /* string: the variable the job id came from */
 	uint32_t master;            /* string: "addr:port" of the rendezvous, or "" */
 	uint32_t groups;            /* string: registered group names ("tp=0,dp=3"), or "" */
+	uint32_t rank_pid;          /* a worker's rank process (its pid on the node); 0 for a rank */
 };
 
 /* How a communicator key was derived (identical on every rank of the communicator). */

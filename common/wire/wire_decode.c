@@ -641,6 +641,8 @@ static int decode_job_ranks(struct decoder *d, const struct section *s)
 		o->local_world_size = (int32_t)load_le32(p + WIRE_JOB_RANK_LOCAL_WORLD_SIZE);
 		o->group_rank = (int32_t)load_le32(p + WIRE_JOB_RANK_GROUP_RANK);
 		o->source = p[WIRE_JOB_RANK_SOURCE];
+		o->role = p[WIRE_JOB_RANK_ROLE];
+		o->rank_pid = load_le32(p + WIRE_JOB_RANK_RANK_PID);
 		o->job_id_source = load_le32(p + WIRE_JOB_RANK_JOB_ID_SOURCE);
 		o->master = load_le32(p + WIRE_JOB_RANK_MASTER);
 		o->groups = load_le32(p + WIRE_JOB_RANK_GROUPS);
@@ -664,8 +666,13 @@ static int decode_job_ranks(struct decoder *d, const struct section *s)
 				      o->source);
 			goto cleanup;
 		}
-		if (!all_zero(p + WIRE_JOB_RANK_RESERVED, WIRE_JOB_RANK_RESERVED_SIZE) ||
-		    load_le32(p + WIRE_JOB_RANK_RESERVED2)) {
+		if (o->role > SYSOM_JOB_ROLE_MAX ||
+		    (o->role == SYSOM_JOB_ROLE_WORKER) != (o->rank_pid != 0)) {
+			err = CORRUPT(d, at + WIRE_JOB_RANK_ROLE, "%s: role %u with rank pid %u", what,
+				      o->role, o->rank_pid);
+			goto cleanup;
+		}
+		if (!all_zero(p + WIRE_JOB_RANK_RESERVED, WIRE_JOB_RANK_RESERVED_SIZE)) {
 			err = CORRUPT(d, at + WIRE_JOB_RANK_RESERVED, "%s: reserved field is not zero",
 				      what);
 			goto cleanup;

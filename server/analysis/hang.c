@@ -98,7 +98,8 @@ int hang_tracker_note(struct hang_tracker *t, const struct sysom_batch *b, int64
 		uint32_t pid;
 		struct proc_entry *p;
 
-		if (!job[0] || jr->process >= b->process_count)
+		/* A rank's worker (DataLoader) is not a rank that can be stuck in a collective. */
+		if (!job[0] || jr->process >= b->process_count || jr->role == SYSOM_JOB_ROLE_WORKER)
 			continue;
 		pid = b->processes[jr->process].tgid;
 		if (!(p = proc_find(t, job, host, pid))) {

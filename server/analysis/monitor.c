@@ -1205,7 +1205,7 @@ static int rank_pod_take(void *arg, const struct store_job_rank *j)
 	struct rank_pods *p = arg;
 	struct rank_pod *r;
 
-	if (j->rank < 0 || !j->identity.known || !j->identity.pod_name[0] || p->n == POD_RANKS_MAX)
+	if (j->rank < 0 || j->role == SYSOM_JOB_ROLE_WORKER || !j->identity.known || !j->identity.pod_name[0] || p->n == POD_RANKS_MAX)
 		return 0;
 	r = &p->r[p->n];
 	r->rank = j->rank;

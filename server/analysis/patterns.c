@@ -305,7 +305,8 @@ static int rank_take(void *arg, const struct store_job_rank *r)
 {
 	struct rank_map *m = arg;
 
-	if (r->rank < 0 || r->rank >= PATTERNS_MAX_WORKERS)
+	/* A rank's worker (DataLoader) is not another rank: patterns compare rank processes. */
+	if (r->rank < 0 || r->rank >= PATTERNS_MAX_WORKERS || r->role == SYSOM_JOB_ROLE_WORKER)
 		return 0;
 	if (SYSOM_ARRAY_RESERVE(m->k, m->cap, m->n, 64))
 		return -ENOMEM;

@@ -171,6 +171,7 @@ struct job_doc {
 	json_t *node_index; /* node id → index in nodes */
 	json_t *groups;     /* group name → { value → ranks } */
 	json_t *comms;      /* array */
+	json_t *workers;    /* array: processes of role worker (DataLoader workers), not ranks */
 	json_t *comm;       /* the communicator being filled (borrowed from comms) */
 	uint64_t comm_key;
 	int32_t last_rank;  /* last rank added to comm (rows are sorted by rank) */
@@ -222,6 +223,17 @@ static int job_rank_to_json(void *arg, const struct store_job_rank *r)
 		return 0; /* the caller says truncated */
 	if (r->world_size > d->world_size)
 		d->world_size = r->world_size;
+	if (r->role == SYSOM_JOB_ROLE_WORKER) {
+		/* A worker carries its rank's numbers; it is listed apart (and under its rank's
+		 * "workers"), never as another process of the rank. */
+		obj = json_pack("{s:o,s:I,s:s,s:o,s:I,s:o,s:o,s:o}", "rank",
+				api__json_int_or_null(r->rank), "rank_pid", (json_int_t)r->rank_pid,
+				"node_id", r->node_id, "hostname", render_json_string(r->hostname),
+				"pid", (json_int_t)r->pid, "comm", render_json_string(r->comm),
+				"first_seen", render_json_time(r->first_seen_ns), "last_seen",
+				render_json_time(r->last_seen_ns));
+		return obj && !json_array_append_new(d->workers, obj) ? 0 : -ENOMEM;
+	}
 	obj = json_pack("{s:o,s:o,s:o,s:o,s:o,s:s,s:o,s:I,s:o,s:s,s:o,s:o,s:o,s:o,s:o}", "rank",
 			api__json_int_or_null(r->rank), "local_rank", api__json_int_or_null(r->local_rank),
 			"world_size", api__json_int_or_null(r->world_size), "local_world_size",
@@ -233,7 +245,8 @@ static int job_rank_to_json(void *arg, const struct store_job_rank *r)
 			render_json_string(r->master), "groups", render_json_string(r->groups),
 			"first_seen", render_json_time(r->first_seen_ns), "last_seen",
 			render_json_time(r->last_seen_ns));
-	if (obj && json_object_set_new(obj, "identity", api__json_identity(&r->identity))) {
+	if (obj && (json_object_set_new(obj, "identity", api__json_identity(&r->identity)) ||
+		    json_object_set_new(obj, "workers", json_array()))) {
 		json_decref(obj);
 		return -ENOMEM;
 	}
@@ -296,6 +309,28 @@ static int job_comm_to_json(void *arg, const struct store_job_communicator *c)
 												: -ENOMEM;
 }
 
+/* Each worker's pid into its rank's "workers" (same node, the rank process's pid). */
+static int attach_workers(struct job_doc *d)
+{
+	size_t i, k;
+	json_t *w, *r;
+
+	json_array_foreach(d->workers, i, w) {
+		const char *node = json_string_value(json_object_get(w, "node_id"));
+		json_int_t rank_pid = json_integer_value(json_object_get(w, "rank_pid"));
+
+		json_array_foreach(d->ranks, k, r) {
+			if (json_integer_value(json_object_get(r, "pid")) != rank_pid || !node ||
+			    strcmp(node, json_string_value(json_object_get(r, "node_id"))))
+				continue;
+			if (json_array_append(json_object_get(r, "workers"), json_object_get(w, "pid")))
+				return -ENOMEM;
+			break;
+		}
+	}
+	return 0;
+}
+
 void api__job_detail(struct api *api, const char *job, const struct http_request *req,
 		     struct http_response *resp)
 {
@@ -309,7 +344,8 @@ void api__job_detail(struct api *api, const char *job, const struct http_request
 	d.node_index = json_object();
 	d.groups = json_object();
 	d.comms = json_array();
-	if (!d.ranks || !d.nodes || !d.node_index || !d.groups || !d.comms)
+	d.workers = json_array();
+	if (!d.ranks || !d.nodes || !d.node_index || !d.groups || !d.comms || !d.workers)
 		goto cleanup;
 	if ((rc = store_job_ranks_list(api->store, job, QUERY_MAX_JOB_ROWS + 1, job_rank_to_json, &d)))
 		goto cleanup;
@@ -320,11 +356,13 @@ void api__job_detail(struct api *api, const char *job, const struct http_request
 	if ((rc = store_job_communicators_list(api->store, job, QUERY_MAX_JOB_ROWS + 1,
 					       job_comm_to_json, &d)))
 		goto cleanup;
-	doc = json_pack("{s:o,s:o,s:I,s:O,s:O,s:O,s:O,s:b}", "job", render_json_string(job),
+	if ((rc = attach_workers(&d)))
+		goto cleanup;
+	doc = json_pack("{s:o,s:o,s:I,s:O,s:O,s:O,s:O,s:O,s:b}", "job", render_json_string(job),
 			"world_size", api__json_int_or_null(d.world_size), "processes",
 			(json_int_t)(d.rank_rows > QUERY_MAX_JOB_ROWS ? QUERY_MAX_JOB_ROWS : d.rank_rows),
-			"ranks", d.ranks, "nodes", d.nodes, "communicators", d.comms, "groups",
-			d.groups, "truncated",
+			"ranks", d.ranks, "workers", d.workers, "nodes", d.nodes, "communicators",
+			d.comms, "groups", d.groups, "truncated",
 			d.rank_rows > QUERY_MAX_JOB_ROWS || d.comm_rows > QUERY_MAX_JOB_ROWS);
 	rc = doc ? 0 : -ENOMEM;
 	if (!rc)
@@ -337,4 +375,5 @@ cleanup:
 	json_decref(d.node_index);
 	json_decref(d.groups);
 	json_decref(d.comms);
+	json_decref(d.workers);
 }

@@ -12,7 +12,7 @@
 #include "server/store/store_impl.h"
 
 /* The newest schema this build knows (clickhouse_schema.c). */
-#define CH_SCHEMA_VERSION 5
+#define CH_SCHEMA_VERSION 6
 
 /* Largest answer the store reads from ClickHouse (bigger: -E2BIG, nothing half-used). */
 #define CH_MAX_ANSWER (256u << 20)
@@ -233,6 +233,8 @@ void ch__stacks_prefetch(struct ch_store *s, const int64_t *ids, size_t n);
 
 /* Mutable state and retention (clickhouse_state.c; migration 4). */
 extern const char *const ch__migration_state[];
+/* Schema 5: job_ranks role and rank_pid (clickhouse_schema_workers.c). */
+extern const char *const ch__migration_workers[];
 int ch__diagnosis_upsert(struct store *base, const struct store_diagnosis *d, int64_t *id,
 			 bool *opened);
 int ch__diagnosis_resolve(struct store *base, int64_t id, int64_t now_ms);

@@ -60,6 +60,7 @@ static const char *const *const migrations[CH_SCHEMA_VERSION] = {
 	ch__migration_gpu_os,
 	ch__migration_state, /* incidents, job settings, baselines (clickhouse_state.c) */
 	ch__migration_host,  /* host signals (clickhouse_host.c) */
+	ch__migration_workers, /* job_ranks role, rank_pid (clickhouse_schema_workers.c) */
 };
 
 static int read_version(struct ch_store *s, int *out)

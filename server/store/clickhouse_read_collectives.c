@@ -93,6 +93,7 @@ static void job_ranks_merged(struct byte_buf *q, const char *job)
 			   " argMax(group_rank, " JR_ORDER ") AS gr, argMax(source, " JR_ORDER ") AS src,"
 			   " argMax(job_id_source, " JR_ORDER ") AS jis,"
 			   " argMax(master, " JR_ORDER ") AS ms, argMax(groups, " JR_ORDER ") AS gs,"
+			   " argMax(role, " JR_ORDER ") AS role, argMax(rank_pid, " JR_ORDER ") AS rpid,"
 			   " any(node_id) AS node, any(tgid) AS pid, any(start_time_ns) AS st,"
 			   " any(generation) AS gen, min(window_start_ns) AS f, max(window_end_ns) AS l"
 			   " FROM job_ranks WHERE " CH_COMMITTED);
@@ -245,7 +246,7 @@ static int rank_row(void *ctx, char **f)
 {
 	struct ranks *rs = ctx;
 	struct rank_ent *e;
-	uint64_t src;
+	uint64_t src, role;
 	size_t l1, l2, l3;
 
 	if (rs->n == rs->cap) {
@@ -265,9 +266,11 @@ static int rank_row(void *ctx, char **f)
 	    ch_tsv_u64(f[6], &src) || src > UINT8_MAX || node_field(f[7], e->r.node_id) ||
 	    u32_field(f[8], &e->r.pid) || u32_field(f[9], &e->r.generation) ||
 	    ch_tsv_u64(f[10], &e->r.start_time_ns) || !f[11] || !f[12] || !f[13] ||
-	    ch_tsv_i64(f[14], &e->r.first_seen_ns) || ch_tsv_i64(f[15], &e->r.last_seen_ns))
+	    ch_tsv_i64(f[14], &e->r.first_seen_ns) || ch_tsv_i64(f[15], &e->r.last_seen_ns) ||
+	    ch_tsv_u64(f[16], &role) || role > SYSOM_JOB_ROLE_MAX || u32_field(f[17], &e->r.rank_pid))
 		return -EPROTO;
 	e->r.source = (uint8_t)src;
+	e->r.role = (uint8_t)role;
 	l1 = strlen(f[11]) + 1;
 	l2 = strlen(f[12]) + 1;
 	l3 = strlen(f[13]) + 1;
@@ -321,10 +324,10 @@ int ch__job_ranks_list(struct store *base, const char *job, uint32_t limit, stor
 	int rc;
 
 	byte_buf_printf(&q, "SELECT process, r, ws, lr, lws, gr, src, node, pid, gen, st, jis, ms,"
-			    " gs, f, l FROM ");
+			    " gs, f, l, role, rpid FROM ");
 	job_ranks_merged(&q, job);
 	byte_buf_printf(&q, " ORDER BY r < 0, r, node, pid, st LIMIT %" PRIu32, limit);
-	if ((rc = run(s, &q, 16, rank_row, &rs)) || !rs.n)
+	if ((rc = run(s, &q, 18, rank_row, &rs)) || !rs.n)
 		goto cleanup;
 	/* The processes' current comm (the latest batch's), as the process listing has it. */
 	cn.v = calloc(rs.n, sizeof(*cn.v));

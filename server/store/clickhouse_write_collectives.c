@@ -67,6 +67,8 @@ static int job_ranks_write(const struct coll_put *p)
 		byte_buf_put_u64(&rows, (uint64_t)p->window_end_ns);
 		byte_buf_put_u64(&rows, (uint64_t)p->received_ns);
 		byte_buf_put_u64(&rows, p->attempt);
+		byte_buf_put_u8(&rows, j->role);         /* schema 5 */
+		byte_buf_put_u32(&rows, j->rank_pid);
 	}
 	rc = insert_rows(p->s, "job_ranks", &rows);
 	byte_buf_free(&rows);

@@ -421,6 +421,11 @@ static const char *const migrations[] = {
 	"  value REAL NOT NULL"
 	");"
 	"CREATE INDEX host_signals_node_time ON host_signals(node, time_ms);",
+	/* A rank's workers (wire JOB_RANKS role 1, e.g. PyTorch DataLoader workers): they carry
+	 * the rank's numbers, so rank filters include them; lists and counts of ranks skip them.
+	 * rank_pid: the pid of the rank's own process on the same node (0 for a rank). */
+	"ALTER TABLE job_ranks ADD COLUMN role INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE job_ranks ADD COLUMN rank_pid INTEGER NOT NULL DEFAULT 0;",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

@@ -369,6 +369,8 @@ struct store_job_rank {
 	uint64_t start_time_ns;   /* since the node's boot */
 	const char *comm, *job_id_source, *master, *groups;
 	int64_t first_seen_ns, last_seen_ns;
+	uint8_t role;             /* enum sysom_job_role: a worker carries its rank's numbers */
+	uint32_t rank_pid;        /* a worker's rank process (pid on the same node); 0 for a rank */
 	struct store_identity identity;
 };
 

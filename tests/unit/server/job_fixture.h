@@ -52,6 +52,9 @@ struct job_spec {
 	 * extended by python3.11+0x2000 (a hot function). Off unless `samples`. */
 	bool samples;
 	int hot_rank;
+	/* Two DataLoader workers (JOB_RANKS role worker, pids JOB_PID(first_rank) + 100 and
+	 * + 101) of the node's first rank. */
+	bool workers;
 };
 
 /* The GPU-side timing rows of one rank (see job_batch_build). */
@@ -234,6 +237,22 @@ static inline int job_batch_build(struct sysom_batch *b, const struct job_spec *
 		l.user_stack = SYSOM_WIRE_NONE;
 		l.count = 1;
 		if ((rc = sysom_batch_add_launch(b, &l)))
+			return rc;
+	}
+	uint32_t first = b->job_rank_count - (uint32_t)(js->local_ranks > 0 ? js->local_ranks : 0);
+	for (uint32_t i = 0; js->workers && js->local_ranks > 0 && i < 2; i++) {
+		struct sysom_job_rank w = b->job_ranks[first];
+		struct sysom_process p = b->processes[w.process];
+		uint32_t proc;
+
+		p.tgid = JOB_PID(js->first_rank) + 100 + i;
+		p.ppid = JOB_PID(js->first_rank);
+		if ((rc = sysom_batch_add_process(b, &p, &proc)))
+			return rc;
+		w.process = proc;
+		w.role = SYSOM_JOB_ROLE_WORKER;
+		w.rank_pid = JOB_PID(js->first_rank);
+		if ((rc = sysom_batch_set_job_rank(b, &w)))
 			return rc;
 	}
 	return 0;

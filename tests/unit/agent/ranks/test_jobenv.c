@@ -213,6 +213,76 @@ static void test_read_proc(void **state)
 	fixture_tmpdir_remove(dir);
 }
 
+/* A fake /proc entry: stat with `ppid`, exe → `exe`, environ `env` (env_len bytes). */
+static void fake_proc(const char *root, uint32_t pid, uint32_t ppid, const char *exe,
+		      const char *env, size_t env_len)
+{
+	char path[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%u", root, pid);
+	assert_int_equal(mkdir(path, 0700), 0);
+	snprintf(path, sizeof(path), "%s/%u/stat", root, pid);
+	assert_non_null(f = fopen(path, "w"));
+	fprintf(f, "%u (py) thon) S %u 1 1 0 -1\n", pid, ppid);
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/%u/exe", root, pid);
+	assert_int_equal(symlink(exe, path), 0);
+	snprintf(path, sizeof(path), "%s/%u/environ", root, pid);
+	assert_non_null(f = fopen(path, "w"));
+	fwrite(env, 1, env_len, f);
+	fclose(f);
+}
+
+#define ENV(s) s, sizeof(s) - 1
+
+/* DataLoader workers (same executable, inherited rank) belong to the rank's process; a launcher
+ * or wrapper of another executable, another rank, or another job does not make a worker. */
+static void test_rank_process(void **state)
+{
+	static const char rank0[] = "TORCHELASTIC_RUN_ID=j\0RANK=0\0WORLD_SIZE=2\0LOCAL_RANK=0\0";
+	static const char rank1[] = "TORCHELASTIC_RUN_ID=j\0RANK=1\0WORLD_SIZE=2\0LOCAL_RANK=1\0";
+	static const char other[] = "TORCHELASTIC_RUN_ID=k\0RANK=0\0WORLD_SIZE=2\0LOCAL_RANK=0\0";
+	const char *py = "/usr/bin/python3.11";
+	char dir[] = "/tmp/sysom-jobenv-XXXXXX";
+	struct job_identity id;
+	uint32_t rank_pid = 99;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	fake_proc(dir, 10, 1, py, ENV(rank0));   /* rank 0 */
+	fake_proc(dir, 11, 10, py, ENV(rank0));  /* its worker */
+	fake_proc(dir, 12, 11, py, ENV(rank0));  /* a worker's worker */
+	fake_proc(dir, 13, 10, py, ENV(rank1));  /* another rank started by it */
+	fake_proc(dir, 14, 10, py, ENV(other));  /* another job's rank 0 */
+	fake_proc(dir, 20, 1, "/bin/bash", ENV(rank0)); /* a wrapper script ... */
+	fake_proc(dir, 21, 20, py, ENV(rank0));          /* ... runs the rank as a child */
+	fake_proc(dir, 30, 1, py, ENV("PATH=/bin\0"));  /* not a job: a worker needs a rank */
+
+	assert_int_equal(jobenv_read(dir, 10, &id), 0);
+	assert_int_equal(jobenv_rank_process(dir, 10, &id, &rank_pid), 0);
+	assert_int_equal(rank_pid, 0);
+	assert_int_equal(jobenv_rank_process(dir, 11, &id, &rank_pid), 0);
+	assert_int_equal(rank_pid, 10);
+	assert_int_equal(jobenv_rank_process(dir, 12, &id, &rank_pid), 0);
+	assert_int_equal(rank_pid, 10);
+	assert_int_equal(jobenv_read(dir, 13, &id), 0);
+	assert_int_equal(jobenv_rank_process(dir, 13, &id, &rank_pid), 0);
+	assert_int_equal(rank_pid, 0);
+	assert_int_equal(jobenv_read(dir, 14, &id), 0);
+	assert_int_equal(jobenv_rank_process(dir, 14, &id, &rank_pid), 0);
+	assert_int_equal(rank_pid, 0);
+	assert_int_equal(jobenv_read(dir, 21, &id), 0);
+	assert_int_equal(jobenv_rank_process(dir, 21, &id, &rank_pid), 0);
+	assert_int_equal(rank_pid, 0);
+	assert_int_equal(jobenv_read(dir, 30, &id), 0);
+	assert_int_equal(jobenv_rank_process(dir, 30, &id, &rank_pid), 0);
+	assert_int_equal(rank_pid, 0);
+	assert_int_equal(jobenv_read(dir, 10, &id), 0);
+	assert_int_equal(jobenv_rank_process(dir, 77, &id, &rank_pid), -ESRCH);
+	fixture_tmpdir_remove(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -221,6 +291,7 @@ int main(void)
 		cmocka_unit_test(test_not_a_job),
 		cmocka_unit_test(test_hostile_values),
 		cmocka_unit_test(test_read_proc),
+		cmocka_unit_test(test_rank_process),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -616,6 +616,29 @@ static void test_gpu_round_trip(void **state)
 	sysom_batch_free(&b);
 }
 
+/* A DataLoader worker's record: role and its rank process's pid travel in the former padding. */
+static void test_job_worker_round_trip(void **state)
+{
+	struct sysom_batch b, d;
+	struct byte_buf buf;
+	struct sysom_wire_error err;
+
+	(void)state;
+	build_gpu_batch(&b);
+	b.job_ranks[0].role = SYSOM_JOB_ROLE_WORKER;
+	b.job_ranks[0].rank_pid = 4242;
+	encode(&b, &buf);
+	if (sysom_batch_decode(buf.data, buf.len, NULL, &d, &err))
+		fail_msg("decode: %s", err.message);
+	assert_int_equal(d.job_rank_count, 1);
+	assert_int_equal(d.job_ranks[0].role, SYSOM_JOB_ROLE_WORKER);
+	assert_int_equal(d.job_ranks[0].rank_pid, 4242);
+	assert_int_equal(d.job_ranks[0].rank, 3);
+	sysom_batch_free(&d);
+	sysom_batch_free(&b);
+	byte_buf_free(&buf);
+}
+
 static void test_gpu_builder(void **state)
 {
 	struct sysom_batch b;
@@ -676,8 +699,11 @@ static void test_gpu_corruptions(void **state)
 		{ SYSOM_SECTION_JOB_RANKS, 16, 4, 4, "rank 4 of 4" },
 		{ SYSOM_SECTION_JOB_RANKS, 24, 4, (uint32_t)-5, "group rank" },
 		{ SYSOM_SECTION_JOB_RANKS, 28, 1, 3, "unknown source" },
-		{ SYSOM_SECTION_JOB_RANKS, 29, 1, 1, "reserved" },
-		{ SYSOM_SECTION_JOB_RANKS, 44, 4, 1, "reserved" },
+		{ SYSOM_SECTION_JOB_RANKS, 29, 1, 2, "role 2" },
+		{ SYSOM_SECTION_JOB_RANKS, 29, 1, 1, "role 1 with rank pid 0" },
+		{ SYSOM_SECTION_JOB_RANKS, 44, 4, 7, "role 0 with rank pid 7" },
+		{ SYSOM_SECTION_JOB_RANKS, 30, 1, 1, "reserved" },
+		{ SYSOM_SECTION_JOB_RANKS, 31, 1, 1, "reserved" },
 		{ SYSOM_SECTION_COMMUNICATORS, 0, 4, 1, "process 1 out of range" },
 		{ SYSOM_SECTION_COMMUNICATORS, 4, 4, 8, "rank 8 of 8" },
 		{ SYSOM_SECTION_COMMUNICATORS, 8, 8, 0, "key 0" },
@@ -2203,6 +2229,7 @@ int main(void)
 		cmocka_unit_test(test_unknown_section_skipped),
 		cmocka_unit_test(test_empty_batch),
 		cmocka_unit_test(test_gpu_round_trip),
+		cmocka_unit_test(test_job_worker_round_trip),
 		cmocka_unit_test(test_gpu_builder),
 		cmocka_unit_test(test_gpu_corruptions),
 		cmocka_unit_test(test_gpu_repeats),

@@ -862,6 +862,69 @@ static void expect_job_status(struct harness *h, const char *path, const char *q
 	free(body);
 }
 
+/* DataLoader workers of rank 1 (JOB_RANKS role worker): the job lists each rank once, the
+ * workers apart and under their rank; the job list still counts 4 ranks; a rank-filtered
+ * profile query would include them (they carry rank 1's numbers). */
+static void test_job_workers(void **state)
+{
+	struct harness *h = *state;
+	struct job_spec js = { .base = { .node = 1, .epoch = 1, .sequence = 2,
+					 .window_start_ns = HARNESS_T0 },
+			       .job = "job-42", .first_rank = 0, .local_ranks = 4, .instances = 1,
+			       .skip_rank = -1 };
+	struct sysom_batch b;
+	char *body = NULL;
+
+	assert_int_equal(job_batch_build(&b, &js), 0);
+	const struct sysom_job_rank base = b.job_ranks[1]; /* rank 1 */
+	assert_int_equal(base.rank, 1);
+	for (uint32_t i = 0; i < 2; i++) {
+		struct sysom_process p = b.processes[base.process];
+		uint32_t proc;
+
+		p.tgid = JOB_PID(1) + 100 + i;
+		p.ppid = JOB_PID(1);
+		assert_int_equal(sysom_batch_add_process(&b, &p, &proc), 0);
+		struct sysom_job_rank w = base;
+		w.process = proc;
+		w.role = SYSOM_JOB_ROLE_WORKER;
+		w.rank_pid = JOB_PID(1);
+		assert_int_equal(sysom_batch_set_job_rank(&b, &w), 0);
+	}
+	assert_int_equal(harness_post_batch(h, &b, &body), 200);
+	free(body);
+	sysom_batch_free(&b);
+
+	json_t *doc = get_json(h, api_job_get, "/api/v1/jobs/job-42", "");
+	json_t *ranks = json_object_get(doc, "ranks"), *workers = json_object_get(doc, "workers");
+	assert_int_equal(json_array_size(ranks), 4);
+	assert_int_equal(json_integer_value(json_object_get(doc, "processes")), 6);
+	for (size_t i = 0; i < 4; i++) {
+		json_t *r = json_array_get(ranks, i);
+		assert_int_equal(json_integer_value(json_object_get(r, "rank")), (json_int_t)i);
+		assert_int_equal(json_integer_value(json_object_get(r, "pid")), JOB_PID(i));
+		json_t *rw = json_object_get(r, "workers");
+		assert_int_equal(json_array_size(rw), i == 1 ? 2 : 0);
+		if (i == 1) {
+			assert_int_equal(json_integer_value(json_array_get(rw, 0)), JOB_PID(1) + 100);
+			assert_int_equal(json_integer_value(json_array_get(rw, 1)), JOB_PID(1) + 101);
+		}
+	}
+	assert_int_equal(json_array_size(workers), 2);
+	json_t *w0 = json_array_get(workers, 0);
+	assert_int_equal(json_integer_value(json_object_get(w0, "rank")), 1);
+	assert_int_equal(json_integer_value(json_object_get(w0, "rank_pid")), JOB_PID(1));
+	assert_int_equal(json_integer_value(json_object_get(w0, "pid")), JOB_PID(1) + 100);
+	assert_int_equal(json_array_size(json_object_get(json_array_get(json_object_get(doc, "nodes"),
+									 0), "ranks")), 4);
+	json_decref(doc);
+
+	doc = get_json(h, api_jobs_get, "/api/v1/jobs", "");
+	json_t *j = json_array_get(json_object_get(doc, "jobs"), 0);
+	assert_int_equal(json_integer_value(json_object_get(j, "ranks")), 4);
+	json_decref(doc);
+}
+
 static void test_job_bad_parameters(void **state)
 {
 	struct harness *h = *state;
@@ -1342,6 +1405,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_routes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_utf8, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_jobs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_job_workers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_collectives_missing_rank, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_gpu_flamegraph, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_job_bad_parameters, setup, teardown),

@@ -24,8 +24,11 @@
 #define DROP_V4_TABLES                                                                       \
 	"DROP TABLE os_cpus; DROP TABLE os_irqs; DROP TABLE os_threads; DROP TABLE diagnoses;"  \
 	" DROP TABLE job_settings; DROP TABLE job_baselines;" DROP_V5_COLUMNS
-/* What migration 10 added: host signals. */
-#define DROP_V10_TABLES " DROP TABLE host_signals;"
+/* What migration 11 added: the role of a job's process (DataLoader workers) and its rank's pid. */
+#define DROP_V11_COLUMNS                                                                     \
+	" ALTER TABLE job_ranks DROP COLUMN role; ALTER TABLE job_ranks DROP COLUMN rank_pid;"
+/* What migration 10 added: host signals, then the above. */
+#define DROP_V10_TABLES DROP_V11_COLUMNS " DROP TABLE host_signals;"
 /* What migration 9 added: GPU health. */
 #define DROP_V9_TABLES DROP_V10_TABLES " DROP TABLE gpu_health;"
 /* What migration 8 added: process identities, then the above. */
@@ -136,11 +139,11 @@ static void test_schema_created_and_reopened(void **state)
 	char err[256];
 	sqlite3 *db;
 
-	assert_int_equal(store_schema_version(c->store), 10);
+	assert_int_equal(store_schema_version(c->store), 11);
 	store_close(c->store);
 	c->store = NULL;
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 10);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 11);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
 				     " AND name IN ('nodes','batches','objects','processes','stacks',"
 				     "'samples','node_counters','kernel_symbol_tables','kernel_symbols',"
@@ -582,15 +585,15 @@ static void test_migration_from_v1(void **state)
 	store_close(c->store);
 	c->store = NULL;
 	db = raw_open(c->dir);
-	assert_int_equal(sqlite3_exec(db, "DROP TABLE job_ranks; DROP TABLE communicators;"
+	assert_int_equal(sqlite3_exec(db, DROP_V4_TABLES " DROP TABLE job_ranks; DROP TABLE communicators;"
 					  " DROP TABLE nccl_calls; DROP TABLE launches;"
 					  " DROP TABLE gpu_kernels; DROP TABLE nccl_profiles;"
-					  " DROP TABLE nccl_links; " DROP_V4_TABLES " PRAGMA user_version = 1;", NULL, NULL,
+					  " DROP TABLE nccl_links; PRAGMA user_version = 1;", NULL, NULL,
 				      NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 10);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 11);
 	sqlite3_close(db);
 	assert_int_equal(rows(c->dir, "samples"), 4);
 	assert_int_equal(rows(c->dir, "launches"), 0);
@@ -610,12 +613,13 @@ static void test_migration_from_v2(void **state)
 	store_close(c->store);
 	c->store = NULL;
 	db = raw_open(c->dir);
-	assert_int_equal(sqlite3_exec(db, "DROP TABLE gpu_kernels; DROP TABLE nccl_profiles;"
-					  " DROP TABLE nccl_links; " DROP_V4_TABLES " PRAGMA user_version = 2;", NULL,
+	assert_int_equal(sqlite3_exec(db, DROP_V4_TABLES " DROP TABLE gpu_kernels;"
+					  " DROP TABLE nccl_profiles; DROP TABLE nccl_links;"
+					  " PRAGMA user_version = 2;", NULL,
 				      NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 10);
+	assert_int_equal(store_schema_version(c->store), 11);
 	struct job_spec js = { .base = { .node = 2, .epoch = 1, .sequence = 1,
 					 .window_start_ns = T0 },
 			       .job = "job-42", .first_rank = 0, .local_ranks = 2, .instances = 1,
@@ -1176,7 +1180,7 @@ static void test_migration_from_v4(void **state)
 				      NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 10);
+	assert_int_equal(store_schema_version(c->store), 11);
 	assert_int_equal(store_batch_find(c->store, node, 1, 1, &rec), 0);
 	assert_true(rec.exists);
 	assert_false(rec.hash_known);
