@@ -329,7 +329,7 @@ static void expect_corrupt(uint8_t *data, size_t len, int want, const char *frag
 }
 
 /* The encoder writes every section it knows: types 1-19, 24 (IDENTITIES), 22 (HOST_SIGNALS). */
-#define ENCODED_SECTIONS 21
+#define ENCODED_SECTIONS 22
 
 /* Section table entry i of an encoded batch. */
 static uint8_t *section_entry(struct byte_buf *buf, int i)
@@ -2162,8 +2162,8 @@ static void test_host_signals(void **state)
 			    "host_parse_errors");
 	encode(&b, &buf);
 	write_seed("batch-host-signals-raw", buf.data, buf.len, false);
-	assert_int_equal(load_le16(section_entry(&buf, 20)), SYSOM_SECTION_HOST_SIGNALS);
-	assert_int_equal(load_le32(section_entry(&buf, 20) + 4), 2);
+	assert_int_equal(load_le16(section_entry(&buf, 21)), SYSOM_SECTION_HOST_SIGNALS);
+	assert_int_equal(load_le32(section_entry(&buf, 21) + 4), 2);
 	if (sysom_batch_decode(buf.data, buf.len, NULL, &d, &err))
 		fail_msg("decode: %s", err.message);
 	assert_int_equal(d.host_signal_count, 2);
@@ -2197,16 +2197,16 @@ static void test_host_signals(void **state)
 	store_le16(rec + SYSOM_HOST_SIGNAL_RECORD_SIZE, load_le16(rec));
 	expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, "repeated");
 	memcpy(rec, save, sizeof(save));
-	store_le32(section_entry(&buf, 20) + 4, 3);
+	store_le32(section_entry(&buf, 21) + 4, 3);
 	expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, "HOST_SIGNALS: size");
-	store_le32(section_entry(&buf, 20) + 4, 2);
+	store_le32(section_entry(&buf, 21) + 4, 2);
 	struct sysom_wire_limits limits = sysom_wire_default_limits;
 	limits.max_host_signals = 1;
 	assert_int_equal(sysom_batch_decode(buf.data, buf.len, &limits, &d, &err), -SYSOM_ELIMIT);
 	assert_non_null(strstr(err.message, "HOST_SIGNALS"));
 	sysom_batch_free(&d);
 	/* A 1.5 reader knows no section 22: it skips it (as any unknown type). */
-	store_le16(section_entry(&buf, 20), 57);
+	store_le16(section_entry(&buf, 21), 57);
 	assert_int_equal(sysom_batch_decode(buf.data, buf.len, NULL, &d, NULL), 0);
 	assert_int_equal(d.host_signal_count, 0);
 	assert_int_equal(d.sample_count, 2);
