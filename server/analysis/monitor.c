@@ -119,15 +119,36 @@ struct finding {
 	char *hostname, *communicators, *layer, *severity, *summary, *action, *report;
 };
 
+/* Frees the text fields (identity and kind stay); a second call frees nothing. */
 static void finding_free(struct finding *f)
 {
-	free(f->hostname);
-	free(f->communicators);
-	free(f->layer);
-	free(f->severity);
-	free(f->summary);
-	free(f->action);
-	free(f->report);
+	char **fields[] = { &f->hostname, &f->communicators, &f->layer,  &f->severity,
+			    &f->summary,  &f->action,        &f->report };
+
+	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+		free(*fields[i]);
+		*fields[i] = NULL;
+	}
+}
+
+/* Sets the text fields of `f` to copies of these, `report` serialised (not taken): 0, or
+ * -ENOMEM with the fields freed. */
+static int finding_set(struct finding *f, const char *hostname, const char *communicators,
+		       const char *layer, const char *severity, const char *summary,
+		       const char *action, const json_t *report)
+{
+	f->hostname = strdup(hostname);
+	f->communicators = strdup(communicators);
+	f->layer = strdup(layer);
+	f->severity = strdup(severity);
+	f->summary = strdup(summary);
+	f->action = strdup(action);
+	f->report = report ? json_dumps(report, JSON_COMPACT) : NULL;
+	if (f->hostname && f->communicators && f->layer && f->severity && f->summary && f->action &&
+	    f->report)
+		return 0;
+	finding_free(f);
+	return -ENOMEM;
 }
 
 /* A persistent (or, by setting, intermittent) straggler `i` of the report. */
@@ -159,24 +180,17 @@ static int finding_of_straggler(const struct monitor *m, const struct straggler_
 		snprintf(summary, sizeof(summary), "rank %d is %s straggler (%.1f ms late on average)",
 			 e->rank, article, e->max_excess_ms);
 	report = diagnosis_straggler_incident_json(r, i);
-	f->hostname = strdup(e->hostname);
-	f->communicators = strdup(comms);
 	/* A diagnosis that failed names no layer; none attempted: "unknown". */
-	f->layer = strdup(e->diagnosed && !dg ? "" : diagnosis_layer_name(dg ? dg->layer
-										: DIAGNOSIS_LAYER_UNKNOWN));
-	f->severity = strdup(m->alerting.severity(INCIDENT_STRAGGLER,
-						    dg ? dg->layer : DIAGNOSIS_LAYER_UNKNOWN,
-						    e->persistent));
-	f->summary = strdup(summary);
-	f->action = strdup(dg ? dg->action : "");
-	f->report = report ? json_dumps(report, JSON_COMPACT) : NULL;
+	int rc = finding_set(f, e->hostname, comms,
+			     e->diagnosed && !dg ? ""
+						 : diagnosis_layer_name(dg ? dg->layer
+									   : DIAGNOSIS_LAYER_UNKNOWN),
+			     m->alerting.severity(INCIDENT_STRAGGLER,
+						  dg ? dg->layer : DIAGNOSIS_LAYER_UNKNOWN,
+						  e->persistent),
+			     summary, dg ? dg->action : "", report);
 	json_decref(report);
-	if (!f->hostname || !f->communicators || !f->layer || !f->severity || !f->summary ||
-	    !f->action || !f->report) {
-		finding_free(f);
-		return -ENOMEM;
-	}
-	return 0;
+	return rc;
 }
 
 /* A slow pipeline stage (link < 0) or slow link `link` of the report's pipeline pass: a
@@ -225,23 +239,16 @@ static int finding_of_pipeline(const struct monitor *m, const struct straggler_r
 					  l->transfer_ns / 1e6, "excess_ms", l->excess_ns / 1e6, "z",
 					  l->z),
 			   "pipeline", pj);
-	f->hostname = strdup("");
-	f->communicators = strdup(comm);
-	f->layer = strdup(st ? "pipeline-stage" : "pipeline-link");
-	f->severity = strdup(m->alerting.severity(INCIDENT_STRAGGLER, DIAGNOSIS_LAYER_UNKNOWN, true));
-	f->summary = strdup(summary);
-	f->action = strdup(st ? "look at this stage's rank: its compute per microbatch (CPU, GPU "
-				"or OS layer) is what the whole pipeline runs at"
-			      : "check the network path between these two ranks (NIC, switch "
-				"port, NVLink/PCIe)");
-	f->report = report ? json_dumps(report, JSON_COMPACT) : NULL;
+	int rc = finding_set(f, "", comm, st ? "pipeline-stage" : "pipeline-link",
+			     m->alerting.severity(INCIDENT_STRAGGLER, DIAGNOSIS_LAYER_UNKNOWN, true),
+			     summary,
+			     st ? "look at this stage's rank: its compute per microbatch (CPU, GPU "
+				  "or OS layer) is what the whole pipeline runs at"
+				: "check the network path between these two ranks (NIC, switch "
+				  "port, NVLink/PCIe)",
+			     report);
 	json_decref(report);
-	if (!f->hostname || !f->communicators || !f->layer || !f->severity || !f->summary ||
-	    !f->action || !f->report) {
-		finding_free(f);
-		return -ENOMEM;
-	}
-	return 0;
+	return rc;
 }
 
 /* ---- temporal baseline --------------------------------------------------------------------- */
@@ -380,21 +387,13 @@ static int baseline_check(struct monitor *m, struct job_entry *je, const char *j
 			 "(NCCL link bandwidth)");
 	}
 	report = diagnosis_regression_json(&g);
-	f->hostname = strdup("");
-	f->communicators = strdup("");
-	f->layer = strdup(diagnosis_layer_name(top ? DIAGNOSIS_LAYER_CPU : DIAGNOSIS_LAYER_UNKNOWN));
-	f->severity = strdup(m->alerting.severity(INCIDENT_REGRESSION,
-						    top ? DIAGNOSIS_LAYER_CPU
-							: DIAGNOSIS_LAYER_UNKNOWN, false));
-	f->summary = strdup(summary);
-	f->action = strdup(action);
-	f->report = report ? json_dumps(report, JSON_COMPACT) : NULL;
-	if (!f->hostname || !f->communicators || !f->layer || !f->severity || !f->summary ||
-	    !f->action || !f->report) {
-		finding_free(f);
-		rc = -ENOMEM;
+	if ((rc = finding_set(f, "", "",
+			      diagnosis_layer_name(top ? DIAGNOSIS_LAYER_CPU : DIAGNOSIS_LAYER_UNKNOWN),
+			      m->alerting.severity(INCIDENT_REGRESSION,
+						   top ? DIAGNOSIS_LAYER_CPU : DIAGNOSIS_LAYER_UNKNOWN,
+						   false),
+			      summary, action, report)))
 		goto cleanup;
-	}
 	*found = true;
 cleanup:
 	json_decref(report);
@@ -601,22 +600,16 @@ static int finding_of_host(const struct monitor *m, const struct reveal_node_sco
 		 "node %s (%s) is anomalous (score %.1f over %.1f for %u periods, against its own"
 		 " history and its peers): %s", n->hostname ? n->hostname : "", n->node_id,
 		 n->score, n->threshold, n->periods_over, dev);
-	f->hostname = strdup(n->hostname ? n->hostname : "");
-	f->communicators = strdup("");
-	f->layer = strdup(diagnosis_layer_name(DIAGNOSIS_LAYER_OS));
-	f->severity = strdup(m->alerting.severity(INCIDENT_HOST_ANOMALY, DIAGNOSIS_LAYER_OS, true));
-	f->summary = strdup(summary);
-	f->action = strdup("check the node's network (TCP retransmits, drops, NIC errors), memory "
-			   "pressure, disks and CPU clocks; `sysomctl hosts JOB` lists every node's "
-			   "deviations");
-	f->report = report ? json_dumps(report, JSON_COMPACT) : NULL;
+	int rc = finding_set(f, n->hostname ? n->hostname : "", "",
+			     diagnosis_layer_name(DIAGNOSIS_LAYER_OS),
+			     m->alerting.severity(INCIDENT_HOST_ANOMALY, DIAGNOSIS_LAYER_OS, true),
+			     summary,
+			     "check the node's network (TCP retransmits, drops, NIC errors), memory "
+			     "pressure, disks and CPU clocks; `sysomctl hosts JOB` lists every node's "
+			     "deviations",
+			     report);
 	json_decref(report);
-	if (!f->hostname || !f->communicators || !f->layer || !f->severity || !f->summary ||
-	    !f->action || !f->report) {
-		finding_free(f);
-		return -ENOMEM;
-	}
-	return 0;
+	return rc;
 }
 
 /* Host anomalies of the job's nodes as findings; a straggler on an anomalous node says so in its
@@ -693,23 +686,18 @@ static int hang_check(struct monitor *m, const char *job, const struct job_setti
 			 "the agent on %s stopped reporting %.0f s ago while %u process(es) of the job "
 			 "ran there: its ranks are not analysed (not a hang of the ranks)",
 			 ln->host, (double)(now - ln->last_ms) / 1e3, ln->nranks);
-		f->hostname = strdup(ln->host);
-		f->communicators = strdup("");
-		f->layer = strdup(diagnosis_layer_name(DIAGNOSIS_LAYER_UNKNOWN));
-		f->severity = strdup(m->alerting.severity(INCIDENT_AGENT_LOST,
-							    DIAGNOSIS_LAYER_UNKNOWN, false));
-		f->summary = strdup(summary);
-		f->action = strdup("check sysom-agent on the node (systemctl status sysom-agent, its "
-				   "journal) and whether the node is reachable");
-		f->report = lr ? json_dumps(lr, JSON_COMPACT) : NULL;
+		rc = finding_set(f, ln->host, "", diagnosis_layer_name(DIAGNOSIS_LAYER_UNKNOWN),
+				 m->alerting.severity(INCIDENT_AGENT_LOST, DIAGNOSIS_LAYER_UNKNOWN,
+						      false),
+				 summary,
+				 "check sysom-agent on the node (systemctl status sysom-agent, its "
+				 "journal) and whether the node is reachable",
+				 lr);
 		json_decref(lr);
 		(*nfound)++;
 		o->agents_lost++;
-		if (!f->hostname || !f->communicators || !f->layer || !f->severity ||
-		    !f->summary || !f->action || !f->report) {
-			rc = -ENOMEM;
+		if (rc)
 			goto cleanup;
-		}
 	}
 	if ((r->verdict != HANG_HUNG && r->verdict != HANG_STALL) ||
 	    *nfound == MONITOR_MAX_INCIDENTS)
@@ -791,19 +779,12 @@ static int hang_check(struct monitor *m, const char *job, const struct job_setti
 			snprintf(f->identity, sizeof(f->identity), "hang comm=%s", comm);
 		snprintf(f->kind, sizeof(f->kind), stall ? "stall" : "hang");
 		f->rank = stall || r->all_entered || r->nmissing != 1 ? -1 : h0->rank;
-		f->hostname = strdup(stall || r->all_entered || r->nmissing != 1 ? "" : h0->host);
-		f->communicators = strdup(comm);
-		f->layer = strdup(diagnosis_layer_name(DIAGNOSIS_LAYER_UNKNOWN));
-		f->severity = strdup(m->alerting.severity(stall ? INCIDENT_STALL : INCIDENT_HANG,
-							    DIAGNOSIS_LAYER_UNKNOWN,
-							    true));
-		f->summary = strdup(summary);
-		f->action = strdup(action);
-		f->report = report ? json_dumps(report, JSON_COMPACT) : NULL;
+		rc = finding_set(f, stall || r->all_entered || r->nmissing != 1 ? "" : h0->host, comm,
+				 diagnosis_layer_name(DIAGNOSIS_LAYER_UNKNOWN),
+				 m->alerting.severity(stall ? INCIDENT_STALL : INCIDENT_HANG,
+						      DIAGNOSIS_LAYER_UNKNOWN, true),
+				 summary, action, report);
 		(*nfound)++;
-		if (!f->hostname || !f->communicators || !f->layer || !f->severity ||
-		    !f->summary || !f->action || !f->report)
-			rc = -ENOMEM;
 	}
 cleanup:
 	json_decref(report);
@@ -940,21 +921,14 @@ static int finding_of_pattern(const struct monitor *m, const struct pattern_cand
 			   "change", s->pattern_change, "hold", (json_int_t)s->pattern_hold);
 	if (report && c->job_wide)
 		rc = json_object_set(report, "history", json_object_get(doc, "history")) ? -ENOMEM : 0;
-	f->hostname = strdup(host ? host : "");
-	f->communicators = strdup("");
-	f->layer = strdup(diagnosis_layer_name(pattern_layer(kind)));
-	f->severity = strdup(m->alerting.severity(INCIDENT_PATTERN, pattern_layer(kind), false));
-	f->summary = strdup(summary);
-	f->action = strdup(action);
-	f->report = report ? json_dumps(report, JSON_COMPACT) : NULL;
+	if (!rc)
+		rc = finding_set(f, host ? host : "", "", diagnosis_layer_name(pattern_layer(kind)),
+				 m->alerting.severity(INCIDENT_PATTERN, pattern_layer(kind), false),
+				 summary, action, report);
 	json_decref(report);
-	if (rc || !f->hostname || !f->communicators || !f->layer || !f->severity || !f->summary ||
-	    !f->action || !f->report) {
-		finding_free(f);
+	if (rc)
 		memset(f, 0, sizeof(*f));
-		return -ENOMEM;
-	}
-	return 0;
+	return rc;
 }
 
 /* Is this deviation strong enough for an incident? Collectives are the straggler test's
