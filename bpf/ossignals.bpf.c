@@ -511,11 +511,22 @@ int os_flush(void *ctx)
 	struct os_task *ts = cur->pid == c->cur_pid ? task_state(cur, false) : NULL;
 	if (ts)
 		charge_cpu_waits(c, cur, ts); /* the wait before this run, in this window */
-	if (!c->cur_tracked)
-		return 0;
-	/* Its process may have stopped being tracked since it was switched in: then leave its
-	 * entry alone from now on (the agent removes it). */
-	if (cur->pid != c->cur_tid || !is_tracked(cur, ts)) {
+	if (!c->cur_tracked || cur->pid != c->cur_tid) {
+		/* Switched in before its process was tracked (a thread that was already running
+		 * when the agent started, or when its process got its job identity): decide now,
+		 * as its next switch-in would, so a thread that never switches is measured from
+		 * this window on instead of never. */
+		if (cur->pid != c->cur_pid || !is_tracked(cur, ts) || !(t = thread_of(cur, ts, c))) {
+			c->cur_tracked = 0;
+			return 0;
+		}
+		c->cur_tracked = 1;
+		c->cur_tid = cur->pid;
+		c->cur_start = cur->start_time;
+		c->cur_epoch = track_epoch;
+	} else if (!is_tracked(cur, ts)) {
+		/* Its process stopped being tracked since it was switched in: leave its entry
+		 * alone from now on (the agent removes it). */
 		c->cur_tracked = 0;
 		return 0;
 	}
