@@ -11,9 +11,10 @@ require_root
 LOAD=$BUILD/bench/ingest_load
 [ -x "$LOAD" ] || { echo "missing $LOAD: build first" >&2; exit 1; }
 # 200 simulated agents, one batch every 10 s each: 20 batches/s into the ASan build on 2 CPUs.
-# It took 300 until 2026-11-28; the server's ASan build now stores about 22 batches/s here
-# (p50 3 s at 300 agents, 503s), with or without Expect and with the monitor idle: a per-batch
-# cost that grew with this wave and is not yet found (issue 20; bench/ingest_load measures it).
+# It took 300 until 2026-11-28. Against batches captured from today's agent, back to back on
+# this 2-CPU machine, the ASan server of that day's first build (dad63e1) stored 26.3 batches/s
+# at 300 agents (372 503s) and today's 19.3-22 (with or without Expect, monitor idle or not):
+# the batches and the server both cost more per batch now; not yet found (issue 20).
 AGENTS=200
 START=$SECONDS
 
