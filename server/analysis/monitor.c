@@ -867,7 +867,7 @@ static int finding_of_pattern(const struct monitor *m, const struct pattern_cand
 	int rc = 0;
 
 	memset(f, 0, sizeof(*f));
-	snprintf(f->identity, sizeof(f->identity), "%s", c->identity);
+	snprintf(f->identity, sizeof(f->identity), "%.*s", (int)sizeof(f->identity) - 1, c->identity);
 	snprintf(f->kind, sizeof(f->kind), "pattern");
 	if (!strcmp(kind, "kernel"))
 		snprintf(what, sizeof(what), "GPU kernel %s", fn);
