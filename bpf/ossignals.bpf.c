@@ -500,7 +500,10 @@ int os_flush(void *ctx)
 	struct os_cpu *c = this_cpu();
 	struct os_thread *t;
 
-	if (!c || !c->switch_ns)
+	if (!c)
+		return 0;
+	c->flush_ns = now;
+	if (!c->switch_ns)
 		return 0;
 	__u64 ran = now > c->switch_ns ? now - c->switch_ns : 0;
 	c->switch_ns = now;

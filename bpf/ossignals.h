@@ -40,6 +40,7 @@ struct os_cpu {
 	__u64 irqs_lost;        /* interrupts not counted per (CPU, IRQ): irq map full */
 	/* State of the CPU (not statistics). */
 	__u64 switch_ns;        /* when the current task was switched in (or the last flush) */
+	__u64 flush_ns;         /* when os_flush last ran here: the CPU's own window edge */
 	__u64 hardirq_start_ns; /* handler running since, 0 none */
 	__u64 softirq_start_ns; /* softirq running since, 0 none */
 	__u64 softirq_hardirq_base; /* hardirq_ns when that softirq started */

@@ -794,6 +794,23 @@ one_by_one:
 	return (int)total;
 }
 
+/* The window's length: the longest span between two flushes on one CPU. Everything a CPU
+ * charges lies between its own flushes, so no CPU is busy longer than the window; the agent's
+ * clock around the flush loop (`wall_ns`) is only the fallback, since a thread preempted between
+ * a CPU's flush and that clock read would make the window shorter than what was charged. */
+static uint64_t window_span(const struct ossignals *os, uint64_t wall_ns)
+{
+	uint64_t span = 0;
+
+	for (int c = 0; c < os->ncpus; c++) {
+		const struct os_cpu *now = &os->cpu_now[c], *prev = &os->cpu_prev[c];
+		if (prev->flush_ns && now->flush_ns > prev->flush_ns &&
+		    now->flush_ns - prev->flush_ns > span)
+			span = now->flush_ns - prev->flush_ns;
+	}
+	return span ? span : wall_ns;
+}
+
 static void collect_cpus(struct ossignals *os, const struct ossignals_visitor *v,
 			 struct ossignals_window *w)
 {
@@ -803,6 +820,7 @@ static void collect_cpus(struct ossignals *os, const struct ossignals_visitor *v
 		struct sysom_os_cpu row = { .cpu = (uint32_t)c, .numa_node = os->node[c] };
 		bool any;
 
+		prev->flush_ns = now->flush_ns;
 		w->threads_lost += take(now->threads_lost, &prev->threads_lost);
 		w->irqs_lost += take(now->irqs_lost, &prev->irqs_lost);
 		row.busy_ns = take(now->busy_ns, &prev->busy_ns);
@@ -1048,12 +1066,12 @@ int ossignals_collect(struct ossignals *os, const struct ossignals_visitor *v,
 	if ((rc = flush_cpus(os)))
 		return rc;
 	now = sysom_monotonic_ns();
-	w.duration_ns = now - os->last_collect_ns;
-	os->last_collect_ns = now;
 	if (!os->opts.track_all)
 		reconcile_tracked(os);
 	if ((rc = read_cpus(os, os->cpu_now)))
 		return rc;
+	w.duration_ns = window_span(os, now - os->last_collect_ns);
+	os->last_collect_ns = now;
 	collect_cpus(os, v, &w);
 	if ((rc = collect_irqs(os, v, &w)) || (rc = collect_threads(os, closing, v, &w)))
 		return rc;
