@@ -12,7 +12,7 @@
 #include "server/store/store_impl.h"
 
 /* The newest schema this build knows (clickhouse_schema.c). */
-#define CH_SCHEMA_VERSION 6
+#define CH_SCHEMA_VERSION 7
 
 /* Largest answer the store reads from ClickHouse (bigger: -E2BIG, nothing half-used). */
 #define CH_MAX_ANSWER (256u << 20)
@@ -189,6 +189,13 @@ extern const char *const ch__migration_host[];
 int ch__batch_write_host(const struct ch_gpu_os_put *p);
 int ch__host_signals(struct store *base, const struct store_host_filter *f, uint32_t max_rows,
 		     store_host_signal_fn fn, void *arg, bool *truncated);
+
+/* GPU health (clickhouse_gpu_health.c): its migration, the batch's rows (before the batch
+ * row), and store_gpu_health_list. */
+extern const char *const ch__migration_gpu_health[];
+int ch__batch_write_gpu_health(const struct ch_gpu_os_put *p);
+int ch__gpu_health_list(struct store *base, const char *node, int64_t from_ms, int64_t to_ms,
+			uint32_t limit, store_gpu_health_fn fn, void *arg);
 
 int ch__launches_aggregate(struct store *base, const struct store_sample_filter *f,
 			   uint32_t limit, store_launch_count_fn fn, void *arg, uint64_t *total);

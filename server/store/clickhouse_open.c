@@ -61,6 +61,7 @@ static const char *const *const migrations[CH_SCHEMA_VERSION] = {
 	ch__migration_state, /* incidents, job settings, baselines (clickhouse_state.c) */
 	ch__migration_host,  /* host signals (clickhouse_host.c) */
 	ch__migration_workers, /* job_ranks role, rank_pid (clickhouse_schema_workers.c) */
+	ch__migration_gpu_health, /* GPU health per window (clickhouse_gpu_health.c) */
 };
 
 static int read_version(struct ch_store *s, int *out)
@@ -214,6 +215,7 @@ static const struct store_ops ch_ops = {
 	.wall_aggregate = ch__wall_aggregate,
 	.job_os = ch__job_os,
 	.host_signals_list = ch__host_signals,
+	.gpu_health_list = ch__gpu_health_list,
 	.diagnosis_upsert = ch__diagnosis_upsert,
 	.diagnosis_resolve = ch__diagnosis_resolve,
 	.diagnoses_list = ch__diagnoses_list,

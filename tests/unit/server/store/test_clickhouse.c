@@ -1662,6 +1662,131 @@ static void test_host_signals_same_answers(void **state)
 	}
 }
 
+/* ---- GPU health (wire 1.6) ------------------------------------------------------------------ */
+
+/* Two GPUs per node: device 0 with every number known, device 1 with what NVML could not say
+ * left unknown (stored as NULL by SQLite, as the wire's sentinel by ClickHouse). */
+static void gpu_health_edit(struct sysom_batch *b)
+{
+	uint32_t uuid, bus, name;
+	char text[64];
+
+	snprintf(text, sizeof(text), "GPU-%02x-0000", b->node_id[0]);
+	assert_int_equal(sysom_batch_intern_cstring(b, text, &uuid), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, "00000000:3B:00.0", &bus), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, "NVIDIA H200", &name), 0);
+	struct sysom_gpu_health g = {
+		.device = 0, .uuid = uuid, .pci_bus_id = bus, .name = name, .samples = 10,
+		.slowdown_samples = 3, .reasons_any = 0x28, .reasons_last = 0x8, .sm_clock_min = 1200,
+		.sm_clock_last = 1410, .sm_clock_max = 1980, .mem_clock_last = 2619,
+		.mem_clock_max = 3201, .temp_max = 88, .temp_last = 86, .temp_slowdown = 87,
+		.temp_shutdown = 92, .power_max_mw = 700000, .power_last_mw = 650123,
+		.power_limit_mw = 700000, .util_gpu = 99, .util_mem = 41, .ecc_corrected = 5,
+		.ecc_uncorrected = 1, .retired_sbe = 2, .retired_dbe = 0, .pcie_replays = 7,
+		.flags = 0, .nvlink_errors = (uint64_t)1 << 40, .xid_count = 2, .xid_last = 79,
+	};
+	assert_int_equal(sysom_batch_set_gpu_health(b, &g), 0);
+	struct sysom_gpu_health u = {
+		.device = 1, .uuid = uuid, .pci_bus_id = bus, .name = name, .samples = 1,
+		.reasons_any = SYSOM_GPU_UNKNOWN64, .reasons_last = SYSOM_GPU_UNKNOWN64,
+		.sm_clock_min = SYSOM_GPU_UNKNOWN, .sm_clock_last = SYSOM_GPU_UNKNOWN,
+		.sm_clock_max = SYSOM_GPU_UNKNOWN, .mem_clock_last = SYSOM_GPU_UNKNOWN,
+		.mem_clock_max = SYSOM_GPU_UNKNOWN, .temp_max = SYSOM_GPU_UNKNOWN,
+		.temp_last = SYSOM_GPU_UNKNOWN, .temp_slowdown = SYSOM_GPU_UNKNOWN,
+		.temp_shutdown = SYSOM_GPU_UNKNOWN, .power_max_mw = SYSOM_GPU_UNKNOWN,
+		.power_last_mw = SYSOM_GPU_UNKNOWN, .power_limit_mw = SYSOM_GPU_UNKNOWN,
+		.util_gpu = SYSOM_GPU_UNKNOWN, .util_mem = SYSOM_GPU_UNKNOWN,
+		.ecc_corrected = SYSOM_GPU_UNKNOWN64, .ecc_uncorrected = SYSOM_GPU_UNKNOWN64,
+		.retired_sbe = SYSOM_GPU_UNKNOWN, .retired_dbe = SYSOM_GPU_UNKNOWN,
+		.pcie_replays = SYSOM_GPU_UNKNOWN, .nvlink_errors = SYSOM_GPU_UNKNOWN64,
+	};
+	assert_int_equal(sysom_batch_set_gpu_health(b, &u), 0);
+}
+
+static int gpu_health_text(void *arg, const struct store_gpu_health *g)
+{
+	struct text *t = arg;
+	const struct sysom_gpu_health *h = &g->h;
+
+	text_add(t,
+		 "G %s %s %" PRId64 " %" PRId64 " %u %s %s %s %u %u %" PRIu64 " %" PRIu64
+		 " %u %u %u %u %u %u %u %u %u %u %u %u %u %u %" PRIu64 " %" PRIu64
+		 " %u %u %u %u %" PRIu64 " %u %u\n",
+		 g->node_id, g->hostname, g->window_start_ns, g->window_end_ns, h->device, g->uuid,
+		 g->pci_bus_id, g->name, h->samples, h->slowdown_samples, h->reasons_any,
+		 h->reasons_last, h->sm_clock_min, h->sm_clock_last, h->sm_clock_max,
+		 h->mem_clock_last, h->mem_clock_max, h->temp_max, h->temp_last, h->temp_slowdown,
+		 h->temp_shutdown, h->power_max_mw, h->power_last_mw, h->power_limit_mw,
+		 h->util_gpu, h->util_mem, h->ecc_corrected, h->ecc_uncorrected, h->retired_sbe,
+		 h->retired_dbe, h->pcie_replays, h->flags, h->nvlink_errors, h->xid_count,
+		 h->xid_last);
+	return 0;
+}
+
+/* GET /nodes/{node}/gpus on ClickHouse: the same windows as SQLite, every number (known and
+ * unknown) back as written, by node id or hostname, a duplicate once, the same limit. */
+static void test_gpu_health_same_answers(void **state)
+{
+	struct ctx *c = *state;
+	const int64_t r0 = (int64_t)T0 + 41000000000LL;
+	static struct text a, b;
+	struct text *tx[2] = { &a, &b };
+	struct store *st[2] = { c->sq, c->ch };
+
+	REQUIRE_CH();
+	struct job_spec n1 = { .base = { .node = 1, .epoch = 1, .sequence = 1, .window_start_ns = T0,
+					 .hostname = "gpu-1" },
+			       .job = "job-42", .first_rank = 0, .local_ranks = 4, .instances = 1,
+			       .skip_rank = -1, .late_rank = -1 };
+	struct job_spec n2 = n1;
+	n2.base.node = 2;
+	n2.base.hostname = "gpu-2";
+	n2.first_rank = 4;
+	struct job_spec n1_later = n1;
+	n1_later.base.sequence = 2;
+	n1_later.base.window_start_ns = T0 + 30000000000ULL;
+	put_job_edited(c, &n1, r0, gpu_health_edit);
+	put_job_edited(c, &n2, r0 + 1, gpu_health_edit);
+	put_job_edited(c, &n1, r0 + 2, gpu_health_edit); /* a duplicate */
+	put_job_edited(c, &n1_later, r0 + 3, gpu_health_edit);
+	static const struct {
+		const char *node;
+		uint32_t limit;
+		unsigned rows;
+	} cases[] = {
+		{ NULL, 100, 6 }, { "gpu-1", 100, 4 }, { "02020202020202020202020202020202", 100, 2 },
+		{ NULL, 3, 3 }, { "nobody", 10, 0 },
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		for (int i = 0; i < 2; i++) {
+			memset(tx[i], 0, sizeof(*tx[i]));
+			int rc = store_gpu_health_list(st[i], cases[k].node, 0, INT64_MAX / 1000000,
+						       cases[k].limit, gpu_health_text, tx[i]);
+			if (rc)
+				fail_msg("store_gpu_health_list %d: %s", i, sysom_strerror(rc));
+		}
+		assert_string_equal(a.buf, b.buf);
+		unsigned n = 0;
+		for (size_t j = 0; j < a.len; j++)
+			n += a.buf[j] == '\n';
+		assert_int_equal(n, cases[k].rows);
+	}
+	/* The unknown numbers came back as unknown, the known ones exactly. */
+	memset(&b, 0, sizeof(b));
+	assert_int_equal(store_gpu_health_list(c->ch, "gpu-2", 0, INT64_MAX / 1000000, 10,
+					       gpu_health_text, &b), 0);
+	assert_non_null(strstr(b.buf, " 1 GPU-02-0000 00000000:3B:00.0 NVIDIA H200 1 0 "
+				      "18446744073709551615 18446744073709551615 4294967295 "));
+	assert_non_null(strstr(b.buf, " 0 GPU-02-0000 00000000:3B:00.0 NVIDIA H200 10 3 40 8 1200 "
+				      "1410 1980 2619 3201 88 86 87 92 700000 650123 700000 99 41 5 1 "
+				      "2 0 7 0 1099511627776 2 79\n"));
+	/* A window range that ends before the first window: nothing. */
+	memset(&b, 0, sizeof(b));
+	assert_int_equal(store_gpu_health_list(c->ch, NULL, 0, (int64_t)(T0 / 1000000) - 1, 10,
+					       gpu_health_text, &b), 0);
+	assert_int_equal(b.len, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1669,6 +1794,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_jobs_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_gpu_os_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_host_signals_same_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_gpu_health_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_duplicate_and_conflict, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_uncommitted_rows_invisible, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kernel_symbols, setup, teardown),
