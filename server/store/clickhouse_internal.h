@@ -12,7 +12,7 @@
 #include "server/store/store_impl.h"
 
 /* The newest schema this build knows (clickhouse_schema.c). */
-#define CH_SCHEMA_VERSION 7
+#define CH_SCHEMA_VERSION 8
 
 /* Largest answer the store reads from ClickHouse (bigger: -E2BIG, nothing half-used). */
 #define CH_MAX_ANSWER (256u << 20)
@@ -157,6 +157,8 @@ void ch__job_processes_sql(struct byte_buf *q, const char *job, bool has_rank, i
 void ch__job_ranks_sql(struct byte_buf *q, const char *job);
 
 int ch__jobs_list(struct store *base, uint32_t limit, store_job_fn fn, void *arg);
+int ch__jobs_list_identity(struct store *base, const struct store_sample_filter *f,
+			   uint32_t limit, store_job_fn fn, void *arg);
 int ch__job_ranks_list(struct store *base, const char *job, uint32_t limit, store_job_rank_fn fn,
 		       void *arg);
 int ch__job_communicators_list(struct store *base, const char *job, uint32_t limit,
@@ -219,9 +221,9 @@ typedef int (*ch_row_fn)(void *ctx, char **f);
 int ch__select_run(struct ch_store *s, struct byte_buf *q, unsigned nfields, ch_row_fn row,
 		   void *ctx, char **totals);
 
-/* Appends " AND ..." for the node, pid and comm of a sample filter over a row set with columns
- * node_id, tgid, comm (the process's) and, when `thread_comm`, thread_comm. -ENOTSUP for a
- * job filter (job ranks are not stored on ClickHouse yet). */
+/* Appends " AND ..." for the node, pid, comm, job (and rank) and identity of a sample filter
+ * over a row set with columns process, node_id, tgid, comm (the process's) and, when
+ * `thread_comm`, thread_comm. 0 or an error. */
 int ch__filter_conds(struct byte_buf *q, const struct store_sample_filter *f, bool thread_comm);
 
 /* Runs a stack aggregate `q` whose rows are comm, min(tgid), max(tgid), processes, user
@@ -242,6 +244,28 @@ void ch__stacks_prefetch(struct ch_store *s, const int64_t *ids, size_t n);
 extern const char *const ch__migration_state[];
 /* Schema 5: job_ranks role and rank_pid (clickhouse_schema_workers.c). */
 extern const char *const ch__migration_workers[];
+
+/* ---- process identities (clickhouse_schema_identity.c; migration 8) ------------------------ */
+
+extern const char *const ch__migration_identity[];
+/* Appends the subquery of each process's merged identity, SQLite's process_identities row:
+ * columns process, i_known (1), i_runtime, i_container_id, i_pod_uid, i_namespace,
+ * i_pod_name, i_container_name, i_slurm_job, i_slurm_step, i_unit. */
+void ch__identities_merged_sql(struct byte_buf *q);
+/* The identity columns of ch__identities_merged_sql in store_identity's order (10 fields). */
+#define CH_IDENTITY_COLUMNS                                                                  \
+	"i_known, i_runtime, i_container_id, i_pod_uid, i_namespace, i_pod_name,"          \
+	" i_container_name, i_slurm_job, i_slurm_step, i_unit"
+#define CH_IDENTITY_FIELDS 10
+/* Appends "(SELECT process ...)": the processes whose identity matches the identity filters
+ * of `f` (namespace, pod, container, unit, Slurm job), as SQLite's filter. */
+void ch__identity_processes_sql(struct byte_buf *q, const struct store_sample_filter *f);
+/* Reads CH_IDENTITY_COLUMNS (f[0..9]; borrowed) into *id: known false when i_known is 0 (a
+ * process without a stored identity, read through a LEFT JOIN). 0 or -EPROTO. */
+int ch__identity_read(char **f, struct store_identity *id);
+/* Writes a batch's identity rows (process keys: the batch's processes in order). */
+int ch__identities_write(struct ch_store *s, const struct sysom_batch *b, const char *node_hex,
+			 const uint64_t *process_keys, int64_t received_ns, uint64_t attempt);
 int ch__diagnosis_upsert(struct store *base, const struct store_diagnosis *d, int64_t *id,
 			 bool *opened);
 int ch__diagnosis_resolve(struct store *base, int64_t id, int64_t now_ms);

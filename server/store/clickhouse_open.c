@@ -62,6 +62,7 @@ static const char *const *const migrations[CH_SCHEMA_VERSION] = {
 	ch__migration_host,  /* host signals (clickhouse_host.c) */
 	ch__migration_workers, /* job_ranks role, rank_pid (clickhouse_schema_workers.c) */
 	ch__migration_gpu_health, /* GPU health per window (clickhouse_gpu_health.c) */
+	ch__migration_identity, /* process identities (clickhouse_schema_identity.c) */
 };
 
 static int read_version(struct ch_store *s, int *out)
@@ -191,6 +192,7 @@ cleanup:
 }
 
 static const struct store_ops ch_ops = {
+	.identities = true,
 	.close = ch_close,
 	.schema_version = ch_schema_version,
 	.batch_put = ch__batch_put,
@@ -206,6 +208,7 @@ static const struct store_ops ch_ops = {
 	.counters_list = ch__counters_list,
 	.launches_aggregate = ch__launches_aggregate,
 	.jobs_list = ch__jobs_list,
+	.jobs_list_identity = ch__jobs_list_identity,
 	.job_ranks_list = ch__job_ranks_list,
 	.job_communicators_list = ch__job_communicators_list,
 	.collectives_list = ch__collectives_list,

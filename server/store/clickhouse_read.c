@@ -273,7 +273,11 @@ int ch__filter_conds(struct byte_buf *q, const struct store_sample_filter *f, bo
 		byte_buf_printf(q, " AND process IN ");
 		ch__job_processes_sql(q, f->job, f->has_rank, f->rank);
 	}
-	return 0;
+	if (store_filter_has_identity(f)) {
+		byte_buf_printf(q, " AND process IN ");
+		ch__identity_processes_sql(q, f);
+	}
+	return byte_buf_error(q);
 }
 
 /* Appends the samples (joined with their process's comm) matching `f`, as a FROM clause. */
@@ -430,7 +434,7 @@ static int process_row(void *ctx, char **f)
 	    !f[8] || u32_field(f[2], &p.pid) || u32_field(f[3], &p.ppid) ||
 	    u32_field(f[4], &p.generation) || ch_tsv_u64(f[5], &p.start_time_ns) ||
 	    ch_tsv_i64(f[9], &p.first_seen_ns) || ch_tsv_i64(f[10], &p.last_seen_ns) ||
-	    ch_tsv_u64(f[11], &p.samples))
+	    ch_tsv_u64(f[11], &p.samples) || ch__identity_read(f + 12, &p.identity))
 		return -EPROTO;
 	memcpy(p.node_id, f[0], sizeof(p.node_id));
 	return v->fn(v->arg, &p);
@@ -443,9 +447,13 @@ int ch__processes_list(struct store *base, const struct store_sample_filter *f, 
 	struct byte_buf q = { 0 };
 	int rc;
 
+	/* One JOIN per SELECT (18.16): the top processes, their attributes, their identity (a
+	 * process without one reads i_known 0), then their node's hostname. */
 	byte_buf_printf(&q,
 		"SELECT node_id, hostname, tgid, ppid, generation, start_time_ns, comm, exe, cmdline,"
-		" first_seen_ns, last_seen_ns, c FROM"
+		" first_seen_ns, last_seen_ns, c, " CH_IDENTITY_COLUMNS " FROM"
+		" (SELECT process, c, node_id, tgid, ppid, generation, start_time_ns, comm, exe,"
+		"  cmdline, first_seen_ns, last_seen_ns, " CH_IDENTITY_COLUMNS " FROM"
 		" (SELECT process, c, node_id, tgid, ppid, generation, start_time_ns, comm, exe,"
 		"  cmdline, first_seen_ns, last_seen_ns FROM"
 		"  (SELECT process, sum(count) AS c");
@@ -459,10 +467,14 @@ int ch__processes_list(struct store *base, const struct store_sample_filter *f, 
 		"   argMax(exe, received_ns) AS exe, argMax(cmdline, received_ns) AS cmdline,"
 		"   min(first_seen_ns) AS first_seen_ns, max(last_seen_ns) AS last_seen_ns"
 		"   FROM processes WHERE " CH_COMMITTED " GROUP BY process) USING process)"
+		"  ANY LEFT JOIN ", limit);
+	ch__identities_merged_sql(&q);
+	byte_buf_printf(&q,
+		"  USING process)"
 		" ANY LEFT JOIN (SELECT node_id, argMax(hostname, received_ns) AS hostname"
 		"  FROM batches WHERE " CH_COMMITTED " GROUP BY node_id) USING node_id"
-		" ORDER BY c DESC, process", limit);
-	rc = ch__select_run(ch__store(base), &q, 12, process_row, &v, NULL);
+		" ORDER BY c DESC, process");
+	rc = ch__select_run(ch__store(base), &q, 12 + CH_IDENTITY_FIELDS, process_row, &v, NULL);
 cleanup:
 	byte_buf_free(&q);
 	return rc;

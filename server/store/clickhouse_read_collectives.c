@@ -228,13 +228,35 @@ int ch__jobs_list(struct store *base, uint32_t limit, store_job_fn fn, void *arg
 	return rc;
 }
 
+int ch__jobs_list_identity(struct store *base, const struct store_sample_filter *f,
+			   uint32_t limit, store_job_fn fn, void *arg)
+{
+	struct job_visit v = { fn, arg };
+	struct byte_buf q = { 0 };
+	int rc;
+
+	/* As SQLite: the jobs of the processes whose identity matches, counted over all their
+	 * processes. */
+	byte_buf_printf(&q, "SELECT j, max(ws), uniqExactIf(r, r >= 0), count(), uniqExact(node),"
+			    " min(f), max(l) AS last FROM ");
+	job_ranks_merged(&q, NULL);
+	byte_buf_printf(&q, " WHERE j != '' AND j IN (SELECT j FROM ");
+	job_ranks_merged(&q, NULL);
+	byte_buf_printf(&q, " WHERE process IN ");
+	ch__identity_processes_sql(&q, f);
+	byte_buf_printf(&q, ") GROUP BY j ORDER BY last DESC, j LIMIT %" PRIu32, limit);
+	rc = run(ch__store(base), &q, 7, job_row, &v);
+	byte_buf_free(&q);
+	return rc;
+}
+
 /* ---- ranks ---------------------------------------------------------------------------------- */
 
 /* Rows read whole first (then hostnames and comms): the callback sees them in order. */
 struct rank_ent {
 	struct store_job_rank r;
 	uint64_t process;
-	char *strings; /* job_id_source, master, groups, comm: one allocation */
+	char *strings; /* job_id_source, master, groups, then the identity's: one allocation */
 };
 
 struct ranks {
@@ -242,12 +264,24 @@ struct ranks {
 	size_t n, cap;
 };
 
+/* job_id_source, master, groups, then the identity's strings ("" when unknown). */
+#define RANK_STRINGS 11
+
+static const char *rank_string(const struct rank_ent *e, char **f, unsigned i)
+{
+	static const unsigned identity_field[] = { 1, 2, 3, 4, 5, 6, 8, 9 };
+
+	if (i < 3)
+		return f[11 + i];
+	return e->r.identity.known ? f[18 + identity_field[i - 3]] : "";
+}
+
 static int rank_row(void *ctx, char **f)
 {
 	struct ranks *rs = ctx;
 	struct rank_ent *e;
 	uint64_t src, role;
-	size_t l1, l2, l3;
+	size_t len = 0;
 
 	if (rs->n == rs->cap) {
 		size_t cap = rs->cap ? 2 * rs->cap : 64;
@@ -271,16 +305,40 @@ static int rank_row(void *ctx, char **f)
 		return -EPROTO;
 	e->r.source = (uint8_t)src;
 	e->r.role = (uint8_t)role;
-	l1 = strlen(f[11]) + 1;
-	l2 = strlen(f[12]) + 1;
-	l3 = strlen(f[13]) + 1;
-	if (!(e->strings = malloc(l1 + l2 + l3)))
+	if (ch__identity_read(f + 18, &e->r.identity))
+		return -EPROTO;
+	/* The strings outlive the answer: copied into one allocation, pointed at later. */
+	for (unsigned i = 0; i < RANK_STRINGS; i++)
+		len += strlen(rank_string(e, f, i)) + 1;
+	if (!(e->strings = malloc(len)))
 		return -ENOMEM;
-	memcpy(e->strings, f[11], l1);
-	memcpy(e->strings + l1, f[12], l2);
-	memcpy(e->strings + l1 + l2, f[13], l3);
+	len = 0;
+	for (unsigned i = 0; i < RANK_STRINGS; i++) {
+		size_t l = strlen(rank_string(e, f, i)) + 1;
+
+		memcpy(e->strings + len, rank_string(e, f, i), l);
+		len += l;
+	}
 	rs->n++;
 	return 0;
+}
+
+/* Points the strings of a rank at their copies (in rank_string's order). */
+static void rank_strings_set(struct rank_ent *e)
+{
+	const char **to[RANK_STRINGS] = {
+		&e->r.job_id_source, &e->r.master, &e->r.groups, &e->r.identity.runtime,
+		&e->r.identity.container_id, &e->r.identity.pod_uid, &e->r.identity.pod_namespace,
+		&e->r.identity.pod_name, &e->r.identity.container_name, &e->r.identity.slurm_step,
+		&e->r.identity.unit,
+	};
+	const char *p = e->strings;
+
+	for (unsigned i = 0; i < RANK_STRINGS; i++) {
+		if (i < 3 || e->r.identity.known)
+			*to[i] = p;
+		p += strlen(p) + 1;
+	}
 }
 
 struct comm_name {
@@ -324,10 +382,12 @@ int ch__job_ranks_list(struct store *base, const char *job, uint32_t limit, stor
 	int rc;
 
 	byte_buf_printf(&q, "SELECT process, r, ws, lr, lws, gr, src, node, pid, gen, st, jis, ms,"
-			    " gs, f, l, role, rpid FROM ");
+			    " gs, f, l, role, rpid, " CH_IDENTITY_COLUMNS " FROM ");
 	job_ranks_merged(&q, job);
-	byte_buf_printf(&q, " ORDER BY r < 0, r, node, pid, st LIMIT %" PRIu32, limit);
-	if ((rc = run(s, &q, 18, rank_row, &rs)) || !rs.n)
+	byte_buf_printf(&q, " ANY LEFT JOIN ");
+	ch__identities_merged_sql(&q);
+	byte_buf_printf(&q, " USING process ORDER BY r < 0, r, node, pid, st LIMIT %" PRIu32, limit);
+	if ((rc = run(s, &q, 18 + CH_IDENTITY_FIELDS, rank_row, &rs)) || !rs.n)
 		goto cleanup;
 	/* The processes' current comm (the latest batch's), as the process listing has it. */
 	cn.v = calloc(rs.n, sizeof(*cn.v));
@@ -354,9 +414,7 @@ int ch__job_ranks_list(struct store *base, const char *job, uint32_t limit, stor
 
 		hit = bsearch(&key, cn.v, cn.n, sizeof(*cn.v), comm_name_cmp);
 		e->r.comm = hit ? hit->comm : "";
-		e->r.job_id_source = e->strings;
-		e->r.master = e->strings + strlen(e->strings) + 1;
-		e->r.groups = e->r.master + strlen(e->r.master) + 1;
+		rank_strings_set(e);
 		e->r.hostname = host_name(&h, e->r.node_id);
 		rc = fn(arg, &e->r);
 	}

@@ -563,7 +563,8 @@ int ch__batch_put(struct store *base, const struct sysom_batch *b, uint64_t cont
 	if ((rc = objects_write(&p, &r)) || (rc = stacks_write(&p, &r)) ||
 	    (rc = processes_write(&p, &r)) || (rc = samples_write(&p, &r)) ||
 	    (rc = ch__collectives_write(s, b, p.node_hex, p.processes, received_ns, p.attempt,
-					&r)))
+					&r)) ||
+	    (rc = ch__identities_write(s, b, p.node_hex, p.processes, received_ns, p.attempt)))
 		goto cleanup;
 	if (!(stack_ids = calloc(b->stack_count + 1, sizeof(*stack_ids)))) {
 		rc = -ENOMEM;

@@ -13,7 +13,18 @@ require_root
 
 CHDIR=$E2E_TMP/clickhouse
 ch_stop() { "$ROOT/tests/tools/clickhouse-private.sh" stop "$CHDIR"; }
-trap 'ch_stop; e2e_cleanup' EXIT
+# A process in a crafted systemd scope (its pod-shaped twin: test_identity.sh) gives the
+# stores an identity to keep: ClickHouse must list and filter it as SQLite does.
+CGROOT=
+for d in /sys/fs/cgroup /sys/fs/cgroup/systemd /sys/fs/cgroup/unified; do
+	if [ "$d" = /sys/fs/cgroup ] && [ ! -e /sys/fs/cgroup/cgroup.controllers ]; then continue; fi
+	[ -e "$d/cgroup.procs" ] && CGROOT=$d && break
+done
+UNIT=sysom-e2e-ch-$$.scope
+UNIT_CG=
+[ -n "$CGROOT" ] && mkdir -p "$CGROOT/sysom-e2e-ch.slice/$UNIT" 2>/dev/null &&
+	UNIT_CG=$CGROOT/sysom-e2e-ch.slice/$UNIT
+trap 'ch_stop; [ -n "$UNIT_CG" ] && rmdir "$UNIT_CG" "${UNIT_CG%/*}" 2>/dev/null; e2e_cleanup' EXIT
 CH=$("$ROOT/tests/tools/clickhouse-private.sh" start "$CHDIR") || { echo "clickhouse did not start" >&2; exit 1; }
 diag "clickhouse at $CH"
 
@@ -42,7 +53,14 @@ GPU_OPTS=()
 [ -n "$HAVE_SIMJOB" ] && GPU_OPTS=(--off-cpu-min 1ms --gpu-launch-duty 1
 	--gpu-libraries "$SIMJOB_DIR/libnccl.so.2:$SIMJOB_DIR/libcuda.so.1")
 start_agent agent "$TEE_URL" --sample-rate 1 "${GPU_OPTS[@]}" || exit 1
+UPID=
+if [ -n "$UNIT_CG" ]; then
+	# The shell moves itself into the scope, then becomes the workload (runs alongside).
+	bash -c "echo \$\$ > '$UNIT_CG/cgroup.procs' && exec '$WORKLOAD_BIN' 2 --quiet" &
+	UPID=$!
+fi
 read -r WPID WCPU < <(run_workload 4 --mode mixed --threads 2)
+[ -n "$UPID" ] && wait "$UPID"
 diag "workload pid $WPID used ${WCPU}s of CPU"
 if [ -n "$HAVE_SIMJOB" ]; then
 	SYSOM_SOCKET_PATH=$E2E_TMP/agent.sock NCCL_PROFILER_PLUGIN=$PLUGIN \
@@ -86,6 +104,24 @@ check "kernel frames are symbolized on ClickHouse too (uploaded kallsyms)" \
 	grep -Eq 'entry_SYSCALL|do_syscall' "$E2E_TMP/ch.folded"
 check "nodes are listed the same (but for their last receive time)" diff -q "$E2E_TMP/sq.nodes" "$E2E_TMP/ch.nodes"
 check "processes are listed the same" diff -q "$E2E_TMP/sq.processes" "$E2E_TMP/ch.processes"
+if [ -n "$UNIT_CG" ]; then
+	for side in ch sq; do
+		[ $side = ch ] && SERVER_URL=$CH_URL || SERVER_URL=$SQ_URL
+		curl -sf "$SERVER_URL/api/v1/processes?from=-10m&unit=$UNIT" | python3 -c 'import json,sys
+print(json.dumps(json.load(sys.stdin)["processes"], sort_keys=True))' >"$E2E_TMP/$side.unit.json"
+		ctl flamegraph --unit "$UNIT" --from -1d --to now --format folded | sort \
+			>"$E2E_TMP/$side.unit.folded"
+	done
+	check "processes?unit= on ClickHouse: the scope's process with its identity, as on SQLite" \
+		bash -c "grep -q '\"unit\": \"$UNIT\"' '$E2E_TMP/ch.unit.json' && grep -q '\"pid\": $UPID,' '$E2E_TMP/ch.unit.json' && cmp -s '$E2E_TMP/sq.unit.json' '$E2E_TMP/ch.unit.json'"
+	check "the unit's flame graph is the same on both ($(wc -l <"$E2E_TMP/ch.unit.folded") stacks)" \
+		bash -c "[ -s '$E2E_TMP/ch.unit.folded' ] && diff -q '$E2E_TMP/sq.unit.folded' '$E2E_TMP/ch.unit.folded'"
+	SERVER_URL=$CH_URL
+	check "an unknown pod's flame graph on ClickHouse is empty, not 501" \
+		test "$(curl -s -o /dev/null -w '%{http_code}' "$CH_URL/api/v1/flamegraph?from=-1d&pod=no-such-pod")" = 200
+else
+	diag "SKIP identity on ClickHouse: no writable cgroup hierarchy"
+fi
 
 # Off-CPU, GPU launch and GPU time flame graphs, and the wall-clock one of the workload and
 # of each simjob rank (it needs one process): the same groups and weights.

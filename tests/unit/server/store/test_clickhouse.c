@@ -271,13 +271,28 @@ static int node_text(void *arg, const struct store_node *n)
 	return 0;
 }
 
+/* A process's identity: "-" when unknown, else every field ("" shown as ''). */
+static void identity_text(struct text *t, const struct store_identity *id)
+{
+	if (!id->known) {
+		text_add(t, " id=-");
+		return;
+	}
+	text_add(t, " id=[rt='%s' cid='%s' uid='%s' ns='%s' pod='%s' cn='%s' slurm=%" PRIu64
+		 " step='%s' unit='%s']", id->runtime, id->container_id, id->pod_uid,
+		 id->pod_namespace, id->pod_name, id->container_name, id->slurm_job, id->slurm_step,
+		 id->unit);
+}
+
 static int process_text(void *arg, const struct store_process *p)
 {
 	struct text *t = arg;
 
-	text_add(t, "%s %s %u %u %u %" PRIu64 " %s %s %s %" PRId64 " %" PRId64 " %" PRIu64 "\n",
+	text_add(t, "%s %s %u %u %u %" PRIu64 " %s %s %s %" PRId64 " %" PRId64 " %" PRIu64,
 		 p->node_id, p->hostname, p->pid, p->ppid, p->generation, p->start_time_ns,
 		 p->comm, p->exe, p->cmdline, p->first_seen_ns, p->last_seen_ns, p->samples);
+	identity_text(t, &p->identity);
+	text_add(t, "\n");
 	return 0;
 }
 
@@ -423,11 +438,13 @@ static int job_text(void *arg, const struct store_job *j)
 static int rank_text(void *arg, const struct store_job_rank *r)
 {
 	text_add(arg, "r=%d ws=%d lr=%d lws=%d gr=%d src=%u %s %s pid=%u gen=%u st=%" PRIu64
-		 " %s %s %s %s first=%" PRId64 " last=%" PRId64 " role=%u rpid=%u\n", r->rank,
+		 " %s %s %s %s first=%" PRId64 " last=%" PRId64 " role=%u rpid=%u", r->rank,
 		 r->world_size, r->local_rank, r->local_world_size, r->group_rank, r->source,
 		 r->node_id, r->hostname, r->pid, r->generation, r->start_time_ns, r->comm,
 		 r->job_id_source, r->master, r->groups, r->first_seen_ns, r->last_seen_ns, r->role,
 		 r->rank_pid);
+	identity_text(arg, &r->identity);
+	text_add(arg, "\n");
 	return 0;
 }
 
@@ -1137,6 +1154,279 @@ static void test_gpu_os_same_answers(void **state)
 	same_agg(c, AGG_WALL, &all, 3);
 }
 
+/* ---- process identities (wire 1.5 IDENTITIES, ClickHouse migration 8) --------------------- */
+
+#define ID_CID "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+#define ID_UID "6f9d1c2e-1b2a-4c3d-8e4f-0a1b2c3d4e5f"
+
+struct id_spec {
+	uint32_t process;
+	uint8_t runtime;
+	const char *cid, *uid, *ns, *pod, *cname, *step, *unit;
+	uint64_t slurm;
+};
+
+static void identity_add(struct sysom_batch *b, const struct id_spec *s)
+{
+	struct sysom_identity id = { .process = s->process, .runtime = s->runtime,
+				     .slurm_job = s->slurm };
+
+	assert_int_equal(sysom_batch_intern_cstring(b, s->cid ? s->cid : "", &id.container_id), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, s->uid ? s->uid : "", &id.pod_uid), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, s->ns ? s->ns : "", &id.pod_namespace), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, s->pod ? s->pod : "", &id.pod_name), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, s->cname ? s->cname : "",
+						    &id.container_name), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, s->step ? s->step : "", &id.slurm_step), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, s->unit ? s->unit : "", &id.unit), 0);
+	assert_int_equal(sysom_batch_set_identity(b, &id), 0);
+}
+
+/* Puts a fixture batch with identities `ids` (n of them) into the stores given (NULL: skip). */
+static void put_identities(struct store *sq, struct store *ch, const struct fixture_spec *spec,
+			   const struct id_spec *ids, size_t n, int64_t received_ns)
+{
+	struct store_put_result a = { 0 }, b = { 0 };
+	struct sysom_batch batch;
+
+	assert_int_equal(fixture_batch_build(&batch, spec), 0);
+	for (size_t i = 0; i < n; i++)
+		identity_add(&batch, &ids[i]);
+	if (sq)
+		assert_int_equal(store_batch_put(sq, &batch, FIXTURE_HASH, received_ns, &a), 0);
+	if (ch) {
+		int rc = store_batch_put(ch, &batch, FIXTURE_HASH, received_ns, &b);
+		if (rc)
+			fail_msg("store_batch_put (ClickHouse): %s", sysom_strerror(rc));
+	}
+	sysom_batch_free(&batch);
+	assert_int_equal(a.duplicate, b.duplicate);
+}
+
+static size_t same_processes(struct ctx *c, const struct store_sample_filter *f)
+{
+	return SAME_LISTING(store_processes_list(c->sq, f, 100, process_text, &a_),
+			    store_processes_list(c->ch, f, 100, process_text, &b_));
+}
+
+/*
+ * The same identities into both stores give the same identities in the process and rank
+ * listings, and every identity filter selects the same processes in every sample query and
+ * the jobs listing. The merge follows SQLite's upsert: the newest window's ids and unit win
+ * (also over an older window arriving later), names learnt once stay, the last name to
+ * arrive wins.
+ */
+static void test_identity_same_answers(void **state)
+{
+	struct ctx *c = *state;
+	const int64_t r0 = (int64_t)T0 + 31000000000LL;
+	int64_t from = (int64_t)(T0 / 1000000);
+	struct store_sample_filter all = { .from_ms = from - 60000, .to_ms = from + 3600000 };
+	static struct text a;
+
+	REQUIRE_CH();
+	/* Node 3: the python process in a pod's container, the NCCL helper in a Slurm step. */
+	const struct id_spec first[] = {
+		{ .process = 0, .runtime = SYSOM_RUNTIME_CONTAINERD, .cid = ID_CID, .uid = ID_UID,
+		  .ns = "training", .pod = "llama-0", .cname = "trainer",
+		  .unit = "cri-containerd-x.scope" },
+		{ .process = 1, .slurm = 4242, .step = "0", .unit = "slurm-step.scope" },
+	};
+	put_identities(c->sq, c->ch, &(struct fixture_spec){ .node = 3, .epoch = 1, .sequence = 1,
+							      .window_start_ns = T0 }, first, 2, r0);
+	/* A newer window that knows no names: the names stay. */
+	const struct id_spec second[] = {
+		{ .process = 0, .runtime = SYSOM_RUNTIME_CONTAINERD, .cid = ID_CID, .uid = ID_UID,
+		  .unit = "cri-containerd-x.scope" },
+	};
+	put_identities(c->sq, c->ch, &(struct fixture_spec){ .node = 3, .epoch = 1, .sequence = 2,
+							      .window_start_ns = T0 + 30000000000ULL },
+		       second, 1, r0 + 1);
+	/* An older window arriving last: its unit and Slurm step lose to the newest window's,
+	 * its names (the last to arrive) win, the one it lacks (namespace) stays. */
+	const struct id_spec late[] = {
+		{ .process = 0, .runtime = SYSOM_RUNTIME_CONTAINERD, .cid = ID_CID, .uid = ID_UID,
+		  .pod = "llama-0", .cname = "trainer-old", .unit = "old.scope" },
+		{ .process = 1, .slurm = 4242, .step = "batch", .unit = "old-step.scope" },
+	};
+	put_identities(c->sq, c->ch, &(struct fixture_spec){ .node = 3, .epoch = 1, .sequence = 3,
+							      .window_start_ns = T0 - 30000000000ULL },
+		       late, 2, r0 + 2);
+	/* Node 4: no identity at all (an older agent). */
+	put_identities(c->sq, c->ch, &(struct fixture_spec){ .node = 4, .epoch = 1, .sequence = 1,
+							      .window_start_ns = T0 }, NULL, 0, r0 + 3);
+
+	assert_int_equal(same_processes(c, &all), 4);
+	memset(&a, 0, sizeof(a));
+	assert_int_equal(store_processes_list(c->ch, &all, 100, process_text, &a), 0);
+	assert_non_null(strstr(a.buf, " id=[rt='containerd' cid='" ID_CID "' uid='" ID_UID
+				      "' ns='training' pod='llama-0' cn='trainer-old' slurm=0 step=''"
+				      " unit='cri-containerd-x.scope']"));
+	assert_non_null(strstr(a.buf, " id=[rt='' cid='' uid='' ns='' pod='' cn='' slurm=4242"
+				      " step='0' unit='slurm-step.scope']"));
+	assert_non_null(strstr(a.buf, " id=-"));
+
+	const struct {
+		const char *ns, *pod, *container, *unit;
+		uint64_t slurm;
+		size_t processes;
+	} cases[] = {
+		{ "training", NULL, NULL, NULL, 0, 1 },
+		{ NULL, "llama-0", NULL, NULL, 0, 1 },
+		{ NULL, "6F9D1C2E-1B2A-4C3D-8E4F-0A1B2C3D4E5F", NULL, NULL, 0, 1 },
+		{ "training", "llama-0", "0123456789AB", NULL, 0, 1 },
+		{ NULL, NULL, ID_CID, "cri-containerd-x.scope", 0, 1 },
+		{ NULL, NULL, "trainer-old", NULL, 0, 1 },
+		{ NULL, NULL, "trainer", NULL, 0, 0 },     /* a name replaced by a later arrival */
+		{ NULL, NULL, "0123456789a", NULL, 0, 0 }, /* too short for a prefix */
+		{ NULL, NULL, NULL, "old.scope", 0, 0 },   /* an older window's unit */
+		{ NULL, NULL, NULL, "slurm-step.scope", 4242, 1 },
+		{ NULL, NULL, NULL, NULL, 4242, 1 },
+		{ NULL, NULL, NULL, NULL, 42, 0 },
+		{ "other", NULL, NULL, NULL, 0, 0 },
+		{ NULL, "", NULL, NULL, 0, 1 },            /* the Slurm process: in no pod */
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct store_sample_filter f = all;
+
+		f.pod_namespace = cases[i].ns;
+		f.pod = cases[i].pod;
+		f.container = cases[i].container;
+		f.unit = cases[i].unit;
+		f.has_slurm_job = cases[i].slurm != 0;
+		f.slurm_job = cases[i].slurm;
+		size_t n = same_processes(c, &f);
+		if (n != cases[i].processes)
+			fail_msg("case %zu: %zu processes", i, n);
+		static struct text sa, sb;
+		uint64_t ta = 0, tb = 0;
+		aggregate(c->sq, &f, 1000, &sa, &ta);
+		aggregate(c->ch, &f, 1000, &sb, &tb);
+		assert_string_equal(sa.buf, sb.buf);
+		assert_int_equal(ta, tb);
+		assert_true(n ? ta > 0 : ta == 0);
+		for (enum agg k = AGG_LAUNCHES; k <= AGG_WALL; k++)
+			same_agg(c, k, &f, 100);
+	}
+}
+
+/* A job's identity: the ranks listing names each rank's pod; the jobs listing filtered by
+ * identity has the jobs with a matching process, counted over all their processes. */
+static void name_ranks(struct sysom_batch *b)
+{
+	static const char *const pods[] = { "llama-0", "llama-1" };
+
+	for (uint32_t i = 0; i < b->job_rank_count; i++) {
+		uint32_t p = b->job_ranks[i].process;
+		char cid[65];
+
+		snprintf(cid, sizeof(cid), "%064x", i + 1);
+		identity_add(b, &(struct id_spec){ .process = p, .runtime = SYSOM_RUNTIME_CRIO,
+						   .cid = cid, .uid = ID_UID, .ns = "training",
+						   .pod = pods[i % 2], .cname = "rank",
+						   .slurm = 0, .unit = "crio-x.scope" });
+	}
+}
+
+static void test_identity_jobs_same_answers(void **state)
+{
+	struct ctx *c = *state;
+	const int64_t r0 = (int64_t)T0 + 31000000000LL;
+
+	REQUIRE_CH();
+	struct job_spec n1 = { .base = { .node = 1, .epoch = 1, .sequence = 1, .window_start_ns = T0,
+					 .hostname = "gpu-1" },
+			       .job = "job-42", .first_rank = 0, .local_ranks = 4, .instances = 1,
+			       .skip_rank = -1, .late_rank = -1, .samples = true, .hot_rank = 1 };
+	put_job_edited(c, &n1, r0, name_ranks);
+	struct job_spec n2 = n1;
+	n2.base.node = 2;
+	n2.base.hostname = "gpu-2";
+	n2.job = "job-43"; /* no identities */
+	put_job_both(c, &n2, r0 + 1);
+
+	assert_int_equal(SAME_LISTING(store_job_ranks_list(c->sq, "job-42", 100, rank_text, &a_),
+				      store_job_ranks_list(c->ch, "job-42", 100, rank_text, &b_)), 4);
+	assert_int_equal(SAME_LISTING(store_job_ranks_list(c->sq, "job-43", 100, rank_text, &a_),
+				      store_job_ranks_list(c->ch, "job-43", 100, rank_text, &b_)), 4);
+	const struct store_sample_filter filters[] = {
+		{ .pod_namespace = "training" },
+		{ .pod = "llama-1" },
+		{ .container = "0000000000000000000000000000000000000000000000000000000000000002" },
+		{ .container = "rank", .unit = "crio-x.scope" },
+		{ .pod = "llama-2" },
+		{ .has_slurm_job = true, .slurm_job = 1 },
+	};
+	const size_t want[] = { 1, 1, 1, 1, 0, 0 };
+	for (size_t i = 0; i < sizeof(filters) / sizeof(filters[0]); i++) {
+		size_t n = SAME_LISTING(store_jobs_list_identity(c->sq, &filters[i], 10, job_text, &a_),
+					store_jobs_list_identity(c->ch, &filters[i], 10, job_text,
+								 &b_));
+		if (n != want[i])
+			fail_msg("filter %zu: %zu jobs", i, n);
+	}
+	/* The flame graph of a job narrowed to one pod. */
+	int64_t from = (int64_t)(T0 / 1000000);
+	struct store_sample_filter sf = { .from_ms = from, .to_ms = from + 3600000, .job = "job-42",
+					  .pod = "llama-1" };
+	same_aggregate(c, &sf, 2 * 10 + 30);
+}
+
+/* A database of schema 6 (before GPU health and identities) is upgraded to 8 on open: its rows
+ * stay, its processes read as unknown, and new batches store identities. */
+static void test_identity_upgrade_from_6(void **state)
+{
+	struct ctx *c = *state;
+	const int64_t r0 = (int64_t)T0 + 31000000000LL;
+	int64_t from = (int64_t)(T0 / 1000000);
+	struct store_sample_filter all = { .from_ms = from, .to_ms = from + 3600000 };
+	struct store_sample_filter pod = all;
+	char err[256];
+	static struct text t;
+	uint64_t total = 0;
+
+	REQUIRE_CH();
+	const struct id_spec ids[] = {
+		{ .process = 0, .runtime = SYSOM_RUNTIME_DOCKER, .cid = ID_CID, .uid = ID_UID,
+		  .ns = "training", .pod = "llama-0" },
+	};
+	put_identities(NULL, c->ch, &(struct fixture_spec){ .node = 5, .epoch = 1, .sequence = 1,
+							     .window_start_ns = T0 }, NULL, 0, r0);
+	store_close(c->ch);
+	c->ch = NULL;
+	/* What a server of schema 6 left: no GPU health or identity table, versions 1 to 6. */
+	ch_sql(c->db, "DROP TABLE process_identities");
+	ch_sql(c->db, "DROP TABLE gpu_health");
+	ch_sql(c->db, "DROP TABLE schema_migrations");
+	ch_sql(c->db, "CREATE TABLE schema_migrations (version UInt32, applied_ns Int64)"
+		      " ENGINE = MergeTree ORDER BY version");
+	ch_sql(c->db, "INSERT INTO schema_migrations VALUES (1, 0), (2, 0), (3, 0), (4, 0), (5, 0),"
+		      " (6, 0)");
+	int rc = store_clickhouse_open(&(struct store_clickhouse_options){ .url = c->url }, &c->ch,
+				       err, sizeof(err));
+	if (rc)
+		fail_msg("reopen: %s", err);
+	assert_int_equal(store_schema_version(c->ch), 8);
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(store_processes_list(c->ch, &all, 100, process_text, &t), 0);
+	assert_non_null(strstr(t.buf, " id=-"));
+	assert_null(strstr(t.buf, " id=["));
+	pod.pod = "llama-0";
+	assert_int_equal(store_stacks_aggregate(c->ch, &pod, 100, row_text,
+						&(struct text){ .s = c->ch }, &total), 0);
+	assert_int_equal(total, 0);
+
+	put_identities(NULL, c->ch, &(struct fixture_spec){ .node = 5, .epoch = 1, .sequence = 2,
+							     .window_start_ns = T0 + 30000000000ULL },
+		       ids, 1, r0 + 1);
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(store_processes_list(c->ch, &pod, 100, process_text, &t), 0);
+	assert_non_null(strstr(t.buf, " id=[rt='docker' cid='" ID_CID "'"));
+	assert_int_equal(store_stacks_aggregate(c->ch, &pod, 100, row_text,
+						&(struct text){ .s = c->ch }, &total), 0);
+	assert_true(total > 0);
+}
+
 static int no_row(void *arg, const struct store_stack_count *r)
 {
 	(void)arg, (void)r;
@@ -1792,6 +2082,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_jobs_same_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_identity_same_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_identity_jobs_same_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_identity_upgrade_from_6, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_gpu_os_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_host_signals_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_gpu_health_same_answers, setup, teardown),
