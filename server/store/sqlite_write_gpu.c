@@ -1,5 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Storing a batch's training-job rows in SQLite: ranks, communicators, NCCL, GPU kernels. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "server/store/sqlite_internal.h"
 
 /* Attributes follow the newest window (batches may arrive out of order). */
@@ -150,19 +156,109 @@ static int communicator_upsert(struct conn *c, const struct sysom_batch *b,
 			STORE__INT(store__clamp(b->window_end_ns))) });
 }
 
+/* The 17 parameters of one nccl_calls row, in nccl_call_insert_sql's order. */
+#define NCCL_CALL_COLUMNS 17
+
+static void nccl_call_args(const struct sysom_nccl_call *k, const struct store__batch_ids *ids,
+			   struct store__arg *a)
+{
+	const struct store__arg row[NCCL_CALL_COLUMNS] = {
+		STORE__INT(ids->node), STORE__INT(ids->processes[k->process]),
+		STORE__INT(k->tid), STORE__INT(store__i64(k->comm_key)), STORE__INT(k->op),
+		STORE__INT(store__i64(k->seq)), STORE__INT(store__clamp(k->entry_ns)),
+		STORE__INT(store__clamp(k->exit_ns)), STORE__INT(store__clamp(k->count)),
+		STORE__INT(store__clamp(k->bytes)), STORE__INT(k->peer), STORE__INT(k->result),
+		STORE__INT(k->rank), STORE__INT(k->datatype), STORE__INT(k->redop),
+		STORE__INT(k->flags), STORE__INT(store__i64(k->stream)),
+	};
+
+	memcpy(a, row, sizeof(row));
+}
+
 static int nccl_call_insert(struct conn *c, const struct sysom_nccl_call *k,
 			    const struct store__batch_ids *ids)
 {
-	return store__query(c, &(struct store__query){
-		.sql = nccl_call_insert_sql,
-		.args = STORE__ARGS(
-			STORE__INT(ids->node), STORE__INT(ids->processes[k->process]),
-			STORE__INT(k->tid), STORE__INT(store__i64(k->comm_key)), STORE__INT(k->op),
-			STORE__INT(store__i64(k->seq)), STORE__INT(store__clamp(k->entry_ns)),
-			STORE__INT(store__clamp(k->exit_ns)), STORE__INT(store__clamp(k->count)),
-			STORE__INT(store__clamp(k->bytes)), STORE__INT(k->peer), STORE__INT(k->result),
-			STORE__INT(k->rank), STORE__INT(k->datatype), STORE__INT(k->redop),
-			STORE__INT(k->flags), STORE__INT(store__i64(k->stream))) });
+	struct store__arg a[NCCL_CALL_COLUMNS];
+
+	nccl_call_args(k, ids, a);
+	return store__query(c, &(struct store__query){ .sql = nccl_call_insert_sql, .args = a,
+						      .nargs = NCCL_CALL_COLUMNS });
+}
+
+/*
+ * A batch carries tens of thousands of NCCL calls (25,836 per 30-s batch of the simulated
+ * 8-rank job) and one statement per row spent an eighth of the ingest time starting and ending
+ * statements (docs/PERFORMANCE.md): full groups of NCCL_CALLS_PER_INSERT rows go in one
+ * multi-row INSERT (built once; cached per connection by its address like the literals), the
+ * rest one by one.
+ */
+#define NCCL_CALLS_PER_INSERT 32
+static char nccl_calls_multi_sql[sizeof(nccl_call_insert_sql) +
+				 NCCL_CALLS_PER_INSERT * (2 * NCCL_CALL_COLUMNS + 2)];
+static pthread_once_t nccl_calls_multi_once = PTHREAD_ONCE_INIT;
+
+static void nccl_calls_multi_build(void)
+{
+	size_t n = (size_t)(strstr(nccl_call_insert_sql, " VALUES ") - nccl_call_insert_sql);
+	char *p = nccl_calls_multi_sql;
+
+	memcpy(p, nccl_call_insert_sql, n);
+	p += n;
+	p += sprintf(p, " VALUES ");
+	for (int r = 0; r < NCCL_CALLS_PER_INSERT; r++) {
+		*p++ = r ? ',' : '(';
+		if (r)
+			*p++ = '(';
+		for (int col = 0; col < NCCL_CALL_COLUMNS; col++) {
+			if (col)
+				*p++ = ',';
+			*p++ = '?';
+		}
+		*p++ = ')';
+	}
+	*p = '\0';
+}
+
+/* Inserts the returned calls of `b` (in-flight ones are stored when they come again). */
+static int nccl_calls_insert(struct conn *c, const struct sysom_batch *b,
+			     const struct store__batch_ids *ids)
+{
+	struct store__arg *a = NULL;
+	uint32_t group = 0;
+	int rc = 0;
+
+	pthread_once(&nccl_calls_multi_once, nccl_calls_multi_build);
+	if (b->nccl_call_count >= NCCL_CALLS_PER_INSERT &&
+	    !(a = malloc(sizeof(*a) * NCCL_CALLS_PER_INSERT * NCCL_CALL_COLUMNS)))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < b->nccl_call_count; i++) {
+		const struct sysom_nccl_call *k = &b->nccl_calls[i];
+
+		if (k->flags & SYSOM_NCCL_IN_FLIGHT)
+			continue;
+		if (!a) {
+			if ((rc = nccl_call_insert(c, k, ids)))
+				goto cleanup;
+			continue;
+		}
+		nccl_call_args(k, ids, a + (size_t)group * NCCL_CALL_COLUMNS);
+		if (++group < NCCL_CALLS_PER_INSERT)
+			continue;
+		group = 0;
+		if ((rc = store__query(c, &(struct store__query){
+			     .sql = nccl_calls_multi_sql, .args = a,
+			     .nargs = NCCL_CALLS_PER_INSERT * NCCL_CALL_COLUMNS })))
+			goto cleanup;
+	}
+	/* The last, incomplete group: row by row, from the arguments already made. */
+	for (uint32_t g = 0; g < group; g++)
+		if ((rc = store__query(c, &(struct store__query){
+			     .sql = nccl_call_insert_sql, .args = a + (size_t)g * NCCL_CALL_COLUMNS,
+			     .nargs = NCCL_CALL_COLUMNS })))
+			goto cleanup;
+cleanup:
+	free(a);
+	return rc;
 }
 
 static int launch_insert(struct conn *c, const struct sysom_batch *b, const struct sysom_launch *l,
@@ -312,10 +408,8 @@ int store__batch_write_gpu(struct conn *c, const struct sysom_batch *b,
 	r->communicators = b->communicator_count;
 	/* In-flight calls are stored once they return (they come again then): only the monitor's
 	 * hang detector reads them, from memory. */
-	for (uint32_t i = 0; i < b->nccl_call_count; i++)
-		if (!(b->nccl_calls[i].flags & SYSOM_NCCL_IN_FLIGHT) &&
-		    (rc = nccl_call_insert(c, &b->nccl_calls[i], ids)))
-			return rc;
+	if ((rc = nccl_calls_insert(c, b, ids)))
+		return rc;
 	r->nccl_calls = b->nccl_call_count;
 	for (uint32_t i = 0; i < b->launch_count; i++) {
 		const struct sysom_launch *l = &b->launches[i];

@@ -798,6 +798,47 @@ static void test_host_signals_round_trip(void **state)
 	assert_int_equal(r.n, 0);
 }
 
+/* Many NCCL calls in one batch (they go in multi-row statements, the tail row by row) with
+ * in-flight ones among them: every returned call is stored once, field for field, and none of
+ * the in-flight ones. */
+static void test_many_nccl_calls(void **state)
+{
+	struct ctx *c = *state;
+	struct store_put_result res;
+	struct sysom_batch b;
+	struct job_spec js = job_node(1, -1);
+	long long want_rows = 0, want_seq = 0, want_entry = 0, want_peer = 0, want_stream = 0;
+
+	js.instances = 40; /* 4 ranks x (40 + 2) = 168 calls: 5 groups of 32 and 8 */
+	assert_int_equal(job_batch_build(&b, &js), 0);
+	assert_int_equal(b.nccl_call_count, 168);
+	for (uint32_t i = 0; i < b.nccl_call_count; i++) {
+		struct sysom_nccl_call *k = &b.nccl_calls[i];
+		if (i % 7 == 3) {
+			k->flags |= SYSOM_NCCL_IN_FLIGHT;
+			continue;
+		}
+		k->stream = 0x1000 + i; /* a distinct value per call, to see each one arrive */
+		want_rows++;
+		want_seq += (long long)k->seq;
+		want_entry += (long long)(k->entry_ns % 1000000007);
+		want_peer += k->peer;
+		want_stream += (long long)k->stream;
+	}
+	assert_int_equal(store_batch_put(c->store, &b, FIXTURE_HASH, (int64_t)T0 + 31000000000LL,
+					 &res), 0);
+	sysom_batch_free(&b);
+	sqlite3 *db = raw_open(c->dir);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM nccl_calls"), want_rows);
+	assert_int_equal(raw_int(db, "SELECT count(DISTINCT stream) FROM nccl_calls"), want_rows);
+	assert_int_equal(raw_int(db, "SELECT sum(seq) FROM nccl_calls"), want_seq);
+	assert_int_equal(raw_int(db, "SELECT sum(entry_ns % 1000000007) FROM nccl_calls"), want_entry);
+	assert_int_equal(raw_int(db, "SELECT sum(peer) FROM nccl_calls"), want_peer);
+	assert_int_equal(raw_int(db, "SELECT sum(stream) FROM nccl_calls"), want_stream);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM nccl_calls WHERE flags & 2"), 0);
+	sqlite3_close(db);
+}
+
 static void test_jobs_round_trip(void **state)
 {
 	struct ctx *c = *state;
@@ -1662,6 +1703,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_migration_from_v1, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_migration_from_v2, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_jobs_round_trip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_many_nccl_calls, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_host_signals_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_job_rank_updates, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_diagnoses_settings_baselines, setup, teardown),
