@@ -250,8 +250,9 @@ extern const char *const ch__migration_workers[];
 extern const char *const ch__migration_identity[];
 /* Appends the subquery of each process's merged identity, SQLite's process_identities row:
  * columns process, i_known (1), i_runtime, i_container_id, i_pod_uid, i_namespace,
- * i_pod_name, i_container_name, i_slurm_job, i_slurm_step, i_unit. */
-void ch__identities_merged_sql(struct byte_buf *q);
+ * i_pod_name, i_container_name, i_slurm_job, i_slurm_step, i_unit. With `job`, only the
+ * processes that ever named that job (NULL: every process). */
+void ch__identities_merged_sql(struct byte_buf *q, const char *job);
 /* The identity columns of ch__identities_merged_sql in store_identity's order (10 fields). */
 #define CH_IDENTITY_COLUMNS                                                                  \
 	"i_known, i_runtime, i_container_id, i_pod_uid, i_namespace, i_pod_name,"          \

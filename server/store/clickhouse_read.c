@@ -468,7 +468,7 @@ int ch__processes_list(struct store *base, const struct store_sample_filter *f, 
 		"   min(first_seen_ns) AS first_seen_ns, max(last_seen_ns) AS last_seen_ns"
 		"   FROM processes WHERE " CH_COMMITTED " GROUP BY process) USING process)"
 		"  ANY LEFT JOIN ", limit);
-	ch__identities_merged_sql(&q);
+	ch__identities_merged_sql(&q, NULL);
 	byte_buf_printf(&q,
 		"  USING process)"
 		" ANY LEFT JOIN (SELECT node_id, argMax(hostname, received_ns) AS hostname"

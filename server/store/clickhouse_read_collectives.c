@@ -385,7 +385,7 @@ int ch__job_ranks_list(struct store *base, const char *job, uint32_t limit, stor
 			    " gs, f, l, role, rpid, " CH_IDENTITY_COLUMNS " FROM ");
 	job_ranks_merged(&q, job);
 	byte_buf_printf(&q, " ANY LEFT JOIN ");
-	ch__identities_merged_sql(&q);
+	ch__identities_merged_sql(&q, job);
 	byte_buf_printf(&q, " USING process ORDER BY r < 0, r, node, pid, st LIMIT %" PRIu32, limit);
 	if ((rc = run(s, &q, 18 + CH_IDENTITY_FIELDS, rank_row, &rs)) || !rs.n)
 		goto cleanup;

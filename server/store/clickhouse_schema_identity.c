@@ -33,7 +33,7 @@ const char *const ch__migration_identity[] = {
 /* A name: the last non-empty one to arrive ("" when none did). */
 #define ID_NAME(col) "argMaxIf(" col ", received_ns, " col " != '')"
 
-void ch__identities_merged_sql(struct byte_buf *q)
+void ch__identities_merged_sql(struct byte_buf *q, const char *job)
 {
 	byte_buf_printf(q, "(SELECT process, toUInt8(1) AS i_known,"
 			   " argMax(runtime, " ID_ORDER ") AS i_runtime,"
@@ -45,7 +45,14 @@ void ch__identities_merged_sql(struct byte_buf *q)
 			   " argMax(slurm_job, " ID_ORDER ") AS i_slurm_job,"
 			   " argMax(slurm_step, " ID_ORDER ") AS i_slurm_step,"
 			   " argMax(unit, " ID_ORDER ") AS i_unit"
-			   " FROM process_identities WHERE " CH_COMMITTED " GROUP BY process)");
+			   " FROM process_identities WHERE " CH_COMMITTED);
+	/* A process's merge reads only its own rows: the job's processes need no others. */
+	if (job) {
+		byte_buf_printf(q, " AND process IN (SELECT process FROM job_ranks WHERE job = ");
+		ch__quote(q, job);
+		byte_buf_printf(q, " AND " CH_COMMITTED ")");
+	}
+	byte_buf_printf(q, " GROUP BY process)");
 }
 
 /* ASCII lower case, as SQLite's lower(). */
@@ -67,7 +74,7 @@ static void quote_lower(struct byte_buf *q, const char *text)
 void ch__identity_processes_sql(struct byte_buf *q, const struct store_sample_filter *f)
 {
 	byte_buf_printf(q, "(SELECT process FROM ");
-	ch__identities_merged_sql(q);
+	ch__identities_merged_sql(q, NULL);
 	byte_buf_printf(q, " WHERE 1");
 	if (f->pod_namespace) {
 		byte_buf_printf(q, " AND i_namespace = ");

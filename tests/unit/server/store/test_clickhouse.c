@@ -1726,6 +1726,8 @@ static void put_at(struct store *s, uint64_t seq, uint64_t window_ns)
 	assert_int_equal(fixture_batch_build(&b, &(struct fixture_spec){
 						     .node = 9, .epoch = 1, .sequence = seq,
 						     .window_start_ns = window_ns }), 0);
+	/* Each batch names its python process's unit, as an agent does every window. */
+	identity_add(&b, &(struct id_spec){ .process = 0, .unit = "ret.scope" });
 	assert_int_equal(store_batch_put(s, &b, FIXTURE_HASH + seq, (int64_t)window_ns + 1000000000,
 					 &r), 0);
 	assert_false(r.duplicate);
@@ -1778,11 +1780,19 @@ static void test_retention(void **state)
 	/* A cutoff inside day D keeps it (the day has not ended). */
 	assert_int_equal(store_retention_apply(c->ch, d_ms + 86399999, &dropped), 0);
 	assert_int_equal(dropped, 0);
-	/* The end of day D: its partitions go (batches, processes, samples), D+3 stays. */
+	/* The end of day D: its partitions go (batches, processes, samples, identities), D+3
+	 * stays, with the identity its batch sent: filtered as on SQLite. */
 	assert_int_equal(store_retention_apply(c->ch, d_ms + 86400000, &dropped), 0);
-	assert_int_equal(dropped, 3);
+	assert_int_equal(dropped, 4);
 	assert_int_equal(store_stacks_aggregate(c->ch, &all, 100, count_row, &groups, &total), 0);
 	assert_int_equal(total, FIXTURE_SAMPLES);
+	struct store_sample_filter unit = all;
+	uint64_t sq_total = 0;
+	unit.unit = "ret.scope";
+	assert_int_equal(store_stacks_aggregate(c->sq, &unit, 100, count_row, &groups, &sq_total), 0);
+	assert_int_equal(store_stacks_aggregate(c->ch, &unit, 100, count_row, &groups, &total), 0);
+	assert_true(total > 0 && total < FIXTURE_SAMPLES);
+	assert_int_equal(total, sq_total);
 	assert_int_equal(store_batch_find(c->ch, node, 1, 1, &rec), 0);
 	assert_false(rec.exists);
 	assert_int_equal(store_batch_find(c->ch, node, 1, 2, &rec), 0);
@@ -1795,7 +1805,7 @@ static void test_retention(void **state)
 	assert_non_null(strstr(t.buf, "|kept|"));
 	/* Everything before D+4 ends: D+3 goes too. */
 	assert_int_equal(store_retention_apply(c->ch, d_ms + 4 * 86400000LL, &dropped), 0);
-	assert_int_equal(dropped, 3);
+	assert_int_equal(dropped, 4);
 	assert_int_equal(store_stacks_aggregate(c->ch, &all, 100, count_row, &groups, &total), 0);
 	assert_int_equal(total, 0);
 }
