@@ -238,6 +238,9 @@ struct http_conn {
 	bool refused_early;            /* answered right after its head, the body not read: what
 					  the peer sends later is counted as refused_body_bytes */
 	int pending_status;            /* 400/404/405 answered when the (bodiless) request ends */
+	bool slot_held;                /* admitted by its head: counted in srv->inflight from then
+					* until its handler returns (or the request ends unhandled),
+					* so a body sent after the 100 is never refused for slots */
 	int error_status;              /* set by a parser callback that aborts */
 	const char *error_msg;
 	struct http_header *headers;   /* built at dispatch */
@@ -773,6 +776,15 @@ static const http_parser_settings parser_settings = {
 	.on_message_complete = on_message_complete,
 };
 
+/* Gives back the handler slot a request held since its head (it ended without a handler). */
+static void slot_release(struct http_conn *c)
+{
+	if (!c->slot_held)
+		return;
+	c->slot_held = false;
+	c->srv->inflight--;
+}
+
 /*
  * Replaces c->resp with the transport's own JSON error answer. `closing` ends the connection
  * after it. Counts parse errors and limit rejections. Returns STEP_RESPOND.
@@ -786,6 +798,7 @@ __attribute__((format(printf, 4, 5))) static enum step answer(struct http_conn *
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	slot_release(c); /* the transport answers: no handler will run for this request */
 	http_response_release(&c->resp);
 	memset(&c->resp, 0, sizeof(c->resp));
 	http_response_error(&c->resp, status, "%s", msg);
@@ -971,6 +984,12 @@ static enum step head_complete(struct http_conn *c)
 	}
 	if (has_body && !admitted(c))
 		return refuse_before_body(c, STEP_RESPOND);
+	if (has_body && c->srv && !(c->route->flags & HTTP_ROUTE_MONITORING)) {
+		/* Its handler slot from now on: the 100 (or the body the peer sends anyway) is a
+		 * promise that the body will be handled, not refused as "busy" once it arrived. */
+		c->srv->inflight++;
+		c->slot_held = true;
+	}
 	if (has_body && !chunked) {
 		/* Room for the announced body, capped: a peer that announces and then stalls
 		 * must not make every connection hold max_body bytes. */
@@ -1334,6 +1353,7 @@ static void conn_close(struct http_conn *c)
 	}
 	if (c->rejected)
 		c->srv->rejecting--;
+	slot_release(c); /* a peer that left (or timed out) before its body was whole */
 	uv_close((uv_handle_t *)&c->tcp, on_conn_close);
 	uv_close((uv_handle_t *)&c->timer, on_conn_close);
 }
@@ -1829,8 +1849,10 @@ static void conn_dispatch(struct http_conn *c)
 		return;
 	}
 	bool monitoring = c->route->flags & HTTP_ROUTE_MONITORING;
-	if (monitoring ? srv->lane.inflight >= c->cfg->max_inflight_monitoring
-		       : srv->inflight >= c->cfg->max_inflight) {
+	bool held = c->slot_held; /* counted since its head: the handler takes that slot over */
+	c->slot_held = false;
+	if (!held && (monitoring ? srv->lane.inflight >= c->cfg->max_inflight_monitoring
+				 : srv->inflight >= c->cfg->max_inflight)) {
 		answer(c, 503, false, "too many requests in progress");
 		response_send(c);
 		return;
@@ -1847,12 +1869,15 @@ static void conn_dispatch(struct http_conn *c)
 	}
 	c->work.data = c;
 	if (uv_queue_work(srv->loop, &c->work, work_run, work_done) < 0) {
+		if (held)
+			srv->inflight--;
 		c->state = CONN_READING;
 		answer(c, 500, true, "cannot queue the request");
 		response_send(c);
 		return;
 	}
-	srv->inflight++;
+	if (!held)
+		srv->inflight++;
 	c->work_pending = true;
 }
 

@@ -1516,6 +1516,71 @@ static void test_max_inflight(void **state)
 	server_stop(f);
 }
 
+/*
+ * A 100 Continue holds a handler slot until the body is handled: with one slot, the admitted
+ * upload's body is handled although another request came between its 100 and its body (that
+ * one is refused at its head instead); a peer that leaves after its 100, or whose body breaks
+ * a limit, gives the slot back.
+ */
+static void test_continue_holds_slot(void **state)
+{
+	(void)state;
+	struct http_server_options opts = { .max_inflight = 1 };
+	struct fixture *f = server_start(&opts);
+	struct client *a = client_open(f), *b = client_open(f);
+	struct reply *r = reply_new();
+
+	client_sendf(a, "POST /echo HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
+	assert_true(client_read_reply(a, r, false));
+	assert_int_equal(r->status, 100);
+	/* Between A's 100 and its body: B's request, GET or upload, finds no slot. */
+	client_sendf(b, "GET /echo HTTP/1.1\r\n\r\n");
+	assert_true(client_read_reply(b, r, false));
+	assert_int_equal(r->status, 503);
+	client_sendf(b, "POST /echo HTTP/1.1\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n");
+	assert_true(client_read_reply(b, r, false));
+	assert_int_equal(r->status, 503);
+	assert_true(client_sees_close(b));
+	client_close(b);
+	client_sendf(a, "hello");
+	assert_true(client_read_reply(a, r, false));
+	assert_int_equal(r->status, 200);
+	assert_string_equal(seen_of(f).body, "hello");
+
+	/* A peer that leaves after its 100 gives the slot back... */
+	b = client_open(f);
+	client_sendf(b, "POST /echo HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
+	assert_true(client_read_reply(b, r, false));
+	assert_int_equal(r->status, 100);
+	client_close(b);
+	/* ... and so does a body over the route's limit (chunked: refused as it arrives). */
+	b = client_open(f);
+	client_sendf(b, "POST /upload HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+			"Expect: 100-continue\r\n\r\n");
+	assert_true(client_read_reply(b, r, false));
+	assert_int_equal(r->status, 100);
+	client_sendf(b, "14\r\n01234567890123456789\r\n");
+	assert_true(client_read_reply(b, r, false));
+	assert_int_equal(r->status, 413);
+	client_close(b);
+	/* The one slot is free again (the close is seen by the loop first: retry briefly). */
+	int status = 0;
+	for (int i = 0; i < 200 && status != 200; i++) {
+		b = client_open(f);
+		client_sendf(b, "GET /echo HTTP/1.1\r\n\r\n");
+		assert_true(client_read_reply(b, r, false));
+		status = r->status;
+		client_close(b);
+		if (status != 200)
+			usleep(10000);
+	}
+	assert_int_equal(status, 200);
+	assert_int_equal(seen_of(f).calls, 2);
+	free(r);
+	client_close(a);
+	server_stop(f);
+}
+
 /* What the server's busy callback answers (set by the test, read on the loop thread). */
 static atomic_bool decode_busy;
 
@@ -2471,6 +2536,7 @@ int main(void)
 		cmocka_unit_test(test_header_timeout),
 		cmocka_unit_test(test_mark_authenticated_detached),
 		cmocka_unit_test(test_max_inflight),
+		cmocka_unit_test(test_continue_holds_slot),
 		cmocka_unit_test(test_early_refusal_inflight),
 		cmocka_unit_test(test_early_refusal_busy),
 		cmocka_unit_test(test_expect_admit),
