@@ -1073,6 +1073,7 @@ static int agent_start(struct agent *a)
 	po.on_forget = on_forget;
 	po.mappings_ctx = a;
 	po.pod_log_root = a->cfg->pod_log_root;
+	po.container_log_root = a->cfg->container_log_root;
 	if ((rc = proctrack_new(&po, &a->pt))) {
 		log_error("cannot create the process tracker: %s", sysom_strerror(rc));
 		return rc;

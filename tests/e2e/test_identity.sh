@@ -41,13 +41,20 @@ cleanup_cgroups() {
 trap 'cleanup_cgroups; e2e_cleanup' EXIT
 mkdir -p "$POD_CG" "$POD2_CG" "$OTHER_CG" || skip_all "cannot create cgroups under $CGROOT"
 mkdir -p "$E2E_TMP/pods/${NS}_${POD}_${UID_POD}/trainer" "$E2E_TMP/pods/${NS2}_${POD2}_${UID_POD2}/ranks"
+# The kubelet's container log links (the first pod's container is named "trainer-main"; the
+# second pod's link dangles, as after a log rotation: its name still counts).
+mkdir -p "$E2E_TMP/containers"
+touch "$E2E_TMP/pods/${NS}_${POD}_${UID_POD}/trainer/0.log"
+ln -s "$E2E_TMP/pods/${NS}_${POD}_${UID_POD}/trainer/0.log" "$E2E_TMP/containers/${POD}_${NS}_trainer-main-${CID}.log"
+ln -s "$E2E_TMP/pods/${NS2}_${POD2}_${UID_POD2}/ranks/9.log" "$E2E_TMP/containers/${POD2}_${NS2}_ranks-${CID2}.log"
 diag "cgroups under $CGROOT: pod $UID_POD container ${CID:0:12}, unit $UNIT"
 
 # The second process runs the same program under another name (another comm).
 cp "$WORKLOAD_BIN" "$E2E_TMP/other_workload"
 
 start_server srv || exit 1
-start_agent agent "$SERVER_URL" --sample-rate 1 --pod-log-root "$E2E_TMP/pods" || exit 1
+start_agent agent "$SERVER_URL" --sample-rate 1 --pod-log-root "$E2E_TMP/pods" \
+	--container-log-root "$E2E_TMP/containers" || exit 1
 # Each shell moves itself into its cgroup, then becomes the workload: the process really runs
 # there from its first instruction.
 bash -c "echo \$\$ > '$POD_CG/cgroup.procs' && exec '$WORKLOAD_BIN' 4 --quiet" &
@@ -78,11 +85,11 @@ folded() { ctl flamegraph "${RANGE[@]}" --format folded --limit 100000 "$@"; }
 folded >"$E2E_TMP/all.folded"
 check "unfiltered: both workloads have samples" \
 	bash -c "grep -q '^chain_workload' '$E2E_TMP/all.folded' && grep -q '^other_workload' '$E2E_TMP/all.folded'"
-for f in "--pod $POD" "--pod $UID_POD" "--namespace $NS" "--container ${CID:0:12}" "--container $CID" "--container trainer"; do
+for f in "--pod $POD" "--pod $UID_POD" "--namespace $NS" "--container ${CID:0:12}" "--container $CID" "--container trainer-main" "--container trainer"; do
 	# shellcheck disable=SC2086
 	folded $f >"$E2E_TMP/f.folded"
 	if [ "$f" = "--container trainer" ]; then
-		# Container names come from /var/log/containers, which this test does not fake: none.
+		# A name matches whole: "trainer" is not "trainer-main".
 		check "flamegraph $f: no container is known by that name (empty)" test ! -s "$E2E_TMP/f.folded"
 		continue
 	fi
@@ -109,6 +116,7 @@ for p in ps:
     i = p["identity"]
     assert i["runtime"] == "containerd" and i["container_id"] == sys.argv[3], i
     assert i["pod_uid"] == sys.argv[4] and i["namespace"] == sys.argv[5] and i["pod"] == sys.argv[6], i
+    assert i["container"] == "trainer-main", i
     assert i["unit"] == "cri-containerd-%s.scope" % sys.argv[3] and i["slurm_job"] is None, i
 EOF
 curl -s "$SERVER_URL/api/v1/processes?from=-10m&unit=$UNIT" >"$E2E_TMP/procs2.json"
@@ -133,6 +141,7 @@ for r in ranks:
     i = r["identity"]
     assert i or r["comm"] == "[exited]", r
     assert not i or (i["namespace"] == sys.argv[2] and i["pod"] == sys.argv[3] and i["container_id"] == sys.argv[4]), i
+    assert not i or i["container"] == "ranks", i
 EOF
 	curl -s "$SERVER_URL/api/v1/jobs/$JOB/stragglers?from=-10m" >"$E2E_TMP/strag.json"
 	check "the straggling rank's evidence names its pod" python3 - "$E2E_TMP/strag.json" "$NS2" "$POD2" <<'EOF'
@@ -149,5 +158,5 @@ else
 	diag "simjob not built: the job ranks' identity is not checked"
 fi
 ctl processes "${RANGE[@]}" --namespace "$NS" >"$E2E_TMP/ctl-procs.txt"
-check "sysomctl processes --namespace shows the pod" grep -q "$POD" "$E2E_TMP/ctl-procs.txt"
+check "sysomctl processes --namespace shows the pod and its container name" grep -q "$NS/$POD/trainer-main" "$E2E_TMP/ctl-procs.txt"
 finish
