@@ -707,7 +707,7 @@ int sysom_batch_set_job_rank(struct sysom_batch *b, const struct sysom_job_rank 
 	int err;
 
 	if (j->process >= b->process_count || !strings_ok(b, strings, 4) ||
-	    (j->source != SYSOM_JOB_FROM_ENVIRONMENT && j->source != SYSOM_JOB_FROM_REGISTRATION) ||
+	    j->source < SYSOM_JOB_FROM_ENVIRONMENT || j->source > SYSOM_JOB_SOURCE_MAX ||
 	    !rank_ok(j->rank, j->world_size) || !rank_ok(j->local_rank, j->local_world_size) ||
 	    j->group_rank < -1)
 		return -EINVAL;

@@ -346,6 +346,9 @@ struct sysom_counter {
 enum sysom_job_source {
 	SYSOM_JOB_FROM_ENVIRONMENT = 1, /* launcher variables in /proc/<pid>/environ */
 	SYSOM_JOB_FROM_REGISTRATION = 2, /* the process registered over the agent's socket */
+	SYSOM_JOB_FROM_CGROUP = 3,       /* rank from the environment, job from its Slurm job or
+					  * pod (the environment named no job; wire 1.6 and on) */
+	SYSOM_JOB_SOURCE_MAX = SYSOM_JOB_FROM_CGROUP,
 };
 
 /* A process's role in its rank: the rank's own process, or a helper process it started that

@@ -105,6 +105,8 @@ static const char *job_source_name(uint8_t source)
 		return "environment";
 	case SYSOM_JOB_FROM_REGISTRATION:
 		return "registration";
+	case SYSOM_JOB_FROM_CGROUP:
+		return "cgroup";
 	}
 	return "unknown";
 }

@@ -24,7 +24,9 @@ NS=sysom-e2e
 POD=trainer-$$-0
 SLICE=$CGROOT/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod${UID_POD//-/_}.slice
 POD_CG=$SLICE/cri-containerd-$CID.scope
-# A second pod, in another namespace, runs the simulated 2-rank training job.
+# A second pod, in another namespace, runs the simulated 2-rank training job, whose launcher
+# names no job (no TORCHELASTIC_RUN_ID, MASTER_ADDR): the agent names it after the pod,
+# "<namespace>:<pod name without its per-pod segments>" (docs/architecture.md).
 UID_POD2=$(python3 -c 'import uuid; print(uuid.uuid4())')
 CID2=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 NS2=sysom-e2e-jobs
@@ -62,7 +64,7 @@ P1=$!
 bash -c "echo \$\$ > '$OTHER_CG/cgroup.procs' && exec '$E2E_TMP/other_workload' 4 --quiet" &
 P2=$!
 if [ -x "$SIMJOB" ]; then
-	bash -c "echo \$\$ > '$POD2_CG/cgroup.procs' && exec '$SIMJOB' --ranks 2 --seconds 6 --cpu-us 2000 --kernel-us 3000 --fault rank=1,kind=delay,amount=20000,after=1 --print-env" \
+	bash -c "echo \$\$ > '$POD2_CG/cgroup.procs' && exec '$SIMJOB' --ranks 2 --seconds 6 --cpu-us 2000 --kernel-us 3000 --fault rank=1,kind=delay,amount=20000,after=1 --print-env --no-job-id" \
 		>"$E2E_TMP/job.log" 2>&1 &
 	P3=$!
 fi
@@ -129,8 +131,13 @@ for p in ps:
     assert i["unit"] == sys.argv[3] and i["pod_uid"] == "" and i["container_id"] == "" and i["runtime"] == "", i
 EOF
 if [ -n "${P3:-}" ]; then
-	JOB=$(sed -n 's/.*TORCHELASTIC_RUN_ID=\([^ ]*\).*/\1/p' "$E2E_TMP/job.log" | head -1)
+	JOB="$NS2:ranks"
 	curl -s "$SERVER_URL/api/v1/jobs/$JOB" >"$E2E_TMP/job.json"
+	check "a job named by no variable is named by its pod ($JOB, source cgroup)" python3 - "$E2E_TMP/job.json" <<'EOF'
+import json, sys
+ranks = json.load(open(sys.argv[1]))["ranks"]
+assert ranks and all(r["source"] == "cgroup" and r["job_id_source"] == "pod name" for r in ranks), ranks
+EOF
 	check "the job's ranks answer names each rank's pod ($NS2/$POD2)" python3 - "$E2E_TMP/job.json" "$NS2" "$POD2" "$CID2" <<'EOF'
 import json, sys
 ranks = json.load(open(sys.argv[1]))["ranks"]
