@@ -653,6 +653,21 @@ cleanup:
 	return rc;
 }
 
+#define HANG_IDENTITY_ROWS_MAX 4096 /* job-rank rows read for the named ranks' identity */
+
+/* The identity of the named ranks' processes (a store without identities, or a failing read,
+ * leaves them unknown rather than the report). */
+static int hang_identity_take(void *arg, const struct store_job_rank *j)
+{
+	const struct store_identity *id = &j->identity;
+
+	if (j->role == SYSOM_JOB_ROLE_WORKER || !id->known)
+		return 0;
+	hang_rank_set_identity(arg, j->rank, j->pid, id->pod_namespace, id->pod_name,
+			       id->container_name, id->slurm_job, id->slurm_step);
+	return 0;
+}
+
 /* The hang verdict of `job` as findings: one "hang" naming the ranks the others wait for,
  * one "agent-lost" per node that stopped reporting while it had ranks of the job. */
 static int hang_check(struct monitor *m, const char *job, const struct job_settings *s,
@@ -708,18 +723,23 @@ static int hang_check(struct monitor *m, const char *job, const struct job_setti
 		rc = -ENOMEM;
 		goto cleanup;
 	}
+	(void)store_job_ranks_list(m->ctx.store, job, HANG_IDENTITY_ROWS_MAX, hang_identity_take, r);
 	for (size_t i = 0; i < nev; i++)
 		if ((rc = hang_evidence_fill(m, job, r, &r->ranks[i], now, &ev[i])))
 			goto cleanup;
 	{
 		struct finding *f = &found[*nfound];
 		const struct hang_rank *h0 = &r->ranks[0];
-		char summary[1024], action[512], who[320] = "", comm[24];
+		char summary[1024], action[512], who[480] = "", comm[24];
 		size_t used = 0;
 		for (size_t i = 0; i < r->nnamed && used < sizeof(who) - 64; i++) {
 			const struct hang_rank *h = &r->ranks[i];
-			int n = snprintf(who + used, sizeof(who) - used, "%srank %d (%s, pid %u, %s)",
-					 i ? ", " : "", h->rank, h->host, h->pid,
+			/* Its pod, when known, as the straggler evidence names it. */
+			int n = snprintf(who + used, sizeof(who) - used,
+					 "%srank %d (%s, %s%.64s%s%.96s%spid %u, %s)", i ? ", " : "",
+					 h->rank, h->host, h->identity.pod[0] ? "pod " : "",
+					 h->identity.pod_namespace, h->identity.pod[0] ? "/" : "",
+					 h->identity.pod, h->identity.pod[0] ? ", " : "", h->pid,
 					 hang_rank_state_name(h->state));
 			if (n > 0)
 				used += (size_t)n < sizeof(who) - used ? (size_t)n : sizeof(who) - used - 1;
