@@ -34,14 +34,19 @@ POD2=ranks-$$-0
 SLICE2=$CGROOT/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod${UID_POD2//-/_}.slice
 POD2_CG=$SLICE2/cri-containerd-$CID2.scope
 SIMJOB=$BUILD/tests/fixtures/simjob/simjob
+# A Slurm step's cgroup (v1 layout, recognised on any hierarchy): a second job whose launcher
+# names none either is named after its Slurm job and step, "slurm-<job>.<step>".
+SLURM_JOB=$$
+SLURM_CG=$CGROOT/slurm/uid_0/job_$SLURM_JOB/step_0
 UNIT=sysom-e2e-other-$$.scope
 OTHER_CG=$CGROOT/sysom-e2e.slice/$UNIT
 cleanup_cgroups() {
 	rmdir "$POD_CG" "$SLICE" "$POD2_CG" "$SLICE2" "$CGROOT/kubepods.slice/kubepods-besteffort.slice" \
-		"$CGROOT/kubepods.slice" "$OTHER_CG" "$CGROOT/sysom-e2e.slice" 2>/dev/null
+		"$CGROOT/kubepods.slice" "$OTHER_CG" "$CGROOT/sysom-e2e.slice" "$SLURM_CG" \
+		"$CGROOT/slurm/uid_0/job_$SLURM_JOB" "$CGROOT/slurm/uid_0" "$CGROOT/slurm" 2>/dev/null
 }
 trap 'cleanup_cgroups; e2e_cleanup' EXIT
-mkdir -p "$POD_CG" "$POD2_CG" "$OTHER_CG" || skip_all "cannot create cgroups under $CGROOT"
+mkdir -p "$POD_CG" "$POD2_CG" "$OTHER_CG" "$SLURM_CG" || skip_all "cannot create cgroups under $CGROOT"
 mkdir -p "$E2E_TMP/pods/${NS}_${POD}_${UID_POD}/trainer" "$E2E_TMP/pods/${NS2}_${POD2}_${UID_POD2}/ranks"
 # The kubelet's container log links (the first pod's container is named "trainer-main"; the
 # second pod's link dangles, as after a log rotation: its name still counts).
@@ -67,6 +72,9 @@ if [ -x "$SIMJOB" ]; then
 	bash -c "echo \$\$ > '$POD2_CG/cgroup.procs' && exec '$SIMJOB' --ranks 2 --seconds 6 --cpu-us 2000 --kernel-us 3000 --fault rank=1,kind=delay,amount=20000,after=1 --print-env --no-job-id" \
 		>"$E2E_TMP/job.log" 2>&1 &
 	P3=$!
+	bash -c "echo \$\$ > '$SLURM_CG/cgroup.procs' && exec '$SIMJOB' --ranks 2 --seconds 3 --cpu-us 1000 --kernel-us 1000 --no-job-id" \
+		>"$E2E_TMP/slurmjob.log" 2>&1 &
+	P4=$!
 fi
 sleep 1
 check "the pod's process runs in the container cgroup" grep -q "cri-containerd-$CID.scope" /proc/$P1/cgroup
@@ -77,6 +85,8 @@ check "workload in the unit exits 0" test $? -eq 0
 if [ -n "${P3:-}" ]; then
 	wait $P3
 	check "simjob (2 ranks) in the second pod exits 0" test $? -eq 0
+	wait $P4
+	check "simjob (2 ranks) in the Slurm step exits 0" test $? -eq 0
 fi
 sleep 3 # a batch interval
 stop_pid "$AGENT_PID"
@@ -156,6 +166,14 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 s = [e for e in d["stragglers"] if e["rank"] == 1]
 assert s and all(e["pod"] == {"namespace": sys.argv[2], "name": sys.argv[3]} for e in s), d["stragglers"]
+EOF
+	curl -s "$SERVER_URL/api/v1/jobs/slurm-$SLURM_JOB.0" >"$E2E_TMP/slurmjob.json"
+	check "a job named by no variable in a Slurm step is slurm-$SLURM_JOB.0 (source cgroup)" python3 - "$E2E_TMP/slurmjob.json" "$SLURM_JOB" <<'EOF'
+import json, sys
+ranks = json.load(open(sys.argv[1]))["ranks"]
+assert sorted(set(r["rank"] for r in ranks)) == [0, 1], ranks
+assert all(r["source"] == "cgroup" and r["job_id_source"] == "slurm cgroup" for r in ranks), ranks
+assert all(not r["identity"] or (r["identity"]["slurm_job"] == int(sys.argv[2]) and r["identity"]["slurm_step"] == "0") for r in ranks), ranks
 EOF
 	ctl jobs --namespace "$NS2" --format json >"$E2E_TMP/jobs-ns2.json"
 	ctl jobs --pod "$POD" --format json >"$E2E_TMP/jobs-pod1.json"
