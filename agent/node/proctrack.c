@@ -436,8 +436,10 @@ static void read_cgroup_identity(struct proctrack *pt, struct pt_process *proc)
 		id->pod_namespace[0] = id->pod_name[0] = '\0';
 	if (id->cg.container_id[0] && pt->names &&
 	    identity_container_name(pt->names, id->cg.container_id, sysom_monotonic_ns(),
-				    id->container_name, sizeof(id->container_name)) < 0)
+				    id->container_name, sizeof(id->container_name)) < 0) {
 		id->container_name[0] = '\0';
+		pt->stats.container_names_missing++;
+	}
 	proc->identity = id;
 }
 
@@ -743,7 +745,11 @@ void proctrack_after_drain(struct proctrack *pt)
 
 void proctrack_stats_read(const struct proctrack *pt, struct proctrack_stats *out)
 {
+	struct identity_names_stats ns;
+
 	*out = pt->stats;
+	identity_names_stats_read(pt->names, &ns);
+	out->container_log_scans = ns.scans;
 	out->processes = pt->proc_count;
 	out->objects = pt->object_count;
 }

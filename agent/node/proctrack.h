@@ -97,6 +97,8 @@ struct proctrack_stats {
 	uint32_t processes, objects;
 	uint64_t scans, scan_failures, vanished, build_id_reads, content_hashes, unmapped;
 	uint64_t object_errors; /* files whose identity could not be read (named by path) */
+	uint64_t container_log_scans;     /* identity_names_stats.scans */
+	uint64_t container_names_missing; /* processes in a container left unnamed */
 };
 
 struct proctrack;

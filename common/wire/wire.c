@@ -123,6 +123,8 @@ static const char *const counter_names[SYSOM_COUNTER_MAX] = {
 	[SYSOM_COUNTER_PY_UNSUPPORTED] = "py_unsupported",
 	[SYSOM_COUNTER_PY_NAME_LOOKUPS] = "py_name_lookups",
 	[SYSOM_COUNTER_PY_NAME_CACHE_HITS] = "py_name_cache_hits",
+	[SYSOM_COUNTER_CONTAINER_LOG_SCANS] = "container_log_scans",
+	[SYSOM_COUNTER_CONTAINER_NAMES_MISSING] = "container_names_missing",
 };
 
 const char *sysom_offcpu_state_name(uint8_t state)

@@ -251,6 +251,11 @@ enum sysom_counter_id {
 						* (sampled natively) */
 	SYSOM_COUNTER_PY_NAME_LOOKUPS = 67,    /* Python frames named by the agent */
 	SYSOM_COUNTER_PY_NAME_CACHE_HITS = 68, /* ... from its name cache */
+	/* Container names (agent/node/identity.c, /var/log/containers). */
+	SYSOM_COUNTER_CONTAINER_LOG_SCANS = 69, /* reads of the container log link directory */
+	SYSOM_COUNTER_CONTAINER_NAMES_MISSING = 70, /* processes of a container whose name was not
+						 * found (no link, read too recently, or past
+						 * the directory's entry limit) */
 	SYSOM_COUNTER_NCCL_P2P_CALLS = 86,     /* ncclSend/ncclRecv calls traced (pipeline pairing) */
 	SYSOM_COUNTER_NCCL_P2P_BAD_PEER = 87,  /* ... whose peer was outside its communicator: sent
 						* with peer -1 (not paired) */

@@ -121,6 +121,9 @@ static void test_python_frames(void **state)
 	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_PY_FRAMES), "py_frames");
 	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_NCCL_P2P_CALLS), "nccl_p2p_calls");
 	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_NCCL_P2P_BAD_PEER), "nccl_p2p_bad_peer");
+	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_CONTAINER_LOG_SCANS), "container_log_scans");
+	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_CONTAINER_NAMES_MISSING),
+			    "container_names_missing");
 	sysom_batch_free(&d);
 	byte_buf_free(&buf);
 
