@@ -184,4 +184,14 @@ else
 fi
 ctl processes "${RANGE[@]}" --namespace "$NS" >"$E2E_TMP/ctl-procs.txt"
 check "sysomctl processes --namespace shows the pod and its container name" grep -q "$NS/$POD/trainer-main" "$E2E_TMP/ctl-procs.txt"
+curl -sf "$SERVER_URL/metrics" >"$E2E_TMP/metrics.txt"
+check "metrics: the container link directory was read, at most once a second (counter 69)" python3 - "$E2E_TMP/metrics.txt" <<'EOF'
+import re, sys
+t = open(sys.argv[1]).read()
+m = re.search(r"^sysom_agent_container_log_scans_total(?:\{[^}]*\})? (\d+)$", t, re.M)
+# Both links exist before the agent starts: its first read names this test's containers; a
+# machine running other containers (without links here) reads again at most once a second of
+# the agent's ~11 s, never once per process.
+assert m and 1 <= int(m.group(1)) <= 15, m and m.group(0)
+EOF
 finish
