@@ -54,6 +54,7 @@
 		{ "max-sample-rows", SYSOM_OPT_UINT, &(c)->max_sample_rows, 1024, 1 << 22, "sample rows per batch (default 1048576)", false }, \
 		{ "nccl-profiler-mask", SYSOM_OPT_UINT, &(c)->nccl_profiler_mask, 0, 0xffff, "NCCL profiler plugin event mask (ncclProfile* bits) sent to plugins; 0: the plugin's default. SIGHUP applies a change to running jobs", false }, \
 		{ "pod-log-root", SYSOM_OPT_STRING, &(c)->pod_log_root, 0, 0, "the kubelet's pod log directories (<namespace>_<pod>_<uid>), where a process's pod name and namespace are found (default /var/log/pods; empty: off)", false }, \
+		{ "container-log-root", SYSOM_OPT_STRING, &(c)->container_log_root, 0, 0, "the kubelet's container log links (<pod>_<namespace>_<container>-<id>.log), where a process's container name is found (default /var/log/containers; empty: off)", false }, \
 		{ "socket", SYSOM_OPT_STRING, &(c)->socket, 0, 0, "Unix socket where training processes register their job identity (default /run/sysom/agent.sock; empty: off)", false }, \
 		{ "log-level", SYSOM_OPT_STRING, &(c)->log_level, 0, 0, "error, warn, info or debug (default info)", false }, \
 		{ "machine-id-file", SYSOM_OPT_STRING, &(c)->machine_id_file, 0, 0, "node identity source (default /etc/machine-id)", false }, \
@@ -84,6 +85,7 @@ int agent_config_defaults(struct agent_config *c)
 	c->nvml = true;
 	c->nvml_interval_s = 1;
 	c->pod_log_root = strdup("/var/log/pods");
+	c->container_log_root = strdup("/var/log/containers");
 	c->host_proc_root = strdup("/proc");
 	c->host_sys_root = strdup("/sys");
 	c->host_signals = true;
@@ -93,8 +95,8 @@ int agent_config_defaults(struct agent_config *c)
 	c->gpu_launch_duty = 0.1;
 	c->gpu_event_ring_bytes = 4u << 20;
 	if (!c->server || !c->spool_dir || !c->log_level || !c->unwinder || !c->socket ||
-	    !c->gpu_loader || !c->off_cpu || !c->pod_log_root || !c->nvml_library || !c->nvml_kmsg ||
-	    !c->host_proc_root || !c->host_sys_root)
+	    !c->gpu_loader || !c->off_cpu || !c->pod_log_root || !c->container_log_root ||
+	    !c->nvml_library || !c->nvml_kmsg || !c->host_proc_root || !c->host_sys_root)
 		return -ENOMEM;
 	c->unwind_table_bytes = 256ull << 20;
 	c->hz = 99;

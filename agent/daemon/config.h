@@ -46,6 +46,7 @@ struct agent_config {
 	char *off_cpu;             /* "jobs", "all" or "off": whose blocked time is recorded */
 	double off_cpu_min_s;      /* shortest block counted */
 	char *pod_log_root;        /* kubelet pod log directories; "": no pod names */
+	char *container_log_root;  /* kubelet container log links; "": no container names */
 	char *socket;              /* registration socket path (agent/ranks/registry.h); "": off */
 	uint32_t nccl_profiler_mask; /* MASK for NCCL profiler plugins; 0: theirs */
 	char *log_level;

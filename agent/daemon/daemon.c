@@ -72,6 +72,7 @@ struct agent {
 	struct pyframes *py;          /* CPython frames (hybrid unwinder only) */
 	uint64_t last_py_unsupported;
 	uint64_t last_vanished, last_retries, last_spool_dropped;
+	uint64_t last_container_scans, last_container_missing;
 	uint64_t last_refused_early, last_refused_bytes;
 	bool stopping;
 	int exit_code;
@@ -451,6 +452,12 @@ static void fold_counters(struct agent *a)
 	proctrack_stats_read(a->pt, &ps);
 	batcher_add_counter(a->batcher, SYSOM_COUNTER_PROCESSES_VANISHED, ps.vanished - a->last_vanished);
 	a->last_vanished = ps.vanished;
+	batcher_add_counter(a->batcher, SYSOM_COUNTER_CONTAINER_LOG_SCANS,
+			    ps.container_log_scans - a->last_container_scans);
+	batcher_add_counter(a->batcher, SYSOM_COUNTER_CONTAINER_NAMES_MISSING,
+			    ps.container_names_missing - a->last_container_missing);
+	a->last_container_scans = ps.container_log_scans;
+	a->last_container_missing = ps.container_names_missing;
 }
 
 /* ---- OS signals: rows into the batch ------------------------------------------------------- */
@@ -1073,6 +1080,7 @@ static int agent_start(struct agent *a)
 	po.on_forget = on_forget;
 	po.mappings_ctx = a;
 	po.pod_log_root = a->cfg->pod_log_root;
+	po.container_log_root = a->cfg->container_log_root;
 	if ((rc = proctrack_new(&po, &a->pt))) {
 		log_error("cannot create the process tracker: %s", sysom_strerror(rc));
 		return rc;

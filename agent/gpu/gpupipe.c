@@ -36,6 +36,8 @@ struct gp_proc {
 	uint32_t tgid, generation;
 	bool env_read;
 	struct job_identity env;
+	uint8_t env_source;      /* SYSOM_JOB_FROM_ENVIRONMENT, or _CGROUP when the job came
+				  * from its Slurm job or pod (jobenv_job_from_cgroup) */
 	uint32_t rank_pid;       /* a worker's rank process (jobenv_rank_process); 0 for a rank */
 	bool registered;
 	bool gone;               /* exited (proctrack said so) */
@@ -93,6 +95,19 @@ static void read_env(struct gpupipe *gp, struct gp_proc *p)
 	 * second process of the rank. */
 	if (!rc && jobenv_rank_process(root, p->tgid, &p->env, &p->rank_pid))
 		p->rank_pid = 0;
+	/* A rank whose environment names no job: its Slurm job or pod does (the tracker read
+	 * its cgroup and pod name when it first met the process). Sent as source environment
+	 * with job_id_source "slurm cgroup" / "pod name" (which servers show as source cgroup):
+	 * source 3 would make servers older than 1.6's readers refuse the whole batch. */
+	p->env_source = SYSOM_JOB_FROM_ENVIRONMENT;
+	if (!rc && p->env.has_rank && !p->env.job_id[0] && gp->opts.pt) {
+		const struct pt_process *pp =
+			proctrack_get_live(gp->opts.pt, p->tgid, p->generation);
+		const struct pt_identity *pi = pp ? pp->identity : NULL;
+		if (pi)
+			(void)jobenv_job_from_cgroup(&p->env, pi->cg.slurm_job, pi->cg.slurm_step,
+						     pi->pod_namespace, pi->pod_name);
+	}
 }
 
 static struct gp_proc *note_proc(struct gpupipe *gp, uint32_t tgid, uint32_t generation)
@@ -511,7 +526,7 @@ void gpupipe_before_seal(struct gpupipe *gp)
 			if (!p->env_read)
 				read_env(gp, p);
 			id = &p->env;
-			source = SYSOM_JOB_FROM_ENVIRONMENT;
+			source = p->env_source ? p->env_source : SYSOM_JOB_FROM_ENVIRONMENT;
 		}
 		if (!id->has_rank && !id->job_id[0])
 			continue;

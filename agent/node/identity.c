@@ -408,3 +408,189 @@ cleanup:
 	closedir(d);
 	return rc;
 }
+
+int identity_parse_container_log(const char *file, size_t len, char *container,
+				 size_t container_size, char cid[IDENTITY_CONTAINER_ID_LEN + 1])
+{
+	/* <pod>_<namespace>_<container>-<cid>.log: the id is the 64 bytes before ".log". */
+	static const char ext[] = ".log";
+	const size_t tail = IDENTITY_CONTAINER_ID_LEN + sizeof(ext) - 1;
+
+	if (len < tail + 6 || memchr(file, '\0', len) ||
+	    memcmp(file + len - sizeof(ext) + 1, ext, sizeof(ext) - 1) != 0)
+		return -SYSOM_ECORRUPT;
+	const char *id = file + len - tail;
+	if (id[-1] != '-' || !is_container_id(id, IDENTITY_CONTAINER_ID_LEN))
+		return -SYSOM_ECORRUPT;
+	size_t head = len - tail - 1; /* "<pod>_<namespace>_<container>" */
+	const char *s1 = memchr(file, '_', head);
+	if (!s1 || s1 == file)
+		return -SYSOM_ECORRUPT;
+	const char *s2 = memchr(s1 + 1, '_', head - (size_t)(s1 + 1 - file));
+	if (!s2 || s2 == s1 + 1)
+		return -SYSOM_ECORRUPT;
+	const char *c = s2 + 1;
+	size_t cl = head - (size_t)(c - file);
+	if (cl == 0 || memchr(c, '_', cl) || cl >= IDENTITY_CONTAINER_NAME_MAX ||
+	    cl >= container_size)
+		return -SYSOM_ECORRUPT;
+	memcpy(container, c, cl);
+	container[cl] = '\0';
+	memcpy(cid, id, IDENTITY_CONTAINER_ID_LEN);
+	cid[IDENTITY_CONTAINER_ID_LEN] = '\0';
+	return 0;
+}
+
+/* One container of the table: its id in binary (half the bytes of the text). */
+struct name_entry {
+	uint8_t id[IDENTITY_CONTAINER_ID_LEN / 2];
+	char name[IDENTITY_CONTAINER_NAME_MAX];
+};
+
+struct identity_names {
+	char *root;
+	uint32_t max_entries;
+	uint64_t min_rescan_ns;
+	struct name_entry *entries; /* sorted by id */
+	uint32_t count;
+	bool scanned;
+	uint64_t last_scan_ns;
+	struct identity_names_stats stats;
+};
+
+static void id_to_binary(const char *hex, uint8_t out[IDENTITY_CONTAINER_ID_LEN / 2])
+{
+	for (size_t i = 0; i < IDENTITY_CONTAINER_ID_LEN / 2; i++) {
+		unsigned hi = (unsigned char)hex[2 * i], lo = (unsigned char)hex[2 * i + 1];
+		hi = hi <= '9' ? hi - '0' : hi - 'a' + 10;
+		lo = lo <= '9' ? lo - '0' : lo - 'a' + 10;
+		out[i] = (uint8_t)(hi << 4 | lo);
+	}
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+	return memcmp(((const struct name_entry *)a)->id, ((const struct name_entry *)b)->id,
+		      IDENTITY_CONTAINER_ID_LEN / 2);
+}
+
+int identity_names_new(const char *log_root, uint32_t max_entries, uint64_t min_rescan_ns,
+		       struct identity_names **out)
+{
+	struct identity_names *n;
+
+	if (!log_root || !log_root[0] || !out)
+		return -EINVAL;
+	n = calloc(1, sizeof(*n));
+	if (!n || !(n->root = strdup(log_root))) {
+		free(n);
+		return -ENOMEM;
+	}
+	n->max_entries = max_entries ? max_entries : IDENTITY_CONTAINER_LOGS_MAX;
+	n->min_rescan_ns = min_rescan_ns;
+	*out = n;
+	return 0;
+}
+
+void identity_names_free(struct identity_names *n)
+{
+	if (!n)
+		return;
+	free(n->entries);
+	free(n->root);
+	free(n);
+}
+
+/* Reads the whole directory into a fresh table (the old one stays on failure). */
+static int names_scan(struct identity_names *n)
+{
+	struct name_entry *table = NULL;
+	uint32_t count = 0, cap = 0, seen = 0;
+	char cid[IDENTITY_CONTAINER_ID_LEN + 1];
+	bool truncated = false;
+	struct dirent *de;
+	DIR *d;
+	int rc = 0;
+
+	n->stats.scans++;
+	d = opendir(n->root);
+	if (!d)
+		return -errno;
+	while ((de = readdir(d)) != NULL) {
+		if (++seen > n->max_entries) {
+			truncated = true;
+			break;
+		}
+		struct name_entry e;
+		if (identity_parse_container_log(de->d_name, strlen(de->d_name), e.name,
+						 sizeof(e.name), cid) != 0)
+			continue;
+		id_to_binary(cid, e.id);
+		if (count == cap) {
+			uint32_t ncap = cap ? cap * 2 : 256;
+			struct name_entry *t = realloc(table, (size_t)ncap * sizeof(*t));
+			if (!t) {
+				rc = -ENOMEM;
+				goto cleanup;
+			}
+			table = t;
+			cap = ncap;
+		}
+		table[count++] = e;
+	}
+	if (count)
+		qsort(table, count, sizeof(*table), entry_cmp);
+	free(n->entries);
+	n->entries = table;
+	table = NULL;
+	n->count = count;
+	n->stats.entries = count;
+	n->stats.truncated = truncated;
+cleanup:
+	free(table);
+	closedir(d);
+	return rc;
+}
+
+static const struct name_entry *names_find(const struct identity_names *n,
+					   const uint8_t id[IDENTITY_CONTAINER_ID_LEN / 2])
+{
+	struct name_entry key;
+
+	if (!n->count)
+		return NULL;
+	memcpy(key.id, id, sizeof(key.id));
+	return bsearch(&key, n->entries, n->count, sizeof(key), entry_cmp);
+}
+
+int identity_container_name(struct identity_names *n, const char *cid, uint64_t now_ns,
+			    char *name, size_t name_size)
+{
+	uint8_t id[IDENTITY_CONTAINER_ID_LEN / 2];
+	const struct name_entry *e;
+
+	if (!n || !cid || !name || name_size == 0 ||
+	    !is_container_id(cid, strnlen(cid, IDENTITY_CONTAINER_ID_LEN + 1)))
+		return -EINVAL;
+	id_to_binary(cid, id);
+	e = names_find(n, id);
+	if (!e && (!n->scanned || now_ns - n->last_scan_ns >= n->min_rescan_ns)) {
+		n->scanned = true;
+		n->last_scan_ns = now_ns;
+		int rc = names_scan(n);
+		if (rc)
+			return rc;
+		e = names_find(n, id);
+	}
+	if (!e)
+		return n->stats.truncated ? -SYSOM_ELIMIT : -ENOENT;
+	if (strlen(e->name) >= name_size)
+		return -EINVAL;
+	strcpy(name, e->name);
+	return 0;
+}
+
+void identity_names_stats_read(const struct identity_names *n, struct identity_names_stats *out)
+{
+	*out = n ? n->stats : (struct identity_names_stats){ 0 };
+}

@@ -24,6 +24,7 @@
 #ifndef SYSOM_AGENT_NODE_IDENTITY_H
 #define SYSOM_AGENT_NODE_IDENTITY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,6 +36,8 @@
 #define IDENTITY_SLURM_STEP_MAX 16
 #define IDENTITY_K8S_NAME_MAX 254   /* pod names: DNS subdomain, 253 bytes */
 #define IDENTITY_POD_DIRS_MAX 100000 /* entries of the pod log root scanned */
+#define IDENTITY_CONTAINER_NAME_MAX 64 /* container names: DNS labels, 63 bytes */
+#define IDENTITY_CONTAINER_LOGS_MAX 100000 /* entries of the container log root scanned */
 
 enum identity_runtime {
 	IDENTITY_RUNTIME_NONE = 0,
@@ -95,5 +98,46 @@ int identity_pod_lookup(const char *log_root, const char *pod_uid, char *ns, siz
  * -SYSOM_ECORRUPT; the outputs as in identity_pod_lookup, uid with dashes. */
 int identity_parse_pod_dir(const char *dir, size_t len, char *ns, size_t ns_size, char *name,
 			   size_t name_size, char uid[IDENTITY_POD_UID_LEN + 1]);
+
+/*
+ * Splits one name of the kubelet's container log links,
+ * "<pod>_<namespace>_<container>-<64 lowercase hex container id>.log" (`len` bytes; pod,
+ * namespace and container names contain no '_', a container name may contain '-'). Copies
+ * the container name (at most IDENTITY_CONTAINER_NAME_MAX - 1 bytes and below
+ * `container_size`) and the id. 0 or -SYSOM_ECORRUPT.
+ */
+int identity_parse_container_log(const char *file, size_t len, char *container,
+				 size_t container_size, char cid[IDENTITY_CONTAINER_ID_LEN + 1]);
+
+/*
+ * Container id -> container name, from the kubelet's links in `log_root`
+ * (/var/log/containers): the whole directory is read into a sorted table, at most
+ * `max_entries` entries of it (0: IDENTITY_CONTAINER_LOGS_MAX), and read again only when an
+ * id is missing from the table and at least `min_rescan_ns` have passed since the last read,
+ * so that a node with thousands of containers is not rescanned per process. Only the names
+ * count: a link is not followed (a dangling one, whose log file was rotated away, still
+ * names its container).
+ */
+struct identity_names;
+
+struct identity_names_stats {
+	uint64_t scans;     /* reads of the directory */
+	uint32_t entries;   /* containers in the table */
+	bool truncated;     /* the last read stopped at max_entries */
+};
+
+/* 0, -EINVAL (NULL or empty root) or -ENOMEM. */
+int identity_names_new(const char *log_root, uint32_t max_entries, uint64_t min_rescan_ns,
+		       struct identity_names **out);
+void identity_names_free(struct identity_names *n); /* accepts NULL */
+/*
+ * The name of container `cid` (64 hex digits) at monotonic time `now_ns` into `name`.
+ * 0; -ENOENT when the directory has no link for it (or was read too recently to look
+ * again); -SYSOM_ELIMIT when it is missing and the last read stopped at the entry limit;
+ * -EINVAL for a malformed id or a too small buffer; or the directory's negative errno.
+ */
+int identity_container_name(struct identity_names *n, const char *cid, uint64_t now_ns,
+			    char *name, size_t name_size);
+void identity_names_stats_read(const struct identity_names *n, struct identity_names_stats *out);
 
 #endif

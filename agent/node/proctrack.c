@@ -38,9 +38,14 @@ struct proctrack {
 	uint32_t object_count, object_cap;
 	struct hash_index object_index; /* file key or pseudo name → objects index */
 	struct object_entry *vdso;      /* identity of the vDSO, read from our own */
+	struct identity_names *names;   /* container names (NULL: no container log root) */
 	uint64_t drains;
 	struct proctrack_stats stats;
 };
+
+/* The container log links are read again for an unknown container at most this often: a
+ * container whose first process is met sooner after the last read stays unnamed. */
+#define CONTAINER_NAMES_RESCAN_NS 1000000000ULL
 
 /* Live processes rescanned per drain at most (see proctrack_after_drain). */
 #define PERIODIC_RESCANS_PER_DRAIN 64
@@ -429,6 +434,12 @@ static void read_cgroup_identity(struct proctrack *pt, struct pt_process *proc)
 	    identity_pod_lookup(pt->opts.pod_log_root, id->cg.pod_uid, id->pod_namespace,
 				sizeof(id->pod_namespace), id->pod_name, sizeof(id->pod_name)) < 0)
 		id->pod_namespace[0] = id->pod_name[0] = '\0';
+	if (id->cg.container_id[0] && pt->names &&
+	    identity_container_name(pt->names, id->cg.container_id, sysom_monotonic_ns(),
+				    id->container_name, sizeof(id->container_name)) < 0) {
+		id->container_name[0] = '\0';
+		pt->stats.container_names_missing++;
+	}
 	proc->identity = id;
 }
 
@@ -515,7 +526,10 @@ int proctrack_new(const struct proctrack_options *opts, struct proctrack **out)
 	pt->opts = *opts;
 	if (!pt->opts.proc_root)
 		pt->opts.proc_root = "/proc";
-	if (hash_index_init(&pt->proc_index, 256) || hash_index_init(&pt->object_index, 256)) {
+	if (hash_index_init(&pt->proc_index, 256) || hash_index_init(&pt->object_index, 256) ||
+	    (pt->opts.container_log_root && pt->opts.container_log_root[0] &&
+	     identity_names_new(pt->opts.container_log_root, 0, CONTAINER_NAMES_RESCAN_NS,
+				&pt->names))) {
 		proctrack_free(pt);
 		return -ENOMEM;
 	}
@@ -537,6 +551,7 @@ void proctrack_free(struct proctrack *pt)
 	free(pt->objects);
 	hash_index_free(&pt->proc_index);
 	hash_index_free(&pt->object_index);
+	identity_names_free(pt->names);
 	free(pt);
 }
 
@@ -730,7 +745,11 @@ void proctrack_after_drain(struct proctrack *pt)
 
 void proctrack_stats_read(const struct proctrack *pt, struct proctrack_stats *out)
 {
+	struct identity_names_stats ns;
+
 	*out = pt->stats;
+	identity_names_stats_read(pt->names, &ns);
+	out->container_log_scans = ns.scans;
 	out->processes = pt->proc_count;
 	out->objects = pt->object_count;
 }

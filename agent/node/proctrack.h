@@ -18,6 +18,8 @@ struct proctrack_options {
 	const char *proc_root;            /* "/proc" (tests may point elsewhere) */
 	const char *pod_log_root;         /* kubelet pod log directories for pod names and
 					   * namespaces (identity_pod_lookup); NULL or "": none */
+	const char *container_log_root;   /* kubelet container log links for container names
+					   * (identity_container_name); NULL or "": none */
 	uint32_t max_processes;           /* tracked incarnations (default 16384) */
 	uint32_t max_mappings;            /* executable mappings per process (default 4096) */
 	uint32_t max_objects;             /* cached file identities (default 65536) */
@@ -61,6 +63,7 @@ struct pt_identity {
 	struct proc_identity cg;
 	char pod_namespace[IDENTITY_K8S_NAME_MAX]; /* "" when the pod log directory is absent */
 	char pod_name[IDENTITY_K8S_NAME_MAX];
+	char container_name[IDENTITY_CONTAINER_NAME_MAX]; /* "" when no log link names it */
 };
 
 /* A process incarnation: (tgid, generation), see bpf/profile.h. */
@@ -94,6 +97,8 @@ struct proctrack_stats {
 	uint32_t processes, objects;
 	uint64_t scans, scan_failures, vanished, build_id_reads, content_hashes, unmapped;
 	uint64_t object_errors; /* files whose identity could not be read (named by path) */
+	uint64_t container_log_scans;     /* identity_names_stats.scans */
+	uint64_t container_names_missing; /* processes in a container left unnamed */
 };
 
 struct proctrack;

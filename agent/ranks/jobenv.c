@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,5 +235,83 @@ int jobenv_rank_process(const char *proc_root, uint32_t pid, const struct job_id
 		*rank_pid = ppid;
 		cur = ppid;
 	}
+	return 0;
+}
+
+/* A segment [p, p + n) the API server or a controller appended per pod. */
+static bool per_pod_segment(const char *p, size_t n)
+{
+	static const char generated[] = "bcdfghjklmnpqrstvwxz2456789";
+	bool digits = n > 0, gen = n == 5;
+
+	for (size_t i = 0; i < n; i++) {
+		digits = digits && p[i] >= '0' && p[i] <= '9';
+		gen = gen && p[i] && strchr(generated, p[i]);
+	}
+	return digits || gen;
+}
+
+static bool role_segment(const char *p, size_t n)
+{
+	static const char *const roles[] = { "master", "worker", "launcher", "chief", "ps",
+					     "evaluator" };
+
+	for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++)
+		if (strlen(roles[i]) == n && memcmp(roles[i], p, n) == 0)
+			return true;
+	return false;
+}
+
+int jobenv_pod_job_name(const char *pod_name, char *out, size_t out_size)
+{
+	size_t end;
+
+	if (!pod_name || !pod_name[0] || !out || out_size == 0)
+		return -EINVAL;
+	end = strlen(pod_name);
+	/* Drop per-pod segments, then one role: never the first segment. */
+	for (int pass = 0; pass < 2; pass++) {
+		for (;;) {
+			const char *dash = memrchr(pod_name, '-', end);
+			if (!dash || dash == pod_name)
+				break;
+			const char *seg = dash + 1;
+			size_t n = end - (size_t)(seg - pod_name);
+			if (pass == 0 ? !per_pod_segment(seg, n) : !role_segment(seg, n))
+				break;
+			end = (size_t)(dash - pod_name);
+			if (pass == 1)
+				break;
+		}
+	}
+	if (end >= out_size)
+		return -EINVAL;
+	memcpy(out, pod_name, end);
+	out[end] = '\0';
+	return 0;
+}
+
+int jobenv_job_from_cgroup(struct job_identity *id, uint64_t slurm_job, const char *slurm_step,
+			   const char *pod_namespace, const char *pod_name)
+{
+	char joined[2 * JOBENV_VALUE_MAX + 2], name[JOBENV_VALUE_MAX];
+
+	if (!id || !id->has_rank || id->job_id[0])
+		return -ENOENT;
+	if (slurm_job) {
+		if (slurm_step && slurm_step[0])
+			snprintf(joined, sizeof(joined), "slurm-%" PRIu64 ".%s", slurm_job, slurm_step);
+		else
+			snprintf(joined, sizeof(joined), "slurm-%" PRIu64, slurm_job);
+		sysom_text_sanitize(id->job_id, sizeof(id->job_id), joined, strlen(joined));
+		id->job_id_source = "slurm cgroup";
+		return 0;
+	}
+	if (!pod_namespace || !pod_namespace[0] || !pod_name ||
+	    jobenv_pod_job_name(pod_name, name, sizeof(name)) != 0)
+		return -ENOENT;
+	snprintf(joined, sizeof(joined), "%s:%s", pod_namespace, name);
+	sysom_text_sanitize(id->job_id, sizeof(id->job_id), joined, strlen(joined));
+	id->job_id_source = "pod name";
 	return 0;
 }

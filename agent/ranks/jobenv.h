@@ -57,4 +57,30 @@ int jobenv_read(const char *proc_root, uint32_t pid, struct job_identity *out);
 int jobenv_rank_process(const char *proc_root, uint32_t pid, const struct job_identity *id,
 			uint32_t *rank_pid);
 
+/*
+ * The job a rank belongs to when its environment names none (`id->has_rank` with an empty
+ * `id->job_id`), from who its cgroup says it belongs to:
+ *   a Slurm job (`slurm_job` not 0)   "slurm-<job>[.<step>]"        job_id_source "slurm cgroup"
+ *   else a Kubernetes pod             "<namespace>:<jobname>"       job_id_source "pod name"
+ * where <jobname> is jobenv_pod_job_name of the pod name (not '/': a job id is a path segment
+ * of the API, /api/v1/jobs/{job}; namespaces contain no ':'). Sets id->job_id and
+ * id->job_id_source and returns 0; -ENOENT (id unchanged) when `id` has no rank, already has
+ * a job id, or the cgroup names neither.
+ */
+int jobenv_job_from_cgroup(struct job_identity *id, uint64_t slurm_job, const char *slurm_step,
+			   const char *pod_namespace, const char *pod_name);
+
+/*
+ * The name a training job's pods share: the pod name without its trailing per-pod segments.
+ * Dash-separated segments are dropped from the end while they are decimal (replica, ordinal,
+ * completion and JobSet indexes: "llama-worker-3", "train-2") or a 5-character suffix the
+ * Kubernetes API server generates (only the letters and digits of its alphabet,
+ * "bcdfghjklmnpqrstvwxz2456789": "train-2-x7k9p"); then one role segment ("master", "worker",
+ * "launcher", "chief", "ps", "evaluator": the Kubeflow PyTorchJob/MPIJob/TFJob replica types)
+ * is dropped. The first segment always stays. "llama-7b-worker-3" and "llama-7b-master-0"
+ * both give "llama-7b". Writes at most out_size - 1 bytes (0), or -EINVAL for an empty name
+ * or when it does not fit.
+ */
+int jobenv_pod_job_name(const char *pod_name, char *out, size_t out_size);
+
 #endif

@@ -198,6 +198,7 @@ static int add_identity(struct sysom_batch *bt, const struct pt_identity *id, ui
 	    (rc = sysom_batch_intern_cstring(bt, id->cg.pod_uid, &rec.pod_uid)) ||
 	    (rc = sysom_batch_intern_cstring(bt, id->pod_namespace, &rec.pod_namespace)) ||
 	    (rc = sysom_batch_intern_cstring(bt, id->pod_name, &rec.pod_name)) ||
+	    (rc = sysom_batch_intern_cstring(bt, id->container_name, &rec.container_name)) ||
 	    (rc = sysom_batch_intern_cstring(bt, id->cg.slurm_step, &rec.slurm_step)) ||
 	    (rc = sysom_batch_intern_cstring(bt, id->cg.unit, &rec.unit)))
 		return rc;

@@ -123,6 +123,8 @@ static const char *const counter_names[SYSOM_COUNTER_MAX] = {
 	[SYSOM_COUNTER_PY_UNSUPPORTED] = "py_unsupported",
 	[SYSOM_COUNTER_PY_NAME_LOOKUPS] = "py_name_lookups",
 	[SYSOM_COUNTER_PY_NAME_CACHE_HITS] = "py_name_cache_hits",
+	[SYSOM_COUNTER_CONTAINER_LOG_SCANS] = "container_log_scans",
+	[SYSOM_COUNTER_CONTAINER_NAMES_MISSING] = "container_names_missing",
 };
 
 const char *sysom_offcpu_state_name(uint8_t state)
@@ -707,7 +709,7 @@ int sysom_batch_set_job_rank(struct sysom_batch *b, const struct sysom_job_rank 
 	int err;
 
 	if (j->process >= b->process_count || !strings_ok(b, strings, 4) ||
-	    (j->source != SYSOM_JOB_FROM_ENVIRONMENT && j->source != SYSOM_JOB_FROM_REGISTRATION) ||
+	    j->source < SYSOM_JOB_FROM_ENVIRONMENT || j->source > SYSOM_JOB_SOURCE_MAX ||
 	    !rank_ok(j->rank, j->world_size) || !rank_ok(j->local_rank, j->local_world_size) ||
 	    j->group_rank < -1)
 		return -EINVAL;

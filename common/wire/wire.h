@@ -251,6 +251,11 @@ enum sysom_counter_id {
 						* (sampled natively) */
 	SYSOM_COUNTER_PY_NAME_LOOKUPS = 67,    /* Python frames named by the agent */
 	SYSOM_COUNTER_PY_NAME_CACHE_HITS = 68, /* ... from its name cache */
+	/* Container names (agent/node/identity.c, /var/log/containers). */
+	SYSOM_COUNTER_CONTAINER_LOG_SCANS = 69, /* reads of the container log link directory */
+	SYSOM_COUNTER_CONTAINER_NAMES_MISSING = 70, /* processes of a container whose name was not
+						 * found (no link, read too recently, or past
+						 * the directory's entry limit) */
 	SYSOM_COUNTER_NCCL_P2P_CALLS = 86,     /* ncclSend/ncclRecv calls traced (pipeline pairing) */
 	SYSOM_COUNTER_NCCL_P2P_BAD_PEER = 87,  /* ... whose peer was outside its communicator: sent
 						* with peer -1 (not paired) */
@@ -346,6 +351,9 @@ struct sysom_counter {
 enum sysom_job_source {
 	SYSOM_JOB_FROM_ENVIRONMENT = 1, /* launcher variables in /proc/<pid>/environ */
 	SYSOM_JOB_FROM_REGISTRATION = 2, /* the process registered over the agent's socket */
+	SYSOM_JOB_FROM_CGROUP = 3,       /* rank from the environment, job from its Slurm job or
+					  * pod (the environment named no job; wire 1.6 and on) */
+	SYSOM_JOB_SOURCE_MAX = SYSOM_JOB_FROM_CGROUP,
 };
 
 /* A process's role in its rank: the rank's own process, or a helper process it started that

@@ -661,7 +661,7 @@ static int decode_job_ranks(struct decoder *d, const struct section *s)
 				      o->group_rank);
 			goto cleanup;
 		}
-		if (o->source != SYSOM_JOB_FROM_ENVIRONMENT && o->source != SYSOM_JOB_FROM_REGISTRATION) {
+		if (o->source < SYSOM_JOB_FROM_ENVIRONMENT || o->source > SYSOM_JOB_SOURCE_MAX) {
 			err = CORRUPT(d, at + WIRE_JOB_RANK_SOURCE, "%s: unknown source %u", what,
 				      o->source);
 			goto cleanup;

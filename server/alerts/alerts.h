@@ -38,6 +38,8 @@ struct alert_spec {
 	/* Labels; NULL or "" = label omitted. Together they are the alert's identity. */
 	const char *job, *node, *communicator, *layer, *severity;
 	const char *pod_namespace, *pod; /* labels "namespace", "pod": the rank's Kubernetes pod */
+	const char *container;     /* label "container": its container's name in the pod */
+	const char *slurm_job;     /* label "slurm_job": its Slurm job ("<job>" or "<job>.<step>") */
 	int32_t rank;              /* label "rank"; < 0 = omitted */
 	/* Annotations; NULL or "" = omitted. Changing them updates an ongoing alert. */
 	const char *summary, *description, *action;

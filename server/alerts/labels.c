@@ -118,13 +118,15 @@ json_t *alerts__labels_build(const struct alert_spec *s)
 	snprintf(rank, sizeof(rank), "%" PRId32, s->rank);
 	if (text_add(obj, "alertname", s->alertname, ALERTS_LABEL_VALUE_MAX) ||
 	    text_add(obj, "communicator", s->communicator, ALERTS_LABEL_VALUE_MAX) ||
+	    text_add(obj, "container", s->container, ALERTS_LABEL_VALUE_MAX) ||
 	    text_add(obj, "job", s->job, ALERTS_LABEL_VALUE_MAX) ||
 	    text_add(obj, "layer", s->layer, ALERTS_LABEL_VALUE_MAX) ||
 	    text_add(obj, "namespace", s->pod_namespace, ALERTS_LABEL_VALUE_MAX) ||
 	    text_add(obj, "node", s->node, ALERTS_LABEL_VALUE_MAX) ||
 	    text_add(obj, "pod", s->pod, ALERTS_LABEL_VALUE_MAX) ||
 	    text_add(obj, "rank", s->rank >= 0 ? rank : NULL, ALERTS_LABEL_VALUE_MAX) ||
-	    text_add(obj, "severity", s->severity, ALERTS_LABEL_VALUE_MAX)) {
+	    text_add(obj, "severity", s->severity, ALERTS_LABEL_VALUE_MAX) ||
+	    text_add(obj, "slurm_job", s->slurm_job, ALERTS_LABEL_VALUE_MAX)) {
 		json_decref(obj);
 		return NULL;
 	}

@@ -64,6 +64,8 @@ int alerts_incidents_publish(void *alerts, const char *job, const struct inciden
 			.node = d->hostname,
 			.pod_namespace = d->pod_namespace,
 			.pod = d->pod,
+			.container = d->container,
+			.slurm_job = d->slurm_job,
 			.communicator = d->communicators,
 			.layer = d->layer,
 			.severity = d->severity,

@@ -391,6 +391,20 @@ static json_t *evidence_json(const struct hang_rank *hr, const struct hang_evide
 
 	if (!o)
 		return NULL;
+	/* Who the process belongs to, as a straggler's "pod" (and its container), and its Slurm
+	 * job: null when unknown. */
+	const struct hang_rank_identity *id = &hr->identity;
+	json_object_set_new(o, "pod",
+			    id->pod[0] ? json_pack("{s:s,s:s,s:o}", "namespace", id->pod_namespace,
+						   "name", id->pod, "container",
+						   id->container[0] ? json_string(id->container)
+								    : json_null())
+				       : json_null());
+	json_object_set_new(o, "slurm_job",
+			    id->slurm_job ? json_integer((json_int_t)id->slurm_job) : json_null());
+	json_object_set_new(o, "slurm_step",
+			    id->slurm_job && id->slurm_step[0] ? json_string(id->slurm_step)
+							       : json_null());
 	json_object_set_new(o, "process_exists",
 			    hr->state == HANG_RANK_AGENT_LOST ? json_null()
 							      : json_boolean(hr->state != HANG_RANK_EXITED));
@@ -521,10 +535,23 @@ void diagnosis_hang_text(const json_t *report, struct byte_buf *out)
 			json_number_value(json_object_get(inst, "interval_ms")));
 	json_array_foreach(json_object_get(report, "ranks"), i, r) {
 		const json_t *pe = json_object_get(r, "process_exists");
+		const json_t *pod = json_object_get(r, "pod");
+		char owner[700] = "";
+		if (json_is_object(pod)) {
+			const char *c = jstr(pod, "container");
+			snprintf(owner, sizeof(owner), ", pod %s/%s%s%s", jstr(pod, "namespace"),
+				 jstr(pod, "name"), *c ? " container " : "", c);
+		}
+		if (json_is_integer(json_object_get(r, "slurm_job"))) {
+			size_t n = strlen(owner);
+			const char *step = jstr(r, "slurm_step");
+			snprintf(owner + n, sizeof(owner) - n, ", slurm job %" JSON_INTEGER_FORMAT "%s%s",
+				 jint(r, "slurm_job"), *step ? "." : "", step);
+		}
 		byte_buf_printf(out, "\nrank %" JSON_INTEGER_FORMAT " (communicator rank %" JSON_INTEGER_FORMAT
-				", %s, pid %" JSON_INTEGER_FORMAT "): %s; process %s\n",
+				", %s, pid %" JSON_INTEGER_FORMAT "%s): %s; process %s\n",
 				jint(r, "rank"), jint(r, "comm_rank"), jstr(r, "hostname"), jint(r, "pid"),
-				jstr(r, "state"),
+				owner, jstr(r, "state"),
 				json_is_null(pe) ? "unknown (agent lost)"
 						 : json_is_true(pe) ? "exists" : "gone");
 		if ((x = json_object_get(r, "cause")))

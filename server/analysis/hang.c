@@ -652,3 +652,28 @@ void hang_classify(const struct hang_evidence *ev, struct hang_cause *out)
 	out->cls = HANG_CAUSE_UNKNOWN;
 	snprintf(out->detail, sizeof(out->detail), "no thread rows nor stacks in the window");
 }
+
+size_t hang_rank_set_identity(struct hang_result *r, int32_t rank, uint32_t pid,
+			      const char *pod_namespace, const char *pod, const char *container,
+			      uint64_t slurm_job, const char *slurm_step)
+{
+	size_t set = 0;
+
+	for (size_t i = 0; r && i < r->nnamed && i < HANG_MAX_NAMED; i++) {
+		struct hang_rank_identity *id = &r->ranks[i].identity;
+
+		if (r->ranks[i].rank != rank || r->ranks[i].pid != pid)
+			continue;
+		snprintf(id->pod_namespace, sizeof(id->pod_namespace), "%.*s",
+			 (int)sizeof(id->pod_namespace) - 1, pod_namespace ? pod_namespace : "");
+		snprintf(id->pod, sizeof(id->pod), "%.*s", (int)sizeof(id->pod) - 1,
+			 pod ? pod : "");
+		snprintf(id->container, sizeof(id->container), "%.*s",
+			 (int)sizeof(id->container) - 1, container ? container : "");
+		id->slurm_job = slurm_job;
+		snprintf(id->slurm_step, sizeof(id->slurm_step), "%.*s",
+			 (int)sizeof(id->slurm_step) - 1, slurm_job && slurm_step ? slurm_step : "");
+		set++;
+	}
+	return set;
+}

@@ -40,6 +40,9 @@
 #define HANG_LOST_SLACK_MS 5000
 #define HANG_LOST_MIN_MS 30000      /* never lost after less silence than this */
 #define HANG_HOST_MAX 128
+#define HANG_K8S_NAME_MAX 254        /* namespace, pod name (253 bytes) */
+#define HANG_CONTAINER_MAX 64        /* container name (a DNS label, 63 bytes) */
+#define HANG_SLURM_STEP_MAX 16
 
 struct hang_params {
 	uint32_t floor_ms;
@@ -73,6 +76,15 @@ enum hang_rank_state {
 /* "not entered", "in flight", "exited", "agent lost", "unseen", "between collectives". */
 const char *hang_rank_state_name(enum hang_rank_state s);
 
+/* Who a named rank's process belongs to (its wire IDENTITIES record, as the store keeps it);
+ * filled by hang_rank_set_identity after the verdict, "" / 0 when unknown. */
+struct hang_rank_identity {
+	char pod_namespace[HANG_K8S_NAME_MAX], pod[HANG_K8S_NAME_MAX];
+	char container[HANG_CONTAINER_MAX];
+	uint64_t slurm_job;    /* 0 none */
+	char slurm_step[HANG_SLURM_STEP_MAX];
+};
+
 struct hang_rank {
 	int32_t rank;          /* job rank (JOB_RANKS), -1 unknown */
 	int32_t comm_rank;
@@ -84,6 +96,7 @@ struct hang_rank {
 	int64_t last_entry_ms; /* when it entered that one (0: unknown) */
 	int64_t listed_ms;     /* its agent last listed its process (0: never) */
 	int64_t node_last_ms;  /* its node's last batch */
+	struct hang_rank_identity identity;
 };
 
 enum hang_verdict {
@@ -209,6 +222,15 @@ struct hang_evidence {
 void hang_classify(const struct hang_evidence *ev, struct hang_cause *out);
 
 void hang_evidence_free(struct hang_evidence *e);
+
+/*
+ * Sets the identity of every rank `r` names with this job rank and pid (the process of a
+ * job-rank row; a worker's row is not the rank's, the caller skips it). NULL strings are "";
+ * longer ones are cut. Returns the number of ranks set.
+ */
+size_t hang_rank_set_identity(struct hang_result *r, int32_t rank, uint32_t pid,
+			      const char *pod_namespace, const char *pod, const char *container,
+			      uint64_t slurm_job, const char *slurm_step);
 
 /* Evaluates `job` over its live groups and the tracker at now_ms. 0 or -ENOMEM. */
 int hang_evaluate(const struct hang_tracker *t, const struct live *l, const char *job,

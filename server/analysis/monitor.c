@@ -653,6 +653,21 @@ cleanup:
 	return rc;
 }
 
+#define HANG_IDENTITY_ROWS_MAX 4096 /* job-rank rows read for the named ranks' identity */
+
+/* The identity of the named ranks' processes (a store without identities, or a failing read,
+ * leaves them unknown rather than the report). */
+static int hang_identity_take(void *arg, const struct store_job_rank *j)
+{
+	const struct store_identity *id = &j->identity;
+
+	if (j->role == SYSOM_JOB_ROLE_WORKER || !id->known)
+		return 0;
+	hang_rank_set_identity(arg, j->rank, j->pid, id->pod_namespace, id->pod_name,
+			       id->container_name, id->slurm_job, id->slurm_step);
+	return 0;
+}
+
 /* The hang verdict of `job` as findings: one "hang" naming the ranks the others wait for,
  * one "agent-lost" per node that stopped reporting while it had ranks of the job. */
 static int hang_check(struct monitor *m, const char *job, const struct job_settings *s,
@@ -708,18 +723,23 @@ static int hang_check(struct monitor *m, const char *job, const struct job_setti
 		rc = -ENOMEM;
 		goto cleanup;
 	}
+	(void)store_job_ranks_list(m->ctx.store, job, HANG_IDENTITY_ROWS_MAX, hang_identity_take, r);
 	for (size_t i = 0; i < nev; i++)
 		if ((rc = hang_evidence_fill(m, job, r, &r->ranks[i], now, &ev[i])))
 			goto cleanup;
 	{
 		struct finding *f = &found[*nfound];
 		const struct hang_rank *h0 = &r->ranks[0];
-		char summary[1024], action[512], who[320] = "", comm[24];
+		char summary[1024], action[512], who[480] = "", comm[24];
 		size_t used = 0;
 		for (size_t i = 0; i < r->nnamed && used < sizeof(who) - 64; i++) {
 			const struct hang_rank *h = &r->ranks[i];
-			int n = snprintf(who + used, sizeof(who) - used, "%srank %d (%s, pid %u, %s)",
-					 i ? ", " : "", h->rank, h->host, h->pid,
+			/* Its pod, when known, as the straggler evidence names it. */
+			int n = snprintf(who + used, sizeof(who) - used,
+					 "%srank %d (%s, %s%.64s%s%.96s%spid %u, %s)", i ? ", " : "",
+					 h->rank, h->host, h->identity.pod[0] ? "pod " : "",
+					 h->identity.pod_namespace, h->identity.pod[0] ? "/" : "",
+					 h->identity.pod, h->identity.pod[0] ? ", " : "", h->pid,
 					 hang_rank_state_name(h->state));
 			if (n > 0)
 				used += (size_t)n < sizeof(who) - used ? (size_t)n : sizeof(who) - used - 1;
@@ -1164,13 +1184,14 @@ static enum incident_kind incident_kind_of(const char *kind)
 	return INCIDENT_REGRESSION;
 }
 
-/* The pods of a job's ranks (for the alert labels "namespace" and "pod"). */
+/* Who a job's ranks belong to (for the alert labels "namespace", "pod", "container" and
+ * "slurm_job"). */
 #define POD_RANKS_MAX 4096
 struct rank_pods {
 	size_t n;
 	struct rank_pod {
 		int32_t rank;
-		char *ns, *pod;
+		char *ns, *pod, *container, *slurm_job;
 	} r[POD_RANKS_MAX];
 };
 
@@ -1179,15 +1200,26 @@ static int rank_pod_take(void *arg, const struct store_job_rank *j)
 	struct rank_pods *p = arg;
 	struct rank_pod *r;
 
-	if (j->rank < 0 || j->role == SYSOM_JOB_ROLE_WORKER || !j->identity.known || !j->identity.pod_name[0] || p->n == POD_RANKS_MAX)
+	const struct store_identity *id = &j->identity;
+	char slurm[48] = "";
+
+	if (j->rank < 0 || j->role == SYSOM_JOB_ROLE_WORKER || !id->known ||
+	    (!id->pod_name[0] && !id->slurm_job) || p->n == POD_RANKS_MAX)
 		return 0;
+	if (id->slurm_job)
+		snprintf(slurm, sizeof(slurm), "%" PRIu64 "%s%.15s", id->slurm_job,
+			 id->slurm_step[0] ? "." : "", id->slurm_step);
 	r = &p->r[p->n];
 	r->rank = j->rank;
-	r->ns = strdup(j->identity.pod_namespace);
-	r->pod = strdup(j->identity.pod_name);
-	if (!r->ns || !r->pod) {
+	r->ns = strdup(id->pod_namespace);
+	r->pod = strdup(id->pod_name);
+	r->container = strdup(id->container_name ? id->container_name : "");
+	r->slurm_job = strdup(slurm);
+	if (!r->ns || !r->pod || !r->container || !r->slurm_job) {
 		free(r->ns);
 		free(r->pod);
+		free(r->container);
+		free(r->slurm_job);
 		return -ENOMEM;
 	}
 	p->n++;
@@ -1199,6 +1231,8 @@ static void rank_pods_free(struct rank_pods *p)
 	for (size_t i = 0; p && i < p->n; i++) {
 		free(p->r[i].ns);
 		free(p->r[i].pod);
+		free(p->r[i].container);
+		free(p->r[i].slurm_job);
 	}
 	free(p);
 }
@@ -1239,6 +1273,8 @@ static int alerts_publish(struct monitor *m, const char *job, const struct open_
 		inc[i] = (struct incident_summary){
 			.pod_namespace = rp ? rp->ns : NULL,
 			.pod = rp ? rp->pod : NULL,
+			.container = rp ? rp->container : NULL,
+			.slurm_job = rp ? rp->slurm_job : NULL,
 			.id = d->id,
 			.kind = incident_kind_of(d->kind),
 			.rank = d->rank,

@@ -238,6 +238,8 @@ struct incident_summary {
 	const char *hostname, *communicators, *layer, *severity, *summary, *action;
 	const char *cause;          /* hang, stall: "class: detail" (NULL: none) */
 	const char *pod_namespace, *pod; /* the rank's Kubernetes pod; NULL or "" unknown */
+	const char *container;      /* its container's name; NULL or "" unknown */
+	const char *slurm_job;      /* its Slurm job, "<job>[.<step>]"; NULL or "" none */
 };
 
 /* ---- baseline regression ---- */

@@ -98,13 +98,21 @@ void api_processes_get(void *ctx, const struct http_request *req, struct http_re
 
 /* ---- training jobs ------------------------------------------------------------------------- */
 
-static const char *job_source_name(uint8_t source)
+/* How a rank's job was learnt. Agents send a job taken from the cgroup as source environment
+ * with job_id_source "slurm cgroup" or "pod name" (so that older servers accept the batch);
+ * source 3 is the same, for agents that know every server reads it. */
+static const char *job_source_name(uint8_t source, const char *job_id_source)
 {
 	switch (source) {
 	case SYSOM_JOB_FROM_ENVIRONMENT:
+		if (job_id_source && (!strcmp(job_id_source, "slurm cgroup") ||
+				      !strcmp(job_id_source, "pod name")))
+			return "cgroup";
 		return "environment";
 	case SYSOM_JOB_FROM_REGISTRATION:
 		return "registration";
+	case SYSOM_JOB_FROM_CGROUP:
+		return "cgroup";
 	}
 	return "unknown";
 }
@@ -240,7 +248,7 @@ static int job_rank_to_json(void *arg, const struct store_job_rank *r)
 			api__json_int_or_null(r->local_world_size), "group_rank",
 			api__json_int_or_null(r->group_rank), "node_id", r->node_id, "hostname",
 			render_json_string(r->hostname), "pid", (json_int_t)r->pid, "comm",
-			render_json_string(r->comm), "source", job_source_name(r->source),
+			render_json_string(r->comm), "source", job_source_name(r->source, r->job_id_source),
 			"job_id_source", render_json_string(r->job_id_source), "master",
 			render_json_string(r->master), "groups", render_json_string(r->groups),
 			"first_seen", render_json_time(r->first_seen_ns), "last_seen",

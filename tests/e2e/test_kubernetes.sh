@@ -110,6 +110,9 @@ check(under(conf.get("token-file"), "token"), f"agent: token-file {conf.get('tok
 pod_logs = conf.get("pod-log-root", "/var/log/pods")
 check(mounted_host.get("/var/log/pods") == pod_logs and mounts.get("pod-logs", {}).get("readOnly") is True,
       f"agent: the kubelet's pod log directories mounted read-only at pod-log-root {pod_logs} (pod names)")
+container_logs = conf.get("container-log-root", "/var/log/containers")
+check(mounted_host.get("/var/log/containers") == container_logs and mounts.get("container-logs", {}).get("readOnly") is True,
+      f"agent: the kubelet's container log links mounted read-only at container-log-root {container_logs} (container names)")
 check(conf.get("server", "").startswith("http://sysom-server."), "agent: server is the Service")
 # The server.
 ss = by["StatefulSet"][0]

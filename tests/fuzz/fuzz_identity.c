@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* libFuzzer target: cgroup paths, /proc/<pid>/cgroup files and pod log directory names. */
+/* libFuzzer target: cgroup paths, /proc/<pid>/cgroup files, pod log directory names and
+ * container log link names. */
 // fuzz-sources: agent/node/identity.c
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	rc = identity_parse_pod_dir(text, size, ns, sizeof(ns), name, sizeof(name), uid);
 	if (rc == 0 && (strlen(uid) != IDENTITY_POD_UID_LEN || !ns[0] || !name[0] ||
 			strchr(ns, '_') || strchr(name, '_')))
+		abort();
+	char container[IDENTITY_CONTAINER_NAME_MAX], cid[IDENTITY_CONTAINER_ID_LEN + 1];
+	rc = identity_parse_container_log(text, size, container, sizeof(container), cid);
+	if (rc == 0 && (strlen(cid) != IDENTITY_CONTAINER_ID_LEN || !container[0] ||
+			strchr(container, '_') || strlen(container) >= IDENTITY_CONTAINER_NAME_MAX))
+		abort();
+	else if (rc != 0 && rc != -SYSOM_ECORRUPT)
 		abort();
 	return 0;
 }

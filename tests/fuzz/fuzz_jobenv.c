@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* libFuzzer target: a process environment block (as /proc/<pid>/environ) → job identity. */
+/* libFuzzer target: a process environment block (as /proc/<pid>/environ) → job identity; the
+ * same bytes as a pod name → its job name (jobenv_pod_job_name). */
 // fuzz-sources: agent/ranks/jobenv.c
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,25 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 		abort();
 	if (j.master_port < -1 || j.master_port > 65535)
 		abort();
+	/* As a pod name: the job name is a non-empty prefix of it, never longer. */
+	char *pod = malloc(size + 1), name[64];
+	if (pod) {
+		memcpy(pod, data, size);
+		pod[size] = '\0';
+		int rc = jobenv_pod_job_name(pod, name, sizeof(name));
+		if (rc == 0 && (!name[0] || strncmp(pod, name, strlen(name)) != 0))
+			abort();
+		if (rc != 0 && pod[0] && strlen(pod) < sizeof(name))
+			abort(); /* a name that fits always gives a job name */
+		if (rc == 0 && pod[0]) {
+			j.has_rank = true;
+			j.job_id[0] = '\0';
+			if (jobenv_job_from_cgroup(&j, 0, "", "ns", pod) != 0)
+				abort();
+			check_text(j.job_id);
+		}
+		free(pod);
+	}
 	free(block);
 	return 0;
 }

@@ -350,6 +350,158 @@ static void test_pod_lookup(void **state)
 	rmdir(podroot);
 }
 
+/* ---- Container names from the kubelet's /var/log/containers links. */
+
+#define CID2 "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
+#define CID3 "00000000000000000000000000000000000000000000000000000000000000ff"
+
+static char logroot[] = "/tmp/sysom-test-containers-XXXXXX";
+
+/* A link named `name` pointing at `target` (which need not exist). */
+static void mklink(const char *name, const char *target)
+{
+	char p[512];
+	snprintf(p, sizeof(p), "%s/%s", logroot, name);
+	assert_int_equal(symlink(target, p), 0);
+}
+
+static void rmall(void)
+{
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", logroot);
+	assert_int_equal(system(cmd), 0);
+}
+
+static void test_container_log_parser(void **state)
+{
+	char name[IDENTITY_CONTAINER_NAME_MAX], cid[IDENTITY_CONTAINER_ID_LEN + 1], small[4];
+	(void)state;
+	/* '-' in pod, namespace and container names; the id is what follows the last '-'. */
+	const char *f = "llama-worker-3_kube-train_pytorch-main-2-" CID ".log";
+	assert_int_equal(identity_parse_container_log(f, strlen(f), name, sizeof(name), cid), 0);
+	assert_string_equal(name, "pytorch-main-2");
+	assert_string_equal(cid, CID);
+	f = "p_n_c-" CID ".log";
+	assert_int_equal(identity_parse_container_log(f, strlen(f), name, sizeof(name), cid), 0);
+	assert_string_equal(name, "c");
+	/* The longest container name, 63 bytes, fits; 64 does not; nor a small buffer. */
+	char longest[200];
+	snprintf(longest, sizeof(longest), "p_n_%063d-" CID ".log", 7);
+	assert_int_equal(identity_parse_container_log(longest, strlen(longest), name, sizeof(name), cid), 0);
+	assert_int_equal(strlen(name), 63);
+	snprintf(longest, sizeof(longest), "p_n_%064d-" CID ".log", 7);
+	assert_int_equal(identity_parse_container_log(longest, strlen(longest), name, sizeof(name), cid),
+			 -SYSOM_ECORRUPT);
+	f = "p_n_main-" CID ".log";
+	assert_int_equal(identity_parse_container_log(f, strlen(f), small, sizeof(small), cid),
+			 -SYSOM_ECORRUPT);
+	const char *bads[] = {
+		"p_n_c_d-" CID ".log",          /* '_' in the container name */
+		"p_nc-" CID ".log",             /* no namespace */
+		"_n_c-" CID ".log",             /* empty pod */
+		"p__c-" CID ".log",             /* empty namespace */
+		"p_n_-" CID ".log",             /* empty container */
+		"p_n_c" CID ".log",             /* no '-' before the id */
+		"p_n_c-" CID "0.log",           /* 65 hex digits */
+		"p_n_c-" CID ".logx",           /* not .log */
+		"p_n_c-" CID,                   /* no .log */
+		"p_n_c-0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef.log", /* case */
+		"p_n_c-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde.log", /* 63 */
+		"p_n_c--" CID ".log",           /* container "c-": accepted below, not here */
+	};
+	for (size_t i = 0; i + 1 < sizeof(bads) / sizeof(bads[0]); i++)
+		assert_int_equal(identity_parse_container_log(bads[i], strlen(bads[i]), name, sizeof(name),
+							      cid),
+				 -SYSOM_ECORRUPT);
+	/* 63 hex digits after a '-' that belongs to the name: the id is read as 64 digits from
+	 * the end, so "c-0123...cde" is refused above, while "c--<64>" is the name "c-". */
+	f = bads[sizeof(bads) / sizeof(bads[0]) - 1];
+	assert_int_equal(identity_parse_container_log(f, strlen(f), name, sizeof(name), cid), 0);
+	assert_string_equal(name, "c-");
+	/* A NUL byte inside. */
+	char nul[] = "p_n_c-" CID ".log";
+	nul[1] = '\0';
+	assert_int_equal(identity_parse_container_log(nul, sizeof(nul) - 1, name, sizeof(name), cid),
+			 -SYSOM_ECORRUPT);
+}
+
+static void test_container_names(void **state)
+{
+	char name[IDENTITY_CONTAINER_NAME_MAX], small[3];
+	struct identity_names *n;
+	struct identity_names_stats st;
+	(void)state;
+	assert_non_null(mkdtemp(logroot));
+	/* A live link, a dangling one (its log rotated away), and names that are not links of
+	 * containers. */
+	char target[600];
+	snprintf(target, sizeof(target), "%s/0.log", logroot);
+	assert_int_equal(close(open(target, O_CREAT | O_WRONLY | O_CLOEXEC, 0644)), 0);
+	mklink("llama-worker-3_training_pytorch-" CID ".log", target);
+	mklink("coredns-5d78c9869d-abcde_kube-system_coredns-" CID2 ".log", "/nonexistent/sysom/0.log");
+	mklink("junk-" CID3 ".log", target);
+	mklink("a_b_c_d-" CID3 ".log", target);
+
+	assert_int_equal(identity_names_new("", 0, 0, &n), -EINVAL);
+	assert_int_equal(identity_names_new(logroot, 0, 1000, &n), 0);
+	assert_int_equal(identity_container_name(n, CID, 1, name, sizeof(name)), 0);
+	assert_string_equal(name, "pytorch");
+	assert_int_equal(identity_container_name(n, CID2, 2, name, sizeof(name)), 0);
+	assert_string_equal(name, "coredns");
+	identity_names_stats_read(n, &st);
+	assert_int_equal(st.scans, 1); /* one read served both */
+	assert_int_equal(st.entries, 2);
+	assert_false(st.truncated);
+	assert_int_equal(identity_container_name(n, CID, 3, small, sizeof(small)), -EINVAL);
+	assert_int_equal(identity_container_name(n, "0123", 3, name, sizeof(name)), -EINVAL);
+
+	/* A new container: unknown until the rescan interval has passed since the last read. */
+	mklink("p_ns_late-" CID3 ".log", target);
+	assert_int_equal(identity_container_name(n, CID3, 500, name, sizeof(name)), -ENOENT);
+	identity_names_stats_read(n, &st);
+	assert_int_equal(st.scans, 1);
+	assert_int_equal(identity_container_name(n, CID3, 1001, name, sizeof(name)), 0);
+	assert_string_equal(name, "late");
+	identity_names_stats_read(n, &st);
+	assert_int_equal(st.scans, 2);
+	assert_int_equal(st.entries, 3);
+	/* Known ids never cause a read. */
+	for (uint64_t t = 5000; t < 5100; t++)
+		assert_int_equal(identity_container_name(n, CID, t, name, sizeof(name)), 0);
+	identity_names_stats_read(n, &st);
+	assert_int_equal(st.scans, 2);
+	identity_names_free(n);
+
+	/* The entry limit: a table stopped at it says so for the ids it could not reach. */
+	for (int i = 0; i < 40; i++) {
+		char f[200];
+		snprintf(f, sizeof(f), "p_ns_c%d-%064x.log", i, i + 0x100);
+		mklink(f, target);
+	}
+	assert_int_equal(identity_names_new(logroot, 10, 0, &n), 0);
+	int found = 0, limited = 0;
+	for (int i = 0; i < 40; i++) {
+		char id[80];
+		snprintf(id, sizeof(id), "%064x", i + 0x100);
+		int rc = identity_container_name(n, id, 0, name, sizeof(name));
+		assert_true(rc == 0 || rc == -SYSOM_ELIMIT);
+		found += rc == 0;
+		limited += rc == -SYSOM_ELIMIT;
+	}
+	identity_names_stats_read(n, &st);
+	assert_true(st.truncated);
+	assert_true(st.entries <= 10);
+	assert_true(found <= 10 && limited >= 30);
+	identity_names_free(n);
+
+	/* The directory gone: its errno. */
+	rmall();
+	assert_int_equal(identity_names_new(logroot, 0, 0, &n), 0);
+	assert_int_equal(identity_container_name(n, CID, 0, name, sizeof(name)), -ENOENT);
+	identity_names_free(n);
+	identity_names_free(NULL);
+}
+
 /* ---- A real process in crafted cgroups of this machine. */
 
 static int write_text(const char *path, const char *text)
@@ -479,6 +631,8 @@ int main(void)
 		cmocka_unit_test(test_cgroup_file),
 		cmocka_unit_test(test_read_file_and_self),
 		cmocka_unit_test(test_pod_lookup),
+		cmocka_unit_test(test_container_log_parser),
+		cmocka_unit_test(test_container_names),
 		cmocka_unit_test(test_real_process_in_cgroups),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

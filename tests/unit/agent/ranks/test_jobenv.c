@@ -283,6 +283,84 @@ static void test_rank_process(void **state)
 	fixture_tmpdir_remove(dir);
 }
 
+static void test_pod_job_name(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *pod, *job;
+	} cases[] = {
+		{ "llama-7b-worker-3", "llama-7b" },       /* PyTorchJob worker */
+		{ "llama-7b-master-0", "llama-7b" },       /* its master: the same job */
+		{ "bert-launcher", "bert" },               /* MPIJob launcher */
+		{ "train-2-x7k9p", "train" },              /* Indexed Job: index, generated suffix */
+		{ "llm-workers-0-3-q7k2z", "llm-workers" }, /* JobSet: job and pod index */
+		{ "trainer-0", "trainer" },                /* StatefulSet ordinal */
+		{ "trainer", "trainer" },                  /* nothing to drop */
+		{ "worker-0", "worker" },                  /* the first segment stays */
+		{ "12345", "12345" },
+		{ "42-7", "42" },
+		{ "train-abcde", "train-abcde" },          /* vowels: not a generated suffix */
+		{ "train-X7K9P", "train-X7K9P" },          /* upper case: not generated */
+		{ "train-x7k9", "train-x7k9" },            /* 4 characters */
+		{ "a-worker-master-1", "a-worker" },       /* one role at most */
+		{ "x--1", "x-" },                          /* empty segment stays */
+		{ "job-", "job-" },
+	};
+	char out[64], small[4];
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		assert_int_equal(jobenv_pod_job_name(cases[i].pod, out, sizeof(out)), 0);
+		assert_string_equal(out, cases[i].job);
+	}
+	assert_int_equal(jobenv_pod_job_name("", out, sizeof(out)), -EINVAL);
+	assert_int_equal(jobenv_pod_job_name("trainer-0", small, sizeof(small)), -EINVAL);
+	assert_int_equal(jobenv_pod_job_name("abc-0", small, sizeof(small)), 0);
+	assert_string_equal(small, "abc");
+}
+
+static void test_job_from_cgroup(void **state)
+{
+	(void)state;
+	static const char env[] = "RANK=1\0WORLD_SIZE=4\0LOCAL_RANK=1\0";
+	struct job_identity id;
+
+	/* A Slurm job wins over a pod; the step is part of the job (each srun is its own set of
+	 * ranks, as with SLURM_JOB_ID.SLURM_STEP_ID). */
+	assert_int_equal(jobenv_parse(env, sizeof(env) - 1, &id), 0);
+	assert_true(id.has_rank);
+	assert_string_equal(id.job_id, "");
+	assert_int_equal(jobenv_job_from_cgroup(&id, 4242, "0", "ml", "llama-worker-1"), 0);
+	assert_string_equal(id.job_id, "slurm-4242.0");
+	assert_string_equal(id.job_id_source, "slurm cgroup");
+	assert_int_equal(id.rank, 1);
+	assert_int_equal(jobenv_parse(env, sizeof(env) - 1, &id), 0);
+	assert_int_equal(jobenv_job_from_cgroup(&id, 77, "", NULL, NULL), 0);
+	assert_string_equal(id.job_id, "slurm-77");
+
+	/* A pod: its namespace and job name. */
+	assert_int_equal(jobenv_parse(env, sizeof(env) - 1, &id), 0);
+	assert_int_equal(jobenv_job_from_cgroup(&id, 0, "", "ml", "llama-7b-worker-1"), 0);
+	assert_string_equal(id.job_id, "ml:llama-7b");
+	assert_string_equal(id.job_id_source, "pod name");
+
+	/* Nothing to go on: a pod without its name (no pod log directory), or no cgroup. */
+	assert_int_equal(jobenv_parse(env, sizeof(env) - 1, &id), 0);
+	assert_int_equal(jobenv_job_from_cgroup(&id, 0, "", "", ""), -ENOENT);
+	assert_int_equal(jobenv_job_from_cgroup(&id, 0, NULL, NULL, NULL), -ENOENT);
+	assert_string_equal(id.job_id, "");
+	assert_null(id.job_id_source);
+
+	/* The environment's job id stays; a process without a rank gets none. */
+	static const char named[] = "RANK=0\0WORLD_SIZE=2\0TORCHELASTIC_RUN_ID=run7\0";
+	assert_int_equal(jobenv_parse(named, sizeof(named) - 1, &id), 0);
+	assert_int_equal(jobenv_job_from_cgroup(&id, 4242, "0", "ml", "p-0"), -ENOENT);
+	assert_string_equal(id.job_id, "run7");
+	static const char norank[] = "PATH=/bin\0";
+	assert_int_equal(jobenv_parse(norank, sizeof(norank) - 1, &id), 0);
+	assert_int_equal(jobenv_job_from_cgroup(&id, 4242, "0", "ml", "p-0"), -ENOENT);
+	assert_string_equal(id.job_id, "");
+	assert_int_equal(jobenv_job_from_cgroup(NULL, 4242, "0", "ml", "p-0"), -ENOENT);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -292,6 +370,8 @@ int main(void)
 		cmocka_unit_test(test_hostile_values),
 		cmocka_unit_test(test_read_proc),
 		cmocka_unit_test(test_rank_process),
+		cmocka_unit_test(test_pod_job_name),
+		cmocka_unit_test(test_job_from_cgroup),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -121,6 +121,9 @@ static void test_python_frames(void **state)
 	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_PY_FRAMES), "py_frames");
 	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_NCCL_P2P_CALLS), "nccl_p2p_calls");
 	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_NCCL_P2P_BAD_PEER), "nccl_p2p_bad_peer");
+	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_CONTAINER_LOG_SCANS), "container_log_scans");
+	assert_string_equal(sysom_counter_name(SYSOM_COUNTER_CONTAINER_NAMES_MISSING),
+			    "container_names_missing");
 	sysom_batch_free(&d);
 	byte_buf_free(&buf);
 
@@ -698,7 +701,8 @@ static void test_gpu_corruptions(void **state)
 		{ SYSOM_SECTION_JOB_RANKS, 12, 4, 0, "inconsistent" },
 		{ SYSOM_SECTION_JOB_RANKS, 16, 4, 4, "rank 4 of 4" },
 		{ SYSOM_SECTION_JOB_RANKS, 24, 4, (uint32_t)-5, "group rank" },
-		{ SYSOM_SECTION_JOB_RANKS, 28, 1, 3, "unknown source" },
+		{ SYSOM_SECTION_JOB_RANKS, 28, 1, 0, "unknown source" },
+		{ SYSOM_SECTION_JOB_RANKS, 28, 1, SYSOM_JOB_SOURCE_MAX + 1, "unknown source" },
 		{ SYSOM_SECTION_JOB_RANKS, 29, 1, 2, "role 2" },
 		{ SYSOM_SECTION_JOB_RANKS, 29, 1, 1, "role 1 with rank pid 0" },
 		{ SYSOM_SECTION_JOB_RANKS, 44, 4, 7, "role 0 with rank pid 7" },
@@ -747,7 +751,10 @@ static void test_gpu_corruptions(void **state)
 		expect_corrupt(buf.data, buf.len, -SYSOM_ECORRUPT, cases[i].fragment);
 		memcpy(p, saved, cases[i].size);
 	}
-	/* The restored batch decodes again. */
+	/* The restored batch decodes again; so does a job from the cgroup (source 3, wire 1.6). */
+	expect_corrupt(buf.data, buf.len, 0, NULL);
+	uint8_t *src = buf.data + section_offset(&buf, SYSOM_SECTION_JOB_RANKS) + 28;
+	*src = SYSOM_JOB_FROM_CGROUP;
 	expect_corrupt(buf.data, buf.len, 0, NULL);
 	byte_buf_free(&buf);
 	sysom_batch_free(&b);

@@ -1271,7 +1271,8 @@ static void test_real_alertmanager(void **state)
 	am_stop(&am);
 }
 
-/* An incident of a rank in a Kubernetes pod carries the pod as labels "namespace" and "pod";
+/* An incident of a rank in a Kubernetes pod carries the pod as labels "namespace" and "pod"
+ * (and its container's name as "container"), one in a Slurm job the job as "slurm_job";
  * without one (NULL or "") the labels are left out. */
 static void test_pod_labels(void **state)
 {
@@ -1291,8 +1292,21 @@ static void test_pod_labels(void **state)
 	assert_int_not_equal(alerts_fingerprint(l), alerts_fingerprint(want)); /* another alert */
 	json_decref(l);
 	json_decref(want);
+	s.container = "pytorch";
+	s.slurm_job = "4242.0";
+	l = alerts__labels_build(&s);
+	want = straggler_labels("job-1", 3);
+	json_object_set_new(want, "namespace", json_string("training"));
+	json_object_set_new(want, "pod", json_string("llama-worker-3"));
+	json_object_set_new(want, "container", json_string("pytorch"));
+	json_object_set_new(want, "slurm_job", json_string("4242.0"));
+	assert_true(json_equal(l, want));
+	json_decref(l);
+	json_decref(want);
 	s.pod_namespace = "";
 	s.pod = NULL;
+	s.container = "";
+	s.slurm_job = NULL;
 	l = alerts__labels_build(&s);
 	want = straggler_labels("job-1", 3);
 	assert_true(json_equal(l, want));

@@ -432,6 +432,58 @@ static void test_render(void **state)
 	byte_buf_free(&text);
 }
 
+/* A named rank's identity: set from its job-rank row (same rank and pid only), shown in the
+ * JSON as the straggler evidence shows its pod (with the container), and the Slurm job, and in
+ * the text; a rank without one says null. */
+static void test_render_identity(void **state)
+{
+	struct hang_result r = { .verdict = HANG_HUNG, .comm = 0x1, .op = SYSOM_NCCL_ALL_REDUCE,
+				 .seq = 5, .nranks = 4, .entered = 2, .nmissing = 2, .nnamed = 2 };
+	struct byte_buf text = { 0 };
+	char longpod[400];
+	json_t *j;
+	char *s;
+
+	(void)state;
+	r.ranks[0] = (struct hang_rank){ .rank = 1, .comm_rank = 1, .pid = 100, .host = "gpu-1",
+					 .state = HANG_RANK_NOT_ENTERED };
+	r.ranks[1] = (struct hang_rank){ .rank = 2, .comm_rank = 2, .pid = 200, .host = "gpu-2",
+					 .state = HANG_RANK_EXITED };
+	/* Another process of rank 1 (same rank, other pid), another rank: not set. */
+	assert_int_equal(hang_rank_set_identity(&r, 1, 101, "ml", "x", "y", 0, NULL), 0);
+	assert_int_equal(hang_rank_set_identity(&r, 3, 100, "ml", "x", "y", 0, NULL), 0);
+	assert_int_equal(hang_rank_set_identity(&r, 1, 100, "ml", "llama-worker-1", "pytorch", 0,
+						"ignored without a job"),
+			 1);
+	assert_string_equal(r.ranks[0].identity.slurm_step, "");
+	assert_int_equal(hang_rank_set_identity(&r, 2, 200, NULL, NULL, NULL, 4242, "0"), 1);
+	j = diagnosis_hang_json(&r, NULL, 0);
+	assert_non_null(j);
+	s = json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT);
+	assert_non_null(strstr(s, "\"pod\":{\"container\":\"pytorch\",\"name\":\"llama-worker-1\","
+				  "\"namespace\":\"ml\"}"));
+	assert_non_null(strstr(s, "\"pod\":null"));
+	assert_non_null(strstr(s, "\"slurm_job\":4242,\"slurm_step\":\"0\""));
+	assert_non_null(strstr(s, "\"slurm_job\":null,\"slurm_step\":null"));
+	free(s);
+	diagnosis_hang_text(j, &text);
+	byte_buf_put_u8(&text, 0);
+	assert_non_null(strstr((char *)text.data, "rank 1 (communicator rank 1, gpu-1, pid 100, pod "
+						  "ml/llama-worker-1 container pytorch): not entered"));
+	assert_non_null(strstr((char *)text.data, "rank 2 (communicator rank 2, gpu-2, pid 200, slurm "
+						  "job 4242.0): exited"));
+	json_decref(j);
+	byte_buf_free(&text);
+
+	/* Longer names than a pod's are cut, never overrun. */
+	memset(longpod, 'p', sizeof(longpod) - 1);
+	longpod[sizeof(longpod) - 1] = '\0';
+	assert_int_equal(hang_rank_set_identity(&r, 1, 100, longpod, longpod, longpod, 0, NULL), 1);
+	assert_int_equal(strlen(r.ranks[0].identity.pod), HANG_K8S_NAME_MAX - 1);
+	assert_int_equal(strlen(r.ranks[0].identity.container), HANG_CONTAINER_MAX - 1);
+	assert_int_equal(hang_rank_set_identity(NULL, 1, 100, "a", "b", "c", 0, NULL), 0);
+}
+
 /* Every rank returned from seq 20 and began nothing since (a data loader, storage), both
  * nodes still reporting and listing the processes: a stall past max(floor, 5 x spacing),
  * naming the ranks as between collectives; rank 2 exiting is named as exited. */
@@ -591,6 +643,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_never_seen_rank, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bounded_nodes, setup, teardown),
 		cmocka_unit_test(test_render),
+		cmocka_unit_test(test_render_identity),
 		cmocka_unit_test_setup_teardown(test_stall, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stall_waits_for_reports, setup, teardown),
 		cmocka_unit_test(test_classify),
