@@ -103,16 +103,6 @@ struct health_rows {
 	void *arg;
 };
 
-static int u32_field(const char *f, uint32_t *out)
-{
-	uint64_t v;
-
-	if (ch_tsv_u64(f, &v) || v > UINT32_MAX)
-		return -EPROTO;
-	*out = (uint32_t)v;
-	return 0;
-}
-
 /* Fields: node, hostname, window start, window end, device, uuid, pci bus id, name, samples,
  * slowdown samples, then the GPU_HEALTH_NUMBERS. */
 static int health_row(void *ctx, char **f)
@@ -130,20 +120,20 @@ static int health_row(void *ctx, char **f)
 	int c = 10;
 
 	if (!f[0] || strlen(f[0]) != 2 * SYSOM_NODE_ID_SIZE || ch_tsv_i64(f[2], &g.window_start_ns) ||
-	    ch_tsv_i64(f[3], &g.window_end_ns) || u32_field(f[4], &h->device) ||
-	    u32_field(f[8], &h->samples) || u32_field(f[9], &h->slowdown_samples) ||
+	    ch_tsv_i64(f[3], &g.window_end_ns) || ch_tsv_u32(f[4], &h->device) ||
+	    ch_tsv_u32(f[8], &h->samples) || ch_tsv_u32(f[9], &h->slowdown_samples) ||
 	    ch_tsv_u64(f[c++], &h->reasons_any) || ch_tsv_u64(f[c++], &h->reasons_last))
 		return -EPROTO;
 	for (size_t i = 0; i < sizeof(u32s) / sizeof(u32s[0]); i++)
-		if (u32_field(f[c++], u32s[i]))
+		if (ch_tsv_u32(f[c++], u32s[i]))
 			return -EPROTO;
 	if (ch_tsv_u64(f[c++], &h->ecc_corrected) || ch_tsv_u64(f[c++], &h->ecc_uncorrected))
 		return -EPROTO;
 	for (size_t i = 0; i < sizeof(u32s_late) / sizeof(u32s_late[0]); i++)
-		if (u32_field(f[c++], u32s_late[i]))
+		if (ch_tsv_u32(f[c++], u32s_late[i]))
 			return -EPROTO;
-	if (ch_tsv_u64(f[c++], &h->nvlink_errors) || u32_field(f[c++], &h->xid_count) ||
-	    u32_field(f[c++], &h->xid_last))
+	if (ch_tsv_u64(f[c++], &h->nvlink_errors) || ch_tsv_u32(f[c++], &h->xid_count) ||
+	    ch_tsv_u32(f[c++], &h->xid_last))
 		return -EPROTO;
 	snprintf(g.node_id, sizeof(g.node_id), "%s", f[0]);
 	return hr->fn(hr->arg, &g);

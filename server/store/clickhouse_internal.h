@@ -101,6 +101,7 @@ bool ch_tsv_blank(struct ch_tsv *t);
 
 /* Field parsers: 0 or -EPROTO (not a number of that type, or NULL). */
 int ch_tsv_u64(const char *f, uint64_t *out);
+int ch_tsv_u32(const char *f, uint32_t *out);
 int ch_tsv_i64(const char *f, int64_t *out);
 /* Hex text (even length, at most `max` bytes decoded) into out; *len gets the byte count. */
 int ch_tsv_hex(const char *f, uint8_t *out, size_t max, size_t *len);

@@ -182,16 +182,6 @@ struct node_visit {
 	void *arg;
 };
 
-static int u32_field(const char *f, uint32_t *out)
-{
-	uint64_t v;
-
-	if (ch_tsv_u64(f, &v) || v > UINT32_MAX)
-		return -EPROTO;
-	*out = (uint32_t)v;
-	return 0;
-}
-
 static int node_row(void *ctx, char **f)
 {
 	const struct node_visit *v = ctx;
@@ -200,8 +190,8 @@ static int node_row(void *ctx, char **f)
 	};
 
 	if (!f[0] || strlen(f[0]) != 2 * SYSOM_NODE_ID_SIZE || !f[1] || !f[2] || !f[3] ||
-	    !f[4] || !f[5] || strlen(f[5]) >= sizeof(n.boot_id) || u32_field(f[6], &n.sample_hz) ||
-	    u32_field(f[7], &n.sample_rate_ppm) || u32_field(f[8], &n.online_cpus) ||
+	    !f[4] || !f[5] || strlen(f[5]) >= sizeof(n.boot_id) || ch_tsv_u32(f[6], &n.sample_hz) ||
+	    ch_tsv_u32(f[7], &n.sample_rate_ppm) || ch_tsv_u32(f[8], &n.online_cpus) ||
 	    ch_tsv_i64(f[9], &n.first_seen_ns) || ch_tsv_i64(f[10], &n.last_seen_ns) ||
 	    ch_tsv_u64(f[11], &n.batches) || ch_tsv_u64(f[12], &n.last_epoch) ||
 	    ch_tsv_u64(f[13], &n.last_sequence))
@@ -431,8 +421,8 @@ static int process_row(void *ctx, char **f)
 	};
 
 	if (!f[0] || strlen(f[0]) != 2 * SYSOM_NODE_ID_SIZE || !f[1] || !f[6] || !f[7] ||
-	    !f[8] || u32_field(f[2], &p.pid) || u32_field(f[3], &p.ppid) ||
-	    u32_field(f[4], &p.generation) || ch_tsv_u64(f[5], &p.start_time_ns) ||
+	    !f[8] || ch_tsv_u32(f[2], &p.pid) || ch_tsv_u32(f[3], &p.ppid) ||
+	    ch_tsv_u32(f[4], &p.generation) || ch_tsv_u64(f[5], &p.start_time_ns) ||
 	    ch_tsv_i64(f[9], &p.first_seen_ns) || ch_tsv_i64(f[10], &p.last_seen_ns) ||
 	    ch_tsv_u64(f[11], &p.samples) || ch__identity_read(f + 12, &p.identity))
 		return -EPROTO;

@@ -65,16 +65,6 @@ static int i32_field(const char *f, int32_t *out)
 	return 0;
 }
 
-static int u32_field(const char *f, uint32_t *out)
-{
-	uint64_t v;
-
-	if (ch_tsv_u64(f, &v) || v > UINT32_MAX)
-		return -EPROTO;
-	*out = (uint32_t)v;
-	return 0;
-}
-
 static int node_field(const char *f, char out[2 * SYSOM_NODE_ID_SIZE + 1])
 {
 	if (!f || strlen(f) != 2 * SYSOM_NODE_ID_SIZE)
@@ -206,8 +196,8 @@ static int job_row(void *ctx, char **f)
 	const struct job_visit *v = ctx;
 	struct store_job j = { .job = f[0] };
 
-	if (!f[0] || i32_field(f[1], &j.world_size) || u32_field(f[2], &j.ranks) ||
-	    u32_field(f[3], &j.processes) || u32_field(f[4], &j.nodes) ||
+	if (!f[0] || i32_field(f[1], &j.world_size) || ch_tsv_u32(f[2], &j.ranks) ||
+	    ch_tsv_u32(f[3], &j.processes) || ch_tsv_u32(f[4], &j.nodes) ||
 	    ch_tsv_i64(f[5], &j.first_seen_ns) || ch_tsv_i64(f[6], &j.last_seen_ns))
 		return -EPROTO;
 	return v->fn(v->arg, &j);
@@ -298,10 +288,10 @@ static int rank_row(void *ctx, char **f)
 	    i32_field(f[2], &e->r.world_size) || i32_field(f[3], &e->r.local_rank) ||
 	    i32_field(f[4], &e->r.local_world_size) || i32_field(f[5], &e->r.group_rank) ||
 	    ch_tsv_u64(f[6], &src) || src > UINT8_MAX || node_field(f[7], e->r.node_id) ||
-	    u32_field(f[8], &e->r.pid) || u32_field(f[9], &e->r.generation) ||
+	    ch_tsv_u32(f[8], &e->r.pid) || ch_tsv_u32(f[9], &e->r.generation) ||
 	    ch_tsv_u64(f[10], &e->r.start_time_ns) || !f[11] || !f[12] || !f[13] ||
 	    ch_tsv_i64(f[14], &e->r.first_seen_ns) || ch_tsv_i64(f[15], &e->r.last_seen_ns) ||
-	    ch_tsv_u64(f[16], &role) || role > SYSOM_JOB_ROLE_MAX || u32_field(f[17], &e->r.rank_pid))
+	    ch_tsv_u64(f[16], &role) || role > SYSOM_JOB_ROLE_MAX || ch_tsv_u32(f[17], &e->r.rank_pid))
 		return -EPROTO;
 	e->r.source = (uint8_t)src;
 	e->r.role = (uint8_t)role;
@@ -547,9 +537,9 @@ static int communicator_row(void *ctx, char **f)
 	    ch_tsv_u64(f[2], &m.parent_key) || ch_tsv_u64(f[3], &m.comm_hash) ||
 	    i32_field(f[4], &m.rank) || i32_field(f[5], &m.nranks) ||
 	    i32_field(f[6], &m.split_color) || i32_field(f[7], &m.split_key) ||
-	    u32_field(f[8], &m.split_ordinal) || ch_tsv_u64(f[9], &ks) || ks > UINT8_MAX ||
+	    ch_tsv_u32(f[8], &m.split_ordinal) || ch_tsv_u64(f[9], &ks) || ks > UINT8_MAX ||
 	    ch_tsv_u64(f[10], &destroyed) || ch_tsv_i64(f[11], &m.created_ns) ||
-	    node_field(f[12], m.node_id) || u32_field(f[13], &m.pid) ||
+	    node_field(f[12], m.node_id) || ch_tsv_u32(f[13], &m.pid) ||
 	    ch_tsv_i64(f[14], &m.first_seen_ns) || ch_tsv_i64(f[15], &m.last_seen_ns))
 		return -EPROTO;
 	m.key_source = (uint8_t)ks;
@@ -736,12 +726,12 @@ static int call_row(void *ctx, char **f)
 	memset(k, 0, sizeof(*k));
 	if (ch_tsv_u64(f[0], &key.key) || u8_field(f[1], &key.op) || ch_tsv_u64(f[2], &key.seq) ||
 	    ch_tsv_u64(f[3], &k->process) || node_field(f[4], k->c.node_id) ||
-	    u32_field(f[5], &k->c.pid) || u32_field(f[6], &k->c.tid) ||
+	    ch_tsv_u32(f[5], &k->c.pid) || ch_tsv_u32(f[6], &k->c.tid) ||
 	    i32_field(f[7], &k->rank) || ch_tsv_i64(f[8], &k->c.entry_ns) ||
 	    ch_tsv_i64(f[9], &k->c.exit_ns) || ch_tsv_u64(f[10], &k->c.count) ||
 	    ch_tsv_u64(f[11], &k->c.bytes) || i32_field(f[12], &k->c.peer) ||
 	    i32_field(f[13], &k->c.result) || ch_tsv_i64(f[14], &k->received_ns) ||
-	    u32_field(f[15], &k->idx))
+	    ch_tsv_u32(f[15], &k->idx))
 		return -EPROTO;
 	k->inst = bsearch(&key, c->insts, c->ninsts, sizeof(*c->insts), inst_cmp);
 	p = jp_find(&c->jp, k->process);

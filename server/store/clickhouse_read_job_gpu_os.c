@@ -87,16 +87,6 @@ static int i32_field(const char *f, int32_t *out)
 	return 0;
 }
 
-static int u32_field(const char *f, uint32_t *out)
-{
-	uint64_t v;
-
-	if (ch_tsv_u64(f, &v) || v > UINT32_MAX)
-		return -EPROTO;
-	*out = (uint32_t)v;
-	return 0;
-}
-
 /* A Float64 as ClickHouse writes it: a number, nan, inf or -inf. */
 static int f64_field(const char *f, double *out)
 {
@@ -123,7 +113,7 @@ static int u64_fields(char **f, uint64_t *const *out, size_t n)
 
 static int owner(char **f, struct store_gpu_owner *w)
 {
-	if (i32_field(f[0], &w->job_rank) || u32_field(f[1], &w->pid) ||
+	if (i32_field(f[0], &w->job_rank) || ch_tsv_u32(f[1], &w->pid) ||
 	    ch_tsv_u64(f[2], &w->start_time_ns))
 		return -EPROTO;
 	w->hostname = f[3] ? f[3] : "";
@@ -137,12 +127,12 @@ static int kernel_row(void *ctx, char **f)
 	const struct store_gpu_visitor *v = ctx;
 	struct store_gpu_kernel_row r = { .name = f[4] };
 
-	if (owner(f, &r.who) || !f[4] || u32_field(f[5], &r.device) ||
+	if (owner(f, &r.who) || !f[4] || ch_tsv_u32(f[5], &r.device) ||
 	    u64_fields(f + 6, (uint64_t *const[]){ &r.stream, &r.count, &r.total_ns, &r.min_ns,
 						  &r.max_ns }, 5))
 		return -EPROTO;
 	for (int i = 0; i < SYSOM_GPU_HIST_BUCKETS; i++)
-		if (u32_field(f[11 + i], &r.hist[i]))
+		if (ch_tsv_u32(f[11 + i], &r.hist[i]))
 			return -EPROTO;
 	return v->kernel ? v->kernel(v->arg, &r) : 0;
 }
@@ -155,7 +145,7 @@ static int profile_row(void *ctx, char **f)
 
 	if (owner(f, &r.who) || ch_tsv_u64(f[4], &r.comm_id) || !f[5] ||
 	    i32_field(f[6], &r.rank) || i32_field(f[7], &r.nranks) || !f[8] || !f[9] || !f[10] ||
-	    !f[11] || i32_field(f[12], &r.peer) || u32_field(f[13], &r.nchannels) ||
+	    !f[11] || i32_field(f[12], &r.peer) || ch_tsv_u32(f[13], &r.nchannels) ||
 	    u64_fields(f + 14, (uint64_t *const[]){ &r.count, &r.bytes, &r.kernel_timed,
 						   &r.kernel_ns_total, &r.kernel_ns_min,
 						   &r.kernel_ns_max, &r.span_timed,
@@ -177,7 +167,7 @@ static int link_row(void *ctx, char **f)
 	    f64_field(f[11], &r.sx) || f64_field(f[12], &r.sy) || f64_field(f[13], &r.sxx) ||
 	    f64_field(f[14], &r.sxy) || f64_field(f[15], &r.syy) ||
 	    f64_field(f[16], &r.min_latency_ns) || f64_field(f[17], &r.min_bytes_per_ns) ||
-	    f64_field(f[18], &r.min_r2) || u32_field(f[19], &r.min_points))
+	    f64_field(f[18], &r.min_r2) || ch_tsv_u32(f[19], &r.min_points))
 		return -EPROTO;
 	return v->link ? v->link(v->arg, &r) : 0;
 }
@@ -243,7 +233,7 @@ static int thread_row(void *ctx, char **f)
 	const unsigned hist = 9, sums = hist + SYSOM_RUNQ_HIST_BUCKETS;
 	const unsigned cpus = sums + 7;
 
-	if (owner(f, &r.who) || u32_field(f[4], &r.tid) || !f[5] ||
+	if (owner(f, &r.who) || ch_tsv_u32(f[4], &r.tid) || !f[5] ||
 	    u64_fields(f + 6, (uint64_t *const[]){ &r.oncpu_ns, &r.runq_wait_ns, &r.runq_waits },
 		       3) ||
 	    u64_fields(f + sums, (uint64_t *const[]){ &r.voluntary_switches,
@@ -252,7 +242,7 @@ static int thread_row(void *ctx, char **f)
 						     &r.hardirq_ns, &r.softirq_ns }, 7))
 		return -EPROTO;
 	for (unsigned i = 0; i < SYSOM_RUNQ_HIST_BUCKETS; i++)
-		if (u32_field(f[hist + i], &r.runq_hist[i]))
+		if (ch_tsv_u32(f[hist + i], &r.runq_hist[i]))
 			return -EPROTO;
 	for (unsigned i = 0; i < SYSOM_CPU_MASK_WORDS; i++)
 		if (ch_tsv_u64(f[cpus + i], &r.cpus[i]))
@@ -267,7 +257,7 @@ static int cpu_row(void *ctx, char **f)
 	const unsigned counts = 8, nss = counts + SYSOM_SOFTIRQ_COUNT, tail = nss + SYSOM_SOFTIRQ_COUNT;
 
 	if (ch_tsv_i64(f[1], &r.time_ms) || ch_tsv_i64(f[2], &r.window_ms) ||
-	    u32_field(f[3], &r.cpu) || i32_field(f[4], &r.numa_node) ||
+	    ch_tsv_u32(f[3], &r.cpu) || i32_field(f[4], &r.numa_node) ||
 	    u64_fields(f + 5, (uint64_t *const[]){ &r.busy_ns, &r.hardirq_count, &r.hardirq_ns },
 		       3) ||
 	    u64_fields(f + tail, (uint64_t *const[]){ &r.context_switches, &r.runq_wait_ns }, 2))
@@ -284,7 +274,7 @@ static int irq_row(void *ctx, char **f)
 	const struct store_os_visitor *v = ctx;
 	struct store_os_irq_row r = { .hostname = f[0] ? f[0] : "", .name = f[3] };
 
-	if (u32_field(f[1], &r.cpu) || u32_field(f[2], &r.irq) || !f[3] ||
+	if (ch_tsv_u32(f[1], &r.cpu) || ch_tsv_u32(f[2], &r.irq) || !f[3] ||
 	    ch_tsv_u64(f[4], &r.count) || ch_tsv_u64(f[5], &r.ns))
 		return -EPROTO;
 	return v->irq ? v->irq(v->arg, &r) : 0;

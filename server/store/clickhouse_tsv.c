@@ -119,6 +119,16 @@ int ch_tsv_u64(const char *f, uint64_t *out)
 	return 0;
 }
 
+int ch_tsv_u32(const char *f, uint32_t *out)
+{
+	uint64_t v;
+
+	if (ch_tsv_u64(f, &v) || v > UINT32_MAX)
+		return -EPROTO;
+	*out = (uint32_t)v;
+	return 0;
+}
+
 int ch_tsv_i64(const char *f, int64_t *out)
 {
 	bool neg = f && *f == '-';
