@@ -1896,6 +1896,19 @@ static void test_slow_and_down(void **state)
 
 /* ---- host signals (wire 1.6) ------------------------------------------------------------- */
 
+/* Job job-42 on nodes 1 (gpu-1, ranks 0-3) and 2 (gpu-2, ranks 4-7), one instance each. */
+static void two_node_job(struct job_spec *n1, struct job_spec *n2)
+{
+	*n1 = (struct job_spec){ .base = { .node = 1, .epoch = 1, .sequence = 1,
+					   .window_start_ns = T0, .hostname = "gpu-1" },
+				 .job = "job-42", .first_rank = 0, .local_ranks = 4, .instances = 1,
+				 .skip_rank = -1, .late_rank = -1 };
+	*n2 = *n1;
+	n2->base.node = 2;
+	n2->base.hostname = "gpu-2";
+	n2->first_rank = 4;
+}
+
 static void host_edit(struct sysom_batch *b)
 {
 	assert_int_equal(sysom_batch_set_host_signal(b, SYSOM_HOST_TCP_RETRANS_SEGS,
@@ -1924,14 +1937,8 @@ static void test_host_signals_same_answers(void **state)
 	struct store *st[2] = { c->sq, c->ch };
 
 	REQUIRE_CH();
-	struct job_spec n1 = { .base = { .node = 1, .epoch = 1, .sequence = 1, .window_start_ns = T0,
-					 .hostname = "gpu-1" },
-			       .job = "job-42", .first_rank = 0, .local_ranks = 4, .instances = 1,
-			       .skip_rank = -1, .late_rank = -1 };
-	struct job_spec n2 = n1;
-	n2.base.node = 2;
-	n2.base.hostname = "gpu-2";
-	n2.first_rank = 4;
+	struct job_spec n1, n2;
+	two_node_job(&n1, &n2);
 	struct job_spec other = n1;
 	other.base.node = 3;
 	other.job = "job-other";
@@ -2034,14 +2041,8 @@ static void test_gpu_health_same_answers(void **state)
 	struct store *st[2] = { c->sq, c->ch };
 
 	REQUIRE_CH();
-	struct job_spec n1 = { .base = { .node = 1, .epoch = 1, .sequence = 1, .window_start_ns = T0,
-					 .hostname = "gpu-1" },
-			       .job = "job-42", .first_rank = 0, .local_ranks = 4, .instances = 1,
-			       .skip_rank = -1, .late_rank = -1 };
-	struct job_spec n2 = n1;
-	n2.base.node = 2;
-	n2.base.hostname = "gpu-2";
-	n2.first_rank = 4;
+	struct job_spec n1, n2;
+	two_node_job(&n1, &n2);
 	struct job_spec n1_later = n1;
 	n1_later.base.sequence = 2;
 	n1_later.base.window_start_ns = T0 + 30000000000ULL;
