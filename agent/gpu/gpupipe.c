@@ -36,8 +36,6 @@ struct gp_proc {
 	uint32_t tgid, generation;
 	bool env_read;
 	struct job_identity env;
-	uint8_t env_source;      /* SYSOM_JOB_FROM_ENVIRONMENT, or _CGROUP when the job came
-				  * from its Slurm job or pod (jobenv_job_from_cgroup) */
 	uint32_t rank_pid;       /* a worker's rank process (jobenv_rank_process); 0 for a rank */
 	bool registered;
 	bool gone;               /* exited (proctrack said so) */
@@ -99,7 +97,6 @@ static void read_env(struct gpupipe *gp, struct gp_proc *p)
 	 * its cgroup and pod name when it first met the process). Sent as source environment
 	 * with job_id_source "slurm cgroup" / "pod name" (which servers show as source cgroup):
 	 * source 3 would make servers older than 1.6's readers refuse the whole batch. */
-	p->env_source = SYSOM_JOB_FROM_ENVIRONMENT;
 	if (!rc && p->env.has_rank && !p->env.job_id[0] && gp->opts.pt) {
 		const struct pt_process *pp =
 			proctrack_get_live(gp->opts.pt, p->tgid, p->generation);
@@ -526,7 +523,7 @@ void gpupipe_before_seal(struct gpupipe *gp)
 			if (!p->env_read)
 				read_env(gp, p);
 			id = &p->env;
-			source = p->env_source ? p->env_source : SYSOM_JOB_FROM_ENVIRONMENT;
+			source = SYSOM_JOB_FROM_ENVIRONMENT;
 		}
 		if (!id->has_rank && !id->job_id[0])
 			continue;

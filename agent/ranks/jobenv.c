@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/bytes.h"
+#include "common/wire/wire.h"
 #include "include/sysom/jobenv_vars.h"
 
 /* A value found in the block: pointer into it and length (not NUL-terminated). */
@@ -304,7 +305,7 @@ int jobenv_job_from_cgroup(struct job_identity *id, uint64_t slurm_job, const ch
 		else
 			snprintf(joined, sizeof(joined), "slurm-%" PRIu64, slurm_job);
 		sysom_text_sanitize(id->job_id, sizeof(id->job_id), joined, strlen(joined));
-		id->job_id_source = "slurm cgroup";
+		id->job_id_source = SYSOM_JOB_ID_SOURCE_SLURM_CGROUP;
 		return 0;
 	}
 	if (!pod_namespace || !pod_namespace[0] || !pod_name ||
@@ -312,6 +313,6 @@ int jobenv_job_from_cgroup(struct job_identity *id, uint64_t slurm_job, const ch
 		return -ENOENT;
 	snprintf(joined, sizeof(joined), "%s:%s", pod_namespace, name);
 	sysom_text_sanitize(id->job_id, sizeof(id->job_id), joined, strlen(joined));
-	id->job_id_source = "pod name";
+	id->job_id_source = SYSOM_JOB_ID_SOURCE_POD_NAME;
 	return 0;
 }

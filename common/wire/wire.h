@@ -356,6 +356,11 @@ enum sysom_job_source {
 	SYSOM_JOB_SOURCE_MAX = SYSOM_JOB_FROM_CGROUP,
 };
 
+/* job_id_source of a job the agent took from the cgroup (sent with source ENVIRONMENT, so that
+ * readers older than source 3 accept it; servers show such a rank as source cgroup). */
+#define SYSOM_JOB_ID_SOURCE_SLURM_CGROUP "slurm cgroup"
+#define SYSOM_JOB_ID_SOURCE_POD_NAME "pod name"
+
 /* A process's role in its rank: the rank's own process, or a helper process it started that
  * inherited its environment (a PyTorch DataLoader worker: forked or spawned, same executable). */
 enum sysom_job_role {

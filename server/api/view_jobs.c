@@ -105,8 +105,9 @@ static const char *job_source_name(uint8_t source, const char *job_id_source)
 {
 	switch (source) {
 	case SYSOM_JOB_FROM_ENVIRONMENT:
-		if (job_id_source && (!strcmp(job_id_source, "slurm cgroup") ||
-				      !strcmp(job_id_source, "pod name")))
+		if (job_id_source &&
+		    (!strcmp(job_id_source, SYSOM_JOB_ID_SOURCE_SLURM_CGROUP) ||
+		     !strcmp(job_id_source, SYSOM_JOB_ID_SOURCE_POD_NAME)))
 			return "cgroup";
 		return "environment";
 	case SYSOM_JOB_FROM_REGISTRATION:
