@@ -619,8 +619,12 @@ static void agent_seal(struct agent *a)
 
 	agent_drain(a);
 	collect_gpu_health(a);
-	if (a->gpu)
+	if (a->gpu) {
+		/* The ranks' GPUs go to servers that read wire 1.7 (they said so in a reply). */
+		uploader_stats(a->uploader, &us);
+		gpupipe_set_send_gpu_device(a->gpu, us.server_wire_minor >= 7);
 		gpupipe_before_seal(a->gpu);
+	}
 	collect_host_signals(a);
 	if (a->os) {
 		struct ossignals_stats st;
@@ -1179,6 +1183,7 @@ static int agent_start(struct agent *a)
 			.libraries = a->cfg->gpu_libraries,
 			.launch_duty = a->cfg->gpu_launch_duty,
 			.loader = a->cfg->gpu_loader,
+			.nvml = a->nvml,
 			.report = daemon_reporter,
 		};
 		/* CPU profiling is worth running without it (e.g. a kernel without uprobes). */

@@ -14,7 +14,9 @@
 #include "common/clock.h"
 #include "common/array.h"
 #include "agent/node/host.h"
+#include "agent/gpu/gpumap.h"
 #include "agent/gpu/nccltrack.h"
+#include "agent/gpu/nvml.h"
 #include "agent/node/proctrack.h"
 #include "common/error.h"
 #include "common/report.h"
@@ -42,6 +44,8 @@ struct gp_proc {
 	uint64_t gone_since_ns;  /* first seal that found it exited; 0 while alive */
 	struct job_identity reg;
 	char groups[GROUPS_MAX];
+	uint8_t gpu_file;        /* NVML index + 1 from its open /dev/nvidiaN (kept), 0 none */
+	enum gpumap_how gpu_how; /* how the last GPU was found (logged when it changes) */
 };
 
 struct pending_scan {
@@ -69,6 +73,9 @@ struct gpupipe {
 	/* Processes without GPU libraries whose environment names no job, by (tgid, generation),
 	 * direct-mapped: their environment is not read again at every mapping scan. */
 	struct { uint32_t tgid, generation; } not_jobs[NOT_JOB_SLOTS];
+	bool send_gpu_device;
+	struct gpumap_device gpus[SYSOM_GPU_MAX_DEVICES];
+	uint32_t ngpus;
 };
 
 static struct gp_proc *find_proc(struct gpupipe *gp, uint32_t tgid)
@@ -193,6 +200,7 @@ int gpupipe_open(uv_loop_t *loop, const struct gpupipe_options *o, struct gpupip
 	if (!gp)
 		return -ENOMEM;
 	gp->opts = *o;
+	gp->ngpus = nvml_devices(o->nvml, gp->gpus, SYSOM_GPU_MAX_DEVICES);
 	gputrace_options_default(&go);
 	go.proc_root = o->proc_root ? o->proc_root : "/proc";
 	go.exec_generation_fd = o->exec_generation_fd;
@@ -504,6 +512,44 @@ static void on_pending(void *ctx, const struct gt_nccl_event *ev)
 		gp->in_flight_reported++;
 }
 
+void gpupipe_set_send_gpu_device(struct gpupipe *gp, bool on)
+{
+	gp->send_gpu_device = on;
+}
+
+/* The wire's gpu_device of a process: its NVML index + 1, 0 when unknown (gpumap.h). */
+static uint8_t rank_gpu(struct gpupipe *gp, struct gp_proc *p, const struct job_identity *id)
+{
+	const char *root = gp->opts.proc_root ? gp->opts.proc_root : "/proc";
+	enum gpumap_how how = GPUMAP_UNKNOWN;
+	uint32_t minor;
+	int idx = -1;
+
+	if (!gp->ngpus || !id->has_rank)
+		return 0;
+	if (p->gpu_file) {
+		idx = p->gpu_file - 1; /* a CUDA context keeps its device */
+		how = GPUMAP_DEVICE_FILE;
+	} else if (!p->gone && gpumap_scan_fds(root, p->tgid, &minor) == 1 &&
+		   (idx = gpumap_from_minor(gp->gpus, gp->ngpus, minor)) >= 0) {
+		p->gpu_file = (uint8_t)(idx + 1);
+		how = GPUMAP_DEVICE_FILE;
+	} else {
+		/* A registered process's environment still says which devices it sees. */
+		if (!p->env_read)
+			read_env(gp, p);
+		idx = gpumap_from_env(gp->gpus, gp->ngpus, p->env_read ? &p->env.gpu : NULL,
+				      id->local_rank, &how);
+	}
+	if (how != p->gpu_how) {
+		sysom_report(&gp->opts.report, SYSOM_REPORT_DEBUG,
+			     "pid %u (rank %d, local rank %d): GPU %d by %s", p->tgid, id->rank,
+			     id->local_rank, idx, gpumap_how_name(how));
+		p->gpu_how = how;
+	}
+	return idx >= 0 && idx < SYSOM_GPU_MAX_DEVICES ? (uint8_t)(idx + 1) : 0;
+}
+
 void gpupipe_before_seal(struct gpupipe *gp)
 {
 	struct gputrace_stats st;
@@ -529,8 +575,9 @@ void gpupipe_before_seal(struct gpupipe *gp)
 			continue;
 		/* A registered process said who it is: a rank. */
 		uint32_t rank_pid = p->registered ? 0 : p->rank_pid;
+		uint8_t gpu = gp->send_gpu_device ? rank_gpu(gp, p, id) : 0;
 		int rc = batcher_set_job_rank(gp->opts.batcher, p->tgid, p->generation, id, source,
-					      p->registered ? p->groups : NULL, rank_pid);
+					      p->registered ? p->groups : NULL, rank_pid, gpu);
 		if (rc)
 			sysom_report(&gp->opts.report, SYSOM_REPORT_DEBUG,
 				     "gputrace: job identity of pid %u not recorded: %s", p->tgid,

@@ -30,6 +30,8 @@ struct gpupipe_options {
 	const char *libraries;   /* colon-separated files to attach at start, or NULL */
 	double launch_duty;      /* fraction of drain intervals with launch probes on, 0..1 */
 	const char *loader;      /* loader notification: "notify" (NULL), "hold", "off" */
+	struct nvml *nvml;       /* borrowed, or NULL: the GPU of each rank (agent/gpu/gpumap.h)
+				  * is sent as its NVML index */
 	/* Messages for the log (libraries traced, events lost, ...), the tracer's included: the
 	 * daemon logs them. */
 	struct sysom_reporter report;
@@ -53,6 +55,10 @@ void gpupipe_on_exec(struct gpupipe *gp, uint32_t tgid);
 void gpupipe_set_registration(struct gpupipe *gp, uint32_t tgid, const struct job_identity *id,
 			      const char *groups);
 void gpupipe_clear_registration(struct gpupipe *gp, uint32_t tgid);
+
+/* Whether the JOB_RANKS records carry the rank's GPU (wire 1.7: a server that reads at least
+ * 1.7; older readers refuse the byte). Off until set. */
+void gpupipe_set_send_gpu_device(struct gpupipe *gp, bool on);
 
 /* At every drain: events, launch counts, due scans, counters. */
 void gpupipe_drain(struct gpupipe *gp);

@@ -23,6 +23,7 @@ struct nvml_api {
 	nvmlDeviceGetHandleByIndex_v2_fn handle;
 	nvmlDeviceGetUUID_fn uuid;
 	nvmlDeviceGetName_fn name;
+	nvmlDeviceGetMinorNumber_fn minor; /* /dev/nvidia<minor>: a process's open GPU */
 	nvmlDeviceGetPciInfo_v3_fn pci;
 	nvmlDeviceGetClockInfo_fn clock;
 	nvmlDeviceGetMaxClockInfo_fn max_clock;
@@ -48,6 +49,8 @@ struct gpu {
 	char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
 	bool has_bus;
 	uint32_t domain, bus, dev;
+	bool has_minor;
+	uint32_t minor;
 	uint32_t sm_max, mem_max, temp_slowdown, temp_shutdown; /* read once */
 	uint32_t nvlinks;    /* bit per link that answered its state */
 	bool remapped_rows;  /* GetRemappedRows works (Ampere and later): no retired pages */
@@ -257,6 +260,10 @@ static void open_gpu(struct nvml *n, uint32_t i)
 		g->name[sizeof(g->name) - 1] = '\0';
 	else
 		g->name[0] = '\0';
+	if (n->api.minor && ok(n, n->api.minor(g->handle, &v))) {
+		g->has_minor = true;
+		g->minor = v;
+	}
 	memset(&pci, 0, sizeof(pci));
 	if (n->api.pci && ok(n, n->api.pci(g->handle, &pci))) {
 		pci.busId[sizeof(pci.busId) - 1] = '\0';
@@ -313,6 +320,7 @@ int nvml_open(const struct nvml_options *o, struct nvml **out, char *err, size_t
 	SYM(handle, "nvmlDeviceGetHandleByIndex_v2");
 	SYM(uuid, "nvmlDeviceGetUUID");
 	SYM(name, "nvmlDeviceGetName");
+	SYM(minor, "nvmlDeviceGetMinorNumber");
 	SYM(pci, "nvmlDeviceGetPciInfo_v3");
 	SYM(clock, "nvmlDeviceGetClockInfo");
 	SYM(max_clock, "nvmlDeviceGetMaxClockInfo");
@@ -392,6 +400,19 @@ void nvml_close(struct nvml *n)
 uint32_t nvml_device_count(const struct nvml *n)
 {
 	return n ? n->ngpus : 0;
+}
+
+uint32_t nvml_devices(const struct nvml *n, struct gpumap_device *out, uint32_t max)
+{
+	uint32_t count = n ? (n->ngpus < max ? n->ngpus : max) : 0;
+
+	for (uint32_t i = 0; i < count; i++) {
+		const struct gpu *g = &n->gpus[i];
+		out[i].has_minor = g->handle && g->has_minor;
+		out[i].minor = g->minor;
+		snprintf(out[i].uuid, sizeof(out[i].uuid), "%s", g->handle ? g->uuid : "");
+	}
+	return count;
 }
 
 /* ---- sampling --------------------------------------------------------------------------------- */

@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "agent/gpu/gpumap.h"
 #include "common/report.h"
 #include "common/wire/wire.h"
 
@@ -47,6 +48,9 @@ int nvml_open(const struct nvml_options *o, struct nvml **out, char *err, size_t
 void nvml_close(struct nvml *n);
 
 uint32_t nvml_device_count(const struct nvml *n);
+/* Each device's minor number and UUID, read once at nvml_open (for gpumap), into out[0..max);
+ * returns how many were written (0 for NULL). */
+uint32_t nvml_devices(const struct nvml *n, struct gpumap_device *out, uint32_t max);
 
 /* One reading of every GPU's fast-moving values, and any new Xid lines. */
 void nvml_sample(struct nvml *n);

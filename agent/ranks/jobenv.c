@@ -96,6 +96,18 @@ int jobenv_parse(const char *block, size_t len, struct job_identity *out)
 	if (lookup(block, len, SYSOM_JOBENV_MASTER_PORT, &port))
 		out->master_port = parse_count(&port, 65535);
 
+	if (lookup(block, len, "CUDA_VISIBLE_DEVICES", &v)) {
+		out->gpu.cvd_set = true;
+		if (v.len < sizeof(out->gpu.cvd)) {
+			memcpy(out->gpu.cvd, v.p, v.len);
+			out->gpu.cvd[v.len] = '\0';
+		} else {
+			out->gpu.cvd_too_long = true;
+		}
+	}
+	out->gpu.order_pci = lookup(block, len, "CUDA_DEVICE_ORDER", &v) &&
+			     v.len == strlen("PCI_BUS_ID") && !memcmp(v.p, "PCI_BUS_ID", v.len);
+
 	out->has_rank = out->rank >= 0 && out->world_size > 0 && out->rank < out->world_size;
 	if (out->local_rank >= 0 && out->local_world_size > 0 &&
 	    out->local_rank >= out->local_world_size)

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "agent/gpu/gpumap.h"
+
 #define JOBENV_MAX_BYTES (1u << 20) /* environment bytes read per process */
 #define JOBENV_VALUE_MAX 128        /* job id and master address kept (truncated beyond) */
 #define JOBENV_MAX_RANKS (1u << 24) /* world sizes above this are rejected */
@@ -25,6 +27,9 @@ struct job_identity {
 	int32_t group_rank;              /* GROUP_RANK (torchrun's node rank) / SLURM_NODEID */
 	char master_addr[JOBENV_VALUE_MAX];
 	int32_t master_port;
+	/* CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER, for the rank's GPU (agent/gpu/gpumap.h);
+	 * kept as written (not sanitised: only parsed, never sent). */
+	struct gpumap_env gpu;
 };
 
 /*

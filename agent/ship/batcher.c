@@ -501,7 +501,7 @@ int batcher_set_communicator(struct batcher *b, uint32_t tgid, uint32_t generati
 
 int batcher_set_job_rank(struct batcher *b, uint32_t tgid, uint32_t generation,
 			 const struct job_identity *id, uint8_t source, const char *groups,
-			 uint32_t rank_pid)
+			 uint32_t rank_pid, uint8_t gpu_device)
 {
 	struct sysom_batch *bt = &b->batch;
 	struct sysom_job_rank rec = {
@@ -513,6 +513,7 @@ int batcher_set_job_rank(struct batcher *b, uint32_t tgid, uint32_t generation,
 		.source = source,
 		.role = rank_pid && id->has_rank ? SYSOM_JOB_ROLE_WORKER : SYSOM_JOB_ROLE_RANK,
 		.rank_pid = rank_pid && id->has_rank ? rank_pid : 0,
+		.gpu_device = id->has_rank && gpu_device <= SYSOM_GPU_MAX_DEVICES ? gpu_device : 0,
 	};
 	char master[JOBENV_VALUE_MAX + 16] = "";
 	int rc;

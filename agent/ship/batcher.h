@@ -64,10 +64,11 @@ int batcher_add_nccl_call(struct batcher *b, uint32_t tgid, uint32_t generation,
 int batcher_set_communicator(struct batcher *b, uint32_t tgid, uint32_t generation,
 			     const struct sysom_communicator *c);
 /* `source`: enum sysom_job_source; `groups` may be NULL; `rank_pid`: 0 for a rank's own
- * process, else the pid of the rank process whose worker `tgid` is (role worker). */
+ * process, else the pid of the rank process whose worker `tgid` is (role worker);
+ * `gpu_device`: the rank's GPU as NVML index + 1, 0 unknown (wire 1.7). */
 int batcher_set_job_rank(struct batcher *b, uint32_t tgid, uint32_t generation,
 			 const struct job_identity *id, uint8_t source, const char *groups,
-			 uint32_t rank_pid);
+			 uint32_t rank_pid, uint8_t gpu_device);
 
 /* Launches of one kernel from one user stack (leaf first, raw addresses). */
 struct batcher_launch {

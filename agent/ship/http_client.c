@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "common/url.h"
+#include "common/wire/wire.h"
 
 #define RETRY_AFTER_MAX_S (10ll * 365 * 24 * 3600) /* larger values are clamped */
 
@@ -139,6 +140,7 @@ void http_client_response_free(struct http_client_response *resp)
 	free(resp->body);
 	memset(resp, 0, sizeof(*resp));
 	resp->retry_after_s = -1;
+	resp->wire_minor = -1;
 }
 
 int http_client_parse_retry_after(const char *value, int64_t now, int64_t *out_s)
@@ -212,12 +214,26 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *arg)
 {
 	struct transfer *t = arg;
 	size_t len = size * nmemb;
-	static const char name[] = "retry-after:";
+	static const char name[] = "retry-after:", minor_name[] = SYSOM_WIRE_MINOR_HEADER ":";
 	char value[128];
 
 	if (len >= 5 && memcmp(data, "HTTP/", 5) == 0) {
 		/* A new response (after 1xx): forget what an earlier one said. */
 		t->resp->retry_after_s = -1;
+		t->resp->wire_minor = -1;
+		return len;
+	}
+	if (len > sizeof(minor_name) - 1 &&
+	    strncasecmp(data, minor_name, sizeof(minor_name) - 1) == 0) {
+		const char *p = data + sizeof(minor_name) - 1, *end = data + len;
+		int32_t v = 0, digits = 0;
+		while (p < end && (*p == ' ' || *p == '\t'))
+			p++;
+		for (; p < end && *p >= '0' && *p <= '9' && digits < 6; p++, digits++)
+			v = v * 10 + (*p - '0');
+		while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+			p++;
+		t->resp->wire_minor = digits && p == end && v <= 65535 ? v : -1;
 		return len;
 	}
 	if (len > sizeof(name) - 1 && strncasecmp(data, name, sizeof(name) - 1) == 0) {
@@ -334,6 +350,7 @@ int http_client_request(struct http_client *c, const struct http_client_request 
 
 	memset(resp, 0, sizeof(*resp));
 	resp->retry_after_s = -1;
+	resp->wire_minor = -1;
 	if (!request_valid(req)) {
 		snprintf(resp->error, sizeof(resp->error), "malformed request");
 		return -EINVAL;

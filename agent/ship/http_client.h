@@ -60,6 +60,7 @@ struct http_client_response {
 	size_t body_len;          /* bytes kept, at most max_response_bytes */
 	bool body_truncated;      /* the server sent more than was kept */
 	int64_t retry_after_s;    /* parsed Retry-After (delta-seconds or HTTP-date, >= 0), or -1 */
+	int32_t wire_minor;       /* the server's Sysom-Wire-Minor (0..65535), or -1 */
 	bool expect_continue;     /* the request asked for 100 Continue before its body */
 	uint64_t body_bytes_sent; /* request body bytes that left (less than the body when the
 				     server answered before taking it all) */

@@ -228,6 +228,7 @@ static void deliver(struct uploader *u, struct current *cur)
 		u->stats.refused_body_bytes += resp.body_bytes_sent;
 	}
 	if (r >= 200 && r < 300) {
+		u->stats.server_wire_minor = resp.wire_minor;
 		u->stats.batches_sent++;
 		u->stats.bytes_sent += len;
 		u->stats.last_success_unix_ns = sysom_realtime_ns();
@@ -355,6 +356,7 @@ int uploader_start(const struct uploader_options *opts, struct spool *spool,
 	u = calloc(1, sizeof(*u));
 	if (!u)
 		return -ENOMEM;
+	u->stats.server_wire_minor = -1;
 	if (!sysom_seconds_option(opts->backoff_initial_s, UPLOADER_DEFAULT_BACKOFF_INITIAL_S,
 			    UPLOADER_MAX_BACKOFF_S, &u->backoff_initial_ns) ||
 	    !sysom_seconds_option(opts->backoff_max_s, UPLOADER_DEFAULT_BACKOFF_MAX_S,

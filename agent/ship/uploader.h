@@ -99,6 +99,9 @@ struct uploader_stats {
 	uint64_t pending_memory_bytes;
 	uint64_t last_success_unix_ns; /* CLOCK_REALTIME of the last 2xx, 0 if none */
 	int last_status;               /* HTTP status of the last attempt, 0 if none or none came */
+	int server_wire_minor;         /* Sysom-Wire-Minor of the last 2xx: the batch format the
+					  server reads (1.7 and on); -1 before one, or an older
+					  server */
 	char last_error[UPLOADER_ERROR_MAX]; /* last failure, "" if none */
 };
 

@@ -1685,6 +1685,7 @@ static void encode_job_ranks(const struct sysom_batch *b, struct byte_buf *out)
 		store_le32(p + WIRE_JOB_RANK_GROUP_RANK, (uint32_t)j->group_rank);
 		p[WIRE_JOB_RANK_SOURCE] = j->source;
 		p[WIRE_JOB_RANK_ROLE] = j->role;
+		p[WIRE_JOB_RANK_GPU_DEVICE] = j->gpu_device;
 		store_le32(p + WIRE_JOB_RANK_RANK_PID, j->rank_pid);
 		store_le32(p + WIRE_JOB_RANK_JOB_ID_SOURCE, j->job_id_source);
 		store_le32(p + WIRE_JOB_RANK_MASTER, j->master);

@@ -41,11 +41,15 @@
  */
 #define SYSOM_WIRE_MAGIC "SYSB"
 #define SYSOM_WIRE_MAJOR 1
-#define SYSOM_WIRE_MINOR 6 /* 1.1 added JOB_RANKS, COMMUNICATORS, NCCL_CALLS, LAUNCHES;
+#define SYSOM_WIRE_MINOR 7 /* 1.1 added JOB_RANKS, COMMUNICATORS, NCCL_CALLS, LAUNCHES;
 			     * 1.2 GPU_KERNELS, NCCL_PROFILES, NCCL_LINKS;
 			     * 1.3 OS_CPUS, OS_IRQS, OS_THREADS; 1.4 OFFCPU, NCCL_CALLS'
 			     * in-flight flag, object kind PYTHON (Python frames);
-			     * 1.5 IDENTITIES (24); 1.6 GPU_HEALTH (21), HOST_SIGNALS (22) */
+			     * 1.5 IDENTITIES (24); 1.6 GPU_HEALTH (21), HOST_SIGNALS (22);
+			     * 1.7 JOB_RANKS' gpu_device */
+/* HTTP response header of POST /api/v1/ingest (1.7 and on): the minor version the server
+ * reads; an agent sends the fields of a minor only to a server that names it or a later one. */
+#define SYSOM_WIRE_MINOR_HEADER "Sysom-Wire-Minor"
 #define SYSOM_WIRE_HEADER_SIZE 64
 #define SYSOM_WIRE_SECTION_ENTRY_SIZE 16
 #define SYSOM_WIRE_MAX_SECTIONS 64
@@ -378,6 +382,8 @@ struct sysom_job_rank {
 	int32_t group_rank;         /* node rank within the job */
 	uint8_t source;             /* enum sysom_job_source */
 	uint8_t role;               /* enum sysom_job_role */
+	uint8_t gpu_device;         /* (1.7) the rank's GPU: NVML index + 1, at most
+				     * SYSOM_GPU_MAX_DEVICES; 0 unknown (and from older agents) */
 	uint32_t job_id_source;     /* string: the variable the job id came from */
 	uint32_t master;            /* string: "addr:port" of the rendezvous, or "" */
 	uint32_t groups;            /* string: registered group names ("tp=0,dp=3"), or "" */

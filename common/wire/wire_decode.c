@@ -642,6 +642,7 @@ static int decode_job_ranks(struct decoder *d, const struct section *s)
 		o->group_rank = (int32_t)load_le32(p + WIRE_JOB_RANK_GROUP_RANK);
 		o->source = p[WIRE_JOB_RANK_SOURCE];
 		o->role = p[WIRE_JOB_RANK_ROLE];
+		o->gpu_device = p[WIRE_JOB_RANK_GPU_DEVICE];
 		o->rank_pid = load_le32(p + WIRE_JOB_RANK_RANK_PID);
 		o->job_id_source = load_le32(p + WIRE_JOB_RANK_JOB_ID_SOURCE);
 		o->master = load_le32(p + WIRE_JOB_RANK_MASTER);
@@ -670,6 +671,11 @@ static int decode_job_ranks(struct decoder *d, const struct section *s)
 		    (o->role == SYSOM_JOB_ROLE_WORKER) != (o->rank_pid != 0)) {
 			err = CORRUPT(d, at + WIRE_JOB_RANK_ROLE, "%s: role %u with rank pid %u", what,
 				      o->role, o->rank_pid);
+			goto cleanup;
+		}
+		if (o->gpu_device > SYSOM_GPU_MAX_DEVICES) {
+			err = CORRUPT(d, at + WIRE_JOB_RANK_GPU_DEVICE, "%s: GPU device %u", what,
+				      o->gpu_device);
 			goto cleanup;
 		}
 		if (!all_zero(p + WIRE_JOB_RANK_RESERVED, WIRE_JOB_RANK_RESERVED_SIZE)) {

@@ -992,7 +992,11 @@ static struct diagnosis *diagnose(const struct diagnosis_ctx *ctx, const struct 
 				 "every kernel runs %.2fx slower on rank %d than on the healthy ranks; "
 				 "CONFIRMED hardware cause on its GPU %u (%.16s%s): %.220s; SM clock %u-%u "
 				 "MHz%s", slowdown, s, hw->device, hw->pci_bus_id[0] ? hw->pci_bus_id : "?",
-				 hw->by_local_rank ? "" : ", the node's GPU with the strongest evidence",
+				 hw->picked_by == DIAGNOSIS_GPU_PICKED_RANK_DEVICE
+					 ? ", the GPU the rank uses"
+				 : hw->picked_by == DIAGNOSIS_GPU_PICKED_LOCAL_RANK
+					 ? ", by its local rank"
+					 : ", the node's GPU with the strongest evidence",
 				 hw->cause, hw->sm_clock_min, hw->sm_clock_max, temp);
 			n += snprintf(action, sizeof(d->action),
 				 "%s GPU %u (%.16s) on %.64s of rank %d: %s; drain the node from the job if "

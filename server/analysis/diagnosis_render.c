@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "server/analysis/gpuhealth.h"
 #include "server/http/render.h"
 
 static json_t *real_or_null(double v)
@@ -55,9 +56,10 @@ static json_t *gpu_hw_json(const struct diagnosis_gpu_hw *h)
 
 	if (!h->present)
 		return json_null();
-	o = json_pack("{s:b,s:b,s:I,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:I,"
-		      "s:I,s:I}",
-		      "confirmed", h->confirmed, "matched_by_local_rank", h->by_local_rank, "device",
+	o = json_pack("{s:b,s:b,s:s,s:I,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:o,s:o,"
+		      "s:I,s:I,s:I}",
+		      "confirmed", h->confirmed, "matched_by_local_rank", h->by_local_rank,
+		      "picked_by", gpuhealth_picked_name(h->picked_by), "device",
 		      (json_int_t)h->device, "uuid", h->uuid, "pci_bus_id", h->pci_bus_id, "name",
 		      h->name, "reasons", h->reasons, "cause", h->cause, "windows",
 		      (json_int_t)h->windows, "samples", (json_int_t)h->samples, "slowdown_samples",

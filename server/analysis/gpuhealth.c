@@ -132,7 +132,28 @@ static int judge(struct diagnosis_gpu_hw *d)
 	return score;
 }
 
-void gpuhealth_pick(struct gpuhealth_acc *a, int32_t local_rank, struct diagnosis_gpu_hw *out)
+const char *gpuhealth_picked_name(enum diagnosis_gpu_picked p)
+{
+	switch (p) {
+	case DIAGNOSIS_GPU_PICKED_RANK_DEVICE:
+		return "nvml index from the rank";
+	case DIAGNOSIS_GPU_PICKED_LOCAL_RANK:
+		return "local rank";
+	case DIAGNOSIS_GPU_PICKED_WORST:
+		return "worst device";
+	case DIAGNOSIS_GPU_PICKED_NONE:
+		break;
+	}
+	return "";
+}
+
+static bool has_device(const struct gpuhealth_acc *a, int32_t i)
+{
+	return i >= 0 && i < SYSOM_GPU_MAX_DEVICES && (a->seen & (1ull << i));
+}
+
+void gpuhealth_pick(struct gpuhealth_acc *a, int32_t gpu_device, int32_t local_rank,
+		    struct diagnosis_gpu_hw *out)
 {
 	int best = -1, best_score = -1;
 
@@ -149,26 +170,39 @@ void gpuhealth_pick(struct gpuhealth_acc *a, int32_t local_rank, struct diagnosi
 	}
 	if (best < 0)
 		return;
-	if (local_rank >= 0 && local_rank < SYSOM_GPU_MAX_DEVICES &&
-	    (a->seen & (1ull << local_rank))) {
+	if (has_device(a, gpu_device)) {
+		*out = a->dev[gpu_device];
+		out->by_local_rank = true; /* the rank's own GPU (the field's old meaning) */
+		out->picked_by = DIAGNOSIS_GPU_PICKED_RANK_DEVICE;
+		return;
+	}
+	/* A device the agent found without windows: its local rank's would be a guess. */
+	if (gpu_device < 0 && has_device(a, local_rank)) {
 		*out = a->dev[local_rank];
 		out->by_local_rank = true;
+		out->picked_by = DIAGNOSIS_GPU_PICKED_LOCAL_RANK;
 		return;
 	}
 	*out = a->dev[best];
+	out->picked_by = DIAGNOSIS_GPU_PICKED_WORST;
 }
 
 struct rank_find {
-	int32_t rank, local_rank;
+	int32_t rank, local_rank, gpu_device;
+	bool own; /* found the rank's own process (not a worker) */
 	char node_id[2 * SYSOM_NODE_ID_SIZE + 1];
 };
 
 static int rank_row(void *arg, const struct store_job_rank *r)
 {
 	struct rank_find *f = arg;
+	bool own = r->role == SYSOM_JOB_ROLE_RANK;
 
-	if (r->rank == f->rank) {
+	/* The rank's own process first: a DataLoader worker carries its numbers, not its GPU. */
+	if (r->rank == f->rank && (own || !f->node_id[0]) && !(f->own && !own)) {
 		f->local_rank = r->local_rank;
+		f->gpu_device = r->gpu_device;
+		f->own = own;
 		snprintf(f->node_id, sizeof(f->node_id), "%s", r->node_id);
 	}
 	return 0;
@@ -186,7 +220,7 @@ static int window_row(void *arg, const struct store_gpu_health *g)
 int gpuhealth_lookup(struct store *s, const char *job, int32_t rank, const char *hostname,
 		     int64_t from_ms, int64_t to_ms, struct diagnosis_gpu_hw *out)
 {
-	struct rank_find f = { .rank = rank, .local_rank = -1 };
+	struct rank_find f = { .rank = rank, .local_rank = -1, .gpu_device = -1 };
 	struct gpuhealth_acc *a;
 	const char *node;
 	int rc;
@@ -203,7 +237,7 @@ int gpuhealth_lookup(struct store *s, const char *job, int32_t rank, const char 
 	gpuhealth_acc_init(a);
 	rc = store_gpu_health_list(s, node, from_ms, to_ms, GPUHEALTH_MAX_WINDOWS, window_row, a);
 	if (rc == 0)
-		gpuhealth_pick(a, f.local_rank, out);
+		gpuhealth_pick(a, f.gpu_device, f.local_rank, out);
 	free(a);
 	return rc == -ENOMEM ? rc : 0;
 }

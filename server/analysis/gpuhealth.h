@@ -24,13 +24,21 @@ struct gpuhealth_acc {
 void gpuhealth_acc_init(struct gpuhealth_acc *a);
 /* Folds one window in. */
 void gpuhealth_add(struct gpuhealth_acc *a, const struct store_gpu_health *g);
-/* Judges every device and picks the rank's: `local_rank` (>= 0) names it when the node has
- * that device, else the device with the strongest evidence. out->present false: no window. */
-void gpuhealth_pick(struct gpuhealth_acc *a, int32_t local_rank, struct diagnosis_gpu_hw *out);
+/* Judges every device and picks the rank's, best evidence first: `gpu_device` (>= 0, the NVML
+ * index the rank's agent found: its open /dev/nvidiaN or CUDA_VISIBLE_DEVICES) when the node
+ * has windows of it; else, with no device known (-1), `local_rank` (>= 0) when the node has
+ * that device (right only without CUDA_VISIBLE_DEVICES remapping); else the device with the
+ * strongest evidence. out->picked_by says which; out->present false: no window. */
+void gpuhealth_pick(struct gpuhealth_acc *a, int32_t gpu_device, int32_t local_rank,
+		    struct diagnosis_gpu_hw *out);
 
-/* Reads the windows of rank `rank` of `job` (its node and local rank from the job's ranks;
- * `hostname` when the rank is not listed) within [from_ms, to_ms] and picks as above. 0 (also
- * with nothing found, or a store without GPU health) or -ENOMEM. */
+/* Words for out->picked_by, as the JSON's "picked_by" has them. */
+const char *gpuhealth_picked_name(enum diagnosis_gpu_picked p);
+
+/* Reads the windows of rank `rank` of `job` (its node, GPU device and local rank from the
+ * job's ranks, the rank's own process before its workers; `hostname` when the rank is not
+ * listed) within [from_ms, to_ms] and picks as above. 0 (also with nothing found, or a store
+ * without GPU health) or -ENOMEM. */
 int gpuhealth_lookup(struct store *s, const char *job, int32_t rank, const char *hostname,
 		     int64_t from_ms, int64_t to_ms, struct diagnosis_gpu_hw *out);
 

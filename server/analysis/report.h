@@ -50,11 +50,21 @@ struct diagnosis_kernel {
 	size_t nstacks;
 };
 
+/* How the straggler's GPU was chosen among its node's (server/analysis/gpuhealth.h). */
+enum diagnosis_gpu_picked {
+	DIAGNOSIS_GPU_PICKED_NONE = 0,
+	DIAGNOSIS_GPU_PICKED_RANK_DEVICE, /* the NVML index the rank's agent found (wire 1.7) */
+	DIAGNOSIS_GPU_PICKED_LOCAL_RANK,  /* NVML index == local rank (no device known) */
+	DIAGNOSIS_GPU_PICKED_WORST,       /* neither has windows: the node's strongest evidence */
+};
+
 /* What the straggler's GPU said about itself (NVML, wire 1.6) over the analysed range. */
 struct diagnosis_gpu_hw {
 	bool present;           /* GPU health of the rank's node was found (rendered null if not) */
 	bool confirmed;         /* a hardware cause was seen: the verdict names it */
-	bool by_local_rank;     /* the GPU is the rank's local rank's; else the node's worst GPU */
+	bool by_local_rank;     /* the GPU is the rank's own (picked by its device or its local
+				 * rank); else the node's worst GPU */
+	enum diagnosis_gpu_picked picked_by;
 	uint32_t device, windows;
 	char uuid[96], pci_bus_id[32], name[96];
 	uint64_t reasons_seen;  /* clock event reason bits seen in any sample */

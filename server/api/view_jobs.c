@@ -243,8 +243,9 @@ static int job_rank_to_json(void *arg, const struct store_job_rank *r)
 				render_json_time(r->last_seen_ns));
 		return obj && !json_array_append_new(d->workers, obj) ? 0 : -ENOMEM;
 	}
-	obj = json_pack("{s:o,s:o,s:o,s:o,s:o,s:s,s:o,s:I,s:o,s:s,s:o,s:o,s:o,s:o,s:o}", "rank",
+	obj = json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:s,s:o,s:I,s:o,s:s,s:o,s:o,s:o,s:o,s:o}", "rank",
 			api__json_int_or_null(r->rank), "local_rank", api__json_int_or_null(r->local_rank),
+			"gpu_device", api__json_int_or_null(r->gpu_device),
 			"world_size", api__json_int_or_null(r->world_size), "local_world_size",
 			api__json_int_or_null(r->local_world_size), "group_rank",
 			api__json_int_or_null(r->group_rank), "node_id", r->node_id, "hostname",

@@ -477,7 +477,14 @@ void ingest_batch_post(void *ctx, const struct http_request *req, struct http_re
 	struct ingest *in = ctx;
 	int64_t start = sysom_monotonic_ns();
 	bool duplicate = false;
-	int reason = batch_ingest(in, req, resp, &duplicate);
+	char minor[8];
+	int reason;
+
+	/* The newest batch format this server reads: agents send 1.7's JOB_RANKS gpu_device only
+	 * to a server that says it reads it (older readers refuse a non-zero byte there). */
+	snprintf(minor, sizeof(minor), "%d", SYSOM_WIRE_MINOR);
+	http_response_header(resp, SYSOM_WIRE_MINOR_HEADER, minor);
+	reason = batch_ingest(in, req, resp, &duplicate);
 
 	if (reason != REASON_NONE)
 		server_metrics_reject(in->metrics, (enum ingest_error_reason)reason,

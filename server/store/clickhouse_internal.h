@@ -12,7 +12,7 @@
 #include "server/store/store_impl.h"
 
 /* The newest schema this build knows (clickhouse_schema.c). */
-#define CH_SCHEMA_VERSION 8
+#define CH_SCHEMA_VERSION 9
 
 /* Largest answer the store reads from ClickHouse (bigger: -E2BIG, nothing half-used). */
 #define CH_MAX_ANSWER (256u << 20)
@@ -249,6 +249,7 @@ extern const char *const ch__migration_workers[];
 /* ---- process identities (clickhouse_schema_identity.c; migration 8) ------------------------ */
 
 extern const char *const ch__migration_identity[];
+extern const char *const ch__migration_gpu_device[];
 /* Appends the subquery of each process's merged identity, SQLite's process_identities row:
  * columns process, i_known (1), i_runtime, i_container_id, i_pod_uid, i_namespace,
  * i_pod_name, i_container_name, i_slurm_job, i_slurm_step, i_unit. With `job`, only the

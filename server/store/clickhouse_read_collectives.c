@@ -84,6 +84,8 @@ static void job_ranks_merged(struct byte_buf *q, const char *job)
 			   " argMax(job_id_source, " JR_ORDER ") AS jis,"
 			   " argMax(master, " JR_ORDER ") AS ms, argMax(groups, " JR_ORDER ") AS gs,"
 			   " argMax(role, " JR_ORDER ") AS role, argMax(rank_pid, " JR_ORDER ") AS rpid,"
+			   " if(countIf(gpu_device >= 0) > 0, argMaxIf(gpu_device, " JR_ORDER ","
+			   " gpu_device >= 0), -1) AS gdev,"
 			   " any(node_id) AS node, any(tgid) AS pid, any(start_time_ns) AS st,"
 			   " any(generation) AS gen, min(window_start_ns) AS f, max(window_end_ns) AS l"
 			   " FROM job_ranks WHERE " CH_COMMITTED);
@@ -295,8 +297,11 @@ static int rank_row(void *ctx, char **f)
 		return -EPROTO;
 	e->r.source = (uint8_t)src;
 	e->r.role = (uint8_t)role;
-	if (ch__identity_read(f + 18, &e->r.identity))
+	if (ch__identity_read(f + 18, &e->r.identity) ||
+	    i32_field(f[18 + CH_IDENTITY_FIELDS], &e->r.gpu_device))
 		return -EPROTO;
+	if (e->r.gpu_device < -1 || e->r.gpu_device >= SYSOM_GPU_MAX_DEVICES)
+		e->r.gpu_device = -1;
 	/* The strings outlive the answer: copied into one allocation, pointed at later. */
 	for (unsigned i = 0; i < RANK_STRINGS; i++)
 		len += strlen(rank_string(e, f, i)) + 1;
@@ -372,12 +377,12 @@ int ch__job_ranks_list(struct store *base, const char *job, uint32_t limit, stor
 	int rc;
 
 	byte_buf_printf(&q, "SELECT process, r, ws, lr, lws, gr, src, node, pid, gen, st, jis, ms,"
-			    " gs, f, l, role, rpid, " CH_IDENTITY_COLUMNS " FROM ");
+			    " gs, f, l, role, rpid, " CH_IDENTITY_COLUMNS ", gdev FROM ");
 	job_ranks_merged(&q, job);
 	byte_buf_printf(&q, " ANY LEFT JOIN ");
 	ch__identities_merged_sql(&q, job);
 	byte_buf_printf(&q, " USING process ORDER BY r < 0, r, node, pid, st LIMIT %" PRIu32, limit);
-	if ((rc = run(s, &q, 18 + CH_IDENTITY_FIELDS, rank_row, &rs)) || !rs.n)
+	if ((rc = run(s, &q, 19 + CH_IDENTITY_FIELDS, rank_row, &rs)) || !rs.n)
 		goto cleanup;
 	/* The processes' current comm (the latest batch's), as the process listing has it. */
 	cn.v = calloc(rs.n, sizeof(*cn.v));

@@ -14,3 +14,13 @@ const char *const ch__migration_workers[] = {
 	" ADD COLUMN rank_pid UInt32 DEFAULT 0",
 	NULL,
 };
+
+/*
+ * Migration 9: the rank's GPU (wire 1.7 JOB_RANKS gpu_device - 1, the NVML index on its node;
+ * -1 unknown). Rows written before it, and by older agents, read as unknown. Merged per
+ * process as SQLite's upsert: the newest window's known device; unknown when no row knows it.
+ */
+const char *const ch__migration_gpu_device[] = {
+	"ALTER TABLE job_ranks ADD COLUMN gpu_device Int16 DEFAULT -1",
+	NULL,
+};

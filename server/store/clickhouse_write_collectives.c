@@ -69,6 +69,7 @@ static int job_ranks_write(const struct coll_put *p)
 		byte_buf_put_u64(&rows, p->attempt);
 		byte_buf_put_u8(&rows, j->role);         /* schema 5 */
 		byte_buf_put_u32(&rows, j->rank_pid);
+		byte_buf_put_u16(&rows, (uint16_t)(int16_t)((int)j->gpu_device - 1)); /* schema 9 */
 	}
 	rc = insert_rows(p->s, "job_ranks", &rows);
 	byte_buf_free(&rows);

@@ -18,8 +18,8 @@ static const char job_ranks_list_sql[] =
 	"SELECT j.rank, j.world_size, j.local_rank, j.local_world_size,"
 	" j.group_rank, j.source, n.node_id, n.hostname, p.tgid, p.generation,"
 	" p.start_time_ns, p.comm, j.job_id_source, j.master, j.groups,"
-	" j.first_seen_ns, j.last_seen_ns, j.role, j.rank_pid, " STORE__IDENTITY_COLUMNS
-	" FROM job_ranks j"
+	" j.first_seen_ns, j.last_seen_ns, j.role, j.rank_pid, j.gpu_device, "
+	STORE__IDENTITY_COLUMNS " FROM job_ranks j"
 	" JOIN processes p ON p.id = j.process JOIN nodes n ON n.id = j.node"
 	" LEFT JOIN process_identities i ON i.process = j.process"
 	" WHERE j.job = ?1 ORDER BY j.rank < 0, j.rank, n.node_id, p.tgid,"
@@ -206,7 +206,10 @@ static int job_rank_row(void *ctx, sqlite3_stmt *st)
 	store__text_copy(st, 6, r.node_id, sizeof(r.node_id));
 	r.role = (uint8_t)sqlite3_column_int(st, 17);
 	r.rank_pid = (uint32_t)sqlite3_column_int64(st, 18);
-	store__identity_read(st, 19, &r.identity);
+	r.gpu_device = sqlite3_column_int(st, 19);
+	if (r.gpu_device < -1 || r.gpu_device >= SYSOM_GPU_MAX_DEVICES)
+		r.gpu_device = -1;
+	store__identity_read(st, 20, &r.identity);
 	return v->fn.rank(v->arg, &r);
 }
 

@@ -426,6 +426,10 @@ static const char *const migrations[] = {
 	 * rank_pid: the pid of the rank's own process on the same node (0 for a rank). */
 	"ALTER TABLE job_ranks ADD COLUMN role INTEGER NOT NULL DEFAULT 0;"
 	"ALTER TABLE job_ranks ADD COLUMN rank_pid INTEGER NOT NULL DEFAULT 0;",
+	/* The rank's GPU as the node's NVML index (wire 1.7 JOB_RANKS gpu_device - 1): the
+	 * device whose health windows are the rank's; -1 unknown (older agents, or the agent
+	 * could not tell). */
+	"ALTER TABLE job_ranks ADD COLUMN gpu_device INTEGER NOT NULL DEFAULT -1;",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

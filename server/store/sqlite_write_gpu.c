@@ -12,9 +12,12 @@
 static const char job_rank_upsert_sql[] =
 	"INSERT INTO job_ranks (process, node, job, rank, world_size, local_rank,"
 	" local_world_size, group_rank, source, job_id_source, master, groups, first_seen_ns,"
-	" last_seen_ns, role, rank_pid)"
-	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+	" last_seen_ns, role, rank_pid, gpu_device)"
+	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
 	" ON CONFLICT (process) DO UPDATE SET"
+	/* a newer window that does not know the GPU keeps the one known */
+	" gpu_device = iif(excluded.last_seen_ns >= last_seen_ns AND excluded.gpu_device >= 0,"
+	"   excluded.gpu_device, gpu_device),"
 	" role = iif(excluded.last_seen_ns >= last_seen_ns, excluded.role, role),"
 	" rank_pid = iif(excluded.last_seen_ns >= last_seen_ns, excluded.rank_pid, rank_pid),"
 	" job = iif(excluded.last_seen_ns >= last_seen_ns, excluded.job, job),"
@@ -115,7 +118,7 @@ static int job_rank_upsert(struct conn *c, const struct sysom_batch *b, const st
 			STORE__TEXT(sysom_batch_string(b, j->groups)),
 			STORE__INT(store__clamp(b->window_start_ns)),
 			STORE__INT(store__clamp(b->window_end_ns)), STORE__INT(j->role),
-			STORE__INT(j->rank_pid)) });
+			STORE__INT(j->rank_pid), STORE__INT((int)j->gpu_device - 1)) });
 }
 
 static int identity_upsert(struct conn *c, const struct sysom_batch *b,

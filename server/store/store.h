@@ -371,6 +371,7 @@ struct store_job_rank {
 	int64_t first_seen_ns, last_seen_ns;
 	uint8_t role;             /* enum sysom_job_role: a worker carries its rank's numbers */
 	uint32_t rank_pid;        /* a worker's rank process (pid on the same node); 0 for a rank */
+	int32_t gpu_device;       /* the rank's GPU, NVML index on its node (wire 1.7); -1 unknown */
 	struct store_identity identity;
 };
 

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* libFuzzer target: a process environment block (as /proc/<pid>/environ) → job identity; the
- * same bytes as a pod name → its job name (jobenv_pod_job_name). */
-// fuzz-sources: agent/ranks/jobenv.c
+/* libFuzzer target: a process environment block (as /proc/<pid>/environ) → job identity and
+ * its CUDA_VISIBLE_DEVICES → the rank's GPU (agent/gpu/gpumap.c); the same bytes as a pod
+ * name → its job name (jobenv_pod_job_name), and as a CUDA_VISIBLE_DEVICES value. */
+// fuzz-sources: agent/ranks/jobenv.c agent/gpu/gpumap.c
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +39,31 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 		abort();
 	if (j.master_port < -1 || j.master_port > 65535)
 		abort();
+	/* The rank's GPU among four devices: an index the node has, or -1. */
+	{
+		struct gpumap_device devs[4] = {
+			{ true, 0, "GPU-0a0a" }, { true, 1, "GPU-0a0b" }, { true, 2, "GPU-1c" },
+			{ false, 0, "" },
+		};
+		struct gpumap_cvd_entry e;
+		enum gpumap_how how;
+		for (int32_t lr = -1; lr < 4; lr++) {
+			int idx = gpumap_from_env(devs, 4, &j.gpu, lr, &how);
+			if (idx < -1 || idx >= 4 || (idx < 0) != (how == GPUMAP_UNKNOWN))
+				abort();
+		}
+		if (j.gpu.cvd_set && strnlen(j.gpu.cvd, sizeof(j.gpu.cvd)) >= sizeof(j.gpu.cvd))
+			abort();
+		/* The raw bytes as a CUDA_VISIBLE_DEVICES value (an exact-size copy: no overread). */
+		for (uint32_t pos = 0; pos < 3; pos++) {
+			int rc = gpumap_cvd_entry(block, size, pos, &e);
+			if (rc != 0 && rc != -ENOENT && rc != -EINVAL)
+				abort();
+			if (rc == 0 && e.kind == GPUMAP_CVD_UUID &&
+			    strnlen(e.uuid, sizeof(e.uuid)) >= sizeof(e.uuid))
+				abort();
+		}
+	}
 	/* As a pod name: the job name is a non-empty prefix of it, never longer. */
 	char *pod = malloc(size + 1), name[64];
 	if (pod) {

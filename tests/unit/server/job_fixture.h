@@ -15,7 +15,9 @@
 /*
  * On top of fixture_batch_build(spec->base): processes "python3" with tgid JOB_PID(rank) for
  * ranks first_rank .. first_rank + local_ranks - 1 of job `job` (world JOB_WORLD, local rank
- * rank % local_ranks, group rank base.node - 1, groups "tp=<rank % 2>,dp=<rank / 2>"); per
+ * rank % local_ranks, group rank base.node - 1, groups "tp=<rank % 2>,dp=<rank / 2>"; on node
+ * 2 the GPU of local rank l is NVML device local_ranks - 1 - l (CUDA_VISIBLE_DEVICES reversed),
+ * on other nodes unknown, as from an agent before wire 1.7); per
  * rank the communicator JOB_COMM (nranks JOB_WORLD) and the CommSplit child
  * JOB_TP_COMM(rank / 2) (nranks 2, color rank / 2); `instances` AllReduce calls on JOB_COMM,
  * seq 0.. entered at window start + (seq + 1) s + rank ms, leaving at + (seq + 1) s + 20 ms,
@@ -156,7 +158,10 @@ static inline int job_batch_build(struct sysom_batch *b, const struct job_spec *
 					     .local_world_size = js->local_ranks,
 					     .group_rank = js->base.node - 1,
 					     .source = SYSOM_JOB_FROM_ENVIRONMENT, .job_id_source = src,
-					     .master = master, .groups = groups };
+					     .master = master, .groups = groups,
+					     .gpu_device = js->base.node == 2
+							? (uint8_t)(js->local_ranks - rank % js->local_ranks)
+							: 0 };
 		struct sysom_communicator world = {
 			.process = proc, .rank = rank, .key = JOB_COMM, .nranks = JOB_WORLD,
 			.split_color = -1, .split_key = -1, .key_source = SYSOM_COMM_KEY_UNIQUE_ID,

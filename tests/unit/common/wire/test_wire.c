@@ -642,6 +642,43 @@ static void test_job_worker_round_trip(void **state)
 	byte_buf_free(&buf);
 }
 
+/* The rank's GPU (1.7) travels in byte 30; a record of an older agent (0 there) is unknown. */
+static void test_job_gpu_device_round_trip(void **state)
+{
+	struct sysom_batch b, d;
+	struct byte_buf buf;
+	struct sysom_wire_error err;
+	size_t at;
+
+	(void)state;
+	build_gpu_batch(&b);
+	assert_int_equal(b.job_ranks[0].gpu_device, 0);
+	b.job_ranks[0].gpu_device = 5; /* NVML index 4 */
+	encode(&b, &buf);
+	if (sysom_batch_decode(buf.data, buf.len, NULL, &d, &err))
+		fail_msg("decode: %s", err.message);
+	assert_int_equal(d.job_ranks[0].gpu_device, 5);
+	assert_int_equal(d.job_ranks[0].rank, 3);
+	assert_int_equal(d.job_ranks[0].role, SYSOM_JOB_ROLE_RANK);
+	sysom_batch_free(&d);
+	/* The same record as a 1.6 agent wrote it: the byte is zero, the device unknown. */
+	at = section_offset(&buf, SYSOM_SECTION_JOB_RANKS) + 30;
+	assert_int_equal(buf.data[at], 5);
+	buf.data[at] = 0;
+	if (sysom_batch_decode(buf.data, buf.len, NULL, &d, &err))
+		fail_msg("decode: %s", err.message);
+	assert_int_equal(d.job_ranks[0].gpu_device, 0);
+	sysom_batch_free(&d);
+	/* The largest index a batch can name is accepted. */
+	buf.data[at] = SYSOM_GPU_MAX_DEVICES;
+	if (sysom_batch_decode(buf.data, buf.len, NULL, &d, &err))
+		fail_msg("decode: %s", err.message);
+	assert_int_equal(d.job_ranks[0].gpu_device, SYSOM_GPU_MAX_DEVICES);
+	sysom_batch_free(&d);
+	sysom_batch_free(&b);
+	byte_buf_free(&buf);
+}
+
 static void test_gpu_builder(void **state)
 {
 	struct sysom_batch b;
@@ -706,7 +743,7 @@ static void test_gpu_corruptions(void **state)
 		{ SYSOM_SECTION_JOB_RANKS, 29, 1, 2, "role 2" },
 		{ SYSOM_SECTION_JOB_RANKS, 29, 1, 1, "role 1 with rank pid 0" },
 		{ SYSOM_SECTION_JOB_RANKS, 44, 4, 7, "role 0 with rank pid 7" },
-		{ SYSOM_SECTION_JOB_RANKS, 30, 1, 1, "reserved" },
+		{ SYSOM_SECTION_JOB_RANKS, 30, 1, SYSOM_GPU_MAX_DEVICES + 1, "GPU device 65" },
 		{ SYSOM_SECTION_JOB_RANKS, 31, 1, 1, "reserved" },
 		{ SYSOM_SECTION_COMMUNICATORS, 0, 4, 1, "process 1 out of range" },
 		{ SYSOM_SECTION_COMMUNICATORS, 4, 4, 8, "rank 8 of 8" },
@@ -2237,6 +2274,7 @@ int main(void)
 		cmocka_unit_test(test_empty_batch),
 		cmocka_unit_test(test_gpu_round_trip),
 		cmocka_unit_test(test_job_worker_round_trip),
+		cmocka_unit_test(test_job_gpu_device_round_trip),
 		cmocka_unit_test(test_gpu_builder),
 		cmocka_unit_test(test_gpu_corruptions),
 		cmocka_unit_test(test_gpu_repeats),

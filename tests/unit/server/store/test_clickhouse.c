@@ -438,11 +438,11 @@ static int job_text(void *arg, const struct store_job *j)
 static int rank_text(void *arg, const struct store_job_rank *r)
 {
 	text_add(arg, "r=%d ws=%d lr=%d lws=%d gr=%d src=%u %s %s pid=%u gen=%u st=%" PRIu64
-		 " %s %s %s %s first=%" PRId64 " last=%" PRId64 " role=%u rpid=%u", r->rank,
+		 " %s %s %s %s first=%" PRId64 " last=%" PRId64 " role=%u rpid=%u gpu=%d", r->rank,
 		 r->world_size, r->local_rank, r->local_world_size, r->group_rank, r->source,
 		 r->node_id, r->hostname, r->pid, r->generation, r->start_time_ns, r->comm,
 		 r->job_id_source, r->master, r->groups, r->first_seen_ns, r->last_seen_ns, r->role,
-		 r->rank_pid);
+		 r->rank_pid, r->gpu_device);
 	identity_text(arg, &r->identity);
 	text_add(arg, "\n");
 	return 0;
@@ -1372,8 +1372,9 @@ static void test_identity_jobs_same_answers(void **state)
 	same_aggregate(c, &sf, 2 * 10 + 30);
 }
 
-/* A database of schema 6 (before GPU health and identities) is upgraded to 8 on open: its rows
- * stay, its processes read as unknown, and new batches store identities. */
+/* A database of schema 6 (before GPU health, identities and the ranks' GPUs) is upgraded to 9
+ * on open: its rows stay, its processes read as unknown, its ranks' GPUs too, and new batches
+ * store identities. */
 static void test_identity_upgrade_from_6(void **state)
 {
 	struct ctx *c = *state;
@@ -1397,6 +1398,7 @@ static void test_identity_upgrade_from_6(void **state)
 	/* What a server of schema 6 left: no GPU health or identity table, versions 1 to 6. */
 	ch_sql(c->db, "DROP TABLE process_identities");
 	ch_sql(c->db, "DROP TABLE gpu_health");
+	ch_sql(c->db, "ALTER TABLE job_ranks DROP COLUMN gpu_device");
 	ch_sql(c->db, "DROP TABLE schema_migrations");
 	ch_sql(c->db, "CREATE TABLE schema_migrations (version UInt32, applied_ns Int64)"
 		      " ENGINE = MergeTree ORDER BY version");
@@ -1406,7 +1408,7 @@ static void test_identity_upgrade_from_6(void **state)
 				       err, sizeof(err));
 	if (rc)
 		fail_msg("reopen: %s", err);
-	assert_int_equal(store_schema_version(c->ch), 8);
+	assert_int_equal(store_schema_version(c->ch), 9);
 	memset(&t, 0, sizeof(t));
 	assert_int_equal(store_processes_list(c->ch, &all, 100, process_text, &t), 0);
 	assert_non_null(strstr(t.buf, " id=-"));

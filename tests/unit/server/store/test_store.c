@@ -24,8 +24,12 @@
 #define DROP_V4_TABLES                                                                       \
 	"DROP TABLE os_cpus; DROP TABLE os_irqs; DROP TABLE os_threads; DROP TABLE diagnoses;"  \
 	" DROP TABLE job_settings; DROP TABLE job_baselines;" DROP_V5_COLUMNS
-/* What migration 11 added: the role of a job's process (DataLoader workers) and its rank's pid. */
+/* What migration 12 added: the rank's GPU (wire 1.7). */
+#define DROP_V12_COLUMNS " ALTER TABLE job_ranks DROP COLUMN gpu_device;"
+/* What migration 11 added: the role of a job's process (DataLoader workers) and its rank's pid,
+ * then the above. */
 #define DROP_V11_COLUMNS                                                                     \
+	DROP_V12_COLUMNS                                                                     \
 	" ALTER TABLE job_ranks DROP COLUMN role; ALTER TABLE job_ranks DROP COLUMN rank_pid;"
 /* What migration 10 added: host signals, then the above. */
 #define DROP_V10_TABLES DROP_V11_COLUMNS " DROP TABLE host_signals;"
@@ -139,11 +143,11 @@ static void test_schema_created_and_reopened(void **state)
 	char err[256];
 	sqlite3 *db;
 
-	assert_int_equal(store_schema_version(c->store), 11);
+	assert_int_equal(store_schema_version(c->store), 12);
 	store_close(c->store);
 	c->store = NULL;
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 11);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 12);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
 				     " AND name IN ('nodes','batches','objects','processes','stacks',"
 				     "'samples','node_counters','kernel_symbol_tables','kernel_symbols',"
@@ -593,7 +597,7 @@ static void test_migration_from_v1(void **state)
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 11);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 12);
 	sqlite3_close(db);
 	assert_int_equal(rows(c->dir, "samples"), 4);
 	assert_int_equal(rows(c->dir, "launches"), 0);
@@ -619,7 +623,7 @@ static void test_migration_from_v2(void **state)
 				      NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 11);
+	assert_int_equal(store_schema_version(c->store), 12);
 	struct job_spec js = { .base = { .node = 2, .epoch = 1, .sequence = 1,
 					 .window_start_ns = T0 },
 			       .job = "job-42", .first_rank = 0, .local_ranks = 2, .instances = 1,
@@ -657,6 +661,7 @@ struct job_rows {
 	struct store_job jobs[4];
 	char job[4][32];
 	int32_t ranks[16];
+	int32_t gpus[16];
 	uint32_t pids[16];
 	uint64_t keys[16];
 	int32_t comm_ranks[16];
@@ -683,6 +688,7 @@ static int collect_rank(void *arg, const struct store_job_rank *j)
 
 	if (r->n < 16) {
 		r->ranks[r->n] = j->rank;
+		r->gpus[r->n] = j->gpu_device;
 		r->pids[r->n] = j->pid;
 		assert_string_equal(j->groups[0] ? "ok" : "empty", "ok");
 		assert_string_equal(j->master, "10.0.0.1:29500");
@@ -889,6 +895,8 @@ static void test_jobs_round_trip(void **state)
 	for (int i = 0; i < 8; i++) {
 		assert_int_equal(r.ranks[i], i);
 		assert_int_equal(r.pids[i], JOB_PID(i));
+		/* node 1's agent did not know the GPUs; node 2's (wire 1.7) did: reversed */
+		assert_int_equal(r.gpus[i], i < 4 ? -1 : 3 - i % 4);
 	}
 	memset(&r, 0, sizeof(r));
 	assert_int_equal(store_job_ranks_list(c->store, "job-43", 100, collect_rank, &r), 0);
@@ -1221,7 +1229,7 @@ static void test_migration_from_v4(void **state)
 				      NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 11);
+	assert_int_equal(store_schema_version(c->store), 12);
 	assert_int_equal(store_batch_find(c->store, node, 1, 1, &rec), 0);
 	assert_true(rec.exists);
 	assert_false(rec.hash_known);
