@@ -3,9 +3,13 @@
 # GPU health end to end (issue 22): the agent reads a fake NVML (tests/fixtures/nvml, the real
 # symbol names and ABI) reporting thermal throttling on GPU 3, and an Xid line from a stand-in
 # kernel log; the simulated 8-rank job's rank 3 (LOCAL_RANK 3) has every kernel 2x slower.
-#   1. GET /api/v1/nodes/{node}/gpus shows 8 GPUs, GPU 3 with its reasons, clocks, Xid
-#   2. the incident's GPU verdict is a CONFIRMED hardware cause naming thermal throttling,
-#      GPU 3 and its PCI address; the alert's summary annotation carries it
+# The job runs with CUDA_VISIBLE_DEVICES=7,6,5,4,3,2,1,0 (a remapped node), so rank 3 uses
+# NVML device 4: that is the GPU the fake NVML throttles, and GPU 3 is healthy (the old rule,
+# NVML index == LOCAL_RANK, would look at GPU 3 and confirm nothing).
+#   1. GET /api/v1/nodes/{node}/gpus shows 8 GPUs, GPU 4 with its reasons, clocks, Xid
+#   2. the job's ranks carry their GPU (gpu_device 7 - local rank); the incident's GPU verdict
+#      is a CONFIRMED hardware cause naming thermal throttling, GPU 4 (picked by the rank's
+#      NVML index) and its PCI address; the alert's summary annotation carries it
 #   3. an agent without NVML (library absent) says so once and runs on; the same fault then
 #      keeps today's verdict ("hardware suspected", no confirmation)
 . "$(dirname "$0")/lib.sh"
@@ -27,11 +31,11 @@ export -f json
 start_server srv --analysis-interval 1s || exit 1
 export SERVER_URL E2E_TMP
 
-# GPU 3 throttles (software and hardware thermal slowdown) at 92 C, SM clock 1100 of 1980 MHz.
+# GPU 4 throttles (software and hardware thermal slowdown) at 92 C, SM clock 1100 of 1980 MHz.
 export SYSOM_FAKE_NVML=$E2E_TMP/nvml.ctl
 cat >"$SYSOM_FAKE_NVML" <<'CTL'
 devices 8
-gpu 3 reasons=0x60 sm=1100 temp=92 power=650000
+gpu 4 reasons=0x60 sm=1100 temp=92 power=650000
 CTL
 : >"$E2E_TMP/kmsg"
 echo "a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1" >"$E2E_TMP/machine-id-nvml"
@@ -89,43 +93,47 @@ gpus_ok() {
 		python3 - "$E2E_TMP/gpus.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
-g = [w for w in d['gpus'] if w['device'] == 3]
+g = [w for w in d['gpus'] if w['device'] == 4]
 assert len({w['device'] for w in d['gpus']}) == 8, d
 assert g and 'hw_thermal_slowdown' in g[-1]['reasons'] and g[-1]['temp_max_c'] == 92, g
 assert g[-1]['sm_clock_min_mhz'] == 1100 and g[-1]['sm_clock_max_mhz'] == 1980, g
-assert g[-1]['pci_bus_id'] == '00000000:4B:00.0' and g[-1]['samples'] >= 2, g
-h = [w for w in d['gpus'] if w['device'] == 0][-1]
-assert h['reasons'] == '' and h['temp_max_c'] == 45 and h['ecc_volatile_uncorrected'] == 0, h
+assert g[-1]['pci_bus_id'] == '00000000:5C:00.0' and g[-1]['samples'] >= 2, g
+for dev in (0, 3):
+    h = [w for w in d['gpus'] if w['device'] == dev][-1]
+    assert h['reasons'] == '' and h['temp_max_c'] == 45 and h['ecc_volatile_uncorrected'] == 0, h
 PY
 }
-check "GET /nodes/{node}/gpus: 8 GPUs, GPU 3 thermal throttling at 92 C, 1100/1980 MHz" \
+check "GET /nodes/{node}/gpus: 8 GPUs, GPU 4 thermal throttling at 92 C, 1100/1980 MHz, GPU 3 healthy" \
 	wait_until 20 gpus_ok
-diag "node $node, GPU 3: $(json "[w for w in d['gpus'] if w['device'] == 3][-1]" <"$E2E_TMP/gpus.json" 2>/dev/null)"
+diag "node $node, GPU 4: $(json "[w for w in d['gpus'] if w['device'] == 4][-1]" <"$E2E_TMP/gpus.json" 2>/dev/null)"
 check "an unknown resource under a node is 404" \
 	bash -c "[ \"\$(curl -s -o /dev/null -w '%{http_code}' '$SERVER_URL/api/v1/nodes/x/nope')\" = 404 ]"
 
-# 2. Rank 3's kernels uniformly 2x slower: a confirmed hardware verdict.
-# An Xid for GPU 3 (fake NVML's GPU i is at PCI bus 0x18 + 0x11 * i) while the job runs.
-(sleep 1; echo "4,900,1,-;NVRM: Xid (PCI:0000:4b:00): 79, pid=4242, name=simjob, GPU has fallen off the bus." \
+# 2. Rank 3's kernels uniformly 2x slower: a confirmed hardware verdict on its GPU, NVML 4.
+# An Xid for GPU 4 (fake NVML's GPU i is at PCI bus 0x18 + 0x11 * i) while the job runs.
+(sleep 1; echo "4,900,1,-;NVRM: Xid (PCI:0000:5c:00): 79, pid=4242, name=simjob, GPU has fallen off the bus." \
 	>>"$E2E_TMP/kmsg") &
-run_job agent e2e-hw --seconds 20 --cpu-us 1000 --kernel-us 3000 --fault rank=3,kind=gpu,amount=2
+CUDA_VISIBLE_DEVICES=7,6,5,4,3,2,1,0 \
+	run_job agent e2e-hw --seconds 20 --cpu-us 1000 --kernel-us 3000 --fault rank=3,kind=gpu,amount=2
 check "job 1 exits 0" test $? -eq 0
+check "the job's ranks carry their GPU: NVML index 7 - local rank (CUDA_VISIBLE_DEVICES reversed)" \
+	wait_until 10 bash -c "curl -sf '$SERVER_URL/api/v1/jobs/e2e-hw' | json \"sorted((r['rank'], r['gpu_device']) for r in d['ranks']) == [(i, 7 - i) for i in range(8)]\" | grep -qx True"
 check "the monitor opened a straggler incident on rank 3" incident e2e-hw 3
 CONFIRMED="d['rank'] == 3 and d['report']['straggler']['diagnosis']['gpu']['verdict'] == 'uniform' and (d['report']['straggler']['diagnosis']['gpu']['hardware'] or {}).get('confirmed') is True"
 check "rank 3, GPU layer, uniform, hardware cause confirmed" report_becomes e2e-hw "$CONFIRMED"
 diag "$(json "d['summary']" <"$E2E_TMP/e2e-hw.json")"
-check "the confirmed GPU is rank 3's (local rank 3): GPU 3" \
-	bash -c "json \"d['report']['straggler']['diagnosis']['gpu']['hardware']['device'] == 3 and d['report']['straggler']['diagnosis']['gpu']['hardware']['matched_by_local_rank']\" <'$E2E_TMP/e2e-hw.json' | grep -qx True"
-check "the summary names thermal throttling, GPU 3, its PCI address, clocks and temperature" \
-	bash -c "json \"d['summary']\" <'$E2E_TMP/e2e-hw.json' | grep 'CONFIRMED' | grep 'thermal throttling' | grep 'GPU 3 (00000000:4B:00.0' | grep '1100-1980 MHz' | grep -q 'up to 92 C'"
+check "the confirmed GPU is the one rank 3 uses (local rank 3, CUDA_VISIBLE_DEVICES position 3): GPU 4" \
+	bash -c "json \"d['report']['straggler']['diagnosis']['gpu']['hardware']['device'] == 4 and d['report']['straggler']['diagnosis']['gpu']['hardware']['picked_by'] == 'nvml index from the rank' and d['report']['straggler']['diagnosis']['gpu']['hardware']['matched_by_local_rank']\" <'$E2E_TMP/e2e-hw.json' | grep -qx True"
+check "the summary names thermal throttling, GPU 4, its PCI address, clocks and temperature" \
+	bash -c "json \"d['summary']\" <'$E2E_TMP/e2e-hw.json' | grep 'CONFIRMED' | grep 'thermal throttling' | grep 'GPU 4 (00000000:5C:00.0, the GPU the rank uses' | grep '1100-1980 MHz' | grep -q 'up to 92 C'"
 xid_named() {
 	curl -sf "$SERVER_URL/api/v1/diagnoses?job=e2e-hw&from=-1h&to=now" |
 		json "any('last Xid 79' in x['summary'] for x in d['diagnoses'] if x.get('rank') == 3)" | grep -qx True
 }
 check "the Xid is named too (in one of rank 3's incidents)" wait_until 20 xid_named
-check "and counted in the node's GPU 3 windows" \
-	bash -c "curl -sf '$SERVER_URL/api/v1/nodes/a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1/gpus?from=-5m' | json \"sum(w['xid_count'] for w in d['gpus'] if w['device'] == 3) == 1 and sum(w['xid_count'] for w in d['gpus']) == 1\" | grep -qx True"
-check "the action says to cool GPU 3" bash -c "json \"d['action']\" <'$E2E_TMP/e2e-hw.json' | grep -q '^cool GPU 3'"
+check "and counted in the node's GPU 4 windows" \
+	bash -c "curl -sf '$SERVER_URL/api/v1/nodes/a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1/gpus?from=-5m' | json \"sum(w['xid_count'] for w in d['gpus'] if w['device'] == 4) == 1 and sum(w['xid_count'] for w in d['gpus']) == 1\" | grep -qx True"
+check "the action says to cool GPU 4" bash -c "json \"d['action']\" <'$E2E_TMP/e2e-hw.json' | grep -q '^cool GPU 4'"
 check "the diagnoses list (the alert's summary annotation) carries the confirmation" \
 	bash -c "curl -sf '$SERVER_URL/api/v1/diagnoses?job=e2e-hw&from=-1h&to=now' | json \"any('CONFIRMED' in x['summary'] for x in d['diagnoses'])\" | grep -qx True"
 stop_pid "$AGENT1"
