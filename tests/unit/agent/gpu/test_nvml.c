@@ -242,6 +242,28 @@ static void test_old_library(void **state)
 	nvml_close(n);
 }
 
+/* Each device's minor number (/dev/nvidia<minor>) and UUID, for mapping ranks to GPUs. */
+static void test_device_table(void **state)
+{
+	struct nvml_options o = { .library = lib_new, .kmsg = "" };
+	struct gpumap_device d[4];
+	struct nvml *n;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(nvml_devices(NULL, d, 4), 0);
+	write_file(ctl, "devices 3\ngpu 1 minor=7\ngpu 2 unsupported=minor\n");
+	assert_int_equal(nvml_open(&o, &n, err, sizeof(err)), 0);
+	assert_int_equal(nvml_devices(n, d, 4), 3);
+	assert_true(d[0].has_minor && d[1].has_minor && !d[2].has_minor);
+	assert_int_equal(d[0].minor, 0);
+	assert_int_equal(d[1].minor, 7);
+	assert_string_equal(d[1].uuid, "GPU-fa4e0000-0000-4000-8000-000000000001");
+	assert_int_equal(gpumap_from_minor(d, 3, 7), 1);
+	assert_int_equal(nvml_devices(n, d, 2), 2); /* bounded by the caller's table */
+	nvml_close(n);
+}
+
 static void test_xid_from_kernel_log(void **state)
 {
 	struct nvml_options o = { .library = lib_new, .kmsg = kmsg, .kmsg_from_start = true };
@@ -306,6 +328,7 @@ int main(void)
 		cmocka_unit_test(test_short_throttle_in_window),
 		cmocka_unit_test(test_unknown_fields),
 		cmocka_unit_test(test_old_library),
+		cmocka_unit_test(test_device_table),
 		cmocka_unit_test(test_xid_from_kernel_log),
 		cmocka_unit_test(test_probe_json),
 	};

@@ -361,10 +361,46 @@ static void test_retries_then_delivers_once(void **state)
 	assert_int_equal(st.rejected, 0);
 	assert_int_equal(st.pending, 0);
 	assert_int_equal(st.last_status, 200);
+	assert_int_equal(st.server_wire_minor, -1); /* no Sysom-Wire-Minor: a server before 1.7 */
 	assert_true(st.last_success_unix_ns > 0);
 	assert_non_null(strstr(st.last_error, "HTTP 503"));
 	free_uploader(f, u);
 	assert_int_equal(count_files(f->dir, ".batch"), 0);
+}
+
+/* The server's Sysom-Wire-Minor answer header (1.7 and on): the agent sends 1.7's fields only
+ * to a server that names it; a value that does not parse counts as no header. */
+static void test_server_wire_minor(void **state)
+{
+	struct fixture *f = *state;
+	struct stub_step script[] = {
+		{ 200, "Sysom-Wire-Minor: 7\r\n", "{}", false },
+		{ 503, "sysom-wire-minor:  9 \r\n", "{}", false }, /* not a 2xx: not taken */
+		{ 200, "Sysom-Wire-Minor: 12\r\n", "{}", false },
+		{ 200, "Sysom-Wire-Minor: 7x\r\n", "{}", false },
+	};
+	struct uploader_stats st;
+
+	open_spool(f, 0);
+	start_server(f, script, 4, OK);
+	struct uploader_options o = fake_options(f);
+	struct uploader *u = start_uploader(f, &o);
+	uploader_stats(u, &st);
+	assert_int_equal(st.server_wire_minor, -1);
+	submit(f, u, 10, 0);
+	assert_true(events_wait(&f->events, UPLOADER_EVENT_DELIVERED, 1));
+	uploader_stats(u, &st);
+	assert_int_equal(st.server_wire_minor, 7);
+	submit(f, u, 10, 0);
+	assert_true(events_wait(&f->events, UPLOADER_EVENT_DELIVERED, 2));
+	uploader_stats(u, &st);
+	assert_int_equal(st.server_wire_minor, 12);
+	submit(f, u, 10, 0);
+	assert_true(events_wait(&f->events, UPLOADER_EVENT_DELIVERED, 3));
+	uploader_stats(u, &st);
+	assert_int_equal(st.server_wire_minor, -1);
+	assert_int_equal(uploader_stop(u, 5), 0);
+	free_uploader(f, u);
 }
 
 /*
@@ -1195,6 +1231,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_retry_after_parsing),
+		cmocka_unit_test_setup_teardown(test_server_wire_minor, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_http_client_bounds_response, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_options, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_retries_then_delivers_once, setup, teardown),

@@ -113,6 +113,9 @@ static void test_valid_batch_stored(void **state)
 	char *body;
 
 	assert_int_equal(post_fixture(s, &resp, &body), 200);
+	/* The batch format this server reads: agents send 1.7's fields only to such a server. */
+	assert_non_null(response_header(&resp, SYSOM_WIRE_MINOR_HEADER));
+	assert_int_equal(atoi(response_header(&resp, SYSOM_WIRE_MINOR_HEADER)), SYSOM_WIRE_MINOR);
 	json_t *doc = json_loads(body, 0, NULL);
 	assert_non_null(doc);
 	assert_string_equal(json_string_value(json_object_get(doc, "status")), "stored");
@@ -589,6 +592,7 @@ static void test_disk_full_then_retry(void **state)
 	assert_int_equal(store_size_limit_set(s->h->store, 64 * 1024), 0);
 	assert_int_equal(post(s, z.data, z.len, key, HARNESS_TOKEN, "zstd", &resp, &body), 507);
 	assert_non_null(response_header(&resp, "Retry-After"));
+	assert_non_null(response_header(&resp, SYSOM_WIRE_MINOR_HEADER)); /* errors too */
 	free(body);
 	expect_nothing_stored(s);
 	assert_int_equal(metric(&s->h->metrics.errors[INGEST_ERR_STORAGE_FULL]), 1);

@@ -417,6 +417,9 @@ static void forget(struct sysom_batch *b)
 	}
 	b->job_ranks[0].rank = -1;
 	b->job_ranks[0].local_rank = -1;
+	/* The ranks' GPUs: unknown keeps the known one, a known one replaces it (wire 1.7). */
+	for (uint32_t i = 1; i < b->job_rank_count; i++)
+		b->job_ranks[i].gpu_device = i == 1 ? 8 : 0;
 }
 
 /* Split communicators with the high bit set: SQLite orders keys as signed integers. */
@@ -598,6 +601,13 @@ static void test_jobs_same_answers(void **state)
 	put_job_edited(c, &less, r0 + 6, forget);
 	assert_int_equal(SAME_LISTING(store_job_ranks_list(c->sq, "job-42", 100, rank_text, &a_),
 				      store_job_ranks_list(c->ch, "job-42", 100, rank_text, &b_)), 10);
+	{
+		static struct text t;
+		memset(&t, 0, sizeof(t));
+		assert_int_equal(store_job_ranks_list(c->ch, "job-42", 100, rank_text, &t), 0);
+		assert_non_null(strstr(t.buf, " gpu=7 ")); /* a known one replaced another */
+		assert_non_null(strstr(t.buf, " gpu=1 ")); /* known before, unknown later: kept */
+	}
 	size_t comms = SAME_LISTING(store_job_communicators_list(c->sq, "job-42", 100, comm_text,
 								 &a_),
 				    store_job_communicators_list(c->ch, "job-42", 100, comm_text,

@@ -845,6 +845,37 @@ static void test_many_nccl_calls(void **state)
 	sqlite3_close(db);
 }
 
+/* The rank's GPU (wire 1.7): a later window of node 2 that does not know the GPUs keeps the
+ * known ones; a later known one replaces them. */
+static void test_job_rank_gpu_device(void **state)
+{
+	struct ctx *c = *state;
+	struct store_put_result res;
+	struct job_rows r;
+	struct job_spec n2 = job_node(2, -1);
+
+	put_job(c->store, &n2, &res);
+	/* A later window of node 2 that does not know the GPUs keeps the known ones; a later
+	 * known one replaces them. */
+	for (uint64_t seq = 2; seq <= 3; seq++) {
+		struct job_spec later = job_node(2, -1);
+		struct sysom_batch b;
+		later.base.sequence = seq;
+		later.base.window_start_ns = T0 + (seq - 1) * 30000000000ULL;
+		assert_int_equal(job_batch_build(&b, &later), 0);
+		for (uint32_t i = 0; i < b.job_rank_count; i++)
+			b.job_ranks[i].gpu_device = seq == 2 ? 0 : 1;
+		assert_int_equal(store_batch_put(c->store, &b, FIXTURE_HASH + seq,
+						 (int64_t)T0 + 91000000000LL, &res), 0);
+		sysom_batch_free(&b);
+		memset(&r, 0, sizeof(r));
+		assert_int_equal(store_job_ranks_list(c->store, "job-42", 100, collect_rank, &r), 0);
+		assert_int_equal(r.n, 4); /* ranks 4..7, local ranks 0..3 */
+		for (int i = 0; i < 4; i++)
+			assert_int_equal(r.gpus[i], seq == 2 ? 3 - i : 0);
+	}
+}
+
 static void test_jobs_round_trip(void **state)
 {
 	struct ctx *c = *state;
@@ -1711,6 +1742,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_migration_from_v1, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_migration_from_v2, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_jobs_round_trip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_job_rank_gpu_device, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_nccl_calls, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_host_signals_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_job_rank_updates, setup, teardown),
