@@ -610,6 +610,7 @@ static void json_u64(FILE *out, const char *key, uint64_t v, bool comma)
 struct probe_ctx {
 	FILE *out;
 	unsigned printed;
+	const struct nvml *n;
 };
 
 static void probe_gpu(void *ctx, const struct nvml_gpu_window *w)
@@ -625,6 +626,11 @@ static void probe_gpu(void *ctx, const struct nvml_gpu_window *w)
 	json_str(out, w->pci_bus_id);
 	fputs(",\"name\":", out);
 	json_str(out, w->name);
+	/* The device file a process using this GPU holds open (agent/gpu/gpumap.h). */
+	if (h->device < p->n->ngpus && p->n->gpus[h->device].has_minor)
+		fprintf(out, ",\"device_file\":\"/dev/nvidia%u\"", p->n->gpus[h->device].minor);
+	else
+		fputs(",\"device_file\":null", out);
 	fprintf(out, ",\"samples\":%u,\"slowdown_samples\":%u,", h->samples, h->slowdown_samples);
 	json_u64(out, "reasons_any", h->reasons_any, true);
 	json_u64(out, "reasons_last", h->reasons_last, true);
@@ -666,7 +672,7 @@ static void probe_gpu(void *ctx, const struct nvml_gpu_window *w)
 
 int nvml_probe(const struct nvml_options *o, unsigned samples, unsigned interval_ms, FILE *out)
 {
-	struct probe_ctx p = { out, 0 };
+	struct probe_ctx p = { out, 0, NULL };
 	struct nvml_window_counters c;
 	struct nvml *n;
 	char err[512] = "";
@@ -678,6 +684,7 @@ int nvml_probe(const struct nvml_options *o, unsigned samples, unsigned interval
 		fputs("}\n", out);
 		return rc;
 	}
+	p.n = n;
 	if (!samples)
 		samples = 1;
 	for (unsigned i = 0; i < samples; i++) {

@@ -305,12 +305,13 @@ static void test_probe_json(void **state)
 	FILE *out = open_memstream(&buf, &len);
 
 	(void)state;
-	write_file(ctl, "devices 1\ngpu 0 reasons=0x20\n");
+	write_file(ctl, "devices 1\ngpu 0 reasons=0x20 minor=5\n");
 	assert_int_equal(nvml_probe(&o, 2, 1, out), 0);
 	fclose(out);
 	assert_non_null(strstr(buf, "\"nvml\":\"ok\""));
 	assert_non_null(strstr(buf, "\"reasons_any_names\":\"sw_thermal_slowdown\""));
 	assert_non_null(strstr(buf, "\"samples\":2"));
+	assert_non_null(strstr(buf, "\"device_file\":\"/dev/nvidia5\""));
 	free(buf);
 	o.library = "/nonexistent.so";
 	out = open_memstream(&buf, &len);
