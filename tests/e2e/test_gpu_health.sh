@@ -146,6 +146,8 @@ check "NVML absent: one line in the agent's log" \
 	bash -c "[ \"\$(grep -c 'GPU health off' '$E2E_TMP/agent2.log')\" = 1 ]"
 run_job agent2 e2e-nonvml --seconds 20 --cpu-us 1000 --kernel-us 3000 --fault rank=3,kind=gpu,amount=2
 check "job 2 exits 0" test $? -eq 0
+check "without NVML the ranks' GPUs are unknown (null)" \
+	bash -c "curl -sf '$SERVER_URL/api/v1/jobs/e2e-nonvml' | json \"len(d['ranks']) == 8 and all(r['gpu_device'] is None for r in d['ranks'])\" | grep -qx True"
 check "the monitor opened a straggler incident on rank 3" incident e2e-nonvml 3
 check "without NVML data: uniform slowdown, hardware suspected, nothing confirmed" \
 	report_becomes e2e-nonvml "d['rank'] == 3 and d['report']['straggler']['diagnosis']['gpu']['verdict'] == 'uniform' and d['report']['straggler']['diagnosis']['gpu']['hardware'] is None and 'hardware suspected' in d['summary'] and 'CONFIRMED' not in d['summary']"
