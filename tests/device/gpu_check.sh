@@ -53,6 +53,8 @@ if run_env "$bundle/bin/sysom-agent" --help 2>&1 | grep -q -- --probe-nvml; then
 	# The agent's own NVML reader (3 samples, 1 s apart), to compare with nvml_facts.py.
 	run_env "$bundle/bin/sysom-agent" --probe-nvml >"$out/nvml_probe.json" 2>"$work/res/nvml_probe.err"
 	say "sysom-agent --probe-nvml: rc=$? $(wc -c <"$out/nvml_probe.json") bytes; $(head -c 400 "$work/res/nvml_probe.err" | tr '\n' ' ')"
+	# The device file each GPU's processes hold open (the rank-to-GPU mapping's evidence).
+	say "device files: $(grep -o '"index":[0-9]*\|"device_file":[^,]*' "$out/nvml_probe.json" | tr '\n' ' ')"
 fi
 
 job() { # job NAME SECONDS ENV...: runs the training job, prints its JSON line
@@ -157,6 +159,10 @@ def folded(n):
 for j in ("agent1", "full1", "plugin1"):
     print("--", j)
     print("job:", json.dumps(load("job-%s.json" % j))[:600])
+    # The rank's GPU (wire 1.7): on a one-GPU machine every rank's gpu_device should be 0.
+    print("ranks (rank, local rank, gpu_device):",
+          [(x.get("rank"), x.get("local_rank"), x.get("gpu_device"))
+           for x in load("job-%s.json" % j).get("ranks", [])])
     print("collectives:", json.dumps(load("coll-%s.json" % j))[:500])
     print("gpu:", json.dumps(load("gpu-%s.json" % j))[:700])
     cpu = folded("cpu-%s.folded" % j)
