@@ -175,6 +175,14 @@ static int check_identity(struct symupload *u, int fd, const struct stat *st,
 	int rc;
 
 	*match = false;
+	/* A file-hash object proven earlier in this run (an upload resumed after yielding to other
+	 * objects): the same file, unchanged, needs no second pass over its content. */
+	if (id->kind != SYSOM_OBJECT_ELF && ps->hashed && ps->dev == (uint64_t)st->st_dev &&
+	    ps->ino == (uint64_t)st->st_ino && ps->size == (uint64_t)st->st_size &&
+	    ps->mtime_ns == mtime_ns(st) && id->len == 16 && !memcmp(ps->hash, id->bytes, 16)) {
+		*match = true;
+		return 0;
+	}
 	if (id->kind == SYSOM_OBJECT_ELF) {
 		rc = sysom_elf_build_id(fd, &got);
 		if (rc == 0)
@@ -375,10 +383,28 @@ int symupload__find_debug(struct symupload *u, struct item *it, int exe_fd,
 			  struct stat *st_out, bool *too_large)
 {
 	const struct waiting *w = &it->w;
+	const struct part_state *ps = &it->part[PART_DEBUGINFO];
 	char roots[2][64];
 	char hex[HEX_MAX], link[256], dir[SYMUPLOAD_PATH_MAX];
 	uint32_t crc = 0;
 	int nroots = 0, rc;
+
+	/* The debug file chosen (and hashed) when this upload began, unchanged since: an upload
+	 * resumed after yielding to other objects does not search (or CRC) it again. */
+	if (it->debug_path && ps->hashed) {
+		struct stat st;
+		int fd;
+		if (!open_regular(it->debug_path, &fd, &st)) {
+			if (ps->dev == (uint64_t)st.st_dev && ps->ino == (uint64_t)st.st_ino &&
+			    ps->size == (uint64_t)st.st_size && ps->mtime_ns == mtime_ns(&st) &&
+			    snprintf(dpath, dlen, "%s", it->debug_path) < (int)dlen) {
+				*fd_out = fd;
+				*st_out = st;
+				return 1;
+			}
+			close(fd);
+		}
+	}
 
 	if (w->pid && w->path[0] == '/')
 		snprintf(roots[nroots++], sizeof(roots[0]), "%s/%u/root", u->proc_root, w->pid);

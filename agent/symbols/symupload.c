@@ -133,6 +133,7 @@ enum outcome {
 	OUT_GIVE_UP,  /* refused or unreadable: failed for this run (event sent) */
 	OUT_SKIP,     /* identity mismatch, too large, not found (event sent) */
 	OUT_STOPPED,  /* stop was asked */
+	OUT_YIELD,    /* a chunk was stored and other objects wait: go on after them */
 };
 
 static void report_retry(struct symupload *u, const struct waiting *w, int status, int error,
@@ -156,6 +157,35 @@ static void report_retry(struct symupload *u, const struct waiting *w, int statu
 	if (w)
 		hex_of(&w->id, hex);
 	emit(u, &ev);
+}
+
+/* Whether a query is due for the objects waiting for one. */
+static bool query_due(const struct symupload *u, uint64_t t)
+{
+	return u->pending_count > 0 && (u->pending_count >= u->query_batch ||
+					t - u->pending[0].since_ns >= u->query_interval_ns);
+}
+
+/* Whether other objects wait for the upload thread (known missing, or due for their query):
+ * a large file then gives way after each chunk, so that one 1-GiB library does not hold every
+ * small object's symbols back for minutes (round robin by chunk). */
+static bool others_waiting(struct symupload *u, const struct item *it)
+{
+	if (!it->yielded && u->yielded_items >= SYMUPLOAD_YIELDED_MAX)
+		return false; /* enough uploads left part-way: finish this one */
+	symupload__take_offers(u);
+	return u->work_count > 0 || query_due(u, now(u));
+}
+
+/* Records how far the server holds a file upload (symbols-inflight), when that moved. */
+static void save_offset(struct symupload *u, const struct item *it, int part, uint64_t offset)
+{
+	struct inflight *cur = symupload__inflight_find(u, &it->w.id, part);
+
+	if (cur && cur->offset != offset) {
+		cur->offset = offset;
+		symupload__inflight_save(u);
+	}
 }
 
 /* Uploads one file of an item, chunk by chunk, resuming where the server (or our state)
@@ -202,6 +232,7 @@ static enum outcome upload_part(struct symupload *u, struct item *it, int part, 
 	} else {
 		symupload__new_upload_id(u, upload_id);
 		symupload__inflight_put(u, &it->w.id, part, upload_id, hash, size);
+		ps->resumed = true; /* this run's own upload: going on with it is no resume */
 	}
 	snprintf(path, sizeof(path), "/api/v1/symbols/%s/%s", hex, part_name(part));
 	snprintf(h_id, sizeof(h_id), "X-Sysom-Upload-Id: %s", upload_id);
@@ -277,6 +308,11 @@ static enum outcome upload_part(struct symupload *u, struct item *it, int part, 
 			STAT_ADD(u, uploaded_bytes, taken);
 			offset = value;
 			stalls = 0;
+			if (others_waiting(u, it)) {
+				save_offset(u, it, part, offset);
+				STAT_ADD(u, yields, 1);
+				return OUT_YIELD;
+			}
 		} else if (got_resume && value < size) {
 			/* The server holds another amount (lost, or more than we remembered). */
 			request_succeeded(u);
@@ -303,11 +339,7 @@ static enum outcome upload_part(struct symupload *u, struct item *it, int part, 
 			emit_simple(u, SYMUPLOAD_EVENT_FAILED, &it->w, r, -SYSOM_EHTTP, message);
 			return OUT_GIVE_UP;
 		}
-		struct inflight *cur = symupload__inflight_find(u, &it->w.id, part);
-		if (cur && cur->offset != offset) {
-			cur->offset = offset;
-			symupload__inflight_save(u);
-		}
+		save_offset(u, it, part, offset);
 		/* Between chunks: keep the offers flowing into the backlog (no I/O). */
 		symupload__take_offers(u);
 	}
@@ -356,6 +388,13 @@ static enum outcome run_item(struct symupload *u, struct item *it)
 		out = OUT_SKIP;
 		goto cleanup;
 	}
+	if (it->need[PART_EXECUTABLE] && !it->part[PART_EXECUTABLE].done) {
+		out = upload_part(u, it, PART_EXECUTABLE, fd, &st);
+		if (out != OUT_DONE)
+			goto cleanup;
+	}
+	/* Searched once the executable is stored (an upload that yields to other objects comes
+	 * back here per chunk; a debug link's CRC reads the whole debug file). */
 	if (it->need[PART_DEBUGINFO] && !it->part[PART_DEBUGINFO].done) {
 		bool too_large = false;
 		rc = symupload__find_debug(u, it, fd, &st, dpath, sizeof(dpath), &dfd, &dst,
@@ -373,11 +412,6 @@ static enum outcome run_item(struct symupload *u, struct item *it)
 			free(it->debug_path);
 			it->debug_path = strdup(dpath);
 		}
-	}
-	if (it->need[PART_EXECUTABLE] && !it->part[PART_EXECUTABLE].done) {
-		out = upload_part(u, it, PART_EXECUTABLE, fd, &st);
-		if (out != OUT_DONE)
-			goto cleanup;
 	}
 	if (it->need[PART_DEBUGINFO] && !it->part[PART_DEBUGINFO].done)
 		out = upload_part(u, it, PART_DEBUGINFO, dfd, &dst);
@@ -402,10 +436,12 @@ static void waiting_free(struct waiting *w)
 	w->path = NULL;
 }
 
-static void item_free(struct item *it)
+static void item_free(struct symupload *u, struct item *it)
 {
 	if (!it)
 		return;
+	if (it->yielded)
+		u->yielded_items--;
 	waiting_free(&it->w);
 	free(it->debug_path);
 	free(it);
@@ -515,7 +551,7 @@ static void process_item(struct symupload *u)
 		STAT_ADD(u, present, sent ? 0 : 1);
 		hex_of(&it->w.id, hex);
 		emit(u, &ev);
-		item_free(it);
+		item_free(u, it);
 		break;
 	}
 	case OUT_RETRY:
@@ -524,14 +560,20 @@ static void process_item(struct symupload *u)
 	case OUT_GIVE_UP:
 		STAT_ADD(u, failed, 1);
 		forget_failed(u, &it->w.id);
-		item_free(it);
+		item_free(u, it);
 		break;
 	case OUT_SKIP:
 		forget_failed(u, &it->w.id);
-		item_free(it);
+		item_free(u, it);
 		break;
 	case OUT_STOPPED:
 		work_push(u, it, true);
+		break;
+	case OUT_YIELD:
+		if (!it->yielded)
+			u->yielded_items++;
+		it->yielded = true;
+		work_push(u, it, false);
 		break;
 	}
 	if (!u->work_count) {
@@ -706,8 +748,7 @@ static void *symupload_thread(void *arg)
 
 		uint32_t room = SYMUPLOAD_WORK_MAX - u->work_count;
 		uint32_t n = u->pending_count < room ? u->pending_count : room;
-		bool due = n > 0 && (u->pending_count >= u->query_batch ||
-				     t - u->pending[0].since_ns >= u->query_interval_ns);
+		bool due = n > 0 && query_due(u, t);
 		if (due) {
 			run_query(u, n);
 			continue;
@@ -963,7 +1004,7 @@ void symupload_free(struct symupload *u)
 	for (uint32_t i = 0; i < u->pending_count; i++)
 		waiting_free(&u->pending[i]);
 	while (u->work_count)
-		item_free(work_pop(u));
+		item_free(u, work_pop(u));
 	if (u->uploaded_fd >= 0)
 		close(u->uploaded_fd);
 	http_client_free(u->http);

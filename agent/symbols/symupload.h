@@ -55,6 +55,8 @@
 #define SYMUPLOAD_FAILED_MAX 4096u            /* objects given up on in this run (forgotten
 						 beyond, and then retried) */
 #define SYMUPLOAD_INFLIGHT_MAX 64u            /* resumable uploads remembered */
+#define SYMUPLOAD_YIELDED_MAX 8u             /* file uploads left part-way for others at once
+						 (each keeps a symbols-inflight record) */
 #define SYMUPLOAD_PATH_MAX 4096u              /* longest object path accepted */
 #define SYMUPLOAD_MESSAGE_MAX 512u            /* event messages are truncated to this */
 #define SYMUPLOAD_UPLOADED_FILE "symbols-uploaded"
@@ -144,7 +146,8 @@ struct symupload_stats {
 	uint64_t uploaded_bytes;    /* body bytes of chunks the server acknowledged */
 	uint64_t failed;            /* objects given up for this run (4xx, unreadable) */
 	uint64_t retries;           /* failed requests that were retried */
-	uint64_t resumed;           /* uploads continued with a remembered upload id */
+	uint64_t resumed;           /* uploads continued with an upload id from an earlier run */
+	uint64_t yields;            /* chunks after which a file gave way to other objects */
 	uint64_t skipped_too_large;
 	uint64_t skipped_identity_mismatch;
 	uint64_t skipped_unavailable; /* file not found (process and path gone) */

@@ -74,6 +74,7 @@ struct item {
 	bool need[2];       /* per part: the server asked for it */
 	struct part_state part[2];
 	char *debug_path;   /* the debug file chosen last (owned), for the event */
+	bool yielded;       /* gave way to other objects after a chunk (counted in yielded_items) */
 };
 
 /* A file upload begun and not finished (symbols-inflight). */
@@ -121,6 +122,7 @@ struct symupload {
 	uint32_t pending_count;
 	struct item **work;        /* ring of SYMUPLOAD_WORK_MAX */
 	uint32_t work_head, work_count;
+	uint32_t yielded_items; /* items in work whose file upload gave way part-way */
 	struct idset active;       /* in pending or work */
 	struct idset done;         /* in symbols-uploaded */
 	struct idset failed;       /* given up in this run */

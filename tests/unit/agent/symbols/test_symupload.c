@@ -1385,6 +1385,67 @@ static void test_content_hash_object(void **state)
 	finish(f);
 }
 
+/* A large file gives way to a small object after each chunk: the small one is stored first,
+ * and the large one goes on where it stopped (same upload id, contiguous ranges, each file
+ * searched and hashed once). */
+static void test_large_file_gives_way(void **state)
+{
+	struct fixture *f = *state;
+	struct elf_fixture big;
+	struct sysom_build_id small_id;
+	struct symupload_stats st;
+	char small_path[256], big_hex[130], small_hex[130], upload_id[80] = "";
+	uint8_t small[5000];
+	uint64_t next = 0;
+	size_t first_small = SIZE_MAX, big_after_small = 0;
+
+	build_elf(f, "big", 11, true, &big);
+	for (size_t i = 0; i < sizeof(small); i++)
+		small[i] = (uint8_t)(i * 7 + (i >> 5));
+	snprintf(small_path, sizeof(small_path), "%s/small.bin", f->bin);
+	write_file(small_path, small, sizeof(small));
+	identity_of(small_path, &small_id);
+	struct symupload_options o = options(f);
+	struct symupload *u = start_upload(f, &o);
+	assert_int_equal(symupload_offer(u, &big.id, big.path, 0, 0, 0), 0);
+	assert_int_equal(symupload_offer(u, &small_id, small_path, 0, 0, 0), 0);
+	assert_true(events_wait(&f->events, SYMUPLOAD_EVENT_UPLOADED, 2));
+	symupload_stop(u);
+
+	expect_stored(f, &big.id, 0, big.bytes, big.len, "elf");
+	expect_stored(f, &big.id, 1, big.debug_bytes, big.debug_len, "elf");
+	expect_stored(f, &small_id, 0, small, sizeof(small), "file-hash");
+	assert_string_equal(f->events.ev[0].path, small_path);
+	assert_string_equal(f->events.ev[1].path, big.path);
+	hex_of(&big.id, big_hex);
+	hex_of(&small_id, small_hex);
+	for (size_t i = 0; i < f->srv.nputs; i++) {
+		const struct put_record *p = &f->srv.puts[i];
+		if (!strcmp(p->hex, small_hex) && first_small == SIZE_MAX)
+			first_small = i;
+		if (strcmp(p->hex, big_hex) || p->part != 0)
+			continue;
+		big_after_small += first_small != SIZE_MAX;
+		/* The executable's chunks: in order, one upload id across the yields. */
+		assert_int_equal(p->start, next);
+		next = p->end + 1;
+		if (!upload_id[0])
+			snprintf(upload_id, sizeof(upload_id), "%s", p->upload_id);
+		assert_string_equal(p->upload_id, upload_id);
+	}
+	assert_int_equal(next, big.len);
+	assert_true(first_small != SIZE_MAX);
+	assert_true(big_after_small > 0); /* the small object went in between */
+	assert_int_equal(f->srv.conflicts, 0);
+	symupload_stats(u, &st);
+	assert_true(st.yields >= 1);
+	assert_int_equal(st.resumed, 0);
+	assert_int_equal(st.uploaded_objects, 2);
+	assert_int_equal(state_lines(f, SYMUPLOAD_INFLIGHT_FILE, NULL), 0);
+	finish(f);
+	elf_free(&big);
+}
+
 static void test_too_large_is_skipped(void **state)
 {
 	struct fixture *f = *state;
@@ -1596,6 +1657,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_offer_never_blocks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_vdso_from_memory, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_content_hash_object, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_large_file_gives_way, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_too_large_is_skipped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_state_file_bounded_and_repaired, setup, teardown),
 	};
