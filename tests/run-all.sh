@@ -23,6 +23,25 @@ export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:strict_string_checks=1:${AS
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
 export LSAN_OPTIONS="suppressions=$here/lsan.supp:print_suppressions=0:${LSAN_OPTIONS:-}"
 
+# sweep_leftovers TAG: kills every process still carrying SYSOM_TEST_TAG=TAG in its environment
+# (a test's server, agent or job that outlived it would load the machine under the next tests:
+# ranks under a killed `timeout`, a setsid'd job, an orphaned worker); prints "comm[pid] ...".
+sweep_leftovers() {
+	local tag=$1 env pid out="" round
+	for round in 1 2 3; do
+		local found=0
+		for env in $(grep -lzxF "SYSOM_TEST_TAG=$tag" /proc/[0-9]*/environ 2>/dev/null); do
+			pid=${env#/proc/}
+			pid=${pid%/environ}
+			[ "$round" -eq 1 ] && out+="$(cat "/proc/$pid/comm" 2>/dev/null || echo '?')[$pid] "
+			kill -KILL "$pid" 2>/dev/null && found=1
+		done
+		[ "$found" -eq 0 ] && break
+		sleep 0.2
+	done
+	echo "${out% }"
+}
+
 # Runs one test program; counts its TAP lines. A program that exits non-zero without a
 # failing TAP line (a crash, a sanitizer report) counts as one failure.
 run_tap() {
@@ -30,8 +49,11 @@ run_tap() {
 	shift 2
 	local log="$logdir/${name//\//_}.log"
 	local start=$SECONDS rc
-	timeout --kill-after=10 "$timeout_s" "$@" >"$log" 2>&1
+	local tag="${name//\//_}-$$-$start"
+	SYSOM_TEST_TAG=$tag timeout --kill-after=10 "$timeout_s" "$@" >"$log" 2>&1
 	rc=$?
+	local leftovers
+	leftovers=$(sweep_leftovers "$tag")
 	local p f s
 	# cmocka 1.1.5 reports a skipped test as "not ok N # SKIP"; TAP itself uses "ok N # SKIP".
 	p=$(grep -E '^ok [0-9]+' "$log" | grep -cvE '# (SKIP|skip)' | tr -d ' ')
@@ -49,6 +71,10 @@ run_tap() {
 	local verdict=PASS
 	[ "$f" -gt 0 ] && verdict=FAIL && failures+=("$name (log: $log)")
 	printf '%-4s %-48s %3d passed %3d failed %3d skipped  %3ds\n' "$verdict" "$name" "$p" "$f" "$s" $((SECONDS - start))
+	if [ -n "$leftovers" ]; then
+		echo "# left behind (killed): $leftovers" >>"$log"
+		echo "     | left behind (killed): $leftovers"
+	fi
 	if [ "$f" -gt 0 ]; then
 		grep -E '^not ok|ERROR|error:|Sanitizer|runtime error' "$log" | head -20 | sed 's/^/     | /'
 	fi

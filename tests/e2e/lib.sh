@@ -167,6 +167,14 @@ stored_total() {
 		python3 -c "import json,sys; print(json.load(sys.stdin)['total'])"
 }
 
+# metric_at_least FILE SERIES MIN: the Prometheus text in FILE has SERIES (name and labels,
+# exactly as exposed) with a value of at least MIN (a number, not a first digit: 12 >= 5).
+metric_at_least() {
+	awk -v series="$2" -v min="$3" '
+		index($0, series " ") == 1 { value = substr($0, length(series) + 2) + 0; found = 1 }
+		END { exit !(found && value >= min) }' "$1"
+}
+
 # am_start NAME: starts a real Alertmanager (prometheus-alertmanager, else alertmanager) on a
 # free 127.0.0.1 port with a route to a null receiver, storage in $E2E_TMP/NAME.am and
 # clustering off; waits for /-/ready. Sets AM_PID, AM_PORT, AM_URL; returns 1 when there is no

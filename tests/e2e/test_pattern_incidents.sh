@@ -91,7 +91,7 @@ check "b: job-wide pattern incidents report rises only (what fell is the consequ
 	pyjson "$E2E_TMP/e2e-pinc-loader.diag.json" "sys.exit(0 if not [x for x in d['diagnoses'] if x['kind'] == 'pattern' and '(-' in x['summary']] else 1)"
 curl -sf "$SERVER_URL/metrics" >"$E2E_TMP/metrics.txt"
 check "/metrics: sysom_patterns_opened_total counts them" \
-	grep -qE '^sysom_patterns_opened_total [1-9]' "$E2E_TMP/metrics.txt"
+	metric_at_least "$E2E_TMP/metrics.txt" sysom_patterns_opened_total 1
 stop_pid "$AGENT_PID"
 check "agent exits 0 after SIGTERM" test $? -eq 0
 finish
