@@ -182,6 +182,31 @@ static void read_schedstat(pid_t tid, uint64_t out[3])
 
 /* ---- two busy threads on one CPU ---- */
 
+/* Steal, irq and softirq time of CPU `cpu` so far (/proc/stat, clock ticks, in ns): the task
+ * clock behind schedstat leaves these out, while the flush charges wall time. */
+static uint64_t cpu_unowned_ns(int cpu)
+{
+	char want[32], line[512];
+	unsigned long long v[8] = { 0 };
+	uint64_t ns = 0;
+	FILE *f = fopen("/proc/stat", "r");
+
+	assert_non_null(f);
+	snprintf(want, sizeof(want), "cpu%d ", cpu);
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, want, strlen(want)) != 0)
+			continue;
+		assert_int_equal(sscanf(line + strlen(want), "%llu %llu %llu %llu %llu %llu %llu %llu",
+					&v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]),
+				 8);
+		ns = (v[5] + v[6] + v[7]) * (1000000000ULL / (uint64_t)sysconf(_SC_CLK_TCK));
+		break;
+	}
+	fclose(f);
+	return ns;
+}
+
+
 struct spinner {
 	int cpu;
 	uint64_t until_ns;
@@ -239,18 +264,22 @@ static void test_two_threads_share_a_cpu(void **state)
 	(void)state;
 	collect_discard(os);
 	collector_init(&c);
+	uint64_t unowned = cpu_unowned_ns(cpu);
 	run_spinners(sp, 2, cpu, 1500ull * 1000000);
 	collect(os, &c);
+	unowned = cpu_unowned_ns(cpu) - unowned;
+	uint64_t tick_ns = 1000000000ULL / (uint64_t)sysconf(_SC_CLK_TCK);
 	for (int i = 0; i < 2; i++) {
 		const struct sysom_os_thread *t = thread_row(&c, (uint32_t)sp[i].tid);
 		uint64_t in_hist = 0, slow = 0;
 
 		assert_non_null(t);
 		print_message("thread %d: on-CPU %.1f ms (schedstat %.1f ms), run-queue wait %.1f ms "
-			      "in %lu waits (schedstat %.1f ms), %lu involuntary / %lu voluntary\n",
+			      "in %lu waits (schedstat %.1f ms), %lu involuntary / %lu voluntary; "
+			      "CPU steal+irq+softirq %.0f ms\n",
 			      sp[i].tid, t->oncpu_ns / 1e6, sp[i].schedstat[0] / 1e6,
 			      t->runq_wait_ns / 1e6, t->runq_waits, sp[i].schedstat[1] / 1e6,
-			      t->involuntary_switches, t->voluntary_switches);
+			      t->involuntary_switches, t->voluntary_switches, unowned / 1e6);
 		/* Sharing a CPU: each waits while the other runs, and is preempted to let it. */
 		assert_true(t->runq_waits > 10);
 		assert_true(t->runq_wait_ns > 100ull * 1000000);
@@ -265,11 +294,15 @@ static void test_two_threads_share_a_cpu(void **state)
 		/* The mean wait is a scheduler slice: between 100 µs and 100 ms. */
 		uint64_t mean = t->runq_wait_ns / t->runq_waits;
 		assert_true(mean > 100000 && mean < 100000000);
-		/* On-CPU time within 15% of the kernel's sum_exec_runtime (which excludes interrupt
-		 * time where IRQ time accounting is on; ours includes it). */
+		/* On-CPU time within 15% of the kernel's sum_exec_runtime, which runs on the task
+		 * clock: without the time the hypervisor stole from the vCPU or the CPU spent in
+		 * interrupts, which ours (wall time between switches) includes. The CPU's steal,
+		 * irq and softirq time over the run (/proc/stat, give or take two ticks) is allowed
+		 * on top (a CI vCPU lost 100 of 758 ms once). */
 		double ratio = (double)t->oncpu_ns / (double)sp[i].schedstat[0];
-		if (ratio < 0.85 || ratio > 1.15)
-			fail_msg("on-CPU %lu ns vs schedstat %lu ns", t->oncpu_ns, sp[i].schedstat[0]);
+		if (ratio < 0.85 || t->oncpu_ns > sp[i].schedstat[0] * 115 / 100 + unowned + 2 * tick_ns)
+			fail_msg("on-CPU %lu ns vs schedstat %lu ns (CPU steal+irq+softirq %lu ns)",
+				 t->oncpu_ns, sp[i].schedstat[0], unowned);
 		/* Run-queue wait agrees with the kernel's run_delay too. */
 		ratio = (double)t->runq_wait_ns / (double)sp[i].schedstat[1];
 		if (ratio < 0.7 || ratio > 1.3)
@@ -562,29 +595,6 @@ static void *spin_until_stopped(void *arg)
 	return NULL;
 }
 
-/* Steal, irq and softirq time of CPU `cpu` so far (/proc/stat, clock ticks, in ns): the task
- * clock behind schedstat leaves these out, while the flush charges wall time. */
-static uint64_t cpu_unowned_ns(int cpu)
-{
-	char want[32], line[512];
-	unsigned long long v[8] = { 0 };
-	uint64_t ns = 0;
-	FILE *f = fopen("/proc/stat", "r");
-
-	assert_non_null(f);
-	snprintf(want, sizeof(want), "cpu%d ", cpu);
-	while (fgets(line, sizeof(line), f)) {
-		if (strncmp(line, want, strlen(want)) != 0)
-			continue;
-		assert_int_equal(sscanf(line + strlen(want), "%llu %llu %llu %llu %llu %llu %llu %llu",
-					&v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]),
-				 8);
-		ns = (v[5] + v[6] + v[7]) * (1000000000ULL / (uint64_t)sysconf(_SC_CLK_TCK));
-		break;
-	}
-	fclose(f);
-	return ns;
-}
 
 /* One window of test_busy_within_window, measured before anything is asserted. */
 struct busy_round {
