@@ -45,6 +45,7 @@ struct gp_proc {
 	struct job_identity reg;
 	char groups[GROUPS_MAX];
 	uint8_t gpu_file;        /* NVML index + 1 from its open /dev/nvidiaN (kept), 0 none */
+	uint64_t gpu_scan_ns;    /* monotonic time of its last descriptor scan, 0 never */
 	enum gpumap_how gpu_how; /* how the last GPU was found (logged when it changes) */
 };
 
@@ -517,6 +518,20 @@ void gpupipe_set_send_gpu_device(struct gpupipe *gp, bool on)
 	gp->send_gpu_device = on;
 }
 
+/* Whether a rank's descriptors are due for a scan: at most once per GPU_RESCAN_NS, so that a
+ * rank holding no or several GPU device files (one that sees every GPU) is not re-read (up to
+ * GPUMAP_MAX_FDS links) at every seal. */
+#define GPU_RESCAN_NS (30ull * 1000000000ull)
+static bool scan_due(struct gp_proc *p)
+{
+	uint64_t now = sysom_monotonic_ns();
+
+	if (p->gpu_scan_ns && now - p->gpu_scan_ns < GPU_RESCAN_NS)
+		return false;
+	p->gpu_scan_ns = now;
+	return true;
+}
+
 /* The wire's gpu_device of a process: its NVML index + 1, 0 when unknown (gpumap.h). */
 static uint8_t rank_gpu(struct gpupipe *gp, struct gp_proc *p, const struct job_identity *id)
 {
@@ -530,7 +545,7 @@ static uint8_t rank_gpu(struct gpupipe *gp, struct gp_proc *p, const struct job_
 	if (p->gpu_file) {
 		idx = p->gpu_file - 1; /* a CUDA context keeps its device */
 		how = GPUMAP_DEVICE_FILE;
-	} else if (!p->gone && gpumap_scan_fds(root, p->tgid, &minor) == 1 &&
+	} else if (!p->gone && scan_due(p) && gpumap_scan_fds(root, p->tgid, &minor) == 1 &&
 		   (idx = gpumap_from_minor(gp->gpus, gp->ngpus, minor)) >= 0) {
 		p->gpu_file = (uint8_t)(idx + 1);
 		how = GPUMAP_DEVICE_FILE;
