@@ -166,14 +166,14 @@ static bool query_due(const struct symupload *u, uint64_t t)
 					t - u->pending[0].since_ns >= u->query_interval_ns);
 }
 
-/* Whether other objects wait for the upload thread (known missing, or due for their query):
+/* Whether other objects wait for the upload thread (known missing, or due for their query;
+ * offers just taken):
  * a large file then gives way after each chunk, so that one 1-GiB library does not hold every
  * small object's symbols back for minutes (round robin by chunk). */
 static bool others_waiting(struct symupload *u, const struct item *it)
 {
 	if (!it->yielded && u->yielded_items >= SYMUPLOAD_YIELDED_MAX)
 		return false; /* enough uploads left part-way: finish this one */
-	symupload__take_offers(u);
 	return u->work_count > 0 || query_due(u, now(u));
 }
 
@@ -243,6 +243,7 @@ static enum outcome upload_part(struct symupload *u, struct item *it, int part, 
 		size_t n = size - offset < u->chunk ? (size_t)(size - offset) : u->chunk;
 		struct http_client_response resp;
 		uint64_t value = 0;
+		bool stored = false; /* this chunk was acknowledged as received */
 
 		if (stopping(u))
 			return OUT_STOPPED;
@@ -308,11 +309,7 @@ static enum outcome upload_part(struct symupload *u, struct item *it, int part, 
 			STAT_ADD(u, uploaded_bytes, taken);
 			offset = value;
 			stalls = 0;
-			if (others_waiting(u, it)) {
-				save_offset(u, it, part, offset);
-				STAT_ADD(u, yields, 1);
-				return OUT_YIELD;
-			}
+			stored = true;
 		} else if (got_resume && value < size) {
 			/* The server holds another amount (lost, or more than we remembered). */
 			request_succeeded(u);
@@ -342,6 +339,10 @@ static enum outcome upload_part(struct symupload *u, struct item *it, int part, 
 		save_offset(u, it, part, offset);
 		/* Between chunks: keep the offers flowing into the backlog (no I/O). */
 		symupload__take_offers(u);
+		if (stored && others_waiting(u, it)) {
+			STAT_ADD(u, yields, 1);
+			return OUT_YIELD;
+		}
 	}
 	/* Not reached with a file that has bytes (empty files are never uploaded). */
 	return OUT_DONE;
