@@ -563,8 +563,46 @@ cleanup:
 
 /* The CPU layer: functions on more of the straggler's stacks than of healthy rank `h`'s. The
  * two ranks' profiles (the profile service's folded text) side by side as a typed diff. */
+/* The sampling rates (samples per CPU-second) of the nodes named `host[0]` and `host[1]`. */
+struct node_rates {
+	const char *host[2];
+	double rate[2];
+	int matches[2];
+};
+
+static int node_rate_visit(void *arg, const struct store_node *n)
+{
+	struct node_rates *nr = arg;
+
+	for (int i = 0; i < 2; i++)
+		if (nr->host[i] && n->hostname && !strcmp(nr->host[i], n->hostname)) {
+			nr->rate[i] = (double)n->sample_hz * n->sample_rate_ppm / 1e6;
+			nr->matches[i]++;
+		}
+	return 0;
+}
+
+/*
+ * Samples per CPU-second of the healthy rank's node ([0]) and the straggler's ([1]): both 0
+ * (compare raw counts) unless both nodes are known by a unique hostname with a rate.
+ */
+static void cpu_sample_rates(const struct diagnosis_ctx *ctx, const char *healthy_host,
+			     const char *straggler_host, double rate[2])
+{
+	struct node_rates nr = { .host = { healthy_host, straggler_host } };
+
+	rate[0] = rate[1] = 0;
+	if (!healthy_host || !straggler_host || store_nodes_list(ctx->store, node_rate_visit, &nr))
+		return;
+	if (nr.matches[0] == 1 && nr.matches[1] == 1 && nr.rate[0] > 0 && nr.rate[1] > 0) {
+		rate[0] = nr.rate[0];
+		rate[1] = nr.rate[1];
+	}
+}
+
 static void diagnose_cpu(const struct diagnosis_ctx *ctx, const struct store_sample_filter *range,
-			 int32_t s, int32_t h, double *top_pp, char **top_fn, struct diagnosis_cpu *out)
+			 int32_t s, int32_t h, const double rate[2], double *top_pp, char **top_fn,
+			 struct diagnosis_cpu *out)
 {
 	const int32_t side_rank[2] = { h, s };
 	struct byte_buf text[2] = { { 0 }, { 0 } };
@@ -597,10 +635,14 @@ static void diagnose_cpu(const struct diagnosis_ctx *ctx, const struct store_sam
 		struct diagnosis_cpu_function *fn = &out->functions[out->nfunctions];
 		double pp = 100 * (d[i].b_fraction - d[i].a_fraction);
 		double z = layers_cpu_z(d[i].a_fraction, d[i].b_fraction, totals[0], totals[1]);
+		double a_count = d[i].a_fraction * (double)totals[0];
+		double b_count = d[i].b_fraction * (double)totals[1];
+		double time_z = layers_cpu_time_z(a_count, b_count, rate[0], rate[1]);
 		if (pp <= 0)
 			break;
-		/* The top function counts only when its difference is no accident of sampling. */
-		if (i == 0 && z >= LAYERS_CPU_MIN_Z) {
+		/* The top function counts only when its difference is no accident of sampling, and
+		 * the straggler spends more CPU time in it, not only a larger share of less time. */
+		if (i == 0 && z >= LAYERS_CPU_MIN_Z && time_z >= LAYERS_CPU_MIN_Z) {
 			*top_pp = pp;
 			*top_fn = strdup(d[i].name);
 		}
@@ -609,6 +651,9 @@ static void diagnose_cpu(const struct diagnosis_ctx *ctx, const struct store_sam
 		fn->healthy_fraction = d[i].a_fraction;
 		fn->straggler_fraction = d[i].b_fraction;
 		fn->z = z;
+		fn->time_z = time_z;
+		fn->healthy_cpu_s = rate[0] > 0 ? a_count / rate[0] : NAN;
+		fn->straggler_cpu_s = rate[1] > 0 ? b_count / rate[1] : NAN;
 		out->nfunctions++;
 	}
 	/* The full stacks through the top function, most of the difference first. */
@@ -971,8 +1016,11 @@ static struct diagnosis *diagnose(const struct diagnosis_ctx *ctx, const struct 
 			best = fabs(ranks[r].excess_ns);
 			healthy = r;
 		}
-	if (healthy >= 0)
-		diagnose_cpu(ctx, range, s, healthy, &top_pp, &top_fn, &d->cpu);
+	if (healthy >= 0) {
+		double rate[2];
+		cpu_sample_rates(ctx, g->host ? g->host[healthy] : NULL, g->host ? g->host[s] : NULL, rate);
+		diagnose_cpu(ctx, range, s, healthy, rate, &top_pp, &top_fn, &d->cpu);
+	}
 	diagnose_os(ctx, range, osr, g, ranks, s, &d->os, &top_irq);
 	os_top = d->os.top;
 	if (gv == GPU_UNIFORM) {

@@ -87,12 +87,16 @@ static json_t *cpu_json(const struct diagnosis_cpu *c)
 	}
 	for (size_t i = 0; i < c->nfunctions; i++) {
 		const struct diagnosis_cpu_function *f = &c->functions[i];
-		json_array_append_new(fns, json_pack("{s:s,s:f,s:f,s:f,s:o}", "function", f->function,
+		json_array_append_new(fns, json_pack("{s:s,s:f,s:f,s:f,s:o,s:o,s:o,s:o}", "function",
+						     f->function,
 						     "straggler_pct", 100 * f->straggler_fraction,
 						     "healthy_pct", 100 * f->healthy_fraction,
 						     "delta_pp",
 						     100 * (f->straggler_fraction - f->healthy_fraction),
-						     "z", real_or_null(f->z)));
+						     "z", real_or_null(f->z), "time_z",
+						     real_or_null(f->time_z), "straggler_cpu_s",
+						     real_or_null(f->straggler_cpu_s), "healthy_cpu_s",
+						     real_or_null(f->healthy_cpu_s)));
 	}
 	for (size_t i = 0; i < c->nstacks; i++)
 		json_array_append_new(stacks, json_pack("{s:s,s:f,s:f}", "stack", c->stacks[i].stack,

@@ -234,6 +234,20 @@ double layers_cpu_z(double a_fraction, double b_fraction, uint64_t na, uint64_t 
 	return (b_fraction - a_fraction) / se;
 }
 
+double layers_cpu_time_z(double a_count, double b_count, double a_rate, double b_rate)
+{
+	double var;
+
+	if (!(a_rate > 0))
+		a_rate = 1;
+	if (!(b_rate > 0))
+		b_rate = 1;
+	var = b_count / (b_rate * b_rate) + a_count / (a_rate * a_rate);
+	if (!(var > 0))
+		return 0;
+	return (b_count / b_rate - a_count / a_rate) / sqrt(var);
+}
+
 static int flag_compare(const void *a, const void *b)
 {
 	const struct waterline_flag *x = a, *y = b;

@@ -96,6 +96,17 @@ void layers_cpu_stacks_free(struct cpu_stack *s, int n);
 double layers_cpu_z(double a_fraction, double b_fraction, uint64_t na, uint64_t nb);
 
 /*
+ * How many standard errors the CPU time of one function on side b exceeds side a's, from its
+ * sample counts over the same window (Poisson counts): with `rate` the samples a side takes per
+ * CPU-second (hz x sample rate; 1 on both sides when unknown), (b/rb − a/ra) over
+ * sqrt(b/rb² + a/ra²). A larger share alone does not make a function a cause of lateness: when
+ * the healthy ranks spend more time waiting in a collective for the straggler (or the straggler
+ * sleeps), every function of the straggler's takes a larger share of fewer samples though it
+ * runs no longer. 0 when both counts are 0; a rate ≤ 0 counts as 1.
+ */
+double layers_cpu_time_z(double a_count, double b_count, double a_rate, double b_rate);
+
+/*
  * OS layer: per signal, the straggler's rate against the median of the healthy ranks' rates
  * (rates per second the rank's threads were on a CPU, so busier ranks are not penalised). A
  * signal is implicated when the straggler's rate is at least `factor` times the healthy median

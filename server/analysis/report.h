@@ -93,6 +93,8 @@ struct diagnosis_cpu_function {
 	char *function;         /* owned */
 	double healthy_fraction, straggler_fraction;
 	double z;               /* layers_cpu_z (may be infinite) */
+	double time_z;          /* layers_cpu_time_z: its CPU time, not its share, is larger */
+	double healthy_cpu_s, straggler_cpu_s; /* CPU seconds in it over the window; NAN unknown */
 };
 
 struct diagnosis_cpu_stack {

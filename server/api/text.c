@@ -123,12 +123,20 @@ void api__diagnosis_text(const struct store_diagnosis *d, struct byte_buf *out)
 				json_integer_value(json_object_get(layer, "compared_with_rank")),
 				json_integer_value(json_object_get(layer, "straggler_samples")),
 				json_integer_value(json_object_get(layer, "healthy_samples")));
-		json_array_foreach(json_object_get(layer, "functions"), i, v)
-			byte_buf_printf(out, "  %+6.1f pp  %s (%.1f%% vs %.1f%%)\n",
+		json_array_foreach(json_object_get(layer, "functions"), i, v) {
+			json_t *sc = json_object_get(v, "straggler_cpu_s");
+			json_t *hc = json_object_get(v, "healthy_cpu_s");
+			byte_buf_printf(out, "  %+6.1f pp  %s (%.1f%% vs %.1f%%",
 					json_number_value(json_object_get(v, "delta_pp")),
 					json_string_value(json_object_get(v, "function")) ?: "",
 					json_number_value(json_object_get(v, "straggler_pct")),
 					json_number_value(json_object_get(v, "healthy_pct")));
+			/* Its CPU time too: a larger share of less time is no cause of lateness. */
+			if (json_is_number(sc) && json_is_number(hc))
+				byte_buf_printf(out, "; %.3f vs %.3f CPU-s", json_number_value(sc),
+						json_number_value(hc));
+			byte_buf_printf(out, ")\n");
+		}
 		json_array_foreach(json_object_get(layer, "top_stacks"), i, v) {
 			const char *st = json_string_value(json_object_get(v, "stack"));
 			byte_buf_printf(out, "  stack (%.1f%% vs %.1f%%):\n",

@@ -176,6 +176,23 @@ static void test_cpu_significance(void **state)
 	assert_true(layers_cpu_z(0, 1, 100, 100) > 10);
 }
 
+/* CPU time, not share: the sleeping straggler of stop 29 (a frame on 95% of 114 samples against
+ * 50% of 264) runs it no longer; extra work on the straggler (120 samples against 10) does. */
+static void test_cpu_time_significance(void **state)
+{
+	(void)state;
+	double share_z = layers_cpu_z(0.50, 0.95, 264, 114);
+	assert_true(share_z > 3);
+	assert_true(layers_cpu_time_z(0.50 * 264, 0.95 * 114, 0, 0) < 0);
+	assert_true(layers_cpu_time_z(10, 120, 0, 0) > 9);
+	/* Rates: 120 samples at 100/s is 1.2 CPU-s; 10 at 10/s is 1.0 CPU-s: about equal. */
+	assert_true(fabs(layers_cpu_time_z(10, 120, 10, 100)) < 1);
+	/* The straggler's node samples twice as often: twice the count is the same time. */
+	assert_true(fabs(layers_cpu_time_z(100, 200, 10, 20)) < 1e-9);
+	assert_true(layers_cpu_time_z(0, 0, 10, 10) == 0);
+	assert_true(layers_cpu_time_z(0, 25, 10, 10) == 5);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -183,6 +200,7 @@ int main(void)
 		cmocka_unit_test(test_cpu_deltas),
 		cmocka_unit_test(test_os_signals),
 		cmocka_unit_test(test_cpu_significance),
+		cmocka_unit_test(test_cpu_time_significance),
 		cmocka_unit_test(test_waterline),
 		cmocka_unit_test(test_cpu_stacks),
 	};
