@@ -327,6 +327,25 @@ static int scan_visit(void *ctx, const struct procmaps_entry *m)
 	return 0;
 }
 
+/*
+ * Whether an address outside `proc`'s known mappings may trigger a rescan now. Once per
+ * rescan interval, except after the first scan: that one is taken at the process's first
+ * sample, which may come while the dynamic loader is still mapping its libraries (libpython
+ * of a --enable-shared interpreter: without it the process is walked natively only, so a
+ * second look is allowed after a tenth of the interval, as for a traced library load).
+ */
+static bool rescan_allowed(const struct proctrack *pt, const struct pt_process *proc,
+			   uint64_t now)
+{
+	uint64_t interval = pt->opts.rescan_interval_ns;
+
+	if (proc->vanished || proc->exited)
+		return false;
+	if (proc->scans <= 1)
+		interval /= 10;
+	return now - proc->last_scan_ns >= interval;
+}
+
 static int compare_mappings(const void *a, const void *b)
 {
 	const struct pt_mapping *x = a, *y = b;
@@ -342,6 +361,7 @@ static int scan_mappings(struct proctrack *pt, struct pt_process *proc)
 	int rc;
 
 	proc->last_scan_ns = sysom_monotonic_ns();
+	proc->scans++;
 	proc->rescan_due = false;
 	pt->stats.scans++;
 	snprintf(path, sizeof(path), "%s/%u/maps", pt->opts.proc_root, proc->tgid);
@@ -630,8 +650,7 @@ void proctrack_resolve(struct proctrack *pt, struct pt_process *proc, uint64_t a
 		}
 		/* Not mapped when we last looked: maybe dlopen'ed since. Rescan a live process,
 		 * at most once per rescan interval. */
-		if (attempt == 0 && !proc->vanished && !proc->exited &&
-		    sysom_monotonic_ns() - proc->last_scan_ns >= pt->opts.rescan_interval_ns) {
+		if (attempt == 0 && rescan_allowed(pt, proc, sysom_monotonic_ns())) {
 			scan_mappings(pt, proc);
 			continue;
 		}
@@ -646,8 +665,7 @@ bool proctrack_rescan(struct proctrack *pt, uint32_t tgid, uint32_t generation)
 {
 	struct pt_process *proc = find_process(pt, tgid, generation);
 
-	if (!proc || proc->vanished || proc->exited ||
-	    sysom_monotonic_ns() - proc->last_scan_ns < pt->opts.rescan_interval_ns)
+	if (!proc || !rescan_allowed(pt, proc, sysom_monotonic_ns()))
 		return false;
 	return scan_mappings(pt, proc) == 0;
 }

@@ -84,6 +84,7 @@ struct pt_process {
 	uint64_t exit_drain;     /* drain count when the exit was seen */
 	uint64_t exit_ns;        /* monotonic time the exit was seen */
 	uint64_t last_scan_ns;
+	uint32_t scans;          /* times its mappings were read (attempts) */
 	bool rescan_due;         /* a library was loaded since the last scan (rescan_loaded) */
 };
 

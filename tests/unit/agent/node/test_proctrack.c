@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* agent/node/proctrack.c: the rescan after the dynamic loader's notification of a new library
- * (proctrack_rescan_loaded), on this test's own process. */
+ * (proctrack_rescan_loaded) and after the unwinder met an unknown address (proctrack_rescan),
+ * on this test's own process. */
 #include <dlfcn.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -87,10 +88,56 @@ static void test_rescan_loaded(void **state)
 	proctrack_free(pt);
 }
 
+/* The first scan may precede the dynamic loader's work: a second look comes after a tenth of
+ * the rescan interval; later ones once per interval. */
+static void test_rescan_unmapped(void **state)
+{
+	const char *build = getenv("SYSOM_BUILD");
+	char lib[2][4096];
+	struct proctrack_options po;
+	struct proctrack *pt = NULL;
+	uint32_t pid = (uint32_t)getpid();
+	void *h[2] = { NULL, NULL };
+
+	(void)state;
+	snprintf(lib[0], sizeof(lib[0]), "%s/tests/fixtures/simjob/libnccl.so.2", build ? build : "build");
+	snprintf(lib[1], sizeof(lib[1]), "%s/tests/fixtures/simjob/libcupti.so", build ? build : "build");
+	if (access(lib[0], R_OK) != 0 || access(lib[1], R_OK) != 0)
+		skip(); /* the fake GPU libraries are built only with cuda.h and nccl.h */
+	scans = 0;
+	proctrack_options_default(&po);
+	po.on_mappings = on_mappings;
+	assert_int_equal(proctrack_new(&po, &pt), 0);
+	struct pt_process *p = proctrack_get(pt, pid, 0);
+	assert_non_null(p);
+	assert_int_equal(scans, 1);
+	assert_false(maps_file(p, "/libnccl.so.2"));
+
+	assert_non_null(h[0] = dlopen(lib[0], RTLD_NOW | RTLD_LOCAL));
+	usleep((useconds_t)(po.rescan_interval_ns / 10 / 1000) + 20000);
+	assert_true(proctrack_rescan(pt, pid, 0));
+	assert_int_equal(scans, 2);
+	assert_true(maps_file(p, "/libnccl.so.2"));
+
+	/* The second scan saw the loader's work: the next rescan waits the whole interval. */
+	assert_non_null(h[1] = dlopen(lib[1], RTLD_NOW | RTLD_LOCAL));
+	usleep((useconds_t)(po.rescan_interval_ns / 10 / 1000) + 20000);
+	if (sysom_monotonic_ns() - p->last_scan_ns < po.rescan_interval_ns) {
+		assert_false(proctrack_rescan(pt, pid, 0));
+		assert_int_equal(scans, 2);
+	}
+	/* An unknown incarnation is left alone. */
+	assert_false(proctrack_rescan(pt, pid, 7));
+	dlclose(h[1]);
+	dlclose(h[0]);
+	proctrack_free(pt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rescan_loaded),
+		cmocka_unit_test(test_rescan_unmapped),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
