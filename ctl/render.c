@@ -599,21 +599,29 @@ int ctl_stragglers_render(const json_t *doc, FILE *out)
 	    int_of(pipe, "slow_links") == 0)
 		fprintf(out, "No straggler.\n");
 	/* Pipeline stragglers first: a slow stage or link holds every stage of its pipeline. */
-	json_array_foreach(pstages, i, r)
-		if (json_is_true(json_object_get(r, "slow")))
-			fprintf(out, "PIPELINE STRAGGLER: stage %" JSON_INTEGER_FORMAT " (rank %"
-				     JSON_INTEGER_FORMAT ", pid %" JSON_INTEGER_FORMAT ") of %s is slow: "
-				     "+%.3f ms per microbatch (%.3f ms busy)\n",
-				int_of(r, "stage"), int_of(r, "job_rank"), int_of(r, "pid"),
-				str(r, "communicator"), dbl_of(r, "excess_ms"), dbl_of(r, "busy_ms"));
+	json_array_foreach(pstages, i, r) {
+		if (!json_is_true(json_object_get(r, "slow")))
+			continue;
+		fprintf(out, "PIPELINE STRAGGLER: stage %" JSON_INTEGER_FORMAT " (rank %"
+			     JSON_INTEGER_FORMAT ", %s pid %" JSON_INTEGER_FORMAT ") of %s is slow: "
+			     "+%.3f ms per microbatch (%.3f ms busy)\n",
+			int_of(r, "stage"), int_of(r, "job_rank"), str(r, "hostname"), int_of(r, "pid"),
+			str(r, "communicator"), dbl_of(r, "excess_ms"), dbl_of(r, "busy_ms"));
+		const json_t *dg = json_object_get(r, "diagnosis");
+		if (json_is_object(dg)) {
+			fprintf(out, "  layer: %s: %s\n", str(dg, "layer"), str(dg, "summary"));
+			fprintf(out, "  action: %s\n", str(dg, "action"));
+		}
+	}
 	json_array_foreach(plinks, i, r)
 		if (json_is_true(json_object_get(r, "slow")))
 			fprintf(out, "PIPELINE STRAGGLER: link %" JSON_INTEGER_FORMAT "->%" JSON_INTEGER_FORMAT
-				     " (rank %" JSON_INTEGER_FORMAT " to rank %" JSON_INTEGER_FORMAT ") of %s"
-				     " is slow: %.3f ms per transfer, +%.3f ms over the other links\n",
+				     " (rank %" JSON_INTEGER_FORMAT " on %s to rank %" JSON_INTEGER_FORMAT
+				     " on %s) of %s is slow: %.3f ms per transfer, +%.3f ms over the other "
+				     "links\n",
 				int_of(r, "src"), int_of(r, "dst"), int_of(r, "src_job_rank"),
-				int_of(r, "dst_job_rank"), str(r, "communicator"),
-				dbl_of(r, "transfer_ms"), dbl_of(r, "excess_ms"));
+				str(r, "src_host"), int_of(r, "dst_job_rank"), str(r, "dst_host"),
+				str(r, "communicator"), dbl_of(r, "transfer_ms"), dbl_of(r, "excess_ms"));
 	json_array_foreach(job, i, r) {
 		fprintf(out, "STRAGGLER: rank %" JSON_INTEGER_FORMAT " (%s pid %" JSON_INTEGER_FORMAT
 			     "), %s, up to %.3f ms later than the other ranks, in",

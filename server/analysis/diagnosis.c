@@ -1370,6 +1370,145 @@ cleanup:
 	return rc;
 }
 
+/* ---- where the pipeline runs, and why a slow stage is slow ---------------------------------- */
+
+/* Ranks of a job above this are not laid out by rank for the pipeline's diagnoses. */
+#define PIPELINE_DIAGNOSE_MAX_RANKS 65536
+
+/* One process of the job (a rank's; workers are left out). */
+struct job_proc {
+	int32_t rank;
+	uint32_t pid;
+	int64_t last_seen_ns;
+	char *hostname;
+};
+
+struct job_procs {
+	struct job_proc *v;
+	size_t n, cap;
+	int32_t max_rank;
+};
+
+static int job_proc_visit(void *arg, const struct store_job_rank *j)
+{
+	struct job_procs *jp = arg;
+
+	if (j->rank < 0 || j->rank >= PIPELINE_DIAGNOSE_MAX_RANKS || j->rank_pid || !j->hostname)
+		return 0;
+	if (SYSOM_ARRAY_RESERVE(jp->v, jp->cap, jp->n, 64))
+		return -ENOMEM;
+	if (!(jp->v[jp->n].hostname = strdup(j->hostname)))
+		return -ENOMEM;
+	jp->v[jp->n].rank = j->rank;
+	jp->v[jp->n].pid = j->pid;
+	jp->v[jp->n].last_seen_ns = j->last_seen_ns;
+	jp->n++;
+	if (j->rank > jp->max_rank)
+		jp->max_rank = j->rank;
+	return 0;
+}
+
+/* The host of job rank `rank`: its process `pid` when listed (0: any), else the rank's most
+ * recently seen process. NULL unknown. */
+static const char *job_proc_host(const struct job_procs *jp, int32_t rank, uint32_t pid)
+{
+	const struct job_proc *best = NULL;
+
+	for (size_t i = 0; i < jp->n; i++) {
+		const struct job_proc *x = &jp->v[i];
+		if (x->rank != rank)
+			continue;
+		if (pid && x->pid == pid)
+			return x->hostname;
+		if (!best || x->last_seen_ns > best->last_seen_ns)
+			best = x;
+	}
+	return best ? best->hostname : NULL;
+}
+
+static int strdup_or_null(const char *s, char **out)
+{
+	*out = NULL;
+	return s && !(*out = strdup(s)) ? -ENOMEM : 0;
+}
+
+/*
+ * The pipeline pass names stages and links by job rank: where each runs, and for every slow
+ * stage the layered diagnosis of its rank, against a group of the job's ranks laid out by job
+ * rank (the healthy side preferring the pipeline's other stages, the fastest first).
+ */
+static int pipeline_where(const struct diagnosis_ctx *ctx, const struct diagnosis_params *p,
+			  const struct store_sample_filter *range, struct gk_rows *gk,
+			  struct os_rows *osr, struct straggler_report *rep, int *diagnosed)
+{
+	const struct pipeline_result *pl = &rep->pipeline;
+	struct job_procs jp = { .max_rank = -1 };
+	struct strag_group jg = { 0 };
+	struct straggler_rank *ranks = NULL;
+	int rc;
+
+	if (!(rep->stage_where = calloc(pl->nstages + 1, sizeof(*rep->stage_where))) ||
+	    !(rep->link_where = calloc(pl->nlinks + 1, sizeof(*rep->link_where)))) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	if (!pl->nstages && !pl->nlinks)
+		return 0;
+	if ((rc = store_job_ranks_list(ctx->store, range->job, QUERY_MAX_JOB_ROWS, job_proc_visit,
+				       &jp)))
+		goto cleanup;
+	for (size_t i = 0; i < pl->nstages; i++)
+		if ((rc = strdup_or_null(job_proc_host(&jp, pl->stages[i].job_rank,
+						       pl->stages[i].pid),
+					 &rep->stage_where[i].hostname)))
+			goto cleanup;
+	for (size_t i = 0; i < pl->nlinks; i++)
+		if ((rc = strdup_or_null(job_proc_host(&jp, pl->links[i].src_job_rank, 0),
+					 &rep->link_where[i].src_host)) ||
+		    (rc = strdup_or_null(job_proc_host(&jp, pl->links[i].dst_job_rank, 0),
+					 &rep->link_where[i].dst_host)))
+			goto cleanup;
+	if (!p->diagnose || !pl->slow_stages || jp.max_rank < 1)
+		goto cleanup;
+	jg.nranks = jp.max_rank + 1;
+	if (!(jg.pid = calloc((size_t)jg.nranks, sizeof(*jg.pid))) ||
+	    !(jg.host = calloc((size_t)jg.nranks, sizeof(*jg.host))) ||
+	    !(ranks = calloc((size_t)jg.nranks, sizeof(*ranks)))) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	for (int32_t r = 0; r < jg.nranks; r++) {
+		ranks[r].rank = r;
+		ranks[r].excess_ns = 1e18; /* not a stage: compared with only when no stage is */
+		jg.host[r] = (char *)job_proc_host(&jp, r, 0); /* borrowed from jp */
+	}
+	for (size_t i = 0; i < pl->nstages; i++) {
+		const struct pipeline_stage *st = &pl->stages[i];
+		if (st->job_rank < 0 || st->job_rank >= jg.nranks)
+			continue;
+		ranks[st->job_rank].excess_ns = st->excess_ns;
+		ranks[st->job_rank].straggler = st->slow;
+		jg.pid[st->job_rank] = st->pid;
+	}
+	for (size_t i = 0; i < pl->nstages && *diagnosed < DIAGNOSE_MAX_STRAGGLERS; i++) {
+		const struct pipeline_stage *st = &pl->stages[i];
+		if (!st->slow || st->job_rank < 0 || st->job_rank >= jg.nranks)
+			continue;
+		rep->stage_where[i].diagnosed = true;
+		rep->stage_where[i].diagnosis = diagnose(ctx, p, range, gk, osr, &jg, ranks,
+							 st->job_rank);
+		(*diagnosed)++;
+	}
+cleanup:
+	free(jg.pid);
+	free(jg.host); /* the strings are jp's */
+	free(ranks);
+	for (size_t i = 0; i < jp.n; i++)
+		free(jp.v[i].hostname);
+	free(jp.v);
+	return rc;
+}
+
 int diagnosis_report_build(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
 			   const struct diagnosis_params *p, diagnosis_source_fn source,
 			   void *source_arg, struct straggler_report **out)
@@ -1495,6 +1634,9 @@ int diagnosis_report_build(const struct diagnosis_ctx *ctx, const struct diagnos
 	rep->unanalysed_communicators = d.unmatched;
 	if (!scope->skip_pipeline && scope->job && (rc = pipeline_pass(ctx, scope, p, rep)))
 		goto cleanup;
+	if (rep->pipeline_checked &&
+	    (rc = pipeline_where(ctx, p, &range, &gk, &osr, rep, &diagnosed)))
+		goto cleanup;
 	*out = rep;
 	rep = NULL;
 cleanup:
@@ -1583,6 +1725,16 @@ void straggler_report_free(struct straggler_report *r)
 	free(r->stragglers);
 	free(r->groups);
 	free(r->job);
+	for (size_t i = 0; r->stage_where && i < r->pipeline.nstages; i++) {
+		free(r->stage_where[i].hostname);
+		diagnosis_free(r->stage_where[i].diagnosis);
+	}
+	for (size_t i = 0; r->link_where && i < r->pipeline.nlinks; i++) {
+		free(r->link_where[i].src_host);
+		free(r->link_where[i].dst_host);
+	}
+	free(r->stage_where);
+	free(r->link_where);
 	pipeline_result_free(&r->pipeline);
 	free(r);
 }

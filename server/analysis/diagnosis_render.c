@@ -254,28 +254,39 @@ static json_t *groups_json(const struct straggler_report *r)
 	return groups;
 }
 
-static json_t *pipeline_stage_json(const struct pipeline_stage *st)
+static json_t *pipeline_stage_json(const struct pipeline_stage *st,
+				   const struct pipeline_stage_where *w)
 {
 	char comm[32];
+	json_t *out;
 
 	snprintf(comm, sizeof(comm), "%016" PRIx64, st->comm);
-	return json_pack("{s:s,s:i,s:i,s:I,s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:b,s:b}", "communicator",
-			 comm, "stage", (int)st->rank, "job_rank", (int)st->job_rank, "pid",
-			 (json_int_t)st->pid, "sends", (json_int_t)st->sends, "recvs",
-			 (json_int_t)st->recvs, "microbatches", (json_int_t)st->microbatches,
-			 "busy_ms", st->busy_ns / 1e6, "recv_wait_ms", st->recv_wait_ns / 1e6,
-			 "excess_ms", st->excess_ns / 1e6, "z", st->z, "judged", st->judged, "slow",
-			 st->slow);
+	out = json_pack("{s:s,s:i,s:i,s:I,s:o,s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:b,s:b}", "communicator",
+			comm, "stage", (int)st->rank, "job_rank", (int)st->job_rank, "pid",
+			(json_int_t)st->pid, "hostname", render_json_string(w ? w->hostname : NULL),
+			"sends", (json_int_t)st->sends, "recvs", (json_int_t)st->recvs,
+			"microbatches", (json_int_t)st->microbatches, "busy_ms", st->busy_ns / 1e6,
+			"recv_wait_ms", st->recv_wait_ns / 1e6, "excess_ms", st->excess_ns / 1e6, "z",
+			st->z, "judged", st->judged, "slow", st->slow);
+	/* A slow stage's rank, diagnosed like a collective straggler (null when it failed). */
+	if (out && w && w->diagnosed) {
+		json_t *dg = w->diagnosis ? diagnosis_json(w->diagnosis) : NULL;
+		json_object_set_new(out, "diagnosis", dg ? dg : json_null());
+	}
+	return out;
 }
 
-static json_t *pipeline_link_json(const struct pipeline_link *l)
+static json_t *pipeline_link_json(const struct pipeline_link *l,
+				  const struct pipeline_link_where *w)
 {
 	char comm[32];
 
 	snprintf(comm, sizeof(comm), "%016" PRIx64, l->comm);
-	return json_pack("{s:s,s:i,s:i,s:i,s:i,s:I,s:f,s:f,s:f,s:f,s:b,s:b}", "communicator", comm,
-			 "src", (int)l->src, "dst", (int)l->dst, "src_job_rank",
-			 (int)l->src_job_rank, "dst_job_rank", (int)l->dst_job_rank, "transfers",
+	return json_pack("{s:s,s:i,s:i,s:i,s:i,s:o,s:o,s:I,s:f,s:f,s:f,s:f,s:b,s:b}", "communicator",
+			 comm, "src", (int)l->src, "dst", (int)l->dst, "src_job_rank",
+			 (int)l->src_job_rank, "dst_job_rank", (int)l->dst_job_rank, "src_host",
+			 render_json_string(w ? w->src_host : NULL), "dst_host",
+			 render_json_string(w ? w->dst_host : NULL), "transfers",
 			 (json_int_t)l->transfers, "wait_ms", l->wait_ns / 1e6, "transfer_ms",
 			 l->transfer_ns / 1e6, "excess_ms", l->excess_ns / 1e6, "z", l->z, "judged",
 			 l->judged, "slow", l->slow);
@@ -299,13 +310,15 @@ json_t *diagnosis_pipeline_json(const struct straggler_report *r)
 		for (size_t i = 0; stages && i < p->nstages && ns < PIPELINE_RENDER_MAX; i++)
 			if (p->stages[i].slow == (pass == 0)) {
 				ns++;
-				if (json_array_append_new(stages, pipeline_stage_json(&p->stages[i])))
+				if (json_array_append_new(stages, pipeline_stage_json(
+						&p->stages[i], r->stage_where ? &r->stage_where[i] : NULL)))
 					goto fail;
 			}
 		for (size_t i = 0; links && i < p->nlinks && nl < PIPELINE_RENDER_MAX; i++)
 			if (p->links[i].slow == (pass == 0)) {
 				nl++;
-				if (json_array_append_new(links, pipeline_link_json(&p->links[i])))
+				if (json_array_append_new(links, pipeline_link_json(
+						&p->links[i], r->link_where ? &r->link_where[i] : NULL)))
 					goto fail;
 			}
 	}

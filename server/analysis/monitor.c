@@ -201,10 +201,24 @@ static int finding_of_pipeline(const struct monitor *m, const struct straggler_r
 {
 	char summary[640], comm[32];
 	json_t *report = NULL, *pj = diagnosis_pipeline_json(r);
+	const struct pipeline_stage_where *sw =
+		st && r->stage_where ? &r->stage_where[st - r->pipeline.stages] : NULL;
+	const struct pipeline_link_where *lw =
+		l && r->link_where ? &r->link_where[l - r->pipeline.links] : NULL;
+	const struct diagnosis *dg = sw ? sw->diagnosis : NULL;
+	char host[256] = "";
 
 	memset(f, 0, sizeof(*f));
 	snprintf(f->kind, sizeof(f->kind), "straggler");
 	snprintf(comm, sizeof(comm), "%016" PRIx64, st ? st->comm : l->comm);
+	if (sw && sw->hostname)
+		snprintf(host, sizeof(host), "%s", sw->hostname);
+	else if (lw && (lw->src_host || lw->dst_host))
+		snprintf(host, sizeof(host), "%s%s%s", lw->src_host ? lw->src_host : "?",
+			 lw->dst_host && (!lw->src_host || strcmp(lw->src_host, lw->dst_host))
+				 ? " -> " : "",
+			 lw->dst_host && (!lw->src_host || strcmp(lw->src_host, lw->dst_host))
+				 ? lw->dst_host : "");
 	if (st) {
 		f->rank = st->job_rank;
 		if (st->job_rank >= 0)
@@ -215,9 +229,11 @@ static int finding_of_pipeline(const struct monitor *m, const struct straggler_r
 		snprintf(summary, sizeof(summary),
 			 "pipeline stage %d (rank %d) is slow: +%.1f ms per microbatch "
 			 "(%.1f ms busy vs %.1f ms on the other stages); the stages after it wait "
-			 "for it in their receives",
+			 "for it in their receives%s%.400s",
 			 st->rank, st->job_rank, st->excess_ns / 1e6, st->busy_ns / 1e6,
-			 (st->busy_ns - st->excess_ns) / 1e6);
+			 (st->busy_ns - st->excess_ns) / 1e6,
+			 dg && dg->layer != DIAGNOSIS_LAYER_UNKNOWN ? ": " : "",
+			 dg && dg->layer != DIAGNOSIS_LAYER_UNKNOWN ? dg->summary : "");
 	} else {
 		f->rank = -1;
 		snprintf(f->identity, sizeof(f->identity), "pipeline link %s/%d->%d", comm, l->src,
@@ -239,13 +255,22 @@ static int finding_of_pipeline(const struct monitor *m, const struct straggler_r
 					  l->transfer_ns / 1e6, "excess_ms", l->excess_ns / 1e6, "z",
 					  l->z),
 			   "pipeline", pj);
-	int rc = finding_set(f, "", comm, st ? "pipeline-stage" : "pipeline-link",
-			     m->alerting.severity(INCIDENT_STRAGGLER, DIAGNOSIS_LAYER_UNKNOWN, true),
+	if (report && st && dg)
+		json_object_set_new(json_object_get(report, "stage"), "diagnosis", diagnosis_json(dg));
+	/* A slow stage whose rank's layers name the cause takes that layer and action. */
+	bool layered = dg && dg->layer != DIAGNOSIS_LAYER_UNKNOWN;
+	int rc = finding_set(f, host, comm,
+			     layered ? diagnosis_layer_name(dg->layer)
+			     : st    ? "pipeline-stage"
+				     : "pipeline-link",
+			     m->alerting.severity(INCIDENT_STRAGGLER,
+						  layered ? dg->layer : DIAGNOSIS_LAYER_UNKNOWN, true),
 			     summary,
-			     st ? "look at this stage's rank: its compute per microbatch (CPU, GPU "
-				  "or OS layer) is what the whole pipeline runs at"
-				: "check the network path between these two ranks (NIC, switch "
-				  "port, NVLink/PCIe)",
+			     layered ? dg->action
+			     : st    ? "look at this stage's rank: its compute per microbatch (CPU, GPU "
+				       "or OS layer) is what the whole pipeline runs at"
+				     : "check the network path between these two ranks (NIC, switch "
+				       "port, NVLink/PCIe)",
 			     report);
 	json_decref(report);
 	return rc;

@@ -172,6 +172,19 @@ void diagnosis_free(struct diagnosis *d);
 /* ---- stragglers of a job ---- */
 
 /* A straggling rank of the job (merged over the communicators it straggles in). */
+/* A pipeline stage's node and, when it is slow, its rank's diagnosis (GPU, CPU, OS layers
+ * against the job's other ranks, the same as a collective straggler's). */
+struct pipeline_stage_where {
+	char *hostname;         /* owned; NULL unknown */
+	bool diagnosed;         /* a diagnosis was attempted */
+	struct diagnosis *diagnosis; /* owned; NULL: none */
+};
+
+/* A pipeline link's two nodes. */
+struct pipeline_link_where {
+	char *src_host, *dst_host; /* owned; NULL unknown */
+};
+
 struct straggler_entry {
 	int32_t rank;
 	uint32_t pid;
@@ -223,6 +236,10 @@ struct straggler_report {
 	 * (server/analysis/pipeline.h); all zero when the pass did not run or found none. */
 	bool pipeline_checked;
 	struct pipeline_result pipeline; /* owned */
+	/* Where the stages and links run (parallel to pipeline.stages / .links; NULL when the
+	 * pass did not run), and for a slow stage the layered diagnosis of its job rank. */
+	struct pipeline_stage_where *stage_where; /* owned, [pipeline.nstages] */
+	struct pipeline_link_where *link_where;   /* owned, [pipeline.nlinks] */
 };
 
 void straggler_report_free(struct straggler_report *r);

@@ -57,9 +57,10 @@ void api__diagnosis_text(const struct store_diagnosis *d, struct byte_buf *out)
 				json_integer_value(json_object_get(v, "unmatched_recvs")));
 		json_array_foreach(json_object_get(v, "stages"), i, row)
 			byte_buf_printf(out, "  stage %3" JSON_INTEGER_FORMAT " (rank %" JSON_INTEGER_FORMAT
-					     ")  busy %8.2f ms/microbatch  waits %8.2f ms in receives%s\n",
+					     " on %s)  busy %8.2f ms/microbatch  waits %8.2f ms in receives%s\n",
 					json_integer_value(json_object_get(row, "stage")),
 					json_integer_value(json_object_get(row, "job_rank")),
+					json_string_value(json_object_get(row, "hostname")) ?: "?",
 					json_number_value(json_object_get(row, "busy_ms")),
 					json_number_value(json_object_get(row, "recv_wait_ms")),
 					json_is_true(json_object_get(row, "slow")) ? "  SLOW" : "");
@@ -97,6 +98,8 @@ void api__diagnosis_text(const struct store_diagnosis *d, struct byte_buf *out)
 	}
 	e = json_object_get(r, "straggler");
 	dg = json_object_get(e, "diagnosis");
+	if (!dg) /* a slow pipeline stage's rank, diagnosed the same way */
+		dg = json_object_get(json_object_get(r, "stage"), "diagnosis");
 	if ((layer = json_object_get(dg, "gpu")) && json_is_object(layer)) {
 		byte_buf_printf(out, "\nGPU layer: %s, slowdown %.2fx\n",
 				json_string_value(json_object_get(layer, "verdict")) ?: "",

@@ -57,7 +57,7 @@ check "it names stage 2 (rank 2), +4 ms per microbatch (3-20 ms: sleeps stretch 
 check "its rank is 2, its layer pipeline-stage" \
 	bash -c "json 'd[\"rank\"] == 2 and d[\"layer\"] == \"pipeline-stage\"' <'$E2E_TMP/e2e-pipe-slow.json' | is_true"
 check "the text report lists stage 2 (rank 2) as SLOW, and stage 3 not" \
-	bash -c "grep -qE '^  stage +2 \(rank 2\) +busy .* SLOW\$' '$E2E_TMP/e2e-pipe-slow.txt' && grep -E '^  stage +3 ' '$E2E_TMP/e2e-pipe-slow.txt' | grep -qv SLOW"
+	bash -c "grep -qE '^  stage +2 \(rank 2 on [^)]+\) +busy .* SLOW\$' '$E2E_TMP/e2e-pipe-slow.txt' && grep -E '^  stage +3 ' '$E2E_TMP/e2e-pipe-slow.txt' | grep -qv SLOW"
 curl -sf "$SERVER_URL/api/v1/jobs/e2e-pipe-slow/stragglers?from=-1h&to=now" >"$E2E_TMP/slow-strag.json"
 diag "stages: $(json '[(s["stage"], round(s["busy_ms"], 2), round(s["recv_wait_ms"], 2), s["slow"]) for s in d["pipeline"]["stages"]]' <"$E2E_TMP/slow-strag.json")"
 check "stragglers API: exactly one slow stage, stage 2, and no slow link" \
@@ -68,7 +68,11 @@ check "stage 3 waits for stage 2 in its receives (> 3 ms per microbatch)" \
 	bash -c "json '[s[\"recv_wait_ms\"] > 3 for s in d[\"pipeline\"][\"stages\"] if s[\"stage\"] == 3] == [True]' <'$E2E_TMP/slow-strag.json' | is_true"
 ctl stragglers --job e2e-pipe-slow >"$E2E_TMP/ctl-slow.txt"
 check "sysomctl stragglers: PIPELINE STRAGGLER stage 2 (rank 2)" \
-	grep -qE '^PIPELINE STRAGGLER: stage 2 \(rank 2, pid [0-9]+\) of [0-9a-f]{16} is slow: \+' "$E2E_TMP/ctl-slow.txt"
+	grep -qE '^PIPELINE STRAGGLER: stage 2 \(rank 2, [^ ]+ pid [0-9]+\) of [0-9a-f]{16} is slow: \+' "$E2E_TMP/ctl-slow.txt"
+check "the incident names the stage's node, and the stragglers API where stage 2 runs" \
+	bash -c "json 'd[\"hostname\"] == \"$(hostname)\"' <'$E2E_TMP/e2e-pipe-slow.json' | is_true && json '[s[\"hostname\"] for s in d[\"pipeline\"][\"stages\"] if s[\"stage\"] == 2] == [\"$(hostname)\"]' <'$E2E_TMP/slow-strag.json' | is_true"
+check "stage 2's rank was diagnosed (a sleeping stage: no GPU or CPU layer to blame)" \
+	bash -c "json '[s[\"diagnosis\"][\"layer\"] not in (\"gpu\", \"cpu\") for s in d[\"pipeline\"][\"stages\"] if s[\"stage\"] == 2] == [True]' <'$E2E_TMP/slow-strag.json' | is_true"
 wait "$JOB_PID"
 check "slow-stage job exits 0" test $? -eq 0
 diag "its incidents: $(curl -sf "$SERVER_URL/api/v1/diagnoses?job=e2e-pipe-slow&from=-1h&to=now" | json '[x["summary"][:60] for x in d["diagnoses"]]')"
@@ -84,8 +88,32 @@ check "it names link 1->2 (4 ms per transfer; 3-20 ms under load)" \
 curl -sf "$SERVER_URL/api/v1/jobs/e2e-pipe-link/stragglers?from=-1h&to=now" >"$E2E_TMP/link-strag.json"
 check "stragglers API: link 1->2 slow, no slow stage" \
 	bash -c "json '[(l[\"src\"], l[\"dst\"]) for l in d[\"pipeline\"][\"links\"] if l[\"slow\"]] == [(1, 2)] and d[\"pipeline\"][\"slow_stages\"] == 0' <'$E2E_TMP/link-strag.json' | is_true"
+check "the slow link carries both ends' nodes" \
+	bash -c "json '[(l[\"src_host\"], l[\"dst_host\"]) for l in d[\"pipeline\"][\"links\"] if l[\"slow\"]] == [(\"$(hostname)\", \"$(hostname)\")]' <'$E2E_TMP/link-strag.json' | is_true"
 wait "$JOB_PID"
 check "slow-link job exits 0" test $? -eq 0
+
+# ---- a stage slow by its own CPU work: the stage's rank gets the layered diagnosis ----
+# 1 ms of CPU per microbatch on every stage: the healthy stages need 50 samples for a profile
+# to compare with. The incident opens on the first evidence and is updated at every
+# evaluation; its layer follows once both sides have enough samples.
+run_job e2e-pipe-cpu 2000 --cpu-us 1000 --fault rank=1,kind=cpu,amount=4000
+check "CPU-bound stage: an incident opens while the job runs" incident e2e-pipe-cpu
+layer_is_cpu() {
+	local id
+	id=$(json 'd["id"]' <"$E2E_TMP/e2e-pipe-cpu.json") || return 1
+	curl -sf "$SERVER_URL/api/v1/diagnoses/$id" >"$E2E_TMP/e2e-pipe-cpu.json" &&
+		curl -sf "$SERVER_URL/api/v1/diagnoses/$id?format=text" >"$E2E_TMP/e2e-pipe-cpu.txt" &&
+		json 'd["layer"] == "cpu"' <"$E2E_TMP/e2e-pipe-cpu.json" | is_true
+}
+for _ in $(seq 40); do layer_is_cpu && break; sleep 1; done
+diag "incident: $(json 'd.get("summary")' <"$E2E_TMP/e2e-pipe-cpu.json")"
+check "it names stage 1, layer cpu, and simjob_fault_extra_cpu in the summary" \
+	bash -c "json 'd[\"rank\"] == 1 and d[\"layer\"] == \"cpu\" and d[\"summary\"].startswith(\"pipeline stage 1 (rank 1) is slow\") and \"simjob_fault_extra_cpu\" in d[\"summary\"]' <'$E2E_TMP/e2e-pipe-cpu.json' | is_true"
+check "the incident's action is the CPU layer's, and the text report shows the CPU layer" \
+	bash -c "json '\"simjob_fault_extra_cpu\" in d[\"action\"]' <'$E2E_TMP/e2e-pipe-cpu.json' | is_true && grep -qE '^ +\+[0-9.]+ pp  simjob_fault_extra_cpu' '$E2E_TMP/e2e-pipe-cpu.txt'"
+wait "$JOB_PID"
+check "CPU-bound stage job exits 0" test $? -eq 0
 diag "its incidents: $(curl -sf "$SERVER_URL/api/v1/diagnoses?job=e2e-pipe-link&from=-1h&to=now" | json '[x["summary"][:60] for x in d["diagnoses"]]')"
 
 # ---- a healthy pipeline ----

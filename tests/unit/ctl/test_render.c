@@ -339,17 +339,22 @@ static void test_stragglers(void **state)
 		     "{\"stragglers\":[],\"communicators\":[],\"pipeline\":{\"transfers\":90,"
 		     "\"unmatched_sends\":1,\"unmatched_recvs\":0,\"slow_stages\":1,\"slow_links\":1,"
 		     "\"stages\":[{\"communicator\":\"00000000000000cc\",\"stage\":2,\"job_rank\":5,"
-		     "\"pid\":77,\"busy_ms\":5.6,\"recv_wait_ms\":0.01,\"excess_ms\":4.5,\"slow\":true},"
+		     "\"pid\":77,\"hostname\":\"gpu-3\",\"busy_ms\":5.6,\"recv_wait_ms\":0.01,"
+		     "\"excess_ms\":4.5,\"slow\":true,\"diagnosis\":{\"layer\":\"cpu\","
+		     "\"summary\":\"fn is on 40 pp more\",\"action\":\"find fn\"}},"
 		     "{\"communicator\":\"00000000000000cc\",\"stage\":3,\"job_rank\":6,\"pid\":78,"
 		     "\"busy_ms\":1.1,\"recv_wait_ms\":4.7,\"excess_ms\":0,\"slow\":false}],"
 		     "\"links\":[{\"communicator\":\"00000000000000cc\",\"src\":3,\"dst\":4,"
-		     "\"src_job_rank\":6,\"dst_job_rank\":7,\"transfer_ms\":4.8,\"wait_ms\":0.1,"
+		     "\"src_job_rank\":6,\"dst_job_rank\":7,\"src_host\":\"gpu-3\","
+		     "\"dst_host\":\"gpu-4\",\"transfer_ms\":4.8,\"wait_ms\":0.1,"
 		     "\"excess_ms\":4.7,\"slow\":true}]}}", 0);
 	assert_null(strstr(out, "No straggler."));
-	assert_non_null(strstr(out, "PIPELINE STRAGGLER: stage 2 (rank 5, pid 77) of 00000000000000cc is"
-				    " slow: +4.500 ms per microbatch (5.600 ms busy)\n"));
-	assert_non_null(strstr(out, "PIPELINE STRAGGLER: link 3->4 (rank 6 to rank 7) of 00000000000000cc"
-				    " is slow: 4.800 ms per transfer, +4.700 ms over the other links\n"));
+	assert_non_null(strstr(out, "PIPELINE STRAGGLER: stage 2 (rank 5, gpu-3 pid 77) of 00000000000000cc"
+				    " is slow: +4.500 ms per microbatch (5.600 ms busy)\n"
+				    "  layer: cpu: fn is on 40 pp more\n  action: find fn\n"));
+	assert_non_null(strstr(out, "PIPELINE STRAGGLER: link 3->4 (rank 6 on gpu-3 to rank 7 on gpu-4) of "
+				    "00000000000000cc is slow: 4.800 ms per transfer, +4.700 ms over the other "
+				    "links\n"));
 	assert_non_null(strstr(out, "pipeline: 90 transfers paired, 1 sends and 0 receives unmatched\n"));
 	assert_non_null(strstr(out, "  00000000000000cc      3       6         1.100         4.700       0.000  -\n"));
 	free(out);
