@@ -478,6 +478,10 @@ json_t *diagnosis_hang_json(const struct hang_result *r, const struct hang_evide
 		return NULL;
 	json_object_set_new(doc, "verdict", json_string(r->verdict == HANG_STALL ? "stall"
 										   : "hang"));
+	/* A point-to-point transfer: the link's sender and receiver (communicator ranks). */
+	json_object_set_new(json_object_get(doc, "instance"), "link",
+			    r->link ? json_pack("{s:i,s:i}", "src", r->src, "dst", r->dst)
+				    : json_null());
 	/* The cause of the first named rank (the one the summary and the alert name). */
 	json_object_set_new(doc, "cause", nev ? json_pack("{s:s,s:s}", "class",
 							   hang_cause_name(ev[0].cause.cls),
@@ -543,6 +547,17 @@ void diagnosis_hang_text(const json_t *report, struct byte_buf *out)
 				(double)jint(inst, "threshold_ms") / 1e3,
 				json_number_value(json_object_get(inst, "interval_ms")),
 				jstr(inst, "op"), jint(inst, "seq"), jstr(inst, "comm"));
+	else if (json_is_object(json_object_get(inst, "link")))
+		byte_buf_printf(out, "\ntransfer #%" JSON_INTEGER_FORMAT " from rank %" JSON_INTEGER_FORMAT
+			" to rank %" JSON_INTEGER_FORMAT " on communicator %s: %s, waiting %.1f s "
+			"(threshold %.1f s, usual spacing %.1f ms)\n",
+			jint(inst, "seq"), jint(json_object_get(inst, "link"), "src"),
+			jint(json_object_get(inst, "link"), "dst"), jstr(inst, "comm"),
+			json_is_true(json_object_get(inst, "all_entered"))
+				? "both ends entered, neither finished"
+				: "one end entered, the other did not",
+			(double)jint(inst, "waited_ms") / 1e3, (double)jint(inst, "threshold_ms") / 1e3,
+			json_number_value(json_object_get(inst, "interval_ms")));
 	else
 		byte_buf_printf(out, "\n%s #%" JSON_INTEGER_FORMAT " on communicator %s: %" JSON_INTEGER_FORMAT
 			" of %" JSON_INTEGER_FORMAT " ranks entered%s, waiting %.1f s (threshold %.1f s, "

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/array.h"
+#include "common/hash.h"
 
 struct node_entry {
 	char host[HANG_HOST_MAX];
@@ -193,7 +194,46 @@ struct eval {
 	/* The stall candidate: the group that began an instance last. */
 	int64_t stall_newest_ns;
 	struct hang_result stall;
+	/* Processes inside an NCCL call now (host and pid hashed), sorted: the first pass. */
+	uint64_t *waiting;
+	size_t nwaiting, capwaiting;
 };
+
+static uint64_t proc_key(const char *host, uint32_t pid)
+{
+	return sysom_hash_mix(sysom_hash64(host, strlen(host), 0), pid);
+}
+
+static int u64_compare(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* First pass: every process whose newest call of a group had not returned at its last seal. */
+static int waiting_note(void *arg, const struct live_group_view *g)
+{
+	struct eval *e = arg;
+
+	for (int32_t r = 0; r < g->nranks; r++) {
+		const struct live_rank_view *rv = &g->ranks[r];
+		if (!rv->in_flight || !rv->pid)
+			continue;
+		if (SYSOM_ARRAY_RESERVE(e->waiting, e->capwaiting, e->nwaiting, 64))
+			return -ENOMEM;
+		e->waiting[e->nwaiting++] = proc_key(rv->host, rv->pid);
+	}
+	return 0;
+}
+
+static bool is_waiting(const struct eval *e, const char *host, uint32_t pid)
+{
+	uint64_t k = proc_key(host, pid);
+
+	return pid && e->nwaiting &&
+	       bsearch(&k, e->waiting, e->nwaiting, sizeof(k), u64_compare) != NULL;
+}
 
 static void next_check(struct hang_result *r, int64_t at)
 {
@@ -210,6 +250,8 @@ static bool better(const struct hang_result *c, const struct hang_result *best)
 
 	if (rankv[c->verdict] != rankv[best->verdict])
 		return rankv[c->verdict] > rankv[best->verdict];
+	if (c->verdict == HANG_HUNG && c->behind != best->behind)
+		return !c->behind; /* the ranks it waits for wait themselves: look further */
 	return c->since_ms < best->since_ms;
 }
 
@@ -248,6 +290,9 @@ static void stall_note(struct eval *e, const struct live_group_view *g)
 	memset(c, 0, sizeof(*c));
 	c->comm = g->comm;
 	c->op = g->op;
+	c->link = g->link;
+	c->src = g->src;
+	c->dst = g->dst;
 	c->nranks = g->nranks;
 	c->interval_ms = (double)g->interval_ns / 1e6;
 	for (int32_t r = 0; r < g->nranks; r++) {
@@ -259,7 +304,8 @@ static void stall_note(struct eval *e, const struct live_group_view *g)
 			continue;
 		}
 		struct hang_rank *hr = &c->ranks[c->nnamed++];
-		*hr = (struct hang_rank){ .rank = -1, .comm_rank = r, .pid = rv->pid,
+		*hr = (struct hang_rank){ .rank = -1, .comm_rank = g->link ? (r ? g->dst : g->src) : r,
+					  .pid = rv->pid,
 					  .entered_any = rv->top > 0,
 					  .last_seq = rv->top ? rv->top - 1 : 0,
 					  .last_entry_ms = rv->last_entry_ns / 1000000 };
@@ -320,7 +366,7 @@ static int on_group(void *arg, const struct live_group_view *g)
 	struct hang_result *c = &e->cand;
 	int64_t since_ns = 0;
 	bool all_entered = false;
-	uint32_t stuck = 0, lost = 0, unseen = 0;
+	uint32_t stuck = 0, lost = 0, unseen = 0, free_here = 0;
 
 	if (g->nranks < 2)
 		return 0;
@@ -345,6 +391,9 @@ static int on_group(void *arg, const struct live_group_view *g)
 	memset(c, 0, sizeof(*c));
 	c->comm = g->comm;
 	c->op = g->op;
+	c->link = g->link;
+	c->src = g->src;
+	c->dst = g->dst;
 	c->seq = all_entered ? g->pending_seq - 1 : g->pending_seq;
 	c->nranks = g->nranks;
 	c->all_entered = all_entered;
@@ -362,7 +411,8 @@ static int on_group(void *arg, const struct live_group_view *g)
 		}
 		if (all_entered)
 			c->entered++;
-		struct hang_rank hr = { .rank = -1, .comm_rank = r, .pid = rv->pid,
+		struct hang_rank hr = { .rank = -1, .comm_rank = g->link ? (r ? g->dst : g->src) : r,
+					.pid = rv->pid,
 					.entered_any = rv->top > 0,
 					.last_seq = rv->top ? rv->top - 1 : 0,
 					.last_entry_ms = rv->last_entry_ns / 1000000 };
@@ -390,6 +440,8 @@ static int on_group(void *arg, const struct live_group_view *g)
 		lost += hr.state == HANG_RANK_AGENT_LOST;
 		unseen += hr.state == HANG_RANK_UNSEEN;
 		stuck += hr.state != HANG_RANK_AGENT_LOST && hr.state != HANG_RANK_UNSEEN;
+		/* Not entered here because it waits inside another call: not the cause. */
+		free_here += hr.state != HANG_RANK_NOT_ENTERED || !is_waiting(e, rv->host, rv->pid);
 		if (c->nnamed < HANG_MAX_NAMED)
 			c->ranks[c->nnamed++] = hr;
 		c->nmissing++;
@@ -401,6 +453,7 @@ static int on_group(void *arg, const struct live_group_view *g)
 		next_check(e->out, c->since_ms + c->threshold_ms);
 	} else if (stuck > 0) {
 		c->verdict = HANG_HUNG;
+		c->behind = !all_entered && free_here == 0;
 	} else {
 		c->verdict = HANG_PENDING; /* a node has not reported since: wait for it */
 		next_check(e->out, e->now + 1000);
@@ -461,9 +514,14 @@ int hang_evaluate(const struct hang_tracker *t, const struct live *l, const char
 		return 0;
 	}
 	*e = (struct eval){ .t = t, .job = job, .p = p, .now = now_ms, .out = out };
-	rc = live_job_groups(l, job, on_group, e);
+	rc = live_job_groups(l, job, waiting_note, e);
+	if (!rc && e->nwaiting > 1)
+		qsort(e->waiting, e->nwaiting, sizeof(*e->waiting), u64_compare);
+	if (!rc)
+		rc = live_job_groups(l, job, on_group, e);
 	if (!rc)
 		stall_judge(e);
+	free(e->waiting);
 	free(e);
 	return rc;
 }

@@ -1,6 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Hang detection: a communicator whose newest collective instance stays incomplete.
+ * Hang detection: a communicator whose newest collective instance stays incomplete, or a
+ * point-to-point link whose transfer does: a receive that waits for a send that never comes
+ * (or a send for its receive). Among several waiting instances the detector names the one
+ * whose missing ranks are not themselves waiting inside another NCCL call: in a pipeline
+ * whose stage 1 stopped, stage 3 waits for stage 2, which waits in its receive from stage 1;
+ * stage 1 is named.
  *
  * The monitor's in-memory groups (server/analysis/live.h) say, per (communicator, op), how far
  * each rank got: the highest sequence number it entered, and whether that call was still in
@@ -121,7 +126,11 @@ struct hang_result {
 	enum hang_verdict verdict;
 	/* The waiting instance (with HANG_HUNG, HANG_AGENT_LOST, HANG_PENDING). */
 	uint64_t comm;
-	uint8_t op;
+	uint8_t op;             /* SYSOM_NCCL_SEND for a link */
+	bool link;              /* a point-to-point transfer: `seq` is the link's, ranks src, dst */
+	int32_t src, dst;       /* the link's sender and receiver (communicator ranks) */
+	bool behind;            /* every named rank is itself inside another NCCL call that waits:
+				 * the cause is further on (chosen only when no other hang is) */
 	uint64_t seq;
 	int32_t nranks;        /* the communicator's size */
 	int32_t entered;       /* ranks that entered the instance */

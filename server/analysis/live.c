@@ -13,6 +13,8 @@ struct live_group {
 	char *job;
 	uint64_t key;
 	uint8_t op;
+	bool link;          /* a point-to-point link: rank 0 is `src` (its Sends), 1 `dst` (Recvs) */
+	int32_t src, dst;   /* the link's ranks in the communicator */
 	int32_t nranks;
 	uint32_t requested; /* the job's window when the group was made */
 	uint32_t window;    /* what the budget allowed */
@@ -85,19 +87,32 @@ void live_job_drop(struct live *l, const char *job)
 	}
 }
 
-static struct live_group *group_find(struct live *l, const char *job, uint64_t key, uint8_t op)
+/* The group of (job, key, op), and for a link (src, dst; both -1 for a collective). */
+static struct live_group *group_find(struct live *l, const char *job, uint64_t key, uint8_t op,
+				     int32_t src, int32_t dst)
 {
 	for (size_t i = 0; i < l->ngroups; i++) {
 		struct live_group *g = &l->groups[i];
-		if (g->key == key && g->op == op && strcmp(g->job, job) == 0)
+		if (g->key == key && g->op == op && g->src == src && g->dst == dst &&
+		    strcmp(g->job, job) == 0)
 			return g;
 	}
 	return NULL;
 }
 
+/* The links held for `job`. */
+static size_t job_links(const struct live *l, const char *job)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < l->ngroups; i++)
+		n += l->groups[i].link && strcmp(l->groups[i].job, job) == 0;
+	return n;
+}
+
 /* A new group; over the budget it is kept as `refused` (so its job falls back to the store). */
-static int group_add(struct live *l, const char *job, uint64_t key, uint8_t op, int32_t nranks,
-		     uint32_t window, struct live_group **out)
+static int group_add(struct live *l, const char *job, uint64_t key, uint8_t op, int32_t src,
+		     int32_t dst, int32_t nranks, uint32_t window, struct live_group **out)
 {
 	size_t left = l->cells < l->max_cells ? l->max_cells - l->cells : 0;
 	struct live_group *g;
@@ -110,6 +125,9 @@ static int group_add(struct live *l, const char *job, uint64_t key, uint8_t op, 
 		return -ENOMEM;
 	g->key = key;
 	g->op = op;
+	g->src = src;
+	g->dst = dst;
+	g->link = src >= 0;
 	g->nranks = nranks;
 	g->requested = window;
 	if ((size_t)nranks * window > left)
@@ -176,11 +194,15 @@ int live_batch_add(struct live *l, const struct sysom_batch *b,
 		const struct sysom_communicator *m;
 		const char *job;
 		struct live_group *g = last;
-		int32_t rank;
+		int32_t rank, src = -1, dst = -1, nranks;
+		bool p2p = c->op == SYSOM_NCCL_SEND || c->op == SYSOM_NCCL_RECV;
+		uint8_t op = p2p ? SYSOM_NCCL_SEND : c->op;
 
-		/* Collectives only, as the store path: point-to-point sequences are no barrier. */
-		if (c->op < SYSOM_NCCL_ALL_REDUCE || c->op > SYSOM_NCCL_SCATTER || !c->comm_key ||
-		    c->process >= b->process_count || !(job = job_of(b, c->process)) || !job[0])
+		/* Collectives, and point-to-point calls as links: a link's k-th Send and its k-th
+		 * Recv are one transfer, the instance the hang detector watches. */
+		if (((c->op < SYSOM_NCCL_ALL_REDUCE || c->op > SYSOM_NCCL_SCATTER) && !p2p) ||
+		    !c->comm_key || c->process >= b->process_count ||
+		    !(job = job_of(b, c->process)) || !job[0])
 			continue;
 		m = comm_of(b, c->process, c->comm_key);
 		if (!m || m->nranks < 1 || m->nranks > STRAGGLER_MAX_RANKS) {
@@ -190,20 +212,34 @@ int live_batch_add(struct live *l, const struct sysom_batch *b,
 		rank = c->rank >= 0 ? c->rank : m->rank;
 		if (rank < 0 || rank >= m->nranks)
 			continue;
-		if (!g || g->key != c->comm_key || g->op != c->op || strcmp(g->job, job))
-			g = group_find(l, job, c->comm_key, c->op);
+		nranks = m->nranks;
+		if (p2p) {
+			if (c->peer < 0 || c->peer >= m->nranks || c->peer == rank)
+				continue;
+			src = c->op == SYSOM_NCCL_SEND ? rank : c->peer;
+			dst = c->op == SYSOM_NCCL_SEND ? c->peer : rank;
+			rank = c->op == SYSOM_NCCL_SEND ? 0 : 1;
+			nranks = 2;
+		}
+		if (!g || g->key != c->comm_key || g->op != op || g->src != src || g->dst != dst ||
+		    strcmp(g->job, job))
+			g = group_find(l, job, c->comm_key, op, src, dst);
 		/* Asked once per job of the batch, not per call: the monitor's lookup walks every
 		 * job it tracks, and a node sends tens of thousands of calls per batch. */
 		if (job != window_job) {
 			window = window_of(arg, job);
 			window_job = job;
 		}
-		if (g && (g->nranks != m->nranks || g->requested != window)) {
+		if (g && (g->nranks != nranks || g->requested != window)) {
 			/* The communicator's size or the job's window changed: start the job over. */
 			live_job_drop(l, job);
 			g = NULL;
 		}
-		if (!g && (rc = group_add(l, job, c->comm_key, c->op, m->nranks, window, &g)))
+		if (!g && p2p && job_links(l, job) >= LIVE_MAX_LINKS_PER_JOB) {
+			st->links_refused++;
+			continue;
+		}
+		if (!g && (rc = group_add(l, job, c->comm_key, op, src, dst, nranks, window, &g)))
 			return rc;
 		last = g;
 		if (g->refused) {
@@ -234,7 +270,10 @@ int live_batch_add(struct live *l, const struct sysom_batch *b,
 			free(g->host[rank]);
 			g->host[rank] = h;
 		}
-		st->calls++;
+		if (p2p)
+			st->p2p_calls++;
+		else
+			st->calls++;
 	}
 	return 0;
 }
@@ -288,8 +327,10 @@ int live_source(void *arg, const struct diagnosis_scope *scope, store_collective
 	bool any = false;
 	int rc = 0;
 
+	/* Collective groups only: links are the hang detector's (the store path's collective
+	 * listing has no point-to-point calls either). */
 	for (size_t i = 0; i < l->ngroups; i++)
-		if (strcmp(l->groups[i].job, scope->job) == 0) {
+		if (!l->groups[i].link && strcmp(l->groups[i].job, scope->job) == 0) {
 			if (l->groups[i].refused)
 				return -ENOENT;
 			any = true;
@@ -298,7 +339,8 @@ int live_source(void *arg, const struct diagnosis_scope *scope, store_collective
 		return -ENOENT;
 	for (size_t i = 0; i < l->ngroups && !rc; i++) {
 		const struct live_group *g = &l->groups[i];
-		if (strcmp(g->job, scope->job) || (scope->has_comm && g->key != scope->comm))
+		if (g->link || strcmp(g->job, scope->job) ||
+		    (scope->has_comm && g->key != scope->comm))
 			continue;
 		rc = group_emit(g, from_ns, to_ns, fn, fn_arg);
 	}
@@ -324,6 +366,9 @@ static void group_view(const struct live_group *g, struct live_rank_view *rv, in
 	memset(v, 0, sizeof(*v));
 	v->comm = g->key;
 	v->op = g->op;
+	v->link = g->link;
+	v->src = g->src;
+	v->dst = g->dst;
 	v->nranks = g->nranks;
 	v->ranks = rv;
 	for (int32_t r = 0; r < g->nranks; r++) {

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The monitor's in-memory collective instances: what makes its analysis incremental.
+ * Point-to-point calls are held the same way per link (communicator, sender, receiver), for
+ * the hang detector only: a receive that waits for a send that never comes is a hang.
  *
  * Every stored batch's NCCL collective calls are folded in as they arrive (live_batch_add):
  * per (job, communicator, op) a ring of the last W sequence numbers holds each rank's entry
@@ -27,6 +29,7 @@
 #include "server/analysis/diagnosis.h"
 
 #define LIVE_DEFAULT_MAX_CELLS (1u << 23) /* 128 MiB of entries and tags */
+#define LIVE_MAX_LINKS_PER_JOB 512        /* point-to-point links held per job */
 
 struct live;
 
@@ -38,6 +41,8 @@ struct live_add_stats {
 	uint64_t unknown_size; /* calls of communicators whose size no record gave: skipped */
 	uint64_t refused;      /* calls of groups over the memory budget: skipped */
 	uint64_t stale;        /* calls older than their group's window: skipped */
+	uint64_t p2p_calls;    /* Send/Recv calls folded into links */
+	uint64_t links_refused; /* Send/Recv calls of links over LIVE_MAX_LINKS_PER_JOB: skipped */
 };
 
 /*
@@ -67,10 +72,14 @@ struct live_rank_view {
 	const char *host;       /* borrowed; "" unknown */
 };
 
-/* A (communicator, op) group's progress. */
+/* A (communicator, op) group's progress, or a point-to-point link's: its instances are the
+ * transfers (the k-th Send of `src` to `dst` and the k-th Recv of `dst` from `src`), its rank 0
+ * the sender and rank 1 the receiver. */
 struct live_group_view {
 	uint64_t comm;
-	uint8_t op;
+	uint8_t op;             /* SYSOM_NCCL_SEND for a link */
+	bool link;
+	int32_t src, dst;       /* a link's ranks in the communicator (-1 for a collective) */
 	int32_t nranks;
 	const struct live_rank_view *ranks; /* [nranks], borrowed for the callback */
 	uint64_t pending_seq;   /* the lowest top: the first instance some rank has not entered */

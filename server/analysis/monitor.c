@@ -784,6 +784,24 @@ static int hang_check(struct monitor *m, const char *job, const struct job_setti
 				 "pid %u)%s", (double)r->waited_ms / 1e3,
 				 (double)r->threshold_ms / 1e3, sysom_nccl_op_name(r->op),
 				 r->seq, comm, h0->rank, h0->host, h0->pid, cause);
+		else if (r->link && r->all_entered)
+			snprintf(summary, sizeof(summary),
+				 "hang: transfer #%" PRIu64 " from rank %d to rank %d of communicator "
+				 "%s: both entered (ncclSend, ncclRecv) %.0f s ago and neither "
+				 "finished%s", r->seq, r->src, r->dst, comm,
+				 (double)r->waited_ms / 1e3, cause);
+		else if (r->link)
+			/* The side that entered waits for the named one (the other end). */
+			snprintf(summary, sizeof(summary),
+				 "hang: the %s #%" PRIu64 " of rank %d %s rank %d on communicator %s "
+				 "has waited %.0f s: communicator rank %d never %s: %s%s",
+				 h0->comm_rank == r->src ? "receive" : "send", r->seq,
+				 h0->comm_rank == r->src ? r->dst : r->src,
+				 h0->comm_rank == r->src ? "from" : "to", h0->comm_rank, comm,
+				 (double)r->waited_ms / 1e3, h0->comm_rank,
+				 h0->comm_rank == r->src ? "sent it (ncclSend)"
+							 : "posted its receive (ncclRecv)",
+				 who, cause);
 		else if (r->all_entered)
 			snprintf(summary, sizeof(summary),
 				 "hang: all %d ranks entered %s #%" PRIu64 " of communicator %s "
@@ -802,6 +820,10 @@ static int hang_check(struct monitor *m, const char *job, const struct job_setti
 				 "where they wait (the off-CPU stacks in the report: a data loader, "
 				 "storage, a lock); py-spy dump --pid %u or gdb -p %u on %s",
 				 h0->pid, h0->pid, h0->host);
+		else if (r->link && r->all_entered)
+			snprintf(action, sizeof(action),
+				 "both ends are inside the transfer: suspect the path between them (NIC, "
+				 "switch port, NVLink/PCIe; NCCL_DEBUG=INFO, dmesg/Xid on the nodes)");
 		else if (r->all_entered)
 			snprintf(action, sizeof(action),
 				 "every rank is inside the collective: suspect the network or the GPUs "

@@ -15,6 +15,8 @@
 #           forever (a data loader)                off-CPU stacks with the kernel frames it waits in
 #   stall : every rank sleeps so, between         → stall incident (SysomStall, annotation cause)
 #           collectives
+#   pipeline stop: stage 1 of a Send/Recv        → hang naming rank 1 (not the stages waiting
+#           pipeline freezes                       behind it), on a link, cause stopped
 #   a healthy job alongside                     → no incident
 #   agent killed while a job's ranks run on     → agent-lost for the node, no hang
 # The hang alert reaches Alertmanager (SysomHang) and /metrics (sysom_job_hung).
@@ -43,8 +45,10 @@ JOB_PGIDS=()
 run_job() {
 	local job=$1
 	shift
+	local length=(--seconds 300)
+	[[ " $* " == *" --iterations "* ]] && length=() # a pipeline counts its microbatches
 	[ "$job" = e2e-healthy ] || settings "$job" '{"hang_floor_s": 10, "hang_factor": 5}'
-	SIMJOB_NO_TEARDOWN=1 SIMJOB_NCCL_TIMEOUT_S=600 setsid "$SIMJOB" --ranks 4 --job-id "$job" --seconds 300 \
+	SIMJOB_NO_TEARDOWN=1 SIMJOB_NCCL_TIMEOUT_S=600 setsid "$SIMJOB" --ranks 4 --job-id "$job" "${length[@]}" \
 		--cpu-us 1000 --kernel-us 1000 "$@" >"$E2E_TMP/$job.log" 2>&1 &
 	JOB_PGIDS+=("$!")
 }
@@ -99,6 +103,7 @@ run_job e2e-block --fault rank=3,kind=block,amount=0,after=3
 run_job e2e-lock --fault rank=0,kind=lock,amount=0,after=3
 run_job e2e-idle --fault rank=1,kind=idle,amount=0,after=3
 run_job e2e-stall --fault rank=all,kind=idle,amount=0,after=3
+run_job e2e-pipe-stop --pipeline --iterations 1000000 --fault rank=1,kind=stop,amount=0,after=3
 run_job e2e-healthy
 START=$SECONDS
 
@@ -141,6 +146,17 @@ check "sleeping rank: its off-CPU stacks hold the kernel frames it sleeps in (na
 	report_is e2e-idle.hang "any('nanosleep_[k]' in s['stack'] and s['us'] > 5000000 for s in d['report']['ranks'][0]['offcpu_stacks']) and 'nanosleep' in d['report']['cause']['detail']"
 check "sleeping rank: the text report shows the cause and an off-CPU stack" \
 	bash -c "grep -q '^  cause: sleeping' '$E2E_TMP/e2e-idle.hang.txt' && grep -q '^  off-CPU stack ([0-9]* us blocked):' '$E2E_TMP/e2e-idle.hang.txt'"
+# A pipeline (Send/Recv only) whose stage 1 freezes: stage 0 waits in its send to it, stage 2
+# in its receive from it, stage 3 in its receive from stage 2 (which waits itself): rank 1 is
+# the one named.
+check "frozen pipeline stage: a hang incident opens" incident e2e-pipe-stop hang
+diag "$(sed -n 1,16p "$E2E_TMP/e2e-pipe-stop.hang.txt")"
+check "frozen pipeline stage: rank 1 named (not the stage 2 waiting behind it), on a link, process exists" \
+	report_is e2e-pipe-stop.hang "d['rank'] == 1 and [(r['rank'], r['state'], r['process_exists']) for r in d['report']['ranks']] == [(1, 'not entered', True)] and d['report']['instance']['link'] is not None and 1 in (d['report']['instance']['link']['src'], d['report']['instance']['link']['dst'])"
+check "frozen pipeline stage: the summary says rank 1 never sent or never posted its receive" \
+	report_is e2e-pipe-stop.hang "'communicator rank 1 never' in d['summary']"
+check "frozen pipeline stage: cause stopped" \
+	wait_until 20 cause_is e2e-pipe-stop hang "d['report']['cause']['class'] == 'stopped'"
 check "all ranks between collectives: a stall incident opens" incident e2e-stall stall
 diag "$(sed -n 1,24p "$E2E_TMP/e2e-stall.stall.txt")"
 check "stall: every rank named between collectives, cause sleeping, process alive" \
@@ -149,7 +165,7 @@ check "stall: the text report says so" grep -q '^stall: no collective began on a
 # Behaviour patterns while every rank waits say nothing the hang and stall incidents do not
 # (the monitor skips the pattern check of a hung job): no pattern incident on these jobs.
 check "hangs and the stall open no pattern incident" \
-	bash -c "curl -sf '$SERVER_URL/api/v1/diagnoses?from=-1h&to=now' | python3 -c \"import json,sys; sys.exit(0 if not [x for x in json.load(sys.stdin)['diagnoses'] if x['kind'] == 'pattern' and x['job'] in ('e2e-stop', 'e2e-exit', 'e2e-block', 'e2e-lock', 'e2e-idle', 'e2e-stall')] else 1)\""
+	bash -c "curl -sf '$SERVER_URL/api/v1/diagnoses?from=-1h&to=now' | python3 -c \"import json,sys; sys.exit(0 if not [x for x in json.load(sys.stdin)['diagnoses'] if x['kind'] == 'pattern' and x['job'] in ('e2e-stop', 'e2e-exit', 'e2e-block', 'e2e-lock', 'e2e-idle', 'e2e-stall', 'e2e-pipe-stop')] else 1)\""
 
 id=$(json 'd["id"]' <"$E2E_TMP/e2e-stop.hang.json")
 ctl diagnose --id "$id" --format text >"$E2E_TMP/ctl-hang.txt"

@@ -226,6 +226,93 @@ static void test_all_entered_none_finished(void **state)
 	assert_int_equal(eval(f, T0_MS + 62002).verdict, HANG_NONE);
 }
 
+/*
+ * A 4-stage pipeline of Send/Recv on COMM (stage r receives microbatch s from r - 1 and sends
+ * it to r + 1; microbatch s at T0 + 100 ms s): node `node`'s batch with ranks' Sends seq
+ * 0..sends[r]-1 and Recvs 0..recvs[r]-1, the last of each in flight when bit r of
+ * `send_flight` / `recv_flight` is set. Rank 3 posts its receives 50 ms early.
+ */
+static void pipe_batch(struct sysom_batch *b, int node, const uint64_t *sends, const uint64_t *recvs,
+		       unsigned send_flight, unsigned recv_flight)
+{
+	struct fixture_spec fs = { .node = (uint8_t)node, .epoch = 1, .sequence = 1,
+				   .window_start_ns = (uint64_t)T0_MS * 1000000ULL };
+	uint32_t comm, job;
+
+	assert_int_equal(fixture_batch_build(b, &fs), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, "python3", &comm), 0);
+	assert_int_equal(sysom_batch_intern_cstring(b, JOB, &job), 0);
+	for (int i = 0; i < 2; i++) {
+		int rank = 2 * (node - 1) + i;
+		uint32_t proc;
+		struct sysom_process p = { .tgid = PID(rank), .generation = 1, .comm = comm,
+					   .exe = comm, .cmdline = comm, .ppid = 1 };
+		assert_int_equal(sysom_batch_add_process(b, &p, &proc), 0);
+		struct sysom_job_rank jr = { .process = proc, .job = job, .rank = rank,
+					     .world_size = 4, .local_rank = i, .local_world_size = 2,
+					     .group_rank = node - 1, .source = SYSOM_JOB_FROM_ENVIRONMENT,
+					     .job_id_source = comm, .master = comm, .groups = comm };
+		struct sysom_communicator c = { .process = proc, .rank = rank, .key = COMM,
+						.nranks = 4, .split_color = -1, .split_key = -1,
+						.key_source = SYSOM_COMM_KEY_UNIQUE_ID };
+		assert_int_equal(sysom_batch_set_job_rank(b, &jr), 0);
+		assert_int_equal(sysom_batch_set_communicator(b, &c), 0);
+		for (int op = 0; op < 2; op++) {
+			bool send = op == 0;
+			uint64_t n = send ? sends[rank] : recvs[rank];
+			bool flight = ((send ? send_flight : recv_flight) >> rank) & 1;
+			for (uint64_t s = 0; s < n; s++) {
+				int64_t ms = T0_MS + 100 * (int64_t)s + rank - (!send && rank == 3 ? 50 : 0);
+				uint64_t at = (uint64_t)ms * 1000000ULL;
+				struct sysom_nccl_call k = {
+					.process = proc, .tid = PID(rank), .comm_key = COMM, .seq = s,
+					.entry_ns = at, .exit_ns = at + 1000, .count = 1, .bytes = 4,
+					.op = send ? SYSOM_NCCL_SEND : SYSOM_NCCL_RECV, .datatype = 7,
+					.redop = SYSOM_NCCL_NO_REDOP, .peer = send ? rank + 1 : rank - 1,
+					.rank = rank,
+					.flags = flight && s + 1 == n ? SYSOM_NCCL_IN_FLIGHT : 0 };
+				assert_int_equal(sysom_batch_add_nccl_call(b, &k), 0);
+			}
+		}
+	}
+}
+
+/* Stage 1 stopped after receiving microbatch 20 and before sending it: stage 0 waits in its
+ * send of 21, stage 2 in its receive of 20 from stage 1, stage 3 (which posted its receive
+ * first, so it has waited longest) in its receive of 20 from stage 2. Rank 1 is named, on a
+ * link; the link 2->3 that waits longest names rank 2, which waits itself: not chosen. */
+static void test_pipeline_link_hang(void **state)
+{
+	struct fixture *f = *state;
+	const uint64_t sends[4] = { 22, 20, 20, 0 }, recvs[4] = { 0, 21, 21, 21 };
+	struct sysom_batch b;
+	struct hang_result r;
+
+	for (int64_t at = T0_MS + 2200; at <= T0_MS + 40000; at += 2000)
+		for (int node = 1; node <= 2; node++) {
+			pipe_batch(&b, node, sends, recvs, 0x1, 0xc);
+			assert_int_equal(live_batch_add(f->l, &b, window_of, NULL, &f->st), 0);
+			assert_int_equal(hang_tracker_note(f->t, &b, at + node), 0);
+			sysom_batch_free(&b);
+		}
+	assert_true(f->st.p2p_calls > 0);
+	assert_int_equal(f->st.calls, 0);
+	assert_int_equal(eval(f, T0_MS + 20000).verdict, HANG_PENDING);
+	r = eval(f, T0_MS + 40003);
+	assert_int_equal(r.verdict, HANG_HUNG);
+	assert_true(r.link);
+	assert_false(r.behind);
+	assert_int_equal(r.nnamed, 1);
+	assert_int_equal(r.ranks[0].rank, 1);
+	assert_int_equal(r.ranks[0].comm_rank, 1);
+	assert_int_equal(r.ranks[0].state, HANG_RANK_NOT_ENTERED);
+	assert_true((r.src == 0 && r.dst == 1 && r.seq == 21) || (r.src == 1 && r.dst == 2 && r.seq == 20));
+	assert_true(r.interval_ms > 99 && r.interval_ms < 101);
+	/* The collective analysis sees no instance of these calls. */
+	struct diagnosis_scope scope = { .job = JOB, .from_ms = 0, .to_ms = INT64_MAX };
+	assert_int_equal(live_source(f->l, &scope, NULL, NULL), -ENOENT);
+}
+
 /* Rank 2's process exited: node-2 reports rank 3 only. */
 static void test_exited(void **state)
 {
@@ -647,6 +734,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_stall, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stall_waits_for_reports, setup, teardown),
 		cmocka_unit_test(test_classify),
+		cmocka_unit_test_setup_teardown(test_pipeline_link_hang, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
