@@ -353,6 +353,29 @@ static int compare_mappings(const void *a, const void *b)
 	return x->start < y->start ? -1 : x->start > y->start;
 }
 
+bool proctrack_note_comm(struct pt_process *proc, const char *comm)
+{
+	char now[sizeof(proc->comm)];
+
+	snprintf(now, sizeof(now), "%s", comm);
+	if (!now[0] || !strcmp(now, proc->comm))
+		return false;
+	memcpy(proc->comm, now, sizeof(now));
+	return true;
+}
+
+/* Its name now, from /proc/<tgid>/comm (a rename since exec); unreadable: unchanged. */
+static void reread_comm(struct proctrack *pt, struct pt_process *proc)
+{
+	char path[PATH_MAX], text[64];
+
+	snprintf(path, sizeof(path), "%s/%u/comm", pt->opts.proc_root, proc->tgid);
+	if (host_read_text(path, text, sizeof(text)) < 0)
+		return;
+	text[strcspn(text, "\n")] = '\0';
+	proctrack_note_comm(proc, text);
+}
+
 /* Re-reads the executable mappings of a process; a vanished process keeps its old ones. */
 static int scan_mappings(struct proctrack *pt, struct pt_process *proc)
 {
@@ -361,7 +384,8 @@ static int scan_mappings(struct proctrack *pt, struct pt_process *proc)
 	int rc;
 
 	proc->last_scan_ns = sysom_monotonic_ns();
-	proc->scans++;
+	if (proc->scans++ > 0 && !proc->exited)
+		reread_comm(pt, proc); /* the first scan follows read_stat's */
 	proc->rescan_due = false;
 	pt->stats.scans++;
 	snprintf(path, sizeof(path), "%s/%u/maps", pt->opts.proc_root, proc->tgid);

@@ -72,7 +72,7 @@ struct pt_process {
 	uint32_t generation;
 	uint32_t ppid;
 	uint64_t start_time_ns;  /* since boot */
-	char comm[16];
+	char comm[16];           /* its current name (renames: proctrack_note_comm, rescans) */
 	char *exe;
 	char *cmdline;
 	struct pt_identity *identity; /* NULL when its cgroup names nothing (or is unreadable) */
@@ -136,6 +136,14 @@ void proctrack_resolve(struct proctrack *pt, struct pt_process *proc, uint64_t a
  * incarnation (at most once per rescan interval). Returns true when it rescanned.
  */
 bool proctrack_rescan(struct proctrack *pt, uint32_t tgid, uint32_t generation);
+
+/*
+ * A process renamed after exec (prctl(PR_SET_NAME) or pthread_setname_np on its main thread,
+ * setproctitle): `comm`, its main thread's name as a sample saw it, becomes its name (batches
+ * sealed from now on carry it). Every rescan also re-reads /proc/<tgid>/comm, for processes
+ * whose main thread is not sampled. Returns whether the name changed.
+ */
+bool proctrack_note_comm(struct pt_process *proc, const char *comm);
 
 /*
  * The process mapped a new library at `load_ns` (CLOCK_MONOTONIC; the dynamic loader's

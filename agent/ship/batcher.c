@@ -394,6 +394,10 @@ int batcher_add_entry(void *batcher, const struct sampler_entry *e)
 		batcher_add_counter(b, SYSOM_COUNTER_BATCH_LIMIT_DROPS, e->count);
 		return 0;
 	}
+	/* The main thread's name is the process's: a rename since exec shows from the next
+	 * batch on (this one already holds the process record). */
+	if (e->key->tid == e->key->tgid)
+		proctrack_note_comm(p, e->comm);
 	if ((rc = process_index(b, p, &s.process)) ||
 	    (rc = sysom_batch_intern_cstring(&b->batch, e->comm, &s.thread_comm)))
 		return rc;

@@ -47,6 +47,21 @@ for p in "${PYTHONS[@]}"; do
 	kill "$BLOCKER"
 	wait "$BLOCKER" 2>/dev/null
 done
+# A process that renames itself after exec (prctl(PR_SET_NAME), as setproctitle and PyTorch's
+# launchers do), 1 s into its run: its later stacks come under the new name (the agent took
+# the name seen at its first sample for good before).
+/usr/bin/python3.11 -c '
+import ctypes, time
+def spin(s):
+    end = time.process_time() + s
+    while time.process_time() < end:
+        sum(i * i for i in range(1000))
+spin(1)
+ctypes.CDLL(None).prctl(15, b"trainer-main", 0, 0, 0)
+spin(3)
+' &
+RENAMED=$!
+wait "$RENAMED"
 stop_pid "$AGENT_PID"
 check "agent exits 0 after SIGTERM" test $? -eq 0
 check "agent log has no error lines" bash -c "! grep -q ' error: ' '$E2E_TMP/agent.log'"
@@ -97,6 +112,10 @@ PY
 		grep -Eq "(libpython|python3[.0-9]*)[^;]*;(<module>|.*<module> \(chain.py)" "$E2E_TMP/py$i.folded"
 done
 
+ctl flamegraph --pid "$RENAMED" --from -10m --to now --format folded >"$E2E_TMP/renamed.folded"
+diag "renamed process: $(awk '{ split($1, f, ";"); n[f[1]] += $NF } END { for (c in n) printf "%s %d  ", c, n[c] }' "$E2E_TMP/renamed.folded")"
+check "a process renamed after exec shows under its new name (most of its samples)" \
+	awk '{ split($1, f, ";"); t += $NF; if (f[1] == "trainer-main") r += $NF } END { exit !(t > 0 && r >= t / 2) }' "$E2E_TMP/renamed.folded"
 ctl flamegraph --pid "${PIDS[0]}" --from -10m --to now --format json >"$E2E_TMP/py.json"
 check "json marks Python frames with kind \"python\" and their file and line" \
 	python3 -c "import json,sys; d=json.load(open('$E2E_TMP/py.json')); fs=[f for s in d['stacks'] for f in s['frames'] if f['kind']=='python' and not f['name'].startswith('[python')]; sys.exit(not (fs and all(f.get('file') for f in fs) and any(f['file'].endswith('chain.py') and f.get('line') for f in fs)))"

@@ -3,6 +3,7 @@
  * (proctrack_rescan_loaded) and after the unwinder met an unknown address (proctrack_rescan),
  * on this test's own process. */
 #include <dlfcn.h>
+#include <sys/prctl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -133,11 +134,45 @@ static void test_rescan_unmapped(void **state)
 	proctrack_free(pt);
 }
 
+/* A process renamed after exec: its main thread's sampled name, and /proc/<tgid>/comm at the
+ * next rescan, become its name. */
+static void test_renamed(void **state)
+{
+	struct proctrack_options po;
+	struct proctrack *pt = NULL;
+	uint32_t pid = (uint32_t)getpid();
+	char before[16] = "";
+
+	(void)state;
+	assert_int_equal(prctl(PR_GET_NAME, before), 0);
+	proctrack_options_default(&po);
+	po.on_mappings = on_mappings;
+	assert_int_equal(proctrack_new(&po, &pt), 0);
+	struct pt_process *p = proctrack_get(pt, pid, 0);
+	assert_non_null(p);
+	assert_string_equal(p->comm, before);
+	/* A sample of the main thread under a new name. */
+	assert_true(proctrack_note_comm(p, "trainer-rank0"));
+	assert_string_equal(p->comm, "trainer-rank0");
+	assert_false(proctrack_note_comm(p, "trainer-rank0"));
+	assert_false(proctrack_note_comm(p, "")); /* an empty name is no name */
+	assert_true(proctrack_note_comm(p, "a-name-longer-than-fifteen-bytes"));
+	assert_string_equal(p->comm, "a-name-longer-t");
+	/* Renamed for real: the next rescan reads it. */
+	assert_int_equal(prctl(PR_SET_NAME, "renamed-proc"), 0);
+	usleep((useconds_t)(po.rescan_interval_ns / 1000) + 20000);
+	assert_true(proctrack_rescan(pt, pid, 0));
+	assert_string_equal(p->comm, "renamed-proc");
+	assert_int_equal(prctl(PR_SET_NAME, before), 0);
+	proctrack_free(pt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rescan_loaded),
 		cmocka_unit_test(test_rescan_unmapped),
+		cmocka_unit_test(test_renamed),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
