@@ -254,6 +254,31 @@ static __always_inline int fp_step(struct unwind_ctx *c, struct unwind_regs *r, 
 	return STEP_CONTINUE;
 }
 
+/*
+ * CPython 3.12's perf trampoline (`-X perf`; x86-64 Python/asm_trampoline.S): each Python
+ * function runs through a copy of "sub $8,%rsp; call *%rcx; add $8,%rsp; ret" in anonymous
+ * memory, which keeps no frame pointer. Its return address follows the call; the 8 bytes
+ * from 6 before it are then exactly 48 83 ec 08 ff d1 48 83 (read little-endian below), and
+ * its caller's return address is at RSP + 8, its caller's RSP at RSP + 16, RBP untouched.
+ * Only that exact code is stepped so; any other anonymous code stays frame pointers only.
+ */
+#define PY_TRAMPOLINE_CODE 0x8348d1ff08ec8348ULL
+
+static __always_inline int py_trampoline_step(struct unwind_regs *r)
+{
+	__u64 code, ra;
+
+	if (r->ip_exact || r->ip < 6 || read_user_u64(r->ip - 6, &code) ||
+	    code != PY_TRAMPOLINE_CODE)
+		return UNWIND_STOP_FP_INVALID;
+	if (read_user_u64(r->sp + 8, &ra))
+		return UNWIND_STOP_READ_FAULT;
+	r->sp += 16;
+	r->ip = ra;
+	r->ip_exact = 0;
+	return ra ? STEP_CONTINUE : UNWIND_STOP_COMPLETE;
+}
+
 /* Offsets in the rt_sigframe a signal trampoline's RSP points at (x86-64 ucontext). */
 #define SIGFRAME_RBP 120
 #define SIGFRAME_RSP 160
@@ -529,7 +554,11 @@ static long unwind_one_frame(__u64 index, void *data)
 	if (m->file_id == 0) {
 		/* No table for this code (anonymous JIT code, a file without CFI, or one whose
 		 * table is not built yet): frame pointers, validated every time. */
-		rc = fp_step(c, r, true);
+		/* A CPython trampoline's exact code first: its RBP is its caller's, which in an
+		 * interpreter built without frame pointers may look like a frame and is not. */
+		rc = m->flags & UNWIND_MAPPING_ANON ? py_trampoline_step(r) : UNWIND_STOP_FP_INVALID;
+		if (rc == UNWIND_STOP_FP_INVALID)
+			rc = fp_step(c, r, true);
 		if (rc == UNWIND_STOP_FP_INVALID && (m->flags & UNWIND_MAPPING_ANON))
 			rc = UNWIND_STOP_JIT;
 		if (rc != STEP_CONTINUE) {

@@ -15,6 +15,7 @@
 #include <bpf/bpf.h>
 
 #include "agent/ship/batcher.h"
+#include "agent/symbols/perfmap.h"
 #include "agent/gpu/gpupipe.h"
 #include "agent/node/host.h"
 #include "agent/node/kernel.h"
@@ -70,6 +71,7 @@ struct agent {
 	struct sampler_counters last_counters;
 	struct sysom_offcpu_cpu last_offcpu; /* off-CPU counters at the last fold */
 	struct pyframes *py;          /* CPython frames (hybrid unwinder only) */
+	struct perfmap_cache *jit;    /* JIT functions from perf maps */
 	uint64_t last_py_unsupported;
 	uint64_t last_vanished, last_retries, last_spool_dropped;
 	uint64_t last_container_scans, last_container_missing;
@@ -133,6 +135,8 @@ static void on_forget(void *ctx, const struct pt_process *proc)
 		unwinder_forget(a->unwinder, proc);
 	if (a->py)
 		pyframes_forget(a->py, proc);
+	if (a->jit)
+		perfmap_forget(a->jit, proc->tgid, proc->generation);
 	if (a->gpu)
 		gpupipe_on_forget(a->gpu, proc);
 	if (a->os)
@@ -619,6 +623,11 @@ static void agent_seal(struct agent *a)
 
 	agent_drain(a);
 	collect_gpu_health(a);
+	/* JIT frames go named to servers that read wire 1.8 (they said so in a reply). */
+	if (a->uploader) {
+		uploader_stats(a->uploader, &us);
+		batcher_set_jit_names(a->batcher, us.server_wire_minor >= 8);
+	}
 	if (a->gpu) {
 		/* The ranks' GPUs go to servers that read wire 1.7 (they said so in a reply). */
 		uploader_stats(a->uploader, &us);
@@ -1147,6 +1156,10 @@ static int agent_start(struct agent *a)
 			return rc;
 		}
 	}
+	if ((rc = perfmap_cache_new("/proc", &a->jit))) {
+		log_error("cannot create the JIT map reader: %s", sysom_strerror(rc));
+		return rc;
+	}
 	struct batcher_options bo = {
 		.host = &a->host,
 		.kernel = &a->kernel,
@@ -1158,6 +1171,7 @@ static int agent_start(struct agent *a)
 		.max_sample_rows = a->cfg->max_sample_rows,
 		.zstd_level = 3,
 		.py = a->py,
+		.jit = a->jit,
 	};
 	if ((rc = batcher_new(&bo, a->pt, &a->batcher))) {
 		log_error("cannot create the batcher: %s", sysom_strerror(rc));
@@ -1273,7 +1287,9 @@ static void agent_teardown(struct agent *a)
 	nvml_close(a->nvml);
 	a->nvml = NULL;
 	sampler_close(a->sampler);
-	proctrack_free(a->pt);
+	proctrack_free(a->pt); /* forgets through on_forget: the JIT maps after */
+	perfmap_cache_free(a->jit);
+	a->jit = NULL;
 	spool_close(a->spool);
 	kernel_info_free(&a->kernel);
 	free(a->token);

@@ -15,6 +15,7 @@
 #include "common/hash.h"
 #include "common/wire/wire.h"
 #include "agent/sampling/pyframes.h"
+#include "agent/symbols/perfmap.h"
 
 #define OBJECT_CACHE_SLOTS 256
 
@@ -41,6 +42,7 @@ struct batcher {
 	uint64_t window_start_ns;
 	uint32_t drain_offset_ms;
 	uint32_t kernel_object;
+	bool jit_names;          /* batcher_set_jit_names */
 
 	struct hash_index stack_cache;
 	struct stack_cache_entry *stacks;
@@ -293,6 +295,38 @@ static int python_frame(struct batcher *b, const struct pt_process *p, uint64_t 
 	return sysom_batch_add_object(&b->batch, SYSOM_OBJECT_PYTHON, NULL, 0, text, &out->object);
 }
 
+/*
+ * A frame in anonymous executable memory at `ip` (a return address when `caller`: looked up one
+ * byte before, inside the call): 1 with object kind JIT named by the process's perf map and
+ * the offset into that function; 0 when none names it (or the server does not read 1.8); or
+ * -ENOMEM.
+ */
+static int jit_frame(struct batcher *b, const struct pt_process *p, uint64_t ip, bool caller,
+		     struct sysom_frame *out)
+{
+	const char *name;
+	uint64_t start;
+	int rc;
+
+	if (!b->opts.jit || !b->jit_names)
+		return 0;
+	rc = perfmap_lookup(b->opts.jit, p->tgid, p->generation, caller && ip ? ip - 1 : ip, &name,
+			    &start);
+	if (rc < 0)
+		return rc;
+	batcher_add_counter(b, rc ? SYSOM_COUNTER_JIT_NAMED : SYSOM_COUNTER_JIT_UNNAMED, 1);
+	if (!rc)
+		return 0;
+	out->offset = ip - start;
+	rc = sysom_batch_add_object(&b->batch, SYSOM_OBJECT_JIT, NULL, 0, name, &out->object);
+	return rc ? rc : 1;
+}
+
+void batcher_set_jit_names(struct batcher *b, bool on)
+{
+	b->jit_names = on;
+}
+
 /* Resolves a BPF stack into wire frames and adds it to the batch (cached per window). */
 static int stack_index(struct batcher *b, struct pt_process *p, uint8_t side, uint64_t raw_hash,
 		       const struct sysom_stack_trace *st, bool lost, uint32_t *idx)
@@ -352,6 +386,13 @@ static int stack_index(struct batcher *b, struct pt_process *p, uint8_t side, ui
 					return -ENOMEM;
 				if (r.object->id.kind == SYSOM_OBJECT_UNKNOWN)
 					batcher_add_counter(b, SYSOM_COUNTER_FRAMES_UNMAPPED, 1);
+				if (r.object->id.kind == SYSOM_OBJECT_ANON &&
+				    (rc = jit_frame(b, p, st->ips[i], i > 0, &b->frames[n])) != 0) {
+					if (rc < 0)
+						return rc;
+					n++;
+					continue;
+				}
 				if ((rc = object_index(b, r.object, &b->frames[n].object)))
 					return rc;
 				b->frames[n].offset = r.offset;

@@ -24,6 +24,7 @@ struct batcher_options {
 	uint32_t max_nccl_calls;  /* NCCL calls per batch (0: 1 << 20); more are dropped, counted */
 	int zstd_level;
 	struct pyframes *py;      /* borrowed, may be NULL: names Python frames of user stacks */
+	struct perfmap_cache *jit; /* borrowed, may be NULL: names JIT frames (perf maps) */
 };
 
 /* What a sealed batch holds. */
@@ -38,9 +39,14 @@ struct batcher_seal_info {
 
 struct batcher;
 struct pyframes;
+struct perfmap_cache;
 
 int batcher_new(const struct batcher_options *opts, struct proctrack *pt, struct batcher **out);
 void batcher_free(struct batcher *b);
+
+/* Whether JIT frames may be sent as wire object kind JIT (1.8): only to a server that said it
+ * reads 1.8; until then they stay anonymous memory ("[anon]+0x..."). Off at start. */
+void batcher_set_jit_names(struct batcher *b, bool on);
 
 /* Starts folding one drain's entries; `drain_realtime_ns` stamps their time offset. */
 void batcher_begin_drain(struct batcher *b, uint64_t drain_realtime_ns);

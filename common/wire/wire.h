@@ -41,12 +41,12 @@
  */
 #define SYSOM_WIRE_MAGIC "SYSB"
 #define SYSOM_WIRE_MAJOR 1
-#define SYSOM_WIRE_MINOR 7 /* 1.1 added JOB_RANKS, COMMUNICATORS, NCCL_CALLS, LAUNCHES;
+#define SYSOM_WIRE_MINOR 8 /* 1.1 added JOB_RANKS, COMMUNICATORS, NCCL_CALLS, LAUNCHES;
 			     * 1.2 GPU_KERNELS, NCCL_PROFILES, NCCL_LINKS;
 			     * 1.3 OS_CPUS, OS_IRQS, OS_THREADS; 1.4 OFFCPU, NCCL_CALLS'
 			     * in-flight flag, object kind PYTHON (Python frames);
 			     * 1.5 IDENTITIES (24); 1.6 GPU_HEALTH (21), HOST_SIGNALS (22);
-			     * 1.7 JOB_RANKS' gpu_device */
+			     * 1.7 JOB_RANKS' gpu_device; 1.8 object kind JIT, counters 78, 79 */
 /* HTTP response header of POST /api/v1/ingest (1.7 and on): the minor version the server
  * reads; an agent sends the fields of a minor only to a server that names it or a later one. */
 #define SYSOM_WIRE_MINOR_HEADER "Sysom-Wire-Minor"
@@ -125,7 +125,10 @@ enum sysom_object_kind {
 	SYSOM_OBJECT_UNKNOWN = 6,   /* address in no known mapping; offset = address */
 	/* Minor 4: a Python function; name "<qualname>\t<file>", offset = line (0: unknown). */
 	SYSOM_OBJECT_PYTHON = 7,
-	SYSOM_OBJECT_KIND_MAX = SYSOM_OBJECT_PYTHON,
+	/* Minor 8: a JIT-compiled function named by its process's perf map (/tmp/perf-PID.map);
+	 * name as the map gives it, offset = the frame's address minus the function's start. */
+	SYSOM_OBJECT_JIT = 8,
+	SYSOM_OBJECT_KIND_MAX = SYSOM_OBJECT_JIT,
 };
 
 enum sysom_stack_kind {
@@ -260,6 +263,9 @@ enum sysom_counter_id {
 	SYSOM_COUNTER_CONTAINER_NAMES_MISSING = 70, /* processes of a container whose name was not
 						 * found (no link, read too recently, or past
 						 * the directory's entry limit) */
+	/* JIT code (agent/symbols/perfmap.c), 1.8. */
+	SYSOM_COUNTER_JIT_NAMED = 78,          /* frames in anonymous memory named by a perf map */
+	SYSOM_COUNTER_JIT_UNNAMED = 79,        /* ... in no function of one (or no map) */
 	SYSOM_COUNTER_NCCL_P2P_CALLS = 86,     /* ncclSend/ncclRecv calls traced (pipeline pairing) */
 	SYSOM_COUNTER_NCCL_P2P_BAD_PEER = 87,  /* ... whose peer was outside its communicator: sent
 						* with peer -1 (not paired) */

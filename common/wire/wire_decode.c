@@ -352,7 +352,8 @@ static bool object_fits_stack(uint8_t object_kind, uint8_t stack_kind)
 	if (stack_kind == SYSOM_STACK_KERNEL)
 		return object_kind == SYSOM_OBJECT_KERNEL || object_kind == SYSOM_OBJECT_KMODULE;
 	return object_kind == SYSOM_OBJECT_ELF || object_kind == SYSOM_OBJECT_FILE_HASH ||
-	       object_kind == SYSOM_OBJECT_ANON || object_kind == SYSOM_OBJECT_PYTHON;
+	       object_kind == SYSOM_OBJECT_ANON || object_kind == SYSOM_OBJECT_PYTHON ||
+	       object_kind == SYSOM_OBJECT_JIT;
 }
 
 static int decode_stacks(struct decoder *d, const struct section *s)

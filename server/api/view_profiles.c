@@ -32,6 +32,8 @@ static int json_emit(void *arg, const struct symbolized_frame *f, bool kernel_pa
 			json_object_set_new(obj, "symbol_offset", api__json_hex_u64(f->symbol_offset));
 		if (f->inlined)
 			json_object_set_new(obj, "inlined", json_true());
+		if (f->jit)
+			json_object_set_new(obj, "jit", json_true());
 		if (f->file)
 			json_object_set_new(obj, "file", render_json_string(f->file));
 		if (f->file && f->line)

@@ -387,6 +387,8 @@ static int folded_emit(void *arg, const struct symbolized_frame *f, bool kernel_
 		byte_buf_append(line, "_[k]", 4);
 	else if (f->inlined)
 		byte_buf_append(line, "_[i]", 4); /* flamegraph.pl's mark of inlined frames */
+	else if (f->jit)
+		byte_buf_append(line, "_[j]", 4); /* ... and of JIT-compiled ones */
 	return byte_buf_error(line);
 }
 

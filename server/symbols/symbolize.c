@@ -525,6 +525,12 @@ static int resolve(struct symbolizer *sym, int64_t object, uint64_t offset, bool
 		f->kind = SYMBOLIZED_PYTHON;
 		rc = name_python(f, o.name, offset);
 		break;
+	case SYSOM_OBJECT_JIT: /* the perf map's name, as perf shows it */
+		f->jit = true;
+		f->has_symbol_offset = true;
+		f->symbol_offset = offset;
+		rc = (f->name = strdup(o.name)) ? 0 : -ENOMEM;
+		break;
 	case SYSOM_OBJECT_ELF:
 	case SYSOM_OBJECT_FILE_HASH:
 		rc = sym->repo && o.id.len ? resolve_repo(sym, &o, offset, leaf, &loc) : 1;

@@ -34,6 +34,7 @@ struct symbolized_frame {
 	bool has_symbol_offset; /* resolved to a symbol: */
 	uint64_t symbol_offset; /* offset - symbol start (rendered "+0x5c" in JSON) */
 	bool inlined;           /* a call inlined into the frame before it (toward the root) */
+	bool jit;               /* JIT code named by its process's perf map (wire object kind 8) */
 	char *file;             /* source file of the location, or NULL when unknown */
 	uint32_t line;          /* source line, 0 when unknown */
 };

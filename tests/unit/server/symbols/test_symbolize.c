@@ -212,6 +212,43 @@ static void test_python_frames(void **state)
 	expect_frame(s, SYSOM_STACK_USER, id, 7, "<lambda> (line 7)", SYMBOLIZED_PYTHON);
 }
 
+/* A JIT frame (object kind 8, named by the process's perf map, offset into the function): the
+ * map's name as is, a user frame marked jit, its offset as the symbol offset. */
+static void test_jit_frames(void **state)
+{
+	struct state *s = *state;
+	struct sysom_batch b;
+	uint32_t o, proc, u, comm;
+	struct sysom_process p = { .tgid = 3, .start_time_ns = 3 };
+	struct symbolized_frame f;
+
+	assert_int_equal(sysom_batch_init(&b), 0);
+	memset(b.node_id, 0x35, sizeof(b.node_id));
+	b.window_start_ns = HARNESS_T0;
+	b.window_end_ns = HARNESS_T0 + 1000000000ULL;
+	assert_int_equal(sysom_batch_add_object(&b, SYSOM_OBJECT_JIT, NULL, 0,
+						"py::level3:/srv/chain.py", &o), 0);
+	assert_int_equal(sysom_batch_intern_cstring(&b, "python3.12", &comm), 0);
+	p.comm = comm;
+	assert_int_equal(sysom_batch_add_process(&b, &p, &proc), 0);
+	struct sysom_frame fr = { o, 5 };
+	assert_int_equal(sysom_batch_add_stack(&b, SYSOM_STACK_USER, 0, &fr, 1, &u), 0);
+	struct sysom_sample smp = { .process = proc, .kernel_stack = SYSOM_WIRE_NONE,
+				    .user_stack = u, .count = 1, .thread_comm = comm };
+	assert_int_equal(sysom_batch_add_sample(&b, &smp), 0);
+	struct store_put_result res;
+	assert_int_equal(store_batch_put(s->h->store, &b, 0, 1, &res), 0);
+	sysom_batch_free(&b);
+	int64_t id = object_id(s->h, "kind = 8 AND name = 'py::level3:/srv/chain.py'");
+	assert_int_equal(resolve1(s->h->sym, SYSOM_STACK_USER, id, 5, &f), 0);
+	assert_string_equal(f.name, "py::level3:/srv/chain.py");
+	assert_int_equal(f.kind, SYMBOLIZED_USER);
+	assert_true(f.jit);
+	assert_true(f.has_symbol_offset);
+	assert_int_equal(f.symbol_offset, 5);
+	symbolized_frame_release(&f);
+}
+
 /* An address in no known mapping: "[unknown]+0xADDR", a kernel frame when in a kernel stack. */
 static void test_unknown_frames(void **state)
 {
@@ -451,6 +488,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_user_frames, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unknown_frames, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_python_frames, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_jit_frames, setup, teardown),
 		cmocka_unit_test(test_truncation_frames),
 		cmocka_unit_test_setup_teardown(test_cache_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cache_threads, setup, teardown),
