@@ -561,8 +561,6 @@ cleanup:
 	free(means);
 }
 
-/* The CPU layer: functions on more of the straggler's stacks than of healthy rank `h`'s. The
- * two ranks' profiles (the profile service's folded text) side by side as a typed diff. */
 /* The sampling rates (samples per CPU-second) of the nodes named `host[0]` and `host[1]`. */
 struct node_rates {
 	const char *host[2];
@@ -592,7 +590,10 @@ static void cpu_sample_rates(const struct diagnosis_ctx *ctx, const char *health
 	struct node_rates nr = { .host = { healthy_host, straggler_host } };
 
 	rate[0] = rate[1] = 0;
-	if (!healthy_host || !straggler_host || store_nodes_list(ctx->store, node_rate_visit, &nr))
+	/* One node samples both at one rate: counts compare as they are (and the node list, a
+	 * scan of every node, is not read). */
+	if (!healthy_host || !straggler_host || !strcmp(healthy_host, straggler_host) ||
+	    store_nodes_list(ctx->store, node_rate_visit, &nr))
 		return;
 	if (nr.matches[0] == 1 && nr.matches[1] == 1 && nr.rate[0] > 0 && nr.rate[1] > 0) {
 		rate[0] = nr.rate[0];
@@ -600,6 +601,9 @@ static void cpu_sample_rates(const struct diagnosis_ctx *ctx, const char *health
 	}
 }
 
+/* The CPU layer: functions on more of the straggler's stacks than of healthy rank `h`'s. The
+ * two ranks' profiles (the profile service's folded text) side by side as a typed diff;
+ * `rate`: cpu_sample_rates. */
 static void diagnose_cpu(const struct diagnosis_ctx *ctx, const struct store_sample_filter *range,
 			 int32_t s, int32_t h, const double rate[2], double *top_pp, char **top_fn,
 			 struct diagnosis_cpu *out)
