@@ -3,6 +3,7 @@
 #include "server/analysis/live.h"
 
 #include "common/array.h"
+#include "common/hash.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -26,6 +27,8 @@ struct live_group {
 	uint8_t *inflight;  /* per rank: its newest call had not returned when its agent sealed */
 	char **host;        /* per rank, latest (owned) */
 };
+
+#define LIVE_RECENT_SLOTS 64
 
 struct live {
 	size_t max_cells, cells;
@@ -185,10 +188,15 @@ int live_batch_add(struct live *l, const struct sysom_batch *b,
 {
 	const char *host = sysom_batch_string(b, b->node.hostname);
 	const char *window_job = NULL; /* the job `window` belongs to (a string of the batch) */
+	/* Groups met in this batch, by (key, op, link): a rank's Sends and Recvs alternate
+	 * between links, and the lookup otherwise walks every group of every job. Group pointers
+	 * move when a group is added or a job dropped: then the cache is emptied. */
+	size_t recent[LIVE_RECENT_SLOTS];
 	struct live_group *last = NULL;
 	uint32_t window = 0;
 	int rc;
 
+	memset(recent, 0xff, sizeof(recent));
 	for (uint32_t i = 0; i < b->nccl_call_count; i++) {
 		const struct sysom_nccl_call *c = &b->nccl_calls[i];
 		const struct sysom_communicator *m;
@@ -221,9 +229,16 @@ int live_batch_add(struct live *l, const struct sysom_batch *b,
 			rank = c->op == SYSOM_NCCL_SEND ? 0 : 1;
 			nranks = 2;
 		}
+		size_t hot = (size_t)(sysom_hash_mix(c->comm_key, (uint64_t)op << 48 ^
+						     (uint64_t)(uint32_t)src << 24 ^ (uint32_t)dst) %
+				       LIVE_RECENT_SLOTS);
 		if (!g || g->key != c->comm_key || g->op != op || g->src != src || g->dst != dst ||
-		    strcmp(g->job, job))
-			g = group_find(l, job, c->comm_key, op, src, dst);
+		    strcmp(g->job, job)) {
+			g = recent[hot] < l->ngroups ? &l->groups[recent[hot]] : NULL;
+			if (!g || g->key != c->comm_key || g->op != op || g->src != src ||
+			    g->dst != dst || strcmp(g->job, job))
+				g = group_find(l, job, c->comm_key, op, src, dst);
+		}
 		/* Asked once per job of the batch, not per call: the monitor's lookup walks every
 		 * job it tracks, and a node sends tens of thousands of calls per batch. */
 		if (job != window_job) {
@@ -233,14 +248,19 @@ int live_batch_add(struct live *l, const struct sysom_batch *b,
 		if (g && (g->nranks != nranks || g->requested != window)) {
 			/* The communicator's size or the job's window changed: start the job over. */
 			live_job_drop(l, job);
-			g = NULL;
+			g = last = NULL;
+			memset(recent, 0xff, sizeof(recent));
 		}
 		if (!g && p2p && job_links(l, job) >= LIVE_MAX_LINKS_PER_JOB) {
 			st->links_refused++;
 			continue;
 		}
-		if (!g && (rc = group_add(l, job, c->comm_key, op, src, dst, nranks, window, &g)))
-			return rc;
+		if (!g) {
+			if ((rc = group_add(l, job, c->comm_key, op, src, dst, nranks, window, &g)))
+				return rc;
+			memset(recent, 0xff, sizeof(recent)); /* the array may have moved */
+		}
+		recent[hot] = (size_t)(g - l->groups);
 		last = g;
 		if (g->refused) {
 			st->refused++;
