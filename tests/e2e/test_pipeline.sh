@@ -32,12 +32,14 @@ run_job() {
 	JOB_PID=$!
 }
 
-# incident JOB: waits (45 s at most) for the job's first straggler incident, saved as JOB.json.
+# incident JOB [RANK]: waits (45 s at most) for the job's first straggler incident (naming
+# RANK: a CPU-bound stage on a loaded machine also slows its link for a while, a second
+# incident), saved as JOB.json.
 incident() {
-	local job=$1 id="" deadline=$((SECONDS + 45))
+	local job=$1 rank=${2:-} id="" deadline=$((SECONDS + 45))
 	while [ $SECONDS -lt $deadline ]; do
 		id=$(curl -sf "$SERVER_URL/api/v1/diagnoses?job=$job&from=-1h&to=now" |
-			json "next((x['id'] for x in d['diagnoses'] if x['kind'] == 'straggler'), '')")
+			json "next((x['id'] for x in d['diagnoses'] if x['kind'] == 'straggler' and ('$rank' == '' or x['rank'] == int('0$rank'))), '')")
 		[ -n "$id" ] && break
 		sleep 0.5
 	done
@@ -98,7 +100,7 @@ check "slow-link job exits 0" test $? -eq 0
 # to compare with. The incident opens on the first evidence and is updated at every
 # evaluation; its layer follows once both sides have enough samples.
 run_job e2e-pipe-cpu 2000 --cpu-us 1000 --fault rank=1,kind=cpu,amount=4000
-check "CPU-bound stage: an incident opens while the job runs" incident e2e-pipe-cpu
+check "CPU-bound stage: an incident naming stage 1's rank opens while the job runs" incident e2e-pipe-cpu 1
 layer_is_cpu() {
 	local id
 	id=$(json 'd["id"]' <"$E2E_TMP/e2e-pipe-cpu.json") || return 1
