@@ -355,9 +355,10 @@ static int compare_mappings(const void *a, const void *b)
 
 bool proctrack_note_comm(struct pt_process *proc, const char *comm)
 {
-	char now[sizeof(proc->comm)];
+	char now[sizeof(proc->comm)] = "";
+	size_t len = strnlen(comm, sizeof(now) - 1); /* a name longer than comm's is cut */
 
-	snprintf(now, sizeof(now), "%s", comm);
+	memcpy(now, comm, len);
 	if (!now[0] || !strcmp(now, proc->comm))
 		return false;
 	memcpy(proc->comm, now, sizeof(now));
