@@ -212,18 +212,13 @@ static int u64_compare(const void *a, const void *b)
 }
 
 /* First pass: every process whose newest call of a group had not returned at its last seal. */
-static int waiting_note(void *arg, const struct live_group_view *g)
+static int waiting_note(void *arg, const char *host, uint32_t pid)
 {
 	struct eval *e = arg;
 
-	for (int32_t r = 0; r < g->nranks; r++) {
-		const struct live_rank_view *rv = &g->ranks[r];
-		if (!rv->in_flight || !rv->pid)
-			continue;
-		if (SYSOM_ARRAY_RESERVE(e->waiting, e->capwaiting, e->nwaiting, 64))
-			return -ENOMEM;
-		e->waiting[e->nwaiting++] = proc_key(rv->host, rv->pid);
-	}
+	if (SYSOM_ARRAY_RESERVE(e->waiting, e->capwaiting, e->nwaiting, 64))
+		return -ENOMEM;
+	e->waiting[e->nwaiting++] = proc_key(host, pid);
 	return 0;
 }
 
@@ -514,7 +509,7 @@ int hang_evaluate(const struct hang_tracker *t, const struct live *l, const char
 		return 0;
 	}
 	*e = (struct eval){ .t = t, .job = job, .p = p, .now = now_ms, .out = out };
-	rc = live_job_groups(l, job, waiting_note, e);
+	rc = live_job_in_flight(l, job, waiting_note, e);
 	if (!rc && e->nwaiting > 1)
 		qsort(e->waiting, e->nwaiting, sizeof(*e->waiting), u64_compare);
 	if (!rc)

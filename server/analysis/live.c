@@ -464,3 +464,19 @@ int live_job_groups(const struct live *l, const char *job, live_group_fn fn, voi
 	}
 	return rc;
 }
+
+int live_job_in_flight(const struct live *l, const char *job,
+		       int (*fn)(void *arg, const char *host, uint32_t pid), void *arg)
+{
+	int rc = 0;
+
+	for (size_t i = 0; i < l->ngroups && !rc; i++) {
+		const struct live_group *g = &l->groups[i];
+		if (g->refused || strcmp(g->job, job))
+			continue;
+		for (int32_t r = 0; r < g->nranks && !rc; r++)
+			if (g->inflight[r] && g->pid[r])
+				rc = fn(arg, g->host[r] ? g->host[r] : "", g->pid[r]);
+	}
+	return rc;
+}

@@ -93,6 +93,11 @@ typedef int (*live_group_fn)(void *arg, const struct live_group_view *g);
  * the first non-zero return and returns it; -ENOMEM. */
 int live_job_groups(const struct live *l, const char *job, live_group_fn fn, void *arg);
 
+/* Calls `fn` for every process of `job` whose newest call of some group had not returned when
+ * its agent last sealed (inside NCCL now), without building group views. */
+int live_job_in_flight(const struct live *l, const char *job,
+		       int (*fn)(void *arg, const char *host, uint32_t pid), void *arg);
+
 /* Forgets a job's groups. */
 void live_job_drop(struct live *l, const char *job);
 
