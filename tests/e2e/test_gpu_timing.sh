@@ -18,7 +18,10 @@ FAKE_CUPTI=$SIMJOB_DIR/libcupti.so
 for f in "$SIMJOB" "$PLUGIN" "$CUPTI_LIB" "$FAKE_CUPTI"; do
 	[ -e "$f" ] || skip_all "$f not built (needs the CUDA/NCCL/CUPTI headers)"
 done
-ITER=40
+# 100 iterations (a full analysis window): with 40 on a loaded machine the healthy ranks' own
+# lateness scattered so that rank 3's 2.5 ms excess was 2.8 robust scales, under k = 3.5
+# (this stop's second fresh-clone CI); more instances steady the ranks' trimmed means.
+ITER=100
 
 api() { curl -sf "$SERVER_URL$1"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
