@@ -13,6 +13,7 @@
 
 #include "agent/node/host.h"
 #include "common/array.h"
+#include "common/bytes.h"
 #include "common/clock.h"
 
 /* ---- the parser --------------------------------------------------------------------------- */
@@ -34,11 +35,7 @@ static bool parse_hex(const char **p, const char *end, uint64_t *out)
 	if (end - s >= 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
 		s += 2;
 	for (; s < end; s++, digits++) {
-		char c = *s;
-		int d = c >= '0' && c <= '9'   ? c - '0'
-			: c >= 'a' && c <= 'f' ? c - 'a' + 10
-			: c >= 'A' && c <= 'F' ? c - 'A' + 10
-					       : -1;
+		int d = sysom_hex_digit(*s);
 		if (d < 0)
 			break;
 		if (v >> 60)

@@ -1391,6 +1391,7 @@ struct job_procs {
 	struct job_proc *v;
 	size_t n, cap;
 	int32_t max_rank;
+	size_t *first; /* job_procs_index: rank r's processes are v[first[r]..first[r + 1]) */
 };
 
 static int job_proc_visit(void *arg, const struct store_job_rank *j)
@@ -1412,16 +1413,41 @@ static int job_proc_visit(void *arg, const struct store_job_rank *j)
 	return 0;
 }
 
+static int job_proc_by_rank(const void *a, const void *b)
+{
+	const struct job_proc *x = a, *y = b;
+
+	return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* Sorts the processes by rank and indexes where each rank's start, so that a lookup reads only
+ * that rank's processes (a job of many ranks is not scanned once per stage and link). */
+static int job_procs_index(struct job_procs *jp)
+{
+	if (jp->max_rank < 0)
+		return 0;
+	qsort(jp->v, jp->n, sizeof(*jp->v), job_proc_by_rank);
+	if (!(jp->first = calloc((size_t)jp->max_rank + 2, sizeof(*jp->first))))
+		return -ENOMEM;
+	size_t i = 0;
+	for (int32_t r = 0; r <= jp->max_rank + 1; r++) {
+		while (i < jp->n && jp->v[i].rank < r)
+			i++;
+		jp->first[r] = i;
+	}
+	return 0;
+}
+
 /* The host of job rank `rank`: its process `pid` when listed (0: any), else the rank's most
  * recently seen process. NULL unknown. */
 static const char *job_proc_host(const struct job_procs *jp, int32_t rank, uint32_t pid)
 {
 	const struct job_proc *best = NULL;
 
-	for (size_t i = 0; i < jp->n; i++) {
+	if (!jp->first || rank < 0 || rank > jp->max_rank)
+		return NULL;
+	for (size_t i = jp->first[rank]; i < jp->first[rank + 1]; i++) {
 		const struct job_proc *x = &jp->v[i];
-		if (x->rank != rank)
-			continue;
 		if (pid && x->pid == pid)
 			return x->hostname;
 		if (!best || x->last_seen_ns > best->last_seen_ns)
@@ -1459,7 +1485,8 @@ static int pipeline_where(const struct diagnosis_ctx *ctx, const struct diagnosi
 	if (!pl->nstages && !pl->nlinks)
 		return 0;
 	if ((rc = store_job_ranks_list(ctx->store, range->job, QUERY_MAX_JOB_ROWS, job_proc_visit,
-				       &jp)))
+				       &jp)) ||
+	    (rc = job_procs_index(&jp)))
 		goto cleanup;
 	for (size_t i = 0; i < pl->nstages; i++)
 		if ((rc = strdup_or_null(job_proc_host(&jp, pl->stages[i].job_rank,
@@ -1510,6 +1537,7 @@ cleanup:
 	for (size_t i = 0; i < jp.n; i++)
 		free(jp.v[i].hostname);
 	free(jp.v);
+	free(jp.first);
 	return rc;
 }
 

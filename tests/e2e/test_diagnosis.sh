@@ -162,8 +162,11 @@ diag "$(sed -n 1,30p "$E2E_TMP/e2e-noise.txt")"
 check "scenario 4: rank 1, OS layer" report_is e2e-noise "d['rank'] == 1 and d['layer'] == 'os'"
 check "scenario 4: an OS signal is implicated and named in the summary" \
 	report_is e2e-noise "any(s['implicated'] and s['signal'] in d['summary'] for s in d['report']['straggler']['diagnosis']['os']['signals'])"
-check "scenario 4: the CPU layer saw no function to blame (identical user-space profiles)" \
-	report_is e2e-noise "not d['report']['straggler']['diagnosis']['cpu']['functions'] or d['report']['straggler']['diagnosis']['cpu']['functions'][0]['delta_pp'] < 5"
+# The ranks mostly wait for their simulated GPU, so each has ~50 samples in the window and one
+# function can be 8 pp apart by chance (53 vs 59 samples in one CI run): the CPU layer must not
+# *blame* it, i.e. the top difference is small or not significant in share or in CPU time.
+check "scenario 4: the CPU layer blamed no function (identical user-space profiles)" \
+	report_is e2e-noise "(lambda f: not f or f[0]['delta_pp'] < 5 or (f[0]['z'] or 0) < 3 or (f[0]['time_z'] or 0) < 3)(d['report']['straggler']['diagnosis']['cpu']['functions']) and 'CPU profiles are normal' in d['summary']"
 
 # 5. Every rank slower by the same new function: no straggler, the baseline names it.
 run_job e2e-base --seconds 30 --cpu-us 1000 --kernel-us 1000 \
