@@ -80,7 +80,7 @@ for store in sqlite clickhouse; do
 	if [ $store = sqlite ]; then
 		# The database after the server's last checkpoint (the symbol repository aside).
 		bytes=$(cat "$work/sq.data"/sysom.db* | wc -c)
-		calls=$(sqlite3 "$work/sq.data/sysom.db" "SELECT count(*) FROM nccl_calls" 2>/dev/null || echo "?")
+		calls=$(sqlite3 "$work/sq.data/sysom.db" "SELECT coalesce(sum(calls), 0) FROM nccl_call_chunks" 2>/dev/null || echo "?")
 		held=$(sqlite3 "$work/sq.data/sysom.db" "SELECT count(*) FROM batches" 2>/dev/null || echo "?")
 	else
 		calls=$(curl -s "${ch}?database=bench" --data-binary "SELECT count() FROM nccl_calls")

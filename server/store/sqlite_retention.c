@@ -4,9 +4,9 @@
  * transactions of at most RET_CHUNK rows, then the processes and stacks nothing refers to any
  * more, then gives the free pages back to the file system (incremental vacuum).
  *
- * Which rows: those whose own time is before the cutoff (time_ms, nccl_calls.entry_ns,
- * batches.window_end_ns), in every time-series table; what ClickHouse drops with its day
- * partitions. Nodes, their counter totals, objects, incidents, settings, baselines and
+ * Which rows: those whose own time is before the cutoff (time_ms, batches.window_end_ns, an
+ * NCCL call chunk's newest entry), in every time-series table; what ClickHouse drops with its
+ * day partitions. Nodes, their counter totals, objects, incidents, settings, baselines and
  * kernel symbols stay.
  *
  * Locking: the rows to delete are found on a reader connection (no write lock); the writer
@@ -47,7 +47,7 @@ static const struct ret_table ret_tables[] = {
 	RET_TABLE("samples", "time_ms", false),
 	RET_TABLE("offcpu", "time_ms", false),
 	RET_TABLE("launches", "time_ms", false),
-	RET_TABLE("nccl_calls", "entry_ns", true),
+	RET_TABLE("nccl_call_chunks", "entry_max_ns", true), /* every call older */
 	RET_TABLE("gpu_kernels", "time_ms", false),
 	RET_TABLE("nccl_profiles", "time_ms", false),
 	RET_TABLE("nccl_links", "time_ms", false),
@@ -68,7 +68,7 @@ static const char process_unused_sql[] =
 	" AND NOT EXISTS (SELECT 1 FROM samples WHERE process = ?1)"
 	" AND NOT EXISTS (SELECT 1 FROM offcpu WHERE process = ?1)"
 	" AND NOT EXISTS (SELECT 1 FROM launches WHERE process = ?1)"
-	" AND NOT EXISTS (SELECT 1 FROM nccl_calls WHERE process = ?1)"
+	" AND NOT EXISTS (SELECT 1 FROM nccl_call_chunks WHERE process = ?1)"
 	" AND NOT EXISTS (SELECT 1 FROM gpu_kernels WHERE process = ?1)"
 	" AND NOT EXISTS (SELECT 1 FROM nccl_profiles WHERE process = ?1)"
 	" AND NOT EXISTS (SELECT 1 FROM nccl_links WHERE process = ?1)"

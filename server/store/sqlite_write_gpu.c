@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/store/nccl_chunk.h"
 #include "server/store/sqlite_internal.h"
 
 /* Attributes follow the newest window (batches may arrive out of order). */
@@ -73,10 +74,9 @@ static const char communicator_upsert_sql[] =
 	" destroyed = max(destroyed, excluded.destroyed),"
 	" first_seen_ns = min(first_seen_ns, excluded.first_seen_ns),"
 	" last_seen_ns = max(last_seen_ns, excluded.last_seen_ns)";
-static const char nccl_call_insert_sql[] =
-	"INSERT INTO nccl_calls (node, process, tid, comm_key, op, seq, entry_ns, exit_ns,"
-	" count, bytes, peer, result, rank, datatype, redop, flags, stream) VALUES (?1, ?2,"
-	" ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
+static const char nccl_chunk_insert_sql[] =
+	"INSERT INTO nccl_call_chunks (node, process, comm_key, op, seq_min, seq_max, entry_min_ns,"
+	" entry_max_ns, calls, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
 static const char launch_insert_sql[] =
 	"INSERT INTO launches (time_ms, node, process, function, kernel_name, user_stack,"
 	" kernel_stack, count, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_mem,"
@@ -159,108 +159,212 @@ static int communicator_upsert(struct conn *c, const struct sysom_batch *b,
 			STORE__INT(store__clamp(b->window_end_ns))) });
 }
 
-/* The 17 parameters of one nccl_calls row, in nccl_call_insert_sql's order. */
-#define NCCL_CALL_COLUMNS 17
+/* The store's order of a batch's calls: by chunk group (process, communicator, op), then
+ * entry time, then arrival (a stable order: ties keep the batch's). */
+struct call_ref {
+	const struct sysom_nccl_call *k;
+	uint32_t index;
+};
 
-static void nccl_call_args(const struct sysom_nccl_call *k, const struct store__batch_ids *ids,
-			   struct store__arg *a)
+static int call_ref_cmp(const void *x, const void *y)
 {
-	const struct store__arg row[NCCL_CALL_COLUMNS] = {
-		STORE__INT(ids->node), STORE__INT(ids->processes[k->process]),
-		STORE__INT(k->tid), STORE__INT(store__i64(k->comm_key)), STORE__INT(k->op),
-		STORE__INT(store__i64(k->seq)), STORE__INT(store__clamp(k->entry_ns)),
-		STORE__INT(store__clamp(k->exit_ns)), STORE__INT(store__clamp(k->count)),
-		STORE__INT(store__clamp(k->bytes)), STORE__INT(k->peer), STORE__INT(k->result),
-		STORE__INT(k->rank), STORE__INT(k->datatype), STORE__INT(k->redop),
-		STORE__INT(k->flags), STORE__INT(store__i64(k->stream)),
-	};
+	const struct sysom_nccl_call *a = ((const struct call_ref *)x)->k;
+	const struct sysom_nccl_call *b = ((const struct call_ref *)y)->k;
+	uint32_t ia = ((const struct call_ref *)x)->index, ib = ((const struct call_ref *)y)->index;
 
-	memcpy(a, row, sizeof(row));
+	if (a->process != b->process)
+		return a->process < b->process ? -1 : 1;
+	if (a->comm_key != b->comm_key)
+		return a->comm_key < b->comm_key ? -1 : 1;
+	if (a->op != b->op)
+		return a->op < b->op ? -1 : 1;
+	if (a->entry_ns != b->entry_ns)
+		return a->entry_ns < b->entry_ns ? -1 : 1;
+	return (ia > ib) - (ia < ib);
 }
 
-static int nccl_call_insert(struct conn *c, const struct sysom_nccl_call *k,
-			    const struct store__batch_ids *ids)
+/* Writes calls[0..n) (one group, within a chunk's bounds) as one nccl_call_chunks row. */
+static int nccl_chunk_insert(struct conn *c, sqlite3_int64 node, sqlite3_int64 process,
+			     uint64_t comm_key, uint8_t op, const struct nccl_chunk_call *calls,
+			     size_t n, struct byte_buf *blob)
 {
-	struct store__arg a[NCCL_CALL_COLUMNS];
+	uint64_t seq_min = UINT64_MAX, seq_max = 0, entry_min = UINT64_MAX, entry_max = 0;
+	int rc;
 
-	nccl_call_args(k, ids, a);
-	return store__query(c, &(struct store__query){ .sql = nccl_call_insert_sql, .args = a,
-						      .nargs = NCCL_CALL_COLUMNS });
+	for (size_t i = 0; i < n; i++) {
+		seq_min = calls[i].seq < seq_min ? calls[i].seq : seq_min;
+		seq_max = calls[i].seq > seq_max ? calls[i].seq : seq_max;
+		entry_min = calls[i].entry_ns < entry_min ? calls[i].entry_ns : entry_min;
+		entry_max = calls[i].entry_ns > entry_max ? calls[i].entry_ns : entry_max;
+	}
+	blob->len = 0;
+	if ((rc = nccl_chunk_encode(calls, n, blob)))
+		return rc;
+	return store__query(c, &(struct store__query){
+		.sql = nccl_chunk_insert_sql,
+		.args = STORE__ARGS(STORE__INT(node), STORE__INT(process),
+				    STORE__INT(store__i64(comm_key)), STORE__INT(op),
+				    STORE__INT(store__clamp(seq_min)), STORE__INT(store__clamp(seq_max)),
+				    STORE__INT(store__clamp(entry_min)),
+				    STORE__INT(store__clamp(entry_max)), STORE__INT(n),
+				    STORE__BLOB(blob->data, blob->len)) });
 }
 
 /*
- * A batch carries tens of thousands of NCCL calls (25,836 per 30-s batch of the simulated
- * 8-rank job) and one statement per row spent an eighth of the ingest time starting and ending
- * statements (docs/PERFORMANCE.md): full groups of NCCL_CALLS_PER_INSERT rows go in one
- * multi-row INSERT (built once; cached per connection by its address like the literals), the
- * rest one by one.
+ * Stores the returned calls of `b` (in-flight ones are stored when they come again) as chunks
+ * (server/store/nccl_chunk.h): one row per (process, communicator, op) of the batch, cut
+ * where a chunk would pass NCCL_CHUNK_MAX_CALLS calls, NCCL_CHUNK_MAX_SEQ_SPAN sequence numbers
+ * or NCCL_CHUNK_MAX_ENTRY_SPAN_NS of entry times (the bounds the readers' index ranges rely on).
  */
-#define NCCL_CALLS_PER_INSERT 32
-static char nccl_calls_multi_sql[sizeof(nccl_call_insert_sql) +
-				 NCCL_CALLS_PER_INSERT * (2 * NCCL_CALL_COLUMNS + 2)];
-static pthread_once_t nccl_calls_multi_once = PTHREAD_ONCE_INIT;
-
-static void nccl_calls_multi_build(void)
-{
-	size_t n = (size_t)(strstr(nccl_call_insert_sql, " VALUES ") - nccl_call_insert_sql);
-	char *p = nccl_calls_multi_sql;
-
-	memcpy(p, nccl_call_insert_sql, n);
-	p += n;
-	p += sprintf(p, " VALUES ");
-	for (int r = 0; r < NCCL_CALLS_PER_INSERT; r++) {
-		*p++ = r ? ',' : '(';
-		if (r)
-			*p++ = '(';
-		for (int col = 0; col < NCCL_CALL_COLUMNS; col++) {
-			if (col)
-				*p++ = ',';
-			*p++ = '?';
-		}
-		*p++ = ')';
-	}
-	*p = '\0';
-}
-
-/* Inserts the returned calls of `b` (in-flight ones are stored when they come again). */
 static int nccl_calls_insert(struct conn *c, const struct sysom_batch *b,
 			     const struct store__batch_ids *ids)
 {
-	struct store__arg *a = NULL;
-	uint32_t group = 0;
+	struct call_ref *refs = NULL;
+	struct nccl_chunk_call *chunk = NULL;
+	struct byte_buf blob = { 0 };
+	size_t nrefs = 0, n = 0;
+	uint64_t seq_min = 0, seq_max = 0, entry_min = 0;
 	int rc = 0;
 
-	pthread_once(&nccl_calls_multi_once, nccl_calls_multi_build);
-	if (b->nccl_call_count >= NCCL_CALLS_PER_INSERT &&
-	    !(a = malloc(sizeof(*a) * NCCL_CALLS_PER_INSERT * NCCL_CALL_COLUMNS)))
-		return -ENOMEM;
-	for (uint32_t i = 0; i < b->nccl_call_count; i++) {
-		const struct sysom_nccl_call *k = &b->nccl_calls[i];
-
-		if (k->flags & SYSOM_NCCL_IN_FLIGHT)
-			continue;
-		if (!a) {
-			if ((rc = nccl_call_insert(c, k, ids)))
-				goto cleanup;
-			continue;
-		}
-		nccl_call_args(k, ids, a + (size_t)group * NCCL_CALL_COLUMNS);
-		if (++group < NCCL_CALLS_PER_INSERT)
-			continue;
-		group = 0;
-		if ((rc = store__query(c, &(struct store__query){
-			     .sql = nccl_calls_multi_sql, .args = a,
-			     .nargs = NCCL_CALLS_PER_INSERT * NCCL_CALL_COLUMNS })))
-			goto cleanup;
+	if (!b->nccl_call_count)
+		return 0;
+	if (!(refs = malloc(sizeof(*refs) * b->nccl_call_count)) ||
+	    !(chunk = malloc(sizeof(*chunk) * NCCL_CHUNK_MAX_CALLS))) {
+		rc = -ENOMEM;
+		goto cleanup;
 	}
-	/* The last, incomplete group: row by row, from the arguments already made. */
-	for (uint32_t g = 0; g < group; g++)
-		if ((rc = store__query(c, &(struct store__query){
-			     .sql = nccl_call_insert_sql, .args = a + (size_t)g * NCCL_CALL_COLUMNS,
-			     .nargs = NCCL_CALL_COLUMNS })))
-			goto cleanup;
+	for (uint32_t i = 0; i < b->nccl_call_count; i++)
+		if (!(b->nccl_calls[i].flags & SYSOM_NCCL_IN_FLIGHT))
+			refs[nrefs++] = (struct call_ref){ &b->nccl_calls[i], i };
+	qsort(refs, nrefs, sizeof(*refs), call_ref_cmp);
+	for (size_t i = 0; i < nrefs; i++) {
+		const struct sysom_nccl_call *k = refs[i].k;
+		if (n) {
+			const struct sysom_nccl_call *g = refs[i - n].k;
+			uint64_t lo = k->seq < seq_min ? k->seq : seq_min;
+			uint64_t hi = k->seq > seq_max ? k->seq : seq_max;
+			bool same = k->process == g->process && k->comm_key == g->comm_key &&
+				    k->op == g->op;
+			if (!same || n == NCCL_CHUNK_MAX_CALLS || hi - lo > NCCL_CHUNK_MAX_SEQ_SPAN ||
+			    k->entry_ns - entry_min > (uint64_t)NCCL_CHUNK_MAX_ENTRY_SPAN_NS) {
+				if ((rc = nccl_chunk_insert(c, ids->node, ids->processes[g->process],
+							     g->comm_key, g->op, chunk, n, &blob)))
+					goto cleanup;
+				n = 0;
+			}
+		}
+		if (!n) {
+			seq_min = seq_max = k->seq;
+			entry_min = k->entry_ns; /* sorted by entry: the chunk's earliest */
+		}
+		seq_min = k->seq < seq_min ? k->seq : seq_min;
+		seq_max = k->seq > seq_max ? k->seq : seq_max;
+		nccl_chunk_call_from_wire(k, &chunk[n++]);
+	}
+	if (n) {
+		const struct sysom_nccl_call *g = refs[nrefs - n].k;
+		rc = nccl_chunk_insert(c, ids->node, ids->processes[g->process], g->comm_key, g->op,
+				       chunk, n, &blob);
+	}
 cleanup:
-	free(a);
+	byte_buf_free(&blob);
+	free(chunk);
+	free(refs);
+	return rc;
+}
+
+/* ---- schema 13: the per-call rows of older databases become chunks -------------------------- */
+
+struct chunk_convert {
+	struct conn *c;
+	struct nccl_chunk_call *chunk;
+	size_t n;
+	sqlite3_int64 node, process;
+	uint64_t comm_key, seq_min, seq_max, entry_min;
+	uint8_t op;
+	struct byte_buf blob;
+	uint64_t rows, chunks;
+};
+
+static int chunk_convert_flush(struct chunk_convert *cv)
+{
+	int rc = 0;
+
+	if (cv->n) {
+		rc = nccl_chunk_insert(cv->c, cv->node, cv->process, cv->comm_key, cv->op, cv->chunk,
+				       cv->n, &cv->blob);
+		cv->chunks++;
+	}
+	cv->n = 0;
+	return rc;
+}
+
+static int chunk_convert_row(void *ctx, sqlite3_stmt *st)
+{
+	struct chunk_convert *cv = ctx;
+	sqlite3_int64 node = sqlite3_column_int64(st, 0), process = sqlite3_column_int64(st, 1);
+	uint64_t comm_key = store__u64(sqlite3_column_int64(st, 2));
+	uint8_t op = (uint8_t)sqlite3_column_int(st, 3);
+	struct nccl_chunk_call k = {
+		.seq = store__u64(sqlite3_column_int64(st, 4)),
+		.entry_ns = (uint64_t)sqlite3_column_int64(st, 5),
+		.exit_ns = (uint64_t)sqlite3_column_int64(st, 6),
+		.tid = (uint32_t)sqlite3_column_int64(st, 7),
+		.count = (uint64_t)sqlite3_column_int64(st, 8),
+		.bytes = (uint64_t)sqlite3_column_int64(st, 9),
+		.peer = sqlite3_column_int(st, 10),
+		.result = sqlite3_column_int(st, 11),
+		.rank = sqlite3_column_int(st, 12),
+		.datatype = (uint8_t)sqlite3_column_int(st, 13),
+		.redop = (uint8_t)sqlite3_column_int(st, 14),
+		.flags = (uint8_t)sqlite3_column_int(st, 15),
+		.stream = store__u64(sqlite3_column_int64(st, 16)),
+	};
+	int rc;
+
+	if (cv->n) {
+		uint64_t lo = k.seq < cv->seq_min ? k.seq : cv->seq_min;
+		uint64_t hi = k.seq > cv->seq_max ? k.seq : cv->seq_max;
+		if (node != cv->node || process != cv->process || comm_key != cv->comm_key ||
+		    op != cv->op || cv->n == NCCL_CHUNK_MAX_CALLS ||
+		    hi - lo > NCCL_CHUNK_MAX_SEQ_SPAN ||
+		    k.entry_ns - cv->entry_min > (uint64_t)NCCL_CHUNK_MAX_ENTRY_SPAN_NS)
+			if ((rc = chunk_convert_flush(cv)))
+				return rc;
+	}
+	if (!cv->n) {
+		cv->node = node;
+		cv->process = process;
+		cv->comm_key = comm_key;
+		cv->op = op;
+		cv->seq_min = cv->seq_max = k.seq;
+		cv->entry_min = k.entry_ns;
+	}
+	cv->seq_min = k.seq < cv->seq_min ? k.seq : cv->seq_min;
+	cv->seq_max = k.seq > cv->seq_max ? k.seq : cv->seq_max;
+	cv->chunk[cv->n++] = k;
+	cv->rows++;
+	return 0;
+}
+
+int store__nccl_calls_to_chunks(struct conn *c)
+{
+	struct chunk_convert cv = { .c = c };
+	int rc;
+
+	if (!(cv.chunk = malloc(sizeof(*cv.chunk) * NCCL_CHUNK_MAX_CALLS)))
+		return -ENOMEM;
+	rc = store__query(c, &(struct store__query){
+		.sql = "SELECT node, process, comm_key, op, seq, entry_ns, exit_ns, tid, count, bytes,"
+		       " peer, result, rank, datatype, redop, flags, stream FROM nccl_calls"
+		       " ORDER BY process, comm_key, op, entry_ns, id",
+		.once = true, .row = chunk_convert_row, .ctx = &cv });
+	if (!rc)
+		rc = chunk_convert_flush(&cv);
+	if (!rc)
+		rc = store__conn_exec(c, "DROP TABLE nccl_calls");
+	byte_buf_free(&cv.blob);
+	free(cv.chunk);
 	return rc;
 }
 

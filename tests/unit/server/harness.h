@@ -198,7 +198,7 @@ static inline long long harness_all_rows(const struct harness *h)
 {
 	static const char *const tables[] = { "nodes", "batches", "objects", "processes",
 					      "stacks", "samples", "node_counters", "job_ranks",
-					      "communicators", "nccl_calls", "launches" };
+					      "communicators", "nccl_call_chunks", "launches" };
 	long long sum = 0;
 
 	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++)

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* SQLite store: schema and migrations, batch round trips, dedupe, atomicity, disk full, busy. */
 #include <errno.h>
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include <sqlite3.h>
 
 #include "common/error.h"
+#include "server/store/nccl_chunk.h"
 #include "server/store/store.h"
 #include "tests/support/batch_fixture.h"
 #include "tests/unit/server/job_fixture.h"
@@ -24,8 +26,21 @@
 #define DROP_V4_TABLES                                                                       \
 	"DROP TABLE os_cpus; DROP TABLE os_irqs; DROP TABLE os_threads; DROP TABLE diagnoses;"  \
 	" DROP TABLE job_settings; DROP TABLE job_baselines;" DROP_V5_COLUMNS
-/* What migration 12 added: the rank's GPU (wire 1.7). */
-#define DROP_V12_COLUMNS " ALTER TABLE job_ranks DROP COLUMN gpu_device;"
+/* What migration 13 changed: NCCL calls back in per-call rows (schema 12's table). */
+#define DROP_V13_CHUNKS " DROP TABLE nccl_call_chunks;" NCCL_CALLS_V12
+#define NCCL_CALLS_V12                                                                       \
+	" CREATE TABLE nccl_calls (id INTEGER PRIMARY KEY,"                                   \
+	" node INTEGER NOT NULL REFERENCES nodes(id),"                                        \
+	" process INTEGER NOT NULL REFERENCES processes(id), tid INTEGER NOT NULL,"           \
+	" comm_key INTEGER NOT NULL, op INTEGER NOT NULL, seq INTEGER NOT NULL,"              \
+	" entry_ns INTEGER NOT NULL, exit_ns INTEGER NOT NULL, count INTEGER NOT NULL,"       \
+	" bytes INTEGER NOT NULL, peer INTEGER NOT NULL, result INTEGER NOT NULL,"            \
+	" rank INTEGER NOT NULL, datatype INTEGER NOT NULL, redop INTEGER NOT NULL,"          \
+	" flags INTEGER NOT NULL, stream INTEGER NOT NULL);"                                  \
+	" CREATE INDEX nccl_calls_instance ON nccl_calls(comm_key, op, seq);"                 \
+	" CREATE INDEX nccl_calls_process_time ON nccl_calls(process, entry_ns);"
+/* What migration 12 added: the rank's GPU (wire 1.7), then the above. */
+#define DROP_V12_COLUMNS DROP_V13_CHUNKS " ALTER TABLE job_ranks DROP COLUMN gpu_device;"
 /* What migration 11 added: the role of a job's process (DataLoader workers) and its rank's pid,
  * then the above. */
 #define DROP_V11_COLUMNS                                                                     \
@@ -111,9 +126,81 @@ static long long rows(const char *dir, const char *table)
 	return n;
 }
 
+/* The NCCL calls stored (the sum of the chunks' call counts). */
+static long long nccl_call_rows(const char *dir)
+{
+	sqlite3 *db = raw_open(dir);
+	long long n = raw_int(db, "SELECT coalesce(sum(calls), 0) FROM nccl_call_chunks");
+
+	sqlite3_close(db);
+	return n;
+}
+
+/* Every NCCL call chunk decoded: sums over the calls, and the rows' own columns checked. */
+struct chunk_sums {
+	long long calls, chunks, groups, seq, entry_mod, peer, stream, in_flight, bad_ranges;
+	long long distinct_streams;
+};
+
+static int cmp_u64(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+	return (a > b) - (a < b);
+}
+
+static void nccl_chunk_sums(const char *dir, struct chunk_sums *out)
+{
+	sqlite3 *db = raw_open(dir);
+	sqlite3_stmt *st;
+	uint64_t *streams = NULL;
+	size_t nstreams = 0;
+
+	memset(out, 0, sizeof(*out));
+	out->groups = raw_int(db, "SELECT count(*) FROM (SELECT DISTINCT process, comm_key, op"
+				  " FROM nccl_call_chunks)");
+	assert_int_equal(sqlite3_prepare_v2(db, "SELECT seq_min, seq_max, entry_min_ns, entry_max_ns,"
+						" calls, data FROM nccl_call_chunks", -1, &st, NULL),
+			 SQLITE_OK);
+	while (sqlite3_step(st) == SQLITE_ROW) {
+		struct nccl_chunk_call *k;
+		size_t n;
+		assert_int_equal(nccl_chunk_decode(sqlite3_column_blob(st, 5),
+						   (size_t)sqlite3_column_bytes(st, 5), &k, &n), 0);
+		assert_int_equal(n, sqlite3_column_int64(st, 4));
+		long long smin = LLONG_MAX, smax = LLONG_MIN, emin = LLONG_MAX, emax = LLONG_MIN;
+		streams = realloc(streams, sizeof(*streams) * (nstreams + n));
+		assert_non_null(streams);
+		for (size_t i = 0; i < n; i++) {
+			out->seq += (long long)k[i].seq;
+			out->entry_mod += (long long)(k[i].entry_ns % 1000000007);
+			out->peer += k[i].peer;
+			out->stream += (long long)k[i].stream;
+			out->in_flight += (k[i].flags & SYSOM_NCCL_IN_FLIGHT) != 0;
+			streams[nstreams++] = k[i].stream;
+			smin = (long long)k[i].seq < smin ? (long long)k[i].seq : smin;
+			smax = (long long)k[i].seq > smax ? (long long)k[i].seq : smax;
+			emin = (long long)k[i].entry_ns < emin ? (long long)k[i].entry_ns : emin;
+			emax = (long long)k[i].entry_ns > emax ? (long long)k[i].entry_ns : emax;
+		}
+		out->bad_ranges += smin != sqlite3_column_int64(st, 0) ||
+				   smax != sqlite3_column_int64(st, 1) ||
+				   emin != sqlite3_column_int64(st, 2) ||
+				   emax != sqlite3_column_int64(st, 3);
+		out->calls += (long long)n;
+		out->chunks++;
+		free(k);
+	}
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	qsort(streams, nstreams, sizeof(*streams), cmp_u64);
+	for (size_t i = 0; i < nstreams; i++)
+		out->distinct_streams += !i || streams[i] != streams[i - 1];
+	free(streams);
+}
+
 static const char *const tables[] = { "nodes", "batches", "objects", "processes", "stacks",
 				      "samples", "node_counters", "job_ranks", "communicators",
-				      "nccl_calls", "launches" };
+				      "nccl_call_chunks", "launches" };
 #define NTABLES (sizeof(tables) / sizeof(tables[0]))
 
 static void all_rows(const char *dir, long long out[NTABLES])
@@ -143,17 +230,17 @@ static void test_schema_created_and_reopened(void **state)
 	char err[256];
 	sqlite3 *db;
 
-	assert_int_equal(store_schema_version(c->store), 12);
+	assert_int_equal(store_schema_version(c->store), 13);
 	store_close(c->store);
 	c->store = NULL;
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 12);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 13);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
 				     " AND name IN ('nodes','batches','objects','processes','stacks',"
 				     "'samples','node_counters','kernel_symbol_tables','kernel_symbols',"
-				     "'job_ranks','communicators','nccl_calls','launches')"), 13);
+				     "'job_ranks','communicators','nccl_call_chunks','launches')"), 13);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'index'"
-				     " AND name IN ('nccl_calls_instance','nccl_calls_process_time',"
+				     " AND name IN ('nccl_call_chunks_instance','nccl_call_chunks_process_time',"
 				     "'job_ranks_job','communicators_key','launches_time',"
 				     "'launches_process_time')"), 6);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'index'"
@@ -597,7 +684,7 @@ static void test_migration_from_v1(void **state)
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 12);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 13);
 	sqlite3_close(db);
 	assert_int_equal(rows(c->dir, "samples"), 4);
 	assert_int_equal(rows(c->dir, "launches"), 0);
@@ -623,7 +710,7 @@ static void test_migration_from_v2(void **state)
 				      NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 12);
+	assert_int_equal(store_schema_version(c->store), 13);
 	struct job_spec js = { .base = { .node = 2, .epoch = 1, .sequence = 1,
 					 .window_start_ns = T0 },
 			       .job = "job-42", .first_rank = 0, .local_ranks = 2, .instances = 1,
@@ -804,6 +891,119 @@ static void test_host_signals_round_trip(void **state)
 	assert_int_equal(r.n, 0);
 }
 
+/* Every call of a collectives answer as one line of text. */
+static int call_line(void *arg, const struct store_collective_call *k)
+{
+	fprintf(arg, "%llx %u %llu first=%lld n=%d r=%d %lld-%lld %llu %llu %d %d %u/%u %s %s %d\n",
+		(unsigned long long)k->comm_key, k->op, (unsigned long long)k->seq,
+		(long long)k->first_entry_ns, k->nranks, k->rank, (long long)k->entry_ns,
+		(long long)k->exit_ns, (unsigned long long)k->count, (unsigned long long)k->bytes,
+		k->peer, k->result, k->pid, k->tid, k->node_id, k->hostname, k->job_rank);
+	return 0;
+}
+
+static char *collectives_text(struct store *s, const struct store_collective_filter *f,
+			      uint32_t max)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&text, &len);
+
+	assert_non_null(out);
+	assert_int_equal(store_collectives_list(s, f, max, call_line, out), 0);
+	fclose(out);
+	return text;
+}
+
+/*
+ * A schema-12 database kept one row per NCCL call: it opens with its calls moved into chunks
+ * (in the migration's transaction), the per-call table gone, and every collectives answer
+ * (whole range, a bounded one, the latest instances) the same as before the move.
+ */
+static void test_migration_nccl_calls_to_chunks(void **state)
+{
+	struct ctx *c = *state;
+	struct store_put_result res;
+	struct job_spec n1 = job_node(1, -1), n2 = job_node(2, 5);
+	struct store_collective_filter all = { .job = "job-42", .from_ns = 0, .to_ns = INT64_MAX };
+	struct store_collective_filter part = { .job = "job-42", .from_ns = (int64_t)T0 + 1500000000LL,
+						.to_ns = INT64_MAX };
+	struct store_collective_filter latest = { .job = "job-42", .from_ns = 0,
+						  .to_ns = INT64_MAX, .latest = true };
+	char err[256];
+	sqlite3_stmt *st, *ins;
+	sqlite3 *db;
+
+	put_job(c->store, &n1, &res);
+	put_job(c->store, &n2, &res);
+	char *want_all = collectives_text(c->store, &all, 100);
+	char *want_part = collectives_text(c->store, &part, 100);
+	char *want_latest = collectives_text(c->store, &latest, 2);
+	assert_true(strlen(want_all) > 0 && strlen(want_part) < strlen(want_all));
+	store_close(c->store);
+	c->store = NULL;
+
+	/* Back to schema 12: each chunk's calls as rows, the chunks gone. */
+	db = raw_open(c->dir);
+	assert_int_equal(sqlite3_exec(db, "BEGIN;" NCCL_CALLS_V12, NULL, NULL, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(db, "SELECT node, process, comm_key, op, data FROM"
+						" nccl_call_chunks ORDER BY id", -1, &st, NULL),
+			 SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(db, "INSERT INTO nccl_calls (node, process, tid,"
+						" comm_key, op, seq, entry_ns, exit_ns, count, bytes,"
+						" peer, result, rank, datatype, redop, flags, stream)"
+						" VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", -1, &ins,
+					    NULL), SQLITE_OK);
+	long long moved = 0;
+	while (sqlite3_step(st) == SQLITE_ROW) {
+		struct nccl_chunk_call *k;
+		size_t n;
+		assert_int_equal(nccl_chunk_decode(sqlite3_column_blob(st, 4),
+						   (size_t)sqlite3_column_bytes(st, 4), &k, &n), 0);
+		for (size_t i = 0; i < n; i++) {
+			const sqlite3_int64 v[] = {
+				sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1), k[i].tid,
+				sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3),
+				(sqlite3_int64)k[i].seq, (sqlite3_int64)k[i].entry_ns,
+				(sqlite3_int64)k[i].exit_ns, (sqlite3_int64)k[i].count,
+				(sqlite3_int64)k[i].bytes, k[i].peer, k[i].result, k[i].rank,
+				k[i].datatype, k[i].redop, k[i].flags, (sqlite3_int64)k[i].stream,
+			};
+			for (int col = 0; col < 17; col++)
+				sqlite3_bind_int64(ins, col + 1, v[col]);
+			assert_int_equal(sqlite3_step(ins), SQLITE_DONE);
+			sqlite3_reset(ins);
+			moved++;
+		}
+		free(k);
+	}
+	sqlite3_finalize(st);
+	sqlite3_finalize(ins);
+	assert_int_equal(sqlite3_exec(db, "DROP TABLE nccl_call_chunks; PRAGMA user_version = 12;"
+					  " COMMIT;", NULL, NULL, NULL), SQLITE_OK);
+	assert_int_equal(moved, 8 * 5 - 1);
+	sqlite3_close(db);
+
+	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
+	assert_int_equal(store_schema_version(c->store), 13);
+	assert_int_equal(nccl_call_rows(c->dir), moved);
+	db = raw_open(c->dir);
+	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE name LIKE 'nccl_calls%'"), 0);
+	sqlite3_close(db);
+	char *got_all = collectives_text(c->store, &all, 100);
+	char *got_part = collectives_text(c->store, &part, 100);
+	char *got_latest = collectives_text(c->store, &latest, 2);
+	assert_string_equal(got_all, want_all);
+	assert_string_equal(got_part, want_part);
+	assert_string_equal(got_latest, want_latest);
+	free(got_all);
+	free(got_part);
+	free(got_latest);
+	free(want_all);
+	free(want_part);
+	free(want_latest);
+}
+
 /* Many NCCL calls in one batch (they go in multi-row statements, the tail row by row) with
  * in-flight ones among them: every returned call is stored once, field for field, and none of
  * the in-flight ones. */
@@ -834,15 +1034,18 @@ static void test_many_nccl_calls(void **state)
 	assert_int_equal(store_batch_put(c->store, &b, FIXTURE_HASH, (int64_t)T0 + 31000000000LL,
 					 &res), 0);
 	sysom_batch_free(&b);
-	sqlite3 *db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "SELECT count(*) FROM nccl_calls"), want_rows);
-	assert_int_equal(raw_int(db, "SELECT count(DISTINCT stream) FROM nccl_calls"), want_rows);
-	assert_int_equal(raw_int(db, "SELECT sum(seq) FROM nccl_calls"), want_seq);
-	assert_int_equal(raw_int(db, "SELECT sum(entry_ns % 1000000007) FROM nccl_calls"), want_entry);
-	assert_int_equal(raw_int(db, "SELECT sum(peer) FROM nccl_calls"), want_peer);
-	assert_int_equal(raw_int(db, "SELECT sum(stream) FROM nccl_calls"), want_stream);
-	assert_int_equal(raw_int(db, "SELECT count(*) FROM nccl_calls WHERE flags & 2"), 0);
-	sqlite3_close(db);
+	struct chunk_sums got = { 0 };
+	nccl_chunk_sums(c->dir, &got);
+	assert_int_equal(got.calls, want_rows);
+	assert_int_equal(got.distinct_streams, want_rows);
+	assert_int_equal(got.seq, want_seq);
+	assert_int_equal(got.entry_mod, want_entry);
+	assert_int_equal(got.peer, want_peer);
+	assert_int_equal(got.stream, want_stream);
+	assert_int_equal(got.in_flight, 0);
+	/* One chunk per (process, communicator, op), its ranges those of its calls. */
+	assert_int_equal(got.chunks, got.groups);
+	assert_int_equal(got.bad_ranges, 0);
 }
 
 /* The rank's GPU (wire 1.7): a later window of node 2 that does not know the GPUs keeps the
@@ -899,7 +1102,7 @@ static void test_jobs_round_trip(void **state)
 	put_job(c->store, &n2, &res);
 	assert_int_equal(rows(c->dir, "job_ranks"), 8);
 	assert_int_equal(rows(c->dir, "communicators"), 16);
-	assert_int_equal(rows(c->dir, "nccl_calls"), 8 * 5 - 1);
+	assert_int_equal(nccl_call_rows(c->dir), 8 * 5 - 1);
 	assert_int_equal(rows(c->dir, "launches"), 24);
 
 	/* A duplicate changes nothing. */
@@ -1260,7 +1463,7 @@ static void test_migration_from_v4(void **state)
 				      NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 12);
+	assert_int_equal(store_schema_version(c->store), 13);
 	assert_int_equal(store_batch_find(c->store, node, 1, 1, &rec), 0);
 	assert_true(rec.exists);
 	assert_false(rec.hash_known);
@@ -1564,7 +1767,7 @@ static long long dangling(sqlite3 *db)
 		"  OR process NOT IN (SELECT id FROM processes))"
 		" + (SELECT count(*) FROM offcpu WHERE user_stack NOT IN (SELECT id FROM stacks)"
 		"  OR kernel_stack NOT IN (SELECT id FROM stacks))"
-		" + (SELECT count(*) FROM nccl_calls WHERE process NOT IN (SELECT id FROM processes))"
+		" + (SELECT count(*) FROM nccl_call_chunks WHERE process NOT IN (SELECT id FROM processes))"
 		" + (SELECT count(*) FROM gpu_kernels WHERE process NOT IN (SELECT id FROM processes))"
 		" + (SELECT count(*) FROM job_ranks WHERE process NOT IN (SELECT id FROM processes))"
 		" + (SELECT count(*) FROM communicators WHERE process NOT IN (SELECT id FROM processes))");
@@ -1619,7 +1822,9 @@ static void test_retention_by_age(void **state)
 	db = raw_open(c->dir);
 	new_samples = raw_int(db, "SELECT count(*) FROM samples WHERE time_ms >= 1700432000000");
 	new_launches = raw_int(db, "SELECT count(*) FROM launches WHERE time_ms >= 1700432000000");
-	new_calls = raw_int(db, "SELECT count(*) FROM nccl_calls WHERE entry_ns >= 1700432000000000000");
+	/* A chunk spans at most a minute of entries: the fixture's are all on one side. */
+	new_calls = raw_int(db, "SELECT coalesce(sum(calls), 0) FROM nccl_call_chunks"
+				" WHERE entry_min_ns >= 1700432000000000000");
 	old_stacks = raw_int(db, "SELECT count(*) FROM stacks");
 	node2_procs = raw_int(db, "SELECT count(*) FROM processes WHERE node = (SELECT id FROM nodes"
 				  " WHERE hostname = 'node-2')");
@@ -1641,7 +1846,7 @@ static void test_retention_by_age(void **state)
 		"SELECT count(*) FROM gpu_kernels WHERE time_ms < 1700432000000",
 		"SELECT count(*) FROM nccl_profiles WHERE time_ms < 1700432000000",
 		"SELECT count(*) FROM nccl_links WHERE time_ms < 1700432000000",
-		"SELECT count(*) FROM nccl_calls WHERE entry_ns < 1700432000000000000",
+		"SELECT count(*) FROM nccl_call_chunks WHERE entry_min_ns < 1700432000000000000",
 		"SELECT count(*) FROM batches WHERE window_end_ns < 1700432000000000000",
 		"SELECT count(*) FROM processes WHERE node = (SELECT id FROM nodes WHERE hostname = 'node-2')",
 		"SELECT count(*) FROM job_ranks WHERE job = 'job-old'",
@@ -1652,7 +1857,7 @@ static void test_retention_by_age(void **state)
 			fail_msg("left after retention: %s", timed[i]);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM samples"), new_samples);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM launches"), new_launches);
-	assert_int_equal(raw_int(db, "SELECT count(*) FROM nccl_calls"), new_calls);
+	assert_int_equal(raw_int(db, "SELECT coalesce(sum(calls), 0) FROM nccl_call_chunks"), new_calls);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM batches"), 1);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM job_ranks WHERE job = 'job-a'"), 2);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM nodes"), 2);
@@ -1744,6 +1949,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_jobs_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_job_rank_gpu_device, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_nccl_calls, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_migration_nccl_calls_to_chunks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_host_signals_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_job_rank_updates, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_diagnoses_settings_baselines, setup, teardown),

@@ -539,7 +539,7 @@ static long long dangling(sqlite3 *db)
 		" + (SELECT count(*) FROM launches WHERE user_stack NOT IN (SELECT id FROM stacks)"
 		"  OR kernel_stack NOT IN (SELECT id FROM stacks)"
 		"  OR process NOT IN (SELECT id FROM processes))"
-		" + (SELECT count(*) FROM nccl_calls WHERE process NOT IN (SELECT id FROM processes))"
+		" + (SELECT count(*) FROM nccl_call_chunks WHERE process NOT IN (SELECT id FROM processes))"
 		" + (SELECT count(*) FROM gpu_kernels WHERE process NOT IN (SELECT id FROM processes))"
 		" + (SELECT count(*) FROM os_threads WHERE process NOT IN (SELECT id FROM processes))"
 		" + (SELECT count(*) FROM job_ranks WHERE process NOT IN (SELECT id FROM processes))"

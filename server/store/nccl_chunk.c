@@ -1,0 +1,192 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* NCCL call chunks: the encoder and the bounded decoder of the blob (format: nccl_chunk.h). */
+#include "server/store/nccl_chunk.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "common/compress.h"
+#include "common/error.h"
+
+/* zstd level: chunks are written on the ingest path; level 1 keeps it cheap. */
+#define NCCL_CHUNK_ZSTD_LEVEL 1
+
+static void put_varint(struct byte_buf *b, uint64_t v)
+{
+	uint8_t tmp[10];
+	size_t n = 0;
+
+	do {
+		uint8_t byte = v & 0x7f;
+		v >>= 7;
+		tmp[n++] = byte | (v ? 0x80 : 0);
+	} while (v);
+	byte_buf_append(b, tmp, n);
+}
+
+static uint64_t zigzag(uint64_t wrapping_difference)
+{
+	int64_t d = (int64_t)wrapping_difference;
+	return ((uint64_t)d << 1) ^ (uint64_t)(d >> 63);
+}
+
+static uint64_t unzigzag(uint64_t z)
+{
+	return (z >> 1) ^ (0 - (z & 1));
+}
+
+void nccl_chunk_call_from_wire(const struct sysom_nccl_call *k, struct nccl_chunk_call *out)
+{
+	*out = (struct nccl_chunk_call){
+		.tid = k->tid, .seq = k->seq, .entry_ns = k->entry_ns, .exit_ns = k->exit_ns,
+		.count = k->count, .bytes = k->bytes, .stream = k->stream, .peer = k->peer,
+		.result = k->result, .rank = k->rank, .datatype = k->datatype, .redop = k->redop,
+		.flags = k->flags,
+	};
+}
+
+int nccl_chunk_encode(const struct nccl_chunk_call *calls, size_t n, struct byte_buf *out)
+{
+	struct byte_buf payload = { 0 };
+	uint64_t prev_seq = 0, prev_entry = 0;
+	int rc;
+
+	if (!n || n > NCCL_CHUNK_MAX_CALLS)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		const struct nccl_chunk_call *c = &calls[i];
+		put_varint(&payload, c->tid);
+		put_varint(&payload, zigzag(c->seq - prev_seq));
+		put_varint(&payload, zigzag(c->entry_ns - prev_entry));
+		put_varint(&payload, zigzag(c->exit_ns - c->entry_ns));
+		put_varint(&payload, c->count);
+		put_varint(&payload, c->bytes);
+		put_varint(&payload, zigzag((uint64_t)(int64_t)c->peer));
+		put_varint(&payload, zigzag((uint64_t)(int64_t)c->result));
+		put_varint(&payload, zigzag((uint64_t)(int64_t)c->rank));
+		put_varint(&payload, c->datatype);
+		put_varint(&payload, c->redop);
+		put_varint(&payload, c->flags);
+		put_varint(&payload, c->stream);
+		prev_seq = c->seq;
+		prev_entry = c->entry_ns;
+	}
+	if ((rc = byte_buf_error(&payload)))
+		goto cleanup;
+	byte_buf_put_u8(out, NCCL_CHUNK_VERSION);
+	put_varint(out, n);
+	put_varint(out, payload.len);
+	if ((rc = byte_buf_error(out)))
+		goto cleanup;
+	rc = sysom_zstd_compress(payload.data, payload.len, NCCL_CHUNK_ZSTD_LEVEL, out);
+cleanup:
+	byte_buf_free(&payload);
+	return rc;
+}
+
+/* A varint of at most 10 bytes whose value fits 64 bits. */
+static bool get_varint(struct byte_reader *r, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	for (int shift = 0; shift < 70; shift += 7) {
+		uint8_t byte;
+		if (!byte_reader_u8(r, &byte))
+			return false;
+		if (shift == 63 && byte > 1)
+			return false; /* past 64 bits */
+		v |= (uint64_t)(byte & 0x7f) << shift;
+		if (!(byte & 0x80)) {
+			*out = v;
+			return true;
+		}
+	}
+	return false;
+}
+
+static bool get_bounded(struct byte_reader *r, uint64_t max, uint64_t *out)
+{
+	return get_varint(r, out) && *out <= max;
+}
+
+static bool get_i32(struct byte_reader *r, int32_t *out)
+{
+	uint64_t z;
+
+	if (!get_varint(r, &z))
+		return false;
+	int64_t v = (int64_t)unzigzag(z);
+	if (v < INT32_MIN || v > INT32_MAX)
+		return false;
+	*out = (int32_t)v;
+	return true;
+}
+
+int nccl_chunk_decode(const void *blob, size_t len, struct nccl_chunk_call **calls, size_t *n)
+{
+	struct byte_reader r;
+	struct byte_buf payload = { 0 };
+	struct nccl_chunk_call *v = NULL;
+	uint64_t count = 0, raw_len = 0, prev_seq = 0, prev_entry = 0;
+	uint8_t version;
+	int rc;
+
+	*calls = NULL;
+	*n = 0;
+	byte_reader_init(&r, blob, len);
+	if (!byte_reader_u8(&r, &version) || version != NCCL_CHUNK_VERSION ||
+	    !get_varint(&r, &count) || !count || !get_varint(&r, &raw_len)) {
+		rc = -SYSOM_ECORRUPT;
+		goto cleanup;
+	}
+	if (count > NCCL_CHUNK_MAX_CALLS || raw_len > count * NCCL_CHUNK_CALL_MAX_BYTES) {
+		rc = -SYSOM_ELIMIT;
+		goto cleanup;
+	}
+	if ((rc = sysom_zstd_decompress((const uint8_t *)blob + byte_reader_offset(&r),
+					byte_reader_left(&r), raw_len, &payload)))
+		goto cleanup;
+	if (payload.len != raw_len) {
+		rc = -SYSOM_ECORRUPT;
+		goto cleanup;
+	}
+	if (!(v = calloc(count, sizeof(*v)))) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	byte_reader_init(&r, payload.data, payload.len);
+	for (uint64_t i = 0; i < count; i++) {
+		struct nccl_chunk_call *c = &v[i];
+		uint64_t tid, dseq, dentry, dexit, datatype, redop, flags;
+		if (!get_bounded(&r, UINT32_MAX, &tid) || !get_varint(&r, &dseq) ||
+		    !get_varint(&r, &dentry) || !get_varint(&r, &dexit) ||
+		    !get_varint(&r, &c->count) || !get_varint(&r, &c->bytes) ||
+		    !get_i32(&r, &c->peer) || !get_i32(&r, &c->result) || !get_i32(&r, &c->rank) ||
+		    !get_bounded(&r, UINT8_MAX, &datatype) || !get_bounded(&r, UINT8_MAX, &redop) ||
+		    !get_bounded(&r, UINT8_MAX, &flags) || !get_varint(&r, &c->stream)) {
+			rc = -SYSOM_ECORRUPT;
+			goto cleanup;
+		}
+		c->tid = (uint32_t)tid;
+		c->seq = prev_seq + unzigzag(dseq);
+		c->entry_ns = prev_entry + unzigzag(dentry);
+		c->exit_ns = c->entry_ns + unzigzag(dexit);
+		c->datatype = (uint8_t)datatype;
+		c->redop = (uint8_t)redop;
+		c->flags = (uint8_t)flags;
+		prev_seq = c->seq;
+		prev_entry = c->entry_ns;
+	}
+	if (byte_reader_left(&r)) {
+		rc = -SYSOM_ECORRUPT;
+		goto cleanup;
+	}
+	*calls = v;
+	*n = (size_t)count;
+	v = NULL;
+cleanup:
+	free(v);
+	byte_buf_free(&payload);
+	return rc;
+}
