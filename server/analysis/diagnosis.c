@@ -369,6 +369,7 @@ struct gk_row {
 	int32_t rank;
 	char *name;
 	uint64_t count, total_ns;
+	uint64_t hist[SYSOM_GPU_HIST_BUCKETS];
 };
 
 struct gk_rows {
@@ -384,15 +385,20 @@ static int gk_kernel(void *arg, const struct store_gpu_kernel_row *r)
 
 	if (r->who.job_rank < 0)
 		return 0;
-	if (last && last->rank == r->who.job_rank && strcmp(last->name, r->name) == 0) {
-		last->count += r->count;
-		last->total_ns += r->total_ns;
-		return 0;
+	if (!last || last->rank != r->who.job_rank || strcmp(last->name, r->name) != 0) {
+		if (SYSOM_ARRAY_RESERVE(k->rows, k->cap, k->n, 256))
+			return -ENOMEM;
+		last = &k->rows[k->n];
+		*last = (struct gk_row){ .rank = r->who.job_rank, .name = strdup(r->name) };
+		if (!last->name)
+			return -ENOMEM;
+		k->n++;
 	}
-	if (SYSOM_ARRAY_RESERVE(k->rows, k->cap, k->n, 256))
-		return -ENOMEM;
-	k->rows[k->n] = (struct gk_row){ r->who.job_rank, strdup(r->name), r->count, r->total_ns };
-	return k->rows[k->n++].name ? 0 : -ENOMEM;
+	last->count += r->count;
+	last->total_ns += r->total_ns;
+	for (int i = 0; i < SYSOM_GPU_HIST_BUCKETS; i++)
+		last->hist[i] += r->hist[i];
+	return 0;
 }
 
 static void gk_free(struct gk_rows *k)
@@ -400,6 +406,15 @@ static void gk_free(struct gk_rows *k)
 	for (size_t i = 0; i < k->n; i++)
 		free(k->rows[i].name);
 	free(k->rows);
+}
+
+/* Adds the duration histogram of `name` on `rank` (every row of it) to `hist`. */
+static void gk_hist_add(const struct gk_rows *k, int32_t rank, const char *name, uint64_t *hist)
+{
+	for (size_t i = 0; i < k->n; i++)
+		if (k->rows[i].rank == rank && strcmp(k->rows[i].name, name) == 0)
+			for (int b = 0; b < SYSOM_GPU_HIST_BUCKETS; b++)
+				hist[b] += k->rows[i].hist[b];
 }
 
 /* Mean GPU ns per execution of `name` on `rank` (every row of it), or -1. */
@@ -551,6 +566,14 @@ static void diagnose_gpu(const struct diagnosis_ctx *ctx, const struct store_sam
 		kr->count = cmp[i].count;
 		kr->mean_ns = cmp[i].mean_ns;
 		kr->healthy_ns = cmp[i].healthy_ns;
+		{
+			uint64_t healthy[SYSOM_GPU_HIST_BUCKETS] = { 0 }, strag[SYSOM_GPU_HIST_BUCKETS] = { 0 };
+			for (int32_t h = 0; h < g->nranks; h++)
+				if (h != s && !ranks[h].straggler)
+					gk_hist_add(k, h, cmp[i].name, healthy);
+			gk_hist_add(k, s, cmp[i].name, strag);
+			kr->slow_share = layers_gpu_slow_share(healthy, strag, SYSOM_GPU_HIST_BUCKETS);
+		}
 		if (launch_stacks_of(&folded, cmp[i].name, kr))
 			goto cleanup;
 	}
@@ -1075,12 +1098,26 @@ static struct diagnosis *diagnose(const struct diagnosis_ctx *ctx, const struct 
 		}
 	} else if (gv == GPU_KERNEL_SPECIFIC || gv == GPU_ONE_KERNEL) {
 		d->layer = DIAGNOSIS_LAYER_GPU;
-		snprintf(summary, sizeof(d->summary),
-			 "GPU time %.2fx the healthy ranks' on rank %d, concentrated in specific kernels "
-			 "(software suspected)", slowdown, s);
-		snprintf(action, sizeof(d->action),
-			 "look at the slower kernels' inputs on rank %d (shapes, data skew) and their "
-			 "implementation", s);
+		const struct diagnosis_kernel *top = d->gpu.nkernels ? &d->gpu.kernels[0] : NULL;
+		if (top && layers_gpu_intermittent(top->slow_share)) {
+			snprintf(summary, sizeof(d->summary),
+				 "GPU time %.2fx the healthy ranks' on rank %d, concentrated in %.100s, "
+				 "which is slow on %.0f%% of its runs only (the others as fast as on the "
+				 "healthy ranks): intermittent, as under load from something sharing the "
+				 "GPU or node", slowdown, s, top->name, 100 * top->slow_share);
+			snprintf(action, sizeof(d->action),
+				 "find what runs on rank %d's GPU or node while %.100s is slow (other "
+				 "processes on the GPU: nvidia-smi pmon; memory bandwidth, PCIe or NVLink "
+				 "traffic; power capping), and whether its inputs vary between runs", s,
+				 top->name);
+		} else {
+			snprintf(summary, sizeof(d->summary),
+				 "GPU time %.2fx the healthy ranks' on rank %d, concentrated in specific "
+				 "kernels (software suspected)", slowdown, s);
+			snprintf(action, sizeof(d->action),
+				 "look at the slower kernels' inputs on rank %d (shapes, data skew) and "
+				 "their implementation", s);
+		}
 	} else if (top_fn && top_pp >= p->cpu_min_pp) {
 		d->layer = DIAGNOSIS_LAYER_CPU;
 		snprintf(summary, sizeof(d->summary),

@@ -34,10 +34,13 @@ static json_t *gpu_json(const struct diagnosis_gpu *g)
 								(json_int_t)k->stacks[j].gpu_ns,
 								"share", k->stacks[j].share));
 		json_array_append_new(kernels,
-				      json_pack("{s:s,s:I,s:f,s:f,s:f,s:o}", "name", k->name, "count",
-						(json_int_t)k->count, "mean_ns", k->mean_ns,
+				      json_pack("{s:s,s:I,s:f,s:f,s:f,s:o,s:b,s:o}", "name", k->name,
+						"count", (json_int_t)k->count, "mean_ns", k->mean_ns,
 						"healthy_median_ns", k->healthy_ns, "ratio",
-						k->mean_ns / k->healthy_ns, "launch_stacks", stacks));
+						k->mean_ns / k->healthy_ns, "slow_share",
+						real_or_null(k->slow_share), "intermittent",
+						layers_gpu_intermittent(k->slow_share), "launch_stacks",
+						stacks));
 	}
 	out = json_pack("{s:s,s:f,s:o,s:o}", "verdict", layers_gpu_verdict_name(g->verdict),
 			"slowdown", g->slowdown, "kernels", kernels, "hardware", gpu_hw_json(&g->hw));

@@ -372,3 +372,31 @@ int layers_cpu_stacks(const char *text, size_t len, const char *function, const 
 	folded_diff_free(&diff);
 	return rc;
 }
+
+double layers_gpu_slow_share(const uint64_t *healthy_hist, const uint64_t *straggler_hist,
+			     size_t buckets)
+{
+	uint64_t healthy = 0, straggler = 0, seen = 0, above = 0;
+	size_t p99 = 0;
+
+	for (size_t i = 0; i < buckets; i++) {
+		healthy += healthy_hist[i];
+		straggler += straggler_hist[i];
+	}
+	if (healthy < LAYERS_GPU_MIN_RUNS || straggler < LAYERS_GPU_MIN_RUNS)
+		return NAN;
+	/* The lowest bucket at which 99% of the healthy runs are seen. */
+	for (p99 = 0; p99 < buckets; p99++) {
+		seen += healthy_hist[p99];
+		if ((double)seen >= 0.99 * (double)healthy)
+			break;
+	}
+	for (size_t i = p99 + 1; i < buckets; i++)
+		above += straggler_hist[i];
+	return (double)above / (double)straggler;
+}
+
+bool layers_gpu_intermittent(double slow_share)
+{
+	return slow_share >= LAYERS_GPU_INTERMITTENT_MIN && slow_share <= LAYERS_GPU_INTERMITTENT_MAX;
+}

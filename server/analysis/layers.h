@@ -41,6 +41,23 @@ enum gpu_verdict {
 	GPU_ONE_KERNEL,      /* slower, but only one kernel to compare: cannot tell */
 };
 
+/*
+ * How intermittent a kernel's slowdown is: the share of the straggler's executions in duration
+ * buckets (include/sysom/histogram.h, log2 of µs) above the bucket that holds the healthy
+ * ranks' 99th percentile. A kernel slower on every run (a throttled GPU, a larger input) has
+ * most of its runs there; one slowed only while something else loads the node (contention for
+ * memory bandwidth, PCIe, power) has some. NAN when either side has fewer than
+ * LAYERS_GPU_MIN_RUNS executions in its histogram.
+ */
+#define LAYERS_GPU_MIN_RUNS 20
+double layers_gpu_slow_share(const uint64_t *healthy_hist, const uint64_t *straggler_hist,
+			     size_t buckets);
+/* A slow share in [LAYERS_GPU_INTERMITTENT_MIN, LAYERS_GPU_INTERMITTENT_MAX]: slow on some of
+ * its runs only (the rest as fast as on the healthy ranks). */
+#define LAYERS_GPU_INTERMITTENT_MIN 0.05
+#define LAYERS_GPU_INTERMITTENT_MAX 0.8
+bool layers_gpu_intermittent(double slow_share);
+
 /* Classifies; *slowdown gets the time-weighted mean ratio (1 when no data). */
 enum gpu_verdict layers_gpu_classify(const struct kernel_cmp *k, size_t n, double threshold,
 				     double *slowdown);

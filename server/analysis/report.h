@@ -46,6 +46,7 @@ struct diagnosis_kernel {
 	uint64_t count;         /* the straggler's executions */
 	double mean_ns;         /* the straggler's mean GPU time per execution */
 	double healthy_ns;      /* median of the healthy ranks' means */
+	double slow_share;      /* layers_gpu_slow_share against the healthy ranks; NAN unknown */
 	struct diagnosis_launch_stack stacks[DIAGNOSIS_TOP_STACKS];
 	size_t nstacks;
 };

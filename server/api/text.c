@@ -104,13 +104,21 @@ void api__diagnosis_text(const struct store_diagnosis *d, struct byte_buf *out)
 		byte_buf_printf(out, "\nGPU layer: %s, slowdown %.2fx\n",
 				json_string_value(json_object_get(layer, "verdict")) ?: "",
 				json_number_value(json_object_get(layer, "slowdown")));
-		json_array_foreach(json_object_get(layer, "kernels"), i, v)
-			byte_buf_printf(out, "  %-40s %8.1f us vs %8.1f us healthy (%.2fx), %" JSON_INTEGER_FORMAT " runs\n",
+		json_array_foreach(json_object_get(layer, "kernels"), i, v) {
+			json_t *share = json_object_get(v, "slow_share");
+			byte_buf_printf(out, "  %-40s %8.1f us vs %8.1f us healthy (%.2fx), %" JSON_INTEGER_FORMAT " runs",
 					json_string_value(json_object_get(v, "name")) ?: "",
 					json_number_value(json_object_get(v, "mean_ns")) / 1e3,
 					json_number_value(json_object_get(v, "healthy_median_ns")) / 1e3,
 					json_number_value(json_object_get(v, "ratio")),
 					json_integer_value(json_object_get(v, "count")));
+			if (json_is_number(share))
+				byte_buf_printf(out, ", %.0f%% slower than the healthy ranks' p99%s",
+						100 * json_number_value(share),
+						json_is_true(json_object_get(v, "intermittent"))
+							? " (intermittent)" : "");
+			byte_buf_printf(out, "\n");
+		}
 		/* The launching stacks of the kernel with the most excess, as the CPU stacks. */
 		v = json_array_get(json_object_get(layer, "kernels"), 0);
 		json_array_foreach(json_object_get(v, "launch_stacks"), i, ls) {

@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "include/sysom/histogram.h"
 #include "server/analysis/layers.h"
 
 static void test_gpu_verdicts(void **state)
@@ -193,10 +194,44 @@ static void test_cpu_time_significance(void **state)
 	assert_true(layers_cpu_time_z(0, 25, 10, 10) == 5);
 }
 
+/* The share of the straggler's runs above the healthy ranks' p99 bucket: all of them for a
+ * kernel slow on every run, about half for one slow half the time, none for an equal one;
+ * unknown with too few runs on a side. */
+static void test_gpu_slow_share(void **state)
+{
+	(void)state;
+	uint64_t healthy[SYSOM_GPU_HIST_BUCKETS] = { 0 }, strag[SYSOM_GPU_HIST_BUCKETS] = { 0 };
+
+	healthy[11] = 990; /* 1-2 ms */
+	healthy[12] = 10;  /* 1% tail: the p99 bucket is 11 */
+	strag[11] = 500;
+	strag[13] = 500;
+	assert_float_equal(layers_gpu_slow_share(healthy, strag, SYSOM_GPU_HIST_BUCKETS), 0.5, 1e-9);
+	assert_true(layers_gpu_intermittent(0.5));
+	memset(strag, 0, sizeof(strag));
+	strag[13] = 1000;
+	assert_float_equal(layers_gpu_slow_share(healthy, strag, SYSOM_GPU_HIST_BUCKETS), 1.0, 1e-9);
+	assert_false(layers_gpu_intermittent(1.0));
+	memcpy(strag, healthy, sizeof(strag));
+	/* a healthy-like tail stays at or below the p99 bucket only when 99% are below it */
+	healthy[12] = 5;
+	strag[12] = 0;
+	assert_float_equal(layers_gpu_slow_share(healthy, strag, SYSOM_GPU_HIST_BUCKETS), 0.0, 1e-9);
+	assert_false(layers_gpu_intermittent(0.0));
+	memset(strag, 0, sizeof(strag));
+	strag[13] = LAYERS_GPU_MIN_RUNS - 1;
+	assert_true(isnan(layers_gpu_slow_share(healthy, strag, SYSOM_GPU_HIST_BUCKETS)));
+	assert_false(layers_gpu_intermittent(NAN));
+	memset(healthy, 0, sizeof(healthy));
+	strag[13] = 100;
+	assert_true(isnan(layers_gpu_slow_share(healthy, strag, SYSOM_GPU_HIST_BUCKETS)));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_gpu_verdicts),
+		cmocka_unit_test(test_gpu_slow_share),
 		cmocka_unit_test(test_cpu_deltas),
 		cmocka_unit_test(test_os_signals),
 		cmocka_unit_test(test_cpu_significance),
