@@ -12,17 +12,22 @@
 /* zstd level: chunks are written on the ingest path; level 1 keeps it cheap. */
 #define NCCL_CHUNK_ZSTD_LEVEL 1
 
+/* Writes `v` as a LEB128 varint at `p` (room for 10 bytes); returns the byte after it. */
+static uint8_t *varint_write(uint8_t *p, uint64_t v)
+{
+	while (v >= 0x80) {
+		*p++ = (uint8_t)(v | 0x80);
+		v >>= 7;
+	}
+	*p++ = (uint8_t)v;
+	return p;
+}
+
 static void put_varint(struct byte_buf *b, uint64_t v)
 {
 	uint8_t tmp[10];
-	size_t n = 0;
 
-	do {
-		uint8_t byte = v & 0x7f;
-		v >>= 7;
-		tmp[n++] = byte | (v ? 0x80 : 0);
-	} while (v);
-	byte_buf_append(b, tmp, n);
+	byte_buf_append(b, tmp, (size_t)(varint_write(tmp, v) - tmp));
 }
 
 static uint64_t zigzag(uint64_t wrapping_difference)
@@ -54,26 +59,31 @@ int nccl_chunk_encode(const struct nccl_chunk_call *calls, size_t n, struct byte
 
 	if (!n || n > NCCL_CHUNK_MAX_CALLS)
 		return -EINVAL;
+	/* Room for the largest encoding, written in place (no append per field). */
+	uint8_t *p = byte_buf_reserve(&payload, n * NCCL_CHUNK_CALL_MAX_BYTES), *start = p;
+	if (!p) {
+		rc = byte_buf_error(&payload) ? byte_buf_error(&payload) : -ENOMEM;
+		goto cleanup;
+	}
 	for (size_t i = 0; i < n; i++) {
 		const struct nccl_chunk_call *c = &calls[i];
-		put_varint(&payload, c->tid);
-		put_varint(&payload, zigzag(c->seq - prev_seq));
-		put_varint(&payload, zigzag(c->entry_ns - prev_entry));
-		put_varint(&payload, zigzag(c->exit_ns - c->entry_ns));
-		put_varint(&payload, c->count);
-		put_varint(&payload, c->bytes);
-		put_varint(&payload, zigzag((uint64_t)(int64_t)c->peer));
-		put_varint(&payload, zigzag((uint64_t)(int64_t)c->result));
-		put_varint(&payload, zigzag((uint64_t)(int64_t)c->rank));
-		put_varint(&payload, c->datatype);
-		put_varint(&payload, c->redop);
-		put_varint(&payload, c->flags);
-		put_varint(&payload, c->stream);
+		p = varint_write(p, c->tid);
+		p = varint_write(p, zigzag(c->seq - prev_seq));
+		p = varint_write(p, zigzag(c->entry_ns - prev_entry));
+		p = varint_write(p, zigzag(c->exit_ns - c->entry_ns));
+		p = varint_write(p, c->count);
+		p = varint_write(p, c->bytes);
+		p = varint_write(p, zigzag((uint64_t)(int64_t)c->peer));
+		p = varint_write(p, zigzag((uint64_t)(int64_t)c->result));
+		p = varint_write(p, zigzag((uint64_t)(int64_t)c->rank));
+		p = varint_write(p, c->datatype);
+		p = varint_write(p, c->redop);
+		p = varint_write(p, c->flags);
+		p = varint_write(p, c->stream);
 		prev_seq = c->seq;
 		prev_entry = c->entry_ns;
 	}
-	if ((rc = byte_buf_error(&payload)))
-		goto cleanup;
+	payload.len += (size_t)(p - start);
 	byte_buf_put_u8(out, NCCL_CHUNK_VERSION);
 	put_varint(out, n);
 	put_varint(out, payload.len);

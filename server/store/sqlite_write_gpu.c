@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
+#include "common/hash.h"
 #include "server/store/nccl_chunk.h"
 #include "server/store/sqlite_internal.h"
 
@@ -183,6 +185,123 @@ static int call_ref_cmp(const void *x, const void *y)
 	return (ia > ib) - (ia < ib);
 }
 
+/* A chunk group of a batch: its calls' (process, communicator, op). */
+struct call_group {
+	uint32_t process;
+	uint64_t comm_key;
+	uint8_t op;
+	uint32_t count, first; /* calls; where they start in the ordered refs */
+	uint64_t last_entry;
+	bool unsorted;         /* its calls are not in entry order in the batch */
+};
+
+struct group_probe {
+	const struct call_group *groups;
+	const struct sysom_nccl_call *k;
+};
+
+static bool group_eq(const void *ctx, uint32_t value)
+{
+	const struct group_probe *p = ctx;
+	const struct call_group *g = &p->groups[value];
+
+	return g->process == p->k->process && g->comm_key == p->k->comm_key && g->op == p->k->op;
+}
+
+static int group_cmp(const void *x, const void *y)
+{
+	const struct call_group *a = x, *b = y;
+
+	if (a->process != b->process)
+		return a->process < b->process ? -1 : 1;
+	if (a->comm_key != b->comm_key)
+		return a->comm_key < b->comm_key ? -1 : 1;
+	return (a->op > b->op) - (a->op < b->op);
+}
+
+/*
+ * Puts the returned calls of `b` in the store's order (call_ref_cmp) into refs[0..*nrefs):
+ * groups found by hashing, the calls placed group by group in batch order (a stable counting
+ * sort), and only a group whose calls are not already in entry order is sorted; an agent's
+ * calls mostly are, and sorting all ~26,000 of a batch took a tenth of the ingest time.
+ */
+static int calls_order(const struct sysom_batch *b, struct call_ref *refs, size_t *nrefs)
+{
+	struct hash_index index = { 0 };
+	struct call_group *groups = NULL;
+	uint32_t *group_of = NULL, *rank_of = NULL;
+	size_t ngroups = 0, cap = 0, n = 0;
+	int rc;
+
+	if (!(group_of = malloc(sizeof(*group_of) * b->nccl_call_count)) ||
+	    (rc = hash_index_init(&index, 64))) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	for (uint32_t i = 0; i < b->nccl_call_count; i++) {
+		const struct sysom_nccl_call *k = &b->nccl_calls[i];
+		if (k->flags & SYSOM_NCCL_IN_FLIGHT) {
+			group_of[i] = UINT32_MAX;
+			continue;
+		}
+		uint64_t h = sysom_hash_mix(sysom_hash_mix(k->process, k->comm_key), k->op);
+		struct group_probe probe = { groups, k };
+		uint32_t g = hash_index_find(&index, h, group_eq, &probe);
+		if (g == HASH_INDEX_NONE) {
+			if (SYSOM_ARRAY_RESERVE(groups, cap, ngroups, 16)) {
+				rc = -ENOMEM;
+				goto cleanup;
+			}
+			g = (uint32_t)ngroups++;
+			groups[g] = (struct call_group){ .process = k->process, .comm_key = k->comm_key,
+							 .op = k->op };
+			if ((rc = hash_index_insert(&index, h, g)))
+				goto cleanup;
+		}
+		struct call_group *gr = &groups[g];
+		gr->unsorted |= gr->count && k->entry_ns < gr->last_entry;
+		gr->last_entry = k->entry_ns;
+		gr->count++;
+		group_of[i] = g;
+		n++;
+	}
+	/* The groups in (process, communicator, op) order: rank_of[original index] = place. */
+	if (!(rank_of = malloc(sizeof(*rank_of) * (ngroups + 1)))) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
+	for (size_t g = 0; g < ngroups; g++)
+		groups[g].first = (uint32_t)g; /* the original index, through the sort */
+	if (ngroups)
+		qsort(groups, ngroups, sizeof(*groups), group_cmp);
+	uint32_t at = 0;
+	for (size_t g = 0; g < ngroups; g++) {
+		rank_of[groups[g].first] = (uint32_t)g;
+		groups[g].first = at;
+		at += groups[g].count;
+	}
+	for (uint32_t i = 0; i < b->nccl_call_count; i++) {
+		uint32_t g = group_of[i];
+		if (g == UINT32_MAX)
+			continue;
+		g = rank_of[g];
+		refs[groups[g].first++] = (struct call_ref){ &b->nccl_calls[i], i };
+	}
+	for (size_t g = 0; g < ngroups; g++) {
+		groups[g].first -= groups[g].count;
+		if (groups[g].unsorted)
+			qsort(refs + groups[g].first, groups[g].count, sizeof(*refs), call_ref_cmp);
+	}
+	*nrefs = n;
+	rc = 0;
+cleanup:
+	hash_index_free(&index);
+	free(rank_of);
+	free(group_of);
+	free(groups);
+	return rc;
+}
+
 /* Writes calls[0..n) (one group, within a chunk's bounds) as one nccl_call_chunks row. */
 static int nccl_chunk_insert(struct conn *c, sqlite3_int64 node, sqlite3_int64 process,
 			     uint64_t comm_key, uint8_t op, const struct nccl_chunk_call *calls,
@@ -233,10 +352,8 @@ static int nccl_calls_insert(struct conn *c, const struct sysom_batch *b,
 		rc = -ENOMEM;
 		goto cleanup;
 	}
-	for (uint32_t i = 0; i < b->nccl_call_count; i++)
-		if (!(b->nccl_calls[i].flags & SYSOM_NCCL_IN_FLIGHT))
-			refs[nrefs++] = (struct call_ref){ &b->nccl_calls[i], i };
-	qsort(refs, nrefs, sizeof(*refs), call_ref_cmp);
+	if ((rc = calls_order(b, refs, &nrefs)))
+		goto cleanup;
 	for (size_t i = 0; i < nrefs; i++) {
 		const struct sysom_nccl_call *k = refs[i].k;
 		if (n) {

@@ -139,6 +139,7 @@ static long long nccl_call_rows(const char *dir)
 /* Every NCCL call chunk decoded: sums over the calls, and the rows' own columns checked. */
 struct chunk_sums {
 	long long calls, chunks, groups, seq, entry_mod, peer, stream, in_flight, bad_ranges;
+	long long unordered; /* calls entered before the previous one of their chunk */
 	long long distinct_streams;
 };
 
@@ -181,6 +182,7 @@ static void nccl_chunk_sums(const char *dir, struct chunk_sums *out)
 			smax = (long long)k[i].seq > smax ? (long long)k[i].seq : smax;
 			emin = (long long)k[i].entry_ns < emin ? (long long)k[i].entry_ns : emin;
 			emax = (long long)k[i].entry_ns > emax ? (long long)k[i].entry_ns : emax;
+			out->unordered += i && k[i].entry_ns < k[i - 1].entry_ns;
 		}
 		out->bad_ranges += smin != sqlite3_column_int64(st, 0) ||
 				   smax != sqlite3_column_int64(st, 1) ||
@@ -1031,6 +1033,12 @@ static void test_many_nccl_calls(void **state)
 		want_peer += k->peer;
 		want_stream += (long long)k->stream;
 	}
+	/* Backwards: every group's calls out of entry order, which the store puts back. */
+	for (uint32_t i = 0, j = b.nccl_call_count - 1; i < j; i++, j--) {
+		struct sysom_nccl_call t = b.nccl_calls[i];
+		b.nccl_calls[i] = b.nccl_calls[j];
+		b.nccl_calls[j] = t;
+	}
 	assert_int_equal(store_batch_put(c->store, &b, FIXTURE_HASH, (int64_t)T0 + 31000000000LL,
 					 &res), 0);
 	sysom_batch_free(&b);
@@ -1046,6 +1054,7 @@ static void test_many_nccl_calls(void **state)
 	/* One chunk per (process, communicator, op), its ranges those of its calls. */
 	assert_int_equal(got.chunks, got.groups);
 	assert_int_equal(got.bad_ranges, 0);
+	assert_int_equal(got.unordered, 0);
 }
 
 /* The rank's GPU (wire 1.7): a later window of node 2 that does not know the GPUs keeps the
