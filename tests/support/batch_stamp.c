@@ -152,6 +152,14 @@ int batch_stamp_new(struct sysom_batch *captured, struct batch_stamp **out)
 	}
 	t->batch = *captured;
 	memset(captured, 0, sizeof(*captured));
+	/* In-flight calls go: their return would come in the node's next batch with the same
+	 * seq, but every copy's seqs move on, so each copy's in-flight collectives would wait
+	 * forever (a hang for the server's detector at every replay). */
+	uint32_t returned = 0;
+	for (uint32_t i = 0; i < t->batch.nccl_call_count; i++)
+		if (!(t->batch.nccl_calls[i].flags & SYSOM_NCCL_IN_FLIGHT))
+			t->batch.nccl_calls[returned++] = t->batch.nccl_calls[i];
+	t->batch.nccl_call_count = returned;
 	t->window_start_ns = t->batch.window_start_ns;
 	t->window_end_ns = t->batch.window_end_ns;
 	t->seq_span = seq_span_of(&t->batch);

@@ -22,7 +22,9 @@
  *                NCCL_PROFILES / NCCL_LINKS XORed with key_salt (the same mapping on every
  *                record, so the communicators of the node stay consistent); sequence numbers
  *                of collective calls and profile ranges advance by seq_offset; call entry/exit
- *                and communicator creation times move with the window
+ *                and communicator creation times move with the window; calls in flight at
+ *                the captured window's end are left out (their return cannot be replayed:
+ *                every copy's seqs move on, so they would wait forever, a hang per copy)
  *
  * Everything else (stacks, samples, objects, processes, counters, GPU and OS rows) is sent
  * as captured. Times relative to the window (sample offsets) need no change.

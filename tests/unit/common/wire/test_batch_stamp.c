@@ -68,6 +68,14 @@ static void captured_batch(struct sysom_batch *out)
 					 .op = SYSOM_NCCL_GROUP_START, .datatype = SYSOM_NCCL_NO_DATATYPE,
 					 .redop = SYSOM_NCCL_NO_REDOP, .peer = -1, .rank = -1 };
 	assert_int_equal(sysom_batch_add_nccl_call(&b, &group), 0);
+	/* In flight at the window's end: left out of every copy (it could never return). */
+	struct sysom_nccl_call waiting = {
+		.process = 0, .tid = 4242, .comm_key = KEY_WORLD, .seq = CALLS,
+		.entry_ns = WINDOW_START + 29000000000ULL, .exit_ns = WINDOW_START + 30000000000ULL,
+		.count = 2, .bytes = 8, .op = SYSOM_NCCL_ALL_REDUCE, .datatype = 7, .redop = 0,
+		.peer = -1, .flags = SYSOM_NCCL_IN_FLIGHT,
+	};
+	assert_int_equal(sysom_batch_add_nccl_call(&b, &waiting), 0);
 	assert_int_equal(sysom_batch_intern_cstring(&b, "AllReduce", &func), 0);
 	assert_int_equal(sysom_batch_intern_cstring(&b, "Ring", &algo), 0);
 	assert_int_equal(sysom_batch_intern_cstring(&b, "Simple", &proto), 0);
@@ -174,6 +182,7 @@ static void test_stamp_sets_identity_and_keeps_records(void **state)
 	assert_int_equal(b.nccl_call_count, CALLS + 1);
 	for (uint32_t i = 0; i < b.nccl_call_count; i++) {
 		const struct sysom_nccl_call *call = &b.nccl_calls[i];
+		assert_false(call->flags & SYSOM_NCCL_IN_FLIGHT);
 		if (call->op == SYSOM_NCCL_GROUP_START) {
 			assert_int_equal(call->comm_key, 0);
 			assert_int_equal(call->seq, 0); /* no sequence to advance */
