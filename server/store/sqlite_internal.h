@@ -262,6 +262,8 @@ int store__batch_write_gpu(struct conn *c, const struct sysom_batch *b,
 			   const struct store__batch_ids *ids, struct store_put_result *r);
 
 /* The OS rows of a batch, inside the batch's transaction (sqlite_write_os.c). */
+/* Tests: caps the instances store__sqlite_collectives_list reads per slice (0: no cap). */
+void store__sqlite_collectives_slice_set(size_t instances);
 /* Schema 13's step: moves the rows of nccl_calls into nccl_call_chunks and drops the table. */
 int store__nccl_calls_to_chunks(struct conn *c);
 int store__batch_write_os(struct conn *c, const struct sysom_batch *b,

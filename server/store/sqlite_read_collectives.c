@@ -12,6 +12,7 @@
  *      processes in a chosen instance, also entered outside the range;
  *   5. the names the answer carries (communicator sizes and ranks, pids, nodes), looked up
  *      once each, then the calls sorted and visited.
+ * Steps 4 and 5 run on a slice of the chosen instances at a time (COLLECTIVES_CALLS_BUDGET).
  * Orders and ties are those the per-row SQL had: keys and sequence numbers compare as the
  * signed integers SQLite stores, and equal calls keep their storage order (chunk, position).
  */
@@ -23,6 +24,19 @@
 #include "common/hash.h"
 #include "server/store/nccl_chunk.h"
 #include "server/store/sqlite_internal.h"
+
+/* Calls held at once (~112 bytes each): the chosen instances are read in slices of this many
+ * divided by the job's processes, so a 1,000-rank job holds ~1,000 instances at a time. */
+#define COLLECTIVES_CALLS_BUDGET (1u << 20)
+
+/* Tests: at most this many instances per slice (0: no cap), to exercise slicing on small
+ * jobs (store__sqlite_collectives_slice_set). */
+static size_t collectives_slice_max;
+
+void store__sqlite_collectives_slice_set(size_t instances)
+{
+	collectives_slice_max = instances;
+}
 
 struct rc_proc {
 	sqlite3_int64 process;
@@ -416,6 +430,87 @@ static int proc_cmp(const void *x, const void *y)
 	return cmp_i64(a->process, b->process);
 }
 
+/* Steps 4 and 5 for the chosen instances [s0, s1): their calls read, sorted and visited.
+ * `order`: room for s1 - s0 indexes. */
+static int slice_read(struct rc *r, size_t s0, size_t s1, uint32_t *order,
+		      store_collective_fn fn, void *arg)
+{
+	const struct store_collective_filter *f = r->f;
+	size_t n = s1 - s0;
+	int rc = 0;
+
+	r->ncalls = 0;
+	for (size_t i = 0; i < n; i++)
+		order[i] = (uint32_t)(s0 + i);
+	qsort_r(order, n, sizeof(*order), group_cmp, r->inst);
+	for (size_t g = 0; g < n;) {
+		size_t end = g + 1;
+		const struct rc_instance *first = &r->inst[order[g]];
+		while (end < n && r->inst[order[end]].comm_key == first->comm_key &&
+		       r->inst[order[end]].op == first->op)
+			end++;
+		int64_t lo = as_signed(first->seq), hi = as_signed(r->inst[order[end - 1]].seq);
+		int64_t seq_lo = lo < INT64_MIN + NCCL_CHUNK_MAX_SEQ_SPAN ? INT64_MIN
+									   : lo - NCCL_CHUNK_MAX_SEQ_SPAN;
+		r->group = order + g;
+		r->ngroup = end - g;
+		if ((rc = store__query(r->c, &(struct store__query){
+			     .sql = "SELECT c.id, c.process, c.node, c.data FROM nccl_call_chunks c"
+				    " WHERE c.comm_key = ?1 AND c.op = ?2 AND c.seq_min BETWEEN ?3 AND ?4"
+				    " AND c.seq_max >= ?5 AND c.process IN"
+				    " (SELECT process FROM job_ranks WHERE job = ?6)",
+			     .args = STORE__ARGS(STORE__INT(as_signed(first->comm_key)),
+						 STORE__INT(first->op), STORE__INT(seq_lo),
+						 STORE__INT(hi), STORE__INT(lo), STORE__TEXT(f->job)),
+			     .row = seq_chunk_row, .ctx = r })))
+			return rc;
+		g = end;
+	}
+
+	/* 5. */
+	for (size_t i = 0; i < r->ncalls; i++) {
+		struct rc_call *k = &r->calls[i];
+		if (k->rank < 0 &&
+		    (rc = comm_rank(r, k->process, r->inst[k->instance].comm_key, &k->rank)))
+			return rc;
+	}
+	if (r->ncalls)
+		qsort_r(r->calls, r->ncalls, sizeof(*r->calls), call_cmp, r->inst);
+	for (size_t i = s0; i < s1; i++)
+		if ((rc = comm_nranks(r, r->inst[i].comm_key, &r->inst[i].nranks)))
+			return rc;
+	for (size_t i = 0; i < r->ncalls; i++) {
+		const struct rc_call *k = &r->calls[i];
+		const struct rc_instance *in = &r->inst[k->instance];
+		struct rc_proc *p = proc_find(r, k->process);
+		const struct rc_node *node;
+		struct store_collective_call out = {
+			.comm_key = in->comm_key, .seq = in->seq, .op = in->op,
+			.first_entry_ns = in->first_entry, .nranks = in->nranks, .rank = k->rank,
+			.entry_ns = store__clamp(k->k.entry_ns), .exit_ns = store__clamp(k->k.exit_ns),
+			.count = (uint64_t)store__clamp(k->k.count),
+			.bytes = (uint64_t)store__clamp(k->k.bytes), .peer = k->k.peer,
+			.result = k->k.result, .tid = k->k.tid, .job_rank = p ? p->job_rank : -1,
+		};
+		if (p && (rc = proc_tgid(r, p, &out.pid)))
+			return rc;
+		/* A process is on one node: its node is looked up once. */
+		if (p && p->node && r->nodes[p->node - 1].id == k->node) {
+			node = &r->nodes[p->node - 1];
+		} else {
+			if ((rc = node_find(r, k->node, &node)))
+				return rc;
+			if (p)
+				p->node = (size_t)(node - r->nodes) + 1;
+		}
+		memcpy(out.node_id, node->node_id, sizeof(out.node_id));
+		out.hostname = node->hostname;
+		if ((rc = fn(arg, &out)))
+			return rc;
+	}
+	return 0;
+}
+
 static int collectives_read(struct rc *r, uint32_t max_instances, store_collective_fn fn,
 			    void *arg)
 {
@@ -468,77 +563,20 @@ static int collectives_read(struct rc *r, uint32_t max_instances, store_collecti
 	if (f->latest)
 		qsort(r->inst, r->ninst, sizeof(*r->inst), inst_cmp_asc);
 
-	/* 4. */
-	if (!(order = malloc(sizeof(*order) * r->ninst))) {
+	/* 4. and 5., a slice of the chosen instances at a time (in their order), so that the
+	 * calls held at once stay bounded for a job of many ranks. */
+	size_t slice = r->nprocs ? COLLECTIVES_CALLS_BUDGET / r->nprocs : r->ninst;
+	if (slice < 1)
+		slice = 1;
+	if (collectives_slice_max && slice > collectives_slice_max)
+		slice = collectives_slice_max;
+	if (!(order = malloc(sizeof(*order) * (slice < r->ninst ? slice : r->ninst)))) {
 		rc = -ENOMEM;
 		goto cleanup;
 	}
-	for (size_t i = 0; i < r->ninst; i++)
-		order[i] = (uint32_t)i;
-	qsort_r(order, r->ninst, sizeof(*order), group_cmp, r->inst);
-	for (size_t g = 0; g < r->ninst;) {
-		size_t end = g + 1;
-		const struct rc_instance *first = &r->inst[order[g]];
-		while (end < r->ninst && r->inst[order[end]].comm_key == first->comm_key &&
-		       r->inst[order[end]].op == first->op)
-			end++;
-		int64_t lo = as_signed(first->seq), hi = as_signed(r->inst[order[end - 1]].seq);
-		int64_t seq_lo = lo < INT64_MIN + NCCL_CHUNK_MAX_SEQ_SPAN ? INT64_MIN
-									   : lo - NCCL_CHUNK_MAX_SEQ_SPAN;
-		r->group = order + g;
-		r->ngroup = end - g;
-		if ((rc = store__query(r->c, &(struct store__query){
-			     .sql = "SELECT c.id, c.process, c.node, c.data FROM nccl_call_chunks c"
-				    " WHERE c.comm_key = ?1 AND c.op = ?2 AND c.seq_min BETWEEN ?3 AND ?4"
-				    " AND c.seq_max >= ?5 AND c.process IN"
-				    " (SELECT process FROM job_ranks WHERE job = ?6)",
-			     .args = STORE__ARGS(STORE__INT(as_signed(first->comm_key)),
-						 STORE__INT(first->op), STORE__INT(seq_lo),
-						 STORE__INT(hi), STORE__INT(lo), STORE__TEXT(f->job)),
-			     .row = seq_chunk_row, .ctx = r })))
-			goto cleanup;
-		g = end;
-	}
-
-	/* 5. */
-	for (size_t i = 0; i < r->ncalls; i++) {
-		struct rc_call *k = &r->calls[i];
-		if (k->rank < 0 &&
-		    (rc = comm_rank(r, k->process, r->inst[k->instance].comm_key, &k->rank)))
-			goto cleanup;
-	}
-	if (r->ncalls)
-		qsort_r(r->calls, r->ncalls, sizeof(*r->calls), call_cmp, r->inst);
-	for (size_t i = 0; i < r->ninst; i++)
-		if ((rc = comm_nranks(r, r->inst[i].comm_key, &r->inst[i].nranks)))
-			goto cleanup;
-	for (size_t i = 0; i < r->ncalls; i++) {
-		const struct rc_call *k = &r->calls[i];
-		const struct rc_instance *in = &r->inst[k->instance];
-		struct rc_proc *p = proc_find(r, k->process);
-		const struct rc_node *node;
-		struct store_collective_call out = {
-			.comm_key = in->comm_key, .seq = in->seq, .op = in->op,
-			.first_entry_ns = in->first_entry, .nranks = in->nranks, .rank = k->rank,
-			.entry_ns = store__clamp(k->k.entry_ns), .exit_ns = store__clamp(k->k.exit_ns),
-			.count = (uint64_t)store__clamp(k->k.count),
-			.bytes = (uint64_t)store__clamp(k->k.bytes), .peer = k->k.peer,
-			.result = k->k.result, .tid = k->k.tid, .job_rank = p ? p->job_rank : -1,
-		};
-		if (p && (rc = proc_tgid(r, p, &out.pid)))
-			goto cleanup;
-		/* A process is on one node: its node is looked up once. */
-		if (p && p->node && r->nodes[p->node - 1].id == k->node) {
-			node = &r->nodes[p->node - 1];
-		} else {
-			if ((rc = node_find(r, k->node, &node)))
-				goto cleanup;
-			if (p)
-				p->node = (size_t)(node - r->nodes) + 1;
-		}
-		memcpy(out.node_id, node->node_id, sizeof(out.node_id));
-		out.hostname = node->hostname;
-		if ((rc = fn(arg, &out)))
+	for (size_t s0 = 0; s0 < r->ninst; s0 += slice) {
+		size_t s1 = s0 + slice < r->ninst ? s0 + slice : r->ninst;
+		if ((rc = slice_read(r, s0, s1, order, fn, arg)))
 			goto cleanup;
 	}
 cleanup:
