@@ -11,7 +11,9 @@
  * this change), and recorded with it published (Python frames stitched in). The kernel's own
  * accounting of the sched_switch program (kernel.bpf_stats_enabled, on for a separate pass)
  * gives ns per run, unwind tail calls included.
- * usage: pyoff_bench [--python PATH] [--trips N] [--rounds R]
+ * --depth D puts D more Python frames (pingpong_deep) above the blocking function: the walker's
+ * cost as stacks deepen (it stops at the BPF program's frame bound).
+ * usage: pyoff_bench [--python PATH] [--trips N] [--rounds R] [--depth D]
  */
 #include <bpf/bpf.h>
 #include <errno.h>
@@ -67,7 +69,7 @@ int main(int argc, char **argv)
 	};
 	const char *python = "/usr/bin/python3";
 	long trips = 20000;
-	int rounds = 7;
+	int rounds = 7, depth = 0;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--python") && i + 1 < argc)
@@ -76,18 +78,21 @@ int main(int argc, char **argv)
 			trips = atol(argv[++i]);
 		else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
 			rounds = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--depth") && i + 1 < argc)
+			depth = atoi(argv[++i]);
 		else {
-			fprintf(stderr, "usage: pyoff_bench [--python PATH] [--trips N] [--rounds R]\n");
+			fprintf(stderr, "usage: pyoff_bench [--python PATH] [--trips N] [--rounds R]"
+					" [--depth D]\n");
 			return 2;
 		}
 	}
-	if (trips < 100 || rounds < 1 || rounds > 99)
+	if (trips < 100 || rounds < 1 || rounds > 99 || depth < 0 || depth > 900)
 		return 2;
 	if (geteuid() != 0)
 		die("needs root (BPF)");
 
 	const char *root = getenv("SYSOM_ROOT");
-	char script[4096], cpu[24];
+	char script[4096], cpu[24], depth_text[24];
 	snprintf(script, sizeof(script), "%s/tests/fixtures/python/blocking.py", root ? root : ".");
 	snprintf(cpu, sizeof(cpu), "%ld", sysconf(_SC_NPROCESSORS_ONLN) - 1);
 	int in[2], out[2];
@@ -101,7 +106,8 @@ int main(int argc, char **argv)
 		dup2(out[1], 1);
 		close(in[1]);
 		close(out[0]);
-		execl(python, python, script, "pingpong", cpu, (char *)NULL);
+		snprintf(depth_text, sizeof(depth_text), "%d", depth);
+		execl(python, python, script, "pingpong", cpu, depth_text, (char *)NULL);
 		_exit(127);
 	}
 	close(in[0]);
@@ -146,9 +152,9 @@ int main(int argc, char **argv)
 			sampler_drain(s.sampler, NULL, NULL, NULL);
 		}
 	}
-	printf("| Python ping-pong on one CPU (%s), %ld round trips, median of %d rounds | "
-	       "ns per switch | added ns per switch |\n|---|---:|---:|\n",
-	       python, trips, rounds);
+	printf("| Python ping-pong on one CPU (%s), %d extra frames, %ld round trips, median of "
+	       "%d rounds | ns per switch | added ns per switch |\n|---|---:|---:|\n",
+	       python, depth, trips, rounds);
 	for (int m = DETACHED; m < MODES; m++)
 		printf("| %s | %.0f | %+.0f |\n", names[m], bench_median(per_switch[m], rounds),
 		       m == DETACHED ? 0.0 : bench_median(added[m], rounds));
