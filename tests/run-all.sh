@@ -76,7 +76,12 @@ run_tap() {
 		echo "     | left behind (killed): $leftovers"
 	fi
 	if [ "$f" -gt 0 ]; then
-		grep -E '^not ok|ERROR|error:|Sanitizer|runtime error' "$log" | head -20 | sed 's/^/     | /'
+		# Each failure with the two diagnostic lines just before it, so that a CI summary
+		# alone says why (the log itself stays on the CI machine).
+		awk '/^# / { d2 = d1; d1 = substr($0, 1, 400); next }
+		     /^ok/ { d1 = d2 = ""; next }
+		     /^not ok/ { if (d2 != "") print d2; if (d1 != "") print d1; d1 = d2 = ""; print; next }
+		     /ERROR|error:|Sanitizer|runtime error/ { print }' "$log" | head -40 | sed 's/^/     | /'
 	fi
 }
 
