@@ -4,7 +4,7 @@
 # with uprobes. A healthy run has no straggler; with rank 5 sleeping 4 ms before every
 # all-reduce (--fault kind=delay), the server names rank 5 — persistent, about 4 ms later than
 # the other ranks — in the world communicator, through the API and sysomctl. Then rank 2 doing
-# 3 ms of extra CPU work per iteration in a named function: named the straggler, and the CPU
+# 5 ms of extra CPU work per iteration in a named function: named the straggler, and the CPU
 # diff against a healthy rank puts that function first.
 . "$(dirname "$0")/lib.sh"
 require_root
@@ -33,9 +33,11 @@ check "healthy job exits 0" test $? -eq 0
 timeout 120 "$SIMJOB" --ranks 8 --iterations $((ITER * 4)) --cpu-us 1000 --kernel-us 1000 --print-env \
 	--fault rank=5,kind=delay,amount=4000 >"$E2E_TMP/slow.log" 2>&1
 check "job with a 4 ms delay on rank 5 exits 0" test $? -eq 0
+# 5 ms, not 3: eight ranks share two CPUs, and with 3 ms a loaded CI machine once left rank 2 under
+# the detection threshold (its preemptions make the healthy ranks late too).
 timeout 120 "$SIMJOB" --ranks 8 --seconds 8 --cpu-us 2000 --kernel-us 1000 --print-env \
-	--fault rank=2,kind=cpu,amount=3000 >"$E2E_TMP/cpu.log" 2>&1
-check "job with 3 ms of extra CPU work on rank 2 exits 0" test $? -eq 0
+	--fault rank=2,kind=cpu,amount=5000 >"$E2E_TMP/cpu.log" 2>&1
+check "job with 5 ms of extra CPU work on rank 2 exits 0" test $? -eq 0
 check "the agent uploads simjob's symbols" \
 	wait_until 60 grep -q "uploaded symbols of $SIMJOB " "$E2E_TMP/agent.log"
 sleep 3 # a batch interval
@@ -69,6 +71,9 @@ check "sysomctl stragglers on the healthy run: none" grep -qx "No straggler." "$
 
 # CPU layer: which rank, then which function.
 ctl stragglers --job "$CPU" >"$E2E_TMP/ctl-cpu.txt"
+api "/api/v1/jobs/$CPU/stragglers" >"$E2E_TMP/cpu.json"
+diag "CPU job, world communicator: $(json '[(c["instances"], [(r["rank"], round(r["excess_ms"], 2), round(r.get("z", 0), 1), r["persistence"]) for r in c["ranks"][:3]]) for c in d["communicators"] if c["nranks"] == 8]' <"$E2E_TMP/cpu.json")"
+diag "$(head -3 "$E2E_TMP/ctl-cpu.txt")"
 check "extra CPU work: rank 2 is named the straggler" \
 	grep -qE '^STRAGGLER: rank 2 \(' "$E2E_TMP/ctl-cpu.txt"
 check "the diagnosis names the CPU layer and simjob_fault_extra_cpu" \
