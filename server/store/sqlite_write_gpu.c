@@ -162,7 +162,8 @@ static int communicator_upsert(struct conn *c, const struct sysom_batch *b,
 }
 
 /* The store's order of a batch's calls: by chunk group (process, communicator, op), then
- * entry time, then arrival (a stable order: ties keep the batch's). */
+ * entry time, then arrival (a stable order: ties keep the batch's). calls_order groups them;
+ * call_ref_cmp orders the calls of one group. */
 struct call_ref {
 	const struct sysom_nccl_call *k;
 	uint32_t index;
@@ -170,19 +171,11 @@ struct call_ref {
 
 static int call_ref_cmp(const void *x, const void *y)
 {
-	const struct sysom_nccl_call *a = ((const struct call_ref *)x)->k;
-	const struct sysom_nccl_call *b = ((const struct call_ref *)y)->k;
-	uint32_t ia = ((const struct call_ref *)x)->index, ib = ((const struct call_ref *)y)->index;
+	const struct call_ref *a = x, *b = y;
 
-	if (a->process != b->process)
-		return a->process < b->process ? -1 : 1;
-	if (a->comm_key != b->comm_key)
-		return a->comm_key < b->comm_key ? -1 : 1;
-	if (a->op != b->op)
-		return a->op < b->op ? -1 : 1;
-	if (a->entry_ns != b->entry_ns)
-		return a->entry_ns < b->entry_ns ? -1 : 1;
-	return (ia > ib) - (ia < ib);
+	if (a->k->entry_ns != b->k->entry_ns)
+		return a->k->entry_ns < b->k->entry_ns ? -1 : 1;
+	return (a->index > b->index) - (a->index < b->index);
 }
 
 /* A chunk group of a batch: its calls' (process, communicator, op). */
@@ -233,11 +226,12 @@ static int calls_order(const struct sysom_batch *b, struct call_ref *refs, size_
 	size_t ngroups = 0, cap = 0, n = 0;
 	int rc;
 
-	if (!(group_of = malloc(sizeof(*group_of) * b->nccl_call_count)) ||
-	    (rc = hash_index_init(&index, 64))) {
+	if (!(group_of = malloc(sizeof(*group_of) * b->nccl_call_count))) {
 		rc = -ENOMEM;
 		goto cleanup;
 	}
+	if ((rc = hash_index_init(&index, 64)))
+		goto cleanup;
 	for (uint32_t i = 0; i < b->nccl_call_count; i++) {
 		const struct sysom_nccl_call *k = &b->nccl_calls[i];
 		if (k->flags & SYSOM_NCCL_IN_FLIGHT) {
@@ -302,53 +296,104 @@ cleanup:
 	return rc;
 }
 
-/* Writes calls[0..n) (one group, within a chunk's bounds) as one nccl_call_chunks row. */
-static int nccl_chunk_insert(struct conn *c, sqlite3_int64 node, sqlite3_int64 process,
-			     uint64_t comm_key, uint8_t op, const struct nccl_chunk_call *calls,
-			     size_t n, struct byte_buf *blob)
-{
-	uint64_t seq_min = UINT64_MAX, seq_max = 0, entry_min = UINT64_MAX, entry_max = 0;
-	int rc;
+/*
+ * Cuts a stream of calls, in the store's order, into nccl_call_chunks rows: a chunk holds one
+ * (node, process, communicator, op) and ends where it would pass NCCL_CHUNK_MAX_CALLS calls,
+ * NCCL_CHUNK_MAX_SEQ_SPAN sequence numbers or NCCL_CHUNK_MAX_ENTRY_SPAN_NS of entry times (the
+ * bounds the readers' index ranges rely on). Used by the writer and by migration 13.
+ */
+struct chunk_builder {
+	struct conn *c;
+	struct nccl_chunk_call *calls; /* NCCL_CHUNK_MAX_CALLS */
+	size_t n;
+	sqlite3_int64 node, process;
+	uint64_t comm_key;
+	uint8_t op;
+	uint64_t seq_min, seq_max, entry_min, entry_max; /* of calls[0..n) */
+	struct byte_buf blob;
+};
 
-	for (size_t i = 0; i < n; i++) {
-		seq_min = calls[i].seq < seq_min ? calls[i].seq : seq_min;
-		seq_max = calls[i].seq > seq_max ? calls[i].seq : seq_max;
-		entry_min = calls[i].entry_ns < entry_min ? calls[i].entry_ns : entry_min;
-		entry_max = calls[i].entry_ns > entry_max ? calls[i].entry_ns : entry_max;
-	}
-	blob->len = 0;
-	if ((rc = nccl_chunk_encode(calls, n, blob)))
-		return rc;
-	return store__query(c, &(struct store__query){
-		.sql = nccl_chunk_insert_sql,
-		.args = STORE__ARGS(STORE__INT(node), STORE__INT(process),
-				    STORE__INT(store__i64(comm_key)), STORE__INT(op),
-				    STORE__INT(store__clamp(seq_min)), STORE__INT(store__clamp(seq_max)),
-				    STORE__INT(store__clamp(entry_min)),
-				    STORE__INT(store__clamp(entry_max)), STORE__INT(n),
-				    STORE__BLOB(blob->data, blob->len)) });
+static int chunk_builder_init(struct chunk_builder *cb, struct conn *c)
+{
+	*cb = (struct chunk_builder){ .c = c };
+	return (cb->calls = malloc(sizeof(*cb->calls) * NCCL_CHUNK_MAX_CALLS)) ? 0 : -ENOMEM;
 }
 
-/*
- * Stores the returned calls of `b` (in-flight ones are stored when they come again) as chunks
- * (server/store/nccl_chunk.h): one row per (process, communicator, op) of the batch, cut
- * where a chunk would pass NCCL_CHUNK_MAX_CALLS calls, NCCL_CHUNK_MAX_SEQ_SPAN sequence numbers
- * or NCCL_CHUNK_MAX_ENTRY_SPAN_NS of entry times (the bounds the readers' index ranges rely on).
- */
+static void chunk_builder_free(struct chunk_builder *cb)
+{
+	byte_buf_free(&cb->blob);
+	free(cb->calls);
+	cb->calls = NULL;
+}
+
+/* Writes the calls gathered so far as one row. */
+static int chunk_builder_flush(struct chunk_builder *cb)
+{
+	int rc;
+
+	if (!cb->n)
+		return 0;
+	cb->blob.len = 0;
+	if ((rc = nccl_chunk_encode(cb->calls, cb->n, &cb->blob)))
+		return rc;
+	rc = store__query(cb->c, &(struct store__query){
+		.sql = nccl_chunk_insert_sql,
+		.args = STORE__ARGS(STORE__INT(cb->node), STORE__INT(cb->process),
+				    STORE__INT(store__i64(cb->comm_key)), STORE__INT(cb->op),
+				    STORE__INT(store__clamp(cb->seq_min)),
+				    STORE__INT(store__clamp(cb->seq_max)),
+				    STORE__INT(store__clamp(cb->entry_min)),
+				    STORE__INT(store__clamp(cb->entry_max)), STORE__INT(cb->n),
+				    STORE__BLOB(cb->blob.data, cb->blob.len)) });
+	cb->n = 0;
+	return rc;
+}
+
+static int chunk_builder_add(struct chunk_builder *cb, sqlite3_int64 node, sqlite3_int64 process,
+			     uint64_t comm_key, uint8_t op, const struct nccl_chunk_call *k)
+{
+	int rc;
+
+	if (cb->n) {
+		uint64_t seq_lo = k->seq < cb->seq_min ? k->seq : cb->seq_min;
+		uint64_t seq_hi = k->seq > cb->seq_max ? k->seq : cb->seq_max;
+		uint64_t entry_lo = k->entry_ns < cb->entry_min ? k->entry_ns : cb->entry_min;
+		uint64_t entry_hi = k->entry_ns > cb->entry_max ? k->entry_ns : cb->entry_max;
+		bool same = node == cb->node && process == cb->process && comm_key == cb->comm_key &&
+			    op == cb->op;
+		if (!same || cb->n == NCCL_CHUNK_MAX_CALLS || seq_hi - seq_lo > NCCL_CHUNK_MAX_SEQ_SPAN ||
+		    entry_hi - entry_lo > (uint64_t)NCCL_CHUNK_MAX_ENTRY_SPAN_NS) {
+			if ((rc = chunk_builder_flush(cb)))
+				return rc;
+		} else {
+			cb->seq_min = seq_lo, cb->seq_max = seq_hi;
+			cb->entry_min = entry_lo, cb->entry_max = entry_hi;
+		}
+	}
+	if (!cb->n) {
+		cb->node = node, cb->process = process, cb->comm_key = comm_key, cb->op = op;
+		cb->seq_min = cb->seq_max = k->seq;
+		cb->entry_min = cb->entry_max = k->entry_ns;
+	}
+	cb->calls[cb->n++] = *k;
+	return 0;
+}
+
+/* Stores the returned calls of `b` (in-flight ones are stored when they come again) as chunks,
+ * one or more per (process, communicator, op) of the batch. */
 static int nccl_calls_insert(struct conn *c, const struct sysom_batch *b,
 			     const struct store__batch_ids *ids)
 {
 	struct call_ref *refs = NULL;
-	struct nccl_chunk_call *chunk = NULL;
-	struct byte_buf blob = { 0 };
-	size_t nrefs = 0, n = 0;
-	uint64_t seq_min = 0, seq_max = 0, entry_min = 0;
-	int rc = 0;
+	struct chunk_builder cb = { 0 };
+	size_t nrefs = 0;
+	int rc;
 
 	if (!b->nccl_call_count)
 		return 0;
-	if (!(refs = malloc(sizeof(*refs) * b->nccl_call_count)) ||
-	    !(chunk = malloc(sizeof(*chunk) * NCCL_CHUNK_MAX_CALLS))) {
+	if ((rc = chunk_builder_init(&cb, c)))
+		goto cleanup;
+	if (!(refs = malloc(sizeof(*refs) * b->nccl_call_count))) {
 		rc = -ENOMEM;
 		goto cleanup;
 	}
@@ -356,72 +401,24 @@ static int nccl_calls_insert(struct conn *c, const struct sysom_batch *b,
 		goto cleanup;
 	for (size_t i = 0; i < nrefs; i++) {
 		const struct sysom_nccl_call *k = refs[i].k;
-		if (n) {
-			const struct sysom_nccl_call *g = refs[i - n].k;
-			uint64_t lo = k->seq < seq_min ? k->seq : seq_min;
-			uint64_t hi = k->seq > seq_max ? k->seq : seq_max;
-			bool same = k->process == g->process && k->comm_key == g->comm_key &&
-				    k->op == g->op;
-			if (!same || n == NCCL_CHUNK_MAX_CALLS || hi - lo > NCCL_CHUNK_MAX_SEQ_SPAN ||
-			    k->entry_ns - entry_min > (uint64_t)NCCL_CHUNK_MAX_ENTRY_SPAN_NS) {
-				if ((rc = nccl_chunk_insert(c, ids->node, ids->processes[g->process],
-							     g->comm_key, g->op, chunk, n, &blob)))
-					goto cleanup;
-				n = 0;
-			}
-		}
-		if (!n) {
-			seq_min = seq_max = k->seq;
-			entry_min = k->entry_ns; /* sorted by entry: the chunk's earliest */
-		}
-		seq_min = k->seq < seq_min ? k->seq : seq_min;
-		seq_max = k->seq > seq_max ? k->seq : seq_max;
-		nccl_chunk_call_from_wire(k, &chunk[n++]);
+		struct nccl_chunk_call call;
+		nccl_chunk_call_from_wire(k, &call);
+		if ((rc = chunk_builder_add(&cb, ids->node, ids->processes[k->process], k->comm_key,
+					    k->op, &call)))
+			goto cleanup;
 	}
-	if (n) {
-		const struct sysom_nccl_call *g = refs[nrefs - n].k;
-		rc = nccl_chunk_insert(c, ids->node, ids->processes[g->process], g->comm_key, g->op,
-				       chunk, n, &blob);
-	}
+	rc = chunk_builder_flush(&cb);
 cleanup:
-	byte_buf_free(&blob);
-	free(chunk);
+	chunk_builder_free(&cb);
 	free(refs);
 	return rc;
 }
 
 /* ---- schema 13: the per-call rows of older databases become chunks -------------------------- */
 
-struct chunk_convert {
-	struct conn *c;
-	struct nccl_chunk_call *chunk;
-	size_t n;
-	sqlite3_int64 node, process;
-	uint64_t comm_key, seq_min, seq_max, entry_min;
-	uint8_t op;
-	struct byte_buf blob;
-	uint64_t rows, chunks;
-};
-
-static int chunk_convert_flush(struct chunk_convert *cv)
-{
-	int rc = 0;
-
-	if (cv->n) {
-		rc = nccl_chunk_insert(cv->c, cv->node, cv->process, cv->comm_key, cv->op, cv->chunk,
-				       cv->n, &cv->blob);
-		cv->chunks++;
-	}
-	cv->n = 0;
-	return rc;
-}
-
 static int chunk_convert_row(void *ctx, sqlite3_stmt *st)
 {
-	struct chunk_convert *cv = ctx;
-	sqlite3_int64 node = sqlite3_column_int64(st, 0), process = sqlite3_column_int64(st, 1);
-	uint64_t comm_key = store__u64(sqlite3_column_int64(st, 2));
-	uint8_t op = (uint8_t)sqlite3_column_int(st, 3);
+	struct chunk_builder *cb = ctx;
 	struct nccl_chunk_call k = {
 		.seq = store__u64(sqlite3_column_int64(st, 4)),
 		.entry_ns = (uint64_t)sqlite3_column_int64(st, 5),
@@ -437,51 +434,30 @@ static int chunk_convert_row(void *ctx, sqlite3_stmt *st)
 		.flags = (uint8_t)sqlite3_column_int(st, 15),
 		.stream = store__u64(sqlite3_column_int64(st, 16)),
 	};
-	int rc;
 
-	if (cv->n) {
-		uint64_t lo = k.seq < cv->seq_min ? k.seq : cv->seq_min;
-		uint64_t hi = k.seq > cv->seq_max ? k.seq : cv->seq_max;
-		if (node != cv->node || process != cv->process || comm_key != cv->comm_key ||
-		    op != cv->op || cv->n == NCCL_CHUNK_MAX_CALLS ||
-		    hi - lo > NCCL_CHUNK_MAX_SEQ_SPAN ||
-		    k.entry_ns - cv->entry_min > (uint64_t)NCCL_CHUNK_MAX_ENTRY_SPAN_NS)
-			if ((rc = chunk_convert_flush(cv)))
-				return rc;
-	}
-	if (!cv->n) {
-		cv->node = node;
-		cv->process = process;
-		cv->comm_key = comm_key;
-		cv->op = op;
-		cv->seq_min = cv->seq_max = k.seq;
-		cv->entry_min = k.entry_ns;
-	}
-	cv->seq_min = k.seq < cv->seq_min ? k.seq : cv->seq_min;
-	cv->seq_max = k.seq > cv->seq_max ? k.seq : cv->seq_max;
-	cv->chunk[cv->n++] = k;
-	cv->rows++;
-	return 0;
+	return chunk_builder_add(cb, sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
+				 store__u64(sqlite3_column_int64(st, 2)),
+				 (uint8_t)sqlite3_column_int(st, 3), &k);
 }
 
 int store__nccl_calls_to_chunks(struct conn *c)
 {
-	struct chunk_convert cv = { .c = c };
+	struct chunk_builder cb;
 	int rc;
 
-	if (!(cv.chunk = malloc(sizeof(*cv.chunk) * NCCL_CHUNK_MAX_CALLS)))
-		return -ENOMEM;
+	if ((rc = chunk_builder_init(&cb, c)))
+		goto cleanup;
 	rc = store__query(c, &(struct store__query){
 		.sql = "SELECT node, process, comm_key, op, seq, entry_ns, exit_ns, tid, count, bytes,"
 		       " peer, result, rank, datatype, redop, flags, stream FROM nccl_calls"
 		       " ORDER BY process, comm_key, op, entry_ns, id",
-		.once = true, .row = chunk_convert_row, .ctx = &cv });
+		.once = true, .row = chunk_convert_row, .ctx = &cb });
 	if (!rc)
-		rc = chunk_convert_flush(&cv);
+		rc = chunk_builder_flush(&cb);
 	if (!rc)
 		rc = store__conn_exec(c, "DROP TABLE nccl_calls");
-	byte_buf_free(&cv.blob);
-	free(cv.chunk);
+cleanup:
+	chunk_builder_free(&cb);
 	return rc;
 }
 

@@ -142,6 +142,7 @@ struct chunk_sums {
 	long long calls, chunks, groups, seq, entry_mod, peer, stream, in_flight, bad_ranges;
 	long long unordered; /* calls entered before the previous one of their chunk */
 	long long distinct_streams;
+	long long max_calls, max_seq_span, max_entry_span; /* over the chunks */
 };
 
 static int cmp_u64(const void *x, const void *y)
@@ -191,6 +192,10 @@ static void nccl_chunk_sums(const char *dir, struct chunk_sums *out)
 				   emax != sqlite3_column_int64(st, 3);
 		out->calls += (long long)n;
 		out->chunks++;
+		out->max_calls = (long long)n > out->max_calls ? (long long)n : out->max_calls;
+		out->max_seq_span = smax - smin > out->max_seq_span ? smax - smin : out->max_seq_span;
+		out->max_entry_span = emax - emin > out->max_entry_span ? emax - emin
+									 : out->max_entry_span;
 		free(k);
 	}
 	sqlite3_finalize(st);
@@ -1065,6 +1070,50 @@ static void test_many_nccl_calls(void **state)
 	assert_int_equal(got.chunks, got.groups);
 	assert_int_equal(got.bad_ranges, 0);
 	assert_int_equal(got.unordered, 0);
+}
+
+/*
+ * A group past a chunk's bounds is cut into chunks that keep them: 4 ranks x 22,000 AllReduce
+ * calls whose seq jumps by 70,000 after 2,000 calls (past NCCL_CHUNK_MAX_SEQ_SPAN) and whose
+ * entry times jump by 61 s after 4,000 (past NCCL_CHUNK_MAX_ENTRY_SPAN_NS), the last 18,000
+ * then past NCCL_CHUNK_MAX_CALLS: four chunks per rank's AllReduce group, every call kept.
+ */
+static void test_nccl_calls_cut_at_chunk_bounds(void **state)
+{
+	struct ctx *c = *state;
+	struct store_put_result res;
+	struct sysom_batch b;
+	struct job_spec js = job_node(1, -1);
+	long long want_rows = 0, want_seq = 0, want_entry = 0, all_reduce_groups = 4;
+
+	js.instances = 22000;
+	assert_int_equal(job_batch_build(&b, &js), 0);
+	for (uint32_t i = 0; i < b.nccl_call_count; i++) {
+		struct sysom_nccl_call *k = &b.nccl_calls[i];
+		if (k->op == SYSOM_NCCL_ALL_REDUCE) {
+			uint64_t n = k->seq;
+			k->entry_ns = T0 + n * 1000000ULL + (n >= 4000 ? 61000000000ULL : 0);
+			k->exit_ns = k->entry_ns + 500000;
+			k->seq = n + (n >= 2000 ? 70000 : 0);
+		}
+		want_rows++;
+		want_seq += (long long)k->seq;
+		want_entry += (long long)(k->entry_ns % 1000000007);
+	}
+	assert_int_equal(store_batch_put(c->store, &b, FIXTURE_HASH, (int64_t)T0 + 31000000000LL,
+					 &res), 0);
+	sysom_batch_free(&b);
+	struct chunk_sums got = { 0 };
+	nccl_chunk_sums(c->dir, &got);
+	assert_int_equal(got.calls, want_rows);
+	assert_int_equal(got.seq, want_seq);
+	assert_int_equal(got.entry_mod, want_entry);
+	assert_int_equal(got.bad_ranges, 0);
+	assert_int_equal(got.unordered, 0);
+	assert_int_equal(got.chunks, got.groups + 3 * all_reduce_groups);
+	assert_int_equal(got.max_calls, NCCL_CHUNK_MAX_CALLS);
+	assert_true(got.max_seq_span <= NCCL_CHUNK_MAX_SEQ_SPAN);
+	assert_true(got.max_entry_span <= NCCL_CHUNK_MAX_ENTRY_SPAN_NS);
 }
 
 /* The rank's GPU (wire 1.7): a later window of node 2 that does not know the GPUs keeps the
@@ -1968,6 +2017,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_jobs_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_job_rank_gpu_device, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_nccl_calls, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_nccl_calls_cut_at_chunk_bounds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_migration_nccl_calls_to_chunks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_host_signals_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_job_rank_updates, setup, teardown),
