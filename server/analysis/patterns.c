@@ -420,7 +420,89 @@ static int kernel_take(void *arg, const struct store_gpu_kernel_row *r)
 	return 0;
 }
 
-/* One rank's CPU profile: leaf ("self") samples per function, the hottest PATTERNS_CPU_TOP. */
+/*
+ * Whether the folded frame text[0..len) is a Python frame as the symbolizer names them
+ * ("qualname (file.py:line)", "qualname (<string>:line)", "qualname (file.py)", "qualname
+ * (line N)"): then *fn_len is the qualname's length and text[*file_at..+*file_len) the file
+ * (length 0 when the frame names none).
+ */
+static bool python_frame(const char *text, size_t len, size_t *fn_len, size_t *file_at,
+			 size_t *file_len)
+{
+	if (len < 4 || text[len - 1] != ')')
+		return false;
+	const char *open = NULL;
+	for (const char *c = text + len - 2; c > text; c--)
+		if (*c == '(') {
+			open = c;
+			break;
+		} else if (*c == ')' || *c == ';') {
+			return false;
+		}
+	if (!open || open[-1] != ' ' || open - 1 == text)
+		return false;
+	const char *in = open + 1, *close = text + len - 1;
+	const char *colon = memrchr(in, ':', (size_t)(close - in));
+	const char *file_end = close;
+	if (colon) {
+		if (colon + 1 == close)
+			return false;
+		for (const char *d = colon + 1; d < close; d++)
+			if (*d < '0' || *d > '9')
+				return false;
+		file_end = colon;
+	}
+	size_t flen = (size_t)(file_end - in);
+	bool is_file = (flen > 3 && !memcmp(file_end - 3, ".py", 3)) ||
+		       (flen > 2 && in[0] == '<' && file_end[-1] == '>');
+	bool is_line = !colon && flen > 5 && !memcmp(in, "line ", 5);
+	if (!is_file && !is_line)
+		return false;
+	*fn_len = (size_t)(open - 1 - text);
+	*file_at = is_line ? 0 : (size_t)(in - text);
+	*file_len = is_line ? 0 : flen;
+	return true;
+}
+
+size_t patterns_cpu_function(const char *stack, size_t len, char *out, size_t cap)
+{
+	const char *end = stack + len, *leaf = end;
+	size_t fn_len = 0, file_at = 0, file_len = 0;
+	int wrote;
+
+	if (!cap)
+		return 0;
+	out[0] = '\0';
+	while (leaf > stack && leaf[-1] != ';')
+		leaf--;
+	/* The first frame is the process comm: a stack of it alone has no function. Kernel
+	 * leaves ("_[k]") are mostly the scheduler on a shared machine: the OS layer's
+	 * business, not a key function of the job. */
+	if (leaf == stack || leaf == end || (end - leaf >= 4 && !memcmp(end - 4, "_[k]", 4)))
+		return 0;
+	/* The innermost Python frame, from the leaf up (not the comm). */
+	for (const char *fr = leaf, *fr_end = end; fr > stack;) {
+		if (python_frame(fr, (size_t)(fr_end - fr), &fn_len, &file_at, &file_len)) {
+			wrote = file_len ? snprintf(out, cap, "%.*s (%.*s)", (int)fn_len, fr,
+						    (int)file_len, fr + file_at)
+					 : snprintf(out, cap, "%.*s", (int)fn_len, fr);
+			return wrote < 0 ? 0 : (size_t)wrote < cap ? (size_t)wrote : cap - 1;
+		}
+		fr_end = fr - 1;
+		for (fr = fr_end; fr > stack && fr[-1] != ';'; fr--)
+			;
+	}
+	wrote = snprintf(out, cap, "%.*s", (int)(end - leaf), leaf);
+	return wrote < 0 ? 0 : (size_t)wrote < cap ? (size_t)wrote : cap - 1;
+}
+
+/*
+ * One rank's CPU profile: samples per key function, the hottest PATTERNS_CPU_TOP. A sample's
+ * key function is its innermost Python frame when it has one (the Python code running, or
+ * calling into the native code below: "slow_step (train.py)", lines merged), else its leaf
+ * ("self" time of a native function). Without the first rule a PyTorch rank's profile is
+ * the interpreter's and libtorch's leaves, the same on every rank.
+ */
 struct leaf {
 	char *name;
 	double samples;
@@ -452,31 +534,24 @@ static int cpu_load(const struct diagnosis_ctx *ctx, const struct diagnosis_scop
 		while (sp > p && sp[-1] != ' ')
 			sp--;
 		if (sp > p) {
-			const char *leaf = sp - 1;
-			while (leaf > p && leaf[-1] != ';')
-				leaf--;
 			double count = 0; /* digits up to the line's end (no NUL to stop strtod) */
 			for (const char *c = sp; c < line_end && *c >= '0' && *c <= '9'; c++)
 				count = count * 10 + (*c - '0');
-			size_t len = (size_t)(sp - 1 - leaf);
-			/* The first frame is the process comm: a stack of it alone has no function.
-			 * Kernel leaves ("_[k]") are mostly the scheduler on a shared machine: the
-			 * OS layer's business, not a key function of the job. */
-			bool kernel = len >= 4 && !memcmp(sp - 5, "_[k]", 4);
-			if (count > 0 && len && leaf != p && !kernel) {
+			char name[PATTERNS_CPU_NAME_MAX];
+			size_t name_len = count > 0 ? patterns_cpu_function(p, (size_t)(sp - 1 - p),
+									   name, sizeof(name))
+						    : 0;
+			if (name_len) {
 				size_t i;
 				for (i = 0; i < n; i++)
-					if (strlen(leaves[i].name) == len && !memcmp(leaves[i].name, leaf, len))
+					if (!strcmp(leaves[i].name, name))
 						break;
 				if (i == n) {
-					/* Not strndup: the text is not NUL-terminated. */
 					if (SYSOM_ARRAY_RESERVE(leaves, cap, n, 64) ||
-					    !(leaves[n].name = malloc(len + 1))) {
+					    !(leaves[n].name = strdup(name))) {
 						rc = -ENOMEM;
 						goto cleanup;
 					}
-					memcpy(leaves[n].name, leaf, len);
-					leaves[n].name[len] = '\0';
 					leaves[n++].samples = 0;
 				}
 				leaves[i].samples += count;

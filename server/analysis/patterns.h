@@ -5,7 +5,8 @@
  *
  *   β   the share of the worker's wall time spent in the function (calls: Σ duration / the
  *       worker's observed span; CPU functions: the function's share of the worker's on-CPU
- *       samples, self time of user-space leaves, ranks with at least
+ *       samples — the innermost Python function of a sample that has one (lines merged),
+ *       else self time of its user-space leaf — for ranks with at least
  *       PATTERNS_CPU_MIN_SAMPLES samples; NaN: no pattern)
  *   μ   the mean duration of one call or kernel execution (CPU functions: none)
  *   σ   the coefficient of variation of those durations (CPU functions: none)
@@ -50,6 +51,7 @@
 #define PATTERNS_MAX_CPU_WORKERS 256         /* ranks whose CPU profile is read */
 #define PATTERNS_CPU_TOP 8                   /* hottest CPU functions per rank */
 #define PATTERNS_CPU_MIN_SAMPLES 20          /* a rank's CPU shares need this many samples */
+#define PATTERNS_CPU_NAME_MAX 512            /* a CPU function's name (longer ones are cut) */
 #define PATTERNS_MAX_INSTANCES 20000
 
 enum patterns_kind { PATTERNS_COLLECTIVE, PATTERNS_P2P, PATTERNS_KERNEL, PATTERNS_CPU };
@@ -116,6 +118,14 @@ struct patterns_summary {
 size_t patterns_localise(const struct patterns_vectors *v, uint32_t function,
 			 const struct patterns_params *p, double *scratch, struct patterns_top *top,
 			 struct patterns_summary *summary);
+
+/*
+ * The key CPU function of one folded stack text[0..len) ("comm;frame;...;leaf", no count):
+ * its innermost Python frame when it has one ("qualname (file.py)": the line dropped, so
+ * the lines of one function are one function), else its leaf. Written NUL-terminated into
+ * out[0..cap) (cut to fit); returns its length, 0 for none (the comm alone, a kernel leaf).
+ */
+size_t patterns_cpu_function(const char *stack, size_t len, char *out, size_t cap);
 
 /* ---- a job's patterns from the store ------------------------------------------------------- */
 

@@ -182,6 +182,54 @@ static void test_sampling_error(void **state)
 	patterns_top_free(&top);
 }
 
+/* The key CPU function of a folded stack: the innermost Python frame, else the leaf. */
+static void expect_fn(const char *stack, const char *want)
+{
+	char out[PATTERNS_CPU_NAME_MAX];
+	size_t n = patterns_cpu_function(stack, strlen(stack), out, sizeof(out));
+
+	assert_string_equal(out, want);
+	assert_int_equal(n, strlen(want));
+}
+
+static void test_cpu_function(void **state)
+{
+	(void)state;
+	/* Native: the leaf. */
+	expect_fn("simjob;main;rank_main;simjob_fault_extra_cpu", "simjob_fault_extra_cpu");
+	expect_fn("app;main;std::vector<int, std::allocator<int> >::push_back(int const&)",
+		  "std::vector<int, std::allocator<int> >::push_back(int const&)");
+	/* Python over the interpreter: the innermost Python function, lines merged. */
+	expect_fn("python3.11;_start;Py_RunMain;<module> (train.py:88);train_step (train.py:53);"
+		  "slow_rank_work (train.py:44);_PyEval_EvalFrameDefault;python3.11+0x1234",
+		  "slow_rank_work (train.py)");
+	expect_fn("python3.11;<module> (train.py:88);train_step (train.py:51)",
+		  "train_step (train.py)");
+	/* Python calling into libtorch: the Python caller. */
+	expect_fn("python3.11;train_step (ddp.py:53);Tensor.backward (_tensor.py:488);"
+		  "backward (__init__.py:197);PyObject_Vectorcall;"
+		  "torch::autograd::Engine::execute(std::vector<torch::autograd::Edge> const&);sgemm_",
+		  "backward (__init__.py)");
+	/* Other spellings the symbolizer writes: no line, a pseudo-file, only a line. */
+	expect_fn("python3;main (app.py);f (app.py)", "f (app.py)");
+	expect_fn("python3;<module> (<string>:1)", "<module> (<string>)");
+	expect_fn("python3;f (line 12);memcpy", "f");
+	/* Not Python: parentheses that are no file and line. */
+	expect_fn("app;main;foo (int)", "foo (int)");
+	expect_fn("app;main;(anonymous namespace)::run()", "(anonymous namespace)::run()");
+	expect_fn("app;main;f (x.py:12a)", "f (x.py:12a)");
+	expect_fn("app;main;f (:12)", "f (:12)");
+	/* None: the comm alone, a kernel leaf, nothing. */
+	expect_fn("python3.11", "");
+	expect_fn("python3.11;f (a.py:1);schedule_[k]", "");
+	expect_fn("", "");
+	/* Cut to fit, NUL-terminated. */
+	char small[8];
+	assert_int_equal(patterns_cpu_function("app;main;a_long_function_name", 28, small,
+					       sizeof(small)), 7);
+	assert_string_equal(small, "a_long_");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -191,6 +239,7 @@ int main(void)
 		cmocka_unit_test(test_min_beta_and_absent),
 		cmocka_unit_test(test_bounded_top),
 		cmocka_unit_test(test_sampling_error),
+		cmocka_unit_test(test_cpu_function),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
