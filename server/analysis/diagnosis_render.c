@@ -542,7 +542,17 @@ void diagnosis_hang_text(const json_t *report, struct byte_buf *out)
 	}
 	if (!inst)
 		return;
-	if (!strcmp(jstr(report, "verdict"), "stall"))
+	if (!strcmp(jstr(report, "verdict"), "stall") && json_is_object(json_object_get(inst, "link")))
+		byte_buf_printf(out, "\nstall: no collective or transfer began on any communicator for "
+				"%.1f s (threshold %.1f s, usual spacing %.1f ms); the newest: transfer #%"
+				JSON_INTEGER_FORMAT " from rank %" JSON_INTEGER_FORMAT " to rank %"
+				JSON_INTEGER_FORMAT " on communicator %s\n",
+				(double)jint(inst, "waited_ms") / 1e3,
+				(double)jint(inst, "threshold_ms") / 1e3,
+				json_number_value(json_object_get(inst, "interval_ms")), jint(inst, "seq"),
+				jint(json_object_get(inst, "link"), "src"),
+				jint(json_object_get(inst, "link"), "dst"), jstr(inst, "comm"));
+	else if (!strcmp(jstr(report, "verdict"), "stall"))
 		byte_buf_printf(out, "\nstall: no collective began on any communicator for %.1f s "
 				"(threshold %.1f s, usual spacing %.1f ms); the newest: %s #%"
 				JSON_INTEGER_FORMAT " on communicator %s\n",

@@ -3,6 +3,7 @@
 #include "server/analysis/hang.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -353,6 +354,24 @@ static void stall_judge(struct eval *e)
 	c->verdict = HANG_STALL;
 	c->next_check_ms = out->next_check_ms;
 	*out = *c;
+}
+
+int hang_stall_describe(const struct hang_result *r, char *buf, size_t len)
+{
+	if (r->link)
+		return snprintf(buf, len,
+				"no collective or transfer began on any communicator of the job for "
+				"%.0f s (threshold %.0f s) while its processes live and their agents "
+				"report; last: transfer #%" PRIu64 " from rank %d to rank %d of "
+				"communicator %016" PRIx64,
+				(double)r->waited_ms / 1e3, (double)r->threshold_ms / 1e3, r->seq,
+				r->src, r->dst, r->comm);
+	return snprintf(buf, len,
+			"no collective began on any communicator of the job for %.0f s (threshold "
+			"%.0f s) while its processes live and their agents report; last: %s #%" PRIu64
+			" of communicator %016" PRIx64,
+			(double)r->waited_ms / 1e3, (double)r->threshold_ms / 1e3,
+			sysom_nccl_op_name(r->op), r->seq, r->comm);
 }
 
 static int on_group(void *arg, const struct live_group_view *g)

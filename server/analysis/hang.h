@@ -241,6 +241,16 @@ size_t hang_rank_set_identity(struct hang_result *r, int32_t rank, uint32_t pid,
 			      const char *pod_namespace, const char *pod, const char *container,
 			      uint64_t slurm_job, const char *slurm_step);
 
+/*
+ * A stall (HANG_STALL) in words for its summary: how long nothing began and the newest thing
+ * that did — "no collective began on any communicator of the job for 42 s (threshold 30 s)
+ * while its processes live and their agents report; last: AllReduce #20 of communicator
+ * 0000000000001234", or, when that was a point-to-point transfer (a pipeline-parallel job),
+ * "no collective or transfer began ...; last: transfer #20 from rank 2 to rank 3 of
+ * communicator ...". snprintf's contract: writes at most len bytes, returns the full length.
+ */
+int hang_stall_describe(const struct hang_result *r, char *buf, size_t len);
+
 /* Evaluates `job` over its live groups and the tracker at now_ms. 0 or -ENOMEM. */
 int hang_evaluate(const struct hang_tracker *t, const struct live *l, const char *job,
 		  const struct hang_params *p, int64_t now_ms, struct hang_result *out);

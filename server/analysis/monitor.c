@@ -776,14 +776,12 @@ static int hang_check(struct monitor *m, const char *job, const struct job_setti
 			snprintf(cause, sizeof(cause), "; cause: %s (%s)", hang_cause_name(cz->cls),
 				 cz->detail);
 		snprintf(comm, sizeof(comm), "%016" PRIx64, r->comm);
-		if (stall)
-			snprintf(summary, sizeof(summary),
-				 "stall: no collective began on any communicator of the job for %.0f s "
-				 "(threshold %.0f s) while its processes live and their agents "
-				 "report; last: %s #%" PRIu64 " of communicator %s; rank %d (%s, "
-				 "pid %u)%s", (double)r->waited_ms / 1e3,
-				 (double)r->threshold_ms / 1e3, sysom_nccl_op_name(r->op),
-				 r->seq, comm, h0->rank, h0->host, h0->pid, cause);
+		if (stall) {
+			char what[320];
+			hang_stall_describe(r, what, sizeof(what));
+			snprintf(summary, sizeof(summary), "stall: %s; rank %d (%s, pid %u)%s", what,
+				 h0->rank, h0->host, h0->pid, cause);
+		}
 		else if (r->link && r->all_entered)
 			snprintf(summary, sizeof(summary),
 				 "hang: transfer #%" PRIu64 " from rank %d to rank %d of communicator "

@@ -313,6 +313,61 @@ static void test_pipeline_link_hang(void **state)
 	assert_int_equal(live_source(f->l, &scope, NULL, NULL), -ENOENT);
 }
 
+/* A pipeline-only job (Send/Recv, no collective) whose stages all finished microbatch 20 and
+ * began nothing since: a stall whose newest work was a transfer, described as one. A job of
+ * collectives keeps the collective wording. */
+static void test_pipeline_stall(void **state)
+{
+	struct fixture *f = *state;
+	const uint64_t sends[4] = { 21, 21, 21, 0 }, recvs[4] = { 0, 21, 21, 21 };
+	struct sysom_batch b;
+	struct hang_result r;
+	char text[512];
+
+	for (int64_t at = T0_MS + 2200; at <= T0_MS + 40000; at += 2000)
+		for (int node = 1; node <= 2; node++) {
+			pipe_batch(&b, node, sends, recvs, 0, 0);
+			assert_int_equal(live_batch_add(f->l, &b, window_of, NULL, &f->st), 0);
+			assert_int_equal(hang_tracker_note(f->t, &b, at + node), 0);
+			sysom_batch_free(&b);
+		}
+	assert_int_equal(eval(f, T0_MS + 20000).verdict, HANG_NONE);
+	r = eval(f, T0_MS + 40004);
+	assert_int_equal(r.verdict, HANG_STALL);
+	assert_true(r.link);
+	assert_int_equal(r.seq, 20);
+	assert_true(hang_stall_describe(&r, text, sizeof(text)) < (int)sizeof(text));
+	assert_non_null(strstr(text, "no collective or transfer began on any communicator of the job"
+				     " for "));
+	char last[128];
+	snprintf(last, sizeof(last), "; last: transfer #20 from rank %d to rank %d of communicator "
+		 "0000000000001234", r.src, r.dst);
+	assert_non_null(strstr(text, last));
+	assert_true(r.dst == r.src + 1);
+	/* The report's text says the same. */
+	json_t *j = diagnosis_hang_json(&r, NULL, 0);
+	struct byte_buf out = { 0 };
+	assert_non_null(j);
+	diagnosis_hang_text(j, &out);
+	byte_buf_put_u8(&out, 0);
+	snprintf(last, sizeof(last), "the newest: transfer #20 from rank %d to rank %d on "
+		 "communicator 0000000000001234", r.src, r.dst);
+	assert_non_null(strstr((char *)out.data, "stall: no collective or transfer began"));
+	assert_non_null(strstr((char *)out.data, last));
+	json_decref(j);
+	byte_buf_free(&out);
+
+	r.link = false;
+	r.op = SYSOM_NCCL_ALL_REDUCE;
+	hang_stall_describe(&r, text, sizeof(text));
+	assert_non_null(strstr(text, "no collective began on any communicator of the job for "));
+	assert_non_null(strstr(text, "; last: AllReduce #20 of communicator 0000000000001234"));
+	/* Cut to fit, the full length returned. */
+	int full = hang_stall_describe(&r, text, 16);
+	assert_true(full > 16);
+	assert_int_equal(strlen(text), 15);
+}
+
 /* Rank 2's process exited: node-2 reports rank 3 only. */
 static void test_exited(void **state)
 {
@@ -735,6 +790,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_stall_waits_for_reports, setup, teardown),
 		cmocka_unit_test(test_classify),
 		cmocka_unit_test_setup_teardown(test_pipeline_link_hang, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pipeline_stall, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
