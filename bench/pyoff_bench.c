@@ -10,7 +10,9 @@
  * with the interpreter withdrawn from the walker (native hybrid stacks: the cost before
  * this change), and recorded with it published (Python frames stitched in). The kernel's own
  * accounting of the sched_switch program (kernel.bpf_stats_enabled, on for a separate pass)
- * gives ns per run, unwind tail calls included.
+ * gives ns per run, unwind tail calls included. The walker is measured without the off-CPU
+ * unwind budget; a last mode has the agent's default budget (0.5% of the CPU), with the share
+ * of blocks past it (frame-pointer stacks) and the CPU share the unwinding took.
  * --depth D puts D more Python frames (pingpong_deep) above the blocking function: the walker's
  * cost as stacks deepen (it stops at the BPF program's frame bound).
  * usage: pyoff_bench [--python PATH] [--trips N] [--rounds R] [--depth D]
@@ -46,11 +48,18 @@ static uint64_t trip(FILE *to, FILE *from, long trips, uint64_t *switches)
 	return ns;
 }
 
-enum { DETACHED, NATIVE, PYTHON, MODES };
+enum { DETACHED, NATIVE, PYTHON, BUDGET, MODES };
+
+/* The agent's default off-CPU unwind budget (0.5% of a CPU: ns per second). */
+#define AGENT_BUDGET_NS 5000000ULL
 
 static void set_mode(struct py_session *s, int m, uint32_t pid, const struct py_proc *entry)
 {
-	if (m == PYTHON) {
+	/* The walker's own cost is measured unlimited; BUDGET shows what the agent's default
+	 * budget leaves of it. */
+	if (sampler_set_offcpu_budget_ns(s->sampler, m == BUDGET ? AGENT_BUDGET_NS : 0))
+		die("cannot set the unwind budget");
+	if (m == PYTHON || m == BUDGET) {
 		if (bpf_map_update_elem(s->maps.py_procs, &pid, entry, BPF_ANY))
 			die("cannot publish the interpreter");
 	} else {
@@ -66,6 +75,7 @@ int main(int argc, char **argv)
 		"off-CPU recording detached",
 		"recorded, native hybrid stacks (interpreter not published: before this change)",
 		"recorded, Python frames stitched in",
+		"recorded, Python frames, the agent's unwind budget (0.5% of the CPU)",
 	};
 	const char *python = "/usr/bin/python3";
 	long trips = 20000;
@@ -124,7 +134,7 @@ int main(int argc, char **argv)
 		die("the Python workload was not published (unsupported interpreter?)");
 	sampler_set_rate(s.sampler, 0.1); /* the agent's default from here on */
 
-	double per_switch[MODES][99], added[MODES][99];
+	double per_switch[MODES][99], added[MODES][99], over[MODES][99], unwind_share[MODES][99];
 	uint64_t py_frames = 0, py_blocks = 0;
 	for (int r = 0; r < rounds; r++) {
 		uint64_t base_ns = 0, base_sw = 1, sw;
@@ -145,6 +155,12 @@ int main(int argc, char **argv)
 			}
 			per_switch[m][r] = (double)ns / (double)sw;
 			added[m][r] = ((double)ns - (double)base_ns) / (double)base_sw;
+			/* Blocks past the budget, and the unwinding's share of the elapsed time
+			 * (of the one CPU both threads run on). */
+			over[m][r] = o1.blocks > o0.blocks ? (double)(o1.over_budget - o0.over_budget) /
+								    (double)(o1.blocks - o0.blocks)
+							   : 0.0;
+			unwind_share[m][r] = ns ? (double)(o1.unwind_ns - o0.unwind_ns) / (double)ns : 0.0;
 			if (m == PYTHON) {
 				py_frames += c1.py.frames - c0.py.frames;
 				py_blocks += o1.blocks - o0.blocks;
@@ -153,11 +169,14 @@ int main(int argc, char **argv)
 		}
 	}
 	printf("| Python ping-pong on one CPU (%s), %d extra frames, %ld round trips, median of "
-	       "%d rounds | ns per switch | added ns per switch |\n|---|---:|---:|\n",
+	       "%d rounds | ns per switch | added ns per switch | blocks over budget | CPU in "
+	       "unwinding |\n|---|---:|---:|---:|---:|\n",
 	       python, depth, trips, rounds);
 	for (int m = DETACHED; m < MODES; m++)
-		printf("| %s | %.0f | %+.0f |\n", names[m], bench_median(per_switch[m], rounds),
-		       m == DETACHED ? 0.0 : bench_median(added[m], rounds));
+		printf("| %s | %.0f | %+.0f | %.3f | %.2f%% |\n", names[m],
+		       bench_median(per_switch[m], rounds),
+		       m == DETACHED ? 0.0 : bench_median(added[m], rounds),
+		       bench_median(over[m], rounds), 100 * bench_median(unwind_share[m], rounds));
 	printf("\nPython frames per parked block with the interpreter published: %.2f "
 	       "(%llu frames, %llu blocks)\n",
 	       py_blocks ? (double)py_frames / (double)py_blocks : 0.0,

@@ -487,6 +487,16 @@ int BPF_PROG(sysom_process_exit, struct task_struct *p)
 const volatile __u32 offcpu_mode = SYSOM_OFFCPU_OFF; /* enum sysom_offcpu_mode */
 /* Shorter blocks are not counted (run-time setting). */
 __u64 offcpu_min_ns = 1000000;
+/*
+ * Hybrid unwinding of off-CPU user stacks may take this many ns per second of each CPU (run-
+ * time setting; 0: no limit). Every blocking switch of a recorded thread pays for its unwind
+ * before anyone knows how long the block will be (a deep Python stack: ~20 µs), so a thread
+ * that blocks tens of thousands of times a second would otherwise cost its CPU a large share.
+ * Past the budget a block's user stack is the kernel's frame-pointer walk (cheap, no Python
+ * frames, short where frame pointers are missing), counted as over_budget. The balance
+ * accrues at this rate, at most one second's worth, and each unwind is charged what it took.
+ */
+__u64 offcpu_budget_ns = 5000000;
 
 #define OFFCPU_KERNEL_SKIP 3
 #define OFFCPU_BLOCKED_STATES 0xf /* S, D, __TASK_STOPPED, __TASK_TRACED */
@@ -552,6 +562,9 @@ struct offcpu_scratch {
 	struct unwind_regs regs;
 	__u32 tid;
 	__u32 tail_calls;
+	__u64 unwind_start_ns; /* the hybrid unwind of this block began */
+	__s64 budget_left_ns;  /* this CPU's unwind budget (below 0 by at most one unwind) */
+	__u64 budget_at_ns;    /* when it was last credited */
 };
 
 struct {
@@ -616,19 +629,50 @@ static __always_inline void offcpu_park(struct offcpu_scratch *sc, struct sysom_
 	oc->blocks++;
 }
 
-static __always_inline void offcpu_fp_user(void *ctx, struct offcpu_scratch *sc,
-					   struct sysom_offcpu_cpu *oc)
+/* The user stack by the kernel's frame-pointer walk (the caller counts why). */
+static __always_inline void offcpu_fp_user(void *ctx, struct offcpu_scratch *sc)
 {
 	long bytes = bpf_get_stack(ctx, sc->block.user.ips, sizeof(sc->block.user.ips),
 				   BPF_F_USER_STACK);
 
-	oc->fp_fallback++;
 	sc->block.user.side = SYSOM_SIDE_USER;
 	sc->block.user.pad = 0;
 	sc->block.user.nframes = bytes > 0 ? (__u16)(bytes / sizeof(__u64)) : 0;
 	sc->block.user.stop_reason = sc->block.user.nframes >= SYSOM_PROFILE_MAX_DEPTH
 					     ? UNWIND_STOP_DEPTH
 					     : UNWIND_STOP_COMPLETE;
+}
+
+/* Credits this CPU's unwind budget up to `now`: whether an unwind may start. */
+static __always_inline bool offcpu_budget_allows(struct offcpu_scratch *sc, __u64 now)
+{
+	__u64 rate = *(volatile __u64 *)&offcpu_budget_ns, dt;
+	__s64 left;
+
+	if (!rate)
+		return true;
+	if (rate > 1000000000ULL)
+		rate = 1000000000ULL;
+	dt = now > sc->budget_at_ns ? now - sc->budget_at_ns : 0;
+	if (dt > 1000000000ULL)
+		dt = 1000000000ULL;
+	sc->budget_at_ns = now;
+	left = sc->budget_left_ns + (__s64)(dt * rate / 1000000000ULL);
+	if (left > (__s64)rate)
+		left = (__s64)rate;
+	sc->budget_left_ns = left;
+	return left > 0;
+}
+
+/* Charges the unwind that began at sc->unwind_start_ns, then parks the block. */
+static __always_inline void offcpu_unwound(struct offcpu_scratch *sc, struct sysom_offcpu_cpu *oc)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 spent = now > sc->unwind_start_ns ? now - sc->unwind_start_ns : 0;
+
+	oc->unwind_ns += spent;
+	sc->budget_left_ns -= (__s64)spent;
+	offcpu_park(sc, oc);
 }
 
 /* Hybrid unwind of the blocking thread's user stack, UNWIND_FRAMES_PER_PROG frames per run. */
@@ -651,8 +695,9 @@ int sysom_offcpu_unwind(struct bpf_raw_tracepoint_args *ctx)
 	if (sc->tail_calls == 0) {
 		if (!c.proc || c.proc->generation != sc->block.generation) {
 			cs->unwind.fallback_no_proc++;
-			offcpu_fp_user(ctx, sc, oc);
-			offcpu_park(sc, oc);
+			oc->fp_fallback++;
+			offcpu_fp_user(ctx, sc);
+			offcpu_unwound(sc, oc);
 			return 0;
 		}
 		cs->unwind.unwinds++;
@@ -667,7 +712,7 @@ int sysom_offcpu_unwind(struct bpf_raw_tracepoint_args *ctx)
 	} else if (!c.proc) {
 		sc->block.user.stop_reason = UNWIND_STOP_NO_MAPPING;
 		cs->unwind.stops[UNWIND_STOP_NO_MAPPING]++;
-		offcpu_park(sc, oc);
+		offcpu_unwound(sc, oc);
 		return 0;
 	}
 	if (!c.py && sc->regs.py_frame)
@@ -692,7 +737,7 @@ int sysom_offcpu_unwind(struct bpf_raw_tracepoint_args *ctx)
 	if (c.stop < UNWIND_STOP_REASONS)
 		cs->unwind.stops[c.stop]++;
 	sc->block.user.stop_reason = c.stop;
-	offcpu_park(sc, oc);
+	offcpu_unwound(sc, oc);
 	return 0;
 }
 
@@ -834,6 +879,13 @@ int sysom_offcpu_switch(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	}
 	if (unwinder == SYSOM_UNWINDER_HYBRID) {
+		__u64 now = bpf_ktime_get_ns();
+		if (!offcpu_budget_allows(sc, now)) {
+			oc->over_budget++;
+			offcpu_fp_user(ctx, sc);
+			offcpu_park(sc, oc);
+			return 0;
+		}
 		task = bpf_get_current_task_btf();
 		regs = (struct pt_regs *)bpf_task_pt_regs(task);
 		if (regs) {
@@ -843,10 +895,12 @@ int sysom_offcpu_switch(struct bpf_raw_tracepoint_args *ctx)
 			sc->regs.bp_known = 1;
 			sc->regs.ip_exact = 1;
 			sc->tail_calls = 0;
+			sc->unwind_start_ns = now;
 			bpf_tail_call(ctx, &offcpu_unwind_progs, 0);
 		}
 	}
-	offcpu_fp_user(ctx, sc, oc);
+	oc->fp_fallback++;
+	offcpu_fp_user(ctx, sc);
 	offcpu_park(sc, oc);
 	return 0;
 }

@@ -141,6 +141,9 @@ struct sysom_offcpu_cpu {
 	__u64 fp_fallback;    /* user stack by the kernel's frame-pointer walk (hybrid unwinder
 			       * not used: process unpublished, or the tail call failed) */
 	__u64 blocked_ns;     /* total of recorded blocks */
+	__u64 unwind_ns;      /* spent in hybrid unwinds of blocking threads' user stacks */
+	__u64 over_budget;    /* user stacks by the frame-pointer walk instead: this CPU had spent
+			       * its unwind budget (offcpu_budget_ns per second) */
 };
 
 #endif

@@ -51,6 +51,7 @@
 		{ "host-sys-root", SYSOM_OPT_STRING, &(c)->host_sys_root, 0, 0, "where host signals read /sys (default /sys)", false }, \
 		{ "off-cpu", SYSOM_OPT_STRING, &(c)->off_cpu, 0, 0, "record where threads block and for how long: jobs (threads of training processes, as os-signals tracks them), all (every user thread) or off (default jobs)", false }, \
 		{ "off-cpu-min", SYSOM_OPT_DURATION, &(c)->off_cpu_min_s, 0.000001, 10, "shortest block counted off-CPU (default 1ms)", false }, \
+		{ "off-cpu-unwind-budget", SYSOM_OPT_DOUBLE, &(c)->off_cpu_unwind_budget, 0, 100, "percent of each CPU the off-CPU unwinding of blocking threads' user stacks may take; past it they are frame-pointer walks (no Python frames), counted as offcpu_over_budget; 0: no limit (default 0.5)", false }, \
 		{ "max-sample-rows", SYSOM_OPT_UINT, &(c)->max_sample_rows, 1024, 1 << 22, "sample rows per batch (default 1048576)", false }, \
 		{ "nccl-profiler-mask", SYSOM_OPT_UINT, &(c)->nccl_profiler_mask, 0, 0xffff, "NCCL profiler plugin event mask (ncclProfile* bits) sent to plugins; 0: the plugin's default. SIGHUP applies a change to running jobs", false }, \
 		{ "pod-log-root", SYSOM_OPT_STRING, &(c)->pod_log_root, 0, 0, "the kubelet's pod log directories (<namespace>_<pod>_<uid>), where a process's pod name and namespace are found (default /var/log/pods; empty: off)", false }, \
@@ -90,6 +91,7 @@ int agent_config_defaults(struct agent_config *c)
 	c->host_sys_root = strdup("/sys");
 	c->host_signals = true;
 	c->off_cpu_min_s = 0.001;
+	c->off_cpu_unwind_budget = 0.5;
 	c->gpu_trace = true;
 	c->os_signals = true;
 	c->gpu_launch_duty = 0.1;

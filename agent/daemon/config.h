@@ -45,6 +45,8 @@ struct agent_config {
 	char *host_sys_root;       /* ... "/sys" */
 	char *off_cpu;             /* "jobs", "all" or "off": whose blocked time is recorded */
 	double off_cpu_min_s;      /* shortest block counted */
+	double off_cpu_unwind_budget; /* % of each CPU for off-CPU user-stack unwinding (0: no
+				       * limit) */
 	char *pod_log_root;        /* kubelet pod log directories; "": no pod names */
 	char *container_log_root;  /* kubelet container log links; "": no container names */
 	char *socket;              /* registration socket path (agent/ranks/registry.h); "": off */

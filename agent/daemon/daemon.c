@@ -70,6 +70,7 @@ struct agent {
 	char node_hex[2 * SYSOM_NODE_ID_SIZE + 1];
 	struct sampler_counters last_counters;
 	struct sysom_offcpu_cpu last_offcpu; /* off-CPU counters at the last fold */
+	bool offcpu_budget_warned;          /* the off-CPU unwind budget ran out once: logged */
 	struct pyframes *py;          /* CPython frames (hybrid unwinder only) */
 	struct perfmap_cache *jit;    /* JIT functions from perf maps */
 	uint64_t last_py_unsupported;
@@ -448,6 +449,20 @@ static void fold_counters(struct agent *a)
 		batcher_add_counter(a->batcher, SYSOM_COUNTER_OFFCPU_LOST, lost);
 		batcher_add_counter(a->batcher, SYSOM_COUNTER_OFFCPU_FP_FALLBACK,
 				    off.fp_fallback - o->fp_fallback);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_OFFCPU_OVER_BUDGET,
+				    off.over_budget - o->over_budget);
+		batcher_add_counter(a->batcher, SYSOM_COUNTER_OFFCPU_UNWIND_US,
+				    off.unwind_ns / 1000 - o->unwind_ns / 1000);
+		if (off.over_budget > o->over_budget && !a->offcpu_budget_warned) {
+			/* Once: a thread that blocks this often is worth knowing about, but the
+			 * counter says how often after that. */
+			log_warn("off-CPU: %llu blocking threads' user stacks since the last drain "
+				 "taken by frame pointers (no Python frames): this node's threads block "
+				 "faster than --off-cpu-unwind-budget %.2g%% of a CPU pays for",
+				 (unsigned long long)(off.over_budget - o->over_budget),
+				 a->cfg->off_cpu_unwind_budget);
+			a->offcpu_budget_warned = true;
+		}
 		if (lost)
 			log_warn("off-CPU: %llu blocks lost since the last drain: BPF maps full",
 				 (unsigned long long)lost);
@@ -1118,6 +1133,9 @@ static int agent_start(struct agent *a)
 	so.max_sample_keys = a->cfg->max_sample_keys;
 	so.unwinder = strcmp(a->cfg->unwinder, "fp") == 0 ? SYSOM_UNWINDER_FP : SYSOM_UNWINDER_HYBRID;
 	so.offcpu_min_ns = (uint64_t)(a->cfg->off_cpu_min_s * 1e9);
+	so.offcpu_budget_ns = (uint64_t)(a->cfg->off_cpu_unwind_budget / 100 * 1e9);
+	if (a->cfg->off_cpu_unwind_budget > 0 && so.offcpu_budget_ns < 1000)
+		so.offcpu_budget_ns = 1000; /* a budget, however small, is never "no limit" */
 	if (so.offcpu_min_ns < 1000)
 		so.offcpu_min_ns = 1000;
 	if (strcmp(a->cfg->off_cpu, "all") == 0) {

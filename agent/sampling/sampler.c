@@ -112,6 +112,7 @@ void sampler_options_default(struct sampler_options *opts)
 		.unwinder = SYSOM_UNWINDER_HYBRID,
 		.offcpu_mode = SYSOM_OFFCPU_OFF,
 		.offcpu_min_ns = 1000000,
+		.offcpu_budget_ns = 5000000,
 		.max_offcpu_keys = 8192,
 		.max_offcpu_threads = 4096,
 		.offcpu_open = true,
@@ -247,9 +248,10 @@ int sampler_open(const struct sampler_options *opts, sampler_event_fn on_event, 
 	if (opts->hz < 10 || opts->hz > 999 || !(opts->sample_rate > 0) || opts->sample_rate > 1 ||
 	    opts->max_sample_keys < 64 || opts->max_stacks < 64 ||
 	    opts->offcpu_mode > SYSOM_OFFCPU_ALL || opts->offcpu_min_ns < 1000 ||
-	    opts->max_offcpu_keys < 64 || opts->max_offcpu_threads < 64) {
+	    opts->offcpu_budget_ns > 1000000000ULL || opts->max_offcpu_keys < 64 ||
+	    opts->max_offcpu_threads < 64) {
 		snprintf(err, errlen, "invalid sampler options (hz 10..999, rate (0,1], map sizes >= 64, "
-			 "off-CPU minimum >= 1 us)");
+			 "off-CPU minimum >= 1 us, unwind budget <= 1 s per s)");
 		return -EINVAL;
 	}
 	ncpus = libbpf_num_possible_cpus();
@@ -315,6 +317,7 @@ int sampler_open(const struct sampler_options *opts, sampler_event_fn on_event, 
 	}
 	s->skel->rodata->offcpu_mode = opts->offcpu_mode;
 	s->skel->data->offcpu_min_ns = opts->offcpu_min_ns;
+	s->skel->data->offcpu_budget_ns = opts->offcpu_budget_ns;
 	struct bpf_map *offcpu_counts[] = { s->skel->maps.offcpu_counts_0,
 					    s->skel->maps.offcpu_counts_1 };
 	for (int i = 0; i < SYSOM_PROFILE_BUFFERS; i++) {
@@ -878,6 +881,15 @@ int sampler_set_offcpu_min_ns(struct sampler *s, uint64_t min_ns)
 		return -EINVAL;
 	__atomic_store_n(&s->skel->data->offcpu_min_ns, min_ns, __ATOMIC_RELAXED);
 	s->opts.offcpu_min_ns = min_ns;
+	return 0;
+}
+
+int sampler_set_offcpu_budget_ns(struct sampler *s, uint64_t budget_ns)
+{
+	if (budget_ns > 1000000000ULL)
+		return -EINVAL;
+	__atomic_store_n(&s->skel->data->offcpu_budget_ns, budget_ns, __ATOMIC_RELAXED);
+	s->opts.offcpu_budget_ns = budget_ns;
 	return 0;
 }
 

@@ -20,6 +20,9 @@ struct sampler_options {
 	/* Off-CPU time (sched_switch): whose blocks, the shortest counted, map bounds. */
 	enum sysom_offcpu_mode offcpu_mode;
 	uint64_t offcpu_min_ns;       /* shorter blocks are not counted, >= 1 µs */
+	uint64_t offcpu_budget_ns;    /* ns of hybrid unwinding of blocking threads' user stacks
+				       * per second of each CPU (default 5 ms: 0.5%), at most 1e9;
+				       * 0: no limit (bpf/profile.bpf.c, offcpu_budget_ns) */
 	uint32_t max_offcpu_keys;     /* entries per off-CPU aggregation buffer */
 	uint32_t max_offcpu_threads;  /* threads asleep at once whose stacks are parked */
 	bool offcpu_open;             /* JOBS mode: deliver blocks still in progress at drains
@@ -188,6 +191,10 @@ int sampler_offcpu_track(struct sampler *s, uint32_t tgid, bool on);
 
 /* Changes the minimum counted block at run time (>= 1 µs). 0 or -EINVAL. */
 int sampler_set_offcpu_min_ns(struct sampler *s, uint64_t min_ns);
+
+/* Changes the off-CPU unwind budget at run time (ns per second of each CPU, <= 1e9; 0: no
+ * limit). 0 or -EINVAL. */
+int sampler_set_offcpu_budget_ns(struct sampler *s, uint64_t budget_ns);
 
 /* Off-CPU counters summed over CPUs (zero when not loaded). 0 or -errno. */
 int sampler_offcpu_counters(struct sampler *s, struct sysom_offcpu_cpu *out);

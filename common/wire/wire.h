@@ -269,6 +269,10 @@ enum sysom_counter_id {
 	SYSOM_COUNTER_NCCL_P2P_CALLS = 86,     /* ncclSend/ncclRecv calls traced (pipeline pairing) */
 	SYSOM_COUNTER_NCCL_P2P_BAD_PEER = 87,  /* ... whose peer was outside its communicator: sent
 						* with peer -1 (not paired) */
+	/* The off-CPU unwind budget (bpf/profile.bpf.c, offcpu_budget_ns). */
+	SYSOM_COUNTER_OFFCPU_OVER_BUDGET = 71, /* off-CPU user stacks by the frame-pointer walk:
+						* the CPU had spent its unwind budget */
+	SYSOM_COUNTER_OFFCPU_UNWIND_US = 84,   /* µs spent unwinding blocking threads' user stacks */
 	SYSOM_COUNTER_MAX = 96,
 };
 

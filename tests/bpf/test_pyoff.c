@@ -5,7 +5,8 @@
  * every CPython 3.10–3.13 on the machine; the sched_switch program's stacks, with the
  * interpreter published the way the agent publishes it, carry each block's Python chain
  * (named from the process by the agent's resolver) for ≥ 90% of the blocked time; with the
- * interpreter withdrawn, the same blocks carry no Python frame.
+ * interpreter withdrawn, the same blocks carry no Python frame; the off-CPU unwind budget
+ * bounds what unwinding a thread that blocks very often costs its CPU.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -211,11 +212,113 @@ static void test_offcpu_withdrawn_is_native(void **state)
 	skip();
 }
 
+/* The ping-pong of blocking.py (two threads on one CPU passing a byte through pipes, the
+ * blocking reads DEPTH Python frames deep): `trips` round trips; elapsed ns. */
+static uint64_t pingpong(FILE *to, FILE *from, long trips)
+{
+	unsigned long long ns = 0, sw = 0;
+
+	fprintf(to, "%ld\n", trips);
+	fflush(to);
+	assert_int_equal(fscanf(from, "%llu %llu", &ns, &sw), 2);
+	return ns;
+}
+
+/*
+ * The off-CPU unwind budget: threads that block ~40,000 times a second 100 Python frames deep
+ * cost their CPU ~20 µs of unwinding per block without it. With a budget of 1 ms per second of
+ * a CPU, the unwinding takes no more than what accrued (one second's worth banked, plus the
+ * rate over the run, plus one unwind's overshoot per CPU) and the rest of the blocks get
+ * frame-pointer user stacks, counted; with no limit, none is over budget and the unwinding
+ * takes many times as long. A budget above one second per second is refused.
+ */
+static void test_offcpu_unwind_budget(void **state)
+{
+	const char *root = getenv("SYSOM_ROOT");
+	char script[4096], cpu[24], err[256] = "";
+	struct sysom_offcpu_cpu o0, o1;
+	struct py_session s;
+	struct py_proc entry;
+	const uint64_t budget = 1000000; /* ns per s */
+	long ncpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int in[2], out[2];
+	pid_t pid;
+
+	(void)state;
+	if (!ninterpreters)
+		skip();
+	snprintf(script, sizeof(script), "%s/tests/fixtures/python/blocking.py", root ? root : ".");
+	snprintf(cpu, sizeof(cpu), "%ld", ncpus - 1);
+	assert_int_equal(pipe(in), 0);
+	assert_int_equal(pipe(out), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(in[0], 0);
+		dup2(out[1], 1);
+		close(in[1]);
+		close(out[0]);
+		execl(interpreters[0], interpreters[0], script, "pingpong", cpu, "100", (char *)NULL);
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	FILE *to = fdopen(in[1], "w"), *from = fdopen(out[0], "r");
+	assert_non_null(to);
+	assert_non_null(from);
+	if (py_session_open(&s, (uint32_t)pid, err, sizeof(err)))
+		fail_msg("py_session_open: %s", err);
+	if (py_session_ready(&s, 90000, &entry)) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		py_session_close(&s);
+		fail_msg("%s: not published with its unwind tables within 90 s", interpreters[0]);
+	}
+	assert_int_equal(sampler_set_offcpu_budget_ns(s.sampler, 1000000001ULL), -EINVAL);
+
+	assert_int_equal(sampler_set_offcpu_budget_ns(s.sampler, budget), 0);
+	pingpong(to, from, 2000); /* spends what was banked */
+	assert_int_equal(sampler_offcpu_counters(s.sampler, &o0), 0);
+	uint64_t ns = pingpong(to, from, 20000);
+	assert_int_equal(sampler_offcpu_counters(s.sampler, &o1), 0);
+	uint64_t blocks = o1.blocks - o0.blocks, over = o1.over_budget - o0.over_budget;
+	uint64_t spent = o1.unwind_ns - o0.unwind_ns;
+	/* Per CPU: one second's worth banked + the rate over the run + one unwind (< 1 ms). */
+	uint64_t bound = (uint64_t)ncpus * (budget + budget * ns / 1000000000ULL + 1000000);
+	print_message("# budget %llu ns/s: %llu blocks in %.0f ms, %llu over budget, %.2f ms "
+		      "unwinding (bound %.2f ms)\n", (unsigned long long)budget,
+		      (unsigned long long)blocks, ns / 1e6, (unsigned long long)over, spent / 1e6,
+		      bound / 1e6);
+	assert_true(blocks >= 20000);
+	assert_true(spent <= bound);
+	assert_true(over * 2 >= blocks);
+
+	assert_int_equal(sampler_set_offcpu_budget_ns(s.sampler, 0), 0);
+	assert_int_equal(sampler_offcpu_counters(s.sampler, &o0), 0);
+	ns = pingpong(to, from, 20000);
+	assert_int_equal(sampler_offcpu_counters(s.sampler, &o1), 0);
+	blocks = o1.blocks - o0.blocks;
+	over = o1.over_budget - o0.over_budget;
+	uint64_t unlimited = o1.unwind_ns - o0.unwind_ns;
+	print_message("# no budget: %llu blocks in %.0f ms, %llu over budget, %.2f ms unwinding "
+		      "(%.1f µs per block)\n", (unsigned long long)blocks, ns / 1e6,
+		      (unsigned long long)over, unlimited / 1e6,
+		      blocks ? unlimited / 1e3 / (double)blocks : 0.0);
+	assert_int_equal(over, 0);
+	assert_true(unlimited > 4 * spent);
+
+	fclose(to);
+	fclose(from);
+	assert_int_equal(waitpid(pid, NULL, 0), pid);
+	py_session_close(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_offcpu_python_chains),
 		cmocka_unit_test(test_offcpu_withdrawn_is_native),
+		cmocka_unit_test(test_offcpu_unwind_budget),
 	};
 	if (geteuid() != 0) {
 		print_message("# these tests load BPF programs and need root\n");
