@@ -29,6 +29,9 @@ SYSOM_BUILD="$build" "$build/bench/nccl_profiler_bench" --rounds 31
 "$build/bench/ossignals_bench" --trips 200000 --rounds 7
 "$build/bench/offcpu_bench" --trips 200000 --rounds 7
 SYSOM_ROOT="$(dirname "$here")" "$build/bench/pyoff_bench" --python /usr/bin/python3.11 --trips 20000 --rounds 7
+# Python name cache: fixed code objects beside new ones compiled all the time (exec in a loop).
+"$here/python_names.sh" "$build" --seconds "${BENCH_PYNAMES_SECONDS:-30}" \
+	--markdown "$build/bench-python-names.md"
 "$build/bench/analysis_bench" --rounds 5
 "$build/bench/export_bench" --stacks 1000,10000,100000 --rounds 5
 # Time from a rank stopping to the hang alert at the default intervals (RUNS jobs at once).
