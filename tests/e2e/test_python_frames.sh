@@ -49,13 +49,15 @@ for p in "${PYTHONS[@]}"; do
 done
 # JIT code: CPython 3.12+ with -X perf runs each Python function through a trampoline compiled
 # at run time and lists it in /tmp/perf-PID.map; the agent names those frames from the map.
-PY312=/root/.pyenv/versions/3.12.1/bin/python3.12
-JITPID=""
-if [ -x "$PY312" ]; then
-	"$PY312" -X perf "$SCRIPT" spin 2 &
-	JITPID=$!
-	wait "$JITPID"
-fi
+# Every 3.12 and 3.13 of the machine.
+JITPYS=() JITPIDS=()
+for p in /root/.pyenv/versions/3.12*/bin/python3.12 /root/.pyenv/versions/3.13*/bin/python3.13; do
+	[ -x "$p" ] || continue
+	"$p" -X perf "$SCRIPT" spin 2 &
+	JITPIDS+=("$!")
+	JITPYS+=("$(basename "$p")")
+	wait "$!"
+done
 # A process that renames itself after exec (prctl(PR_SET_NAME), as setproctitle and PyTorch's
 # launchers do), 1 s into its run: its later stacks come under the new name (the agent took
 # the name seen at its first sample for good before).
@@ -121,17 +123,19 @@ PY
 		grep -Eq "(libpython|python3[.0-9]*)[^;]*;(<module>|.*<module> \(chain.py)" "$E2E_TMP/py$i.folded"
 done
 
-if [ -n "$JITPID" ]; then
-	ctl flamegraph --pid "$JITPID" --from -10m --to now --format folded >"$E2E_TMP/jit.folded"
-	rm -f "/tmp/perf-$JITPID.map"
-	diag "JIT frames: $(grep -o 'py::[^;]*_\[j\]' "$E2E_TMP/jit.folded" | sort | uniq -c | sort -rn | head -4 | tr '\n' ' ')"
-	check "python3.12 -X perf: its trampolines are named from its perf map (py::level3:...chain.py_[j])" \
-		grep -q ';py::level3:[^;]*chain\.py_\[j\]' "$E2E_TMP/jit.folded"
-	check "python3.12 -X perf: most samples carry a named trampoline, none an [anon] frame" \
-		awk '{ t += $NF; if ($0 ~ /py::level6:[^;]*_\[j\]/) j += $NF; if ($0 ~ /\[anon\]/) a += $NF } END { exit !(t > 0 && j >= t / 2 && a == 0) }' "$E2E_TMP/jit.folded"
-else
-	ok "python3.12 -X perf: its trampolines are named # SKIP no CPython 3.12"
-	ok "python3.12 -X perf: most samples carry a named trampoline # SKIP no CPython 3.12"
+for i in "${!JITPIDS[@]}"; do
+	jp=${JITPYS[$i]} jpid=${JITPIDS[$i]}
+	ctl flamegraph --pid "$jpid" --from -10m --to now --format folded >"$E2E_TMP/jit$i.folded"
+	rm -f "/tmp/perf-$jpid.map"
+	diag "$jp JIT frames: $(grep -o 'py::[^;]*_\[j\]' "$E2E_TMP/jit$i.folded" | sort | uniq -c | sort -rn | head -4 | tr '\n' ' ')"
+	check "$jp -X perf: its trampolines are named from its perf map (py::level3:...chain.py_[j])" \
+		grep -q ';py::level3:[^;]*chain\.py_\[j\]' "$E2E_TMP/jit$i.folded"
+	check "$jp -X perf: most samples carry a named trampoline, none an [anon] frame" \
+		awk '{ t += $NF; if ($0 ~ /py::level6:[^;]*_\[j\]/) j += $NF; if ($0 ~ /\[anon\]/) a += $NF } END { exit !(t > 0 && j >= t / 2 && a == 0) }' "$E2E_TMP/jit$i.folded"
+done
+if [ ${#JITPIDS[@]} -eq 0 ]; then
+	ok "python3.12+ -X perf: its trampolines are named # SKIP no CPython 3.12 or 3.13"
+	ok "python3.12+ -X perf: most samples carry a named trampoline # SKIP no CPython 3.12 or 3.13"
 fi
 ctl flamegraph --pid "$RENAMED" --from -10m --to now --format folded >"$E2E_TMP/renamed.folded"
 diag "renamed process: $(awk '{ split($1, f, ";"); n[f[1]] += $NF } END { for (c in n) printf "%s %d  ", c, n[c] }' "$E2E_TMP/renamed.folded")"
