@@ -48,21 +48,46 @@ struct py_proc {
 	__u16 frame_instr;      /* 3.10 f_lasti (int); else prev_instr / instr_ptr */
 	__u16 frame_entry;      /* 3.11 is_entry; 3.12+ owner (one byte) */
 	__u16 code_adaptive;    /* PyCodeObject: co_code_adaptive (3.11+) */
-	__u16 pad2[2];
+	__u16 code_qualname;    /* PyCodeObject: co_qualname (3.11+), co_name (3.10): the check */
+	__u16 pad2;
 };
 
 /*
- * A Python frame in sysom_stack_trace.ips: bit 63 set (never a user address), bits 44..62
- * the instruction index + 1 (0: unknown; saturates), bits 0..43 the code object's address
- * divided by 8 (objects are 8-aligned and below 2^47).
+ * A Python frame in sysom_stack_trace.ips: bit 63 set (never a user address), bits 57..62 a
+ * check of the code object as it was when sampled (py_frame_check of its qualified-name
+ * object's address; 0: not read), bits 44..56 the instruction index + 1 (0: unknown;
+ * PY_FRAME_INSTR_MAX: past 8,190 code units, unknown too), bits 0..43 the code object's
+ * address divided by 8 (objects are 8-aligned and below 2^47).
+ *
+ * The names are read from the process when the agent drains, up to a drain interval later; by
+ * then a code object that was freed may have left its address to another (code compiled in a
+ * loop: 93% of such samples were named after the wrong function). The agent names a frame
+ * only when the code object now at the address has the same check, and counts the others as
+ * reused; a false match is 1 in 63.
  */
 #define PY_FRAME_TAG (1ULL << 63)
+#define PY_FRAME_CHECK_SHIFT 57
+#define PY_FRAME_CHECK_MAX 63ULL
 #define PY_FRAME_INSTR_SHIFT 44
-#define PY_FRAME_INSTR_MAX ((1ULL << 19) - 1)
+#define PY_FRAME_INSTR_MAX ((1ULL << 13) - 1)
 #define PY_FRAME_IS(v) (((v) & PY_FRAME_TAG) != 0)
 #define PY_FRAME_CODE(v) (((v) & ((1ULL << 44) - 1)) << 3)
+#define PY_FRAME_CHECK(v) ((unsigned)(((v) >> PY_FRAME_CHECK_SHIFT) & PY_FRAME_CHECK_MAX))
 /* Instruction index (code units), or -1 when unknown. */
-#define PY_FRAME_INSTR(v) ((long long)(((v) >> PY_FRAME_INSTR_SHIFT) & PY_FRAME_INSTR_MAX) - 1)
+#define PY_FRAME_INSTR(v)                                                                 \
+	((((v) >> PY_FRAME_INSTR_SHIFT) & PY_FRAME_INSTR_MAX) == PY_FRAME_INSTR_MAX           \
+		 ? -1LL                                                                       \
+		 : (long long)(((v) >> PY_FRAME_INSTR_SHIFT) & PY_FRAME_INSTR_MAX) - 1)
+
+/* The check of a code object whose qualified-name object is at `qualname` (not 0): 1..63. */
+static inline unsigned long long py_frame_check(unsigned long long qualname)
+{
+	unsigned long long x = qualname >> 3;
+
+	x ^= x >> 17;
+	x ^= x >> 7;
+	return x % PY_FRAME_CHECK_MAX + 1;
+}
 
 /* Per-CPU Python walker counters (monotonic); part of struct sysom_cpu_state. */
 struct py_stats {

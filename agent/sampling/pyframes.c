@@ -342,6 +342,7 @@ static int from_debug_offsets(int memfd, struct py_target *t, char *why, size_t 
 	t->proc.frame_instr = (uint16_t)DBG(DBG_FRAME_INSTR_PTR);
 	t->proc.frame_entry = (uint16_t)DBG(DBG_FRAME_OWNER);
 	t->proc.code_adaptive = (uint16_t)DBG(DBG_CODE_ADAPTIVE);
+	t->proc.code_qualname = (uint16_t)DBG(DBG_CODE_QUALNAME);
 	t->code.qualname = (uint16_t)DBG(DBG_CODE_QUALNAME);
 	t->code.filename = (uint16_t)DBG(DBG_CODE_FILENAME);
 	t->code.firstlineno = (uint16_t)DBG(DBG_CODE_FIRSTLINENO);
@@ -465,6 +466,7 @@ int pyframes_inspect(const char *proc_root, const struct pt_process *proc, struc
 				out->proc.frame_instr = t->frame_instr;
 				out->proc.frame_entry = t->frame_entry;
 				out->proc.code_adaptive = t->code_adaptive;
+				out->proc.code_qualname = t->code.qualname;
 				out->code = t->code;
 				rc = 0;
 			}
@@ -809,6 +811,7 @@ int pyframes_resolve(struct pyframes *pf, uint32_t tgid, uint32_t generation, ui
 {
 	struct py_tracked *p = find_slot(pf, tgid, false);
 	uint64_t code = PY_FRAME_CODE(value), h;
+	unsigned want = PY_FRAME_CHECK(value); /* the code object when sampled (0: unknown) */
 	struct py_cache_slot *slot;
 	int rc;
 
@@ -821,6 +824,10 @@ int pyframes_resolve(struct pyframes *pf, uint32_t tgid, uint32_t generation, ui
 	bool hit = slot->used && slot->tgid == tgid && slot->generation == generation &&
 		   slot->code == code;
 
+	/* The cached object is not the one that ran: the sample's was freed before it was read
+	 * (and the cache holds its successor), or the cache holds the freed one. Read again. */
+	if (hit && want && py_frame_check(slot->qualname_obj) != want)
+		hit = false;
 	if (hit) {
 		hit = now - slot->checked_ns >= PY_CACHE_RECHECK_NS ? cache_slot_still_same(pf, p, slot)
 								     : cache_slot_still_here(pf, p, slot);
@@ -841,6 +848,12 @@ int pyframes_resolve(struct pyframes *pf, uint32_t tgid, uint32_t generation, ui
 		slot->generation = generation;
 		slot->code = code;
 		slot->checked_ns = now;
+		if (want && py_frame_check(slot->qualname_obj) != want) {
+			/* Another code object lives at the address now (kept: it is valid for its
+			 * own frames); the one sampled is gone. */
+			pf->stats.reused++;
+			return -ESTALE;
+		}
 	}
 	slot->line = code_line(pf, p, code, slot, PY_FRAME_INSTR(value));
 	if (slot->line < 0)
@@ -939,10 +952,13 @@ int pyframes_walk(const char *proc_root, uint32_t tgid, const struct py_target *
 		if (!(pp->layout >= PY_LAYOUT_312 && entry == PY_OWNED_BY_CSTACK)) {
 			if ((code & 7) || code >= (1ULL << 47))
 				goto cleanup;
+			uint64_t qual = 0, check = 0;
 			if (instr > (long long)PY_FRAME_INSTR_MAX - 1)
 				instr = (long long)PY_FRAME_INSTR_MAX - 1;
-			values[n++] = PY_FRAME_TAG | (uint64_t)(instr + 1) << PY_FRAME_INSTR_SHIFT |
-				      code >> 3;
+			if (!read_u64(fd, code + pp->code_qualname, &qual) && qual)
+				check = py_frame_check(qual);
+			values[n++] = PY_FRAME_TAG | check << PY_FRAME_CHECK_SHIFT |
+				      (uint64_t)(instr + 1) << PY_FRAME_INSTR_SHIFT | code >> 3;
 		}
 		frame = prev;
 	}

@@ -83,6 +83,8 @@ struct pyframes_stats {
 	uint64_t lookups;          /* frames resolved (cache hits included) */
 	uint64_t cache_hits;       /* ... whose code object was cached (no process read) */
 	uint64_t resolve_failures; /* frames whose code object could not be read or was no code */
+	uint64_t reused;           /* frames whose code object was freed and its address given to
+				    * another code object before they were named (check mismatch) */
 	uint64_t no_line;          /* resolved without a line (table missing/too big/malformed) */
 };
 
@@ -109,7 +111,8 @@ void pyframes_forget(struct pyframes *pf, const struct pt_process *proc);
 /*
  * Resolves a Python frame value (PY_FRAME_IS(value)) of process (tgid, generation). 0 and
  * *out, or -ENOENT (not a known Python process) / -EFAULT (code object unreadable or not a
- * code object: freed or corrupted) / -ENOMEM.
+ * code object: freed or corrupted) / -ESTALE (the address holds another code object than the
+ * one sampled: PY_FRAME_CHECK differs) / -ENOMEM.
  */
 int pyframes_resolve(struct pyframes *pf, uint32_t tgid, uint32_t generation, uint64_t value,
 		     struct py_name *out);

@@ -263,8 +263,9 @@ static bool stack_eq(const void *ctx, uint32_t i)
 
 /*
  * A Python frame of `p` (bpf/pyframes.h): object kind PYTHON named "<qualname>\t<file>",
- * offset its line. One whose code object cannot be read any more (freed, corrupted) becomes
- * "[python unresolved]" and is counted.
+ * offset its line. One whose code object cannot be read any more (freed, corrupted), or was
+ * freed and its address given to another code object (its check differs), becomes
+ * "[python unresolved]" and is counted (the second kind also as py_name_reused).
  */
 static int python_frame(struct batcher *b, const struct pt_process *p, uint64_t value,
 			struct sysom_frame *out)
@@ -281,6 +282,7 @@ static int python_frame(struct batcher *b, const struct pt_process *p, uint64_t 
 		batcher_add_counter(b, SYSOM_COUNTER_PY_NAME_LOOKUPS, 1);
 		batcher_add_counter(b, SYSOM_COUNTER_PY_NAME_CACHE_HITS,
 				    after.cache_hits - before.cache_hits);
+		batcher_add_counter(b, SYSOM_COUNTER_PY_NAME_REUSED, after.reused - before.reused);
 	}
 	if (rc == -ENOMEM)
 		return rc;

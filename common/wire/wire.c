@@ -101,6 +101,7 @@ static const char *const counter_names[SYSOM_COUNTER_MAX] = {
 	[SYSOM_COUNTER_OFFCPU_LOST] = "offcpu_lost",
 	[SYSOM_COUNTER_OFFCPU_FP_FALLBACK] = "offcpu_fp_fallback",
 	[SYSOM_COUNTER_OFFCPU_OVER_BUDGET] = "offcpu_over_budget",
+	[SYSOM_COUNTER_PY_NAME_REUSED] = "py_name_reused",
 	[SYSOM_COUNTER_OFFCPU_UNWIND_US] = "offcpu_unwind_us",
 	[SYSOM_COUNTER_GPU_LOADER_EVENTS] = "gpu_loader_attaches",
 	[SYSOM_COUNTER_GPU_LOADER_HELD] = "gpu_loader_held",

@@ -258,6 +258,9 @@ enum sysom_counter_id {
 						* (sampled natively) */
 	SYSOM_COUNTER_PY_NAME_LOOKUPS = 67,    /* Python frames named by the agent */
 	SYSOM_COUNTER_PY_NAME_CACHE_HITS = 68, /* ... from its name cache */
+	SYSOM_COUNTER_PY_NAME_REUSED = 85,     /* Python frames left unnamed: their code object was
+						* freed and its address reused by another before the
+						* agent named them (also in PY_UNRESOLVED) */
 	/* Container names (agent/node/identity.c, /var/log/containers). */
 	SYSOM_COUNTER_CONTAINER_LOG_SCANS = 69, /* reads of the container log link directory */
 	SYSOM_COUNTER_CONTAINER_NAMES_MISSING = 70, /* processes of a container whose name was not

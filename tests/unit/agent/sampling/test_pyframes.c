@@ -247,8 +247,23 @@ static void check_interpreter(const char *python, bool want_debug_offsets)
 	pyframes_stats_read(pf, &st);
 	assert_int_equal(st.processes, 1);
 	assert_int_equal(st.cache_hits, n);
-	/* Another generation of the pid is not this process. */
+	/* Each frame carries the check of its code object; a frame whose check differs is of a
+	 * code object that is not the one at the address now (freed, address reused): refused
+	 * and counted, the cached name stays for the frames that match; no check: unchecked. */
 	struct py_name name;
+	for (size_t i = 0; i < n; i++)
+		assert_true(PY_FRAME_CHECK(values[i]) >= 1);
+	unsigned good = PY_FRAME_CHECK(values[2]);
+	uint64_t clear = values[2] & ~(PY_FRAME_CHECK_MAX << PY_FRAME_CHECK_SHIFT);
+	uint64_t wrong = clear | (uint64_t)(good % PY_FRAME_CHECK_MAX + 1) << PY_FRAME_CHECK_SHIFT;
+	assert_int_equal(pyframes_resolve(pf, l->proc.tgid, 1, wrong, &name), -ESTALE);
+	assert_int_equal(pyframes_resolve(pf, l->proc.tgid, 1, values[2], &name), 0);
+	assert_string_equal(name.qualname, expected[2]);
+	assert_int_equal(pyframes_resolve(pf, l->proc.tgid, 1, clear, &name), 0);
+	assert_string_equal(name.qualname, expected[2]);
+	pyframes_stats_read(pf, &st);
+	assert_int_equal(st.reused, 1);
+	/* Another generation of the pid is not this process. */
 	assert_int_equal(pyframes_resolve(pf, l->proc.tgid, 2, values[0], &name), -ENOENT);
 	/* A bad code object address is refused, not followed. */
 	assert_int_equal(pyframes_resolve(pf, l->proc.tgid, 1, PY_FRAME_TAG | 0x10, &name),
