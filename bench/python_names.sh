@@ -257,9 +257,13 @@ def right_chain(gen_frames):
     generation and chain, levels 1, 2, ... in order, the file of that generation, and each line
     inside its function (line 0: unknown, accepted). The source puts chain C level L's "def" at
     line 1 + 13 C + 2 (L - 1) (the line of a frame at its first instruction); levels 1-4 have
-    one body line, level 5 four."""
-    g0, c0 = gen_frames[0][0], gen_frames[0][1]
-    for i, (g, c, lv, fg, line) in enumerate(gen_frames):
+    one body line, level 5 four. An unresolved frame (None) holds its level's place: a stack
+    with some frames unresolved and the others right is not misnamed."""
+    named = [(i, f) for i, f in enumerate(gen_frames) if f is not None]
+    if not named:
+        return True
+    g0, c0 = named[0][1][0], named[0][1][1]
+    for i, (g, c, lv, fg, line) in named:
         if g != g0 or c != c0 or lv != i + 1 or fg != g:
             return False
         first = 1 + 13 * c + 2 * (lv - 1)
@@ -279,16 +283,23 @@ def folded(path):
             continue
         n = int(n)
         out["samples"] += n
-        gen_frames, other = [], False
+        # The generated chain starts below the workload's main (levels 1.. in order, an
+        # unresolved frame in its place as None).
+        gen_frames, other, below_main = [], False, False
         for f in frames.split(";"):
             if f.startswith("[python unresolved]"):
                 out["pyframes"] += n
                 out["unresolved"] += n
+                if below_main:
+                    gen_frames.append(None)
                 continue
             m = PYFRAME.match(f)
             if not m:
                 continue
             out["pyframes"] += n
+            if m.group(1) == "main":
+                gen_frames, below_main = [], True
+                continue
             q = GEN_NAME.match(m.group(1).rsplit(".", 1)[-1])
             fl = GEN_FILE.match(m.group(2))
             if q:
@@ -297,7 +308,7 @@ def folded(path):
                                    int(fl.group(1)) if fl else -1, int(m.group(3))))
             elif fl:
                 other = True  # a frame of a generated file under another name
-        if gen_frames or other:
+        if any(gen_frames) or other:
             out["gen_samples"] += n
             if other or not right_chain(gen_frames):
                 out["wrong"] += n

@@ -48,14 +48,14 @@ struct py_proc {
 	__u16 frame_instr;      /* 3.10 f_lasti (int); else prev_instr / instr_ptr */
 	__u16 frame_entry;      /* 3.11 is_entry; 3.12+ owner (one byte) */
 	__u16 code_adaptive;    /* PyCodeObject: co_code_adaptive (3.11+) */
-	__u16 code_qualname;    /* PyCodeObject: co_qualname (3.11+), co_name (3.10): the check */
+	__u16 code_name;        /* PyCodeObject: co_name (interned, its hash known): the check */
 	__u16 pad2;
 };
 
 /*
  * A Python frame in sysom_stack_trace.ips: bit 63 set (never a user address), bits 57..62 a
- * check of the code object as it was when sampled (py_frame_check of its qualified-name
- * object's address; 0: not read), bits 44..56 the instruction index + 1 (0: unknown;
+ * check of the code object as it was when sampled (py_frame_check_name of its co_name; 0:
+ * unreadable), bits 44..56 the instruction index + 1 (0: unknown;
  * PY_FRAME_INSTR_MAX: past 8,190 code units, unknown too), bits 0..43 the code object's
  * address divided by 8 (objects are 8-aligned and below 2^47).
  *
@@ -63,8 +63,14 @@ struct py_proc {
  * then a code object that was freed may have left its address to another (code compiled in a
  * loop: 93% of such samples were named after the wrong function). The agent names a frame
  * only when the code object now at the address has the same check, and counts the others as
- * reused; a false match is 1 in 63.
+ * reused; a false match is 1 in 63 (a successor with the same name is mostly the same function
+ * compiled again). The hash, not the name object's address: the allocator hands a freed
+ * name's block to the next name of the same size, as it does the code object's; co_name, not
+ * co_qualname: names are interned, so their hash is computed, a qualified name's often not.
  */
+/* PyASCIIObject: ob_refcnt, ob_type, length, then the cached hash (-1: not computed yet), in
+ * every 64-bit CPython 3.x. */
+#define PY_STR_HASH_OFFSET 24
 #define PY_FRAME_TAG (1ULL << 63)
 #define PY_FRAME_CHECK_SHIFT 57
 #define PY_FRAME_CHECK_MAX 63ULL
@@ -79,14 +85,25 @@ struct py_proc {
 		 ? -1LL                                                                       \
 		 : (long long)(((v) >> PY_FRAME_INSTR_SHIFT) & PY_FRAME_INSTR_MAX) - 1)
 
-/* The check of a code object whose qualified-name object is at `qualname` (not 0): 1..63. */
-static inline unsigned long long py_frame_check(unsigned long long qualname)
+/* 1..63 from a 64-bit value. */
+static inline unsigned long long py_frame_check(unsigned long long x)
 {
-	unsigned long long x = qualname >> 3;
-
+	x ^= x >> 33;
 	x ^= x >> 17;
 	x ^= x >> 7;
 	return x % PY_FRAME_CHECK_MAX + 1;
+}
+
+/*
+ * The check of a code object whose co_name is the str at `name` with cached hash `hash`: of
+ * the hash, or of the address when the hash was never computed (-1: a statically allocated
+ * name such as 3.11's "<module>", whose address does not move). The agent accepts either of
+ * its two values for the object it reads (the hash may have been computed since).
+ */
+static inline unsigned long long py_frame_check_name(unsigned long long hash,
+						     unsigned long long name)
+{
+	return hash != ~0ULL ? py_frame_check(hash) : py_frame_check(name * 0x9e3779b97f4a7c15ULL);
 }
 
 /* Per-CPU Python walker counters (monotonic); part of struct sysom_cpu_state. */

@@ -444,7 +444,7 @@ static __always_inline void py_emit(struct unwind_ctx *c)
 	const struct py_proc *py = c->py;
 	struct unwind_regs *r = c->regs;
 	struct sysom_stack_trace *trace = c->trace;
-	__u64 frame = r->py_frame, code, prev, ptr = 0, instr = 0, check = 0;
+	__u64 frame = r->py_frame, code, prev, ptr = 0, instr = 0, check = 0, hash = 0;
 	__u16 n = trace->nframes;
 	__s32 lasti = -1;
 	__u8 entry = 0;
@@ -489,8 +489,9 @@ static __always_inline void py_emit(struct unwind_ctx *c)
 	if (instr > PY_FRAME_INSTR_MAX)
 		instr = PY_FRAME_INSTR_MAX;
 	/* What the agent checks the code object against when it names the frame later. */
-	if (!read_user_u64(code + py->code_qualname, &ptr) && ptr)
-		check = py_frame_check(ptr);
+	if (!read_user_u64(code + py->code_name, &ptr) && ptr &&
+	    !read_user_u64(ptr + PY_STR_HASH_OFFSET, &hash))
+		check = py_frame_check_name(hash, ptr);
 	trace->ips[n] = PY_FRAME_TAG | check << PY_FRAME_CHECK_SHIFT |
 			instr << PY_FRAME_INSTR_SHIFT | code >> 3;
 	trace->nframes = n + 1;

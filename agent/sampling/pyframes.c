@@ -34,18 +34,19 @@ struct py_version_table {
 	uint16_t interp_threads, ts_next, ts_thread_id, ts_frame, cframe_current;
 	uint16_t frame_code, frame_previous, frame_instr, frame_entry, code_adaptive;
 	struct py_code_offsets code;
+	uint16_t code_name; /* co_name: the frame check's (bpf/pyframes.h) */
 };
 
 static const struct py_version_table py_tables[] = {
 	{ 10, PY_LAYOUT_310, 0x28, 0x08, 0x08, 0xb0, 0x18, 0, 0x20, 0x18, 0x60, 0, 0,
 	  { .qualname = 0x70 /* co_name */, .filename = 0x68, .firstlineno = 0x28,
-	    .linetable = 0x78, .ascii_size = 48, .compact_size = 72 } },
+	    .linetable = 0x78, .ascii_size = 48, .compact_size = 72 }, 0x70 },
 	{ 11, PY_LAYOUT_311, 0x30, 0x10, 0x08, 0x98, 0x38, 0x08, 0x20, 0x30, 0x38, 0x44, 0xb8,
 	  { .qualname = 0x80, .filename = 0x70, .firstlineno = 0x48, .linetable = 0x88,
-	    .ascii_size = 48, .compact_size = 72 } },
+	    .ascii_size = 48, .compact_size = 72 }, 0x78 },
 	{ 12, PY_LAYOUT_312, 0x30, 0x48, 0x08, 0x88, 0x38, 0x00, 0x00, 0x08, 0x38, 0x46, 0xc0,
 	  { .qualname = 0x80, .filename = 0x70, .firstlineno = 0x44, .linetable = 0x88,
-	    .ascii_size = 40, .compact_size = 56 } },
+	    .ascii_size = 40, .compact_size = 56 }, 0x78 },
 };
 
 /* _Py_DebugOffsets (3.13.0 layout, Include/internal/pycore_runtime.h): the fields used. */
@@ -62,6 +63,7 @@ static const struct py_version_table py_tables[] = {
 #define DBG_FRAME_INSTR_PTR 248
 #define DBG_FRAME_OWNER 264
 #define DBG_CODE_FILENAME 280
+#define DBG_CODE_NAME 288
 #define DBG_CODE_QUALNAME 296
 #define DBG_CODE_LINETABLE 304
 #define DBG_CODE_FIRSTLINENO 312
@@ -321,7 +323,7 @@ static int from_debug_offsets(int memfd, struct py_target *t, char *why, size_t 
 	const unsigned fields[] = { DBG_RUNTIME_INTERP_HEAD, DBG_INTERP_THREADS_HEAD,
 				    DBG_TS_NEXT, DBG_TS_CURRENT_FRAME, DBG_TS_THREAD_ID,
 				    DBG_FRAME_PREVIOUS, DBG_FRAME_EXECUTABLE, DBG_FRAME_INSTR_PTR,
-				    DBG_FRAME_OWNER, DBG_CODE_FILENAME, DBG_CODE_QUALNAME,
+				    DBG_FRAME_OWNER, DBG_CODE_FILENAME, DBG_CODE_NAME, DBG_CODE_QUALNAME,
 				    DBG_CODE_LINETABLE, DBG_CODE_FIRSTLINENO, DBG_CODE_ADAPTIVE,
 				    DBG_UNICODE_ASCII_SIZE };
 	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
@@ -342,7 +344,7 @@ static int from_debug_offsets(int memfd, struct py_target *t, char *why, size_t 
 	t->proc.frame_instr = (uint16_t)DBG(DBG_FRAME_INSTR_PTR);
 	t->proc.frame_entry = (uint16_t)DBG(DBG_FRAME_OWNER);
 	t->proc.code_adaptive = (uint16_t)DBG(DBG_CODE_ADAPTIVE);
-	t->proc.code_qualname = (uint16_t)DBG(DBG_CODE_QUALNAME);
+	t->proc.code_name = (uint16_t)DBG(DBG_CODE_NAME);
 	t->code.qualname = (uint16_t)DBG(DBG_CODE_QUALNAME);
 	t->code.filename = (uint16_t)DBG(DBG_CODE_FILENAME);
 	t->code.firstlineno = (uint16_t)DBG(DBG_CODE_FIRSTLINENO);
@@ -466,7 +468,7 @@ int pyframes_inspect(const char *proc_root, const struct pt_process *proc, struc
 				out->proc.frame_instr = t->frame_instr;
 				out->proc.frame_entry = t->frame_entry;
 				out->proc.code_adaptive = t->code_adaptive;
-				out->proc.code_qualname = t->code.qualname;
+				out->proc.code_name = t->code_name;
 				out->code = t->code;
 				rc = 0;
 			}
@@ -502,6 +504,9 @@ struct py_cache_slot {
 	/* Which code object the address held when read: a freed code object's address can be
 	 * reused by another; a hit older than PY_CACHE_RECHECK_NS re-reads these to notice. */
 	uint64_t qualname_obj, filename_obj;
+	/* The frame checks it matches (bpf/pyframes.h, py_frame_check_name): of its co_name's
+	 * hash (0: not computed when read) and of its co_name's address. */
+	unsigned check_hash, check_addr;
 	uint64_t checked_ns;
 	bool used;
 	bool table_cached;  /* linetable holds the whole table (else read it when needed) */
@@ -678,7 +683,7 @@ static int read_code(struct pyframes *pf, const struct py_tracked *p, uint64_t c
 {
 	const struct py_code_offsets *co = &p->target.code;
 	char qual[PY_MAX_STRING + 8], file[PY_MAX_STRING + 8], tname[8] = "";
-	uint64_t type, tp_name, linetable;
+	uint64_t type, tp_name, linetable, name_obj, hash;
 	int64_t tlen;
 	int fd, rc = -EFAULT;
 
@@ -689,7 +694,9 @@ static int read_code(struct pyframes *pf, const struct py_tracked *p, uint64_t c
 	if (read_u64(fd, code + 8, &type) || read_u64(fd, type + 24, &tp_name) ||
 	    read_mem(fd, tp_name, tname, 5) || memcmp(tname, "code", 5))
 		goto cleanup;
-	if (read_u64(fd, code + co->qualname, &slot->qualname_obj) ||
+	if (read_u64(fd, code + p->target.proc.code_name, &name_obj) ||
+	    read_u64(fd, name_obj + PY_STR_HASH_OFFSET, &hash) ||
+	    read_u64(fd, code + co->qualname, &slot->qualname_obj) ||
 	    read_str(fd, co, slot->qualname_obj, qual, sizeof(qual)) ||
 	    read_u64(fd, code + co->filename, &slot->filename_obj) ||
 	    read_str(fd, co, slot->filename_obj, file, sizeof(file)) ||
@@ -708,6 +715,8 @@ static int read_code(struct pyframes *pf, const struct py_tracked *p, uint64_t c
 			slot->table_len = (uint32_t)tlen;
 		}
 	}
+	slot->check_hash = hash != UINT64_MAX ? (unsigned)py_frame_check_name(hash, name_obj) : 0;
+	slot->check_addr = (unsigned)py_frame_check_name(UINT64_MAX, name_obj);
 	slot->qualname = strdup(qual);
 	slot->filename = strdup(file);
 	rc = slot->qualname && slot->filename ? 0 : -ENOMEM;
@@ -826,7 +835,7 @@ int pyframes_resolve(struct pyframes *pf, uint32_t tgid, uint32_t generation, ui
 
 	/* The cached object is not the one that ran: the sample's was freed before it was read
 	 * (and the cache holds its successor), or the cache holds the freed one. Read again. */
-	if (hit && want && py_frame_check(slot->qualname_obj) != want)
+	if (hit && want && slot->check_hash != want && slot->check_addr != want)
 		hit = false;
 	if (hit) {
 		hit = now - slot->checked_ns >= PY_CACHE_RECHECK_NS ? cache_slot_still_same(pf, p, slot)
@@ -848,7 +857,7 @@ int pyframes_resolve(struct pyframes *pf, uint32_t tgid, uint32_t generation, ui
 		slot->generation = generation;
 		slot->code = code;
 		slot->checked_ns = now;
-		if (want && py_frame_check(slot->qualname_obj) != want) {
+		if (want && slot->check_hash != want && slot->check_addr != want) {
 			/* Another code object lives at the address now (kept: it is valid for its
 			 * own frames); the one sampled is gone. */
 			pf->stats.reused++;
@@ -952,11 +961,12 @@ int pyframes_walk(const char *proc_root, uint32_t tgid, const struct py_target *
 		if (!(pp->layout >= PY_LAYOUT_312 && entry == PY_OWNED_BY_CSTACK)) {
 			if ((code & 7) || code >= (1ULL << 47))
 				goto cleanup;
-			uint64_t qual = 0, check = 0;
+			uint64_t name = 0, hash = 0, check = 0;
 			if (instr > (long long)PY_FRAME_INSTR_MAX - 1)
 				instr = (long long)PY_FRAME_INSTR_MAX - 1;
-			if (!read_u64(fd, code + pp->code_qualname, &qual) && qual)
-				check = py_frame_check(qual);
+			if (!read_u64(fd, code + pp->code_name, &name) && name &&
+			    !read_u64(fd, name + PY_STR_HASH_OFFSET, &hash))
+				check = py_frame_check_name(hash, name);
 			values[n++] = PY_FRAME_TAG | check << PY_FRAME_CHECK_SHIFT |
 				      (uint64_t)(instr + 1) << PY_FRAME_INSTR_SHIFT | code >> 3;
 		}
