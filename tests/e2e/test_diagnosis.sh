@@ -153,9 +153,13 @@ check "scenario 3: the text report shows where the kernel was launched from" \
 	grep -q "launched from (.*sim_gemm_bwd" "$E2E_TMP/e2e-kernel.txt"
 
 # 3b. GPU layer, one kernel slow only in bursts (as under load from something sharing the
-# GPU): rank 6's sim_gemm_bwd takes 4x in the first second of every two. The verdict is still
-# kernel-specific, and the kernel is reported as slow on part of its runs only.
-run_job e2e-burst --seconds 12 --cpu-us 1000 --kernel-us 3000 --fault rank=6,kind=kernel,amount=4,period=2
+# GPU): rank 6's sim_gemm_bwd takes 4x in the first 70% of every 300 ms. The verdict is still
+# kernel-specific, and the kernel is reported as slow on part of its runs only. Short bursts:
+# the analysis reads the last 100 instances (~0.7 s here), and with 1 s bursts every 2 s a
+# window could fall between them (CI twice found no straggler at all); most of each period
+# slow keeps rank 6's median late, i.e. a persistent straggler.
+run_job e2e-burst --seconds 12 --cpu-us 1000 --kernel-us 3000 \
+	--fault rank=6,kind=kernel,amount=4,period=0.3,duty=0.7
 check "scenario 3b job exits 0" test $? -eq 0
 check "scenario 3b: the monitor opened a straggler incident on rank 6" incident e2e-burst straggler 6
 diag "scenario 3b, every incident: $(curl -sf "$SERVER_URL/api/v1/diagnoses?job=e2e-burst&from=-1h&to=now" | json "[(x['rank'], x['kind'], x['status'], x['summary'][:160]) for x in d['diagnoses']]")"
@@ -175,8 +179,8 @@ wait_until 30 burst_fetch ||
 diag "scenario 3b, rank 6 over the run: $(burst_is "print(d['layer'], d['summary'][:300], d['gpu']['kernels'][:1] and {k: d['gpu']['kernels'][0][k] for k in ('name', 'ratio', 'slow_share', 'intermittent')}) or True" 2>&1)"
 check "scenario 3b: over the run, rank 6 is a straggler in the GPU layer, sim_gemm_bwd named first" \
 	burst_is "d['layer'] == 'gpu' and d['gpu']['kernels'][0]['name'] == 'sim_gemm_bwd'"
-check "scenario 3b: sim_gemm_bwd is intermittent, slow on 25-75% of its runs" \
-	burst_is "d['gpu']['kernels'][0]['intermittent'] and 0.25 < d['gpu']['kernels'][0]['slow_share'] < 0.75"
+check "scenario 3b: sim_gemm_bwd is intermittent, slow on 25-80% of its runs" \
+	burst_is "d['gpu']['kernels'][0]['intermittent'] and 0.25 < d['gpu']['kernels'][0]['slow_share'] < 0.8"
 check "scenario 3b: the summary says it is slow on part of its runs only" \
 	burst_is "'intermittent' in d['summary'] and 'sim_gemm_bwd' in d['summary']"
 check "scenario 3: the uniformly slow kernel is not intermittent (slow on > 80% of its runs)" \
