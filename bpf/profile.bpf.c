@@ -606,11 +606,12 @@ static __always_inline void offcpu_copy_stack(struct sysom_stack_trace *to,
  * at its first block and reused in place after (only the frames its stacks have are copied):
  * no element is allocated and freed per block. The entry goes at the thread's exit.
  */
-static __always_inline void offcpu_park(struct offcpu_scratch *sc, struct sysom_offcpu_cpu *oc)
+static __always_inline void offcpu_park_at(struct offcpu_scratch *sc, struct sysom_offcpu_cpu *oc,
+					   __u64 now)
 {
 	struct offcpu_start *b = bpf_map_lookup_elem(&offcpu_start, &sc->tid);
 
-	sc->block.start_ns = bpf_ktime_get_ns();
+	sc->block.start_ns = now;
 	if (!b) {
 		if (bpf_map_update_elem(&offcpu_start, &sc->tid, &sc->block, BPF_NOEXIST))
 			oc->start_map_full++;
@@ -627,6 +628,11 @@ static __always_inline void offcpu_park(struct offcpu_scratch *sc, struct sysom_
 	offcpu_copy_stack(&b->user, &sc->block.user);
 	b->start_ns = sc->block.start_ns; /* last: a parked block is one with a start */
 	oc->blocks++;
+}
+
+static __always_inline void offcpu_park(struct offcpu_scratch *sc, struct sysom_offcpu_cpu *oc)
+{
+	offcpu_park_at(sc, oc, bpf_ktime_get_ns());
 }
 
 /* The user stack by the kernel's frame-pointer walk (the caller counts why). */
@@ -672,7 +678,7 @@ static __always_inline void offcpu_unwound(struct offcpu_scratch *sc, struct sys
 
 	oc->unwind_ns += spent;
 	sc->budget_left_ns -= (__s64)spent;
-	offcpu_park(sc, oc);
+	offcpu_park_at(sc, oc, now); /* one clock read for both */
 }
 
 /* Hybrid unwind of the blocking thread's user stack, UNWIND_FRAMES_PER_PROG frames per run. */
