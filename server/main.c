@@ -28,6 +28,7 @@
 #include "server/alerts/alerts.h"
 #include "server/alerts/policy.h"
 #include "server/api/api.h"
+#include "server/cluster/cluster.h"
 #include "server/http/auth.h"
 #include "server/http/http.h"
 #include "server/http/static.h"
@@ -94,6 +95,9 @@ struct config {
 	double alert_resend_interval;
 	double analysis_interval;
 	char *public_url;
+	char *replica_url;
+	char *peer_token_file;
+	double replica_heartbeat;
 	char *ui_dir;
 	uint64_t max_ui_file;
 	bool new_credential;
@@ -173,6 +177,9 @@ static const struct sysom_option options[] = {
 	{ "analysis-interval", SYSOM_OPT_DURATION, &cfg.analysis_interval, 0.1, 3600, "evaluate each job with new data at most this often (default 5s)", false },
 	{ "ui-dir", SYSOM_OPT_STRING, &cfg.ui_dir, 0, 0, "the web UI's files, served at /ui/ (default: the source tree's ui/, " SYSOM_UI_DIR ")", false },
 	{ "max-ui-file", SYSOM_OPT_SIZE, &cfg.max_ui_file, 1024, 1024 * MIB, "largest web UI file served (default 16M)", false },
+	{ "replica-url", SYSOM_OPT_STRING, &cfg.replica_url, 0, 0, "with --clickhouse-url: where the other replicas reach this server (default http://HOSTNAME:PORT of --listen)", false },
+	{ "peer-token-file", SYSOM_OPT_STRING, &cfg.peer_token_file, 0, 0, "token this replica presents to the others (admin scope; default: the --token-file token)", false },
+	{ "replica-heartbeat", SYSOM_OPT_DURATION, &cfg.replica_heartbeat, 0.5, 60, "with --clickhouse-url: heartbeat period; a replica silent for 4 periods is gone and its jobs move (default 5s)", false },
 	{ "public-url", SYSOM_OPT_STRING, &cfg.public_url, 0, 0, "this server's URL as users reach it, for links in alerts (generatorURL)", false },
 	{ "new-credential", SYSOM_OPT_BOOL, &cfg.new_credential, 0, 0, "with SCOPE NAME [NODES] after the options: print a new token and its credentials-file line, then exit", true },
 	{ "help", SYSOM_OPT_BOOL, &cfg.help, 0, 0, "print this help", true },
@@ -199,6 +206,7 @@ struct server {
 	struct http_static *ui; /* the web UI's files; NULL when the default directory is absent */
 	struct alerts *alerts; /* alert lifecycle and delivery: the analysis feeds it */
 	struct monitor *monitor; /* straggler detection and diagnosis as batches arrive */
+	struct cluster *cluster; /* replicas sharing ClickHouse: job ownership (NULL: SQLite) */
 	struct server_metrics metrics;
 	struct ingest *ingest;
 	struct membudget *decode_memory; /* shared by decompression and decoding of uploads */
@@ -708,9 +716,119 @@ static void on_monitor_event(void *arg, const struct monitor_event *ev)
 	}
 }
 
-static void on_batch_stored(void *arg, const struct sysom_batch *b)
+/* A stored batch: to this replica's analysis when it owns one of its jobs, and to the
+ * replicas that own the others. */
+static void on_batch_stored(void *arg, const struct sysom_batch *b, const struct ingest_body *body)
 {
-	monitor_batch_stored(arg, b);
+	struct server *s = arg;
+	const struct cluster_body cb = { .data = body->data, .len = body->len, .zstd = body->zstd,
+					 .idempotency_key = body->idempotency_key };
+
+	if (cluster_batch_route(s->cluster, b, &cb))
+		monitor_batch_stored(s->monitor, b);
+}
+
+/* A batch another replica stored, for the jobs this one owns. */
+static void on_batch_fed(void *arg, const struct sysom_batch *b)
+{
+	struct server *s = arg;
+
+	cluster_fed(s->cluster);
+	monitor_batch_stored(s->monitor, b);
+}
+
+static bool job_owned(void *arg, const char *job)
+{
+	return cluster_owns(arg, job);
+}
+
+static void job_alerts_forget(void *arg, const char *job)
+{
+	alerts_scope_forget(arg, job);
+}
+
+static void on_owners_changed(void *arg)
+{
+	struct server *s = arg;
+
+	monitor_owners_changed(s->monitor);
+}
+
+static void on_cluster_event(void *arg, const struct cluster_event *ev)
+{
+	(void)arg;
+	switch (ev->kind) {
+	case CLUSTER_MEMBERS_CHANGED:
+		log_info("replicas: %zu alive (%s; * is this one)", ev->count, ev->text);
+		break;
+	case CLUSTER_HEARTBEAT_FAILED:
+		log_warn("replicas: heartbeat failed: %s", sysom_strerror(ev->error));
+		break;
+	case CLUSTER_FORWARD_FAILING:
+		if (ev->status)
+			log_warn("replicas: forwarding to %s fails (HTTP %ld)", ev->text, ev->status);
+		else
+			log_warn("replicas: forwarding to %s fails (%s)", ev->text,
+				 sysom_strerror(ev->error));
+		break;
+	case CLUSTER_FORWARD_RECOVERED:
+		log_info("replicas: forwarding to %s works again", ev->text);
+		break;
+	}
+}
+
+/*
+ * Joins the replicas sharing ClickHouse (none with SQLite). The URL the others reach this one
+ * at: --replica-url, else this host's name and the --listen port. 0 or -SYSOM_ECONFIG (logged).
+ */
+static int cluster_create(struct server *s)
+{
+	struct cluster_options co = { .store = s->store,
+				      .heartbeat_ms = (uint32_t)(cfg.replica_heartbeat * 1000),
+				      .expiry_s = 0,
+				      .on_change = on_owners_changed, .on_change_arg = s,
+				      .on_event = on_cluster_event };
+	char url[CLUSTER_URL_MAX + 1], host[256], lhost[256], *token = NULL, err[512];
+	uint16_t port = 0;
+	int rc;
+
+	if (!cfg.clickhouse_url)
+		return 0;
+	if (cfg.replica_heartbeat > 0)
+		co.expiry_s = (uint32_t)(cfg.replica_heartbeat * 4 + 0.999);
+	if (cfg.replica_url) {
+		snprintf(url, sizeof(url), "%s", cfg.replica_url);
+	} else {
+		if (listen_parse(cfg.listen, lhost, sizeof(lhost), &port) || port == 0) {
+			log_error("--replica-url is needed: --listen %s names no fixed port", cfg.listen);
+			return -SYSOM_ECONFIG;
+		}
+		if (gethostname(host, sizeof(host)) != 0)
+			snprintf(host, sizeof(host), "localhost");
+		host[sizeof(host) - 1] = '\0';
+		snprintf(url, sizeof(url), "http://%s:%u", host, port);
+	}
+	const char *token_path = cfg.peer_token_file ? cfg.peer_token_file : cfg.token_file;
+	if (token_path) {
+		bool world_readable = false;
+		if (sysom_token_file_read(token_path, &token, &world_readable, err, sizeof(err))) {
+			log_error("%s", err);
+			return -SYSOM_ECONFIG;
+		}
+	}
+	co.self_url = url;
+	co.peer_token = token;
+	rc = cluster_new(&co, &s->cluster);
+	if (token) {
+		explicit_bzero(token, strlen(token));
+		free(token);
+	}
+	if (rc) {
+		log_error("cannot join the replicas in ClickHouse: %s", sysom_strerror(rc));
+		return -SYSOM_ECONFIG;
+	}
+	log_info("replica of the servers sharing ClickHouse, reached at %s", url);
+	return server_metrics_source_add(&s->metrics, cluster_metrics_write, s->cluster);
 }
 
 /* The monitor's families in /metrics (a metrics source). */
@@ -790,13 +908,19 @@ static int components_create(struct server *s)
 	if ((rc = ui_open(s)))
 		return rc; /* logged */
 	ao.ui = s->ui;
+	if ((rc = cluster_create(s)))
+		return rc; /* logged */
+	ao.cluster = s->cluster;
 	if (!(s->api = api_new(s->store, s->sym, s->auth, &s->metrics, &ao)))
 		return -ENOMEM;
 	/* The monitor analyses what ingest stores, reading through the API's profiles. */
 	api_diagnosis_ctx(s->api, &dc);
 	mo.alerting = (struct monitor_alerting){ .severity = alerts_policy_severity,
 						 .publish = alerts_incidents_publish,
+						 .forget = s->alerts ? job_alerts_forget : NULL,
 						 .arg = s->alerts };
+	mo.ownership = (struct monitor_ownership){ .owns = s->cluster ? job_owned : NULL,
+						   .arg = s->cluster };
 	/* On either store: incidents, settings and baselines live in it (ClickHouse:
 	 * clickhouse_state.c). Where a store cannot answer a job's data yet (-ENOTSUP), the
 	 * evaluation fails and counts in the monitor's metrics; nothing is opened. */
@@ -810,12 +934,15 @@ static int components_create(struct server *s)
 						   s->monitor)))
 		return rc;
 	io.on_stored = on_batch_stored;
-	io.on_stored_arg = s->monitor;
+	io.on_fed = s->cluster ? on_batch_fed : NULL;
+	io.on_stored_arg = s;
 	io.on_event = on_ingest_event;
 	io.memory_budget = s->decode_memory;
 	if (!(s->ingest = ingest_new(s->store, s->auth, s->sym, &s->metrics, &io)))
 		return -ENOMEM;
 	s->nroutes = api_routes_build(s->api, s->ingest, s->symbols, &limits, s->routes);
+	if (s->cluster && (rc = cluster_start(s->cluster)))
+		return rc;
 	return 0;
 }
 
@@ -996,6 +1123,7 @@ cleanup:
 		if (uv_loop_close(&s.loop))
 			log_warn("event loop closed with handles still open");
 	}
+	cluster_free(s.cluster); /* departs first: the others take its jobs over at once */
 	monitor_free(s.monitor); /* before the API it reads through and the alerts it feeds */
 	api_free(s.api);
 	http_static_free(s.ui);

@@ -195,6 +195,38 @@ cleanup:
 	return rc;
 }
 
+int alerts_scope_forget(struct alerts *a, const char *scope)
+{
+	struct scope *sc;
+	size_t scope_len;
+	int forgotten = 0;
+
+	if (!a || !scope)
+		return -EINVAL;
+	scope_len = strnlen(scope, ALERTS_SCOPE_MAX + 1);
+	if (scope_len > ALERTS_SCOPE_MAX)
+		return -ENAMETOOLONG;
+	pthread_mutex_lock(&a->lock);
+	sc = alerts__scope_find(a, scope, alerts__fnv_add(ALERTS__FNV64_OFFSET, scope, scope_len));
+	if (sc) {
+		sc->pinned = true;
+		for (struct alert *al = sc->head, *next; al; al = next) {
+			next = al->next;
+			/* Resolutions still owed to a receiver are delivered: they ended while
+			 * this server owned the scope. */
+			if (al->resolved)
+				continue;
+			alerts__alert_remove(a, al);
+			a->stats.handed_over_total++;
+			forgotten++;
+		}
+		sc->pinned = false;
+		alerts__scope_gc(a, sc);
+	}
+	pthread_mutex_unlock(&a->lock);
+	return forgotten;
+}
+
 /* ---- setup and queries ---------------------------------------------------------------------- */
 
 /* Frees what alerts_new built (the thread already joined). */

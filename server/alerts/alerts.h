@@ -90,6 +90,7 @@ struct alerts_stats {
 	uint64_t resolved_total;      /* alerts that resolved */
 	uint64_t dropped_total;       /* alerts not kept: max_alerts were firing already */
 	uint64_t resolutions_abandoned_total; /* (alert, receiver) resolutions never delivered */
+	uint64_t handed_over_total;   /* firing alerts forgotten unresolved (alerts_scope_forget) */
 	uint64_t notifications_ok[ALERTS_RECEIVER_KINDS];    /* requests answered 2xx */
 	uint64_t notifications_error[ALERTS_RECEIVER_KINDS]; /* requests that failed */
 };
@@ -120,6 +121,15 @@ void alerts_free(struct alerts *a);
  */
 int alerts_evaluate(struct alerts *a, const char *scope, const struct alert_spec *firing,
 		    size_t n, int64_t now_ms);
+
+/*
+ * Forgets the firing alerts of `scope` without resolving them: another server took the scope
+ * over (server/cluster/cluster.h) and goes on sending the same alerts, which Alertmanager knows
+ * by their labels, so a resolution from here would end an alert that still holds. Resolutions
+ * of the scope not yet delivered are still delivered. Returns how many were forgotten,
+ * -EINVAL or -ENAMETOOLONG.
+ */
+int alerts_scope_forget(struct alerts *a, const char *scope);
 
 /* Counters and gauges for /metrics. */
 void alerts_stats_get(struct alerts *a, struct alerts_stats *out);

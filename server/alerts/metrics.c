@@ -27,6 +27,9 @@ void alerts_metrics_write(void *alerts, struct byte_buf *out)
 	metrics_total_write(out, "sysom_alert_resolutions_abandoned_total",
 			    "Resolutions a receiver never accepted (retry bound, refused, or memory bound).",
 			    st.resolutions_abandoned_total);
+	metrics_total_write(out, "sysom_alerts_handed_over_total",
+			    "Firing alerts left to the replica that took their job over, unresolved.",
+			    st.handed_over_total);
 	metrics_family_write(out, "sysom_alert_notifications_total", "counter",
 			     "Notification requests to Alertmanager and webhooks, by result.");
 	for (int k = 0; k < ALERTS_RECEIVER_KINDS; k++) {

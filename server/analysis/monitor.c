@@ -61,11 +61,14 @@ struct job_entry {
 	bool blind;
 	int64_t p2p_seen_ms;    /* a batch with its Send/Recv calls last arrived then (0: never) */
 	struct pattern_state pattern; /* its last pattern check */
+	bool owned;             /* this server analyses it (replicas: see monitor_owners_changed) */
 };
 
 struct monitor {
 	struct diagnosis_ctx ctx;
 	struct monitor_alerting alerting;
+	struct monitor_ownership ownership;
+	bool owners_changed;    /* locked: check which jobs this server owns */
 	uint32_t interval_ms;
 	char *public_url;
 	int64_t (*now_ms)(void);
@@ -1373,6 +1376,7 @@ static struct job_entry *job_track(struct monitor *m, const char *job, int64_t n
 	if (!(je->job = strdup(job)))
 		return NULL;
 	je->first_batch_ms = now;
+	je->owned = !m->ownership.owns || m->ownership.owns(m->ownership.arg, job);
 	m->njobs++;
 	return je;
 }
@@ -1627,6 +1631,100 @@ int monitor_evaluate(struct monitor *m, const char *job)
 	return rc;
 }
 
+/* ---- ownership (replicas) -------------------------------------------------------------------- */
+
+struct job_names {
+	char **v;
+	size_t n, cap;
+};
+
+static void job_names_free(struct job_names *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->v[i]);
+	free(l->v);
+	l->v = NULL;
+	l->n = l->cap = 0;
+}
+
+static int job_name_add(struct job_names *l, const char *job)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (strcmp(l->v[i], job) == 0)
+			return 0;
+	if (l->n >= MONITOR_MAX_JOBS)
+		return 0;
+	if (SYSOM_ARRAY_RESERVE(l->v, l->cap, l->n, 16) || !(l->v[l->n] = strdup(job)))
+		return -ENOMEM;
+	l->n++;
+	return 0;
+}
+
+static int open_job_name(void *arg, const struct store_diagnosis *d)
+{
+	return job_name_add(arg, d->job);
+}
+
+/*
+ * Checks which tracked jobs this server owns now (thread, unlocked): jobs it lost have their
+ * alerts forgotten (the new owner sends them), jobs it gained are evaluated at once, and the
+ * jobs with open incidents in the store are tracked, so the incidents of a job whose owner
+ * died resolve here even if the job sends nothing more.
+ */
+static void ownership_refresh(struct monitor *m)
+{
+	struct store_diagnosis_filter of = { .from_ms = 0, .to_ms = INT64_MAX, .open_only = true };
+	struct job_names open = { 0 }, lost = { 0 };
+	int64_t now = m->now_ms();
+	int rc;
+
+	rc = store_diagnoses_list(m->ctx.store, &of, MONITOR_MAX_JOBS, open_job_name, &open);
+	pthread_mutex_lock(&m->lock);
+	for (size_t i = 0; !rc && i < open.n; i++) {
+		struct job_entry *je = job_track(m, open.v[i], now);
+		if (je)
+			je->has_open = true;
+	}
+	for (size_t i = 0; i < m->njobs; i++) {
+		struct job_entry *je = &m->jobs[i];
+		bool owned = !m->ownership.owns || m->ownership.owns(m->ownership.arg, je->job);
+		if (owned == je->owned)
+			continue;
+		je->owned = owned;
+		if (owned) {
+			/* Taken over: evaluate now (its alerts are sent from here on). */
+			je->dirty = true;
+			je->last_eval_ms = 0;
+			m->stats.jobs_taken_over++;
+		} else {
+			m->stats.jobs_handed_over++;
+			/* Its gauges are the new owner's to report. */
+			je->stragglers = je->open = je->unanalysed = 0;
+			je->hung = je->blind = false;
+			job_name_add(&lost, je->job);
+		}
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (m->alerting.forget)
+		for (size_t i = 0; i < lost.n; i++)
+			m->alerting.forget(m->alerting.arg, lost.v[i]);
+	if (rc)
+		event_emit(m, &(struct monitor_event){ .kind = MONITOR_EVALUATION_FAILED,
+						       .job = "(open incidents)", .error = rc });
+	job_names_free(&open);
+	job_names_free(&lost);
+}
+
+void monitor_owners_changed(struct monitor *m)
+{
+	if (!m)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->owners_changed = true;
+	pthread_cond_signal(&m->wake);
+	pthread_mutex_unlock(&m->lock);
+}
+
 /* ---- the thread ------------------------------------------------------------------------------ */
 
 static void *monitor_thread(void *arg)
@@ -1639,11 +1737,19 @@ static void *monitor_thread(void *arg)
 		char *due = NULL;
 		int64_t now = m->now_ms();
 
+		if (m->owners_changed) {
+			m->owners_changed = false;
+			pthread_mutex_unlock(&m->lock);
+			ownership_refresh(m);
+			pthread_mutex_lock(&m->lock);
+			continue;
+		}
+
 		/* A job whose hang check is due first (a hang waits on nobody's evaluation), then
 		 * one with new data, or open incidents that may need resolving. */
 		for (size_t i = 0; i < m->njobs && !due; i++) {
 			struct job_entry *je = &m->jobs[i];
-			if (je->hang_due_ms && now >= je->hang_due_ms &&
+			if (je->owned && je->hang_due_ms && now >= je->hang_due_ms &&
 			    now - je->last_eval_ms >= (int64_t)m->interval_ms)
 				due = strdup(je->job);
 		}
@@ -1653,7 +1759,8 @@ static void *monitor_thread(void *arg)
 		struct job_entry *oldest = NULL;
 		for (size_t i = 0; i < m->njobs && !due; i++) {
 			struct job_entry *je = &m->jobs[i];
-			if ((je->dirty || je->has_open ||
+			if (je->owned &&
+			    (je->dirty || je->has_open ||
 			     (je->hang_due_ms && now >= je->hang_due_ms)) &&
 			    now - je->last_eval_ms >= (int64_t)m->interval_ms &&
 			    (!oldest || je->last_eval_ms < oldest->last_eval_ms))
@@ -1743,6 +1850,7 @@ int monitor_new(const struct diagnosis_ctx *ctx, const struct monitor_options *o
 		return -ENOMEM;
 	m->ctx = *ctx;
 	m->alerting = opts->alerting;
+	m->ownership = opts->ownership;
 	m->interval_ms = opts && opts->interval_ms ? opts->interval_ms : MONITOR_DEFAULT_INTERVAL_MS;
 	m->now_ms = opts && opts->now_ms ? opts->now_ms : sysom_realtime_ms;
 	m->on_event = opts ? opts->on_event : NULL;
@@ -1805,11 +1913,13 @@ void monitor_stats_get(struct monitor *m, struct monitor_stats *out)
 	out->hung_jobs = 0;
 	out->blind_jobs = 0;
 	out->unanalysed_communicators = 0;
+	out->jobs_owned = 0;
 	for (size_t i = 0; i < m->njobs; i++) {
 		out->stragglers += m->jobs[i].stragglers;
 		out->hung_jobs += m->jobs[i].hung;
 		out->blind_jobs += m->jobs[i].blind;
 		out->unanalysed_communicators += m->jobs[i].unanalysed;
+		out->jobs_owned += m->jobs[i].owned;
 	}
 	out->live_calls = m->live_stats.calls;
 	out->live_skipped = m->live_stats.unknown_size + m->live_stats.refused + m->live_stats.stale;
@@ -1893,6 +2003,18 @@ void monitor_metrics_write(struct monitor *m, struct byte_buf *out)
 	metrics_family_write(out, "sysom_pattern_errors_total", "counter",
 			     "Pattern checks that failed (the rest of their evaluation went on).");
 	metrics_sample_write(out, "sysom_pattern_errors_total", NULL, (double)st.pattern_errors);
+	metrics_family_write(out, "sysom_analysis_jobs_owned", "gauge",
+			     "Jobs tracked whose analysis this server owns (all of them without "
+			     "replicas).");
+	metrics_sample_write(out, "sysom_analysis_jobs_owned", NULL, (double)st.jobs_owned);
+	metrics_family_write(out, "sysom_analysis_jobs_handed_over_total", "counter",
+			     "Jobs whose analysis moved from this replica to another.");
+	metrics_sample_write(out, "sysom_analysis_jobs_handed_over_total", NULL,
+			     (double)st.jobs_handed_over);
+	metrics_family_write(out, "sysom_analysis_jobs_taken_over_total", "counter",
+			     "Jobs whose analysis moved to this replica from another.");
+	metrics_sample_write(out, "sysom_analysis_jobs_taken_over_total", NULL,
+			     (double)st.jobs_taken_over);
 	metrics_family_write(out, "sysom_pattern_last_check_seconds", "gauge",
 			     "How long the last pattern check took (part of its job's evaluation).");
 	metrics_sample_write(out, "sysom_pattern_last_check_seconds", NULL,
@@ -1906,7 +2028,7 @@ void monitor_job_metrics_write(struct monitor *m, struct byte_buf *out)
 	pthread_mutex_lock(&m->lock);
 	for (size_t i = 0; i < m->njobs; i++) {
 		const char *labels[] = { "job", m->jobs[i].job, NULL };
-		if (m->jobs[i].last_eval_ms)
+		if (m->jobs[i].last_eval_ms && m->jobs[i].owned)
 			metrics_sample_write(out, "sysom_job_stragglers", labels,
 					     (double)m->jobs[i].stragglers);
 	}
@@ -1916,7 +2038,7 @@ void monitor_job_metrics_write(struct monitor *m, struct byte_buf *out)
 	pthread_mutex_lock(&m->lock);
 	for (size_t i = 0; i < m->njobs; i++) {
 		const char *labels[] = { "job", m->jobs[i].job, NULL };
-		if (m->jobs[i].last_eval_ms)
+		if (m->jobs[i].last_eval_ms && m->jobs[i].owned)
 			metrics_sample_write(out, "sysom_job_hung", labels, m->jobs[i].hung ? 1 : 0);
 	}
 	pthread_mutex_unlock(&m->lock);
@@ -1926,7 +2048,7 @@ void monitor_job_metrics_write(struct monitor *m, struct byte_buf *out)
 	pthread_mutex_lock(&m->lock);
 	for (size_t i = 0; i < m->njobs; i++) {
 		const char *labels[] = { "job", m->jobs[i].job, NULL };
-		if (m->jobs[i].last_eval_ms)
+		if (m->jobs[i].last_eval_ms && m->jobs[i].owned)
 			metrics_sample_write(out, "sysom_job_recovered_communicators", labels,
 					     (double)m->jobs[i].recovered);
 	}
@@ -1936,7 +2058,7 @@ void monitor_job_metrics_write(struct monitor *m, struct byte_buf *out)
 	pthread_mutex_lock(&m->lock);
 	for (size_t i = 0; i < m->njobs; i++) {
 		const char *labels[] = { "job", m->jobs[i].job, NULL };
-		if (m->jobs[i].last_eval_ms)
+		if (m->jobs[i].last_eval_ms && m->jobs[i].owned)
 			metrics_sample_write(out, "sysom_job_open_diagnoses", labels,
 					     (double)m->jobs[i].open);
 	}

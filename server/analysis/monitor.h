@@ -62,6 +62,18 @@ struct monitor_alerting {
 	const char *(*severity)(enum incident_kind kind, enum diagnosis_layer layer, bool persistent);
 	int (*publish)(void *arg, const char *job, const struct incident_summary *open, size_t n,
 		       bool enabled, const char *public_url, int64_t now_ms);
+	/* Optional: `job` moved to another replica, which alerts on it from now on: forget its
+	 * firing alerts without resolving them. */
+	void (*forget)(void *arg, const char *job);
+	void *arg;
+};
+
+/*
+ * Which jobs this server analyses, when replicas share the store (server/cluster/cluster.h
+ * decides; the composition root wires it in). NULL `owns`: every job.
+ */
+struct monitor_ownership {
+	bool (*owns)(void *arg, const char *job);
 	void *arg;
 };
 
@@ -73,6 +85,7 @@ struct monitor_options {
 	monitor_event_fn on_event; /* NULL: events are only counted */
 	void *event_arg;
 	struct monitor_alerting alerting; /* copied; see struct monitor_alerting */
+	struct monitor_ownership ownership; /* copied; see struct monitor_ownership */
 };
 
 struct monitor;
@@ -89,6 +102,14 @@ void monitor_free(struct monitor *m);
 
 /* Notes that a stored batch carried data of the jobs in its JOB_RANKS (any thread). */
 void monitor_batch_stored(struct monitor *m, const struct sysom_batch *b);
+
+/*
+ * The owners of jobs may have changed (replicas came or went): the monitor checks which jobs
+ * it owns before its next evaluation, forgets the alerts of those it lost, and takes up the
+ * open incidents in the store of those it gained (a job whose owner died may send no more
+ * batches, yet its incidents must still resolve). Any thread.
+ */
+void monitor_owners_changed(struct monitor *m);
 
 /* Evaluates `job` now, synchronously (tests; the thread does the same). 0 or -errno. */
 int monitor_evaluate(struct monitor *m, const char *job);
@@ -115,6 +136,9 @@ struct monitor_stats {
 	uint64_t patterns_opened;    /* pattern incidents opened */
 	uint64_t last_pattern_check_us; /* how long the last pattern check took */
 	uint64_t pattern_errors;     /* pattern checks that failed (the evaluation went on) */
+	uint64_t jobs_owned;         /* gauge: tracked jobs this replica analyses */
+	uint64_t jobs_handed_over;   /* jobs this replica stopped analysing (another owns them) */
+	uint64_t jobs_taken_over;    /* jobs it started analysing after an ownership change */
 };
 
 void monitor_stats_get(struct monitor *m, struct monitor_stats *out);

@@ -36,6 +36,7 @@ struct api *api_new(struct store *store, struct symbolizer *sym, struct auth *au
 	api->alerts = opts ? opts->alerts : NULL;
 	api->monitor = opts ? opts->monitor : NULL;
 	api->ui = opts ? opts->ui : NULL;
+	api->cluster = opts ? opts->cluster : NULL;
 	atomic_init(&api->http, NULL);
 	return api;
 }

@@ -43,6 +43,7 @@ struct api_options {
 	struct upstream *upstream; /* optional (borrowed): upstream fetch counters in /metrics */
 	struct http_static *ui;    /* optional (borrowed): the web UI's files under /ui/ (NULL:
 				      /ui/ answers 404 saying the UI is not installed) */
+	struct cluster *cluster;   /* optional (borrowed): the replicas (GET /api/v1/cluster) */
 };
 
 struct api;
@@ -96,6 +97,8 @@ void api_job_put(void *ctx, const struct http_request *req, struct http_response
 void api_diagnoses_get(void *ctx, const struct http_request *req, struct http_response *resp);
 /* GET /api/v1/alerts?job= */
 void api_alerts_get(void *ctx, const struct http_request *req, struct http_response *resp);
+/* GET /api/v1/cluster?job=: the live replicas, this one, forwarding, and job's owner. */
+void api_cluster_get(void *ctx, const struct http_request *req, struct http_response *resp);
 /* GET /healthz: 200 when the store answers, else 503. No authentication. */
 void api_healthz_get(void *ctx, const struct http_request *req, struct http_response *resp);
 /*
@@ -113,8 +116,9 @@ struct api_route_limits {
 	size_t symbols_max_chunk; /* one chunk of a symbol file upload */
 };
 
-/* 3 ingest + 21 query GET + 3 web UI (/, /ui, /ui/...) + 3 under jobs + 4 symbol repository */
-#define API_ROUTE_COUNT 34
+/* 4 ingest (with the cluster feed) + 22 query GET (with /cluster) + 3 web UI (/, /ui, /ui/...)
+ * + 3 under jobs + 4 symbol repository */
+#define API_ROUTE_COUNT 36
 
 /*
  * Fills `out` with the server's routes, in matching order: the agent-facing ones of `in`

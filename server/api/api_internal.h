@@ -24,6 +24,7 @@ struct api {
 	struct alerts *alerts;
 	struct monitor *monitor;
 	struct http_static *ui;
+	struct cluster *cluster;
 };
 
 /*

@@ -80,6 +80,7 @@ static const struct http_route query_routes[] = {
 	{ "GET", "/api/v1/diagnoses", false, api_diagnoses_get, NULL, 0, 0 },
 	{ "GET", "/api/v1/diagnoses/", true, api_diagnoses_get, NULL, 0, 0 }, /* /diagnoses/{id} */
 	{ "GET", "/api/v1/alerts", false, api_alerts_get, NULL, 0, 0 },
+	{ "GET", "/api/v1/cluster", false, api_cluster_get, NULL, 0, 0 },
 	{ "GET", "/healthz", false, api_healthz_get, NULL, 0, HTTP_ROUTE_MONITORING },
 	{ "GET", "/metrics", false, api_metrics_get, NULL, 0, HTTP_ROUTE_MONITORING },
 	{ "GET", JOB_PATH "/trace", false, job_trace_get, NULL, 0, 0 },

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "server/alerts/alerts.h"
+#include "server/cluster/cluster.h"
 #include "server/analysis/diagnosis.h"
 #include "server/analysis/patterns.h"
 #include "server/analysis/settings.h"
@@ -312,6 +313,24 @@ void api_alerts_get(void *ctx, const struct http_request *req, struct http_respo
 		return;
 	}
 	render_json_respond(resp, 200, json_pack("{s:o}", "alerts", list));
+}
+
+/* GET /api/v1/cluster?job=: the replicas sharing the store and, with job, its owner. */
+void api_cluster_get(void *ctx, const struct http_request *req, struct http_response *resp)
+{
+	struct api *api = ctx;
+	char job[QUERY_PARAM_MAX];
+	bool has;
+	json_t *doc;
+
+	if (!api__authorized(api, req, AUTH_SCOPE_READ, resp) ||
+	    !query_param(req, "job", job, sizeof(job), &has, resp))
+		return;
+	if (!(doc = cluster_json(api->cluster, has && job[0] ? job : NULL))) {
+		api__store_error(resp, -ENOMEM);
+		return;
+	}
+	render_json_respond(resp, 200, doc);
 }
 
 /* ---- per-job settings and baselines --------------------------------------------------------- */

@@ -346,6 +346,41 @@ static uint64_t store_put_memory(const struct sysom_batch *b)
 	       ((uint64_t)b->object_count + b->process_count + b->stack_count + 3);
 }
 
+/*
+ * Decodes the plain bytes of a batch (`data`, `len`, held by `plain` when decompressed) into
+ * *batch within the request's memory reservation and checks it against its key. The plain
+ * bytes are freed once decoded. Returns REASON_NONE, or answers the request and returns the
+ * error reason.
+ */
+static int batch_decode_checked(struct ingest *in, struct reservation *mem, struct byte_buf *plain,
+				const uint8_t *data, size_t len, const struct batch_key *key,
+				struct sysom_batch *batch, struct http_response *resp)
+{
+	struct sysom_wire_error werr;
+	int rc;
+
+	/* The plain bytes (when decompressed) and everything the decoder will allocate. */
+	rc = reserve(mem, plain->cap + sysom_batch_decode_memory(data, len, &in->wire_limits));
+	if (rc)
+		return respond_memory(resp, rc, mem);
+	rc = sysom_batch_decode(data, len, &in->wire_limits, batch, &werr);
+	/* The decoded batch owns copies of everything: drop the (up to 128 MiB) plain bytes. */
+	byte_buf_free(plain);
+	/* From here on the request holds the batch and what storing it allocates: no more than
+	 * it reserved for decoding (each array entry outweighs its id), so this only shrinks. */
+	if (rc == 0 && (rc = reserve(mem, sysom_batch_memory(batch) + store_put_memory(batch))))
+		return respond_memory(resp, rc, mem);
+	if (rc == -ENOMEM)
+		return respond_store_error(resp, rc);
+	if (rc) {
+		respond_decode_error(resp, rc, &werr);
+		return rc == -SYSOM_EVERSION ? INGEST_ERR_VERSION
+		       : rc == -SYSOM_ELIMIT ? INGEST_ERR_TOO_LARGE
+					     : INGEST_ERR_CORRUPT;
+	}
+	return batch_check(in, batch, key, resp);
+}
+
 /* Handles one ingest request; returns the error reason, or REASON_NONE. */
 static int batch_ingest(struct ingest *in, const struct http_request *req,
 			struct http_response *resp, bool *duplicate)
@@ -354,8 +389,7 @@ static int batch_ingest(struct ingest *in, const struct http_request *req,
 	struct byte_buf plain = { 0 };
 	struct reservation mem;
 	struct sysom_batch batch;
-	struct sysom_wire_error werr;
-	struct store_put_result res;
+		struct store_put_result res;
 	struct store_batch_record stored;
 	struct auth_decision who;
 	struct batch_key key;
@@ -410,35 +444,10 @@ static int batch_ingest(struct ingest *in, const struct http_request *req,
 		render_json_respond(resp, 200, json_pack("{s:s}", "status", "duplicate"));
 		goto cleanup;
 	}
-	/* The plain bytes (when decompressed) and everything the decoder will allocate. */
-	rc = reserve(&mem, plain.cap + sysom_batch_decode_memory(data, len, &in->wire_limits));
-	if (rc) {
-		reason = respond_memory(resp, rc, &mem);
+	if ((reason = batch_decode_checked(in, &mem, &plain, data, len, &key, &batch, resp)) !=
+	    REASON_NONE)
 		goto cleanup;
-	}
-	rc = sysom_batch_decode(data, len, &in->wire_limits, &batch, &werr);
-	/* The decoded batch owns copies of everything: drop the (up to 128 MiB) plain bytes. */
-	byte_buf_free(&plain);
 	data = NULL;
-	/* From here on the request holds the batch and what storing it allocates: no more than
-	 * it reserved for decoding (each array entry outweighs its id), so this only shrinks. */
-	if (rc == 0 && (rc = reserve(&mem, sysom_batch_memory(&batch) + store_put_memory(&batch)))) {
-		reason = respond_memory(resp, rc, &mem);
-		goto cleanup;
-	}
-	if (rc == -ENOMEM) {
-		reason = respond_store_error(resp, rc);
-		goto cleanup;
-	}
-	if (rc) {
-		respond_decode_error(resp, rc, &werr);
-		reason = rc == -SYSOM_EVERSION ? INGEST_ERR_VERSION
-			 : rc == -SYSOM_ELIMIT ? INGEST_ERR_TOO_LARGE
-					       : INGEST_ERR_CORRUPT;
-		goto cleanup;
-	}
-	if ((reason = batch_check(in, &batch, &key, resp)) != REASON_NONE)
-		goto cleanup;
 	if ((rc = store_batch_put(in->store, &batch, content_hash, sysom_realtime_ns(), &res))) {
 		reason = respond_store_error(resp, rc);
 		goto cleanup;
@@ -454,8 +463,12 @@ static int batch_ingest(struct ingest *in, const struct http_request *req,
 		render_json_respond(resp, 200, json_pack("{s:s}", "status", "duplicate"));
 		goto cleanup;
 	}
-	if (in->opts.on_stored)
-		in->opts.on_stored(in->opts.on_stored_arg, &batch);
+	if (in->opts.on_stored) {
+		const struct ingest_body body = { .data = req->body, .len = req->body_len,
+						  .zstd = body_encoding(req) == ENCODING_ZSTD,
+						  .idempotency_key = key_text };
+		in->opts.on_stored(in->opts.on_stored_arg, &batch, &body);
+	}
 	metrics_counter_add(&m->samples_stored, res.samples);
 	metrics_counter_add(&m->sample_rows_stored, res.sample_rows);
 	metrics_counter_add(&m->stacks_created, res.new_stacks);
@@ -494,6 +507,68 @@ void ingest_batch_post(void *ctx, const struct http_request *req, struct http_re
 				    1);
 	metrics_histogram_observe(&in->metrics->ingest_seconds,
 				  (uint64_t)(sysom_monotonic_ns() - start));
+}
+
+/* ---- batches forwarded by a replica (server/cluster/cluster.h) ------------------------------ */
+
+/* Handles one forwarded batch; returns the error reason, or REASON_NONE. */
+static int batch_feed(struct ingest *in, const struct http_request *req,
+		      struct http_response *resp)
+{
+	struct byte_buf plain = { 0 };
+	struct reservation mem;
+	struct sysom_batch batch;
+	struct auth_decision who;
+	struct batch_key key;
+	const uint8_t *data = NULL;
+	const char *key_text = http_request_header(req, "idempotency-key");
+	size_t len = 0;
+	int reason = REASON_NONE;
+
+	memset(&batch, 0, sizeof(batch));
+	reservation_init(&mem, in);
+	/* Batches of any node: a replica's credential (admin scope, or the shared token). */
+	if (auth_request_authorize(in->auth, req, AUTH_SCOPE_ADMIN, NULL, &who) != AUTH_ALLOWED) {
+		auth_respond(resp, &who);
+		reason = who.result == AUTH_FORBIDDEN ? INGEST_ERR_FORBIDDEN
+						      : INGEST_ERR_UNAUTHORIZED;
+		goto cleanup;
+	}
+	if (!in->opts.on_fed) {
+		http_response_error(resp, 404, "this server is not a replica of a cluster");
+		reason = INGEST_ERR_BAD_REQUEST;
+		goto cleanup;
+	}
+	if (!key_text || !parse_key(key_text, &key)) {
+		http_response_error(resp, 400, "%s Idempotency-Key header",
+				    key_text ? "malformed" : "missing");
+		reason = INGEST_ERR_BAD_REQUEST;
+		goto cleanup;
+	}
+	reason = body_plain(in, req, in->opts.max_decompressed, &mem, &plain, &data, &len, resp);
+	if (reason != REASON_NONE)
+		goto cleanup;
+	if ((reason = batch_decode_checked(in, &mem, &plain, data, len, &key, &batch, resp)) !=
+	    REASON_NONE)
+		goto cleanup;
+	in->opts.on_fed(in->opts.on_stored_arg, &batch);
+	render_json_respond(resp, 200, json_pack("{s:s}", "status", "fed"));
+cleanup:
+	sysom_batch_free(&batch);
+	byte_buf_free(&plain);
+	membudget_hold_release(&mem.hold);
+	return reason;
+}
+
+void ingest_feed_post(void *ctx, const struct http_request *req, struct http_response *resp)
+{
+	struct ingest *in = ctx;
+	int reason = batch_feed(in, req, resp);
+
+	/* Counted apart from the agents' batches: these were stored (and counted) by a peer. */
+	if (reason != REASON_NONE)
+		server_metrics_reject(in->metrics, (enum ingest_error_reason)reason,
+				      &in->metrics->batches[INGEST_REJECTED]);
 }
 
 /* ---- kernel symbols ------------------------------------------------------------------------ */
@@ -690,6 +765,8 @@ size_t ingest_routes_get(struct ingest *in, size_t max_body, size_t ksyms_max_bo
 		  ksyms_max_body ? ksyms_max_body : INGEST_DEFAULT_MAX_KSYMS_BODY,
 		  HTTP_ROUTE_DECODES },
 		{ "GET", INGEST_KSYMS_PREFIX, true, ingest_ksyms_get, in, 0, 0 },
+		{ "POST", INGEST_FEED_PATH, false, ingest_feed_post, in,
+		  max_body ? max_body : INGEST_DEFAULT_MAX_BODY, HTTP_ROUTE_DECODES },
 	};
 
 	memcpy(out, routes, sizeof(routes));

@@ -3,6 +3,7 @@
 #ifndef SYSOM_SERVER_INGEST_INGEST_H
 #define SYSOM_SERVER_INGEST_INGEST_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,6 +17,7 @@
 
 #define INGEST_PATH "/api/v1/ingest"
 #define INGEST_KSYMS_PREFIX "/api/v1/kernel-symbols/"
+#define INGEST_FEED_PATH "/api/v1/cluster/feed" /* = CLUSTER_FEED_PATH */
 
 #define INGEST_DEFAULT_MAX_BODY (16u << 20)            /* compressed batch (route limit) */
 #define INGEST_DEFAULT_MAX_DECOMPRESSED (128u << 20)   /* decompressed batch */
@@ -44,6 +46,14 @@ struct ingest_event {
 	uint64_t received_hash;
 };
 
+/* A stored batch's body as it arrived (borrowed for the on_stored call). */
+struct ingest_body {
+	const uint8_t *data;
+	size_t len;
+	bool zstd;                   /* Content-Encoding: zstd (else identity) */
+	const char *idempotency_key;
+};
+
 struct ingest_options {
 	uint64_t max_decompressed;       /* batch bytes after zstd (0: default) */
 	uint64_t max_ksyms_decompressed; /* symbol text bytes after zstd (0: default) */
@@ -55,8 +65,12 @@ struct ingest_options {
 	 * with the other users of the server's budget (borrowed; NULL: nothing is reserved). */
 	struct membudget *memory_budget;
 	/* Called after a batch was stored (not for duplicates), on the thread that stored it: the
-	 * monitor learns which jobs have new data. Optional. */
-	void (*on_stored)(void *arg, const struct sysom_batch *b);
+	 * monitor learns which jobs have new data, the cluster forwards the body to the replicas
+	 * that own them. Optional. */
+	void (*on_stored)(void *arg, const struct sysom_batch *b, const struct ingest_body *body);
+	/* Called with a batch a replica stored and forwarded here (POST INGEST_FEED_PATH), on the
+	 * handler's thread; NULL: that route answers 404. Same `on_stored_arg`. */
+	void (*on_fed)(void *arg, const struct sysom_batch *b);
 	void *on_stored_arg;
 	/* Called for refusals worth a log line (struct ingest_event), on the handler's thread.
 	 * Optional. */
@@ -89,6 +103,13 @@ void ingest_free(struct ingest *in);
  */
 void ingest_batch_post(void *ctx, const struct http_request *req, struct http_response *resp);
 
+/*
+ * POST /api/v1/cluster/feed (admin scope: a replica's credential): a batch another replica
+ * stored, for this replica's analysis (on_fed); decoded and checked like an ingest, not
+ * stored. 200 {"status":"fed"}; 400, 401, 403, 404 (not a replica), 413, 415, 503.
+ */
+void ingest_feed_post(void *ctx, const struct http_request *req, struct http_response *resp);
+
 /* PUT /api/v1/kernel-symbols/{build-id-hex} (agent scope): stores a symbol table once (200
  * stored/unchanged). */
 void ingest_ksyms_put(void *ctx, const struct http_request *req, struct http_response *resp);
@@ -103,10 +124,10 @@ void ingest_ksyms_get(void *ctx, const struct http_request *req, struct http_res
  */
 void ingest_memory_metrics_write(void *budget, struct byte_buf *out);
 
-#define INGEST_ROUTE_COUNT 3
+#define INGEST_ROUTE_COUNT 4
 
 /*
- * Writes the agent-facing routes (POST INGEST_PATH, then PUT and GET INGEST_KSYMS_PREFIX) over
+ * Writes the agent-facing routes (POST INGEST_PATH, PUT and GET INGEST_KSYMS_PREFIX, POST INGEST_FEED_PATH) over
  * `in` (borrowed) to `out` and returns INGEST_ROUTE_COUNT. `max_body` and `ksyms_max_body`
  * bound the compressed bodies (0: INGEST_DEFAULT_MAX_BODY, INGEST_DEFAULT_MAX_KSYMS_BODY).
  */

@@ -12,7 +12,7 @@
 #include "server/store/store_impl.h"
 
 /* The newest schema this build knows (clickhouse_schema.c). */
-#define CH_SCHEMA_VERSION 9
+#define CH_SCHEMA_VERSION 10
 
 /* Largest answer the store reads from ClickHouse (bigger: -E2BIG, nothing half-used). */
 #define CH_MAX_ANSWER (256u << 20)
@@ -250,6 +250,11 @@ extern const char *const ch__migration_workers[];
 
 extern const char *const ch__migration_identity[];
 extern const char *const ch__migration_gpu_device[];
+extern const char *const ch__migration_replicas[];
+int ch__replica_beat(struct store *base, const char *id, const char *url, int64_t started_ms,
+		     uint64_t beat, bool departed);
+int ch__replicas_list(struct store *base, uint32_t max_age_s, uint32_t limit,
+		      store_replica_fn fn, void *arg);
 /* Appends the subquery of each process's merged identity, SQLite's process_identities row:
  * columns process, i_known (1), i_runtime, i_container_id, i_pod_uid, i_namespace,
  * i_pod_name, i_container_name, i_slurm_job, i_slurm_step, i_unit. With `job`, only the

@@ -64,6 +64,7 @@ static const char *const *const migrations[CH_SCHEMA_VERSION] = {
 	ch__migration_gpu_health, /* GPU health per window (clickhouse_gpu_health.c) */
 	ch__migration_identity, /* process identities (clickhouse_schema_identity.c) */
 	ch__migration_gpu_device, /* job_ranks gpu_device (clickhouse_schema_workers.c) */
+	ch__migration_replicas, /* replica heartbeats (clickhouse_replicas.c) */
 };
 
 static int read_version(struct ch_store *s, int *out)
@@ -232,6 +233,8 @@ static const struct store_ops ch_ops = {
 	.size_limit_set = NULL,
 	.ksyms_usage_get = ch__ksyms_usage_get,
 	.retention_apply = ch__retention_apply,
+	.replica_beat = ch__replica_beat,
+	.replicas_list = ch__replicas_list,
 };
 
 /* Splits "http[s]://HOST[:PORT][/]?database=NAME" into the base URL and the database. */

@@ -272,3 +272,19 @@ int store_baseline_get(struct store *s, const char *job,
 {
 	return s->ops->baseline_get(s, job, fn, arg);
 }
+
+int store_replica_beat(struct store *s, const char *id, const char *url, int64_t started_ms,
+		       uint64_t beat, bool departed)
+{
+	if (!s->ops->replica_beat)
+		return -ENOTSUP;
+	return s->ops->replica_beat(s, id, url, started_ms, beat, departed);
+}
+
+int store_replicas_list(struct store *s, uint32_t max_age_s, uint32_t limit,
+			store_replica_fn fn, void *arg)
+{
+	if (!s->ops->replicas_list)
+		return -ENOTSUP;
+	return s->ops->replicas_list(s, max_age_s, limit, fn, arg);
+}

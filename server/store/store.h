@@ -734,4 +734,31 @@ struct store_retention_stats {
 /* store_retention_apply on a SQLite store, with its figures. -ENOTSUP on another backend. */
 int store_sqlite_retention(struct store *s, int64_t before_ms, struct store_retention_stats *st);
 
+/* ---- replicas sharing the store (ClickHouse; server/cluster/cluster.h) -------------------- */
+
+/* One live replica, as store_replicas_list reports it (strings borrowed for the callback). */
+struct store_replica {
+	const char *id;      /* chosen by the replica at start */
+	const char *url;     /* where its peers reach it */
+	int64_t started_ms;  /* when it started (its own clock) */
+	uint32_t age_s;      /* seconds since its newest heartbeat (the store's clock) */
+};
+
+typedef int (*store_replica_fn)(void *arg, const struct store_replica *r);
+
+/*
+ * Records a heartbeat of replica `id` reachable at `url`: alive now by the store's clock, or,
+ * with `departed`, gone (a clean shutdown). `beat` must grow with each call of one replica (its
+ * newest row wins). 0, -ENOTSUP where one server owns the store (SQLite), or an error.
+ */
+int store_replica_beat(struct store *s, const char *id, const char *url, int64_t started_ms,
+		       uint64_t beat, bool departed);
+
+/*
+ * Calls `fn` for each replica (at most `limit`, by id) whose newest heartbeat is at most
+ * `max_age_s` old and that has not departed. 0, -ENOTSUP (SQLite) or an error.
+ */
+int store_replicas_list(struct store *s, uint32_t max_age_s, uint32_t limit,
+			store_replica_fn fn, void *arg);
+
 #endif

@@ -75,6 +75,11 @@ struct store_ops {
 	int (*ksyms_usage_get)(struct store *s, struct store_ksyms_usage *out);
 	/* NULL: -ENOTSUP */
 	int (*retention_apply)(struct store *s, int64_t before_ms, uint32_t *dropped);
+	/* NULL: -ENOTSUP (a store one server owns) */
+	int (*replica_beat)(struct store *s, const char *id, const char *url, int64_t started_ms,
+			    uint64_t beat, bool departed);
+	int (*replicas_list)(struct store *s, uint32_t max_age_s, uint32_t limit,
+			     store_replica_fn fn, void *arg);
 };
 
 /* Every backend's state starts with this. */

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -62,8 +63,9 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* Rank 5 enters every all-reduce 30 ms after the others (both nodes' halves of the job). */
-static void post_late_job(struct harness *h)
+/* Rank 5 enters every all-reduce 30 ms after the others (both nodes' halves of the job);
+ * `feed` (optional) is told of each stored batch, as ingest tells the server's monitor. */
+static void post_late_job_to(struct harness *h, struct monitor *feed)
 {
 	for (uint8_t node = 1; node <= 2; node++) {
 		struct job_spec js = { .base = { .node = node, .epoch = 1, .sequence = 2,
@@ -76,9 +78,16 @@ static void post_late_job(struct harness *h)
 
 		assert_int_equal(job_batch_build(&b, &js), 0);
 		assert_int_equal(harness_post_batch(h, &b, &body), 200);
+		if (feed)
+			monitor_batch_stored(feed, &b);
 		free(body);
 		sysom_batch_free(&b);
 	}
+}
+
+static void post_late_job(struct harness *h)
+{
+	post_late_job_to(h, NULL);
 }
 
 struct seen {
@@ -445,6 +454,125 @@ static void test_api(void **state)
 	free(body);
 }
 
+/* ---- ownership (replicas) ---------------------------------------------------------------------- */
+
+static int forgot;
+static char forgot_job[64];
+static struct alerts *forget_alerts;
+
+static bool owns_flag(void *arg, const char *job)
+{
+	(void)job;
+	return *(const bool *)arg;
+}
+
+static void forget_job(void *arg, const char *job)
+{
+	forgot++;
+	snprintf(forgot_job, sizeof(forgot_job), "%s", job);
+	alerts_scope_forget(arg, job);
+}
+
+static struct monitor *owned_monitor(struct ctx *c, bool *owns)
+{
+	struct monitor_options mo = { .interval_ms = 20, .now_ms = harness_now_ms };
+	struct diagnosis_ctx dc;
+	struct monitor *m = NULL;
+
+	api_diagnosis_ctx(c->h->api, &dc);
+	mo.alerting = (struct monitor_alerting){ .severity = alerts_policy_severity,
+						 .publish = alerts_incidents_publish,
+						 .forget = forget_job,
+						 .arg = c->alerts };
+	mo.ownership = (struct monitor_ownership){ .owns = owns_flag, .arg = owns };
+	assert_int_equal(monitor_new(&dc, &mo, &m), 0);
+	return m;
+}
+
+/* Polls the monitor's stats until `field` reaches `want` (10 s at most). */
+#define WAIT_STAT(m, field, want)                                                              \
+	do {                                                                                   \
+		struct monitor_stats ws_;                                                      \
+		for (int i_ = 0; i_ < 1000; i_++) {                                            \
+			monitor_stats_get(m, &ws_);                                            \
+			if (ws_.field >= (want))                                               \
+				break;                                                         \
+			nanosleep(&(struct timespec){ 0, 10 * 1000000 }, NULL);                \
+		}                                                                              \
+		monitor_stats_get(m, &ws_);                                                    \
+		assert_true(ws_.field >= (want));                                              \
+	} while (0)
+
+/*
+ * A job another replica owns is tracked but never evaluated; when it becomes this replica's, it
+ * is evaluated at once (incident and alert); when it moves away, its alert is forgotten, not
+ * resolved (the new owner sends it on) and its evaluations stop. A replica that never saw the
+ * job's batches takes up its open incident from the store when the job becomes its own.
+ */
+static void test_ownership(void **state)
+{
+	struct ctx *c = *state;
+	bool own_a = false, own_b = false;
+	struct monitor *a = owned_monitor(c, &own_a), *b = owned_monitor(c, &own_b);
+	struct monitor_stats st;
+	struct alerts_stats as;
+	json_t *f;
+
+	forgot = 0;
+	forget_alerts = c->alerts;
+	post_late_job_to(c->h, a);
+	nanosleep(&(struct timespec){ 0, 300 * 1000000 }, NULL);
+	monitor_stats_get(a, &st);
+	assert_int_equal(st.evaluations, 0);
+	assert_int_equal(st.jobs, 1);
+	assert_int_equal(st.jobs_owned, 0);
+	assert_int_equal(incidents(c->h).n, 0);
+
+	own_a = true;
+	monitor_owners_changed(a);
+	WAIT_STAT(a, evaluations, 1);
+	monitor_stats_get(a, &st);
+	assert_int_equal(st.jobs_taken_over, 1);
+	assert_int_equal(st.jobs_owned, 1);
+	/* The straggler, and a stall: fed live, the job's calls lie an hour before "now". */
+	struct seen s1 = incidents(c->h);
+	assert_true(s1.open >= 1);
+	f = firing(c);
+	assert_int_equal(json_array_size(f), (size_t)s1.open);
+	json_decref(f);
+
+	own_a = false;
+	monitor_owners_changed(a);
+	WAIT_STAT(a, jobs_handed_over, 1);
+	assert_int_equal(forgot, 1);
+	assert_string_equal(forgot_job, JOB);
+	f = firing(c);
+	assert_int_equal(json_array_size(f), 0);
+	json_decref(f);
+	alerts_stats_get(c->alerts, &as);
+	assert_int_equal(as.handed_over_total, (uint64_t)s1.open);
+	assert_int_equal(as.resolved_total, 0);
+	assert_int_equal(incidents(c->h).open, s1.open); /* still open: the new owner decides */
+	monitor_stats_get(a, &st);
+	uint64_t evaluations = st.evaluations;
+	nanosleep(&(struct timespec){ 0, 200 * 1000000 }, NULL);
+	monitor_stats_get(a, &st);
+	assert_int_equal(st.evaluations, evaluations);
+	assert_int_equal(st.jobs_owned, 0);
+
+	/* b saw none of the job's batches: owning it, it finds the open incident in the store. */
+	monitor_stats_get(b, &st);
+	assert_int_equal(st.jobs, 0);
+	own_b = true;
+	monitor_owners_changed(b);
+	WAIT_STAT(b, evaluations, 1);
+	monitor_stats_get(b, &st);
+	assert_int_equal(st.jobs, 1);
+	assert_int_equal(st.jobs_owned, 1);
+	monitor_free(a);
+	monitor_free(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -453,6 +581,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pattern_incident, setup, teardown),
 		cmocka_unit_test(test_settings),
 		cmocka_unit_test_setup_teardown(test_api, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ownership, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -551,6 +551,11 @@ static void test_routes(void **state)
 			assert_int_equal(routes[i].max_body,
 					 strcmp(routes[i].method, "PUT") == 0 ? 64u << 20 : 0);
 			seen |= strcmp(routes[i].method, "PUT") == 0 ? 2 : 4;
+		} else if (strcmp(routes[i].path, "/api/v1/cluster/feed") == 0) {
+			/* A replica's forwarded batch: the ingest limit. */
+			assert_string_equal(routes[i].method, "POST");
+			assert_int_equal(routes[i].max_body, 16u << 20);
+			seen |= 64;
 		} else if (strcmp(routes[i].path, API_JOBS_PREFIX) == 0 &&
 			   strcmp(routes[i].method, "PUT") == 0) {
 			assert_int_equal(routes[i].max_body, API_MAX_SETTINGS_BODY); /* settings */
@@ -565,7 +570,7 @@ static void test_routes(void **state)
 			seen |= 8;
 		}
 	}
-	assert_int_equal(seen, 63);
+	assert_int_equal(seen, 127);
 	struct api_route_limits lim = { .ingest_max_body = 1000, .ksyms_max_body = 2000 };
 	api_routes_build(h->api, h->ingest, NULL, &lim, routes);
 	assert_int_equal(routes[0].max_body, 1000);

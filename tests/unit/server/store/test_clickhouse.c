@@ -1418,7 +1418,7 @@ static void test_identity_upgrade_from_6(void **state)
 				       err, sizeof(err));
 	if (rc)
 		fail_msg("reopen: %s", err);
-	assert_int_equal(store_schema_version(c->ch), 9);
+	assert_int_equal(store_schema_version(c->ch), 10);
 	memset(&t, 0, sizeof(t));
 	assert_int_equal(store_processes_list(c->ch, &all, 100, process_text, &t), 0);
 	assert_non_null(strstr(t.buf, " id=-"));
