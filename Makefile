@@ -73,7 +73,7 @@ DEB_PACKAGES := make gcc clang llvm bpftool libbpf-dev libelf-dev libdw-dev zlib
   libclang-rt-14-dev curl binutils procps util-linux zstd python3 elfutils linux-perf \
   libstdc++-12-dev libdebuginfod-dev debuginfod libc6-dbg gcc prometheus-alertmanager libssl-dev \
   protobuf-c-compiler libprotobuf-c-dev protobuf-compiler systemd strace debhelper dpkg-dev python3-yaml \
-  clickhouse-server clickhouse-client chromium firefox-esr python3-torch austin
+  clickhouse-server clickhouse-client chromium firefox-esr python3-torch austin haproxy
 
 # ---------------------------------------------------------------------------------------------
 # Sources, discovered per directory tree: a program is a top-level directory whose

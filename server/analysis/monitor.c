@@ -1681,9 +1681,13 @@ static void ownership_refresh(struct monitor *m)
 	rc = store_diagnoses_list(m->ctx.store, &of, MONITOR_MAX_JOBS, open_job_name, &open);
 	pthread_mutex_lock(&m->lock);
 	for (size_t i = 0; !rc && i < open.n; i++) {
+		bool known = job_find(m, open.v[i]) != NULL;
 		struct job_entry *je = job_track(m, open.v[i], now);
-		if (je)
-			je->has_open = true;
+		if (!je)
+			continue;
+		je->has_open = true;
+		/* New here and this server's: another replica analysed it until now. */
+		m->stats.jobs_taken_over += !known && je->owned;
 	}
 	for (size_t i = 0; i < m->njobs; i++) {
 		struct job_entry *je = &m->jobs[i];

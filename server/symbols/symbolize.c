@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/list.h"
 #include "common/elf_buildid.h"
 #include "common/hash.h"
@@ -22,6 +23,7 @@ struct entry {
 	bool leaf;
 	struct symbolized_location loc;
 	size_t bytes;
+	int64_t recheck_ms;             /* named without a symbol file: look again then (0: never) */
 	struct entry *chain;            /* next in the hash bucket */
 	struct entry *newer, *older;    /* LRU list */
 };
@@ -241,10 +243,18 @@ static int cache_lookup(struct symbolizer *sym, int64_t object, uint64_t offset,
 {
 	int rc = -ENOENT;
 
+	int64_t now = sysom_monotonic_ms();
+
 	pthread_mutex_lock(&sym->lock);
 	for (struct entry *e = sym->buckets[bucket_of(sym, object, offset, leaf)]; e;
 	     e = e->chain) {
 		if (e->object == object && e->offset == offset && e->leaf == leaf) {
+			/* Its object had no symbol file: one may have arrived since (another
+			 * replica sharing the repository installs files this one never hears of). */
+			if (e->recheck_ms && now >= e->recheck_ms) {
+				entry_remove(sym, e);
+				break;
+			}
 			lru_unlink(sym, e);
 			lru_push(sym, e);
 			rc = location_copy(&e->loc, out);
@@ -265,7 +275,8 @@ static int cache_lookup(struct symbolizer *sym, int64_t object, uint64_t offset,
  * computed (a concurrent resolver may also have added it first).
  */
 static void cache_insert(struct symbolizer *sym, int64_t object, uint64_t offset, bool leaf,
-			 const struct symbolized_location *loc, uint64_t generation)
+			 const struct symbolized_location *loc, uint64_t generation,
+			 bool provisional)
 {
 	struct entry *e = calloc(1, sizeof(*e));
 	size_t b;
@@ -277,6 +288,7 @@ static void cache_insert(struct symbolizer *sym, int64_t object, uint64_t offset
 	e->object = object;
 	e->offset = offset;
 	e->leaf = leaf;
+	e->recheck_ms = provisional ? sysom_monotonic_ms() + SYMBOLIZER_MISSING_RECHECK_MS : 0;
 	e->bytes = sizeof(*e) + location_bytes(loc);
 	pthread_mutex_lock(&sym->lock);
 	if (sym->generation != generation) {
@@ -400,10 +412,12 @@ static int resolve_kernel(struct symbolizer *sym, const struct store_object *o, 
 /*
  * Names a user frame from the repository's symbol file into `loc` (whose frames[0] is the
  * template: kind, object, build ID, offset). Returns 0 with loc->count set, 1 when the frame
- * stays "basename+0xOFF" (no symbol file, no segment, a gap), or -ENOMEM.
+ * stays "basename+0xOFF" (no symbol file, no segment, a gap), or -ENOMEM. *provisional: the
+ * name may still change (no symbol file yet, or one without DWARF, whose debug file may
+ * still arrive).
  */
 static int resolve_repo(struct symbolizer *sym, const struct store_object *o, uint64_t offset,
-			bool leaf, struct symbolized_location *loc)
+			bool leaf, struct symbolized_location *loc, bool *provisional)
 {
 	struct symfile_frame found[SYMBOLIZER_MAX_INLINE_DEPTH];
 	struct symbolized_frame *frames = NULL;
@@ -417,8 +431,12 @@ static int resolve_repo(struct symbolizer *sym, const struct store_object *o, ui
 		stat_count(sym, &sym->stats.repo_missing);
 		if (err == -ENOENT && sym->missing && o->id.kind == SYSOM_OBJECT_ELF)
 			sym->missing(sym->missing_ctx, &o->id);
+		*provisional = true;
 		return 1;
 	}
+	struct symfile_info info;
+	symfile_info_get(sf, &info);
+	*provisional = info.from_dwarf == 0;
 	/* A return address is the instruction after the call: look up the call itself. */
 	if (symfile_offset_to_vaddr(sf, offset, &vaddr) || (!leaf && vaddr == 0) ||
 	    (n = symfile_lookup(sf, leaf ? vaddr : vaddr - 1, found, SYMBOLIZER_MAX_INLINE_DEPTH)) <= 0) {
@@ -483,9 +501,10 @@ cleanup:
 	return rc;
 }
 
-/* Resolves a stored frame (cache miss). */
+/* Resolves a stored frame (cache miss); *provisional: named without the symbol or debug file,
+ * which may still arrive. */
 static int resolve(struct symbolizer *sym, int64_t object, uint64_t offset, bool leaf,
-		   struct symbolized_location *out)
+		   struct symbolized_location *out, bool *provisional)
 {
 	struct symbolized_location loc = { 0 };
 	struct symbolized_frame *f;
@@ -533,7 +552,8 @@ static int resolve(struct symbolizer *sym, int64_t object, uint64_t offset, bool
 		break;
 	case SYSOM_OBJECT_ELF:
 	case SYSOM_OBJECT_FILE_HASH:
-		rc = sym->repo && o.id.len ? resolve_repo(sym, &o, offset, leaf, &loc) : 1;
+		rc = sym->repo && o.id.len ? resolve_repo(sym, &o, offset, leaf, &loc, provisional)
+					    : 1;
 		if (rc == 1)
 			rc = name_file_offset(&loc.frames[0], o.name);
 		break;
@@ -563,9 +583,10 @@ int symbolizer_location_resolve(struct symbolizer *sym, uint8_t stack_kind, int6
 		leaf = false;
 	rc = cache_lookup(sym, object, offset, leaf, &loc, &generation);
 	if (rc == -ENOENT) {
-		rc = resolve(sym, object, offset, leaf, &loc);
+		bool provisional = false;
+		rc = resolve(sym, object, offset, leaf, &loc, &provisional);
 		if (!rc)
-			cache_insert(sym, object, offset, leaf, &loc, generation);
+			cache_insert(sym, object, offset, leaf, &loc, generation, provisional);
 	}
 	if (rc)
 		return rc;

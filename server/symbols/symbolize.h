@@ -13,6 +13,11 @@
 #include "common/wire/wire.h"
 #include "server/store/store.h"
 
+/* A frame named without a symbol file ("file+0xOFF") or from one without DWARF is looked up
+ * again after this long: replicas sharing a repository install files (and debug files) the
+ * others are never told of. */
+#define SYMBOLIZER_MISSING_RECHECK_MS 10000
+
 struct symrepo;
 
 enum symbolized_kind {
