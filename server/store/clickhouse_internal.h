@@ -279,7 +279,8 @@ int ch__job_settings_put(struct store *base, const char *job, const char *json, 
 int ch__baseline_put(struct store *base, const struct store_baseline *b);
 int ch__baseline_get(struct store *base, const char *job,
 		     int (*fn)(void *arg, const struct store_baseline *b), void *arg);
-int ch__retention_apply(struct store *base, int64_t before_ms, uint32_t *dropped);
+int ch__retention_apply(struct store *base, int64_t before_ms, int64_t rollup_before_ms,
+			uint32_t *dropped);
 
 /* The committed attempts: rows of other tables count only when their attempt is one of these
  * (the lowest attempt of each batch identity, so replicas agree on one copy). */

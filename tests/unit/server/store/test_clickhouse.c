@@ -1778,7 +1778,8 @@ static void test_retention(void **state)
 	/* SQLite deletes rows, not days: at a day's end both backends answer the same. */
 	put_at(c->sq, 1, old_ns);
 	put_at(c->sq, 2, new_ns);
-	assert_int_equal(store_retention_apply(c->sq, d_ms + 86400000, &dropped), 0);
+	assert_int_equal(store_retention_apply(c->sq, d_ms + 86400000,
+					d_ms + 86400000, &dropped), 0);
 	assert_true(dropped > 0);
 	assert_int_equal(store_stacks_aggregate(c->sq, &all, 100, count_row, &groups, &total), 0);
 	assert_int_equal(total, FIXTURE_SAMPLES);
@@ -1790,11 +1791,13 @@ static void test_retention(void **state)
 	assert_int_equal(store_stacks_aggregate(c->ch, &all, 100, count_row, &groups, &total), 0);
 	assert_int_equal(total, 2 * FIXTURE_SAMPLES);
 	/* A cutoff inside day D keeps it (the day has not ended). */
-	assert_int_equal(store_retention_apply(c->ch, d_ms + 86399999, &dropped), 0);
+	assert_int_equal(store_retention_apply(c->ch, d_ms + 86399999,
+					d_ms + 86399999, &dropped), 0);
 	assert_int_equal(dropped, 0);
 	/* The end of day D: its partitions go (batches, processes, samples, identities), D+3
 	 * stays, with the identity its batch sent: filtered as on SQLite. */
-	assert_int_equal(store_retention_apply(c->ch, d_ms + 86400000, &dropped), 0);
+	assert_int_equal(store_retention_apply(c->ch, d_ms + 86400000,
+					d_ms + 86400000, &dropped), 0);
 	assert_int_equal(dropped, 4);
 	assert_int_equal(store_stacks_aggregate(c->ch, &all, 100, count_row, &groups, &total), 0);
 	assert_int_equal(total, FIXTURE_SAMPLES);
@@ -1810,13 +1813,15 @@ static void test_retention(void **state)
 	assert_int_equal(store_batch_find(c->ch, node, 1, 2, &rec), 0);
 	assert_true(rec.exists);
 	/* Again: nothing left to drop; the incident is kept. */
-	assert_int_equal(store_retention_apply(c->ch, d_ms + 86400000, &dropped), 0);
+	assert_int_equal(store_retention_apply(c->ch, d_ms + 86400000,
+					d_ms + 86400000, &dropped), 0);
 	assert_int_equal(dropped, 0);
 	static struct text t;
 	diag_list(c->ch, &(struct store_diagnosis_filter){ .id = id }, 1, &t);
 	assert_non_null(strstr(t.buf, "|kept|"));
 	/* Everything before D+4 ends: D+3 goes too. */
-	assert_int_equal(store_retention_apply(c->ch, d_ms + 4 * 86400000LL, &dropped), 0);
+	assert_int_equal(store_retention_apply(c->ch, d_ms + 4 * 86400000LL,
+					d_ms + 4 * 86400000LL, &dropped), 0);
 	assert_int_equal(dropped, 4);
 	assert_int_equal(store_stacks_aggregate(c->ch, &all, 100, count_row, &groups, &total), 0);
 	assert_int_equal(total, 0);
