@@ -169,8 +169,8 @@ int ch__rollup_from(struct byte_buf *q, struct store *base, const struct store_s
 	/* Raw rows from the cutoff on, rollup minutes before it (whole minutes from the one
 	 * holding `from`); rollup rows have no thread comm ('' never names a thread). */
 	byte_buf_printf(q, " FROM (SELECT node_id, process, tgid, thread_comm, user_stack,"
-			   " kernel_stack, %s FROM %s WHERE time_ms BETWEEN %" PRId64 " AND %" PRId64
-			   " AND time_ms >= %" PRId64 " AND " CH_COMMITTED,
+			   " kernel_stack, %s FROM %s WHERE time_ms BETWEEN %" PRId64
+			   " AND %" PRId64 " AND time_ms >= %" PRId64 " AND " CH_COMMITTED,
 			value, offcpu ? "offcpu" : "samples", f->from_ms, f->to_ms, cutoff);
 	byte_buf_printf(q, " UNION ALL SELECT node_id, process, tgid, '' AS thread_comm,"
 			   " user_stack, kernel_stack, %s FROM %s WHERE minute_ms BETWEEN %" PRId64

@@ -592,7 +592,8 @@ static int partition_row(void *ctx, char **f)
 	if (!name_ok(f[0], sizeof(p->v->table)) || strlen(f[1]) != 8 ||
 	    strspn(f[1], "0123456789") != 8 || strcmp(f[1], p->cutoff) >= 0)
 		return 0;
-	if (kept_with_rollups(f[0]) && (!p->rollup_cutoff[0] || strcmp(f[1], p->rollup_cutoff) >= 0))
+	if (kept_with_rollups(f[0]) &&
+	    (!p->rollup_cutoff[0] || strcmp(f[1], p->rollup_cutoff) >= 0))
 		return 0;
 	if (p->n == p->cap) {
 		size_t cap = p->cap ? 2 * p->cap : 16;

@@ -117,9 +117,10 @@ static const char stack_candidates_sql[] =
 	" UNION SELECT user_stack FROM offcpu WHERE user_stack IS NOT NULL"
 	" UNION SELECT kernel_stack FROM launches WHERE kernel_stack IS NOT NULL"
 	" UNION SELECT user_stack FROM launches WHERE user_stack IS NOT NULL"
-	" UNION SELECT kernel_stack FROM sample_minutes UNION SELECT user_stack FROM sample_minutes"
-	" UNION SELECT kernel_stack FROM offcpu_minutes UNION SELECT user_stack FROM offcpu_minutes)"
-	" ORDER BY id";
+	" UNION SELECT kernel_stack FROM sample_minutes"
+	" UNION SELECT user_stack FROM sample_minutes"
+	" UNION SELECT kernel_stack FROM offcpu_minutes"
+	" UNION SELECT user_stack FROM offcpu_minutes) ORDER BY id";
 static const char stack_delete_sql[] = "DELETE FROM stacks WHERE id = ?1";
 
 struct ids {

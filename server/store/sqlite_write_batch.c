@@ -63,7 +63,8 @@ static const char sample_minutes_add_sql[] =
 	" ON CONFLICT (process, minute_ms, user_stack, kernel_stack)"
 	" DO UPDATE SET count = count + excluded.count";
 static const char offcpu_minutes_add_sql[] =
-	"INSERT INTO offcpu_minutes (minute_ms, node, process, user_stack, kernel_stack, blocked_ns)"
+	"INSERT INTO offcpu_minutes (minute_ms, node, process, user_stack, kernel_stack,"
+	" blocked_ns)"
 	" SELECT time_ms - time_ms % 60000 AS m, node, process, coalesce(user_stack, 0) AS u,"
 	" coalesce(kernel_stack, 0) AS k, sum(blocked_ns) FROM offcpu WHERE rowid > ?1"
 	" GROUP BY process, m, u, k"
@@ -286,7 +287,8 @@ static int rowid_max(struct conn *c, const char *sql, sqlite3_int64 *out)
 {
 	uint64_t rows = 0;
 	int rc = store__query(c, &(struct store__query){ .sql = sql, .row = store__row_i64,
-							  .ctx = out, .max_rows = 1, .rows = &rows });
+							  .ctx = out, .max_rows = 1,
+							  .rows = &rows });
 
 	return !rc && !rows ? -EPROTO : rc;
 }

@@ -1887,9 +1887,9 @@ static void test_rollup_same_answers(void **state)
 
 	REQUIRE_CH();
 	for (uint64_t k = 0; k < 4; k++)
-		put_both_gpu_os(c, &(struct fixture_spec){ .node = (uint8_t)(7 + k / 2), .epoch = 1,
-							    .sequence = k + 1, .extra_stacks = (uint32_t)k,
-							    .window_start_ns = T0 + k * 30000000000ULL });
+		put_both_gpu_os(c, &(struct fixture_spec){
+			.node = (uint8_t)(7 + k / 2), .epoch = 1, .sequence = k + 1,
+			.extra_stacks = (uint32_t)k, .window_start_ns = T0 + k * 30000000000ULL });
 	rollup_same(c, &all, cutoffs, 3);
 	struct store_sample_filter f = all;
 	f.node = "node-8";

@@ -2036,7 +2036,8 @@ static void put_rollup_batches(struct store *s, uint8_t node, uint64_t start_ns)
 		assert_int_equal(sysom_batch_intern_cstring(&b, "dataloader", &comm), 0);
 		struct sysom_offcpu o = { .process = 0, .tid = 4250, .time_offset_ms = 1000,
 					  .kernel_stack = kstack, .user_stack = ustack,
-					  .thread_comm = comm, .state = SYSOM_OFFCPU_SLEEP, .count = 2,
+					  .thread_comm = comm, .state = SYSOM_OFFCPU_SLEEP,
+					  .count = 2,
 					  .blocked_ns = 1000700 + k * 333, .max_ns = 900000 };
 		assert_int_equal(sysom_batch_add_offcpu(&b, &o), 0);
 		o.state = SYSOM_OFFCPU_DISK; /* same stacks, another state: one rollup group */
@@ -2056,9 +2057,10 @@ static int answer_row(void *arg, const struct store_stack_count *r)
 {
 	struct answer *a = arg;
 	int n = snprintf(a->text + a->len, sizeof(a->text) - a->len,
-			 "%s pid=%lld procs=%llu u=%lld k=%lld n=%llu\n", r->comm, (long long)r->pid,
-			 (unsigned long long)r->processes, (long long)r->user_stack,
-			 (long long)r->kernel_stack, (unsigned long long)r->count);
+			 "%s pid=%lld procs=%llu u=%lld k=%lld n=%llu\n", r->comm,
+			 (long long)r->pid, (unsigned long long)r->processes,
+			 (long long)r->user_stack, (long long)r->kernel_stack,
+			 (unsigned long long)r->count);
 
 	assert_true(n > 0 && (size_t)n < sizeof(a->text) - a->len);
 	a->len += (size_t)n;
@@ -2131,7 +2133,8 @@ static void raw_answers(struct store *s, int nfilters, const struct store_sample
 	store_rollup_raw_keep_set(s, 0);
 	for (int i = 0; i < nfilters; i++)
 		for (int kind = 0; kind < 3; kind++)
-			answer_get(s, &filters[i], kind == 1, kind == 2 ? 2 : 100, &raw[3 * i + kind]);
+			answer_get(s, &filters[i], kind == 1, kind == 2 ? 2 : 100,
+				   &raw[3 * i + kind]);
 }
 
 /*
@@ -2145,8 +2148,8 @@ static void test_rollup_matches_raw(void **state)
 	struct store_sample_filter filters[8];
 	int n = rollup_filters(filters, M0_MS - MINUTE_MS, M0_MS + 10 * MINUTE_MS - 1);
 	struct answer *raw = calloc((size_t)n * 3, sizeof(*raw));
-	const int64_t cutoffs[] = { M0_MS + 10 * MINUTE_MS, M0_MS + MINUTE_MS, M0_MS + 2 * MINUTE_MS,
-				    M0_MS };
+	const int64_t cutoffs[] = { M0_MS + 10 * MINUTE_MS, M0_MS + MINUTE_MS,
+				    M0_MS + 2 * MINUTE_MS, M0_MS };
 
 	assert_non_null(raw);
 	put_rollup_batches(c->store, 1, T0);
