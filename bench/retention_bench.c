@@ -171,7 +171,7 @@ int main(int argc, char **argv)
 		nanosleep(&warm, NULL);
 		t0 = now_ns();
 		if (mode == 0) {
-			rc = store_sqlite_retention(s, cutoff_ms, &st);
+			rc = store_sqlite_retention(s, cutoff_ms, cutoff_ms, &st);
 		} else {
 			snprintf(sql, sizeof(sql), naive_sql, (long long)cutoff_ms);
 			char *q = strstr(sql, "?");

@@ -49,6 +49,10 @@
 #define DEFAULT_THREADPOOL_SIZE "16"
 #define DECODE_MMAP_THRESHOLD (1 << 20) /* bytes; see run() */
 #define SWEEP_INTERVAL_MAX_S 3600.0
+/* --rollup-retention-days when not given: rollup_days(). */
+#define ROLLUP_DAYS_UNSET UINT32_MAX
+#define ROLLUP_DAYS_DEFAULT 90
+
 /* How often retention looks for day partitions past --retention-days. */
 #define RETENTION_INTERVAL_S 3600.0
 
@@ -73,6 +77,7 @@ struct config {
 	char *clickhouse_credentials;
 	double clickhouse_timeout;
 	uint32_t retention_days;
+	uint32_t rollup_retention_days; /* ROLLUP_DAYS_UNSET: rollup_days() */
 	uint32_t read_connections;
 	uint32_t symbol_cache_entries;
 	uint32_t max_connections;
@@ -112,6 +117,7 @@ static struct config cfg = {
 	.max_symbols_decompressed = INGEST_DEFAULT_MAX_KSYMS_DECOMPRESSED,
 	.max_symbol_lines = 4000000,
 	.max_kernel_symbols = 8000000,
+	.rollup_retention_days = ROLLUP_DAYS_UNSET,
 	.clickhouse_timeout = 10,
 	.decode_memory_budget = 512ull << 20,
 	.decode_memory_wait = 1,
@@ -153,7 +159,8 @@ static const struct sysom_option options[] = {
 	{ "clickhouse-url", SYSOM_OPT_STRING, &cfg.clickhouse_url, 0, 0, "http://HOST:8123/?database=NAME: store profiles in ClickHouse instead of DATA-DIR/sysom.db", false },
 	{ "clickhouse-credentials", SYSOM_OPT_STRING, &cfg.clickhouse_credentials, 0, 0, "file whose first line is USER:PASSWORD for ClickHouse", false },
 	{ "clickhouse-timeout", SYSOM_OPT_DURATION, &cfg.clickhouse_timeout, 0.1, 600, "longest a ClickHouse statement may take; ingest answers 503 beyond (default 10s)", false },
-	{ "retention-days", SYSOM_OPT_UINT, &cfg.retention_days, 0, 36500, "delete profile data (samples, off-CPU, GPU, NCCL, OS rows, batches) older than N days, checked hourly: ClickHouse drops whole days, SQLite deletes rows in short transactions, then unreferenced processes and stacks, and returns free pages; incidents, settings, baselines stay (default 0: keep everything)", false },
+	{ "retention-days", SYSOM_OPT_UINT, &cfg.retention_days, 0, 36500, "delete raw profile data (samples, off-CPU, GPU, NCCL, OS rows, batches) older than N days, checked hourly: ClickHouse drops whole days, SQLite deletes rows in short transactions, then unreferenced processes and stacks, and returns free pages; older CPU and off-CPU flame graphs come from per-minute rollups (--rollup-retention-days); incidents, settings, baselines stay (default 0: keep everything)", false },
+	{ "rollup-retention-days", SYSOM_OPT_UINT, &cfg.rollup_retention_days, 0, 36500, "with --retention-days: keep the per-minute rollups of CPU samples and off-CPU time (what flame graphs of older ranges are drawn from) for M days, at least the raw N (default 90, or N when longer; 0: keep them)", false },
 	{ "read-connections", SYSOM_OPT_UINT, &cfg.read_connections, 1, 64, "database connections for queries (default 4)", false },
 	{ "symbol-cache-entries", SYSOM_OPT_UINT, &cfg.symbol_cache_entries, 16, 1 << 24, "frames the symbolizer caches (default 65536)", false },
 	{ "max-connections", SYSOM_OPT_UINT, &cfg.max_connections, 1, 1000000, "open connections (default 1024)", false },
@@ -444,12 +451,22 @@ static int sweep_start(struct server *s)
 
 /* ---- retention: profile data past --retention-days (day partitions / rows) ----------------- */
 
+/* Days the rollups are kept (0: always): --rollup-retention-days, else the default. */
+static uint32_t rollup_days(void)
+{
+	if (cfg.rollup_retention_days != ROLLUP_DAYS_UNSET)
+		return cfg.rollup_retention_days;
+	return cfg.retention_days > ROLLUP_DAYS_DEFAULT ? cfg.retention_days : ROLLUP_DAYS_DEFAULT;
+}
+
 static void retention_run(uv_work_t *w)
 {
 	struct server *s = w->data;
-	int64_t before_ms = sysom_realtime_ms() - (int64_t)cfg.retention_days * 86400000LL;
+	int64_t now_ms = sysom_realtime_ms();
+	int64_t before_ms = now_ms - (int64_t)cfg.retention_days * 86400000LL;
+	int64_t rollup_before_ms = rollup_days() ? now_ms - (int64_t)rollup_days() * 86400000LL : 0;
 	uint32_t dropped = 0;
-	int rc = store_retention_apply(s->store, before_ms, &dropped);
+	int rc = store_retention_apply(s->store, before_ms, rollup_before_ms, &dropped);
 
 	if (rc)
 		log_warn("retention: cannot drop data older than %u days: %s (retried in %.0fs)",
@@ -1063,6 +1080,8 @@ static int run(const char *host, uint16_t port)
 		log_error("%s", err);
 		goto cleanup;
 	}
+	/* Ranges older than the raw rows are read from the per-minute rollups. */
+	store_rollup_raw_keep_set(s.store, (int64_t)cfg.retention_days * 86400000LL);
 	if (alerts_create(&s))
 		goto cleanup; /* logged */
 	if ((rc = components_create(&s))) {
@@ -1276,6 +1295,12 @@ int main(int argc, char **argv)
 	if (listen_parse(cfg.listen, host, sizeof(host), &port)) {
 		fprintf(stderr, "sysom-server: --listen: '%s' is not HOST:PORT (e.g. 127.0.0.1:8080,"
 				" [::1]:8080)\n", cfg.listen);
+		goto cleanup;
+	}
+	if (cfg.retention_days && rollup_days() && rollup_days() < cfg.retention_days) {
+		fprintf(stderr, "sysom-server: --rollup-retention-days (%u) must be at least"
+				" --retention-days (%u), or 0 to keep rollups\n", rollup_days(),
+			cfg.retention_days);
 		goto cleanup;
 	}
 	if (decode_memory_check(err, sizeof(err))) {

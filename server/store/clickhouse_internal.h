@@ -12,7 +12,7 @@
 #include "server/store/store_impl.h"
 
 /* The newest schema this build knows (clickhouse_schema.c). */
-#define CH_SCHEMA_VERSION 10
+#define CH_SCHEMA_VERSION 11
 
 /* Largest answer the store reads from ClickHouse (bigger: -E2BIG, nothing half-used). */
 #define CH_MAX_ANSWER (256u << 20)
@@ -241,6 +241,22 @@ void ch__stacks_prefetch(struct ch_store *s, const int64_t *ids, size_t n);
 	"(SELECT process, argMax(comm, received_ns) AS comm FROM processes WHERE " CH_COMMITTED \
 	" GROUP BY process)"
 
+/* ---- per-minute rollups (clickhouse_rollup.c; migration 10) -------------------------------- */
+
+extern const char *const ch__migration_rollup[];
+/* Inserts the batch's CPU sample and off-CPU rollup rows (before the batch row, as the
+ * others). 0 or an error of ch__exec. */
+int ch__batch_write_rollup(const struct ch_gpu_os_put *p);
+/*
+ * When part of f's range is older than the rollup cutoff (store__rollup_cutoff_ms): appends
+ * " FROM (raw rows from the cutoff UNION ALL rollup rows before it) ANY LEFT JOIN
+ * CH_PROCESS_COMMS USING process WHERE 1" with the columns node_id, process, tgid,
+ * thread_comm ('' for rollup rows), user_stack, kernel_stack and count (blocked_ns with
+ * `offcpu`), committed rows only, and returns 1; else appends nothing and returns 0.
+ */
+int ch__rollup_from(struct byte_buf *q, struct store *base, const struct store_sample_filter *f,
+		    bool offcpu);
+
 /* Mutable state and retention (clickhouse_state.c; migration 4). */
 extern const char *const ch__migration_state[];
 /* Schema 5: job_ranks role and rank_pid (clickhouse_schema_workers.c). */
@@ -284,7 +300,8 @@ int ch__job_settings_put(struct store *base, const char *job, const char *json, 
 int ch__baseline_put(struct store *base, const struct store_baseline *b);
 int ch__baseline_get(struct store *base, const char *job,
 		     int (*fn)(void *arg, const struct store_baseline *b), void *arg);
-int ch__retention_apply(struct store *base, int64_t before_ms, uint32_t *dropped);
+int ch__retention_apply(struct store *base, int64_t before_ms, int64_t rollup_before_ms,
+			uint32_t *dropped);
 
 /* The committed attempts: rows of other tables count only when their attempt is one of these
  * (the lowest attempt of each batch identity, so replicas agree on one copy). */

@@ -65,6 +65,7 @@ static const char *const *const migrations[CH_SCHEMA_VERSION] = {
 	ch__migration_identity, /* process identities (clickhouse_schema_identity.c) */
 	ch__migration_gpu_device, /* job_ranks gpu_device (clickhouse_schema_workers.c) */
 	ch__migration_replicas, /* replica heartbeats (clickhouse_replicas.c) */
+	ch__migration_rollup, /* per-minute sample and off-CPU rollups (clickhouse_rollup.c) */
 };
 
 static int read_version(struct ch_store *s, int *out)

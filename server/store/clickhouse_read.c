@@ -397,7 +397,11 @@ int ch__stacks_aggregate(struct store *base, const struct store_sample_filter *f
 
 	byte_buf_printf(&q, "SELECT comm, min(tgid), max(tgid), uniqExact(process), user_stack,"
 			    " kernel_stack, sum(count) AS c");
-	if ((rc = filter_from(&q, f)))
+	if (ch__rollup_from(&q, base, f, false))
+		rc = ch__filter_conds(&q, f, true);
+	else
+		rc = filter_from(&q, f);
+	if (rc)
 		goto cleanup;
 	/* WITH TOTALS sums every group, also those beyond the LIMIT. */
 	byte_buf_printf(&q, " GROUP BY comm, user_stack, kernel_stack WITH TOTALS"

@@ -195,9 +195,12 @@ int ch__offcpu_aggregate(struct store *base, const struct store_sample_filter *f
 
 	byte_buf_printf(&q, REGROUP_HEAD
 			"SELECT comm, min(tgid) AS lo, max(tgid) AS hi, uniqExact(process) AS procs,"
-			" user_stack AS u, kernel_stack AS k, intDiv(sum(blocked_ns), 1000) AS c0"
-			" FROM offcpu ANY LEFT JOIN " CH_PROCESS_COMMS " USING process");
-	range_where(&q, f);
+			" user_stack AS u, kernel_stack AS k, intDiv(sum(blocked_ns), 1000) AS c0");
+	if (!ch__rollup_from(&q, base, f, true)) {
+		byte_buf_printf(&q, " FROM offcpu ANY LEFT JOIN " CH_PROCESS_COMMS
+				    " USING process");
+		range_where(&q, f);
+	}
 	if ((rc = ch__filter_conds(&q, f, true)))
 		goto cleanup;
 	byte_buf_printf(&q, " GROUP BY comm, u, k" REGROUP_TAIL, limit);

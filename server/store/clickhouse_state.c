@@ -546,8 +546,28 @@ struct partition {
 struct partitions {
 	struct partition *v;
 	size_t n, cap;
-	char cutoff[9]; /* YYYYMMDD: partitions of earlier days go */
+	char cutoff[9];        /* YYYYMMDD: partitions of earlier days go */
+	char rollup_cutoff[9]; /* the same for the tables kept with the rollups; "": none go */
 };
+
+/*
+ * The tables kept as long as the per-minute rollups: the rollups, and what their readers need
+ * to answer like raw rows: the batch rows (whose lowest attempts are CH_COMMITTED), the
+ * processes (comms, pids), job ranks and identities (job and identity filters). The rest is
+ * raw rows, dropped at the raw cutoff.
+ */
+static const char *const rollup_kept[] = {
+	"batches", "processes", "job_ranks", "process_identities", "sample_minutes",
+	"offcpu_minutes",
+};
+
+static bool kept_with_rollups(const char *table)
+{
+	for (size_t i = 0; i < sizeof(rollup_kept) / sizeof(rollup_kept[0]); i++)
+		if (!strcmp(table, rollup_kept[i]))
+			return true;
+	return false;
+}
 
 static bool name_ok(const char *t, size_t max)
 {
@@ -572,6 +592,9 @@ static int partition_row(void *ctx, char **f)
 	if (!name_ok(f[0], sizeof(p->v->table)) || strlen(f[1]) != 8 ||
 	    strspn(f[1], "0123456789") != 8 || strcmp(f[1], p->cutoff) >= 0)
 		return 0;
+	if (kept_with_rollups(f[0]) &&
+	    (!p->rollup_cutoff[0] || strcmp(f[1], p->rollup_cutoff) >= 0))
+		return 0;
 	if (p->n == p->cap) {
 		size_t cap = p->cap ? 2 * p->cap : 16;
 		struct partition *v = cap > 1000000 ? NULL : realloc(p->v, cap * sizeof(*v));
@@ -587,22 +610,35 @@ static int partition_row(void *ctx, char **f)
 	return 0;
 }
 
-int ch__retention_apply(struct store *base, int64_t before_ms, uint32_t *dropped)
+/* The YYYYMMDD of the day holding `ms` (UTC) into out[9]. 0 or -EINVAL. */
+static int day_id(int64_t ms, char out[9])
+{
+	time_t day = (time_t)((ms < 0 ? 0 : ms) / MS_PER_DAY) * 86400;
+	struct tm tm;
+
+	if (!gmtime_r(&day, &tm))
+		return -EINVAL;
+	if (!strftime(out, 9, "%Y%m%d", &tm) || strlen(out) != 8)
+		return -EINVAL;
+	return 0;
+}
+
+int ch__retention_apply(struct store *base, int64_t before_ms, int64_t rollup_before_ms,
+			uint32_t *dropped)
 {
 	struct ch_store *s = ch__store(base);
 	struct partitions p = { 0 };
 	struct byte_buf q = { 0 };
-	time_t day = (time_t)((before_ms < 0 ? 0 : before_ms) / MS_PER_DAY) * 86400;
-	struct tm tm;
 	int rc;
 
 	*dropped = 0;
-	if (!gmtime_r(&day, &tm))
-		return -EINVAL;
-	if (!strftime(p.cutoff, sizeof(p.cutoff), "%Y%m%d", &tm) || strlen(p.cutoff) != 8)
-		return -EINVAL;
+	if ((rc = day_id(before_ms, p.cutoff)) ||
+	    (rollup_before_ms > 0 && (rc = day_id(rollup_before_ms, p.rollup_cutoff))))
+		return rc;
 	/* Every table partitioned by day, whoever created it; batches first, so that a day's
-	 * rows stop counting (CH_COMMITTED) at once, before its other tables go one by one. */
+	 * rows stop counting (CH_COMMITTED) at once, before its other tables go one by one.
+	 * Between the two cutoffs only raw rows go: readers answer those days from the rollups
+	 * (store__rollup_cutoff_ms), which the kept batch rows still commit. */
 	byte_buf_printf(&q, "SELECT DISTINCT table, partition_id FROM system.parts WHERE active"
 		       " AND database = ");
 	ch__quote(&q, s->database);

@@ -575,7 +575,7 @@ int ch__batch_put(struct store *base, const struct sysom_batch *b, uint64_t cont
 	struct ch_gpu_os_put gp = { .s = s, .b = b, .node_hex = p.node_hex, .attempt = p.attempt,
 				    .processes = p.processes, .stacks = stack_ids };
 	if ((rc = ch__batch_write_gpu_os(&gp, &r)) || (rc = ch__batch_write_host(&gp)) ||
-	    (rc = ch__batch_write_gpu_health(&gp)) ||
+	    (rc = ch__batch_write_gpu_health(&gp)) || (rc = ch__batch_write_rollup(&gp)) ||
 	    (rc = batch_row_write(&p, content_hash, &r)))
 		goto cleanup;
 cleanup:

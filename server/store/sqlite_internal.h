@@ -351,8 +351,10 @@ int store__sqlite_baseline_get(struct store *s, const char *job,
 
 /* ---- retention (sqlite_retention.c) ------------------------------------------------------- */
 
-int store__sqlite_retention(struct store *base, int64_t before_ms,
+/* Raw rows before before_ms, rollup rows before rollup_before_ms (<= 0: none). */
+int store__sqlite_retention(struct store *base, int64_t before_ms, int64_t rollup_before_ms,
 			    struct store_retention_stats *st);
-int store__sqlite_retention_apply(struct store *base, int64_t before_ms, uint32_t *dropped);
+int store__sqlite_retention_apply(struct store *base, int64_t before_ms,
+				  int64_t rollup_before_ms, uint32_t *dropped);
 
 #endif

@@ -279,11 +279,14 @@ static int open_connections(struct sqlite_store *s, const struct store_sqlite_op
 	return 0;
 }
 
-int store_sqlite_retention(struct store *s, int64_t before_ms, struct store_retention_stats *st)
+int store_sqlite_retention(struct store *s, int64_t before_ms, int64_t rollup_before_ms,
+			   struct store_retention_stats *st)
 {
 	if (s->ops != &sqlite_ops)
 		return -ENOTSUP;
-	return store__sqlite_retention(s, before_ms, st);
+	if (rollup_before_ms > before_ms)
+		return -EINVAL;
+	return store__sqlite_retention(s, before_ms, rollup_before_ms, st);
 }
 
 int store_sqlite_open(const char *data_dir, const struct store_sqlite_options *opts,

@@ -92,19 +92,34 @@ int store__sqlite_stack_get(struct store *base, int64_t id, struct store_stack *
 	return 0;
 }
 
+/* Which rows of a range a query part reads (struct split). */
+enum part {
+	PART_ALL,    /* every raw row in [from, to] */
+	PART_RAW,    /* the raw rows at or after the rollup cutoff (?14) */
+	PART_ROLLUP, /* the rollup rows (alias r) of the minutes in [?15, to] before the cutoff */
+};
+
 /*
  * Appends the WHERE conditions of a sample filter over table alias `t` (samples `s` and
- * off-CPU rows `o`, which have thread comms, or launches `l`); parameters ?1 .. ?5 and ?7
- * (see filter_run).
+ * off-CPU rows `o`, which have thread comms, launches `l`, or a per-minute rollup `r`, which
+ * has neither thread comms nor ms times) for query part `part`; parameters ?1 .. ?5, ?7 .. ?13
+ * and, split, ?14 and ?15 (see filter_run).
  */
-static void filter_sql_on(struct byte_buf *sql, const struct store_sample_filter *f, char t)
+static void filter_sql_part(struct byte_buf *sql, const struct store_sample_filter *f, char t,
+			    enum part part)
 {
-	byte_buf_printf(sql, " WHERE %c.time_ms BETWEEN ?1 AND ?2", t);
+	if (part == PART_ROLLUP)
+		byte_buf_printf(sql, " WHERE r.minute_ms BETWEEN ?15 AND ?2 AND r.minute_ms < ?14");
+	else
+		byte_buf_printf(sql, " WHERE %c.time_ms BETWEEN ?1 AND ?2", t);
+	if (part == PART_RAW)
+		byte_buf_printf(sql, " AND %c.time_ms >= ?14", t);
 	if (f->node)
 		byte_buf_printf(sql, " AND %c.node IN (SELECT id FROM nodes"
 				     " WHERE node_id = lower(?3) OR hostname = ?3)", t);
 	if (f->has_pid)
 		byte_buf_printf(sql, " AND p.tgid = ?4");
+	/* A rollup keeps no thread comms: there the process comm alone matches. */
 	if (f->comm)
 		byte_buf_printf(sql, t == 's' || t == 'o' ? " AND (p.comm = ?5 OR %c.thread_comm = ?5)"
 							  : " AND p.comm = ?5", t);
@@ -130,14 +145,49 @@ static void filter_sql_on(struct byte_buf *sql, const struct store_sample_filter
 	}
 }
 
+static void filter_sql_on(struct byte_buf *sql, const struct store_sample_filter *f, char t)
+{
+	filter_sql_part(sql, f, t, PART_ALL);
+}
+
+/* Where a range splits between the per-minute rollups and the raw rows. */
+struct split {
+	bool on;           /* part of the range is older than the cutoff */
+	int64_t cutoff_ms; /* a minute start: raw rows from here, rollup minutes before */
+	int64_t from_min;  /* the first minute the range touches */
+};
+
+/* The split of f's range at the store's rollup cutoff (store__rollup_cutoff_ms). */
+static struct split split_get(struct store *base, const struct store_sample_filter *f)
+{
+	int64_t cutoff = store__rollup_cutoff_ms(base);
+	int64_t from_min = store__minute_floor(f->from_ms);
+
+	return (struct split){ .on = cutoff > from_min && f->from_ms <= f->to_ms,
+			       .cutoff_ms = cutoff, .from_min = from_min };
+}
+
 /*
  * Runs a query built in `sql` (filters change its shape, so the planner sees only live terms)
  * with the filter's parameters and ?6 = `limit`, calling `row` per row.
  */
+static int filter_run_split(struct sqlite_store *s, struct byte_buf *sql,
+			    const struct store_sample_filter *f, uint32_t limit,
+			    const struct split *sp, store__row_fn row, void *ctx);
+
 static int filter_run(struct sqlite_store *s, struct byte_buf *sql,
 		      const struct store_sample_filter *f, uint32_t limit, store__row_fn row,
 		      void *ctx)
 {
+	return filter_run_split(s, sql, f, limit, NULL, row, ctx);
+}
+
+/* filter_run with the split's ?14 (cutoff) and ?15 (first minute) when `sp` is on. */
+static int filter_run_split(struct sqlite_store *s, struct byte_buf *sql,
+			    const struct store_sample_filter *f, uint32_t limit,
+			    const struct split *sp, store__row_fn row, void *ctx)
+{
+	bool on = sp && sp->on;
 	int rc = store__sql_end(sql);
 
 	if (rc)
@@ -155,7 +205,9 @@ static int filter_run(struct sqlite_store *s, struct byte_buf *sql,
 				    f->container ? STORE__TEXT(f->container) : STORE__SKIP,
 				    f->unit ? STORE__TEXT(f->unit) : STORE__SKIP,
 				    f->has_slurm_job ? STORE__INT(store__clamp(f->slurm_job))
-						     : STORE__SKIP),
+						     : STORE__SKIP,
+				    on ? STORE__INT(sp->cutoff_ms) : STORE__SKIP,
+				    on ? STORE__INT(sp->from_min) : STORE__SKIP),
 		.row = row, .ctx = ctx });
 }
 
@@ -253,12 +305,66 @@ static int stack_count_row(void *ctx, sqlite3_stmt *st)
 	return v->fn.stacks(v->arg, &row);
 }
 
+/* A stack aggregate answered from a raw table and its per-minute rollup (schema 14). */
+struct minutes_source {
+	const char *raw;       /* the raw rows' table, alias `alias` */
+	char alias;
+	const char *raw_value; /* the summed value of a raw row */
+	const char *rollup;    /* the rollup table (alias r) */
+	const char *value;     /* the summed value of a rollup row */
+	const char *sum;       /* a group's count from sum(n) */
+};
+
+static const struct minutes_source minutes_samples = {
+	"samples", 's', "s.count", "sample_minutes", "r.count", "sum(n)",
+};
+/* Microseconds rounded down per group, as the raw answer. */
+static const struct minutes_source minutes_offcpu = {
+	"offcpu", 'o', "o.blocked_ns", "offcpu_minutes", "r.blocked_ns", "sum(n) / 1000",
+};
+
+/*
+ * The raw rows at or after the split's cutoff and the rollup rows of the minutes before it,
+ * grouped together exactly as the raw-only query groups (comm, user stack, kernel stack; the
+ * processes and pids they came from), so that a range answers the same either way.
+ */
+static int minutes_aggregate(struct store *base, const struct store_sample_filter *f,
+			     uint32_t limit, const struct split *sp,
+			     const struct minutes_source *src, struct aggregate_visit *v,
+			     uint64_t *total)
+{
+	struct byte_buf sql = { 0 };
+	int rc;
+
+	byte_buf_printf(&sql, "SELECT comm, min(tgid), max(tgid), count(DISTINCT process), u, k,"
+			      " %s AS c, sum(%s) OVER ()"
+			      " FROM (SELECT p.comm AS comm, p.tgid AS tgid, %c.process AS process,"
+			      " coalesce(%c.user_stack, 0) AS u, coalesce(%c.kernel_stack, 0) AS k,"
+			      " %s AS n FROM %s %c JOIN processes p ON p.id = %c.process",
+			src->sum, src->sum, src->alias, src->alias, src->alias, src->raw_value,
+			src->raw, src->alias, src->alias);
+	filter_sql_part(&sql, f, src->alias, PART_RAW);
+	byte_buf_printf(&sql, " UNION ALL SELECT p.comm, p.tgid, r.process, r.user_stack,"
+			      " r.kernel_stack, %s FROM %s r JOIN processes p ON p.id = r.process",
+			src->value, src->rollup);
+	filter_sql_part(&sql, f, 'r', PART_ROLLUP);
+	byte_buf_printf(&sql, ") GROUP BY comm, u, k ORDER BY c DESC, comm, u, k LIMIT ?6");
+	rc = filter_run_split(store__sqlite(base), &sql, f, limit, sp, stack_count_row, v);
+	byte_buf_free(&sql);
+	if (!rc)
+		*total = v->total;
+	return rc;
+}
+
 int store__sqlite_stacks_aggregate(struct store *base, const struct store_sample_filter *f,
 				   uint32_t limit, store_stack_count_fn fn, void *arg,
 				   uint64_t *total)
 {
 	struct aggregate_visit v = { .fn.stacks = fn, .arg = arg };
+	struct split sp = split_get(base, f);
 
+	if (sp.on)
+		return minutes_aggregate(base, f, limit, &sp, &minutes_samples, &v, total);
 	/* The window sum runs over every group before LIMIT: the total counts everything. */
 	return aggregate_run(base, f, limit,
 			     "SELECT p.comm, min(p.tgid), max(p.tgid), count(DISTINCT s.process),"
@@ -355,7 +461,10 @@ int store__sqlite_offcpu_aggregate(struct store *base, const struct store_sample
 				   uint64_t *total)
 {
 	struct aggregate_visit v = { .fn.stacks = fn, .arg = arg };
+	struct split sp = split_get(base, f);
 
+	if (sp.on)
+		return minutes_aggregate(base, f, limit, &sp, &minutes_offcpu, &v, total);
 	/* Microseconds rounded down per group; the total is the groups' sum. */
 	return aggregate_run(base, f, limit,
 			     "SELECT p.comm, min(p.tgid), max(p.tgid), count(DISTINCT o.process),"

@@ -6,8 +6,10 @@
  *
  * Which rows: those whose own time is before the cutoff (time_ms, batches.window_end_ns, an
  * NCCL call chunk's newest entry), in every time-series table; what ClickHouse drops with its
- * day partitions. Nodes, their counter totals, objects, incidents, settings, baselines and
- * kernel symbols stay.
+ * day partitions. The per-minute rollups (sample_minutes, offcpu_minutes) have a cutoff of
+ * their own, earlier (--rollup-retention-days); the processes and stacks they name stay with
+ * them. Nodes, their counter totals, objects, incidents, settings, baselines and kernel
+ * symbols stay.
  *
  * Locking: the rows to delete are found on a reader connection (no write lock); the writer
  * then deletes them by rowid, RET_CHUNK per transaction, so ingest waits at most one chunk.
@@ -33,12 +35,17 @@ struct ret_table {
 	const char *select_sql; /* ?1 cutoff (the column's unit), ?2 rowid after which */
 	const char *delete_sql; /* ?1 rowid */
 	bool ns;                /* the cutoff is in ns, not ms */
+	bool rollup;            /* a per-minute rollup: the rollup cutoff applies */
 };
 
 #define RET_TABLE(t, col, ns)                                                              \
 	{ t, "SELECT rowid FROM " t " WHERE rowid > ?2 AND " col " < ?1 ORDER BY rowid"      \
 	     " LIMIT 10000",                                                                \
-	  "DELETE FROM " t " WHERE rowid = ?1", ns }
+	  "DELETE FROM " t " WHERE rowid = ?1", ns, false }
+#define RET_ROLLUP(t)                                                                      \
+	{ t, "SELECT rowid FROM " t " WHERE rowid > ?2 AND minute_ms < ?1 ORDER BY rowid"    \
+	     " LIMIT 10000",                                                                \
+	  "DELETE FROM " t " WHERE rowid = ?1", false, true }
 
 /* Batches first, as on ClickHouse. Every table with a process column is also listed in
  * process_delete_sql. */
@@ -56,6 +63,8 @@ static const struct ret_table ret_tables[] = {
 	RET_TABLE("os_threads", "time_ms", false),
 	RET_TABLE("gpu_health", "window_end_ns", true),
 	RET_TABLE("host_signals", "time_ms", false),
+	RET_ROLLUP("sample_minutes"),
+	RET_ROLLUP("offcpu_minutes"),
 };
 
 static const char process_candidates_sql[] =
@@ -72,7 +81,9 @@ static const char process_unused_sql[] =
 	" AND NOT EXISTS (SELECT 1 FROM gpu_kernels WHERE process = ?1)"
 	" AND NOT EXISTS (SELECT 1 FROM nccl_profiles WHERE process = ?1)"
 	" AND NOT EXISTS (SELECT 1 FROM nccl_links WHERE process = ?1)"
-	" AND NOT EXISTS (SELECT 1 FROM os_threads WHERE process = ?1)";
+	" AND NOT EXISTS (SELECT 1 FROM os_threads WHERE process = ?1)"
+	" AND NOT EXISTS (SELECT 1 FROM sample_minutes WHERE process = ?1)"
+	" AND NOT EXISTS (SELECT 1 FROM offcpu_minutes WHERE process = ?1)";
 static const char *const process_delete_sql[] = {
 	"DELETE FROM job_ranks WHERE process = ?1",
 	"DELETE FROM communicators WHERE process = ?1",
@@ -86,11 +97,16 @@ static const char *const stack_max_sql[] = {
 	"SELECT COALESCE(MAX(rowid), 0) FROM samples",
 	"SELECT COALESCE(MAX(rowid), 0) FROM offcpu",
 	"SELECT COALESCE(MAX(rowid), 0) FROM launches",
+	"SELECT COALESCE(MAX(rowid), 0) FROM sample_minutes",
+	"SELECT COALESCE(MAX(rowid), 0) FROM offcpu_minutes",
 };
+/* A rollup row updated in place keeps its stacks: only new rows can name a candidate. */
 static const char *const stack_since_sql[] = {
 	"SELECT kernel_stack, user_stack FROM samples WHERE rowid > ?1",
 	"SELECT kernel_stack, user_stack FROM offcpu WHERE rowid > ?1",
 	"SELECT kernel_stack, user_stack FROM launches WHERE rowid > ?1",
+	"SELECT kernel_stack, user_stack FROM sample_minutes WHERE rowid > ?1",
+	"SELECT kernel_stack, user_stack FROM offcpu_minutes WHERE rowid > ?1",
 };
 #define STACK_TABLES (sizeof(stack_max_sql) / sizeof(stack_max_sql[0]))
 static const char stack_candidates_sql[] =
@@ -100,7 +116,11 @@ static const char stack_candidates_sql[] =
 	" UNION SELECT kernel_stack FROM offcpu WHERE kernel_stack IS NOT NULL"
 	" UNION SELECT user_stack FROM offcpu WHERE user_stack IS NOT NULL"
 	" UNION SELECT kernel_stack FROM launches WHERE kernel_stack IS NOT NULL"
-	" UNION SELECT user_stack FROM launches WHERE user_stack IS NOT NULL) ORDER BY id";
+	" UNION SELECT user_stack FROM launches WHERE user_stack IS NOT NULL"
+	" UNION SELECT kernel_stack FROM sample_minutes"
+	" UNION SELECT user_stack FROM sample_minutes"
+	" UNION SELECT kernel_stack FROM offcpu_minutes"
+	" UNION SELECT user_stack FROM offcpu_minutes) ORDER BY id";
 static const char stack_delete_sql[] = "DELETE FROM stacks WHERE id = ?1";
 
 struct ids {
@@ -311,7 +331,7 @@ static int stacks_unreferenced(struct sqlite_store *s, struct ids *ids,
 	return store__read_end(s, c, rc < 0 ? rc : 0);
 }
 
-/* Deletes the stacks no sample, off-CPU or launch row names. */
+/* Deletes the stacks no sample, off-CPU or launch row (raw or rollup) names. */
 static int stacks_gc(struct sqlite_store *s, struct store_retention_stats *st)
 {
 	struct ids ids = { .max = RET_MAX_STACKS };
@@ -394,15 +414,23 @@ static int pages_release(struct sqlite_store *s, struct store_retention_stats *s
 	return rc == SQLITE_OK || rc == SQLITE_BUSY ? 0 : store__errno(rc);
 }
 
-int store__sqlite_retention(struct store *base, int64_t before_ms,
+int store__sqlite_retention(struct store *base, int64_t before_ms, int64_t rollup_before_ms,
 			    struct store_retention_stats *st)
 {
 	struct sqlite_store *s = store__sqlite(base);
 	int rc = 0;
 
 	*st = (struct store_retention_stats){ 0 };
-	for (size_t i = 0; i < sizeof(ret_tables) / sizeof(ret_tables[0]) && !rc; i++)
-		rc = table_trim(s, &ret_tables[i], before_ms, st);
+	for (size_t i = 0; i < sizeof(ret_tables) / sizeof(ret_tables[0]) && !rc; i++) {
+		uint64_t rows = st->rows;
+
+		if (!ret_tables[i].rollup)
+			rc = table_trim(s, &ret_tables[i], before_ms, st);
+		else if (rollup_before_ms > 0)
+			rc = table_trim(s, &ret_tables[i], rollup_before_ms, st);
+		if (ret_tables[i].rollup)
+			st->rollup_rows += st->rows - rows;
+	}
 	if (!rc)
 		rc = processes_gc(s, before_ms, st);
 	if (!rc)
@@ -412,10 +440,11 @@ int store__sqlite_retention(struct store *base, int64_t before_ms,
 	return rc;
 }
 
-int store__sqlite_retention_apply(struct store *base, int64_t before_ms, uint32_t *dropped)
+int store__sqlite_retention_apply(struct store *base, int64_t before_ms,
+				  int64_t rollup_before_ms, uint32_t *dropped)
 {
 	struct store_retention_stats st;
-	int rc = store__sqlite_retention(base, before_ms, &st);
+	int rc = store__sqlite_retention(base, before_ms, rollup_before_ms, &st);
 
 	*dropped = st.rows > UINT32_MAX ? UINT32_MAX : (uint32_t)st.rows;
 	return rc;

@@ -452,6 +452,41 @@ static const char *const migrations[] = {
 	");"
 	"CREATE INDEX nccl_call_chunks_process_time ON nccl_call_chunks(process, entry_min_ns);"
 	"CREATE INDEX nccl_call_chunks_instance ON nccl_call_chunks(comm_key, op, seq_min);",
+	/* 14: per-minute rollups of CPU samples and off-CPU time, kept past the raw rows
+	 * (--rollup-retention-days): the samples (off-CPU rows) of one process with the same
+	 * stacks in one minute summed into one row; thread id, CPU, thread comm and off-CPU
+	 * state dropped. minute_ms: time_ms rounded down to the minute. Stacks are 0 for none
+	 * (not NULL), so that the unique key holds. The batch writer adds to them in its own
+	 * transaction; this fills them from the raw rows stored so far. */
+	"CREATE TABLE sample_minutes ("
+	"  minute_ms INTEGER NOT NULL,"
+	"  node INTEGER NOT NULL REFERENCES nodes(id),"
+	"  process INTEGER NOT NULL REFERENCES processes(id),"
+	"  user_stack INTEGER NOT NULL,"          /* stacks(id), 0 none */
+	"  kernel_stack INTEGER NOT NULL,"        /* stacks(id), 0 none */
+	"  count INTEGER NOT NULL"
+	");"
+	"CREATE UNIQUE INDEX sample_minutes_key"
+	"  ON sample_minutes(process, minute_ms, user_stack, kernel_stack);"
+	"CREATE INDEX sample_minutes_time ON sample_minutes(minute_ms);"
+	"CREATE TABLE offcpu_minutes ("
+	"  minute_ms INTEGER NOT NULL,"
+	"  node INTEGER NOT NULL REFERENCES nodes(id),"
+	"  process INTEGER NOT NULL REFERENCES processes(id),"
+	"  user_stack INTEGER NOT NULL,"
+	"  kernel_stack INTEGER NOT NULL,"
+	"  blocked_ns INTEGER NOT NULL"
+	");"
+	"CREATE UNIQUE INDEX offcpu_minutes_key"
+	"  ON offcpu_minutes(process, minute_ms, user_stack, kernel_stack);"
+	"CREATE INDEX offcpu_minutes_time ON offcpu_minutes(minute_ms);"
+	"INSERT INTO sample_minutes (minute_ms, node, process, user_stack, kernel_stack, count)"
+	"  SELECT time_ms - time_ms % 60000 AS m, node, process, coalesce(user_stack, 0) AS u,"
+	"  coalesce(kernel_stack, 0) AS k, sum(count) FROM samples GROUP BY process, m, u, k;"
+	"INSERT INTO offcpu_minutes (minute_ms, node, process, user_stack, kernel_stack,"
+	"  blocked_ns)"
+	"  SELECT time_ms - time_ms % 60000 AS m, node, process, coalesce(user_stack, 0) AS u,"
+	"  coalesce(kernel_stack, 0) AS k, sum(blocked_ns) FROM offcpu GROUP BY process, m, u, k;",
 };
 /* A step in C after a migration's SQL, in its transaction (NULL: none). */
 static int (*const migration_steps[])(struct conn *c) = {

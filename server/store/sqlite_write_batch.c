@@ -51,6 +51,25 @@ static const char offcpu_insert_sql[] =
 	"INSERT INTO offcpu (time_ms, node, process, tid, thread_comm, state, kernel_stack,"
 	" user_stack, count, blocked_ns, max_ns)"
 	" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+/* The per-minute rollups (schema 14) of the rows this batch stored: those after the newest
+ * rowid before it (?1), in the batch's transaction. */
+static const char samples_rowid_max_sql[] = "SELECT coalesce(max(rowid), 0) FROM samples";
+static const char offcpu_rowid_max_sql[] = "SELECT coalesce(max(rowid), 0) FROM offcpu";
+static const char sample_minutes_add_sql[] =
+	"INSERT INTO sample_minutes (minute_ms, node, process, user_stack, kernel_stack, count)"
+	" SELECT time_ms - time_ms % 60000 AS m, node, process, coalesce(user_stack, 0) AS u,"
+	" coalesce(kernel_stack, 0) AS k, sum(count) FROM samples WHERE rowid > ?1"
+	" GROUP BY process, m, u, k"
+	" ON CONFLICT (process, minute_ms, user_stack, kernel_stack)"
+	" DO UPDATE SET count = count + excluded.count";
+static const char offcpu_minutes_add_sql[] =
+	"INSERT INTO offcpu_minutes (minute_ms, node, process, user_stack, kernel_stack,"
+	" blocked_ns)"
+	" SELECT time_ms - time_ms % 60000 AS m, node, process, coalesce(user_stack, 0) AS u,"
+	" coalesce(kernel_stack, 0) AS k, sum(blocked_ns) FROM offcpu WHERE rowid > ?1"
+	" GROUP BY process, m, u, k"
+	" ON CONFLICT (process, minute_ms, user_stack, kernel_stack)"
+	" DO UPDATE SET blocked_ns = blocked_ns + excluded.blocked_ns";
 static const char counter_add_sql[] =
 	"INSERT INTO node_counters (node, counter, total) VALUES (?1, ?2, ?3)"
 	" ON CONFLICT (node, counter) DO UPDATE SET total = total + excluded.total";
@@ -263,6 +282,24 @@ static int counter_add(struct conn *c, sqlite3_int64 node, const struct sysom_co
 				    STORE__INT(store__clamp(ctr->value))) });
 }
 
+/* The newest rowid of the table `sql` reads (0 when empty) into *out. */
+static int rowid_max(struct conn *c, const char *sql, sqlite3_int64 *out)
+{
+	uint64_t rows = 0;
+	int rc = store__query(c, &(struct store__query){ .sql = sql, .row = store__row_i64,
+							  .ctx = out, .max_rows = 1,
+							  .rows = &rows });
+
+	return !rc && !rows ? -EPROTO : rc;
+}
+
+/* Adds the rows after rowid `after` (this batch's) to the rollup `add_sql` names. */
+static int minutes_add(struct conn *c, const char *add_sql, sqlite3_int64 after)
+{
+	return store__query(c, &(struct store__query){ .sql = add_sql,
+						      .args = STORE__ARGS(STORE__INT(after)) });
+}
+
 /* The content hash column: NULL for batches stored before schema version 5. */
 static int batch_record_row(void *ctx, sqlite3_stmt *st)
 {
@@ -327,7 +364,7 @@ static int batch_write(struct conn *c, const struct sysom_batch *b, const char *
 	sqlite3_int64 *processes = calloc(b->process_count + 1, sizeof(*processes));
 	sqlite3_int64 *stacks = calloc(b->stack_count + 1, sizeof(*stacks));
 	struct store__batch_ids ids = { .processes = processes, .stacks = stacks };
-	sqlite3_int64 kernel_object = 0;
+	sqlite3_int64 kernel_object = 0, samples_before = 0, offcpu_before = 0;
 	char *counters = store__counters_json(b);
 	bool inserted = false;
 	int rc = 0;
@@ -360,6 +397,9 @@ static int batch_write(struct conn *c, const struct sysom_batch *b, const char *
 	r->processes = b->process_count;
 	if ((rc = stacks_write(c, b, objects, stacks, r)))
 		goto cleanup;
+	if ((b->sample_count && (rc = rowid_max(c, samples_rowid_max_sql, &samples_before))) ||
+	    (b->offcpu_count && (rc = rowid_max(c, offcpu_rowid_max_sql, &offcpu_before))))
+		goto cleanup;
 	for (uint32_t i = 0; i < b->sample_count; i++)
 		if ((rc = sample_insert(c, b, &b->samples[i], &ids)))
 			goto cleanup;
@@ -367,6 +407,9 @@ static int batch_write(struct conn *c, const struct sysom_batch *b, const char *
 	for (uint32_t i = 0; i < b->offcpu_count; i++)
 		if ((rc = offcpu_insert(c, b, &b->offcpu[i], &ids)))
 			goto cleanup;
+	if ((b->sample_count && (rc = minutes_add(c, sample_minutes_add_sql, samples_before))) ||
+	    (b->offcpu_count && (rc = minutes_add(c, offcpu_minutes_add_sql, offcpu_before))))
+		goto cleanup;
 	for (uint32_t i = 0; i < b->counter_count; i++)
 		if ((rc = counter_add(c, ids.node, &b->counters[i])))
 			goto cleanup;

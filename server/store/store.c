@@ -177,12 +177,20 @@ int store_size_limit_set(struct store *s, uint64_t max_bytes)
 	return s->ops->size_limit_set(s, max_bytes);
 }
 
-int store_retention_apply(struct store *s, int64_t before_ms, uint32_t *dropped)
+int store_retention_apply(struct store *s, int64_t before_ms, int64_t rollup_before_ms,
+			  uint32_t *dropped)
 {
 	*dropped = 0;
 	if (!s->ops->retention_apply)
 		return -ENOTSUP;
-	return s->ops->retention_apply(s, before_ms, dropped);
+	if (rollup_before_ms > before_ms)
+		return -EINVAL;
+	return s->ops->retention_apply(s, before_ms, rollup_before_ms, dropped);
+}
+
+void store_rollup_raw_keep_set(struct store *s, int64_t raw_keep_ms)
+{
+	s->raw_keep_ms = raw_keep_ms > 0 ? raw_keep_ms : 0;
 }
 
 int store_job_gpu(struct store *s, const struct store_gpu_filter *f, uint32_t max_rows,

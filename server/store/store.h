@@ -709,21 +709,42 @@ int store_size_get(struct store *s, uint64_t *bytes);
 int store_size_limit_set(struct store *s, uint64_t max_bytes);
 
 /*
- * Retention: deletes the profile data (batches, samples, off-CPU, launches, NCCL, GPU and OS
- * rows) from before `before_ms`. Incidents, settings, baselines, nodes, objects and kernel
+ * Retention: deletes the raw profile data (batches, samples, off-CPU, launches, NCCL, GPU and
+ * OS rows) from before `before_ms`, and the per-minute rollups of CPU samples and off-CPU time
+ * (store_rollup_raw_keep_set) from before `rollup_before_ms` (<= before_ms, else -EINVAL;
+ * 0 or less: rollups are kept). Incidents, settings, baselines, nodes, objects and kernel
  * symbols stay.
- * ClickHouse drops the partitions of the days (UTC) that ended at or before `before_ms` whole;
- * *dropped gets the number of partitions dropped.
- * SQLite deletes the rows whose time is before `before_ms`, in short write transactions,
- * then the processes and stacks no row names any more, then returns free pages to the file
- * system (databases created with incremental auto-vacuum); *dropped gets the rows deleted.
+ * ClickHouse drops the partitions of the days (UTC) that ended at or before the cutoff whole;
+ * what the rollups need to answer like raw rows (batches, processes, job ranks, identities)
+ * goes with the rollups, not with the raw rows; *dropped gets the number of partitions
+ * dropped.
+ * SQLite deletes the rows whose time is before the cutoff, in short write transactions, then
+ * the processes and stacks no row (raw or rollup) names any more, then returns free pages to
+ * the file system (databases created with incremental auto-vacuum); *dropped gets the rows
+ * deleted.
  * Returns 0 or a negative error; an error leaves a consistent store (run it again).
  */
-int store_retention_apply(struct store *s, int64_t before_ms, uint32_t *dropped);
+int store_retention_apply(struct store *s, int64_t before_ms, int64_t rollup_before_ms,
+			  uint32_t *dropped);
+
+/*
+ * Per-minute rollups: every stored batch also adds its CPU samples and off-CPU time to rows of
+ * (minute, node, process, user stack, kernel stack) — thread, CPU, thread comm and off-CPU
+ * state dropped — which retention keeps longer than the raw rows. Tells the readers that raw
+ * rows are kept `raw_keep_ms` (the retention of before_ms above; 0: forever, the default):
+ * store_stacks_aggregate and store_offcpu_aggregate then answer the part of a range before
+ * now - raw_keep_ms (rounded down to the minute) from the rollups, whole minutes (a rollup
+ * minute counts when its start is in [from rounded down to the minute, to]), and the rest from
+ * raw rows, in one answer grouped and limited as a raw-only one; there a comm filter matches
+ * the process comm only (no thread comms). Other readers read raw rows only. Call it before
+ * the store is shared between threads.
+ */
+void store_rollup_raw_keep_set(struct store *s, int64_t raw_keep_ms);
 
 /* What one SQLite retention run did. */
 struct store_retention_stats {
-	uint64_t rows;         /* time-series rows deleted */
+	uint64_t rows;         /* time-series rows deleted (rollup rows too) */
+	uint64_t rollup_rows;  /* of which per-minute rollup rows */
 	uint64_t processes;    /* processes collected (with their ranks, communicators, identities) */
 	uint64_t stacks;       /* stacks collected */
 	uint64_t pages_freed;  /* free pages before the incremental vacuum */
@@ -732,7 +753,8 @@ struct store_retention_stats {
 };
 
 /* store_retention_apply on a SQLite store, with its figures. -ENOTSUP on another backend. */
-int store_sqlite_retention(struct store *s, int64_t before_ms, struct store_retention_stats *st);
+int store_sqlite_retention(struct store *s, int64_t before_ms, int64_t rollup_before_ms,
+			   struct store_retention_stats *st);
 
 /* ---- replicas sharing the store (ClickHouse; server/cluster/cluster.h) -------------------- */
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/bytes.h"
 #include "common/hash.h"
@@ -104,4 +105,22 @@ int store__ksyms_check(size_t build_id_len, const struct store_ksym *syms, size_
 		if (syms[i].offset > INT64_MAX || (i && syms[i].offset <= syms[i - 1].offset))
 			return -EINVAL;
 	return 0;
+}
+
+int64_t store__minute_floor(int64_t ms)
+{
+	int64_t r = ms % STORE__MS_PER_MINUTE;
+
+	return r < 0 ? ms - r - STORE__MS_PER_MINUTE : ms - r;
+}
+
+int64_t store__rollup_cutoff_ms(const struct store *s)
+{
+	struct timespec ts;
+
+	if (s->raw_keep_ms <= 0)
+		return INT64_MIN;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return store__minute_floor((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 -
+				   s->raw_keep_ms);
 }

@@ -74,7 +74,8 @@ struct store_ops {
 	int (*size_limit_set)(struct store *s, uint64_t max_bytes); /* NULL: -ENOTSUP */
 	int (*ksyms_usage_get)(struct store *s, struct store_ksyms_usage *out);
 	/* NULL: -ENOTSUP */
-	int (*retention_apply)(struct store *s, int64_t before_ms, uint32_t *dropped);
+	int (*retention_apply)(struct store *s, int64_t before_ms, int64_t rollup_before_ms,
+			       uint32_t *dropped);
 	/* NULL: -ENOTSUP (a store one server owns) */
 	int (*replica_beat)(struct store *s, const char *id, const char *url, int64_t started_ms,
 			    uint64_t beat, bool departed);
@@ -85,7 +86,22 @@ struct store_ops {
 /* Every backend's state starts with this. */
 struct store {
 	const struct store_ops *ops;
+	int64_t raw_keep_ms; /* store_rollup_raw_keep_set; 0: ranges read raw rows only */
 };
+
+/* ---- per-minute rollups (store_rollup_raw_keep_set) ---------------------------------------- */
+
+#define STORE__MS_PER_MINUTE 60000
+
+/* The start of the minute holding `ms` (times before 1970 round down too). */
+int64_t store__minute_floor(int64_t ms);
+
+/*
+ * Where readers switch to the rollups: a minute start; the part of a range before it is read
+ * from the per-minute rollups, the rest from raw rows. INT64_MIN when raw rows are kept
+ * forever (then every range reads raw rows).
+ */
+int64_t store__rollup_cutoff_ms(const struct store *s);
 
 /* ---- what every backend does the same way (store_backend.c) ------------------------------- */
 

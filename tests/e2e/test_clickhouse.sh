@@ -182,18 +182,72 @@ check "incidents are listed on ClickHouse ($STATUS)" \
 	bash -c "[ '$STATUS' = 200 ] && python3 -c 'import json,sys; assert isinstance(json.load(open(sys.argv[1]))[\"diagnoses\"], list)' '$E2E_TMP/diag.ch'"
 
 # Retention: a day partition long past (written straight into ClickHouse) is dropped by a
-# replica started with --retention-days 1; today's data stay.
+# replica started with --retention-days 1; today's data stay. A copy of everything stored so
+# far, ten days back (new batch identities, the same attempts), raw rows and per-minute
+# rollups: the replica drops its raw days but keeps the rollups and the batches and processes
+# they are read through (90 days), and draws the same ten-day-old flame graphs from them.
 chq() { curl -sSf "${CH}?database=e2e" --data-binary "$1"; }
+D10_MS=$((10 * 86400000))
+D10_NS=$((D10_MS * 1000000))
+chq "INSERT INTO batches SELECT day - 10, node_id, epoch + 1, sequence, attempt, content_hash,
+  received_ns - $D10_NS, window_start_ns - $D10_NS, window_end_ns - $D10_NS, samples,
+  sample_rows, hostname, kernel_release, machine, agent_version, boot_id, kernel_object,
+  sample_hz, sample_rate_ppm, online_cpus, counter_ids, counter_values FROM batches" &&
+chq "INSERT INTO processes SELECT day - 10, node_id, process, tgid, start_time_ns, generation,
+  ppid, comm, exe, cmdline, first_seen_ns, last_seen_ns, received_ns, attempt FROM processes" &&
+chq "INSERT INTO samples SELECT day - 10, node_id, time_ms - $D10_MS, process, tgid, tid, cpu,
+  thread_comm, kernel_stack, user_stack, count, attempt FROM samples" &&
+chq "INSERT INTO offcpu SELECT day - 10, node_id, time_ms - $D10_MS, process, tgid, tid,
+  thread_comm, state, kernel_stack, user_stack, count, blocked_ns, max_ns, attempt FROM offcpu" &&
+chq "INSERT INTO sample_minutes SELECT day - 10, node_id, minute_ms - $D10_MS, process, tgid,
+  user_stack, kernel_stack, count, attempt FROM sample_minutes" &&
+chq "INSERT INTO offcpu_minutes SELECT day - 10, node_id, minute_ms - $D10_MS, process, tgid,
+  user_stack, kernel_stack, blocked_ns, attempt FROM offcpu_minutes"
+check "a ten-day-old copy written into ClickHouse" test $? -eq 0
+# The raw answers come from the replica itself, started with a retention that keeps ten days
+# (each server symbolizes user frames from its own symbol repository).
+start_server chr --clickhouse-url "${CH}?database=e2e" --retention-days 30 || exit 1
+RET_PID=$SERVER_PID
+OLD_VIEWS=(cpu)
+[ -n "$HAVE_SIMJOB" ] && OLD_VIEWS+=(off-cpu)
+for view in "${OLD_VIEWS[@]}"; do
+	ctl flamegraph --kind "$view" --from -11d --to -9d --format folded --limit 100000 |
+		sort >"$E2E_TMP/ch.old.raw.$view.folded"
+done
+old_total() {
+	ctl flamegraph --from -11d --to -9d --format json |
+		python3 -c "import json,sys; print(json.load(sys.stdin)['total'])"
+}
+RAW_OLD=$(old_total)
+check "the ten-day-old copy answers from raw rows what today's did ($RAW_OLD)" \
+	test "$RAW_OLD" -eq "$CH_TOTAL"
+stop_pid "$RET_PID"
 chq "INSERT INTO samples (day, node_id, time_ms, count, attempt) VALUES ('2020-01-01', 'old', 1577840400000, 5, 1)"
 old_parts() { chq "SELECT count() FROM system.parts WHERE database = 'e2e' AND active AND partition_id = '20200101'"; }
 check "the old partition is there before retention" test "$(old_parts)" -ge 1
 start_server chr --clickhouse-url "${CH}?database=e2e" --retention-days 1 || exit 1
-RET_PID=$SERVER_PID
+RET_PID=$SERVER_PID RET_URL=$SERVER_URL
 SERVER_URL=$CH_URL
 no_old_parts() { [ "$(old_parts)" = 0 ]; }
 check "--retention-days 1 drops the 2020-01-01 partition" wait_until 20 no_old_parts
 check "and logs it" wait_until 5 grep -q 'retention: dropped' "$E2E_TMP/chr.log"
 check "today's data stay ($(stored_total) samples)" test "$(stored_total)" -eq "$CH_TOTAL"
+d10() { chq "SELECT count() FROM $1 WHERE day = today() - 10"; }
+check "the ten-day-old raw rows are dropped" test "$(d10 samples)$(d10 offcpu)" = 00
+check "their rollups, batches and processes stay" \
+	bash -c "[ $(d10 sample_minutes) -gt 0 ] && [ $(d10 batches) -gt 0 ] && [ $(d10 processes) -gt 0 ]"
+check "a server without retention (raw rows only) finds nothing ten days back" \
+	test "$(old_total)" -eq 0
+SERVER_URL=$RET_URL
+check "the replica with retention answers the ten-day-old total from the rollups" \
+	test "$(old_total)" -eq "$RAW_OLD"
+for view in "${OLD_VIEWS[@]}"; do
+	ctl flamegraph --kind "$view" --from -11d --to -9d --format folded --limit 100000 |
+		sort >"$E2E_TMP/ch.old.rollup.$view.folded"
+	check "and the same $view flame graph ($(wc -l <"$E2E_TMP/ch.old.rollup.$view.folded") stacks)" \
+		bash -c "[ -s '$E2E_TMP/ch.old.raw.$view.folded' ] && diff -q '$E2E_TMP/ch.old.raw.$view.folded' '$E2E_TMP/ch.old.rollup.$view.folded'"
+done
+SERVER_URL=$CH_URL
 stop_pid "$RET_PID"
 
 # ClickHouse goes away: the agent's batches are answered 503 and stay in its spool.

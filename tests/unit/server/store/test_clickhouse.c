@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -1418,7 +1419,7 @@ static void test_identity_upgrade_from_6(void **state)
 				       err, sizeof(err));
 	if (rc)
 		fail_msg("reopen: %s", err);
-	assert_int_equal(store_schema_version(c->ch), 10);
+	assert_int_equal(store_schema_version(c->ch), 11);
 	memset(&t, 0, sizeof(t));
 	assert_int_equal(store_processes_list(c->ch, &all, 100, process_text, &t), 0);
 	assert_non_null(strstr(t.buf, " id=-"));
@@ -1778,7 +1779,8 @@ static void test_retention(void **state)
 	/* SQLite deletes rows, not days: at a day's end both backends answer the same. */
 	put_at(c->sq, 1, old_ns);
 	put_at(c->sq, 2, new_ns);
-	assert_int_equal(store_retention_apply(c->sq, d_ms + 86400000, &dropped), 0);
+	assert_int_equal(store_retention_apply(c->sq, d_ms + 86400000,
+					d_ms + 86400000, &dropped), 0);
 	assert_true(dropped > 0);
 	assert_int_equal(store_stacks_aggregate(c->sq, &all, 100, count_row, &groups, &total), 0);
 	assert_int_equal(total, FIXTURE_SAMPLES);
@@ -1790,12 +1792,14 @@ static void test_retention(void **state)
 	assert_int_equal(store_stacks_aggregate(c->ch, &all, 100, count_row, &groups, &total), 0);
 	assert_int_equal(total, 2 * FIXTURE_SAMPLES);
 	/* A cutoff inside day D keeps it (the day has not ended). */
-	assert_int_equal(store_retention_apply(c->ch, d_ms + 86399999, &dropped), 0);
+	assert_int_equal(store_retention_apply(c->ch, d_ms + 86399999,
+					d_ms + 86399999, &dropped), 0);
 	assert_int_equal(dropped, 0);
-	/* The end of day D: its partitions go (batches, processes, samples, identities), D+3
-	 * stays, with the identity its batch sent: filtered as on SQLite. */
-	assert_int_equal(store_retention_apply(c->ch, d_ms + 86400000, &dropped), 0);
-	assert_int_equal(dropped, 4);
+	/* The end of day D: its partitions go (batches, processes, samples, identities, sample
+	 * rollups), D+3 stays, with the identity its batch sent: filtered as on SQLite. */
+	assert_int_equal(store_retention_apply(c->ch, d_ms + 86400000,
+					d_ms + 86400000, &dropped), 0);
+	assert_int_equal(dropped, 5);
 	assert_int_equal(store_stacks_aggregate(c->ch, &all, 100, count_row, &groups, &total), 0);
 	assert_int_equal(total, FIXTURE_SAMPLES);
 	struct store_sample_filter unit = all;
@@ -1810,16 +1814,161 @@ static void test_retention(void **state)
 	assert_int_equal(store_batch_find(c->ch, node, 1, 2, &rec), 0);
 	assert_true(rec.exists);
 	/* Again: nothing left to drop; the incident is kept. */
-	assert_int_equal(store_retention_apply(c->ch, d_ms + 86400000, &dropped), 0);
+	assert_int_equal(store_retention_apply(c->ch, d_ms + 86400000,
+					d_ms + 86400000, &dropped), 0);
 	assert_int_equal(dropped, 0);
 	static struct text t;
 	diag_list(c->ch, &(struct store_diagnosis_filter){ .id = id }, 1, &t);
 	assert_non_null(strstr(t.buf, "|kept|"));
 	/* Everything before D+4 ends: D+3 goes too. */
-	assert_int_equal(store_retention_apply(c->ch, d_ms + 4 * 86400000LL, &dropped), 0);
-	assert_int_equal(dropped, 4);
+	assert_int_equal(store_retention_apply(c->ch, d_ms + 4 * 86400000LL,
+					d_ms + 4 * 86400000LL, &dropped), 0);
+	assert_int_equal(dropped, 5);
 	assert_int_equal(store_stacks_aggregate(c->ch, &all, 100, count_row, &groups, &total), 0);
 	assert_int_equal(total, 0);
+}
+
+
+/* ---- per-minute rollups ---------------------------------------------------------------------- */
+
+/* Makes readers of `s` switch to the rollups at `cutoff_ms` (a minute start). */
+static void rollup_cutoff_set(struct store *s, int64_t cutoff_ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	store_rollup_raw_keep_set(s, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 - cutoff_ms);
+}
+
+/* Both backends, raw and with each cutoff, give the same CPU and off-CPU groups and totals as
+ * the raw answer of SQLite (`want`: its totals). */
+static void rollup_same(struct ctx *c, const struct store_sample_filter *f,
+			const int64_t *cutoffs, int ncutoffs)
+{
+	static struct text raw[2], t;
+	uint64_t want[2], total;
+
+	store_rollup_raw_keep_set(c->sq, 0);
+	store_rollup_raw_keep_set(c->ch, 0);
+	want[0] = same_agg(c, AGG_OFFCPU, f, 1000);
+	agg_text(c->sq, AGG_OFFCPU, f, 1000, &raw[0], &want[0]);
+	aggregate(c->sq, f, 1000, &raw[1], &want[1]);
+	same_aggregate(c, f, want[1]);
+	for (int i = 0; i < ncutoffs; i++) {
+		for (int b = 0; b < 2; b++) {
+			struct store *s = b ? c->ch : c->sq;
+
+			rollup_cutoff_set(s, cutoffs[i]);
+			agg_text(s, AGG_OFFCPU, f, 1000, &t, &total);
+			assert_string_equal(t.buf, raw[0].buf);
+			assert_int_equal(total, want[0]);
+			aggregate(s, f, 1000, &t, &total);
+			assert_string_equal(t.buf, raw[1].buf);
+			assert_int_equal(total, want[1]);
+			store_rollup_raw_keep_set(s, 0);
+		}
+	}
+}
+
+/*
+ * The ClickHouse rollups answer like the raw rows (and like SQLite's) for any cutoff; their
+ * rows count only under a committed attempt; retention keeps them (and the batches,
+ * processes and identities they are read through) past the raw rows.
+ */
+static void test_rollup_same_answers(void **state)
+{
+	struct ctx *c = *state;
+	const int64_t m0 = (int64_t)(T0 / 1000000) / 60000 * 60000;
+	const int64_t cutoffs[] = { m0 + 3600000, m0 + 60000, m0 };
+	struct store_sample_filter all = { .from_ms = m0 - 60000, .to_ms = m0 + 3600000 - 1 };
+	struct text t;
+	uint64_t total;
+	char sql[512];
+
+	REQUIRE_CH();
+	for (uint64_t k = 0; k < 4; k++)
+		put_both_gpu_os(c, &(struct fixture_spec){
+			.node = (uint8_t)(7 + k / 2), .epoch = 1, .sequence = k + 1,
+			.extra_stacks = (uint32_t)k, .window_start_ns = T0 + k * 30000000000ULL });
+	rollup_same(c, &all, cutoffs, 3);
+	struct store_sample_filter f = all;
+	f.node = "node-8";
+	rollup_same(c, &f, cutoffs, 3);
+	f = all;
+	f.job = "train-1"; /* through job_ranks: node 8's python3 */
+	f.has_rank = true;
+	f.rank = 1;
+	rollup_same(c, &f, cutoffs, 3);
+	f = all;
+	f.has_pid = true;
+	f.pid = FIXTURE_PID_NCCL;
+	rollup_same(c, &f, cutoffs, 3);
+	f = all;
+	f.from_ms = m0 + 60000;
+	f.comm = "python3";
+	rollup_same(c, &f, cutoffs, 3);
+
+	/* A retry (a duplicate) adds nothing; rollup rows of an attempt that never committed do
+	 * not count. */
+	struct store_put_result res;
+	put(c->ch, &(struct fixture_spec){ .node = 7, .epoch = 1, .sequence = 1,
+					   .window_start_ns = T0 }, FIXTURE_HASH, &res);
+	assert_true(res.duplicate);
+	snprintf(sql, sizeof(sql), "INSERT INTO sample_minutes (day, node_id, minute_ms, process,"
+		 " tgid, user_stack, kernel_stack, count, attempt) VALUES (today(),"
+		 " '07070707070707070707070707070707', %" PRId64 ", 1, 1, 0, 0, 1000, 7)", m0);
+	ch_sql(c->db, sql);
+	rollup_same(c, &all, cutoffs, 1);
+
+	/* Migration 10 fills the rollups of a schema 9 database from its raw rows. */
+	char err[256];
+	store_close(c->ch);
+	c->ch = NULL;
+	ch_sql(c->db, "DROP TABLE sample_minutes");
+	ch_sql(c->db, "DROP TABLE offcpu_minutes");
+	ch_sql(c->db, "DROP TABLE schema_migrations");
+	ch_sql(c->db, "CREATE TABLE schema_migrations (version UInt32, applied_ns Int64)"
+		      " ENGINE = MergeTree ORDER BY version");
+	ch_sql(c->db, "INSERT INTO schema_migrations VALUES (1, 0), (2, 0), (3, 0), (4, 0), (5, 0),"
+		      " (6, 0), (7, 0), (8, 0), (9, 0)");
+	int rc = store_clickhouse_open(&(struct store_clickhouse_options){ .url = c->url }, &c->ch,
+				       err, sizeof(err));
+	if (rc)
+		fail_msg("reopen: %s", err);
+	assert_int_equal(store_schema_version(c->ch), 11);
+	rollup_same(c, &all, cutoffs, 3);
+
+	/* Raw days dropped, rollup days kept: the rollups still answer, through the batches,
+	 * processes and identities kept with them. */
+	uint64_t want = 0;
+	uint32_t dropped = 0;
+	aggregate(c->sq, &all, 1000, &t, &want);
+	assert_int_equal(store_retention_apply(c->ch, m0 + 86400000LL, 0, &dropped), 0);
+	assert_true(dropped >= 2); /* samples, offcpu, launches, ... of day D */
+	assert_int_equal(store_retention_apply(c->sq, m0 + 86400000LL, 0, &dropped), 0);
+	store_rollup_raw_keep_set(c->ch, 0);
+	aggregate(c->ch, &all, 1000, &t, &total);
+	assert_int_equal(total, 0); /* the raw rows are gone */
+	rollup_same(c, &all, cutoffs, 0);
+	rollup_cutoff_set(c->ch, m0 + 86400000LL);
+	rollup_cutoff_set(c->sq, m0 + 86400000LL);
+	same_aggregate(c, &all, want);
+	f = all;
+	f.node = "node-8";
+	static struct text a, b;
+	uint64_t ta = 0, tb = 0;
+	aggregate(c->sq, &f, 1000, &a, &ta);
+	aggregate(c->ch, &f, 1000, &b, &tb);
+	assert_string_equal(a.buf, b.buf);
+	assert_true(ta > 0 && ta == tb);
+	/* Rollup days past their own cutoff go too. */
+	assert_int_equal(store_retention_apply(c->ch, m0 + 86400000LL, m0 + 86400000LL, &dropped),
+			 0);
+	assert_true(dropped >= 4); /* batches, processes, sample and off-CPU rollups */
+	aggregate(c->ch, &all, 1000, &t, &total);
+	assert_int_equal(total, 0);
+	store_rollup_raw_keep_set(c->ch, 0);
+	store_rollup_raw_keep_set(c->sq, 0);
 }
 
 static void test_open_errors(void **state)
@@ -2119,6 +2268,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_incident_ids_and_versions, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_settings_and_baselines, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_retention, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rollup_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),
 		/* Last: it stops the server. */
 		cmocka_unit_test_setup_teardown(test_slow_and_down, setup, teardown),

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include <cmocka.h>
 #include <sqlite3.h>
@@ -27,8 +28,11 @@
 #define DROP_V4_TABLES                                                                       \
 	"DROP TABLE os_cpus; DROP TABLE os_irqs; DROP TABLE os_threads; DROP TABLE diagnoses;"  \
 	" DROP TABLE job_settings; DROP TABLE job_baselines;" DROP_V5_COLUMNS
-/* What migration 13 changed: NCCL calls back in per-call rows (schema 12's table). */
-#define DROP_V13_CHUNKS " DROP TABLE nccl_call_chunks;" NCCL_CALLS_V12
+/* What migration 14 added: the per-minute rollups. */
+#define DROP_V14_TABLES " DROP TABLE sample_minutes; DROP TABLE offcpu_minutes;"
+/* What migration 13 changed: NCCL calls back in per-call rows (schema 12's table), and the
+ * above. */
+#define DROP_V13_CHUNKS DROP_V14_TABLES " DROP TABLE nccl_call_chunks;" NCCL_CALLS_V12
 #define NCCL_CALLS_V12                                                                       \
 	" CREATE TABLE nccl_calls (id INTEGER PRIMARY KEY,"                                   \
 	" node INTEGER NOT NULL REFERENCES nodes(id),"                                        \
@@ -238,11 +242,11 @@ static void test_schema_created_and_reopened(void **state)
 	char err[256];
 	sqlite3 *db;
 
-	assert_int_equal(store_schema_version(c->store), 13);
+	assert_int_equal(store_schema_version(c->store), 14);
 	store_close(c->store);
 	c->store = NULL;
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 13);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 14);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
 				     " AND name IN ('nodes','batches','objects','processes','stacks',"
 				     "'samples','node_counters','kernel_symbol_tables','kernel_symbols',"
@@ -692,7 +696,7 @@ static void test_migration_from_v1(void **state)
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 13);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 14);
 	sqlite3_close(db);
 	assert_int_equal(rows(c->dir, "samples"), 4);
 	assert_int_equal(rows(c->dir, "launches"), 0);
@@ -718,7 +722,7 @@ static void test_migration_from_v2(void **state)
 				      NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 13);
+	assert_int_equal(store_schema_version(c->store), 14);
 	struct job_spec js = { .base = { .node = 2, .epoch = 1, .sequence = 1,
 					 .window_start_ns = T0 },
 			       .job = "job-42", .first_rank = 0, .local_ranks = 2, .instances = 1,
@@ -987,13 +991,14 @@ static void test_migration_nccl_calls_to_chunks(void **state)
 	}
 	sqlite3_finalize(st);
 	sqlite3_finalize(ins);
-	assert_int_equal(sqlite3_exec(db, "DROP TABLE nccl_call_chunks; PRAGMA user_version = 12;"
-					  " COMMIT;", NULL, NULL, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db, "DROP TABLE nccl_call_chunks;" DROP_V14_TABLES
+					  " PRAGMA user_version = 12; COMMIT;", NULL, NULL, NULL),
+			 SQLITE_OK);
 	assert_int_equal(moved, 8 * 5 - 1);
 	sqlite3_close(db);
 
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 13);
+	assert_int_equal(store_schema_version(c->store), 14);
 	assert_int_equal(nccl_call_rows(c->dir), moved);
 	db = raw_open(c->dir);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE name LIKE 'nccl_calls%'"), 0);
@@ -1531,7 +1536,7 @@ static void test_migration_from_v4(void **state)
 				      NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 13);
+	assert_int_equal(store_schema_version(c->store), 14);
 	assert_int_equal(store_batch_find(c->store, node, 1, 1, &rec), 0);
 	assert_true(rec.exists);
 	assert_false(rec.hash_known);
@@ -1902,7 +1907,7 @@ static void test_retention_by_age(void **state)
 	sqlite3_close(db);
 	assert_int_equal(cutoff_ms, 1700432000000LL);
 
-	assert_int_equal(store_sqlite_retention(c->store, cutoff_ms, &st), 0);
+	assert_int_equal(store_sqlite_retention(c->store, cutoff_ms, cutoff_ms, &st), 0);
 	assert_true(st.rows > 0 && st.transactions > 0 && st.max_hold_ns > 0);
 	assert_int_equal(st.processes, node2_procs); /* node 2's: seen only before the cutoff */
 	assert_true(st.stacks >= 200);
@@ -1952,7 +1957,7 @@ static void test_retention_by_age(void **state)
 	assert_int_equal(sum, want_sum);
 
 	/* Again: nothing left; the file does not grow. */
-	assert_int_equal(store_retention_apply(c->store, cutoff_ms, &dropped), 0);
+	assert_int_equal(store_retention_apply(c->store, cutoff_ms, cutoff_ms, &dropped), 0);
 	assert_int_equal(dropped, 0);
 	db = raw_open(c->dir);
 	assert_true(raw_int(db, "PRAGMA page_count") <= pages);
@@ -1983,13 +1988,270 @@ static void test_retention_chunks(void **state)
 	long long keep = raw_int(db, "SELECT count(*) FROM samples WHERE time_ms >= 1700000900000");
 	sqlite3_close(db);
 	assert_true(before - keep > 10000);
-	assert_int_equal(store_sqlite_retention(c->store, 1700000900000LL, &st), 0);
+	assert_int_equal(store_sqlite_retention(c->store, 1700000900000LL,
+					1700000900000LL, &st), 0);
 	assert_true(st.rows >= (uint64_t)(before - keep));
 	assert_true(st.transactions >= 3);
 	db = raw_open(c->dir);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM samples"), keep);
 	assert_int_equal(dangling(db), 0);
 	sqlite3_close(db);
+}
+
+/* ---- per-minute rollups ---------------------------------------------------------------------- */
+
+#define MINUTE_MS 60000LL
+/* The minute holding the fixture's first samples (T0 + 5 s), and the next two. */
+#define M0_MS (((int64_t)(T0 / 1000000) + 5000) / MINUTE_MS * MINUTE_MS)
+
+/* Makes readers switch to the rollups at `cutoff_ms` (a minute start): raw rows are "kept"
+ * from there on. */
+static void rollup_cutoff_set(struct store *s, int64_t cutoff_ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	store_rollup_raw_keep_set(s, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 - cutoff_ms);
+}
+
+/* Six batches of nodes 1 and 2, 30 s apart from `start_ns` (so several share a minute), with
+ * k extra stacks in batch k and one off-CPU row of two blocks per batch. */
+static void put_rollup_batches(struct store *s, uint8_t node, uint64_t start_ns)
+{
+	for (uint64_t k = 0; k < 6; k++) {
+		struct sysom_batch b;
+		struct store_put_result res;
+		uint32_t kstack = SYSOM_WIRE_NONE, ustack = SYSOM_WIRE_NONE, comm;
+
+		assert_int_equal(fixture_batch_build(&b, &(struct fixture_spec){
+			.node = (uint8_t)(node + k / 3), .epoch = 1, .sequence = k + 1,
+			.window_start_ns = start_ns + k * 30000000000ULL,
+			.extra_stacks = (uint32_t)k }), 0);
+		for (uint32_t i = 0; i < b.stack_count; i++) {
+			if (b.stacks[i].kind == SYSOM_STACK_KERNEL && kstack == SYSOM_WIRE_NONE)
+				kstack = i;
+			if (b.stacks[i].kind == SYSOM_STACK_USER && ustack == SYSOM_WIRE_NONE)
+				ustack = i;
+		}
+		assert_int_equal(sysom_batch_intern_cstring(&b, "dataloader", &comm), 0);
+		struct sysom_offcpu o = { .process = 0, .tid = 4250, .time_offset_ms = 1000,
+					  .kernel_stack = kstack, .user_stack = ustack,
+					  .thread_comm = comm, .state = SYSOM_OFFCPU_SLEEP,
+					  .count = 2,
+					  .blocked_ns = 1000700 + k * 333, .max_ns = 900000 };
+		assert_int_equal(sysom_batch_add_offcpu(&b, &o), 0);
+		o.state = SYSOM_OFFCPU_DISK; /* same stacks, another state: one rollup group */
+		o.time_offset_ms = 20000;
+		assert_int_equal(sysom_batch_add_offcpu(&b, &o), 0);
+		assert_int_equal(store_batch_put(s, &b, FIXTURE_HASH, (int64_t)T0, &res), 0);
+		sysom_batch_free(&b);
+	}
+}
+
+struct answer {
+	char text[8192];
+	size_t len;
+};
+
+static int answer_row(void *arg, const struct store_stack_count *r)
+{
+	struct answer *a = arg;
+	int n = snprintf(a->text + a->len, sizeof(a->text) - a->len,
+			 "%s pid=%lld procs=%llu u=%lld k=%lld n=%llu\n", r->comm,
+			 (long long)r->pid, (unsigned long long)r->processes,
+			 (long long)r->user_stack, (long long)r->kernel_stack,
+			 (unsigned long long)r->count);
+
+	assert_true(n > 0 && (size_t)n < sizeof(a->text) - a->len);
+	a->len += (size_t)n;
+	return 0;
+}
+
+/* A CPU (or off-CPU) aggregate as text: every group, then the total. */
+static void answer_get(struct store *s, const struct store_sample_filter *f, bool offcpu,
+		       uint32_t limit, struct answer *a)
+{
+	uint64_t total = 0;
+
+	a->len = 0;
+	a->text[0] = '\0';
+	if (offcpu)
+		assert_int_equal(store_offcpu_aggregate(s, f, limit, answer_row, a, &total), 0);
+	else
+		assert_int_equal(store_stacks_aggregate(s, f, limit, answer_row, a, &total), 0);
+	snprintf(a->text + a->len, sizeof(a->text) - a->len, "total %llu\n",
+		 (unsigned long long)total);
+}
+
+/* The filters a rollup answers like raw rows (whole minutes). */
+static int rollup_filters(struct store_sample_filter *out, int64_t from_ms, int64_t to_ms)
+{
+	struct store_sample_filter all = { .from_ms = from_ms, .to_ms = to_ms };
+	int n = 0;
+
+	out[n++] = all;
+	out[n] = all;
+	out[n].from_ms = M0_MS + MINUTE_MS; /* from the second minute on */
+	n++;
+	out[n] = all;
+	out[n++].node = "node-2";
+	out[n] = all;
+	out[n].has_pid = true;
+	out[n++].pid = FIXTURE_PID_PYTHON;
+	out[n] = all;
+	out[n++].comm = "python3";
+	return n;
+}
+
+/* The raw answers of `filters` (CPU, off-CPU, CPU limited to 2 groups) equal those read with
+ * the cutoff at each of `cutoffs` (rollups before it). */
+static void rollup_answers_equal(struct store *s, const struct answer *raw, int nfilters,
+				 const struct store_sample_filter *filters, const int64_t *cutoffs,
+				 int ncutoffs)
+{
+	struct answer *a = malloc(sizeof(*a));
+
+	assert_non_null(a);
+	for (int c = 0; c < ncutoffs; c++) {
+		rollup_cutoff_set(s, cutoffs[c]);
+		for (int i = 0; i < nfilters; i++)
+			for (int kind = 0; kind < 3; kind++) {
+				answer_get(s, &filters[i], kind == 1, kind == 2 ? 2 : 100, a);
+				if (strcmp(a->text, raw[3 * i + kind].text))
+					fail_msg("cutoff %lld, filter %d, kind %d:\n%s\nraw:\n%s",
+						 (long long)cutoffs[c], i, kind, a->text,
+						 raw[3 * i + kind].text);
+			}
+	}
+	store_rollup_raw_keep_set(s, 0);
+	free(a);
+}
+
+static void raw_answers(struct store *s, int nfilters, const struct store_sample_filter *filters,
+			struct answer *raw)
+{
+	store_rollup_raw_keep_set(s, 0);
+	for (int i = 0; i < nfilters; i++)
+		for (int kind = 0; kind < 3; kind++)
+			answer_get(s, &filters[i], kind == 1, kind == 2 ? 2 : 100,
+				   &raw[3 * i + kind]);
+}
+
+/*
+ * The batch writer fills the per-minute rollups in its transaction; a range read from the
+ * rollups (all of it, or the part before a cutoff in the middle) answers exactly what the raw
+ * rows answer: the same groups, pids, process counts, counts, order, limit and total.
+ */
+static void test_rollup_matches_raw(void **state)
+{
+	struct ctx *c = *state;
+	struct store_sample_filter filters[8];
+	int n = rollup_filters(filters, M0_MS - MINUTE_MS, M0_MS + 10 * MINUTE_MS - 1);
+	struct answer *raw = calloc((size_t)n * 3, sizeof(*raw));
+	const int64_t cutoffs[] = { M0_MS + 10 * MINUTE_MS, M0_MS + MINUTE_MS,
+				    M0_MS + 2 * MINUTE_MS, M0_MS };
+
+	assert_non_null(raw);
+	put_rollup_batches(c->store, 1, T0);
+	/* Fewer rows: a minute's samples of one process and stacks are one row. */
+	assert_true(rows(c->dir, "sample_minutes") < rows(c->dir, "samples"));
+	assert_true(rows(c->dir, "offcpu_minutes") < rows(c->dir, "offcpu"));
+	raw_answers(c->store, n, filters, raw);
+	assert_non_null(strstr(raw[0].text, "total 147\n")); /* 6 x 22 + 0 + 1 + ... + 5 */
+	rollup_answers_equal(c->store, raw, n, filters, cutoffs, 4);
+
+	/* The rollups keep no thread comms: there a comm filter matches process comms only. */
+	struct store_sample_filter thread = filters[0];
+	struct answer *a = malloc(sizeof(*a));
+	assert_non_null(a);
+	thread.comm = "nccl-net";
+	answer_get(c->store, &thread, false, 100, a);
+	assert_non_null(strstr(a->text, "total 54\n")); /* 6 x 9 */
+	rollup_cutoff_set(c->store, cutoffs[0]);
+	answer_get(c->store, &thread, false, 100, a);
+	assert_string_equal(a->text, "total 0\n");
+	store_rollup_raw_keep_set(c->store, 0);
+	free(a);
+	free(raw);
+}
+
+/*
+ * Retention deletes raw rows at one cutoff and rollup rows at an earlier one: in between, the
+ * rollups answer as the raw rows did, through the processes and stacks they keep alive; past
+ * the rollup cutoff everything of those days goes.
+ */
+static void test_rollup_retention(void **state)
+{
+	struct ctx *c = *state;
+	const int64_t cutoff_ms = M0_MS + 5 * 86400000LL;
+	struct store_sample_filter filters[8];
+	int n = rollup_filters(filters, M0_MS - MINUTE_MS, M0_MS + 11 * 86400000LL);
+	struct answer *raw = calloc((size_t)n * 3, sizeof(*raw));
+	struct store_retention_stats st;
+	long long new_samples, old_minutes;
+
+	assert_non_null(raw);
+	put_rollup_batches(c->store, 1, T0);
+	put_rollup_batches(c->store, 3, T0 + 10 * DAY_NS);
+	new_samples = rows(c->dir, "samples") / 2;
+	old_minutes = rows(c->dir, "sample_minutes") / 2;
+	raw_answers(c->store, n, filters, raw);
+
+	assert_int_equal(store_sqlite_retention(c->store, cutoff_ms, 0, &st), 0);
+	assert_int_equal(st.rollup_rows, 0);
+	assert_int_equal(st.processes, 0);
+	assert_int_equal(st.stacks, 0);
+	assert_int_equal(rows(c->dir, "samples"), new_samples);
+	assert_int_equal(rows(c->dir, "sample_minutes"), 2 * old_minutes);
+	rollup_answers_equal(c->store, raw, n, filters, &cutoff_ms, 1);
+	/* A rollup cutoff after the raw one is refused. */
+	assert_int_equal(store_sqlite_retention(c->store, cutoff_ms, cutoff_ms + 1, &st), -EINVAL);
+
+	long long rollup_rows = rows(c->dir, "sample_minutes") + rows(c->dir, "offcpu_minutes");
+	assert_int_equal(store_sqlite_retention(c->store, cutoff_ms, cutoff_ms, &st), 0);
+	assert_int_equal(rows(c->dir, "sample_minutes"), old_minutes);
+	assert_int_equal(st.rollup_rows, rollup_rows - rows(c->dir, "sample_minutes") -
+					 rows(c->dir, "offcpu_minutes"));
+	assert_int_equal(st.processes, 4); /* nodes 1 and 2's, named by rollup rows until now */
+	rollup_cutoff_set(c->store, cutoff_ms);
+	struct answer *a = malloc(sizeof(*a));
+	struct store_sample_filter old = filters[0];
+	assert_non_null(a);
+	old.to_ms = cutoff_ms - 1;
+	answer_get(c->store, &old, false, 100, a);
+	assert_string_equal(a->text, "total 0\n");
+	store_rollup_raw_keep_set(c->store, 0);
+	free(a);
+	free(raw);
+}
+
+/* Migration 14 fills the rollups from the raw rows stored before it. */
+static void test_rollup_migration(void **state)
+{
+	struct ctx *c = *state;
+	struct store_sample_filter filters[8];
+	int n = rollup_filters(filters, M0_MS - MINUTE_MS, M0_MS + 10 * MINUTE_MS - 1);
+	struct answer *raw = calloc((size_t)n * 3, sizeof(*raw));
+	const int64_t cutoff = M0_MS + 10 * MINUTE_MS;
+	long long minutes;
+	char err[256];
+	sqlite3 *db;
+
+	assert_non_null(raw);
+	put_rollup_batches(c->store, 1, T0);
+	minutes = rows(c->dir, "sample_minutes");
+	raw_answers(c->store, n, filters, raw);
+	store_close(c->store);
+	c->store = NULL;
+	db = raw_open(c->dir);
+	assert_int_equal(sqlite3_exec(db, DROP_V14_TABLES " PRAGMA user_version = 13;", NULL, NULL,
+				      NULL), SQLITE_OK);
+	sqlite3_close(db);
+	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
+	assert_int_equal(store_schema_version(c->store), 14);
+	assert_int_equal(rows(c->dir, "sample_minutes"), minutes);
+	rollup_answers_equal(c->store, raw, n, filters, &cutoff, 1);
+	free(raw);
 }
 
 int main(void)
@@ -2022,6 +2284,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_host_signals_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_job_rank_updates, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_diagnoses_settings_baselines, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rollup_matches_raw, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rollup_retention, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rollup_migration, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

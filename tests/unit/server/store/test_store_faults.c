@@ -572,7 +572,7 @@ static bool retention_step(struct ctx *c, const struct digest *clean,
 		print_message("# step %" PRIu64 "\n", plan->nth);
 	retention_prepare(c);
 	fault_arm(plan);
-	rc = store_sqlite_retention(c->store, RETENTION_CUTOFF_MS, &st);
+	rc = store_sqlite_retention(c->store, RETENTION_CUTOFF_MS, RETENTION_CUTOFF_MS, &st);
 	fault_disarm();
 	fault_stats_get(&fs);
 	snprintf(when, sizeof(when), "retention: call %" PRIu64 "%s failed (%s), returned %d (%s)",
@@ -591,7 +591,8 @@ static bool retention_step(struct ctx *c, const struct digest *clean,
 		integrity_assert(c->check_db, when);
 		if (dangling(c->check_db))
 			fail_msg("%s: rows name a deleted stack or process", when);
-		rc = store_sqlite_retention(c->store, RETENTION_CUTOFF_MS, &st);
+		rc = store_sqlite_retention(c->store, RETENTION_CUTOFF_MS, RETENTION_CUTOFF_MS,
+						    &st);
 		if (rc)
 			fail_msg("%s; the run without faults after it returned %d", when, rc);
 	}
@@ -609,7 +610,8 @@ static void retention_loop(struct ctx *c, const char *name, unsigned classes, in
 	bool more;
 
 	retention_prepare(c);
-	assert_int_equal(store_sqlite_retention(c->store, RETENTION_CUTOFF_MS, &st), 0);
+	assert_int_equal(store_sqlite_retention(c->store, RETENTION_CUTOFF_MS,
+					RETENTION_CUTOFF_MS, &st), 0);
 	assert_true(st.rows > 0 && st.processes > 0 && st.stacks > 0);
 	digest_take(c->check_db, &clean);
 	assert_int_equal(check_int(c->check_db, "SELECT count(*) FROM samples"), 0);
