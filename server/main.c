@@ -184,7 +184,7 @@ static const struct sysom_option options[] = {
 	{ "analysis-interval", SYSOM_OPT_DURATION, &cfg.analysis_interval, 0.1, 3600, "evaluate each job with new data at most this often (default 5s)", false },
 	{ "ui-dir", SYSOM_OPT_STRING, &cfg.ui_dir, 0, 0, "the web UI's files, served at /ui/ (default: the source tree's ui/, " SYSOM_UI_DIR ")", false },
 	{ "max-ui-file", SYSOM_OPT_SIZE, &cfg.max_ui_file, 1024, 1024 * MIB, "largest web UI file served (default 16M)", false },
-	{ "replica-url", SYSOM_OPT_STRING, &cfg.replica_url, 0, 0, "with --clickhouse-url: where the other replicas reach this server (default http://HOSTNAME:PORT of --listen)", false },
+	{ "replica-url", SYSOM_OPT_STRING, &cfg.replica_url, 0, 0, "with --clickhouse-url: where the other replicas reach this server (default http://HOST:PORT of --listen and the port it listens on; the host name when listening on every address)", false },
 	{ "peer-token-file", SYSOM_OPT_STRING, &cfg.peer_token_file, 0, 0, "token this replica presents to the others (admin scope; default: the --token-file token)", false },
 	{ "replica-heartbeat", SYSOM_OPT_DURATION, &cfg.replica_heartbeat, 0.5, 60, "with --clickhouse-url: heartbeat period; a replica silent for 4 periods is gone and its jobs move (default 5s)", false },
 	{ "public-url", SYSOM_OPT_STRING, &cfg.public_url, 0, 0, "this server's URL as users reach it, for links in alerts (generatorURL)", false },
@@ -795,8 +795,32 @@ static void on_cluster_event(void *arg, const struct cluster_event *ev)
 }
 
 /*
- * Joins the replicas sharing ClickHouse (none with SQLite). The URL the others reach this one
- * at: --replica-url, else this host's name and the --listen port. 0 or -SYSOM_ECONFIG (logged).
+ * The URL the other replicas reach this one at: --replica-url, else http://HOST:PORT of
+ * --listen (this host's name when it listens on every address) with the port it listens on.
+ */
+static void replica_url(uint16_t port, char *url, size_t len)
+{
+	char lhost[256], host[256];
+	uint16_t lport;
+
+	if (cfg.replica_url) {
+		snprintf(url, len, "%s", cfg.replica_url);
+		return;
+	}
+	if (listen_parse(cfg.listen, lhost, sizeof(lhost), &lport) || !lhost[0] ||
+	    strcmp(lhost, "0.0.0.0") == 0 || strcmp(lhost, "[::]") == 0) {
+		if (gethostname(host, sizeof(host)) != 0)
+			snprintf(host, sizeof(host), "localhost");
+		host[sizeof(host) - 1] = '\0';
+	} else {
+		snprintf(host, sizeof(host), "%s", lhost);
+	}
+	snprintf(url, len, "http://%s:%u", host, port);
+}
+
+/*
+ * The replicas sharing ClickHouse (none with SQLite): created here, joined once the server
+ * listens (cluster_join). 0 or -SYSOM_ECONFIG (logged).
  */
 static int cluster_create(struct server *s)
 {
@@ -805,26 +829,13 @@ static int cluster_create(struct server *s)
 				      .expiry_s = 0,
 				      .on_change = on_owners_changed, .on_change_arg = s,
 				      .on_event = on_cluster_event };
-	char url[CLUSTER_URL_MAX + 1], host[256], lhost[256], *token = NULL, err[512];
-	uint16_t port = 0;
+	char *token = NULL, err[512];
 	int rc;
 
 	if (!cfg.clickhouse_url)
 		return 0;
 	if (cfg.replica_heartbeat > 0)
 		co.expiry_s = (uint32_t)(cfg.replica_heartbeat * 4 + 0.999);
-	if (cfg.replica_url) {
-		snprintf(url, sizeof(url), "%s", cfg.replica_url);
-	} else {
-		if (listen_parse(cfg.listen, lhost, sizeof(lhost), &port) || port == 0) {
-			log_error("--replica-url is needed: --listen %s names no fixed port", cfg.listen);
-			return -SYSOM_ECONFIG;
-		}
-		if (gethostname(host, sizeof(host)) != 0)
-			snprintf(host, sizeof(host), "localhost");
-		host[sizeof(host) - 1] = '\0';
-		snprintf(url, sizeof(url), "http://%s:%u", host, port);
-	}
 	const char *token_path = cfg.peer_token_file ? cfg.peer_token_file : cfg.token_file;
 	if (token_path) {
 		bool world_readable = false;
@@ -833,7 +844,6 @@ static int cluster_create(struct server *s)
 			return -SYSOM_ECONFIG;
 		}
 	}
-	co.self_url = url;
 	co.peer_token = token;
 	rc = cluster_new(&co, &s->cluster);
 	if (token) {
@@ -841,11 +851,27 @@ static int cluster_create(struct server *s)
 		free(token);
 	}
 	if (rc) {
-		log_error("cannot join the replicas in ClickHouse: %s", sysom_strerror(rc));
+		log_error("cannot create the replica state: %s", sysom_strerror(rc));
 		return -SYSOM_ECONFIG;
 	}
-	log_info("replica of the servers sharing ClickHouse, reached at %s", url);
 	return server_metrics_source_add(&s->metrics, cluster_metrics_write, s->cluster);
+}
+
+/* Joins the replicas once the server listens on `port`. 0 or -1 (logged). */
+static int cluster_join(struct server *s, uint16_t port)
+{
+	char url[CLUSTER_URL_MAX + 1];
+	int rc;
+
+	if (!s->cluster)
+		return 0;
+	replica_url(port, url, sizeof(url));
+	if ((rc = cluster_start(s->cluster, url))) {
+		log_error("cannot join the replicas in ClickHouse: %s", sysom_strerror(rc));
+		return -1;
+	}
+	log_info("replica of the servers sharing ClickHouse, reached at %s", url);
+	return 0;
 }
 
 /* The monitor's families in /metrics (a metrics source). */
@@ -958,8 +984,6 @@ static int components_create(struct server *s)
 	if (!(s->ingest = ingest_new(s->store, s->auth, s->sym, &s->metrics, &io)))
 		return -ENOMEM;
 	s->nroutes = api_routes_build(s->api, s->ingest, s->symbols, &limits, s->routes);
-	if (s->cluster && (rc = cluster_start(s->cluster)))
-		return rc;
 	return 0;
 }
 
@@ -1114,6 +1138,13 @@ static int run(const char *host, uint16_t port)
 	api_http_server_set(s.api, s.http);
 	if (cfg.port_file && (rc = port_file_write(cfg.port_file, http_server_port(s.http)))) {
 		log_error("cannot write the port file %s: %s", cfg.port_file, sysom_strerror(rc));
+		s.stopping = true;
+		api_http_server_set(s.api, NULL);
+		http_server_stop(s.http, on_http_stopped, &s);
+		uv_run(&s.loop, UV_RUN_DEFAULT);
+		goto cleanup;
+	}
+	if (cluster_join(&s, http_server_port(s.http))) {
 		s.stopping = true;
 		api_http_server_set(s.api, NULL);
 		http_server_stop(s.http, on_http_stopped, &s);

@@ -537,8 +537,8 @@ int cluster_new(const struct cluster_options *opts, struct cluster **out)
 	int rc;
 
 	*out = NULL;
-	if (!opts || !opts->store || !opts->self_url || !opts->self_url[0] ||
-	    strlen(opts->self_url) > CLUSTER_URL_MAX)
+	if (!opts || !opts->store ||
+	    (opts->self_url && (!opts->self_url[0] || strlen(opts->self_url) > CLUSTER_URL_MAX)))
 		return -EINVAL;
 	if (!(c = calloc(1, sizeof(*c))))
 		return -ENOMEM;
@@ -562,7 +562,8 @@ int cluster_new(const struct cluster_options *opts, struct cluster **out)
 	}
 	for (size_t i = 0; i < sizeof(rnd); i++)
 		snprintf(c->self_id + 2 * i, 3, "%02x", rnd[i]);
-	if (!(c->self_url = strdup(opts->self_url)) || hash_index_init(&c->node_index, 1024)) {
+	if ((opts->self_url && !(c->self_url = strdup(opts->self_url))) ||
+	    hash_index_init(&c->node_index, 1024)) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -580,12 +581,9 @@ int cluster_new(const struct cluster_options *opts, struct cluster **out)
 		goto fail;
 	}
 	snprintf(c->members[0].id, sizeof(c->members[0].id), "%s", c->self_id);
-	snprintf(c->members[0].url, sizeof(c->members[0].url), "%s", c->self_url);
+	snprintf(c->members[0].url, sizeof(c->members[0].url), "%s", c->self_url ? c->self_url : "");
 	c->members[0].started_ms = c->started_ms;
 	c->nmembers = 1;
-	if ((rc = heartbeat(c)))
-		goto fail;
-	c->joined = true;
 	*out = c;
 	return 0;
 fail:
@@ -595,13 +593,38 @@ fail:
 
 int cluster_refresh(struct cluster *c)
 {
-	return heartbeat(c);
+	int rc;
+
+	if (!c->self_url)
+		return -EINVAL;
+	if ((rc = heartbeat(c)))
+		return rc;
+	c->joined = true;
+	return 0;
 }
 
-int cluster_start(struct cluster *c)
+int cluster_start(struct cluster *c, const char *self_url)
 {
 	int rc;
 
+	if (self_url) {
+		char *copy;
+		if (!self_url[0] || strlen(self_url) > CLUSTER_URL_MAX)
+			return -EINVAL;
+		if (!(copy = strdup(self_url)))
+			return -ENOMEM;
+		pthread_mutex_lock(&c->lock);
+		free(c->self_url);
+		c->self_url = copy;
+		c->opts.self_url = copy;
+		for (size_t i = 0; i < c->nmembers; i++)
+			if (strcmp(c->members[i].id, c->self_id) == 0)
+				snprintf(c->members[i].url, sizeof(c->members[i].url), "%s", copy);
+		pthread_mutex_unlock(&c->lock);
+	}
+	/* Joins synchronously, so that ownership is right from the first batch. */
+	if ((rc = cluster_refresh(c)))
+		return rc;
 	if ((rc = -pthread_create(&c->beat_thread, NULL, beat_thread, c)))
 		return rc;
 	c->beat_started = true;

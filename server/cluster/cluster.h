@@ -92,19 +92,23 @@ struct cluster_body {
 struct cluster;
 
 /*
- * Joins: writes the first heartbeat and reads the members (synchronously, so that ownership
- * is right from the first batch). Nothing runs in the background until cluster_start, so the
- * on_change hook may be wired to objects created after this. 0, -EINVAL (no self_url, or one
- * longer than CLUSTER_URL_MAX), -ENOTSUP (a store without heartbeats: SQLite), or the store's
- * error.
+ * Creates the cluster state; nothing touches the store or runs in the background until
+ * cluster_start, so hooks may be wired to objects created after this, and self_url may wait
+ * for the listening port (NULL here, given to cluster_start). Until then this replica counts
+ * as the only one. 0, -EINVAL (a self_url empty or longer than CLUSTER_URL_MAX), -ENOMEM.
  */
 int cluster_new(const struct cluster_options *opts, struct cluster **out);
 
-/* Starts the heartbeat and forwarding threads. 0 or -errno. */
-int cluster_start(struct cluster *c);
+/*
+ * Joins: sets self_url when not NULL, writes the first heartbeat and reads the members
+ * (synchronously, so that ownership is right from the first batch), then starts the heartbeat
+ * and forwarding threads. 0, -EINVAL (no URL), -ENOTSUP (a store without heartbeats: SQLite),
+ * the store's error, or -errno.
+ */
+int cluster_start(struct cluster *c, const char *self_url);
 
 /* One heartbeat and read of the members now, synchronously (tests; the thread does the same
- * every heartbeat_ms). 0 or the store's error (the last members stand). */
+ * every heartbeat_ms). 0, -EINVAL (no URL yet) or the store's error (the last members stand). */
 int cluster_refresh(struct cluster *c);
 
 /* Departs (a last heartbeat saying so, best effort), stops the threads, drops what waits to be

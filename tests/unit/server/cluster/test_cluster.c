@@ -111,6 +111,7 @@ static struct cluster *join(struct beat_store *bs, const char *url)
 	struct cluster *c = NULL;
 
 	assert_int_equal(cluster_new(&o, &c), 0);
+	assert_int_equal(cluster_refresh(c), 0);
 	return c;
 }
 
@@ -234,15 +235,18 @@ static void test_membership(void **state)
 	assert_int_equal(replicas_of(a), 1);
 	cluster_free(a);
 
-	/* Without a URL or a store with heartbeats (SQLite): no cluster. */
+	/* Without a URL or a store with heartbeats (SQLite): no cluster to join. */
 	struct cluster *none = NULL;
 	struct store plain = { .ops = &(const struct store_ops){ 0 } };
-	assert_int_equal(cluster_new(&(struct cluster_options){ .store = &bs.base }, &none), -EINVAL);
-	assert_int_equal(cluster_new(&(struct cluster_options){ .store = &plain,
-								.self_url = "http://h:1" },
+	assert_int_equal(cluster_new(&(struct cluster_options){ .store = &bs.base, .self_url = "" },
 				     &none),
-			 -ENOTSUP);
-	assert_null(none);
+			 -EINVAL);
+	assert_int_equal(cluster_new(&(struct cluster_options){ .store = &bs.base }, &none), 0);
+	assert_int_equal(cluster_start(none, NULL), -EINVAL); /* the URL never came */
+	cluster_free(none);
+	assert_int_equal(cluster_new(&(struct cluster_options){ .store = &plain }, &none), 0);
+	assert_int_equal(cluster_start(none, "http://h:1"), -ENOTSUP);
+	cluster_free(none);
 	assert_true(cluster_owns(NULL, "any"));
 }
 
@@ -293,7 +297,7 @@ static void test_route(void **state)
 			snprintf(theirs, sizeof(theirs), "%s", job);
 	}
 	assert_true(mine[0] && theirs[0]);
-	assert_int_equal(cluster_start(a), 0);
+	assert_int_equal(cluster_start(a, NULL), 0);
 
 	build(&batch, 1, mine);
 	assert_true(cluster_batch_route(a, &batch, &cb));
@@ -342,6 +346,7 @@ static void test_forward_bound(void **state)
 
 	(void)state;
 	assert_int_equal(cluster_new(&o, &a), 0);
+	assert_int_equal(cluster_refresh(a), 0);
 	b = join(&bs, "http://127.0.0.1:1");
 	assert_int_equal(cluster_refresh(a), 0);
 	for (int i = 0; i < 100 && !theirs[0]; i++) {
