@@ -160,6 +160,18 @@ ctl() {
 	"$CTL_BIN" --server "$SERVER_URL" "${CTL_OPTS[@]}" "$@"
 }
 
+# strip_analysis: an analysis answer (JSON on stdin) without what differs between two servers
+# asked the same thing (each straggler's layer diagnosis, the query's own from/to), indented
+# with sorted keys, to compare two servers' answers.
+strip_analysis() {
+	python3 -c 'import json, sys
+def strip(o):
+    if isinstance(o, dict):
+        return {k: strip(v) for k, v in o.items() if k not in ("diagnosis", "from", "to")}
+    return [strip(v) for v in o] if isinstance(o, list) else o
+print(json.dumps(strip(json.load(sys.stdin)), indent=1, sort_keys=True))'
+}
+
 # stored_total [FILTER ARGS...]: the server's sample total over the last day (JSON "total",
 # which counts every sample even when the stack list is capped).
 stored_total() {

@@ -295,13 +295,8 @@ if [ -x "$SIMJOB_DIR/simjob" ]; then
 		bash -c "! grep '^POST /api/v1/ingest ' '$E2E_TMP/tee.requests' | grep -vq ' 200 200\$'"
 	SLOW=$(sed -n 's/.*TORCHELASTIC_RUN_ID=\([^ ]*\).*/\1/p' "$E2E_TMP/slow.log" | head -1)
 	# The straggler analysis (lateness per rank and instance) must be the same; the layer
-	# diagnosis of each straggler also reads GPU and OS rows, and the query's own from/to.
-	strip='import json, sys
-def strip(o):
-    if isinstance(o, dict):
-        return {k: strip(v) for k, v in o.items() if k not in ("diagnosis", "from", "to")}
-    return [strip(v) for v in o] if isinstance(o, list) else o
-print(json.dumps(strip(json.load(sys.stdin)), indent=1, sort_keys=True))'
+	# diagnosis of each straggler also reads GPU and OS rows, and the query's own from/to
+	# (strip_analysis, lib.sh).
 	for side in ch sq; do
 		[ $side = ch ] && SERVER_URL=$CH_URL || SERVER_URL=$SQ_URL
 		# agent2 posted to ClickHouse alone: compare the job both servers saw.
@@ -309,7 +304,7 @@ print(json.dumps(strip(json.load(sys.stdin)), indent=1, sort_keys=True))'
 for j in json.load(sys.stdin)["jobs"]:
     if j["job"] == sys.argv[1]: print(json.dumps(j, sort_keys=True))' "$SLOW" >"$E2E_TMP/$side.jobs"
 		curl -sf "$SERVER_URL/api/v1/jobs/$SLOW" >"$E2E_TMP/$side.job.json"
-		curl -sf "$SERVER_URL/api/v1/jobs/$SLOW/stragglers" | python3 -c "$strip" \
+		curl -sf "$SERVER_URL/api/v1/jobs/$SLOW/stragglers" | strip_analysis \
 			>"$E2E_TMP/$side.stragglers.json"
 		ctl stragglers --job "$SLOW" | grep -v '^  ' >"$E2E_TMP/$side.stragglers.txt"
 	done

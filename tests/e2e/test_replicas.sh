@@ -129,12 +129,6 @@ check "no forward failed" test "$(metric "$OTHER" sysom_cluster_forward_errors_t
 
 # Every query answers the same on both replicas, over the job's first 15 s or more.
 while [ $((SECONDS - JOB_STARTED)) -lt 25 ]; do sleep 1; done
-strip='import json, sys
-def strip(o):
-    if isinstance(o, dict):
-        return {k: strip(v) for k, v in o.items() if k not in ("diagnosis", "from", "to")}
-    return [strip(v) for v in o] if isinstance(o, list) else o
-print(json.dumps(strip(json.load(sys.stdin)), indent=1, sort_keys=True))'
 # Up to 10 s ago: the batches of those windows have all arrived (2-s batches), so both
 # replicas answer over the same rows although the job is still running.
 T_TO=$(($(date +%s) - 8))
@@ -145,7 +139,7 @@ for attempt in 1 2 3; do
 	for r in a b; do
 		SERVER_URL=${URL[$r]}
 		ctl flamegraph --job "$JOB" --from -1h --to "$T_TO" --format folded | sort >"$E2E_TMP/$r.folded"
-		get "${URL[$r]}/api/v1/jobs/$JOB/stragglers?from=-1h&to=$T_TO" | python3 -c "$strip" >"$E2E_TMP/$r.stragglers.json"
+		get "${URL[$r]}/api/v1/jobs/$JOB/stragglers?from=-1h&to=$T_TO" | strip_analysis >"$E2E_TMP/$r.stragglers.json"
 		# last_seen moves on with every batch.
 		get "${URL[$r]}/api/v1/jobs/$JOB" | sed 's/"last_seen":"[^"]*"//g' >"$E2E_TMP/$r.job.json"
 	done
