@@ -1702,9 +1702,12 @@ static void ownership_refresh(struct monitor *m)
 			m->stats.jobs_taken_over++;
 		} else {
 			m->stats.jobs_handed_over++;
-			/* Its gauges are the new owner's to report. */
+			/* Its gauges are the new owner's to report, and its live state the new
+			 * owner's to hold (should the job come back, it starts afresh). */
 			je->stragglers = je->open = je->unanalysed = 0;
 			je->hung = je->blind = false;
+			live_job_drop(m->live, je->job);
+			hang_tracker_job_drop(m->hang, je->job);
 			job_name_add(&lost, je->job);
 		}
 	}

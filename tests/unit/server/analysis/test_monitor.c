@@ -534,6 +534,7 @@ static void test_ownership(void **state)
 	monitor_stats_get(a, &st);
 	assert_int_equal(st.jobs_taken_over, 1);
 	assert_int_equal(st.jobs_owned, 1);
+	assert_true(st.live_cells > 0); /* the job's instances, fed as they were stored */
 	/* The straggler, and a stall: fed live, the job's calls lie an hour before "now". */
 	struct seen s1 = incidents(c->h);
 	assert_true(s1.open >= 1);
@@ -559,6 +560,7 @@ static void test_ownership(void **state)
 	monitor_stats_get(a, &st);
 	assert_int_equal(st.evaluations, evaluations);
 	assert_int_equal(st.jobs_owned, 0);
+	assert_int_equal(st.live_cells, 0); /* its live state went with it */
 
 	/* b saw none of the job's batches: owning it, it finds the open incident in the store. */
 	monitor_stats_get(b, &st);
