@@ -389,7 +389,7 @@ static int batch_ingest(struct ingest *in, const struct http_request *req,
 	struct byte_buf plain = { 0 };
 	struct reservation mem;
 	struct sysom_batch batch;
-		struct store_put_result res;
+	struct store_put_result res;
 	struct store_batch_record stored;
 	struct auth_decision who;
 	struct batch_key key;

@@ -856,6 +856,110 @@ static void test_kernel_symbols_total_bound(void **state)
 	fixture_tmpdir_remove(dir);
 }
 
+/* ---- replicas: the stored body goes to on_stored; a forwarded batch feeds, never stores ---- */
+
+struct feed_seen {
+	int stored, fed;
+	size_t body_len;
+	bool zstd;
+	char key[96];
+	uint64_t fed_sequence;
+};
+
+static void on_stored_body(void *arg, const struct sysom_batch *b, const struct ingest_body *body)
+{
+	struct feed_seen *f = arg;
+
+	(void)b;
+	f->stored++;
+	f->body_len = body->len;
+	f->zstd = body->zstd;
+	snprintf(f->key, sizeof(f->key), "%s", body->idempotency_key ? body->idempotency_key : "");
+}
+
+static void on_fed_batch(void *arg, const struct sysom_batch *b)
+{
+	struct feed_seen *f = arg;
+
+	f->fed++;
+	f->fed_sequence = b->sequence;
+}
+
+static int feed(struct ingest *in, struct state *s, const char *key, const char *token,
+		struct http_response *resp, char **out)
+{
+	struct test_request t;
+
+	request_init(&t, "POST", INGEST_FEED_PATH, NULL);
+	if (token)
+		request_token(&t, token);
+	request_header(&t, "content-encoding", "zstd");
+	if (key)
+		request_header(&t, "idempotency-key", key);
+	request_body(&t, s->compressed.data, s->compressed.len);
+	return call(ingest_feed_post, in, &t, resp, out);
+}
+
+static void test_feed(void **state)
+{
+	struct state *s = *state;
+	struct feed_seen f = { 0 };
+	struct ingest_options io = { .on_stored = on_stored_body, .on_fed = on_fed_batch,
+				     .on_stored_arg = &f };
+	struct ingest *in = ingest_new(s->h->store, s->h->auth, s->h->sym, &s->h->metrics, &io);
+	struct http_response resp;
+	struct test_request t;
+	char *body, other_key[96];
+
+	assert_non_null(in);
+	install_credentials(s->h->auth);
+	/* Fed: decoded and handed over, nothing stored. */
+	assert_int_equal(feed(in, s, s->key, TOKEN_ADMIN, &resp, &body), 200);
+	assert_non_null(strstr(body, "\"fed\""));
+	free(body);
+	assert_int_equal(f.fed, 1);
+	assert_int_equal(f.fed_sequence, 41);
+	assert_int_equal(f.stored, 0);
+	expect_nothing_stored(s);
+	/* The shared token may feed too; an agent credential (even for the batch's own node) and
+	 * a read credential may not; no token: 401. */
+	assert_int_equal(feed(in, s, s->key, HARNESS_TOKEN, &resp, &body), 200);
+	free(body);
+	assert_int_equal(feed(in, s, s->key, TOKEN_AGENT_9, &resp, &body), 403);
+	free(body);
+	assert_int_equal(feed(in, s, s->key, TOKEN_READ, &resp, &body), 403);
+	free(body);
+	assert_int_equal(feed(in, s, s->key, NULL, &resp, &body), 401);
+	free(body);
+	/* A key that is not the batch's: 400, not fed. */
+	snprintf(other_key, sizeof(other_key), "%s", s->key);
+	other_key[strlen(other_key) - 1] = other_key[strlen(other_key) - 1] == '1' ? '2' : '1';
+	assert_int_equal(feed(in, s, other_key, TOKEN_ADMIN, &resp, &body), 400);
+	free(body);
+	assert_int_equal(feed(in, s, NULL, TOKEN_ADMIN, &resp, &body), 400);
+	free(body);
+	assert_int_equal(f.fed, 2);
+	expect_nothing_stored(s);
+
+	/* A stored batch reaches on_stored with its body as posted (for forwarding). */
+	request_init(&t, "POST", INGEST_PATH, NULL);
+	request_token(&t, HARNESS_TOKEN);
+	request_header(&t, "content-encoding", "zstd");
+	request_header(&t, "idempotency-key", s->key);
+	request_body(&t, s->compressed.data, s->compressed.len);
+	assert_int_equal(call(ingest_batch_post, in, &t, &resp, &body), 200);
+	free(body);
+	assert_int_equal(f.stored, 1);
+	assert_int_equal(f.body_len, s->compressed.len);
+	assert_true(f.zstd);
+	assert_string_equal(f.key, s->key);
+	ingest_free(in);
+
+	/* A server that is not a replica (no on_fed): 404. */
+	assert_int_equal(feed(s->h->ingest, s, s->key, TOKEN_ADMIN, &resp, &body), 404);
+	free(body);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -875,6 +979,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_kernel_symbols_upload, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kernel_symbols_limits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kernel_symbols_total_bound, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_feed, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
