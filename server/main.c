@@ -926,6 +926,9 @@ static int components_create(struct server *s)
 	server_metrics_init(&s->metrics);
 	s->auth = auth_new();
 	s->sym = symbolizer_new(s->store, cfg.symbol_cache_entries, 0);
+	/* Replicas share the symbol repository: files another one installs show up here too. */
+	if (s->sym && cfg.clickhouse_url)
+		symbolizer_recheck_set(s->sym, SYMBOLIZER_MISSING_RECHECK_MS);
 	if (!s->auth || !s->sym)
 		return -ENOMEM;
 	if (cfg.token_file && token_load(s->auth, cfg.token_file))

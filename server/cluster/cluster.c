@@ -89,6 +89,13 @@ static uint64_t weight(const char *job, const char *id)
 	return sysom_hash64(job, strlen(job), sysom_hash64(id, strlen(id), 0x5359534f4d));
 }
 
+/* Whether `id` with weight `w` beats the best so far (none: NULL). Ties (never seen) go to
+ * the smaller id, the same on every replica. */
+static bool outweighs(uint64_t w, const char *id, uint64_t best_w, const char *best_id)
+{
+	return !best_id || w > best_w || (w == best_w && strcmp(id, best_id) < 0);
+}
+
 int cluster_owner_index(const char *job, const char *const *ids, size_t n)
 {
 	int best = -1;
@@ -96,8 +103,7 @@ int cluster_owner_index(const char *job, const char *const *ids, size_t n)
 
 	for (size_t i = 0; i < n; i++) {
 		uint64_t w = weight(job, ids[i]);
-		/* Ties (never seen) go to the smaller id, the same on every replica. */
-		if (best < 0 || w > best_w || (w == best_w && strcmp(ids[i], ids[best]) < 0)) {
+		if (outweighs(w, ids[i], best_w, best < 0 ? NULL : ids[best])) {
 			best = (int)i;
 			best_w = w;
 		}
@@ -113,7 +119,7 @@ static const struct member *owner_locked(const struct cluster *c, const char *jo
 
 	for (size_t i = 0; i < c->nmembers; i++) {
 		uint64_t w = weight(job, c->members[i].id);
-		if (!best || w > best_w || (w == best_w && strcmp(c->members[i].id, best->id) < 0)) {
+		if (outweighs(w, c->members[i].id, best_w, best ? best->id : NULL)) {
 			best = &c->members[i];
 			best_w = w;
 		}
@@ -173,9 +179,8 @@ static int heartbeat(struct cluster *c)
 {
 	struct member_list l = { .self_id = c->self_id };
 	bool changed;
-	int rc;
-
 	uint64_t beat;
+	int rc;
 
 	if (!(l.m = calloc(CLUSTER_MAX_REPLICAS + 1, sizeof(*l.m))))
 		return -ENOMEM;
@@ -356,10 +361,25 @@ static int enqueue_locked(struct cluster *c, const char *url, const struct clust
 	return 0;
 }
 
+#define ROUTE_MAX_OWNERS (CLUSTER_NODE_JOBS + 64) /* distinct owners one batch is sent to */
+
+/* Adds the owner of `job` to owners[*n] unless it is there (under the lock). */
+static void owner_add(const struct cluster *c, const char *job, const struct member **owners,
+		      size_t *n)
+{
+	const struct member *o = owner_locked(c, job);
+
+	for (size_t k = 0; k < *n; k++)
+		if (owners[k] == o)
+			return;
+	if (*n < ROUTE_MAX_OWNERS)
+		owners[(*n)++] = o;
+}
+
 bool cluster_batch_route(struct cluster *c, const struct sysom_batch *b,
 			 const struct cluster_body *body)
 {
-	const struct member *owners[CLUSTER_NODE_JOBS + 64];
+	const struct member *owners[ROUTE_MAX_OWNERS];
 	size_t nowners = 0;
 	bool local = false, any = false;
 	int64_t now;
@@ -372,28 +392,19 @@ bool cluster_batch_route(struct cluster *c, const struct sysom_batch *b,
 	n = node_get(c, b->node_id);
 	for (uint32_t i = 0; i < b->job_rank_count; i++) {
 		const char *job = sysom_batch_string(b, b->job_ranks[i].job);
-		if (!job[0])
+		/* A node's ranks of one job come one after another: one lookup for them all. */
+		if (!job[0] || (i && b->job_ranks[i].job == b->job_ranks[i - 1].job))
 			continue;
 		any = true;
 		if (n)
 			node_job_note(n, job, now);
-		const struct member *o = owner_locked(c, job);
-		bool dup = false;
-		for (size_t k = 0; k < nowners && !dup; k++)
-			dup = owners[k] == o;
-		if (!dup && nowners < sizeof(owners) / sizeof(owners[0]))
-			owners[nowners++] = o;
+		owner_add(c, job, owners, &nowners);
 	}
 	for (size_t j = 0; n && j < CLUSTER_NODE_JOBS; j++) {
 		if (!n->job[j] || now - n->seen_ms[j] > CLUSTER_NODE_JOB_KEEP_MS)
 			continue;
 		any = true;
-		const struct member *o = owner_locked(c, n->job[j]);
-		bool dup = false;
-		for (size_t k = 0; k < nowners && !dup; k++)
-			dup = owners[k] == o;
-		if (!dup && nowners < sizeof(owners) / sizeof(owners[0]))
-			owners[nowners++] = o;
+		owner_add(c, n->job[j], owners, &nowners);
 	}
 	for (size_t k = 0; k < nowners; k++) {
 		if (strcmp(owners[k]->id, c->self_id) == 0)

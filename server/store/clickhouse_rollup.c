@@ -18,7 +18,7 @@
 
 #include "server/store/clickhouse_internal.h"
 
-/* Migration 10 (own array, so that renumbering against other migrations is one line). The
+/* Migration 11 (own array, so that renumbering against other migrations is one line). The
  * fill runs only into empty tables: a migration cut short after it is run again without
  * counting twice (an INSERT ... SELECT cut short in the middle leaves a partial fill: see
  * docs/operations.md). Uncommitted attempts are copied too; readers skip them as before. */

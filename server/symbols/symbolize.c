@@ -30,6 +30,7 @@ struct entry {
 
 struct symbolizer {
 	struct store *store;
+	int64_t recheck_ms;             /* symbolizer_recheck_set (0: provisional names kept) */
 	struct symrepo *repo;           /* NULL: user frames stay file+offset */
 	symbolizer_missing_fn missing;
 	void *missing_ctx;
@@ -288,7 +289,7 @@ static void cache_insert(struct symbolizer *sym, int64_t object, uint64_t offset
 	e->object = object;
 	e->offset = offset;
 	e->leaf = leaf;
-	e->recheck_ms = provisional ? sysom_monotonic_ms() + SYMBOLIZER_MISSING_RECHECK_MS : 0;
+	e->recheck_ms = provisional && sym->recheck_ms ? sysom_monotonic_ms() + sym->recheck_ms : 0;
 	e->bytes = sizeof(*e) + location_bytes(loc);
 	pthread_mutex_lock(&sym->lock);
 	if (sym->generation != generation) {
@@ -569,6 +570,13 @@ cleanup:
 	}
 	*out = loc;
 	return 0;
+}
+
+void symbolizer_recheck_set(struct symbolizer *sym, int64_t ms)
+{
+	pthread_mutex_lock(&sym->lock);
+	sym->recheck_ms = ms > 0 ? ms : 0;
+	pthread_mutex_unlock(&sym->lock);
 }
 
 int symbolizer_location_resolve(struct symbolizer *sym, uint8_t stack_kind, int64_t object,

@@ -13,9 +13,8 @@
 #include "common/wire/wire.h"
 #include "server/store/store.h"
 
-/* A frame named without a symbol file ("file+0xOFF") or from one without DWARF is looked up
- * again after this long: replicas sharing a repository install files (and debug files) the
- * others are never told of. */
+/* The recheck period of replicas (symbolizer_recheck_set): they share a repository and install
+ * files (and debug files) the others are never told of. */
 #define SYMBOLIZER_MISSING_RECHECK_MS 10000
 
 struct symrepo;
@@ -79,6 +78,14 @@ struct symbolizer_stats {
  * symbolizer_repository_set, user frames are "basename+0xOFF". NULL when out of memory.
  */
 struct symbolizer *symbolizer_new(struct store *store, size_t max_entries, size_t max_bytes);
+
+/*
+ * Frames named without a symbol file ("file+0xOFF") or from one without DWARF are looked up
+ * again `ms` after they were cached (0, the default: kept until evicted or invalidated, which
+ * is right when every file is installed through this process: the install invalidates them).
+ * For replicas sharing a repository. Thread-safe.
+ */
+void symbolizer_recheck_set(struct symbolizer *sym, int64_t ms);
 
 /* Frees it; accepts NULL. */
 void symbolizer_free(struct symbolizer *sym);
