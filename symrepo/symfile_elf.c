@@ -284,6 +284,223 @@ static int read_symbols(struct symb *b, const struct input *in, Elf_Scn *scn, si
 	return b->error;
 }
 
+/* ---- PLT stubs: "name@plt" -------------------------------------------------------------- */
+
+#define MAX_PLT_ENTRIES (1u << 20)      /* stubs named in one file */
+#define MAX_PLT_SLOTS (1u << 22)        /* GOT slots with a symbol (JUMP_SLOT, GLOB_DAT) */
+#define PLT_NAME_SUFFIX "@plt"
+
+/* A GOT slot that the dynamic linker fills with a symbol's address. */
+struct plt_slot {
+	uint64_t got;     /* r_offset */
+	const char *name; /* borrowed from .dynstr */
+};
+
+struct plt_names {
+	struct plt_slot *slots; /* sorted by got */
+	uint32_t nslots, cap;
+	const char **jump;      /* .rela.plt's names by relocation index (NULL: none) */
+	uint32_t njump;
+	char *strings;          /* "name@plt" strings of the candidates, one block */
+	size_t strings_len, strings_cap;
+};
+
+static int cmp_slot(const void *pa, const void *pb)
+{
+	const struct plt_slot *a = pa, *b = pb;
+
+	return (a->got > b->got) - (a->got < b->got);
+}
+
+static const char *slot_name(const struct plt_names *p, uint64_t got)
+{
+	uint32_t lo = 0, hi = p->nslots;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (p->slots[mid].got < got)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < p->nslots && p->slots[lo].got == got ? p->slots[lo].name : NULL;
+}
+
+/*
+ * The symbols of one relocation section against .dynsym: R_X86_64_JUMP_SLOT and
+ * R_X86_64_GLOB_DAT name the GOT slot they fill; .rela.plt's are also kept by index (the
+ * lazy-binding stub pushes its index). Relocations naming no symbol (IRELATIVE, RELATIVE)
+ * or a symbol outside the table are left out.
+ */
+static int plt_read_relocs(struct symb *b, const struct input *in, Elf_Scn *scn,
+			   const GElf_Shdr *sh, bool jump_table, struct plt_names *p)
+{
+	Elf_Scn *symscn = elf_getscn(in->elf, sh->sh_link);
+	GElf_Shdr symsh;
+	Elf_Data *rel = elf_getdata(scn, NULL), *syms;
+	size_t relsize = gelf_fsize(in->elf, ELF_T_RELA, 1, EV_CURRENT);
+	size_t symsize = gelf_fsize(in->elf, ELF_T_SYM, 1, EV_CURRENT);
+
+	if (!symscn || !gelf_getshdr(symscn, &symsh) || symsh.sh_type != SHT_DYNSYM || !rel ||
+	    !relsize || !symsize || !(syms = elf_getdata(symscn, NULL)))
+		return 0; /* not against .dynsym, or unreadable: nothing to name */
+	size_t n = rel->d_size / relsize, nsyms = syms->d_size / symsize;
+	if (n > MAX_PLT_SLOTS)
+		return symb__fail(b, -SYSOM_ELIMIT, "%s: %zu dynamic relocations (limit %u)",
+				  in->path, n, MAX_PLT_SLOTS);
+	if (jump_table) {
+		p->jump = symb__alloc(b, (n ? n : 1) * sizeof(*p->jump));
+		if (!p->jump)
+			return b->error;
+		p->njump = (uint32_t)n;
+	}
+	for (size_t i = 0; i < n; i++) {
+		GElf_Rela r;
+		GElf_Sym sym;
+		const char *name;
+
+		if (!gelf_getrela(rel, (int)i, &r))
+			continue;
+		uint64_t type = GELF_R_TYPE(r.r_info), index = GELF_R_SYM(r.r_info);
+		if ((type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT) || index == 0 ||
+		    index >= nsyms || !gelf_getsym(syms, (int)index, &sym) ||
+		    !(name = elf_strptr(in->elf, symsh.sh_link, sym.st_name)) || !*name)
+			continue;
+		if (jump_table)
+			p->jump[i] = name;
+		if (p->nslots >= MAX_PLT_SLOTS)
+			continue;
+		struct plt_slot *v = symb__grow(b, p->slots, &p->cap, sizeof(*v),
+						 (uint64_t)p->nslots + 1);
+		if (!v)
+			return b->error;
+		p->slots = v;
+		v[p->nslots++] = (struct plt_slot){ r.r_offset, name };
+	}
+	return 0;
+}
+
+/*
+ * Which symbol one x86-64 PLT stub of `len` bytes at `addr` reaches: the GOT slot of its
+ * indirect jump (`[endbr64] [bnd] jmp *disp32(%rip)`: .plt without IBT, .plt.sec, .plt.got),
+ * else the .rela.plt index it pushes (`[endbr64] push imm32`: the lazy-binding half of an IBT
+ * .plt). The .plt header jumps through a slot no relocation names: NULL.
+ */
+static const char *plt_stub_target(const struct plt_names *p, const uint8_t *code, size_t len,
+				   uint64_t addr)
+{
+	size_t i = 0;
+
+	if (len >= 4 && code[0] == 0xf3 && code[1] == 0x0f && code[2] == 0x1e && code[3] == 0xfa)
+		i = 4; /* endbr64 */
+	if (i < len && code[i] == 0xf2)
+		i++; /* bnd */
+	if (i + 6 <= len && code[i] == 0xff && code[i + 1] == 0x25) {
+		int32_t disp;
+		memcpy(&disp, code + i + 2, sizeof(disp));
+		return slot_name(p, addr + i + 6 + (uint64_t)(int64_t)disp);
+	}
+	if (i + 5 <= len && code[i] == 0x68) {
+		uint32_t index;
+		memcpy(&index, code + i + 1, sizeof(index));
+		return index < p->njump ? p->jump[index] : NULL;
+	}
+	return NULL;
+}
+
+/* Appends "name@plt" to p->strings; its offset, or SIZE_MAX on failure (b->error set). */
+static size_t plt_name_add(struct symb *b, struct plt_names *p, const char *name)
+{
+	size_t n = strlen(name), need = n + sizeof(PLT_NAME_SUFFIX);
+	size_t off = p->strings_len;
+
+	if (need > p->strings_cap - p->strings_len) {
+		size_t cap = p->strings_cap ? p->strings_cap : 4096;
+		while (cap - p->strings_len < need)
+			cap *= 2;
+		char *v = symb__alloc(b, cap);
+		if (!v)
+			return SIZE_MAX;
+		if (p->strings_len)
+			memcpy(v, p->strings, p->strings_len);
+		symb__free(b, p->strings);
+		p->strings = v;
+		p->strings_cap = cap;
+	}
+	memcpy(p->strings + off, name, n);
+	memcpy(p->strings + off + n, PLT_NAME_SUFFIX, sizeof(PLT_NAME_SUFFIX));
+	p->strings_len += need;
+	return off;
+}
+
+/*
+ * PLT stubs have no symbol of their own, so a sample in one (a call into a shared library
+ * before or instead of the lazy binding's jump) would stay file+offset. As perf does, each
+ * stub of .plt, .plt.sec and .plt.got becomes a function "name@plt", sized one entry, from
+ * the relocation its jump goes through (x86-64 only; other machines keep file+offset).
+ * The candidates' names point into p->strings (offsets until every stub is read).
+ */
+static int read_plt(struct symb *b, const struct input *in, struct plt_names *p,
+		    struct cands *out)
+{
+	size_t shstrndx, first = out->n, added = 0;
+	Elf_Scn *scn = NULL;
+	GElf_Shdr sh;
+
+	if (in->ehdr.e_machine != EM_X86_64 || elf_getshdrstrndx(in->elf, &shstrndx) < 0)
+		return 0;
+	while ((scn = elf_nextscn(in->elf, scn)) != NULL && !b->error) {
+		const char *name;
+		if (gelf_getshdr(scn, &sh) && sh.sh_type == SHT_RELA &&
+		    (name = elf_strptr(in->elf, shstrndx, sh.sh_name)) != NULL &&
+		    plt_read_relocs(b, in, scn, &sh, strcmp(name, ".rela.plt") == 0, p) < 0)
+			return b->error;
+	}
+	if (!p->nslots && !p->njump)
+		return 0;
+	symb__sort(p->slots, p->nslots, sizeof(*p->slots), cmp_slot);
+	while ((scn = elf_nextscn(in->elf, scn)) != NULL && !b->error) {
+		const char *sname;
+		Elf_Data *data;
+		size_t index = elf_ndxscn(scn);
+
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_PROGBITS || index >= in->shnum ||
+		    !in->secs[index].exec ||
+		    !(sname = elf_strptr(in->elf, shstrndx, sh.sh_name)) ||
+		    (strcmp(sname, ".plt") && strcmp(sname, ".plt.sec") && strcmp(sname, ".plt.got")) ||
+		    !(data = elf_getdata(scn, NULL)) || !data->d_buf)
+			continue;
+		size_t stride = sh.sh_entsize == 8 || sh.sh_entsize == 16 ? sh.sh_entsize : 16;
+		size_t size = data->d_size < sh.sh_size ? data->d_size : sh.sh_size;
+		for (size_t off = 0; off + stride <= size; off += stride) {
+			const char *target = plt_stub_target(p, (const uint8_t *)data->d_buf + off,
+							     stride, sh.sh_addr + off);
+			if (!target)
+				continue;
+			if (added >= MAX_PLT_ENTRIES)
+				return symb__fail(b, -SYSOM_ELIMIT, "%s: over %u PLT entries",
+						  in->path, MAX_PLT_ENTRIES);
+			size_t name_off = plt_name_add(b, p, target);
+			struct cand *v = name_off == SIZE_MAX
+						 ? NULL
+						 : symb__grow(b, out->v, &out->cap, sizeof(*v),
+							      (uint64_t)out->n + 1);
+			if (!v)
+				return b->error;
+			out->v = v;
+			v[out->n++] = (struct cand){ .start = sh.sh_addr + off, .size = stride,
+						     .sec_end = in->secs[index].end,
+						     .name = (const char *)(uintptr_t)name_off,
+						     .bind = 3, .type = 1,
+						     .source = SYMF_FN_SOURCE_DYNSYM };
+			added++;
+		}
+	}
+	for (size_t i = first; i < out->n; i++) /* the strings stop moving: offsets to names */
+		out->v[i].name = p->strings + (uintptr_t)out->v[i].name;
+	return b->error;
+}
+
 static size_t leading_underscores(const char *s)
 {
 	size_t n = 0;
@@ -443,6 +660,7 @@ int symfile_write(const struct symfile_write_options *opts, const char *out_path
 {
 	struct input exe = { .fd = -1 }, dbg = { .fd = -1 };
 	struct cands cands = { 0 };
+	struct plt_names plt = { 0 };
 	struct symb_run *runs = NULL;
 	uint32_t nruns = 0;
 	struct symfile_dwarf_stats ds = { 0 };
@@ -488,6 +706,8 @@ int symfile_write(const struct symfile_write_options *opts, const char *out_path
 	if ((scn = find_section(exe.elf, SHT_DYNSYM, &index)) != NULL &&
 	    read_symbols(&b, &exe, scn, index, SYMF_FN_SOURCE_DYNSYM, &cands) < 0)
 		goto cleanup;
+	if (read_plt(&b, &exe, &plt, &cands) < 0)
+		goto cleanup;
 	if (add_symbols(&b, &cands) < 0)
 		goto cleanup;
 	symb__free(&b, cands.v);
@@ -522,6 +742,9 @@ int symfile_write(const struct symfile_write_options *opts, const char *out_path
 	}
 cleanup:
 	symb__free(&b, cands.v);
+	symb__free(&b, plt.slots);
+	symb__free(&b, plt.jump);
+	symb__free(&b, plt.strings);
 	symb__free(&b, runs);
 	close_input(&b, &dbg);
 	close_input(&b, &exe);

@@ -1528,6 +1528,118 @@ static void test_alias_rules(void **state)
 }
 
 /*
+ * PLT stubs are named "name@plt" as objdump names them: for every stub objdump labels (.plt
+ * without IBT, .plt.sec and .plt.got with it), every byte of the stub; the lazy-binding half of
+ * an IBT .plt (which objdump leaves unlabelled) by the relocation index it pushes; the .plt
+ * header unnamed. A binary without lazy stubs (-fno-plt) gets none. Relocations and stubs
+ * overwritten with garbage: no crash, no name out of the dynamic string table.
+ */
+static void test_plt_stubs(void **state)
+{
+	static const char src[] =
+		"#include <stdio.h>\n"
+		"#include <stdlib.h>\n"
+		"#include <unistd.h>\n"
+		"#include <math.h>\n"
+		"int main(int argc, char **argv)\n"
+		"{ volatile double d = argc; printf(\"%d %f\\n\", getpid(), cos(d));\n"
+		"  char *p = malloc((size_t)argc * 32); snprintf(p, 32, \"%s\", argv[0]);\n"
+		"  puts(p); free(p); return 0; }\n";
+	static const struct {
+		const char *name, *flags;
+		int min_named; /* stubs objdump labels, at least */
+	} variants[] = {
+		{ "plt_lazy", "-O1 -fcf-protection=none", 6 },
+		{ "plt_ibt", "-O1 -fcf-protection=full -Wl,-z,ibtplt", 6 },
+		{ "plt_now", "-O1 -fcf-protection=none -Wl,-z,now", 6 },
+		{ "plt_none", "-O1 -fno-plt -Wl,-z,now", 0 },
+	};
+	char c[512], exe[512], out[600];
+	struct symfile_write_stats st;
+	(void)state;
+
+	if (!have_tools("gcc objdump readelf")) {
+		print_message("# gcc, objdump and readelf are needed\n");
+		skip();
+	}
+	tpath(c, sizeof(c), "plt.c");
+	write_all(c, src, strlen(src));
+	for (size_t v = 0; v < sizeof(variants) / sizeof(variants[0]); v++) {
+		tpath(exe, sizeof(exe), variants[v].name);
+		snprintf(out, sizeof(out), "%s.sym", exe);
+		assert_int_equal(sh("gcc %s -o %s %s -lm", variants[v].flags, exe, c), 0);
+		write_elf(exe, NULL, out, true, true, 0, &st);
+		struct symfile *f = open_verified(out);
+		/* "ADDR NAME" for each stub objdump labels NAME@plt. */
+		char *labels = sh_out("objdump -d -j .plt -j .plt.sec -j .plt.got %s 2>/dev/null |"
+				      " sed -n 's/^\\([0-9a-f]*\\) <\\(.*@plt\\)>:$/\\1 \\2/p'",
+				      exe);
+		int named = 0;
+		for (char *line = strtok(labels, "\n"); line; line = strtok(NULL, "\n")) {
+			char name[256];
+			unsigned long long addr;
+			assert_int_equal(sscanf(line, "%llx %255s", &addr, name), 2);
+			for (uint64_t x = addr; x < addr + 8; x++)
+				expect_name(f, x, name);
+			named++;
+		}
+		free(labels);
+		print_message("# %s: %d stubs named as objdump names them\n", variants[v].name,
+			      named);
+		assert_true(named >= variants[v].min_named);
+		/* The .plt header (push GOT+8; jmp *GOT+16) names nothing. */
+		char *plt = sh_out("readelf -SW %s | awk '$2 == \".plt\" {print $4}'", exe);
+		if (*plt) {
+			uint64_t header = strtoull(plt, NULL, 16);
+			expect_name(f, header, NULL);
+			expect_name(f, header + 15, NULL);
+			if (strcmp(variants[v].name, "plt_ibt") == 0) {
+				/* The first lazy stub pushes 0: .rela.plt's first symbol. */
+				char *first = sh_out("readelf -rW %s | awk '/.rela.plt/ {f = 1; next}"
+						     " f && /JUMP_SLO/ {sub(/@.*/, \"\", $5);"
+						     " print $5 \"@plt\"; exit}'",
+						     exe);
+				first[strcspn(first, "\n")] = 0;
+				assert_true(*first);
+				expect_name(f, header + 16, first);
+				expect_name(f, header + 31, first);
+				free(first);
+			}
+		}
+		free(plt);
+		symfile_close(f);
+	}
+
+	/* Garbage relocations and stubs: .rela.plt's symbol indexes and the .plt bytes. */
+	tpath(exe, sizeof(exe), "plt_lazy");
+	char bad[512];
+	tpath(bad, sizeof(bad), "plt_garbage");
+	for (int round = 0; round < 8; round++) {
+		assert_int_equal(sh("cp %s %s && for s in .rela.plt .plt .plt.got; do"
+				    "  set -- $(readelf -SW %s | awk -v s=$s '$2 == s {print $5, $6}');"
+				    "  [ $# = 2 ] && head -c $((0x$2)) /dev/urandom |"
+				    "  dd of=%s bs=1 seek=$((0x$1)) conv=notrunc status=none; done",
+				    exe, bad, exe, bad),
+				 0);
+		snprintf(out, sizeof(out), "%s.sym", bad);
+		struct symfile_write_options o = { .executable_path = bad };
+		char err[256];
+		int rc = symfile_write(&o, out, &st, err, sizeof(err));
+		assert_true(rc == 0 || rc < 0);
+		if (rc == 0) {
+			struct symfile *f = open_verified(out);
+			struct symfile_frame fr[MAX_FRAMES];
+			for (uint64_t x = 0x1000; x < 0x1100; x++) {
+				int n = symfile_lookup(f, x, fr, MAX_FRAMES);
+				if (n > 0)
+					assert_true(strlen(fr[n - 1].name) < 256);
+			}
+			symfile_close(f);
+		}
+	}
+}
+
+/*
  * The misattribution case: ~50 functions, the symbols of 40 consecutive ones removed and
  * no DWARF. Their addresses must give no frame (nearest-lower lookup would charge them all
  * to the last remaining symbol below); with the debug file, DWARF names them.
@@ -2333,6 +2445,7 @@ int main(void)
 		cmocka_unit_test(test_compressed_and_dwarf4),
 		cmocka_unit_test(test_32bit_elf),
 		cmocka_unit_test(test_alias_rules),
+		cmocka_unit_test(test_plt_stubs),
 		cmocka_unit_test(test_sparse_symbols),
 		cmocka_unit_test(test_libc),
 		cmocka_unit_test(test_libpython),
