@@ -161,12 +161,15 @@ int ch__gpu_health_list(struct store *base, const char *node, int64_t from_ms, i
 			    " FROM (SELECT node_id AS node, window_start_ns, window_end_ns, device,"
 			    " uuid, pci_bus_id, name, samples, slowdown_samples, " GPU_HEALTH_NUMBERS
 			    " FROM gpu_health WHERE window_end_ns >= %" PRId64 " AND"
-			    " window_end_ns <= %" PRId64 " AND " CH_COMMITTED
-			    " ORDER BY attempt DESC LIMIT 1 BY node_id, device, window_end_ns)"
+			    " window_end_ns <= %" PRId64, from_ns, to_ns);
+	ch__own_days_sql(&q, from_ms, to_ms);
+	byte_buf_printf(&q, " AND ");
+	ch__committed_since_sql(&q, from_ms);
+	byte_buf_printf(&q, " ORDER BY attempt DESC LIMIT 1 BY node_id, device, window_end_ns)"
 			    " ANY LEFT JOIN (SELECT node_id AS node, argMax(hostname, received_ns)"
-			    " AS hostname FROM batches WHERE " CH_COMMITTED " GROUP BY node_id)"
-			    " USING node",
-			from_ns, to_ns);
+			    " AS hostname FROM batches WHERE ");
+	ch__received_since_sql(&q, from_ms);
+	byte_buf_printf(&q, " GROUP BY node_id) USING node");
 	if (node) {
 		byte_buf_printf(&q, " WHERE node = lower(");
 		ch__quote(&q, node);

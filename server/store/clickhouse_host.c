@@ -92,11 +92,16 @@ int ch__host_signals(struct store *base, const struct store_host_filter *f, uint
 			    " (SELECT node_id AS node, time_ms, window_ms, signal, value"
 			    " FROM host_signals WHERE node_id IN (SELECT node FROM ");
 	ch__job_ranks_sql(&q, f->job);
-	byte_buf_printf(&q, ") AND time_ms BETWEEN %" PRId64 " AND %" PRId64 " AND " CH_COMMITTED
-			    ") ANY LEFT JOIN (SELECT node_id AS node, argMax(hostname, received_ns)"
-			    " AS hostname FROM batches WHERE " CH_COMMITTED " GROUP BY node_id)"
-			    " USING node ORDER BY node, time_ms, signal LIMIT %" PRIu64,
-			f->from_ms, f->to_ms, (uint64_t)max_rows + 1);
+	byte_buf_printf(&q, ") AND time_ms BETWEEN %" PRId64 " AND %" PRId64, f->from_ms,
+			f->to_ms);
+	ch__own_days_sql(&q, f->from_ms, f->to_ms);
+	byte_buf_printf(&q, " AND ");
+	ch__committed_since_sql(&q, f->from_ms);
+	byte_buf_printf(&q, ") ANY LEFT JOIN (SELECT node_id AS node, argMax(hostname, received_ns)"
+			    " AS hostname FROM batches WHERE ");
+	ch__received_since_sql(&q, f->from_ms);
+	byte_buf_printf(&q, " GROUP BY node_id) USING node ORDER BY node, time_ms, signal"
+			    " LIMIT %" PRIu64, (uint64_t)max_rows + 1);
 	rc = ch__select_run(s, &q, 6, host_row, &h, NULL);
 	byte_buf_free(&q);
 	return rc;

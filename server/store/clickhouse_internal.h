@@ -304,7 +304,33 @@ int ch__retention_apply(struct store *base, int64_t before_ms, int64_t rollup_be
 			uint32_t *dropped);
 
 /* The committed attempts: rows of other tables count only when their attempt is one of these
- * (the lowest attempt of each batch identity, so replicas agree on one copy). */
+ * (the lowest attempt of each batch identity, so replicas agree on one copy). Every batch ever
+ * stored is grouped: reads over a time range use ch__committed_since_sql instead. */
 #define CH_COMMITTED "attempt IN (SELECT min(attempt) FROM batches GROUP BY node_id, epoch, sequence)"
+
+/*
+ * Reads over a time range [from, ...] need only the batches that can hold rows timed from
+ * `from` on. A batch's rows are timed within its window (an NCCL call's entry before its
+ * exit, which the window holds), and a batch is received (its `day`, server clock) after its
+ * window ends: so every such batch was received on or after the day before from's day,
+ * with a day to spare for agent clocks ahead of the server's and windows spanning midnight.
+ * Bounding `batches.day` and `processes.day` (also receive days) below by that day keeps the
+ * committed-attempt and name subqueries to the range's days (partition pruning) instead of
+ * every batch of the retention period. CH_DAY_SIZE: "YYYY-MM-DD" and its NUL.
+ */
+#define CH_DAY_SIZE 11
+/* The day of `ms` (UTC) as 'YYYY-MM-DD', clamped to 1970-01-01 .. 2105-12-31 (the days
+ * 18.16 parses from text). */
+void ch__day_string(int64_t ms, char out[CH_DAY_SIZE]);
+/* Appends CH_COMMITTED over the batches received from the day before from_ms's day on. */
+void ch__committed_since_sql(struct byte_buf *q, int64_t from_ms);
+/* Appends "day >= <that day> AND " then ch__committed_since_sql: the committed rows of a
+ * table whose day is the receive day (batches, processes) that can matter to the range. */
+void ch__received_since_sql(struct byte_buf *q, int64_t from_ms);
+/* Appends CH_PROCESS_COMMS over the process rows received from the day before from_ms's. */
+void ch__process_comms_since_sql(struct byte_buf *q, int64_t from_ms);
+/* Appends " AND day BETWEEN ... AND ..." for rows whose `day` is their own time's (samples,
+ * offcpu, launches, os and host rows, rollups): the partitions of [from_ms, to_ms]. */
+void ch__own_days_sql(struct byte_buf *q, int64_t from_ms, int64_t to_ms);
 
 #endif

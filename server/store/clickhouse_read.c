@@ -3,8 +3,10 @@
  * counters and kernel symbols. Every answer is TabSeparated, read by the bounded decoder. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/error.h"
 #include "server/store/clickhouse_internal.h"
@@ -226,6 +228,67 @@ int ch__nodes_list(struct store *base, store_node_fn fn, void *arg)
 	return rc;
 }
 
+/* ---- reads bounded to the days of their range ------------------------------------------------ */
+
+#define MS_PER_DAY 86400000LL
+/* The last day 18.16 parses from text (2105-12-31; later ones read as 0000-00-00), though a
+ * Date column holds up to 65535 (rows of later times are stored clamped to it). */
+#define CH_MAX_TEXT_DAY 49672LL
+
+void ch__day_string(int64_t ms, char out[CH_DAY_SIZE])
+{
+	int64_t day = ms < 0 ? 0 : ms / MS_PER_DAY;
+	time_t t = (time_t)((day > CH_MAX_TEXT_DAY ? CH_MAX_TEXT_DAY : day) * 86400);
+	struct tm tm;
+
+	gmtime_r(&t, &tm);
+	snprintf(out, CH_DAY_SIZE, "%04u-%02u-%02u", (unsigned)(tm.tm_year + 1900) % 10000u,
+		 (unsigned)(tm.tm_mon + 1) % 100u, (unsigned)tm.tm_mday % 100u);
+}
+
+static void since_day(int64_t from_ms, char out[CH_DAY_SIZE])
+{
+	ch__day_string(from_ms < INT64_MIN + MS_PER_DAY ? INT64_MIN : from_ms - MS_PER_DAY, out);
+}
+
+void ch__committed_since_sql(struct byte_buf *q, int64_t from_ms)
+{
+	char day[CH_DAY_SIZE];
+
+	since_day(from_ms, day);
+	byte_buf_printf(q, "attempt IN (SELECT min(attempt) FROM batches WHERE day >= '%s'"
+			   " GROUP BY node_id, epoch, sequence)", day);
+}
+
+void ch__received_since_sql(struct byte_buf *q, int64_t from_ms)
+{
+	char day[CH_DAY_SIZE];
+
+	since_day(from_ms, day);
+	byte_buf_printf(q, "day >= '%s' AND ", day);
+	ch__committed_since_sql(q, from_ms);
+}
+
+void ch__process_comms_since_sql(struct byte_buf *q, int64_t from_ms)
+{
+	byte_buf_printf(q, "(SELECT process, argMax(comm, received_ns) AS comm FROM processes"
+			   " WHERE ");
+	ch__received_since_sql(q, from_ms);
+	byte_buf_printf(q, " GROUP BY process)");
+}
+
+void ch__own_days_sql(struct byte_buf *q, int64_t from_ms, int64_t to_ms)
+{
+	char from[CH_DAY_SIZE], to[CH_DAY_SIZE];
+
+	ch__day_string(from_ms, from);
+	byte_buf_printf(q, " AND day >= '%s'", from);
+	if (to_ms / MS_PER_DAY < CH_MAX_TEXT_DAY) { /* else unbounded: days past it are stored */
+		ch__day_string(to_ms, to);
+		byte_buf_printf(q, " AND day <= '%s'", to);
+	}
+}
+
 /* ---- samples -------------------------------------------------------------------------------- */
 
 int ch__filter_conds(struct byte_buf *q, const struct store_sample_filter *f, bool thread_comm)
@@ -234,8 +297,9 @@ int ch__filter_conds(struct byte_buf *q, const struct store_sample_filter *f, bo
 		char lower[2 * SYSOM_NODE_ID_SIZE + 1];
 		size_t n = strlen(f->node);
 
-		byte_buf_printf(q, " AND node_id IN (SELECT node_id FROM batches WHERE " CH_COMMITTED
-				   " GROUP BY node_id HAVING node_id = ");
+		byte_buf_printf(q, " AND node_id IN (SELECT node_id FROM batches WHERE ");
+		ch__received_since_sql(q, f->from_ms);
+		byte_buf_printf(q, " GROUP BY node_id HAVING node_id = ");
 		if (n < sizeof(lower)) {
 			for (size_t i = 0; i <= n; i++)
 				lower[i] = (char)(f->node[i] >= 'A' && f->node[i] <= 'Z'
@@ -273,9 +337,13 @@ int ch__filter_conds(struct byte_buf *q, const struct store_sample_filter *f, bo
 /* Appends the samples (joined with their process's comm) matching `f`, as a FROM clause. */
 static int filter_from(struct byte_buf *q, const struct store_sample_filter *f)
 {
-	byte_buf_printf(q, " FROM samples ANY LEFT JOIN " CH_PROCESS_COMMS " USING process"
-			   " WHERE time_ms BETWEEN %" PRId64 " AND %" PRId64 " AND " CH_COMMITTED,
+	byte_buf_printf(q, " FROM samples ANY LEFT JOIN ");
+	ch__process_comms_since_sql(q, f->from_ms);
+	byte_buf_printf(q, " USING process WHERE time_ms BETWEEN %" PRId64 " AND %" PRId64,
 			f->from_ms, f->to_ms);
+	ch__own_days_sql(q, f->from_ms, f->to_ms);
+	byte_buf_printf(q, " AND ");
+	ch__committed_since_sql(q, f->from_ms);
 	return ch__filter_conds(q, f, true);
 }
 

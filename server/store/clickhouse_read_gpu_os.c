@@ -14,8 +14,19 @@
 /* Rows of `table` in the filter's time range, committed, as a WHERE clause. */
 static void range_where(struct byte_buf *q, const struct store_sample_filter *f)
 {
-	byte_buf_printf(q, " WHERE time_ms BETWEEN %" PRId64 " AND %" PRId64 " AND " CH_COMMITTED,
-			f->from_ms, f->to_ms);
+	byte_buf_printf(q, " WHERE time_ms BETWEEN %" PRId64 " AND %" PRId64, f->from_ms,
+			f->to_ms);
+	ch__own_days_sql(q, f->from_ms, f->to_ms);
+	byte_buf_printf(q, " AND ");
+	ch__committed_since_sql(q, f->from_ms);
+}
+
+/* " ANY LEFT JOIN <the processes' comms> USING process" for rows of f's range. */
+static void join_comms(struct byte_buf *q, const struct store_sample_filter *f)
+{
+	byte_buf_printf(q, " ANY LEFT JOIN ");
+	ch__process_comms_since_sql(q, f->from_ms);
+	byte_buf_printf(q, " USING process");
 }
 
 /* The stacks a group names, for the prefetch (an optimization: on ENOMEM it is skipped). */
@@ -79,8 +90,8 @@ int ch__launches_aggregate(struct store *base, const struct store_sample_filter 
 	byte_buf_printf(&q, "SELECT comm, min(tgid), max(tgid), uniqExact(process), user_stack AS u,"
 			    " kernel_name != '' AS named, if(kernel_name != '', kernel_name,"
 			    " concat('0x', replaceRegexpOne(lower(hex(function)), '^0+(.)', '\\\\1')))"
-			    " AS kn, sum(count) AS c FROM launches ANY LEFT JOIN " CH_PROCESS_COMMS
-			    " USING process");
+			    " AS kn, sum(count) AS c FROM launches");
+	join_comms(&q, f);
 	range_where(&q, f);
 	if ((rc = ch__filter_conds(&q, f, false)))
 		goto cleanup;
@@ -157,8 +168,9 @@ int ch__gpu_time_aggregate(struct store *base, const struct store_sample_filter 
 		"   (SELECT process, kernel_name AS name, sum(count) AS lt FROM launches");
 	range_where(&q, f);
 	byte_buf_printf(&q, "    GROUP BY process, name) USING (process, name))"
-		"  USING (process, name))"
-		" ANY LEFT JOIN " CH_PROCESS_COMMS " USING process WHERE 1");
+		"  USING (process, name))");
+	join_comms(&q, f);
+	byte_buf_printf(&q, " WHERE 1");
 	if ((rc = ch__filter_conds(&q, f, false)))
 		goto cleanup;
 	byte_buf_printf(&q, " GROUP BY comm, u, seen, name WITH TOTALS"
@@ -197,8 +209,8 @@ int ch__offcpu_aggregate(struct store *base, const struct store_sample_filter *f
 			"SELECT comm, min(tgid) AS lo, max(tgid) AS hi, uniqExact(process) AS procs,"
 			" user_stack AS u, kernel_stack AS k, intDiv(sum(blocked_ns), 1000) AS c0");
 	if (!ch__rollup_from(&q, base, f, true)) {
-		byte_buf_printf(&q, " FROM offcpu ANY LEFT JOIN " CH_PROCESS_COMMS
-				    " USING process");
+		byte_buf_printf(&q, " FROM offcpu");
+		join_comms(&q, f);
 		range_where(&q, f);
 	}
 	if ((rc = ch__filter_conds(&q, f, true)))
@@ -224,18 +236,22 @@ int ch__wall_aggregate(struct store *base, const struct store_sample_filter *f, 
 		" toInt64(sum(ns) / 1000) AS c0 FROM"
 		" (SELECT comm, tgid, process, u, k, count * 1e15 / (hz * ppm) AS ns FROM"
 		"  (SELECT comm, tgid, process, node_id, user_stack AS u, kernel_stack AS k, count"
-		"   FROM samples ANY LEFT JOIN " CH_PROCESS_COMMS " USING process");
+		"   FROM samples");
+	join_comms(&q, f);
 	range_where(&q, f);
 	if ((rc = ch__filter_conds(&q, f, true)))
 		goto cleanup;
+	/* The node's latest rate: its latest batch, which is one received since the range's
+	 * first day when the node has samples in the range. */
 	byte_buf_printf(&q, "  ) ANY INNER JOIN"
 		"  (SELECT node_id, toUInt64(argMax(sample_hz, received_ns)) AS hz,"
-		"   toUInt64(argMax(sample_rate_ppm, received_ns)) AS ppm FROM batches WHERE "
-		CH_COMMITTED " GROUP BY node_id) USING node_id WHERE hz > 0 AND ppm > 0"
+		"   toUInt64(argMax(sample_rate_ppm, received_ns)) AS ppm FROM batches WHERE ");
+	ch__received_since_sql(&q, f->from_ms);
+	byte_buf_printf(&q, " GROUP BY node_id) USING node_id WHERE hz > 0 AND ppm > 0"
 		"  UNION ALL"
 		"  SELECT comm, tgid, process, user_stack AS u, kernel_stack AS k,"
-		"  toFloat64(blocked_ns) AS ns FROM offcpu ANY LEFT JOIN " CH_PROCESS_COMMS
-		"  USING process");
+		"  toFloat64(blocked_ns) AS ns FROM offcpu");
+	join_comms(&q, f);
 	range_where(&q, f);
 	if ((rc = ch__filter_conds(&q, f, true)))
 		goto cleanup;

@@ -170,13 +170,21 @@ int ch__rollup_from(struct byte_buf *q, struct store *base, const struct store_s
 	 * holding `from`); rollup rows have no thread comm ('' never names a thread). */
 	byte_buf_printf(q, " FROM (SELECT node_id, process, tgid, thread_comm, user_stack,"
 			   " kernel_stack, %s FROM %s WHERE time_ms BETWEEN %" PRId64
-			   " AND %" PRId64 " AND time_ms >= %" PRId64 " AND " CH_COMMITTED,
+			   " AND %" PRId64 " AND time_ms >= %" PRId64,
 			value, offcpu ? "offcpu" : "samples", f->from_ms, f->to_ms, cutoff);
+	ch__own_days_sql(q, cutoff > f->from_ms ? cutoff : f->from_ms, f->to_ms);
+	byte_buf_printf(q, " AND ");
+	ch__committed_since_sql(q, from_min);
 	byte_buf_printf(q, " UNION ALL SELECT node_id, process, tgid, '' AS thread_comm,"
 			   " user_stack, kernel_stack, %s FROM %s WHERE minute_ms BETWEEN %" PRId64
-			   " AND %" PRId64 " AND minute_ms < %" PRId64 " AND " CH_COMMITTED ")"
-			   " ANY LEFT JOIN " CH_PROCESS_COMMS " USING process WHERE 1",
+			   " AND %" PRId64 " AND minute_ms < %" PRId64,
 			value, offcpu ? "offcpu_minutes" : "sample_minutes", from_min, f->to_ms,
 			cutoff);
+	ch__own_days_sql(q, from_min, f->to_ms);
+	byte_buf_printf(q, " AND ");
+	ch__committed_since_sql(q, from_min);
+	byte_buf_printf(q, ") ANY LEFT JOIN ");
+	ch__process_comms_since_sql(q, from_min);
+	byte_buf_printf(q, " USING process WHERE 1");
 	return 1;
 }

@@ -968,6 +968,89 @@ static uint64_t same_agg(struct ctx *c, enum agg kind, const struct store_sample
 	return ta;
 }
 
+/* Puts the fixture batch into both stores as received at `received_ns`. */
+static void put_both_at(struct ctx *c, const struct fixture_spec *spec, int64_t received_ns)
+{
+	struct store *st[2] = { c->sq, c->ch };
+
+	for (int i = 0; i < 2; i++) {
+		struct sysom_batch b;
+		struct store_put_result r;
+
+		assert_int_equal(fixture_batch_build(&b, spec), 0);
+		int rc = store_batch_put(st[i], &b, FIXTURE_HASH, received_ns, &r);
+		if (rc)
+			fail_msg("store_batch_put: %s", sysom_strerror(rc));
+		assert_false(r.duplicate);
+		sysom_batch_free(&b);
+	}
+}
+
+/*
+ * ClickHouse reads over a range look only at the batches (and process rows) received from the
+ * day before the range on: nothing a range holds may be lost by that, whatever the receive
+ * days. Batches ten days apart, a spooled batch received two days after its window, an agent
+ * clock 20 hours ahead of the server's (rows timed past midnight, received the day before):
+ * every range gives SQLite's answer, node and comm filters included.
+ */
+static void test_day_bounds(void **state)
+{
+	struct ctx *c = *state;
+	const int64_t day = 86400000000000LL, hour = 3600000000000LL;
+	const int64_t t0 = (int64_t)T0, old = (int64_t)T0 - 10 * day;
+
+	REQUIRE_CH();
+	put_both_at(c, &(struct fixture_spec){ .node = 7, .epoch = 1, .sequence = 1,
+					       .window_start_ns = (uint64_t)old, .hostname = "a" },
+		    old + 60000000000LL);
+	put_both_at(c, &(struct fixture_spec){ .node = 7, .epoch = 1, .sequence = 2,
+					       .window_start_ns = (uint64_t)t0, .hostname = "a" },
+		    t0 + 60000000000LL);
+	put_both_at(c, &(struct fixture_spec){ .node = 8, .epoch = 1, .sequence = 1,
+					       .window_start_ns = (uint64_t)(old + 2 * hour),
+					       .hostname = "spooled", .python_comm = "late" },
+		    t0 + 2 * day);
+	put_both_at(c, &(struct fixture_spec){ .node = 9, .epoch = 1, .sequence = 1,
+					       .window_start_ns = (uint64_t)(t0 + 20 * hour),
+					       .hostname = "ahead" },
+		    t0);
+	const struct {
+		int64_t from, to; /* ns */
+		uint64_t want;
+	} ranges[] = {
+		{ old, old + hour, FIXTURE_SAMPLES },
+		{ old + 2 * hour, old + 3 * hour, FIXTURE_SAMPLES },
+		{ old, old + 3 * hour, 2 * FIXTURE_SAMPLES },
+		{ t0, t0 + hour, FIXTURE_SAMPLES },
+		{ t0 + 20 * hour, t0 + 21 * hour, FIXTURE_SAMPLES },
+		{ old - day, t0 + 2 * day, 4 * FIXTURE_SAMPLES },
+		{ old + 4 * hour, t0 - hour, 0 },
+	};
+	for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++) {
+		struct store_sample_filter f = { .from_ms = ranges[i].from / 1000000,
+						  .to_ms = ranges[i].to / 1000000 };
+		same_aggregate(c, &f, ranges[i].want);
+		same_agg(c, AGG_WALL, &f, 1000);
+		static struct text a, b;
+		memset(&a, 0, sizeof(a));
+		memset(&b, 0, sizeof(b));
+		assert_int_equal(store_processes_list(c->sq, &f, 100, process_text, &a), 0);
+		assert_int_equal(store_processes_list(c->ch, &f, 100, process_text, &b), 0);
+		text_sort(&a);
+		text_sort(&b);
+		assert_string_equal(a.buf, b.buf);
+	}
+	struct store_sample_filter f = { .from_ms = (old + 2 * hour) / 1000000,
+					  .to_ms = (old + 3 * hour) / 1000000, .node = "spooled" };
+	same_aggregate(c, &f, FIXTURE_SAMPLES);
+	f.node = NULL;
+	f.comm = "late";
+	same_aggregate(c, &f, 13);
+	f = (struct store_sample_filter){ .from_ms = (t0 + 20 * hour) / 1000000,
+					  .to_ms = (t0 + 21 * hour) / 1000000, .node = "ahead" };
+	same_aggregate(c, &f, FIXTURE_SAMPLES);
+}
+
 /* A job's GPU and OS rows as text (rows in their order; hosts, ids and values verbatim). */
 static void who_text(struct text *t, const struct store_gpu_owner *w)
 {
@@ -2253,6 +2336,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_same_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_day_bounds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_jobs_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_identity_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_identity_jobs_same_answers, setup, teardown),
