@@ -273,9 +273,13 @@ int ch__replicas_list(struct store *base, uint32_t max_age_s, uint32_t limit,
 		      store_replica_fn fn, void *arg);
 /* Appends the subquery of each process's merged identity, SQLite's process_identities row:
  * columns process, i_known (1), i_runtime, i_container_id, i_pod_uid, i_namespace,
- * i_pod_name, i_container_name, i_slurm_job, i_slurm_step, i_unit. With `job`, only the
- * processes that ever named that job (NULL: every process). */
-void ch__identities_merged_sql(struct byte_buf *q, const char *job);
+ * i_pod_name, i_container_name, i_slurm_job, i_slurm_step, i_unit. With `nodes` (a
+ * parenthesized list or subquery of node ids): only those nodes' processes, from all their
+ * committed batches (from_ms: CH_ALL_TIME), and with `job` only the processes that ever named
+ * that job. Without `nodes`: every process, from the batches received since the day before
+ * from_ms (CH_ALL_TIME: all). */
+void ch__identities_merged_sql(struct byte_buf *q, const char *job, const char *nodes,
+			       int64_t from_ms);
 /* The identity columns of ch__identities_merged_sql in store_identity's order (10 fields). */
 #define CH_IDENTITY_COLUMNS                                                                  \
 	"i_known, i_runtime, i_container_id, i_pod_uid, i_namespace, i_pod_name,"          \
@@ -283,7 +287,8 @@ void ch__identities_merged_sql(struct byte_buf *q, const char *job);
 #define CH_IDENTITY_FIELDS 10
 /* Appends "(SELECT process ...)": the processes whose identity matches the identity filters
  * of `f` (namespace, pod, container, unit, Slurm job), as SQLite's filter. */
-void ch__identity_processes_sql(struct byte_buf *q, const struct store_sample_filter *f);
+void ch__identity_processes_sql(struct byte_buf *q, const struct store_sample_filter *f,
+				 int64_t from_ms);
 /* Reads CH_IDENTITY_COLUMNS (f[0..9]; borrowed) into *id: known false when i_known is 0 (a
  * process without a stored identity, read through a LEFT JOIN). 0 or -EPROTO. */
 int ch__identity_read(char **f, struct store_identity *id);
@@ -327,6 +332,18 @@ void ch__committed_since_sql(struct byte_buf *q, int64_t from_ms);
 /* Appends "day >= <that day> AND " then ch__committed_since_sql: the committed rows of a
  * table whose day is the receive day (batches, processes) that can matter to the range. */
 void ch__received_since_sql(struct byte_buf *q, int64_t from_ms);
+/*
+ * CH_COMMITTED over the batches of some nodes: ch__committed_nodes_begin, then the caller
+ * appends a parenthesized list or subquery of node ids, then ch__committed_nodes_end, which
+ * with from_ms != CH_ALL_TIME keeps only those received from the day before from_ms's. A job's
+ * reads so group the job's nodes' batches (the primary key's prefix), not the fleet's, and
+ * exactly: a process's rows are all on its node.
+ */
+#define CH_ALL_TIME INT64_MIN
+void ch__committed_nodes_begin(struct byte_buf *q);
+void ch__committed_nodes_end(struct byte_buf *q, int64_t from_ms);
+/* "(SELECT node_id FROM job_ranks WHERE job = '<job>')": the nodes that ran a job. */
+void ch__job_node_ids_sql(struct byte_buf *q, const char *job);
 /* Appends CH_PROCESS_COMMS over the process rows received from the day before from_ms's. */
 void ch__process_comms_since_sql(struct byte_buf *q, int64_t from_ms);
 /* Appends " AND day BETWEEN ... AND ..." for rows whose `day` is their own time's (samples,

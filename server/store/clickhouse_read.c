@@ -260,6 +260,29 @@ void ch__committed_since_sql(struct byte_buf *q, int64_t from_ms)
 			   " GROUP BY node_id, epoch, sequence)", day);
 }
 
+void ch__committed_nodes_begin(struct byte_buf *q)
+{
+	byte_buf_printf(q, "attempt IN (SELECT min(attempt) FROM batches WHERE node_id IN ");
+}
+
+void ch__committed_nodes_end(struct byte_buf *q, int64_t from_ms)
+{
+	char day[CH_DAY_SIZE];
+
+	if (from_ms != CH_ALL_TIME) {
+		since_day(from_ms, day);
+		byte_buf_printf(q, " AND day >= '%s'", day);
+	}
+	byte_buf_printf(q, " GROUP BY node_id, epoch, sequence)");
+}
+
+void ch__job_node_ids_sql(struct byte_buf *q, const char *job)
+{
+	byte_buf_printf(q, "(SELECT node_id FROM job_ranks WHERE job = ");
+	ch__quote(q, job);
+	byte_buf_printf(q, ")");
+}
+
 void ch__received_since_sql(struct byte_buf *q, int64_t from_ms)
 {
 	char day[CH_DAY_SIZE];
@@ -329,7 +352,7 @@ int ch__filter_conds(struct byte_buf *q, const struct store_sample_filter *f, bo
 	}
 	if (store_filter_has_identity(f)) {
 		byte_buf_printf(q, " AND process IN ");
-		ch__identity_processes_sql(q, f);
+		ch__identity_processes_sql(q, f, f->from_ms);
 	}
 	return byte_buf_error(q);
 }
@@ -506,9 +529,21 @@ int ch__processes_list(struct store *base, const struct store_sample_filter *f, 
 		       store_process_fn fn, void *arg)
 {
 	struct process_visit v = { fn, arg };
-	struct byte_buf q = { 0 };
+	struct byte_buf q = { 0 }, top = { 0 }, nodes = { 0 };
 	int rc;
 
+	/* The top processes of the range (with their node), and their nodes: the processes' and
+	 * nodes' attributes are merged over every committed batch of those nodes (the primary
+	 * key's prefix), as SQLite keeps them, not over the fleet's. */
+	byte_buf_printf(&top, "(SELECT process, any(node_id) AS top_node, sum(count) AS c");
+	if ((rc = filter_from(&top, f)))
+		goto cleanup;
+	byte_buf_printf(&top, " GROUP BY process ORDER BY c DESC, process LIMIT %u)", limit);
+	byte_buf_append(&top, "", 1);
+	byte_buf_printf(&nodes, "(SELECT top_node FROM %s)", (const char *)top.data);
+	byte_buf_append(&nodes, "", 1);
+	if ((rc = byte_buf_error(&top)) || (rc = byte_buf_error(&nodes)))
+		goto cleanup;
 	/* One JOIN per SELECT (18.16): the top processes, their attributes, their identity (a
 	 * process without one reads i_known 0), then their node's hostname. */
 	byte_buf_printf(&q,
@@ -518,27 +553,33 @@ int ch__processes_list(struct store *base, const struct store_sample_filter *f, 
 		"  cmdline, first_seen_ns, last_seen_ns, " CH_IDENTITY_COLUMNS " FROM"
 		" (SELECT process, c, node_id, tgid, ppid, generation, start_time_ns, comm, exe,"
 		"  cmdline, first_seen_ns, last_seen_ns FROM"
-		"  (SELECT process, sum(count) AS c");
-	if ((rc = filter_from(&q, f)))
-		goto cleanup;
-	byte_buf_printf(&q,
-		"  GROUP BY process ORDER BY c DESC, process LIMIT %u)"
+		"  (SELECT process, c FROM %s)"
 		"  ANY LEFT JOIN (SELECT process, any(node_id) AS node_id, any(tgid) AS tgid,"
 		"   argMax(ppid, received_ns) AS ppid, any(generation) AS generation,"
 		"   any(start_time_ns) AS start_time_ns, argMax(comm, received_ns) AS comm,"
 		"   argMax(exe, received_ns) AS exe, argMax(cmdline, received_ns) AS cmdline,"
 		"   min(first_seen_ns) AS first_seen_ns, max(last_seen_ns) AS last_seen_ns"
-		"   FROM processes WHERE " CH_COMMITTED " GROUP BY process) USING process)"
-		"  ANY LEFT JOIN ", limit);
-	ch__identities_merged_sql(&q, NULL);
+		"   FROM (SELECT * FROM processes WHERE node_id IN %s"
+		"   AND process IN (SELECT process FROM %s) AND ",
+		(const char *)top.data, (const char *)nodes.data, (const char *)top.data);
+	ch__committed_nodes_begin(&q);
+	byte_buf_printf(&q, "%s", (const char *)nodes.data);
+	ch__committed_nodes_end(&q, CH_ALL_TIME);
+	byte_buf_printf(&q, ") GROUP BY process) USING process) ANY LEFT JOIN ");
+	ch__identities_merged_sql(&q, NULL, (const char *)nodes.data, CH_ALL_TIME);
 	byte_buf_printf(&q,
 		"  USING process)"
 		" ANY LEFT JOIN (SELECT node_id, argMax(hostname, received_ns) AS hostname"
-		"  FROM batches WHERE " CH_COMMITTED " GROUP BY node_id) USING node_id"
-		" ORDER BY c DESC, process");
+		"  FROM batches WHERE node_id IN %s AND ", (const char *)nodes.data);
+	ch__committed_nodes_begin(&q);
+	byte_buf_printf(&q, "%s", (const char *)nodes.data);
+	ch__committed_nodes_end(&q, CH_ALL_TIME);
+	byte_buf_printf(&q, " GROUP BY node_id) USING node_id ORDER BY c DESC, process");
 	rc = ch__select_run(ch__store(base), &q, 12 + CH_IDENTITY_FIELDS, process_row, &v, NULL);
 cleanup:
 	byte_buf_free(&q);
+	byte_buf_free(&top);
+	byte_buf_free(&nodes);
 	return rc;
 }
 

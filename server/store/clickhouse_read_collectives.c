@@ -73,6 +73,14 @@ static int node_field(const char *f, char out[2 * SYSOM_NODE_ID_SIZE + 1])
 	return 0;
 }
 
+/* CH_COMMITTED over the batches of the nodes that ran `job`. */
+static void job_committed(struct byte_buf *q, const char *job)
+{
+	ch__committed_nodes_begin(q);
+	ch__job_node_ids_sql(q, job);
+	ch__committed_nodes_end(q, CH_ALL_TIME);
+}
+
 /* The merged job rank of each process that ever named job `job` (NULL: every process). */
 static void job_ranks_merged(struct byte_buf *q, const char *job)
 {
@@ -88,11 +96,18 @@ static void job_ranks_merged(struct byte_buf *q, const char *job)
 			   " gpu_device >= 0), -1) AS gdev,"
 			   " any(node_id) AS node, any(tgid) AS pid, any(start_time_ns) AS st,"
 			   " any(generation) AS gen, min(window_start_ns) AS f, max(window_end_ns) AS l"
-			   " FROM job_ranks WHERE " CH_COMMITTED);
+			   " FROM job_ranks WHERE ");
 	if (job) {
+		/* The batches of the nodes that ran the job (its processes' rows in other jobs
+		 * are on the same nodes). */
+		job_committed(q, job);
 		byte_buf_printf(q, " AND process IN (SELECT process FROM job_ranks WHERE job = ");
 		ch__quote(q, job);
-		byte_buf_printf(q, " AND " CH_COMMITTED ")");
+		byte_buf_printf(q, " AND ");
+		job_committed(q, job);
+		byte_buf_printf(q, ")");
+	} else {
+		byte_buf_printf(q, CH_COMMITTED);
 	}
 	byte_buf_printf(q, " GROUP BY process");
 	if (job) {
@@ -163,13 +178,21 @@ static int hosts_read(struct ch_store *s, const char *const *nodes, size_t n, st
 		return -ENOMEM;
 	if (!n)
 		return 0;
-	byte_buf_printf(&q, "SELECT node_id, argMax(hostname, received_ns) FROM batches WHERE "
-			    CH_COMMITTED " AND node_id IN (");
-	for (size_t i = 0; i < n; i++) {
-		byte_buf_printf(&q, "%s", i ? "," : "");
-		ch__quote(&q, nodes[i]);
+	byte_buf_printf(&q, "SELECT node_id, argMax(hostname, received_ns) FROM batches WHERE ");
+	for (int pass = 0; pass < 2; pass++) { /* the committed batches of these nodes, and them */
+		if (pass == 0)
+			ch__committed_nodes_begin(&q);
+		else
+			byte_buf_printf(&q, " AND node_id IN ");
+		for (size_t i = 0; i < n; i++) {
+			byte_buf_printf(&q, "%s", i ? "," : "(");
+			ch__quote(&q, nodes[i]);
+		}
+		byte_buf_printf(&q, ")");
+		if (pass == 0)
+			ch__committed_nodes_end(&q, CH_ALL_TIME);
 	}
-	byte_buf_printf(&q, ") GROUP BY node_id");
+	byte_buf_printf(&q, " GROUP BY node_id");
 	rc = run(s, &q, 2, host_row, h);
 	byte_buf_free(&q);
 	if (!rc && h->n)
@@ -235,7 +258,7 @@ int ch__jobs_list_identity(struct store *base, const struct store_sample_filter 
 	byte_buf_printf(&q, " WHERE j != '' AND j IN (SELECT j FROM ");
 	job_ranks_merged(&q, NULL);
 	byte_buf_printf(&q, " WHERE process IN ");
-	ch__identity_processes_sql(&q, f);
+	ch__identity_processes_sql(&q, f, CH_ALL_TIME);
 	byte_buf_printf(&q, ") GROUP BY j ORDER BY last DESC, j LIMIT %" PRIu32, limit);
 	rc = run(ch__store(base), &q, 7, job_row, &v);
 	byte_buf_free(&q);
@@ -373,14 +396,18 @@ int ch__job_ranks_list(struct store *base, const char *job, uint32_t limit, stor
 	struct comm_names cn = { 0 };
 	struct hosts h = { 0 };
 	const char **nodes = NULL;
-	struct byte_buf q = { 0 };
+	struct byte_buf q = { 0 }, job_nodes = { 0 };
 	int rc;
 
 	byte_buf_printf(&q, "SELECT process, r, ws, lr, lws, gr, src, node, pid, gen, st, jis, ms,"
 			    " gs, f, l, role, rpid, " CH_IDENTITY_COLUMNS ", gdev FROM ");
 	job_ranks_merged(&q, job);
 	byte_buf_printf(&q, " ANY LEFT JOIN ");
-	ch__identities_merged_sql(&q, job);
+	ch__job_node_ids_sql(&job_nodes, job);
+	byte_buf_append(&job_nodes, "", 1);
+	if ((rc = byte_buf_error(&job_nodes)))
+		goto cleanup;
+	ch__identities_merged_sql(&q, job, (const char *)job_nodes.data, CH_ALL_TIME);
 	byte_buf_printf(&q, " USING process ORDER BY r < 0, r, node, pid, st LIMIT %" PRIu32, limit);
 	if ((rc = run(s, &q, 19 + CH_IDENTITY_FIELDS, rank_row, &rs)) || !rs.n)
 		goto cleanup;
@@ -393,8 +420,9 @@ int ch__job_ranks_list(struct store *base, const char *job, uint32_t limit, stor
 	}
 	cn.cap = rs.n;
 	q.len = 0;
-	byte_buf_printf(&q, "SELECT process, argMax(comm, received_ns) FROM processes WHERE "
-			    CH_COMMITTED " AND process IN (");
+	byte_buf_printf(&q, "SELECT process, argMax(comm, received_ns) FROM processes WHERE ");
+	job_committed(&q, job);
+	byte_buf_printf(&q, " AND node_id IN %s AND process IN (", (const char *)job_nodes.data);
 	for (size_t i = 0; i < rs.n; i++) {
 		byte_buf_printf(&q, "%s%" PRIu64, i ? "," : "", rs.v[i].process);
 		nodes[i] = rs.v[i].r.node_id;
@@ -423,6 +451,7 @@ cleanup:
 	free(nodes);
 	hosts_free(&h);
 	byte_buf_free(&q);
+	byte_buf_free(&job_nodes);
 	return rc;
 }
 
@@ -780,6 +809,26 @@ static int call_cmp(const void *a, const void *b)
 	return (x->idx > y->idx) - (x->idx < y->idx);
 }
 
+static int64_t ns_to_ms(int64_t ns)
+{
+	return ns / 1000000 - (ns % 1000000 < 0);
+}
+
+/*
+ * CH_COMMITTED for the calls and spans of the instances of [from, to]: the batches of the job's
+ * nodes received from the day before `from` on. The batch holding a call has a window that
+ * holds its exit, and a collective's every call exits after its last rank entered, which for
+ * an instance with a call in the range is at `from` or later: so even a rank's call entered
+ * long before the range is in a batch received since (one a day behind only with a call left
+ * unfinished for a day, which NCCL's and PyTorch's timeouts end much sooner).
+ */
+static void range_committed(struct byte_buf *q, const struct coll *c)
+{
+	ch__committed_nodes_begin(q);
+	ch__job_node_ids_sql(q, c->f->job);
+	ch__committed_nodes_end(q, ns_to_ms(c->f->from_ns));
+}
+
 /* The filters every instance query shares (communicator, op). */
 static void coll_filters(struct byte_buf *q, const struct store_collective_filter *f)
 {
@@ -801,7 +850,9 @@ static int instances_read(struct coll *c, uint32_t max_instances)
 
 	byte_buf_printf(&q, "SELECT comm_key, op, min(min_seq), max(max_seq) FROM nccl_spans"
 			    " WHERE max_entry_ns >= %" PRId64 " AND min_entry_ns <= %" PRId64
-			    " AND " CH_COMMITTED " AND", f->from_ns, f->to_ns);
+			    " AND ", f->from_ns, f->to_ns);
+	range_committed(&q, c);
+	byte_buf_printf(&q, " AND");
 	jp_in(&q, &c->jp, f->job);
 	coll_filters(&q, f);
 	byte_buf_printf(&q, " GROUP BY comm_key, op");
@@ -809,8 +860,11 @@ static int instances_read(struct coll *c, uint32_t max_instances)
 		goto cleanup;
 	q.len = 0;
 	byte_buf_printf(&q, "SELECT comm_key, op, seq, min(entry_ns) AS first FROM nccl_calls"
-			    " WHERE entry_ns BETWEEN %" PRId64 " AND %" PRId64 " AND " CH_COMMITTED
-			    " AND", f->from_ns, f->to_ns);
+			    " WHERE entry_ns BETWEEN %" PRId64 " AND %" PRId64, f->from_ns, f->to_ns);
+	ch__own_days_sql(&q, ns_to_ms(f->from_ns), ns_to_ms(f->to_ns));
+	byte_buf_printf(&q, " AND ");
+	range_committed(&q, c);
+	byte_buf_printf(&q, " AND");
 	jp_in(&q, &c->jp, f->job);
 	coll_filters(&q, f);
 	if (c->nranges <= RANGES_MAX) {
@@ -853,7 +907,9 @@ static int calls_read(struct coll *c)
 		for (size_t i = at; i < end; i++)
 			byte_buf_printf(&q, "%s(%" PRIu64 ", %u, %" PRIu64 ")", i > at ? "," : "",
 					c->insts[i].key, (unsigned)c->insts[i].op, c->insts[i].seq);
-		byte_buf_printf(&q, ") AND " CH_COMMITTED " AND");
+		byte_buf_printf(&q, ") AND ");
+		range_committed(&q, c);
+		byte_buf_printf(&q, " AND");
 		jp_in(&q, &c->jp, c->f->job);
 		rc = run(c->s, &q, 16, call_row, c);
 	}
@@ -879,8 +935,11 @@ static int comm_ranks_read(struct coll *c)
 
 		q.len = 0;
 		byte_buf_printf(&q, "SELECT process, key, " CM_MERGE("rank", "rank >= 0") ", "
-				    CM_MERGE("nranks", "nranks >= 1") " FROM communicators WHERE "
-				    CH_COMMITTED " AND key IN (");
+				    CM_MERGE("nranks", "nranks >= 1") " FROM communicators WHERE ");
+		/* Every window of the job's nodes: a communicator's rank may be known only
+		 * from the batch that saw it created, days before the range. */
+		job_committed(&q, c->f->job);
+		byte_buf_printf(&q, " AND key IN (");
 		for (size_t i = at; i < end; i++)
 			byte_buf_printf(&q, "%s%" PRIu64, i > at ? "," : "", keys[i]);
 		byte_buf_printf(&q, ") AND");

@@ -17,9 +17,30 @@
 #include "server/store/clickhouse_internal.h"
 
 /* Nodes' current hostname and first receive time, to join USING node. */
-#define NODE_NAMES                                                                          \
-	"(SELECT node_id AS node, argMax(hostname, received_ns) AS hostname,"                \
-	" min(received_ns) AS node_first FROM batches WHERE " CH_COMMITTED " GROUP BY node_id)"
+/* " ANY LEFT JOIN <the job's nodes' current hostnames and first batch> USING node": all
+ * their committed batches, read through the primary key's node prefix. */
+static void join_node_names(struct byte_buf *q, const char *job)
+{
+	byte_buf_printf(q, " ANY LEFT JOIN (SELECT node_id AS node, argMax(hostname, received_ns)"
+			   " AS hostname, min(received_ns) AS node_first FROM batches WHERE ");
+	ch__committed_nodes_begin(q);
+	ch__job_node_ids_sql(q, job);
+	ch__committed_nodes_end(q, CH_ALL_TIME);
+	byte_buf_printf(q, " AND node_id IN ");
+	ch__job_node_ids_sql(q, job);
+	byte_buf_printf(q, " GROUP BY node_id) USING node");
+}
+
+/* " AND <committed>" for a job's rows timed in [from_ms, to_ms] (their own days). */
+static void job_range_committed(struct byte_buf *q, const char *job, int64_t from_ms,
+				int64_t to_ms)
+{
+	ch__own_days_sql(q, from_ms, to_ms);
+	byte_buf_printf(q, " AND ");
+	ch__committed_nodes_begin(q);
+	ch__job_node_ids_sql(q, job);
+	ch__committed_nodes_end(q, from_ms);
+}
 
 /* Owner columns of the rows below, in store_gpu_owner order, and their order. */
 #define OWNER_COLUMNS "r, pid, st, hostname"
@@ -34,9 +55,11 @@ static void job_from(struct byte_buf *q, const char *table, const char *cols,
 	ch__job_ranks_sql(q, f->job);
 	if (f->has_rank)
 		byte_buf_printf(q, " WHERE r = %" PRId32, f->rank);
-	byte_buf_printf(q, ") USING process WHERE time_ms BETWEEN %" PRId64 " AND %" PRId64
-			   " AND " CH_COMMITTED ") ANY LEFT JOIN " NODE_NAMES " USING node",
+	byte_buf_printf(q, ") USING process WHERE time_ms BETWEEN %" PRId64 " AND %" PRId64,
 			f->from_ms, f->to_ms);
+	job_range_committed(q, f->job, f->from_ms, f->to_ms);
+	byte_buf_printf(q, ")");
+	join_node_names(q, f->job);
 }
 
 /* The nodes of the job's (selected) ranks, as a subquery of node ids. */
@@ -310,9 +333,11 @@ int ch__job_os(struct store *base, const struct store_os_filter *of, uint32_t ma
 	byte_buf_printf(&q, ", context_switches, runq_wait_ns FROM (SELECT node_id AS node, *"
 			    " FROM os_cpus WHERE node_id IN ");
 	job_nodes(&q, &f);
-	byte_buf_printf(&q, " AND time_ms BETWEEN %" PRId64 " AND %" PRId64 " AND " CH_COMMITTED
-			    ") ANY LEFT JOIN " NODE_NAMES " USING node"
-			    " ORDER BY node_first, node, cpu, time_ms", f.from_ms, f.to_ms);
+	byte_buf_printf(&q, " AND time_ms BETWEEN %" PRId64 " AND %" PRId64, f.from_ms, f.to_ms);
+	job_range_committed(&q, f.job, f.from_ms, f.to_ms);
+	byte_buf_printf(&q, ")");
+	join_node_names(&q, f.job);
+	byte_buf_printf(&q, " ORDER BY node_first, node, cpu, time_ms");
 	if ((rc = rows_run(s, &q, 10 + 2 * SYSOM_SOFTIRQ_COUNT, cpu_row, v, max_rows, truncated)))
 		goto cleanup;
 	q.len = 0;
@@ -320,9 +345,11 @@ int ch__job_os(struct store *base, const struct store_os_filter *of, uint32_t ma
 			    " (SELECT node_id AS node, cpu, irq, name, sum(count) AS c, sum(ns) AS n"
 			    " FROM os_irqs WHERE node_id IN ");
 	job_nodes(&q, &f);
-	byte_buf_printf(&q, " AND time_ms BETWEEN %" PRId64 " AND %" PRId64 " AND " CH_COMMITTED
-			    " GROUP BY node, cpu, irq, name) ANY LEFT JOIN " NODE_NAMES " USING node"
-			    " ORDER BY n DESC, node_first, node, cpu, irq", f.from_ms, f.to_ms);
+	byte_buf_printf(&q, " AND time_ms BETWEEN %" PRId64 " AND %" PRId64, f.from_ms, f.to_ms);
+	job_range_committed(&q, f.job, f.from_ms, f.to_ms);
+	byte_buf_printf(&q, " GROUP BY node, cpu, irq, name)");
+	join_node_names(&q, f.job);
+	byte_buf_printf(&q, " ORDER BY n DESC, node_first, node, cpu, irq");
 	rc = rows_run(s, &q, 6, irq_row, v, max_rows, truncated);
 cleanup:
 	byte_buf_free(&q);

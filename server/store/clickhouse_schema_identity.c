@@ -33,7 +33,8 @@ const char *const ch__migration_identity[] = {
 /* A name: the last non-empty one to arrive ("" when none did). */
 #define ID_NAME(col) "argMaxIf(" col ", received_ns, " col " != '')"
 
-void ch__identities_merged_sql(struct byte_buf *q, const char *job)
+void ch__identities_merged_sql(struct byte_buf *q, const char *job, const char *nodes,
+			       int64_t from_ms)
 {
 	byte_buf_printf(q, "(SELECT process, toUInt8(1) AS i_known,"
 			   " argMax(runtime, " ID_ORDER ") AS i_runtime,"
@@ -45,12 +46,25 @@ void ch__identities_merged_sql(struct byte_buf *q, const char *job)
 			   " argMax(slurm_job, " ID_ORDER ") AS i_slurm_job,"
 			   " argMax(slurm_step, " ID_ORDER ") AS i_slurm_step,"
 			   " argMax(unit, " ID_ORDER ") AS i_unit"
-			   " FROM process_identities WHERE " CH_COMMITTED);
-	/* A process's merge reads only its own rows: the job's processes need no others. */
-	if (job) {
-		byte_buf_printf(q, " AND process IN (SELECT process FROM job_ranks WHERE job = ");
-		ch__quote(q, job);
-		byte_buf_printf(q, " AND " CH_COMMITTED ")");
+			   " FROM process_identities WHERE ");
+	/* A process's merge reads only its own rows: the job's processes need no others, and
+	 * those are on the job's nodes; every batch carries its processes' identities, so the
+	 * rows of a range's processes are among those received since the day before it. */
+	if (nodes) {
+		ch__committed_nodes_begin(q);
+		byte_buf_printf(q, "%s", nodes);
+		ch__committed_nodes_end(q, from_ms);
+		byte_buf_printf(q, " AND node_id IN %s", nodes);
+		if (job) {
+			byte_buf_printf(q, " AND process IN (SELECT process FROM job_ranks"
+					   " WHERE job = ");
+			ch__quote(q, job);
+			byte_buf_printf(q, ")");
+		}
+	} else if (from_ms != CH_ALL_TIME) {
+		ch__received_since_sql(q, from_ms);
+	} else {
+		byte_buf_printf(q, CH_COMMITTED);
 	}
 	byte_buf_printf(q, " GROUP BY process)");
 }
@@ -71,10 +85,11 @@ static void quote_lower(struct byte_buf *q, const char *text)
 	free(l);
 }
 
-void ch__identity_processes_sql(struct byte_buf *q, const struct store_sample_filter *f)
+void ch__identity_processes_sql(struct byte_buf *q, const struct store_sample_filter *f,
+				 int64_t from_ms)
 {
 	byte_buf_printf(q, "(SELECT process FROM ");
-	ch__identities_merged_sql(q, NULL);
+	ch__identities_merged_sql(q, NULL, NULL, from_ms);
 	byte_buf_printf(q, " WHERE 1");
 	if (f->pod_namespace) {
 		byte_buf_printf(q, " AND i_namespace = ");
