@@ -40,27 +40,38 @@ int store__sqlite_nccl_rollup_state(struct store *base, int64_t *watermark_ns,
 }
 
 /* The blob's processes into nccl_instance_processes (newest first entry naming them). */
-static int processes_put(struct conn *c, const struct store__nccl_instance *r)
+static int processes_put(struct conn *c, const struct store__nccl_instances *r)
 {
+	struct nccl_instance *inst = NULL;
 	struct nccl_instance_call *calls = NULL;
-	size_t n = 0;
-	int rc = nccl_instance_decode(r->data, r->len, &calls, &n);
+	size_t ninst = 0, n = 0;
+	int64_t *seen = NULL;
+	size_t nseen = 0;
+	int rc = nccl_instance_decode(r->data, r->len, &inst, &ninst, &calls, &n);
 
+	if (!rc && !(seen = malloc(n * sizeof(*seen))))
+		rc = -ENOMEM;
 	for (size_t i = 0; i < n && !rc; i++) {
-		if (calls[i].process <= 0 || (i && calls[i].process == calls[i - 1].process))
+		bool dup = false;
+		for (size_t j = 0; j < nseen && !dup; j++)
+			dup = seen[j] == calls[i].process;
+		if (dup || calls[i].process <= 0)
 			continue;
+		seen[nseen++] = calls[i].process;
 		rc = store__query(c, &(struct store__query){
 			.sql = "INSERT INTO nccl_instance_processes (process, last_ns) VALUES (?1, ?2)"
 			       " ON CONFLICT (process) DO UPDATE SET last_ns = max(last_ns, ?2)",
 			.args = STORE__ARGS(STORE__INT(calls[i].process),
-					    STORE__INT(r->first_entry_ns)) });
+					    STORE__INT(r->first_max_ns)) });
 	}
+	free(seen);
+	free(inst);
 	free(calls);
 	return rc;
 }
 
-int store__sqlite_nccl_rollup_put(struct store *base, const struct store__nccl_instance *rows,
-				  size_t n)
+int store__sqlite_nccl_rollup_put(struct store *base,
+				  const struct store__nccl_instances *rows, size_t n)
 {
 	struct sqlite_store *s = store__sqlite(base);
 	struct conn *c;
@@ -71,28 +82,30 @@ int store__sqlite_nccl_rollup_put(struct store *base, const struct store__nccl_i
 	if ((rc = store__write_begin(s, &c)))
 		return rc;
 	for (size_t i = 0; i < n && !rc; i++) {
-		const struct store__nccl_instance *r = &rows[i];
+		const struct store__nccl_instances *r = &rows[i];
 		uint64_t changed = 0;
-		int64_t d = (int64_t)((uint64_t)r->last_entry_ns - (uint64_t)r->first_entry_ns);
+		int64_t d = (int64_t)((uint64_t)r->last_max_ns - (uint64_t)r->first_min_ns);
 
 		if (d > span)
 			span = d;
-		/* Written once: a run again (after a failure, or a raw call of an instance kept
-		 * already) changes nothing. */
+		/* Written once: a run again (after a failure) writes the same minute whole, which
+		 * changes nothing. */
 		rc = store__query(c, &(struct store__query){
-			.sql = "INSERT INTO nccl_instances (job, comm_key, op, seq, first_entry_ns,"
-			       " last_entry_ns, nranks, calls, data)"
-			       " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
-			       " ON CONFLICT (job, comm_key, op, seq) DO NOTHING RETURNING 1",
+			.sql = "INSERT INTO nccl_instances (job, comm_key, op, minute_ns, part,"
+			       " first_min_ns, first_max_ns, last_max_ns, instances, calls, data)"
+			       " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+			       " ON CONFLICT (job, comm_key, op, minute_ns, part) DO NOTHING"
+			       " RETURNING 1",
 			.args = STORE__ARGS(STORE__TEXT(r->job), STORE__INT(store__i64(r->comm_key)),
-					    STORE__INT(r->op), STORE__INT(store__i64(r->seq)),
-					    STORE__INT(r->first_entry_ns),
-					    STORE__INT(r->last_entry_ns), STORE__INT(r->nranks),
-					    STORE__INT(r->calls), STORE__BLOB(r->data, r->len)),
+					    STORE__INT(r->op), STORE__INT(r->minute_ns),
+					    STORE__INT(r->part), STORE__INT(r->first_min_ns),
+					    STORE__INT(r->first_max_ns), STORE__INT(r->last_max_ns),
+					    STORE__INT(r->instances), STORE__INT(r->calls),
+					    STORE__BLOB(r->data, r->len)),
 			.row = store__row_i64, .ctx = &(sqlite3_int64){ 0 }, .rows = &changed });
 		if (!rc && changed) {
 			rc = processes_put(c, r);
-			inserted++;
+			inserted += (int)r->instances;
 		}
 	}
 	if (!rc)
@@ -113,41 +126,43 @@ int store__sqlite_nccl_rollup_watermark_set(struct store *base, int64_t watermar
 
 struct list_ctx {
 	const struct store__nccl_rollup_query *q;
-	store__nccl_instance_fn fn;
+	store__nccl_instances_fn fn;
 	void *arg;
 };
 
 static int list_row(void *ctx, sqlite3_stmt *st)
 {
 	struct list_ctx *l = ctx;
-	struct store__nccl_instance r = {
+	struct store__nccl_instances r = {
 		.job = l->q->job,
 		.comm_key = store__u64(sqlite3_column_int64(st, 0)),
 		.op = (uint8_t)sqlite3_column_int(st, 1),
-		.seq = store__u64(sqlite3_column_int64(st, 2)),
-		.first_entry_ns = sqlite3_column_int64(st, 3),
-		.last_entry_ns = sqlite3_column_int64(st, 4),
-		.nranks = sqlite3_column_int(st, 5),
-		.calls = (uint32_t)sqlite3_column_int64(st, 6),
+		.minute_ns = sqlite3_column_int64(st, 2),
+		.part = (uint32_t)sqlite3_column_int64(st, 3),
+		.first_min_ns = sqlite3_column_int64(st, 4),
+		.first_max_ns = sqlite3_column_int64(st, 5),
+		.last_max_ns = sqlite3_column_int64(st, 6),
+		.instances = (uint32_t)sqlite3_column_int64(st, 7),
+		.calls = (uint32_t)sqlite3_column_int64(st, 8),
 	};
-	r.data = sqlite3_column_blob(st, 7);
-	int len = sqlite3_column_bytes(st, 7);
+	r.data = sqlite3_column_blob(st, 9);
+	int len = sqlite3_column_bytes(st, 9);
 	r.len = len > 0 ? (size_t)len : 0;
 	return l->fn(l->arg, &r);
 }
 
 int store__sqlite_nccl_rollup_list(struct store *base, const struct store__nccl_rollup_query *q,
-				   store__nccl_instance_fn fn, void *arg)
+				   store__nccl_instances_fn fn, void *arg)
 {
 	static const char *const sql[2][2][2] = {
 #define ROLLUP_SELECT                                                                          \
-	"SELECT comm_key, op, seq, first_entry_ns, last_entry_ns, nranks, calls, data"     \
-	" FROM nccl_instances WHERE job = ?1 AND first_entry_ns BETWEEN ?2 AND ?3"            \
-	" AND last_entry_ns >= ?4"
+	"SELECT comm_key, op, minute_ns, part, first_min_ns, first_max_ns, last_max_ns,"       \
+	" instances, calls, data FROM nccl_instances WHERE job = ?1"                          \
+	" AND first_min_ns BETWEEN ?2 AND ?3 AND last_max_ns >= ?4"
 #define ROLLUP_COMM " AND comm_key = ?5"
 #define ROLLUP_OP " AND op = ?6"
-#define ROLLUP_ASC " ORDER BY first_entry_ns, comm_key, op, seq"
-#define ROLLUP_DESC " ORDER BY first_entry_ns DESC, comm_key DESC, op DESC, seq DESC"
+#define ROLLUP_ASC " ORDER BY first_min_ns, comm_key, op, part"
+#define ROLLUP_DESC " ORDER BY first_min_ns DESC, comm_key DESC, op DESC, part DESC"
 		{ { ROLLUP_SELECT ROLLUP_ASC, ROLLUP_SELECT ROLLUP_DESC },
 		  { ROLLUP_SELECT ROLLUP_OP ROLLUP_ASC, ROLLUP_SELECT ROLLUP_OP ROLLUP_DESC } },
 		{ { ROLLUP_SELECT ROLLUP_COMM ROLLUP_ASC, ROLLUP_SELECT ROLLUP_COMM ROLLUP_DESC },

@@ -70,7 +70,7 @@ static const struct ret_table ret_tables[] = {
 	RET_TABLE("host_signals", "time_ms", false),
 	RET_ROLLUP("sample_minutes"),
 	RET_ROLLUP("offcpu_minutes"),
-	RET_ROLLUP_NS("nccl_instances", "first_entry_ns"),
+	RET_ROLLUP_NS("nccl_instances", "first_max_ns"), /* every instance older */
 	RET_ROLLUP_NS("nccl_instance_processes", "last_ns"),
 };
 

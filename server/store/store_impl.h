@@ -7,22 +7,24 @@
 
 /* ---- NCCL instance rollups (store_nccl_rollup.c, nccl_instance.h) ------------------------- */
 
-/* One collective instance as the rollup keeps it. */
-struct store__nccl_instance {
+/* The instances of one (job, communicator, op) whose first entry is in one minute, as the
+ * rollup keeps them (several parts when they pass one blob's bounds). */
+struct store__nccl_instances {
 	const char *job;
-	uint64_t comm_key, seq;
+	uint64_t comm_key;
 	uint8_t op;
-	int64_t first_entry_ns; /* the earliest entry of its calls */
-	int64_t last_entry_ns;  /* the latest entry of its calls */
-	int32_t nranks;         /* as store_collective_call.nranks */
-	uint32_t calls;         /* calls in the blob */
+	int64_t minute_ns;      /* the minute (its start) of their first entries */
+	uint32_t part;          /* 0, 1, ...: the minute's blobs in order */
+	int64_t first_min_ns, first_max_ns; /* their first entries */
+	int64_t last_max_ns;    /* the latest entry of their calls */
+	uint32_t instances, calls;
 	const void *data;       /* nccl_instance.h's blob (borrowed) */
 	size_t len;
 };
 
-/* Which rollup rows a backend lists: job `job`, first_entry_ns in [first_lo_ns, first_hi_ns],
- * last_entry_ns >= last_from_ns, the communicator and op filters of store_collective_filter;
- * ordered by first_entry_ns (descending: newest first), then key, op, seq. */
+/* Which rollup rows a backend lists: job `job`, first_min_ns in [first_lo_ns, first_hi_ns],
+ * last_max_ns >= last_from_ns, the communicator and op filters of store_collective_filter;
+ * ordered by first_min_ns (descending: newest first), then key, op, part. */
 struct store__nccl_rollup_query {
 	const char *job;
 	int64_t first_lo_ns, first_hi_ns, last_from_ns;
@@ -33,7 +35,7 @@ struct store__nccl_rollup_query {
 };
 
 /* Per listed row; borrowed for the call only. Nonzero stops (> 0: the listing returns 0). */
-typedef int (*store__nccl_instance_fn)(void *arg, const struct store__nccl_instance *r);
+typedef int (*store__nccl_instances_fn)(void *arg, const struct store__nccl_instances *r);
 
 /* What a kept call's process reference gives back. */
 struct store__nccl_process {
@@ -44,10 +46,12 @@ struct store__nccl_process {
 
 /*
  * Retention's first step: writes the instances of every job whose first entry is in
- * [watermark, before_ms) to the rollup, read from the raw calls, then moves the watermark to
- * before_ms. *instances (may be NULL) gets the instances written, *lost those not kept (more
- * than NCCL_INSTANCE_MAX_CALLS calls, or a tie of one nanosecond past the pass limit).
- * 0 on a backend without rollups. Returns 0 or a negative error (run it again).
+ * [watermark, before_ms rounded up to a minute) to the rollup, read from the raw calls, then
+ * moves the watermark there (a minute's blobs are written whole, once).
+ * *instances (may be NULL) gets the instances written, *lost those not kept (more than
+ * NCCL_INSTANCE_MAX_CALLS calls, past ROLLUP_MAX_HELD_CALLS in one minute of a job, or a tie
+ * of one nanosecond past the pass limit). 0 on a backend without rollups. Returns 0 or a
+ * negative error (run it again).
  */
 int store__nccl_rollup_run(struct store *s, int64_t before_ms, uint64_t *instances,
 			   uint64_t *lost);
@@ -138,12 +142,15 @@ struct store_ops {
 	/* NCCL instance rollups (store_nccl_rollup.c); all NULL on a backend that keeps none
 	 * (then its NCCL calls are read raw only and go at the raw retention). */
 	int (*nccl_rollup_state)(struct store *s, int64_t *watermark_ns, int64_t *max_span_ns);
-	/* Writes the rows not written yet (key: job, comm_key, op, seq) in one transaction,
-	 * keeping the processes their calls name; returns how many were new, or an error. */
-	int (*nccl_rollup_put)(struct store *s, const struct store__nccl_instance *rows, size_t n);
+	/* Writes the rows not written yet (key: job, comm_key, op, minute, part) in one
+	 * transaction, keeping the processes their calls name, and the longest
+	 * last_max_ns - first_min_ns as the state's max_span_ns; returns how many instances
+	 * were new, or an error. */
+	int (*nccl_rollup_put)(struct store *s, const struct store__nccl_instances *rows,
+			       size_t n);
 	int (*nccl_rollup_watermark_set)(struct store *s, int64_t watermark_ns);
 	int (*nccl_rollup_list)(struct store *s, const struct store__nccl_rollup_query *q,
-				store__nccl_instance_fn fn, void *arg);
+				store__nccl_instances_fn fn, void *arg);
 	int (*nccl_rollup_process)(struct store *s, int64_t process,
 				   struct store__nccl_process *out);
 };

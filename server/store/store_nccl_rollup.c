@@ -26,13 +26,13 @@
 /* Calls of a job entered this long before its first batch window still count (its first
  * run, without a watermark). */
 #define ROLLUP_MARGIN_NS (600 * NS_PER_S)
-/* Instances one pass reads (each held with its calls until the pass is written). */
+/* The instances of a job are read a minute (of first entries) at a time, in passes of at
+ * most this many instances (the raw reader holds their calls); the minute's are held until
+ * written, at most ROLLUP_MAX_HELD_CALLS calls (~56 bytes each; a 1,000-rank job at 10
+ * instances a second holds 600,000). */
+#define ROLLUP_MINUTE_NS (60 * NS_PER_S)
 #define ROLLUP_PASS_INSTANCES 1024
-/* A pass's time slice: starts at a minute, halves when a pass fills, doubles (to an hour)
- * while passes are small. */
-#define ROLLUP_SLICE_MIN_NS (1 * NS_PER_S)
-#define ROLLUP_SLICE_START_NS (60 * NS_PER_S)
-#define ROLLUP_SLICE_MAX_NS (3600 * NS_PER_S)
+#define ROLLUP_MAX_HELD_CALLS (4u << 20)
 /* Jobs one run looks at (names held). */
 #define ROLLUP_MAX_JOBS 100000
 
@@ -70,6 +70,13 @@ static int64_t sat_add(int64_t a, int64_t b)
 
 /* ---- the computation ------------------------------------------------------------------------ */
 
+static int64_t minute_floor_ns(int64_t ns)
+{
+	int64_t r = ns % ROLLUP_MINUTE_NS;
+
+	return r < 0 ? ns - r - ROLLUP_MINUTE_NS : ns - r;
+}
+
 struct job_name {
 	char *name;
 	int64_t first_seen_ns, last_seen_ns;
@@ -93,13 +100,18 @@ static int job_row(void *arg, const struct store_job *j)
 	return 0;
 }
 
-/* A written row with its blob (the blobs of a pass live in `blobs`). */
-struct pending {
-	struct store__nccl_instance row;
-	size_t off;
+/* One (communicator, op)'s instances of the minute being read. */
+struct acc {
+	uint64_t comm_key;
+	uint8_t op;
+	struct nccl_instance *inst;
+	size_t ninst, inst_cap;
+	struct nccl_instance_call *calls;
+	size_t ncalls, calls_cap;
+	int64_t last_max; /* the latest entry of their calls */
 };
 
-/* One pass over [from, to] of one job. */
+/* One minute of one job, read in passes over [from, to]. */
 struct pass {
 	const char *job;
 	int64_t from, to;
@@ -115,16 +127,43 @@ struct pass {
 	/* the pass */
 	uint32_t instances;
 	int64_t last_order; /* first_in_range of the last instance read */
-	struct pending *rows;
-	size_t nrows, rows_cap;
-	struct byte_buf blobs;
+	/* the minute */
+	struct acc *accs;
+	size_t naccs, accs_cap;
+	size_t held; /* calls in accs */
 	uint64_t lost;
 };
 
-/* The instance read is complete: kept when its first entry is in this pass's slice. */
+static void accs_reset(struct pass *p)
+{
+	for (size_t i = 0; i < p->naccs; i++) {
+		p->accs[i].ninst = 0;
+		p->accs[i].ncalls = 0;
+		p->accs[i].last_max = INT64_MIN;
+	}
+	p->held = 0;
+}
+
+static int acc_get(struct pass *p, struct acc **out)
+{
+	for (size_t i = 0; i < p->naccs; i++)
+		if (p->accs[i].comm_key == p->comm_key && p->accs[i].op == p->op) {
+			*out = &p->accs[i];
+			return 0;
+		}
+	if (SYSOM_ARRAY_RESERVE(p->accs, p->accs_cap, p->naccs, 8))
+		return -ENOMEM;
+	*out = &p->accs[p->naccs++];
+	**out = (struct acc){ .comm_key = p->comm_key, .op = p->op, .last_max = INT64_MIN };
+	return 0;
+}
+
+/* The instance read is complete: kept when its first entry is in this minute's range and a
+ * pass cut short did not give it already (those are the last ones, of the same first entry). */
 static int pass_close(struct pass *p)
 {
-	int rc = 0;
+	struct acc *a;
+	int rc;
 
 	if (!p->open)
 		return 0;
@@ -132,23 +171,38 @@ static int pass_close(struct pass *p)
 	p->instances++;
 	p->last_order = p->first_in_range;
 	if (p->first_entry < p->from || p->first_entry > p->to)
-		return 0; /* an earlier slice's (or none's: entered before the watermark) */
-	if (p->too_big) {
+		return 0; /* an earlier minute's (or none's: entered before the watermark) */
+	if ((rc = acc_get(p, &a)))
+		return rc;
+	for (size_t i = a->ninst; i > 0 && a->inst[i - 1].first_entry_ns == p->first_entry; i--)
+		if (a->inst[i - 1].seq == p->seq)
+			return 0;
+	if (p->too_big || p->held + p->ncalls > ROLLUP_MAX_HELD_CALLS) {
 		p->lost++;
 		return 0;
 	}
-	if (SYSOM_ARRAY_RESERVE(p->rows, p->rows_cap, p->nrows, 64))
+	if (SYSOM_ARRAY_RESERVE(a->inst, a->inst_cap, a->ninst, 64))
 		return -ENOMEM;
-	size_t off = p->blobs.len;
-	if ((rc = nccl_instance_encode(p->calls, p->ncalls, &p->blobs)))
-		return rc;
-	p->rows[p->nrows++] = (struct pending){
-		.row = { .job = p->job, .comm_key = p->comm_key, .seq = p->seq, .op = p->op,
-			 .first_entry_ns = p->first_entry, .last_entry_ns = p->last_entry,
-			 .nranks = p->nranks, .calls = (uint32_t)p->ncalls,
-			 .len = p->blobs.len - off },
-		.off = off,
-	};
+	if (a->ncalls + p->ncalls > a->calls_cap) {
+		size_t cap = a->calls_cap ? a->calls_cap : 256;
+		while (cap < a->ncalls + p->ncalls)
+			cap *= 2;
+		struct nccl_instance_call *v = realloc(a->calls, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		a->calls = v;
+		a->calls_cap = cap;
+	}
+	memcpy(a->calls + a->ncalls, p->calls, p->ncalls * sizeof(*p->calls));
+	a->inst[a->ninst++] = (struct nccl_instance){ .seq = p->seq,
+						      .first_entry_ns = p->first_entry,
+						      .nranks = p->nranks,
+						      .ncalls = (uint32_t)p->ncalls,
+						      .call0 = a->ncalls };
+	a->ncalls += p->ncalls;
+	p->held += p->ncalls;
+	if (p->last_entry > a->last_max)
+		a->last_max = p->last_entry;
 	return 0;
 }
 
@@ -191,71 +245,107 @@ static int pass_call(void *arg, const struct store_collective_call *c)
 	return 0;
 }
 
-/* Writes the pass's rows (their blobs are in place now that `blobs` no longer grows). */
-static int pass_write(struct store *s, struct pass *p, uint64_t *instances)
+/* Writes the minute's instances: per (communicator, op), blobs of at most the format's
+ * bounds, in one transaction. */
+static int minute_write(struct store *s, struct pass *p, int64_t minute, uint64_t *instances)
 {
-	struct store__nccl_instance *rows;
-	int rc;
+	struct store__nccl_instances *rows = NULL;
+	size_t nrows = 0, rows_cap = 0;
+	size_t *offs = NULL;
+	struct byte_buf blobs = { 0 };
+	int rc = 0;
 
-	if (!p->nrows)
-		return 0;
-	if (!(rows = malloc(p->nrows * sizeof(*rows))))
-		return -ENOMEM;
-	for (size_t i = 0; i < p->nrows; i++) {
-		rows[i] = p->rows[i].row;
-		rows[i].data = p->blobs.data + p->rows[i].off;
+	for (size_t i = 0; i < p->naccs && !rc; i++) {
+		struct acc *a = &p->accs[i];
+		uint32_t part = 0;
+		for (size_t i0 = 0; i0 < a->ninst && !rc; part++) {
+			size_t i1 = i0, calls = 0;
+			int64_t first_min = INT64_MAX, first_max = INT64_MIN;
+			while (i1 < a->ninst && i1 - i0 < NCCL_INSTANCE_MAX_INSTANCES &&
+			       calls + a->inst[i1].ncalls <= NCCL_INSTANCE_MAX_CALLS) {
+				calls += a->inst[i1].ncalls;
+				if (a->inst[i1].first_entry_ns < first_min)
+					first_min = a->inst[i1].first_entry_ns;
+				if (a->inst[i1].first_entry_ns > first_max)
+					first_max = a->inst[i1].first_entry_ns;
+				i1++;
+			}
+			size_t off = blobs.len;
+			if (SYSOM_ARRAY_RESERVE(rows, rows_cap, nrows, 16) ||
+			    !(offs = reallocarray(offs, rows_cap, sizeof(*offs)))) {
+				rc = -ENOMEM;
+				break;
+			}
+			if ((rc = nccl_instance_encode(a->inst + i0, i1 - i0,
+						       a->calls + a->inst[i0].call0, calls, &blobs)))
+				break;
+			offs[nrows] = off;
+			rows[nrows++] = (struct store__nccl_instances){
+				.job = p->job, .comm_key = a->comm_key, .op = a->op,
+				.minute_ns = minute, .part = part, .first_min_ns = first_min,
+				.first_max_ns = first_max, .last_max_ns = a->last_max,
+				.instances = (uint32_t)(i1 - i0), .calls = (uint32_t)calls,
+				.len = blobs.len - off,
+			};
+			i0 = i1;
+		}
 	}
-	rc = s->ops->nccl_rollup_put(s, rows, p->nrows);
+	if (!rc && nrows) {
+		for (size_t i = 0; i < nrows; i++)
+			rows[i].data = blobs.data + offs[i];
+		rc = s->ops->nccl_rollup_put(s, rows, nrows);
+		if (rc >= 0) {
+			*instances += (uint64_t)rc; /* new ones: a run again writes none */
+			rc = 0;
+		}
+	}
 	free(rows);
-	if (rc < 0)
-		return rc;
-	*instances += (uint64_t)rc; /* new ones: a run again writes none */
-	return 0;
+	free(offs);
+	byte_buf_free(&blobs);
+	return rc;
 }
 
-/* The instances of one job with a first entry in [from, end). */
+/* The instances of one job with a first entry in [from, end) (minute starts), a minute at a
+ * time, each minute in passes of at most pass_instances instances. */
 static int job_rollup(struct store *s, const char *job, int64_t from, int64_t end,
 		      uint64_t *instances, uint64_t *lost)
 {
 	struct pass p = { .job = job };
-	int64_t width = ROLLUP_SLICE_START_NS;
 	int rc = 0;
 
-	for (int64_t t = from; t < end;) {
-		int64_t e = end - t > width ? t + width : end;
-		struct store_collective_filter f = { .job = job, .from_ns = t, .to_ns = e - 1 };
+	for (int64_t m = from; m < end && !rc; m += ROLLUP_MINUTE_NS) {
+		accs_reset(&p);
+		p.from = m;
+		p.to = m + ROLLUP_MINUTE_NS - 1;
+		for (int64_t t = m; t <= p.to;) {
+			struct store_collective_filter f = { .job = job, .from_ns = t, .to_ns = p.to };
 
-		p.from = t;
-		p.to = e - 1;
-		p.open = false;
-		p.instances = 0;
-		p.nrows = 0;
-		p.blobs.len = 0;
-		if ((rc = s->ops->collectives_list(s, &f, pass_instances, pass_call, &p)) ||
-		    (rc = pass_close(&p)) || (rc = byte_buf_error(&p.blobs)) ||
-		    (rc = pass_write(s, &p, instances)))
-			goto cleanup;
-		if (p.instances >= pass_instances) {
-			/* The pass held every instance ordered before its last one: what follows
-			 * starts there (instances at that very time are written again, the same). */
+			p.open = false;
+			p.instances = 0;
+			if ((rc = s->ops->collectives_list(s, &f, pass_instances, pass_call, &p)) ||
+			    (rc = pass_close(&p)))
+				goto cleanup;
+			if (p.instances < pass_instances)
+				break;
+			/* The pass held every instance ordered before its last one: the next starts
+			 * there (those at that very time come again and are skipped). */
 			if (p.last_order > t) {
 				t = p.last_order;
 			} else {
 				p.lost++; /* more ties in one nanosecond than a pass holds */
 				t++;
 			}
-			width = width / 2 > ROLLUP_SLICE_MIN_NS ? width / 2 : ROLLUP_SLICE_MIN_NS;
-			continue;
 		}
-		t = e;
-		if (p.instances < pass_instances / 4 && width < ROLLUP_SLICE_MAX_NS)
-			width *= 2;
+		rc = minute_write(s, &p, m, instances);
 	}
 cleanup:
 	*lost += p.lost;
+	for (size_t i = 0; i < p.naccs; i++) {
+		free(p.accs[i].inst);
+		free(p.accs[i].calls);
+	}
+	free(p.accs);
 	free(p.calls);
-	free(p.rows);
-	byte_buf_free(&p.blobs);
 	return rc;
 }
 
@@ -273,19 +363,26 @@ int store__nccl_rollup_run(struct store *s, int64_t before_ms, uint64_t *instanc
 		*lost = 0;
 	if (!s->ops->nccl_rollup_put || before_ms <= 0)
 		return 0;
-	end = before_ms > INT64_MAX / 1000000 ? INT64_MAX : before_ms * 1000000;
+	if (before_ms > INT64_MAX / 1000000 - ROLLUP_MINUTE_NS)
+		return -EINVAL;
+	/* Up to the minute after the cutoff: a minute's blobs are written whole, once. */
+	end = minute_floor_ns(before_ms * 1000000 + ROLLUP_MINUTE_NS - 1);
 	if ((rc = s->ops->nccl_rollup_state(s, &wm, &span)) || wm >= end)
 		goto cleanup;
 	if ((rc = store_jobs_list(s, ROLLUP_MAX_JOBS, job_row, &js)))
 		goto cleanup;
 	for (size_t i = 0; i < js.n; i++) {
-		int64_t from = sat_add(js.v[i].first_seen_ns, -ROLLUP_MARGIN_NS);
+		int64_t from = minute_floor_ns(sat_add(js.v[i].first_seen_ns, -ROLLUP_MARGIN_NS));
+		int64_t to = sat_add(js.v[i].last_seen_ns, ROLLUP_MARGIN_NS);
 
-		if (sat_add(js.v[i].last_seen_ns, ROLLUP_MARGIN_NS) < wm)
+		if (to < wm)
 			continue; /* no call since the last run */
 		if (from < wm)
-			from = wm;
-		if (from < end && (rc = job_rollup(s, js.v[i].name, from, end, &written, &dropped)))
+			from = wm; /* a minute start: the last run's end */
+		to = to < end ? minute_floor_ns(to) + ROLLUP_MINUTE_NS : end;
+		if (to > end)
+			to = end;
+		if (from < to && (rc = job_rollup(s, js.v[i].name, from, to, &written, &dropped)))
 			goto cleanup;
 	}
 	rc = s->ops->nccl_rollup_watermark_set(s, end);
@@ -370,41 +467,35 @@ static void ri_free(struct ri *v, size_t n)
 		free(v[i].calls);
 }
 
-/* A rollup row: a candidate when a call is entered in the range, kept among the best
- * `max` by the answer's order; stops the listing when no later row can be better. */
-static int rollup_row(void *arg, const struct store__nccl_instance *r)
+/* One kept instance: a candidate when a call is entered in the range, kept among the best
+ * `max` by the answer's order. */
+static int rollup_instance(struct rd *d, const struct store__nccl_instances *r,
+			   const struct nccl_instance *in, const struct nccl_instance_call *calls)
 {
-	struct rd *d = arg;
 	const struct store_collective_filter *f = d->f;
-	struct ri x = { .comm_key = r->comm_key, .seq = r->seq, .op = r->op,
-			.first_entry = r->first_entry_ns, .nranks = r->nranks,
+	struct ri x = { .comm_key = r->comm_key, .seq = in->seq, .op = r->op,
+			.first_entry = in->first_entry_ns, .nranks = in->nranks,
 			.first_in_range = INT64_MAX };
-	int rc;
 
-	if (d->n == d->max) {
-		const struct ri *worst = &d->v[d->n - 1];
-		if (!d->desc && r->first_entry_ns > worst->first_in_range)
-			return 1; /* every later row is entered after the worst kept */
-		if (d->desc && sat_add(r->first_entry_ns, d->span) < worst->first_in_range)
-			return 1;
-	}
-	if ((rc = nccl_instance_decode(r->data, r->len, &x.calls, &x.ncalls)))
-		return rc;
-	for (size_t i = 0; i < x.ncalls; i++) {
-		int64_t entry = (int64_t)((uint64_t)r->first_entry_ns +
-					  (uint64_t)x.calls[i].lateness_ns);
+	for (uint32_t i = 0; i < in->ncalls; i++) {
+		int64_t entry = (int64_t)((uint64_t)in->first_entry_ns +
+					  (uint64_t)calls[i].lateness_ns);
 		if (entry >= f->from_ns && entry <= f->to_ns && entry < x.first_in_range)
 			x.first_in_range = entry;
 	}
 	if (x.first_in_range == INT64_MAX)
-		goto drop;
+		return 0;
 	/* Insert in order; the worst goes when full. */
 	size_t at = d->n;
 	while (at > 0 && (d->desc ? ri_order(&x, &d->v[at - 1]) > 0
 				  : ri_order(&x, &d->v[at - 1]) < 0))
 		at--;
 	if (at == d->max)
-		goto drop;
+		return 0;
+	if (!(x.calls = malloc(in->ncalls * sizeof(*x.calls))))
+		return -ENOMEM;
+	memcpy(x.calls, calls, in->ncalls * sizeof(*x.calls));
+	x.ncalls = in->ncalls;
 	if (d->n == d->max) {
 		free(d->v[d->n - 1].calls);
 		d->n--;
@@ -416,19 +507,54 @@ static int rollup_row(void *arg, const struct store__nccl_instance *r)
 	d->v[at] = x;
 	d->n++;
 	return 0;
-drop:
-	free(x.calls);
-	return 0;
 }
 
-static int key_row(void *arg, const struct store__nccl_instance *r)
+/* A rollup row: its instances are candidates; stops the listing when no later row can hold
+ * a better one (rows come by their earliest first entry). */
+static int rollup_row(void *arg, const struct store__nccl_instances *r)
 {
 	struct rd *d = arg;
+	struct nccl_instance *inst = NULL;
+	struct nccl_instance_call *calls = NULL;
+	size_t ninst = 0, ncalls = 0;
+	int rc;
 
-	if (SYSOM_ARRAY_RESERVE(d->keys, d->keys_cap, d->nkeys, 64))
-		return -ENOMEM;
-	d->keys[d->nkeys++] = (struct key){ r->comm_key, r->seq, r->op };
-	return 0;
+	if (d->n == d->max) {
+		const struct ri *worst = &d->v[d->n - 1];
+		if (!d->desc && r->first_min_ns > worst->first_in_range)
+			return 1; /* every later row is entered after the worst kept */
+		if (d->desc && sat_add(r->first_min_ns, d->span) < worst->first_in_range)
+			return 1;
+	}
+	if ((rc = nccl_instance_decode(r->data, r->len, &inst, &ninst, &calls, &ncalls)))
+		return rc;
+	for (size_t i = 0; i < ninst && !rc; i++)
+		rc = rollup_instance(d, r, &inst[i], calls + inst[i].call0);
+	free(inst);
+	free(calls);
+	return rc;
+}
+
+/* A rollup row with calls entered from W on: its instances' keys (raw calls of them are
+ * not read again). */
+static int key_row(void *arg, const struct store__nccl_instances *r)
+{
+	struct rd *d = arg;
+	struct nccl_instance *inst = NULL;
+	struct nccl_instance_call *calls = NULL;
+	size_t ninst = 0, ncalls = 0;
+	int rc = nccl_instance_decode(r->data, r->len, &inst, &ninst, &calls, &ncalls);
+
+	for (size_t i = 0; i < ninst && !rc; i++) {
+		if (SYSOM_ARRAY_RESERVE(d->keys, d->keys_cap, d->nkeys, 64)) {
+			rc = -ENOMEM;
+			break;
+		}
+		d->keys[d->nkeys++] = (struct key){ r->comm_key, inst[i].seq, r->op };
+	}
+	free(inst);
+	free(calls);
+	return rc;
 }
 
 static int key_sort(const void *x, const void *y)

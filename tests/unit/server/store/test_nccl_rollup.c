@@ -30,6 +30,9 @@
 #define HASH 0x5eed5eed5eed5eedULL
 #define JOB "job-42"
 #define INSTANCES 20 /* per batch */
+/* Past every call (T0 + 300 s, not a minute start) */
+#define CUT_ALL (T0_MS + 300000)
+#define INSTANCES_KEPT "SELECT coalesce(sum(instances), 0) FROM nccl_instances"
 
 struct ctx {
 	char dir[128];
@@ -80,8 +83,9 @@ static long long sql_int(const char *dir, const char *sql)
 
 /*
  * Two nodes of 4 ranks of JOB; rank 5 enters every AllReduce 40 ms late. Per node two
- * batches: seq 0..19 entered at T0 + 1..20 s, seq 20..39 at T0 + 31..50 s (each batch's
- * calls one chunk per rank, so a cutoff at T0 + 25 s drops the first batches' calls whole).
+ * batches: seq 0..19 entered at T0 + 1..20 s, seq 20..39 at T0 + 91..110 s (each batch's
+ * AllReduce calls one chunk per rank, so a cutoff at T0 + 40 s, a minute start, drops the
+ * first batches' calls whole).
  * A second job on node 3 (other processes) with seq 0..19.
  */
 static void put_batches(struct store *s)
@@ -90,7 +94,7 @@ static void put_batches(struct store *s)
 		for (int half = 0; half < (node == 3 ? 1 : 2); half++) {
 			struct job_spec js = {
 				.base = { .node = (uint8_t)node, .epoch = 1, .sequence = 1 + (uint64_t)half,
-					  .window_start_ns = T0 + (uint64_t)half * 30000000000ULL },
+					  .window_start_ns = T0 + (uint64_t)half * 90000000000ULL },
 				.job = node == 3 ? "job-7" : JOB, .first_rank = 4 * ((node - 1) % 2),
 				.local_ranks = 4, .instances = INSTANCES, .skip_rank = node == 2 ? 6 : -1,
 				.late_rank = 5, .late_ms = node == 3 ? 0 : 40,
@@ -102,7 +106,7 @@ static void put_batches(struct store *s)
 				if (b.nccl_calls[i].comm_key)
 					b.nccl_calls[i].seq += (uint64_t)half * INSTANCES;
 			assert_int_equal(store_batch_put(s, &b, HASH + (uint64_t)(node * 2 + half),
-							 (int64_t)T0 + 60000000000LL, &res), 0);
+							 (int64_t)T0 + 120000000000LL, &res), 0);
 			sysom_batch_free(&b);
 		}
 }
@@ -150,9 +154,9 @@ static char *answer(struct store *s, const struct store_collective_filter *f, ui
 static const struct store_collective_filter filters[] = {
 	{ .job = JOB, .from_ns = 0, .to_ns = INT64_MAX },
 	{ .job = JOB, .from_ns = (int64_t)T0 + S(5), .to_ns = (int64_t)T0 + S(15) },
-	{ .job = JOB, .from_ns = (int64_t)T0 + S(5), .to_ns = (int64_t)T0 + S(40) },
-	{ .job = JOB, .from_ns = (int64_t)T0 + S(12) + 1000000, .to_ns = (int64_t)T0 + S(45) },
-	{ .job = JOB, .from_ns = (int64_t)T0 + S(35), .to_ns = INT64_MAX },
+	{ .job = JOB, .from_ns = (int64_t)T0 + S(5), .to_ns = (int64_t)T0 + S(95) },
+	{ .job = JOB, .from_ns = (int64_t)T0 + S(12) + 1000000, .to_ns = (int64_t)T0 + S(105) },
+	{ .job = JOB, .from_ns = (int64_t)T0 + S(95), .to_ns = INT64_MAX },
 	{ .job = JOB, .from_ns = 0, .to_ns = INT64_MAX, .latest = true },
 	{ .job = JOB, .from_ns = 0, .to_ns = (int64_t)T0 + S(18), .latest = true },
 	{ .job = JOB, .from_ns = 0, .to_ns = INT64_MAX, .has_comm = true, .comm = JOB_COMM },
@@ -254,12 +258,16 @@ static void test_rollup_answers_like_raw(void **state)
 	assert_int_equal(json_integer_value(json_object_get(json_array_get(list, 0), "rank")), 5);
 	long long procs = sql_int(c->dir, "SELECT count(*) FROM job_ranks");
 
-	retention(c->store, T0_MS + 120000, T0_MS - 1000, &st);
+	retention(c->store, CUT_ALL, T0_MS - 1000, &st);
 	assert_int_equal(st.nccl_instances, 2 * INSTANCES + INSTANCES);
 	assert_int_equal(sql_int(c->dir, "SELECT count(*) FROM nccl_call_chunks"), 0);
-	assert_int_equal(sql_int(c->dir, "SELECT count(*) FROM nccl_instances"), 3 * INSTANCES);
+	assert_int_equal(sql_int(c->dir, INSTANCES_KEPT), 3 * INSTANCES);
+	/* One row per (job, communicator, op, minute of first entries): job-42's AllReduce in 3
+	 * minutes (T0 is 20 s into one; T0 + 91..110 s spans two), job-7's in 1. */
+	assert_int_equal(sql_int(c->dir, "SELECT count(*) FROM nccl_instances"), 4);
+	/* The minute after the cutoff. */
 	assert_int_equal(sql_int(c->dir, "SELECT watermark_ns FROM nccl_rollup_state"),
-			 (T0_MS + 120000) * 1000000);
+			 (CUT_ALL / 60000 + 1) * 60000 * 1000000);
 	assert_int_equal(sql_int(c->dir, "SELECT count(*) FROM job_ranks"), procs);
 	assert_int_equal(sql_int(c->dir, "SELECT count(*) FROM nccl_instance_processes"), procs);
 	assert_int_equal(sql_int(c->dir, "SELECT count(*) FROM processes WHERE id IN"
@@ -271,19 +279,20 @@ static void test_rollup_answers_like_raw(void **state)
 	assert_true(json_equal(raw, old));
 
 	/* Again, and again after a restart that lost the watermark: nothing changes. */
-	retention(c->store, T0_MS + 120000, T0_MS - 1000, &st);
+	retention(c->store, CUT_ALL, T0_MS - 1000, &st);
 	assert_int_equal(st.nccl_instances, 0);
 	store_close(c->store);
 	assert_int_equal(sql_int(c->dir, "UPDATE nccl_rollup_state SET watermark_ns = 0"), 0);
 	char err[256];
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
 	assert_int_equal(store_schema_version(c->store), 15);
-	retention(c->store, T0_MS + 120000, T0_MS - 1000, &st);
-	assert_int_equal(sql_int(c->dir, "SELECT count(*) FROM nccl_instances"), 3 * INSTANCES);
+	retention(c->store, CUT_ALL, T0_MS - 1000, &st);
+	assert_int_equal(st.nccl_instances, 0);
+	assert_int_equal(sql_int(c->dir, INSTANCES_KEPT), 3 * INSTANCES);
 	answers_check(c->store, &want);
 
 	/* The rollups' own cutoff: instances go, then the processes they kept. */
-	retention(c->store, T0_MS + 120000, T0_MS + 120000, &st);
+	retention(c->store, CUT_ALL + 120000, CUT_ALL + 120000, &st);
 	assert_int_equal(sql_int(c->dir, "SELECT count(*) FROM nccl_instances"), 0);
 	assert_int_equal(sql_int(c->dir, "SELECT count(*) FROM nccl_instance_processes"), 0);
 	assert_int_equal(sql_int(c->dir, "SELECT count(*) FROM processes"), 0);
@@ -296,9 +305,10 @@ static void test_rollup_answers_like_raw(void **state)
 }
 
 /*
- * A cutoff between the batches (T0 + 25 s): the first batches' calls go, the second batches'
+ * A cutoff between the batches (T0 + 40 s): the first batches' calls go, the second batches'
  * stay; answers over ranges before, across and after it are the raw ones. Then a cutoff
- * inside the second batches (their chunks stay: instances both kept and raw, read once).
+ * inside the second batches (T0 + 100 s: their chunks stay, instances both kept and raw are
+ * read once).
  * Passes of 3 instances (cut short and resumed) write the same rows.
  */
 static void test_rollup_across_cutoff(void **state)
@@ -311,12 +321,12 @@ static void test_rollup_across_cutoff(void **state)
 	answers_take(c->store, &want);
 	json_t *raw = stragglers(c->store);
 	long long kept = sql_int(c->dir, "SELECT count(*) FROM nccl_call_chunks"
-					 " WHERE entry_max_ns >= 1700000025000000000");
+					 " WHERE entry_max_ns >= 1700000040000000000");
 	assert_true(kept > 0);
 	store__nccl_rollup_pass_set(3);
-	retention(c->store, T0_MS + 25000, T0_MS - 1000, &st);
+	retention(c->store, T0_MS + 40000, T0_MS - 1000, &st);
 	assert_int_equal(st.nccl_instances, 2 * INSTANCES);
-	assert_int_equal(sql_int(c->dir, "SELECT count(*) FROM nccl_instances"), 2 * INSTANCES);
+	assert_int_equal(sql_int(c->dir, INSTANCES_KEPT), 2 * INSTANCES);
 	assert_int_equal(sql_int(c->dir, "SELECT count(*) FROM nccl_call_chunks"), kept);
 	answers_check(c->store, &want);
 	json_t *now = stragglers(c->store);
@@ -324,13 +334,13 @@ static void test_rollup_across_cutoff(void **state)
 	json_decref(now);
 
 	kept = sql_int(c->dir, "SELECT count(*) FROM nccl_call_chunks"
-			       " WHERE entry_max_ns >= 1700000040500000000");
+			       " WHERE entry_max_ns >= 1700000100000000000");
 	char sql[160];
 	snprintf(sql, sizeof(sql), "SELECT count(*) FROM nccl_call_chunks WHERE op = %d"
-				   " AND entry_min_ns < 1700000040500000000", SYSOM_NCCL_ALL_REDUCE);
+				   " AND entry_min_ns < 1700000100000000000", SYSOM_NCCL_ALL_REDUCE);
 	assert_int_equal(sql_int(c->dir, sql), 8); /* the AllReduce chunks across the cutoff */
-	retention(c->store, T0_MS + 40500, T0_MS - 1000, &st);
-	assert_int_equal(st.nccl_instances, 10);
+	retention(c->store, T0_MS + 100000, T0_MS - 1000, &st);
+	assert_int_equal(st.nccl_instances, 9); /* seq 20..28, entered before T0 + 100 s */
 	assert_int_equal(sql_int(c->dir, "SELECT count(*) FROM nccl_call_chunks"), kept);
 	answers_check(c->store, &want);
 	now = stragglers(c->store);
