@@ -2,17 +2,20 @@
 /*
  * NCCL instances kept past the raw calls (issue 19), for every backend with the rollup ops:
  *   - store__nccl_rollup_run, retention's first step: reads the instances whose first entry
- *     is in [watermark, raw cutoff) with the backend's own raw reader, a time slice at a
- *     time, and writes one row per instance (nccl_instance.h's blob for the calls), then
- *     moves the watermark to the cutoff. Writes are idempotent (the row's key is (job,
- *     communicator, op, seq)), so a run cut short is simply run again.
+ *     is in [watermark, raw cutoff rounded up to a minute) with the backend's own raw
+ *     reader, a minute of first entries at a time, and writes one row per (job,
+ *     communicator, op, minute, part) with nccl_instance.h's blob, then moves the watermark.
+ *     A minute is written whole and the same from the same raw calls, and a row whose key
+ *     is there already is left alone, so a run cut short is simply run again.
  *   - store__collectives_read, store_collectives_list: instances with a first entry before
  *     the watermark W come from the rollup, the rest from raw calls, merged into the answer
  *     raw calls alone would have given.
  * The rollup of an instance holds every call the raw reader gave for it (its calls entered
  * after the cutoff too), so raw calls still present of an instance it holds (a chunk that
  * straddled the cutoff) are ignored: only instances with an entry >= W can have such calls,
- * and those are the rollup rows with a last entry >= W, at most max_span before W.
+ * and those are in the rollup rows with a last entry >= W, at most max_span before W.
+ * A range that reaches both sides holds the raw part's calls (max_instances + those rows'
+ * instances, with every rank's calls) until the two are merged.
  */
 #include <errno.h>
 #include <stdlib.h>
