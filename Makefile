@@ -498,6 +498,12 @@ $(BUILD)/bench/retention_bench: $(OBJ)/bench/retention_bench.o $(TEST_SUPPORT_LI
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_LIB) $(SERVER_LDLIBS)
 
+# NCCL raw chunks against the instances kept past them (the store itself).
+$(BUILD)/bench/nccl_rollup_bench: $(OBJ)/bench/nccl_rollup_bench.o $(TEST_SUPPORT_LIB) $(SERVER_LIB) $(SYMREPO_LIB) $(COMMON_LIB)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_LIB) $(SERVER_LDLIBS)
+
 $(BUILD)/bench/ingest_load: $(OBJ)/bench/ingest_load.o $(TEST_SUPPORT_LIB) $(AGENT_LIB) $(COMMON_LIB)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)

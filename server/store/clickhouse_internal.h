@@ -12,7 +12,7 @@
 #include "server/store/store_impl.h"
 
 /* The newest schema this build knows (clickhouse_schema.c). */
-#define CH_SCHEMA_VERSION 11
+#define CH_SCHEMA_VERSION 12
 
 /* Largest answer the store reads from ClickHouse (bigger: -E2BIG, nothing half-used). */
 #define CH_MAX_ANSWER (256u << 20)
@@ -244,6 +244,16 @@ void ch__stacks_prefetch(struct ch_store *s, const int64_t *ids, size_t n);
 /* ---- per-minute rollups (clickhouse_rollup.c; migration 10) -------------------------------- */
 
 extern const char *const ch__migration_rollup[];
+extern const char *const ch__migration_nccl_rollup[];
+
+/* NCCL instances kept past the raw calls (clickhouse_nccl_rollup.c; store_impl.h's ops). */
+int ch__nccl_rollup_state(struct store *base, int64_t *watermark_ns, int64_t *max_span_ns);
+int ch__nccl_rollup_put(struct store *base, const struct store__nccl_instances *rows, size_t n);
+int ch__nccl_rollup_watermark_set(struct store *base, int64_t watermark_ns);
+int ch__nccl_rollup_list(struct store *base, const struct store__nccl_rollup_query *q,
+			 store__nccl_instances_fn fn, void *arg);
+int ch__nccl_rollup_process(struct store *base, int64_t process,
+			    struct store__nccl_process *out);
 /* Inserts the batch's CPU sample and off-CPU rollup rows (before the batch row, as the
  * others). 0 or an error of ch__exec. */
 int ch__batch_write_rollup(const struct ch_gpu_os_put *p);

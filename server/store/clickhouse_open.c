@@ -66,6 +66,7 @@ static const char *const *const migrations[CH_SCHEMA_VERSION] = {
 	ch__migration_gpu_device, /* job_ranks gpu_device (clickhouse_schema_workers.c) */
 	ch__migration_replicas, /* replica heartbeats (clickhouse_replicas.c) */
 	ch__migration_rollup, /* per-minute sample and off-CPU rollups (clickhouse_rollup.c) */
+	ch__migration_nccl_rollup, /* NCCL instances past the raw calls (clickhouse_nccl_rollup.c) */
 };
 
 static int read_version(struct ch_store *s, int *out)
@@ -234,6 +235,11 @@ static const struct store_ops ch_ops = {
 	.size_limit_set = NULL,
 	.ksyms_usage_get = ch__ksyms_usage_get,
 	.retention_apply = ch__retention_apply,
+	.nccl_rollup_state = ch__nccl_rollup_state,
+	.nccl_rollup_put = ch__nccl_rollup_put,
+	.nccl_rollup_watermark_set = ch__nccl_rollup_watermark_set,
+	.nccl_rollup_list = ch__nccl_rollup_list,
+	.nccl_rollup_process = ch__nccl_rollup_process,
 	.replica_beat = ch__replica_beat,
 	.replicas_list = ch__replicas_list,
 };

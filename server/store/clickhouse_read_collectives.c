@@ -995,6 +995,7 @@ int ch__collectives_list(struct store *base, const struct store_collective_filte
 		k->c.nranks = k->inst->nranks;
 		k->c.rank = k->rank;
 		k->c.hostname = host_name(&c.h, k->c.node_id);
+		k->c.process = (int64_t)k->process;
 		rc = fn(arg, &k->c);
 	}
 cleanup:

@@ -558,7 +558,7 @@ struct partitions {
  */
 static const char *const rollup_kept[] = {
 	"batches", "processes", "job_ranks", "process_identities", "sample_minutes",
-	"offcpu_minutes",
+	"offcpu_minutes", "nccl_instances",
 };
 
 static bool kept_with_rollups(const char *table)

@@ -354,6 +354,16 @@ int store__sqlite_baseline_get(struct store *s, const char *job,
 /* Raw rows before before_ms, rollup rows before rollup_before_ms (<= 0: none). */
 int store__sqlite_retention(struct store *base, int64_t before_ms, int64_t rollup_before_ms,
 			    struct store_retention_stats *st);
+/* NCCL instance rollups (sqlite_nccl_rollup.c; the ops of store_impl.h). */
+int store__sqlite_nccl_rollup_state(struct store *base, int64_t *watermark_ns,
+				    int64_t *max_span_ns);
+int store__sqlite_nccl_rollup_put(struct store *base,
+				  const struct store__nccl_instances *rows, size_t n);
+int store__sqlite_nccl_rollup_watermark_set(struct store *base, int64_t watermark_ns);
+int store__sqlite_nccl_rollup_list(struct store *base, const struct store__nccl_rollup_query *q,
+				   store__nccl_instances_fn fn, void *arg);
+int store__sqlite_nccl_rollup_process(struct store *base, int64_t process,
+				      struct store__nccl_process *out);
 int store__sqlite_retention_apply(struct store *base, int64_t before_ms,
 				  int64_t rollup_before_ms, uint32_t *dropped);
 

@@ -138,6 +138,11 @@ static const struct store_ops sqlite_ops = {
 	.size_limit_set = sqlite_size_limit_set,
 	.ksyms_usage_get = store__sqlite_ksyms_usage_get,
 	.retention_apply = store__sqlite_retention_apply,
+	.nccl_rollup_state = store__sqlite_nccl_rollup_state,
+	.nccl_rollup_put = store__sqlite_nccl_rollup_put,
+	.nccl_rollup_watermark_set = store__sqlite_nccl_rollup_watermark_set,
+	.nccl_rollup_list = store__sqlite_nccl_rollup_list,
+	.nccl_rollup_process = store__sqlite_nccl_rollup_process,
 };
 
 /* Makes sure `dir` is a directory (creating it) and locks it for this process. */
@@ -284,9 +289,19 @@ int store_sqlite_retention(struct store *s, int64_t before_ms, int64_t rollup_be
 {
 	if (s->ops != &sqlite_ops)
 		return -ENOTSUP;
+	uint64_t instances = 0, lost = 0;
+	int rc;
+
+	*st = (struct store_retention_stats){ 0 };
 	if (rollup_before_ms > before_ms)
 		return -EINVAL;
-	return store__sqlite_retention(s, before_ms, rollup_before_ms, st);
+	/* The NCCL instances first: the raw calls they are read from go next. */
+	if ((rc = store__nccl_rollup_run(s, before_ms, &instances, &lost)))
+		return rc;
+	rc = store__sqlite_retention(s, before_ms, rollup_before_ms, st);
+	st->nccl_instances = instances;
+	st->nccl_lost = lost;
+	return rc;
 }
 
 int store_sqlite_open(const char *data_dir, const struct store_sqlite_options *opts,

@@ -491,6 +491,7 @@ static int slice_read(struct rc *r, size_t s0, size_t s1, uint32_t *order,
 			.count = (uint64_t)store__clamp(k->k.count),
 			.bytes = (uint64_t)store__clamp(k->k.bytes), .peer = k->k.peer,
 			.result = k->k.result, .tid = k->k.tid, .job_rank = p ? p->job_rank : -1,
+			.process = k->process,
 		};
 		if (p && (rc = proc_tgid(r, p, &out.pid)))
 			return rc;

@@ -6,9 +6,10 @@
  *
  * Which rows: those whose own time is before the cutoff (time_ms, batches.window_end_ns, an
  * NCCL call chunk's newest entry), in every time-series table; what ClickHouse drops with its
- * day partitions. The per-minute rollups (sample_minutes, offcpu_minutes) have a cutoff of
- * their own, earlier (--rollup-retention-days); the processes and stacks they name stay with
- * them. Nodes, their counter totals, objects, incidents, settings, baselines and kernel
+ * day partitions. The per-minute rollups (sample_minutes, offcpu_minutes) and the NCCL
+ * instances kept past the raw calls (nccl_instances, written by store__nccl_rollup_run before
+ * this runs) have a cutoff of their own, earlier (--rollup-retention-days); the processes and
+ * stacks they name stay with them. Nodes, their counter totals, objects, incidents, settings, baselines and kernel
  * symbols stay.
  *
  * Locking: the rows to delete are found on a reader connection (no write lock); the writer
@@ -42,6 +43,10 @@ struct ret_table {
 	{ t, "SELECT rowid FROM " t " WHERE rowid > ?2 AND " col " < ?1 ORDER BY rowid"      \
 	     " LIMIT 10000",                                                                \
 	  "DELETE FROM " t " WHERE rowid = ?1", ns, false }
+#define RET_ROLLUP_NS(t, col)                                                              \
+	{ t, "SELECT rowid FROM " t " WHERE rowid > ?2 AND " col " < ?1 ORDER BY rowid"      \
+	     " LIMIT 10000",                                                                \
+	  "DELETE FROM " t " WHERE rowid = ?1", true, true }
 #define RET_ROLLUP(t)                                                                      \
 	{ t, "SELECT rowid FROM " t " WHERE rowid > ?2 AND minute_ms < ?1 ORDER BY rowid"    \
 	     " LIMIT 10000",                                                                \
@@ -65,6 +70,8 @@ static const struct ret_table ret_tables[] = {
 	RET_TABLE("host_signals", "time_ms", false),
 	RET_ROLLUP("sample_minutes"),
 	RET_ROLLUP("offcpu_minutes"),
+	RET_ROLLUP_NS("nccl_instances", "first_max_ns"), /* every instance older */
+	RET_ROLLUP_NS("nccl_instance_processes", "last_ns"),
 };
 
 static const char process_candidates_sql[] =
@@ -83,7 +90,8 @@ static const char process_unused_sql[] =
 	" AND NOT EXISTS (SELECT 1 FROM nccl_links WHERE process = ?1)"
 	" AND NOT EXISTS (SELECT 1 FROM os_threads WHERE process = ?1)"
 	" AND NOT EXISTS (SELECT 1 FROM sample_minutes WHERE process = ?1)"
-	" AND NOT EXISTS (SELECT 1 FROM offcpu_minutes WHERE process = ?1)";
+	" AND NOT EXISTS (SELECT 1 FROM offcpu_minutes WHERE process = ?1)"
+	" AND NOT EXISTS (SELECT 1 FROM nccl_instance_processes WHERE process = ?1)";
 static const char *const process_delete_sql[] = {
 	"DELETE FROM job_ranks WHERE process = ?1",
 	"DELETE FROM communicators WHERE process = ?1",

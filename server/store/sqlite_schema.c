@@ -487,6 +487,41 @@ static const char *const migrations[] = {
 	"  blocked_ns)"
 	"  SELECT time_ms - time_ms % 60000 AS m, node, process, coalesce(user_stack, 0) AS u,"
 	"  coalesce(kernel_stack, 0) AS k, sum(blocked_ns) FROM offcpu GROUP BY process, m, u, k;",
+	/* 15: NCCL collective instances kept past the raw calls (store_nccl_rollup.c,
+	 * nccl_instance.h), written by retention just before the calls go and kept
+	 * --rollup-retention-days: one row per (job, communicator, op, minute of the first
+	 * entries, part) with the instances in a blob; first_min/first_max: their first entries,
+	 * last_max: their latest call. The blobs name processes, which nccl_instance_processes
+	 * keeps from process collection as long as a row does (last_ns: the newest first entry
+	 * naming it). nccl_rollup_state: the first entry up to which instances are written (a
+	 * minute start; 0: none yet) and the longest last_max - first_min of a row (the readers'
+	 * bound). */
+	"CREATE TABLE nccl_instances ("
+	"  id INTEGER PRIMARY KEY,"
+	"  job TEXT NOT NULL,"
+	"  comm_key INTEGER NOT NULL,"            /* u64 bits */
+	"  op INTEGER NOT NULL,"                  /* enum sysom_nccl_op */
+	"  minute_ns INTEGER NOT NULL,"
+	"  part INTEGER NOT NULL,"
+	"  first_min_ns INTEGER NOT NULL,"
+	"  first_max_ns INTEGER NOT NULL,"
+	"  last_max_ns INTEGER NOT NULL,"
+	"  instances INTEGER NOT NULL,"
+	"  calls INTEGER NOT NULL,"
+	"  data BLOB NOT NULL"                    /* nccl_instance.h's blob */
+	");"
+	"CREATE UNIQUE INDEX nccl_instances_key ON nccl_instances(job, comm_key, op, minute_ns, part);"
+	"CREATE INDEX nccl_instances_time ON nccl_instances(job, first_min_ns);"
+	"CREATE TABLE nccl_instance_processes ("
+	"  process INTEGER PRIMARY KEY REFERENCES processes(id),"
+	"  last_ns INTEGER NOT NULL"
+	");"
+	"CREATE TABLE nccl_rollup_state ("
+	"  id INTEGER PRIMARY KEY CHECK (id = 1),"
+	"  watermark_ns INTEGER NOT NULL,"
+	"  max_span_ns INTEGER NOT NULL"
+	");"
+	"INSERT INTO nccl_rollup_state (id, watermark_ns, max_span_ns) VALUES (1, 0, 0);",
 };
 /* A step in C after a migration's SQL, in its transaction (NULL: none). */
 static int (*const migration_steps[])(struct conn *c) = {

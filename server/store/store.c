@@ -157,7 +157,7 @@ int store_job_communicators_list(struct store *s, const char *job, uint32_t limi
 int store_collectives_list(struct store *s, const struct store_collective_filter *f,
 			   uint32_t max_instances, store_collective_fn fn, void *arg)
 {
-	return s->ops->collectives_list(s, f, max_instances, fn, arg);
+	return store__collectives_read(s, f, max_instances, fn, arg);
 }
 
 int store_ping(struct store *s)
@@ -185,6 +185,10 @@ int store_retention_apply(struct store *s, int64_t before_ms, int64_t rollup_bef
 		return -ENOTSUP;
 	if (rollup_before_ms > before_ms)
 		return -EINVAL;
+	/* The NCCL instances first: the raw calls they are read from go next. */
+	int rc = store__nccl_rollup_run(s, before_ms, NULL, NULL);
+	if (rc)
+		return rc;
 	return s->ops->retention_apply(s, before_ms, rollup_before_ms, dropped);
 }
 

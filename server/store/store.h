@@ -454,6 +454,7 @@ struct store_collective_call {
 	char node_id[2 * SYSOM_NODE_ID_SIZE + 1];
 	const char *hostname;
 	int32_t job_rank;         /* the process's rank in the job, -1 unknown */
+	int64_t process;          /* the store's id of the process, 0 unknown */
 };
 
 typedef int (*store_collective_fn)(void *arg, const struct store_collective_call *c);
@@ -465,6 +466,9 @@ typedef int (*store_collective_fn)(void *arg, const struct store_collective_call
  * call of the job entered in [from, to], and calls `fn` for every call of those instances made
  * by the job's processes (also ones entered outside the range), grouped by instance and
  * ordered by rank. Calls without a communicator or of non-collective ops are left out.
+ * Instances retention kept past the raw calls (store_retention_apply: those whose first
+ * entry is before the last raw cutoff) are answered from their rollups, in the same order
+ * and with the same fields, except tid (0: not kept); a range spanning both is one answer.
  * Returns 0 or an error.
  */
 int store_collectives_list(struct store *s, const struct store_collective_filter *f,
@@ -713,7 +717,10 @@ int store_size_limit_set(struct store *s, uint64_t max_bytes);
  * OS rows) from before `before_ms`, and the per-minute rollups of CPU samples and off-CPU time
  * (store_rollup_raw_keep_set) from before `rollup_before_ms` (<= before_ms, else -EINVAL;
  * 0 or less: rollups are kept). Incidents, settings, baselines, nodes, objects and kernel
- * symbols stay.
+ * symbols stay. First, the NCCL collective instances whose first entry is before
+ * `before_ms` and that no earlier run kept are written to a rollup of one row per instance
+ * (store_collectives_list reads them back; nccl_instance.h), kept like the per-minute
+ * rollups until `rollup_before_ms`, with the processes they name.
  * ClickHouse drops the partitions of the days (UTC) that ended at or before the cutoff whole;
  * what the rollups need to answer like raw rows (batches, processes, job ranks, identities)
  * goes with the rollups, not with the raw rows; *dropped gets the number of partitions
@@ -744,7 +751,9 @@ void store_rollup_raw_keep_set(struct store *s, int64_t raw_keep_ms);
 /* What one SQLite retention run did. */
 struct store_retention_stats {
 	uint64_t rows;         /* time-series rows deleted (rollup rows too) */
-	uint64_t rollup_rows;  /* of which per-minute rollup rows */
+	uint64_t rollup_rows;  /* of which rollup rows (per-minute, NCCL instances) */
+	uint64_t nccl_instances; /* NCCL instances written to their rollup */
+	uint64_t nccl_lost;    /* NCCL instances that could not be kept (nccl_instance.h) */
 	uint64_t processes;    /* processes collected (with their ranks, communicators, identities) */
 	uint64_t stacks;       /* stacks collected */
 	uint64_t pages_freed;  /* free pages before the incremental vacuum */

@@ -5,6 +5,64 @@
 
 #include "server/store/store.h"
 
+/* ---- NCCL instance rollups (store_nccl_rollup.c, nccl_instance.h) ------------------------- */
+
+/* The instances of one (job, communicator, op) whose first entry is in one minute, as the
+ * rollup keeps them (several parts when they pass one blob's bounds). */
+struct store__nccl_instances {
+	const char *job;
+	uint64_t comm_key;
+	uint8_t op;
+	int64_t minute_ns;      /* the minute (its start) of their first entries */
+	uint32_t part;          /* 0, 1, ...: the minute's blobs in order */
+	int64_t first_min_ns, first_max_ns; /* their first entries */
+	int64_t last_max_ns;    /* the latest entry of their calls */
+	uint32_t instances, calls;
+	const void *data;       /* nccl_instance.h's blob (borrowed) */
+	size_t len;
+};
+
+/* Which rollup rows a backend lists: job `job`, first_min_ns in [first_lo_ns, first_hi_ns],
+ * last_max_ns >= last_from_ns, the communicator and op filters of store_collective_filter;
+ * ordered by first_min_ns (descending: newest first), then key, op, part. */
+struct store__nccl_rollup_query {
+	const char *job;
+	int64_t first_lo_ns, first_hi_ns, last_from_ns;
+	bool has_comm;
+	uint64_t comm;
+	uint8_t op;
+	bool descending;
+};
+
+/* Per listed row; borrowed for the call only. Nonzero stops (> 0: the listing returns 0). */
+typedef int (*store__nccl_instances_fn)(void *arg, const struct store__nccl_instances *r);
+
+/* What a kept call's process reference gives back. */
+struct store__nccl_process {
+	uint32_t pid;
+	char node_id[2 * SYSOM_NODE_ID_SIZE + 1];
+	char hostname[256];
+};
+
+/*
+ * Retention's first step: writes the instances of every job whose first entry is in
+ * [watermark, before_ms rounded up to a minute) to the rollup, read from the raw calls, then
+ * moves the watermark there (a minute's blobs are written whole, once).
+ * *instances (may be NULL) gets the instances written, *lost those not kept (more than
+ * NCCL_INSTANCE_MAX_CALLS calls, past ROLLUP_MAX_HELD_CALLS in one minute of a job, or a tie
+ * of one nanosecond past the pass limit). 0 on a backend without rollups. Returns 0 or a
+ * negative error (run it again).
+ */
+int store__nccl_rollup_run(struct store *s, int64_t before_ms, uint64_t *instances,
+			   uint64_t *lost);
+
+/* store_collectives_list over raw calls and the rollups (store.h). */
+int store__collectives_read(struct store *s, const struct store_collective_filter *f,
+			    uint32_t max_instances, store_collective_fn fn, void *arg);
+
+/* Tests: the most instances one rollup pass reads (0: the default). */
+void store__nccl_rollup_pass_set(uint32_t instances);
+
 /* One entry per public store_* call; semantics as documented in store.h. */
 struct store_ops {
 	bool identities; /* stores process identities and filters by them (wire 1.5) */
@@ -81,6 +139,20 @@ struct store_ops {
 			    uint64_t beat, bool departed);
 	int (*replicas_list)(struct store *s, uint32_t max_age_s, uint32_t limit,
 			     store_replica_fn fn, void *arg);
+	/* NCCL instance rollups (store_nccl_rollup.c); all NULL on a backend that keeps none
+	 * (then its NCCL calls are read raw only and go at the raw retention). */
+	int (*nccl_rollup_state)(struct store *s, int64_t *watermark_ns, int64_t *max_span_ns);
+	/* Writes the rows not written yet (key: job, comm_key, op, minute, part) in one
+	 * transaction, keeping the processes their calls name, and the longest
+	 * last_max_ns - first_min_ns as the state's max_span_ns; returns how many instances
+	 * were new, or an error. */
+	int (*nccl_rollup_put)(struct store *s, const struct store__nccl_instances *rows,
+			       size_t n);
+	int (*nccl_rollup_watermark_set)(struct store *s, int64_t watermark_ns);
+	int (*nccl_rollup_list)(struct store *s, const struct store__nccl_rollup_query *q,
+				store__nccl_instances_fn fn, void *arg);
+	int (*nccl_rollup_process)(struct store *s, int64_t process,
+				   struct store__nccl_process *out);
 };
 
 /* Every backend's state starts with this. */

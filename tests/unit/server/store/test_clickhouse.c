@@ -397,6 +397,14 @@ static void put_job_edited(struct ctx *c, const struct job_spec *js, int64_t rec
 	assert_int_equal(a.nccl_calls, b.nccl_calls);
 }
 
+/* A later batch of the same ranks: its collectives continue the sequence (seq + 20). */
+static void shift_seq(struct sysom_batch *b)
+{
+	for (uint32_t i = 0; i < b->nccl_call_count; i++)
+		if (b->nccl_calls[i].comm_key)
+			b->nccl_calls[i].seq += 20;
+}
+
 static void put_job_both(struct ctx *c, const struct job_spec *js, int64_t received_ns)
 {
 	put_job_edited(c, js, received_ns, NULL);
@@ -1502,7 +1510,7 @@ static void test_identity_upgrade_from_6(void **state)
 				       err, sizeof(err));
 	if (rc)
 		fail_msg("reopen: %s", err);
-	assert_int_equal(store_schema_version(c->ch), 11);
+	assert_int_equal(store_schema_version(c->ch), 12);
 	memset(&t, 0, sizeof(t));
 	assert_int_equal(store_processes_list(c->ch, &all, 100, process_text, &t), 0);
 	assert_non_null(strstr(t.buf, " id=-"));
@@ -2018,7 +2026,7 @@ static void test_rollup_same_answers(void **state)
 				       err, sizeof(err));
 	if (rc)
 		fail_msg("reopen: %s", err);
-	assert_int_equal(store_schema_version(c->ch), 11);
+	assert_int_equal(store_schema_version(c->ch), 12);
 	rollup_same(c, &all, cutoffs, 3);
 
 	/* Raw days dropped, rollup days kept: the rollups still answer, through the batches,
@@ -2052,6 +2060,97 @@ static void test_rollup_same_answers(void **state)
 	assert_int_equal(total, 0);
 	store_rollup_raw_keep_set(c->ch, 0);
 	store_rollup_raw_keep_set(c->sq, 0);
+}
+
+/* ---- NCCL instances kept past the raw calls (store_nccl_rollup.c) ------------------------ */
+
+/* Every field a consumer reads of a collectives answer, one line per call (tid apart: the
+ * instances keep none; process ids differ between the stores). */
+static int nccl_line(void *arg, const struct store_collective_call *k)
+{
+	fprintf(arg, "%llx %u %llu first=%lld n=%d r=%d %lld-%lld %llu %llu %d %d %u %s %s %d\n",
+		(unsigned long long)k->comm_key, k->op, (unsigned long long)k->seq,
+		(long long)k->first_entry_ns, k->nranks, k->rank, (long long)k->entry_ns,
+		(long long)k->exit_ns, (unsigned long long)k->count, (unsigned long long)k->bytes,
+		k->peer, k->result, k->pid, k->node_id, k->hostname, k->job_rank);
+	return 0;
+}
+
+static char *nccl_text(struct store *s, const struct store_collective_filter *f, uint32_t max)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&text, &len);
+
+	assert_non_null(out);
+	assert_int_equal(store_collectives_list(s, f, max, nccl_line, out), 0);
+	fclose(out);
+	return text;
+}
+
+/*
+ * The same job in both stores (two nodes, rank 5 late, a rank skipping an instance; a second
+ * batch per node 90 s later); retention past the first batches only, then past everything:
+ * ClickHouse answers every range, latest, communicator and limit from its kept instances as it
+ * did from the raw calls and as SQLite does; run again, nothing changes.
+ */
+static void test_nccl_rollup_same_answers(void **state)
+{
+	struct ctx *c = *state;
+	const struct store_collective_filter f[] = {
+		{ .job = "job-42", .from_ns = 0, .to_ns = INT64_MAX },
+		{ .job = "job-42", .from_ns = (int64_t)T0 + 5000000000LL,
+		  .to_ns = (int64_t)T0 + 95000000000LL },
+		{ .job = "job-42", .from_ns = 0, .to_ns = INT64_MAX, .latest = true },
+		{ .job = "job-42", .from_ns = 0, .to_ns = INT64_MAX, .has_comm = true,
+		  .comm = JOB_COMM },
+	};
+	const uint32_t max[] = { 1000, 3 };
+	char *raw[4][2];
+	uint32_t dropped;
+
+	REQUIRE_CH();
+	for (int node = 1; node <= 2; node++)
+		for (int half = 0; half < 2; half++) {
+			struct job_spec js = {
+				.base = { .node = (uint8_t)node, .epoch = 1,
+					  .sequence = 1 + (uint64_t)half,
+					  .window_start_ns = T0 + (uint64_t)half * 90000000000ULL },
+				.job = "job-42", .first_rank = 4 * (node - 1), .local_ranks = 4,
+				.instances = 6, .skip_rank = node == 2 ? 6 : -1, .late_rank = 5,
+				.late_ms = 40,
+			};
+			put_job_edited(c, &js, (int64_t)T0 + 120000000000LL,
+				       half ? shift_seq : NULL);
+		}
+	for (int i = 0; i < 4; i++)
+		for (int j = 0; j < 2; j++) {
+			raw[i][j] = nccl_text(c->ch, &f[i], max[j]);
+			char *sq = nccl_text(c->sq, &f[i], max[j]);
+			assert_string_equal(raw[i][j], sq);
+			free(sq);
+		}
+	/* Past the first batches (T0 + 40 s: a minute start), then past every call (ClickHouse
+	 * drops the whole day of T0). */
+	const int64_t cuts[] = { (int64_t)(T0 / 1000000) + 40000,
+				 (int64_t)(T0 / 1000000) + 2 * 86400000LL };
+	for (int k = 0; k < 2; k++)
+		for (int again = 0; again < 2; again++) {
+			assert_int_equal(store_retention_apply(c->ch, cuts[k], 0, &dropped), 0);
+			assert_int_equal(store_retention_apply(c->sq, cuts[k], 0, &dropped), 0);
+			for (int i = 0; i < 4; i++)
+				for (int j = 0; j < 2; j++) {
+					char *got = nccl_text(c->ch, &f[i], max[j]);
+					char *sq = nccl_text(c->sq, &f[i], max[j]);
+					assert_string_equal(got, raw[i][j]);
+					assert_string_equal(sq, raw[i][j]);
+					free(got);
+					free(sq);
+				}
+		}
+	for (int i = 0; i < 4; i++)
+		for (int j = 0; j < 2; j++)
+			free(raw[i][j]);
 }
 
 static void test_open_errors(void **state)
@@ -2353,6 +2452,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_settings_and_baselines, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_retention, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rollup_same_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_nccl_rollup_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),
 		/* Last: it stops the server. */
 		cmocka_unit_test_setup_teardown(test_slow_and_down, setup, teardown),

@@ -28,8 +28,12 @@
 #define DROP_V4_TABLES                                                                       \
 	"DROP TABLE os_cpus; DROP TABLE os_irqs; DROP TABLE os_threads; DROP TABLE diagnoses;"  \
 	" DROP TABLE job_settings; DROP TABLE job_baselines;" DROP_V5_COLUMNS
-/* What migration 14 added: the per-minute rollups. */
-#define DROP_V14_TABLES " DROP TABLE sample_minutes; DROP TABLE offcpu_minutes;"
+/* What migration 15 added: the NCCL instances kept past the raw calls. */
+#define DROP_V15_TABLES                                                                      \
+	" DROP TABLE nccl_instances; DROP TABLE nccl_instance_processes;"                      \
+	" DROP TABLE nccl_rollup_state;"
+/* What migration 14 added: the per-minute rollups, and the above. */
+#define DROP_V14_TABLES DROP_V15_TABLES " DROP TABLE sample_minutes; DROP TABLE offcpu_minutes;"
 /* What migration 13 changed: NCCL calls back in per-call rows (schema 12's table), and the
  * above. */
 #define DROP_V13_CHUNKS DROP_V14_TABLES " DROP TABLE nccl_call_chunks;" NCCL_CALLS_V12
@@ -242,11 +246,11 @@ static void test_schema_created_and_reopened(void **state)
 	char err[256];
 	sqlite3 *db;
 
-	assert_int_equal(store_schema_version(c->store), 14);
+	assert_int_equal(store_schema_version(c->store), 15);
 	store_close(c->store);
 	c->store = NULL;
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 14);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 15);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
 				     " AND name IN ('nodes','batches','objects','processes','stacks',"
 				     "'samples','node_counters','kernel_symbol_tables','kernel_symbols',"
@@ -696,7 +700,7 @@ static void test_migration_from_v1(void **state)
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
 	db = raw_open(c->dir);
-	assert_int_equal(raw_int(db, "PRAGMA user_version"), 14);
+	assert_int_equal(raw_int(db, "PRAGMA user_version"), 15);
 	sqlite3_close(db);
 	assert_int_equal(rows(c->dir, "samples"), 4);
 	assert_int_equal(rows(c->dir, "launches"), 0);
@@ -722,7 +726,7 @@ static void test_migration_from_v2(void **state)
 				      NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 14);
+	assert_int_equal(store_schema_version(c->store), 15);
 	struct job_spec js = { .base = { .node = 2, .epoch = 1, .sequence = 1,
 					 .window_start_ns = T0 },
 			       .job = "job-42", .first_rank = 0, .local_ranks = 2, .instances = 1,
@@ -998,7 +1002,7 @@ static void test_migration_nccl_calls_to_chunks(void **state)
 	sqlite3_close(db);
 
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 14);
+	assert_int_equal(store_schema_version(c->store), 15);
 	assert_int_equal(nccl_call_rows(c->dir), moved);
 	db = raw_open(c->dir);
 	assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE name LIKE 'nccl_calls%'"), 0);
@@ -1536,7 +1540,7 @@ static void test_migration_from_v4(void **state)
 				      NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 14);
+	assert_int_equal(store_schema_version(c->store), 15);
 	assert_int_equal(store_batch_find(c->store, node, 1, 1, &rec), 0);
 	assert_true(rec.exists);
 	assert_false(rec.hash_known);
@@ -2248,7 +2252,7 @@ static void test_rollup_migration(void **state)
 				      NULL), SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(store_sqlite_open(c->dir, NULL, &c->store, err, sizeof(err)), 0);
-	assert_int_equal(store_schema_version(c->store), 14);
+	assert_int_equal(store_schema_version(c->store), 15);
 	assert_int_equal(rows(c->dir, "sample_minutes"), minutes);
 	rollup_answers_equal(c->store, raw, n, filters, &cutoff, 1);
 	free(raw);
