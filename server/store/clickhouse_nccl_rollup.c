@@ -307,9 +307,14 @@ int ch__nccl_rollup_process(struct store *base, int64_t process,
 	}
 	/* The node's hostname as the raw reader names it (its latest committed batch's). */
 	q.len = 0;
-	byte_buf_printf(&q, "SELECT argMax(hostname, received_ns) FROM batches WHERE "
-			    CH_COMMITTED " AND node_id = ");
+	byte_buf_printf(&q, "SELECT argMax(hostname, received_ns) FROM batches WHERE node_id = ");
 	ch__quote(&q, p.node_id);
+	byte_buf_printf(&q, " AND ");
+	ch__committed_nodes_begin(&q); /* that node's batches only */
+	byte_buf_printf(&q, "(");
+	ch__quote(&q, p.node_id);
+	byte_buf_printf(&q, ")");
+	ch__committed_nodes_end(&q, CH_ALL_TIME);
 	if ((rc = ch__select_run(s, &q, 1, host_row, &p, NULL)))
 		goto cleanup;
 	*out = p;
