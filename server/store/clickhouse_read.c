@@ -525,51 +525,25 @@ static int process_row(void *ctx, char **f)
 	return v->fn(v->arg, &p);
 }
 
-/* The top processes of a range, read first: (process, node, samples) as SQL literals. */
-struct top_rows {
-	struct byte_buf rows;  /* "(process, 'node', c), ..." */
-	struct byte_buf nodes; /* "'node', ..." (a node once per run of equal nodes) */
-	uint32_t n;
-};
-
-static int top_row(void *ctx, char **f)
-{
-	struct top_rows *t = ctx;
-	uint64_t process, c;
-
-	if (ch_tsv_u64(f[0], &process) || !f[1] || strlen(f[1]) != 2 * SYSOM_NODE_ID_SIZE ||
-	    strspn(f[1], "0123456789abcdef") != 2 * SYSOM_NODE_ID_SIZE || ch_tsv_u64(f[2], &c))
-		return -EPROTO;
-	byte_buf_printf(&t->rows, "%s(%" PRIu64 ", '%s', %" PRIu64 ")", t->n ? ", " : "",
-			process, f[1], c);
-	byte_buf_printf(&t->nodes, "%s'%s'", t->n ? ", " : "", f[1]);
-	t->n++;
-	return byte_buf_error(&t->rows) ? byte_buf_error(&t->rows) : byte_buf_error(&t->nodes);
-}
-
 int ch__processes_list(struct store *base, const struct store_sample_filter *f, uint32_t limit,
 		       store_process_fn fn, void *arg)
 {
 	struct process_visit v = { fn, arg };
-	struct byte_buf q = { 0 }, nodes = { 0 };
-	struct top_rows top = { 0 };
+	struct byte_buf q = { 0 }, top = { 0 }, nodes = { 0 };
 	int rc;
 
-	/* The top processes of the range and their nodes first (one bounded read); then their
-	 * attributes, identity and hostname merged over every committed batch of those nodes
-	 * (the primary key's prefix), as SQLite keeps them, not over the fleet's. */
-	byte_buf_printf(&q, "SELECT process, any(node_id) AS top_node, sum(count) AS c");
-	if ((rc = filter_from(&q, f)))
+	/* The top processes of the range (with their node), and their nodes: the processes' and
+	 * nodes' attributes are merged over every committed batch of those nodes (the primary
+	 * key's prefix), as SQLite keeps them, not over the fleet's. */
+	byte_buf_printf(&top, "(SELECT process, any(node_id) AS top_node, sum(count) AS c");
+	if ((rc = filter_from(&top, f)))
 		goto cleanup;
-	byte_buf_printf(&q, " GROUP BY process ORDER BY c DESC, process LIMIT %u", limit);
-	if ((rc = ch__select_run(ch__store(base), &q, 3, top_row, &top, NULL)) || !top.n)
-		goto cleanup;
-	byte_buf_printf(&nodes, "(%.*s)", (int)top.nodes.len, (const char *)top.nodes.data);
+	byte_buf_printf(&top, " GROUP BY process ORDER BY c DESC, process LIMIT %u)", limit);
+	byte_buf_append(&top, "", 1);
+	byte_buf_printf(&nodes, "(SELECT top_node FROM %s)", (const char *)top.data);
 	byte_buf_append(&nodes, "", 1);
-	byte_buf_append(&top.rows, "", 1);
-	if ((rc = byte_buf_error(&nodes)) || (rc = byte_buf_error(&top.rows)))
+	if ((rc = byte_buf_error(&top)) || (rc = byte_buf_error(&nodes)))
 		goto cleanup;
-	q.len = 0;
 	/* One JOIN per SELECT (18.16): the top processes, their attributes, their identity (a
 	 * process without one reads i_known 0), then their node's hostname. */
 	byte_buf_printf(&q,
@@ -579,17 +553,15 @@ int ch__processes_list(struct store *base, const struct store_sample_filter *f, 
 		"  cmdline, first_seen_ns, last_seen_ns, " CH_IDENTITY_COLUMNS " FROM"
 		" (SELECT process, c, node_id, tgid, ppid, generation, start_time_ns, comm, exe,"
 		"  cmdline, first_seen_ns, last_seen_ns FROM"
-		"  (SELECT tupleElement(t, 1) AS process, tupleElement(t, 3) AS c"
-		"   FROM (SELECT arrayJoin([%s]) AS t))"
+		"  (SELECT process, c FROM %s)"
 		"  ANY LEFT JOIN (SELECT process, any(node_id) AS node_id, any(tgid) AS tgid,"
 		"   argMax(ppid, received_ns) AS ppid, any(generation) AS generation,"
 		"   any(start_time_ns) AS start_time_ns, argMax(comm, received_ns) AS comm,"
 		"   argMax(exe, received_ns) AS exe, argMax(cmdline, received_ns) AS cmdline,"
 		"   min(first_seen_ns) AS first_seen_ns, max(last_seen_ns) AS last_seen_ns"
 		"   FROM (SELECT * FROM processes WHERE node_id IN %s"
-		"   AND process IN (SELECT tupleElement(t, 1) FROM (SELECT arrayJoin([%s]) AS t))"
-		"   AND ",
-		(const char *)top.rows.data, (const char *)nodes.data, (const char *)top.rows.data);
+		"   AND process IN (SELECT process FROM %s) AND ",
+		(const char *)top.data, (const char *)nodes.data, (const char *)top.data);
 	ch__committed_nodes_begin(&q);
 	byte_buf_printf(&q, "%s", (const char *)nodes.data);
 	ch__committed_nodes_end(&q, CH_ALL_TIME);
@@ -606,9 +578,8 @@ int ch__processes_list(struct store *base, const struct store_sample_filter *f, 
 	rc = ch__select_run(ch__store(base), &q, 12 + CH_IDENTITY_FIELDS, process_row, &v, NULL);
 cleanup:
 	byte_buf_free(&q);
+	byte_buf_free(&top);
 	byte_buf_free(&nodes);
-	byte_buf_free(&top.rows);
-	byte_buf_free(&top.nodes);
 	return rc;
 }
 
