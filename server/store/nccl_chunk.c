@@ -8,38 +8,10 @@
 
 #include "common/compress.h"
 #include "common/error.h"
+#include "common/varint.h"
 
 /* zstd level: chunks are written on the ingest path; level 1 keeps it cheap. */
 #define NCCL_CHUNK_ZSTD_LEVEL 1
-
-/* Writes `v` as a LEB128 varint at `p` (room for 10 bytes); returns the byte after it. */
-static uint8_t *varint_write(uint8_t *p, uint64_t v)
-{
-	while (v >= 0x80) {
-		*p++ = (uint8_t)(v | 0x80);
-		v >>= 7;
-	}
-	*p++ = (uint8_t)v;
-	return p;
-}
-
-static void put_varint(struct byte_buf *b, uint64_t v)
-{
-	uint8_t tmp[10];
-
-	byte_buf_append(b, tmp, (size_t)(varint_write(tmp, v) - tmp));
-}
-
-static uint64_t zigzag(uint64_t wrapping_difference)
-{
-	int64_t d = (int64_t)wrapping_difference;
-	return ((uint64_t)d << 1) ^ (uint64_t)(d >> 63);
-}
-
-static uint64_t unzigzag(uint64_t z)
-{
-	return (z >> 1) ^ (0 - (z & 1));
-}
 
 void nccl_chunk_call_from_wire(const struct sysom_nccl_call *k, struct nccl_chunk_call *out)
 {
@@ -67,26 +39,26 @@ int nccl_chunk_encode(const struct nccl_chunk_call *calls, size_t n, struct byte
 	}
 	for (size_t i = 0; i < n; i++) {
 		const struct nccl_chunk_call *c = &calls[i];
-		p = varint_write(p, c->tid);
-		p = varint_write(p, zigzag(c->seq - prev_seq));
-		p = varint_write(p, zigzag(c->entry_ns - prev_entry));
-		p = varint_write(p, zigzag(c->exit_ns - c->entry_ns));
-		p = varint_write(p, c->count);
-		p = varint_write(p, c->bytes);
-		p = varint_write(p, zigzag((uint64_t)(int64_t)c->peer));
-		p = varint_write(p, zigzag((uint64_t)(int64_t)c->result));
-		p = varint_write(p, zigzag((uint64_t)(int64_t)c->rank));
-		p = varint_write(p, c->datatype);
-		p = varint_write(p, c->redop);
-		p = varint_write(p, c->flags);
-		p = varint_write(p, c->stream);
+		p = sysom_varint_write(p, c->tid);
+		p = sysom_varint_write(p, sysom_zigzag(c->seq - prev_seq));
+		p = sysom_varint_write(p, sysom_zigzag(c->entry_ns - prev_entry));
+		p = sysom_varint_write(p, sysom_zigzag(c->exit_ns - c->entry_ns));
+		p = sysom_varint_write(p, c->count);
+		p = sysom_varint_write(p, c->bytes);
+		p = sysom_varint_write(p, sysom_zigzag((uint64_t)(int64_t)c->peer));
+		p = sysom_varint_write(p, sysom_zigzag((uint64_t)(int64_t)c->result));
+		p = sysom_varint_write(p, sysom_zigzag((uint64_t)(int64_t)c->rank));
+		p = sysom_varint_write(p, c->datatype);
+		p = sysom_varint_write(p, c->redop);
+		p = sysom_varint_write(p, c->flags);
+		p = sysom_varint_write(p, c->stream);
 		prev_seq = c->seq;
 		prev_entry = c->entry_ns;
 	}
 	payload.len += (size_t)(p - start);
 	byte_buf_put_u8(out, NCCL_CHUNK_VERSION);
-	put_varint(out, n);
-	put_varint(out, payload.len);
+	sysom_varint_put(out, n);
+	sysom_varint_put(out, payload.len);
 	if ((rc = byte_buf_error(out)))
 		goto cleanup;
 	rc = sysom_zstd_compress(payload.data, payload.len, NCCL_CHUNK_ZSTD_LEVEL, out);
@@ -95,38 +67,18 @@ cleanup:
 	return rc;
 }
 
-/* A varint of at most 10 bytes whose value fits 64 bits. */
-static bool get_varint(struct byte_reader *r, uint64_t *out)
-{
-	uint64_t v = 0;
-
-	for (int shift = 0; shift < 70; shift += 7) {
-		uint8_t byte;
-		if (!byte_reader_u8(r, &byte))
-			return false;
-		if (shift == 63 && byte > 1)
-			return false; /* past 64 bits */
-		v |= (uint64_t)(byte & 0x7f) << shift;
-		if (!(byte & 0x80)) {
-			*out = v;
-			return true;
-		}
-	}
-	return false;
-}
-
 static bool get_bounded(struct byte_reader *r, uint64_t max, uint64_t *out)
 {
-	return get_varint(r, out) && *out <= max;
+	return sysom_varint_read(r, out) && *out <= max;
 }
 
 static bool get_i32(struct byte_reader *r, int32_t *out)
 {
 	uint64_t z;
 
-	if (!get_varint(r, &z))
+	if (!sysom_varint_read(r, &z))
 		return false;
-	int64_t v = (int64_t)unzigzag(z);
+	int64_t v = (int64_t)sysom_unzigzag(z);
 	if (v < INT32_MIN || v > INT32_MAX)
 		return false;
 	*out = (int32_t)v;
@@ -146,7 +98,7 @@ int nccl_chunk_decode(const void *blob, size_t len, struct nccl_chunk_call **cal
 	*n = 0;
 	byte_reader_init(&r, blob, len);
 	if (!byte_reader_u8(&r, &version) || version != NCCL_CHUNK_VERSION ||
-	    !get_varint(&r, &count) || !count || !get_varint(&r, &raw_len)) {
+	    !sysom_varint_read(&r, &count) || !count || !sysom_varint_read(&r, &raw_len)) {
 		rc = -SYSOM_ECORRUPT;
 		goto cleanup;
 	}
@@ -169,19 +121,19 @@ int nccl_chunk_decode(const void *blob, size_t len, struct nccl_chunk_call **cal
 	for (uint64_t i = 0; i < count; i++) {
 		struct nccl_chunk_call *c = &v[i];
 		uint64_t tid, dseq, dentry, dexit, datatype, redop, flags;
-		if (!get_bounded(&r, UINT32_MAX, &tid) || !get_varint(&r, &dseq) ||
-		    !get_varint(&r, &dentry) || !get_varint(&r, &dexit) ||
-		    !get_varint(&r, &c->count) || !get_varint(&r, &c->bytes) ||
+		if (!get_bounded(&r, UINT32_MAX, &tid) || !sysom_varint_read(&r, &dseq) ||
+		    !sysom_varint_read(&r, &dentry) || !sysom_varint_read(&r, &dexit) ||
+		    !sysom_varint_read(&r, &c->count) || !sysom_varint_read(&r, &c->bytes) ||
 		    !get_i32(&r, &c->peer) || !get_i32(&r, &c->result) || !get_i32(&r, &c->rank) ||
 		    !get_bounded(&r, UINT8_MAX, &datatype) || !get_bounded(&r, UINT8_MAX, &redop) ||
-		    !get_bounded(&r, UINT8_MAX, &flags) || !get_varint(&r, &c->stream)) {
+		    !get_bounded(&r, UINT8_MAX, &flags) || !sysom_varint_read(&r, &c->stream)) {
 			rc = -SYSOM_ECORRUPT;
 			goto cleanup;
 		}
 		c->tid = (uint32_t)tid;
-		c->seq = prev_seq + unzigzag(dseq);
-		c->entry_ns = prev_entry + unzigzag(dentry);
-		c->exit_ns = c->entry_ns + unzigzag(dexit);
+		c->seq = prev_seq + sysom_unzigzag(dseq);
+		c->entry_ns = prev_entry + sysom_unzigzag(dentry);
+		c->exit_ns = c->entry_ns + sysom_unzigzag(dexit);
 		c->datatype = (uint8_t)datatype;
 		c->redop = (uint8_t)redop;
 		c->flags = (uint8_t)flags;

@@ -8,38 +8,11 @@
 
 #include "common/compress.h"
 #include "common/error.h"
+#include "common/varint.h"
 
 /* zstd level: written once per instance at retention time, read rarely; compress harder
  * than the ingest path's chunks. */
 #define NCCL_INSTANCE_ZSTD_LEVEL 3
-
-static uint8_t *varint_write(uint8_t *p, uint64_t v)
-{
-	while (v >= 0x80) {
-		*p++ = (uint8_t)(v | 0x80);
-		v >>= 7;
-	}
-	*p++ = (uint8_t)v;
-	return p;
-}
-
-static void put_varint(struct byte_buf *b, uint64_t v)
-{
-	uint8_t tmp[10];
-
-	byte_buf_append(b, tmp, (size_t)(varint_write(tmp, v) - tmp));
-}
-
-static uint64_t zigzag(uint64_t wrapping_difference)
-{
-	int64_t d = (int64_t)wrapping_difference;
-	return ((uint64_t)d << 1) ^ (uint64_t)(d >> 63);
-}
-
-static uint64_t unzigzag(uint64_t z)
-{
-	return (z >> 1) ^ (0 - (z & 1));
-}
 
 /* What a call's fields are written relative to: the previous call's process (in the blob) and
  * exit (in the instance: ranks leave a collective together, so exits differ little). */
@@ -51,15 +24,15 @@ static uint8_t *call_write(uint8_t *p, const struct nccl_instance_call *c, struc
 {
 	uint64_t exit = (uint64_t)c->lateness_ns + (uint64_t)c->duration_ns;
 
-	p = varint_write(p, zigzag((uint64_t)c->process - prev->process));
-	p = varint_write(p, zigzag((uint64_t)(int64_t)c->rank));
-	p = varint_write(p, zigzag((uint64_t)(int64_t)c->job_rank));
-	p = varint_write(p, zigzag((uint64_t)c->lateness_ns));
-	p = varint_write(p, zigzag(exit - prev->exit));
-	p = varint_write(p, c->count);
-	p = varint_write(p, c->bytes);
-	p = varint_write(p, zigzag((uint64_t)(int64_t)c->peer));
-	p = varint_write(p, zigzag((uint64_t)(int64_t)c->result));
+	p = sysom_varint_write(p, sysom_zigzag((uint64_t)c->process - prev->process));
+	p = sysom_varint_write(p, sysom_zigzag((uint64_t)(int64_t)c->rank));
+	p = sysom_varint_write(p, sysom_zigzag((uint64_t)(int64_t)c->job_rank));
+	p = sysom_varint_write(p, sysom_zigzag((uint64_t)c->lateness_ns));
+	p = sysom_varint_write(p, sysom_zigzag(exit - prev->exit));
+	p = sysom_varint_write(p, c->count);
+	p = sysom_varint_write(p, c->bytes);
+	p = sysom_varint_write(p, sysom_zigzag((uint64_t)(int64_t)c->peer));
+	p = sysom_varint_write(p, sysom_zigzag((uint64_t)(int64_t)c->result));
 	prev->process = (uint64_t)c->process;
 	prev->exit = exit;
 	return p;
@@ -95,10 +68,10 @@ int nccl_instance_encode(const struct nccl_instance *inst, size_t ninst,
 	used = 0;
 	for (size_t i = 0; i < ninst; i++) {
 		const struct nccl_instance *x = &inst[i];
-		p = varint_write(p, zigzag(x->seq - prev_seq));
-		p = varint_write(p, zigzag((uint64_t)x->first_entry_ns - prev_first));
-		p = varint_write(p, zigzag((uint64_t)(int64_t)x->nranks));
-		p = varint_write(p, x->ncalls);
+		p = sysom_varint_write(p, sysom_zigzag(x->seq - prev_seq));
+		p = sysom_varint_write(p, sysom_zigzag((uint64_t)x->first_entry_ns - prev_first));
+		p = sysom_varint_write(p, sysom_zigzag((uint64_t)(int64_t)x->nranks));
+		p = sysom_varint_write(p, x->ncalls);
 		prev.exit = 0;
 		for (uint32_t k = 0; k < x->ncalls; k++)
 			p = call_write(p, &calls[used++], &prev);
@@ -107,9 +80,9 @@ int nccl_instance_encode(const struct nccl_instance *inst, size_t ninst,
 	}
 	payload.len += (size_t)(p - start);
 	byte_buf_put_u8(out, NCCL_INSTANCE_VERSION);
-	put_varint(out, ninst);
-	put_varint(out, ncalls);
-	put_varint(out, payload.len);
+	sysom_varint_put(out, ninst);
+	sysom_varint_put(out, ncalls);
+	sysom_varint_put(out, payload.len);
 	if ((rc = byte_buf_error(out)))
 		goto cleanup;
 	rc = sysom_zstd_compress(payload.data, payload.len, NCCL_INSTANCE_ZSTD_LEVEL, out);
@@ -118,33 +91,13 @@ cleanup:
 	return rc;
 }
 
-/* A varint of at most 10 bytes whose value fits 64 bits. */
-static bool get_varint(struct byte_reader *r, uint64_t *out)
-{
-	uint64_t v = 0;
-
-	for (int shift = 0; shift < 70; shift += 7) {
-		uint8_t byte;
-		if (!byte_reader_u8(r, &byte))
-			return false;
-		if (shift == 63 && byte > 1)
-			return false; /* past 64 bits */
-		v |= (uint64_t)(byte & 0x7f) << shift;
-		if (!(byte & 0x80)) {
-			*out = v;
-			return true;
-		}
-	}
-	return false;
-}
-
 static bool get_i32(struct byte_reader *r, int32_t *out)
 {
 	uint64_t z;
 
-	if (!get_varint(r, &z))
+	if (!sysom_varint_read(r, &z))
 		return false;
-	int64_t v = (int64_t)unzigzag(z);
+	int64_t v = (int64_t)sysom_unzigzag(z);
 	if (v < INT32_MIN || v > INT32_MAX)
 		return false;
 	*out = (int32_t)v;
@@ -155,9 +108,9 @@ static bool get_i64(struct byte_reader *r, int64_t *out)
 {
 	uint64_t z;
 
-	if (!get_varint(r, &z))
+	if (!sysom_varint_read(r, &z))
 		return false;
-	*out = (int64_t)unzigzag(z);
+	*out = (int64_t)sysom_unzigzag(z);
 	return true;
 }
 
@@ -165,13 +118,13 @@ static bool call_read(struct byte_reader *r, struct nccl_instance_call *c, struc
 {
 	uint64_t dprocess, dexit;
 
-	if (!get_varint(r, &dprocess) || !get_i32(r, &c->rank) || !get_i32(r, &c->job_rank) ||
-	    !get_i64(r, &c->lateness_ns) || !get_varint(r, &dexit) ||
-	    !get_varint(r, &c->count) || !get_varint(r, &c->bytes) || !get_i32(r, &c->peer) ||
+	if (!sysom_varint_read(r, &dprocess) || !get_i32(r, &c->rank) || !get_i32(r, &c->job_rank) ||
+	    !get_i64(r, &c->lateness_ns) || !sysom_varint_read(r, &dexit) ||
+	    !sysom_varint_read(r, &c->count) || !sysom_varint_read(r, &c->bytes) || !get_i32(r, &c->peer) ||
 	    !get_i32(r, &c->result))
 		return false;
-	prev->process += unzigzag(dprocess);
-	prev->exit += unzigzag(dexit);
+	prev->process += sysom_unzigzag(dprocess);
+	prev->exit += sysom_unzigzag(dexit);
 	c->process = (int64_t)prev->process;
 	c->duration_ns = (int64_t)(prev->exit - (uint64_t)c->lateness_ns);
 	return true;
@@ -195,8 +148,8 @@ int nccl_instance_decode(const void *blob, size_t len, struct nccl_instance **in
 	*ncalls = 0;
 	byte_reader_init(&r, blob, len);
 	if (!byte_reader_u8(&r, &version) || version != NCCL_INSTANCE_VERSION ||
-	    !get_varint(&r, &icount) || !icount || !get_varint(&r, &ccount) || !ccount ||
-	    !get_varint(&r, &raw_len)) {
+	    !sysom_varint_read(&r, &icount) || !icount || !sysom_varint_read(&r, &ccount) || !ccount ||
+	    !sysom_varint_read(&r, &raw_len)) {
 		rc = -SYSOM_ECORRUPT;
 		goto cleanup;
 	}
@@ -220,13 +173,13 @@ int nccl_instance_decode(const void *blob, size_t len, struct nccl_instance **in
 	for (uint64_t i = 0; i < icount; i++) {
 		struct nccl_instance *x = &v[i];
 		uint64_t dseq, dfirst, n;
-		if (!get_varint(&r, &dseq) || !get_varint(&r, &dfirst) || !get_i32(&r, &x->nranks) ||
-		    !get_varint(&r, &n) || !n || n > ccount - used) {
+		if (!sysom_varint_read(&r, &dseq) || !sysom_varint_read(&r, &dfirst) || !get_i32(&r, &x->nranks) ||
+		    !sysom_varint_read(&r, &n) || !n || n > ccount - used) {
 			rc = -SYSOM_ECORRUPT;
 			goto cleanup;
 		}
-		x->seq = prev_seq + unzigzag(dseq);
-		x->first_entry_ns = (int64_t)(prev_first + unzigzag(dfirst));
+		x->seq = prev_seq + sysom_unzigzag(dseq);
+		x->first_entry_ns = (int64_t)(prev_first + sysom_unzigzag(dfirst));
 		x->ncalls = (uint32_t)n;
 		x->call0 = (size_t)used;
 		prev.exit = 0;
