@@ -331,12 +331,10 @@ int ch__retention_apply(struct store *base, int64_t before_ms, int64_t rollup_be
  * with a day to spare for agent clocks ahead of the server's and windows spanning midnight.
  * Bounding `batches.day` and `processes.day` (also receive days) below by that day keeps the
  * committed-attempt and name subqueries to the range's days (partition pruning) instead of
- * every batch of the retention period. CH_DAY_SIZE: "YYYY-MM-DD" and its NUL.
+ * every batch of the retention period. CH_DAY_SIZE: "YYYY-MM-DD" and its NUL (days
+ * are clamped to 1970-01-01 .. 2105-12-31, what 18.16 parses from text).
  */
 #define CH_DAY_SIZE 11
-/* The day of `ms` (UTC) as 'YYYY-MM-DD', clamped to 1970-01-01 .. 2105-12-31 (the days
- * 18.16 parses from text). */
-void ch__day_string(int64_t ms, char out[CH_DAY_SIZE]);
 /* Appends CH_COMMITTED over the batches received from the day before from_ms's day on. */
 void ch__committed_since_sql(struct byte_buf *q, int64_t from_ms);
 /* Appends "day >= <that day> AND " then ch__committed_since_sql: the committed rows of a
@@ -354,6 +352,9 @@ void ch__committed_nodes_begin(struct byte_buf *q);
 void ch__committed_nodes_end(struct byte_buf *q, int64_t from_ms);
 /* "(SELECT node_id FROM job_ranks WHERE job = '<job>')": the nodes that ran a job. */
 void ch__job_node_ids_sql(struct byte_buf *q, const char *job);
+/* The committed attempts of the batches of the nodes that ran `job` (ch__job_node_ids_sql),
+ * with from_ms != CH_ALL_TIME those received from the day before from_ms on. */
+void ch__committed_job_sql(struct byte_buf *q, const char *job, int64_t from_ms);
 /* Appends CH_PROCESS_COMMS over the process rows received from the day before from_ms's. */
 void ch__process_comms_since_sql(struct byte_buf *q, int64_t from_ms);
 /* Appends " AND day BETWEEN ... AND ..." for rows whose `day` is their own time's (samples,

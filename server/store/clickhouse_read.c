@@ -235,7 +235,7 @@ int ch__nodes_list(struct store *base, store_node_fn fn, void *arg)
  * Date column holds up to 65535 (rows of later times are stored clamped to it). */
 #define CH_MAX_TEXT_DAY 49672LL
 
-void ch__day_string(int64_t ms, char out[CH_DAY_SIZE])
+static void day_string(int64_t ms, char out[CH_DAY_SIZE])
 {
 	int64_t day = ms < 0 ? 0 : ms / MS_PER_DAY;
 	time_t t = (time_t)((day > CH_MAX_TEXT_DAY ? CH_MAX_TEXT_DAY : day) * 86400);
@@ -248,16 +248,7 @@ void ch__day_string(int64_t ms, char out[CH_DAY_SIZE])
 
 static void since_day(int64_t from_ms, char out[CH_DAY_SIZE])
 {
-	ch__day_string(from_ms < INT64_MIN + MS_PER_DAY ? INT64_MIN : from_ms - MS_PER_DAY, out);
-}
-
-void ch__committed_since_sql(struct byte_buf *q, int64_t from_ms)
-{
-	char day[CH_DAY_SIZE];
-
-	since_day(from_ms, day);
-	byte_buf_printf(q, "attempt IN (SELECT min(attempt) FROM batches WHERE day >= '%s'"
-			   " GROUP BY node_id, epoch, sequence)", day);
+	day_string(from_ms < INT64_MIN + MS_PER_DAY ? INT64_MIN : from_ms - MS_PER_DAY, out);
 }
 
 void ch__committed_nodes_begin(struct byte_buf *q)
@@ -276,11 +267,24 @@ void ch__committed_nodes_end(struct byte_buf *q, int64_t from_ms)
 	byte_buf_printf(q, " GROUP BY node_id, epoch, sequence)");
 }
 
+void ch__committed_since_sql(struct byte_buf *q, int64_t from_ms)
+{
+	byte_buf_printf(q, "attempt IN (SELECT min(attempt) FROM batches WHERE 1");
+	ch__committed_nodes_end(q, from_ms); /* every node's batches from that day on */
+}
+
 void ch__job_node_ids_sql(struct byte_buf *q, const char *job)
 {
 	byte_buf_printf(q, "(SELECT node_id FROM job_ranks WHERE job = ");
 	ch__quote(q, job);
 	byte_buf_printf(q, ")");
+}
+
+void ch__committed_job_sql(struct byte_buf *q, const char *job, int64_t from_ms)
+{
+	ch__committed_nodes_begin(q);
+	ch__job_node_ids_sql(q, job);
+	ch__committed_nodes_end(q, from_ms);
 }
 
 void ch__received_since_sql(struct byte_buf *q, int64_t from_ms)
@@ -304,10 +308,10 @@ void ch__own_days_sql(struct byte_buf *q, int64_t from_ms, int64_t to_ms)
 {
 	char from[CH_DAY_SIZE], to[CH_DAY_SIZE];
 
-	ch__day_string(from_ms, from);
+	day_string(from_ms, from);
 	byte_buf_printf(q, " AND day >= '%s'", from);
 	if (to_ms / MS_PER_DAY < CH_MAX_TEXT_DAY) { /* else unbounded: days past it are stored */
-		ch__day_string(to_ms, to);
+		day_string(to_ms, to);
 		byte_buf_printf(q, " AND day <= '%s'", to);
 	}
 }

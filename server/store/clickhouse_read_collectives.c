@@ -73,14 +73,6 @@ static int node_field(const char *f, char out[2 * SYSOM_NODE_ID_SIZE + 1])
 	return 0;
 }
 
-/* CH_COMMITTED over the batches of the nodes that ran `job`. */
-static void job_committed(struct byte_buf *q, const char *job)
-{
-	ch__committed_nodes_begin(q);
-	ch__job_node_ids_sql(q, job);
-	ch__committed_nodes_end(q, CH_ALL_TIME);
-}
-
 /* The merged job rank of each process that ever named job `job` (NULL: every process). */
 static void job_ranks_merged(struct byte_buf *q, const char *job)
 {
@@ -100,11 +92,11 @@ static void job_ranks_merged(struct byte_buf *q, const char *job)
 	if (job) {
 		/* The batches of the nodes that ran the job (its processes' rows in other jobs
 		 * are on the same nodes). */
-		job_committed(q, job);
+		ch__committed_job_sql(q, job, CH_ALL_TIME);
 		byte_buf_printf(q, " AND process IN (SELECT process FROM job_ranks WHERE job = ");
 		ch__quote(q, job);
 		byte_buf_printf(q, " AND ");
-		job_committed(q, job);
+		ch__committed_job_sql(q, job, CH_ALL_TIME);
 		byte_buf_printf(q, ")");
 	} else {
 		byte_buf_printf(q, CH_COMMITTED);
@@ -421,7 +413,7 @@ int ch__job_ranks_list(struct store *base, const char *job, uint32_t limit, stor
 	cn.cap = rs.n;
 	q.len = 0;
 	byte_buf_printf(&q, "SELECT process, argMax(comm, received_ns) FROM processes WHERE ");
-	job_committed(&q, job);
+	ch__committed_job_sql(&q, job, CH_ALL_TIME);
 	byte_buf_printf(&q, " AND node_id IN %s AND process IN (", (const char *)job_nodes.data);
 	for (size_t i = 0; i < rs.n; i++) {
 		byte_buf_printf(&q, "%s%" PRIu64, i ? "," : "", rs.v[i].process);
@@ -824,9 +816,7 @@ static int64_t ns_to_ms(int64_t ns)
  */
 static void range_committed(struct byte_buf *q, const struct coll *c)
 {
-	ch__committed_nodes_begin(q);
-	ch__job_node_ids_sql(q, c->f->job);
-	ch__committed_nodes_end(q, ns_to_ms(c->f->from_ns));
+	ch__committed_job_sql(q, c->f->job, ns_to_ms(c->f->from_ns));
 }
 
 /* The filters every instance query shares (communicator, op). */
@@ -956,7 +946,7 @@ static int comm_ranks_read(struct coll *c)
 				    CM_MERGE("nranks", "nranks >= 1") " FROM communicators WHERE ");
 		/* Every window of the job's nodes: a communicator's rank may be known only
 		 * from the batch that saw it created, days before the range. */
-		job_committed(&q, c->f->job);
+		ch__committed_job_sql(&q, c->f->job, CH_ALL_TIME);
 		byte_buf_printf(&q, " AND key IN (");
 		for (size_t i = at; i < end; i++)
 			byte_buf_printf(&q, "%s%" PRIu64, i > at ? "," : "", keys[i]);

@@ -23,9 +23,7 @@ static void join_node_names(struct byte_buf *q, const char *job)
 {
 	byte_buf_printf(q, " ANY LEFT JOIN (SELECT node_id AS node, argMax(hostname, received_ns)"
 			   " AS hostname, min(received_ns) AS node_first FROM batches WHERE ");
-	ch__committed_nodes_begin(q);
-	ch__job_node_ids_sql(q, job);
-	ch__committed_nodes_end(q, CH_ALL_TIME);
+	ch__committed_job_sql(q, job, CH_ALL_TIME);
 	byte_buf_printf(q, " AND node_id IN ");
 	ch__job_node_ids_sql(q, job);
 	byte_buf_printf(q, " GROUP BY node_id) USING node");
@@ -37,9 +35,7 @@ static void job_range_committed(struct byte_buf *q, const char *job, int64_t fro
 {
 	ch__own_days_sql(q, from_ms, to_ms);
 	byte_buf_printf(q, " AND ");
-	ch__committed_nodes_begin(q);
-	ch__job_node_ids_sql(q, job);
-	ch__committed_nodes_end(q, from_ms);
+	ch__committed_job_sql(q, job, from_ms);
 }
 
 /* Owner columns of the rows below, in store_gpu_owner order, and their order. */
