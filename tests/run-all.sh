@@ -3,6 +3,11 @@
 # Runs every test of a build: cmocka units, real-kernel BPF tests, end-to-end scripts and a
 # short run of each fuzz target. Each test case reports as a TAP line; the run ends with
 # "N passed, N failed, N skipped". Usage: tests/run-all.sh BUILD_DIR [FILTER]
+#
+# Units and fuzz smoke runs are self-contained (no BPF, no host-wide agent, ephemeral ports,
+# their own files): they run $SYSOM_TEST_JOBS at a time (default: the CPUs, at most 4), their
+# lines printed in order once the phase ends. BPF and end-to-end tests run one at a time: their
+# agents watch the whole host, and several measure latencies.
 set -u
 build=${1:?usage: tests/run-all.sh BUILD_DIR [FILTER]}
 filter=${2:-}
@@ -70,6 +75,7 @@ run_tap() {
 	passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
 	local verdict=PASS
 	[ "$f" -gt 0 ] && verdict=FAIL && failures+=("$name (log: $log)")
+	[ -n "$counts_file" ] && echo "$p $f $s $name (log: $log)" >"$counts_file"
 	printf '%-4s %-48s %3d passed %3d failed %3d skipped  %3ds\n' "$verdict" "$name" "$p" "$f" "$s" $((SECONDS - start))
 	if [ -n "$leftovers" ]; then
 		echo "# left behind (killed): $leftovers" >>"$log"
@@ -89,14 +95,55 @@ selected() {
 	[ -z "$filter" ] || [[ $1 == *"$filter"* ]]
 }
 
+# The parallel phase: queue_tap NAME TIMEOUT CMD... starts a test once a slot is free (its
+# output and counts to files), drain_queue waits for all and reports them in queued order.
+counts_file=""
+queued=()
+jobs_max=${SYSOM_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
+[[ $jobs_max =~ ^[1-9][0-9]*$ ]] || jobs_max=1
+[ "$jobs_max" -gt 4 ] && [ -z "${SYSOM_TEST_JOBS:-}" ] && jobs_max=4
+queue_dir=$(mktemp -d "${TMPDIR:-/tmp}/sysom-run-all.XXXXXX")
+trap 'rm -rf "$queue_dir"' EXIT
+
+queue_tap() {
+	local i=${#queued[@]}
+	while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do
+		wait -n
+	done
+	queued+=("$i")
+	(counts_file="$queue_dir/$i.counts"; run_tap "$@" >"$queue_dir/$i.out") &
+}
+
+drain_queue() {
+	local i p f s rest
+	wait
+	for i in "${queued[@]}"; do
+		cat "$queue_dir/$i.out"
+		if read -r p f s rest <"$queue_dir/$i.counts"; then
+			passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+			[ "$f" -gt 0 ] && failures+=("$rest")
+		else
+			failed=$((failed + 1)) failures+=("queued test $i: no result")
+		fi
+	done
+	queued=()
+	rm -f "$queue_dir"/*
+}
+
 cd "$root" || exit 2
 
-echo "== unit tests (cmocka, $build)"
+echo "== unit tests (cmocka, $build) and fuzz smoke runs (${SYSOM_FUZZ_SMOKE_SECONDS:-20}s each), $jobs_max at a time"
 while IFS= read -r t; do
 	[ -x "$t" ] && [ -f "$t" ] || continue
 	name=unit/${t#"$build"/tests/unit/}
-	selected "$name" && run_tap "$name" 300 "$t"
+	selected "$name" && queue_tap "$name" 300 "$t"
 done < <(find "$build/tests/unit" -type f -name 'test_*' -perm -u+x 2>/dev/null | sort)
+for t in "$build"/fuzz/fuzz_*; do
+	[ -x "$t" ] && [ -f "$t" ] || continue
+	name=fuzz/$(basename "$t")
+	selected "$name" && queue_tap "$name" 300 "$here/fuzz/run.sh" --tap "$build" "${SYSOM_FUZZ_SMOKE_SECONDS:-20}" "$(basename "$t")"
+done
+drain_queue
 
 echo "== real-kernel BPF tests"
 for t in "$build"/tests/bpf/test_*; do
@@ -110,13 +157,6 @@ for t in "$here"/e2e/test_*.sh; do
 	[ -f "$t" ] || continue
 	name=e2e/$(basename "$t" .sh)
 	selected "$name" && run_tap "$name" 900 bash "$t"
-done
-
-echo "== fuzz smoke runs (${SYSOM_FUZZ_SMOKE_SECONDS:-20}s each)"
-for t in "$build"/fuzz/fuzz_*; do
-	[ -x "$t" ] && [ -f "$t" ] || continue
-	name=fuzz/$(basename "$t")
-	selected "$name" && run_tap "$name" 300 "$here/fuzz/run.sh" --tap "$build" "${SYSOM_FUZZ_SMOKE_SECONDS:-20}" "$(basename "$t")"
 done
 
 if [ -s "$logdir/measurements.txt" ]; then
