@@ -522,7 +522,7 @@ static void stage_gpu(const struct pipeline *pl, const struct pipeline_params *p
 	uint8_t closing = st->sends ? SYSOM_NCCL_SEND : SYSOM_NCCL_RECV;
 	int32_t peers[STAGE_MAX_PEERS];
 	size_t npeers = 0;
-	uint64_t mb = 0, timed, ns;
+	uint64_t microbatches = 0, timed, ns;
 	const struct gpu_compute *c;
 
 	for (size_t i = first; i < end; i++) {
@@ -539,7 +539,8 @@ static void stage_gpu(const struct pipeline *pl, const struct pipeline_params *p
 		out->gpu_invalid++;
 		return;
 	}
-	int got = p2p_sum(pl, st->pid, closing, st->rank, peers, npeers, -1, &mb, &timed, &ns);
+	int got = p2p_sum(pl, st->pid, closing, st->rank, peers, npeers, -1, &microbatches, &timed,
+			  &ns);
 	if (got == -1) {
 		out->gpu_ambiguous++;
 		return;
@@ -551,17 +552,18 @@ static void stage_gpu(const struct pipeline *pl, const struct pipeline_params *p
 	if (!got) {
 		/* No plugin count: the calls, when they are the whole range and the process has
 		 * no Send/Recv plugin rows at all (rows that do not match are not a gap). */
-		bool any = p2p_lower(pl, st->pid, 0, INT32_MIN) < pl->np2p &&
-			   pl->p2p[p2p_lower(pl, st->pid, 0, INT32_MIN)].g.pid == st->pid;
-		if (any || !p->calls_complete)
+		size_t first_of_pid = p2p_lower(pl, st->pid, 0, INT32_MIN);
+		bool process_has_rows = first_of_pid < pl->np2p &&
+					pl->p2p[first_of_pid].g.pid == st->pid;
+		if (process_has_rows || !p->calls_complete)
 			return;
-		mb = closing == SYSOM_NCCL_SEND ? st->sends : st->recvs;
+		microbatches = closing == SYSOM_NCCL_SEND ? st->sends : st->recvs;
 	}
-	if (!mb)
+	if (!microbatches)
 		return;
 	st->gpu_timed = true;
-	st->gpu_microbatches = mb;
-	st->gpu_busy_ns = (double)c->g.kernel_ns / (double)mb;
+	st->gpu_microbatches = microbatches;
+	st->gpu_busy_ns = (double)c->g.kernel_ns / (double)microbatches;
 	out->gpu_stages++;
 }
 
