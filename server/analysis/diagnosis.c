@@ -1400,7 +1400,8 @@ static int pipeline_call_add(void *arg, const struct store_collective_call *c)
 /* CUPTI kernel rows: a stage's compute is its process's kernels that are not NCCL's. */
 static int pipeline_kernel_add(void *arg, const struct store_gpu_kernel_row *r)
 {
-	struct pipeline_gpu_compute g = { .pid = r->who.pid, .kernels = r->count,
+	struct pipeline_gpu_compute g = { .job_rank = r->who.job_rank, .pid = r->who.pid,
+					  .kernels = r->count,
 					  .kernel_ns = r->total_ns };
 
 	if (pipeline_kernel_is_nccl(r->name))
@@ -1411,7 +1412,8 @@ static int pipeline_kernel_add(void *arg, const struct store_gpu_kernel_row *r)
 /* NCCL profiler plugin rows: the Send/Recv counts and Recv kernel times. */
 static int pipeline_profile_add(void *arg, const struct store_nccl_profile_row *r)
 {
-	struct pipeline_gpu_p2p g = { .pid = r->who.pid, .comm_id = r->comm_id, .rank = r->rank,
+	struct pipeline_gpu_p2p g = { .job_rank = r->who.job_rank, .pid = r->who.pid,
+				      .comm_id = r->comm_id, .rank = r->rank,
 				      .peer = r->peer, .count = r->count,
 				      .kernel_timed = r->kernel_timed,
 				      .kernel_ns = r->kernel_ns_total };

@@ -89,7 +89,7 @@ int pipeline_gpu_compute_add(struct pipeline *pl, const struct pipeline_gpu_comp
 		pl->gpu_invalid += g->kernel_ns != 0; /* time without an execution */
 		return 0;
 	}
-	if (!last || last->g.pid != g->pid) {
+	if (!last || last->g.pid != g->pid || last->g.job_rank != g->job_rank) {
 		if (pl->ncompute >= PIPELINE_MAX_GPU_ROWS) {
 			pl->gpu_incomplete = true;
 			return 0;
@@ -99,6 +99,7 @@ int pipeline_gpu_compute_add(struct pipeline *pl, const struct pipeline_gpu_comp
 		last = &pl->compute[pl->ncompute++];
 		memset(last, 0, sizeof(*last));
 		last->g.pid = g->pid;
+		last->g.job_rank = g->job_rank;
 	}
 	last->saturated |= sat_add(&last->g.kernels, g->kernels);
 	last->saturated |= sat_add(&last->g.kernel_ns, g->kernel_ns);
@@ -107,7 +108,8 @@ int pipeline_gpu_compute_add(struct pipeline *pl, const struct pipeline_gpu_comp
 
 static bool p2p_same_key(const struct pipeline_gpu_p2p *a, const struct pipeline_gpu_p2p *b)
 {
-	return a->pid == b->pid && a->comm_id == b->comm_id && a->rank == b->rank &&
+	return a->job_rank == b->job_rank && a->pid == b->pid && a->comm_id == b->comm_id &&
+	       a->rank == b->rank &&
 	       a->peer == b->peer && a->op == b->op;
 }
 
@@ -396,10 +398,13 @@ static void stages_build(struct pipeline *pl, struct pipeline_result *out, doubl
 
 /* ---- GPU clock ------------------------------------------------------------------------------ */
 
-static int by_pid(const void *x, const void *y)
+static int by_process(const void *x, const void *y)
 {
 	const struct gpu_compute *a = x, *b = y;
+	int c;
 
+	if ((c = CMP(a->g.job_rank, b->g.job_rank)))
+		return c;
 	return CMP(a->g.pid, b->g.pid);
 }
 
@@ -407,7 +412,8 @@ static int p2p_cmp_key(const struct pipeline_gpu_p2p *a, const struct pipeline_g
 {
 	int c;
 
-	if ((c = CMP(a->pid, b->pid)) || (c = CMP(a->op, b->op)) || (c = CMP(a->rank, b->rank)) ||
+	if ((c = CMP(a->job_rank, b->job_rank)) || (c = CMP(a->pid, b->pid)) ||
+	    (c = CMP(a->op, b->op)) || (c = CMP(a->rank, b->rank)) ||
 	    (c = CMP(a->comm_id, b->comm_id)))
 		return c;
 	return CMP(a->peer, b->peer);
@@ -424,10 +430,10 @@ static void gpu_merge(struct pipeline *pl)
 	size_t n = 0;
 
 	if (pl->ncompute)
-		qsort(pl->compute, pl->ncompute, sizeof(*pl->compute), by_pid);
+		qsort(pl->compute, pl->ncompute, sizeof(*pl->compute), by_process);
 	for (size_t i = 0; i < pl->ncompute; i++) {
 		struct gpu_compute *c = &pl->compute[i], *o = n ? &pl->compute[n - 1] : NULL;
-		if (o && o->g.pid == c->g.pid) {
+		if (o && !by_process(o, c)) {
 			o->saturated |= c->saturated | sat_add(&o->g.kernels, c->g.kernels) |
 					sat_add(&o->g.kernel_ns, c->g.kernel_ns);
 			continue;
@@ -451,19 +457,22 @@ static void gpu_merge(struct pipeline *pl)
 	pl->np2p = n;
 }
 
-static const struct gpu_compute *compute_find(const struct pipeline *pl, uint32_t pid)
+static const struct gpu_compute *compute_find(const struct pipeline *pl, int32_t job_rank,
+					     uint32_t pid)
 {
-	const struct gpu_compute key = { .g.pid = pid };
+	const struct gpu_compute key = { .g.job_rank = job_rank, .g.pid = pid };
 
-	return pl->ncompute ? bsearch(&key, pl->compute, pl->ncompute, sizeof(*pl->compute), by_pid)
-			    : NULL;
+	return pl->ncompute
+		       ? bsearch(&key, pl->compute, pl->ncompute, sizeof(*pl->compute), by_process)
+		       : NULL;
 }
 
-/* The first plugin row at or after (pid, op, rank) in key order. */
-static size_t p2p_lower(const struct pipeline *pl, uint32_t pid, uint8_t op, int32_t rank)
+/* The first plugin row at or after (process, op, rank) in key order. */
+static size_t p2p_lower(const struct pipeline *pl, int32_t job_rank, uint32_t pid, uint8_t op,
+			int32_t rank)
 {
-	const struct pipeline_gpu_p2p key = { .pid = pid, .op = op, .rank = rank, .comm_id = 0,
-					      .peer = INT32_MIN };
+	const struct pipeline_gpu_p2p key = { .job_rank = job_rank, .pid = pid, .op = op,
+					      .rank = rank, .comm_id = 0, .peer = INT32_MIN };
 	size_t lo = 0, hi = pl->np2p;
 
 	while (lo < hi) {
@@ -476,10 +485,11 @@ static size_t p2p_lower(const struct pipeline *pl, uint32_t pid, uint8_t op, int
 	return lo;
 }
 
-static bool p2p_in(const struct pipeline *pl, size_t i, uint32_t pid, uint8_t op, int32_t rank)
+static bool p2p_in(const struct pipeline *pl, size_t i, int32_t job_rank, uint32_t pid,
+		   uint8_t op, int32_t rank)
 {
-	return i < pl->np2p && pl->p2p[i].g.pid == pid && pl->p2p[i].g.op == op &&
-	       pl->p2p[i].g.rank == rank;
+	return i < pl->np2p && pl->p2p[i].g.job_rank == job_rank && pl->p2p[i].g.pid == pid &&
+	       pl->p2p[i].g.op == op && pl->p2p[i].g.rank == rank;
 }
 
 static bool peer_in(const int32_t *peers, size_t n, int32_t peer)
@@ -490,10 +500,10 @@ static bool peer_in(const int32_t *peers, size_t n, int32_t peer)
 	return false;
 }
 
-/* Sums the plugin rows of (pid, op, rank) whose peer passes `peers` (NULL: == `one`), all in
- * one communicator: 1 with the sums, 0 none, -1 several communicators, -2 saturated. */
-static int p2p_sum(const struct pipeline *pl, uint32_t pid, uint8_t op, int32_t rank,
-		   const int32_t *peers, size_t npeers, int32_t one, uint64_t *count,
+/* Sums the plugin rows of (process, op, rank) whose peer passes `peers` (NULL: == `one`), all
+ * in one communicator: 1 with the sums, 0 none, -1 several communicators, -2 saturated. */
+static int p2p_sum(const struct pipeline *pl, int32_t job_rank, uint32_t pid, uint8_t op,
+		   int32_t rank, const int32_t *peers, size_t npeers, int32_t one, uint64_t *count,
 		   uint64_t *timed, uint64_t *ns)
 {
 	uint64_t comm = 0;
@@ -501,7 +511,8 @@ static int p2p_sum(const struct pipeline *pl, uint32_t pid, uint8_t op, int32_t 
 	bool sat = false;
 
 	*count = *timed = *ns = 0;
-	for (size_t i = p2p_lower(pl, pid, op, rank); p2p_in(pl, i, pid, op, rank); i++) {
+	for (size_t i = p2p_lower(pl, job_rank, pid, op, rank);
+	     p2p_in(pl, i, job_rank, pid, op, rank); i++) {
 		const struct gpu_p2p *r = &pl->p2p[i];
 		if (peers ? !peer_in(peers, npeers, r->g.peer) : r->g.peer != one)
 			continue;
@@ -533,14 +544,14 @@ static void stage_gpu(const struct pipeline *pl, const struct pipeline_params *p
 			return;
 		peers[npeers++] = call->peer;
 	}
-	if (!(c = compute_find(pl, st->pid)))
+	if (!(c = compute_find(pl, st->job_rank, st->pid)))
 		return;
 	if (c->saturated) {
 		out->gpu_invalid++;
 		return;
 	}
-	int got = p2p_sum(pl, st->pid, closing, st->rank, peers, npeers, -1, &microbatches, &timed,
-			  &ns);
+	int got = p2p_sum(pl, st->job_rank, st->pid, closing, st->rank, peers, npeers, -1,
+			  &microbatches, &timed, &ns);
 	if (got == -1) {
 		out->gpu_ambiguous++;
 		return;
@@ -552,9 +563,9 @@ static void stage_gpu(const struct pipeline *pl, const struct pipeline_params *p
 	if (!got) {
 		/* No plugin count: the calls, when they are the whole range and the process has
 		 * no Send/Recv plugin rows at all (rows that do not match are not a gap). */
-		size_t first_of_pid = p2p_lower(pl, st->pid, 0, INT32_MIN);
-		bool process_has_rows = first_of_pid < pl->np2p &&
-					pl->p2p[first_of_pid].g.pid == st->pid;
+		size_t row = p2p_lower(pl, st->job_rank, st->pid, 0, INT32_MIN);
+		bool process_has_rows = row < pl->np2p && pl->p2p[row].g.job_rank == st->job_rank &&
+					pl->p2p[row].g.pid == st->pid;
 		if (process_has_rows || !p->calls_complete)
 			return;
 		microbatches = closing == SYSOM_NCCL_SEND ? st->sends : st->recvs;
@@ -594,8 +605,8 @@ static void link_gpu(const struct pipeline *pl, struct pipeline_link *l,
 
 	if (!dst)
 		return;
-	got = p2p_sum(pl, dst->pid, SYSOM_NCCL_RECV, l->dst, NULL, 0, l->src, &count, &timed,
-		      &ns);
+	got = p2p_sum(pl, dst->job_rank, dst->pid, SYSOM_NCCL_RECV, l->dst, NULL, 0, l->src, &count,
+		      &timed, &ns);
 	if (got == -1)
 		out->gpu_ambiguous++;
 	else if (got == -2)

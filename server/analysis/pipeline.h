@@ -89,9 +89,10 @@ struct pipeline_params {
 				 * gave no count */
 };
 
-/* GPU compute of one process: its non-NCCL kernels over the GPU rows' range (rows of one pid
- * added several times are summed). */
+/* GPU compute of one process: its non-NCCL kernels over the GPU rows' range (rows of one
+ * process added several times are summed). A stage's process is its calls' (job_rank, pid). */
 struct pipeline_gpu_compute {
+	int32_t job_rank;       /* with pid, the process (pids repeat across nodes); -1 unknown */
 	uint32_t pid;
 	uint64_t kernels;       /* executions */
 	uint64_t kernel_ns;     /* their GPU time */
@@ -99,6 +100,7 @@ struct pipeline_gpu_compute {
 
 /* One NCCL profiler plugin row of a Send or Recv (summed like the above per key). */
 struct pipeline_gpu_p2p {
+	int32_t job_rank;       /* as above */
 	uint32_t pid;
 	uint64_t comm_id;       /* the plugin's communicator id (commHash, not the pipeline's key) */
 	int32_t rank, peer;     /* ranks in that communicator */

@@ -67,14 +67,16 @@ static void chain(struct pipeline *pl, const int64_t *host)
 
 static void compute(struct pipeline *pl, int rank, uint64_t kernels, uint64_t ns)
 {
-	struct pipeline_gpu_compute g = { .pid = pid_of(rank), .kernels = kernels, .kernel_ns = ns };
+	struct pipeline_gpu_compute g = { .job_rank = rank + 100, .pid = pid_of(rank),
+					  .kernels = kernels, .kernel_ns = ns };
 	assert_int_equal(pipeline_gpu_compute_add(pl, &g), 0);
 }
 
 static void p2p(struct pipeline *pl, int rank, uint8_t op, int peer, uint64_t comm_id,
 		uint64_t count, uint64_t timed, uint64_t ns)
 {
-	struct pipeline_gpu_p2p g = { .pid = pid_of(rank), .comm_id = comm_id, .rank = rank,
+	struct pipeline_gpu_p2p g = { .job_rank = rank + 100, .pid = pid_of(rank),
+				      .comm_id = comm_id, .rank = rank,
 				      .peer = peer, .op = op, .count = count,
 				      .kernel_timed = timed, .kernel_ns = ns };
 	assert_int_equal(pipeline_gpu_p2p_add(pl, &g), 0);
@@ -243,7 +245,8 @@ static void test_gpu_counts_from_calls(void **state)
 	assert_int_equal(pipeline_new(&pl), 0);
 	chain(pl, equal_host);
 	compute(pl, 0, MB, (uint64_t)(MB * MS));
-	struct pipeline_gpu_p2p other = { .pid = pid_of(0), .comm_id = 5, .rank = 7, .peer = 8,
+	struct pipeline_gpu_p2p other = { .job_rank = 100, .pid = pid_of(0), .comm_id = 5,
+					  .rank = 7, .peer = 8,
 					  .op = SYSOM_NCCL_SEND, .count = 3 };
 	assert_int_equal(pipeline_gpu_p2p_add(pl, &other), 0);
 	assert_int_equal(pipeline_analyse(pl, &complete, &r), 0);
@@ -362,7 +365,8 @@ static void test_gpu_hostile(void **state)
 	pipeline_free(pl);
 }
 
-/* Rows of one process added apart (windows of other processes between) are summed. */
+/* Rows of one process added apart (windows of other processes between) are summed; a process
+ * is (job rank, pid). */
 static void test_gpu_rows_interleaved(void **state)
 {
 	struct pipeline *pl;
@@ -374,8 +378,18 @@ static void test_gpu_rows_interleaved(void **state)
 	for (int w = 0; w < 4; w++)
 		for (int s = STAGES - 1; s >= 0; s--)
 			compute(pl, s, MB / 4, (uint64_t)(MB / 4 * (s == 0 ? 5 : 2) * MS));
+	/* The same pid on another node (another job rank): another process, not summed in. */
+	struct pipeline_gpu_compute elsewhere = { .job_rank = 7, .pid = pid_of(3), .kernels = 1,
+						  .kernel_ns = 1000 * MS };
+	assert_int_equal(pipeline_gpu_compute_add(pl, &elsewhere), 0);
+	struct pipeline_gpu_p2p elsewhere_sends = { .job_rank = 7, .pid = pid_of(2),
+						    .comm_id = PLUGIN_COMM, .rank = 2, .peer = 3,
+						    .op = SYSOM_NCCL_SEND, .count = 1 };
+	assert_int_equal(pipeline_gpu_p2p_add(pl, &elsewhere_sends), 0);
 	plugin_rows(pl, 0);
 	assert_int_equal(pipeline_analyse(pl, &params, &r), 0);
+	assert_int_equal(stage(&r, 2)->gpu_microbatches, MB);
+	assert_int_equal(r.gpu_ambiguous, 0);
 	assert_true(fabs(stage(&r, 0)->gpu_busy_ns - 5.0 * MS) < 1);
 	assert_true(fabs(stage(&r, 3)->gpu_busy_ns - 2.0 * MS) < 1);
 	assert_true(stage(&r, 0)->gpu_slow);
