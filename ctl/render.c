@@ -602,11 +602,22 @@ int ctl_stragglers_render(const json_t *doc, FILE *out)
 	json_array_foreach(pstages, i, r) {
 		if (!json_is_true(json_object_get(r, "slow")))
 			continue;
-		fprintf(out, "PIPELINE STRAGGLER: stage %" JSON_INTEGER_FORMAT " (rank %"
-			     JSON_INTEGER_FORMAT ", %s pid %" JSON_INTEGER_FORMAT ") of %s is slow: "
-			     "+%.3f ms per microbatch (%.3f ms busy)\n",
-			int_of(r, "stage"), int_of(r, "job_rank"), str(r, "hostname"), int_of(r, "pid"),
-			str(r, "communicator"), dbl_of(r, "excess_ms"), dbl_of(r, "busy_ms"));
+		const char *clock = json_string_value(json_object_get(r, "clock"));
+		if (clock && !strcmp(clock, "gpu")) /* its GPU compute alone */
+			fprintf(out, "PIPELINE STRAGGLER: stage %" JSON_INTEGER_FORMAT " (rank %"
+				     JSON_INTEGER_FORMAT ", %s pid %" JSON_INTEGER_FORMAT ") of %s is "
+				     "slow on the GPU: +%.3f ms of GPU compute per microbatch (%.3f ms; "
+				     "host busy %.3f ms like the other stages)\n",
+				int_of(r, "stage"), int_of(r, "job_rank"), str(r, "hostname"),
+				int_of(r, "pid"), str(r, "communicator"), dbl_of(r, "gpu_excess_ms"),
+				dbl_of(r, "gpu_busy_ms"), dbl_of(r, "busy_ms"));
+		else
+			fprintf(out, "PIPELINE STRAGGLER: stage %" JSON_INTEGER_FORMAT " (rank %"
+				     JSON_INTEGER_FORMAT ", %s pid %" JSON_INTEGER_FORMAT ") of %s is "
+				     "slow: +%.3f ms per microbatch (%.3f ms busy)\n",
+				int_of(r, "stage"), int_of(r, "job_rank"), str(r, "hostname"),
+				int_of(r, "pid"), str(r, "communicator"), dbl_of(r, "excess_ms"),
+				dbl_of(r, "busy_ms"));
 		const json_t *dg = json_object_get(r, "diagnosis");
 		if (json_is_object(dg)) {
 			fprintf(out, "  layer: %s: %s\n", str(dg, "layer"), str(dg, "summary"));
@@ -668,23 +679,33 @@ int ctl_stragglers_render(const json_t *doc, FILE *out)
 			     " sends and %" JSON_INTEGER_FORMAT " receives unmatched\n",
 			int_of(pipe, "transfers"), int_of(pipe, "unmatched_sends"),
 			int_of(pipe, "unmatched_recvs"));
-		fprintf(out, "  %-16s  %5s  %6s  %12s  %12s  %10s  %s\n", "COMMUNICATOR", "STAGE",
-			"RANK", "BUSY ms", "RECV WAIT ms", "EXCESS ms", "VERDICT");
-		json_array_foreach(pstages, i, r)
+		fprintf(out, "  %-16s  %5s  %6s  %12s  %12s  %10s  %12s  %s\n", "COMMUNICATOR",
+			"STAGE", "RANK", "BUSY ms", "RECV WAIT ms", "EXCESS ms", "GPU BUSY ms",
+			"VERDICT");
+		json_array_foreach(pstages, i, r) {
+			char gpu[32] = "-", verdict[16] = "-";
+			const char *clock = json_string_value(json_object_get(r, "clock"));
+			if (json_is_number(json_object_get(r, "gpu_busy_ms")))
+				snprintf(gpu, sizeof(gpu), "%.3f", dbl_of(r, "gpu_busy_ms"));
+			if (json_is_true(json_object_get(r, "slow")))
+				snprintf(verdict, sizeof(verdict), "slow (%s)", clock ? clock : "host");
 			fprintf(out, "  %-16s  %5" JSON_INTEGER_FORMAT "  %6" JSON_INTEGER_FORMAT
-				     "  %12.3f  %12.3f  %10.3f  %s\n",
+				     "  %12.3f  %12.3f  %10.3f  %12s  %s\n",
 				str(r, "communicator"), int_of(r, "stage"), int_of(r, "job_rank"),
 				dbl_of(r, "busy_ms"), dbl_of(r, "recv_wait_ms"), dbl_of(r, "excess_ms"),
-				json_is_true(json_object_get(r, "slow")) ? "slow" : "-");
-		fprintf(out, "  %-16s  %8s  %12s  %12s  %10s  %s\n", "COMMUNICATOR", "LINK",
-			"TRANSFER ms", "WAIT ms", "EXCESS ms", "VERDICT");
+				gpu, verdict);
+		}
+		fprintf(out, "  %-16s  %8s  %12s  %12s  %10s  %12s  %s\n", "COMMUNICATOR", "LINK",
+			"TRANSFER ms", "WAIT ms", "EXCESS ms", "GPU ms", "VERDICT");
 		json_array_foreach(plinks, i, r) {
-			char link[32];
+			char link[32], gpu[32] = "-";
 			snprintf(link, sizeof(link), "%" JSON_INTEGER_FORMAT "->%" JSON_INTEGER_FORMAT,
 				 int_of(r, "src"), int_of(r, "dst"));
-			fprintf(out, "  %-16s  %8s  %12.3f  %12.3f  %10.3f  %s\n",
+			if (json_is_number(json_object_get(r, "gpu_transfer_ms")))
+				snprintf(gpu, sizeof(gpu), "%.3f", dbl_of(r, "gpu_transfer_ms"));
+			fprintf(out, "  %-16s  %8s  %12.3f  %12.3f  %10.3f  %12s  %s\n",
 				str(r, "communicator"), link, dbl_of(r, "transfer_ms"),
-				dbl_of(r, "wait_ms"), dbl_of(r, "excess_ms"),
+				dbl_of(r, "wait_ms"), dbl_of(r, "excess_ms"), gpu,
 				json_is_true(json_object_get(r, "slow")) ? "slow" : "-");
 		}
 	}

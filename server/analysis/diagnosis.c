@@ -1369,27 +1369,78 @@ static int store_source(void *arg, const struct diagnosis_scope *scope, store_co
 	return store_collectives_list(arg, &f, QUERY_MAX_STRAGGLER_INSTANCES, fn, fn_arg);
 }
 
+/* The pipeline pass's store reads: the calls (counting instances, to tell whether a limit left
+ * some of the range out) and the GPU rows of the same range. */
+struct pipeline_read {
+	struct pipeline *pl;
+	uint32_t instances;     /* of the op being read */
+	uint64_t calls;         /* of both ops */
+	bool have;
+	uint64_t comm, seq;
+};
+
 static int pipeline_call_add(void *arg, const struct store_collective_call *c)
 {
+	struct pipeline_read *rd = arg;
 	struct pipeline_call pc = { .comm = c->comm_key, .seq = c->seq, .entry_ns = c->entry_ns,
 				    .exit_ns = c->exit_ns, .rank = c->rank, .peer = c->peer,
 				    .job_rank = c->job_rank, .pid = c->pid, .op = c->op };
 
-	return pipeline_add(arg, &pc);
+	/* Calls arrive grouped by instance (communicator, op, seq). */
+	if (!rd->have || c->comm_key != rd->comm || c->seq != rd->seq) {
+		rd->instances++;
+		rd->have = true;
+		rd->comm = c->comm_key;
+		rd->seq = c->seq;
+	}
+	rd->calls++;
+	return pipeline_add(rd->pl, &pc);
+}
+
+/* CUPTI kernel rows: a stage's compute is its process's kernels that are not NCCL's. */
+static int pipeline_kernel_add(void *arg, const struct store_gpu_kernel_row *r)
+{
+	struct pipeline_gpu_compute g = { .job_rank = r->who.job_rank, .pid = r->who.pid,
+					  .kernels = r->count,
+					  .kernel_ns = r->total_ns };
+
+	if (pipeline_kernel_is_nccl(r->name))
+		return 0;
+	return pipeline_gpu_compute_add(arg, &g);
+}
+
+/* NCCL profiler plugin rows: the Send/Recv counts and Recv kernel times. */
+static int pipeline_profile_add(void *arg, const struct store_nccl_profile_row *r)
+{
+	struct pipeline_gpu_p2p g = { .job_rank = r->who.job_rank, .pid = r->who.pid,
+				      .comm_id = r->comm_id, .rank = r->rank,
+				      .peer = r->peer, .count = r->count,
+				      .kernel_timed = r->kernel_timed,
+				      .kernel_ns = r->kernel_ns_total };
+
+	if (!r->func || (strcmp(r->func, "Send") && strcmp(r->func, "Recv")))
+		return 0;
+	g.op = r->func[0] == 'S' ? SYSOM_NCCL_SEND : SYSOM_NCCL_RECV;
+	return pipeline_gpu_p2p_add(arg, &g);
 }
 
 /* The pipeline pass: the job's latest Send and Recv calls from the store, paired and judged
- * into rep->pipeline. 0 or a negative errno. */
+ * into rep->pipeline, with the GPU rows of the same range (the GPU clock, pipeline.h). 0 or a
+ * negative errno. */
 static int pipeline_pass(const struct diagnosis_ctx *ctx, const struct diagnosis_scope *scope,
 			 const struct diagnosis_params *p, struct straggler_report *rep)
 {
 	static const uint8_t ops[] = { SYSOM_NCCL_SEND, SYSOM_NCCL_RECV };
 	struct pipeline_params pp = { .k = p->sp.k, .min_excess_ns = p->sp.min_excess_ns,
-				      .scale_floor_ns = p->sp.scale_floor_ns };
-	struct pipeline *pl = NULL;
+				      .scale_floor_ns = p->sp.scale_floor_ns,
+				      .calls_complete = true };
+	struct pipeline_read rd = { 0 };
+	struct store_gpu_filter gf = { .job = scope->job, .from_ms = scope->from_ms,
+				       .to_ms = scope->to_ms };
+	bool gpu_truncated = false;
 	int rc;
 
-	if ((rc = pipeline_new(&pl)))
+	if ((rc = pipeline_new(&rd.pl)))
 		goto cleanup;
 	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
 		struct store_collective_filter f = { .job = scope->job, .latest = true,
@@ -1399,15 +1450,31 @@ static int pipeline_pass(const struct diagnosis_ctx *ctx, const struct diagnosis
 		f.from_ns = scope->from_ms > INT64_MAX / 1000000 ? INT64_MAX : scope->from_ms * 1000000;
 		f.to_ns = scope->to_ms > INT64_MAX / 1000000 - 1 ? INT64_MAX
 								  : scope->to_ms * 1000000 + 999999;
+		rd.instances = 0;
+		rd.have = false;
 		if ((rc = store_collectives_list(ctx->store, &f, DIAGNOSIS_PIPELINE_INSTANCES,
-						 pipeline_call_add, pl)))
+						 pipeline_call_add, &rd)))
 			goto cleanup;
+		/* As many instances as asked for: older ones of the range may be left out. */
+		if (rd.instances >= DIAGNOSIS_PIPELINE_INSTANCES)
+			pp.calls_complete = false;
 	}
-	if ((rc = pipeline_analyse(pl, &pp, &rep->pipeline)))
+	/* GPU rows only where there is a pipeline to time (a job of collectives alone reads
+	 * nothing more). */
+	if (rd.calls) {
+		struct store_gpu_visitor v = { .kernel = pipeline_kernel_add,
+					       .profile = pipeline_profile_add, .arg = rd.pl };
+		if ((rc = store_job_gpu(ctx->store, &gf, QUERY_MAX_GPU_ROWS, &v,
+					&gpu_truncated)))
+			goto cleanup;
+		if (gpu_truncated)
+			pipeline_gpu_incomplete(rd.pl);
+	}
+	if ((rc = pipeline_analyse(rd.pl, &pp, &rep->pipeline)))
 		goto cleanup;
 	rep->pipeline_checked = true;
 cleanup:
-	pipeline_free(pl);
+	pipeline_free(rd.pl);
 	return rc;
 }
 

@@ -257,6 +257,19 @@ static json_t *groups_json(const struct straggler_report *r)
 	return groups;
 }
 
+/* ms, or null when `known` is false (no GPU timing). */
+static json_t *ms_or_null(bool known, double ns)
+{
+	return known ? json_real(ns / 1e6) : json_null();
+}
+
+/* Which clock named a slow stage: "host" (also when both did), "gpu" (its GPU compute alone),
+ * null when not slow. */
+static json_t *stage_clock(const struct pipeline_stage *st)
+{
+	return st->host_slow ? json_string("host") : st->gpu_slow ? json_string("gpu") : json_null();
+}
+
 static json_t *pipeline_stage_json(const struct pipeline_stage *st,
 				   const struct pipeline_stage_where *w)
 {
@@ -271,6 +284,24 @@ static json_t *pipeline_stage_json(const struct pipeline_stage *st,
 			"microbatches", (json_int_t)st->microbatches, "busy_ms", st->busy_ns / 1e6,
 			"recv_wait_ms", st->recv_wait_ns / 1e6, "excess_ms", st->excess_ns / 1e6, "z",
 			st->z, "judged", st->judged, "slow", st->slow);
+	/* The GPU clock (null where the stage's process has no GPU timing / was not judged). */
+	if (out &&
+	    json_object_update_new(out, json_pack("{s:o,s:b,s:b,s:o,s:I,s:o,s:o,s:b}", "clock",
+						  stage_clock(st), "host_slow", st->host_slow,
+						  "gpu_slow", st->gpu_slow, "gpu_busy_ms",
+						  ms_or_null(st->gpu_timed, st->gpu_busy_ns),
+						  "gpu_microbatches",
+						  (json_int_t)(st->gpu_microbatches > INT64_MAX
+							       ? INT64_MAX
+							       : st->gpu_microbatches),
+						  "gpu_excess_ms",
+						  ms_or_null(st->gpu_judged, st->gpu_excess_ns),
+						  "gpu_z",
+						  st->gpu_judged ? json_real(st->gpu_z) : json_null(),
+						  "gpu_judged", st->gpu_judged))) {
+		json_decref(out);
+		return NULL;
+	}
 	/* A slow stage's rank, diagnosed like a collective straggler (null when it failed). */
 	if (out && w && w->diagnosed) {
 		json_t *dg = w->diagnosis ? diagnosis_json(w->diagnosis) : NULL;
@@ -285,14 +316,16 @@ static json_t *pipeline_link_json(const struct pipeline_link *l,
 	char comm[32];
 
 	snprintf(comm, sizeof(comm), "%016" PRIx64, l->comm);
-	return json_pack("{s:s,s:i,s:i,s:i,s:i,s:o,s:o,s:I,s:f,s:f,s:f,s:f,s:b,s:b}", "communicator",
-			 comm, "src", (int)l->src, "dst", (int)l->dst, "src_job_rank",
-			 (int)l->src_job_rank, "dst_job_rank", (int)l->dst_job_rank, "src_host",
-			 render_json_string(w ? w->src_host : NULL), "dst_host",
+	return json_pack("{s:s,s:i,s:i,s:i,s:i,s:o,s:o,s:I,s:f,s:f,s:f,s:f,s:b,s:b,s:o,s:I}",
+			 "communicator", comm, "src", (int)l->src, "dst", (int)l->dst,
+			 "src_job_rank", (int)l->src_job_rank, "dst_job_rank", (int)l->dst_job_rank,
+			 "src_host", render_json_string(w ? w->src_host : NULL), "dst_host",
 			 render_json_string(w ? w->dst_host : NULL), "transfers",
 			 (json_int_t)l->transfers, "wait_ms", l->wait_ns / 1e6, "transfer_ms",
 			 l->transfer_ns / 1e6, "excess_ms", l->excess_ns / 1e6, "z", l->z, "judged",
-			 l->judged, "slow", l->slow);
+			 l->judged, "slow", l->slow, "gpu_transfer_ms",
+			 ms_or_null(l->gpu_timed, l->gpu_transfer_ns), "gpu_transfers",
+			 (json_int_t)(l->gpu_transfers > INT64_MAX ? INT64_MAX : l->gpu_transfers));
 }
 
 /* Bounded: at most PIPELINE_RENDER_MAX stages and links each (slow ones first). */
@@ -325,13 +358,17 @@ json_t *diagnosis_pipeline_json(const struct straggler_report *r)
 					goto fail;
 			}
 	}
-	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o}", "calls",
-			 (json_int_t)p->calls, "invalid", (json_int_t)p->invalid, "dropped",
-			 (json_int_t)p->dropped, "transfers", (json_int_t)p->transfers,
+	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:o,s:o}",
+			 "calls", (json_int_t)p->calls, "invalid", (json_int_t)p->invalid,
+			 "dropped", (json_int_t)p->dropped, "transfers", (json_int_t)p->transfers,
 			 "unmatched_sends", (json_int_t)p->unmatched_sends, "unmatched_recvs",
 			 (json_int_t)p->unmatched_recvs, "duplicates", (json_int_t)p->duplicates,
 			 "slow_stages", (json_int_t)p->slow_stages, "slow_links",
-			 (json_int_t)p->slow_links, "stages", stages, "links", links);
+			 (json_int_t)p->slow_links, "gpu_stages", (json_int_t)p->gpu_stages,
+			 "gpu_slow_stages", (json_int_t)p->gpu_slow_stages, "gpu_invalid",
+			 (json_int_t)(p->gpu_invalid > INT64_MAX ? INT64_MAX : p->gpu_invalid),
+			 "gpu_ambiguous", (json_int_t)p->gpu_ambiguous, "gpu_incomplete",
+			 p->gpu_incomplete, "stages", stages, "links", links);
 fail:
 	json_decref(stages);
 	json_decref(links);

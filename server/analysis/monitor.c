@@ -229,14 +229,24 @@ static int finding_of_pipeline(const struct monitor *m, const struct straggler_r
 		else
 			snprintf(f->identity, sizeof(f->identity), "pipeline stage %s/%d", comm,
 				 st->rank);
-		snprintf(summary, sizeof(summary),
-			 "pipeline stage %d (rank %d) is slow: +%.1f ms per microbatch "
-			 "(%.1f ms busy vs %.1f ms on the other stages); the stages after it wait "
-			 "for it in their receives%s%.400s",
-			 st->rank, st->job_rank, st->excess_ns / 1e6, st->busy_ns / 1e6,
-			 (st->busy_ns - st->excess_ns) / 1e6,
-			 dg && dg->layer != DIAGNOSIS_LAYER_UNKNOWN ? ": " : "",
-			 dg && dg->layer != DIAGNOSIS_LAYER_UNKNOWN ? dg->summary : "");
+		if (st->host_slow)
+			snprintf(summary, sizeof(summary),
+				 "pipeline stage %d (rank %d) is slow: +%.1f ms per microbatch "
+				 "(%.1f ms busy vs %.1f ms on the other stages); the stages after it "
+				 "wait for it in their receives%s%.400s",
+				 st->rank, st->job_rank, st->excess_ns / 1e6, st->busy_ns / 1e6,
+				 (st->busy_ns - st->excess_ns) / 1e6,
+				 dg && dg->layer != DIAGNOSIS_LAYER_UNKNOWN ? ": " : "",
+				 dg && dg->layer != DIAGNOSIS_LAYER_UNKNOWN ? dg->summary : "");
+		else /* the GPU clock alone: its host time is like the others' */
+			snprintf(summary, sizeof(summary),
+				 "pipeline stage %d (rank %d) is slow on the GPU: +%.1f ms of GPU "
+				 "compute per microbatch (%.1f ms vs %.1f ms on the other stages; its "
+				 "host time is like theirs); the stages after it wait for it%s%.400s",
+				 st->rank, st->job_rank, st->gpu_excess_ns / 1e6,
+				 st->gpu_busy_ns / 1e6, (st->gpu_busy_ns - st->gpu_excess_ns) / 1e6,
+				 dg && dg->layer != DIAGNOSIS_LAYER_UNKNOWN ? ": " : "",
+				 dg && dg->layer != DIAGNOSIS_LAYER_UNKNOWN ? dg->summary : "");
 	} else {
 		f->rank = -1;
 		snprintf(f->identity, sizeof(f->identity), "pipeline link %s/%d->%d", comm, l->src,
@@ -249,10 +259,15 @@ static int finding_of_pipeline(const struct monitor *m, const struct straggler_r
 	}
 	report = json_pack("{s:s,s:o,s:o}", "pipeline_verdict", st ? "slow-stage" : "slow-link",
 			   st ? "stage" : "link",
-			   st ? json_pack("{s:s,s:i,s:i,s:I,s:f,s:f,s:f}", "communicator", comm,
-					  "stage", (int)st->rank, "job_rank", (int)st->job_rank,
+			   st ? json_pack("{s:s,s:i,s:i,s:I,s:f,s:f,s:f,s:s,s:o,s:o}", "communicator",
+					  comm, "stage", (int)st->rank, "job_rank", (int)st->job_rank,
 					  "pid", (json_int_t)st->pid, "busy_ms", st->busy_ns / 1e6,
-					  "excess_ms", st->excess_ns / 1e6, "z", st->z)
+					  "excess_ms", st->excess_ns / 1e6, "z", st->z, "clock",
+					  st->host_slow ? "host" : "gpu", "gpu_busy_ms",
+					  st->gpu_timed ? json_real(st->gpu_busy_ns / 1e6) : json_null(),
+					  "gpu_excess_ms",
+					  st->gpu_judged ? json_real(st->gpu_excess_ns / 1e6)
+							 : json_null())
 			      : json_pack("{s:s,s:i,s:i,s:f,s:f,s:f}", "communicator", comm,
 					  "src", (int)l->src, "dst", (int)l->dst, "transfer_ms",
 					  l->transfer_ns / 1e6, "excess_ms", l->excess_ns / 1e6, "z",
@@ -270,6 +285,10 @@ static int finding_of_pipeline(const struct monitor *m, const struct straggler_r
 						  layered ? dg->layer : DIAGNOSIS_LAYER_UNKNOWN, true),
 			     summary,
 			     layered ? dg->action
+			     : st && !st->host_slow
+				     ? "look at this stage's rank's GPU kernels (GET /api/v1/jobs/{job}/gpu, "
+				       "sysomctl gpu): its GPU compute per microbatch is what the whole "
+				       "pipeline runs at"
 			     : st    ? "look at this stage's rank: its compute per microbatch (CPU, GPU "
 				       "or OS layer) is what the whole pipeline runs at"
 				     : "check the network path between these two ranks (NIC, switch "

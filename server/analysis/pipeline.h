@@ -34,8 +34,27 @@
  * PIPELINE_EXACT_LOO stages or links per communicator, from all of them above. Stages and
  * links with fewer than PIPELINE_MIN_SAMPLES microbatches / transfers are listed, not judged.
  *
+ * GPU clock (issue 22, "GPU-side stage time"). On a real GPU ncclSend/ncclRecv return once
+ * enqueued, so the host busy time above is the stage's host time, not its kernels': a stage
+ * slow on the GPU alone is invisible to it. Where GPU timing exists for a stage's process
+ * (CUPTI kernel rows: pipeline_gpu_compute_add; the NCCL profiler plugin's Send/Recv rows:
+ * pipeline_gpu_p2p_add) the stage is also judged on its GPU compute per microbatch: the GPU
+ * time of its process's non-NCCL kernels (pipeline_kernel_is_nccl) over the GPU rows' range,
+ * divided by its "closing" operations (the same ones as the host busy time) over the same
+ * range: the plugin's count of them, matched by (process, rank, closing op, the peers its
+ * calls name) in exactly one of the plugin's communicators; where the process has no
+ * Send/Recv plugin rows at all and the caller says the calls cover that range
+ * (pipeline_params.calls_complete), its closing calls. The same median + k·MAD test, per
+ * communicator, over the stages with GPU timing (at least PIPELINE_MIN_SAMPLES microbatches),
+ * when at least two have it. A stage is slow when its host or its GPU verdict says so
+ * (host_slow, gpu_slow). Per link the receiver's mean Recv kernel time from the plugin
+ * (gpu_transfer_ns): shown, not judged (on the GPU a Recv kernel also waits for its sender).
+ *
  * Bounded: at most PIPELINE_MAX_CALLS calls are kept (more are counted as dropped), and the
- * stage and link lists are bounded by them. Pure computation: unit-tested, no store.
+ * stage and link lists are bounded by them; at most PIPELINE_MAX_GPU_ROWS GPU rows of each
+ * kind (more: counted, and no GPU verdict). GPU sums saturate; a process whose sum saturated,
+ * or a row that contradicts itself (time without a count, more timed than counted), is counted
+ * as invalid and its stage gets no GPU timing. Pure computation: unit-tested, no store.
  */
 #ifndef SYSOM_SERVER_ANALYSIS_PIPELINE_H
 #define SYSOM_SERVER_ANALYSIS_PIPELINE_H
@@ -47,6 +66,7 @@
 #define PIPELINE_MAX_CALLS 262144u
 #define PIPELINE_MIN_SAMPLES 8
 #define PIPELINE_EXACT_LOO 256
+#define PIPELINE_MAX_GPU_ROWS 65536u
 
 /* One Send or Recv call. */
 struct pipeline_call {
@@ -64,6 +84,30 @@ struct pipeline_params {
 	double k;
 	uint64_t min_excess_ns;
 	uint64_t scale_floor_ns;
+	bool calls_complete;    /* the calls are all of the GPU rows' range (none left out by a
+				 * limit): a stage's calls may divide its GPU time where the plugin
+				 * gave no count */
+};
+
+/* GPU compute of one process: its non-NCCL kernels over the GPU rows' range (rows of one
+ * process added several times are summed). A stage's process is its calls' (job_rank, pid). */
+struct pipeline_gpu_compute {
+	int32_t job_rank;       /* with pid, the process (pids repeat across nodes); -1 unknown */
+	uint32_t pid;
+	uint64_t kernels;       /* executions */
+	uint64_t kernel_ns;     /* their GPU time */
+};
+
+/* One NCCL profiler plugin row of a Send or Recv (summed like the above per key). */
+struct pipeline_gpu_p2p {
+	int32_t job_rank;       /* as above */
+	uint32_t pid;
+	uint64_t comm_id;       /* the plugin's communicator id (commHash, not the pipeline's key) */
+	int32_t rank, peer;     /* ranks in that communicator */
+	uint8_t op;             /* SYSOM_NCCL_SEND or SYSOM_NCCL_RECV */
+	uint64_t count;         /* operations */
+	uint64_t kernel_timed;  /* of which timed on the GPU, <= count */
+	uint64_t kernel_ns;     /* their GPU time */
 };
 
 struct pipeline_stage {
@@ -75,7 +119,16 @@ struct pipeline_stage {
 	double busy_ns;         /* median busy time per microbatch */
 	double recv_wait_ns;    /* median time inside its receives (waiting for upstream) */
 	double excess_ns, z;    /* against the other stages of the communicator */
-	bool judged, slow;
+	bool judged;
+	bool host_slow;         /* the host verdict (busy_ns) */
+	/* GPU clock; gpu_* meaningless unless gpu_timed. */
+	bool gpu_timed;
+	uint64_t gpu_microbatches; /* closing operations in the GPU rows' range (the divisor) */
+	double gpu_busy_ns;     /* non-NCCL kernel time per microbatch */
+	double gpu_excess_ns, gpu_z;
+	bool gpu_judged;        /* with >= 2 timed stages of at least PIPELINE_MIN_SAMPLES */
+	bool gpu_slow;
+	bool slow;              /* host_slow || gpu_slow */
 };
 
 struct pipeline_link {
@@ -87,6 +140,9 @@ struct pipeline_link {
 	double transfer_ns;     /* median transfer time */
 	double excess_ns, z;
 	bool judged, slow;
+	bool gpu_timed;         /* the receiver's plugin timed Recv kernels of this link */
+	uint64_t gpu_transfers; /* those timed */
+	double gpu_transfer_ns; /* their mean GPU time (includes waiting for the sender) */
 };
 
 struct pipeline_result {
@@ -99,6 +155,11 @@ struct pipeline_result {
 	struct pipeline_link *links;   /* owned, by (comm, src, dst) */
 	size_t nlinks;
 	size_t slow_stages, slow_links;
+	size_t gpu_stages;      /* stages with GPU timing */
+	size_t gpu_slow_stages; /* of the slow stages, those the GPU verdict named */
+	uint64_t gpu_invalid;   /* GPU rows or processes left out as contradictory or saturated */
+	uint64_t gpu_ambiguous; /* stages whose closing rows matched several plugin communicators */
+	bool gpu_incomplete;    /* the GPU rows were cut short (pipeline_gpu_incomplete): none used */
 };
 
 struct pipeline;
@@ -115,5 +176,18 @@ int pipeline_analyse(struct pipeline *pl, const struct pipeline_params *p,
 		     struct pipeline_result *out);
 
 void pipeline_result_free(struct pipeline_result *r);
+
+/* Adds GPU rows (copied; summed with earlier rows of the same key, saturating). 0, or
+ * -ENOMEM; contradictory rows are counted as invalid, rows beyond PIPELINE_MAX_GPU_ROWS keys
+ * make the GPU rows incomplete. */
+int pipeline_gpu_compute_add(struct pipeline *pl, const struct pipeline_gpu_compute *g);
+int pipeline_gpu_p2p_add(struct pipeline *pl, const struct pipeline_gpu_p2p *g);
+
+/* The GPU rows read were cut short by a limit: none are used (result.gpu_incomplete). */
+void pipeline_gpu_incomplete(struct pipeline *pl);
+
+/* Whether a kernel name is NCCL's own (ncclKernel_*, ncclDevKernel_*, also mangled as
+ * _Z<n>ncclDevKernel_...): its time is communication, not the stage's compute. */
+bool pipeline_kernel_is_nccl(const char *name);
 
 #endif

@@ -55,23 +55,38 @@ void api__diagnosis_text(const struct store_diagnosis *d, struct byte_buf *out)
 				json_integer_value(json_object_get(v, "transfers")),
 				json_integer_value(json_object_get(v, "unmatched_sends")),
 				json_integer_value(json_object_get(v, "unmatched_recvs")));
-		json_array_foreach(json_object_get(v, "stages"), i, row)
+		json_array_foreach(json_object_get(v, "stages"), i, row) {
+			const json_t *gpu = json_object_get(row, "gpu_busy_ms");
+			const char *clock = json_string_value(json_object_get(row, "clock"));
+			char gpu_text[48] = "";
+			if (json_is_number(gpu))
+				snprintf(gpu_text, sizeof(gpu_text), "  GPU %8.2f ms/microbatch",
+					 json_number_value(gpu));
 			byte_buf_printf(out, "  stage %3" JSON_INTEGER_FORMAT " (rank %" JSON_INTEGER_FORMAT
-					     " on %s)  busy %8.2f ms/microbatch  waits %8.2f ms in receives%s\n",
+					     " on %s)  busy %8.2f ms/microbatch%s  waits %8.2f ms in receives%s\n",
 					json_integer_value(json_object_get(row, "stage")),
 					json_integer_value(json_object_get(row, "job_rank")),
 					json_string_value(json_object_get(row, "hostname")) ?: "?",
-					json_number_value(json_object_get(row, "busy_ms")),
+					json_number_value(json_object_get(row, "busy_ms")), gpu_text,
 					json_number_value(json_object_get(row, "recv_wait_ms")),
-					json_is_true(json_object_get(row, "slow")) ? "  SLOW" : "");
-		json_array_foreach(json_object_get(v, "links"), i, row)
+					!json_is_true(json_object_get(row, "slow")) ? ""
+					: clock && !strcmp(clock, "gpu")            ? "  SLOW (gpu)"
+										    : "  SLOW");
+		}
+		json_array_foreach(json_object_get(v, "links"), i, row) {
+			const json_t *gpu = json_object_get(row, "gpu_transfer_ms");
+			char gpu_text[40] = "";
+			if (json_is_number(gpu))
+				snprintf(gpu_text, sizeof(gpu_text), "  GPU %8.2f ms",
+					 json_number_value(gpu));
 			byte_buf_printf(out, "  link %" JSON_INTEGER_FORMAT "->%" JSON_INTEGER_FORMAT
-					     "  transfer %8.2f ms  receiver waits %8.2f ms%s\n",
+					     "  transfer %8.2f ms%s  receiver waits %8.2f ms%s\n",
 					json_integer_value(json_object_get(row, "src")),
 					json_integer_value(json_object_get(row, "dst")),
-					json_number_value(json_object_get(row, "transfer_ms")),
+					json_number_value(json_object_get(row, "transfer_ms")), gpu_text,
 					json_number_value(json_object_get(row, "wait_ms")),
 					json_is_true(json_object_get(row, "slow")) ? "  SLOW" : "");
+		}
 	}
 	if (!strcmp(d->kind, "pattern") && (v = json_object_get(r, "deviation"))) {
 		const char *scope = json_string_value(json_object_get(r, "scope"));

@@ -203,41 +203,49 @@ int ch__job_gpu(struct store *base, const struct store_gpu_filter *f, uint32_t m
 {
 	struct ch_store *s = ch__store(base);
 	struct byte_buf q = { 0 };
-	int rc;
+	int rc = 0;
 
-	byte_buf_printf(&q, "SELECT " OWNER_COLUMNS ", name, device, stream, count, total_ns,"
-			    " min_ns, max_ns");
-	elements(&q, "hist", SYSOM_GPU_HIST_BUCKETS);
-	job_from(&q, "gpu_kernels", "name, device, stream, count, total_ns, min_ns, max_ns, hist",
-		 f);
-	byte_buf_printf(&q, " ORDER BY " OWNER_ORDER ", name, device, toInt64(stream),"
-			    " time_ms");
-	if ((rc = rows_run(s, &q, 11 + SYSOM_GPU_HIST_BUCKETS, kernel_row, v, max_rows,
-			   truncated)))
-		goto cleanup;
-	q.len = 0;
-	byte_buf_printf(&q, "SELECT " OWNER_COLUMNS ", comm_id, comm_name, rank, nranks, func,"
-			    " algo, proto, datatype, peer, nchannels, count, bytes, kernel_timed,"
-			    " kernel_ns_total, kernel_ns_min, kernel_ns_max, span_timed,"
-			    " span_ns_total, enqueue_ns_total, transfers, transfer_bytes, first_seq,"
-			    " last_seq");
-	job_from(&q, "nccl_profiles", "comm_id, comm_name, rank, nranks, func, algo, proto,"
-		 " datatype, peer, nchannels, count, bytes, kernel_timed, kernel_ns_total,"
-		 " kernel_ns_min, kernel_ns_max, span_timed, span_ns_total, enqueue_ns_total,"
-		 " transfers, transfer_bytes, first_seq, last_seq", f);
-	byte_buf_printf(&q, " ORDER BY " OWNER_ORDER ", toInt64(comm_id), func, algo, proto,"
-			    " datatype, peer, time_ms");
-	if ((rc = rows_run(s, &q, 27, profile_row, v, max_rows, truncated)))
-		goto cleanup;
-	q.len = 0;
-	byte_buf_printf(&q, "SELECT " OWNER_COLUMNS ", comm_id, rank, peer, channel, transfers,"
-			    " bytes, time_ns_total, sx, sy, sxx, sxy, syy, min_latency_ns,"
-			    " min_bytes_per_ns, min_r2, min_points");
-	job_from(&q, "nccl_links", "comm_id, rank, peer, channel, transfers, bytes, time_ns_total,"
-		 " sx, sy, sxx, sxy, syy, min_latency_ns, min_bytes_per_ns, min_r2, min_points", f);
-	byte_buf_printf(&q, " ORDER BY " OWNER_ORDER ", toInt64(comm_id), peer, channel,"
-			    " time_ms");
-	rc = rows_run(s, &q, 20, link_row, v, max_rows, truncated);
+	/* A kind without a callback is not read (a caller of kernels alone pays for no more). */
+	if (v->kernel) {
+		byte_buf_printf(&q, "SELECT " OWNER_COLUMNS ", name, device, stream, count, total_ns,"
+				    " min_ns, max_ns");
+		elements(&q, "hist", SYSOM_GPU_HIST_BUCKETS);
+		job_from(&q, "gpu_kernels",
+			 "name, device, stream, count, total_ns, min_ns, max_ns, hist", f);
+		byte_buf_printf(&q, " ORDER BY " OWNER_ORDER ", name, device, toInt64(stream),"
+				    " time_ms");
+		if ((rc = rows_run(s, &q, 11 + SYSOM_GPU_HIST_BUCKETS, kernel_row, v, max_rows,
+				   truncated)))
+			goto cleanup;
+	}
+	if (v->profile) {
+		q.len = 0;
+		byte_buf_printf(&q, "SELECT " OWNER_COLUMNS ", comm_id, comm_name, rank, nranks, func,"
+				    " algo, proto, datatype, peer, nchannels, count, bytes, kernel_timed,"
+				    " kernel_ns_total, kernel_ns_min, kernel_ns_max, span_timed,"
+				    " span_ns_total, enqueue_ns_total, transfers, transfer_bytes,"
+				    " first_seq, last_seq");
+		job_from(&q, "nccl_profiles", "comm_id, comm_name, rank, nranks, func, algo, proto,"
+			 " datatype, peer, nchannels, count, bytes, kernel_timed, kernel_ns_total,"
+			 " kernel_ns_min, kernel_ns_max, span_timed, span_ns_total, enqueue_ns_total,"
+			 " transfers, transfer_bytes, first_seq, last_seq", f);
+		byte_buf_printf(&q, " ORDER BY " OWNER_ORDER ", toInt64(comm_id), func, algo, proto,"
+				    " datatype, peer, time_ms");
+		if ((rc = rows_run(s, &q, 27, profile_row, v, max_rows, truncated)))
+			goto cleanup;
+	}
+	if (v->link) {
+		q.len = 0;
+		byte_buf_printf(&q, "SELECT " OWNER_COLUMNS ", comm_id, rank, peer, channel, transfers,"
+				    " bytes, time_ns_total, sx, sy, sxx, sxy, syy, min_latency_ns,"
+				    " min_bytes_per_ns, min_r2, min_points");
+		job_from(&q, "nccl_links", "comm_id, rank, peer, channel, transfers, bytes,"
+			 " time_ns_total, sx, sy, sxx, sxy, syy, min_latency_ns, min_bytes_per_ns,"
+			 " min_r2, min_points", f);
+		byte_buf_printf(&q, " ORDER BY " OWNER_ORDER ", toInt64(comm_id), peer, channel,"
+				    " time_ms");
+		rc = rows_run(s, &q, 20, link_row, v, max_rows, truncated);
+	}
 cleanup:
 	byte_buf_free(&q);
 	return rc;

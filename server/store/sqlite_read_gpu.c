@@ -149,9 +149,13 @@ int store__sqlite_job_gpu(struct store *base, const struct store_gpu_filter *f, 
 	/* One read transaction: the three kinds come from the same snapshot. */
 	if ((rc = store__read_begin(s, &c)))
 		return rc;
-	if ((rc = store__job_rows(c, kernels_sql, f, max_rows, gpu_kernel_row, v, truncated)) ||
-	    (rc = store__job_rows(c, profiles_sql, f, max_rows, nccl_profile_row, v, truncated)) ||
-	    (rc = store__job_rows(c, links_sql, f, max_rows, nccl_link_row, v, truncated)))
+	/* A kind without a callback is not read (a caller of kernels alone pays for no more). */
+	if ((v->kernel &&
+	     (rc = store__job_rows(c, kernels_sql, f, max_rows, gpu_kernel_row, v, truncated))) ||
+	    (v->profile &&
+	     (rc = store__job_rows(c, profiles_sql, f, max_rows, nccl_profile_row, v, truncated))) ||
+	    (v->link &&
+	     (rc = store__job_rows(c, links_sql, f, max_rows, nccl_link_row, v, truncated))))
 		goto cleanup;
 cleanup:
 	return store__read_end(s, c, rc);

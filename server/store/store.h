@@ -531,8 +531,9 @@ struct store_gpu_visitor {
 
 /*
  * Visits the GPU kernel, NCCL profile and NCCL link rows of job `f->job` in [from, to] (in that
- * order), at most `max_rows` of each kind; sets *truncated when a kind had more. Returns 0 or an
- * error (or what a callback returned).
+ * order), at most `max_rows` of each kind; sets *truncated when a kind had more. A kind whose
+ * callback is NULL is not read (nor counted in *truncated). Returns 0 or an error (or what a
+ * callback returned).
  */
 int store_job_gpu(struct store *s, const struct store_gpu_filter *f, uint32_t max_rows,
 		  const struct store_gpu_visitor *v, bool *truncated);

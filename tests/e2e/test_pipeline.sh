@@ -7,6 +7,10 @@
 #   stage 2 sleeping 4 ms per microbatch -> an incident "pipeline stage 2 (rank 2) is slow:
 #     +4 ms per microbatch", nothing else slow, stage 3 waiting for it in its receives;
 #   link 1->2 taking 4 ms per transfer (SIMJOB_LINK_DELAY) -> an incident "link 1->2";
+#   stage 2's kernels 4x slower with its host time unchanged (--pipeline-async: no stage waits
+#     for its kernel, as real Send/Recv return once enqueued; the CUPTI library and the NCCL
+#     profiler plugin loaded) -> the GPU clock names it: "pipeline stage 2 (rank 2) is slow on
+#     the GPU", clock gpu;
 #   the healthy pipeline -> every transfer paired, no slow stage or link, no incident.
 . "$(dirname "$0")/lib.sh"
 require_root
@@ -118,6 +122,64 @@ wait "$JOB_PID"
 check "CPU-bound stage job exits 0" test $? -eq 0
 diag "its incidents: $(curl -sf "$SERVER_URL/api/v1/diagnoses?job=e2e-pipe-link&from=-1h&to=now" | json '[x["summary"][:60] for x in d["diagnoses"]]')"
 
+# ---- a stage slow on its GPU alone: the GPU clock (issue 22) ----
+# No stage waits for its kernel before its send (--pipeline-async): every stage's host time is
+# ~0.3 ms per microbatch, stage 2's kernel takes 2 ms on the (fake) GPU, the others' 0.5 ms.
+# Kernel times come from the CUPTI library, Send/Recv counts from the NCCL profiler plugin,
+# loaded the way production loads them (as in test_gpu_timing.sh).
+PLUGIN=$BUILD/lib/libnccl-profiler-sysom.so
+CUPTI_LIB=$BUILD/lib/libsysom-cupti.so
+FAKE_CUPTI=$SIMJOB_DIR/libcupti.so
+if [ -e "$PLUGIN" ] && [ -e "$CUPTI_LIB" ] && [ -e "$FAKE_CUPTI" ]; then
+	GPU_T0=$SECONDS
+	export SYSOM_SOCKET_PATH=$E2E_TMP/agent.sock NCCL_PROFILER_PLUGIN=$PLUGIN \
+		CUDA_INJECTION64_PATH=$CUPTI_LIB SYSOM_CUPTI_LIBRARY=$FAKE_CUPTI \
+		SYSOM_NCCL_WINDOW_MS=250 SYSOM_CUPTI_WINDOW_MS=250
+	run_job e2e-pipe-gpu 1500 --pipeline-async --kernel-us 1500 --fault rank=2,kind=gpu,amount=4
+	unset SYSOM_SOCKET_PATH NCCL_PROFILER_PLUGIN CUDA_INJECTION64_PATH SYSOM_CUPTI_LIBRARY \
+		SYSOM_NCCL_WINDOW_MS SYSOM_CUPTI_WINDOW_MS
+	check "GPU-slow stage: an incident naming stage 2's rank opens" incident e2e-pipe-gpu 2
+	wait "$JOB_PID"
+	check "GPU-slow stage job exits 0" test $? -eq 0
+	# Kernel rows and plugin counts reach the server in their own windows: until the last
+	# ones are in, a stage's kernel count may run ahead of its send count by a few percent.
+	# Wait for all of them (1,500 microbatches per stage).
+	gpu_rows_in() {
+		curl -sf "$SERVER_URL/api/v1/jobs/e2e-pipe-gpu/stragglers?from=-1h&to=now" >"$E2E_TMP/gpu-strag.json" &&
+			json 'all(s["gpu_microbatches"] == 1500 for s in d["pipeline"]["stages"])' <"$E2E_TMP/gpu-strag.json" | is_true
+	}
+	for _ in $(seq 40); do gpu_rows_in && break; sleep 0.5; done
+	# The incident is updated at every evaluation: on a loaded machine an early one may have
+	# seen host noise on this stage (named on the host clock then); with all the job's rows in
+	# it is the GPU clock's.
+	gpu_clock_named() {
+		local id
+		id=$(json 'd["id"]' <"$E2E_TMP/e2e-pipe-gpu.json") || return 1
+		curl -sf "$SERVER_URL/api/v1/diagnoses/$id" >"$E2E_TMP/e2e-pipe-gpu.json" &&
+			curl -sf "$SERVER_URL/api/v1/diagnoses/$id?format=text" >"$E2E_TMP/e2e-pipe-gpu.txt" &&
+			json '" slow on the GPU" in d["summary"]' <"$E2E_TMP/e2e-pipe-gpu.json" | is_true
+	}
+	for _ in $(seq 30); do gpu_clock_named && break; sleep 1; done
+	diag "incident: $(json 'd.get("summary")' <"$E2E_TMP/e2e-pipe-gpu.json")"
+	check "it names stage 2 (rank 2) slow on the GPU, +1-2 ms of GPU compute per microbatch" \
+		bash -c "json 'd[\"summary\"]' <'$E2E_TMP/e2e-pipe-gpu.json' | grep -qE '^pipeline stage 2 \(rank 2\) is slow on the GPU: \+(1|2)\.[0-9] ms of GPU compute per microbatch'"
+	diag "stages: $(json '[(s["stage"], round(s["busy_ms"], 2), s["gpu_busy_ms"] and round(s["gpu_busy_ms"], 2), s["clock"]) for s in d["pipeline"]["stages"]]' <"$E2E_TMP/gpu-strag.json")"
+	check "stragglers API: stage 2 alone slow, clock gpu (its host verdict not slow), no slow link" \
+		bash -c "json '[(s[\"stage\"], s[\"clock\"], s[\"host_slow\"]) for s in d[\"pipeline\"][\"stages\"] if s[\"slow\"]] == [(2, \"gpu\", False)] and d[\"pipeline\"][\"slow_links\"] == 0' <'$E2E_TMP/gpu-strag.json' | is_true"
+	check "every stage has GPU timing: stage 2 1.8-2.2 ms per microbatch, the others 0.45-0.55 ms" \
+		bash -c "json 'all((1.8 <= s[\"gpu_busy_ms\"] <= 2.2) if s[\"stage\"] == 2 else (0.45 <= s[\"gpu_busy_ms\"] <= 0.55) for s in d[\"pipeline\"][\"stages\"]) and d[\"pipeline\"][\"gpu_stages\"] == 4' <'$E2E_TMP/gpu-strag.json' | is_true"
+	check "every link has the receiver's GPU Recv time (the plugin's Recv kernels)" \
+		bash -c "json 'all(l[\"gpu_transfer_ms\"] is not None for l in d[\"pipeline\"][\"links\"])' <'$E2E_TMP/gpu-strag.json' | is_true"
+	check "the text report marks stage 2 SLOW (gpu) with its GPU time" \
+		grep -qE '^  stage +2 \(rank 2 on [^)]+\) +busy .*GPU +[0-9.]+ ms/microbatch.* SLOW \(gpu\)$' "$E2E_TMP/e2e-pipe-gpu.txt"
+	ctl stragglers --job e2e-pipe-gpu >"$E2E_TMP/ctl-gpu.txt"
+	check "sysomctl stragglers: PIPELINE STRAGGLER stage 2 slow on the GPU" \
+		grep -qE '^PIPELINE STRAGGLER: stage 2 \(rank 2, [^ ]+ pid [0-9]+\) of [0-9a-f]{16} is slow on the GPU: \+' "$E2E_TMP/ctl-gpu.txt"
+	diag "the GPU-clock scenario took $((SECONDS - GPU_T0)) s"
+else
+	diag "skipping the GPU-clock scenario: the NCCL profiler plugin or the CUPTI libraries are not built"
+fi
+
 # ---- a healthy pipeline ----
 run_job e2e-pipe-ok 3000
 wait "$JOB_PID"
@@ -131,6 +193,8 @@ curl -sf "$SERVER_URL/api/v1/jobs/e2e-pipe-ok/stragglers?from=-1h&to=now" >"$E2E
 diag "stages: $(json '[(s["stage"], round(s["busy_ms"], 2), round(s["excess_ms"], 2)) for s in d["pipeline"]["stages"]]' <"$E2E_TMP/ok-strag.json")"
 check "healthy: 4 stages judged, 3 links, nothing slow" \
 	bash -c "json 'len([s for s in d[\"pipeline\"][\"stages\"] if s[\"judged\"]]) == 4 and len(d[\"pipeline\"][\"links\"]) == 3 and d[\"pipeline\"][\"slow_stages\"] == 0 and d[\"pipeline\"][\"slow_links\"] == 0' <'$E2E_TMP/ok-strag.json' | is_true"
+check "healthy: no GPU rows, no GPU clock (gpu_busy_ms null, judged on the host alone)" \
+	bash -c "json 'all(s[\"gpu_busy_ms\"] is None and s[\"clock\"] is None for s in d[\"pipeline\"][\"stages\"]) and d[\"pipeline\"][\"gpu_stages\"] == 0' <'$E2E_TMP/ok-strag.json' | is_true"
 check "healthy: no unmatched call beyond the window edges (< 1%)" \
 	bash -c "json '(d[\"pipeline\"][\"unmatched_sends\"] + d[\"pipeline\"][\"unmatched_recvs\"]) * 100 < d[\"pipeline\"][\"transfers\"] and d[\"pipeline\"][\"duplicates\"] == 0' <'$E2E_TMP/ok-strag.json' | is_true"
 # (kind straggler: stopping the agent above may open an agent-lost incident, not the matter here)

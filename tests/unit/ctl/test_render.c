@@ -356,7 +356,33 @@ static void test_stragglers(void **state)
 				    "00000000000000cc is slow: 4.800 ms per transfer, +4.700 ms over the other "
 				    "links\n"));
 	assert_non_null(strstr(out, "pipeline: 90 transfers paired, 1 sends and 0 receives unmatched\n"));
-	assert_non_null(strstr(out, "  00000000000000cc      3       6         1.100         4.700       0.000  -\n"));
+	assert_non_null(strstr(out, "  00000000000000cc      3       6         1.100         4.700       0.000"
+				    "             -  -\n"));
+	free(out);
+	/* A stage slow on the GPU alone (issue 22): named with its GPU compute, the clock in the
+	 * table; a link's GPU transfer time shown. */
+	out = render(ctl_stragglers_render,
+		     "{\"stragglers\":[],\"communicators\":[],\"pipeline\":{\"transfers\":90,"
+		     "\"unmatched_sends\":0,\"unmatched_recvs\":0,\"slow_stages\":1,\"slow_links\":0,"
+		     "\"stages\":[{\"communicator\":\"00000000000000cc\",\"stage\":2,\"job_rank\":5,"
+		     "\"pid\":77,\"hostname\":\"gpu-3\",\"busy_ms\":1.2,\"recv_wait_ms\":0.01,"
+		     "\"excess_ms\":0.1,\"slow\":true,\"clock\":\"gpu\",\"gpu_busy_ms\":3.0,"
+		     "\"gpu_excess_ms\":2.0},"
+		     "{\"communicator\":\"00000000000000cc\",\"stage\":3,\"job_rank\":6,\"pid\":78,"
+		     "\"busy_ms\":1.1,\"recv_wait_ms\":4.7,\"excess_ms\":0,\"slow\":false,"
+		     "\"clock\":null,\"gpu_busy_ms\":null}],"
+		     "\"links\":[{\"communicator\":\"00000000000000cc\",\"src\":2,\"dst\":3,"
+		     "\"transfer_ms\":0.2,\"wait_ms\":0.1,\"excess_ms\":0,\"slow\":false,"
+		     "\"gpu_transfer_ms\":0.15}]}}", 0);
+	assert_non_null(strstr(out, "PIPELINE STRAGGLER: stage 2 (rank 5, gpu-3 pid 77) of 00000000000000cc"
+				    " is slow on the GPU: +2.000 ms of GPU compute per microbatch (3.000 ms;"
+				    " host busy 1.200 ms like the other stages)\n"));
+	assert_non_null(strstr(out, "  00000000000000cc      2       5         1.200         0.010       0.100"
+				    "         3.000  slow (gpu)\n"));
+	assert_non_null(strstr(out, "  00000000000000cc      3       6         1.100         4.700       0.000"
+				    "             -  -\n"));
+	assert_non_null(strstr(out, "  00000000000000cc      2->3         0.200         0.100       0.000"
+				    "         0.150  -\n"));
 	free(out);
 	free(render(ctl_stragglers_render, "{\"communicators\":[]}", -EINVAL));
 }

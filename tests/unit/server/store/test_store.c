@@ -708,6 +708,24 @@ static void test_migration_from_v1(void **state)
 }
 
 /* A version 2 database (before GPU-side timing) gains the three tables and stores them. */
+struct gpu_counts {
+	size_t kernels, links;
+};
+
+static int count_kernel(void *arg, const struct store_gpu_kernel_row *r)
+{
+	(void)r;
+	((struct gpu_counts *)arg)->kernels++;
+	return 0;
+}
+
+static int count_link(void *arg, const struct store_nccl_link_row *r)
+{
+	(void)r;
+	((struct gpu_counts *)arg)->links++;
+	return 0;
+}
+
 static void test_migration_from_v2(void **state)
 {
 	struct ctx *c = *state;
@@ -740,6 +758,23 @@ static void test_migration_from_v2(void **state)
 	assert_int_equal(res.nccl_link_rows, 2);
 	assert_int_equal(rows(c->dir, "gpu_kernels"), 6);
 	assert_int_equal(rows(c->dir, "nccl_links"), 2);
+
+	/* A kind without a callback is not read, nor counted as truncated. */
+	struct gpu_counts n = { 0 };
+	struct store_gpu_visitor kernels_only = { .kernel = count_kernel, .arg = &n };
+	struct store_gpu_visitor links_only = { .link = count_link, .arg = &n };
+	struct store_gpu_filter gf = { .job = "job-42", .from_ms = 0, .to_ms = INT64_MAX / 2 };
+	bool truncated = true;
+	assert_int_equal(store_job_gpu(c->store, &gf, 100, &kernels_only, &truncated), 0);
+	assert_int_equal(n.kernels, 6);
+	assert_int_equal(n.links, 0);
+	assert_false(truncated);
+	n.kernels = 0;
+	assert_int_equal(store_job_gpu(c->store, &gf, 2, &links_only, &truncated), 0);
+	assert_int_equal(n.kernels + n.links, 2);
+	assert_false(truncated); /* 6 kernel rows over 2, but not read */
+	assert_int_equal(store_job_gpu(c->store, &gf, 2, &kernels_only, &truncated), 0);
+	assert_true(truncated);
 }
 
 static void put_job(struct store *s, const struct job_spec *js, struct store_put_result *res)
