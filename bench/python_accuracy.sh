@@ -11,6 +11,10 @@
 # at least one native frame between outer and key: the C function that called back); "frames"
 # is the share of the expected frames found in order, over those samples. Goal: >= 98% whole
 # stacks, >= 99% frames.
+# The anchor: after the agent has stopped, each workload runs again under austin (a Python
+# sampling profiler; `austin -s -i 10000`: 100 Hz, idle samples dropped), scored the same way
+# from its samples; "n/a" where that austin cannot read the interpreter (Debian 12's 1.0.1
+# reads CPython up to 3.10). AUSTIN=path picks another build, AUSTIN= (empty) skips it.
 #   bench/python_accuracy.sh BUILD_DIR [SECONDS (default 8)]
 set -u
 export SYSOM_BUILD=${1:-build} SYSOM_ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,48 +48,102 @@ for p in "${PYTHONS[@]}"; do
 done
 sleep 12 # the agent's next drain and batch
 stop_pid "$AGENT_PID" || echo "# agent exited non-zero" >&2
+AUSTIN=${AUSTIN-austin}
+AUSTIN_FMT=
+if [ -n "$AUSTIN" ] && command -v "$AUSTIN" >/dev/null; then
+	AUSTIN_V=$("$AUSTIN" -V 2>&1 | head -1)
+	# 1.x: -a for "func (file:line)" frames; 3.x has one format, "file:func:line".
+	case $AUSTIN_V in "austin 1."*) AUSTIN_FMT=-a ;; esac
+else
+	AUSTIN= AUSTIN_V="no austin"
+fi
 for run in "${RUNS[@]}"; do
 	read -r p w pid <<<"$run"
 	ctl flamegraph --pid "$pid" --from -1h --to now --format folded >"$E2E_TMP/$pid.folded"
+	: >"$E2E_TMP/$pid.austin"
+	[ -n "$AUSTIN" ] || continue
+	if [ $w = chain ]; then args=("$FIX/chain.py" spin "$SECONDS_EACH"); else args=("$FIX/callback.py" "$SECONDS_EACH"); fi
+	"$AUSTIN" -s -i 10000 $AUSTIN_FMT -o "$E2E_TMP/$pid.austin" "$p" "${args[@]}" >/dev/null 2>"$E2E_TMP/$pid.austin.err"
+	echo "$?" >"$E2E_TMP/$pid.austin.rc"
 done
-echo "| interpreter | workload | samples | under the root | whole stacks | frames |"
-echo "|---|---|---:|---:|---:|---:|"
+echo "sysom: this build's agent; austin: $AUSTIN_V"
+echo
+echo "| interpreter | workload | samples | under the root | whole stacks | frames | austin samples | under the root | whole stacks | frames |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 for run in "${RUNS[@]}"; do
 	read -r p w pid <<<"$run"
-	python3 - "$E2E_TMP/$pid.folded" "$w" "$("$p" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])') ($p)" <<'PY'
+	python3 - "$E2E_TMP/$pid.folded" "$w" "$("$p" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])') ($p)" \
+		"$E2E_TMP/$pid.austin" "$(cat "$E2E_TMP/$pid.austin.rc" 2>/dev/null)" <<'PY'
 import re, sys
-path, workload, interp = sys.argv[1:4]
+path, workload, interp, austin_path, austin_rc = sys.argv[1:6]
 PY = re.compile(r"^(\S+) \((\S+?\.py):\d+\)$")
+
+
+def read_sysom(path):
+    for line in open(path):
+        frames, _, n = line.rstrip("\n").rpartition(" ")
+        yield frames.split(";"), int(n)
+
+
+def read_austin(path):
+    # austin 1.x with -a: "T<tid>;func (file:line);... METRIC"; 3.x: "P<pid>;T<iid>:<tid>;
+    # file:func:line;... METRIC" after "# key: value" lines. One line per sample (the metric is
+    # its time, not a count).
+    for line in open(path, errors="replace"):
+        frames, _, n = line.rstrip("\n").rpartition(" ")
+        if line.startswith("#") or not n.isdigit():
+            continue
+        fs = frames.split(";")
+        if fs[0].startswith("P"):
+            out = []
+            for f in fs[2:]:
+                file, func, lineno = (f.rsplit(":", 2) + ["", ""])[:3]
+                out.append(f"{func} ({file}:{lineno})")
+            yield out, 1
+        else:
+            yield fs[1:], 1
+
+
 if workload == "chain":
     root, chain, native_after = "level1", ["level%d" % i for i in range(1, 7)], None
 else:
     root, chain, native_after = "outer", ["outer", "key", "leaf"], "outer"
-total = under = whole = found = 0
-for line in open(path):
-    frames, _, n = line.rstrip("\n").rpartition(" ")
-    n = int(n)
-    total += n
-    fs = frames.split(";")
-    names = [m.group(1) if m else None for m in map(PY.match, fs)]
-    if root not in names:
-        continue
-    under += n
-    # the expected frames in order (a greedy match), each at its position in the stack
-    pos, at = [], 0
-    for c in chain:
-        while at < len(names) and names[at] != c:
+
+
+def score(stacks, need_native=True):
+    total = under = whole = found = 0
+    for fs, n in stacks:
+        total += n
+        names = [m.group(1) if m else None for m in map(PY.match, fs)]
+        if root not in names:
+            continue
+        under += n
+        # the expected frames in order (a greedy match), each at its position in the stack
+        pos, at = [], 0
+        for c in chain:
+            while at < len(names) and names[at] != c:
+                at += 1
+            if at == len(names):
+                break
+            pos.append(at)
             at += 1
-        if at == len(names):
-            break
-        pos.append(at)
-        at += 1
-    found += n * len(pos)
-    ok = len(pos) == len(chain)
-    if ok and native_after:
-        i = chain.index(native_after)
-        ok = any(names[k] is None for k in range(pos[i] + 1, pos[i + 1]))
-    whole += n * ok
-print(f"| {interp} | {workload} | {total} | {under} | {whole / under if under else 0:.3f} |"
-      f" {found / (under * len(chain)) if under else 0:.3f} |")
+        found += n * len(pos)
+        ok = len(pos) == len(chain)
+        if ok and native_after and need_native:
+            i = chain.index(native_after)
+            ok = any(names[k] is None for k in range(pos[i] + 1, pos[i + 1]))
+        whole += n * ok
+    return (f"{total} | {under} | {whole / under if under else 0:.3f} |"
+            f" {found / (under * len(chain)) if under else 0:.3f}")
+
+
+sysom = score(read_sysom(path))
+if austin_rc == "0":
+    a = score(read_austin(austin_path), need_native=False)  # austin shows no native frames
+elif austin_rc:
+    a = f"n/a (exit {austin_rc}) | | | "
+else:
+    a = "not run | | | "
+print(f"| {interp} | {workload} | {sysom} | {a} |")
 PY
 done
