@@ -32,14 +32,24 @@ whole window's stacks are in the figure); the workload is killed after. Measured
   activity (other builds on a shared VM) as far as it is steady;
 * BPF: run time of the agent's sysom_* programs (kernel.bpf_stats_enabled) per workload
   CPU-second (the Python frame walk happens there), not in the ratio the issue asks for;
-* the ratio python / native of each figure, per round; medians and min-max over rounds.
+* the ratio python / native of each figure, per round; medians and min-max over rounds;
+* with --perf, where the agent's CPU goes: `perf record -g` of the agent over each window
+  (cpu-clock samples, so in proportion to its CPU time); the share of its samples whose call
+  chain holds Python-only code (pyframes_*, py_linetable_*: publishing an interpreter, naming
+  frames) turns the agent's CPU into the Python-only part of it. The node's other Python
+  processes cost some in every window; the python window's part less the native window's,
+  per workload CPU-second, is what the Python workload adds, which the node's other activity
+  blurs far less than the totals. Against the native figure it bounds the ratio; the agent's
+  top functions per window are printed.
 
 Usage: bench/python_agent_cost.py BUILD_DIR [--rounds R] [--seconds S] [--depth D]
-                                  [--python PATH] [--markdown FILE]
+                                  [--python PATH] [--perf] [--markdown FILE]
 Needs root (BPF). A sysom-server runs on 127.0.0.1 for the duration.
 """
 import argparse
+import collections
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -54,6 +64,26 @@ from overhead import (NCPU, bpf_run_time_ns, proc_cpu_seconds,  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRAIN_S = 5  # the agent's default --drain-interval
+PY_ONLY = re.compile(r"^(pyframes_|py_linetable_|python_name$|read_code$|read_str$)")
+
+
+def perf_shares(path):
+    """(samples, samples with Python-only code in their chain, Counter of leaf symbols) of a
+    perf.data file."""
+    out = subprocess.run(["perf", "script", "-i", path, "-F", "ip,sym", "--no-inline"],
+                         capture_output=True, text=True).stdout
+    total = py = 0
+    leaves = collections.Counter()
+    for block in out.split("\n\n"):
+        syms = [(ln.split(None, 1) + ["?"])[1].split("+")[0].strip()
+                for ln in block.strip().splitlines() if ln.strip()]
+        if not syms:
+            continue
+        total += 1
+        leaves[syms[0]] += 1
+        if any(PY_ONLY.match(x) for x in syms):
+            py += 1
+    return total, py, leaves
 
 
 def wait_quiet(pid, step=0.5, still=0.01, timeout=60):
@@ -107,7 +137,7 @@ def run_until_done(cmds):
     return procs
 
 
-def window(kind, args, build, url, work):
+def window(kind, args, build, url, work, perf_path=None):
     agent, log_path = start_agent(build, url, work, log_name=f"agent.{kind}.log")
     procs = []
     try:
@@ -116,6 +146,12 @@ def window(kind, args, build, url, work):
             procs += run_until_done(workload_cmds(kind, args, build, 1))
         wait_quiet(agent.pid)
         warm = proc_cpu_seconds(agent.pid) - cpu_w
+        perf = None
+        if perf_path:  # ends by itself when the agent exits
+            perf = subprocess.Popen(["perf", "record", "-q", "-F", "4999", "-g", "-p",
+                                     str(agent.pid), "-o", perf_path],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.3)
         cpu0 = proc_cpu_seconds(agent.pid)
         bpf0 = bpf_run_time_ns(agent.pid)[0]
         t0 = time.monotonic()
@@ -130,6 +166,8 @@ def window(kind, args, build, url, work):
         bpf1 = bpf_run_time_ns(agent.pid)[0]
         total = stop_and_rusage(agent)
         wall = time.monotonic() - t0
+        if perf:
+            perf.wait(timeout=60)
     finally:
         if agent.returncode is None:
             agent.kill()
@@ -139,8 +177,11 @@ def window(kind, args, build, url, work):
             p.wait()
     if agent.returncode != 0:
         raise RuntimeError(f"agent exited with {agent.returncode}:\n" + open(log_path).read())
-    return {"agent_cpu": total - cpu0, "bpf": (bpf1 - bpf0) / 1e9, "wall": wall,
-            "workload_cpu": workload_cpu, "warm": warm}
+    res = {"agent_cpu": total - cpu0, "bpf": (bpf1 - bpf0) / 1e9, "wall": wall,
+           "workload_cpu": workload_cpu, "warm": warm}
+    if perf_path:
+        res["perf"] = perf_shares(perf_path)
+    return res
 
 
 def med(xs):
@@ -158,6 +199,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--depth", type=int, default=20, help="frames deep (~)")
     ap.add_argument("--python", default="/usr/bin/python3.11")
+    ap.add_argument("--perf", action="store_true",
+                    help="perf record the agent: the share of its CPU in Python-only code")
     ap.add_argument("--markdown")
     args = ap.parse_args()
     build = os.path.abspath(args.build)
@@ -175,11 +218,14 @@ def main():
             order = ("native", "python", "idle") if r % 2 == 0 else ("idle", "python", "native")
             res = {}
             for kind in order:
-                res[kind] = window(kind, args, build, url, work)
+                res[kind] = window(kind, args, build, url, work,
+                                   os.path.join(work, f"perf.{kind}.data") if args.perf else None)
                 w = res[kind]
                 print(f"round {r + 1} {kind}: agent CPU {w['agent_cpu']:.3f} s, BPF "
                       f"{w['bpf']:.3f} s over {w['wall']:.1f} s, workload CPU "
-                      f"{w['workload_cpu']:.2f} s, warm-up {w['warm']:.3f} s", flush=True)
+                      f"{w['workload_cpu']:.2f} s, warm-up {w['warm']:.3f} s" +
+                      (f", perf: {w['perf'][1]} of {w['perf'][0]} samples in Python-only code"
+                       if "perf" in w else ""), flush=True)
             rounds.append(res)
     finally:
         server.send_signal(signal.SIGTERM)
@@ -229,6 +275,32 @@ def main():
                  f"{spread(ratio['net'], x)} | {spread(ratio['bpf'], x)} | |")
     lines += ["", f"Idle agent (no workload of ours): {spread(idle_rate, pct)} of one CPU, i.e. "
               "agent CPU-seconds per wall second."]
+    if args.perf:
+        def py_only(r, kind):
+            total, py, _ = r[kind]["perf"]
+            return r[kind]["agent_cpu"] * py / total if total else 0.0
+        # Python-only code also serves the node's other Python processes, in every window:
+        # what our Python workload adds is its window's figure less the native window's.
+        py_s = [py_only(r, "python") for r in rounds]
+        nat_s = [py_only(r, "native") for r in rounds]
+        extra = [(p - n) / r["python"]["workload_cpu"] for p, n, r in zip(py_s, nat_s, rounds)]
+        implied = [(n + max(e, 0.0)) / n if n > 0 else float("nan")
+                   for n, e in zip(fig["native"]["gross"], extra)]
+        lines += ["", "From `perf record -g` of the agent (--perf): its CPU in Python-only code "
+                  "(pyframes_*, py_linetable_*, …):", "",
+                  "| Python-only agent CPU, python window | the same, native window | "
+                  "difference / python workload CPU-s | (native figure + that) / native figure, "
+                  "per round |", "|---:|---:|---:|---:|",
+                  f"| {spread(py_s, lambda v: f'{v:.4f} s')} | "
+                  f"{spread(nat_s, lambda v: f'{v:.4f} s')} | "
+                  f"{spread(extra, lambda v: f'{100 * v:.4f}%')} | {spread(implied, x)} |"]
+        for kind in ("idle", "native", "python"):
+            leaves = collections.Counter()
+            for r in rounds:
+                leaves.update(r[kind]["perf"][2])
+            n = sum(leaves.values())
+            top = ", ".join(f"{sym} {100 * c / n:.0f}%" for sym, c in leaves.most_common(6))
+            lines.append(f"\nTop functions of the agent ({kind}, self): {top}.")
     table = "\n".join(lines)
     print()
     print(table)
