@@ -47,17 +47,37 @@ def proc_status(pid, key):
     return 0
 
 
+def prog_ids_held(pid):
+    """The ids of the BPF programs process `pid` holds (its program and link descriptors'
+    fdinfo "prog_id:" lines)."""
+    ids = set()
+    fd_dir = f"/proc/{pid}/fdinfo"
+    for fd in os.listdir(fd_dir):
+        try:
+            with open(os.path.join(fd_dir, fd)) as f:
+                for line in f:
+                    if line.startswith("prog_id:"):
+                        ids.add(int(line.split()[1]))
+        except (OSError, ValueError):
+            pass
+    return ids
+
+
 def bpf_run_time_ns(pid=None):
     """(all sysom_* programs' run_time_ns, the tick program's run_time_ns, its run count); with
-    `pid`, only the programs that process holds (where bpftool lists holders: another agent on
-    the node is then left out)."""
+    `pid`, only the programs that process holds (another agent on the node is left out). None
+    when the kernel's BPF statistics are off (another benchmark may have turned them off);
+    bpftool leaves run_time_ns out while it is 0."""
+    with open("/proc/sys/kernel/bpf_stats_enabled") as f:
+        if f.read().strip() == "0":
+            return None
     out = subprocess.run(["bpftool", "prog", "show", "--json"], capture_output=True, text=True,
                          check=True).stdout
+    held = prog_ids_held(pid) if pid is not None else None
     total = tick = ticks = 0
     for prog in json.loads(out):
         name = prog.get("name", "")
-        holders = [h.get("pid") for h in prog.get("pids", [])]
-        if pid is not None and holders and pid not in holders:
+        if held is not None and prog.get("id") not in held:
             continue
         if name.startswith("sysom_"):
             total += prog.get("run_time_ns", 0)
@@ -117,12 +137,12 @@ def agent_round(build, server_url, work, rate, seconds):
     try:
         time.sleep(1)  # let start-up work (kernel symbol upload) finish outside the window
         cpu0 = proc_cpu_seconds(agent.pid)
-        bpf0, tick0, ticks0 = bpf_run_time_ns()
+        bpf0, tick0, ticks0 = bpf_run_time_ns() or (0, 0, 0)
         t0 = time.monotonic()
         throughput = run_workload(build, seconds)
         wall = time.monotonic() - t0
         cpu1 = proc_cpu_seconds(agent.pid)
-        bpf1, tick1, ticks1 = bpf_run_time_ns()
+        bpf1, tick1, ticks1 = bpf_run_time_ns() or (0, 0, 0)
         rss_peak = proc_status(agent.pid, "VmHWM")
         rss_now = proc_status(agent.pid, "VmRSS")
     finally:

@@ -153,7 +153,7 @@ def window(kind, args, build, url, work, perf_path=None):
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(0.3)
         cpu0 = proc_cpu_seconds(agent.pid)
-        bpf0 = bpf_run_time_ns(agent.pid)[0]
+        bpf0 = bpf_run_time_ns(agent.pid)
         t0 = time.monotonic()
         workload_cpu = 0.0
         if kind == "idle":
@@ -163,7 +163,7 @@ def window(kind, args, build, url, work, perf_path=None):
             procs += window_procs
             workload_cpu = sum(proc_cpu_seconds(p.pid) for p in window_procs)
         time.sleep(DRAIN_S + 1)
-        bpf1 = bpf_run_time_ns(agent.pid)[0]
+        bpf1 = bpf_run_time_ns(agent.pid)
         total = stop_and_rusage(agent)
         wall = time.monotonic() - t0
         if perf:
@@ -177,7 +177,9 @@ def window(kind, args, build, url, work, perf_path=None):
             p.wait()
     if agent.returncode != 0:
         raise RuntimeError(f"agent exited with {agent.returncode}:\n" + open(log_path).read())
-    res = {"agent_cpu": total - cpu0, "bpf": (bpf1 - bpf0) / 1e9, "wall": wall,
+    # None: the kernel's BPF statistics were off at either end (another bench turned them off)
+    bpf = (bpf1[0] - bpf0[0]) / 1e9 if bpf0 and bpf1 else None
+    res = {"agent_cpu": total - cpu0, "bpf": bpf, "wall": wall,
            "workload_cpu": workload_cpu, "warm": warm}
     if perf_path:
         res["perf"] = perf_shares(perf_path)
@@ -189,7 +191,15 @@ def med(xs):
 
 
 def spread(xs, fmt):
-    return f"{fmt(med(xs))} ({fmt(min(xs))}–{fmt(max(xs))})"
+    """Median (min–max) of the values that are known; "n/a" when none is."""
+    xs = [v for v in xs if v is not None]
+    if not xs:
+        return "n/a"
+    n = f" [{len(xs)} rounds]" if len(xs) < spread.rounds else ""
+    return f"{fmt(med(xs))} ({fmt(min(xs))}–{fmt(max(xs))}){n}"
+
+
+spread.rounds = 0
 
 
 def main():
@@ -207,12 +217,17 @@ def main():
     if os.geteuid() != 0:
         sys.exit("bench/python_agent_cost.py loads BPF programs: run it as root")
 
+    # SIGTERM (and SIGINT, ignored in a background job) unwind: the agents, workloads and the
+    # server are stopped by the finally blocks
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     work = tempfile.mkdtemp(prefix="sysom-pycost.")
     stats_path = "/proc/sys/kernel/bpf_stats_enabled"
     stats_before = open(stats_path).read().strip()
     open(stats_path, "w").write("1")
     server, url = start_server(build, work)
     rounds = []
+    spread.rounds = args.rounds
     try:
         for r in range(args.rounds):
             order = ("native", "python", "idle") if r % 2 == 0 else ("idle", "python", "native")
@@ -221,8 +236,9 @@ def main():
                 res[kind] = window(kind, args, build, url, work,
                                    os.path.join(work, f"perf.{kind}.data") if args.perf else None)
                 w = res[kind]
+                bpf = "n/a" if w["bpf"] is None else f"{w['bpf']:.3f} s"
                 print(f"round {r + 1} {kind}: agent CPU {w['agent_cpu']:.3f} s, BPF "
-                      f"{w['bpf']:.3f} s over {w['wall']:.1f} s, workload CPU "
+                      f"{bpf} over {w['wall']:.1f} s, workload CPU "
                       f"{w['workload_cpu']:.2f} s, warm-up {w['warm']:.3f} s" +
                       (f", perf: {w['perf'][1]} of {w['perf'][0]} samples in Python-only code"
                        if "perf" in w else ""), flush=True)
@@ -244,11 +260,12 @@ def main():
         fig[kind] = {
             "gross": [per_wl(r[kind]) for r in rounds],
             "net": [per_wl(r[kind], r["idle"]) for r in rounds],
-            "bpf": [r[kind]["bpf"] / r[kind]["workload_cpu"] for r in rounds],
+            "bpf": [r[kind]["bpf"] / r[kind]["workload_cpu"] if r[kind]["bpf"] is not None
+                    else None for r in rounds],
             "wl": [r[kind]["workload_cpu"] for r in rounds],
             "warm": [r[kind]["warm"] for r in rounds],
         }
-    ratio = {k: [p / n if n > 0 else float("nan") for p, n in
+    ratio = {k: [p / n if p is not None and n is not None and n > 0 else None for p, n in
                  zip(fig["python"][k], fig["native"][k])] for k in ("gross", "net", "bpf")}
     idle_rate = [r["idle"]["agent_cpu"] / r["idle"]["wall"] for r in rounds]
     pct = lambda x: f"{100 * x:.3f}%"  # noqa: E731
@@ -263,7 +280,7 @@ def main():
         "Medians, (min–max) over rounds.",
         "",
         "| workload | workload CPU s | agent CPU / workload CPU-s | net of idle | BPF / workload "
-        "CPU-s | warm-up (unwind table) agent CPU |",
+        "CPU-s (n/a: BPF statistics off) | warm-up (unwind table) agent CPU |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for kind in ("native", "python"):
@@ -284,7 +301,7 @@ def main():
         py_s = [py_only(r, "python") for r in rounds]
         nat_s = [py_only(r, "native") for r in rounds]
         extra = [(p - n) / r["python"]["workload_cpu"] for p, n, r in zip(py_s, nat_s, rounds)]
-        implied = [(n + max(e, 0.0)) / n if n > 0 else float("nan")
+        implied = [(n + max(e, 0.0)) / n if n > 0 else None
                    for n, e in zip(fig["native"]["gross"], extra)]
         lines += ["", "From `perf record -g` of the agent (--perf): its CPU in Python-only code "
                   "(pyframes_*, py_linetable_*, …):", "",
