@@ -68,12 +68,12 @@ PY_ONLY = re.compile(r"^(pyframes_|py_linetable_|python_name$|read_code$|read_st
 
 
 def perf_shares(path):
-    """(samples, samples with Python-only code in their chain, Counter of leaf symbols) of a
-    perf.data file."""
+    """(samples, samples with Python-only code in their chain, Counter of leaf symbols, Counter
+    of the outermost Python-only function of those samples) of a perf.data file."""
     out = subprocess.run(["perf", "script", "-i", path, "-F", "ip,sym", "--no-inline"],
                          capture_output=True, text=True).stdout
     total = py = 0
-    leaves = collections.Counter()
+    leaves, entries = collections.Counter(), collections.Counter()
     for block in out.split("\n\n"):
         syms = [(ln.split(None, 1) + ["?"])[1].split("+")[0].strip()
                 for ln in block.strip().splitlines() if ln.strip()]
@@ -81,9 +81,11 @@ def perf_shares(path):
             continue
         total += 1
         leaves[syms[0]] += 1
-        if any(PY_ONLY.match(x) for x in syms):
+        py_syms = [x for x in syms if PY_ONLY.match(x)]
+        if py_syms:
             py += 1
-    return total, py, leaves
+            entries[py_syms[-1]] += 1  # chains are leaf first
+    return total, py, leaves, entries
 
 
 def wait_quiet(pid, step=0.5, still=0.01, timeout=60):
@@ -294,7 +296,7 @@ def main():
               "agent CPU-seconds per wall second."]
     if args.perf:
         def py_only(r, kind):
-            total, py, _ = r[kind]["perf"]
+            total, py = r[kind]["perf"][:2]
             return r[kind]["agent_cpu"] * py / total if total else 0.0
         # Python-only code also serves the node's other Python processes, in every window:
         # what our Python workload adds is its window's figure less the native window's.
@@ -318,6 +320,14 @@ def main():
             n = sum(leaves.values())
             top = ", ".join(f"{sym} {100 * c / n:.0f}%" for sym, c in leaves.most_common(6))
             lines.append(f"\nTop functions of the agent ({kind}, self): {top}.")
+        for kind in ("native", "python"):
+            entries = collections.Counter()
+            for r in rounds:
+                entries.update(r[kind]["perf"][3])
+            n = sum(entries.values())
+            top = ", ".join(f"{sym} {c}" for sym, c in entries.most_common(6))
+            lines.append(f"\nPython-only samples ({kind} windows, {n}) by outermost Python-only "
+                         f"function: {top or 'none'}.")
     table = "\n".join(lines)
     print()
     print(table)
