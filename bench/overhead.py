@@ -137,12 +137,12 @@ def agent_round(build, server_url, work, rate, seconds):
     try:
         time.sleep(1)  # let start-up work (kernel symbol upload) finish outside the window
         cpu0 = proc_cpu_seconds(agent.pid)
-        bpf0, tick0, ticks0 = bpf_run_time_ns() or (0, 0, 0)
+        bpf0, tick0, ticks0 = bpf_run_time_ns(agent.pid) or (0, 0, 0)
         t0 = time.monotonic()
         throughput = run_workload(build, seconds)
         wall = time.monotonic() - t0
         cpu1 = proc_cpu_seconds(agent.pid)
-        bpf1, tick1, ticks1 = bpf_run_time_ns() or (0, 0, 0)
+        bpf1, tick1, ticks1 = bpf_run_time_ns(agent.pid) or (0, 0, 0)
         rss_peak = proc_status(agent.pid, "VmHWM")
         rss_now = proc_status(agent.pid, "VmRSS")
     finally:
