@@ -47,13 +47,38 @@ def proc_status(pid, key):
     return 0
 
 
-def bpf_run_time_ns():
-    """(all sysom_* programs' run_time_ns, the tick program's run_time_ns, its run count)."""
+def prog_ids_held(pid):
+    """The ids of the BPF programs process `pid` holds (its program and link descriptors'
+    fdinfo "prog_id:" lines)."""
+    ids = set()
+    fd_dir = f"/proc/{pid}/fdinfo"
+    for fd in os.listdir(fd_dir):
+        try:
+            with open(os.path.join(fd_dir, fd)) as f:
+                for line in f:
+                    if line.startswith("prog_id:"):
+                        ids.add(int(line.split()[1]))
+        except (OSError, ValueError):
+            pass
+    return ids
+
+
+def bpf_run_time_ns(pid=None):
+    """(all sysom_* programs' run_time_ns, the tick program's run_time_ns, its run count); with
+    `pid`, only the programs that process holds (another agent on the node is left out). None
+    when the kernel's BPF statistics are off (another benchmark may have turned them off);
+    bpftool leaves run_time_ns out while it is 0."""
+    with open("/proc/sys/kernel/bpf_stats_enabled") as f:
+        if f.read().strip() == "0":
+            return None
     out = subprocess.run(["bpftool", "prog", "show", "--json"], capture_output=True, text=True,
                          check=True).stdout
+    held = prog_ids_held(pid) if pid is not None else None
     total = tick = ticks = 0
     for prog in json.loads(out):
         name = prog.get("name", "")
+        if held is not None and prog.get("id") not in held:
+            continue
         if name.startswith("sysom_"):
             total += prog.get("run_time_ns", 0)
             if name.startswith("sysom_profile"):
@@ -79,30 +104,50 @@ def wait_for(predicate, timeout):
     return False
 
 
-def agent_round(build, server_url, work, rate, seconds):
+def start_server(build, work):
+    """A sysom-server on 127.0.0.1 with its data under `work`: (process, base URL)."""
+    port_file = os.path.join(work, "port")
+    server = subprocess.Popen([f"{build}/sysom-server", "--listen", "127.0.0.1:0", "--data-dir",
+                               os.path.join(work, "data"), "--port-file", port_file],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: os.path.exists(port_file) and open(port_file).read().strip(), 30)
+    return server, "http://127.0.0.1:" + open(port_file).read().strip()
+
+
+def start_agent(build, server_url, work, args=(), log_name="agent.log"):
+    """A sysom-agent shipping to `server_url` with a fresh spool (and its registration socket)
+    under `work`, started with `args` and waited for until it has attached: (process, log path).
+    Its output goes to the log."""
     spool = os.path.join(work, "spool")
     shutil.rmtree(spool, ignore_errors=True)
-    log_path = os.path.join(work, "agent.log")
-    log = open(log_path, "w")
-    agent = subprocess.Popen([f"{build}/sysom-agent", "--server", server_url, "--spool-dir", spool,
-                              "--sample-rate", str(rate)], stdout=log, stderr=subprocess.STDOUT)
+    log_path = os.path.join(work, log_name)
+    with open(log_path, "w") as log:
+        agent = subprocess.Popen([f"{build}/sysom-agent", "--server", server_url, "--spool-dir",
+                                  spool, "--socket", os.path.join(work, "agent.sock"), *args],
+                                 stdout=log, stderr=subprocess.STDOUT)
+    if not wait_for(lambda: "attached to" in open(log_path).read(), 30):
+        agent.kill()
+        agent.wait()
+        raise RuntimeError("agent did not attach:\n" + open(log_path).read())
+    return agent, log_path
+
+
+def agent_round(build, server_url, work, rate, seconds):
+    agent, log_path = start_agent(build, server_url, work, ["--sample-rate", str(rate)])
     try:
-        if not wait_for(lambda: "attached to" in open(log_path).read(), 30):
-            raise RuntimeError("agent did not attach:\n" + open(log_path).read())
         time.sleep(1)  # let start-up work (kernel symbol upload) finish outside the window
         cpu0 = proc_cpu_seconds(agent.pid)
-        bpf0, tick0, ticks0 = bpf_run_time_ns()
+        bpf0, tick0, ticks0 = bpf_run_time_ns(agent.pid) or (0, 0, 0)
         t0 = time.monotonic()
         throughput = run_workload(build, seconds)
         wall = time.monotonic() - t0
         cpu1 = proc_cpu_seconds(agent.pid)
-        bpf1, tick1, ticks1 = bpf_run_time_ns()
+        bpf1, tick1, ticks1 = bpf_run_time_ns(agent.pid) or (0, 0, 0)
         rss_peak = proc_status(agent.pid, "VmHWM")
         rss_now = proc_status(agent.pid, "VmRSS")
     finally:
         agent.send_signal(signal.SIGTERM)
         agent.wait(timeout=60)
-        log.close()
     text = open(log_path).read()
     batches = [(int(s), int(k), int(b)) for s, k, b in
                re.findall(r"batch \d+: (\d+) samples from (\d+) keys, \d+ stacks, \d+ processes, "
@@ -142,15 +187,9 @@ def main():
     stats_path = "/proc/sys/kernel/bpf_stats_enabled"
     stats_before = open(stats_path).read().strip()
     open(stats_path, "w").write("1")
-    server = subprocess.Popen([f"{build}/sysom-server", "--listen", "127.0.0.1:0", "--data-dir",
-                               os.path.join(work, "data"), "--port-file",
-                               os.path.join(work, "port")],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server, url = start_server(build, work)
     results = {}
     try:
-        port_file = os.path.join(work, "port")
-        wait_for(lambda: os.path.exists(port_file) and open(port_file).read().strip(), 30)
-        url = "http://127.0.0.1:" + open(port_file).read().strip()
         for name, rate in (("default (10% of ticks)", 0.10), ("100% of ticks", 1.0)):
             base, with_agent = [], []
             for r in range(args.rounds):

@@ -98,6 +98,8 @@ static void on_proc_event(void *ctx, const struct sysom_proc_event *ev)
 		break;
 	case SYSOM_PROC_EVENT_EXIT:
 		proctrack_on_exit(a->pt, ev->tgid, ev->generation);
+		if (a->gpu)
+			gpupipe_on_exit(a->gpu, ev->tgid, ev->ktime_ns);
 		break;
 	case SYSOM_PROC_EVENT_UNMAPPED:
 		/* A library loaded since the last scan (dlopen) or new JIT code. */

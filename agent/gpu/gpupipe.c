@@ -77,6 +77,10 @@ struct gpupipe {
 	bool send_gpu_device;
 	struct gpumap_device gpus[SYSOM_GPU_MAX_DEVICES];
 	uint32_t ngpus;
+	/* Rank processes seen, alive or recently exited: places DataLoader workers whose rank
+	 * exited before they were first read (jobenv_ranks_worker_of). */
+	struct jobenv_ranks *ranks;
+	uint64_t ns_per_tick; /* of /proc start times (1e9 / CLK_TCK) */
 };
 
 static struct gp_proc *find_proc(struct gpupipe *gp, uint32_t tgid)
@@ -101,6 +105,19 @@ static void read_env(struct gpupipe *gp, struct gp_proc *p)
 	 * second process of the rank. */
 	if (!rc && jobenv_rank_process(root, p->tgid, &p->env, &p->rank_pid))
 		p->rank_pid = 0;
+	if (!rc && p->env.has_rank) {
+		uint64_t now = sysom_monotonic_ns();
+		/* Its rank may have exited already (the worker reparented to init): the memory of
+		 * rank processes places it. A rank, or a live rank the walk found above a worker,
+		 * is noted in it (not one the memory named: its pid may be another's by now). */
+		if (p->rank_pid)
+			(void)jobenv_ranks_note(gp->ranks, root, p->rank_pid, &p->env, now);
+		else if (jobenv_ranks_worker_of(gp->ranks, root, p->tgid, &p->env, now,
+						&p->rank_pid))
+			p->rank_pid = 0;
+		if (!p->rank_pid)
+			(void)jobenv_ranks_note(gp->ranks, root, p->tgid, &p->env, now);
+	}
 	/* A rank whose environment names no job: its Slurm job or pod does (the tracker read
 	 * its cgroup and pod name when it first met the process). Sent as source environment
 	 * with job_id_source "slurm cgroup" / "pod name" (which servers show as source cgroup):
@@ -202,6 +219,12 @@ int gpupipe_open(uv_loop_t *loop, const struct gpupipe_options *o, struct gpupip
 		return -ENOMEM;
 	gp->opts = *o;
 	gp->ngpus = nvml_devices(o->nvml, gp->gpus, SYSOM_GPU_MAX_DEVICES);
+	long tck = sysconf(_SC_CLK_TCK);
+	gp->ns_per_tick = tck > 0 ? 1000000000ull / (uint64_t)tck : 10000000ull;
+	if ((rc = jobenv_ranks_new(JOBENV_RANKS_MAX, JOBENV_RANKS_MAX_AGE_NS, &gp->ranks))) {
+		snprintf(err, errlen, "out of memory");
+		goto cleanup;
+	}
 	gputrace_options_default(&go);
 	go.proc_root = o->proc_root ? o->proc_root : "/proc";
 	go.exec_generation_fd = o->exec_generation_fd;
@@ -285,6 +308,7 @@ void gpupipe_free(struct gpupipe *gp)
 		return;
 	gputrace_close(gp->gt);
 	nccltrack_free(gp->nt);
+	jobenv_ranks_free(gp->ranks);
 	free(gp->procs);
 	free(gp);
 }
@@ -339,6 +363,15 @@ void gpupipe_on_forget(struct gpupipe *gp, const struct pt_process *proc)
 	/* Its identity and communicators still go into the next batch; forgotten after it. */
 	if (p && p->generation == proc->generation)
 		p->gone = true;
+}
+
+void gpupipe_on_exit(struct gpupipe *gp, uint32_t tgid, uint64_t ktime_ns)
+{
+	/* Start times in /proc count clock ticks of boot time; the event's time is monotonic. */
+	uint64_t boot = sysom_boottime_ns(), mono = sysom_monotonic_ns();
+	uint64_t at = ktime_ns && boot >= mono ? ktime_ns + (boot - mono) : 0;
+
+	jobenv_ranks_exited(gp->ranks, tgid, at ? at / gp->ns_per_tick : UINT64_MAX, mono);
 }
 
 void gpupipe_on_exec(struct gpupipe *gp, uint32_t tgid)

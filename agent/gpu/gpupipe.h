@@ -48,6 +48,9 @@ void gpupipe_free(struct gpupipe *gp);
 /* proctrack hooks: a process's mappings were read / it was forgotten. */
 void gpupipe_on_mappings(struct gpupipe *gp, const struct pt_process *proc);
 void gpupipe_on_forget(struct gpupipe *gp, const struct pt_process *proc);
+/* A process exited at `ktime_ns` (monotonic; 0 unknown): a rank's exit is kept in the memory of
+ * rank processes (jobenv_ranks_exited), for its orphaned DataLoader workers. */
+void gpupipe_on_exit(struct gpupipe *gp, uint32_t tgid, uint64_t ktime_ns);
 /* A process exec'd: look at its libraries again shortly (they load after exec). */
 void gpupipe_on_exec(struct gpupipe *gp, uint32_t tgid);
 

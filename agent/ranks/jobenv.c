@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/bytes.h"
+#include "common/hash.h"
 #include "common/wire/wire.h"
 #include "include/sysom/jobenv_vars.h"
 
@@ -173,14 +174,18 @@ cleanup:
 	return rc;
 }
 
-/* The parent pid from <root>/<pid>/stat (the field after the last ')'); 0 when unreadable. */
-static uint32_t read_ppid(const char *root, uint32_t pid, int *err)
+/* The parent pid from <root>/<pid>/stat (the field after the last ')'), and when `start` is
+ * not NULL the start time (field 22; 0 when the line is shorter); ppid 0 when unreadable. */
+static uint32_t read_stat(const char *root, uint32_t pid, int *err, uint64_t *start)
 {
-	char path[256], buf[512];
+	char path[256], buf[1024];
 	unsigned long ppid = 0;
+	unsigned long long st = 0;
 	ssize_t n;
 	int fd;
 
+	if (start)
+		*start = 0;
 	snprintf(path, sizeof(path), "%s/%u/stat", root, pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
@@ -196,7 +201,17 @@ static uint32_t read_ppid(const char *root, uint32_t pid, int *err)
 	const char *close_paren = strrchr(buf, ')');
 	if (!close_paren || sscanf(close_paren + 1, " %*c %lu", &ppid) != 1 || ppid > UINT32_MAX)
 		return 0;
+	/* state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime
+	 * cutime cstime priority nice num_threads itrealvalue starttime */
+	if (start && sscanf(close_paren + 1, " %*c %*u %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u "
+				      "%*u %*d %*d %*d %*d %*d %*d %llu", &st) == 1)
+		*start = st;
 	return (uint32_t)ppid;
+}
+
+static uint32_t read_ppid(const char *root, uint32_t pid, int *err)
+{
+	return read_stat(root, pid, err, NULL);
 }
 
 /* <root>/<pid>/exe's target into `out`; false when unreadable. */
@@ -248,6 +263,191 @@ int jobenv_rank_process(const char *proc_root, uint32_t pid, const struct job_id
 		*rank_pid = ppid;
 		cur = ppid;
 	}
+	return 0;
+}
+
+/* ---- recently seen rank processes ---------------------------------------------------------- */
+
+struct rank_record {
+	char job_id[JOBENV_VALUE_MAX];
+	int32_t rank, world_size, local_rank;
+	uint32_t pid, ppid;      /* the rank's pid and its parent when noted */
+	uint64_t start_ticks;    /* /proc/<pid>/stat field 22 */
+	uint64_t exe_hash;       /* sysom_hash64 of its executable's path */
+	uint64_t exit_ticks;     /* UINT64_MAX while alive or when the exit time is unknown */
+	bool exited;
+	uint64_t noted_ns;       /* when it was last noted alive, or its exit noted */
+};
+
+struct jobenv_ranks {
+	uint32_t max, count;
+	uint64_t max_age_ns;
+	struct rank_record recs[];
+};
+
+int jobenv_ranks_new(uint32_t max, uint64_t max_age_ns, struct jobenv_ranks **out)
+{
+	struct jobenv_ranks *r;
+
+	if (max == 0 || max > (1u << 20))
+		return -EINVAL;
+	r = calloc(1, sizeof(*r) + (size_t)max * sizeof(r->recs[0]));
+	if (!r)
+		return -ENOMEM;
+	r->max = max;
+	r->max_age_ns = max_age_ns;
+	*out = r;
+	return 0;
+}
+
+void jobenv_ranks_free(struct jobenv_ranks *r)
+{
+	free(r);
+}
+
+uint32_t jobenv_ranks_count(const struct jobenv_ranks *r)
+{
+	return r ? r->count : 0;
+}
+
+/* Drops exited records whose exit was noted more than max_age_ns before `now_ns`. */
+static void expire(struct jobenv_ranks *r, uint64_t now_ns)
+{
+	for (uint32_t i = 0; i < r->count;) {
+		const struct rank_record *rec = &r->recs[i];
+		if (rec->exited && now_ns - rec->noted_ns > r->max_age_ns)
+			r->recs[i] = r->recs[--r->count];
+		else
+			i++;
+	}
+}
+
+/* The executable's identity: its path hashed; false when unreadable. */
+static bool exe_hash_of(const char *root, uint32_t pid, uint64_t *out)
+{
+	char exe[512];
+
+	if (!read_exe(root, pid, exe, sizeof(exe)))
+		return false;
+	*out = sysom_hash64(exe, strlen(exe), 0x6a6f62656e76ull);
+	return true;
+}
+
+static bool record_is(const struct rank_record *rec, const struct job_identity *id)
+{
+	return rec->rank == id->rank && rec->world_size == id->world_size &&
+	       rec->local_rank == id->local_rank && strcmp(rec->job_id, id->job_id) == 0;
+}
+
+int jobenv_ranks_note(struct jobenv_ranks *r, const char *proc_root, uint32_t pid,
+		      const struct job_identity *id, uint64_t now_ns)
+{
+	const char *root = proc_root ? proc_root : "/proc";
+	struct rank_record rec = { .pid = pid, .exit_ticks = UINT64_MAX, .noted_ns = now_ns };
+	int err;
+
+	if (!r || !id || !id->has_rank)
+		return -EINVAL;
+	rec.ppid = read_stat(root, pid, &err, &rec.start_ticks);
+	if (err)
+		return err;
+	if (!rec.ppid || !rec.start_ticks || !exe_hash_of(root, pid, &rec.exe_hash))
+		return -ESRCH; /* gone in between (or a kernel thread: no rank) */
+	snprintf(rec.job_id, sizeof(rec.job_id), "%s", id->job_id);
+	rec.rank = id->rank;
+	rec.world_size = id->world_size;
+	rec.local_rank = id->local_rank;
+	expire(r, now_ns);
+
+	for (uint32_t i = 0; i < r->count; i++) {
+		struct rank_record *old = &r->recs[i];
+		if (old->pid != pid)
+			continue;
+		if (old->start_ticks == rec.start_ticks) {
+			if (!old->exited)
+				old->noted_ns = now_ns; /* seen alive again */
+			return 0;
+		}
+		if (old->start_ticks < rec.start_ticks && !old->exited) {
+			/* The pid was reused: the earlier process exited before this one started. */
+			old->exited = true;
+			old->exit_ticks = rec.start_ticks;
+			old->noted_ns = now_ns;
+		}
+	}
+	uint32_t slot = r->count;
+	if (slot == r->max) {
+		/* Full: the exited record noted longest ago, else the oldest record. */
+		slot = 0;
+		for (uint32_t i = 1; i < r->count; i++) {
+			const struct rank_record *a = &r->recs[i], *b = &r->recs[slot];
+			if (a->exited != b->exited ? a->exited : a->noted_ns < b->noted_ns)
+				slot = i;
+		}
+	} else {
+		r->count++;
+	}
+	r->recs[slot] = rec;
+	return 0;
+}
+
+bool jobenv_ranks_exited(struct jobenv_ranks *r, uint32_t pid, uint64_t exit_ticks,
+			 uint64_t now_ns)
+{
+	struct rank_record *latest = NULL;
+
+	if (!r)
+		return false;
+	for (uint32_t i = 0; i < r->count; i++) {
+		struct rank_record *rec = &r->recs[i];
+		if (rec->pid == pid && !rec->exited &&
+		    (!latest || rec->start_ticks > latest->start_ticks))
+			latest = rec;
+	}
+	if (!latest)
+		return false;
+	latest->exited = true;
+	latest->exit_ticks = exit_ticks;
+	latest->noted_ns = now_ns;
+	return true;
+}
+
+int jobenv_ranks_worker_of(struct jobenv_ranks *r, const char *proc_root, uint32_t pid,
+			   const struct job_identity *id, uint64_t now_ns, uint32_t *rank_pid)
+{
+	const char *root = proc_root ? proc_root : "/proc";
+	const struct rank_record *best = NULL;
+	uint64_t start, exe;
+	uint32_t ppid;
+	int err;
+
+	*rank_pid = 0;
+	if (!r || !id || !id->has_rank)
+		return 0;
+	ppid = read_stat(root, pid, &err, &start);
+	if (err == -ESRCH)
+		return -ESRCH;
+	if (err || !ppid || !start || !exe_hash_of(root, pid, &exe))
+		return 0;
+	expire(r, now_ns);
+	for (uint32_t i = 0; i < r->count; i++) {
+		const struct rank_record *rec = &r->recs[i];
+		if (!record_is(rec, id) || rec->exe_hash != exe ||
+		    (rec->pid == pid && rec->start_ticks == start) || rec->start_ticks > start ||
+		    (rec->exited && start > rec->exit_ticks) || ppid == rec->pid ||
+		    ppid == rec->ppid)
+			continue;
+		if (!best || rec->start_ticks > best->start_ticks)
+			best = rec;
+	}
+	if (!best)
+		return 0;
+	/* A parent of the same identity (a wrapper of another executable the rank ran, which
+	 * ran this process) is not a reparenting: jobenv_rank_process's word stands. */
+	struct job_identity parent;
+	if (ppid > 1 && jobenv_read(proc_root, ppid, &parent) == 0 && same_rank(id, &parent))
+		return 0;
+	*rank_pid = best->pid;
 	return 0;
 }
 

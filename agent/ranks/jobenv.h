@@ -63,6 +63,66 @@ int jobenv_rank_process(const char *proc_root, uint32_t pid, const struct job_id
 			uint32_t *rank_pid);
 
 /*
+ * Recently seen rank processes, for the DataLoader workers jobenv_rank_process cannot place: a
+ * worker whose rank exited before the agent first read it (the worker was reparented to init
+ * or a subreaper: no parent of its executable and rank is left to walk to), or one reparented
+ * while its rank lives. A record is a rank process's identity (job id, rank, world size, local
+ * rank), pid, start time (clock ticks since boot, /proc/<pid>/stat field 22: a pid reused by
+ * another process is another record), parent at the time, executable (hashed path) and, once
+ * it exited, when. Bounded: at most `max` records (a new one replaces the exited record noted
+ * longest ago, else the oldest record), and an exited rank is forgotten `max_age_ns` after its
+ * exit was noted. Not thread-safe.
+ */
+struct jobenv_ranks;
+
+#define JOBENV_RANKS_MAX 256                             /* records by default */
+#define JOBENV_RANKS_MAX_AGE_NS (600ull * 1000000000ull) /* exited ranks kept 10 minutes */
+
+/* Returns 0 and a new, empty memory in *out, -EINVAL (max 0) or -ENOMEM. */
+int jobenv_ranks_new(uint32_t max, uint64_t max_age_ns, struct jobenv_ranks **out);
+
+/* Frees the memory (NULL is fine). */
+void jobenv_ranks_free(struct jobenv_ranks *r);
+
+/* The records held (exited ones past their age included until the next note or lookup). */
+uint32_t jobenv_ranks_count(const struct jobenv_ranks *r);
+
+/*
+ * Notes process `pid` of identity `id` (with a rank) as a rank's own process, alive at
+ * `now_ns` (monotonic; ages are measured with it): reads its start time, parent and
+ * executable from <proc_root>/<pid>/. A record with the same pid and start time is kept; one
+ * with the same pid and an earlier start time is of an earlier process: marked exited no later
+ * than this one's start. Returns 0, -EINVAL (no rank), -ESRCH (gone) or another -errno.
+ */
+int jobenv_ranks_note(struct jobenv_ranks *r, const char *proc_root, uint32_t pid,
+		      const struct job_identity *id, uint64_t now_ns);
+
+/*
+ * Rank process `pid` exited at `exit_ticks` (clock ticks since boot, as start times are;
+ * UINT64_MAX when unknown: the time the exit is noted, `now_ns`, only ages the record).
+ * Marks the latest-started alive record of that pid; an earlier exit time noted stays.
+ * Returns whether a record was marked.
+ */
+bool jobenv_ranks_exited(struct jobenv_ranks *r, uint32_t pid, uint64_t exit_ticks,
+			 uint64_t now_ns);
+
+/*
+ * For process `pid` of identity `id` that jobenv_rank_process found no rank parent for: the
+ * rank process it is a worker of, from the memory. A record matches when its identity is the
+ * same (job id, rank, world size, local rank), its executable is the same, it is another
+ * process (pid or start time differ), it started no later than `pid` did, `pid` started while
+ * it was alive (no later than its exit), and `pid`'s parent now is neither that rank nor that
+ * rank's own parent (a rank restarted by its launcher, torchrun or Slurm, has the old rank's
+ * parent; an orphaned worker has init or a subreaper) nor a process of the same identity (a
+ * wrapper of another executable: jobenv_rank_process's rule stands). Of the matches, the one
+ * started last.
+ * Sets *rank_pid to its pid, or 0 when none matches (or `id` has no rank). Returns 0, or
+ * -ESRCH when `pid` is gone.
+ */
+int jobenv_ranks_worker_of(struct jobenv_ranks *r, const char *proc_root, uint32_t pid,
+			   const struct job_identity *id, uint64_t now_ns, uint32_t *rank_pid);
+
+/*
  * The job a rank belongs to when its environment names none (`id->has_rank` with an empty
  * `id->job_id`), from who its cgroup says it belongs to:
  *   a Slurm job (`slurm_job` not 0)   "slurm-<job>[.<step>]"        job_id_source "slurm cgroup"

@@ -283,6 +283,203 @@ static void test_rank_process(void **state)
 	fixture_tmpdir_remove(dir);
 }
 
+/* A process in a fake proc root with a full stat line: parent and start time (field 22). */
+static void fake_proc_at(const char *root, uint32_t pid, uint32_t ppid, uint64_t start,
+			 const char *exe, const char *env, size_t env_len)
+{
+	char path[512];
+	FILE *f;
+
+	fake_proc(root, pid, ppid, exe, env, env_len);
+	snprintf(path, sizeof(path), "%s/%u/stat", root, pid);
+	assert_non_null(f = fopen(path, "w"));
+	fprintf(f, "%u (py) thon) S %u %u %u 0 -1 4194304 10 0 0 0 5 1 0 0 20 0 1 0 %llu 1000 "
+		"100 18446744073709551615\n", pid, ppid, pid, pid, (unsigned long long)start);
+	fclose(f);
+}
+
+static void gone(const char *root, uint32_t pid)
+{
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/%u", root, pid);
+	fixture_tmpdir_remove(path);
+}
+
+/* Whom jobenv_rank_process and then the memory say `pid` is a worker of (0: a rank). */
+static uint32_t worker_of(struct jobenv_ranks *r, const char *dir, uint32_t pid, uint64_t now)
+{
+	struct job_identity id;
+	uint32_t rank_pid = 99;
+
+	assert_int_equal(jobenv_read(dir, pid, &id), 0);
+	assert_int_equal(jobenv_rank_process(dir, pid, &id, &rank_pid), 0);
+	if (rank_pid)
+		return rank_pid;
+	assert_int_equal(jobenv_ranks_worker_of(r, dir, pid, &id, now, &rank_pid), 0);
+	return rank_pid;
+}
+
+static void note(struct jobenv_ranks *r, const char *dir, uint32_t pid, uint64_t now)
+{
+	struct job_identity id;
+
+	assert_int_equal(jobenv_read(dir, pid, &id), 0);
+	assert_int_equal(jobenv_ranks_note(r, dir, pid, &id, now), 0);
+}
+
+/* A DataLoader worker the agent first reads after its rank exited (reparented to init): the
+ * memory of exited ranks places it; a restarted rank, an older process or another executable
+ * with the same identity is not taken for a worker. */
+static void test_orphaned_worker(void **state)
+{
+	static const char rank0[] = "TORCHELASTIC_RUN_ID=j\0RANK=0\0WORLD_SIZE=2\0LOCAL_RANK=0\0";
+	static const char rank1[] = "TORCHELASTIC_RUN_ID=j\0RANK=1\0WORLD_SIZE=2\0LOCAL_RANK=1\0";
+	static const char launcher[] = "TORCHELASTIC_RUN_ID=j\0";
+	const char *py = "/usr/bin/python3.11";
+	char dir[] = "/tmp/sysom-jobenv-XXXXXX";
+	struct jobenv_ranks *r = NULL;
+	struct job_identity id;
+	uint32_t rank_pid = 99;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	assert_int_equal(jobenv_ranks_new(JOBENV_RANKS_MAX, JOBENV_RANKS_MAX_AGE_NS, &r), 0);
+	fake_proc_at(dir, 5, 1, 50, py, ENV(launcher));   /* torchrun: names the job, no rank */
+	fake_proc_at(dir, 10, 5, 100, py, ENV(rank0));    /* rank 0 */
+	fake_proc_at(dir, 20, 5, 100, py, ENV(rank1));    /* rank 1 */
+	fake_proc_at(dir, 9, 1, 60, py, ENV(rank0));      /* rank 0's identity, started before */
+	fake_proc_at(dir, 8, 1, 150, "/bin/bash", ENV(rank0)); /* another executable */
+	assert_int_equal(worker_of(r, dir, 10, 1), 0);
+	note(r, dir, 10, 1);
+	note(r, dir, 20, 1);
+	assert_int_equal(jobenv_ranks_count(r), 2);
+	note(r, dir, 10, 2); /* seen again: the same record */
+	assert_int_equal(jobenv_ranks_count(r), 2);
+
+	/* Rank 0 exits at tick 500; its worker (started at 200) is reparented to init. */
+	fake_proc_at(dir, 11, 1, 200, py, ENV(rank0));
+	gone(dir, 10);
+	assert_true(jobenv_ranks_exited(r, 10, 500, 3));
+	assert_false(jobenv_ranks_exited(r, 10, 600, 3)); /* already marked */
+	assert_int_equal(worker_of(r, dir, 11, 4), 10);
+	/* ... and a worker of that worker, reparented too: its walk stops at init. */
+	fake_proc_at(dir, 12, 1, 300, py, ENV(rank0));
+	assert_int_equal(worker_of(r, dir, 12, 4), 10);
+	/* Not workers: started before the rank, another executable, another rank's identity
+	 * under the same parent, a process started after the rank exited. */
+	assert_int_equal(worker_of(r, dir, 9, 4), 0);
+	assert_int_equal(worker_of(r, dir, 8, 4), 0);
+	fake_proc_at(dir, 13, 1, 700, py, ENV(rank0));
+	assert_int_equal(worker_of(r, dir, 13, 4), 0);
+	/* torchrun restarts rank 0 (its parent is the old rank's): a rank, even when the old
+	 * rank's exit time is unknown. */
+	fake_proc_at(dir, 14, 5, 600, py, ENV(rank0));
+	assert_int_equal(worker_of(r, dir, 14, 4), 0);
+	fake_proc_at(dir, 21, 5, 300, py, ENV(rank1));
+	assert_int_equal(worker_of(r, dir, 21, 4), 0);
+	assert_true(jobenv_ranks_exited(r, 20, UINT64_MAX, 4));
+	assert_int_equal(worker_of(r, dir, 21, 4), 0);
+	/* A rank alive whose worker was reparented (its parent exited): still the rank's. */
+	note(r, dir, 14, 5);
+	fake_proc_at(dir, 15, 1, 650, py, ENV(rank0));
+	assert_int_equal(worker_of(r, dir, 15, 5), 14);
+	/* A process the rank ran through a wrapper of another executable (which inherited the
+	 * rank's variables) is not taken for a reparented worker: the wrapper rule stands. */
+	fake_proc_at(dir, 16, 14, 660, "/bin/bash", ENV(rank0));
+	fake_proc_at(dir, 17, 16, 670, py, ENV(rank0));
+	assert_int_equal(worker_of(r, dir, 17, 5), 0);
+	/* No rank: nothing to place. */
+	memset(&id, 0, sizeof(id));
+	assert_int_equal(jobenv_ranks_worker_of(r, dir, 15, &id, 5, &rank_pid), 0);
+	assert_int_equal(rank_pid, 0);
+	assert_int_equal(jobenv_read(dir, 15, &id), 0);
+	assert_int_equal(jobenv_ranks_worker_of(r, dir, 77, &id, 5, &rank_pid), -ESRCH);
+	assert_int_equal(jobenv_ranks_note(r, dir, 77, &id, 5), -ESRCH);
+	jobenv_ranks_free(r);
+	fixture_tmpdir_remove(dir);
+}
+
+/* Pids are reused: a record is a (pid, start time); the memory never places a process by its
+ * pid alone. */
+static void test_orphaned_worker_pid_reuse(void **state)
+{
+	static const char rank0[] = "TORCHELASTIC_RUN_ID=j\0RANK=0\0WORLD_SIZE=1\0LOCAL_RANK=0\0";
+	static const char job2[] = "TORCHELASTIC_RUN_ID=k\0RANK=0\0WORLD_SIZE=1\0LOCAL_RANK=0\0";
+	const char *py = "/usr/bin/python3.11";
+	char dir[] = "/tmp/sysom-jobenv-XXXXXX";
+	struct jobenv_ranks *r = NULL;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	assert_int_equal(jobenv_ranks_new(8, JOBENV_RANKS_MAX_AGE_NS, &r), 0);
+	/* Rank A (pid 10, start 100) is noted and exits unseen (no exit event). */
+	fake_proc_at(dir, 10, 5, 100, py, ENV(rank0));
+	note(r, dir, 10, 1);
+	gone(dir, 10);
+	/* Pid 10 is reused by job k's rank (start 1000): noting it marks A exited by then. */
+	fake_proc_at(dir, 10, 6, 1000, py, ENV(job2));
+	note(r, dir, 10, 2);
+	assert_int_equal(jobenv_ranks_count(r), 2);
+	/* A worker of A started at 900 (reparented): A's; one started at 1100 is not (A was gone
+	 * by 1000), and job k's identity does not match j's. */
+	fake_proc_at(dir, 11, 1, 900, py, ENV(rank0));
+	assert_int_equal(worker_of(r, dir, 11, 3), 10);
+	fake_proc_at(dir, 12, 1, 1100, py, ENV(rank0));
+	assert_int_equal(worker_of(r, dir, 12, 3), 0);
+	/* Job k's worker reparented: job k's rank, pid 10 too. */
+	fake_proc_at(dir, 13, 1, 1100, py, ENV(job2));
+	assert_int_equal(worker_of(r, dir, 13, 3), 10);
+	/* The exit of pid 10 marks the latest process of that pid (job k's), not A again. */
+	assert_true(jobenv_ranks_exited(r, 10, 1200, 4));
+	assert_false(jobenv_ranks_exited(r, 10, 1300, 4));
+	fake_proc_at(dir, 14, 1, 1250, py, ENV(job2));
+	assert_int_equal(worker_of(r, dir, 14, 5), 0);
+	/* A process that got the dead rank's pid, with its identity, started after it: not its
+	 * own worker. */
+	gone(dir, 10);
+	fake_proc_at(dir, 10, 1, 1400, py, ENV(job2));
+	assert_int_equal(worker_of(r, dir, 10, 6), 0);
+	jobenv_ranks_free(r);
+	fixture_tmpdir_remove(dir);
+}
+
+/* At most `max` records (exited ones replaced first), and exited ones for max_age_ns. */
+static void test_orphaned_worker_bounds(void **state)
+{
+	static const char rank0[] = "TORCHELASTIC_RUN_ID=j\0RANK=0\0WORLD_SIZE=1\0LOCAL_RANK=0\0";
+	const char *py = "/usr/bin/python3.11";
+	char dir[] = "/tmp/sysom-jobenv-XXXXXX";
+	struct jobenv_ranks *r = NULL;
+
+	(void)state;
+	assert_int_equal(jobenv_ranks_new(0, 1, &r), -EINVAL);
+	assert_non_null(mkdtemp(dir));
+	assert_int_equal(jobenv_ranks_new(3, 1000, &r), 0);
+	for (uint32_t pid = 10; pid < 16; pid++) {
+		fake_proc_at(dir, pid, 5, 100 * pid, py, ENV(rank0));
+		note(r, dir, pid, pid);
+		assert_true(jobenv_ranks_count(r) <= 3);
+	}
+	assert_int_equal(jobenv_ranks_count(r), 3); /* 13, 14, 15: the oldest replaced */
+	fake_proc_at(dir, 30, 1, 1450, py, ENV(rank0));
+	assert_int_equal(worker_of(r, dir, 30, 20), 14); /* started last before it: 14 (1400) */
+	/* 14 exits; the next note replaces it, not an alive rank. */
+	assert_true(jobenv_ranks_exited(r, 14, 1460, 21));
+	fake_proc_at(dir, 16, 5, 1600, py, ENV(rank0));
+	note(r, dir, 16, 22);
+	assert_int_equal(jobenv_ranks_count(r), 3);
+	assert_int_equal(worker_of(r, dir, 30, 23), 13); /* 14 is forgotten: 13 started before */
+	/* An exited record is dropped max_age_ns after its exit was noted. */
+	assert_true(jobenv_ranks_exited(r, 13, 1700, 100));
+	assert_int_equal(worker_of(r, dir, 30, 1100), 13);
+	assert_int_equal(worker_of(r, dir, 30, 1101), 0);
+	assert_int_equal(jobenv_ranks_count(r), 2);
+	jobenv_ranks_free(r);
+	jobenv_ranks_free(NULL);
+	fixture_tmpdir_remove(dir);
+}
+
 static void test_pod_job_name(void **state)
 {
 	(void)state;
@@ -370,6 +567,9 @@ int main(void)
 		cmocka_unit_test(test_hostile_values),
 		cmocka_unit_test(test_read_proc),
 		cmocka_unit_test(test_rank_process),
+		cmocka_unit_test(test_orphaned_worker),
+		cmocka_unit_test(test_orphaned_worker_pid_reuse),
+		cmocka_unit_test(test_orphaned_worker_bounds),
 		cmocka_unit_test(test_pod_job_name),
 		cmocka_unit_test(test_job_from_cgroup),
 	};
