@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Dashboard reads on ClickHouse as the history grows: two servers on one private
-# clickhouse-server and one database (replicas), this build's and a baseline binary, answer the
-# same queries over the last 15 minutes and hour, first with only a few minutes of real batches
-# (bench/ingest_load), then after HISTORY_DAYS days of NODES nodes' batch and process rows
-# (synthetic, one per 30 s per node, received before yesterday) are added: what a store with a
-# long retention holds. Medians of 5 queries, and the ratio of this build's to the baseline's.
+# Dashboard reads on ClickHouse as the history grows: a baseline binary and this build's
+# server, each on its own database of one private clickhouse-server (a baseline of an older
+# schema cannot open a database this build migrated), answer the same queries over the last
+# 15 minutes and hour and the all-time lists (nodes, jobs, /metrics' agent counters), first
+# with only a minute of real batches (bench/ingest_load, into each), then after HISTORY_DAYS
+# days of NODES nodes' batch, process and job rank rows (synthetic, one per 30 s per node,
+# consecutive sequence numbers per node, received before yesterday) are added to both: what a
+# store with a long retention holds. Medians of 5 queries, and the ratio of this build's to
+# the baseline's. Last, this build opens the baseline's database (an upgrade: its migrations
+# run, timed) and answers the all-time lists there.
 # Usage: bench/clickhouse_history.sh BUILD_DIR BASELINE_SERVER BATCH_DIR [HISTORY_DAYS] [NODES]
-#   BASELINE_SERVER: a sysom-server of the same ClickHouse schema (e.g. built from an earlier
-#   commit with `make build/sysom-server` in a git worktree).
+#   BASELINE_SERVER: a sysom-server of this ClickHouse schema or an older one (e.g. built from
+#   an earlier commit with `make build/sysom-server` in a git worktree).
 set -euo pipefail
 usage="usage: clickhouse_history.sh BUILD_DIR BASELINE_SERVER BATCH_DIR [HISTORY_DAYS] [NODES]"
 build=$(cd "${1:?$usage}" && pwd)
@@ -29,17 +33,18 @@ cleanup() {
 trap cleanup EXIT
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token"
 ch=$("$root/tests/tools/clickhouse-private.sh" start "$work/ch")
-db="${ch}?database=hist"
+db_base="${ch}?database=hist_base"
+db_new="${ch}?database=hist"
 
-start() { # NAME BINARY: a server on the shared database; sets URL and PID
-	local name=$1 bin=$2
+start() { # NAME BINARY DB_URL: a server on that database; sets URL and PID
+	local name=$1 bin=$2 db=$3
 	mkdir -p "$work/$name.data"
 	"$bin" --listen 127.0.0.1:0 --port-file "$work/$name.port" --data-dir "$work/$name.data" \
 		--token-file "$work/token" --clickhouse-url "$db" --log-level warn \
 		>"$work/$name.log" 2>&1 &
 	PID=$!
 	pids+=("$PID")
-	for _ in $(seq 300); do [ -s "$work/$name.port" ] && break; sleep 0.1; done
+	for _ in $(seq 36000); do [ -s "$work/$name.port" ] && break; sleep 0.1; done
 	[ -s "$work/$name.port" ] || { echo "server $name did not start:" >&2; cat "$work/$name.log" >&2; exit 1; }
 	URL=http://127.0.0.1:$(cat "$work/$name.port")
 }
@@ -53,14 +58,18 @@ median_ms() { # URL PATH: median wall time of 5 queries (after one warm-up), ms
 	done | sort -n | sed -n 3p | awk '{ printf "%.0f", $1 * 1000 }'
 }
 
-start new "$build/sysom-server"
+load() { # URL PID: a minute of real batches from 20 agents
+	"$build/bench/ingest_load" --batches "$batches" --agents 20 --interval 5 --seconds 60 \
+		--url "$1" --server-pid "$2" --token-file "$work/token" --report-every 3600 \
+		>"$work/load.log" 2>&1 || true
+	grep -m1 -o 'stored [0-9]*' "$work/load.log" | sed 's/^/real batches /' >&2
+}
+start base "$baseline" "$db_base"
+base_url=$URL base_pid=$PID
+load "$base_url" "$base_pid"
+start new "$build/sysom-server" "$db_new"
 new_url=$URL new_pid=$PID
-"$build/bench/ingest_load" --batches "$batches" --agents 20 --interval 5 --seconds 60 \
-	--url "$new_url" --server-pid "$new_pid" --token-file "$work/token" --report-every 3600 \
-	>"$work/load.log" 2>&1 || true
-grep -m1 -o 'stored [0-9]*' "$work/load.log" | sed 's/^/real batches /'
-start base "$baseline"
-base_url=$URL
+load "$new_url" "$new_pid"
 job=$(curl -s -H "Authorization: Bearer $(cat "$work/token")" "$new_url/api/v1/jobs?limit=1" |
 	python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"]; print(j[0]["job"] if j else "")')
 
@@ -72,6 +81,12 @@ queries=(
 	"processes, 1 h|/api/v1/processes?from=-1h&to=now"
 )
 [ -n "$job" ] && queries+=("one job's stragglers, 1 h|/api/v1/jobs/$job/stragglers?from=-1h&to=now")
+lists=(
+	"node list|/api/v1/nodes"
+	"job list|/api/v1/jobs"
+	"agent counters (/metrics)|/metrics"
+)
+queries+=("${lists[@]}")
 
 measure() { # LABEL
 	local q name path a b
@@ -88,19 +103,51 @@ echo "| history | query | baseline ms | this build ms | ratio |"
 echo "|---|---|---:|---:|---:|"
 measure "none"
 rows=$((days * nodes * 2880))
+history() { # DB_URL: the synthetic history (the same rows into either database)
+	local db=$1 jr=
+	# This build's batch rows carry their job rank (schema 13), as the server writes them.
+	curl -s "$db" --data-binary "SELECT count() FROM system.columns WHERE database = currentDatabase()
+		AND table = 'batches' AND name = 'jr_job'" | grep -q 1 && jr=1
+	curl -s "$db" --data-binary "INSERT INTO batches (day, node_id, epoch, sequence, attempt,
+		received_ns, window_start_ns, window_end_ns, hostname, counter_ids, counter_values
+		${jr:+, window_day, jr_process, jr_job, jr_rank, jr_world_size})
+		SELECT toDate(now()) - 2 - intDiv(number, $((nodes * 2880))) AS d,
+		lower(hex(toFixedString(concat('hist', toString(number % $nodes)), 16))) AS node,
+		1, intDiv(number, $nodes), rand64() + 1 AS a,
+		toInt64(toUInt32(toDateTime(d))) * 1000000000 + intDiv(number % ($nodes * 2880), $nodes) * 30000000000 AS r,
+		r - 31000000000, r - 1000000000, concat('hist-', toString(number % $nodes)), [1, 2], [990, 22]
+		${jr:+, d, [number % $nodes], [concat('hist-job-', toString(intDiv(number % $nodes, 8)))],
+		[toInt32(number % 8)], [toInt32(8)]} FROM numbers($rows)"
+	curl -s "$db" --data-binary "INSERT INTO processes (day, node_id, process, tgid, comm, received_ns, attempt)
+		SELECT toDate(now()) - 2 - intDiv(number, $((nodes * 2880))) AS d,
+		lower(hex(toFixedString(concat('hist', toString(number % $nodes)), 16))),
+		number, 1000 + number % 30000, 'python3', toInt64(toUInt32(toDateTime(d))) * 1000000000, rand64() + 1
+		FROM numbers($rows)"
+	curl -s "$db" --data-binary "INSERT INTO job_ranks (day, job, node_id, process, rank, world_size,
+		window_start_ns, window_end_ns, received_ns, attempt)
+		SELECT toDate(now()) - 2 - intDiv(number, $((nodes * 2880))) AS d,
+		concat('hist-job-', toString(intDiv(number % $nodes, 8))),
+		lower(hex(toFixedString(concat('hist', toString(number % $nodes)), 16))),
+		number % $nodes, toInt32(number % 8), 8,
+		toInt64(toUInt32(toDateTime(d))) * 1000000000, toInt64(toUInt32(toDateTime(d))) * 1000000000 + 30000000000,
+		toInt64(toUInt32(toDateTime(d))) * 1000000000 + 31000000000, rand64() + 1
+		FROM numbers($rows)"
+	curl -s "$db" --data-binary "OPTIMIZE TABLE batches" >/dev/null || true
+}
 t0=$(date +%s)
-curl -s "$db" --data-binary "INSERT INTO batches (day, node_id, epoch, sequence, attempt,
-	received_ns, window_start_ns, window_end_ns, hostname)
-	SELECT toDate(now()) - 2 - intDiv(number, $((nodes * 2880))) AS d,
-	lower(hex(toFixedString(concat('hist', toString(number % $nodes)), 16))) AS node,
-	1, number, rand64() + 1 AS a, toInt64(toUInt32(toDateTime(d))) * 1000000000 + (number % 2880) * 30000000000,
-	0, 0, concat('hist-', toString(number % $nodes)) FROM numbers($rows)"
-curl -s "$db" --data-binary "INSERT INTO processes (day, node_id, process, tgid, comm, received_ns, attempt)
-	SELECT toDate(now()) - 2 - intDiv(number, $((nodes * 2880))) AS d,
-	lower(hex(toFixedString(concat('hist', toString(number % $nodes)), 16))),
-	number, 1000 + number % 30000, 'python3', toInt64(toUInt32(toDateTime(d))) * 1000000000, rand64() + 1
-	FROM numbers($rows)"
-curl -s "$db" --data-binary "OPTIMIZE TABLE batches" >/dev/null || true
-held=$(curl -s "$db" --data-binary "SELECT count() FROM batches")
-echo "history: $held batch rows and as many process rows ($days days x $nodes nodes), inserted in $(($(date +%s) - t0)) s" >&2
+history "$db_base"
+history "$db_new"
+held=$(curl -s "$db_new" --data-binary "SELECT count() FROM batches")
+echo "history: $held batch rows and as many process and job rank rows per database ($days days x $nodes nodes), inserted in $(($(date +%s) - t0)) s" >&2
 measure "$days d x $nodes nodes"
+
+# The upgrade: this build opens the baseline's database (its migrations backfill what it
+# needs from the rows there) and answers the all-time lists.
+kill -TERM "$base_pid" "$new_pid" 2>/dev/null || true
+wait "$base_pid" "$new_pid" 2>/dev/null || true
+t0=$(date +%s.%N)
+start upg "$build/sysom-server" "$db_base"
+echo "upgrade: this build opened the baseline's database in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s" >&2
+for q in "${lists[@]}"; do
+	printf '| %s, upgraded | %s | - | %s | - |\n' "$days d x $nodes nodes" "${q%%|*}" "$(median_ms "$URL" "${q#*|}")"
+done

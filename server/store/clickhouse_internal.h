@@ -12,8 +12,10 @@
 #include "server/store/store_impl.h"
 
 /* The newest schema this build knows (clickhouse_schema.c). */
-#define CH_SCHEMA_VERSION 12
+#define CH_SCHEMA_VERSION 13
 
+/* The HTTP timeout while migrating (a backfill reads every stored row once), at least. */
+#define CH_MIGRATION_TIMEOUT_MS (3600L * 1000L)
 /* Largest answer the store reads from ClickHouse (bigger: -E2BIG, nothing half-used). */
 #define CH_MAX_ANSWER (256u << 20)
 /* Most fields a row of an answer may have. */
@@ -245,6 +247,8 @@ void ch__stacks_prefetch(struct ch_store *s, const int64_t *ids, size_t n);
 
 extern const char *const ch__migration_rollup[];
 extern const char *const ch__migration_nccl_rollup[];
+/* Migration 13: the summaries behind the all-time lists (clickhouse_schema_summaries.c). */
+extern const char *const ch__migration_summaries[];
 
 /* NCCL instances kept past the raw calls (clickhouse_nccl_rollup.c; store_impl.h's ops). */
 int ch__nccl_rollup_state(struct store *base, int64_t *watermark_ns, int64_t *max_span_ns);

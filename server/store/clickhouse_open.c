@@ -5,6 +5,7 @@
  * implements every one.
  */
 #include <ctype.h>
+#include <stdbool.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,9 +17,9 @@
 #include "server/store/clickhouse_internal.h"
 
 /*
- * Schema migrations, applied in order; every statement is idempotent (IF NOT EXISTS) so that a
- * migration cut short, or run by two replicas at once, is simply run again. The version row is
- * written after its statements. 18.16 has neither TTL nor LowCardinality (without an
+ * Schema migrations, applied in order; every statement is idempotent (IF NOT EXISTS; an ALTER
+ * ... ADD COLUMN is skipped when its column exists, column_added) so that a migration cut
+ * short, or run again, simply goes on. The version row is written after its statements. 18.16 has neither TTL nor LowCardinality (without an
  * experimental setting): retention drops whole day partitions instead (docs/operations.md).
  *
  * A batch's rows are written first, each carrying the batch's `attempt` (a random id drawn per
@@ -67,6 +68,7 @@ static const char *const *const migrations[CH_SCHEMA_VERSION] = {
 	ch__migration_replicas, /* replica heartbeats (clickhouse_replicas.c) */
 	ch__migration_rollup, /* per-minute sample and off-CPU rollups (clickhouse_rollup.c) */
 	ch__migration_nccl_rollup, /* NCCL instances past the raw calls (clickhouse_nccl_rollup.c) */
+	ch__migration_summaries, /* node, counter and job summaries (clickhouse_schema_summaries.c) */
 };
 
 static int read_version(struct ch_store *s, int *out)
@@ -90,6 +92,35 @@ static int read_version(struct ch_store *s, int *out)
 cleanup:
 	byte_buf_free(&ans);
 	return rc;
+}
+
+/*
+ * True when `st` is "ALTER TABLE t ADD COLUMN c ..." and t already has a column c: this
+ * ClickHouse has no ADD COLUMN IF NOT EXISTS, and a migration's ALTER (one statement, all its
+ * columns or none) is skipped when its first column is there, so that a migration cut short
+ * after it, or run again, goes on.
+ */
+static bool column_added(struct ch_store *s, const char *st)
+{
+	char table[64], column[64];
+	struct byte_buf q = { 0 }, ans = { 0 };
+	bool added = false;
+
+	if (sscanf(st, "ALTER TABLE %63[A-Za-z0-9_] ADD COLUMN %63[A-Za-z0-9_]", table, column) != 2)
+		return false;
+	byte_buf_printf(&q, "SELECT count() FROM system.columns WHERE database = ");
+	ch__quote(&q, s->database);
+	byte_buf_printf(&q, " AND table = ");
+	ch__quote(&q, table);
+	byte_buf_printf(&q, " AND name = ");
+	ch__quote(&q, column);
+	byte_buf_printf(&q, " FORMAT TabSeparated");
+	byte_buf_append(&q, "", 1);
+	if (!byte_buf_error(&q) && !ch__exec(s, (const char *)q.data, NULL, 0, &ans))
+		added = ans.len > 0 && ((const char *)ans.data)[0] == '1';
+	byte_buf_free(&q);
+	byte_buf_free(&ans);
+	return added;
 }
 
 int ch__schema_apply(struct ch_store *s, char *err, size_t errlen)
@@ -126,9 +157,15 @@ int ch__schema_apply(struct ch_store *s, char *err, size_t errlen)
 		rc = -SYSOM_EVERSION;
 		goto cleanup;
 	}
-	for (int v = version + 1; v <= CH_SCHEMA_VERSION; v++) {
+	/* A migration may backfill from every stored row (13's summaries): minutes on a large
+	 * store, not the timeout of a read. */
+	long timeout_ms = s->timeout_ms;
+
+	if (version < CH_SCHEMA_VERSION && s->timeout_ms < CH_MIGRATION_TIMEOUT_MS)
+		s->timeout_ms = CH_MIGRATION_TIMEOUT_MS;
+	for (int v = version + 1; !rc && v <= CH_SCHEMA_VERSION; v++) {
 		for (const char *const *st = migrations[v - 1]; *st; st++)
-			if ((rc = ch__exec(s, *st, NULL, 0, NULL)))
+			if (!column_added(s, *st) && (rc = ch__exec(s, *st, NULL, 0, NULL)))
 				break;
 		if (!rc)
 			rc = ch__execf(s, NULL, "INSERT INTO schema_migrations VALUES (%d, %lld)", v,
@@ -136,9 +173,11 @@ int ch__schema_apply(struct ch_store *s, char *err, size_t errlen)
 		if (rc) {
 			snprintf(err, errlen, "ClickHouse schema migration %d failed: %s", v,
 				 sysom_strerror(rc));
-			goto cleanup;
 		}
 	}
+	s->timeout_ms = timeout_ms;
+	if (rc)
+		goto cleanup;
 	s->schema_version = CH_SCHEMA_VERSION;
 cleanup:
 	byte_buf_free(&sql);

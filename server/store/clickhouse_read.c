@@ -203,15 +203,82 @@ static int node_row(void *ctx, char **f)
 	return v->fn(v->arg, &n);
 }
 
-int ch__nodes_list(struct store *base, store_node_fn fn, void *arg)
+/*
+ * The all-time lists read the summaries of migration 13 (clickhouse_schema_summaries.c), which
+ * sum every copy of a batch. A node with two copies of a batch identity (replicas storing it
+ * at once, rare) is read the old way instead: its committed batches grouped (a node's batches
+ * are one range of the primary key). Past CH_DUP_NODES_MAX such nodes everything is.
+ */
+#define CH_DUP_NODES_MAX 1000
+
+struct dup_nodes {
+	struct byte_buf list; /* "('node','node',...)" */
+	size_t n;
+};
+
+static int dup_row(void *ctx, char **f)
 {
-	struct node_visit v = { fn, arg };
+	struct dup_nodes *d = ctx;
+
+	if (!f[0] || strlen(f[0]) != 2 * SYSOM_NODE_ID_SIZE)
+		return -EPROTO;
+	byte_buf_printf(&d->list, "%s", d->n++ ? "," : "(");
+	ch__quote(&d->list, f[0]);
+	return 0;
+}
+
+/*
+ * The nodes with a sequence number stored twice in an epoch: a block's copies' bits sum to
+ * its bitmap exactly when none has two copies. Blocks are grouped by a hash of their key (a
+ * string key costs twice the time); blocks that share a hash are summed together, and a sum
+ * over blocks one of which has a copy still exceeds their bitmaps' OR, so a collision can only
+ * name more nodes (read exactly anyway), never hide one.
+ */
+static int dup_nodes_read(struct ch_store *s, struct dup_nodes *d)
+{
 	struct byte_buf q = { 0 };
 	int rc;
 
-	/* The latest batch (by receive time) names the node; the last sequence is the highest of
-	 * the latest epoch. */
-	byte_buf_printf(&q,
+	byte_buf_printf(&q, "SELECT DISTINCT node_id FROM batch_seqs"
+			    " WHERE cityHash64(node_id, epoch, blk) IN (SELECT k FROM"
+			    " (SELECT cityHash64(node_id, epoch, blk) AS k, groupBitOrMerge(bits) AS b,"
+			    " sumMerge(lo) AS sl, sumMerge(hi) AS sh FROM batch_seqs GROUP BY k)"
+			    " WHERE sl != bitAnd(b, 4294967295) OR sh != bitShiftRight(b, 32))");
+	rc = ch__select_run(s, &q, 1, dup_row, d, NULL);
+	if (!rc && d->n)
+		byte_buf_printf(&d->list, ")");
+	if (!rc)
+		rc = byte_buf_error(&d->list);
+	byte_buf_free(&q);
+	return rc;
+}
+
+/* Appends " AND node_id [NOT] IN <dups>" when there are any. */
+static void dup_cond(struct byte_buf *q, const struct dup_nodes *d, bool in)
+{
+	if (d->n)
+		byte_buf_printf(q, " AND node_id %sIN %.*s", in ? "" : "NOT ", (int)d->list.len,
+				(const char *)d->list.data);
+}
+
+/* CH_COMMITTED over every batch (d NULL) or over the batches of the nodes of d. */
+static void dup_committed(struct byte_buf *q, const struct dup_nodes *d)
+{
+	if (!d) {
+		byte_buf_printf(q, CH_COMMITTED);
+		return;
+	}
+	ch__committed_nodes_begin(q);
+	byte_buf_printf(q, "%.*s", (int)d->list.len, (const char *)d->list.data);
+	ch__committed_nodes_end(q, CH_ALL_TIME);
+}
+
+/* The node list from the committed batches of every node (d NULL) or of d's nodes: the
+ * latest batch (by receive time) names the node; the last sequence is the highest of the
+ * latest epoch. */
+static void nodes_exact_sql(struct byte_buf *q, const struct dup_nodes *d)
+{
+	byte_buf_printf(q,
 		"SELECT node_id, h, kr, m, av, bi, hz, ppm, cpus, f, l, n, le, ls FROM"
 		" (SELECT node_id, argMax(hostname, received_ns) AS h,"
 		"  argMax(kernel_release, received_ns) AS kr, argMax(machine, received_ns) AS m,"
@@ -219,11 +286,61 @@ int ch__nodes_list(struct store *base, store_node_fn fn, void *arg)
 		"  argMax(sample_hz, received_ns) AS hz, argMax(sample_rate_ppm, received_ns) AS ppm,"
 		"  argMax(online_cpus, received_ns) AS cpus, min(received_ns) AS f,"
 		"  max(received_ns) AS l, count() AS n, argMax(epoch, received_ns) AS le"
-		"  FROM batches WHERE " CH_COMMITTED " GROUP BY node_id)"
+		"  FROM batches WHERE ");
+	dup_committed(q, d);
+	if (d)
+		dup_cond(q, d, true);
+	byte_buf_printf(q, " GROUP BY node_id)"
 		" ANY LEFT JOIN (SELECT node_id, epoch AS le, max(sequence) AS ls FROM batches"
-		"  WHERE " CH_COMMITTED " GROUP BY node_id, epoch) USING (node_id, le)"
-		" ORDER BY h, node_id");
-	rc = ch__select_run(ch__store(base), &q, 14, node_row, &v, NULL);
+		"  WHERE ");
+	dup_committed(q, d);
+	if (d)
+		dup_cond(q, d, true);
+	byte_buf_printf(q, " GROUP BY node_id, epoch) USING (node_id, le)");
+}
+
+int ch__nodes_list(struct store *base, store_node_fn fn, void *arg)
+{
+	struct ch_store *s = ch__store(base);
+	struct node_visit v = { fn, arg };
+	struct dup_nodes d = { 0 };
+	struct byte_buf q = { 0 };
+	int rc;
+
+	if ((rc = dup_nodes_read(s, &d)))
+		goto cleanup;
+	if (d.n > CH_DUP_NODES_MAX) {
+		nodes_exact_sql(&q, NULL);
+		byte_buf_printf(&q, " ORDER BY h, node_id");
+		rc = ch__select_run(s, &q, 14, node_row, &v, NULL);
+		goto cleanup;
+	}
+	/* Per node its days merged; per (node, epoch) the highest sequence, the latest epoch's
+	 * picked from the arrays. */
+	byte_buf_printf(&q,
+		"SELECT node_id, h, kr, m, av, bi, hz, ppm, cpus, f, l, n, le, ls FROM"
+		" (SELECT node_id, host AS h, krel AS kr, mach AS m, aver AS av, boot AS bi,"
+		"  shz AS hz, sppm AS ppm, ncpu AS cpus, first AS f, last AS l, nb AS n, lep AS le,"
+		"  tops[indexOf(eps, lep)] AS ls FROM"
+		"  (SELECT node_id, argMaxMerge(h) AS host, argMaxMerge(kr) AS krel,"
+		"   argMaxMerge(m) AS mach, argMaxMerge(av) AS aver, argMaxMerge(bi) AS boot,"
+		"   argMaxMerge(hz) AS shz, argMaxMerge(ppm) AS sppm, argMaxMerge(cpus) AS ncpu,"
+		"   minMerge(f) AS first, maxMerge(l) AS last, countMerge(n) AS nb,"
+		"   argMaxMerge(le) AS lep FROM node_days WHERE 1");
+	dup_cond(&q, &d, false);
+	byte_buf_printf(&q, " GROUP BY node_id)"
+		"  ANY LEFT JOIN (SELECT node_id, groupArray(epoch) AS eps, groupArray(t) AS tops"
+		"   FROM (SELECT node_id, epoch, maxMerge(top) AS t FROM batch_seqs WHERE 1");
+	dup_cond(&q, &d, false);
+	byte_buf_printf(&q, " GROUP BY node_id, epoch) GROUP BY node_id) USING node_id");
+	if (d.n) {
+		byte_buf_printf(&q, " UNION ALL ");
+		nodes_exact_sql(&q, &d);
+	}
+	byte_buf_printf(&q, ") ORDER BY h, node_id");
+	rc = ch__select_run(s, &q, 14, node_row, &v, NULL);
+cleanup:
+	byte_buf_free(&d.list);
 	byte_buf_free(&q);
 	return rc;
 }
@@ -608,21 +725,58 @@ static int counter_row(void *ctx, char **f)
 	return v->fn(v->arg, &c);
 }
 
+/* Counter totals from the committed batches of every node (d NULL) or of d's nodes. */
+static void counters_exact_sql(struct byte_buf *q, const struct dup_nodes *d)
+{
+	byte_buf_printf(q,
+		"SELECT counter, node_id, hostname, total FROM"
+		" (SELECT counter, node_id, sum(value) AS total FROM batches"
+		"  ARRAY JOIN counter_ids AS counter, counter_values AS value WHERE ");
+	dup_committed(q, d);
+	if (d)
+		dup_cond(q, d, true);
+	byte_buf_printf(q, " GROUP BY counter, node_id)"
+		" ANY LEFT JOIN (SELECT node_id, argMax(hostname, received_ns) AS hostname"
+		"  FROM batches WHERE ");
+	dup_committed(q, d);
+	if (d)
+		dup_cond(q, d, true);
+	byte_buf_printf(q, " GROUP BY node_id) USING node_id");
+}
+
 int ch__counters_list(struct store *base, store_counter_fn fn, void *arg)
 {
+	struct ch_store *s = ch__store(base);
 	struct counter_visit v = { fn, arg };
+	struct dup_nodes d = { 0 };
 	struct byte_buf q = { 0 };
 	int rc;
 
+	if ((rc = dup_nodes_read(s, &d)))
+		goto cleanup;
+	if (d.n > CH_DUP_NODES_MAX) {
+		counters_exact_sql(&q, NULL);
+		byte_buf_printf(&q, " ORDER BY counter, node_id");
+		rc = ch__select_run(s, &q, 4, counter_row, &v, NULL);
+		goto cleanup;
+	}
 	byte_buf_printf(&q,
 		"SELECT counter, node_id, hostname, total FROM"
-		" (SELECT counter, node_id, sum(value) AS total FROM batches"
-		"  ARRAY JOIN counter_ids AS counter, counter_values AS value"
-		"  WHERE " CH_COMMITTED " GROUP BY counter, node_id)"
-		" ANY LEFT JOIN (SELECT node_id, argMax(hostname, received_ns) AS hostname"
-		"  FROM batches WHERE " CH_COMMITTED " GROUP BY node_id) USING node_id"
-		" ORDER BY counter, node_id");
-	rc = ch__select_run(ch__store(base), &q, 4, counter_row, &v, NULL);
+		" (SELECT counter, node_id, hostname, tot AS total FROM"
+		"  (SELECT counter, node_id, sumMerge(total) AS tot FROM node_counters WHERE 1");
+	dup_cond(&q, &d, false);
+	byte_buf_printf(&q, " GROUP BY counter, node_id)"
+		"  ANY LEFT JOIN (SELECT node_id, argMaxMerge(h) AS hostname FROM node_days WHERE 1");
+	dup_cond(&q, &d, false);
+	byte_buf_printf(&q, " GROUP BY node_id) USING node_id");
+	if (d.n) {
+		byte_buf_printf(&q, " UNION ALL ");
+		counters_exact_sql(&q, &d);
+	}
+	byte_buf_printf(&q, ") ORDER BY counter, node_id");
+	rc = ch__select_run(s, &q, 4, counter_row, &v, NULL);
+cleanup:
+	byte_buf_free(&d.list);
 	byte_buf_free(&q);
 	return rc;
 }

@@ -226,10 +226,15 @@ int ch__jobs_list(struct store *base, uint32_t limit, store_job_fn fn, void *arg
 	struct byte_buf q = { 0 };
 	int rc;
 
-	byte_buf_printf(&q, "SELECT j, max(ws), uniqExactIf(r, r >= 0), count(), uniqExact(node),"
-			    " min(f), max(l) AS last FROM ");
-	job_ranks_merged(&q, NULL);
-	byte_buf_printf(&q, " WHERE j != '' GROUP BY j ORDER BY last DESC, j LIMIT %" PRIu32, limit);
+	/* Each process's merged job rank from its summary (clickhouse_schema_summaries.c: kept
+	 * from the committed batch rows, a few rows per process and day) instead of every
+	 * job_ranks row of every batch. */
+	byte_buf_printf(&q, "SELECT job, max(wsz), uniqExactIf(rk, rk >= 0), count(), uniqExact(nd),"
+			    " min(fs), max(ls) AS last FROM (SELECT process, argMaxMerge(j) AS job,"
+			    " argMaxMerge(r) AS rk, argMaxMerge(ws) AS wsz, anyMerge(node) AS nd,"
+			    " minMerge(f) AS fs, maxMerge(l) AS ls FROM job_processes GROUP BY process)"
+			    " WHERE job != '' GROUP BY job ORDER BY last DESC, job LIMIT %" PRIu32,
+			limit);
 	rc = run(ch__store(base), &q, 7, job_row, &v);
 	byte_buf_free(&q);
 	return rc;

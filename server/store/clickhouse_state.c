@@ -553,12 +553,14 @@ struct partitions {
 /*
  * The tables kept as long as the per-minute rollups: the rollups, and what their readers need
  * to answer like raw rows: the batch rows (whose lowest attempts are CH_COMMITTED), the
- * processes (comms, pids), job ranks and identities (job and identity filters). The rest is
- * raw rows, dropped at the raw cutoff.
+ * processes (comms, pids), job ranks and identities (job and identity filters), and the
+ * summaries of batch rows and job ranks (schema 13), which go with what they summed. The rest
+ * is raw rows, dropped at the raw cutoff.
  */
 static const char *const rollup_kept[] = {
 	"batches", "processes", "job_ranks", "process_identities", "sample_minutes",
-	"offcpu_minutes", "nccl_instances",
+	"offcpu_minutes", "nccl_instances", "node_days", "batch_seqs", "node_counters",
+	"job_processes",
 };
 
 static bool kept_with_rollups(const char *table)

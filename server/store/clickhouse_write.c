@@ -475,6 +475,22 @@ static int batch_row_write(struct put *p, uint64_t content_hash, struct store_pu
 	ch__rb_varint(&row, b->counter_count);
 	for (uint32_t i = 0; i < b->counter_count; i++)
 		byte_buf_put_u64(&row, (uint64_t)clamp63(b->counters[i].value));
+	/* Schema 13: what the job list's summary needs of the job ranks, committed with the
+	 * batch (clickhouse_schema_summaries.c): the job_ranks rows' day, process, job, rank and
+	 * world size. */
+	ch__rb_date_ns(&row, clamp63(b->window_start_ns));
+	ch__rb_varint(&row, b->job_rank_count);
+	for (uint32_t i = 0; i < b->job_rank_count; i++)
+		byte_buf_put_u64(&row, p->processes[b->job_ranks[i].process]);
+	ch__rb_varint(&row, b->job_rank_count);
+	for (uint32_t i = 0; i < b->job_rank_count; i++)
+		ch__rb_str(&row, sysom_batch_string(b, b->job_ranks[i].job));
+	ch__rb_varint(&row, b->job_rank_count);
+	for (uint32_t i = 0; i < b->job_rank_count; i++)
+		byte_buf_put_u32(&row, (uint32_t)b->job_ranks[i].rank);
+	ch__rb_varint(&row, b->job_rank_count);
+	for (uint32_t i = 0; i < b->job_rank_count; i++)
+		byte_buf_put_u32(&row, (uint32_t)b->job_ranks[i].world_size);
 	rc = insert_rows(p->s, "batches", &row);
 	byte_buf_free(&row);
 	return rc;

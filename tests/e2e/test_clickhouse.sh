@@ -89,12 +89,15 @@ ctl flamegraph --pid "$WPID" --from -10m --to now --format folded | sort >"$E2E_
 # Receive times differ by server (the tee posts one after the other): the rest must not.
 ctl nodes | awk '{ NF--; print }' >"$E2E_TMP/ch.nodes"
 ctl processes --from -10m | sort >"$E2E_TMP/ch.processes"
+# The agent's counters per node (schema 13 reads them from a summary kept at insert).
+curl -sf "$CH_URL/metrics" | grep '^sysom_agent_' | sort >"$E2E_TMP/ch.counters"
 SERVER_URL=$SQ_URL
 SQ_TOTAL=$(stored_total)
 ctl flamegraph --from -1d --to now --format folded | sort >"$E2E_TMP/sq.folded"
 ctl flamegraph --pid "$WPID" --from -10m --to now --format folded | sort >"$E2E_TMP/sq.pid.folded"
 ctl nodes | awk '{ NF--; print }' >"$E2E_TMP/sq.nodes"
 ctl processes --from -10m | sort >"$E2E_TMP/sq.processes"
+curl -sf "$SQ_URL/metrics" | grep '^sysom_agent_' | sort >"$E2E_TMP/sq.counters"
 check "both servers hold the same total ($SQ_TOTAL)" test "$SQ_TOTAL" -eq "$CH_TOTAL"
 check "the whole-node flame graph is the same on both ($(wc -l <"$E2E_TMP/ch.folded") stacks)" \
 	bash -c "[ -s '$E2E_TMP/ch.folded' ] && diff -q '$E2E_TMP/sq.folded' '$E2E_TMP/ch.folded'"
@@ -104,6 +107,8 @@ check "kernel frames are symbolized on ClickHouse too (uploaded kallsyms)" \
 	grep -Eq 'entry_SYSCALL|do_syscall' "$E2E_TMP/ch.folded"
 check "nodes are listed the same (but for their last receive time)" diff -q "$E2E_TMP/sq.nodes" "$E2E_TMP/ch.nodes"
 check "processes are listed the same" diff -q "$E2E_TMP/sq.processes" "$E2E_TMP/ch.processes"
+check "the agent counters in /metrics are the same ($(wc -l <"$E2E_TMP/ch.counters") series)" \
+	bash -c "[ -s '$E2E_TMP/ch.counters' ] && diff -q '$E2E_TMP/sq.counters' '$E2E_TMP/ch.counters'"
 if [ -n "$UNIT_CG" ]; then
 	for side in ch sq; do
 		[ $side = ch ] && SERVER_URL=$CH_URL || SERVER_URL=$SQ_URL
@@ -183,16 +188,18 @@ check "incidents are listed on ClickHouse ($STATUS)" \
 
 # Retention: a day partition long past (written straight into ClickHouse) is dropped by a
 # replica started with --retention-days 1; today's data stay. A copy of everything stored so
-# far, ten days back (new batch identities, the same attempts), raw rows and per-minute
-# rollups: the replica drops its raw days but keeps the rollups and the batches and processes
-# they are read through (90 days), and draws the same ten-day-old flame graphs from them.
+# far, ten days back (new batch identities, the same attempts; no job ranks, so not their
+# batch rows' copies of them either), raw rows and per-minute rollups: the replica drops its
+# raw days but keeps the rollups and the batches and processes they are read through (90
+# days), and draws the same ten-day-old flame graphs from them.
 chq() { curl -sSf "${CH}?database=e2e" --data-binary "$1"; }
 D10_MS=$((10 * 86400000))
 D10_NS=$((D10_MS * 1000000))
 chq "INSERT INTO batches SELECT day - 10, node_id, epoch + 1, sequence, attempt, content_hash,
   received_ns - $D10_NS, window_start_ns - $D10_NS, window_end_ns - $D10_NS, samples,
   sample_rows, hostname, kernel_release, machine, agent_version, boot_id, kernel_object,
-  sample_hz, sample_rate_ppm, online_cpus, counter_ids, counter_values FROM batches" &&
+  sample_hz, sample_rate_ppm, online_cpus, counter_ids, counter_values, window_day - 10,
+  emptyArrayUInt64(), emptyArrayString(), emptyArrayInt32(), emptyArrayInt32() FROM batches" &&
 chq "INSERT INTO processes SELECT day - 10, node_id, process, tgid, start_time_ns, generation,
   ppid, comm, exe, cmdline, first_seen_ns, last_seen_ns, received_ns, attempt FROM processes" &&
 chq "INSERT INTO samples SELECT day - 10, node_id, time_ms - $D10_MS, process, tgid, tid, cpu,

@@ -651,6 +651,96 @@ static void test_jobs_same_answers(void **state)
 	same_aggregate(c, &sf, 0);
 }
 
+/* The all-time lists (nodes, counters, jobs) of both stores are the same text. */
+static void same_lists(struct ctx *c, size_t nodes, size_t counters, size_t jobs)
+{
+	assert_int_equal(SAME_LISTING(store_nodes_list(c->sq, node_text, &a_),
+				      store_nodes_list(c->ch, node_text, &b_)), nodes);
+	assert_int_equal(SAME_LISTING(store_counters_list(c->sq, counter_text, &a_),
+				      store_counters_list(c->ch, counter_text, &b_)), counters);
+	assert_int_equal(SAME_LISTING(store_jobs_list(c->sq, 10, job_text, &a_),
+				      store_jobs_list(c->ch, 10, job_text, &b_)), jobs);
+}
+
+/*
+ * The all-time lists read summaries kept at insert (schema 13): the same as SQLite after a
+ * retry (a duplicate), rows of an attempt that never committed, a second copy of a batch row
+ * (two replicas at once: its node is read the exact way), and after an upgrade from schema 12
+ * (the migration backfills the summaries from the rows stored).
+ */
+static void test_lists_summaries(void **state)
+{
+	struct ctx *c = *state;
+	const int64_t r0 = (int64_t)T0 + 31000000000LL;
+	char err[256];
+
+	REQUIRE_CH();
+	struct job_spec n1 = { .base = { .node = 1, .epoch = 1, .sequence = 1, .window_start_ns = T0,
+					 .hostname = "gpu-1" },
+			       .job = "job-42", .first_rank = 0, .local_ranks = 4, .instances = 1,
+			       .skip_rank = -1, .late_rank = -1 };
+	struct job_spec n2 = n1;
+	n2.base.node = 2;
+	n2.base.hostname = "gpu-2";
+	n2.first_rank = 4;
+	n2.job = "job-43";
+	put_job_both(c, &n1, r0);
+	put_job_both(c, &n2, r0 + 1);
+	put_job_both(c, &n1, r0 + 2); /* a retry: a duplicate, nothing stored */
+	for (uint64_t seq = 1; seq <= 3; seq++)
+		put_both(c, &(struct fixture_spec){ .node = 7, .epoch = 5, .sequence = seq,
+						     .window_start_ns = T0 + (seq - 1) * 30000000000ULL,
+						     .hostname = "gpu-7", .extra_stacks = 1 });
+	same_lists(c, 3, 6, 2);
+
+	/* An attempt cut short before its batch row: a job rank of another job, and counters
+	 * only a batch row carries. */
+	ch_sql(c->db, "INSERT INTO job_ranks (day, job, node_id, process, rank, world_size,"
+		      " window_start_ns, window_end_ns, received_ns, attempt) VALUES (today(),"
+		      " 'job-cut', '07070707070707070707070707070707', 77, 0, 1,"
+		      " 9000000000000000000, 9000000000000000000, 9000000000000000000, 7)");
+	same_lists(c, 3, 6, 2);
+	/* A second copy of node 7's batch 2 (another replica at once), received last, with a
+	 * higher attempt and other counters: not counted, nor its receive time. */
+	ch_sql(c->db, "INSERT INTO batches (day, node_id, epoch, sequence, attempt, content_hash,"
+		      " received_ns, hostname, counter_ids, counter_values) VALUES (today(),"
+		      " '07070707070707070707070707070707', 5, 2, 18446744073709551615, 5,"
+		      " 9000000000000000000, 'other', [1, 2], [1000, 1000])");
+	same_lists(c, 3, 6, 2);
+
+	/* What a server of schema 12 left: no summaries, no columns for them. */
+	store_close(c->ch);
+	c->ch = NULL;
+	ch_sql(c->db, "DROP TABLE node_days_mv");
+	ch_sql(c->db, "DROP TABLE batch_seqs_mv");
+	ch_sql(c->db, "DROP TABLE node_counters_mv");
+	ch_sql(c->db, "DROP TABLE job_processes_mv");
+	ch_sql(c->db, "DROP TABLE node_days");
+	ch_sql(c->db, "DROP TABLE batch_seqs");
+	ch_sql(c->db, "DROP TABLE node_counters");
+	ch_sql(c->db, "DROP TABLE job_processes");
+	ch_sql(c->db, "ALTER TABLE batches DROP COLUMN window_day, DROP COLUMN jr_process,"
+		      " DROP COLUMN jr_job, DROP COLUMN jr_rank, DROP COLUMN jr_world_size");
+	ch_sql(c->db, "ALTER TABLE schema_migrations DELETE WHERE version = 13");
+	ch_sql(c->db, "OPTIMIZE TABLE schema_migrations FINAL");
+	int rc = store_clickhouse_open(&(struct store_clickhouse_options){ .url = c->url }, &c->ch,
+				       err, sizeof(err));
+	if (rc)
+		fail_msg("reopen: %s", err);
+	assert_int_equal(store_schema_version(c->ch), 13);
+	same_lists(c, 3, 6, 2);
+	/* And the summaries go on from there. */
+	struct job_spec later = n2;
+	later.base.sequence = 2;
+	later.base.window_start_ns = T0 + 30000000000ULL;
+	later.job = "job-44";
+	put_job_both(c, &later, r0 + 10);
+	put_both(c, &(struct fixture_spec){ .node = 7, .epoch = 5, .sequence = 4,
+					     .window_start_ns = T0 + 90000000000ULL,
+					     .hostname = "gpu-7b" });
+	same_lists(c, 3, 6, 2); /* node 2's processes moved from job-43 to job-44 */
+}
+
 static void test_duplicate_and_conflict(void **state)
 {
 	struct ctx *c = *state;
@@ -1510,7 +1600,7 @@ static void test_identity_upgrade_from_6(void **state)
 				       err, sizeof(err));
 	if (rc)
 		fail_msg("reopen: %s", err);
-	assert_int_equal(store_schema_version(c->ch), 12);
+	assert_int_equal(store_schema_version(c->ch), 13);
 	memset(&t, 0, sizeof(t));
 	assert_int_equal(store_processes_list(c->ch, &all, 100, process_text, &t), 0);
 	assert_non_null(strstr(t.buf, " id=-"));
@@ -1887,10 +1977,25 @@ static void test_retention(void **state)
 					d_ms + 86399999, &dropped), 0);
 	assert_int_equal(dropped, 0);
 	/* The end of day D: its partitions go (batches, processes, samples, identities, sample
-	 * rollups), D+3 stays, with the identity its batch sent: filtered as on SQLite. */
+	 * rollups, and the node, sequence and counter summaries), D+3 stays, with the identity
+	 * its batch sent: filtered as on SQLite. */
 	assert_int_equal(store_retention_apply(c->ch, d_ms + 86400000,
 					d_ms + 86400000, &dropped), 0);
-	assert_int_equal(dropped, 5);
+	assert_int_equal(dropped, 8);
+	/* The all-time lists forget day D with its batch rows, as the reads that grouped every
+	 * batch did (SQLite keeps a node's row and totals past retention). */
+	static struct text t;
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(store_nodes_list(c->ch, node_text, &t), 0);
+	char want[64];
+	snprintf(want, sizeof(want), " first=%" PRIu64 " ", new_ns + 1000000000);
+	assert_non_null(strstr(t.buf, want));
+	assert_non_null(strstr(t.buf, " batches=1 epoch=1 seq=2\n"));
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(store_counters_list(c->ch, counter_text, &t), 0);
+	snprintf(want, sizeof(want), " node-9 %u\n", FIXTURE_SAMPLES);
+	assert_non_null(strstr(t.buf, want));
+	assert_non_null(strstr(t.buf, " node-9 990\n"));
 	assert_int_equal(store_stacks_aggregate(c->ch, &all, 100, count_row, &groups, &total), 0);
 	assert_int_equal(total, FIXTURE_SAMPLES);
 	struct store_sample_filter unit = all;
@@ -1908,13 +2013,18 @@ static void test_retention(void **state)
 	assert_int_equal(store_retention_apply(c->ch, d_ms + 86400000,
 					d_ms + 86400000, &dropped), 0);
 	assert_int_equal(dropped, 0);
-	static struct text t;
 	diag_list(c->ch, &(struct store_diagnosis_filter){ .id = id }, 1, &t);
 	assert_non_null(strstr(t.buf, "|kept|"));
 	/* Everything before D+4 ends: D+3 goes too. */
 	assert_int_equal(store_retention_apply(c->ch, d_ms + 4 * 86400000LL,
 					d_ms + 4 * 86400000LL, &dropped), 0);
-	assert_int_equal(dropped, 5);
+	assert_int_equal(dropped, 8);
+	/* A node whose every batch is gone leaves the lists. */
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(store_nodes_list(c->ch, node_text, &t), 0);
+	assert_int_equal(t.len, 0);
+	assert_int_equal(store_counters_list(c->ch, counter_text, &t), 0);
+	assert_int_equal(t.len, 0);
 	assert_int_equal(store_stacks_aggregate(c->ch, &all, 100, count_row, &groups, &total), 0);
 	assert_int_equal(total, 0);
 }
@@ -2026,7 +2136,7 @@ static void test_rollup_same_answers(void **state)
 				       err, sizeof(err));
 	if (rc)
 		fail_msg("reopen: %s", err);
-	assert_int_equal(store_schema_version(c->ch), 12);
+	assert_int_equal(store_schema_version(c->ch), 13);
 	rollup_same(c, &all, cutoffs, 3);
 
 	/* Raw days dropped, rollup days kept: the rollups still answer, through the batches,
@@ -2443,6 +2553,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_gpu_os_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_host_signals_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_gpu_health_same_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lists_summaries, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_duplicate_and_conflict, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_uncommitted_rows_invisible, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kernel_symbols, setup, teardown),
