@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The whole-fleet flame graph on ClickHouse as the range and the fleet grow (issue 19's "24 h /
+# 1,000-node flame graph" figure, and its slope where this machine is too small for it).
+#
+# One server (this build) on a private clickhouse-server takes a few real batches
+# (bench/ingest_load), so that its stacks, objects and processes are real; the densest stored
+# batch becomes the template. Then NODES synthetic nodes each get one batch every 30 s for the
+# last HOURS hours, every batch a copy of the template's sample rows (its stacks, counts, threads;
+# the node's own process ids), with their `batches` rows (one attempt each: committed) and
+# `processes` rows, inserted by INSERT ... SELECT inside ClickHouse. Then the dashboard's
+# whole-fleet flame graph (`/api/v1/flamegraph?from=-R&format=folded`) is timed over growing
+# ranges R (one warm-up, median of 3), with the sample rows and batches each range covers.
+# Usage: bench/clickhouse_fleet_flame.sh BUILD_DIR BATCH_DIR [NODES (1000)] [HOURS (3)]
+# FLEET_KEEP=1 leaves the ClickHouse and the server running (their URLs on stderr).
+set -euo pipefail
+usage="usage: clickhouse_fleet_flame.sh BUILD_DIR BATCH_DIR [NODES] [HOURS]"
+build=$(cd "${1:?$usage}" && pwd)
+batches=${2:?$usage}
+nodes=${3:-1000}
+hours=${4:-3}
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d /tmp/sysom-chfleet.XXXXXX)
+pid="" url="" db=""
+cleanup() {
+	if [ -n "${FLEET_KEEP:-}" ]; then # leave both running, to query them by hand
+		echo "kept: clickhouse $db, server $url (pid $pid), token $work/token;" \
+			"stop with: kill $pid; $root/tests/tools/clickhouse-private.sh stop $work/ch" >&2
+		return
+	fi
+	[ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null || true
+	wait 2>/dev/null || true
+	"$root/tests/tools/clickhouse-private.sh" stop "$work/ch" || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token"
+ch=$("$root/tests/tools/clickhouse-private.sh" start "$work/ch")
+db="${ch}?database=fleet"
+sql() { curl -sS --fail-with-body "$db" --data-binary "$1"; }
+
+mkdir -p "$work/data"
+"$build/sysom-server" --listen 127.0.0.1:0 --port-file "$work/port" --data-dir "$work/data" \
+	--token-file "$work/token" --clickhouse-url "$db" --log-level warn >"$work/server.log" 2>&1 &
+pid=$!
+for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
+[ -s "$work/port" ] || { echo "the server did not start:" >&2; cat "$work/server.log" >&2; exit 1; }
+url=http://127.0.0.1:$(cat "$work/port")
+"$build/bench/ingest_load" --batches "$batches" --agents 4 --interval 5 --seconds 15 \
+	--url "$url" --server-pid "$pid" --token-file "$work/token" --report-every 3600 \
+	>"$work/load.log" 2>&1 || true
+
+# The template: the committed batch with the most sample rows.
+read -r tnode tattempt trows tmin < <(sql "SELECT node_id, attempt, count() AS c, min(time_ms)
+	FROM samples WHERE attempt IN (SELECT min(attempt) FROM batches
+	GROUP BY node_id, epoch, sequence) GROUP BY node_id, attempt ORDER BY c DESC LIMIT 1
+	FORMAT TSV")
+[ -n "${trows:-}" ] || { echo "no batch was stored:" >&2; cat "$work/load.log" >&2; exit 1; }
+tprocs=$(sql "SELECT uniqExact(process) FROM samples WHERE node_id = '$tnode'
+	AND attempt = $tattempt FORMAT TSV")
+echo "template: $trows sample rows of $tprocs processes (a real 30-s GPU-node batch)" >&2
+
+# Node k's id and its batch i's attempt (odd, distinct, one per batch: the committed one).
+node_sql="lower(hex(toFixedString(concat('fleet', toString(k)), 16)))"
+attempt_sql="bitOr(cityHash64(k, i, 'fleet'), 1)"
+now_ms=$(( $(date +%s) * 1000 - 60000 ))
+per_hour=120 # batches per node
+t0=$(date +%s)
+for ((h = 0; h < hours; h++)); do
+	# Batch i of the hour ends at now - ((hours - h) * 120 - i - 1) * 30 s.
+	sql "INSERT INTO samples (day, node_id, time_ms, process, tgid, tid, cpu, thread_comm,
+		kernel_stack, user_stack, count, attempt)
+		SELECT toDate(toDateTime(intDiv(ws, 1000))), $node_sql, ws + (t.time_ms - $tmin),
+		cityHash64(t.process, k), t.tgid, t.tid, t.cpu, t.thread_comm, t.kernel_stack,
+		t.user_stack, t.count, $attempt_sql
+		FROM (SELECT number % $nodes AS k, $((h * per_hour)) + intDiv(number, $nodes) AS i,
+		      $now_ms - ($((hours * per_hour)) - i) * 30000 AS ws FROM numbers($((nodes * per_hour))))
+		CROSS JOIN (SELECT time_ms, process, tgid, tid, cpu, thread_comm, kernel_stack,
+		      user_stack, count FROM samples WHERE node_id = '$tnode' AND attempt = $tattempt) AS t
+		SETTINGS max_block_size = 2048" # the join multiplies each block by the template's rows
+	sql "INSERT INTO batches (day, node_id, epoch, sequence, attempt, received_ns,
+		window_start_ns, window_end_ns, samples, sample_rows, hostname)
+		SELECT toDate(toDateTime(intDiv(ws, 1000) + 31)), $node_sql, 1, i + 1, $attempt_sql,
+		(ws + 31000) * 1000000, ws * 1000000, (ws + 30000) * 1000000, 0, $trows,
+		concat('fleet-', toString(k))
+		FROM (SELECT number % $nodes AS k, $((h * per_hour)) + intDiv(number, $nodes) AS i,
+		      $now_ms - ($((hours * per_hour)) - i) * 30000 AS ws FROM numbers($((nodes * per_hour))))"
+	echo "hour $((h + 1)) of $hours inserted ($(($(date +%s) - t0)) s)" >&2
+done
+# Each node's processes, as a batch of the node reports them (comm for the flame graph's groups).
+sql "INSERT INTO processes (day, node_id, process, tgid, comm, first_seen_ns, last_seen_ns,
+	received_ns, attempt)
+	SELECT today(), $node_sql, cityHash64(p.process, k), p.tgid, p.comm, 0, 0,
+	$now_ms * 1000000, bitOr(cityHash64(k, 0, 'fleet'), 1)
+	FROM (SELECT number AS k FROM numbers($nodes))
+	CROSS JOIN (SELECT process, any(tgid) AS tgid, any(comm) AS comm FROM processes
+	      WHERE process IN (SELECT process FROM samples WHERE node_id = '$tnode'
+	      AND attempt = $tattempt) GROUP BY process) AS p"
+sql "OPTIMIZE TABLE batches" >/dev/null || true
+total=$(sql "SELECT count() FROM samples FORMAT TSV")
+bytes=$(sql "SELECT sum(bytes_on_disk) FROM system.parts WHERE database = 'fleet'
+	AND table = 'samples' AND active FORMAT TSV")
+echo "fleet: $nodes nodes x $hours h: $total sample rows ($((bytes / 1048576)) MiB on disk)," \
+	"inserted in $(($(date +%s) - t0)) s" >&2
+
+median_ms() { # PATH: median wall time of 3 queries after one warm-up (ms), or "error CODE"
+	local code
+	code=$(curl -s -o "$work/answer" -w '%{http_code}' --max-time 600 \
+		-H "Authorization: Bearer $(cat "$work/token")" "$url$1")
+	[ "$code" = 200 ] || { echo "error $code"; return; }
+	for _ in 1 2 3; do
+		curl -s -o /dev/null -w '%{time_total}\n' --max-time 600 \
+			-H "Authorization: Bearer $(cat "$work/token")" "$url$1"
+	done | sort -n | sed -n 2p | awk '{ printf "%.0f", $1 * 1000 }'
+}
+
+echo "| range | nodes | batches | sample rows | flame graph ms | sample rows per s | stacks in the answer |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
+ranges=(15m 1h)
+[ "$hours" -ge 3 ] && ranges+=(3h)
+[ "$hours" -ge 6 ] && ranges+=(6h)
+for r in "${ranges[@]}"; do
+	case $r in *m) span=$(( ${r%m} * 60000 )) ;; *h) span=$(( ${r%h} * 3600000 )) ;; esac
+	from=$(( $(date +%s) * 1000 - span ))
+	rows=$(sql "SELECT count() FROM samples WHERE time_ms >= $from AND node_id LIKE '666c656574%' FORMAT TSV")
+	nb=$(sql "SELECT count() FROM batches WHERE window_end_ns >= $from * 1000000 AND node_id LIKE '666c656574%' FORMAT TSV")
+	ms=$(median_ms "/api/v1/flamegraph?from=-$r&to=now&format=folded")
+	stacks=$(grep -c '' "$work/answer" || true)
+	rate=$(awk -v r="$rows" -v ms="$ms" 'BEGIN { if (ms > 0) printf "%.1f M", r / ms / 1000; else print "-" }')
+	echo "| $r | $nodes | $nb | $rows | $ms | $rate | $stacks |"
+done
