@@ -72,36 +72,12 @@ echo "| interpreter | workload | samples | under the root | whole stacks | frame
 echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 for run in "${RUNS[@]}"; do
 	read -r p w pid <<<"$run"
-	python3 - "$E2E_TMP/$pid.folded" "$w" "$("$p" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])') ($p)" \
+	PYTHONPATH="$SYSOM_ROOT/bench" python3 - "$E2E_TMP/$pid.folded" "$w" "$("$p" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])') ($p)" \
 		"$E2E_TMP/$pid.austin" "$(cat "$E2E_TMP/$pid.austin.rc" 2>/dev/null)" <<'PY'
 import re, sys
+from profile_samples import read_austin, read_sysom
 path, workload, interp, austin_path, austin_rc = sys.argv[1:6]
 PY = re.compile(r"^(\S+) \((\S+?\.py):\d+\)$")
-
-
-def read_sysom(path):
-    for line in open(path):
-        frames, _, n = line.rstrip("\n").rpartition(" ")
-        yield frames.split(";"), int(n)
-
-
-def read_austin(path):
-    # austin 1.x with -a: "T<tid>;func (file:line);... METRIC"; 3.x: "P<pid>;T<iid>:<tid>;
-    # file:func:line;... METRIC" after "# key: value" lines. One line per sample (the metric is
-    # its time, not a count).
-    for line in open(path, errors="replace"):
-        frames, _, n = line.rstrip("\n").rpartition(" ")
-        if line.startswith("#") or not n.isdigit():
-            continue
-        fs = frames.split(";")
-        if fs[0].startswith("P"):
-            out = []
-            for f in fs[2:]:
-                file, func, lineno = (f.rsplit(":", 2) + ["", ""])[:3]
-                out.append(f"{func} ({file}:{lineno})")
-            yield out, 1
-        else:
-            yield fs[1:], 1
 
 
 if workload == "chain":
@@ -139,7 +115,8 @@ def score(stacks, need_native=True):
 
 sysom = score(read_sysom(path))
 if austin_rc == "0":
-    a = score(read_austin(austin_path), need_native=False)  # austin shows no native frames
+    # austin shows no native frames; one line per sample (its weight is time: counted as 1)
+    a = score(((fs, 1) for fs, _ in read_austin(austin_path)), need_native=False)
 elif austin_rc:
     a = f"n/a (exit {austin_rc}) | | | "
 else:

@@ -133,8 +133,9 @@ for w in "${WORKLOADS[@]}"; do
 	done
 done
 
-python3 - "$E2E_TMP" "$ROUNDS" "$AUSTIN_V" "${WORKLOADS[@]}" <<'PY'
+PYTHONPATH="$SYSOM_ROOT/bench" python3 - "$E2E_TMP" "$ROUNDS" "$AUSTIN_V" "${WORKLOADS[@]}" <<'PY'
 import os, re, statistics, sys
+from profile_samples import read_austin, read_sysom
 
 tmp, rounds, austin_v, workloads = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 ROOT = {"chain": "level1", "torch": "train_loop"}
@@ -148,33 +149,6 @@ def key(frame):
         return None
     name = m.group(1).rsplit(".", 1)[-1]  # "TinyNet.forward", "f.<locals>.<listcomp>"
     return f"{name} ({os.path.basename(m.group(2))})"
-
-
-def read_sysom(path):
-    for line in open(path):
-        frames, _, n = line.rstrip("\n").rpartition(" ")
-        yield frames.split(";"), int(n)
-
-
-def read_austin(path):
-    # austin 1.x with -a: "Thread ID;func (file:line);... METRIC"; austin 3.x (normal mode):
-    # "P<pid>;T<iid>:<tid>;file:func:line;... METRIC", with "# key: value" header lines. The
-    # metric is the sample's time in µs (-s: idle samples dropped).
-    for line in open(path, errors="replace"):
-        if line.startswith("#"):
-            continue
-        frames, _, n = line.rstrip("\n").rpartition(" ")
-        if not n.isdigit():
-            continue
-        fs = frames.split(";")
-        if fs[0].startswith("P"):
-            out = []
-            for f in fs[2:]:
-                file, func, lineno = (f.rsplit(":", 2) + ["", ""])[:3]
-                out.append(f"{func} ({file}:{lineno})")
-            yield out, int(n)
-        else:
-            yield fs[1:], int(n)
 
 
 def shares(stacks, root):
