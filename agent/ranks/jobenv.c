@@ -274,6 +274,7 @@ struct rank_record {
 	uint32_t pid, ppid;      /* the rank's pid and its parent when noted */
 	uint64_t start_ticks;    /* /proc/<pid>/stat field 22 */
 	uint64_t exe_hash;       /* sysom_hash64 of its executable's path */
+	uint64_t cgroup_hash;    /* of its /proc/<pid>/cgroup (0: unreadable) */
 	uint64_t exit_ticks;     /* UINT64_MAX while alive or when the exit time is unknown */
 	bool exited;
 	uint64_t noted_ns;       /* when it was last noted alive, or its exit noted */
@@ -333,6 +334,24 @@ static bool exe_hash_of(const char *root, uint32_t pid, uint64_t *out)
 	return true;
 }
 
+/* Of the process's cgroup membership: a worker forked by its rank shares it, so two jobs
+ * whose environments name no job (each named by its pod or Slurm step later, or not at all) do
+ * not take each other's ranks for workers. 0 when unreadable. */
+static uint64_t cgroup_hash_of(const char *root, uint32_t pid)
+{
+	char path[256], buf[4096];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%u/cgroup", root, pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf));
+	close(fd);
+	return n > 0 ? sysom_hash64(buf, (size_t)n, 0x636772707368ull) | 1 : 0;
+}
+
 static bool record_is(const struct rank_record *rec, const struct job_identity *id)
 {
 	return rec->rank == id->rank && rec->world_size == id->world_size &&
@@ -353,6 +372,7 @@ int jobenv_ranks_note(struct jobenv_ranks *r, const char *proc_root, uint32_t pi
 		return err;
 	if (!rec.ppid || !rec.start_ticks || !exe_hash_of(root, pid, &rec.exe_hash))
 		return -ESRCH; /* gone in between (or a kernel thread: no rank) */
+	rec.cgroup_hash = cgroup_hash_of(root, pid);
 	snprintf(rec.job_id, sizeof(rec.job_id), "%s", id->job_id);
 	rec.rank = id->rank;
 	rec.world_size = id->world_size;
@@ -417,7 +437,7 @@ int jobenv_ranks_worker_of(struct jobenv_ranks *r, const char *proc_root, uint32
 {
 	const char *root = proc_root ? proc_root : "/proc";
 	const struct rank_record *best = NULL;
-	uint64_t start, exe;
+	uint64_t start, exe, cgroup;
 	uint32_t ppid;
 	int err;
 
@@ -429,10 +449,11 @@ int jobenv_ranks_worker_of(struct jobenv_ranks *r, const char *proc_root, uint32
 		return -ESRCH;
 	if (err || !ppid || !start || !exe_hash_of(root, pid, &exe))
 		return 0;
+	cgroup = cgroup_hash_of(root, pid);
 	expire(r, now_ns);
 	for (uint32_t i = 0; i < r->count; i++) {
 		const struct rank_record *rec = &r->recs[i];
-		if (!record_is(rec, id) || rec->exe_hash != exe ||
+		if (!record_is(rec, id) || rec->exe_hash != exe || rec->cgroup_hash != cgroup ||
 		    (rec->pid == pid && rec->start_ticks == start) || rec->start_ticks > start ||
 		    (rec->exited && start > rec->exit_ticks) || ppid == rec->pid ||
 		    ppid == rec->ppid)

@@ -109,7 +109,9 @@ bool jobenv_ranks_exited(struct jobenv_ranks *r, uint32_t pid, uint64_t exit_tic
 /*
  * For process `pid` of identity `id` that jobenv_rank_process found no rank parent for: the
  * rank process it is a worker of, from the memory. A record matches when its identity is the
- * same (job id, rank, world size, local rank), its executable is the same, it is another
+ * same (job id, rank, world size, local rank), its executable and cgroups are the same (a
+ * worker forked by its rank shares them; two jobs naming no job in their environments, each
+ * in its own pod or Slurm step, have the same identity there), it is another
  * process (pid or start time differ), it started no later than `pid` did, `pid` started while
  * it was alive (no later than its exit), and `pid`'s parent now is neither that rank nor that
  * rank's own parent (a rank restarted by its launcher, torchrun or Slurm, has the old rank's

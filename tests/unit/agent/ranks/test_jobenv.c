@@ -400,6 +400,48 @@ static void test_orphaned_worker(void **state)
 	fixture_tmpdir_remove(dir);
 }
 
+static void fake_cgroup(const char *root, uint32_t pid, const char *cgroup)
+{
+	char path[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%u/cgroup", root, pid);
+	assert_non_null(f = fopen(path, "w"));
+	fprintf(f, "0::%s\n", cgroup);
+	fclose(f);
+}
+
+/* Two jobs whose environments name no job (each named later by its pod or its Slurm step):
+ * the same rank of the other, started later under another launcher, is not a worker of this
+ * one (e2e test_identity: the pod job's rank 1 was taken for the Slurm step's); a worker in
+ * its rank's cgroup still is. */
+static void test_orphaned_worker_other_cgroup(void **state)
+{
+	static const char rank1[] = "RANK=1\0WORLD_SIZE=2\0LOCAL_RANK=1\0";
+	const char *exe = "/opt/job/simjob";
+	char dir[] = "/tmp/sysom-jobenv-XXXXXX";
+	struct jobenv_ranks *r = NULL;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	assert_int_equal(jobenv_ranks_new(JOBENV_RANKS_MAX, JOBENV_RANKS_MAX_AGE_NS, &r), 0);
+	fake_proc_at(dir, 5, 1, 50, "/bin/sh", ENV("HOME=/"));  /* the Slurm step's launcher */
+	fake_proc_at(dir, 6, 1, 50, "/bin/sh", ENV("HOME=/"));  /* the pod's */
+	fake_proc_at(dir, 30, 5, 100, exe, ENV(rank1));
+	fake_cgroup(dir, 30, "/system.slice/slurmstepd.scope/job_7419/step_0/user/task_0");
+	fake_proc_at(dir, 40, 6, 101, exe, ENV(rank1));
+	fake_cgroup(dir, 40, "/kubepods.slice/kubepods-pod86e4.slice/cri-containerd-0e45.scope");
+	assert_int_equal(worker_of(r, dir, 30, 1), 0);
+	note(r, dir, 30, 1);
+	assert_int_equal(worker_of(r, dir, 40, 1), 0);
+	/* The Slurm rank's orphaned worker, in its cgroup: still its worker. */
+	fake_proc_at(dir, 31, 1, 120, exe, ENV(rank1));
+	fake_cgroup(dir, 31, "/system.slice/slurmstepd.scope/job_7419/step_0/user/task_0");
+	assert_int_equal(worker_of(r, dir, 31, 1), 30);
+	jobenv_ranks_free(r);
+	fixture_tmpdir_remove(dir);
+}
+
 /* Pids are reused: a record is a (pid, start time); the memory never places a process by its
  * pid alone. */
 static void test_orphaned_worker_pid_reuse(void **state)
@@ -569,6 +611,7 @@ int main(void)
 		cmocka_unit_test(test_rank_process),
 		cmocka_unit_test(test_orphaned_worker),
 		cmocka_unit_test(test_orphaned_worker_pid_reuse),
+		cmocka_unit_test(test_orphaned_worker_other_cgroup),
 		cmocka_unit_test(test_orphaned_worker_bounds),
 		cmocka_unit_test(test_pod_job_name),
 		cmocka_unit_test(test_job_from_cgroup),
