@@ -261,7 +261,8 @@ static void dup_cond(struct byte_buf *q, const struct dup_nodes *d, bool in)
 				(const char *)d->list.data);
 }
 
-/* CH_COMMITTED over every batch (d NULL) or over the batches of the nodes of d. */
+/* The exact read's condition: CH_COMMITTED over every batch (d NULL), or over the batches of
+ * the nodes of d and only those nodes' rows. */
 static void dup_committed(struct byte_buf *q, const struct dup_nodes *d)
 {
 	if (!d) {
@@ -271,6 +272,7 @@ static void dup_committed(struct byte_buf *q, const struct dup_nodes *d)
 	ch__committed_nodes_begin(q);
 	byte_buf_printf(q, "%.*s", (int)d->list.len, (const char *)d->list.data);
 	ch__committed_nodes_end(q, CH_ALL_TIME);
+	dup_cond(q, d, true);
 }
 
 /* The node list from the committed batches of every node (d NULL) or of d's nodes: the
@@ -288,14 +290,10 @@ static void nodes_exact_sql(struct byte_buf *q, const struct dup_nodes *d)
 		"  max(received_ns) AS l, count() AS n, argMax(epoch, received_ns) AS le"
 		"  FROM batches WHERE ");
 	dup_committed(q, d);
-	if (d)
-		dup_cond(q, d, true);
 	byte_buf_printf(q, " GROUP BY node_id)"
 		" ANY LEFT JOIN (SELECT node_id, epoch AS le, max(sequence) AS ls FROM batches"
 		"  WHERE ");
 	dup_committed(q, d);
-	if (d)
-		dup_cond(q, d, true);
 	byte_buf_printf(q, " GROUP BY node_id, epoch) USING (node_id, le)");
 }
 
@@ -733,14 +731,10 @@ static void counters_exact_sql(struct byte_buf *q, const struct dup_nodes *d)
 		" (SELECT counter, node_id, sum(value) AS total FROM batches"
 		"  ARRAY JOIN counter_ids AS counter, counter_values AS value WHERE ");
 	dup_committed(q, d);
-	if (d)
-		dup_cond(q, d, true);
 	byte_buf_printf(q, " GROUP BY counter, node_id)"
 		" ANY LEFT JOIN (SELECT node_id, argMax(hostname, received_ns) AS hostname"
 		"  FROM batches WHERE ");
 	dup_committed(q, d);
-	if (d)
-		dup_cond(q, d, true);
 	byte_buf_printf(q, " GROUP BY node_id) USING node_id");
 }
 
