@@ -55,6 +55,8 @@
 
 /* How often retention looks for day partitions past --retention-days. */
 #define RETENTION_INTERVAL_S 3600.0
+/* The key whose owner (cluster_owns) builds the fleet slot summaries: one replica at a time. */
+#define FLEET_SLOTS_OWNER "sysom/fleet-slots"
 
 struct config {
 	char *listen;
@@ -93,6 +95,7 @@ struct config {
 	uint32_t max_upload_sessions;
 	uint64_t max_upload_reserve;
 	double upload_expiry;
+	double fleet_slots_interval;
 	char *debuginfod_urls;
 	bool debuginfod_auth;
 	char *alertmanager_urls;
@@ -134,6 +137,7 @@ static struct config cfg = {
 	.max_symbol_chunk = SYMBOLS_DEFAULT_MAX_CHUNK,
 	.max_upload_sessions = SYMBOLS_DEFAULT_MAX_SESSIONS,
 	.upload_expiry = SYMBOLS_DEFAULT_UPLOAD_EXPIRY_S,
+	.fleet_slots_interval = 60,
 	.alert_resend_interval = ALERTS_DEFAULT_RESEND_INTERVAL_MS / 1000.0,
 	.analysis_interval = MONITOR_DEFAULT_INTERVAL_MS / 1000.0,
 };
@@ -161,6 +165,7 @@ static const struct sysom_option options[] = {
 	{ "clickhouse-timeout", SYSOM_OPT_DURATION, &cfg.clickhouse_timeout, 0.1, 600, "longest a ClickHouse statement may take; ingest answers 503 beyond (default 10s)", false },
 	{ "retention-days", SYSOM_OPT_UINT, &cfg.retention_days, 0, 36500, "delete raw profile data (samples, off-CPU, GPU, NCCL, OS rows, batches) older than N days, checked hourly: ClickHouse drops whole days, SQLite deletes rows in short transactions, then unreferenced processes and stacks, and returns free pages; older CPU and off-CPU flame graphs come from per-minute rollups and older NCCL collectives (stragglers) from per-instance rollups written just before the calls go (--rollup-retention-days); incidents, settings, baselines stay (default 0: keep everything)", false },
 	{ "rollup-retention-days", SYSOM_OPT_UINT, &cfg.rollup_retention_days, 0, 36500, "with --retention-days: keep the per-minute rollups of CPU samples and off-CPU time (what flame graphs of older ranges are drawn from) and the NCCL collective instances (what stragglers of older ranges are found from) for M days, at least the raw N (default 90, or N when longer; 0: keep them)", false },
+	{ "fleet-slots-interval", SYSOM_OPT_DURATION, &cfg.fleet_slots_interval, 1, 3600, "with ClickHouse: how often one replica builds the whole fleet's per-minute and per-hour flame-graph summaries that long fleet-wide reads use (default 1m)", false },
 	{ "read-connections", SYSOM_OPT_UINT, &cfg.read_connections, 1, 64, "database connections for queries (default 4)", false },
 	{ "symbol-cache-entries", SYSOM_OPT_UINT, &cfg.symbol_cache_entries, 16, 1 << 24, "frames the symbolizer caches (default 65536)", false },
 	{ "max-connections", SYSOM_OPT_UINT, &cfg.max_connections, 1, 1000000, "open connections (default 1024)", false },
@@ -204,6 +209,9 @@ struct server {
 	uv_timer_t retention_timer;
 	uv_work_t retention_work;
 	bool retention_running;
+	uv_timer_t fleet_slots_timer;
+	uv_work_t fleet_slots_work;
+	bool fleet_slots_running;
 	struct store *store;
 	struct auth *auth;
 	struct symbolizer *sym;
@@ -400,6 +408,8 @@ static void on_http_stopped(void *arg)
 		uv_close((uv_handle_t *)&s->sweep_timer, on_handle_closed);
 	if (s->retention_timer.loop && !uv_is_closing((uv_handle_t *)&s->retention_timer))
 		uv_close((uv_handle_t *)&s->retention_timer, on_handle_closed);
+	if (s->fleet_slots_timer.loop && !uv_is_closing((uv_handle_t *)&s->fleet_slots_timer))
+		uv_close((uv_handle_t *)&s->fleet_slots_timer, on_handle_closed);
 }
 
 /* ---- symbol repository: sweeping partial uploads, upstream debuginfod ------------------------ */
@@ -507,6 +517,55 @@ static int retention_start(struct server *s)
 	s->retention_timer.data = s;
 	return uv_timer_start(&s->retention_timer, on_retention_timer, 0,
 			      (uint64_t)(RETENTION_INTERVAL_S * 1000));
+}
+
+/* ---- fleet slots: the whole fleet's minute and hour summaries (ClickHouse) ------------------ */
+
+static void fleet_slots_run(uv_work_t *w)
+{
+	struct server *s = w->data;
+	struct store_fleet_slots_pass p;
+	int rc = store_fleet_slots_run(s->store, sysom_realtime_ms(), &p);
+
+	if (rc)
+		log_warn("fleet slots: cannot build summaries: %s (retried in %.0fs)",
+			 sysom_strerror(rc), cfg.fleet_slots_interval);
+	else if (p.built || p.pending)
+		log_debug("fleet slots: %u summaries built (%u rebuilt after later batches), %u left",
+			  p.built, p.rebuilt, p.pending);
+}
+
+static void fleet_slots_done(uv_work_t *w, int status)
+{
+	struct server *s = w->data;
+
+	(void)status;
+	s->fleet_slots_running = false;
+}
+
+static void on_fleet_slots_timer(uv_timer_t *t)
+{
+	struct server *s = t->data;
+
+	if (s->fleet_slots_running || s->stopping || !cluster_owns(s->cluster, FLEET_SLOTS_OWNER))
+		return;
+	s->fleet_slots_work.data = s;
+	if (uv_queue_work(&s->loop, &s->fleet_slots_work, fleet_slots_run, fleet_slots_done) == 0)
+		s->fleet_slots_running = true;
+}
+
+/* With ClickHouse: a pass every --fleet-slots-interval on the replica owning them. */
+static int fleet_slots_start(struct server *s)
+{
+	uint64_t ms = (uint64_t)(cfg.fleet_slots_interval * 1000);
+	int rc;
+
+	if (!cfg.clickhouse_url)
+		return 0;
+	if ((rc = uv_timer_init(&s->loop, &s->fleet_slots_timer)))
+		return rc;
+	s->fleet_slots_timer.data = s;
+	return uv_timer_start(&s->fleet_slots_timer, on_fleet_slots_timer, ms, ms);
 }
 
 /* A frame met a Build ID the repository lacks: ask upstream (never blocks). */
@@ -1133,6 +1192,10 @@ static int run(const char *host, uint16_t port)
 		log_error("cannot start the retention timer: %s", uv_strerror(rc));
 		goto cleanup;
 	}
+	if ((rc = fleet_slots_start(&s))) {
+		log_error("cannot start the fleet slots timer: %s", uv_strerror(rc));
+		goto cleanup;
+	}
 	s.http = http_server_start(&s.loop, &ho, s.routes, s.nroutes, err, sizeof(err));
 	if (!s.http) {
 		log_error("cannot listen on %s: %s", cfg.listen, error_reason(err));
@@ -1167,8 +1230,9 @@ cleanup:
 			uv_handle_t *handles[] = { (uv_handle_t *)&s.sig_term, (uv_handle_t *)&s.sig_int,
 						   (uv_handle_t *)&s.sig_hup,
 						   (uv_handle_t *)&s.sweep_timer,
-						   (uv_handle_t *)&s.retention_timer };
-			for (int i = 0; i < 5; i++)
+						   (uv_handle_t *)&s.retention_timer,
+						   (uv_handle_t *)&s.fleet_slots_timer };
+			for (int i = 0; i < 6; i++)
 				if (handles[i]->loop && !uv_is_closing(handles[i]))
 					uv_close(handles[i], on_handle_closed);
 		}

@@ -123,6 +123,12 @@ static int curl_errno(CURLcode c)
 int ch__exec(struct ch_store *s, const char *sql, const void *data, size_t len,
 	     struct byte_buf *out)
 {
+	return ch__exec_timeout(s, sql, data, len, out, s->timeout_ms);
+}
+
+int ch__exec_timeout(struct ch_store *s, const char *sql, const void *data, size_t len,
+		     struct byte_buf *out, long timeout_ms)
+{
 	struct byte_buf url = { 0 }, errbody = { 0 };
 	struct answer a = { .out = out ? out : &errbody };
 	CURL *h = handle_take(s);
@@ -150,8 +156,8 @@ int ch__exec(struct ch_store *s, const char *sql, const void *data, size_t len,
 		goto cleanup;
 	curl_easy_setopt(h, CURLOPT_URL, (const char *)url.data);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, s->timeout_ms);
-	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, s->timeout_ms < 2000 ? s->timeout_ms : 2000L);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms < 2000 ? timeout_ms : 2000L);
 	curl_easy_setopt(h, CURLOPT_POST, 1L);
 	curl_easy_setopt(h, CURLOPT_POSTFIELDS, data ? data : (const void *)sql);
 	curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(data ? len : strlen(sql)));

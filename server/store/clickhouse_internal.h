@@ -12,7 +12,7 @@
 #include "server/store/store_impl.h"
 
 /* The newest schema this build knows (clickhouse_schema.c). */
-#define CH_SCHEMA_VERSION 13
+#define CH_SCHEMA_VERSION 14
 
 /* The HTTP timeout while migrating (a backfill reads every stored row once), at least. */
 #define CH_MIGRATION_TIMEOUT_MS (3600L * 1000L)
@@ -70,6 +70,10 @@ static inline struct ch_store *ch__store(struct store *s)
  */
 int ch__exec(struct ch_store *s, const char *sql, const void *data, size_t len,
 	     struct byte_buf *out);
+
+/* ch__exec with its own HTTP timeout instead of the store's (a long build or backfill). */
+int ch__exec_timeout(struct ch_store *s, const char *sql, const void *data, size_t len,
+		     struct byte_buf *out, long timeout_ms);
 
 /* ch__exec with a statement from a format (built in a buffer of its own). */
 int ch__execf(struct ch_store *s, struct byte_buf *out, const char *fmt, ...)
@@ -270,6 +274,29 @@ int ch__batch_write_rollup(const struct ch_gpu_os_put *p);
  */
 int ch__rollup_from(struct byte_buf *q, struct store *base, const struct store_sample_filter *f,
 		    bool offcpu);
+/*
+ * Appends " FROM <CPU samples (off-CPU rows with `offcpu`) of f's range, raw rows or rollups
+ * (ch__rollup_from), committed, joined with their process's comm> WHERE <the range>", without
+ * f's other conditions (ch__filter_conds). With `narrow` the committed attempts are found among
+ * the batches whose window can hold rows of the range only (ch__committed_range_sql): cheaper
+ * for a short range far from now.
+ */
+void ch__range_rows_from(struct byte_buf *q, struct store *base,
+			 const struct store_sample_filter *f, bool offcpu, bool narrow);
+
+/* ---- fleet slots (clickhouse_fleet_slots.c; migration 14) ----------------------------------- */
+
+extern const char *const ch__migration_fleet_slots[];
+int ch__fleet_slots_run(struct store *base, int64_t now_ms, struct store_fleet_slots_pass *out);
+/*
+ * For a fleet-wide filter (no node, pid, comm, job or identity): when current slot summaries
+ * cover part of f's range, appends " FROM (...)" with the columns comm, flo, fhi (tgid range),
+ * fst (uniqExact state of the processes), user_stack, kernel_stack and fv (samples, off-CPU
+ * with `offcpu`: blocked ns), summaries and the rest's raw rows, and returns 1; else appends
+ * nothing and returns 0. Negative: ClickHouse's error.
+ */
+int ch__fleet_slots_from(struct byte_buf *q, struct store *base,
+			 const struct store_sample_filter *f, bool offcpu);
 
 /* Mutable state and retention (clickhouse_state.c; migration 4). */
 extern const char *const ch__migration_state[];
@@ -341,6 +368,9 @@ int ch__retention_apply(struct store *base, int64_t before_ms, int64_t rollup_be
 #define CH_DAY_SIZE 11
 /* Appends CH_COMMITTED over the batches received from the day before from_ms's day on. */
 void ch__committed_since_sql(struct byte_buf *q, int64_t from_ms);
+/* ch__committed_since_sql grouping only the batches whose window can hold rows timed in
+ * [from_ms, to_ms] (every copy of a batch has its window). */
+void ch__committed_range_sql(struct byte_buf *q, int64_t from_ms, int64_t to_ms);
 /* Appends "day >= <that day> AND " then ch__committed_since_sql: the committed rows of a
  * table whose day is the receive day (batches, processes) that can matter to the range. */
 void ch__received_since_sql(struct byte_buf *q, int64_t from_ms);

@@ -69,6 +69,7 @@ static const char *const *const migrations[CH_SCHEMA_VERSION] = {
 	ch__migration_rollup, /* per-minute sample and off-CPU rollups (clickhouse_rollup.c) */
 	ch__migration_nccl_rollup, /* NCCL instances past the raw calls (clickhouse_nccl_rollup.c) */
 	ch__migration_summaries, /* node, counter and job summaries (clickhouse_schema_summaries.c) */
+	ch__migration_fleet_slots, /* fleet-wide minute and hour summaries (clickhouse_fleet_slots.c) */
 };
 
 static int read_version(struct ch_store *s, int *out)
@@ -274,6 +275,7 @@ static const struct store_ops ch_ops = {
 	.size_limit_set = NULL,
 	.ksyms_usage_get = ch__ksyms_usage_get,
 	.retention_apply = ch__retention_apply,
+	.fleet_slots_run = ch__fleet_slots_run,
 	.nccl_rollup_state = ch__nccl_rollup_state,
 	.nccl_rollup_put = ch__nccl_rollup_put,
 	.nccl_rollup_watermark_set = ch__nccl_rollup_watermark_set,

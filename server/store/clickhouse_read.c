@@ -388,6 +388,22 @@ void ch__committed_since_sql(struct byte_buf *q, int64_t from_ms)
 	ch__committed_nodes_end(q, from_ms); /* every node's batches from that day on */
 }
 
+void ch__committed_range_sql(struct byte_buf *q, int64_t from_ms, int64_t to_ms)
+{
+	/* A row timed t came from a batch whose window starts before t + 1 ms and ends after
+	 * t - 1 ms (clickhouse_fleet_slots.c, LO_MS and HI_MS); windows compare as the unsigned wire
+	 * values they were. */
+	uint64_t lo = from_ms <= 1 ? 0 : (uint64_t)(from_ms - 1) * 1000000u;
+	uint64_t hi = to_ms < 0 ? 0
+		: (uint64_t)to_ms >= UINT64_MAX / 1000000u - 1 ? UINT64_MAX
+		: ((uint64_t)to_ms + 1) * 1000000u;
+
+	byte_buf_printf(q, "attempt IN (SELECT min(attempt) FROM batches WHERE"
+			   " toUInt64(window_end_ns) >= %" PRIu64 " AND toUInt64(window_start_ns)"
+			   " <= %" PRIu64, lo, hi);
+	ch__committed_nodes_end(q, from_ms);
+}
+
 void ch__job_node_ids_sql(struct byte_buf *q, const char *job)
 {
 	byte_buf_printf(q, "(SELECT node_id FROM job_ranks WHERE job = ");
@@ -477,15 +493,9 @@ int ch__filter_conds(struct byte_buf *q, const struct store_sample_filter *f, bo
 }
 
 /* Appends the samples (joined with their process's comm) matching `f`, as a FROM clause. */
-static int filter_from(struct byte_buf *q, const struct store_sample_filter *f)
+static int filter_from(struct byte_buf *q, struct store *base, const struct store_sample_filter *f)
 {
-	byte_buf_printf(q, " FROM samples ANY LEFT JOIN ");
-	ch__process_comms_since_sql(q, f->from_ms);
-	byte_buf_printf(q, " USING process WHERE time_ms BETWEEN %" PRId64 " AND %" PRId64,
-			f->from_ms, f->to_ms);
-	ch__own_days_sql(q, f->from_ms, f->to_ms);
-	byte_buf_printf(q, " AND ");
-	ch__committed_since_sql(q, f->from_ms);
+	ch__range_rows_from(q, base, f, false, false);
 	return ch__filter_conds(q, f, true);
 }
 
@@ -605,14 +615,19 @@ int ch__stacks_aggregate(struct store *base, const struct store_sample_filter *f
 	struct byte_buf q = { 0 };
 	int rc;
 
-	byte_buf_printf(&q, "SELECT comm, min(tgid), max(tgid), uniqExact(process), user_stack,"
-			    " kernel_stack, sum(count) AS c");
-	if (ch__rollup_from(&q, base, f, false))
-		rc = ch__filter_conds(&q, f, true);
-	else
-		rc = filter_from(&q, f);
-	if (rc)
+	/* A fleet-wide range: the slots' summaries where they are current, raw rows for the rest
+	 * (clickhouse_fleet_slots.c). */
+	byte_buf_printf(&q, "SELECT comm, min(flo), max(fhi), uniqExactMerge(fst), user_stack,"
+			    " kernel_stack, sum(fv) AS c");
+	if ((rc = ch__fleet_slots_from(&q, base, f, false)) < 0)
 		goto cleanup;
+	if (!rc) {
+		q.len = 0;
+		byte_buf_printf(&q, "SELECT comm, min(tgid), max(tgid), uniqExact(process),"
+				    " user_stack, kernel_stack, sum(count) AS c");
+		if ((rc = filter_from(&q, base, f)))
+			goto cleanup;
+	}
 	/* WITH TOTALS sums every group, also those beyond the LIMIT. */
 	byte_buf_printf(&q, " GROUP BY comm, user_stack, kernel_stack WITH TOTALS"
 			    " ORDER BY c DESC, comm, user_stack, kernel_stack LIMIT %u", limit);
@@ -655,7 +670,7 @@ int ch__processes_list(struct store *base, const struct store_sample_filter *f, 
 	 * nodes' attributes are merged over every committed batch of those nodes (the primary
 	 * key's prefix), as SQLite keeps them, not over the fleet's. */
 	byte_buf_printf(&top, "(SELECT process, any(node_id) AS top_node, sum(count) AS c");
-	if ((rc = filter_from(&top, f)))
+	if ((rc = filter_from(&top, base, f)))
 		goto cleanup;
 	byte_buf_printf(&top, " GROUP BY process ORDER BY c DESC, process LIMIT %u)", limit);
 	byte_buf_append(&top, "", 1);

@@ -205,16 +205,23 @@ int ch__offcpu_aggregate(struct store *base, const struct store_sample_filter *f
 	struct byte_buf q = { 0 };
 	int rc;
 
+	/* A fleet-wide range: the slots' summaries where they are current, raw rows for the rest
+	 * (clickhouse_fleet_slots.c). */
 	byte_buf_printf(&q, REGROUP_HEAD
-			"SELECT comm, min(tgid) AS lo, max(tgid) AS hi, uniqExact(process) AS procs,"
-			" user_stack AS u, kernel_stack AS k, intDiv(sum(blocked_ns), 1000) AS c0");
-	if (!ch__rollup_from(&q, base, f, true)) {
-		byte_buf_printf(&q, " FROM offcpu");
-		join_comms(&q, f);
-		range_where(&q, f);
-	}
-	if ((rc = ch__filter_conds(&q, f, true)))
+			"SELECT comm, min(flo) AS lo, max(fhi) AS hi, uniqExactMerge(fst) AS procs,"
+			" user_stack AS u, kernel_stack AS k, intDiv(sum(fv), 1000) AS c0");
+	if ((rc = ch__fleet_slots_from(&q, base, f, true)) < 0)
 		goto cleanup;
+	if (!rc) {
+		q.len = 0;
+		byte_buf_printf(&q, REGROUP_HEAD
+				"SELECT comm, min(tgid) AS lo, max(tgid) AS hi,"
+				" uniqExact(process) AS procs, user_stack AS u, kernel_stack AS k,"
+				" intDiv(sum(blocked_ns), 1000) AS c0");
+		ch__range_rows_from(&q, base, f, true, false);
+		if ((rc = ch__filter_conds(&q, f, true)))
+			goto cleanup;
+	}
 	byte_buf_printf(&q, " GROUP BY comm, u, k" REGROUP_TAIL, limit);
 	rc = ch__stack_counts(ch__store(base), &q, fn, arg, total);
 cleanup:

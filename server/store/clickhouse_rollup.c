@@ -18,6 +18,8 @@
 
 #include "server/store/clickhouse_internal.h"
 
+#define MINUTE_MS 60000LL
+
 /* Migration 11 (own array, so that renumbering against other migrations is one line). The
  * fill runs only into empty tables: a migration cut short after it is run again without
  * counting twice (an INSERT ... SELECT cut short in the middle leaves a partial fill: see
@@ -157,8 +159,18 @@ cleanup:
 
 /* ---- reading -------------------------------------------------------------------------------- */
 
-int ch__rollup_from(struct byte_buf *q, struct store *base, const struct store_sample_filter *f,
-		    bool offcpu)
+/* The committed-attempt condition of rows in [from_ms, to_ms]: with `narrow`, only the batches
+ * whose window can hold such rows are grouped (ch__committed_range_sql). */
+static void committed(struct byte_buf *q, int64_t from_ms, int64_t to_ms, bool narrow)
+{
+	if (narrow)
+		ch__committed_range_sql(q, from_ms, to_ms);
+	else
+		ch__committed_since_sql(q, from_ms);
+}
+
+static int rollup_from(struct byte_buf *q, struct store *base, const struct store_sample_filter *f,
+		       bool offcpu, bool narrow)
 {
 	int64_t cutoff = store__rollup_cutoff_ms(base);
 	int64_t from_min = store__minute_floor(f->from_ms);
@@ -174,7 +186,7 @@ int ch__rollup_from(struct byte_buf *q, struct store *base, const struct store_s
 			value, offcpu ? "offcpu" : "samples", f->from_ms, f->to_ms, cutoff);
 	ch__own_days_sql(q, cutoff > f->from_ms ? cutoff : f->from_ms, f->to_ms);
 	byte_buf_printf(q, " AND ");
-	ch__committed_since_sql(q, from_min);
+	committed(q, narrow && cutoff > f->from_ms ? cutoff : from_min, f->to_ms, narrow);
 	byte_buf_printf(q, " UNION ALL SELECT node_id, process, tgid, '' AS thread_comm,"
 			   " user_stack, kernel_stack, %s FROM %s WHERE minute_ms BETWEEN %" PRId64
 			   " AND %" PRId64 " AND minute_ms < %" PRId64,
@@ -182,9 +194,31 @@ int ch__rollup_from(struct byte_buf *q, struct store *base, const struct store_s
 			cutoff);
 	ch__own_days_sql(q, from_min, f->to_ms);
 	byte_buf_printf(q, " AND ");
-	ch__committed_since_sql(q, from_min);
+	/* A minute's rows came from batches touching any of its 60 s. */
+	committed(q, from_min, f->to_ms > INT64_MAX - MINUTE_MS ? INT64_MAX : f->to_ms + MINUTE_MS,
+		  narrow);
 	byte_buf_printf(q, ") ANY LEFT JOIN ");
 	ch__process_comms_since_sql(q, from_min);
 	byte_buf_printf(q, " USING process WHERE 1");
 	return 1;
+}
+
+int ch__rollup_from(struct byte_buf *q, struct store *base, const struct store_sample_filter *f,
+		    bool offcpu)
+{
+	return rollup_from(q, base, f, offcpu, false);
+}
+
+void ch__range_rows_from(struct byte_buf *q, struct store *base,
+			 const struct store_sample_filter *f, bool offcpu, bool narrow)
+{
+	if (rollup_from(q, base, f, offcpu, narrow))
+		return;
+	byte_buf_printf(q, " FROM %s ANY LEFT JOIN ", offcpu ? "offcpu" : "samples");
+	ch__process_comms_since_sql(q, f->from_ms);
+	byte_buf_printf(q, " USING process WHERE time_ms BETWEEN %" PRId64 " AND %" PRId64,
+			f->from_ms, f->to_ms);
+	ch__own_days_sql(q, f->from_ms, f->to_ms);
+	byte_buf_printf(q, " AND ");
+	committed(q, f->from_ms, f->to_ms, narrow);
 }

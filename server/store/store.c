@@ -2,6 +2,7 @@
 /* Dispatch of the public store calls to the backend's vtable. */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "server/store/store_impl.h"
 
@@ -190,6 +191,14 @@ int store_retention_apply(struct store *s, int64_t before_ms, int64_t rollup_bef
 	if (rc)
 		return rc;
 	return s->ops->retention_apply(s, before_ms, rollup_before_ms, dropped);
+}
+
+int store_fleet_slots_run(struct store *s, int64_t now_ms, struct store_fleet_slots_pass *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!s->ops->fleet_slots_run)
+		return -ENOTSUP;
+	return s->ops->fleet_slots_run(s, now_ms, out);
 }
 
 void store_rollup_raw_keep_set(struct store *s, int64_t raw_keep_ms)

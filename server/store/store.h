@@ -749,6 +749,30 @@ int store_retention_apply(struct store *s, int64_t before_ms, int64_t rollup_bef
  */
 void store_rollup_raw_keep_set(struct store *s, int64_t raw_keep_ms);
 
+/*
+ * Fleet slots (ClickHouse): summaries of the whole fleet's CPU samples and off-CPU time per
+ * minute and per hour, without the node dimension, from committed batches only. Fleet-wide
+ * reads (store_stacks_aggregate, store_offcpu_aggregate with no node, pid, comm, job or
+ * identity condition) answer the whole slots of their range that have a current summary from
+ * it, and the rest from rows as before, exactly as a read of the rows alone would (but for a
+ * process renamed during the range: its samples are grouped under its name as of each slot).
+ * A summary is current until a batch touching its slot is stored after it was built (a late,
+ * spooled or second copy): that slot is read from rows until the next run builds it again.
+ */
+struct store_fleet_slots_pass {
+	uint32_t built;   /* summaries built (each: the slot's CPU and off-CPU rows) */
+	uint32_t rebuilt; /* of which replaced a stale one */
+	uint32_t pending; /* slots left for a later run (built lately, or over the run's time) */
+};
+
+/*
+ * Builds the summaries of the slots that ended at least two minutes before `now_ms` and have
+ * none current, newest first, for up to about 30 s; a stale slot at most once per 5 minutes.
+ * One server of those sharing a store should run it (others' runs only duplicate work).
+ * Returns 0, -ENOTSUP (SQLite: its reads use rows only) or the store's error.
+ */
+int store_fleet_slots_run(struct store *s, int64_t now_ms, struct store_fleet_slots_pass *out);
+
 /* What one SQLite retention run did. */
 struct store_retention_stats {
 	uint64_t rows;         /* time-series rows deleted (rollup rows too) */

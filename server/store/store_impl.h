@@ -134,6 +134,9 @@ struct store_ops {
 	/* NULL: -ENOTSUP */
 	int (*retention_apply)(struct store *s, int64_t before_ms, int64_t rollup_before_ms,
 			       uint32_t *dropped);
+	/* NULL: -ENOTSUP */
+	int (*fleet_slots_run)(struct store *s, int64_t now_ms,
+			       struct store_fleet_slots_pass *out);
 	/* NULL: -ENOTSUP (a store one server owns) */
 	int (*replica_beat)(struct store *s, const char *id, const char *url, int64_t started_ms,
 			    uint64_t beat, bool departed);

@@ -721,13 +721,20 @@ static void test_lists_summaries(void **state)
 	ch_sql(c->db, "DROP TABLE job_processes");
 	ch_sql(c->db, "ALTER TABLE batches DROP COLUMN window_day, DROP COLUMN jr_process,"
 		      " DROP COLUMN jr_job, DROP COLUMN jr_rank, DROP COLUMN jr_world_size");
-	ch_sql(c->db, "ALTER TABLE schema_migrations DELETE WHERE version = 13");
-	ch_sql(c->db, "OPTIMIZE TABLE schema_migrations FINAL");
+	ch_sql(c->db, "DROP TABLE fleet_slot_batches_mv");
+	ch_sql(c->db, "DROP TABLE fleet_slot_batches");
+	ch_sql(c->db, "DROP TABLE fleet_slots");
+	ch_sql(c->db, "DROP TABLE fleet_slot_state");
+	/* (Rewritten, not a DELETE: that is an asynchronous mutation.) */
+	ch_sql(c->db, "DROP TABLE schema_migrations");
+	ch_sql(c->db, "CREATE TABLE schema_migrations (version UInt32, applied_ns Int64)"
+		      " ENGINE = MergeTree ORDER BY version");
+	ch_sql(c->db, "INSERT INTO schema_migrations SELECT number + 1, 0 FROM numbers(12)");
 	int rc = store_clickhouse_open(&(struct store_clickhouse_options){ .url = c->url }, &c->ch,
 				       err, sizeof(err));
 	if (rc)
 		fail_msg("reopen: %s", err);
-	assert_int_equal(store_schema_version(c->ch), 13);
+	assert_int_equal(store_schema_version(c->ch), 14);
 	same_lists(c, 3, 6, 2);
 	/* And the summaries go on from there. */
 	struct job_spec later = n2;
@@ -1147,6 +1154,154 @@ static void test_day_bounds(void **state)
 	f = (struct store_sample_filter){ .from_ms = (t0 + 20 * hour) / 1000000,
 					  .to_ms = (t0 + 21 * hour) / 1000000, .node = "ahead" };
 	same_aggregate(c, &f, FIXTURE_SAMPLES);
+}
+
+/* ---- fleet slots (schema 14) ---------------------------------------------------------------- */
+
+/* Puts the fixture batch with its GPU and OS rows (off-CPU rows too) into both stores. */
+static void put_both_offcpu_at(struct ctx *c, const struct fixture_spec *spec, int64_t received_ns)
+{
+	struct store *st[2] = { c->sq, c->ch };
+
+	for (int i = 0; i < 2; i++) {
+		struct sysom_batch b;
+		struct store_put_result r;
+
+		assert_int_equal(fixture_batch_build(&b, spec), 0);
+		gpu_os_rows_add(&b, spec->sequence);
+		int rc = store_batch_put(st[i], &b, FIXTURE_HASH + spec->sequence, received_ns, &r);
+		if (rc)
+			fail_msg("store_batch_put: %s", sysom_strerror(rc));
+		assert_false(r.duplicate);
+		sysom_batch_free(&b);
+	}
+}
+
+static struct store_fleet_slots_pass slots_run(struct ctx *c, int64_t now_ms)
+{
+	struct store_fleet_slots_pass p;
+	int rc = store_fleet_slots_run(c->ch, now_ms, &p);
+
+	if (rc)
+		fail_msg("store_fleet_slots_run: %s", sysom_strerror(rc));
+	return p;
+}
+
+/* Fleet-wide CPU and off-CPU answers over a range equal SQLite's, and so do node, comm and pid
+ * filtered ones (which never read summaries). */
+static uint64_t same_fleet(struct ctx *c, int64_t from_ms, int64_t to_ms)
+{
+	struct store_sample_filter f = { .from_ms = from_ms, .to_ms = to_ms };
+	static struct text a, b;
+	uint64_t ta = 0, tb = 0;
+
+	aggregate(c->sq, &f, 1000, &a, &ta);
+	aggregate(c->ch, &f, 1000, &b, &tb);
+	assert_string_equal(a.buf, b.buf);
+	assert_int_equal(ta, tb);
+	same_agg(c, AGG_OFFCPU, &f, 1000);
+	f.node = "node-8";
+	same_aggregate(c, &f, ta ? (aggregate(c->sq, &f, 1000, &a, &tb), tb) : 0);
+	same_agg(c, AGG_OFFCPU, &f, 1000);
+	f.node = NULL;
+	f.comm = "python3";
+	same_agg(c, AGG_OFFCPU, &f, 1000);
+	return ta;
+}
+
+/*
+ * Summaries of whole minutes and hours answer fleet-wide ranges as the rows do: aligned and
+ * unaligned ranges, windows across minute and hour boundaries, rows of an attempt cut short; a
+ * batch stored after a slot's summary makes it stale (read from rows) until it is rebuilt,
+ * not more often than every 5 minutes; and summaries are really read.
+ */
+static void test_fleet_slots(void **state)
+{
+	struct ctx *c = *state;
+	const int64_t hour = 3600000, minute = 60000;
+	const int64_t h0 = ((int64_t)(T0 / 1000000) / hour + 1) * hour; /* ms, an hour's start */
+	uint64_t seq = 1, batches = 0;
+	struct store_fleet_slots_pass p;
+
+	REQUIRE_CH();
+	/* SQLite keeps no slots. */
+	assert_int_equal(store_fleet_slots_run(c->sq, h0, &p), -ENOTSUP);
+	/* Two nodes (7, 8: gpu_os_rows_add's ranks), a 30-s batch every 10 minutes for three hours, plus windows across a
+	 * minute's and an hour's end. */
+	for (int64_t t = h0; t < h0 + 3 * hour; t += 10 * minute)
+		for (uint8_t node = 7; node <= 8; node++, batches++)
+			put_both_offcpu_at(c, &(struct fixture_spec){
+				.node = node, .epoch = 1, .sequence = seq++,
+				.window_start_ns = (uint64_t)t * 1000000 + 5000000000ULL },
+				(t + 40000) * 1000000);
+	const int64_t across[] = { h0 + hour - 10000, h0 + 17 * minute - 15000 };
+	for (size_t i = 0; i < 2; i++, batches++)
+		put_both_offcpu_at(c, &(struct fixture_spec){ .node = 8, .epoch = 1,
+				   .sequence = seq++, .window_start_ns = (uint64_t)across[i] * 1000000 },
+				   (across[i] + 40000) * 1000000);
+	/* Rows of an attempt cut short (no batch row): never counted, summaries included. */
+	ch_sql(c->db, "INSERT INTO samples SELECT day, node_id, time_ms, process, tgid, tid, cpu,"
+		      " thread_comm, kernel_stack, user_stack, count, 12345 FROM samples LIMIT 7");
+	const int64_t ranges[][2] = {
+		{ h0 - 7 * minute, h0 + 3 * hour + 5 * minute - 1 },
+		{ h0, h0 + hour - 1 },
+		{ h0 + 90000, h0 + 2 * hour + 30000 },
+		{ h0 + hour - 5000, h0 + hour - 1 },
+		{ h0 + 17 * minute, h0 + 18 * minute - 1 },
+	};
+	uint64_t totals[5];
+	for (size_t i = 0; i < 5; i++)
+		totals[i] = same_fleet(c, ranges[i][0], ranges[i][1]);
+	assert_int_equal(totals[0], batches * FIXTURE_SAMPLES);
+	assert_int_equal(totals[3], 13); /* the window across the hour's end: its first 5 s */
+
+	/* Nothing is summarised before its slot ended two minutes ago. */
+	p = slots_run(c, h0 + 2 * minute);
+	assert_int_equal(p.built, 0);
+	/* The batches touch 21 minutes (18 ten minutes apart, 3 more by the two windows across a
+	 * minute's end) and 3 hours. */
+	p = slots_run(c, h0 + 4 * hour);
+	assert_int_equal(p.built, 21 + 3);
+	assert_int_equal(p.rebuilt, 0);
+	for (size_t i = 0; i < 5; i++)
+		assert_int_equal(same_fleet(c, ranges[i][0], ranges[i][1]), totals[i]);
+	p = slots_run(c, h0 + 4 * hour + minute);
+	assert_int_equal(p.built, 0); /* all current */
+
+	/* A spooled batch of node 8 (its agent's next epoch) into the second hour: that hour and its minute are stale and
+	 * read from rows; a rebuild waits 5 minutes after the last one. */
+	put_both_offcpu_at(c, &(struct fixture_spec){ .node = 8, .epoch = 2, .sequence = 1,
+			   .window_start_ns = (uint64_t)(h0 + hour + 33 * minute) * 1000000 },
+			   (h0 + 4 * hour) * 1000000);
+	totals[0] += FIXTURE_SAMPLES;
+	totals[2] += FIXTURE_SAMPLES;
+	for (size_t i = 0; i < 5; i++)
+		assert_int_equal(same_fleet(c, ranges[i][0], ranges[i][1]), totals[i]);
+	p = slots_run(c, h0 + 4 * hour + 2 * minute);
+	assert_int_equal(p.built, 1);   /* its minute, which had no summary */
+	assert_int_equal(p.pending, 1); /* the hour, built 2 minutes ago */
+	p = slots_run(c, h0 + 4 * hour + 6 * minute);
+	assert_int_equal(p.built, 1);
+	assert_int_equal(p.rebuilt, 1);
+	for (size_t i = 0; i < 5; i++)
+		assert_int_equal(same_fleet(c, ranges[i][0], ranges[i][1]), totals[i]);
+
+	/* The summaries are what answers: a row added to the current summary of the first hour
+	 * shows in fleet-wide reads over that hour, and not in filtered ones. */
+	struct store_sample_filter f = { .from_ms = h0 - minute, .to_ms = h0 + 2 * hour };
+	static struct text t;
+	uint64_t before = 0, total = 0;
+
+	aggregate(c->ch, &f, 1000, &t, &before);
+	ch_sql(c->db, "INSERT INTO fleet_slots SELECT day, span_ms, start_ms, summary, kind,"
+		      " 'marker', user_stack, kernel_stack, lo, hi, procs, value FROM fleet_slots"
+		      " WHERE span_ms = 3600000 AND kind = 0 ORDER BY start_ms LIMIT 1");
+	aggregate(c->ch, &f, 1000, &t, &total);
+	assert_non_null(strstr(t.buf, "marker"));
+	assert_true(total > before);
+	f.node = "node-7";
+	aggregate(c->ch, &f, 1000, &t, &total);
+	assert_null(strstr(t.buf, "marker"));
 }
 
 /* A job's GPU and OS rows as text (rows in their order; hosts, ids and values verbatim). */
@@ -1600,7 +1755,7 @@ static void test_identity_upgrade_from_6(void **state)
 				       err, sizeof(err));
 	if (rc)
 		fail_msg("reopen: %s", err);
-	assert_int_equal(store_schema_version(c->ch), 13);
+	assert_int_equal(store_schema_version(c->ch), 14);
 	memset(&t, 0, sizeof(t));
 	assert_int_equal(store_processes_list(c->ch, &all, 100, process_text, &t), 0);
 	assert_non_null(strstr(t.buf, " id=-"));
@@ -1977,11 +2132,11 @@ static void test_retention(void **state)
 					d_ms + 86399999, &dropped), 0);
 	assert_int_equal(dropped, 0);
 	/* The end of day D: its partitions go (batches, processes, samples, identities, sample
-	 * rollups, and the node, sequence and counter summaries), D+3 stays, with the identity
-	 * its batch sent: filtered as on SQLite. */
+	 * rollups, the node, sequence and counter summaries, and the fleet slots' batch counts),
+	 * D+3 stays, with the identity its batch sent: filtered as on SQLite. */
 	assert_int_equal(store_retention_apply(c->ch, d_ms + 86400000,
 					d_ms + 86400000, &dropped), 0);
-	assert_int_equal(dropped, 8);
+	assert_int_equal(dropped, 9);
 	/* The all-time lists forget day D with its batch rows, as the reads that grouped every
 	 * batch did (SQLite keeps a node's row and totals past retention). */
 	static struct text t;
@@ -2018,7 +2173,7 @@ static void test_retention(void **state)
 	/* Everything before D+4 ends: D+3 goes too. */
 	assert_int_equal(store_retention_apply(c->ch, d_ms + 4 * 86400000LL,
 					d_ms + 4 * 86400000LL, &dropped), 0);
-	assert_int_equal(dropped, 8);
+	assert_int_equal(dropped, 9);
 	/* A node whose every batch is gone leaves the lists. */
 	memset(&t, 0, sizeof(t));
 	assert_int_equal(store_nodes_list(c->ch, node_text, &t), 0);
@@ -2136,7 +2291,7 @@ static void test_rollup_same_answers(void **state)
 				       err, sizeof(err));
 	if (rc)
 		fail_msg("reopen: %s", err);
-	assert_int_equal(store_schema_version(c->ch), 13);
+	assert_int_equal(store_schema_version(c->ch), 14);
 	rollup_same(c, &all, cutoffs, 3);
 
 	/* Raw days dropped, rollup days kept: the rollups still answer, through the batches,
@@ -2546,6 +2701,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_day_bounds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fleet_slots, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_jobs_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_identity_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_identity_jobs_same_answers, setup, teardown),
