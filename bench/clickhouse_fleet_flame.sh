@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The whole-fleet flame graph on ClickHouse as the range and the fleet grow (issue 19's "24 h /
-# 1,000-node flame graph" figure, and its slope where this machine is too small for it).
+# 1,000-node flame graph" figure), from raw rows and from the fleet slots (schema 14), side by side.
 #
 # One server (this build) on a private clickhouse-server takes a few real batches
 # (bench/ingest_load), so that its stacks, objects and processes are real; the densest stored
 # batch becomes the template. Then NODES synthetic nodes each get one batch every 30 s for the
 # last HOURS hours, every batch a copy of the template's sample rows (its stacks, counts, threads;
-# the node's own process ids), with their `batches` rows (one attempt each: committed) and
-# `processes` rows, inserted by INSERT ... SELECT inside ClickHouse. Then the dashboard's
-# whole-fleet flame graph (`/api/v1/flamegraph?from=-R&format=folded`) is timed over growing
-# ranges R (one warm-up, median of 3), with the sample rows and batches each range covers.
+# the node's own process ids) and of its process rows (as an agent sends them with every batch),
+# with their `batches` rows (one attempt each: committed), inserted by INSERT ... SELECT inside
+# ClickHouse. Then the dashboard's whole-fleet flame graph (`/api/v1/flamegraph?from=-R&format=
+# folded`) is timed over growing ranges R (one warm-up, median of 3) from raw rows (the serving
+# replica builds no slots: --fleet-slots-interval 1h), then a second replica builds the slots
+# (--fleet-slots-interval 1s; the time it took is printed) and the same ranges are timed again
+# on the first. Both answers are compared (the same folded stacks and counts).
 # Usage: bench/clickhouse_fleet_flame.sh BUILD_DIR BATCH_DIR [NODES (1000)] [HOURS (3)]
 # FLEET_KEEP=1 leaves the ClickHouse and the server running (their URLs on stderr).
 set -euo pipefail
@@ -21,7 +24,7 @@ nodes=${3:-1000}
 hours=${4:-3}
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d /tmp/sysom-chfleet.XXXXXX)
-pid="" url="" db=""
+pid="" pid2="" url="" db=""
 cleanup() {
 	if [ -n "${FLEET_KEEP:-}" ]; then # leave both running, to query them by hand
 		echo "kept: clickhouse $db, server $url (pid $pid), token $work/token;" \
@@ -29,6 +32,7 @@ cleanup() {
 		return
 	fi
 	[ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null || true
+	[ -n "$pid2" ] && kill -TERM "$pid2" 2>/dev/null || true
 	wait 2>/dev/null || true
 	"$root/tests/tools/clickhouse-private.sh" stop "$work/ch" || true
 	rm -rf "$work"
@@ -41,7 +45,8 @@ sql() { curl -sS --fail-with-body "$db" --data-binary "$1"; }
 
 mkdir -p "$work/data"
 "$build/sysom-server" --listen 127.0.0.1:0 --port-file "$work/port" --data-dir "$work/data" \
-	--token-file "$work/token" --clickhouse-url "$db" --log-level warn >"$work/server.log" 2>&1 &
+	--token-file "$work/token" --clickhouse-url "$db" --fleet-slots-interval 3600 \
+	--log-level warn >"$work/server.log" 2>&1 &
 pid=$!
 for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
 [ -s "$work/port" ] || { echo "the server did not start:" >&2; cat "$work/server.log" >&2; exit 1; }
@@ -85,17 +90,20 @@ for ((h = 0; h < hours; h++)); do
 		concat('fleet-', toString(k))
 		FROM (SELECT number % $nodes AS k, $((h * per_hour)) + intDiv(number, $nodes) AS i,
 		      $now_ms - ($((hours * per_hour)) - i) * 30000 AS ws FROM numbers($((nodes * per_hour))))"
+	# The processes the batch's samples name, as every batch carries them.
+	sql "INSERT INTO processes (day, node_id, process, tgid, comm, first_seen_ns, last_seen_ns,
+		received_ns, attempt)
+		SELECT toDate(toDateTime(intDiv(ws, 1000) + 31)), $node_sql, cityHash64(p.process, k),
+		p.tgid, p.comm, ws * 1000000, (ws + 30000) * 1000000, (ws + 31000) * 1000000,
+		$attempt_sql
+		FROM (SELECT number % $nodes AS k, $((h * per_hour)) + intDiv(number, $nodes) AS i,
+		      $now_ms - ($((hours * per_hour)) - i) * 30000 AS ws FROM numbers($((nodes * per_hour))))
+		CROSS JOIN (SELECT process, any(tgid) AS tgid, any(comm) AS comm FROM processes
+		      WHERE process IN (SELECT process FROM samples WHERE node_id = '$tnode'
+		      AND attempt = $tattempt) GROUP BY process) AS p
+		SETTINGS max_block_size = 2048"
 	echo "hour $((h + 1)) of $hours inserted ($(($(date +%s) - t0)) s)" >&2
 done
-# Each node's processes, as a batch of the node reports them (comm for the flame graph's groups).
-sql "INSERT INTO processes (day, node_id, process, tgid, comm, first_seen_ns, last_seen_ns,
-	received_ns, attempt)
-	SELECT today(), $node_sql, cityHash64(p.process, k), p.tgid, p.comm, 0, 0,
-	$now_ms * 1000000, bitOr(cityHash64(k, 0, 'fleet'), 1)
-	FROM (SELECT number AS k FROM numbers($nodes))
-	CROSS JOIN (SELECT process, any(tgid) AS tgid, any(comm) AS comm FROM processes
-	      WHERE process IN (SELECT process FROM samples WHERE node_id = '$tnode'
-	      AND attempt = $tattempt) GROUP BY process) AS p"
 sql "OPTIMIZE TABLE batches" >/dev/null || true
 total=$(sql "SELECT count() FROM samples FORMAT TSV")
 bytes=$(sql "SELECT sum(bytes_on_disk) FROM system.parts WHERE database = 'fleet'
@@ -114,18 +122,63 @@ median_ms() { # PATH: median wall time of 3 queries after one warm-up (ms), or "
 	done | sort -n | sed -n 2p | awk '{ printf "%.0f", $1 * 1000 }'
 }
 
-echo "| range | nodes | batches | sample rows | flame graph ms | sample rows per s | stacks in the answer |"
-echo "|---|---:|---:|---:|---:|---:|---:|"
 ranges=(15m 1h)
-[ "$hours" -ge 3 ] && ranges+=(3h)
-[ "$hours" -ge 6 ] && ranges+=(6h)
+for r in 3h 6h 12h 24h; do [ "$hours" -ge "${r%h}" ] && ranges+=("$r"); done
+declare -A raw_ms raw_rows raw_nb raw_sum
+to_ms=$(( $(date +%s) * 1000 )) # one fixed range per R for both timings: from = to - R
+time_ranges() { # PREFIX: times every range into raw_ms[PREFIX R], keeps the answers
+	local r span from
+	for r in "${ranges[@]}"; do
+		case $r in *m) span=$(( ${r%m} * 60000 )) ;; *h) span=$(( ${r%h} * 3600000 )) ;; esac
+		from=$(( to_ms - span ))
+		raw_rows[$r]=$(sql "SELECT count() FROM samples WHERE time_ms BETWEEN $from AND $to_ms
+			AND node_id LIKE '666c656574%' FORMAT TSV")
+		raw_nb[$r]=$(sql "SELECT count() FROM batches WHERE window_end_ns >= $from * 1000000
+			AND window_start_ns <= $to_ms * 1000000 AND node_id LIKE '666c656574%' FORMAT TSV")
+		raw_ms[$1$r]=$(median_ms "/api/v1/flamegraph?from=$((from / 1000)).$(printf %03d $((from % 1000)))&to=$((to_ms / 1000)).$(printf %03d $((to_ms % 1000)))&format=folded&limit=100000")
+		raw_sum[$1$r]="$(grep -c '' "$work/answer" || true) $(awk '{ s += $NF } END { print s + 0 }' "$work/answer")"
+		sort "$work/answer" >"$work/answer-$1$r"
+	done
+}
+time_ranges raw
+
+# A second replica builds the slots (the first, serving reads, builds none).
+mkdir -p "$work/data2"
+t1=$(date +%s.%N)
+"$build/sysom-server" --listen 127.0.0.1:0 --port-file "$work/port2" --data-dir "$work/data2" \
+	--token-file "$work/token" --clickhouse-url "$db" --fleet-slots-interval 1 \
+	--log-level warn >"$work/server2.log" 2>&1 &
+pid2=$!
+stale_sql="SELECT count() FROM (SELECT span_ms, start_ms, sum(batches) AS n FROM fleet_slot_batches
+	GROUP BY span_ms, start_ms) ANY LEFT JOIN (SELECT span_ms, start_ms,
+	argMax(batches, (at_ns, summary)) AS sb FROM fleet_slot_state GROUP BY span_ms, start_ms)
+	USING span_ms, start_ms WHERE n != sb"
+settled_sql() { echo "$stale_sql AND start_ms + span_ms <= $(( $(date +%s) * 1000 - 180000 )) FORMAT TSV"; }
+for _ in $(seq 3600); do
+	left=$(sql "$(settled_sql)")
+	[ "$left" = 0 ] && break
+	sleep 1
+done
+t2=$(date +%s.%N)
+kill -TERM "$pid2" && wait "$pid2" 2>/dev/null || true
+pid2=""
+slots=$(sql "SELECT uniqExact(span_ms, start_ms), sum(span_ms = 60000), sum(span_ms = 3600000)
+	FROM (SELECT span_ms, start_ms FROM fleet_slot_state GROUP BY span_ms, start_ms) FORMAT TSV")
+srows=$(sql "SELECT count() FROM fleet_slots FORMAT TSV")
+sbytes=$(sql "SELECT sum(bytes_on_disk) FROM system.parts WHERE database = 'fleet'
+	AND table = 'fleet_slots' AND active FORMAT TSV")
+echo "slots built by a second replica in $(awk -v a="$t1" -v b="$t2" 'BEGIN { printf "%.0f", b - a }') s" \
+	"(slots, minutes, hours: $slots; $srows summary rows, $((sbytes / 1024)) KiB on disk)" >&2
+time_ranges slots
+
+echo "| range | nodes | batches | sample rows | raw rows ms | fleet slots ms | ratio | stacks (raw / slots) | samples (raw / slots) | answers |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
 for r in "${ranges[@]}"; do
-	case $r in *m) span=$(( ${r%m} * 60000 )) ;; *h) span=$(( ${r%h} * 3600000 )) ;; esac
-	from=$(( $(date +%s) * 1000 - span ))
-	rows=$(sql "SELECT count() FROM samples WHERE time_ms >= $from AND node_id LIKE '666c656574%' FORMAT TSV")
-	nb=$(sql "SELECT count() FROM batches WHERE window_end_ns >= $from * 1000000 AND node_id LIKE '666c656574%' FORMAT TSV")
-	ms=$(median_ms "/api/v1/flamegraph?from=-$r&to=now&format=folded")
-	stacks=$(grep -c '' "$work/answer" || true)
-	rate=$(awk -v r="$rows" -v ms="$ms" 'BEGIN { if (ms > 0) printf "%.1f M", r / ms / 1000; else print "-" }')
-	echo "| $r | $nodes | $nb | $rows | $ms | $rate | $stacks |"
+	a=${raw_ms[raw$r]} b=${raw_ms[slots$r]}
+	ratio=$(awk -v a="$a" -v b="$b" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.3f", b / a; else print "-" }')
+	read -r sa na <<<"${raw_sum[raw$r]}"
+	read -r sb nb <<<"${raw_sum[slots$r]}"
+	same=$(cmp -s "$work/answer-raw$r" "$work/answer-slots$r" && echo same || echo DIFFERENT)
+	[ "${a%% *}" = error ] && same="-"
+	echo "| $r | $nodes | ${raw_nb[$r]} | ${raw_rows[$r]} | $a | $b | $ratio | $sa / $sb | $na / $nb | $same |"
 done

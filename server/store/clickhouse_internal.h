@@ -12,7 +12,7 @@
 #include "server/store/store_impl.h"
 
 /* The newest schema this build knows (clickhouse_schema.c). */
-#define CH_SCHEMA_VERSION 14
+#define CH_SCHEMA_VERSION 15
 
 /* The HTTP timeout while migrating (a backfill reads every stored row once), at least. */
 #define CH_MIGRATION_TIMEOUT_MS (3600L * 1000L)
@@ -287,6 +287,8 @@ void ch__range_rows_from(struct byte_buf *q, struct store *base,
 /* ---- fleet slots (clickhouse_fleet_slots.c; migration 14) ----------------------------------- */
 
 extern const char *const ch__migration_fleet_slots[];
+/* Migration 15: process_names (clickhouse_schema_summaries.c). */
+extern const char *const ch__migration_process_names[];
 int ch__fleet_slots_run(struct store *base, int64_t now_ms, struct store_fleet_slots_pass *out);
 /*
  * For a fleet-wide filter (no node, pid, comm, job or identity): when current slot summaries

@@ -70,6 +70,7 @@ static const char *const *const migrations[CH_SCHEMA_VERSION] = {
 	ch__migration_nccl_rollup, /* NCCL instances past the raw calls (clickhouse_nccl_rollup.c) */
 	ch__migration_summaries, /* node, counter and job summaries (clickhouse_schema_summaries.c) */
 	ch__migration_fleet_slots, /* fleet-wide minute and hour summaries (clickhouse_fleet_slots.c) */
+	ch__migration_process_names, /* process comms per day (clickhouse_schema_summaries.c) */
 };
 
 static int read_version(struct ch_store *s, int *out)

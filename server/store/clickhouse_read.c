@@ -429,10 +429,12 @@ void ch__received_since_sql(struct byte_buf *q, int64_t from_ms)
 
 void ch__process_comms_since_sql(struct byte_buf *q, int64_t from_ms)
 {
-	byte_buf_printf(q, "(SELECT process, argMax(comm, received_ns) AS comm FROM processes"
-			   " WHERE ");
-	ch__received_since_sql(q, from_ms);
-	byte_buf_printf(q, " GROUP BY process)");
+	char day[CH_DAY_SIZE];
+
+	/* The committed process rows' latest comm, merged from the per-day summary (schema 15). */
+	since_day(from_ms, day);
+	byte_buf_printf(q, "(SELECT process, argMaxMerge(name) AS comm FROM process_names"
+			   " WHERE day >= '%s' GROUP BY process)", day);
 }
 
 void ch__own_days_sql(struct byte_buf *q, int64_t from_ms, int64_t to_ms)

@@ -85,3 +85,24 @@ const char *const ch__migration_summaries[] = {
 	" jr_world_size AS wsz GROUP BY day, process",
 	NULL,
 };
+
+/*
+ * Migration 15: the latest comm of each process per receive day, kept by a view on `batches`
+ * (whose rows carry their processes' ids and comms since: pn_process, pn_comm), so that a
+ * read's process-name join merges a row per process and day instead of grouping every process
+ * row of every batch since the day before its range (one per process per batch: as many as a
+ * twelfth of the sample rows at a GPU node's density). The backfill takes the process rows of
+ * attempts that have a batch row, as the job processes' did.
+ */
+#define PROCESS_NAMES_STATE(comm) " argMaxState(" comm ", received_ns) AS name"
+
+const char *const ch__migration_process_names[] = {
+	"ALTER TABLE batches ADD COLUMN pn_process Array(UInt64), ADD COLUMN pn_comm Array(String)",
+	"CREATE TABLE IF NOT EXISTS process_names ENGINE = AggregatingMergeTree PARTITION BY day"
+	" ORDER BY process AS SELECT day, process," PROCESS_NAMES_STATE("comm")
+	" FROM processes WHERE attempt IN (SELECT attempt FROM batches) GROUP BY day, process",
+	"CREATE MATERIALIZED VIEW IF NOT EXISTS process_names_mv TO process_names AS"
+	" SELECT day, process," PROCESS_NAMES_STATE("cm")
+	" FROM batches ARRAY JOIN pn_process AS process, pn_comm AS cm GROUP BY day, process",
+	NULL,
+};

@@ -560,7 +560,7 @@ struct partitions {
 static const char *const rollup_kept[] = {
 	"batches", "processes", "job_ranks", "process_identities", "sample_minutes",
 	"offcpu_minutes", "nccl_instances", "node_days", "batch_seqs", "node_counters",
-	"job_processes", "fleet_slots", "fleet_slot_state", "fleet_slot_batches",
+	"job_processes", "fleet_slots", "fleet_slot_state", "fleet_slot_batches", "process_names",
 };
 
 static bool kept_with_rollups(const char *table)

@@ -491,6 +491,13 @@ static int batch_row_write(struct put *p, uint64_t content_hash, struct store_pu
 	ch__rb_varint(&row, b->job_rank_count);
 	for (uint32_t i = 0; i < b->job_rank_count; i++)
 		byte_buf_put_u32(&row, (uint32_t)b->job_ranks[i].world_size);
+	/* Schema 15: the processes' ids and comms, for the process names' summary. */
+	ch__rb_varint(&row, b->process_count);
+	for (uint32_t i = 0; i < b->process_count; i++)
+		byte_buf_put_u64(&row, p->processes[i]);
+	ch__rb_varint(&row, b->process_count);
+	for (uint32_t i = 0; i < b->process_count; i++)
+		ch__rb_str(&row, sysom_batch_string(b, b->processes[i].comm));
 	rc = insert_rows(p->s, "batches", &row);
 	byte_buf_free(&row);
 	return rc;

@@ -199,7 +199,8 @@ chq "INSERT INTO batches SELECT day - 10, node_id, epoch + 1, sequence, attempt,
   received_ns - $D10_NS, window_start_ns - $D10_NS, window_end_ns - $D10_NS, samples,
   sample_rows, hostname, kernel_release, machine, agent_version, boot_id, kernel_object,
   sample_hz, sample_rate_ppm, online_cpus, counter_ids, counter_values, window_day - 10,
-  emptyArrayUInt64(), emptyArrayString(), emptyArrayInt32(), emptyArrayInt32() FROM batches" &&
+  emptyArrayUInt64(), emptyArrayString(), emptyArrayInt32(), emptyArrayInt32(), pn_process,
+  pn_comm FROM batches" &&
 chq "INSERT INTO processes SELECT day - 10, node_id, process, tgid, start_time_ns, generation,
   ppid, comm, exe, cmdline, first_seen_ns, last_seen_ns, received_ns, attempt FROM processes" &&
 chq "INSERT INTO samples SELECT day - 10, node_id, time_ms - $D10_MS, process, tgid, tid, cpu,
@@ -228,6 +229,33 @@ old_total() {
 RAW_OLD=$(old_total)
 check "the ten-day-old copy answers from raw rows what today's did ($RAW_OLD)" \
 	test "$RAW_OLD" -eq "$CH_TOTAL"
+stop_pid "$RET_PID"
+# Fleet slots (schema 14): a replica building them every second summarises the ten-day-old
+# minutes and hours (settled long ago), and its fleet-wide flame graphs of that range, read
+# from the summaries, are the raw rows' answers.
+start_server chf --clickhouse-url "${CH}?database=e2e" --retention-days 30 \
+	--fleet-slots-interval 1 --log-level debug || exit 1
+RET_PID=$SERVER_PID
+old_stale() { # ten-day-old slots whose newest summary is missing or older than their batches
+	chq "SELECT count() FROM (SELECT span_ms, start_ms, sum(batches) AS n FROM fleet_slot_batches
+	  WHERE day <= today() - 9 GROUP BY span_ms, start_ms) ANY LEFT JOIN (SELECT span_ms,
+	  start_ms, argMax(batches, (at_ns, summary)) AS sb FROM fleet_slot_state
+	  GROUP BY span_ms, start_ms) USING span_ms, start_ms WHERE n != sb"
+}
+old_summarised() { [ "$(old_stale)" = 0 ]; }
+check "a replica with --fleet-slots-interval 1 summarises the ten-day-old slots" \
+	wait_until 60 old_summarised
+check "the summaries exist ($(chq "SELECT count() FROM fleet_slot_state WHERE day <= today() - 9") slots)" \
+	test "$(chq "SELECT count() FROM fleet_slot_state WHERE day <= today() - 9")" -gt 0
+check "and its log says so" grep -q 'fleet slots: [1-9][0-9]* summaries built' "$E2E_TMP/chf.log"
+check "the ten-day-old total from the summaries is the rows' ($(old_total))" \
+	test "$(old_total)" -eq "$RAW_OLD"
+for view in "${OLD_VIEWS[@]}"; do
+	ctl flamegraph --kind "$view" --from -11d --to -9d --format folded --limit 100000 |
+		sort >"$E2E_TMP/ch.old.slots.$view.folded"
+	check "the same $view flame graph from the summaries ($(wc -l <"$E2E_TMP/ch.old.slots.$view.folded") stacks)" \
+		diff -q "$E2E_TMP/ch.old.raw.$view.folded" "$E2E_TMP/ch.old.slots.$view.folded"
+done
 stop_pid "$RET_PID"
 chq "INSERT INTO samples (day, node_id, time_ms, count, attempt) VALUES ('2020-01-01', 'old', 1577840400000, 5, 1)"
 old_parts() { chq "SELECT count() FROM system.parts WHERE database = 'e2e' AND active AND partition_id = '20200101'"; }

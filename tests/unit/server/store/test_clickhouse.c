@@ -260,6 +260,19 @@ static void same_aggregate(struct ctx *c, const struct store_sample_filter *f, u
 	assert_int_equal(ta, want);
 }
 
+/* The same groups and total from both backends, whatever the total; returns it. */
+static uint64_t same_stacks(struct ctx *c, const struct store_sample_filter *f)
+{
+	static struct text a, b;
+	uint64_t ta = 0, tb = 0;
+
+	aggregate(c->sq, f, 1000, &a, &ta);
+	aggregate(c->ch, f, 1000, &b, &tb);
+	assert_string_equal(a.buf, b.buf);
+	assert_int_equal(ta, tb);
+	return ta;
+}
+
 static int node_text(void *arg, const struct store_node *n)
 {
 	struct text *t = arg;
@@ -721,6 +734,9 @@ static void test_lists_summaries(void **state)
 	ch_sql(c->db, "DROP TABLE job_processes");
 	ch_sql(c->db, "ALTER TABLE batches DROP COLUMN window_day, DROP COLUMN jr_process,"
 		      " DROP COLUMN jr_job, DROP COLUMN jr_rank, DROP COLUMN jr_world_size");
+	ch_sql(c->db, "DROP TABLE process_names_mv");
+	ch_sql(c->db, "DROP TABLE process_names");
+	ch_sql(c->db, "ALTER TABLE batches DROP COLUMN pn_process, DROP COLUMN pn_comm");
 	ch_sql(c->db, "DROP TABLE fleet_slot_batches_mv");
 	ch_sql(c->db, "DROP TABLE fleet_slot_batches");
 	ch_sql(c->db, "DROP TABLE fleet_slots");
@@ -734,8 +750,12 @@ static void test_lists_summaries(void **state)
 				       err, sizeof(err));
 	if (rc)
 		fail_msg("reopen: %s", err);
-	assert_int_equal(store_schema_version(c->ch), 14);
+	assert_int_equal(store_schema_version(c->ch), 15);
 	same_lists(c, 3, 6, 2);
+	/* The process names (schema 15) were filled from the stored process rows: the flame
+	 * graph's comms are SQLite's. */
+	struct store_sample_filter any = { .from_ms = 0, .to_ms = INT64_MAX };
+	assert_true(same_stacks(c, &any) > 0);
 	/* And the summaries go on from there. */
 	struct job_spec later = n2;
 	later.base.sequence = 2;
@@ -808,6 +828,15 @@ static void test_uncommitted_rows_invisible(void **state)
 	ch_sql(c->db, sql);
 	aggregate(c->ch, &all, 100, &t, &total);
 	assert_int_equal(total, FIXTURE_SAMPLES);
+	/* Process rows of an attempt cut short, received last and naming every process anew:
+	 * the flame graph's comms stay those of the committed batch. */
+	ch_sql(c->db, "INSERT INTO processes (day, node_id, process, tgid, comm, received_ns,"
+		      " attempt) SELECT day, node_id, process, tgid, 'ghost', 9000000000000000000, 7"
+		      " FROM processes");
+	aggregate(c->ch, &all, 100, &t, &total);
+	assert_int_equal(total, FIXTURE_SAMPLES);
+	assert_null(strstr(t.buf, "ghost"));
+	assert_non_null(strstr(t.buf, "python3"));
 	/* A second batch row for the same identity with a higher attempt: its rows do not count. */
 	ch_sql(c->db, "INSERT INTO batches (node_id, epoch, sequence, attempt, content_hash)"
 		      " VALUES ('03030303030303030303030303030303', 1, 1, 18446744073709551615, 5)");
@@ -1192,21 +1221,16 @@ static struct store_fleet_slots_pass slots_run(struct ctx *c, int64_t now_ms)
 static uint64_t same_fleet(struct ctx *c, int64_t from_ms, int64_t to_ms)
 {
 	struct store_sample_filter f = { .from_ms = from_ms, .to_ms = to_ms };
-	static struct text a, b;
-	uint64_t ta = 0, tb = 0;
+	uint64_t total = same_stacks(c, &f);
 
-	aggregate(c->sq, &f, 1000, &a, &ta);
-	aggregate(c->ch, &f, 1000, &b, &tb);
-	assert_string_equal(a.buf, b.buf);
-	assert_int_equal(ta, tb);
 	same_agg(c, AGG_OFFCPU, &f, 1000);
 	f.node = "node-8";
-	same_aggregate(c, &f, ta ? (aggregate(c->sq, &f, 1000, &a, &tb), tb) : 0);
+	same_stacks(c, &f);
 	same_agg(c, AGG_OFFCPU, &f, 1000);
 	f.node = NULL;
 	f.comm = "python3";
 	same_agg(c, AGG_OFFCPU, &f, 1000);
-	return ta;
+	return total;
 }
 
 /*
@@ -1755,7 +1779,7 @@ static void test_identity_upgrade_from_6(void **state)
 				       err, sizeof(err));
 	if (rc)
 		fail_msg("reopen: %s", err);
-	assert_int_equal(store_schema_version(c->ch), 14);
+	assert_int_equal(store_schema_version(c->ch), 15);
 	memset(&t, 0, sizeof(t));
 	assert_int_equal(store_processes_list(c->ch, &all, 100, process_text, &t), 0);
 	assert_non_null(strstr(t.buf, " id=-"));
@@ -2132,11 +2156,11 @@ static void test_retention(void **state)
 					d_ms + 86399999, &dropped), 0);
 	assert_int_equal(dropped, 0);
 	/* The end of day D: its partitions go (batches, processes, samples, identities, sample
-	 * rollups, the node, sequence and counter summaries, and the fleet slots' batch counts),
-	 * D+3 stays, with the identity its batch sent: filtered as on SQLite. */
+	 * rollups, the node, sequence and counter summaries, the fleet slots' batch counts and the
+	 * process names), D+3 stays, with the identity its batch sent: filtered as on SQLite. */
 	assert_int_equal(store_retention_apply(c->ch, d_ms + 86400000,
 					d_ms + 86400000, &dropped), 0);
-	assert_int_equal(dropped, 9);
+	assert_int_equal(dropped, 10);
 	/* The all-time lists forget day D with its batch rows, as the reads that grouped every
 	 * batch did (SQLite keeps a node's row and totals past retention). */
 	static struct text t;
@@ -2173,7 +2197,7 @@ static void test_retention(void **state)
 	/* Everything before D+4 ends: D+3 goes too. */
 	assert_int_equal(store_retention_apply(c->ch, d_ms + 4 * 86400000LL,
 					d_ms + 4 * 86400000LL, &dropped), 0);
-	assert_int_equal(dropped, 9);
+	assert_int_equal(dropped, 10);
 	/* A node whose every batch is gone leaves the lists. */
 	memset(&t, 0, sizeof(t));
 	assert_int_equal(store_nodes_list(c->ch, node_text, &t), 0);
@@ -2291,7 +2315,7 @@ static void test_rollup_same_answers(void **state)
 				       err, sizeof(err));
 	if (rc)
 		fail_msg("reopen: %s", err);
-	assert_int_equal(store_schema_version(c->ch), 14);
+	assert_int_equal(store_schema_version(c->ch), 15);
 	rollup_same(c, &all, cutoffs, 3);
 
 	/* Raw days dropped, rollup days kept: the rollups still answer, through the batches,
