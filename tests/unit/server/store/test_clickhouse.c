@@ -2188,7 +2188,8 @@ static long long ch_number(const char *db, const char *sql)
 
 	snprintf(cmd, sizeof(cmd), "curl -sSf '%s?database=%s' --data-binary \"%s\"", ch_url, db,
 		 sql);
-	assert_non_null(p = popen(cmd, "r"));
+	p = popen(cmd, "r");
+	assert_non_null(p);
 	assert_non_null(fgets(line, sizeof(line), p));
 	assert_int_equal(pclose(p), 0);
 	assert_int_equal(sscanf(line, "%lld", &v), 1);
