@@ -12,7 +12,7 @@
 #include "server/store/store_impl.h"
 
 /* The newest schema this build knows (clickhouse_schema.c). */
-#define CH_SCHEMA_VERSION 15
+#define CH_SCHEMA_VERSION 16
 
 /* The HTTP timeout while migrating (a backfill reads every stored row once), at least. */
 #define CH_MIGRATION_TIMEOUT_MS (3600L * 1000L)
@@ -31,6 +31,7 @@
 struct ch_id_slot {
 	uint64_t h0, h1; /* the content's two hashes; h0 == 0: empty */
 	int64_t id;
+	uint16_t day;    /* stacks: a day (days since 1970) stack_days holds it for; objects: 0 */
 };
 
 struct ch_stack_slot {
@@ -253,6 +254,8 @@ extern const char *const ch__migration_rollup[];
 extern const char *const ch__migration_nccl_rollup[];
 /* Migration 13: the summaries behind the all-time lists (clickhouse_schema_summaries.c). */
 extern const char *const ch__migration_summaries[];
+/* Migration 14: stacks partitioned by day, collected by retention (clickhouse_schema_stacks.c). */
+extern const char *const ch__migration_stack_days[];
 
 /* NCCL instances kept past the raw calls (clickhouse_nccl_rollup.c; store_impl.h's ops). */
 int ch__nccl_rollup_state(struct store *base, int64_t *watermark_ns, int64_t *max_span_ns);

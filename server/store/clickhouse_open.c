@@ -18,8 +18,8 @@
 
 /*
  * Schema migrations, applied in order; every statement is idempotent (IF NOT EXISTS; an ALTER
- * ... ADD COLUMN is skipped when its column exists, column_added) so that a migration cut
- * short, or run again, simply goes on. The version row is written after its statements. 18.16 has neither TTL nor LowCardinality (without an
+ * ... ADD COLUMN is skipped when its column exists, a RENAME TABLE when its source is gone:
+ * statement_done) so that a migration cut short, or run again, simply goes on. The version row is written after its statements. 18.16 has neither TTL nor LowCardinality (without an
  * experimental setting): retention drops whole day partitions instead (docs/operations.md).
  *
  * A batch's rows are written first, each carrying the batch's `attempt` (a random id drawn per
@@ -71,6 +71,7 @@ static const char *const *const migrations[CH_SCHEMA_VERSION] = {
 	ch__migration_summaries, /* node, counter and job summaries (clickhouse_schema_summaries.c) */
 	ch__migration_fleet_slots, /* fleet-wide minute and hour summaries (clickhouse_fleet_slots.c) */
 	ch__migration_process_names, /* process comms per day (clickhouse_schema_summaries.c) */
+	ch__migration_stack_days, /* stacks by day, collected (clickhouse_schema_stacks.c) */
 };
 
 static int read_version(struct ch_store *s, int *out)
@@ -125,6 +126,35 @@ static bool column_added(struct ch_store *s, const char *st)
 	return added;
 }
 
+/* True when `st` is "RENAME TABLE a TO b" and this database has no table a: renamed already,
+ * by a run of its migration cut short after it (this ClickHouse has no RENAME IF EXISTS). */
+static bool table_renamed(struct ch_store *s, const char *st)
+{
+	char table[64];
+	struct byte_buf q = { 0 }, ans = { 0 };
+	bool renamed = false;
+
+	if (sscanf(st, "RENAME TABLE %63[A-Za-z0-9_] TO ", table) != 1)
+		return false;
+	byte_buf_printf(&q, "SELECT count() FROM system.tables WHERE database = ");
+	ch__quote(&q, s->database);
+	byte_buf_printf(&q, " AND name = ");
+	ch__quote(&q, table);
+	byte_buf_printf(&q, " FORMAT TabSeparated");
+	byte_buf_append(&q, "", 1);
+	if (!byte_buf_error(&q) && !ch__exec(s, (const char *)q.data, NULL, 0, &ans))
+		renamed = ans.len > 0 && ((const char *)ans.data)[0] == '0';
+	byte_buf_free(&q);
+	byte_buf_free(&ans);
+	return renamed;
+}
+
+/* True when a migration statement's effect is there already (see migrations[]). */
+static bool statement_done(struct ch_store *s, const char *st)
+{
+	return column_added(s, st) || table_renamed(s, st);
+}
+
 int ch__schema_apply(struct ch_store *s, char *err, size_t errlen)
 {
 	char *db = s->database;
@@ -167,7 +197,7 @@ int ch__schema_apply(struct ch_store *s, char *err, size_t errlen)
 		s->timeout_ms = CH_MIGRATION_TIMEOUT_MS;
 	for (int v = version + 1; !rc && v <= CH_SCHEMA_VERSION; v++) {
 		for (const char *const *st = migrations[v - 1]; *st; st++)
-			if (!column_added(s, *st) && (rc = ch__exec(s, *st, NULL, 0, NULL)))
+			if (!statement_done(s, *st) && (rc = ch__exec(s, *st, NULL, 0, NULL)))
 				break;
 		if (!rc)
 			rc = ch__execf(s, NULL, "INSERT INTO schema_migrations VALUES (%d, %lld)", v,

@@ -157,7 +157,7 @@ int ch__stack_get(struct store *base, int64_t id, struct store_stack **out)
 		*out = cached;
 		return 0;
 	}
-	byte_buf_printf(&q, "SELECT hex(ident) FROM stacks WHERE id = %" PRId64 " LIMIT 1", id);
+	byte_buf_printf(&q, "SELECT hex(ident) FROM stack_days WHERE id = %" PRId64 " LIMIT 1", id);
 	rc = ch__select_run(s, &q, 1, stack_row, &r, NULL);
 	byte_buf_free(&q);
 	if (!rc && !r.stk)
@@ -557,7 +557,7 @@ void ch__stacks_prefetch(struct ch_store *s, const int64_t *ids, size_t n)
 		size_t in = 0;
 
 		q.len = 0;
-		byte_buf_printf(&q, "SELECT id, hex(ident) FROM stacks WHERE id IN (");
+		byte_buf_printf(&q, "SELECT id, hex(ident) FROM stack_days WHERE id IN (");
 		for (; i < n && in < 4096; i++) {
 			struct ch_stack_slot *slot = &s->stacks[(uint64_t)ids[i] & (CH_STACK_CACHE - 1)];
 			bool cached;

@@ -553,14 +553,17 @@ struct partitions {
 /*
  * The tables kept as long as the per-minute rollups: the rollups, and what their readers need
  * to answer like raw rows: the batch rows (whose lowest attempts are CH_COMMITTED), the
- * processes (comms, pids), job ranks and identities (job and identity filters), and the
- * summaries of batch rows and job ranks (schema 13), which go with what they summed. The rest
- * is raw rows, dropped at the raw cutoff.
+ * processes (comms, pids), job ranks and identities (job and identity filters), the
+ * summaries of batch rows and job ranks (schema 13), which go with what they summed, and the
+ * stacks (schema 16), dated no earlier than any row, raw or rollup, naming them
+ * (clickhouse_schema_stacks.c): a day of stacks goes with the last rows that could name them.
+ * The rest is raw rows, dropped at the raw cutoff.
  */
 static const char *const rollup_kept[] = {
 	"batches", "processes", "job_ranks", "process_identities", "sample_minutes",
 	"offcpu_minutes", "nccl_instances", "node_days", "batch_seqs", "node_counters",
 	"job_processes", "fleet_slots", "fleet_slot_state", "fleet_slot_batches", "process_names",
+	"stack_days",
 };
 
 static bool kept_with_rollups(const char *table)

@@ -3,6 +3,14 @@
  * Storing a batch in ClickHouse: the duplicate check, content-addressed objects and stacks
  * (ids resolved through a cache, then one lookup per batch), process and sample rows in
  * RowBinary, and the batch row last (the commit point: see clickhouse_open.c).
+ *
+ * Stacks are collected by day (clickhouse_schema_stacks.c): a batch names its stacks only if
+ * stack_days holds each of them for the batch's stack day (stack_day_of) or a later one, and
+ * writes again those it holds only for earlier days. The stack day is never before the
+ * receive day, and retention never drops the partition of a day that has not ended at least
+ * a day ago (its cutoffs are whole days of --retention-days >= 1 back): so a stack the id
+ * cache or the lookup found for that day is not one retention is dropping, whatever runs at
+ * the same time on other replicas (clocks within a day of each other).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -14,6 +22,7 @@
 #include "server/store/clickhouse_internal.h"
 
 #define NS_PER_DAY (86400LL * 1000000000LL)
+#define MS_PER_DAY (86400LL * 1000LL)
 
 void ch__rb_varint(struct byte_buf *b, uint64_t v)
 {
@@ -39,6 +48,14 @@ void ch__rb_string(struct byte_buf *b, const void *data, size_t len)
 void ch__rb_str(struct byte_buf *b, const char *text)
 {
 	ch__rb_string(b, text, strlen(text));
+}
+
+/* The Date (days since 1970, clamped as ClickHouse's UInt16) of a time in ms. */
+static uint16_t day_of_ms(int64_t ms)
+{
+	int64_t days = ms < 0 ? 0 : ms / MS_PER_DAY;
+
+	return (uint16_t)(days > UINT16_MAX ? UINT16_MAX : days);
 }
 
 void ch__rb_date_ns(struct byte_buf *b, int64_t ns)
@@ -76,6 +93,7 @@ struct ident {
 	int64_t id;      /* 0: not resolved yet */
 	int64_t probe;   /* candidate under test */
 	bool created;    /* inserted by this batch */
+	bool stale;      /* stored, but only for days before the one asked for: written again */
 };
 
 static int64_t candidate(uint64_t h)
@@ -85,32 +103,45 @@ static int64_t candidate(uint64_t h)
 	return id ? id : 1;
 }
 
-static bool cache_get(struct ch_store *s, struct ident *x)
+/* A hit only when the cached row is stored for `day` or later (objects: day 0). */
+static bool cache_get(struct ch_store *s, struct ident *x, uint16_t day)
 {
 	struct ch_id_slot *slot = &s->ids[x->h0 & (CH_ID_CACHE - 1)];
 	bool hit;
 
 	pthread_mutex_lock(&s->lock);
-	hit = slot->h0 == x->h0 && slot->h1 == x->h1 && slot->id;
+	hit = slot->h0 == x->h0 && slot->h1 == x->h1 && slot->id && slot->day >= day;
 	if (hit)
 		x->id = slot->id;
 	pthread_mutex_unlock(&s->lock);
 	return hit;
 }
 
-static void cache_put(struct ch_store *s, const struct ident *x)
+/* Caches x's id, known stored for `day` (objects: 0). */
+static void cache_put(struct ch_store *s, const struct ident *x, uint16_t day)
 {
 	struct ch_id_slot *slot = &s->ids[x->h0 & (CH_ID_CACHE - 1)];
 
 	pthread_mutex_lock(&s->lock);
-	*slot = (struct ch_id_slot){ .h0 = x->h0, .h1 = x->h1, .id = x->id };
+	*slot = (struct ch_id_slot){ .h0 = x->h0, .h1 = x->h1, .id = x->id, .day = day };
 	pthread_mutex_unlock(&s->lock);
 }
+
+/* Where ids are resolved: the table, and whether it is dated (stack_days: one row per id and
+ * day it was written on). */
+struct id_table {
+	const char *name;
+	bool dated;
+};
+
+static const struct id_table objects_table = { "objects", false };
+static const struct id_table stacks_table = { "stack_days", true };
 
 struct found {
 	int64_t id;
 	uint8_t *ident;
 	size_t len;
+	uint64_t day; /* the newest day stored (dated tables) */
 };
 
 static int found_cmp(const void *a, const void *b)
@@ -123,9 +154,12 @@ static int found_cmp(const void *a, const void *b)
 /*
  * Resolves every item's id: the cache, else the stored row under its candidate id (the same
  * identity: that id; another identity: the next candidate, as SQLite probes), else the
- * candidate is free and the item is new (the caller inserts it). One query per round.
+ * candidate is free and the item is new (the caller inserts it). One query per round. In a
+ * dated table an item stored only for days before `day` is `stale` (the caller writes it
+ * again for `day`), and the cache answers only for `day` or later.
  */
-static int resolve_some(struct ch_store *s, const char *table, struct ident *items, size_t n)
+static int resolve_some(struct ch_store *s, const struct id_table *table, uint16_t day,
+			struct ident *items, size_t n)
 {
 	struct byte_buf sql = { 0 }, ans = { 0 };
 	struct found *found = NULL;
@@ -134,25 +168,33 @@ static int resolve_some(struct ch_store *s, const char *table, struct ident *ite
 
 	for (size_t i = 0; i < n; i++) {
 		items[i].id = 0;
-		items[i].created = false;
+		items[i].created = items[i].stale = false;
 		items[i].probe = candidate(items[i].h0);
-		if (!cache_get(s, &items[i]))
+		if (!cache_get(s, &items[i], table->dated ? day : 0))
 			pending++;
 	}
 	for (int round = 0; pending && round < STORE__STACK_PROBES; round++) {
 		struct ch_tsv t;
-		char *f[2];
+		char *f[3];
 		bool first = true;
 
 		sql.len = 0;
-		byte_buf_printf(&sql, "SELECT id, hex(ident) FROM %s WHERE id IN (", table);
+		/* A dated table holds an id once per day written: its identity (the same every
+		 * day) and newest day. */
+		if (table->dated)
+			byte_buf_printf(&sql, "SELECT id, hex(argMax(ident, day)), toUInt16(max(day))"
+					      " FROM %s WHERE id IN (", table->name);
+		else
+			byte_buf_printf(&sql, "SELECT id, hex(ident), 0 FROM %s WHERE id IN (",
+					table->name);
 		for (size_t i = 0; i < n; i++) {
 			if (items[i].id)
 				continue;
 			byte_buf_printf(&sql, "%s%lld", first ? "" : ",", (long long)items[i].probe);
 			first = false;
 		}
-		byte_buf_printf(&sql, ") LIMIT 1 BY id FORMAT TabSeparated");
+		byte_buf_printf(&sql, table->dated ? ") GROUP BY id FORMAT TabSeparated"
+						   : ") LIMIT 1 BY id FORMAT TabSeparated");
 		byte_buf_append(&sql, "", 1);
 		if ((rc = byte_buf_error(&sql)) ||
 		    (rc = ch__exec(s, (const char *)sql.data, NULL, 0, &ans)))
@@ -167,10 +209,10 @@ static int resolve_some(struct ch_store *s, const char *table, struct ident *ite
 			goto cleanup;
 		}
 		ch_tsv_init(&t, (char *)ans.data, ans.len);
-		while ((rc = ch_tsv_row(&t, f, 2)) == 1) {
+		while ((rc = ch_tsv_row(&t, f, 3)) == 1) {
 			struct found *x = &found[nfound];
 
-			if (nfound == pending || ch_tsv_i64(f[0], &x->id)) {
+			if (nfound == pending || ch_tsv_i64(f[0], &x->id) || ch_tsv_u64(f[2], &x->day)) {
 				rc = -EPROTO;
 				goto cleanup;
 			}
@@ -200,7 +242,10 @@ static int resolve_some(struct ch_store *s, const char *table, struct ident *ite
 			} else if (hit->len == it->len && !memcmp(hit->ident, it->data, it->len)) {
 				it->id = it->probe;
 				pending--;
-				cache_put(s, it);
+				if (table->dated && hit->day < day)
+					it->stale = true; /* cached once written again */
+				else
+					cache_put(s, it, (uint16_t)hit->day);
 			} else {
 				it->probe = candidate((uint64_t)it->probe + 1);
 			}
@@ -220,12 +265,14 @@ cleanup:
 /* At most this many ids per lookup (ClickHouse parses at most max_query_size, 256 KiB). */
 #define RESOLVE_CHUNK 4096
 
-static int resolve(struct ch_store *s, const char *table, struct ident *items, size_t n)
+static int resolve(struct ch_store *s, const struct id_table *table, uint16_t day,
+		   struct ident *items, size_t n)
 {
 	int rc = 0;
 
 	for (size_t i = 0; i < n && !rc; i += RESOLVE_CHUNK)
-		rc = resolve_some(s, table, items + i, n - i < RESOLVE_CHUNK ? n - i : RESOLVE_CHUNK);
+		rc = resolve_some(s, table, day, items + i,
+				  n - i < RESOLVE_CHUNK ? n - i : RESOLVE_CHUNK);
 	return rc;
 }
 
@@ -274,7 +321,7 @@ static int objects_write(struct put *p, struct store_put_result *r)
 		x->h0 = sysom_hash64(x->data, x->len, 0);
 		x->h1 = sysom_hash64(x->data, x->len, 1);
 	}
-	if ((rc = resolve(p->s, "objects", p->objects, b->object_count)))
+	if ((rc = resolve(p->s, &objects_table, 0, p->objects, b->object_count)))
 		goto cleanup;
 	for (uint32_t i = 0; i < b->object_count; i++) {
 		const struct sysom_object *o = &b->objects[i];
@@ -294,11 +341,36 @@ static int objects_write(struct put *p, struct store_put_result *r)
 		goto cleanup;
 	for (uint32_t i = 0; i < b->object_count; i++)
 		if (p->objects[i].created)
-			cache_put(p->s, &p->objects[i]);
+			cache_put(p->s, &p->objects[i], 0);
 cleanup:
 	byte_buf_free(&rows);
 	free(offsets);
 	return rc;
+}
+
+/*
+ * The day the batch's stacks must be stored for: the latest day partition a row of the batch
+ * naming a stack lands in (samples and off-CPU rows: their time; launches: the window's end;
+ * the minute rollups: their minute, never after the rows they sum), and never before the
+ * receive day (see the top of this file). A late or spooled batch (window days before its
+ * receive day) so keeps its stacks as long as rows received today; an agent clock ahead
+ * dates them after today, with its rows.
+ */
+static uint16_t stack_day_of(const struct put *p)
+{
+	const struct sysom_batch *b = p->b;
+	int64_t start_ms = (int64_t)(b->window_start_ns / 1000000);
+	uint16_t day = day_of_ms(p->received_ns / 1000000), d;
+
+	if (b->launch_count && (d = day_of_ms(clamp63(b->window_end_ns / 1000000))) > day)
+		day = d;
+	for (uint32_t i = 0; i < b->sample_count; i++)
+		if ((d = day_of_ms(start_ms + b->samples[i].time_offset_ms)) > day)
+			day = d;
+	for (uint32_t i = 0; i < b->offcpu_count; i++)
+		if ((d = day_of_ms(start_ms + b->offcpu[i].time_offset_ms)) > day)
+			day = d;
+	return day;
 }
 
 static int stacks_write(struct put *p, struct store_put_result *r)
@@ -306,6 +378,7 @@ static int stacks_write(struct put *p, struct store_put_result *r)
 	const struct sysom_batch *b = p->b;
 	struct byte_buf rows = { 0 };
 	size_t *offsets = calloc(b->stack_count + 1, sizeof(*offsets));
+	uint16_t day = stack_day_of(p);
 	int rc;
 
 	if (!offsets)
@@ -334,29 +407,32 @@ static int stacks_write(struct put *p, struct store_put_result *r)
 		x->h0 = store__stack_hash(x->data[0], x->data[1], x->data + 2, x->len - 2);
 		x->h1 = sysom_hash64(x->data, x->len, 1);
 	}
-	if ((rc = resolve(p->s, "stacks", p->stacks, b->stack_count)))
+	if ((rc = resolve(p->s, &stacks_table, day, p->stacks, b->stack_count)))
 		goto cleanup;
 	for (uint32_t i = 0; i < b->stack_count; i++) {
 		const struct ident *x = &p->stacks[i];
 		bool repeat = false;
 
-		if (!x->created)
+		if (!x->created && !x->stale)
 			continue;
 		/* A batch may repeat a stack: one row and one count for it. */
 		for (uint32_t j = 0; j < i && !repeat; j++)
-			repeat = p->stacks[j].created && p->stacks[j].id == x->id &&
-				 p->stacks[j].h1 == x->h1;
+			repeat = (p->stacks[j].created || p->stacks[j].stale) &&
+				 p->stacks[j].id == x->id && p->stacks[j].h1 == x->h1;
 		if (repeat)
 			continue;
+		byte_buf_put_u16(&rows, day);
 		byte_buf_put_u64(&rows, (uint64_t)x->id);
 		ch__rb_string(&rows, x->data, x->len);
-		r->new_stacks++;
+		/* Written again for a later day: not new to the store. */
+		if (x->created)
+			r->new_stacks++;
 	}
-	if ((rc = insert_rows(p->s, "stacks", &rows)))
+	if ((rc = insert_rows(p->s, "stack_days", &rows)))
 		goto cleanup;
 	for (uint32_t i = 0; i < b->stack_count; i++)
-		if (p->stacks[i].created)
-			cache_put(p->s, &p->stacks[i]);
+		if (p->stacks[i].created || p->stacks[i].stale)
+			cache_put(p->s, &p->stacks[i], day);
 cleanup:
 	byte_buf_free(&rows);
 	free(offsets);

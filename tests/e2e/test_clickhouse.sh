@@ -258,8 +258,11 @@ for view in "${OLD_VIEWS[@]}"; do
 done
 stop_pid "$RET_PID"
 chq "INSERT INTO samples (day, node_id, time_ms, count, attempt) VALUES ('2020-01-01', 'old', 1577840400000, 5, 1)"
+# A stack only 2020-01-01 named (schema 16: stacks are dated and collected with the rollups).
+chq "INSERT INTO stack_days (day, id, ident) VALUES ('2020-01-01', 4242424242, 'old')"
 old_parts() { chq "SELECT count() FROM system.parts WHERE database = 'e2e' AND active AND partition_id = '20200101'"; }
-check "the old partition is there before retention" test "$(old_parts)" -ge 1
+check "the old partition is there before retention" test "$(old_parts)" -ge 2
+STACKS_BEFORE=$(chq "SELECT uniqExact(id) FROM stack_days WHERE day >= today() - 1")
 start_server chr --clickhouse-url "${CH}?database=e2e" --retention-days 1 || exit 1
 RET_PID=$SERVER_PID RET_URL=$SERVER_URL
 SERVER_URL=$CH_URL
@@ -267,6 +270,8 @@ no_old_parts() { [ "$(old_parts)" = 0 ]; }
 check "--retention-days 1 drops the 2020-01-01 partition" wait_until 20 no_old_parts
 check "and logs it" wait_until 5 grep -q 'retention: dropped' "$E2E_TMP/chr.log"
 check "today's data stay ($(stored_total) samples)" test "$(stored_total)" -eq "$CH_TOTAL"
+check "the old stack goes with its day, today's $STACKS_BEFORE stay" \
+	test "$(chq "SELECT count() FROM stack_days WHERE id = 4242424242")/$(chq "SELECT uniqExact(id) FROM stack_days")" = "0/$STACKS_BEFORE"
 d10() { chq "SELECT count() FROM $1 WHERE day = today() - 10"; }
 check "the ten-day-old raw rows are dropped" test "$(d10 samples)$(d10 offcpu)" = 00
 check "their rollups, batches and processes stay" \

@@ -30,6 +30,8 @@
 
 #define T0 1700000000000000000ULL
 #define FIXTURE_HASH 0x5eed5eed5eed5eedULL
+/* The schema version this build migrates to (clickhouse_internal.h's CH_SCHEMA_VERSION). */
+#define CH_SCHEMA_NEWEST 16
 
 static char ch_dir[128];  /* the private server's files */
 static char ch_url[128];  /* http://127.0.0.1:PORT/ */
@@ -750,7 +752,7 @@ static void test_lists_summaries(void **state)
 				       err, sizeof(err));
 	if (rc)
 		fail_msg("reopen: %s", err);
-	assert_int_equal(store_schema_version(c->ch), 15);
+	assert_int_equal(store_schema_version(c->ch), CH_SCHEMA_NEWEST);
 	same_lists(c, 3, 6, 2);
 	/* The process names (schema 15) were filled from the stored process rows: the flame
 	 * graph's comms are SQLite's. */
@@ -1779,7 +1781,7 @@ static void test_identity_upgrade_from_6(void **state)
 				       err, sizeof(err));
 	if (rc)
 		fail_msg("reopen: %s", err);
-	assert_int_equal(store_schema_version(c->ch), 15);
+	assert_int_equal(store_schema_version(c->ch), CH_SCHEMA_NEWEST);
 	memset(&t, 0, sizeof(t));
 	assert_int_equal(store_processes_list(c->ch, &all, 100, process_text, &t), 0);
 	assert_non_null(strstr(t.buf, " id=-"));
@@ -2156,11 +2158,12 @@ static void test_retention(void **state)
 					d_ms + 86399999, &dropped), 0);
 	assert_int_equal(dropped, 0);
 	/* The end of day D: its partitions go (batches, processes, samples, identities, sample
-	 * rollups, the node, sequence and counter summaries, the fleet slots' batch counts and the
-	 * process names), D+3 stays, with the identity its batch sent: filtered as on SQLite. */
+	 * rollups, the node, sequence and counter summaries, the fleet slots' batch counts, the
+	 * process names and the stacks stored for D), D+3 stays, with the identity its batch
+	 * sent: filtered as on SQLite. */
 	assert_int_equal(store_retention_apply(c->ch, d_ms + 86400000,
 					d_ms + 86400000, &dropped), 0);
-	assert_int_equal(dropped, 10);
+	assert_int_equal(dropped, 11);
 	/* The all-time lists forget day D with its batch rows, as the reads that grouped every
 	 * batch did (SQLite keeps a node's row and totals past retention). */
 	static struct text t;
@@ -2197,7 +2200,7 @@ static void test_retention(void **state)
 	/* Everything before D+4 ends: D+3 goes too. */
 	assert_int_equal(store_retention_apply(c->ch, d_ms + 4 * 86400000LL,
 					d_ms + 4 * 86400000LL, &dropped), 0);
-	assert_int_equal(dropped, 10);
+	assert_int_equal(dropped, 11);
 	/* A node whose every batch is gone leaves the lists. */
 	memset(&t, 0, sizeof(t));
 	assert_int_equal(store_nodes_list(c->ch, node_text, &t), 0);
@@ -2315,7 +2318,7 @@ static void test_rollup_same_answers(void **state)
 				       err, sizeof(err));
 	if (rc)
 		fail_msg("reopen: %s", err);
-	assert_int_equal(store_schema_version(c->ch), 15);
+	assert_int_equal(store_schema_version(c->ch), CH_SCHEMA_NEWEST);
 	rollup_same(c, &all, cutoffs, 3);
 
 	/* Raw days dropped, rollup days kept: the rollups still answer, through the batches,
@@ -2349,6 +2352,261 @@ static void test_rollup_same_answers(void **state)
 	assert_int_equal(total, 0);
 	store_rollup_raw_keep_set(c->ch, 0);
 	store_rollup_raw_keep_set(c->sq, 0);
+}
+
+/* ---- stacks collected by day (schema 16, clickhouse_schema_stacks.c) ---------------------- */
+
+#define DAY_NS (86400ULL * 1000000000ULL)
+#define DAY_MS 86400000LL
+
+/* A number SQL answers on the private server (a count, a day). */
+static long long ch_number(const char *db, const char *sql)
+{
+	char cmd[2048], line[64] = "";
+	long long v;
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "curl -sSf '%s?database=%s' --data-binary \"%s\"", ch_url, db,
+		 sql);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	assert_non_null(fgets(line, sizeof(line), p));
+	assert_int_equal(pclose(p), 0);
+	assert_int_equal(sscanf(line, "%lld", &v), 1);
+	return v;
+}
+
+/* Rows of the five tables naming a stack (samples, offcpu, launches and their rollups) whose
+ * stack stack_days does not hold: what retention must never leave. */
+static long long dangling_stacks(const char *db)
+{
+	static const char *const tables[] = { "samples", "offcpu", "launches", "sample_minutes",
+					      "offcpu_minutes" };
+	char sql[512];
+	long long n = 0;
+
+	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
+		snprintf(sql, sizeof(sql), "SELECT count() FROM %s WHERE (user_stack != 0 AND"
+			 " user_stack NOT IN (SELECT id FROM stack_days)) OR (kernel_stack != 0 AND"
+			 " kernel_stack NOT IN (SELECT id FROM stack_days))", tables[i]);
+		n += ch_number(db, sql);
+	}
+	return n;
+}
+
+/* Stack rows stored for day `day` (days since 1970), and stacks stored at all. */
+static long long stacks_on(const char *db, uint64_t day)
+{
+	char sql[128];
+
+	snprintf(sql, sizeof(sql), "SELECT count() FROM stack_days WHERE toUInt16(day) = %" PRIu64,
+		 day);
+	return ch_number(db, sql);
+}
+
+static long long stacks_stored(const char *db)
+{
+	return ch_number(db, "SELECT uniqExact(id) FROM stack_days");
+}
+
+/* Puts into ClickHouse the fixture batch of `node` whose window starts at `window_ns` and
+ * that the server received at `received_ns`, with extra user stacks 0 .. extra-1 (the same
+ * stacks in every batch: one sample each, 20 s into the window). */
+static void put_stacks(struct ctx *c, uint8_t node, uint64_t seq, uint64_t window_ns,
+		       uint64_t received_ns, uint32_t extra)
+{
+	struct sysom_batch b;
+	struct store_put_result r;
+
+	assert_int_equal(fixture_batch_build(&b, &(struct fixture_spec){
+						     .node = node, .epoch = 1, .sequence = seq,
+						     .window_start_ns = window_ns,
+						     .extra_stacks = extra }), 0);
+	assert_int_equal(store_batch_put(c->ch, &b, FIXTURE_HASH + seq, (int64_t)received_ns, &r),
+			 0);
+	assert_false(r.duplicate);
+	sysom_batch_free(&b);
+}
+
+/* Closes and opens the ClickHouse store again: empty id and stack caches (a reader that
+ * never saw a stack), and any migration not yet applied runs. */
+static void ch_reopen(struct ctx *c)
+{
+	char err[256];
+
+	store_close(c->ch);
+	c->ch = NULL;
+	int rc = store_clickhouse_open(&(struct store_clickhouse_options){ .url = c->url }, &c->ch,
+				       err, sizeof(err));
+	if (rc)
+		fail_msg("reopen: %s", err);
+	assert_int_equal(store_schema_version(c->ch), CH_SCHEMA_NEWEST);
+}
+
+/* A CPU flame graph over all time from a fresh reader: every stack resolves (stack_text
+ * asserts it); returns the total. */
+static uint64_t flame_total(struct ctx *c)
+{
+	static struct text t;
+	struct store_sample_filter all = { .from_ms = 0, .to_ms = INT64_MAX };
+	uint64_t total = 0;
+
+	ch_reopen(c);
+	aggregate(c->ch, &all, 1000, &t, &total);
+	return total;
+}
+
+/*
+ * Retention collects stacks: those only dropped days named go; those kept raw rows or kept
+ * rollup rows name stay and resolve; a stack first stored long ago and still used survives;
+ * a late batch (window days before its receive day) and an agent clock ahead (after it) keep
+ * theirs; and the writer's id cache never skips a stack retention dropped.
+ */
+static void test_stacks_collected(void **state)
+{
+	struct ctx *c = *state;
+	const uint64_t d0 = T0 - T0 % DAY_NS;           /* 00:00 UTC of day D */
+	const uint64_t hour = 3600ULL * 1000000000ULL;
+	const uint64_t day = d0 / DAY_NS;                /* D, days since 1970 */
+	const int64_t d_ms = (int64_t)(d0 / 1000000);
+	uint32_t dropped;
+
+	REQUIRE_CH();
+	/* A: day D, extra stacks 0-2. B: day D+3, extra stack 0 and the fixture's own stacks,
+	 * first stored on D: written again for D+3. */
+	put_stacks(c, 9, 1, d0 + hour, d0 + hour + 1000000000, 3);
+	const long long base = stacks_stored(c->db) - 3; /* the fixture's own stacks */
+	assert_true(base > 0);
+	assert_int_equal(stacks_on(c->db, day), base + 3);
+	put_stacks(c, 9, 2, d0 + 3 * DAY_NS + hour, d0 + 3 * DAY_NS + hour + 1000000000, 1);
+	assert_int_equal(stacks_on(c->db, day + 3), base + 1);
+	assert_int_equal(stacks_stored(c->db), base + 3);
+
+	/* Day D goes: extra stacks 1 and 2, which only D named, go with it; B's stay and its
+	 * flame graph resolves from a reader that never saw them. */
+	assert_int_equal(store_retention_apply(c->ch, d_ms + DAY_MS, d_ms + DAY_MS, &dropped), 0);
+	assert_true(dropped > 0);
+	assert_int_equal(stacks_stored(c->db), base + 1);
+	assert_int_equal(stacks_on(c->db, day), 0);
+	assert_int_equal(dangling_stacks(c->db), 0);
+
+	/* A late batch from day D (dropped), received on D+5 by the writer whose id cache still
+	 * holds extra stacks 1 and 2 for day D: written again, for D+5 (its receive day), as the
+	 * stacks it shares with B (stored for D+3 only). */
+	put_stacks(c, 8, 1, d0 + hour, d0 + 5 * DAY_NS, 3);
+	assert_int_equal(stacks_on(c->db, day + 5), base + 3);
+	assert_int_equal(stacks_stored(c->db), base + 3);
+	assert_int_equal(dangling_stacks(c->db), 0);
+	assert_int_equal(flame_total(c), 2 * FIXTURE_SAMPLES + 1 + 3);
+
+	/* An agent clock ahead: a window on D+8 received on D+6, extra stacks 0-4 (3 and 4 only
+	 * here): its stacks are stored for D+8, the day of its rows. */
+	put_stacks(c, 7, 1, d0 + 8 * DAY_NS + hour, d0 + 6 * DAY_NS + hour, 5);
+	assert_int_equal(stacks_on(c->db, day + 6), 0);
+	assert_int_equal(stacks_on(c->db, day + 8), base + 5);
+	/* Everything before D+6 goes: only the clock-ahead batch's rows (and its batch row, of
+	 * its receive day) and stacks stay. */
+	assert_int_equal(store_retention_apply(c->ch, d_ms + 6 * DAY_MS, d_ms + 6 * DAY_MS,
+					       &dropped), 0);
+	assert_int_equal(stacks_stored(c->db), base + 5);
+	assert_int_equal(stacks_on(c->db, day + 5), 0);
+	assert_int_equal(dangling_stacks(c->db), 0);
+	assert_int_equal(flame_total(c), FIXTURE_SAMPLES + 5);
+
+	/* Its raw rows go, its rollup rows stay: the stacks stay with them and resolve. */
+	assert_int_equal(store_retention_apply(c->ch, d_ms + 9 * DAY_MS, d_ms + 6 * DAY_MS,
+					       &dropped), 0);
+	assert_int_equal(ch_number(c->db, "SELECT count() FROM samples"), 0);
+	assert_true(ch_number(c->db, "SELECT count() FROM sample_minutes") > 0);
+	assert_int_equal(stacks_stored(c->db), base + 5);
+	assert_int_equal(dangling_stacks(c->db), 0);
+	ch_reopen(c);
+	static struct text t;
+	struct store_sample_filter all = { .from_ms = 0, .to_ms = INT64_MAX };
+	uint64_t total = 0;
+	rollup_cutoff_set(c->ch, d_ms + 9 * DAY_MS);
+	aggregate(c->ch, &all, 1000, &t, &total);
+	assert_int_equal(total, FIXTURE_SAMPLES + 5);
+	store_rollup_raw_keep_set(c->ch, 0);
+
+	/* And with the rollups' day: nothing is left. */
+	assert_int_equal(store_retention_apply(c->ch, d_ms + 9 * DAY_MS, d_ms + 9 * DAY_MS,
+					       &dropped), 0);
+	assert_int_equal(stacks_stored(c->db), 0);
+}
+
+/* What a server of schema 15 left: the stacks in `stacks`, no stack_days, no version 16. */
+static void schema_15_make(struct ctx *c)
+{
+	store_close(c->ch);
+	c->ch = NULL;
+	ch_sql(c->db, "CREATE TABLE stacks (id Int64, ident String)"
+		      " ENGINE = ReplacingMergeTree ORDER BY id");
+	ch_sql(c->db, "INSERT INTO stacks SELECT id, ident FROM stack_days LIMIT 1 BY id");
+	ch_sql(c->db, "DROP TABLE stack_days");
+	/* (Rewritten, not a DELETE: that is an asynchronous mutation.) */
+	ch_sql(c->db, "DROP TABLE schema_migrations");
+	ch_sql(c->db, "CREATE TABLE schema_migrations (version UInt32, applied_ns Int64)"
+		      " ENGINE = MergeTree ORDER BY version");
+	ch_sql(c->db, "INSERT INTO schema_migrations SELECT number + 1, 0 FROM numbers(15)");
+}
+
+/*
+ * The upgrade from schema 15 carries every stack over, dated the newest day of any row naming
+ * stacks, so that retention keeps them while rows name them and collects them after; a
+ * migration cut short after the rename and part of the copy completes when run again.
+ */
+static void test_stacks_upgrade_from_15(void **state)
+{
+	struct ctx *c = *state;
+	const uint64_t d0 = T0 - T0 % DAY_NS;
+	const uint64_t hour = 3600ULL * 1000000000ULL;
+	const uint64_t day = d0 / DAY_NS;
+	const int64_t d_ms = (int64_t)(d0 / 1000000);
+	uint32_t dropped;
+
+	REQUIRE_CH();
+	put_stacks(c, 9, 1, d0 + hour, d0 + hour + 1000000000, 3);
+	put_stacks(c, 9, 2, d0 + 3 * DAY_NS + hour, d0 + 3 * DAY_NS + hour + 1000000000, 1);
+	const long long all = stacks_stored(c->db);
+
+	schema_15_make(c);
+	assert_int_equal(ch_number(c->db, "SELECT count() FROM stacks"), all);
+	ch_reopen(c);
+	assert_int_equal(ch_number(c->db, "SELECT count() FROM system.tables WHERE database ="
+					  " currentDatabase() AND name IN ('stacks', 'stacks_v13')"), 0);
+	assert_int_equal(stacks_stored(c->db), all);
+	assert_int_equal(stacks_on(c->db, day + 3), all); /* the newest rows' day */
+	assert_int_equal(flame_total(c), 2 * FIXTURE_SAMPLES + 3 + 1);
+	/* Day D goes: its stacks stay, dated D+3 (the migration cannot tell which D+3 names). */
+	assert_int_equal(store_retention_apply(c->ch, d_ms + DAY_MS, d_ms + DAY_MS, &dropped), 0);
+	assert_int_equal(stacks_stored(c->db), all);
+	assert_int_equal(dangling_stacks(c->db), 0);
+	assert_int_equal(flame_total(c), FIXTURE_SAMPLES + 1);
+
+	/* Cut short: renamed, stack_days holding one stack, no version 16. Run again: whole. */
+	schema_15_make(c);
+	ch_sql(c->db, "RENAME TABLE stacks TO stacks_v13");
+	ch_sql(c->db, "CREATE TABLE stack_days (day Date, id Int64, ident String)"
+		      " ENGINE = ReplacingMergeTree PARTITION BY day ORDER BY id");
+	ch_sql(c->db, "INSERT INTO stack_days SELECT today(), id, ident FROM stacks_v13 LIMIT 1");
+	ch_reopen(c);
+	assert_int_equal(stacks_stored(c->db), all);
+	assert_int_equal(ch_number(c->db, "SELECT count() FROM stack_days"), all);
+	assert_int_equal(dangling_stacks(c->db), 0);
+	assert_int_equal(flame_total(c), FIXTURE_SAMPLES + 1);
+	/* And collected like any: after the last day naming them, none is left but the one the
+	 * cut-short copy dated today. */
+	assert_int_equal(store_retention_apply(c->ch, d_ms + 4 * DAY_MS, d_ms + 4 * DAY_MS,
+					       &dropped), 0);
+	assert_int_equal(stacks_stored(c->db), 1);
+	/* Run again on a schema 16 database: nothing changes. */
+	ch_sql(c->db, "DROP TABLE schema_migrations");
+	ch_sql(c->db, "CREATE TABLE schema_migrations (version UInt32, applied_ns Int64)"
+		      " ENGINE = MergeTree ORDER BY version");
+	ch_sql(c->db, "INSERT INTO schema_migrations SELECT number + 1, 0 FROM numbers(15)");
+	ch_reopen(c);
+	assert_int_equal(ch_number(c->db, "SELECT count() FROM stack_days"), 1);
 }
 
 /* ---- NCCL instances kept past the raw calls (store_nccl_rollup.c) ------------------------ */
@@ -2743,6 +3001,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_settings_and_baselines, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_retention, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rollup_same_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stacks_collected, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stacks_upgrade_from_15, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nccl_rollup_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),
 		/* Last: it stops the server. */
