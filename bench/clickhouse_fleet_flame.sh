@@ -11,9 +11,10 @@
 # with their `batches` rows (one attempt each: committed), inserted by INSERT ... SELECT inside
 # ClickHouse. Then the dashboard's whole-fleet flame graph (`/api/v1/flamegraph?from=-R&format=
 # folded`) is timed over growing ranges R (one warm-up, median of 3) from raw rows (the serving
-# replica builds no slots: --fleet-slots-interval 1h), then a second replica builds the slots
-# (--fleet-slots-interval 1s; the time it took is printed) and the same ranges are timed again
-# on the first. Both answers are compared (the same folded stacks and counts).
+# replica builds no slots: --fleet-slots-interval 1h); then it stops, a replica alone on the
+# database builds the slots (--fleet-slots-interval 1s; the time it took is printed), and the
+# serving replica, started again, times the same ranges. Both answers are compared (the same
+# folded stacks and counts: the ranges are fixed times, not relative to now).
 # Usage: bench/clickhouse_fleet_flame.sh BUILD_DIR BATCH_DIR [NODES (1000)] [HOURS (3)]
 # FLEET_KEEP=1 leaves the ClickHouse and the server running (their URLs on stderr).
 set -euo pipefail
@@ -41,15 +42,22 @@ trap cleanup EXIT
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token"
 ch=$("$root/tests/tools/clickhouse-private.sh" start "$work/ch")
 db="${ch}?database=fleet"
-sql() { curl -sS --fail-with-body "$db" --data-binary "$1"; }
+sql() { curl -sS --fail-with-body "$db${2:-}" --data-binary "$1"; } # SQL [URL SETTINGS]
 
 mkdir -p "$work/data"
-"$build/sysom-server" --listen 127.0.0.1:0 --port-file "$work/port" --data-dir "$work/data" \
-	--token-file "$work/token" --clickhouse-url "$db" --fleet-slots-interval 3600 \
-	--log-level warn >"$work/server.log" 2>&1 &
+serve() { # PORT_FILE LOG SLOTS_INTERVAL: this build on the bench's database, in the background
+	rm -f "$1"
+	"$build/sysom-server" --listen 127.0.0.1:0 --port-file "$1" --data-dir "$work/data" \
+		--token-file "$work/token" --clickhouse-url "$db" --fleet-slots-interval "$3" \
+		--log-level warn >>"$2" 2>&1 &
+	for _ in $(seq 300); do [ -s "$1" ] && return; sleep 0.1; done
+	echo "the server did not start:" >&2
+	cat "$2" >&2
+	exit 1
+}
+# The serving replica builds no slots (the first pass would come after an hour).
+serve "$work/port" "$work/server.log" 3600
 pid=$!
-for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
-[ -s "$work/port" ] || { echo "the server did not start:" >&2; cat "$work/server.log" >&2; exit 1; }
 url=http://127.0.0.1:$(cat "$work/port")
 "$build/bench/ingest_load" --batches "$batches" --agents 4 --interval 5 --seconds 15 \
 	--url "$url" --server-pid "$pid" --token-file "$work/token" --report-every 3600 \
@@ -73,9 +81,10 @@ per_hour=120 # batches per node
 t0=$(date +%s)
 for ((h = 0; h < hours; h++)); do
 	# Batch i of the hour ends at now - ((hours - h) * 120 - i - 1) * 30 s.
+	# (each row in the day partition of its own time, as the server writes them)
 	sql "INSERT INTO samples (day, node_id, time_ms, process, tgid, tid, cpu, thread_comm,
 		kernel_stack, user_stack, count, attempt)
-		SELECT toDate(toDateTime(intDiv(ws, 1000))), $node_sql, ws + (t.time_ms - $tmin),
+		SELECT toDate(toDateTime(intDiv(ws + (t.time_ms - $tmin), 1000))), $node_sql, ws + (t.time_ms - $tmin),
 		cityHash64(t.process, k), t.tgid, t.tid, t.cpu, t.thread_comm, t.kernel_stack,
 		t.user_stack, t.count, $attempt_sql
 		FROM (SELECT number % $nodes AS k, $((h * per_hour)) + intDiv(number, $nodes) AS i,
@@ -83,13 +92,20 @@ for ((h = 0; h < hours; h++)); do
 		CROSS JOIN (SELECT time_ms, process, tgid, tid, cpu, thread_comm, kernel_stack,
 		      user_stack, count FROM samples WHERE node_id = '$tnode' AND attempt = $tattempt) AS t
 		SETTINGS max_block_size = 2048" # the join multiplies each block by the template's rows
+	# (pn_*: the batch's processes and their comms, as a batch row carries them: schema 15.)
 	sql "INSERT INTO batches (day, node_id, epoch, sequence, attempt, received_ns,
-		window_start_ns, window_end_ns, samples, sample_rows, hostname)
+		window_start_ns, window_end_ns, samples, sample_rows, hostname, pn_process, pn_comm)
 		SELECT toDate(toDateTime(intDiv(ws, 1000) + 31)), $node_sql, 1, i + 1, $attempt_sql,
 		(ws + 31000) * 1000000, ws * 1000000, (ws + 30000) * 1000000, 0, $trows,
-		concat('fleet-', toString(k))
+		concat('fleet-', toString(k)), arrayMap(x -> cityHash64(x, k), tp), tc
 		FROM (SELECT number % $nodes AS k, $((h * per_hour)) + intDiv(number, $nodes) AS i,
-		      $now_ms - ($((hours * per_hour)) - i) * 30000 AS ws FROM numbers($((nodes * per_hour))))"
+		      $now_ms - ($((hours * per_hour)) - i) * 30000 AS ws FROM numbers($((nodes * per_hour))))
+		CROSS JOIN (SELECT groupArray(process) AS tp, groupArray(comm) AS tc FROM
+		      (SELECT process, any(comm) AS comm FROM processes WHERE process IN
+		      (SELECT process FROM samples WHERE node_id = '$tnode' AND attempt = $tattempt)
+		      GROUP BY process))" "&max_block_size=8192&min_insert_block_size_rows=8192"
+	# (small insert blocks: the views on batches expand each row's arrays; 18.16 takes the
+	# insert's block size from the request, not from a SETTINGS clause)
 	# The processes the batch's samples name, as every batch carries them.
 	sql "INSERT INTO processes (day, node_id, process, tgid, comm, first_seen_ns, last_seen_ns,
 		received_ns, attempt)
@@ -142,12 +158,12 @@ time_ranges() { # PREFIX: times every range into raw_ms[PREFIX R], keeps the ans
 }
 time_ranges raw
 
-# A second replica builds the slots (the first, serving reads, builds none).
-mkdir -p "$work/data2"
+# The slots are built by a replica alone on the database (with another alive, the slots' owner
+# might be that one), then the serving replica comes back for the second timing.
+kill -TERM "$pid" && wait "$pid" 2>/dev/null || true
+pid=""
 t1=$(date +%s.%N)
-"$build/sysom-server" --listen 127.0.0.1:0 --port-file "$work/port2" --data-dir "$work/data2" \
-	--token-file "$work/token" --clickhouse-url "$db" --fleet-slots-interval 1 \
-	--log-level warn >"$work/server2.log" 2>&1 &
+serve "$work/port2" "$work/server2.log" 1
 pid2=$!
 stale_sql="SELECT count() FROM (SELECT span_ms, start_ms, sum(batches) AS n FROM fleet_slot_batches
 	GROUP BY span_ms, start_ms) ANY LEFT JOIN (SELECT span_ms, start_ms,
@@ -162,12 +178,15 @@ done
 t2=$(date +%s.%N)
 kill -TERM "$pid2" && wait "$pid2" 2>/dev/null || true
 pid2=""
+serve "$work/port" "$work/server.log" 3600
+pid=$!
+url=http://127.0.0.1:$(cat "$work/port")
 slots=$(sql "SELECT uniqExact(span_ms, start_ms), sum(span_ms = 60000), sum(span_ms = 3600000)
 	FROM (SELECT span_ms, start_ms FROM fleet_slot_state GROUP BY span_ms, start_ms) FORMAT TSV")
 srows=$(sql "SELECT count() FROM fleet_slots FORMAT TSV")
 sbytes=$(sql "SELECT sum(bytes_on_disk) FROM system.parts WHERE database = 'fleet'
 	AND table = 'fleet_slots' AND active FORMAT TSV")
-echo "slots built by a second replica in $(awk -v a="$t1" -v b="$t2" 'BEGIN { printf "%.0f", b - a }') s" \
+echo "slots built by a replica in $(awk -v a="$t1" -v b="$t2" 'BEGIN { printf "%.0f", b - a }') s" \
 	"(slots, minutes, hours: $slots; $srows summary rows, $((sbytes / 1024)) KiB on disk)" >&2
 time_ranges slots
 

@@ -104,20 +104,25 @@ echo "|---|---|---:|---:|---:|"
 measure "none"
 rows=$((days * nodes * 2880))
 history() { # DB_URL: the synthetic history (the same rows into either database)
-	local db=$1 jr=
-	# This build's batch rows carry their job rank (schema 13), as the server writes them.
+	local db=$1 jr= pn=
+	# This build's batch rows carry their job rank (schema 13) and their processes' comms
+	# (schema 15), as the server writes them.
 	curl -s "$db" --data-binary "SELECT count() FROM system.columns WHERE database = currentDatabase()
 		AND table = 'batches' AND name = 'jr_job'" | grep -q 1 && jr=1
+	curl -s "$db" --data-binary "SELECT count() FROM system.columns WHERE database = currentDatabase()
+		AND table = 'batches' AND name = 'pn_comm'" | grep -q 1 && pn=1
 	curl -s "$db" --data-binary "INSERT INTO batches (day, node_id, epoch, sequence, attempt,
 		received_ns, window_start_ns, window_end_ns, hostname, counter_ids, counter_values
-		${jr:+, window_day, jr_process, jr_job, jr_rank, jr_world_size})
+		${jr:+, window_day, jr_process, jr_job, jr_rank, jr_world_size}
+		${pn:+, pn_process, pn_comm})
 		SELECT toDate(now()) - 2 - intDiv(number, $((nodes * 2880))) AS d,
 		lower(hex(toFixedString(concat('hist', toString(number % $nodes)), 16))) AS node,
 		1, intDiv(number, $nodes), rand64() + 1 AS a,
 		toInt64(toUInt32(toDateTime(d))) * 1000000000 + intDiv(number % ($nodes * 2880), $nodes) * 30000000000 AS r,
 		r - 31000000000, r - 1000000000, concat('hist-', toString(number % $nodes)), [1, 2], [990, 22]
 		${jr:+, d, [number % $nodes], [concat('hist-job-', toString(intDiv(number % $nodes, 8)))],
-		[toInt32(number % 8)], [toInt32(8)]} FROM numbers($rows)"
+		[toInt32(number % 8)], [toInt32(8)]} ${pn:+, [toUInt64(number)], ['python3']}
+		FROM numbers($rows)"
 	curl -s "$db" --data-binary "INSERT INTO processes (day, node_id, process, tgid, comm, received_ns, attempt)
 		SELECT toDate(now()) - 2 - intDiv(number, $((nodes * 2880))) AS d,
 		lower(hex(toFixedString(concat('hist', toString(number % $nodes)), 16))),

@@ -296,7 +296,7 @@ int ch__fleet_slots_run(struct store *base, int64_t now_ms, struct store_fleet_s
 /*
  * For a fleet-wide filter (no node, pid, comm, job or identity): when current slot summaries
  * cover part of f's range, appends " FROM (...)" with the columns comm, flo, fhi (tgid range),
- * fst (uniqExact state of the processes), user_stack, kernel_stack and fv (samples, off-CPU
+ * fst (uniqHLL12 state of the processes), user_stack, kernel_stack and fv (samples, off-CPU
  * with `offcpu`: blocked ns), summaries and the rest's raw rows, and returns 1; else appends
  * nothing and returns 0. Negative: ClickHouse's error.
  */

@@ -619,7 +619,7 @@ int ch__stacks_aggregate(struct store *base, const struct store_sample_filter *f
 
 	/* A fleet-wide range: the slots' summaries where they are current, raw rows for the rest
 	 * (clickhouse_fleet_slots.c). */
-	byte_buf_printf(&q, "SELECT comm, min(flo), max(fhi), uniqExactMerge(fst), user_stack,"
+	byte_buf_printf(&q, "SELECT comm, min(flo), max(fhi), uniqHLL12Merge(fst), user_stack,"
 			    " kernel_stack, sum(fv) AS c");
 	if ((rc = ch__fleet_slots_from(&q, base, f, false)) < 0)
 		goto cleanup;

@@ -208,7 +208,7 @@ int ch__offcpu_aggregate(struct store *base, const struct store_sample_filter *f
 	/* A fleet-wide range: the slots' summaries where they are current, raw rows for the rest
 	 * (clickhouse_fleet_slots.c). */
 	byte_buf_printf(&q, REGROUP_HEAD
-			"SELECT comm, min(flo) AS lo, max(fhi) AS hi, uniqExactMerge(fst) AS procs,"
+			"SELECT comm, min(flo) AS lo, max(fhi) AS hi, uniqHLL12Merge(fst) AS procs,"
 			" user_stack AS u, kernel_stack AS k, intDiv(sum(fv), 1000) AS c0");
 	if ((rc = ch__fleet_slots_from(&q, base, f, true)) < 0)
 		goto cleanup;

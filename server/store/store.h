@@ -754,8 +754,9 @@ void store_rollup_raw_keep_set(struct store *s, int64_t raw_keep_ms);
  * minute and per hour, without the node dimension, from committed batches only. Fleet-wide
  * reads (store_stacks_aggregate, store_offcpu_aggregate with no node, pid, comm, job or
  * identity condition) answer the whole slots of their range that have a current summary from
- * it, and the rest from rows as before, exactly as a read of the rows alone would (but for a
- * process renamed during the range: its samples are grouped under its name as of each slot).
+ * it, and the rest from rows as before, as a read of the rows alone would but for two things:
+ * a group's process count past about 60 is a HyperLogLog estimate (±2%), and a process renamed
+ * during the range has its samples grouped under its name as of each slot.
  * A summary is current until a batch touching its slot is stored after it was built (a late,
  * spooled or second copy): that slot is read from rows until the next run builds it again.
  */

@@ -133,6 +133,20 @@ static void ch_sql(const char *db, const char *sql)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* Makes the database say it has applied migrations 1..version only (the ones after it run at
+ * the next open). Rewritten, not an ALTER ... DELETE: that is an asynchronous mutation. */
+static void migrations_rewind(const char *db, unsigned version)
+{
+	char sql[128];
+
+	ch_sql(db, "DROP TABLE schema_migrations");
+	ch_sql(db, "CREATE TABLE schema_migrations (version UInt32, applied_ns Int64)"
+		   " ENGINE = MergeTree ORDER BY version");
+	snprintf(sql, sizeof(sql), "INSERT INTO schema_migrations SELECT number + 1, 0"
+		 " FROM numbers(%u)", version);
+	ch_sql(db, sql);
+}
+
 static void put(struct store *s, const struct fixture_spec *spec, uint64_t hash,
 		struct store_put_result *res)
 {
@@ -743,11 +757,7 @@ static void test_lists_summaries(void **state)
 	ch_sql(c->db, "DROP TABLE fleet_slot_batches");
 	ch_sql(c->db, "DROP TABLE fleet_slots");
 	ch_sql(c->db, "DROP TABLE fleet_slot_state");
-	/* (Rewritten, not a DELETE: that is an asynchronous mutation.) */
-	ch_sql(c->db, "DROP TABLE schema_migrations");
-	ch_sql(c->db, "CREATE TABLE schema_migrations (version UInt32, applied_ns Int64)"
-		      " ENGINE = MergeTree ORDER BY version");
-	ch_sql(c->db, "INSERT INTO schema_migrations SELECT number + 1, 0 FROM numbers(12)");
+	migrations_rewind(c->db, 12);
 	int rc = store_clickhouse_open(&(struct store_clickhouse_options){ .url = c->url }, &c->ch,
 				       err, sizeof(err));
 	if (rc)
@@ -1772,11 +1782,7 @@ static void test_identity_upgrade_from_6(void **state)
 	ch_sql(c->db, "DROP TABLE process_identities");
 	ch_sql(c->db, "DROP TABLE gpu_health");
 	ch_sql(c->db, "ALTER TABLE job_ranks DROP COLUMN gpu_device");
-	ch_sql(c->db, "DROP TABLE schema_migrations");
-	ch_sql(c->db, "CREATE TABLE schema_migrations (version UInt32, applied_ns Int64)"
-		      " ENGINE = MergeTree ORDER BY version");
-	ch_sql(c->db, "INSERT INTO schema_migrations VALUES (1, 0), (2, 0), (3, 0), (4, 0), (5, 0),"
-		      " (6, 0)");
+	migrations_rewind(c->db, 6);
 	int rc = store_clickhouse_open(&(struct store_clickhouse_options){ .url = c->url }, &c->ch,
 				       err, sizeof(err));
 	if (rc)
@@ -2309,11 +2315,7 @@ static void test_rollup_same_answers(void **state)
 	c->ch = NULL;
 	ch_sql(c->db, "DROP TABLE sample_minutes");
 	ch_sql(c->db, "DROP TABLE offcpu_minutes");
-	ch_sql(c->db, "DROP TABLE schema_migrations");
-	ch_sql(c->db, "CREATE TABLE schema_migrations (version UInt32, applied_ns Int64)"
-		      " ENGINE = MergeTree ORDER BY version");
-	ch_sql(c->db, "INSERT INTO schema_migrations VALUES (1, 0), (2, 0), (3, 0), (4, 0), (5, 0),"
-		      " (6, 0), (7, 0), (8, 0), (9, 0)");
+	migrations_rewind(c->db, 9);
 	int rc = store_clickhouse_open(&(struct store_clickhouse_options){ .url = c->url }, &c->ch,
 				       err, sizeof(err));
 	if (rc)
@@ -2544,11 +2546,7 @@ static void schema_15_make(struct ctx *c)
 		      " ENGINE = ReplacingMergeTree ORDER BY id");
 	ch_sql(c->db, "INSERT INTO stacks SELECT id, ident FROM stack_days LIMIT 1 BY id");
 	ch_sql(c->db, "DROP TABLE stack_days");
-	/* (Rewritten, not a DELETE: that is an asynchronous mutation.) */
-	ch_sql(c->db, "DROP TABLE schema_migrations");
-	ch_sql(c->db, "CREATE TABLE schema_migrations (version UInt32, applied_ns Int64)"
-		      " ENGINE = MergeTree ORDER BY version");
-	ch_sql(c->db, "INSERT INTO schema_migrations SELECT number + 1, 0 FROM numbers(15)");
+	migrations_rewind(c->db, 15);
 }
 
 /*
@@ -2601,10 +2599,7 @@ static void test_stacks_upgrade_from_15(void **state)
 					       &dropped), 0);
 	assert_int_equal(stacks_stored(c->db), 1);
 	/* Run again on a schema 16 database: nothing changes. */
-	ch_sql(c->db, "DROP TABLE schema_migrations");
-	ch_sql(c->db, "CREATE TABLE schema_migrations (version UInt32, applied_ns Int64)"
-		      " ENGINE = MergeTree ORDER BY version");
-	ch_sql(c->db, "INSERT INTO schema_migrations SELECT number + 1, 0 FROM numbers(15)");
+	migrations_rewind(c->db, 15);
 	ch_reopen(c);
 	assert_int_equal(ch_number(c->db, "SELECT count() FROM stack_days"), 1);
 }
