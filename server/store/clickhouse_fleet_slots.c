@@ -28,8 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <time.h>
 
+#include "common/clock.h"
 #include "server/store/clickhouse_internal.h"
 
 #define MINUTE_MS 60000LL
@@ -145,14 +145,6 @@ static void slots_sql(struct byte_buf *q, int64_t from_ms, int64_t to_ms, bool s
 		byte_buf_printf(q, " ORDER BY start_ms, span_ms");
 }
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
 /* Builds one summary of slot `x` (both kinds), then commits it with the count read before and
  * the caller's clock. */
 static int slot_build(struct store *base, const struct slot *x, int64_t at_ns)
@@ -199,7 +191,7 @@ int ch__fleet_slots_run(struct store *base, int64_t now_ms, struct store_fleet_s
 {
 	struct slots c = { .max = PASS_CANDIDATES };
 	struct byte_buf q = { 0 };
-	int64_t started = mono_ms(), built_ns = now_ms > INT64_MAX / 1000000
+	int64_t started = sysom_monotonic_ms(), built_ns = now_ms > INT64_MAX / 1000000
 		? INT64_MAX : now_ms * 1000000;
 	int rc;
 
@@ -217,7 +209,7 @@ int ch__fleet_slots_run(struct store *base, int64_t now_ms, struct store_fleet_s
 			out->pending++; /* rebuilt lately: again in a later pass */
 			continue;
 		}
-		if (mono_ms() - started > PASS_BUDGET_MS) {
+		if (sysom_monotonic_ms() - started > PASS_BUDGET_MS) {
 			out->pending++;
 			continue;
 		}
@@ -240,21 +232,21 @@ static bool fleet_wide(const struct store_sample_filter *f)
 	return !f->node && !f->has_pid && !f->comm && !f->job && !store_filter_has_identity(f);
 }
 
+/* Orders slots as the plan query does: by start, then span. */
+static int slot_cmp(const void *a, const void *b)
+{
+	const struct slot *x = a, *y = b;
+
+	if (x->start_ms != y->start_ms)
+		return x->start_ms < y->start_ms ? -1 : 1;
+	return (x->span_ms > y->span_ms) - (x->span_ms < y->span_ms);
+}
+
 static const struct slot *slot_find(const struct slots *s, int64_t span_ms, int64_t start_ms)
 {
-	size_t lo = 0, hi = s->n;
+	const struct slot key = { .span_ms = span_ms, .start_ms = start_ms };
 
-	while (lo < hi) { /* sorted by (start, span) */
-		size_t mid = lo + (hi - lo) / 2;
-		const struct slot *m = &s->v[mid];
-
-		if (m->start_ms < start_ms || (m->start_ms == start_ms && m->span_ms < span_ms))
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < s->n && s->v[lo].start_ms == start_ms && s->v[lo].span_ms == span_ms
-		       ? &s->v[lo] : NULL;
+	return s->n ? bsearch(&key, s->v, s->n, sizeof(*s->v), slot_cmp) : NULL;
 }
 
 /* How a range is read: summaries of whole slots, raw rows for the rest. */

@@ -269,23 +269,20 @@ int ch__nccl_rollup_process(struct store *base, int64_t process,
  * others). 0 or an error of ch__exec. */
 int ch__batch_write_rollup(const struct ch_gpu_os_put *p);
 /*
- * When part of f's range is older than the rollup cutoff (store__rollup_cutoff_ms): appends
- * " FROM (raw rows from the cutoff UNION ALL rollup rows before it) ANY LEFT JOIN
- * CH_PROCESS_COMMS USING process WHERE 1" with the columns node_id, process, tgid,
- * thread_comm ('' for rollup rows), user_stack, kernel_stack and count (blocked_ns with
- * `offcpu`), committed rows only, and returns 1; else appends nothing and returns 0.
- */
-int ch__rollup_from(struct byte_buf *q, struct store *base, const struct store_sample_filter *f,
-		    bool offcpu);
-/*
- * Appends " FROM <CPU samples (off-CPU rows with `offcpu`) of f's range, raw rows or rollups
- * (ch__rollup_from), committed, joined with their process's comm> WHERE <the range>", without
- * f's other conditions (ch__filter_conds). With `narrow` the committed attempts are found among
- * the batches whose window can hold rows of the range only (ch__committed_range_sql): cheaper
- * for a short range far from now.
+ * Appends " FROM <CPU samples (off-CPU rows with `offcpu`) of f's range, committed, joined with
+ * their process's comm> WHERE <the range>", without f's other conditions (ch__filter_conds).
+ * When part of the range is older than the rollup cutoff (store__rollup_cutoff_ms) the FROM is
+ * raw rows from the cutoff UNION ALL rollup rows before it, with the columns node_id, process,
+ * tgid, thread_comm ('' for rollup rows), user_stack, kernel_stack and count (blocked_ns).
+ * With `narrow` the committed attempts are found among the batches whose window can hold rows
+ * of the range only (ch__committed_range_sql): cheaper for a short range far from now.
  */
 void ch__range_rows_from(struct byte_buf *q, struct store *base,
 			 const struct store_sample_filter *f, bool offcpu, bool narrow);
+/* ch__range_rows_from from raw rows only, whatever the rollup cutoff (the readers other than
+ * the flame graphs read raw rows only, as on SQLite). */
+void ch__raw_rows_from(struct byte_buf *q, const struct store_sample_filter *f, bool offcpu,
+		       bool narrow);
 
 /* ---- fleet slots (clickhouse_fleet_slots.c; migration 14) ----------------------------------- */
 

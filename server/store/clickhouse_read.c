@@ -494,10 +494,15 @@ int ch__filter_conds(struct byte_buf *q, const struct store_sample_filter *f, bo
 	return byte_buf_error(q);
 }
 
-/* Appends the samples (joined with their process's comm) matching `f`, as a FROM clause. */
-static int filter_from(struct byte_buf *q, struct store *base, const struct store_sample_filter *f)
+/* Appends the samples (joined with their process's comm) matching `f`, as a FROM clause: raw
+ * rows and rollups (the flame graph) or raw rows only (`raw`: the process list, as SQLite). */
+static int filter_from(struct byte_buf *q, struct store *base, const struct store_sample_filter *f,
+		       bool raw)
 {
-	ch__range_rows_from(q, base, f, false, false);
+	if (raw)
+		ch__raw_rows_from(q, f, false, false);
+	else
+		ch__range_rows_from(q, base, f, false, false);
 	return ch__filter_conds(q, f, true);
 }
 
@@ -627,7 +632,7 @@ int ch__stacks_aggregate(struct store *base, const struct store_sample_filter *f
 		q.len = 0;
 		byte_buf_printf(&q, "SELECT comm, min(tgid), max(tgid), uniqExact(process),"
 				    " user_stack, kernel_stack, sum(count) AS c");
-		if ((rc = filter_from(&q, base, f)))
+		if ((rc = filter_from(&q, base, f, false)))
 			goto cleanup;
 	}
 	/* WITH TOTALS sums every group, also those beyond the LIMIT. */
@@ -672,7 +677,7 @@ int ch__processes_list(struct store *base, const struct store_sample_filter *f, 
 	 * nodes' attributes are merged over every committed batch of those nodes (the primary
 	 * key's prefix), as SQLite keeps them, not over the fleet's. */
 	byte_buf_printf(&top, "(SELECT process, any(node_id) AS top_node, sum(count) AS c");
-	if ((rc = filter_from(&top, base, f)))
+	if ((rc = filter_from(&top, base, f, true)))
 		goto cleanup;
 	byte_buf_printf(&top, " GROUP BY process ORDER BY c DESC, process LIMIT %u)", limit);
 	byte_buf_append(&top, "", 1);

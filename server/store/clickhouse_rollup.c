@@ -169,6 +169,8 @@ static void committed(struct byte_buf *q, int64_t from_ms, int64_t to_ms, bool n
 		ch__committed_since_sql(q, from_ms);
 }
 
+/* ch__range_rows_from's FROM when part of the range is before the rollup cutoff: 1; else
+ * nothing appended and 0. */
 static int rollup_from(struct byte_buf *q, struct store *base, const struct store_sample_filter *f,
 		       bool offcpu, bool narrow)
 {
@@ -203,17 +205,16 @@ static int rollup_from(struct byte_buf *q, struct store *base, const struct stor
 	return 1;
 }
 
-int ch__rollup_from(struct byte_buf *q, struct store *base, const struct store_sample_filter *f,
-		    bool offcpu)
-{
-	return rollup_from(q, base, f, offcpu, false);
-}
-
 void ch__range_rows_from(struct byte_buf *q, struct store *base,
 			 const struct store_sample_filter *f, bool offcpu, bool narrow)
 {
-	if (rollup_from(q, base, f, offcpu, narrow))
-		return;
+	if (!rollup_from(q, base, f, offcpu, narrow))
+		ch__raw_rows_from(q, f, offcpu, narrow);
+}
+
+void ch__raw_rows_from(struct byte_buf *q, const struct store_sample_filter *f, bool offcpu,
+		       bool narrow)
+{
 	byte_buf_printf(q, " FROM %s ANY LEFT JOIN ", offcpu ? "offcpu" : "samples");
 	ch__process_comms_since_sql(q, f->from_ms);
 	byte_buf_printf(q, " USING process WHERE time_ms BETWEEN %" PRId64 " AND %" PRId64,
