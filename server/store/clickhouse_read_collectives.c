@@ -220,20 +220,28 @@ static int job_row(void *ctx, char **f)
 	return v->fn(v->arg, &j);
 }
 
+/*
+ * Appends each process's merged job rank from its summary (clickhouse_schema_summaries.c: kept
+ * from the committed batch rows, a few rows per process and day) instead of every job_ranks
+ * row of every batch: (process, job, rk, wsz, nd, fs, ls).
+ */
+static void job_summaries_sql(struct byte_buf *q)
+{
+	byte_buf_printf(q, "(SELECT process, argMaxMerge(j) AS job, argMaxMerge(r) AS rk,"
+			   " argMaxMerge(ws) AS wsz, anyMerge(node) AS nd, minMerge(f) AS fs,"
+			   " maxMerge(l) AS ls FROM job_processes GROUP BY process)");
+}
+
 int ch__jobs_list(struct store *base, uint32_t limit, store_job_fn fn, void *arg)
 {
 	struct job_visit v = { fn, arg };
 	struct byte_buf q = { 0 };
 	int rc;
 
-	/* Each process's merged job rank from its summary (clickhouse_schema_summaries.c: kept
-	 * from the committed batch rows, a few rows per process and day) instead of every
-	 * job_ranks row of every batch. */
 	byte_buf_printf(&q, "SELECT job, max(wsz), uniqExactIf(rk, rk >= 0), count(), uniqExact(nd),"
-			    " min(fs), max(ls) AS last FROM (SELECT process, argMaxMerge(j) AS job,"
-			    " argMaxMerge(r) AS rk, argMaxMerge(ws) AS wsz, anyMerge(node) AS nd,"
-			    " minMerge(f) AS fs, maxMerge(l) AS ls FROM job_processes GROUP BY process)"
-			    " WHERE job != '' GROUP BY job ORDER BY last DESC, job LIMIT %" PRIu32,
+			    " min(fs), max(ls) AS last FROM ");
+	job_summaries_sql(&q);
+	byte_buf_printf(&q, " WHERE job != '' GROUP BY job ORDER BY last DESC, job LIMIT %" PRIu32,
 			limit);
 	rc = run(ch__store(base), &q, 7, job_row, &v);
 	byte_buf_free(&q);
@@ -248,15 +256,15 @@ int ch__jobs_list_identity(struct store *base, const struct store_sample_filter 
 	int rc;
 
 	/* As SQLite: the jobs of the processes whose identity matches, counted over all their
-	 * processes. */
-	byte_buf_printf(&q, "SELECT j, max(ws), uniqExactIf(r, r >= 0), count(), uniqExact(node),"
-			    " min(f), max(l) AS last FROM ");
-	job_ranks_merged(&q, NULL);
-	byte_buf_printf(&q, " WHERE j != '' AND j IN (SELECT j FROM ");
-	job_ranks_merged(&q, NULL);
+	 * processes (each process's job rank from the summaries, as the plain list). */
+	byte_buf_printf(&q, "SELECT job, max(wsz), uniqExactIf(rk, rk >= 0), count(), uniqExact(nd),"
+			    " min(fs), max(ls) AS last FROM ");
+	job_summaries_sql(&q);
+	byte_buf_printf(&q, " WHERE job != '' AND job IN (SELECT job FROM ");
+	job_summaries_sql(&q);
 	byte_buf_printf(&q, " WHERE process IN ");
 	ch__identity_processes_sql(&q, f, CH_ALL_TIME);
-	byte_buf_printf(&q, ") GROUP BY j ORDER BY last DESC, j LIMIT %" PRIu32, limit);
+	byte_buf_printf(&q, ") GROUP BY job ORDER BY last DESC, job LIMIT %" PRIu32, limit);
 	rc = run(ch__store(base), &q, 7, job_row, &v);
 	byte_buf_free(&q);
 	return rc;
