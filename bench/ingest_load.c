@@ -1691,6 +1691,12 @@ static int report(void)
 		       (double)rss_max / MIB, slope, isnan(slope) ? "too few samples" : flat ? "flat" : "GROWING",
 		       opt.max_rss_slope);
 		printf("  server CPU: %.0f%% of one core on average\n", cpu_pct);
+		/* The server's CPU per stored batch over the run: what the per-core rate comes from
+		 * when the store (not the server) is what limits the rate. */
+		if (L.stored && cpu_pct > 0)
+			printf("  server CPU per stored batch: %.2f ms (%.0f batches/s per server"
+			       " core)\n", cpu_pct * 10.0 * run_s / (double)L.stored,
+			       (double)L.stored / run_s / (cpu_pct / 100.0));
 	}
 	if (L.data_dir[0] && first && last)
 		printf("  database: %.1f MiB -> %.1f MiB (+%.1f MiB, %.1f MiB/min)\n",

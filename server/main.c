@@ -78,6 +78,7 @@ struct config {
 	char *clickhouse_url;
 	char *clickhouse_credentials;
 	double clickhouse_timeout;
+	unsigned clickhouse_group_max;
 	uint32_t retention_days;
 	uint32_t rollup_retention_days; /* ROLLUP_DAYS_UNSET: rollup_days() */
 	uint32_t read_connections;
@@ -162,6 +163,7 @@ static const struct sysom_option options[] = {
 	{ "max-db-size", SYSOM_OPT_SIZE, &cfg.max_db_size, 0, 1e15, "cap of the database size; ingest answers 507 beyond (default 0: none)", false },
 	{ "clickhouse-url", SYSOM_OPT_STRING, &cfg.clickhouse_url, 0, 0, "http://HOST:8123/?database=NAME: store profiles in ClickHouse instead of DATA-DIR/sysom.db", false },
 	{ "clickhouse-credentials", SYSOM_OPT_STRING, &cfg.clickhouse_credentials, 0, 0, "file whose first line is USER:PASSWORD for ClickHouse", false },
+	{ "clickhouse-group-max", SYSOM_OPT_UINT, &cfg.clickhouse_group_max, 0, 65536, "most batches one group insert into ClickHouse carries (the batches stored at the same time share one INSERT per table, up to 32 MiB of rows; default 0: no count limit; 1: one batch per INSERT, as before group inserts)", false },
 	{ "clickhouse-timeout", SYSOM_OPT_DURATION, &cfg.clickhouse_timeout, 0.1, 600, "longest a ClickHouse statement may take; ingest answers 503 beyond (default 10s)", false },
 	{ "retention-days", SYSOM_OPT_UINT, &cfg.retention_days, 0, 36500, "delete raw profile data (samples, off-CPU, GPU, NCCL, OS rows, batches) older than N days, checked hourly: ClickHouse drops whole days, SQLite deletes rows in short transactions, then unreferenced processes and stacks, and returns free pages; older CPU and off-CPU flame graphs come from per-minute rollups and older NCCL collectives (stragglers) from per-instance rollups written just before the calls go (--rollup-retention-days); incidents, settings, baselines stay (default 0: keep everything)", false },
 	{ "rollup-retention-days", SYSOM_OPT_UINT, &cfg.rollup_retention_days, 0, 36500, "with --retention-days: keep the per-minute rollups of CPU samples and off-CPU time (what flame graphs of older ranges are drawn from) and the NCCL collective instances (what stragglers of older ranges are found from) for M days, at least the raw N (default 90, or N when longer; 0: keep them)", false },
@@ -1154,6 +1156,7 @@ static int run(const char *host, uint16_t port)
 			.url = cfg.clickhouse_url,
 			.credentials_file = cfg.clickhouse_credentials,
 			.timeout_ms = (uint32_t)(cfg.clickhouse_timeout * 1000),
+			.group_max = cfg.clickhouse_group_max,
 		};
 
 		if (cfg.max_db_size)

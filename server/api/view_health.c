@@ -236,6 +236,7 @@ void api_metrics_get(void *ctx, const struct http_request *req, struct http_resp
 	struct symbolizer_stats ss;
 	struct auth_decision who;
 	uint64_t size;
+	struct store_insert_groups groups;
 	int rc;
 
 	/*
@@ -259,6 +260,17 @@ void api_metrics_get(void *ctx, const struct http_request *req, struct http_resp
 		metrics_family_write(&out, "sysom_store_size_bytes", "gauge",
 				     "Bytes the store occupies on disk.");
 		metrics_sample_write(&out, "sysom_store_size_bytes", NULL, (double)size);
+	}
+	if (store_insert_groups_get(api->store, &groups) == 0) {
+		metrics_family_write(&out, "sysom_store_insert_groups_total", "counter",
+				     "Group inserts into ClickHouse (one INSERT per table for the "
+				     "batches stored together).");
+		metrics_sample_write(&out, "sysom_store_insert_groups_total", NULL,
+				     (double)groups.groups);
+		metrics_family_write(&out, "sysom_store_grouped_batches_total", "counter",
+				     "Batches those group inserts carried.");
+		metrics_sample_write(&out, "sysom_store_grouped_batches_total", NULL,
+				     (double)groups.batches);
 	}
 	kernel_symbols_metrics_write(api, &out);
 	symbolizer_stats_get(api->sym, &ss);

@@ -90,10 +90,7 @@ int ch__batch_write_gpu_health(const struct ch_gpu_os_put *p)
 		byte_buf_put_u32(&rows, g->xid_last);
 		byte_buf_put_u64(&rows, p->attempt);
 	}
-	rc = byte_buf_error(&rows);
-	if (!rc)
-		rc = ch__exec(p->s, "INSERT INTO gpu_health FORMAT RowBinary", rows.data, rows.len,
-			      NULL);
+	rc = ch__rows_take(p->out, "gpu_health", &rows);
 	byte_buf_free(&rows);
 	return rc;
 }

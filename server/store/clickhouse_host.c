@@ -42,10 +42,7 @@ int ch__batch_write_host(const struct ch_gpu_os_put *p)
 		byte_buf_put_u64(&rows, bits);
 		byte_buf_put_u64(&rows, p->attempt);
 	}
-	rc = byte_buf_error(&rows);
-	if (!rc)
-		rc = ch__exec(p->s, "INSERT INTO host_signals FORMAT RowBinary", rows.data, rows.len,
-			      NULL);
+	rc = ch__rows_take(p->out, "host_signals", &rows);
 	byte_buf_free(&rows);
 	return rc;
 }

@@ -39,6 +39,56 @@ struct ch_stack_slot {
 	struct store_stack *stk;  /* owned */
 };
 
+/* ---- groups (clickhouse_group.c) ------------------------------------------------------------ */
+
+/* Most tables one batch writes rows to (the writers name fewer). */
+#define CH_GROUP_TABLES 32
+/* Most bytes of rows one group insert takes (a batch bigger than this goes alone). */
+#define CH_GROUP_MAX_BYTES (32u << 20)
+/* Most batch identities one duplicate check looks up. */
+#define CH_GROUP_MAX_FINDS 256
+/* Groups of one kind running at the same time. */
+#define CH_GROUP_RUNNERS 2
+
+/* One table's RowBinary rows of a batch. */
+struct ch_table_rows {
+	const char *table; /* a name with static storage (the writers' literals) */
+	struct byte_buf rows;
+};
+
+/* The rows a batch writes, by table, until its group inserts them. */
+struct ch_batch_rows {
+	unsigned count;
+	size_t bytes;
+	struct ch_table_rows tables[CH_GROUP_TABLES];
+};
+
+/* One caller's part of a group (on the caller's stack while it waits). */
+struct ch_group_entry {
+	void *arg;      /* what the group's run reads (and writes its answer to) */
+	size_t bytes;   /* its size against the group's byte limit */
+	struct ch_group_entry *next;
+	int rc;         /* the group's result */
+	bool done;
+};
+
+struct ch_store;
+/* Runs one group: the entries from `first` (a list ending in NULL). Its result is every
+ * entry's. */
+typedef int (*ch_group_run_fn)(struct ch_store *s, struct ch_group_entry *first);
+
+/* Callers whose statements run as one (leader/follower; clickhouse_group.c). */
+struct ch_group {
+	pthread_mutex_t lock;
+	pthread_cond_t done;                 /* a group ran */
+	struct ch_group_entry *head, **tail; /* waiting, oldest first */
+	unsigned running;                    /* groups running */
+	ch_group_run_fn run;
+	uint32_t max_entries;
+	size_t max_bytes;
+	uint64_t groups, entries;            /* run so far (failed ones included) */
+};
+
 struct ch_store {
 	struct store base;
 	char *url;        /* http://host:port/ (no query) */
@@ -52,6 +102,8 @@ struct ch_store {
 	struct ch_id_slot *ids;       /* CH_ID_CACHE */
 	struct ch_stack_slot *stacks; /* CH_STACK_CACHE */
 	pthread_mutex_t stripes[CH_STRIPES];
+	struct ch_group inserts; /* batches' rows (clickhouse_group.c) */
+	struct ch_group finds;   /* duplicate checks (clickhouse_write.c) */
 };
 
 static inline struct ch_store *ch__store(struct store *s)
@@ -85,6 +137,35 @@ int ch__code_errno(long code);
 
 /* Appends `text` as a quoted SQL string literal ('...' with \\ and \' escaped). */
 void ch__quote(struct byte_buf *sql, const char *text);
+
+/*
+ * Moves `rows` (emptied; nothing when it is empty) into the batch's rows of `table`. 0, the
+ * buffer's error, -ENOMEM, or -E2BIG past CH_GROUP_TABLES tables.
+ */
+int ch__rows_take(struct ch_batch_rows *out, const char *table, struct byte_buf *rows);
+void ch__batch_rows_free(struct ch_batch_rows *r);
+void ch__group_init(struct ch_group *g, ch_group_run_fn run, uint32_t max_entries,
+		    size_t max_bytes);
+void ch__group_destroy(struct ch_group *g);
+/*
+ * Queues `me` in g and waits until a group holding it has run: the caller runs the group
+ * itself when fewer than CH_GROUP_RUNNERS are running (taking the queue's head up to the
+ * limits), else waits for one to end. Nothing waits on a timer: a group is what queued while
+ * the previous ones ran. Returns the group's result.
+ */
+int ch__group_join(struct ch_store *s, struct ch_group *g, struct ch_group_entry *me);
+/* The inserts' run (ch_batch_rows entries). */
+int ch__insert_group_run(struct ch_store *s, struct ch_group_entry *first);
+/* The duplicate checks' run (clickhouse_write.c). */
+int ch__find_group_run(struct ch_store *s, struct ch_group_entry *first);
+/*
+ * Inserts a batch's rows with the rows of the batches queued meanwhile: one INSERT per table,
+ * the `batches` rows (which commit each batch) after all others. Waits until its group is
+ * inserted; returns the group's result (0, or the first error of ch__exec: the whole group
+ * failed and none of its batches may be acknowledged).
+ */
+int ch__group_insert(struct ch_store *s, struct ch_batch_rows *rows);
+int ch__insert_groups_get(struct store *base, struct store_insert_groups *out);
 
 /* ---- answers: TabSeparated (clickhouse_tsv.c, fuzzed by tests/fuzz/fuzz_clickhouse_tsv.c) -- */
 
@@ -151,9 +232,9 @@ extern const char *const ch__migration_collectives[];
 
 /* Writes the job rank, communicator and NCCL call rows of a batch under `attempt` (process
  * keys: the batch's processes in order). Counts go to r. */
-int ch__collectives_write(struct ch_store *s, const struct sysom_batch *b, const char *node_hex,
-			  const uint64_t *process_keys, int64_t received_ns, uint64_t attempt,
-			  struct store_put_result *r);
+int ch__collectives_write(struct ch_batch_rows *out, const struct sysom_batch *b,
+			  const char *node_hex, const uint64_t *process_keys, int64_t received_ns,
+			  uint64_t attempt, struct store_put_result *r);
 
 /* Appends a subquery of the process keys whose current job is `job` (and, with has_rank, whose
  * current rank is `rank`), as SQLite's "SELECT process FROM job_ranks WHERE job = ?". */
@@ -182,6 +263,7 @@ extern const char *const ch__migration_gpu_os[];
 /* What the writer of those rows needs of a batch being stored. */
 struct ch_gpu_os_put {
 	struct ch_store *s;
+	struct ch_batch_rows *out; /* the batch's rows, for the group insert */
 	const struct sysom_batch *b;
 	const char *node_hex;
 	uint64_t attempt;
@@ -189,7 +271,7 @@ struct ch_gpu_os_put {
 	const int64_t *stacks;     /* stack ids, per batch stack */
 };
 
-/* Inserts the batch's launch, GPU timing, NCCL profile/link, OS and off-CPU rows (before the
+/* Queues the batch's launch, GPU timing, NCCL profile/link, OS and off-CPU rows (before the
  * batch row) and fills their counts in *r. 0 or an error of ch__exec. */
 int ch__batch_write_gpu_os(const struct ch_gpu_os_put *p, struct store_put_result *r);
 
@@ -336,8 +418,9 @@ void ch__identity_processes_sql(struct byte_buf *q, const struct store_sample_fi
  * process without a stored identity, read through a LEFT JOIN). 0 or -EPROTO. */
 int ch__identity_read(char **f, struct store_identity *id);
 /* Writes a batch's identity rows (process keys: the batch's processes in order). */
-int ch__identities_write(struct ch_store *s, const struct sysom_batch *b, const char *node_hex,
-			 const uint64_t *process_keys, int64_t received_ns, uint64_t attempt);
+int ch__identities_write(struct ch_batch_rows *out, const struct sysom_batch *b,
+			 const char *node_hex, const uint64_t *process_keys, int64_t received_ns,
+			 uint64_t attempt);
 int ch__diagnosis_upsert(struct store *base, const struct store_diagnosis *d, int64_t *id,
 			 bool *opened);
 int ch__diagnosis_resolve(struct store *base, int64_t id, int64_t now_ms);

@@ -229,6 +229,8 @@ static void ch_close(struct store *base)
 	free(s->ids);
 	for (unsigned i = 0; i < CH_STRIPES; i++)
 		pthread_mutex_destroy(&s->stripes[i]);
+	ch__group_destroy(&s->inserts);
+	ch__group_destroy(&s->finds);
 	pthread_mutex_destroy(&s->lock);
 	free(s->url);
 	free(s->database);
@@ -307,6 +309,7 @@ static const struct store_ops ch_ops = {
 	.ksyms_usage_get = ch__ksyms_usage_get,
 	.retention_apply = ch__retention_apply,
 	.fleet_slots_run = ch__fleet_slots_run,
+	.insert_groups_get = ch__insert_groups_get,
 	.nccl_rollup_state = ch__nccl_rollup_state,
 	.nccl_rollup_put = ch__nccl_rollup_put,
 	.nccl_rollup_watermark_set = ch__nccl_rollup_watermark_set,
@@ -399,6 +402,13 @@ int store_clickhouse_open(const struct store_clickhouse_options *opts, struct st
 	pthread_mutex_init(&s->lock, NULL);
 	for (unsigned i = 0; i < CH_STRIPES; i++)
 		pthread_mutex_init(&s->stripes[i], NULL);
+	ch__group_init(&s->inserts, ch__insert_group_run, opts->group_max ? opts->group_max
+									  : UINT32_MAX,
+		       CH_GROUP_MAX_BYTES);
+	ch__group_init(&s->finds, ch__find_group_run,
+		       opts->group_max && opts->group_max < CH_GROUP_MAX_FINDS ? opts->group_max
+									  : CH_GROUP_MAX_FINDS,
+		       SIZE_MAX);
 	s->timeout_ms = opts->timeout_ms ? (long)opts->timeout_ms : 10000L;
 	s->ids = calloc(CH_ID_CACHE, sizeof(*s->ids));
 	s->stacks = calloc(CH_STACK_CACHE, sizeof(*s->stacks));

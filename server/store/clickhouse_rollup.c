@@ -105,20 +105,6 @@ static void minutes_encode(const struct ch_gpu_os_put *p, struct minute_row *row
 	}
 }
 
-/* One INSERT of `out` into `table` (none when empty); `out` is emptied. */
-static int minutes_insert(struct ch_store *s, const char *table, struct byte_buf *out)
-{
-	char sql[128];
-	int rc = byte_buf_error(out);
-
-	if (!rc && out->len) {
-		snprintf(sql, sizeof(sql), "INSERT INTO %s FORMAT RowBinary", table);
-		rc = ch__exec(s, sql, out->data, out->len, NULL);
-	}
-	out->len = 0;
-	return rc;
-}
-
 int ch__batch_write_rollup(const struct ch_gpu_os_put *p)
 {
 	const struct sysom_batch *b = p->b;
@@ -139,7 +125,7 @@ int ch__batch_write_rollup(const struct ch_gpu_os_put *p)
 			.kernel = stack_of(p, smp->kernel_stack), .value = c63(smp->count) };
 	}
 	minutes_encode(p, rows, b->sample_count, &out);
-	if ((rc = minutes_insert(p->s, "sample_minutes", &out)))
+	if ((rc = ch__rows_take(p->out, "sample_minutes", &out)))
 		goto cleanup;
 	for (uint32_t i = 0; i < b->offcpu_count; i++) {
 		const struct sysom_offcpu *o = &b->offcpu[i];
@@ -150,7 +136,7 @@ int ch__batch_write_rollup(const struct ch_gpu_os_put *p)
 			.kernel = stack_of(p, o->kernel_stack), .value = c63(o->blocked_ns) };
 	}
 	minutes_encode(p, rows, b->offcpu_count, &out);
-	rc = minutes_insert(p->s, "offcpu_minutes", &out);
+	rc = ch__rows_take(p->out, "offcpu_minutes", &out);
 cleanup:
 	byte_buf_free(&out);
 	free(rows);

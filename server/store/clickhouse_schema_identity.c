@@ -147,8 +147,9 @@ int ch__identity_read(char **f, struct store_identity *id)
 	return 0;
 }
 
-int ch__identities_write(struct ch_store *s, const struct sysom_batch *b, const char *node_hex,
-			 const uint64_t *process_keys, int64_t received_ns, uint64_t attempt)
+int ch__identities_write(struct ch_batch_rows *out, const struct sysom_batch *b,
+			 const char *node_hex, const uint64_t *process_keys, int64_t received_ns,
+			 uint64_t attempt)
 {
 	struct byte_buf rows = { 0 };
 	int64_t start = b->window_start_ns > INT64_MAX ? INT64_MAX : (int64_t)b->window_start_ns;
@@ -179,9 +180,7 @@ int ch__identities_write(struct ch_store *s, const struct sysom_batch *b, const 
 		byte_buf_put_u64(&rows, (uint64_t)received_ns);
 		byte_buf_put_u64(&rows, attempt);
 	}
-	if (!(rc = byte_buf_error(&rows)))
-		rc = ch__exec(s, "INSERT INTO process_identities FORMAT RowBinary", rows.data,
-			      rows.len, NULL);
+	rc = ch__rows_take(out, "process_identities", &rows);
 	byte_buf_free(&rows);
 	return rc;
 }

@@ -287,6 +287,7 @@ struct put {
 	struct ident *objects, *stacks;
 	struct byte_buf object_idents, stack_idents; /* the bytes items[].data point into */
 	uint64_t *processes;                          /* process keys */
+	struct ch_batch_rows rows;                    /* for the group insert */
 };
 
 static int objects_write(struct put *p, struct store_put_result *r)
@@ -473,7 +474,7 @@ static int processes_write(struct put *p, struct store_put_result *r)
 		byte_buf_put_u64(&rows, (uint64_t)p->received_ns);
 		byte_buf_put_u64(&rows, p->attempt);
 	}
-	rc = insert_rows(p->s, "processes", &rows);
+	rc = ch__rows_take(&p->rows, "processes", &rows);
 	if (!rc)
 		r->processes = b->process_count;
 	byte_buf_free(&rows);
@@ -505,7 +506,7 @@ static int samples_write(struct put *p, struct store_put_result *r)
 		byte_buf_put_u64(&rows, (uint64_t)clamp63(smp->count));
 		byte_buf_put_u64(&rows, p->attempt);
 	}
-	rc = insert_rows(p->s, "samples", &rows);
+	rc = ch__rows_take(&p->rows, "samples", &rows);
 	if (!rc)
 		r->sample_rows = b->sample_count;
 	byte_buf_free(&rows);
@@ -574,37 +575,84 @@ static int batch_row_write(struct put *p, uint64_t content_hash, struct store_pu
 	ch__rb_varint(&row, b->process_count);
 	for (uint32_t i = 0; i < b->process_count; i++)
 		ch__rb_str(&row, sysom_batch_string(b, b->processes[i].comm));
-	rc = insert_rows(p->s, "batches", &row);
+	rc = ch__rows_take(&p->rows, "batches", &row);
 	byte_buf_free(&row);
 	return rc;
 }
 
+/* One duplicate check in its group (ch__find_group_run). */
+struct find_item {
+	const char *node_hex;
+	uint64_t epoch, sequence;
+	struct store_batch_record rec; /* the answer */
+};
+
+/*
+ * The duplicate checks of a group in one SELECT: the batch rows of every identity asked
+ * (through the primary key: node_id, epoch, sequence), the first attempt's content hash each.
+ */
+int ch__find_group_run(struct ch_store *s, struct ch_group_entry *first)
+{
+	struct byte_buf q = { 0 }, ans = { 0 };
+	struct ch_tsv t;
+	char *f[4];
+	int rc;
+
+	byte_buf_printf(&q, "SELECT node_id, epoch, sequence, argMin(content_hash, attempt)"
+			    " FROM batches WHERE node_id IN (");
+	for (struct ch_group_entry *e = first; e; e = e->next) {
+		const struct find_item *it = e->arg;
+
+		ch__quote(&q, it->node_hex);
+		byte_buf_printf(&q, "%s", e->next ? ", " : ") AND (node_id, epoch, sequence) IN (");
+	}
+	for (struct ch_group_entry *e = first; e; e = e->next) {
+		const struct find_item *it = e->arg;
+
+		byte_buf_printf(&q, "(");
+		ch__quote(&q, it->node_hex);
+		byte_buf_printf(&q, ", %llu, %llu)%s", (unsigned long long)it->epoch,
+				(unsigned long long)it->sequence, e->next ? ", " : "");
+	}
+	byte_buf_printf(&q, ") GROUP BY node_id, epoch, sequence FORMAT TabSeparated");
+	byte_buf_put_u8(&q, 0);
+	if ((rc = byte_buf_error(&q)) || (rc = ch__exec(s, (const char *)q.data, NULL, 0, &ans)))
+		goto cleanup;
+	ch_tsv_init(&t, (char *)ans.data, ans.len);
+	while ((rc = ch_tsv_row(&t, f, 4)) == 1) {
+		uint64_t epoch, sequence, hash;
+
+		if (!f[0] || ch_tsv_u64(f[1], &epoch) || ch_tsv_u64(f[2], &sequence) ||
+		    ch_tsv_u64(f[3], &hash)) {
+			rc = -EPROTO;
+			goto cleanup;
+		}
+		/* The same identity may be asked twice in a group (two uploads of one batch). */
+		for (struct ch_group_entry *e = first; e; e = e->next) {
+			struct find_item *it = e->arg;
+
+			if (it->epoch == epoch && it->sequence == sequence &&
+			    !strcmp(it->node_hex, f[0]))
+				it->rec = (struct store_batch_record){ .exists = true, .hash_known = true,
+								       .content_hash = hash };
+		}
+	}
+cleanup:
+	byte_buf_free(&q);
+	byte_buf_free(&ans);
+	return rc;
+}
+
+/* What the store holds under an identity: a duplicate check run with the others waiting. */
 static int batch_find_hex(struct ch_store *s, const char *node_hex, uint64_t epoch,
 			  uint64_t sequence, struct store_batch_record *out)
 {
-	struct byte_buf ans = { 0 };
-	struct store_batch_record rec = { 0 };
-	struct ch_tsv t;
-	char *f[1];
-	int rc = ch__execf(s, &ans, "SELECT argMin(content_hash, attempt) FROM batches"
-			   " WHERE node_id = '%s' AND epoch = %llu AND sequence = %llu"
-			   " HAVING count() > 0 FORMAT TabSeparated", node_hex,
-			   (unsigned long long)epoch, (unsigned long long)sequence);
+	struct find_item it = { .node_hex = node_hex, .epoch = epoch, .sequence = sequence };
+	struct ch_group_entry me = { .arg = &it, .bytes = 1 };
+	int rc = ch__group_join(s, &s->finds, &me);
 
-	if (rc)
-		goto cleanup;
-	ch_tsv_init(&t, (char *)ans.data, ans.len);
-	rc = ch_tsv_row(&t, f, 1);
-	if (rc == 1) {
-		rec.exists = rec.hash_known = true;
-		rc = ch_tsv_u64(f[0], &rec.content_hash);
-	}
-	if (rc < 0)
-		goto cleanup;
-	rc = 0;
-	*out = rec;
-cleanup:
-	byte_buf_free(&ans);
+	if (!rc)
+		*out = it.rec;
 	return rc;
 }
 
@@ -661,9 +709,10 @@ int ch__batch_put(struct store *base, const struct sysom_batch *b, uint64_t cont
 									  : r.samples + b->samples[i].count;
 	if ((rc = objects_write(&p, &r)) || (rc = stacks_write(&p, &r)) ||
 	    (rc = processes_write(&p, &r)) || (rc = samples_write(&p, &r)) ||
-	    (rc = ch__collectives_write(s, b, p.node_hex, p.processes, received_ns, p.attempt,
-					&r)) ||
-	    (rc = ch__identities_write(s, b, p.node_hex, p.processes, received_ns, p.attempt)))
+	    (rc = ch__collectives_write(&p.rows, b, p.node_hex, p.processes, received_ns,
+					p.attempt, &r)) ||
+	    (rc = ch__identities_write(&p.rows, b, p.node_hex, p.processes, received_ns,
+				       p.attempt)))
 		goto cleanup;
 	if (!(stack_ids = calloc(b->stack_count + 1, sizeof(*stack_ids)))) {
 		rc = -ENOMEM;
@@ -671,17 +720,21 @@ int ch__batch_put(struct store *base, const struct sysom_batch *b, uint64_t cont
 	}
 	for (uint32_t i = 0; i < b->stack_count; i++)
 		stack_ids[i] = p.stacks[i].id;
-	struct ch_gpu_os_put gp = { .s = s, .b = b, .node_hex = p.node_hex, .attempt = p.attempt,
-				    .processes = p.processes, .stacks = stack_ids };
+	struct ch_gpu_os_put gp = { .s = s, .out = &p.rows, .b = b, .node_hex = p.node_hex,
+				    .attempt = p.attempt, .processes = p.processes,
+				    .stacks = stack_ids };
 	if ((rc = ch__batch_write_gpu_os(&gp, &r)) || (rc = ch__batch_write_host(&gp)) ||
 	    (rc = ch__batch_write_gpu_health(&gp)) || (rc = ch__batch_write_rollup(&gp)) ||
 	    (rc = batch_row_write(&p, content_hash, &r)))
 		goto cleanup;
+	/* Everything above was queued; the batch counts once its group is inserted. */
+	rc = ch__group_insert(s, &p.rows);
 cleanup:
 	free(stack_ids);
 	pthread_mutex_unlock(stripe);
 	if (!rc)
 		*res = r;
+	ch__batch_rows_free(&p.rows);
 	byte_buf_free(&p.object_idents);
 	byte_buf_free(&p.stack_idents);
 	free(p.objects);

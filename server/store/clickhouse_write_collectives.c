@@ -16,20 +16,8 @@ static int64_t clamp63(uint64_t v)
 	return v > INT64_MAX ? INT64_MAX : (int64_t)v;
 }
 
-static int insert_rows(struct ch_store *s, const char *table, const struct byte_buf *rows)
-{
-	char sql[128];
-
-	if (byte_buf_error(rows))
-		return byte_buf_error(rows);
-	if (!rows->len)
-		return 0;
-	snprintf(sql, sizeof(sql), "INSERT INTO %s FORMAT RowBinary", table);
-	return ch__exec(s, sql, rows->data, rows->len, NULL);
-}
-
 struct coll_put {
-	struct ch_store *s;
+	struct ch_batch_rows *out;
 	const struct sysom_batch *b;
 	const char *node_hex;
 	const uint64_t *keys; /* process keys */
@@ -71,7 +59,7 @@ static int job_ranks_write(const struct coll_put *p)
 		byte_buf_put_u32(&rows, j->rank_pid);
 		byte_buf_put_u16(&rows, (uint16_t)(int16_t)((int)j->gpu_device - 1)); /* schema 9 */
 	}
-	rc = insert_rows(p->s, "job_ranks", &rows);
+	rc = ch__rows_take(p->out, "job_ranks", &rows);
 	byte_buf_free(&rows);
 	return rc;
 }
@@ -107,7 +95,7 @@ static int communicators_write(const struct coll_put *p)
 		byte_buf_put_u64(&rows, (uint64_t)p->received_ns);
 		byte_buf_put_u64(&rows, p->attempt);
 	}
-	rc = insert_rows(p->s, "communicators", &rows);
+	rc = ch__rows_take(p->out, "communicators", &rows);
 	byte_buf_free(&rows);
 	return rc;
 }
@@ -211,20 +199,20 @@ static int nccl_calls_write(const struct coll_put *p)
 		byte_buf_put_u32(&spans_rows, x->calls);
 		byte_buf_put_u64(&spans_rows, p->attempt);
 	}
-	if (!(rc = insert_rows(p->s, "nccl_calls", &rows)))
-		rc = insert_rows(p->s, "nccl_spans", &spans_rows);
+	if (!(rc = ch__rows_take(p->out, "nccl_calls", &rows)))
+		rc = ch__rows_take(p->out, "nccl_spans", &spans_rows);
 	byte_buf_free(&rows);
 	byte_buf_free(&spans_rows);
 	free(spans);
 	return rc;
 }
 
-int ch__collectives_write(struct ch_store *s, const struct sysom_batch *b, const char *node_hex,
-			  const uint64_t *process_keys, int64_t received_ns, uint64_t attempt,
-			  struct store_put_result *r)
+int ch__collectives_write(struct ch_batch_rows *out, const struct sysom_batch *b,
+			  const char *node_hex, const uint64_t *process_keys, int64_t received_ns,
+			  uint64_t attempt, struct store_put_result *r)
 {
 	const struct coll_put p = {
-		.s = s, .b = b, .node_hex = node_hex, .keys = process_keys,
+		.out = out, .b = b, .node_hex = node_hex, .keys = process_keys,
 		.received_ns = received_ns, .window_start_ns = clamp63(b->window_start_ns),
 		.window_end_ns = clamp63(b->window_end_ns), .attempt = attempt,
 	};

@@ -297,18 +297,6 @@ static void offcpu_rows(struct byte_buf *rows, const struct ch_gpu_os_put *p)
 	}
 }
 
-static int insert(struct ch_store *s, const char *table, struct byte_buf *rows)
-{
-	char sql[128];
-	int rc = byte_buf_error(rows);
-
-	if (!rc && rows->len) {
-		snprintf(sql, sizeof(sql), "INSERT INTO %s FORMAT RowBinary", table);
-		rc = ch__exec(s, sql, rows->data, rows->len, NULL);
-	}
-	rows->len = 0;
-	return rc;
-}
 
 int ch__batch_write_gpu_os(const struct ch_gpu_os_put *p, struct store_put_result *r)
 {
@@ -321,28 +309,28 @@ int ch__batch_write_gpu_os(const struct ch_gpu_os_put *p, struct store_put_resul
 	/* One INSERT per table (none for a table without rows). */
 	launch_rows(&rows, p, end_ms, r);
 	launches = r->launches;
-	if ((rc = insert(p->s, "launches", &rows)))
+	if ((rc = ch__rows_take(p->out, "launches", &rows)))
 		goto cleanup;
 	gpu_kernel_rows(&rows, p, end_ms);
-	if ((rc = insert(p->s, "gpu_kernels", &rows)))
+	if ((rc = ch__rows_take(p->out, "gpu_kernels", &rows)))
 		goto cleanup;
 	nccl_profile_rows(&rows, p, end_ms);
-	if ((rc = insert(p->s, "nccl_profiles", &rows)))
+	if ((rc = ch__rows_take(p->out, "nccl_profiles", &rows)))
 		goto cleanup;
 	nccl_link_rows(&rows, p, end_ms);
-	if ((rc = insert(p->s, "nccl_links", &rows)))
+	if ((rc = ch__rows_take(p->out, "nccl_links", &rows)))
 		goto cleanup;
 	os_cpu_rows(&rows, p, end_ms);
-	if ((rc = insert(p->s, "os_cpus", &rows)))
+	if ((rc = ch__rows_take(p->out, "os_cpus", &rows)))
 		goto cleanup;
 	os_irq_rows(&rows, p, end_ms);
-	if ((rc = insert(p->s, "os_irqs", &rows)))
+	if ((rc = ch__rows_take(p->out, "os_irqs", &rows)))
 		goto cleanup;
 	os_thread_rows(&rows, p, end_ms);
-	if ((rc = insert(p->s, "os_threads", &rows)))
+	if ((rc = ch__rows_take(p->out, "os_threads", &rows)))
 		goto cleanup;
 	offcpu_rows(&rows, p);
-	if ((rc = insert(p->s, "offcpu", &rows)))
+	if ((rc = ch__rows_take(p->out, "offcpu", &rows)))
 		goto cleanup;
 	r->launches = launches;
 	r->launch_rows = b->launch_count;

@@ -201,6 +201,14 @@ int store_fleet_slots_run(struct store *s, int64_t now_ms, struct store_fleet_sl
 	return s->ops->fleet_slots_run(s, now_ms, out);
 }
 
+int store_insert_groups_get(struct store *s, struct store_insert_groups *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!s->ops->insert_groups_get)
+		return -ENOTSUP;
+	return s->ops->insert_groups_get(s, out);
+}
+
 void store_rollup_raw_keep_set(struct store *s, int64_t raw_keep_ms)
 {
 	s->raw_keep_ms = raw_keep_ms > 0 ? raw_keep_ms : 0;

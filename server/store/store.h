@@ -56,6 +56,8 @@ struct store_clickhouse_options {
 	const char *url;              /* http://HOST:PORT/?database=NAME */
 	const char *credentials_file; /* first line USER:PASSWORD; NULL: ClickHouse's default user */
 	uint32_t timeout_ms;          /* per statement (default 10000); beyond: -EBUSY */
+	uint32_t group_max;           /* most batches per group insert and duplicate check (0: no
+				       * count limit; clickhouse_group.c) */
 };
 
 /*
@@ -773,6 +775,15 @@ struct store_fleet_slots_pass {
  * Returns 0, -ENOTSUP (SQLite: its reads use rows only) or the store's error.
  */
 int store_fleet_slots_run(struct store *s, int64_t now_ms, struct store_fleet_slots_pass *out);
+
+/* Group inserts so far (ClickHouse: the batches stored together, one INSERT per table). */
+struct store_insert_groups {
+	uint64_t groups;  /* group inserts, failed ones included */
+	uint64_t batches; /* batches in them */
+};
+
+/* Fills *out. Returns 0 or -ENOTSUP (SQLite: one transaction per batch). */
+int store_insert_groups_get(struct store *s, struct store_insert_groups *out);
 
 /* What one SQLite retention run did. */
 struct store_retention_stats {

@@ -137,6 +137,7 @@ struct store_ops {
 	/* NULL: -ENOTSUP */
 	int (*fleet_slots_run)(struct store *s, int64_t now_ms,
 			       struct store_fleet_slots_pass *out);
+	int (*insert_groups_get)(struct store *s, struct store_insert_groups *out);
 	/* NULL: -ENOTSUP (a store one server owns) */
 	int (*replica_beat)(struct store *s, const char *id, const char *url, int64_t started_ms,
 			    uint64_t beat, bool departed);
