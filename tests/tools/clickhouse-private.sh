@@ -5,10 +5,13 @@
 #                                                 "http://127.0.0.1:PORT/" once it answers
 #   tests/tools/clickhouse-private.sh stop DIR    stops the one started under DIR
 # The HTTP port is picked free (from 18123 upwards); the native port is the next free one.
+# CLICKHOUSE_COMPRESSION=zstd compresses the parts with zstd instead of ClickHouse's default LZ4
+# (docs/operations.md: what the reference deployment sets).
 set -u
 cmd=${1:?usage: clickhouse-private.sh start|stop DIR}
 dir=${2:?usage: clickhouse-private.sh start|stop DIR}
 bin=${CLICKHOUSE_SERVER:-/usr/sbin/clickhouse-server}
+compression=${CLICKHOUSE_COMPRESSION:-lz4}
 
 port_free() {
 	! (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null
@@ -61,6 +64,7 @@ XML
   <uncompressed_cache_size>67108864</uncompressed_cache_size>
   <max_concurrent_queries>50</max_concurrent_queries>
   <merge_tree><parts_to_delay_insert>1000</parts_to_delay_insert><parts_to_throw_insert>3000</parts_to_throw_insert></merge_tree>
+  <compression><case><min_part_size>0</min_part_size><min_part_size_ratio>0</min_part_size_ratio><method>$compression</method></case></compression>
 </yandex>
 XML
 	"$bin" --config-file="$dir/config.xml" >"$dir/log/stdout.log" 2>&1 &
