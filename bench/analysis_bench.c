@@ -9,10 +9,13 @@
 //          (diagnosis_stragglers_from + live_source).
 //   store  the fallback (and the API's) read path: W instances x N ranks of NCCL calls in the
 //          SQLite store, read back (latest W), matched into instances and analysed
-//          (diagnosis_stragglers, the layered diagnosis of the straggler included).
+//          (diagnosis_stragglers, the layered diagnosis of the straggler included). With
+//          --clickhouse http://HOST:PORT/ the same again from a ClickHouse store (a fresh
+//          database per size, analysis_bench_<ranks>_<pid>), side by side.
 //
 // Every run checks the answer (exactly the planted straggler) so a fast wrong result cannot
 // pass. Usage: analysis_bench [--ranks N,N,...] [--store-ranks N,N,...] [--rounds R]
+//                             [--clickhouse URL]
 #include <errno.h>
 #include <inttypes.h>
 #include <malloc.h>
@@ -232,6 +235,8 @@ static int to_live(void *arg, struct sysom_batch *b)
  * evaluation over the in-memory instances. */
 static int bench_live(int32_t n, int rounds)
 {
+	char dir[] = "/tmp/sysom-analysis-bench.XXXXXX", err[256], cmd[128];
+	struct store *s = NULL;
 	struct live_sink k = { 0 };
 	double *times = calloc((size_t)rounds, sizeof(*times));
 	int64_t t0_ns = 1700000000000000000ll;
@@ -241,11 +246,23 @@ static int bench_live(int32_t n, int rounds)
 		free(times);
 		return -ENOMEM;
 	}
+	/* The monitor always has its store (the straggler's pod and pipeline read it): an empty
+	 * one here, so what is timed is the in-memory path. */
+	if (!mkdtemp(dir)) {
+		rc = -errno;
+		dir[0] = 0;
+		goto cleanup;
+	}
+	if ((rc = store_sqlite_open(dir, &(struct store_sqlite_options){ 0 }, &s, err,
+				    sizeof(err)))) {
+		fprintf(stderr, "%s\n", err);
+		goto cleanup;
+	}
 	size_t before = heap_bytes();
 	if ((rc = batches_make(n, t0_ns, to_live, &k)))
 		goto cleanup;
 	size_t mem = heap_bytes() - before;
-	struct diagnosis_ctx ctx = { .folded = no_folded };
+	struct diagnosis_ctx ctx = { .store = s, .folded = no_folded };
 	struct diagnosis_params p;
 	struct diagnosis_scope scope = { .job = "bench-job", .from_ms = t0_ns / 1000000 - 1000,
 					 .to_ms = t0_ns / 1000000 + WINDOW * 100 + 1000 };
@@ -273,11 +290,18 @@ static int bench_live(int32_t n, int rounds)
 	}
 cleanup:
 	live_free(k.l);
+	store_close(s);
+	if (dir[0]) {
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "could not remove %s\n", dir);
+	}
 	free(times);
 	return rc;
 }
 
-static int bench_store(int32_t n, int rounds)
+/* The store path on SQLite (clickhouse NULL) or on the ClickHouse at `clickhouse`. */
+static int bench_store(int32_t n, int rounds, const char *clickhouse)
 {
 	char dir[] = "/tmp/sysom-analysis-bench.XXXXXX", err[256], cmd[128];
 	struct store_sqlite_options so = { 0 };
@@ -289,7 +313,18 @@ static int bench_store(int32_t n, int rounds)
 
 	if (!times || !mkdtemp(dir))
 		return -errno;
-	if ((rc = store_sqlite_open(dir, &so, &s, err, sizeof(err)))) {
+	if (clickhouse) {
+		char url[512];
+
+		snprintf(url, sizeof(url), "%s?database=analysis_bench_%" PRId32 "_%d", clickhouse, n,
+			 (int)getpid());
+		rc = store_clickhouse_open(&(struct store_clickhouse_options){ .url = url,
+									.timeout_ms = 60000 },
+					   &s, err, sizeof(err));
+	} else {
+		rc = store_sqlite_open(dir, &so, &s, err, sizeof(err));
+	}
+	if (rc) {
 		fprintf(stderr, "%s\n", err);
 		goto cleanup;
 	}
@@ -320,8 +355,9 @@ static int bench_store(int32_t n, int rounds)
 	}
 	if (!rc) {
 		qsort(times, (size_t)rounds, sizeof(*times), cmp_double);
-		printf("| store | %" PRId32 " | %.1f ms | (fill %.1f s, %" PRId64 " calls) | +%.1f MiB peak RSS |\n",
-		       n, times[rounds / 2] * 1e3, fill_s, (int64_t)n * WINDOW, (double)mem / (1 << 20));
+		printf("| store (%s) | %" PRId32 " | %.1f ms | (fill %.1f s, %" PRId64 " calls) | +%.1f MiB peak RSS |\n",
+		       clickhouse ? "ClickHouse" : "SQLite", n, times[rounds / 2] * 1e3, fill_s,
+		       (int64_t)n * WINDOW, (double)mem / (1 << 20));
 	}
 cleanup:
 	store_close(s);
@@ -351,6 +387,7 @@ int main(int argc, char **argv)
 {
 	int32_t core[8] = { 1000, 10000, 100000 }, store[8] = { 1000, 10000 };
 	int ncore = 3, nstore = 2, rounds = 5;
+	const char *clickhouse = NULL;
 
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--ranks"))
@@ -359,11 +396,14 @@ int main(int argc, char **argv)
 			nstore = parse_list(argv[i + 1], store, 8);
 		else if (!strcmp(argv[i], "--rounds"))
 			rounds = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--clickhouse"))
+			clickhouse = argv[i + 1];
 		else
 			ncore = -1;
 	}
 	if (ncore < 0 || nstore < 0 || rounds < 1) {
-		fprintf(stderr, "usage: analysis_bench [--ranks N,...] [--store-ranks N,...] [--rounds R]\n");
+		fprintf(stderr, "usage: analysis_bench [--ranks N,...] [--store-ranks N,...] [--rounds R]"
+				" [--clickhouse http://HOST:PORT/]\n");
 		return 2;
 	}
 	printf("| path | ranks | evaluation (median of %d) | per add / fill | memory |\n", rounds);
@@ -374,8 +414,11 @@ int main(int argc, char **argv)
 	for (int i = 0; i < ncore; i++)
 		if (bench_live(core[i], rounds))
 			return 1;
-	for (int i = 0; i < nstore; i++)
-		if (bench_store(store[i], rounds > 3 ? 3 : rounds))
+	for (int i = 0; i < nstore; i++) {
+		if (bench_store(store[i], rounds > 3 ? 3 : rounds, NULL))
 			return 1;
+		if (clickhouse && bench_store(store[i], rounds > 3 ? 3 : rounds, clickhouse))
+			return 1;
+	}
 	return 0;
 }

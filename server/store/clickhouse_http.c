@@ -144,6 +144,11 @@ int ch__exec_timeout(struct ch_store *s, const char *sql, const void *data, size
 		goto cleanup;
 	}
 	byte_buf_printf(&url, "%s?database=%s", s->url, s->database);
+	/* A statement in the body may be longer than ClickHouse's 256 KiB default parse limit: a
+	 * 10,000-rank job's reads list its processes and nodes (bounded by the store's own
+	 * QUERY_MAX_* limits, never by what a peer sends). */
+	if (!data)
+		byte_buf_printf(&url, "&max_query_size=%u", CH_MAX_QUERY);
 	if (data) {
 		if (!(q = curl_easy_escape(h, sql, 0))) {
 			rc = -ENOMEM;

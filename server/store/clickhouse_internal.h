@@ -18,6 +18,8 @@
 #define CH_MIGRATION_TIMEOUT_MS (3600L * 1000L)
 /* Largest answer the store reads from ClickHouse (bigger: -E2BIG, nothing half-used). */
 #define CH_MAX_ANSWER (256u << 20)
+/* Longest statement the store sends in a request body (ClickHouse's max_query_size for it). */
+#define CH_MAX_QUERY (16u << 20)
 /* Most fields a row of an answer may have. */
 #define CH_MAX_FIELDS 64
 /* Idle HTTP handles kept for reuse (keep-alive connections). */

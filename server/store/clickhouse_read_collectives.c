@@ -159,26 +159,41 @@ static void hosts_free(struct hosts *h)
 	*h = (struct hosts){ 0 };
 }
 
-/* Reads the hostnames of `n` nodes (node ids, duplicates allowed). */
+static int node_ptr_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Reads the hostnames of `n` nodes (node ids, duplicates allowed: a job's ranks' nodes). */
 static int hosts_read(struct ch_store *s, const char *const *nodes, size_t n, struct hosts *h)
 {
 	struct byte_buf q = { 0 };
-	int rc;
+	const char **distinct = NULL;
+	size_t nd = 0;
+	int rc = 0;
 
 	*h = (struct hosts){ .v = calloc(n + 1, sizeof(*h->v)), .cap = n };
-	if (!h->v)
-		return -ENOMEM;
+	if (!h->v || !(distinct = calloc(n + 1, sizeof(*distinct)))) {
+		rc = -ENOMEM;
+		goto cleanup;
+	}
 	if (!n)
-		return 0;
+		goto cleanup;
+	/* Each node once (8 ranks a node: an eighth of the statement). */
+	memcpy(distinct, nodes, n * sizeof(*nodes));
+	qsort(distinct, n, sizeof(*distinct), node_ptr_cmp);
+	for (size_t i = 0; i < n; i++)
+		if (!nd || strcmp(distinct[nd - 1], distinct[i]))
+			distinct[nd++] = distinct[i];
 	byte_buf_printf(&q, "SELECT node_id, argMax(hostname, received_ns) FROM batches WHERE ");
 	for (int pass = 0; pass < 2; pass++) { /* the committed batches of these nodes, and them */
 		if (pass == 0)
 			ch__committed_nodes_begin(&q);
 		else
 			byte_buf_printf(&q, " AND node_id IN ");
-		for (size_t i = 0; i < n; i++) {
+		for (size_t i = 0; i < nd; i++) {
 			byte_buf_printf(&q, "%s", i ? "," : "(");
-			ch__quote(&q, nodes[i]);
+			ch__quote(&q, distinct[i]);
 		}
 		byte_buf_printf(&q, ")");
 		if (pass == 0)
@@ -186,9 +201,11 @@ static int hosts_read(struct ch_store *s, const char *const *nodes, size_t n, st
 	}
 	byte_buf_printf(&q, " GROUP BY node_id");
 	rc = run(s, &q, 2, host_row, h);
-	byte_buf_free(&q);
 	if (!rc && h->n)
 		qsort(h->v, h->n, sizeof(*h->v), host_cmp);
+cleanup:
+	free(distinct);
+	byte_buf_free(&q);
 	return rc;
 }
 

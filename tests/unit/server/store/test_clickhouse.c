@@ -994,6 +994,33 @@ static void test_group_insert_fails_whole(void **state)
 	assert_int_equal(same_processes_any_order(c, &all), 2 * 6);
 }
 
+/* A statement longer than ClickHouse's default parse limit (256 KiB), as a 10,000-rank job's
+ * reads build: answered, not refused as a syntax error. */
+static void test_long_statement(void **state)
+{
+	struct ctx *c = *state;
+	struct store_sample_filter f = { .from_ms = (int64_t)(T0 / 1000000),
+					 .to_ms = (int64_t)(T0 / 1000000) + 600000 };
+	size_t len = 300u << 10;
+	char *comm = malloc(len + 1);
+	struct text t;
+	uint64_t total = 1;
+
+	REQUIRE_CH();
+	assert_non_null(comm);
+	memset(comm, 'x', len);
+	comm[len] = 0;
+	put_both(c, &(struct fixture_spec){ .node = 2, .epoch = 1, .sequence = 1,
+					    .window_start_ns = T0 });
+	f.comm = comm;
+	aggregate(c->ch, &f, 100, &t, &total);
+	assert_int_equal(total, 0);
+	assert_int_equal(same_stacks(c, &f), 0);
+	f.comm = NULL;
+	assert_int_equal(same_stacks(c, &f), FIXTURE_SAMPLES);
+	free(comm);
+}
+
 /* Rows of a write that never reached its batch row (a replica died, ClickHouse failed midway)
  * are not counted; neither is a second copy of a batch two replicas stored at once. */
 static void test_uncommitted_rows_invisible(void **state)
@@ -3163,6 +3190,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_uncommitted_rows_invisible, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_group_insert, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_group_insert_fails_whole, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_long_statement, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kernel_symbols, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_not_supported, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_incidents_same_as_sqlite, setup, teardown),
