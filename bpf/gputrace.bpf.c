@@ -560,6 +560,9 @@ int sysom_cu_launch(struct pt_regs *ctx)
 			ls->regs.bp = PT_REGS_FP(ctx);
 			ls->regs.bp_known = 1;
 			ls->regs.ip_exact = 1;
+			/* Probed at its entry: stepped by the entry rule, the one frame whose
+			 * file the agent may not have published yet (dlopen'ed just now). */
+			ls->regs.at_entry = 1;
 			ls->tail_calls = 0;
 			ls->trace.nframes = 0;
 			bpf_tail_call(ctx, &launch_unwind_progs, 0);

@@ -359,6 +359,7 @@ static __always_inline void start_hybrid_unwind(struct bpf_perf_event_data *ctx,
 	}
 	sc->regs.bp_known = 1;
 	sc->regs.ip_exact = 1;
+	sc->regs.at_entry = 0;
 	sc->tail_calls = 0;
 	sc->user.nframes = 0;
 	sc->user.side = SYSOM_SIDE_USER;
@@ -900,6 +901,7 @@ int sysom_offcpu_switch(struct bpf_raw_tracepoint_args *ctx)
 			sc->regs.bp = BPF_CORE_READ(regs, bp);
 			sc->regs.bp_known = 1;
 			sc->regs.ip_exact = 1;
+			sc->regs.at_entry = 0;
 			sc->tail_calls = 0;
 			sc->unwind_start_ns = now;
 			bpf_tail_call(ctx, &offcpu_unwind_progs, 0);

@@ -26,7 +26,10 @@ struct unwind_regs {
 	/* CPython stitching (UNWIND_PYTHON): the walk spans tail calls, so it lives here. */
 	__u8 py_in_run; /* emitting the Python frames of the eval invocation at ip */
 	__u8 py_skip;   /* ip is an eval frame already replaced by its Python frames */
-	__u8 pad[4];
+	/* ip is the first instruction of a function entered by a call (a uprobe on the
+	 * function): nothing pushed yet, the return address at [sp], RBP the caller's. */
+	__u8 at_entry;
+	__u8 pad[3];
 	__u64 py_frame; /* next Python frame of the sampled thread (0: none or given up) */
 };
 
@@ -274,6 +277,25 @@ static __always_inline int py_trampoline_step(struct unwind_regs *r)
 	if (read_user_u64(r->sp + 8, &ra))
 		return UNWIND_STOP_READ_FAULT;
 	r->sp += 16;
+	r->ip = ra;
+	r->ip_exact = 0;
+	return ra ? STEP_CONTINUE : UNWIND_STOP_COMPLETE;
+}
+
+/*
+ * Step from a function's first instruction (r->at_entry): CFA = RSP + 8, RBP unchanged, the
+ * rule every function's CFI has there, applied without its table or even its mapping: a
+ * library the process mapped after the agent last published its mappings (a dlopen'ed
+ * libcuda whose cuLaunchKernel is probed) has neither yet, and its caller usually has both.
+ */
+static __always_inline int entry_step(struct unwind_regs *r)
+{
+	__u64 ra;
+
+	r->at_entry = 0;
+	if (read_user_u64(r->sp, &ra))
+		return UNWIND_STOP_READ_FAULT;
+	r->sp += 8;
 	r->ip = ra;
 	r->ip_exact = 0;
 	return ra ? STEP_CONTINUE : UNWIND_STOP_COMPLETE;
@@ -550,6 +572,16 @@ static long unwind_one_frame(__u64 index, void *data)
 		st->frames++;
 	}
 
+	if (r->at_entry) {
+		/* Counted with the CFI steps: its rule is the entry row's, CFA = RSP + 8. */
+		rc = entry_step(r);
+		if (rc != STEP_CONTINUE) {
+			unwind_stop_at(c, rc);
+			return 1;
+		}
+		st->frames_dwarf++;
+		return 0;
+	}
 	m = find_mapping(c->proc, lookup);
 	if (!m) {
 		report_unmapped(c, r->ip);

@@ -166,7 +166,8 @@ static void on_gt_event(void *ctx, const void *data, size_t len)
 	int rc;
 
 	if (len >= sizeof(struct gt_dl_event) && *(const uint32_t *)data == GT_EVENT_DL_LOAD) {
-		/* gputrace has attached (and resumed the process); the process is now a user. */
+		/* gputrace has attached (and resumes a held process once this returns); the
+		 * process is now a user. */
 		const struct gt_dl_event *e = data;
 		note_proc(gp, e->tgid, e->generation);
 		/* Its mappings now hold the library: re-read them at once, so launch stacks

@@ -164,12 +164,16 @@ int gputrace_library_kind(const char *path)
 	return 0;
 }
 
-/* The loader mapped NCCL/CUDA into a process: attach now, then let a held process go. */
-static void on_dl_event(struct gputrace *g, const struct gt_dl_event *e)
+/* The loader mapped NCCL/CUDA into a process: attach now, tell the owner (which re-reads
+ * the process's mappings for the unwinder), then let a held process go: its first launches
+ * are probed and unwound in the library it just mapped. */
+static void on_dl_event(struct gputrace *g, const struct gt_dl_event *e, size_t len)
 {
 	int rc = g->closing ? 0 : gputrace_scan_process(g, e->tgid);
 	uint64_t took;
 
+	if (g->opts.on_event && !g->closing)
+		g->opts.on_event(g->opts.ctx, e, len);
 	if (e->flags & GT_DL_HELD) {
 		if (kill((pid_t)e->tgid, SIGCONT) == 0)
 			g->dl_resumed++;
@@ -204,8 +208,8 @@ static int on_ring_event(void *ctx, void *data, size_t len)
 	struct gputrace *g = ctx;
 
 	if (len >= sizeof(struct gt_dl_event) && *(const uint32_t *)data == GT_EVENT_DL_LOAD)
-		on_dl_event(g, data);
-	if (g->opts.on_event && !g->closing)
+		on_dl_event(g, data, len);
+	else if (g->opts.on_event && !g->closing)
 		g->opts.on_event(g->opts.ctx, data, len);
 	return 0;
 }

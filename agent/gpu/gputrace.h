@@ -40,8 +40,9 @@ struct gputrace_options {
 	/* Colon-separated ld.so files probed at open (default: the usual x86-64/aarch64 ones);
 	 * loaders seen in a process's mappings are probed as well. */
 	const char *loader_paths;
-	/* Called for every ring-buffer event (struct gt_nccl_event, gt_nccl_init_event or
-	 * gt_name_event, told apart by their first u32), valid during the call only. */
+	/* Called for every ring-buffer event (struct gt_nccl_event, gt_nccl_init_event,
+	 * gt_name_event or gt_dl_event, told apart by their first u32), valid during the call
+	 * only; a gt_dl_event once its libraries are attached, before a held process resumes. */
 	void (*on_event)(void *ctx, const void *data, size_t len);
 	void *ctx;
 	/* Messages for the log (attachments, missing probes, ...): the daemon logs them. */

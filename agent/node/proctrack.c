@@ -700,12 +700,19 @@ bool proctrack_rescan_loaded(struct proctrack *pt, uint32_t tgid, uint32_t gener
 {
 	struct pt_process *proc = find_process(pt, tgid, generation);
 
+	uint64_t now = sysom_monotonic_ns();
+
 	if (!proc || proc->vanished || proc->exited || proc->last_scan_ns >= load_ns)
 		return false; /* gone, or its last scan already saw the library */
-	if (sysom_monotonic_ns() - proc->last_scan_ns < pt->opts.rescan_interval_ns / 10) {
+	/* Only scans for loads count against the floor: one made for any other reason just
+	 * before the load (the exec's, a Python interpreter's) did not see the library, and a
+	 * process that launches as soon as dlopen returns would wait for the next drain. */
+	if (proc->last_load_scan_ns &&
+	    now - proc->last_load_scan_ns < pt->opts.rescan_interval_ns / 10) {
 		proc->rescan_due = true;
 		return false;
 	}
+	proc->last_load_scan_ns = now;
 	return scan_mappings(pt, proc) == 0;
 }
 
@@ -774,8 +781,10 @@ void proctrack_after_drain(struct proctrack *pt)
 	for (uint32_t i = 0; i < pt->proc_count; i++) {
 		struct pt_process *proc = pt->procs[i];
 		if (proc->rescan_due && !proc->exited && !proc->vanished &&
-		    now - proc->last_scan_ns >= pt->opts.rescan_interval_ns / 10)
+		    now - proc->last_load_scan_ns >= pt->opts.rescan_interval_ns / 10) {
+			proc->last_load_scan_ns = now;
 			scan_mappings(pt, proc);
+		}
 	}
 	if (removed) {
 		hash_index_clear(&pt->proc_index);

@@ -86,6 +86,7 @@ struct pt_process {
 	uint64_t last_scan_ns;
 	uint32_t scans;          /* times its mappings were read (attempts) */
 	bool rescan_due;         /* a library was loaded since the last scan (rescan_loaded) */
+	uint64_t last_load_scan_ns; /* last scan made for a loader notification (rescan_loaded) */
 };
 
 /* How a user address resolved. */
@@ -147,10 +148,12 @@ bool proctrack_note_comm(struct pt_process *proc, const char *comm);
 
 /*
  * The process mapped a new library at `load_ns` (CLOCK_MONOTONIC; the dynamic loader's
- * notification): when its mappings were last read before that, read them again now (at
- * most once per tenth of the rescan interval; a rescan refused by that floor is done by the
- * first proctrack_after_drain past it), so stacks in the library resolve and unwind from
- * the first ones on, not only once a rescan happens to come. Returns true when it rescanned.
+ * notification): when its mappings were last read before that, read them again now, so
+ * stacks in the library resolve and unwind from the first ones on, not only once a rescan
+ * happens to come. Scans for loads come at most once per tenth of the rescan interval per
+ * process, counted from the last such scan only (a process scanned for any other reason just
+ * before is rescanned at once: the load is what it lacks); one refused by that floor is done
+ * by the first proctrack_after_drain past it. Returns true when it rescanned.
  */
 bool proctrack_rescan_loaded(struct proctrack *pt, uint32_t tgid, uint32_t generation,
 			     uint64_t load_ns);

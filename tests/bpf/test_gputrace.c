@@ -470,6 +470,84 @@ static void test_launch_stacks_hybrid(void **state)
 	unwind_session_close(&us);
 }
 
+typedef int (*cu_launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+			    unsigned, void *, void **, void **);
+
+struct own_launches {
+	uint32_t tgid;
+	uint64_t launches, past_entry; /* ... whose stack goes on past the probed function */
+};
+
+static void count_own_launch(void *ctx, const struct gt_launch_key *k,
+			     const struct gt_launch_value *v)
+{
+	struct own_launches *h = ctx;
+
+	if (k->tgid != h->tgid)
+		return;
+	h->launches += v->count;
+	if (k->nframes >= 3) /* cuLaunchKernel, this test, cmocka's runner (and on) */
+		h->past_entry += v->count;
+}
+
+/* A process that dlopen'ed libcuda after the agent last read its mappings launches at once:
+ * the unwinder's view of it has no libcuda mapping yet (the loader's notification rescans it,
+ * but not before its first launches), and the probed cuLaunchKernel frame must not end the
+ * stack there: at a function's first instruction the return address is at [sp], whatever
+ * the tables and mappings say. */
+static void test_launch_stack_from_unpublished_library(void **state)
+{
+	struct unwind_session us;
+	struct sampler_unwind_maps maps;
+	struct gputrace_options o;
+	struct nccltrack_options no;
+	struct own_launches h = { .tgid = (uint32_t)getpid() };
+	struct gputrace *g;
+	cu_launch_fn launch;
+	char err[256] = "";
+	void *lib;
+
+	(void)state;
+	if (skip_without_simjob())
+		skip();
+	if (unwind_session_open(&us, SYSOM_UNWINDER_HYBRID, 199, 1.0, err, sizeof(err)))
+		fail_msg("unwind_session_open: %s", err);
+	sampler_unwind_maps(us.sampler, &maps);
+	memset(&col, 0, sizeof(col));
+	nccltrack_options_default(&no);
+	assert_int_equal(nccltrack_new(&no, &col.nt), 0);
+	gputrace_options_default(&o);
+	o.on_event = on_event;
+	o.ctx = &col;
+	o.exec_generation_fd = sampler_exec_generation_fd(us.sampler);
+	o.unwind_tables_fd = maps.tables;
+	o.unwind_procs_fd = maps.procs;
+	o.unwind_markers_fd = maps.markers;
+	if (gputrace_open(&o, &g, err, sizeof(err)))
+		fail_msg("gputrace_open: %s", err);
+	/* This process, published with the tables of what it maps now; no events are polled
+	 * from here on, so nothing rescans it once it maps libcuda. */
+	assert_non_null(proctrack_get(us.pt, h.tgid, 0));
+	unwinder_work(us.unwinder, UINT64_MAX);
+	lib = dlopen(simjob_path("libcuda.so.1"), RTLD_NOW | RTLD_LOCAL);
+	assert_non_null(lib);
+	launch = (cu_launch_fn)(uintptr_t)dlsym(lib, "cuLaunchKernel");
+	assert_non_null(launch);
+	assert_int_equal(gputrace_attach_path(g, simjob_path("libcuda.so.1")), 1);
+	for (int i = 0; i < 50; i++) /* an empty grid: refused at once, probed all the same */
+		assert_int_not_equal(launch(NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL), 0);
+	gputrace_drain_launches(g, count_own_launch, &h);
+	print_message("# launches %llu, %llu of them unwound past cuLaunchKernel\n",
+		      (unsigned long long)h.launches, (unsigned long long)h.past_entry);
+	assert_int_equal(h.launches, 50);
+	assert_int_equal(h.past_entry, h.launches);
+	gputrace_close(g);
+	dlclose(lib);
+	nccltrack_free(col.nt);
+	col.nt = NULL;
+	unwind_session_close(&us);
+}
+
 typedef int (*allreduce_fn)(const void *, void *, size_t, int, int, void *, void *);
 typedef int (*destroy_fn)(void *);
 
@@ -639,6 +717,7 @@ int main(void)
 		cmocka_unit_test(test_discovery_in_running_processes),
 		cmocka_unit_test(test_real_libnccl),
 		cmocka_unit_test(test_launch_stacks_hybrid),
+		cmocka_unit_test(test_launch_stack_from_unpublished_library),
 		cmocka_unit_test(test_library_truncated_while_attached),
 		cmocka_unit_test(test_loader_notification),
 	};
