@@ -145,54 +145,99 @@ static void slots_sql(struct byte_buf *q, int64_t from_ms, int64_t to_ms, bool s
 		byte_buf_printf(q, " ORDER BY start_ms, span_ms");
 }
 
-/* Builds one summary of slot `x` (both kinds), then commits it with the count read before and
- * the caller's clock. */
-static int slot_build(struct store *base, const struct slot *x, int64_t at_ns)
+/* Slots built with one statement per kind: the settled minutes of one hour (a catch-up after
+ * an upgrade or an outage builds an hour's minutes at once, not in 60 statements). */
+#define BUILD_GROUP_MAX 60
+
+/*
+ * Builds one summary of the slots xs[0..n-1] (one span, both kinds): each kind's rows of the
+ * range they cover grouped by slot, then one fleet_slot_state row per slot with the count read
+ * before and the caller's clock. The slots share a summary id (readers match span, start and
+ * id).
+ */
+static int slots_build(struct store *base, const struct slot *const *xs, size_t n,
+		       int64_t at_ns)
 {
 	struct ch_store *s = ch__store(base);
-	struct store_sample_filter f = { .from_ms = x->start_ms,
-					  .to_ms = x->start_ms + x->span_ms - 1 };
+	int64_t span = xs[0]->span_ms, lo = xs[0]->start_ms, hi = xs[0]->start_ms;
 	struct byte_buf q = { 0 };
 	uint64_t id = 0;
 	int rc = 0;
+
+	for (size_t i = 1; i < n; i++) {
+		lo = xs[i]->start_ms < lo ? xs[i]->start_ms : lo;
+		hi = xs[i]->start_ms > hi ? xs[i]->start_ms : hi;
+	}
+	struct store_sample_filter f = { .from_ms = lo, .to_ms = hi + span - 1 };
 
 	while (!id) /* 0 reads as "no summary" */
 		if (getrandom(&id, sizeof(id), 0) != sizeof(id))
 			return -EIO;
 	for (int kind = KIND_CPU; kind <= KIND_OFFCPU && !rc; kind++) {
+		const char *value = kind == KIND_CPU ? "count" : "blocked_ns";
+
 		q.len = 0;
 		byte_buf_printf(&q,
 			"INSERT INTO fleet_slots (day, span_ms, start_ms, summary, kind, comm,"
 			" user_stack, kernel_stack, lo, hi, procs, value)"
-			" SELECT toDate(intDiv(%" PRId64 ", 86400000)), %" PRId64 ", %" PRId64 ","
+			" SELECT toDate(intDiv(fs_start, 86400000)), %" PRId64 ", fs_start,"
 			" %" PRIu64 ", %d, comm, user_stack, kernel_stack, min(tgid), max(tgid),"
-			" uniqHLL12State(process), sum(%s)",
-			x->start_ms, x->span_ms, x->start_ms, id, kind,
-			kind == KIND_CPU ? "count" : "blocked_ns");
+			" uniqHLL12State(process), sum(%s) FROM (SELECT intDiv(time_ms, %" PRId64
+			") * %" PRId64 " AS fs_start, comm, user_stack, kernel_stack, tgid, process,"
+			" %s",
+			span, id, kind, value, span, span, value);
 		ch__range_rows_from(&q, base, &f, kind == KIND_OFFCPU, true);
-		byte_buf_printf(&q, " GROUP BY comm, user_stack, kernel_stack");
+		byte_buf_printf(&q, ") WHERE fs_start IN (");
+		for (size_t i = 0; i < n; i++)
+			byte_buf_printf(&q, "%s%" PRId64, i ? ", " : "", xs[i]->start_ms);
+		byte_buf_printf(&q, ") GROUP BY fs_start, comm, user_stack, kernel_stack");
 		byte_buf_append(&q, "", 1);
 		if (!(rc = byte_buf_error(&q)))
 			rc = ch__exec_timeout(s, (const char *)q.data, NULL, 0, NULL,
 					      s->timeout_ms > BUILD_TIMEOUT_MS ? s->timeout_ms
 									: BUILD_TIMEOUT_MS);
 	}
-	if (!rc)
-		rc = ch__execf(s, NULL,
-			       "INSERT INTO fleet_slot_state (day, span_ms, start_ms, summary, batches,"
-			       " at_ns) VALUES (toDate(intDiv(%" PRId64 ", 86400000)), %" PRId64
-			       ", %" PRId64 ", %" PRIu64 ", %" PRIu64 ", %" PRId64 ")",
-			       x->start_ms, x->span_ms, x->start_ms, id, x->batches, at_ns);
+	if (!rc) {
+		q.len = 0;
+		byte_buf_printf(&q, "INSERT INTO fleet_slot_state (day, span_ms, start_ms, summary,"
+				    " batches, at_ns) VALUES");
+		for (size_t i = 0; i < n; i++)
+			byte_buf_printf(&q, "%s (toDate(intDiv(%" PRId64 ", 86400000)), %" PRId64
+					", %" PRId64 ", %" PRIu64 ", %" PRIu64 ", %" PRId64 ")",
+					i ? "," : "", xs[i]->start_ms, span, xs[i]->start_ms, id,
+					xs[i]->batches, at_ns);
+		byte_buf_append(&q, "", 1);
+		if (!(rc = byte_buf_error(&q)))
+			rc = ch__exec(s, (const char *)q.data, NULL, 0, NULL);
+	}
 	byte_buf_free(&q);
+	return rc;
+}
+
+/* Builds the group (if any) and counts it in *out; empties it. */
+static int group_build(struct store *base, const struct slot **group, size_t *n, int64_t at_ns,
+		       struct store_fleet_slots_pass *out)
+{
+	int rc = 0;
+
+	if (*n && !(rc = slots_build(base, group, *n, at_ns)))
+		for (size_t i = 0; i < *n; i++) {
+			out->built++;
+			if (group[i]->summary)
+				out->rebuilt++;
+		}
+	*n = 0;
 	return rc;
 }
 
 int ch__fleet_slots_run(struct store *base, int64_t now_ms, struct store_fleet_slots_pass *out)
 {
 	struct slots c = { .max = PASS_CANDIDATES };
+	const struct slot *group[BUILD_GROUP_MAX];
 	struct byte_buf q = { 0 };
 	int64_t started = sysom_monotonic_ms(), built_ns = now_ms > INT64_MAX / 1000000
 		? INT64_MAX : now_ms * 1000000;
+	size_t ngroup = 0;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
@@ -200,6 +245,7 @@ int ch__fleet_slots_run(struct store *base, int64_t now_ms, struct store_fleet_s
 	slots_sql(&q, 0, now_ms - SETTLE_MS - MINUTE_MS, true);
 	if ((rc = ch__select_run(ch__store(base), &q, 6, slot_row, &c, NULL)))
 		goto cleanup;
+	/* Newest first: an hour's minutes come one after another (each before its hour). */
 	for (size_t i = 0; i < c.n; i++) {
 		const struct slot *x = &c.v[i];
 
@@ -209,16 +255,20 @@ int ch__fleet_slots_run(struct store *base, int64_t now_ms, struct store_fleet_s
 			out->pending++; /* rebuilt lately: again in a later pass */
 			continue;
 		}
+		if (ngroup && (x->span_ms != MINUTE_MS || ngroup == BUILD_GROUP_MAX ||
+			       x->start_ms / HOUR_MS != group[0]->start_ms / HOUR_MS) &&
+		    (rc = group_build(base, group, &ngroup, built_ns, out)))
+			goto cleanup;
 		if (sysom_monotonic_ms() - started > PASS_BUDGET_MS) {
 			out->pending++;
 			continue;
 		}
-		if ((rc = slot_build(base, x, built_ns)))
+		group[ngroup++] = x;
+		if (x->span_ms != MINUTE_MS &&
+		    (rc = group_build(base, group, &ngroup, built_ns, out)))
 			goto cleanup;
-		out->built++;
-		if (x->summary)
-			out->rebuilt++;
 	}
+	rc = group_build(base, group, &ngroup, built_ns, out);
 cleanup:
 	free(c.v);
 	byte_buf_free(&q);

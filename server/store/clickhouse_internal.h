@@ -357,7 +357,8 @@ int ch__batch_write_rollup(const struct ch_gpu_os_put *p);
  * their process's comm> WHERE <the range>", without f's other conditions (ch__filter_conds).
  * When part of the range is older than the rollup cutoff (store__rollup_cutoff_ms) the FROM is
  * raw rows from the cutoff UNION ALL rollup rows before it, with the columns node_id, process,
- * tgid, thread_comm ('' for rollup rows), user_stack, kernel_stack and count (blocked_ns).
+ * tgid, thread_comm ('' for rollup rows), user_stack, kernel_stack, count (blocked_ns) and
+ * time_ms (rollup rows: their minute).
  * With `narrow` the committed attempts are found among the batches whose window can hold rows
  * of the range only (ch__committed_range_sql): cheaper for a short range far from now.
  */

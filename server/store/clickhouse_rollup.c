@@ -169,14 +169,15 @@ static int rollup_from(struct byte_buf *q, struct store *base, const struct stor
 	/* Raw rows from the cutoff on, rollup minutes before it (whole minutes from the one
 	 * holding `from`); rollup rows have no thread comm ('' never names a thread). */
 	byte_buf_printf(q, " FROM (SELECT node_id, process, tgid, thread_comm, user_stack,"
-			   " kernel_stack, %s FROM %s WHERE time_ms BETWEEN %" PRId64
+			   " kernel_stack, %s, time_ms FROM %s WHERE time_ms BETWEEN %" PRId64
 			   " AND %" PRId64 " AND time_ms >= %" PRId64,
 			value, offcpu ? "offcpu" : "samples", f->from_ms, f->to_ms, cutoff);
 	ch__own_days_sql(q, cutoff > f->from_ms ? cutoff : f->from_ms, f->to_ms);
 	byte_buf_printf(q, " AND ");
 	committed(q, narrow && cutoff > f->from_ms ? cutoff : from_min, f->to_ms, narrow);
 	byte_buf_printf(q, " UNION ALL SELECT node_id, process, tgid, '' AS thread_comm,"
-			   " user_stack, kernel_stack, %s FROM %s WHERE minute_ms BETWEEN %" PRId64
+			   " user_stack, kernel_stack, %s, minute_ms AS time_ms FROM %s"
+			   " WHERE minute_ms BETWEEN %" PRId64
 			   " AND %" PRId64 " AND minute_ms < %" PRId64,
 			value, offcpu ? "offcpu_minutes" : "sample_minutes", from_min, f->to_ms,
 			cutoff);
