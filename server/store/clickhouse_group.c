@@ -24,7 +24,6 @@
  * block per day partition) leaves some of its batches stored: their retries answer duplicate.
  */
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,8 +146,6 @@ int ch__group_join(struct ch_store *s, struct ch_group *g, struct ch_group_entry
 static int insert_table(struct ch_store *s, struct ch_group_entry *first, const char *table,
 			struct byte_buf *body)
 {
-	char sql[128];
-
 	body->len = 0;
 	for (struct ch_group_entry *e = first; e; e = e->next) {
 		const struct ch_batch_rows *rows = e->arg;
@@ -158,12 +155,7 @@ static int insert_table(struct ch_store *s, struct ch_group_entry *first, const 
 				byte_buf_append(body, rows->tables[i].rows.data,
 						rows->tables[i].rows.len);
 	}
-	if (byte_buf_error(body))
-		return byte_buf_error(body);
-	if (!body->len)
-		return 0;
-	snprintf(sql, sizeof(sql), "INSERT INTO %s FORMAT RowBinary", table);
-	return ch__exec(s, sql, body->data, body->len, NULL);
+	return ch__insert_rows(s, table, body);
 }
 
 /*

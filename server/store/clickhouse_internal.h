@@ -198,6 +198,8 @@ int ch_tsv_hex(const char *f, uint8_t *out, size_t max, size_t *len);
 
 /* ---- RowBinary (clickhouse_write.c) --------------------------------------------------------- */
 
+/* Runs `INSERT INTO table FORMAT RowBinary` with `rows` (nothing when empty). */
+int ch__insert_rows(struct ch_store *s, const char *table, const struct byte_buf *rows);
 void ch__rb_string(struct byte_buf *b, const void *data, size_t len);
 void ch__rb_str(struct byte_buf *b, const char *text);
 void ch__rb_varint(struct byte_buf *b, uint64_t v);

@@ -70,8 +70,7 @@ static int64_t clamp63(uint64_t v)
 	return v > INT64_MAX ? INT64_MAX : (int64_t)v;
 }
 
-/* Runs `INSERT INTO table FORMAT RowBinary` with the rows in `rows`. */
-static int insert_rows(struct ch_store *s, const char *table, const struct byte_buf *rows)
+int ch__insert_rows(struct ch_store *s, const char *table, const struct byte_buf *rows)
 {
 	char sql[128];
 
@@ -338,7 +337,7 @@ static int objects_write(struct put *p, struct store_put_result *r)
 		ch__rb_str(&rows, sysom_batch_string(b, o->name));
 		byte_buf_put_u64(&rows, (uint64_t)p->received_ns);
 	}
-	if ((rc = insert_rows(p->s, "objects", &rows)))
+	if ((rc = ch__insert_rows(p->s, "objects", &rows)))
 		goto cleanup;
 	for (uint32_t i = 0; i < b->object_count; i++)
 		if (p->objects[i].created)
@@ -429,7 +428,7 @@ static int stacks_write(struct put *p, struct store_put_result *r)
 		if (x->created)
 			r->new_stacks++;
 	}
-	if ((rc = insert_rows(p->s, "stack_days", &rows)))
+	if ((rc = ch__insert_rows(p->s, "stack_days", &rows)))
 		goto cleanup;
 	for (uint32_t i = 0; i < b->stack_count; i++)
 		if (p->stacks[i].created || p->stacks[i].stale)

@@ -392,6 +392,34 @@ static void count_launch(void *ctx, const struct gt_launch_key *k, const struct 
 		h->deep += v->count;
 }
 
+/* A hybrid unwind session (sampler and process tracker) and a tracer sharing its unwinder
+ * maps, so that launch stacks are unwound as CPU samples are; events go to `col`. */
+static struct gputrace *open_tracer_hybrid(struct unwind_session *us)
+{
+	struct sampler_unwind_maps maps;
+	struct gputrace_options o;
+	struct nccltrack_options no;
+	struct gputrace *g;
+	char err[256] = "";
+
+	if (unwind_session_open(us, SYSOM_UNWINDER_HYBRID, 199, 1.0, err, sizeof(err)))
+		fail_msg("unwind_session_open: %s", err);
+	sampler_unwind_maps(us->sampler, &maps);
+	memset(&col, 0, sizeof(col));
+	nccltrack_options_default(&no);
+	assert_int_equal(nccltrack_new(&no, &col.nt), 0);
+	gputrace_options_default(&o);
+	o.on_event = on_event;
+	o.ctx = &col;
+	o.exec_generation_fd = sampler_exec_generation_fd(us->sampler);
+	o.unwind_tables_fd = maps.tables;
+	o.unwind_procs_fd = maps.procs;
+	o.unwind_markers_fd = maps.markers;
+	if (gputrace_open(&o, &g, err, sizeof(err)))
+		fail_msg("gputrace_open: %s", err);
+	return g;
+}
+
 /* With the sampler's unwinder maps shared, launch stacks are unwound like CPU samples: the
  * ranks are published (they are sampled) and their launch stacks reach the outermost frame. */
 static void test_launch_stacks_hybrid(void **state)
@@ -399,33 +427,15 @@ static void test_launch_stacks_hybrid(void **state)
 	static const char *const args[] = { "--ranks", "2", "--seconds", "4", "--cpu-us", "3000",
 					    "--kernel-us", "1000", NULL };
 	struct unwind_session us;
-	struct sampler_unwind_maps maps;
-	struct gputrace_options o;
-	struct nccltrack_options no;
 	struct gputrace_stats st;
 	struct hybrid_launches h = { 0 };
 	struct gputrace *g;
-	char err[256] = "";
 	pid_t job;
 
 	(void)state;
 	if (skip_without_simjob())
 		skip();
-	if (unwind_session_open(&us, SYSOM_UNWINDER_HYBRID, 199, 1.0, err, sizeof(err)))
-		fail_msg("unwind_session_open: %s", err);
-	sampler_unwind_maps(us.sampler, &maps);
-	memset(&col, 0, sizeof(col));
-	nccltrack_options_default(&no);
-	assert_int_equal(nccltrack_new(&no, &col.nt), 0);
-	gputrace_options_default(&o);
-	o.on_event = on_event;
-	o.ctx = &col;
-	o.exec_generation_fd = sampler_exec_generation_fd(us.sampler);
-	o.unwind_tables_fd = maps.tables;
-	o.unwind_procs_fd = maps.procs;
-	o.unwind_markers_fd = maps.markers;
-	if (gputrace_open(&o, &g, err, sizeof(err)))
-		fail_msg("gputrace_open: %s", err);
+	g = open_tracer_hybrid(&us);
 	assert_int_equal(gputrace_attach_path(g, simjob_path("libcuda.so.1")), 1);
 	job = simjob_start(args);
 	/* Drain as the agent does: the ranks get sampled, read and published; the first second
@@ -498,33 +508,15 @@ static void count_own_launch(void *ctx, const struct gt_launch_key *k,
 static void test_launch_stack_from_unpublished_library(void **state)
 {
 	struct unwind_session us;
-	struct sampler_unwind_maps maps;
-	struct gputrace_options o;
-	struct nccltrack_options no;
 	struct own_launches h = { .tgid = (uint32_t)getpid() };
 	struct gputrace *g;
 	cu_launch_fn launch;
-	char err[256] = "";
 	void *lib;
 
 	(void)state;
 	if (skip_without_simjob())
 		skip();
-	if (unwind_session_open(&us, SYSOM_UNWINDER_HYBRID, 199, 1.0, err, sizeof(err)))
-		fail_msg("unwind_session_open: %s", err);
-	sampler_unwind_maps(us.sampler, &maps);
-	memset(&col, 0, sizeof(col));
-	nccltrack_options_default(&no);
-	assert_int_equal(nccltrack_new(&no, &col.nt), 0);
-	gputrace_options_default(&o);
-	o.on_event = on_event;
-	o.ctx = &col;
-	o.exec_generation_fd = sampler_exec_generation_fd(us.sampler);
-	o.unwind_tables_fd = maps.tables;
-	o.unwind_procs_fd = maps.procs;
-	o.unwind_markers_fd = maps.markers;
-	if (gputrace_open(&o, &g, err, sizeof(err)))
-		fail_msg("gputrace_open: %s", err);
+	g = open_tracer_hybrid(&us);
 	/* This process, published with the tables of what it maps now; no events are polled
 	 * from here on, so nothing rescans it once it maps libcuda. */
 	assert_non_null(proctrack_get(us.pt, h.tgid, 0));
