@@ -533,8 +533,8 @@ static void fleet_slots_run(uv_work_t *w)
 		log_warn("fleet slots: cannot build summaries: %s (retried in %.0fs)",
 			 sysom_strerror(rc), cfg.fleet_slots_interval);
 	else if (p.built || p.pending)
-		log_debug("fleet slots: %u summaries built (%u rebuilt after later batches), %u left",
-			  p.built, p.rebuilt, p.pending);
+		log_debug("fleet slots: %u summaries built (%u rebuilt after later batches, %u hours"
+			  " from their minutes), %u left", p.built, p.rebuilt, p.merged, p.pending);
 }
 
 static void fleet_slots_done(uv_work_t *w, int status)

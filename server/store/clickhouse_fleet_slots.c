@@ -49,18 +49,10 @@
 /* A build may read a whole hour of a large fleet's raw rows: its HTTP timeout, at least. */
 #define BUILD_TIMEOUT_MS (15 * 60 * 1000L)
 
-/* The first and last millisecond a batch's sample rows can have: the writer times a row
- * window_start_ns / 1e6 + its offset, which wire_decode.c bounds by the window's length. */
-#define LO_MS "intDiv(toUInt64(window_start_ns), 1000000)"
-#define HI_MS "(intDiv(toUInt64(window_end_ns), 1000000) + 1)"
-/* The (span, start) of each slot of `span` ms that [LO_MS, HI_MS] touches. */
-#define SLOTS_OF(span)                                                                        \
-	"arrayMap(i -> (toInt64(" span "), toInt64((intDiv(" LO_MS ", " span ") + i) * " span   \
-	")), range(toUInt64(intDiv(" HI_MS ", " span ") - intDiv(" LO_MS ", " span ") + 1)))"
 #define SLOT_BATCHES_SELECT                                                                   \
 	" SELECT toDate(intDiv(slot.2, 86400000)) AS day, slot.1 AS span_ms, slot.2 AS start_ms," \
-	" count() AS batches FROM batches ARRAY JOIN arrayConcat(" SLOTS_OF("60000") ", "        \
-	SLOTS_OF("3600000") ") AS slot GROUP BY day, span_ms, start_ms"
+	" count() AS batches FROM batches ARRAY JOIN arrayConcat(" CH_WINDOW_SLOTS("60000") ","   \
+	" " CH_WINDOW_SLOTS("3600000") ") AS slot GROUP BY day, span_ms, start_ms"
 
 /* Migration 14 (own array, so that renumbering against other migrations is one line). The
  * batch counts are filled from the stored batch rows once (a second run finds the table),
@@ -145,6 +137,44 @@ static void slots_sql(struct byte_buf *q, int64_t from_ms, int64_t to_ms, bool s
 		byte_buf_printf(q, " ORDER BY start_ms, span_ms");
 }
 
+/* A new summary id (0 reads as "no summary"). */
+static int summary_id(uint64_t *id)
+{
+	*id = 0;
+	while (!*id)
+		if (getrandom(id, sizeof(*id), 0) != sizeof(*id))
+			return -EIO;
+	return 0;
+}
+
+/* Commits summary `id` of slots xs[0..n-1]: a fleet_slot_state row each, with the batch count
+ * read before it was built and the caller's clock. */
+static int slots_commit(struct ch_store *s, const struct slot *const *xs, size_t n, uint64_t id,
+			int64_t at_ns)
+{
+	struct byte_buf q = { 0 };
+	int rc;
+
+	byte_buf_printf(&q, "INSERT INTO fleet_slot_state (day, span_ms, start_ms, summary,"
+			    " batches, at_ns) VALUES");
+	for (size_t i = 0; i < n; i++)
+		byte_buf_printf(&q, "%s (toDate(intDiv(%" PRId64 ", 86400000)), %" PRId64
+				", %" PRId64 ", %" PRIu64 ", %" PRIu64 ", %" PRId64 ")",
+				i ? "," : "", xs[i]->start_ms, xs[i]->span_ms, xs[i]->start_ms, id,
+				xs[i]->batches, at_ns);
+	byte_buf_append(&q, "", 1);
+	if (!(rc = byte_buf_error(&q)))
+		rc = ch__exec(s, (const char *)q.data, NULL, 0, NULL);
+	byte_buf_free(&q);
+	return rc;
+}
+
+/* A summary answers for its slot while the slot's batch count is the one it was built after. */
+static bool current(const struct slot *x)
+{
+	return x && x->summary && x->built_at == x->batches;
+}
+
 /* Slots built with one statement per kind: the settled minutes of one hour (a catch-up after
  * an upgrade or an outage builds an hour's minutes at once, not in 60 statements). */
 #define BUILD_GROUP_MAX 60
@@ -161,7 +191,7 @@ static int slots_build(struct store *base, const struct slot *const *xs, size_t 
 	struct ch_store *s = ch__store(base);
 	int64_t span = xs[0]->span_ms, lo = xs[0]->start_ms, hi = xs[0]->start_ms;
 	struct byte_buf q = { 0 };
-	uint64_t id = 0;
+	uint64_t id;
 	int rc = 0;
 
 	for (size_t i = 1; i < n; i++) {
@@ -170,9 +200,8 @@ static int slots_build(struct store *base, const struct slot *const *xs, size_t 
 	}
 	struct store_sample_filter f = { .from_ms = lo, .to_ms = hi + span - 1 };
 
-	while (!id) /* 0 reads as "no summary" */
-		if (getrandom(&id, sizeof(id), 0) != sizeof(id))
-			return -EIO;
+	if ((rc = summary_id(&id)))
+		return rc;
 	for (int kind = KIND_CPU; kind <= KIND_OFFCPU && !rc; kind++) {
 		const char *value = kind == KIND_CPU ? "count" : "blocked_ns";
 
@@ -186,7 +215,7 @@ static int slots_build(struct store *base, const struct slot *const *xs, size_t 
 			") * %" PRId64 " AS fs_start, comm, user_stack, kernel_stack, tgid, process,"
 			" %s",
 			span, id, kind, value, span, span, value);
-		ch__range_rows_from(&q, base, &f, kind == KIND_OFFCPU, true);
+		ch__range_rows_from(&q, base, &f, kind == KIND_OFFCPU);
 		byte_buf_printf(&q, ") WHERE fs_start IN (");
 		for (size_t i = 0; i < n; i++)
 			byte_buf_printf(&q, "%s%" PRId64, i ? ", " : "", xs[i]->start_ms);
@@ -197,35 +226,93 @@ static int slots_build(struct store *base, const struct slot *const *xs, size_t 
 					      s->timeout_ms > BUILD_TIMEOUT_MS ? s->timeout_ms
 									: BUILD_TIMEOUT_MS);
 	}
-	if (!rc) {
-		q.len = 0;
-		byte_buf_printf(&q, "INSERT INTO fleet_slot_state (day, span_ms, start_ms, summary,"
-				    " batches, at_ns) VALUES");
-		for (size_t i = 0; i < n; i++)
-			byte_buf_printf(&q, "%s (toDate(intDiv(%" PRId64 ", 86400000)), %" PRId64
-					", %" PRId64 ", %" PRIu64 ", %" PRIu64 ", %" PRId64 ")",
-					i ? "," : "", xs[i]->start_ms, span, xs[i]->start_ms, id,
-					xs[i]->batches, at_ns);
-		byte_buf_append(&q, "", 1);
-		if (!(rc = byte_buf_error(&q)))
-			rc = ch__exec(s, (const char *)q.data, NULL, 0, NULL);
-	}
+	if (!rc)
+		rc = slots_commit(s, xs, n, id, at_ns);
 	byte_buf_free(&q);
 	return rc;
 }
 
-/* Builds the group (if any) and counts it in *out; empties it. */
+/*
+ * Builds hour slot `x` from its minutes' summaries: when every minute of the hour that a batch
+ * touches has a current summary, their rows merged (sums, tgid bounds, the union of the
+ * HyperLogLog states: what the hour's rows give, since the minutes partition the hour and a
+ * current summary holds every counted batch's rows) instead of reading the hour's rows again.
+ * The minutes and the hour's batch count are read together: a batch stored after that read
+ * makes the hour stale, as a batch stored during a build from rows does. 1: built; 0: a minute
+ * has no current summary (the caller reads rows); or an error.
+ */
+static int hour_from_minutes(struct store *base, const struct slot *x, int64_t at_ns)
+{
+	struct ch_store *s = ch__store(base);
+	struct slots c = { .max = 128 }; /* its 60 minutes and itself */
+	struct slot hour = { .span_ms = 0 };
+	struct byte_buf q = { 0 };
+	size_t minutes = 0;
+	uint64_t id;
+	int rc;
+
+	slots_sql(&q, x->start_ms, x->start_ms + HOUR_MS - 1, false);
+	if ((rc = ch__select_run(s, &q, 6, slot_row, &c, NULL)))
+		goto cleanup;
+	for (size_t i = 0; i < c.n; i++) {
+		if (c.v[i].span_ms == HOUR_MS && c.v[i].start_ms == x->start_ms)
+			hour = c.v[i];
+		else if (c.v[i].span_ms == MINUTE_MS && !current(&c.v[i]))
+			goto cleanup; /* rc 0: from rows */
+		else if (c.v[i].span_ms == MINUTE_MS)
+			minutes++;
+	}
+	if (!hour.span_ms || !minutes || (rc = summary_id(&id)))
+		goto cleanup;
+	q.len = 0;
+	byte_buf_printf(&q, "INSERT INTO fleet_slots (day, span_ms, start_ms, summary, kind, comm,"
+			    " user_stack, kernel_stack, lo, hi, procs, value)"
+			    " SELECT toDate(intDiv(%" PRId64 ", 86400000)), %" PRId64 ", %" PRId64
+			    ", %" PRIu64 ", kind, comm, user_stack, kernel_stack, min(lo), max(hi),"
+			    " uniqHLL12MergeState(procs), sum(value) FROM fleet_slots"
+			    " WHERE start_ms BETWEEN %" PRId64 " AND %" PRId64
+			    " AND (span_ms, start_ms, summary) IN (",
+			x->start_ms, (int64_t)HOUR_MS, x->start_ms, id, x->start_ms,
+			(int64_t)(x->start_ms + HOUR_MS - 1));
+	for (size_t i = 0, k = 0; i < c.n; i++)
+		if (c.v[i].span_ms == MINUTE_MS)
+			byte_buf_printf(&q, "%s(%" PRId64 ", %" PRId64 ", %" PRIu64 ")",
+					k++ ? ", " : "", (int64_t)MINUTE_MS, c.v[i].start_ms,
+					c.v[i].summary);
+	byte_buf_printf(&q, ") GROUP BY kind, comm, user_stack, kernel_stack");
+	byte_buf_append(&q, "", 1);
+	if ((rc = byte_buf_error(&q)) || (rc = ch__exec(s, (const char *)q.data, NULL, 0, NULL)))
+		goto cleanup;
+	const struct slot *one = &hour;
+
+	if (!(rc = slots_commit(s, &one, 1, id, at_ns)))
+		rc = 1;
+cleanup:
+	free(c.v);
+	byte_buf_free(&q);
+	return rc;
+}
+
+/* Builds the group (if any; an hour from its minutes when it can) and counts it in *out;
+ * empties it. */
 static int group_build(struct store *base, const struct slot **group, size_t *n, int64_t at_ns,
 		       struct store_fleet_slots_pass *out)
 {
 	int rc = 0;
 
-	if (*n && !(rc = slots_build(base, group, *n, at_ns)))
-		for (size_t i = 0; i < *n; i++) {
-			out->built++;
-			if (group[i]->summary)
-				out->rebuilt++;
-		}
+	if (*n == 1 && group[0]->span_ms == HOUR_MS &&
+	    (rc = hour_from_minutes(base, group[0], at_ns)) > 0) {
+		out->merged++;
+		rc = 0;
+	} else if (!*n || rc || (rc = slots_build(base, group, *n, at_ns))) {
+		*n = 0;
+		return rc;
+	}
+	for (size_t i = 0; i < *n; i++) {
+		out->built++;
+		if (group[i]->summary)
+			out->rebuilt++;
+	}
 	*n = 0;
 	return rc;
 }
@@ -330,11 +417,6 @@ static void plan_use(struct plan *p, const struct slot *x)
 		p->used[p->nused++] = x;
 }
 
-static bool current(const struct slot *x)
-{
-	return x && x->summary && x->built_at == x->batches;
-}
-
 /* Walks [from, to]: current hours, else current minutes, else raw rows; slots no batch
  * touches hold no rows and are skipped. */
 static void plan_make(struct plan *p, const struct slots *s, int64_t from_ms, int64_t to_ms)
@@ -397,7 +479,7 @@ int ch__fleet_slots_from(struct byte_buf *q, struct store *base,
 		byte_buf_printf(q, "SELECT comm, min(tgid) AS flo, max(tgid) AS fhi,"
 				   " uniqHLL12State(process) AS fst, user_stack, kernel_stack,"
 				   " sum(%s) AS fv", offcpu ? "blocked_ns" : "count");
-		ch__range_rows_from(q, base, &r, offcpu, true);
+		ch__range_rows_from(q, base, &r, offcpu);
 		byte_buf_printf(q, " GROUP BY comm, user_stack, kernel_stack UNION ALL ");
 	}
 	byte_buf_printf(q, "SELECT comm, lo AS flo, hi AS fhi, procs AS fst, user_stack,"

@@ -12,7 +12,20 @@
 #include "server/store/store_impl.h"
 
 /* The newest schema this build knows (clickhouse_schema.c). */
-#define CH_SCHEMA_VERSION 16
+#define CH_SCHEMA_VERSION 17
+
+/*
+ * The first and last millisecond a batch's rows can be timed, from its `batches` row: the
+ * writer times a row window_start_ns / 1e6 + its offset, which wire_decode.c bounds by the
+ * window's length; windows compare as the unsigned wire values they were.
+ */
+#define CH_WINDOW_LO_MS "intDiv(toUInt64(window_start_ns), 1000000)"
+#define CH_WINDOW_HI_MS "(intDiv(toUInt64(window_end_ns), 1000000) + 1)"
+/* The (span, start) of each slot of `span` ms that [CH_WINDOW_LO_MS, CH_WINDOW_HI_MS] touches. */
+#define CH_WINDOW_SLOTS(span)                                                                 \
+	"arrayMap(i -> (toInt64(" span "), toInt64((intDiv(" CH_WINDOW_LO_MS ", " span ") + i) * " \
+	span ")), range(toUInt64(intDiv(" CH_WINDOW_HI_MS ", " span ") - intDiv("               \
+	CH_WINDOW_LO_MS ", " span ") + 1)))"
 
 /* The HTTP timeout while migrating (a backfill reads every stored row once), at least. */
 #define CH_MIGRATION_TIMEOUT_MS (3600L * 1000L)
@@ -342,6 +355,7 @@ extern const char *const ch__migration_nccl_rollup[];
 extern const char *const ch__migration_summaries[];
 /* Migration 14: stacks partitioned by day, collected by retention (clickhouse_schema_stacks.c). */
 extern const char *const ch__migration_stack_days[];
+extern const char *const ch__migration_batch_minutes[];
 
 /* NCCL instances kept past the raw calls (clickhouse_nccl_rollup.c; store_impl.h's ops). */
 int ch__nccl_rollup_state(struct store *base, int64_t *watermark_ns, int64_t *max_span_ns);
@@ -361,15 +375,14 @@ int ch__batch_write_rollup(const struct ch_gpu_os_put *p);
  * raw rows from the cutoff UNION ALL rollup rows before it, with the columns node_id, process,
  * tgid, thread_comm ('' for rollup rows), user_stack, kernel_stack, count (blocked_ns) and
  * time_ms (rollup rows: their minute).
- * With `narrow` the committed attempts are found among the batches whose window can hold rows
- * of the range only (ch__committed_range_sql): cheaper for a short range far from now.
+ * The committed attempts are those of the batches indexed under the range's minutes
+ * (ch__committed_range_sql).
  */
 void ch__range_rows_from(struct byte_buf *q, struct store *base,
-			 const struct store_sample_filter *f, bool offcpu, bool narrow);
+			 const struct store_sample_filter *f, bool offcpu);
 /* ch__range_rows_from from raw rows only, whatever the rollup cutoff (the readers other than
  * the flame graphs read raw rows only, as on SQLite). */
-void ch__raw_rows_from(struct byte_buf *q, const struct store_sample_filter *f, bool offcpu,
-		       bool narrow);
+void ch__raw_rows_from(struct byte_buf *q, const struct store_sample_filter *f, bool offcpu);
 
 /* ---- fleet slots (clickhouse_fleet_slots.c; migration 14) ----------------------------------- */
 
@@ -459,7 +472,8 @@ int ch__retention_apply(struct store *base, int64_t before_ms, int64_t rollup_be
 /* Appends CH_COMMITTED over the batches received from the day before from_ms's day on. */
 void ch__committed_since_sql(struct byte_buf *q, int64_t from_ms);
 /* ch__committed_since_sql grouping only the batches whose window can hold rows timed in
- * [from_ms, to_ms] (every copy of a batch has its window). */
+ * [from_ms, to_ms]: those indexed under a minute of it (batch_minutes, schema 17; every copy
+ * of a batch has its window), a key range of each day. */
 void ch__committed_range_sql(struct byte_buf *q, int64_t from_ms, int64_t to_ms);
 /* Appends "day >= <that day> AND " then ch__committed_since_sql: the committed rows of a
  * table whose day is the receive day (batches, processes) that can matter to the range. */

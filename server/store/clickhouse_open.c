@@ -72,6 +72,7 @@ static const char *const *const migrations[CH_SCHEMA_VERSION] = {
 	ch__migration_fleet_slots, /* fleet-wide minute and hour summaries (clickhouse_fleet_slots.c) */
 	ch__migration_process_names, /* process comms per day (clickhouse_schema_summaries.c) */
 	ch__migration_stack_days, /* stacks by day, collected (clickhouse_schema_stacks.c) */
+	ch__migration_batch_minutes, /* batches by window minute (clickhouse_schema_batch_minutes.c) */
 };
 
 static int read_version(struct ch_store *s, int *out)

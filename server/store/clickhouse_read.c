@@ -390,17 +390,14 @@ void ch__committed_since_sql(struct byte_buf *q, int64_t from_ms)
 
 void ch__committed_range_sql(struct byte_buf *q, int64_t from_ms, int64_t to_ms)
 {
-	/* A row timed t came from a batch whose window starts before t + 1 ms and ends after
-	 * t - 1 ms (clickhouse_fleet_slots.c, LO_MS and HI_MS); windows compare as the unsigned wire
-	 * values they were. */
-	uint64_t lo = from_ms <= 1 ? 0 : (uint64_t)(from_ms - 1) * 1000000u;
-	uint64_t hi = to_ms < 0 ? 0
-		: (uint64_t)to_ms >= UINT64_MAX / 1000000u - 1 ? UINT64_MAX
-		: ((uint64_t)to_ms + 1) * 1000000u;
+	/* A row timed t came from a batch whose window [CH_WINDOW_LO_MS, CH_WINDOW_HI_MS] holds
+	 * t: one indexed under a minute of [from, to] (batch_minutes, schema 17: minutes of
+	 * unsigned windows, never negative). */
+	int64_t lo = from_ms < 0 ? 0 : store__minute_floor(from_ms);
+	int64_t hi = to_ms < 0 ? -1 : store__minute_floor(to_ms);
 
-	byte_buf_printf(q, "attempt IN (SELECT min(attempt) FROM batches WHERE"
-			   " toUInt64(window_end_ns) >= %" PRIu64 " AND toUInt64(window_start_ns)"
-			   " <= %" PRIu64, lo, hi);
+	byte_buf_printf(q, "attempt IN (SELECT min(attempt) FROM batch_minutes WHERE minute_ms"
+			   " BETWEEN %" PRId64 " AND %" PRId64, lo, hi);
 	ch__committed_nodes_end(q, from_ms);
 }
 
@@ -500,9 +497,9 @@ static int filter_from(struct byte_buf *q, struct store *base, const struct stor
 		       bool raw)
 {
 	if (raw)
-		ch__raw_rows_from(q, f, false, false);
+		ch__raw_rows_from(q, f, false);
 	else
-		ch__range_rows_from(q, base, f, false, false);
+		ch__range_rows_from(q, base, f, false);
 	return ch__filter_conds(q, f, true);
 }
 

@@ -218,7 +218,7 @@ int ch__offcpu_aggregate(struct store *base, const struct store_sample_filter *f
 				"SELECT comm, min(tgid) AS lo, max(tgid) AS hi,"
 				" uniqExact(process) AS procs, user_stack AS u, kernel_stack AS k,"
 				" intDiv(sum(blocked_ns), 1000) AS c0");
-		ch__range_rows_from(&q, base, f, true, false);
+		ch__range_rows_from(&q, base, f, true);
 		if ((rc = ch__filter_conds(&q, f, true)))
 			goto cleanup;
 	}

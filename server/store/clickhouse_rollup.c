@@ -145,20 +145,10 @@ cleanup:
 
 /* ---- reading -------------------------------------------------------------------------------- */
 
-/* The committed-attempt condition of rows in [from_ms, to_ms]: with `narrow`, only the batches
- * whose window can hold such rows are grouped (ch__committed_range_sql). */
-static void committed(struct byte_buf *q, int64_t from_ms, int64_t to_ms, bool narrow)
-{
-	if (narrow)
-		ch__committed_range_sql(q, from_ms, to_ms);
-	else
-		ch__committed_since_sql(q, from_ms);
-}
-
 /* ch__range_rows_from's FROM when part of the range is before the rollup cutoff: 1; else
  * nothing appended and 0. */
 static int rollup_from(struct byte_buf *q, struct store *base, const struct store_sample_filter *f,
-		       bool offcpu, bool narrow)
+		       bool offcpu)
 {
 	int64_t cutoff = store__rollup_cutoff_ms(base);
 	int64_t from_min = store__minute_floor(f->from_ms);
@@ -174,7 +164,7 @@ static int rollup_from(struct byte_buf *q, struct store *base, const struct stor
 			value, offcpu ? "offcpu" : "samples", f->from_ms, f->to_ms, cutoff);
 	ch__own_days_sql(q, cutoff > f->from_ms ? cutoff : f->from_ms, f->to_ms);
 	byte_buf_printf(q, " AND ");
-	committed(q, narrow && cutoff > f->from_ms ? cutoff : from_min, f->to_ms, narrow);
+	ch__committed_range_sql(q, cutoff > f->from_ms ? cutoff : from_min, f->to_ms);
 	byte_buf_printf(q, " UNION ALL SELECT node_id, process, tgid, '' AS thread_comm,"
 			   " user_stack, kernel_stack, %s, minute_ms AS time_ms FROM %s"
 			   " WHERE minute_ms BETWEEN %" PRId64
@@ -184,8 +174,8 @@ static int rollup_from(struct byte_buf *q, struct store *base, const struct stor
 	ch__own_days_sql(q, from_min, f->to_ms);
 	byte_buf_printf(q, " AND ");
 	/* A minute's rows came from batches touching any of its 60 s. */
-	committed(q, from_min, f->to_ms > INT64_MAX - MINUTE_MS ? INT64_MAX : f->to_ms + MINUTE_MS,
-		  narrow);
+	ch__committed_range_sql(q, from_min, f->to_ms > INT64_MAX - MINUTE_MS ? INT64_MAX
+								 : f->to_ms + MINUTE_MS);
 	byte_buf_printf(q, ") ANY LEFT JOIN ");
 	ch__process_comms_since_sql(q, from_min);
 	byte_buf_printf(q, " USING process WHERE 1");
@@ -193,14 +183,13 @@ static int rollup_from(struct byte_buf *q, struct store *base, const struct stor
 }
 
 void ch__range_rows_from(struct byte_buf *q, struct store *base,
-			 const struct store_sample_filter *f, bool offcpu, bool narrow)
+			 const struct store_sample_filter *f, bool offcpu)
 {
-	if (!rollup_from(q, base, f, offcpu, narrow))
-		ch__raw_rows_from(q, f, offcpu, narrow);
+	if (!rollup_from(q, base, f, offcpu))
+		ch__raw_rows_from(q, f, offcpu);
 }
 
-void ch__raw_rows_from(struct byte_buf *q, const struct store_sample_filter *f, bool offcpu,
-		       bool narrow)
+void ch__raw_rows_from(struct byte_buf *q, const struct store_sample_filter *f, bool offcpu)
 {
 	byte_buf_printf(q, " FROM %s ANY LEFT JOIN ", offcpu ? "offcpu" : "samples");
 	ch__process_comms_since_sql(q, f->from_ms);
@@ -208,5 +197,5 @@ void ch__raw_rows_from(struct byte_buf *q, const struct store_sample_filter *f, 
 			f->from_ms, f->to_ms);
 	ch__own_days_sql(q, f->from_ms, f->to_ms);
 	byte_buf_printf(q, " AND ");
-	committed(q, f->from_ms, f->to_ms, narrow);
+	ch__committed_range_sql(q, f->from_ms, f->to_ms);
 }

@@ -556,14 +556,15 @@ struct partitions {
  * processes (comms, pids), job ranks and identities (job and identity filters), the
  * summaries of batch rows and job ranks (schema 13), which go with what they summed, and the
  * stacks (schema 16), dated no earlier than any row, raw or rollup, naming them
- * (clickhouse_schema_stacks.c): a day of stacks goes with the last rows that could name them.
+ * (clickhouse_schema_stacks.c): a day of stacks goes with the last rows that could name them,
+ * and the batch rows by window minute (schema 17), which go with the batch rows.
  * The rest is raw rows, dropped at the raw cutoff.
  */
 static const char *const rollup_kept[] = {
 	"batches", "processes", "job_ranks", "process_identities", "sample_minutes",
 	"offcpu_minutes", "nccl_instances", "node_days", "batch_seqs", "node_counters",
 	"job_processes", "fleet_slots", "fleet_slot_state", "fleet_slot_batches", "process_names",
-	"stack_days",
+	"stack_days", "batch_minutes",
 };
 
 static bool kept_with_rollups(const char *table)

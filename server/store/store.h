@@ -766,11 +766,13 @@ struct store_fleet_slots_pass {
 	uint32_t built;   /* summaries built (each: the slot's CPU and off-CPU rows) */
 	uint32_t rebuilt; /* of which replaced a stale one */
 	uint32_t pending; /* slots left for a later run (built lately, or over the run's time) */
+	uint32_t merged;  /* of the built, hours merged from their minutes' current summaries */
 };
 
 /*
  * Builds the summaries of the slots that ended at least two minutes before `now_ms` and have
  * none current, newest first, for up to about 30 s; a stale slot at most once per 5 minutes.
+ * An hour whose minutes all have current summaries is merged from them, not read again.
  * One server of those sharing a store should run it (others' runs only duplicate work).
  * Returns 0, -ENOTSUP (SQLite: its reads use rows only) or the store's error.
  */

@@ -32,7 +32,7 @@
 #define T0 1700000000000000000ULL
 #define FIXTURE_HASH 0x5eed5eed5eed5eedULL
 /* The schema version this build migrates to (clickhouse_internal.h's CH_SCHEMA_VERSION). */
-#define CH_SCHEMA_NEWEST 16
+#define CH_SCHEMA_NEWEST 17
 
 static char ch_dir[128];  /* the private server's files */
 static char ch_url[128];  /* http://127.0.0.1:PORT/ */
@@ -1501,6 +1501,7 @@ static void test_fleet_slots(void **state)
 	p = slots_run(c, h0 + 4 * hour);
 	assert_int_equal(p.built, 21 + 3);
 	assert_int_equal(p.rebuilt, 0);
+	assert_int_equal(p.merged, 3); /* each hour from its minutes, built just before it */
 	for (size_t i = 0; i < 5; i++)
 		assert_int_equal(same_fleet(c, ranges[i][0], ranges[i][1]), totals[i]);
 	p = slots_run(c, h0 + 4 * hour + minute);
@@ -1518,9 +1519,35 @@ static void test_fleet_slots(void **state)
 	p = slots_run(c, h0 + 4 * hour + 2 * minute);
 	assert_int_equal(p.built, 1);   /* its minute, which had no summary */
 	assert_int_equal(p.pending, 1); /* the hour, built 2 minutes ago */
+	/* Another into that minute: at the next pass the minute waits (built 4 minutes before),
+	 * so the hour, due, is built from its rows, not from the minute's stale summary. */
+	put_both_offcpu_at(c, &(struct fixture_spec){ .node = 8, .epoch = 2, .sequence = 2,
+			   .window_start_ns = (uint64_t)(h0 + hour + 33 * minute + 20000) * 1000000 },
+			   (h0 + 4 * hour + 3 * minute) * 1000000);
+	totals[0] += FIXTURE_SAMPLES;
+	totals[2] += FIXTURE_SAMPLES;
 	p = slots_run(c, h0 + 4 * hour + 6 * minute);
 	assert_int_equal(p.built, 1);
 	assert_int_equal(p.rebuilt, 1);
+	assert_int_equal(p.merged, 0);
+	assert_int_equal(p.pending, 1);
+	for (size_t i = 0; i < 5; i++)
+		assert_int_equal(same_fleet(c, ranges[i][0], ranges[i][1]), totals[i]);
+	p = slots_run(c, h0 + 4 * hour + 8 * minute);
+	assert_int_equal(p.built, 1); /* the minute; the hour is current */
+	assert_int_equal(p.merged, 0);
+	for (size_t i = 0; i < 5; i++)
+		assert_int_equal(same_fleet(c, ranges[i][0], ranges[i][1]), totals[i]);
+	/* Both stale again, both due: the minute first, then the hour merged from it. */
+	put_both_offcpu_at(c, &(struct fixture_spec){ .node = 8, .epoch = 2, .sequence = 3,
+			   .window_start_ns = (uint64_t)(h0 + hour + 34 * minute) * 1000000 },
+			   (h0 + 4 * hour + 9 * minute) * 1000000);
+	totals[0] += FIXTURE_SAMPLES;
+	totals[2] += FIXTURE_SAMPLES;
+	p = slots_run(c, h0 + 4 * hour + 14 * minute);
+	assert_int_equal(p.built, 2); /* a new minute and the hour */
+	assert_int_equal(p.rebuilt, 1);
+	assert_int_equal(p.merged, 1);
 	for (size_t i = 0; i < 5; i++)
 		assert_int_equal(same_fleet(c, ranges[i][0], ranges[i][1]), totals[i]);
 
@@ -2361,11 +2388,11 @@ static void test_retention(void **state)
 	assert_int_equal(dropped, 0);
 	/* The end of day D: its partitions go (batches, processes, samples, identities, sample
 	 * rollups, the node, sequence and counter summaries, the fleet slots' batch counts, the
-	 * process names and the stacks stored for D), D+3 stays, with the identity its batch
-	 * sent: filtered as on SQLite. */
+	 * process names, the stacks stored for D and the batch rows by window minute), D+3
+	 * stays, with the identity its batch sent: filtered as on SQLite. */
 	assert_int_equal(store_retention_apply(c->ch, d_ms + 86400000,
 					d_ms + 86400000, &dropped), 0);
-	assert_int_equal(dropped, 11);
+	assert_int_equal(dropped, 12);
 	/* The all-time lists forget day D with its batch rows, as the reads that grouped every
 	 * batch did (SQLite keeps a node's row and totals past retention). */
 	static struct text t;
@@ -2402,7 +2429,7 @@ static void test_retention(void **state)
 	/* Everything before D+4 ends: D+3 goes too. */
 	assert_int_equal(store_retention_apply(c->ch, d_ms + 4 * 86400000LL,
 					d_ms + 4 * 86400000LL, &dropped), 0);
-	assert_int_equal(dropped, 11);
+	assert_int_equal(dropped, 12);
 	/* A node whose every batch is gone leaves the lists. */
 	memset(&t, 0, sizeof(t));
 	assert_int_equal(store_nodes_list(c->ch, node_text, &t), 0);
@@ -2803,6 +2830,56 @@ static void test_stacks_upgrade_from_15(void **state)
 	assert_int_equal(ch_number(c->db, "SELECT count() FROM stack_days"), 1);
 }
 
+/*
+ * The upgrade from schema 16 indexes every stored batch row under the minutes its window
+ * touches; run again (as a backfill cut short is, or with batches stored while it ran) it
+ * indexes rows twice, which changes no answer; and the range reads find the committed
+ * attempts through the index alone (emptied, it hides every row).
+ */
+static void test_batch_minutes_upgrade_from_16(void **state)
+{
+	struct ctx *c = *state;
+	const uint64_t d0 = T0 - T0 % DAY_NS;
+	const uint64_t hour = 3600ULL * 1000000000ULL;
+	const int64_t d_ms = (int64_t)(d0 / 1000000);
+	const struct store_sample_filter hour1 = { .from_ms = d_ms + 3600000,
+						   .to_ms = d_ms + 2 * 3600000 - 1 };
+	static struct text t;
+	uint64_t total;
+	char sql[256];
+
+	REQUIRE_CH();
+	put_stacks(c, 9, 1, d0 + hour, d0 + hour + 1000000000, 3);
+	put_stacks(c, 9, 2, d0 + 3 * DAY_NS + hour, d0 + 3 * DAY_NS + hour + 1000000000, 1);
+	/* Windows of the fixture's length starting on a minute: one minute each. */
+	assert_int_equal(ch_number(c->db, "SELECT count() FROM batch_minutes"), 2);
+	assert_int_equal(flame_total(c), 2 * FIXTURE_SAMPLES + 3 + 1);
+
+	store_close(c->ch);
+	c->ch = NULL;
+	ch_sql(c->db, "DROP TABLE batch_minutes_mv");
+	ch_sql(c->db, "DROP TABLE batch_minutes");
+	migrations_rewind(c->db, 16);
+	assert_int_equal(flame_total(c), 2 * FIXTURE_SAMPLES + 3 + 1);
+	assert_int_equal(ch_number(c->db, "SELECT count() FROM batch_minutes"), 2);
+	snprintf(sql, sizeof(sql), "SELECT count() FROM batch_minutes WHERE minute_ms = %" PRId64
+		 " AND sequence = 1", d_ms + 3600000);
+	assert_int_equal(ch_number(c->db, sql), 1);
+
+	/* Run again: each row indexed twice; the same answers, a range's too. */
+	migrations_rewind(c->db, 16);
+	assert_int_equal(flame_total(c), 2 * FIXTURE_SAMPLES + 3 + 1);
+	assert_int_equal(ch_number(c->db, "SELECT count() FROM batch_minutes"), 4);
+	aggregate(c->ch, &hour1, 1000, &t, &total);
+	assert_int_equal(total, FIXTURE_SAMPLES + 3);
+
+	/* Emptied: no batch is committed in any range. */
+	ch_sql(c->db, "TRUNCATE TABLE batch_minutes");
+	assert_int_equal(flame_total(c), 0);
+	aggregate(c->ch, &hour1, 1000, &t, &total);
+	assert_int_equal(total, 0);
+}
+
 /* ---- NCCL instances kept past the raw calls (store_nccl_rollup.c) ------------------------ */
 
 /* Every field a consumer reads of a collectives answer, one line per call (tid apart: the
@@ -3200,6 +3277,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_rollup_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stacks_collected, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stacks_upgrade_from_15, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_batch_minutes_upgrade_from_16, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nccl_rollup_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),
 		/* Last: it stops the server. */
