@@ -149,6 +149,9 @@ int ch__exec_timeout(struct ch_store *s, const char *sql, const void *data, size
 	 * QUERY_MAX_* limits, never by what a peer sends). */
 	if (!data)
 		byte_buf_printf(&url, "&max_query_size=%u", CH_MAX_QUERY);
+	/* ClickHouse goes on with a query whose client hung up: it stops at the same timeout, so
+	 * that a dashboard's refreshes of a range too heavy to answer do not pile up queries. */
+	byte_buf_printf(&url, "&max_execution_time=%ld", (timeout_ms + 999) / 1000);
 	if (data) {
 		if (!(q = curl_easy_escape(h, sql, 0))) {
 			rc = -ENOMEM;

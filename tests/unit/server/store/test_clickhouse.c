@@ -3055,6 +3055,42 @@ static void test_slow_and_down(void **state)
 	assert_int_equal(store_ping(c->ch), -EBUSY);
 }
 
+/*
+ * A query the store gives up on (its statement timeout) is stopped by ClickHouse too, not left
+ * running: `samples` becomes a view over ten billion numbers, a flame graph through a store
+ * with a 1-s timeout fails busy, and within a few seconds no query of it is running.
+ */
+static void test_timeout_stops_query(void **state)
+{
+	struct ctx *c = *state;
+	struct store_sample_filter all = { .from_ms = 0, .to_ms = INT64_MAX };
+	struct store *s = NULL;
+	char err[256], sql[256];
+	uint64_t total;
+	long long running = -1;
+
+	REQUIRE_CH();
+	ch_sql(c->db, "RENAME TABLE samples TO samples_real");
+	ch_sql(c->db, "CREATE VIEW samples AS SELECT today() AS day, '' AS node_id,"
+		      " toInt64(number) AS time_ms, number AS process, toUInt32(1) AS tgid,"
+		      " toUInt32(1) AS tid, toUInt32(0) AS cpu, '' AS thread_comm,"
+		      " toInt64(0) AS kernel_stack, toInt64(0) AS user_stack, toUInt64(1) AS count,"
+		      " number AS attempt FROM numbers(10000000000) WHERE cityHash64(number) = 1");
+	assert_int_equal(store_clickhouse_open(&(struct store_clickhouse_options){
+						       .url = c->url, .timeout_ms = 1000 },
+					       &s, err, sizeof(err)), 0);
+	assert_int_equal(store_stacks_aggregate(s, &all, 10, no_row, NULL, &total), -EBUSY);
+	snprintf(sql, sizeof(sql), "SELECT count() FROM system.processes WHERE query LIKE"
+		 " '%%FROM samples%%' AND query NOT LIKE '%%system.processes%%'");
+	for (int i = 0; i < 50 && running; i++) {
+		running = ch_number(c->db, sql);
+		if (running)
+			usleep(100 * 1000);
+	}
+	assert_int_equal(running, 0);
+	store_close(s);
+}
+
 /* ---- host signals (wire 1.6) ------------------------------------------------------------- */
 
 /* Job job-42 on nodes 1 (gpu-1, ranks 0-3) and 2 (gpu-2, ranks 4-7), one instance each. */
@@ -3281,6 +3317,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_nccl_rollup_same_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),
 		/* Last: it stops the server. */
+		cmocka_unit_test_setup_teardown(test_timeout_stops_query, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_slow_and_down, setup, teardown),
 	};
 
