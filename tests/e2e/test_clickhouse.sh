@@ -194,16 +194,12 @@ check "incidents are listed on ClickHouse ($STATUS)" \
 # far, ten days back (new batch identities, the same attempts; no job ranks, so not their
 # batch rows' copies of them either), raw rows and per-minute rollups: the replica drops its
 # raw days but keeps the rollups and the batches and processes they are read through (90
-# days), and draws the same ten-day-old flame graphs from them.
+# days), and draws the same ten-day-old flame graphs from them. The batch rows go last, as the
+# server writes them: a fleet-slot pass of the first server between them and the rows would
+# summarise the ten-day-old slots without their rows, current as far as their counts tell.
 chq() { curl -sSf "${CH}?database=e2e" --data-binary "$1"; }
 D10_MS=$((10 * 86400000))
 D10_NS=$((D10_MS * 1000000))
-chq "INSERT INTO batches SELECT day - 10, node_id, epoch + 1, sequence, attempt, content_hash,
-  received_ns - $D10_NS, window_start_ns - $D10_NS, window_end_ns - $D10_NS, samples,
-  sample_rows, hostname, kernel_release, machine, agent_version, boot_id, kernel_object,
-  sample_hz, sample_rate_ppm, online_cpus, counter_ids, counter_values, window_day - 10,
-  emptyArrayUInt64(), emptyArrayString(), emptyArrayInt32(), emptyArrayInt32(), pn_process,
-  pn_comm FROM batches" &&
 chq "INSERT INTO processes SELECT day - 10, node_id, process, tgid, start_time_ns, generation,
   ppid, comm, exe, cmdline, first_seen_ns, last_seen_ns, received_ns, attempt FROM processes" &&
 chq "INSERT INTO samples SELECT day - 10, node_id, time_ms - $D10_MS, process, tgid, tid, cpu,
@@ -213,7 +209,13 @@ chq "INSERT INTO offcpu SELECT day - 10, node_id, time_ms - $D10_MS, process, tg
 chq "INSERT INTO sample_minutes SELECT day - 10, node_id, minute_ms - $D10_MS, process, tgid,
   user_stack, kernel_stack, count, attempt FROM sample_minutes" &&
 chq "INSERT INTO offcpu_minutes SELECT day - 10, node_id, minute_ms - $D10_MS, process, tgid,
-  user_stack, kernel_stack, blocked_ns, attempt FROM offcpu_minutes"
+  user_stack, kernel_stack, blocked_ns, attempt FROM offcpu_minutes" &&
+chq "INSERT INTO batches SELECT day - 10, node_id, epoch + 1, sequence, attempt, content_hash,
+  received_ns - $D10_NS, window_start_ns - $D10_NS, window_end_ns - $D10_NS, samples,
+  sample_rows, hostname, kernel_release, machine, agent_version, boot_id, kernel_object,
+  sample_hz, sample_rate_ppm, online_cpus, counter_ids, counter_values, window_day - 10,
+  emptyArrayUInt64(), emptyArrayString(), emptyArrayInt32(), emptyArrayInt32(), pn_process,
+  pn_comm FROM batches"
 check "a ten-day-old copy written into ClickHouse" test $? -eq 0
 # The raw answers come from the replica itself, started with a retention that keeps ten days
 # (each server symbolizes user frames from its own symbol repository), read for this node
