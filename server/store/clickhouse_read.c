@@ -481,6 +481,10 @@ int ch__filter_conds(struct byte_buf *q, const struct store_sample_filter *f, bo
 		byte_buf_printf(q, ")");
 	}
 	if (f->job) {
+		/* Its processes run on the nodes of its rank records: named first, only those
+		 * nodes' rows are read (node_id leads the row tables' keys), not the fleet's. */
+		byte_buf_printf(q, " AND node_id IN ");
+		ch__job_node_ids_sql(q, f->job);
 		byte_buf_printf(q, " AND process IN ");
 		ch__job_processes_sql(q, f->job, f->has_rank, f->rank);
 	}
