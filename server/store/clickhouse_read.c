@@ -451,23 +451,49 @@ void ch__own_days_sql(struct byte_buf *q, int64_t from_ms, int64_t to_ms)
 int ch__filter_conds(struct byte_buf *q, const struct store_sample_filter *f, bool thread_comm)
 {
 	if (f->node) {
-		char lower[2 * SYSOM_NODE_ID_SIZE + 1];
+		char lower[2 * SYSOM_NODE_ID_SIZE + 1], day[CH_DAY_SIZE];
 		size_t n = strlen(f->node);
+		struct byte_buf id = { 0 }, cand = { 0 };
+		int rc;
 
-		byte_buf_printf(q, " AND node_id IN (SELECT node_id FROM batches WHERE ");
-		ch__received_since_sql(q, f->from_ms);
-		byte_buf_printf(q, " GROUP BY node_id HAVING node_id = ");
 		if (n < sizeof(lower)) {
 			for (size_t i = 0; i <= n; i++)
 				lower[i] = (char)(f->node[i] >= 'A' && f->node[i] <= 'Z'
 							  ? f->node[i] - 'A' + 'a' : f->node[i]);
-			ch__quote(q, lower);
+			ch__quote(&id, lower);
 		} else {
-			ch__quote(q, f->node);
+			ch__quote(&id, f->node);
 		}
-		byte_buf_printf(q, " OR argMax(hostname, received_ns) = ");
+		byte_buf_append(&id, "", 1);
+		/* The node whose id it is or whose latest committed batch names that host: only
+		 * nodes with a batch naming either can be it, so the committed batches grouped
+		 * are theirs (primary-key ranges), not every node's received since that day. */
+		since_day(f->from_ms, day);
+		if (!(rc = byte_buf_error(&id))) {
+			byte_buf_printf(&cand, "(SELECT node_id FROM batches WHERE day >= '%s' AND"
+					       " (node_id = %s OR hostname = ", day,
+					(const char *)id.data);
+			ch__quote(&cand, f->node);
+			byte_buf_printf(&cand, "))");
+			byte_buf_append(&cand, "", 1);
+			rc = byte_buf_error(&cand);
+		}
+		if (rc) {
+			byte_buf_free(&id);
+			byte_buf_free(&cand);
+			return rc;
+		}
+		byte_buf_printf(q, " AND node_id IN (SELECT node_id FROM batches WHERE day >= '%s'"
+				   " AND node_id IN %s AND ", day, (const char *)cand.data);
+		ch__committed_nodes_begin(q);
+		byte_buf_printf(q, "%s", (const char *)cand.data);
+		ch__committed_nodes_end(q, f->from_ms);
+		byte_buf_printf(q, " GROUP BY node_id HAVING node_id = %s"
+				   " OR argMax(hostname, received_ns) = ", (const char *)id.data);
 		ch__quote(q, f->node);
 		byte_buf_printf(q, ")");
+		byte_buf_free(&id);
+		byte_buf_free(&cand);
 	}
 	if (f->has_pid)
 		byte_buf_printf(q, " AND tgid = %u", f->pid);

@@ -400,6 +400,19 @@ static void test_same_answers(void **state)
 	assert_int_equal(store_counters_list(c->sq, counter_text, &a), 0);
 	assert_int_equal(store_counters_list(c->ch, counter_text, &b), 0);
 	assert_string_equal(a.buf, b.buf);
+
+	/* Node 7 renamed (its latest batch names another host): the new name finds all its rows,
+	 * the old one none, its id all of them. */
+	put_both(c, &(struct fixture_spec){ .node = 7, .epoch = 0xfeedULL << 48, .sequence = 4,
+					     .window_start_ns = T0 + 3 * 30000000000ULL,
+					     .hostname = "gpu-7-new" });
+	f = all;
+	f.node = "gpu-7-new";
+	same_aggregate(c, &f, 4 * FIXTURE_SAMPLES + 15);
+	f.node = "gpu-7";
+	same_aggregate(c, &f, 0);
+	f.node = "07070707070707070707070707070707";
+	same_aggregate(c, &f, 4 * FIXTURE_SAMPLES + 15);
 }
 
 /* ---- training jobs: ranks, communicators, collective instances ---------------------------- */
