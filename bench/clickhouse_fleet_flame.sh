@@ -14,7 +14,9 @@
 # replica builds no slots: --fleet-slots-interval 1h); then it stops, a replica alone on the
 # database builds the slots (--fleet-slots-interval 1s; the time it took is printed), and the
 # serving replica, started again, times the same ranges. Both answers are compared (the same
-# folded stacks and counts: the ranges are fixed times, not relative to now).
+# folded stacks and counts: the ranges are fixed times, not relative to now). Each range is
+# also read for one job of the real batches (`job=`), amid the synthetic fleet: a job's read
+# never uses the slots, so it times a filtered row read as the fleet grows.
 # Usage: bench/clickhouse_fleet_flame.sh BUILD_DIR BATCH_DIR [NODES (1000)] [HOURS (3)]
 # FLEET_KEEP=1 leaves the ClickHouse and the server running (their URLs on stderr).
 set -euo pipefail
@@ -71,6 +73,9 @@ read -r tnode tattempt trows tmin < <(sql "SELECT node_id, attempt, count() AS c
 [ -n "${trows:-}" ] || { echo "no batch was stored:" >&2; cat "$work/load.log" >&2; exit 1; }
 tprocs=$(sql "SELECT uniqExact(process) FROM samples WHERE node_id = '$tnode'
 	AND attempt = $tattempt FORMAT TSV")
+# One job of the real batches (one simulated agent's), read amid the synthetic fleet: a job's
+# flame graph never uses the fleet slots, so it times the row read at fleet scale.
+job=$(sql "SELECT job FROM job_ranks ORDER BY job LIMIT 1 FORMAT TSV")
 echo "template: $trows sample rows of $tprocs processes (a real 30-s GPU-node batch)" >&2
 
 # Node k's id and its batch i's attempt (odd, distinct, one per batch: the committed one).
@@ -140,7 +145,7 @@ median_ms() { # PATH: median wall time of 3 queries after one warm-up (ms), or "
 
 ranges=(15m 1h)
 for r in 3h 6h 12h 24h; do [ "$hours" -ge "${r%h}" ] && ranges+=("$r"); done
-declare -A raw_ms raw_rows raw_nb raw_sum
+declare -A raw_ms raw_rows raw_nb raw_sum job_ms job_sum
 to_ms=$(( $(date +%s) * 1000 )) # one fixed range per R for both timings: from = to - R
 time_ranges() { # PREFIX: times every range into raw_ms[PREFIX R], keeps the answers
 	local r span from
@@ -154,6 +159,10 @@ time_ranges() { # PREFIX: times every range into raw_ms[PREFIX R], keeps the ans
 		raw_ms[$1$r]=$(median_ms "/api/v1/flamegraph?from=$((from / 1000)).$(printf %03d $((from % 1000)))&to=$((to_ms / 1000)).$(printf %03d $((to_ms % 1000)))&format=folded&limit=100000")
 		raw_sum[$1$r]="$(grep -c '' "$work/answer" || true) $(awk '{ s += $NF } END { print s + 0 }' "$work/answer")"
 		sort "$work/answer" >"$work/answer-$1$r"
+		[ -n "$job" ] || continue
+		job_ms[$1$r]=$(median_ms "/api/v1/flamegraph?job=$job&from=$((from / 1000)).$(printf %03d $((from % 1000)))&to=$((to_ms / 1000)).$(printf %03d $((to_ms % 1000)))&format=folded&limit=100000")
+		job_sum[$1$r]="$(grep -c '' "$work/answer" || true) $(awk '{ s += $NF } END { print s + 0 }' "$work/answer")"
+		sort "$work/answer" >"$work/job-$1$r"
 	done
 }
 time_ranges raw
@@ -200,4 +209,13 @@ for r in "${ranges[@]}"; do
 	same=$(cmp -s "$work/answer-raw$r" "$work/answer-slots$r" && echo same || echo DIFFERENT)
 	[ "${a%% *}" = error ] && same="-"
 	echo "| $r | $nodes | ${raw_nb[$r]} | ${raw_rows[$r]} | $a | $b | $ratio | $sa / $sb | $na / $nb | $same |"
+done
+[ -n "$job" ] || exit 0
+echo
+echo "| range | one job ($job) ms, raw phase | slots phase | stacks | samples | answers |"
+echo "|---|---:|---:|---:|---:|---|"
+for r in "${ranges[@]}"; do
+	read -r sa na <<<"${job_sum[raw$r]}"
+	same=$(cmp -s "$work/job-raw$r" "$work/job-slots$r" && echo same || echo DIFFERENT)
+	echo "| $r | ${job_ms[raw$r]} | ${job_ms[slots$r]} | $sa | $na | $same |"
 done
